@@ -1,0 +1,42 @@
+# Every target creates its own virtual environment (.venv) on first use, so a fresh clone needs
+# nothing but Python >= 3.11.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo whatif test check lint typecheck layers unit clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+## demo: run the offline what-if on the embedded default cluster and claims
+demo: $(STAMP)
+	$(BIN)/drasat whatif
+
+## whatif: same as demo for now (kept as its own target once `drasat demo` runs the whole system)
+whatif: $(STAMP)
+	$(BIN)/drasat whatif
+
+## test: formatter, linter, types, layering and the test suite — what CI runs
+test: $(STAMP)
+	$(BIN)/python scripts/check.py
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,41 @@
+"""API groups, versions and kinds drasat reads and writes."""
+
+from __future__ import annotations
+
+DRIVER_NAME = "gpu.drasat.io"
+#: NVIDIA's classic DRA driver: its claims and objects are read as ours (what-if, migration).
+NVIDIA_DRIVER_NAME = "gpu.resource.nvidia.com"
+
+PARAMS_GROUP = "gpu.drasat.io"
+NAS_GROUP = "nas.gpu.drasat.io"
+POLICY_GROUP = "policy.drasat.io"
+VERSION = "v1alpha1"
+
+NVIDIA_PARAMS_GROUP = "gpu.resource.nvidia.com"
+NVIDIA_NAS_GROUP = "nas.gpu.resource.nvidia.com"
+
+PARAMS_API_VERSION = f"{PARAMS_GROUP}/{VERSION}"
+NAS_API_VERSION = f"{NAS_GROUP}/{VERSION}"
+POLICY_API_VERSION = f"{POLICY_GROUP}/{VERSION}"
+
+#: Every group whose parameter kinds we accept, ours first.
+PARAMS_GROUPS = (PARAMS_GROUP, NVIDIA_PARAMS_GROUP)
+NAS_GROUPS = (NAS_GROUP, NVIDIA_NAS_GROUP)
+DRIVER_NAMES = (DRIVER_NAME, NVIDIA_DRIVER_NAME)
+
+GPU_CLAIM_PARAMETERS = "GpuClaimParameters"
+MIG_DEVICE_CLAIM_PARAMETERS = "MigDeviceClaimParameters"
+DEVICE_CLASS_PARAMETERS = "DeviceClassParameters"
+NODE_ALLOCATION_STATE = "NodeAllocationState"
+ALLOCATION_POLICY = "AllocationPolicy"
+
+PARAMS_KINDS = (GPU_CLAIM_PARAMETERS, MIG_DEVICE_CLAIM_PARAMETERS, DEVICE_CLASS_PARAMETERS)
+
+FINALIZER = "gpu.drasat.io/deletion-protection"
+CDI_VENDOR = "k8s.gpu.drasat.io"
+CDI_CLASS = "claim"
+
+
+def group_of(api_version: str) -> str:
+    """`gpu.drasat.io/v1alpha1` -> `gpu.drasat.io`; `v1` -> `` (the core group)."""
+    return api_version.rpartition("/")[0]

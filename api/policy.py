@@ -1,0 +1,138 @@
+"""AllocationPolicy (`policy.drasat.io/v1alpha1`): what the solver optimizes and must respect.
+
+- objective terms with weights, applied after "place as many pods as possible" (by priority);
+- hard rules: device reservations, per-namespace limits, allowed products per namespace;
+- solver budget; lifecycle init/cleanup actions from a fixed vocabulary (never a command).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from drasat.api import groups
+from drasat.api.base import Object, Spec
+from drasat.api.selectors import GpuSelector
+
+
+class Term(StrEnum):
+    binpack = "binpack"  # fill nodes and GPUs that are already in use
+    spread = "spread"  # prefer empty nodes and GPUs
+    fragmentation = "fragmentation"  # keep whole GPUs and large MIG placements free
+    preferNode = "preferNode"  # prefer the listed nodes (globs)
+    preferProduct = "preferProduct"  # prefer the listed products (globs)
+    minimizeMigWaste = "minimizeMigWaste"  # MIG by needs: least memory/slices above the need
+
+
+class ObjectiveTerm(Spec):
+    term: Term
+    weight: int = Field(1, ge=0, le=1000, description="Relative weight among the terms.")
+    nodes: list[str] | None = Field(None, description="preferNode: node name globs.")
+    products: list[str] | None = Field(None, description="preferProduct: product name globs.")
+
+    @model_validator(mode="after")
+    def _targets(self) -> ObjectiveTerm:
+        if self.term is Term.preferNode and not self.nodes:
+            raise ValueError("preferNode needs nodes (a list of node name globs)")
+        if self.term is Term.preferProduct and not self.products:
+            raise ValueError("preferProduct needs products (a list of product name globs)")
+        if self.term not in (Term.preferNode,) and self.nodes is not None:
+            raise ValueError(f"nodes is only meaningful for preferNode, not {self.term.value}")
+        if self.term not in (Term.preferProduct,) and self.products is not None:
+            raise ValueError(
+                f"products is only meaningful for preferProduct, not {self.term.value}"
+            )
+        return self
+
+
+class Reservation(Spec):
+    """Matching GPUs serve only the listed namespaces (all of them, or `count` of them)."""
+
+    name: str = Field(description="Named in explanations, e.g. reserve-team-a.")
+    namespaces: list[str] = Field(min_length=1, description="Namespace globs allowed to use them.")
+    nodes: list[str] = Field(default_factory=lambda: ["*"], description="Node name globs.")
+    selector: GpuSelector | None = Field(None, description="Which GPUs; none = every GPU.")
+    count: int | None = Field(
+        None, ge=1, description="Keep this many matching GPUs for them; none = all matching."
+    )
+
+
+class NamespaceLimit(Spec):
+    namespace: str = Field(description="Namespace glob.")
+    maxGpus: int | None = Field(None, ge=0, description="Whole and shared GPUs held at once.")
+    maxMigSlices: int | None = Field(None, ge=0, description="MIG memory slices held at once.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> NamespaceLimit:
+        if self.maxGpus is None and self.maxMigSlices is None:
+            raise ValueError("a namespace limit needs maxGpus and/or maxMigSlices")
+        return self
+
+
+class AllowedProducts(Spec):
+    namespace: str = Field(description="Namespace glob.")
+    products: list[str] = Field(min_length=1, description="Product name globs it may use.")
+
+
+class Rules(Spec):
+    reservations: list[Reservation] = Field(default_factory=list)
+    namespaceLimits: list[NamespaceLimit] = Field(default_factory=list)
+    allowedProducts: list[AllowedProducts] = Field(default_factory=list)
+
+
+class SolverBudget(Spec):
+    timeLimitSeconds: float = Field(10.0, gt=0, le=3600, description="Batch solve time limit.")
+    onlineTimeLimitSeconds: float = Field(
+        1.0, gt=0, le=60, description="Time limit of one online (per-pod) decision."
+    )
+    workers: int = Field(1, ge=1, le=64, description="CP-SAT search workers.")
+    randomSeed: int = Field(0, ge=0, description="Fixed so results are reproducible.")
+
+
+class LifecycleActionName(StrEnum):
+    setComputeMode = "setComputeMode"  # value: Default | ExclusiveProcess | Prohibited
+    setTimeSlice = "setTimeSlice"  # value: Default | Short | Medium | Long
+    setPowerLimitWatts = "setPowerLimitWatts"  # value: watts
+    lockGpuClocksMHz = "lockGpuClocksMHz"  # value: MHz
+    setPersistenceMode = "setPersistenceMode"  # value: Enabled | Disabled
+
+
+class LifecycleAction(Spec):
+    action: LifecycleActionName
+    value: str | int
+    selector: GpuSelector | None = Field(None, description="Only on GPUs that match.")
+
+
+class Lifecycle(Spec):
+    init: list[LifecycleAction] = Field(
+        default_factory=list, description="Applied when a claim is prepared."
+    )
+    cleanup: list[LifecycleAction] = Field(
+        default_factory=list,
+        description="Extra steps after a claim is unprepared (init "
+        "actions are undone automatically).",
+    )
+
+
+class AllocationPolicySpec(Spec):
+    objective: list[ObjectiveTerm] = Field(
+        default_factory=lambda: [
+            ObjectiveTerm(term=Term.fragmentation, weight=4),
+            ObjectiveTerm(term=Term.binpack, weight=2),
+            ObjectiveTerm(term=Term.minimizeMigWaste, weight=1),
+        ]
+    )
+    rules: Rules = Field(default_factory=Rules)
+    namespacePriorities: dict[str, int] = Field(
+        default_factory=dict, description="Namespace glob -> priority of its pods (default 0)."
+    )
+    solver: SolverBudget = Field(default_factory=SolverBudget)
+    lifecycle: Lifecycle = Field(default_factory=Lifecycle)
+
+
+class AllocationPolicy(Object):
+    kind: Literal["AllocationPolicy"] = "AllocationPolicy"
+    apiVersion: str = groups.POLICY_API_VERSION
+    spec: AllocationPolicySpec = Field(default_factory=AllocationPolicySpec)

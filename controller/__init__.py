@@ -1,0 +1,1 @@
+"""Central controller: watches claims, calls the solver, writes NAS and claim status."""

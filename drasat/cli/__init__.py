@@ -1,0 +1,1 @@
+"""The `drasat` command line (also installed as the kubectl plugin `kubectl-drasat`)."""

@@ -1,0 +1,1 @@
+"""Offline what-if: manifests and a cluster in, placements and explanations out."""

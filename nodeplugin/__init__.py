@@ -1,0 +1,1 @@
+"""Kubelet DRA plugin: registration, DRA gRPC service, NVML, MIG, sharing, CDI, checkpoint."""

@@ -1,0 +1,135 @@
+"""The solver's input and output: a placement problem and its solution.
+
+Plain frozen dataclasses over the API types. A problem holds nodes (their allocatable devices and
+existing allocations, which are never moved), pods (each with one or more claims) and the policy.
+The solver turns it into a Solution; it never does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
+from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
+from drasat.api.policy import AllocationPolicySpec
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as the solver sees it."""
+
+    name: str
+    #: allocatableDevices + allocatedClaims (existing, never moved). preparedClaims are ignored.
+    nas: NodeAllocationStateSpec
+    #: False: the node is unsuitable for every claim (NAS missing or NotReady).
+    ready: bool = True
+    unready_reason: str = ""
+    #: CPU/memory capacity and use, when modelled (trace replay); None: not a constraint.
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    used_cpu_milli: int = 0
+    used_memory_mib: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A ResourceClaim of ours with its resolved parameters: exactly one of gpu or mig."""
+
+    uid: str
+    namespace: str
+    name: str
+    gpu: GpuClaimParametersSpec | None = None
+    mig: MigDeviceClaimParametersSpec | None = None
+    #: From the class's DeviceClassParameters.sharable: may several pods use this claim.
+    shareable: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.gpu is None) == (self.mig is None):
+            raise ValueError(f"claim {self.namespace}/{self.name}: exactly one of gpu or mig")
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod with the claims it needs; all of a pod's claims land on one node.
+
+    A claim may appear in several pods (a shared claim): it is allocated once and every pod using
+    it goes to its node. A claim already in some node's allocatedClaims pins its pods there.
+    """
+
+    key: str  # "namespace/name"
+    namespace: str
+    claims: tuple[ClaimRequest, ...]
+    priority: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    #: PodSchedulingContext potentialNodes (and selectedNode); None: every node is a candidate.
+    candidate_nodes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    nodes: tuple[NodeState, ...]
+    pods: tuple[PodRequest, ...]
+    policy: AllocationPolicySpec = field(default_factory=AllocationPolicySpec)
+
+
+class Mode(StrEnum):
+    #: One pod at a time in the given order, each decision final before the next (the controller).
+    online = "online"
+    #: All pods in one model, time-limited (what-if, look-ahead).
+    batch = "batch"
+
+
+@dataclass(frozen=True)
+class SolveParams:
+    mode: Mode = Mode.batch
+    #: Override the policy's budget (None: use policy.solver).
+    time_limit_s: float | None = None
+    workers: int | None = None
+    #: Compute explanations for unplaced pods (costs extra solves).
+    explain: bool = True
+    #: Online: also report, for each candidate node, why it is unsuitable (UnsuitableNodes).
+    node_feasibility: bool = False
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    pod: str
+    node: str
+    #: New allocations for this pod's claims: claim uid -> the NAS allocatedClaims entry.
+    #: A claim that was already allocated (or placed earlier for another pod) is not repeated.
+    allocations: dict[str, AllocatedDevices]
+
+
+@dataclass(frozen=True)
+class PodRejection:
+    pod: str
+    #: Why, in user terms, naming the blocking constraint (selector, count, MIG overlap, rule).
+    reasons: tuple[str, ...]
+
+
+class Status(StrEnum):
+    OPTIMAL = "OPTIMAL"
+    FEASIBLE = "FEASIBLE"
+    INFEASIBLE = "INFEASIBLE"
+    UNKNOWN = "UNKNOWN"
+    MODEL_INVALID = "MODEL_INVALID"
+
+
+@dataclass(frozen=True)
+class Solution:
+    status: Status
+    placements: tuple[PodPlacement, ...]
+    unplaced: tuple[PodRejection, ...]
+    objective: float = 0.0
+    best_bound: float = 0.0
+    #: Relative gap between objective and bound (0 when optimal).
+    gap: float = 0.0
+    wall_time_s: float = 0.0
+    #: node_feasibility=True: pod -> node -> None (suitable) or the reason it is unsuitable.
+    node_feasibility: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    def placement_of(self, pod: str) -> PodPlacement | None:
+        return next((p for p in self.placements if p.pod == pod), None)
