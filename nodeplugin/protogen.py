@@ -25,7 +25,7 @@ def proto_files() -> list[Path]:
 
 def generate(out_dir: Path) -> list[Path]:
     """Run protoc (from grpcio-tools) for every proto into `out_dir`; return the files written."""
-    from grpc_tools import protoc  # dev dependency, imported only when generating
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # dev dependency
 
     out_dir.mkdir(parents=True, exist_ok=True)
     args = [
