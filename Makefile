@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test check lint typecheck layers unit clean
+.PHONY: demo whatif test check lint typecheck layers unit generate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ layers: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+## generate: rewrite the files generated from the API models (tests fail when they are stale)
+generate: $(STAMP)
+	$(BIN)/drasat crds --out deploy/crds
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

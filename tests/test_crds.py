@@ -1,0 +1,320 @@
+"""Generated CRDs: fresh on disk, structural, valid for Kubernetes, validating what they should."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from drasat.api import crds
+from drasat.cli import crds as crds_cli
+from drasat.cli import main
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CHECKED_IN = REPO / "deploy" / "crds"
+
+Schema = dict[str, Any]
+
+#: Keywords of apiextensions.k8s.io/v1 JSONSchemaProps that a generated schema may use.
+_ALLOWED = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "format",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "anyOf",
+    crds.INT_OR_STRING,
+    crds.PRESERVE_UNKNOWN,
+}
+
+
+def _crd(kind: str) -> Schema:
+    return next(c for c in crds.all_crds() if c["spec"]["names"]["kind"] == kind)
+
+
+def _schema(kind: str) -> Schema:
+    schema: Schema = _crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _nodes(schema: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from _nodes(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from _nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _nodes(schema["additionalProperties"], f"{path}.*")
+
+
+def _errors(kind: str, obj: Schema) -> list[str]:
+    validator = jsonschema.Draft4Validator(_schema(kind))
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)
+    ]
+
+
+# --- the checked-in files -------------------------------------------------------------------
+
+
+def test_checked_in_crds_are_fresh() -> None:
+    expected = crds_cli.rendered_files()
+    present = {p.name for p in CHECKED_IN.glob("*.yaml")}
+    assert present == set(expected), "deploy/crds is stale: run `make generate`"
+    for name, text in expected.items():
+        assert (CHECKED_IN / name).read_text() == text, f"{name} is stale: run `make generate`"
+
+
+def test_every_kind_has_its_crd() -> None:
+    names = {c["metadata"]["name"]: c["spec"]["scope"] for c in crds.all_crds()}
+    assert names == {
+        "gpuclaimparameters.gpu.drasat.io": "Namespaced",
+        "migdeviceclaimparameters.gpu.drasat.io": "Namespaced",
+        "deviceclassparameters.gpu.drasat.io": "Cluster",
+        "nodeallocationstates.nas.gpu.drasat.io": "Namespaced",
+    }
+    nas = _crd("NodeAllocationState")["spec"]
+    assert nas["names"]["shortNames"] == ["nas"]
+    columns = [c["name"] for c in nas["versions"][0]["additionalPrinterColumns"]]
+    assert columns == ["Status", "Age"]
+
+
+# --- structural ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crd", crds.all_crds(), ids=crds.file_name)
+def test_schema_is_structural(crd: Schema) -> None:
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert root["properties"]["metadata"] == {"type": "object"}
+    for path, node in _nodes(root):
+        assert set(node) <= _ALLOWED, f"{path}: {set(node) - _ALLOWED}"
+        escape = node.get(crds.INT_OR_STRING) or node.get(crds.PRESERVE_UNKNOWN)
+        assert "type" in node or escape, f"{path}: no type"
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if "anyOf" in node:
+            # The one junctor use: int-or-string, whose branches carry only a type.
+            assert node.get(crds.INT_OR_STRING) is True, path
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        if "additionalProperties" in node:
+            assert isinstance(node["additionalProperties"], dict), path
+
+
+@pytest.mark.parametrize("crd", crds.all_crds(), ids=crds.file_name)
+def test_crd_is_a_valid_kubernetes_object(crd: Schema) -> None:
+    # The real CustomResourceDefinition schema: misspelled or misplaced CRD fields fail here.
+    kubernetes_validate.validate(crd, "1.30", strict=True)
+
+
+def test_recursive_selector_is_unrolled_then_preserved() -> None:
+    node = _schema("GpuClaimParameters")["properties"]["spec"]["properties"]["selector"]
+    for _ in range(crds.MAX_RECURSION_DEPTH - 1):
+        assert node["type"] == "object" and "productName" in node["properties"]
+        assert node["maxProperties"] == 1
+        node = node["properties"]["andExpression"]["items"]
+    assert "productName" in node["properties"]
+    deepest = node["properties"]["orExpression"]["items"]
+    assert deepest[crds.PRESERVE_UNKNOWN] is True
+    assert "validated by the controller" in deepest["description"]
+
+
+def test_optional_quantity_becomes_int_or_string() -> None:
+    share = _schema("GpuClaimParameters")["properties"]["spec"]["properties"]["share"]
+    memory = share["properties"]["memory"]
+    assert memory[crds.INT_OR_STRING] is True
+    assert memory["description"] == "GPU memory this share needs, e.g. 8Gi."
+    assert share["properties"]["compute"] == {
+        "description": "Percent of the GPU's compute.",
+        "type": "integer",
+        "maximum": 100,
+        "minimum": 1,
+    }
+
+
+def test_defaults_are_described_not_applied() -> None:
+    count = _schema("GpuClaimParameters")["properties"]["spec"]["properties"]["count"]
+    assert "default" not in count
+    assert count["description"] == "Number of GPUs. Default: 1."
+
+
+def test_an_inexpressible_union_fails_the_generator() -> None:
+    class A(BaseModel):
+        a: int
+
+    class B(BaseModel):
+        b: str
+
+    class Either(BaseModel):
+        value: A | B
+
+    with pytest.raises(crds.SchemaConversionError, match=r"Either.value: a union"):
+        crds.structural_schema(Either)
+
+
+def test_any_becomes_preserve_unknown_fields() -> None:
+    class Loose(BaseModel):
+        extra: dict[str, Any]
+        anything: Any
+
+    schema = crds.structural_schema(Loose)
+    assert schema["properties"]["extra"] == {"type": "object", crds.PRESERVE_UNKNOWN: True}
+    assert schema["properties"]["anything"] == {crds.PRESERVE_UNKNOWN: True}
+
+
+# --- what the schemas accept and reject ---------------------------------------------------------
+
+_GPU_CLAIM = {
+    "apiVersion": "gpu.drasat.io/v1alpha1",
+    "kind": "GpuClaimParameters",
+    "metadata": {"name": "training", "namespace": "ml"},
+    "spec": {
+        "count": 2,
+        "selector": {
+            "andExpression": [
+                {"productName": "*a100*"},
+                {
+                    "orExpression": [
+                        {"memory": {"value": "40Gi", "operator": "GreaterThanOrEqualTo"}},
+                        {"cudaComputeCapability": {"value": "9.0"}},
+                    ]
+                },
+            ]
+        },
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
+        "topology": {"sameNVLinkDomain": "Required"},
+    },
+}
+_SAMPLES = [
+    _GPU_CLAIM,
+    {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "GpuClaimParameters",
+        "metadata": {"name": "half"},
+        "spec": {"share": {"compute": 50, "memory": "8Gi"}, "optional": True},
+    },
+    {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "MigDeviceClaimParameters",
+        "metadata": {"name": "small"},
+        "spec": {"profile": "1g.5gb", "gpuClaimName": "parent"},
+    },
+    {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "MigDeviceClaimParameters",
+        "metadata": {"name": "by-needs"},
+        "spec": {"memory": 10737418240, "computeSlices": 2},
+    },
+    {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "DeviceClassParameters",
+        "metadata": {"name": "gpu.drasat.io"},
+        "spec": {"sharable": False},
+    },
+]
+
+
+@pytest.mark.parametrize("obj", _SAMPLES, ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_sample_objects_validate(obj: Schema) -> None:
+    assert _errors(obj["kind"], obj) == []
+
+
+def test_shared_examples_validate(shared_dir: pathlib.Path) -> None:
+    examples = shared_dir / "examples"
+    if not examples.is_dir():
+        pytest.skip("shared examples not present")
+    checked = 0
+    for path in sorted(examples.glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            kind = (obj or {}).get("kind")
+            if kind in {"NodeAllocationState", *(c.model.__name__ for c in crds.CRD_SPECS)}:
+                assert _errors(kind, obj) == [], path.name
+                checked += 1
+    assert checked >= 2  # the NAS and the shared time-sliced claim
+
+
+def test_a_selector_deeper_than_the_schema_is_preserved() -> None:
+    selector: Schema = {"productName": "*h100*"}
+    for _ in range(crds.MAX_RECURSION_DEPTH + 2):
+        selector = {"andExpression": [selector]}
+    obj = {**_GPU_CLAIM, "spec": {"selector": selector}}
+    assert _errors("GpuClaimParameters", obj) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "wrong"),
+    [
+        # each case guards one structural rule the API server enforces for us
+        ("GpuClaimParameters", {"count": "two"}, "count: 'two' is not of type 'integer'"),
+        ("GpuClaimParameters", {"count": 0}, "count: 0 is less than the minimum of 1"),
+        ("GpuClaimParameters", {"sharing": {"strategy": "Fair"}}, "sharing.strategy: 'Fair'"),
+        ("GpuClaimParameters", {"share": {"memory": 1.5}}, "share.memory: 1.5"),
+        (
+            "GpuClaimParameters",
+            {"selector": {"productName": "*", "index": 0}},
+            "selector: {'productName': '*', 'index': 0} has too many properties",
+        ),
+        ("MigDeviceClaimParameters", {"computeSlices": 8}, "computeSlices: 8 is greater"),
+        ("DeviceClassParameters", {"sharable": "yes"}, "sharable: 'yes' is not of type"),
+    ],
+)
+def test_wrong_typed_fields_are_rejected(kind: str, spec: Schema, wrong: str) -> None:
+    obj = {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": kind, "metadata": {}, "spec": spec}
+    errors = _errors(kind, obj)
+    assert any(e.startswith(f"spec.{wrong}") for e in errors), errors
+
+
+def test_nas_status_is_an_enum_string() -> None:
+    nas = {"apiVersion": "nas.gpu.drasat.io/v1alpha1", "kind": "NodeAllocationState"}
+    assert _errors("NodeAllocationState", {**nas, "status": "NotReady"}) == []
+    assert _errors("NodeAllocationState", {**nas, "status": {"phase": "Ready"}})
+    device = {"gpu": {"index": 0, "uuid": "GPU-0", "memoryBytes": 1, "productName": "T4"}}
+    both = {**device, "mig": {"profile": "1g.5gb", "parentProductName": "x", "placements": []}}
+    assert _errors("NodeAllocationState", {**nas, "spec": {"allocatableDevices": [device]}}) == []
+    assert _errors("NodeAllocationState", {**nas, "spec": {"allocatableDevices": [both]}})
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def test_crds_command_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main(["crds"]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["metadata"]["name"] for d in documents] == [
+        c["metadata"]["name"] for c in crds.all_crds()
+    ]
+
+
+def test_crds_command_writes_files(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main.main(["crds", "--out", str(tmp_path / "crds")]) == 0
+    written = sorted(p.name for p in (tmp_path / "crds").iterdir())
+    assert written == sorted(crds_cli.rendered_files())
+    assert capsys.readouterr().out.count("\n") == len(written)
+
+
+def test_crds_command_reports_an_unwritable_directory(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main.main(["crds", "--out", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {blocker}: cannot write") and err.count("\n") == 1
