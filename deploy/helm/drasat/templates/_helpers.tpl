@@ -1,0 +1,82 @@
+{{/* Names, labels and small lookups shared by the templates. */}}
+
+{{- define "drasat.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "drasat.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "drasat.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "drasat.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component: include with (list $ "controller"). */}}
+{{- define "drasat.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "drasat.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "drasat.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "drasat.controller.serviceAccountName" -}}
+{{- default (printf "%s-controller" (include "drasat.fullname" .)) .Values.controller.serviceAccount.name }}
+{{- end }}
+
+{{- define "drasat.nodePlugin.serviceAccountName" -}}
+{{- default (printf "%s-node-plugin" (include "drasat.fullname" .)) .Values.nodePlugin.serviceAccount.name }}
+{{- end }}
+
+{{- define "drasat.policyConfigMap" -}}
+{{- default (printf "%s-policy" (include "drasat.fullname" .)) .Values.policy.existingConfigMap }}
+{{- end }}
+
+{{/* The resource.k8s.io version of the class: v1alpha2 (ResourceClass) or v1alpha3 (DeviceClass). */}}
+{{- define "drasat.resourceApiVersion" -}}
+{{- if ne .Values.resourceClass.apiVersion "auto" }}
+{{- .Values.resourceClass.apiVersion }}
+{{- else if semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version }}
+{{- "resource.k8s.io/v1alpha3" }}
+{{- else }}
+{{- "resource.k8s.io/v1alpha2" }}
+{{- end }}
+{{- end }}
+
+{{- define "drasat.nodeAdmissionPolicy.enabled" -}}
+{{- $setting := .Values.nodeAdmissionPolicy.enabled }}
+{{- if eq (toString $setting) "auto" }}
+{{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" }}
+{{- else }}
+{{- $setting }}
+{{- end }}
+{{- end }}
+
+{{/* Host path of the plugin's socket directory. */}}
+{{- define "drasat.pluginDir" -}}
+{{- printf "%s/plugins/gpu.drasat.io" (trimSuffix "/" .Values.nodePlugin.kubeletDir) }}
+{{- end }}
+
+{{- define "drasat.registryDir" -}}
+{{- printf "%s/plugins_registry" (trimSuffix "/" .Values.nodePlugin.kubeletDir) }}
+{{- end }}
