@@ -1,0 +1,513 @@
+"""The API server's request semantics, independent of HTTP: resolve a route to a resource,
+check and apply the write, and answer discovery. `apiserver` puts this on the wire.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from drasat.sim import (
+    errors,
+    faults,
+    patching,
+    resources,
+    routing,
+    rules,
+    selectors,
+    storage,
+    validation,
+)
+
+Obj = dict[str, Any]
+
+GIT_VERSION = "v1.30.0-drasat-sim"
+_CRD_GROUP = "apiextensions.k8s.io"
+BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+#: Kinds whose status is reset on create (the status subresource owns it); nodes keep theirs,
+#: as a kubelet registers its Node with status in one request.
+_KEEP_STATUS_ON_CREATE = frozenset({"Node"})
+_INITIAL_STATUS: dict[str, Obj] = {"Pod": {"phase": "Pending"}, "Namespace": {"phase": "Active"}}
+
+
+def _query_flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("true", "1")
+
+
+class Api:
+    """Resource registry, storage and validation behind one request interface."""
+
+    def __init__(
+        self,
+        *,
+        fault_config: faults.Faults,
+        history: int = 10_000,
+        crds: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        self.faults = fault_config
+        self.validator = validation.Validator()
+        self.store = storage.Store(validate=self._validate_strict, history=history)
+        self._types_lock = threading.Lock()
+        self._types: dict[tuple[str, str, str], resources.ResourceType] = {
+            (rt.group, rt.version, rt.plural): rt for rt in resources.BUILTINS
+        }
+        namespaces = self._types[("", "v1", "namespaces")]
+        for name in BOOT_NAMESPACES:
+            self.create(routing.Route("", "v1", namespaces.plural), {"metadata": {"name": name}})
+        crd_route = routing.Route(_CRD_GROUP, "v1", "customresourcedefinitions")
+        for crd in crds:
+            self.create(crd_route, copy.deepcopy(dict(crd)))
+
+    # --- resources ----------------------------------------------------------------------------
+
+    def is_plural(self, group: str, version: str, plural: str) -> bool:
+        with self._types_lock:
+            return (group, version, plural) in self._types
+
+    def resource(self, route: routing.Route) -> resources.ResourceType:
+        """The resource a route names; 404 for unknown resources or a wrong scope."""
+        with self._types_lock:
+            rt = self._types.get((route.group, route.version, route.plural))
+        if rt is None:
+            raise errors.ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource "
+                f"({route.group or 'core'}/{route.version}, {route.plural})",
+            )
+        if route.namespace is not None and not rt.namespaced:
+            raise errors.ApiError(404, "NotFound", f"{rt.plural} is not namespaced")
+        if route.namespace is None and route.name is not None and rt.namespaced:
+            raise errors.ApiError(404, "NotFound", f"{rt.plural} needs a namespace")
+        return rt
+
+    def types(self) -> list[resources.ResourceType]:
+        with self._types_lock:
+            return list(self._types.values())
+
+    @staticmethod
+    def present(rt: resources.ResourceType, obj: Obj) -> Obj:
+        """An object as served at this version (CRD versions share storage)."""
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        return obj
+
+    # --- validation ---------------------------------------------------------------------------
+
+    def _validate(
+        self, rt: resources.ResourceType, new: Obj, old: Obj | None, *, strict: bool
+    ) -> None:
+        causes: list[tuple[str, str]] = []
+        try:
+            self.validator.check(rt, new, strict=strict)
+        except errors.ApiError as exc:
+            causes = [
+                (c["field"], c["message"].removeprefix("Invalid value: "))
+                for c in (exc.details or {}).get("causes", [])
+            ]
+        causes.extend(rules.check(rt, new, old))
+        if rt.group == _CRD_GROUP:
+            causes.extend(self._crd_causes(new))
+        if causes:
+            name = str((new.get("metadata") or {}).get("name") or "")
+            raise errors.invalid(kind=rt.kind, group=rt.group, name=name, causes=causes)
+
+    def _validate_strict(self, rt: resources.ResourceType, new: Obj, old: Obj | None) -> None:
+        self._validate(rt, new, old, strict=True)
+
+    def _validate_lax(self, rt: resources.ResourceType, new: Obj, old: Obj | None) -> None:
+        self._validate(rt, new, old, strict=False)
+
+    def _validator_for(self, query: Mapping[str, str]) -> storage.ValidateFn:
+        # fieldValidation=Ignore|Warn accepts unknown fields (kept, not pruned); default Strict.
+        lax = query.get("fieldValidation", "Strict") in ("Ignore", "Warn")
+        return self._validate_lax if lax else self._validate_strict
+
+    @staticmethod
+    def _crd_causes(crd: Obj) -> list[tuple[str, str]]:
+        spec = crd.get("spec") or {}
+        expected = f"{(spec.get('names') or {}).get('plural')}.{spec.get('group')}"
+        name = (crd.get("metadata") or {}).get("name")
+        if name != expected:
+            return [
+                (
+                    "metadata.name",
+                    f'{name!r}: must be spec.names.plural+"."+spec.group ({expected!r})',
+                )
+            ]
+        return []
+
+    def _body(self, rt: resources.ResourceType, route: routing.Route, body: Any) -> Obj:
+        """Check a request body against the URL; fill apiVersion/kind as the server defaults."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        if (
+            body.setdefault("apiVersion", rt.api_version) != rt.api_version
+            or body.setdefault("kind", rt.kind) != rt.kind
+        ):
+            raise errors.bad_request(
+                f"{body['apiVersion']}, Kind={body['kind']} does not match the resource "
+                f"{rt.api_version}, Kind={rt.kind}"
+            )
+        meta = body.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.invalid(
+                kind=rt.kind, group=rt.group, name="", causes=[("metadata", "must be an object")]
+            )
+        if rt.namespaced and meta.get("namespace") not in (None, "", route.namespace):
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        if route.name is not None and meta.get("name") not in (None, route.name):
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({route.name})"
+            )
+        if route.name is not None:
+            meta["name"] = route.name
+        return body
+
+    # --- verbs --------------------------------------------------------------------------------
+
+    def create(
+        self, route: routing.Route, body: Any, query: Mapping[str, str] | None = None
+    ) -> Obj:
+        rt = self.resource(route)
+        if route.name is not None:
+            raise errors.ApiError(405, "MethodNotAllowed", "POST is for collections")
+        obj = self._body(rt, route, body)
+        if rt.has_status and rt.kind not in _KEEP_STATUS_ON_CREATE:
+            obj.pop("status", None)
+        if rt.kind in _INITIAL_STATUS and rt.group == "":
+            obj["status"] = copy.deepcopy(_INITIAL_STATUS[rt.kind])
+        self.validator.default(rt, obj)
+        created = self.store.create(
+            rt, route.namespace or "", obj, validate=self._validator_for(query or {})
+        )
+        if rt.group == _CRD_GROUP:
+            created = self._register_crd(created)
+        return self.present(rt, created)
+
+    def get(self, route: routing.Route) -> Obj:
+        rt = self.resource(route)
+        return self.present(rt, self.store.get(rt, route.namespace or "", str(route.name)))
+
+    def list_objects(self, route: routing.Route, query: Mapping[str, str]) -> Obj:
+        rt = self.resource(route)
+        labels, fields = self.selectors(rt, query)
+        items, rv = self.store.list_objects(rt, route.namespace)
+        chosen = [
+            self.present(rt, obj)
+            for obj in items
+            if selectors.matches(obj, labels=labels, fields=fields)
+        ]
+        return {
+            "apiVersion": rt.api_version,
+            "kind": rt.list_kind,
+            "metadata": {"resourceVersion": rv},
+            "items": chosen,
+        }
+
+    @staticmethod
+    def selectors(
+        rt: resources.ResourceType, query: Mapping[str, str]
+    ) -> tuple[list[selectors.Requirement], list[selectors.Requirement]]:
+        labels = selectors.parse_labels(query.get("labelSelector"))
+        fields = selectors.parse_fields(query.get("fieldSelector"), supported=rt.field_selectors)
+        return labels, fields
+
+    def _maybe_conflict(self, rt: resources.ResourceType, route: routing.Route) -> None:
+        namespace, name = route.namespace or "", str(route.name)
+        current = self.store.get(rt, namespace, name)
+        key = (rt.store_key, namespace, name)
+        if self.faults.should_conflict(rt.plural, key, current["metadata"]["resourceVersion"]):
+            raise errors.conflict(plural=rt.plural, group=rt.group, name=name)
+
+    def _check_subresource(self, rt: resources.ResourceType, route: routing.Route) -> None:
+        if route.subresource is None:
+            return
+        if route.subresource != "status" or not rt.has_status:
+            raise errors.ApiError(
+                404, "NotFound", f"{rt.plural} has no subresource {route.subresource!r}"
+            )
+
+    def replace(
+        self, route: routing.Route, body: Any, query: Mapping[str, str] | None = None
+    ) -> Obj:
+        rt = self.resource(route)
+        self._check_subresource(rt, route)
+        obj = self._body(rt, route, body)
+        self._maybe_conflict(rt, route)
+        updated = self.store.update(
+            rt,
+            route.namespace or "",
+            str(route.name),
+            lambda _current: obj,
+            subresource=route.subresource,
+            validate=self._validator_for(query or {}),
+        )
+        return self._after_write(rt, updated)
+
+    def patch(
+        self,
+        route: routing.Route,
+        body: Any,
+        content_type: str,
+        query: Mapping[str, str] | None = None,
+    ) -> Obj:
+        rt = self.resource(route)
+        self._check_subresource(rt, route)
+        kind = content_type.split(";")[0].strip().lower()
+        if kind == "application/json-patch+json":
+
+            def change(current: Obj) -> Obj:
+                patched = patching.json_patch(current, body)
+                if not isinstance(patched, dict):
+                    raise errors.bad_request("a patch must leave an object")
+                return patched
+
+        elif kind == "application/merge-patch+json" or (
+            kind == "application/strategic-merge-patch+json" and not rt.custom
+        ):
+            if not isinstance(body, dict):
+                raise errors.bad_request("a merge patch must be a JSON object")
+
+            def change(current: Obj) -> Obj:
+                return dict(patching.merge(current, body))
+
+        else:
+            raise errors.ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format "
+                f"- accepted media types include: application/json-patch+json, "
+                f"application/merge-patch+json (got {content_type!r})",
+            )
+        self._maybe_conflict(rt, route)
+        updated = self.store.update(
+            rt,
+            route.namespace or "",
+            str(route.name),
+            change,
+            subresource=route.subresource,
+            validate=self._validator_for(query or {}),
+        )
+        return self._after_write(rt, updated)
+
+    def delete(self, route: routing.Route, body: Any) -> Obj:
+        rt = self.resource(route)
+        options = body if isinstance(body, dict) else {}
+        deleted = self.store.delete(
+            rt, route.namespace or "", str(route.name), preconditions=options.get("preconditions")
+        )
+        if rt.group == _CRD_GROUP:
+            self._unregister_crd(deleted)
+        return self.present(rt, deleted)
+
+    def delete_collection(self, route: routing.Route, query: Mapping[str, str]) -> Obj:
+        listed = self.list_objects(route, query)
+        deleted = []
+        for obj in listed["items"]:
+            meta = obj["metadata"]
+            item = routing.Route(
+                route.group, route.version, route.plural, meta.get("namespace"), meta["name"]
+            )
+            try:
+                deleted.append(self.delete(item, None))
+            except errors.ApiError as exc:
+                if exc.code != 404:
+                    raise
+        listed["items"] = deleted
+        return listed
+
+    def bind(self, route: routing.Route, body: Any) -> Obj:
+        """POST pods/{name}/binding: set spec.nodeName once, as the scheduler does."""
+        if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
+            raise errors.invalid(
+                kind="Binding",
+                group="",
+                name=str(route.name),
+                causes=[("target.name", "Required value")],
+            )
+        node = body["target"]["name"]
+        pods = self.resource(routing.Route("", "v1", "pods", route.namespace, route.name))
+
+        def assign(current: Obj) -> Obj:
+            if current["spec"].get("nodeName"):
+                raise errors.ApiError(
+                    409,
+                    "Conflict",
+                    f"pod {route.name} is already assigned to node {current['spec']['nodeName']!r}",
+                )
+            current["spec"]["nodeName"] = node
+            return current
+
+        # Binding bypasses the pod update rules (spec.nodeName is otherwise immutable).
+        self.store.update(
+            pods,
+            route.namespace or "",
+            str(route.name),
+            assign,
+            validate=lambda rt, new, old: self.validator.check(rt, new),
+        )
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
+    def _after_write(self, rt: resources.ResourceType, obj: Obj) -> Obj:
+        if rt.group == _CRD_GROUP:
+            if obj["metadata"].get("deletionTimestamp") is None:
+                obj = self._register_crd(obj)
+            else:
+                self._unregister_crd(obj)
+        return self.present(rt, obj)
+
+    # --- CRDs ---------------------------------------------------------------------------------
+
+    def _register_crd(self, crd: Obj) -> Obj:
+        served = resources.from_crd(crd)
+        for rt in served:
+            self.validator.register_crd_version(rt, resources.crd_schema(crd, rt.version))
+        with self._types_lock:
+            for rt in served:
+                self._types[(rt.group, rt.version, rt.plural)] = rt
+        versions = crd["spec"].get("versions", [])
+        stored = [v["name"] for v in versions if v.get("storage")] or [versions[0]["name"]]
+        status = {
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": stored,
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "message": "",
+                    "lastTransitionTime": crd["metadata"]["creationTimestamp"],
+                }
+                for kind, reason in (
+                    ("NamesAccepted", "NoConflicts"),
+                    ("Established", "InitialNamesAccepted"),
+                )
+            ],
+        }
+        if crd.get("status") == status:
+            return crd
+        crds = self._types[(_CRD_GROUP, "v1", "customresourcedefinitions")]
+
+        def set_status(current: Obj) -> Obj:
+            current["status"] = status
+            return current
+
+        return self.store.update(
+            crds, "", crd["metadata"]["name"], set_status, subresource="status"
+        )
+
+    def _unregister_crd(self, crd: Obj) -> None:
+        crds = self._types[(_CRD_GROUP, "v1", "customresourcedefinitions")]
+        try:
+            self.store.get(crds, "", crd["metadata"]["name"])
+            return  # still there (finalizers): keep serving
+        except errors.ApiError:
+            pass
+        removed = resources.from_crd(crd)
+        if removed:
+            self.store.drop_all(removed[0])
+        with self._types_lock:
+            for rt in removed:
+                self._types.pop((rt.group, rt.version, rt.plural), None)
+
+    # --- discovery ----------------------------------------------------------------------------
+
+    def discovery(self, request: routing.Discovery) -> Obj:
+        types = self.types()
+        if request.what == "version":
+            return {
+                "major": "1",
+                "minor": "30",
+                "gitVersion": GIT_VERSION,
+                "gitCommit": "0000000000000000000000000000000000000000",
+                "gitTreeState": "clean",
+                "buildDate": "2024-04-17T00:00:00Z",
+                "goVersion": "go1.22.2",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
+        if request.what == "api":
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}
+                ],
+            }
+        groups: dict[str, list[str]] = {}
+        for rt in types:
+            if rt.group and rt.version not in groups.setdefault(rt.group, []):
+                groups[rt.group].append(rt.version)
+        if request.what in ("apis", "group"):
+            listed = [self._group(name, versions) for name, versions in sorted(groups.items())]
+            if request.what == "apis":
+                return {"kind": "APIGroupList", "apiVersion": "v1", "groups": listed}
+            for group in listed:
+                if group["name"] == request.group:
+                    return {"kind": "APIGroup", "apiVersion": "v1", **group}
+            raise errors.ApiError(404, "NotFound", f"group {request.group!r} not found")
+        served = [rt for rt in types if (rt.group, rt.version) == (request.group, request.version)]
+        if not served:
+            raise errors.ApiError(
+                404, "NotFound", "the server could not find the requested resource"
+            )
+        group_version = served[0].api_version
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": [entry for rt in served for entry in self._resource_entries(rt)],
+        }
+
+    @staticmethod
+    def _group(name: str, versions: list[str]) -> Obj:
+        listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+        return {"name": name, "versions": listed, "preferredVersion": listed[0]}
+
+    @staticmethod
+    def _resource_entries(rt: resources.ResourceType) -> list[Obj]:
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        entry = {
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": verbs,
+        }
+        if rt.short_names:
+            entry["shortNames"] = list(rt.short_names)
+        entries: list[Obj] = [entry]
+        if rt.has_status:
+            entries.append(
+                {
+                    "name": f"{rt.plural}/status",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        return entries
+
+
+def decode(raw: bytes) -> Any:
+    """A request body as JSON; 400 BadRequest when it is not."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None

@@ -1,0 +1,254 @@
+"""An in-process Kubernetes API server over real HTTP on 127.0.0.1.
+
+The unmodified official client talks to it (`kubernetes.client.Configuration(host=server.url)`):
+
+    with ApiServer.running(crds=[...]) as server:
+        server.faults.down_for(2.0)
+        ...
+
+It serves the core group and any group/version it knows (built-ins from `resources.BUILTINS`,
+custom resources from the CRDs passed in or POSTed later). Semantics live in `api`, watch
+streams in `watching`, faults in `faults`; this module only speaks HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import logging
+import socket
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from drasat.sim import api, errors, faults, routing, watching
+
+log = logging.getLogger(__name__)
+
+_JSON = "application/json"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection)
+
+    def finish(self) -> None:
+        self.server.untrack(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    # --- dispatch -----------------------------------------------------------------------------
+
+    def _serve(self, method: str) -> None:
+        body = self._read_body()
+        owner = self.server.owner
+        if owner.stopping.wait(owner.faults.latency) or self._refused():
+            return
+        url = urllib.parse.urlsplit(self.path)
+        query = {key: values[-1] for key, values in urllib.parse.parse_qs(url.query).items()}
+        try:
+            target = routing.parse(url.path, is_plural=owner.api.is_plural)
+            if target is None:
+                raise errors.ApiError(404, "NotFound", f"no such path {url.path!r}")
+            if isinstance(target, routing.Discovery):
+                if method != "GET":
+                    raise errors.ApiError(405, "MethodNotAllowed", "discovery is read-only")
+                self._send(200, owner.api.discovery(target))
+            elif method == "GET" and target.name is None and _flag(query, "watch"):
+                self._watch(target, query)
+            else:
+                code, answer = self._resource(method, target, query, body)
+                self._send(code, answer)
+        except errors.ApiError as exc:
+            self._send(exc.code, exc.status())
+        except Exception as exc:  # a bug in the simulator: answer 500, keep serving
+            log.exception("internal error serving %s %s", method, self.path)
+            self._send(500, errors.ApiError(500, "InternalError", str(exc)).status())
+
+    def _resource(
+        self, method: str, route: routing.Route, query: Mapping[str, str], raw: bytes
+    ) -> tuple[int, Any]:
+        core = self.server.owner.api
+        if method == "GET":
+            if route.name is None:
+                return 200, core.list_objects(route, query)
+            return 200, core.get(route)
+        body = api.decode(raw)
+        if method == "POST":
+            if route.subresource == "binding" and route.plural == "pods" and not route.group:
+                return 201, core.bind(route, body)
+            return 201, core.create(route, body, query)
+        if route.name is None:
+            if method == "DELETE":
+                return 200, core.delete_collection(route, query)
+            raise errors.ApiError(405, "MethodNotAllowed", f"{method} needs an object name")
+        if method == "PUT":
+            return 200, core.replace(route, body, query)
+        if method == "PATCH":
+            return 200, core.patch(route, body, self.headers.get("Content-Type", ""), query)
+        return 200, core.delete(route, body)
+
+    def _refused(self) -> bool:
+        mode = self.server.owner.faults.down_mode()
+        if mode == faults.DOWN_RESET:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return True
+        if mode == faults.DOWN_503:
+            self._send(503, errors.unavailable("the server is down (injected fault)").status())
+            return True
+        return False
+
+    # --- wire ---------------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, code: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _watch(self, route: routing.Route, query: Mapping[str, str]) -> None:
+        owner = self.server.owner
+        stream = watching.WatchStream(owner.api, route, query)
+        self.send_response(200)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for event in stream.events(stopping=owner.stopping.is_set):
+                self._chunk(json.dumps(event).encode() + b"\n")
+            self._chunk(b"")
+        except watching.Dropped:
+            # An abrupt close, as when an apiserver or a load balancer goes away.
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            log.debug("watch client went away")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("true", "1")
+
+
+class _HttpServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: ApiServer) -> None:
+        self.owner = owner
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def track(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.add(connection)
+
+    def untrack(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            open_now = list(self._connections)
+        for connection in open_now:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class ApiServer:
+    """The server: `start()`/`stop()`, or `with ApiServer.running(...) as server`."""
+
+    def __init__(
+        self,
+        *,
+        crds: Iterable[Mapping[str, Any]] = (),
+        history: int = 10_000,
+        fault_config: faults.Faults | None = None,
+    ) -> None:
+        self.faults = fault_config or faults.Faults()
+        self.stopping = threading.Event()
+        self.api = api.Api(fault_config=self.faults, history=history, crds=crds)
+        self.faults.subscribe(self.api.store.wake)
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the API server is not running")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ApiServer:
+        self._httpd = _HttpServer(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="drasat-sim-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: end watches, close connections, join the server thread."""
+        self.stopping.set()
+        self.api.store.close()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.close_connections()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._httpd = self._thread = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(
+        cls,
+        *,
+        crds: Iterable[Mapping[str, Any]] = (),
+        history: int = 10_000,
+        fault_config: faults.Faults | None = None,
+    ) -> Iterator[ApiServer]:
+        server = cls(crds=crds, history=history, fault_config=fault_config).start()
+        try:
+            yield server
+        finally:
+            server.stop()

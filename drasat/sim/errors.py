@@ -1,0 +1,95 @@
+"""API errors as the real server reports them: a v1 Status with code, reason and field causes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """One failed request; `status()` is the body the server answers with."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        """The v1 Status object the client turns into an ApiException."""
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def _details(kind: str, name: str, group: str) -> dict[str, Any]:
+    return {"name": name, "group": group, "kind": kind}
+
+
+def not_found(*, plural: str, group: str, name: str) -> ApiError:
+    resource = f"{plural}.{group}" if group else plural
+    return ApiError(
+        404, "NotFound", f'{resource} "{name}" not found', details=_details(plural, name, group)
+    )
+
+
+def already_exists(*, plural: str, group: str, name: str) -> ApiError:
+    resource = f"{plural}.{group}" if group else plural
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{resource} "{name}" already exists',
+        details=_details(plural, name, group),
+    )
+
+
+def conflict(*, plural: str, group: str, name: str) -> ApiError:
+    resource = f"{plural}.{group}" if group else plural
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        details=_details(plural, name, group),
+    )
+
+
+def invalid(*, kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
+    """422 Unprocessable Entity; `causes` are (field path, message) pairs."""
+    summary = ", ".join(f"{field}: {message}" for field, message in causes)
+    details = _details(kind, name, group)
+    details["causes"] = [
+        {"reason": "FieldValueInvalid", "message": f"Invalid value: {message}", "field": field}
+        for field, message in causes
+    ]
+    return ApiError(
+        422, "Invalid", f'{kind}.{group or "core"} "{name}" is invalid: {summary}', details=details
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
+
+
+def unavailable(message: str) -> ApiError:
+    return ApiError(503, "ServiceUnavailable", message)

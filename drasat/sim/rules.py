@@ -1,0 +1,125 @@
+"""Semantic checks of built-in kinds that no JSON schema expresses: immutable fields and the
+classic DRA limits the real API server enforces (resource.k8s.io/v1alpha2, Kubernetes 1.30).
+
+Purely computational: each check returns the (field path, message) causes it found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from drasat.sim import resources
+
+Cause = tuple[str, str]
+Obj = dict[str, Any]
+
+#: Limits from k8s.io/api/resource/v1alpha2.
+RESERVED_FOR_MAX = 32
+NODE_LIST_MAX = 128
+
+#: Pod spec fields an update may change (everything else is immutable).
+_POD_MUTABLE = (
+    "activeDeadlineSeconds",
+    "tolerations",
+    "schedulingGates",
+    "terminationGracePeriodSeconds",
+)
+
+
+def _pod_spec_core(spec: Obj) -> Obj:
+    core = {key: value for key, value in spec.items() if key not in _POD_MUTABLE}
+    for key in ("containers", "initContainers"):
+        if key in core:
+            core[key] = [{k: v for k, v in c.items() if k != "image"} for c in core[key]]
+    return core
+
+
+def pod(new: Obj, old: Obj | None) -> list[Cause]:
+    if old is None or _pod_spec_core(new.get("spec", {})) == _pod_spec_core(old.get("spec", {})):
+        return []
+    return [
+        (
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers"
+            "[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions), "
+            "`spec.terminationGracePeriodSeconds` or `spec.schedulingGates` (use the binding "
+            "subresource to set spec.nodeName)",
+        )
+    ]
+
+
+def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
+    causes: list[Cause] = []
+    if old is not None and new.get("spec") != old.get("spec"):
+        causes.append(("spec", "field is immutable"))
+    status = new.get("status") or {}
+    allocation = status.get("allocation")
+    reserved = status.get("reservedFor") or []
+    if reserved and not allocation:
+        causes.append(
+            ("status.reservedFor", "Forbidden: may not be specified when `allocated` is not set")
+        )
+    if len(reserved) > RESERVED_FOR_MAX:
+        causes.append(
+            (
+                "status.reservedFor",
+                f"Too many: {len(reserved)}: must have at most {RESERVED_FOR_MAX} items",
+            )
+        )
+    uids = [ref.get("uid") for ref in reserved]
+    for index, uid in enumerate(uids):
+        if uid in uids[:index]:
+            causes.append((f"status.reservedFor[{index}].uid", f"Duplicate value: {uid!r}"))
+    if allocation and not status.get("driverName"):
+        causes.append(("status.driverName", "Required value: must be set when `allocation` is"))
+    if status.get("deallocationRequested") and not allocation:
+        causes.append(
+            (
+                "status.deallocationRequested",
+                "Forbidden: may not be set when `allocation` is not set",
+            )
+        )
+    old_allocation = ((old or {}).get("status") or {}).get("allocation")
+    if old_allocation and allocation and allocation != old_allocation:
+        causes.append(("status.allocation", "field is immutable while set"))
+    if old_allocation and not allocation and ((old or {}).get("status") or {}).get("reservedFor"):
+        causes.append(
+            ("status.allocation", "Forbidden: may not be cleared while `reservedFor` is set")
+        )
+    return causes
+
+
+def pod_scheduling_context(new: Obj, old: Obj | None) -> list[Cause]:
+    causes: list[Cause] = []
+    potential = (new.get("spec") or {}).get("potentialNodes") or []
+    if len(potential) > NODE_LIST_MAX:
+        causes.append(
+            (
+                "spec.potentialNodes",
+                f"Too many: {len(potential)}: must have at most {NODE_LIST_MAX} items",
+            )
+        )
+    for index, claim in enumerate((new.get("status") or {}).get("resourceClaims") or []):
+        unsuitable = claim.get("unsuitableNodes") or []
+        if len(unsuitable) > NODE_LIST_MAX:
+            causes.append(
+                (
+                    f"status.resourceClaims[{index}].unsuitableNodes",
+                    f"Too many: {len(unsuitable)}: must have at most {NODE_LIST_MAX} items",
+                )
+            )
+    return causes
+
+
+_RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
+    ("v1", "Pod"): pod,
+    ("resource.k8s.io/v1alpha2", "ResourceClaim"): resource_claim,
+    ("resource.k8s.io/v1alpha2", "PodSchedulingContext"): pod_scheduling_context,
+}
+
+
+def check(rt: resources.ResourceType, new: Obj, old: Obj | None) -> list[Cause]:
+    """The semantic causes against writing `new` over `old` (None on create)."""
+    rule = _RULES.get((rt.api_version, rt.kind))
+    return rule(new, old) if rule is not None else []

@@ -1,0 +1,256 @@
+"""Validation of every write: built-in kinds against kubernetes-validate's bundled JSON schemas,
+custom objects against their CRD's openAPIV3Schema, and the object metadata rules of all kinds.
+
+Validators are compiled once per schema and cached; validating is purely computational.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.resources
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.jsonschema
+
+from drasat.sim import errors, resources
+
+#: (field path, message) as reported in Status.details.causes.
+Cause = tuple[str, str]
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def field_path(path: Iterable[Any]) -> str:
+    """`["spec", "containers", 0, "name"]` -> `spec.containers[0].name`."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+# --- built-in kinds -------------------------------------------------------------------------
+
+
+def _schema_root(version: str, strict: bool) -> Any:
+    try:
+        package = importlib.resources.files("kubernetes_validate")
+    except ModuleNotFoundError as exc:  # pragma: no cover - the dev extra installs it
+        raise RuntimeError(
+            "validating built-in kinds needs the kubernetes-validate package "
+            "(pip install kubernetes-validate)"
+        ) from exc
+    suffix = "-local-strict" if strict else "-local"
+    return package.joinpath("kubernetes-json-schema", f"v{version}.0{suffix}")
+
+
+@functools.cache
+def _definitions(version: str, strict: bool) -> referencing.Registry[Any]:
+    text = _schema_root(version, strict).joinpath("_definitions.json").read_text()
+    resource = referencing.Resource.from_contents(json.loads(text))
+    registry: referencing.Registry[Any] = resource @ referencing.Registry()
+    return registry
+
+
+def _schema_file(api_version: str, kind: str) -> str:
+    # The bundle names files `<kind>-<first label of the group>-<version>.json`.
+    group, _, version = api_version.rpartition("/")
+    prefix = f"{group.split('.')[0]}-" if group else ""
+    return f"{kind.lower()}-{prefix}{version}.json"
+
+
+@functools.cache
+def _builtin_validator(
+    version: str, strict: bool, api_version: str, kind: str
+) -> jsonschema.protocols.Validator | None:
+    path = _schema_root(version, strict).joinpath(_schema_file(api_version, kind))
+    if not path.is_file():
+        return None
+    schema = json.loads(path.read_text())
+    registry = referencing.Resource.from_contents(schema) @ _definitions(version, strict)
+    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(
+        schema, registry=registry
+    )
+    return validator
+
+
+# --- custom resources -----------------------------------------------------------------------
+
+
+def _structural(schema: Any) -> Any:
+    """An openAPIV3Schema as a JSON Schema that rejects unknown fields (fieldValidation=Strict)."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties", "$defs"):
+            out[key] = {name: _structural(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = _structural(value)
+        elif key in ("allOf", "anyOf", "oneOf"):
+            out[key] = [_structural(sub) for sub in value]
+        elif not key.startswith("x-kubernetes-") and key != "nullable":
+            out[key] = value
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
+    if schema.get("type") == "object" and "additionalProperties" not in out and not preserve:
+        out["additionalProperties"] = False
+        out.setdefault("properties", {})
+    return out
+
+
+def crd_validator(openapi_schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
+    """Compile a CRD version's schema; apiVersion, kind and metadata are always allowed."""
+    schema = _structural(openapi_schema)
+    properties = schema.setdefault("properties", {})
+    properties.setdefault("apiVersion", {"type": "string"})
+    properties.setdefault("kind", {"type": "string"})
+    properties["metadata"] = {"type": "object"}
+    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(schema)
+    return validator
+
+
+def apply_defaults(schema: Any, value: Any) -> Any:
+    """Fill `default`s of a structural schema into an object, as the API server does on write."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, dict):
+        for name, sub in (schema.get("properties") or {}).items():
+            if name not in value and isinstance(sub, Mapping) and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            known = schema.get("properties") or {}
+            for name in value:
+                if name not in known:
+                    value[name] = apply_defaults(extra, value[name])
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+# --- error reporting ------------------------------------------------------------------------
+
+
+def _causes(validator: jsonschema.protocols.Validator, obj: Any) -> list[Cause]:
+    causes: list[Cause] = []
+    for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.path))):
+        causes.extend(_explain(error))
+    return causes
+
+
+def _explain(error: jsonschema.ValidationError) -> list[Cause]:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        known = set(
+            (error.schema.get("properties") or {}) if isinstance(error.schema, Mapping) else ()
+        )
+        unknown = [key for key in error.instance if key not in known]
+        return [
+            (field_path([*path, key]), f'unknown field "{field_path([*path, key])}"')
+            for key in unknown
+        ]
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        return _explain(best) if best is not None else [(field_path(path), error.message)]
+    return [(field_path(path) or "<root>", error.message)]
+
+
+def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return [("metadata", "metadata must be an object")]
+    causes: list[Cause] = []
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        causes.append(("metadata.name", "name or generateName is required"))
+    elif len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        causes.append(
+            (
+                "metadata.name",
+                f"{name!r}: a lowercase RFC 1123 subdomain must consist of lower "
+                "case alphanumeric characters, '-' or '.'",
+            )
+        )
+    for key, value in (meta.get("labels") or {}).items():
+        prefix, _, label = str(key).rpartition("/")
+        if (
+            len(label) > 63
+            or not _LABEL_NAME.match(label)
+            or (prefix and not _DNS_SUBDOMAIN.match(prefix))
+        ):
+            causes.append((f"metadata.labels[{key}]", f"{key!r}: invalid label key"))
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            causes.append((f"metadata.labels[{key}]", f"{value!r}: invalid label value"))
+    if not namespaced and meta.get("namespace"):
+        causes.append(("metadata.namespace", "not allowed on this cluster-scoped type"))
+    return causes
+
+
+class Validator:
+    """Validates writes for the resource types of one server; thread-safe once built."""
+
+    def __init__(self) -> None:
+        self._crd: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+        self._crd_schemas: dict[tuple[str, str], Mapping[str, Any]] = {}
+
+    def register_crd_version(
+        self, resource: resources.ResourceType, schema: Mapping[str, Any] | None
+    ) -> None:
+        key = (resource.api_version, resource.kind)
+        if schema is None:
+            schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        self._crd[key] = crd_validator(schema)
+        self._crd_schemas[key] = schema
+
+    def default(self, resource: resources.ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """Apply CRD schema defaults (and a few built-in defaults) in place; returns `obj`."""
+        schema = self._crd_schemas.get((resource.api_version, resource.kind))
+        if schema is not None:
+            apply_defaults(schema, obj)
+        elif resource.kind == "ResourceClaim" and resource.version == "v1alpha2":
+            obj.setdefault("spec", {}).setdefault("allocationMode", "WaitForFirstConsumer")
+        elif resource.kind == "ResourceClaimTemplate" and resource.version == "v1alpha2":
+            inner = obj.setdefault("spec", {}).setdefault("spec", {})
+            inner.setdefault("allocationMode", "WaitForFirstConsumer")
+        return obj
+
+    def check(
+        self, resource: resources.ResourceType, obj: Mapping[str, Any], *, strict: bool = True
+    ) -> None:
+        """Raise 422 Invalid naming every offending field path."""
+        causes = _metadata_causes(obj, resource.namespaced)
+        causes.extend(self._schema_causes(resource, obj, strict))
+        if causes:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            raise errors.invalid(kind=resource.kind, group=resource.group, name=name, causes=causes)
+
+    def _schema_causes(
+        self, resource: resources.ResourceType, obj: Mapping[str, Any], strict: bool
+    ) -> Sequence[Cause]:
+        crd = self._crd.get((resource.api_version, resource.kind))
+        if crd is not None:
+            return _causes(crd, obj)
+        first: list[Cause] | None = None
+        for version in resource.schema_versions:
+            validator = _builtin_validator(version, strict, resource.api_version, resource.kind)
+            if validator is None:
+                continue
+            causes = _causes(validator, obj)
+            if not causes:
+                return []
+            first = causes if first is None else first
+        return first or []

@@ -1,0 +1,89 @@
+"""Fixtures: a running in-process API server and an unmodified kubernetes client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+
+from drasat.api import crds
+from drasat.sim import apiserver
+
+#: A small hand-written CRD: defaults, enums, nested objects, a status subresource.
+WIDGET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.drasat.io"},
+    "spec": {
+        "group": "test.drasat.io",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "widgets",
+            "singular": "widget",
+            "kind": "Widget",
+            "listKind": "WidgetList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["size"],
+                                "properties": {
+                                    "size": {"type": "integer", "minimum": 1},
+                                    "color": {
+                                        "type": "string",
+                                        "enum": ["red", "blue"],
+                                        "default": "red",
+                                    },
+                                    "extra": {
+                                        "type": "object",
+                                        "x-kubernetes-preserve-unknown-fields": True,
+                                    },
+                                },
+                            },
+                            "status": {
+                                "type": "object",
+                                "properties": {"ready": {"type": "boolean"}},
+                            },
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture
+def server() -> Iterator[apiserver.ApiServer]:
+    """A fresh server with the widget CRD and drasat's own CRDs registered."""
+    with apiserver.ApiServer.running(crds=[WIDGET_CRD, *crds.all_crds()]) as running:
+        yield running
+
+
+@pytest.fixture
+def api_client(server: apiserver.ApiServer) -> Iterator[kubernetes.client.ApiClient]:
+    """The official client, configured for `server` and nothing else."""
+    configuration = kubernetes.client.Configuration(host=server.url)
+    with kubernetes.client.ApiClient(configuration) as client:
+        yield client
+
+
+@pytest.fixture
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def custom(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(api_client)
