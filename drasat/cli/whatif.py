@@ -1,0 +1,103 @@
+"""`drasat whatif`: place manifests on a cluster offline and show where every claim would go.
+
+Exit codes: 0 it ran (even when some pods do not fit); 1 with --fail-on-unplaced when some pod was
+not placed, or when the solver failed; 2 bad input (one line naming file, document, object, field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from drasat.api.errors import InputError
+from drasat.solver.problem import Mode
+from drasat.whatif import html, objects, run, table
+from drasat.whatif.report import Report
+
+FORMATS = ("table", "wide", "yaml", "json", "html")
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "whatif",
+        help="place manifests on a cluster offline and show the result",
+        description="Place the claims of Kubernetes manifests on a cluster, offline, with the "
+        "drasat solver. Without --cluster and -f it runs an embedded example; either one alone "
+        "is combined with the embedded other.",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="NodeAllocationState objects (kubectl get nas -A -o yaml) or a compact Cluster "
+        "description (default: the embedded example cluster)",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="manifests",
+        metavar="MANIFESTS",
+        action="append",
+        default=[],
+        help="manifests you would kubectl apply (repeatable; '-' reads standard input)",
+    )
+    parser.add_argument("--policy", metavar="FILE", help="AllocationPolicy (default: shipped)")
+    parser.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.batch.value,
+        help="batch: all pods in one model (default); online: one pod at a time, in input order",
+    )
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
+    parser.add_argument("--out", metavar="FILE", help="write the output to FILE, not stdout")
+    parser.add_argument(
+        "--fail-on-unplaced", action="store_true", help="exit 1 when some pod was not placed"
+    )
+    parser.set_defaults(func=main)
+
+
+def _solver() -> run.Solve:
+    # Looked up at run time so the CLI loads before the solver module is installed/importable.
+    module = importlib.import_module("drasat.solver")
+    name = "solve"
+    solve: run.Solve = getattr(module, name)
+    return solve
+
+
+def render(result: Report, output: str) -> str:
+    if output in ("table", "wide"):
+        return table.render(result, wide=output == "wide")
+    if output == "html":
+        return html.render(result)
+    listing = objects.as_list(result)
+    if output == "json":
+        return json.dumps(listing, indent=2) + "\n"
+    return yaml.safe_dump(listing, sort_keys=False, width=100)
+
+
+def main(args: argparse.Namespace) -> int:
+    inputs = run.read_inputs(
+        cluster=args.cluster, manifest_files=args.manifests, policy=args.policy
+    )
+    result = run.run(inputs, mode=Mode(args.mode), solve=_solver())
+    text = render(result, args.output)
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise InputError(f"cannot write: {error.strerror or error}", where=args.out) from None
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if result.solver_error:
+        print(f"error: {result.solver_error}", file=sys.stderr)
+        return 1
+    if args.fail_on_unplaced and result.summary.pods_unplaced:
+        print(f"{result.summary.pods_unplaced} pod(s) not placed", file=sys.stderr)
+        return 1
+    return 0

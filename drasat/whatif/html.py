@@ -1,0 +1,37 @@
+"""`-o html`: a self-contained report page (inline CSS, no external assets) from a jinja2 template.
+
+Each node's GPUs are drawn as bars: a MIG GPU's bar has one cell per memory slice and its MIG
+devices sit at their placements; a whole GPU is one bar that its claim fills, or that share claims
+fill by their compute (or memory) fraction. A claim has the same colour everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+
+import jinja2
+
+from drasat.whatif import report, table
+
+TEMPLATE = "report.html.j2"
+
+
+def render(result: report.Report, *, title: str = "drasat what-if") -> str:
+    source = (importlib.resources.files("drasat.whatif") / TEMPLATE).read_text(encoding="utf-8")
+    environment = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    template = environment.from_string(source)
+    return template.render(
+        title=title,
+        report=result,
+        summary=result.summary,
+        summary_lines=table.summary_lines(result.summary),
+        colour=report.colour,
+        percent=_percent,
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    """CSS percentage of a bar, e.g. `37.5%`."""
+    return f"{100 * part / whole:.4g}%" if whole else "0%"

@@ -1,0 +1,124 @@
+"""The `--cluster` input: NodeAllocationState objects (ours or NVIDIA's) or a compact `Cluster`.
+
+`kubectl get nas -A -o yaml` prints a `List`; hand-written files are multi-document YAML; both may
+be mixed with compact descriptions, which the catalog expands. A NodeAllocationState whose status
+is NotReady makes its node unsuitable for every claim; one without a status is taken as Ready
+(hand-written objects rarely carry one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from drasat import loading
+from drasat.api import catalog, cluster, groups
+from drasat.api.errors import InputError
+from drasat.api.nas import NasStatus, NodeAllocationState
+from drasat.solver.problem import NodeState
+from drasat.whatif import inventory
+from drasat.whatif.inventory import Ignored
+
+M = TypeVar("M", NodeAllocationState, cluster.Cluster)
+
+
+@dataclass(frozen=True)
+class ClusterNodes:
+    #: Every node's NodeAllocationState as read (or expanded), in input order.
+    nas: tuple[NodeAllocationState, ...]
+    states: tuple[NodeState, ...]
+    ignored: tuple[Ignored, ...]
+
+    def offered_profiles(self) -> frozenset[str]:
+        """MIG profiles published by a node or offered by the catalog for a GPU in the cluster."""
+        offered: set[str] = set()
+        for nas in self.nas:
+            offered.update(m.profile for m in nas.spec.mig_profiles())
+            for gpu in nas.spec.gpus():
+                product = catalog.product_for_name(gpu.productName)
+                if product is not None:
+                    offered.update(p.name for p in product.mig_profiles)
+        return frozenset(offered)
+
+    def existing_uids(self) -> dict[tuple[str, str], str]:
+        """(namespace, name) -> uid of every claim some node already has allocated."""
+        return {
+            (a.claimInfo.namespace, a.claimInfo.name): a.claimInfo.uid
+            for nas in self.nas
+            for a in nas.spec.allocatedClaims.values()
+        }
+
+
+def load(documents: Sequence[loading.Document]) -> ClusterNodes:
+    """Validate and expand the cluster documents. Raises InputError on bad or duplicate nodes."""
+    found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []
+    ignored: list[Ignored] = []
+    for document in documents:
+        api_version = str(document.data.get("apiVersion", ""))
+        kind = document.data.get("kind")
+        group = groups.group_of(api_version)
+        where = inventory.located(document, _namespace(document))
+        if group in groups.NAS_GROUPS or group == cluster.CLUSTER_GROUP:
+            expected = groups.NODE_ALLOCATION_STATE if group in groups.NAS_GROUPS else "Cluster"
+            if kind != expected or api_version != f"{group}/{groups.VERSION}":
+                raise InputError(
+                    f"kind: unknown kind {kind!r} of {api_version} (expected {expected} of "
+                    f"{group}/{groups.VERSION})",
+                    where=where,
+                )
+        if group in groups.NAS_GROUPS:
+            nas = _validate(NodeAllocationState, document, where)
+            found.append((where, nas, None))
+        elif group == cluster.CLUSTER_GROUP:
+            description = _validate(cluster.Cluster, document, where)
+            found.extend((where, n.nas, n) for n in cluster.expand(description.spec))
+        else:
+            what = where.removeprefix(f"{document.where}: ")
+            ignored.append(Ignored(document.where, what, "not a NodeAllocationState or Cluster"))
+    if not found:
+        source = documents[0].source if documents else "--cluster"
+        raise InputError(
+            "no nodes: expected NodeAllocationState objects or a Cluster description",
+            where=source,
+        )
+    _check_unique([(w, n) for w, n, _ in found])
+    states = tuple(_state(nas, expanded) for _, nas, expanded in found)
+    return ClusterNodes(tuple(n for _, n, _ in found), states, tuple(ignored))
+
+
+def _namespace(document: loading.Document) -> str:
+    metadata = document.data.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _validate(model: type[M], document: loading.Document, where: str) -> M:
+    try:
+        return loading.validate(model, document)
+    except InputError as error:
+        raise InputError(error.detail, where=where) from None
+
+
+def _check_unique(found: list[tuple[str, NodeAllocationState]]) -> None:
+    seen: dict[str, str] = {}
+    for where, nas in found:
+        name = nas.metadata.name
+        if not name:
+            raise InputError("metadata.name: missing (the node's name)", where=where)
+        if name in seen:
+            raise InputError(f"node {name!r} is also described at {seen[name]}", where=where)
+        seen[name] = where
+
+
+def _state(nas: NodeAllocationState, expanded: cluster.ExpandedNode | None) -> NodeState:
+    ready = nas.status is not NasStatus.NotReady
+    return NodeState(
+        name=nas.metadata.name,
+        nas=nas.spec,
+        ready=ready,
+        unready_reason="" if ready else "NodeAllocationState status is NotReady",
+        cpu_milli=expanded.cpu_milli if expanded else None,
+        memory_mib=expanded.memory_mib if expanded else None,
+        labels=tuple(sorted(expanded.labels.items())) if expanded else (),
+    )

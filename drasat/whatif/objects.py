@@ -1,0 +1,83 @@
+"""`-o yaml|json`: the objects the controller would write, as one `v1` `List`.
+
+First every NodeAllocationState (input allocations kept, new ones added to spec.allocatedClaims),
+then the ResourceClaims: allocated ones with a classic-DRA `status.allocation` (node selector on
+the node's name, shareable, one resource handle whose data is the claim's devices as JSON),
+unplaced ones with the annotation `whatif.drasat.io/reason`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from drasat.api import groups
+from drasat.api.nas import AllocatedDevices
+from drasat.whatif.manifests import Claim
+from drasat.whatif.report import Report
+
+REASON_ANNOTATION = "whatif.drasat.io/reason"
+CLAIM_API_VERSION = "resource.k8s.io/v1alpha2"
+
+
+def as_list(report: Report) -> dict[str, Any]:
+    items = [nas.dump() for nas in report.nas]
+    items.extend(_claim(report, claim) for claim in report.workload.claims)
+    return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
+
+
+def resource_handle_data(entry: AllocatedDevices) -> str:
+    """The devices of an allocation as compact JSON (the NAS entry without its claimInfo)."""
+    data = entry.dump()
+    data.pop("claimInfo", None)
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def _claim(report: Report, claim: Claim) -> dict[str, Any]:
+    metadata = claim.metadata.model_dump(mode="json", exclude_none=True)
+    if claim.owner_pod is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": claim.owner_pod.rpartition("/")[2],
+                "uid": claim.owner_pod_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    out: dict[str, Any] = {
+        "apiVersion": CLAIM_API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": claim.spec.dump(),
+    }
+    found = report.allocations.get(claim.key)
+    users = report.workload.users_of(claim)
+    if found is None:
+        reason = next((report.unplaced[p.key] for p in users if p.key in report.unplaced), None)
+        annotations = dict(metadata.get("annotations") or {})
+        annotations[REASON_ANNOTATION] = reason or "not placed"
+        metadata["annotations"] = annotations
+        return out
+    node, entry = found
+    placed = [p for p in users if p.key not in report.unplaced]
+    out["status"] = {
+        "driverName": groups.DRIVER_NAME,
+        "allocation": {
+            "availableOnNodes": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+            "shareable": claim.request.shareable,
+            "resourceHandles": [
+                {"driverName": groups.DRIVER_NAME, "data": resource_handle_data(entry)}
+            ],
+        },
+    }
+    if placed:
+        out["status"]["reservedFor"] = [
+            {"resource": "pods", "name": p.pod.name, "uid": p.pod.uid} for p in placed
+        ]
+    return out

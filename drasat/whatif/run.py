@@ -1,0 +1,74 @@
+"""One what-if run: read the cluster and the manifests, build the problem, solve, report.
+
+The solver is passed in (the CLI passes `drasat.solver.solve`), so tests can run everything else
+against hand-made solutions. A solver that raises is reported as a failed run, not a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from drasat import loading, policyfiles
+from drasat.api.policy import AllocationPolicySpec
+from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
+from drasat.whatif import manifests, nodes, report
+
+log = logging.getLogger(__name__)
+
+Solve = Callable[[Problem, SolveParams], Solution]
+
+#: Package data of the embedded default (used when neither --cluster nor -f is given).
+DEFAULT_CLUSTER = "default-cluster.yaml"
+DEFAULT_MANIFESTS = "default-manifests.yaml"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    cluster: list[loading.Document]
+    manifests: list[loading.Document]
+    policy: AllocationPolicySpec
+
+
+def embedded(name: str) -> list[loading.Document]:
+    """Documents of a YAML file shipped in this package (found in an installed wheel too)."""
+    text = (importlib.resources.files("drasat.whatif") / name).read_text(encoding="utf-8")
+    return loading.parse_documents(text, f"<embedded>/{name}")
+
+
+def read_inputs(
+    *, cluster: str | None, manifest_files: Sequence[str], policy: str | None
+) -> Inputs:
+    """The run's input files; the embedded default stands in for what is not given."""
+    cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
+    if manifest_files:
+        manifest_docs = [d for path in manifest_files for d in loading.read_documents(path)]
+    else:
+        manifest_docs = embedded(DEFAULT_MANIFESTS)
+    spec = (policyfiles.load(policy) if policy else policyfiles.shipped("default")).spec
+    return Inputs(cluster_docs, manifest_docs, spec)
+
+
+def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:
+    """Compile, solve and describe. Raises InputError on bad input, never on a solver failure."""
+    cluster = nodes.load(inputs.cluster)
+    workload = manifests.compile_manifests(
+        inputs.manifests,
+        offered_profiles=cluster.offered_profiles(),
+        existing_uids=cluster.existing_uids(),
+    )
+    problem = Problem(nodes=cluster.states, pods=workload.requests(), policy=inputs.policy)
+    error: str | None = None
+    try:
+        solution = solve(problem, SolveParams(mode=mode))
+    except Exception as failure:  # a solver bug must still end in a report, not a traceback
+        log.debug("solver failed", exc_info=True)
+        error = f"solver failed: {type(failure).__name__}: {failure}"
+        solution = Solution(
+            status=Status.UNKNOWN,
+            placements=(),
+            unplaced=tuple(PodRejection(p.key, (error,)) for p in problem.pods),
+        )
+    return report.build(cluster, workload, solution, mode=mode.value, solver_error=error)

@@ -1,0 +1,74 @@
+"""`-o table` and `-o wide`: one row per pod claim, then the summary and what was ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from drasat.whatif.report import Report, Row, Summary
+
+
+def render(report: Report, *, wide: bool = False) -> str:
+    header = ["POD", "CLAIM", "NODE", "DEVICES"]
+    if wide:
+        header = ["POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"]
+    lines = _columns([header, *(_cells(r, wide=wide) for r in report.rows)])
+    lines.append("")
+    lines.extend(summary_lines(report.summary))
+    if report.solver_error:
+        lines.append(report.solver_error)
+    for item in report.ignored:
+        lines.append(f"ignored: {item.what} ({item.where}): {item.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def _cells(row: Row, *, wide: bool) -> list[str]:
+    node = row.node or "-"
+    devices = (row.devices_wide if wide else row.devices) if row.placed else "-"
+    if row.existing:
+        devices += " (already allocated)"
+    if not row.placed:
+        devices = f"not placed: {row.reason}"
+    if not wide:
+        return [row.pod, row.pod_claim, node, devices]
+    return [
+        row.pod,
+        row.pod_claim,
+        row.claim.request.name,
+        row.claim.class_name,
+        node,
+        devices,
+        _sharing(row),
+    ]
+
+
+def _sharing(row: Row) -> str:
+    request = row.claim.request
+    spec = request.gpu or request.mig
+    sharing = spec.sharing if spec is not None else None
+    text = "exclusive" if not request.shareable else "shareable"
+    if sharing is not None:
+        config = sharing.timeSlicingConfig
+        detail = f"/{config.effective.value}" if config is not None else ""
+        text += f", {sharing.strategy.value}{detail}"
+    return text
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart; the last column is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]) for r in rows
+    ]
+
+
+def summary_lines(summary: Summary) -> list[str]:
+    return [
+        f"nodes: {summary.nodes} ({summary.nodes_not_ready} NotReady)   "
+        f"GPUs: {summary.gpus_used} used, {summary.gpus_free} free of {summary.gpus_total}   "
+        f"MIG slices: {summary.mig_slices_used} used, {summary.mig_slices_free} free of "
+        f"{summary.mig_slices_total}",
+        f"pods: {summary.pods_placed} placed, {summary.pods_unplaced} unplaced   "
+        f"solver: {summary.status} ({summary.mode}), objective {summary.objective:g}, "
+        f"best bound {summary.best_bound:g}, gap {summary.gap:.2%}, "
+        f"{summary.wall_time_s * 1000:.0f} ms",
+    ]

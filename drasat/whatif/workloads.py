@@ -1,0 +1,105 @@
+"""Pods and the pods that workloads (Deployment, ReplicaSet, StatefulSet, Job) would create.
+
+Pods of workloads are named the way their controllers name them — `<statefulset>-<ordinal>`,
+`<deployment>-<template-hash>-<suffix>`, `<replicaset>-<suffix>`, `<job>-<suffix>` — with the
+random parts derived from the workload's name, so every run names them alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+from drasat.api import cluster
+from drasat.api.base import Object
+from drasat.api.errors import InputError
+from drasat.whatif import inventory, kinds
+
+#: The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
+_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass(frozen=True)
+class PodInstance:
+    namespace: str
+    name: str
+    uid: str
+    spec: kinds.PodSpec
+    #: Where the pod spec was written, for error messages (the workload's document).
+    where: str
+    #: Field path of the pod spec inside its document: `spec` or `spec.template.spec`.
+    spec_path: str
+    #: `Deployment web` for pods of a workload, "" for a Pod.
+    owner: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def object_uid(kind: str, namespace: str, name: str, given: str | None = None) -> str:
+    """metadata.uid when given, else a uuid5 of kind, namespace and name (reproducible)."""
+    if given:
+        return given
+    return str(uuid.uuid5(cluster.UUID_NAMESPACE, f"{kind}/{namespace}/{name}"))
+
+
+def _suffix(seed: str, length: int) -> str:
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:length])
+
+
+def expand(entries: list[inventory.Entry[Object]]) -> list[PodInstance]:
+    """Every pod the entries stand for, in input order. Raises InputError on duplicate pods."""
+    pods: list[PodInstance] = []
+    seen: dict[str, str] = {}
+    for entry in entries:
+        for pod in _pods_of(entry):
+            if pod.key in seen:
+                raise InputError(
+                    f"pod {pod.key} is also created by {seen[pod.key]}", where=pod.where
+                )
+            seen[pod.key] = pod.where
+            pods.append(pod)
+    return pods
+
+
+def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
+    obj = entry.obj
+    where = entry.where()
+    if isinstance(obj, kinds.Pod):
+        uid = object_uid("Pod", entry.namespace, obj.metadata.name, obj.metadata.uid)
+        return [PodInstance(entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "")]
+    if isinstance(obj, kinds.ReplicatedWorkload | kinds.Job):
+        names = _names(obj)
+        owner = f"{obj.kind} {obj.metadata.name}"
+        return [
+            PodInstance(
+                entry.namespace,
+                name,
+                object_uid("Pod", entry.namespace, name),
+                obj.spec.template.spec,
+                where,
+                "spec.template.spec",
+                owner,
+            )
+            for name in names
+        ]
+    raise AssertionError(f"not a workload: {type(obj).__name__}")  # pragma: no cover
+
+
+def _names(obj: kinds.ReplicatedWorkload | kinds.Job) -> list[str]:
+    name = obj.metadata.name
+    if isinstance(obj, kinds.Job):
+        count = obj.spec.parallelism
+        if obj.spec.completions is not None:
+            count = min(count, obj.spec.completions)
+        return [f"{name}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
+    count = obj.spec.replicas
+    if obj.kind == "StatefulSet":
+        return [f"{name}-{i}" for i in range(count)]
+    if obj.kind == "Deployment":
+        template_hash = _suffix(f"{name}/template", 10)
+        return [f"{name}-{template_hash}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
+    return [f"{name}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
