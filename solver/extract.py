@@ -1,0 +1,93 @@
+"""Reading a solved model back: pod -> node, claim -> the NAS allocatedClaims entry.
+
+A purely computational module. Each new claim's entry is what the NodeAllocationState will hold:
+claimInfo, gpu{devices[{uuid}], sharing} or mig{devices[{profile, parentUUID, placement}],
+sharing}, `share` for partial GPUs, `optional: true` (and no devices when none was free) for
+optional claims. Sharing is the claim's, or NVIDIA's default (time-slicing, default slice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from drasat.api.nas import (
+    AllocatedDevices,
+    AllocatedGpu,
+    AllocatedGpus,
+    AllocatedMigDevice,
+    AllocatedMigDevices,
+    ClaimInfo,
+    MigPlacement,
+)
+from drasat.solver.demand import Claim, Kind
+from drasat.solver.model import Built, DeviceVar, PodEntry
+from drasat.solver.solving import Result
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One device choice: a GPU (uuid) and, for MIG, the profile at a placement."""
+
+    uuid: str
+    profile: str | None = None
+    start: int = 0
+    size: int = 0
+
+
+def allocation(claim: Claim, chosen: Sequence[Chosen]) -> AllocatedDevices:
+    """The NAS entry for a claim given its chosen devices (empty: an optional claim without)."""
+    info = ClaimInfo(namespace=claim.namespace, name=claim.request.name, uid=claim.uid)
+    optional = True if claim.optional else None
+    if claim.kind is Kind.mig:
+        devices = [
+            AllocatedMigDevice(
+                profile=c.profile or "",
+                parentUUID=c.uuid,
+                placement=MigPlacement(start=c.start, size=c.size),
+            )
+            for c in chosen
+        ]
+        return AllocatedDevices(
+            claimInfo=info, mig=AllocatedMigDevices(devices=devices, sharing=claim.sharing)
+        )
+    share = claim.request.gpu.share if claim.request.gpu is not None else None
+    return AllocatedDevices(
+        claimInfo=info,
+        gpu=AllocatedGpus(
+            devices=[AllocatedGpu(uuid=c.uuid) for c in chosen], sharing=claim.sharing
+        ),
+        share=share,
+        optional=optional,
+    )
+
+
+def chosen_of(device: DeviceVar) -> Chosen:
+    option = device.option
+    if option is None:
+        return Chosen(device.gpu.uuid)
+    return Chosen(device.gpu.uuid, option.profile, option.start, option.size)
+
+
+def placements(
+    built: Built, result: Result, entries: Sequence[PodEntry]
+) -> dict[str, tuple[str, dict[str, list[Chosen]]]]:
+    """pod -> (node, claim uid -> chosen devices) for every placed pod, claims once each."""
+    out: dict[str, tuple[str, dict[str, list[Chosen]]]] = {}
+    emitted: set[str] = set()
+    for entry in entries:
+        if not result.value(built.placed[entry.key]):
+            continue
+        node = next(n.name for n in entry.nodes if result.value(built.at[(entry.key, n.name)]))
+        claims: dict[str, list[Chosen]] = {}
+        for claim in entry.claims:
+            if claim.uid in emitted:
+                continue
+            emitted.add(claim.uid)
+            claims[claim.uid] = [
+                chosen_of(d)
+                for d in built.devices.get(claim.uid, [])
+                if d.gpu.node == node and result.value(d.var)
+            ]
+        out[entry.key] = (node, claims)
+    return out

@@ -1,0 +1,259 @@
+"""What a node has free: its usable GPUs, their MIG layouts and existing allocations, as plain data.
+
+A purely computational module: a NodeState (NAS snapshot) becomes a NodeView of GpuSlots, each
+holding what is already taken on that GPU (held whole, share sums, occupied MIG memory slices) and
+the MIG placements its product offers. Existing allocations are facts here; nothing moves them.
+
+Views are memoized by the identity of the NodeState (NodeState and its NAS are treated as
+immutable snapshots), because the online mode sees the same hundreds of nodes on every decision.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from drasat.api import catalog
+from drasat.api.claims import GpuShare
+from drasat.api.nas import AllocatedDevices, GpuInfo, Health, MigInfo
+from drasat.api.quantity import to_bytes
+from drasat.solver.problem import NodeState
+
+MiB = 2**20
+#: GPU memory is modelled in MiB: small integers for CP-SAT, exact enough for any product.
+FULL_COMPUTE = 100
+
+
+@dataclass(frozen=True)
+class MigOption:
+    """One MIG profile at one placement on a GPU of some product."""
+
+    profile: str
+    start: int
+    size: int  # memory slices
+    memory_bytes: int  # 0 when neither NAS nor the catalog knows it
+    compute_slices: int
+    media_extensions: bool
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def slices(self) -> range:
+        return range(self.start, self.end)
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One usable GPU of a node and what existing allocations already hold of it."""
+
+    node: str
+    position: int  # index in NodeView.gpus
+    info: GpuInfo
+    memory_mib: int
+    #: Held whole by an existing exclusive GPU claim (on a MIG GPU: the paired-claim pattern).
+    held_whole: bool
+    share_compute_used: int
+    share_memory_used_mib: int
+    share_claims: int
+    #: Memory slices occupied by existing MIG devices.
+    mig_occupied: frozenset[int]
+    media_extensions_used: bool
+    #: MIG placements this GPU's product offers (empty for non-MIG GPUs).
+    mig_options: tuple[MigOption, ...]
+    memory_slices: int
+
+    @property
+    def uuid(self) -> str:
+        return self.info.uuid
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.info.migEnabled
+
+    @property
+    def untouched(self) -> bool:
+        return not (self.held_whole or self.share_claims or self.mig_occupied)
+
+    def option_free(self, option: MigOption) -> bool:
+        """Whether the placement is free of existing MIG devices (and of an existing +me)."""
+        if self.held_whole or any(s in self.mig_occupied for s in option.slices()):
+            return False
+        return not (option.media_extensions and self.media_extensions_used)
+
+
+@dataclass(frozen=True)
+class NamespaceUse:
+    gpus: int = 0
+    mig_slices: int = 0
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    ready: bool
+    unready_reason: str
+    gpus: tuple[GpuSlot, ...]
+    #: Every GPU the NAS lists, healthy or not (explanations count the unhealthy ones).
+    unhealthy: tuple[str, ...]
+    #: Claim uids already allocated on this node.
+    allocated: frozenset[str]
+    namespace_use: dict[str, NamespaceUse] = field(default_factory=dict)
+    cpu_free_milli: int | None = None
+    memory_free_mib: int | None = None
+
+    @property
+    def used_before(self) -> bool:
+        return any(not g.untouched for g in self.gpus)
+
+    def by_uuid(self, uuid: str) -> GpuSlot | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+
+_PROFILE_NAME = re.compile(r"^(\d+)g\.(\d+)gb")
+
+
+def _profile_facts(info: MigInfo) -> tuple[int, int, bool]:
+    """(memory bytes, compute slices, media extensions) of a NAS MIG entry.
+
+    NAS values first; else the catalog's; else what the profile name spells ("3g.40gb").
+    """
+    product = catalog.product_for_name(info.parentProductName)
+    known = product.profile(info.profile) if product is not None else None
+    memory = info.memoryBytes
+    compute = info.computeSlices
+    if known is not None:
+        memory = memory if memory is not None else known.memory_bytes
+        compute = compute if compute is not None else known.compute_slices
+    spelled = _PROFILE_NAME.match(info.profile)
+    if spelled is not None:
+        memory = memory if memory is not None else int(spelled.group(2)) * 10**9
+        compute = compute if compute is not None else int(spelled.group(1))
+    return memory or 0, compute or 0, info.profile.endswith("+me")
+
+
+def _mig_options(profiles: list[MigInfo]) -> dict[str, tuple[MigOption, ...]]:
+    """Product name -> every (profile, placement) its GPUs offer, in NAS order."""
+    by_product: dict[str, list[MigOption]] = {}
+    for info in profiles:
+        memory, compute, media = _profile_facts(info)
+        options = by_product.setdefault(info.parentProductName, [])
+        for placement in info.placements:
+            options.append(
+                MigOption(info.profile, placement.start, placement.size, memory, compute, media)
+            )
+    return {product: tuple(options) for product, options in by_product.items()}
+
+
+def share_memory_mib(share: GpuShare | None) -> int:
+    if share is None or share.memory is None:
+        return 0
+    return -(-to_bytes(share.memory) // MiB)
+
+
+@dataclass
+class _Taken:
+    held_whole: bool = False
+    compute: int = 0
+    memory_mib: int = 0
+    shares: int = 0
+    occupied: set[int] = field(default_factory=set)
+    media: bool = False
+
+
+def _record(taken: dict[str, _Taken], claim: AllocatedDevices) -> None:
+    if claim.gpu is not None:
+        for device in claim.gpu.devices:
+            slot = taken.setdefault(device.uuid, _Taken())
+            if claim.share is not None:
+                slot.compute += claim.share.compute or 0
+                slot.memory_mib += share_memory_mib(claim.share)
+                slot.shares += 1
+            else:
+                slot.held_whole = True
+    if claim.mig is not None:
+        for mig in claim.mig.devices:
+            slot = taken.setdefault(mig.parentUUID, _Taken())
+            slot.occupied.update(range(mig.placement.start, mig.placement.end))
+            slot.media = slot.media or mig.profile.endswith("+me")
+
+
+def _namespace_use(claims: dict[str, AllocatedDevices]) -> dict[str, NamespaceUse]:
+    use: dict[str, NamespaceUse] = {}
+    for claim in claims.values():
+        before = use.get(claim.claimInfo.namespace, NamespaceUse())
+        gpus = len(claim.gpu.devices) if claim.gpu is not None else 0
+        slices = sum(m.placement.size for m in claim.mig.devices) if claim.mig is not None else 0
+        use[claim.claimInfo.namespace] = NamespaceUse(
+            before.gpus + gpus, before.mig_slices + slices
+        )
+    return use
+
+
+def build_view(node: NodeState) -> NodeView:
+    """The node's free state. Pure."""
+    nas = node.nas
+    taken: dict[str, _Taken] = {}
+    for claim in nas.allocatedClaims.values():
+        _record(taken, claim)
+    options = _mig_options(nas.mig_profiles())
+    gpus: list[GpuSlot] = []
+    unhealthy: list[str] = []
+    for info in sorted(nas.gpus(), key=lambda g: (g.index, g.uuid)):
+        if info.health is not Health.Healthy:
+            unhealthy.append(info.uuid)
+            continue
+        state = taken.get(info.uuid, _Taken())
+        product = catalog.product_for_name(info.productName)
+        gpu_options = options.get(info.productName, ()) if info.migEnabled else ()
+        slices = max(
+            [product.memory_slices if product is not None else 0] + [o.end for o in gpu_options]
+        )
+        gpus.append(
+            GpuSlot(
+                node=node.name,
+                position=len(gpus),
+                info=info,
+                memory_mib=info.memoryBytes // MiB,
+                held_whole=state.held_whole,
+                share_compute_used=state.compute,
+                share_memory_used_mib=state.memory_mib,
+                share_claims=state.shares,
+                mig_occupied=frozenset(state.occupied),
+                media_extensions_used=state.media,
+                mig_options=gpu_options,
+                memory_slices=slices,
+            )
+        )
+    cpu_free = None if node.cpu_milli is None else node.cpu_milli - node.used_cpu_milli
+    memory_free = None if node.memory_mib is None else node.memory_mib - node.used_memory_mib
+    return NodeView(
+        name=node.name,
+        ready=node.ready,
+        unready_reason=node.unready_reason,
+        gpus=tuple(gpus),
+        unhealthy=tuple(unhealthy),
+        allocated=frozenset(nas.allocatedClaims),
+        namespace_use=_namespace_use(nas.allocatedClaims),
+        cpu_free_milli=cpu_free,
+        memory_free_mib=memory_free,
+    )
+
+
+_VIEWS: OrderedDict[int, tuple[NodeState, NodeView]] = OrderedDict()
+_VIEW_CACHE_SIZE = 4096
+
+
+def view_of(node: NodeState) -> NodeView:
+    """build_view, memoized by the NodeState's identity (the entry keeps the node alive)."""
+    key = id(node)
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0] is node:
+        _VIEWS.move_to_end(key)
+        return hit[1]
+    view = build_view(node)
+    _VIEWS[key] = (node, view)
+    if len(_VIEWS) > _VIEW_CACHE_SIZE:
+        _VIEWS.popitem(last=False)
+    return view

@@ -1,0 +1,489 @@
+"""The CP-SAT placement model: pods with claims on candidate nodes' GPUs.
+
+One builder serves every mode: batch (all pods, all nodes), online (one pod on one node, forced),
+and explanations (one pod on its candidate nodes, each rule behind an assumption literal).
+
+Stages, in CP-SAT's usual order: data (eligible devices per claim) -> variables -> constraints ->
+objective. Solving and reading values live in `solving.py` and `extract.py`.
+
+Objective, lexicographic: first maximize placed pods weighted by `1 + priority - lowest priority`
+(then optional claims that got devices), then minimize the policy's weighted costs:
+- binpack: a node newly used costs its free GPUs before; a GPU opened (untouched before) costs 1;
+- spread: a node newly used costs its used GPUs before; a touched GPU touched again costs 1; each
+  extra new pod on one node costs 1;
+- fragmentation: an untouched non-MIG GPU opened costs 8; on a MIG GPU every (profile, placement)
+  that was free and becomes blocked costs its size in memory slices (so 1g devices go where they
+  block fewest large placements, e.g. slice 6, keeping 4g/3g/7g at 0 possible);
+- preferNode / preferProduct: 8 per pod off the preferred nodes / per device off the products;
+- minimizeMigWaste: MIG by needs, slices above the smallest candidate of the product;
+- topology Preferred: 8 per extra NUMA node / per pair not linked by NVLink.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from drasat.api.claims import Requirement
+from drasat.solver import demand
+from drasat.solver.demand import Claim, Kind
+from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
+from drasat.solver.problem import PodRequest
+from drasat.solver.rules import Rules
+
+OPEN_WHOLE_GPU = 8
+PREFER = 8
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    """A pod to place: its new claims (not yet allocated anywhere) and its candidate nodes."""
+
+    request: PodRequest
+    priority: int
+    claims: tuple[Claim, ...]
+    nodes: tuple[NodeView, ...]
+
+    @property
+    def key(self) -> str:
+        return self.request.key
+
+
+@dataclass
+class DeviceVar:
+    """One way a claim can take (part of) one GPU: whole/share (option None) or a MIG option."""
+
+    claim: Claim
+    gpu: GpuSlot
+    option: MigOption | None
+    var: cp_model.IntVar
+
+
+@dataclass
+class Built:
+    model: cp_model.CpModel
+    at: dict[tuple[str, str], cp_model.IntVar]  # (pod, node)
+    placed: dict[str, cp_model.IntVar]  # pod
+    claim_at: dict[tuple[str, str], cp_model.IntVar]  # (claim uid, node)
+    devices: dict[str, list[DeviceVar]]  # claim uid -> its device vars
+    got: dict[tuple[str, str], cp_model.IntVar]  # optional claim (uid, node) -> has devices
+    primary: list[tuple[int, cp_model.IntVar]]
+    secondary: list[tuple[int, cp_model.IntVar]]
+    #: Assumption literal -> the rule it enforces, in user terms (explain mode).
+    assumptions: dict[int, str] = field(default_factory=dict)
+    #: Primary weight of placing each pod.
+    pod_weight: dict[str, int] = field(default_factory=dict)
+
+    def primary_expr(self) -> cp_model.LinearExprT:
+        return cp_model.LinearExpr.weighted_sum(
+            [v for _, v in self.primary], [c for c, _ in self.primary]
+        )
+
+    def secondary_expr(self) -> cp_model.LinearExprT:
+        return cp_model.LinearExpr.weighted_sum(
+            [v for _, v in self.secondary], [c for c, _ in self.secondary]
+        )
+
+    def secondary_bound(self) -> int:
+        return sum(abs(c) for c, _ in self.secondary)
+
+
+def mig_waste(claim: Claim, option: MigOption, gpu: GpuSlot) -> int:
+    if claim.profile is not None:
+        return 0
+    sizes = [o.size + o.compute_slices for o in gpu.mig_options if claim.mig_fits(o)]
+    return option.size + option.compute_slices - min(sizes)
+
+
+def windows(gpu: GpuSlot) -> dict[tuple[int, int], int]:
+    """Every distinct MIG window (start, size) of the GPU with its weight: the sizes of the
+    (profile, placement) pairs it is, i.e. what blocking it costs the fragmentation term."""
+    weight: dict[tuple[int, int], int] = {}
+    for option in gpu.mig_options:
+        key = (option.start, option.size)
+        weight[key] = weight.get(key, 0) + option.size
+    return weight
+
+
+def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
+    return (
+        not gpu.mig_enabled
+        and not gpu.held_whole
+        and gpu.share_compute_used + claim.share_compute <= FULL_COMPUTE
+        and gpu.share_memory_used_mib + claim.share_memory_mib <= gpu.memory_mib
+    )
+
+
+def free_options(claim: Claim, gpu: GpuSlot) -> list[MigOption]:
+    return [o for o in gpu.mig_options if claim.mig_fits(o) and gpu.option_free(o)]
+
+
+class _Builder:
+    def __init__(
+        self,
+        entries: Sequence[PodEntry],
+        rules: Rules,
+        *,
+        force_placed: bool,
+        explain: bool,
+    ) -> None:
+        self.entries = entries
+        self.rules = rules
+        self.explain = explain
+        self.force_placed = force_placed
+        self.m = cp_model.CpModel()
+        self.built = Built(self.m, {}, {}, {}, {}, {}, [], [])
+        self.rule_literals: dict[str, cp_model.IntVar] = {}
+        self.claims: dict[str, Claim] = {}
+        self.claim_pods: dict[str, list[PodEntry]] = {}
+        self.claim_nodes: dict[str, dict[str, NodeView]] = {}
+        for entry in entries:
+            for claim in entry.claims:
+                self.claims.setdefault(claim.uid, claim)
+                self.claim_pods.setdefault(claim.uid, []).append(entry)
+                nodes = self.claim_nodes.setdefault(claim.uid, {})
+                for node in entry.nodes:
+                    nodes.setdefault(node.name, node)
+        self.nodes: dict[str, NodeView] = {}
+        for entry in entries:
+            for node in entry.nodes:
+                self.nodes.setdefault(node.name, node)
+
+    def rule(self, label: str) -> cp_model.IntVar | None:
+        """The assumption literal enforcing a rule (explain mode), else None: always enforced."""
+        if not self.explain:
+            return None
+        literal = self.rule_literals.get(label)
+        if literal is None:
+            literal = self.m.new_bool_var(f"rule_{len(self.rule_literals)}")
+            self.rule_literals[label] = literal
+            self.built.assumptions[literal.index] = label
+        return literal
+
+    # -- variables ------------------------------------------------------------------------------
+
+    def pod_variables(self) -> None:
+        b = self.built
+        for entry in self.entries:
+            at = []
+            for node in entry.nodes:
+                var = self.m.new_bool_var(f"at_{entry.key}_{node.name}")
+                b.at[(entry.key, node.name)] = var
+                at.append(var)
+            placed = self.m.new_bool_var(f"placed_{entry.key}")
+            b.placed[entry.key] = placed
+            self.m.add(sum(at) == placed)
+            if self.force_placed:
+                self.m.add(placed == 1)
+
+    def claim_variables(self) -> None:
+        b = self.built
+        for uid, claim in self.claims.items():
+            node_vars = []
+            for name, node in self.claim_nodes[uid].items():
+                here = self.m.new_bool_var(f"claim_{claim.ref}_{name}")
+                b.claim_at[(uid, name)] = here
+                node_vars.append(here)
+                users = [b.at[(p.key, name)] for p in self.claim_pods[uid] if (p.key, name) in b.at]
+                for user in users:
+                    self.m.add_implication(user, here)
+                # Allocated only where one of its pods goes.
+                self.m.add(here <= sum(users))
+                devices_here = here
+                if claim.optional:
+                    devices_here = self.m.new_bool_var(f"got_{claim.ref}_{name}")
+                    b.got[(uid, name)] = devices_here
+                    self.m.add_implication(devices_here, here)
+                self.device_variables(claim, node, devices_here)
+            self.m.add_at_most_one(node_vars)
+
+    def device_variables(self, claim: Claim, node: NodeView, devices_here: cp_model.IntVar) -> None:
+        vars_here: list[DeviceVar] = []
+        for gpu in node.gpus:
+            if not demand.device_fits(claim, gpu):
+                continue
+            blocked_by = self.rules.blocking_rule(claim, gpu)
+            if blocked_by is not None and not self.explain:
+                continue
+            for option in self._ways(claim, gpu):
+                tag = "" if option is None else f"_{option.profile}@{option.start}"
+                var = self.m.new_bool_var(f"x_{claim.ref}_{gpu.node}_{gpu.position}{tag}")
+                if blocked_by is not None:
+                    literal = self.rule(blocked_by)
+                    self.m.add(var == 0).only_enforce_if(literal)  # type: ignore[arg-type]
+                vars_here.append(DeviceVar(claim, gpu, option, var))
+        self.built.devices.setdefault(claim.uid, []).extend(vars_here)
+        count = claim.count if claim.kind is Kind.whole else 1
+        self.m.add(sum(d.var for d in vars_here) == count * devices_here)
+        if claim.kind is Kind.whole and claim.count > 1 and claim.request.gpu is not None:
+            self.topology(claim, vars_here, devices_here)
+
+    def _ways(self, claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
+        if claim.kind is Kind.whole:
+            return [None] if gpu.untouched else []
+        if claim.kind is Kind.share:
+            return [None] if share_fits(claim, gpu) else []
+        return list(free_options(claim, gpu))
+
+    def topology(
+        self, claim: Claim, vars_here: list[DeviceVar], devices_here: cp_model.IntVar
+    ) -> None:
+        spec = claim.request.gpu.topology if claim.request.gpu is not None else None
+        if spec is None:
+            return
+        w = self.rules.weights.topology
+        if spec.sameNUMANode is not None:
+            groups: dict[object, list[DeviceVar]] = {}
+            for d in vars_here:
+                key = d.gpu.info.numaNode if d.gpu.info.numaNode is not None else ("gpu", d.gpu)
+                groups.setdefault(key, []).append(d)
+            used = []
+            for number, members in enumerate(groups.values()):
+                u = self.m.new_bool_var(f"numa_{claim.ref}_{members[0].gpu.node}_{number}")
+                for d in members:
+                    self.m.add_implication(d.var, u)
+                used.append(u)
+            if spec.sameNUMANode is Requirement.Required:
+                c = self.m.add(sum(used) <= 1)
+                literal = self.rule(f"topology sameNUMANode of claim {claim.ref}")
+                if literal is not None:
+                    c.only_enforce_if(literal)
+            else:
+                self.built.secondary.extend((w, u) for u in used)
+        if spec.sameNVLinkDomain is not None:
+            for a, b in itertools.combinations(vars_here, 2):
+                if _linked(a.gpu, b.gpu):
+                    continue
+                if spec.sameNVLinkDomain is Requirement.Required:
+                    c = self.m.add(a.var + b.var <= 1)
+                    literal = self.rule(f"topology sameNVLinkDomain of claim {claim.ref}")
+                    if literal is not None:
+                        c.only_enforce_if(literal)
+                else:
+                    v = self.m.new_bool_var(f"nolink_{claim.ref}_{a.gpu.position}_{b.gpu.position}")
+                    self.m.add(v >= a.var + b.var - 1)
+                    self.built.secondary.append((w, v))
+
+    # -- constraints ----------------------------------------------------------------------------
+
+    def pairing(self) -> None:
+        """A MIG claim with gpuClaimName goes on the GPU its paired GPU claim holds whole."""
+        b = self.built
+        for uid, claim in self.claims.items():
+            if claim.paired_with is None:
+                continue
+            partner = {d.gpu.uuid: d.var for d in b.devices.get(claim.paired_with, [])}
+            for d in b.devices.get(uid, []):
+                holder = partner.get(d.gpu.uuid)
+                if holder is None:
+                    self.m.add(d.var == 0)
+                else:
+                    self.m.add_implication(d.var, holder)
+
+    def gpu_capacity(self) -> None:
+        per_gpu: dict[tuple[str, int], list[DeviceVar]] = {}
+        for devices in self.built.devices.values():
+            for d in devices:
+                per_gpu.setdefault((d.gpu.node, d.gpu.position), []).append(d)
+        for devices in per_gpu.values():
+            self._one_gpu(devices[0].gpu, devices)
+
+    def _one_gpu(self, gpu: GpuSlot, devices: list[DeviceVar]) -> None:
+        whole = [d for d in devices if d.claim.kind is Kind.whole]
+        shares = [d for d in devices if d.claim.kind is Kind.share]
+        migs = [d for d in devices if d.claim.kind is Kind.mig]
+        if len(whole) > 1:
+            self.m.add_at_most_one(d.var for d in whole)
+        if shares:
+            self.m.add(
+                sum(d.claim.share_compute * d.var for d in shares)
+                <= FULL_COMPUTE - gpu.share_compute_used
+            )
+            self.m.add(
+                sum(d.claim.share_memory_mib * d.var for d in shares)
+                <= gpu.memory_mib - gpu.share_memory_used_mib
+            )
+            for w, s in itertools.product(whole, shares):
+                self.m.add(w.var + s.var <= 1)
+        if migs:
+            for t in range(gpu.memory_slices):
+                covering = [d.var for d in migs if d.option is not None and t in d.option.slices()]
+                if len(covering) > 1:
+                    self.m.add_at_most_one(covering)
+            media = [d.var for d in migs if d.option is not None and d.option.media_extensions]
+            if len(media) > 1:
+                self.m.add_at_most_one(media)
+            for w in whole:
+                foreign = [d.var for d in migs if d.claim.paired_with != w.claim.uid]
+                if foreign:
+                    self.m.add(sum(foreign) == 0).only_enforce_if(w.var)
+        self._gpu_costs(gpu, whole, shares, migs)
+
+    def node_capacity(self) -> None:
+        b = self.built
+        for name, node in self.nodes.items():
+            pods = [(e, b.at[(e.key, name)]) for e in self.entries if (e.key, name) in b.at]
+            for free, resource in ((node.cpu_free_milli, "cpu"), (node.memory_free_mib, "memory")):
+                if free is None:
+                    continue
+                terms = [(_need(e, resource), v) for e, v in pods if _need(e, resource) > 0]
+                if terms:
+                    c = self.m.add(sum(n * v for n, v in terms) <= free)
+                    literal = self.rule(f"node {name}: cpu/memory")
+                    if literal is not None:
+                        c.only_enforce_if(literal)
+
+    def budgets(self) -> None:
+        b = self.built
+        namespaces = sorted({c.namespace for c in self.claims.values()})
+        for namespace in namespaces:
+            mine = [d for uid, ds in b.devices.items() for d in ds]
+            mine = [d for d in mine if d.claim.namespace == namespace]
+            for limit in self.rules.limits_for(namespace):
+                literal = self.rule(limit.label)
+                if limit.gpus_left is not None:
+                    gpus = [d.var for d in mine if d.claim.kind is not Kind.mig]
+                    c = self.m.add(sum(gpus) <= limit.gpus_left)
+                    if literal is not None:
+                        c.only_enforce_if(literal)
+                if limit.mig_slices_left is not None:
+                    slices = [(d.option.size, d.var) for d in mine if d.option is not None]
+                    c = self.m.add(sum(s * v for s, v in slices) <= limit.mig_slices_left)
+                    if literal is not None:
+                        c.only_enforce_if(literal)
+            for budget in self.rules.reservation_budgets(namespace):
+                touched: dict[tuple[str, int], list[cp_model.IntVar]] = {}
+                for d in mine:
+                    if d.gpu.untouched and demand.reservation_covers(budget.reservation, d.gpu):
+                        touched.setdefault((d.gpu.node, d.gpu.position), []).append(d.var)
+                if not touched:
+                    continue
+                flags = []
+                for (node, position), vars_on_gpu in touched.items():
+                    flag = self.m.new_bool_var(f"touch_{budget.reservation.name}_{node}_{position}")
+                    for v in vars_on_gpu:
+                        self.m.add_implication(v, flag)
+                    flags.append(flag)
+                c = self.m.add(sum(flags) <= budget.left)
+                literal = self.rule(budget.label)
+                if literal is not None:
+                    c.only_enforce_if(literal)
+
+    # -- objective ------------------------------------------------------------------------------
+
+    def _gpu_costs(
+        self,
+        gpu: GpuSlot,
+        whole: list[DeviceVar],
+        shares: list[DeviceVar],
+        migs: list[DeviceVar],
+    ) -> None:
+        w = self.rules.weights
+        sec = self.built.secondary
+        all_vars = [d.var for d in (*whole, *shares, *migs)]
+        tag = f"{gpu.node}_{gpu.position}"
+        if (w.binpack or w.fragmentation) and gpu.untouched and not migs:
+            opened = self._any(all_vars, f"open_{tag}")
+            sec.append((w.binpack + w.fragmentation * OPEN_WHOLE_GPU, opened))
+        if w.binpack and gpu.untouched and migs:
+            sec.append((w.binpack, self._any(all_vars, f"open_{tag}")))
+        if w.spread and not gpu.untouched:
+            sec.append((w.spread, self._any(all_vars, f"again_{tag}")))
+        if w.fragmentation and migs:
+            self._mig_fragmentation(gpu, whole, migs)
+        if w.prefer_product and not self.rules.prefers_product(gpu):
+            sec.extend((w.prefer_product * PREFER, v) for v in all_vars)
+        if w.mig_waste:
+            for d in migs:
+                assert d.option is not None
+                waste = mig_waste(d.claim, d.option, gpu)
+                if waste:
+                    sec.append((w.mig_waste * waste, d.var))
+
+    def _mig_fragmentation(
+        self, gpu: GpuSlot, whole: list[DeviceVar], migs: list[DeviceVar]
+    ) -> None:
+        weight = self.rules.weights.fragmentation
+        occupancy: dict[int, list[cp_model.IntVar]] = {}
+        for d in migs:
+            assert d.option is not None
+            for t in d.option.slices():
+                occupancy.setdefault(t, []).append(d.var)
+        whole_vars = [d.var for d in whole]
+        for (start, size), cost in sorted(windows(gpu).items()):
+            span = range(start, start + size)
+            if any(t in gpu.mig_occupied for t in span):
+                continue  # already blocked: no new cost
+            inside = [v for t in span for v in occupancy.get(t, [])] + whole_vars
+            if not inside:
+                continue
+            blocked = self._any(inside, f"block_{gpu.node}_{gpu.position}_{start}_{size}")
+            self.built.secondary.append((weight * cost, blocked))
+
+    def _any(self, literals: Iterable[cp_model.IntVar], name: str) -> cp_model.IntVar:
+        """A boolean that is 1 whenever one of the literals is (costs only push it down)."""
+        flag = self.m.new_bool_var(name)
+        for literal in dict.fromkeys(literals):
+            self.m.add_implication(literal, flag)
+        return flag
+
+    def node_costs(self) -> None:
+        w = self.rules.weights
+        b = self.built
+        for name, node in self.nodes.items():
+            pods = [b.at[(e.key, name)] for e in self.entries if (e.key, name) in b.at]
+            free = sum(1 for g in node.gpus if g.untouched)
+            used = len(node.gpus) - free
+            if w.binpack and free:
+                b.secondary.append((w.binpack * free, self._any(pods, f"use_{name}")))
+            if w.spread and used:
+                b.secondary.append((w.spread * used, self._any(pods, f"use_{name}")))
+            if w.spread and len(pods) > 1:
+                extra = self.m.new_int_var(0, len(pods), f"extra_{name}")
+                self.m.add(extra >= sum(pods) - 1)
+                b.secondary.append((w.spread, extra))
+            if w.prefer_node and not self.rules.prefers_node(name):
+                b.secondary.extend((w.prefer_node * PREFER, v) for v in pods)
+
+    def primary(self) -> None:
+        b = self.built
+        lowest = min((e.priority for e in self.entries), default=0)
+        optional = len(b.got) + 1
+        for entry in self.entries:
+            weight = (1 + entry.priority - lowest) * optional
+            b.pod_weight[entry.key] = weight
+            b.primary.append((weight, b.placed[entry.key]))
+        b.primary.extend((1, v) for v in b.got.values())
+
+    def build(self) -> Built:
+        self.pod_variables()
+        self.claim_variables()
+        self.pairing()
+        self.gpu_capacity()
+        self.node_capacity()
+        self.budgets()
+        self.node_costs()
+        self.primary()
+        return self.built
+
+
+def _need(entry: PodEntry, resource: str) -> int:
+    return entry.request.cpu_milli if resource == "cpu" else entry.request.memory_mib
+
+
+def _linked(a: GpuSlot, b: GpuSlot) -> bool:
+    return b.uuid in (a.info.nvlinkPeers or []) or a.uuid in (b.info.nvlinkPeers or [])
+
+
+def build(
+    entries: Sequence[PodEntry],
+    rules: Rules,
+    *,
+    force_placed: bool = False,
+    explain: bool = False,
+) -> Built:
+    """Compile the pods into a CP-SAT model. Pure: the model is returned, not solved."""
+    return _Builder(entries, rules, force_placed=force_placed, explain=explain).build()

@@ -1,0 +1,385 @@
+"""`solve`: the two modes over one problem.
+
+- online: pods one at a time in the given order, each decision final before the next. One pod
+  lands on one node, so its optimum is the best over nodes of the per-node optimum: nodes failing
+  the exact checks of `filters.py` are pruned, the others are evaluated by `nodes.py` (a small
+  CP-SAT model per node, or an exact enumeration for one-claim pods, cached by the node's free
+  state), and the best node wins (ties: the node listed first).
+- batch: all pods in one time-limited model, warm-started from the online solution, which it
+  replaces only when it places at least as much (so batch is never worse than online).
+
+Unplaced pods get explanations (see `explain.py`) computed against the final state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from drasat.api.nas import AllocatedDevices
+from drasat.solver import demand, explain, extract, filters, model, nodes, solving
+from drasat.solver.demand import Claim
+from drasat.solver.extract import Chosen
+from drasat.solver.inventory import NodeView, view_of
+from drasat.solver.model import PodEntry
+from drasat.solver.problem import (
+    Mode,
+    NodeState,
+    PodPlacement,
+    PodRejection,
+    PodRequest,
+    Problem,
+    Solution,
+    SolveParams,
+    Status,
+)
+from drasat.solver.rules import Rules
+
+
+@dataclass
+class _Decision:
+    node: str
+    chosen: dict[str, list[Chosen]]
+    primary: int
+    secondary: int
+
+
+@dataclass
+class _State:
+    """The cluster as decisions so far left it."""
+
+    nodes: dict[str, NodeState]
+    views: dict[str, NodeView]
+    rules: Rules
+    order: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def initial(cls, problem: Problem) -> _State:
+        states = {n.name: n for n in problem.nodes}
+        views = {n.name: view_of(n) for n in problem.nodes}
+        rules = Rules(problem.policy, tuple(views.values()))
+        return cls(states, views, rules, {name: i for i, name in enumerate(states)})
+
+    def allocated_on(self, uid: str) -> str | None:
+        return next((name for name, v in self.views.items() if uid in v.allocated), None)
+
+    def place(self, pod: PodRequest, claims: Sequence[Claim], decision: _Decision) -> PodPlacement:
+        node = self.nodes[decision.node]
+        before = self.views[decision.node]
+        by_uid = {c.uid: c for c in claims}
+        allocations = {
+            uid: extract.allocation(by_uid[uid], chosen) for uid, chosen in decision.chosen.items()
+        }
+        claims_now = dict(node.nas.allocatedClaims)
+        claims_now.update(allocations)
+        nas = node.nas.model_copy(update={"allocatedClaims": claims_now})
+        updated = dataclasses.replace(
+            node,
+            nas=nas,
+            used_cpu_milli=node.used_cpu_milli + pod.cpu_milli,
+            used_memory_mib=node.used_memory_mib + pod.memory_mib,
+        )
+        self.nodes[decision.node] = updated
+        self.views[decision.node] = view_of(updated)
+        self._spend(pod, before, allocations)
+        return PodPlacement(pod=pod.key, node=decision.node, allocations=allocations)
+
+    def _spend(self, pod: PodRequest, before: NodeView, new: dict[str, AllocatedDevices]) -> None:
+        by_namespace: dict[str, tuple[int, int, list[str]]] = {}
+        for entry in new.values():
+            namespace = entry.claimInfo.namespace
+            gpus, slices, uuids = by_namespace.get(namespace, (0, 0, []))
+            if entry.gpu is not None:
+                gpus += len(entry.gpu.devices)
+                uuids = uuids + [d.uuid for d in entry.gpu.devices]
+            if entry.mig is not None:
+                slices += sum(d.placement.size for d in entry.mig.devices)
+                uuids = uuids + [d.parentUUID for d in entry.mig.devices]
+            by_namespace[namespace] = (gpus, slices, uuids)
+        for namespace, (gpus, slices, uuids) in by_namespace.items():
+            opened = [g for g in before.gpus if g.uuid in set(uuids) and g.untouched]
+            self.rules.spend(namespace, gpus, slices, opened)
+
+
+@dataclass
+class _PodInput:
+    """A pod's claims split into new ones and ones already allocated (which pin the pod)."""
+
+    request: PodRequest
+    priority: int
+    claims: tuple[Claim, ...]
+    pinned_to: frozenset[str]
+
+
+def _pod_input(pod: PodRequest, state: _State) -> _PodInput:
+    new: list[Claim] = []
+    pinned: set[str] = set()
+    for request in pod.claims:
+        node = state.allocated_on(request.uid)
+        if node is None:
+            new.append(demand.normalize(request, pod))
+        else:
+            pinned.add(node)
+    priority = demand.pod_priority(pod, state.rules.policy)
+    return _PodInput(pod, priority, tuple(new), frozenset(pinned))
+
+
+def _candidates(pod: _PodInput, state: _State) -> tuple[list[NodeView], list[str]]:
+    """Nodes the pod may go to, and reasons when that leaves none."""
+    names = list(state.views)
+    reasons: list[str] = []
+    if pod.request.candidate_nodes is not None:
+        wanted = set(pod.request.candidate_nodes)
+        names = [n for n in names if n in wanted]
+        if not names:
+            reasons.append("none of the pod's candidate nodes has a NodeAllocationState")
+    if len(pod.pinned_to) > 1:
+        where = ", ".join(sorted(pod.pinned_to))
+        return [], [f"its claims are already allocated on different nodes ({where})"]
+    if pod.pinned_to:
+        (home,) = pod.pinned_to
+        if home not in names:
+            return [], [f"a claim of the pod is allocated on node {home}, not a candidate node"]
+        names = [home]
+    return [state.views[n] for n in names], reasons
+
+
+@dataclass
+class _Online:
+    placements: list[PodPlacement]
+    unplaced: list[PodRejection]
+    feasibility: dict[str, dict[str, str | None]]
+    primary: int
+    secondary: int
+    all_optimal: bool
+
+
+def _decide(
+    pod: _PodInput,
+    state: _State,
+    budget: solving.Budget,
+    *,
+    explain_it: bool,
+    feasibility: dict[str, str | None] | None,
+) -> tuple[_Decision | None, list[filters.Blocker], list[str], bool]:
+    views, reasons = _candidates(pod, state)
+    entry = PodEntry(pod.request, pod.priority, pod.claims, ())
+    best: _Decision | None = None
+    blockers: list[filters.Blocker] = []
+    optimal = True
+    for view in views:
+        blocker = filters.node_blocker(pod.request, pod.claims, view, state.rules)
+        outcome = None
+        if blocker is None:
+            outcome = nodes.best_on_node(entry, view, state.rules, budget)
+            if outcome is None and (explain_it or feasibility is not None):
+                blocker = explain.model_blocker(entry, view, state.rules, budget)
+        if outcome is not None:
+            optimal = optimal and outcome.optimal
+            decision = _Decision(view.name, outcome.chosen, outcome.primary, outcome.secondary)
+            if best is None or (decision.primary, -decision.secondary) > (
+                best.primary,
+                -best.secondary,
+            ):
+                best = decision
+        if blocker is not None:
+            blockers.append(blocker)
+        if feasibility is not None:
+            feasibility[view.name] = None if outcome is not None else _node_text(blocker)
+    return best, blockers, reasons, optimal
+
+
+def _node_text(blocker: filters.Blocker | None) -> str:
+    return blocker.node_text if blocker is not None else "the pod does not fit"
+
+
+def _reasons(blockers: list[filters.Blocker], reasons: list[str], candidates: int) -> list[str]:
+    out = list(reasons)
+    out.extend(explain.sentences(blockers, candidates))
+    return out or ["no node is a candidate for the pod"]
+
+
+def _online(
+    problem: Problem, state: _State, budget: solving.Budget, params: SolveParams
+) -> _Online:
+    result = _Online([], [], {}, 0, 0, True)
+    for pod in problem.pods:
+        inputs = _pod_input(pod, state)
+        feasibility: dict[str, str | None] | None = {} if params.node_feasibility else None
+        decision, blockers, reasons, optimal = _decide(
+            inputs, state, budget, explain_it=params.explain, feasibility=feasibility
+        )
+        result.all_optimal = result.all_optimal and optimal
+        if feasibility is not None:
+            result.feasibility[pod.key] = feasibility
+        if decision is None:
+            candidates = len(_candidates(inputs, state)[0])
+            text = _reasons(blockers, reasons, candidates) if params.explain else []
+            result.unplaced.append(PodRejection(pod.key, tuple(text)))
+            continue
+        result.placements.append(state.place(pod, inputs.claims, decision))
+        result.primary += decision.primary
+        result.secondary += decision.secondary
+    return result
+
+
+def _budget(problem: Problem, params: SolveParams, *, online: bool) -> solving.Budget:
+    policy = problem.policy.solver
+    if params.time_limit_s is not None:
+        limit = params.time_limit_s
+    else:
+        limit = policy.onlineTimeLimitSeconds if online else policy.timeLimitSeconds
+    workers = params.workers if params.workers is not None else policy.workers
+    return solving.Budget(limit, 1 if online else workers, policy.randomSeed)
+
+
+_DEFAULT_PARAMS = SolveParams()
+
+
+def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
+    """Place the problem's pods. Pure and deterministic: same input, same output."""
+    started = time.perf_counter()
+    online_budget = _budget(problem, params, online=True)
+    if params.mode is Mode.online:
+        state = _State.initial(problem)
+        outcome = _online(problem, state, online_budget, params)
+        return Solution(
+            status=Status.OPTIMAL if outcome.all_optimal else Status.FEASIBLE,
+            placements=tuple(outcome.placements),
+            unplaced=tuple(outcome.unplaced),
+            objective=float(-outcome.secondary),
+            best_bound=float(-outcome.secondary),
+            gap=0.0,
+            wall_time_s=time.perf_counter() - started,
+            node_feasibility=outcome.feasibility,
+        )
+    return _batch(problem, params, started)
+
+
+def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
+    online_budget = _budget(problem, params, online=True)
+    quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
+    warm = _online(problem, _State.initial(problem), online_budget, quiet)
+    state = _State.initial(problem)
+    entries: list[PodEntry] = []
+    inputs: dict[str, _PodInput] = {}
+    for pod in problem.pods:
+        pod_input = _pod_input(pod, state)
+        inputs[pod.key] = pod_input
+        views, _ = _candidates(pod_input, state)
+        fitting = tuple(
+            v for v in views if filters.node_blocker(pod, pod_input.claims, v, state.rules) is None
+        )
+        entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
+    built = model.build(entries, state.rules)
+    hint = _hint(built, warm.placements)
+    result = solving.solve(built, _budget(problem, params, online=False), hint)
+    warm_primary = _primary_of(built, warm.placements)
+    if not result.has_solution or result.primary < warm_primary:
+        chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm.placements}
+        status, objective, bound = Status.FEASIBLE, float(warm_primary), float(warm_primary)
+        gap = 0.0
+    else:
+        chosen = extract.placements(built, result, entries)
+        status, objective, bound, gap = (
+            result.status,
+            result.objective,
+            result.best_bound,
+            result.gap,
+        )
+    placements = []
+    for pod in problem.pods:
+        if pod.key not in chosen:
+            continue
+        node, claims = chosen[pod.key]
+        decision = _Decision(node, claims, 0, 0)
+        placements.append(state.place(pod, inputs[pod.key].claims, decision))
+    unplaced = []
+    for pod in problem.pods:
+        if pod.key in chosen:
+            continue
+        reasons: tuple[str, ...] = ()
+        if params.explain:
+            reasons = _explain_after(pod, state, _budget(problem, params, online=True))
+        unplaced.append(PodRejection(pod.key, reasons))
+    return Solution(
+        status=status,
+        placements=tuple(placements),
+        unplaced=tuple(unplaced),
+        objective=objective,
+        best_bound=bound,
+        gap=gap,
+        wall_time_s=time.perf_counter() - started,
+    )
+
+
+def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tuple[str, ...]:
+    """Why the pod does not fit on what the batch left free."""
+    inputs = _pod_input(pod, state)
+    decision, blockers, reasons, _ = _decide(
+        inputs, state, budget, explain_it=True, feasibility=None
+    )
+    if decision is not None:
+        return (
+            f"fits on node {decision.node} alone but not alongside the pods placed in this "
+            "solve within its time limit",
+        )
+    return tuple(_reasons(blockers, reasons, len(_candidates(inputs, state)[0])))
+
+
+def _chosen_of(placement: PodPlacement) -> dict[str, list[Chosen]]:
+    out: dict[str, list[Chosen]] = {}
+    for uid, entry in placement.allocations.items():
+        if entry.gpu is not None:
+            out[uid] = [Chosen(d.uuid) for d in entry.gpu.devices]
+        elif entry.mig is not None:
+            out[uid] = [
+                Chosen(d.parentUUID, d.profile, d.placement.start, d.placement.size)
+                for d in entry.mig.devices
+            ]
+    return out
+
+
+def _hint(built: model.Built, placements: Sequence[PodPlacement]) -> dict[int, int]:
+    """The online solution as a CP-SAT hint for the batch model (every decision variable)."""
+    hint: dict[int, int] = {v.index: 0 for v in built.at.values()}
+    hint.update({v.index: 0 for v in built.claim_at.values()})
+    hint.update({v.index: 0 for v in built.got.values()})
+    for devices in built.devices.values():
+        hint.update({d.var.index: 0 for d in devices})
+    for placement in placements:
+        at = built.at.get((placement.pod, placement.node))
+        if at is None:
+            continue
+        hint[at.index] = 1
+        for uid, chosen in _chosen_of(placement).items():
+            here = built.claim_at.get((uid, placement.node))
+            if here is not None:
+                hint[here.index] = 1
+            got = built.got.get((uid, placement.node))
+            if got is not None and chosen:
+                hint[got.index] = 1
+            wanted = set(chosen)
+            for d in built.devices.get(uid, []):
+                if d.gpu.node == placement.node and extract.chosen_of(d) in wanted:
+                    hint[d.var.index] = 1
+    # A pod already counted by a shared claim's first pod still needs its own `at`.
+    return hint
+
+
+def _primary_of(built: model.Built, placements: Sequence[PodPlacement]) -> int:
+    """The batch model's primary objective of the online solution."""
+    total = sum(built.pod_weight.get(p.pod, 0) for p in placements)
+    for placement in placements:
+        for uid, entry in placement.allocations.items():
+            if (uid, placement.node) in built.got and _has_devices(entry):
+                total += 1
+    return total
+
+
+def _has_devices(entry: AllocatedDevices) -> bool:
+    if entry.gpu is not None:
+        return bool(entry.gpu.devices)
+    return entry.mig is not None and bool(entry.mig.devices)

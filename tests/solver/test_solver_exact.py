@@ -1,0 +1,152 @@
+"""Exact answers on tiny instances, including the traps where first-fit fails."""
+
+from __future__ import annotations
+
+import pytest
+from checker import assert_valid, gpu_claim, make_node, mig_claim, pod
+
+from drasat.api.nas import AllocatedDevices
+from drasat.solver import Mode, Problem, Solution, SolveParams, solve
+
+MODES = [Mode.online, Mode.batch]
+
+
+def _solve(problem: Problem, mode: Mode) -> Solution:
+    solution = solve(problem, SolveParams(mode=mode))
+    assert_valid(problem, solution)
+    return solution
+
+
+def _devices(solution: Solution) -> dict[str, AllocatedDevices]:
+    return {uid: a for p in solution.placements for uid, a in p.allocations.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_1g_then_a_4g_fit_on_one_a100(mode: Mode) -> None:
+    # First-fit puts the 1g devices at slices 0 and 1, and the 4g (only at 0) no longer fits.
+    problem = Problem(
+        nodes=(make_node("n1", "A100-40GB", mig=True),),
+        pods=(
+            pod("small-1", mig_claim("s1", "1g.5gb")),
+            pod("small-2", mig_claim("s2", "1g.5gb")),
+            pod("big", mig_claim("b", "4g.20gb")),
+        ),
+    )
+    solution = _solve(problem, mode)
+    assert not solution.unplaced
+    starts = {
+        uid: a.mig.devices[0].placement.start for uid, a in _devices(solution).items() if a.mig
+    }
+    assert starts["uid-default-b"] == 0
+    assert starts["uid-default-s1"] >= 4 and starts["uid-default-s2"] >= 4
+
+
+def test_online_places_the_first_1g_away_from_the_4g_window() -> None:
+    # Online sees one pod at a time: only the fragmentation term keeps slices 0-3 free.
+    problem = Problem(
+        nodes=(make_node("n1", "A100-40GB", mig=True),),
+        pods=(pod("small-1", mig_claim("s1", "1g.5gb")),),
+    )
+    solution = _solve(problem, Mode.online)
+    (placement,) = solution.placements
+    (entry,) = placement.allocations.values()
+    assert entry.mig is not None and entry.mig.devices[0].placement.start == 6
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_gpu_pod_and_two_a100_pod(mode: Mode) -> None:
+    # First-fit gives the 1-GPU pod an A100 and the 2xA100 pod no longer fits.
+    problem = Problem(
+        nodes=(make_node("a100", "A100-40GB", count=2), make_node("t4", "T4", count=1)),
+        pods=(
+            pod("one", gpu_claim("one")),
+            pod("two", gpu_claim("two", count=2, selector={"productName": "*a100*"})),
+        ),
+    )
+    solution = _solve(problem, mode)
+    assert not solution.unplaced
+    nodes = {p.pod: p.node for p in solution.placements}
+    assert nodes == {"default/one": "t4", "default/two": "a100"}
+
+
+SHARES = Problem(
+    nodes=(make_node("n1", "T4", count=2),),
+    pods=tuple(
+        pod(f"s{i}", gpu_claim(f"s{i}", share={"compute": c}))
+        for i, c in enumerate((50, 30, 70, 50))
+    ),
+)
+
+
+def test_shares_50_30_70_50_fit_on_two_gpus_in_batch() -> None:
+    # Packing in order (50+30 on one GPU) leaves 20% and 30%: the last 50 fits nowhere.
+    solution = _solve(SHARES, Mode.batch)
+    assert not solution.unplaced, solution.unplaced
+    by_gpu: dict[str, int] = {}
+    for entry in _devices(solution).values():
+        assert entry.gpu is not None and entry.share is not None
+        uuid = entry.gpu.devices[0].uuid
+        by_gpu[uuid] = by_gpu.get(uuid, 0) + (entry.share.compute or 0)
+    assert sorted(by_gpu.values()) == [100, 100]
+
+
+def test_online_shares_pack_in_arrival_order_and_explain_the_last() -> None:
+    # Online cannot see the last 50 coming: fragmentation packs 30 next to 50, as it should.
+    solution = _solve(SHARES, Mode.online)
+    (rejected,) = solution.unplaced
+    assert rejected.pod == "default/s3"
+    assert "share compute 50%" in rejected.reasons[0]
+    assert "at most 30% compute free" in rejected.reasons[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_pods_with_exclusive_gpus_get_different_gpus(mode: Mode) -> None:
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2),),
+        pods=(pod("pod1", gpu_claim("pod1-gpu")), pod("pod2", gpu_claim("pod2-gpu"))),
+    )
+    solution = _solve(problem, mode)
+    uuids = {a.gpu.devices[0].uuid for a in _devices(solution).values() if a.gpu}
+    assert len(uuids) == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_pods_sharing_one_claim_land_on_one_gpu(mode: Mode) -> None:
+    shared = gpu_claim("shared-gpu")
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2), make_node("n2", "T4", count=2)),
+        pods=(pod("pod1", shared), pod("pod2", shared)),
+    )
+    solution = _solve(problem, mode)
+    assert {p.node for p in solution.placements} == {"n1"} or len(
+        {p.node for p in solution.placements}
+    ) == 1
+    entries = _devices(solution)
+    assert list(entries) == ["uid-default-shared-gpu"]
+    assert entries["uid-default-shared-gpu"].gpu is not None
+    assert len(entries["uid-default-shared-gpu"].gpu.devices) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_optional_claim_without_a_free_gpu_runs_with_zero_devices(mode: Mode) -> None:
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=1),),
+        pods=(
+            pod("first", gpu_claim("first")),
+            pod("soft", gpu_claim("soft", optional=True)),
+        ),
+    )
+    solution = _solve(problem, mode)
+    assert not solution.unplaced
+    soft = _devices(solution)["uid-default-soft"]
+    assert soft.optional is True and soft.gpu is not None and soft.gpu.devices == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_optional_claim_gets_a_gpu_when_one_is_free(mode: Mode) -> None:
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=1),),
+        pods=(pod("soft", gpu_claim("soft", optional=True)),),
+    )
+    soft = _devices(_solve(problem, mode))["uid-default-soft"]
+    assert soft.gpu is not None and len(soft.gpu.devices) == 1
