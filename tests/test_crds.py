@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -10,9 +11,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from drasat.api import crds
+from drasat.api.claims import GpuClaimParameters
 from drasat.cli import crds as crds_cli
 from drasat.cli import main
 
@@ -65,8 +69,13 @@ def _nodes(schema: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
         yield from _nodes(schema["additionalProperties"], f"{path}.*")
 
 
+@functools.cache
+def _validator(kind: str) -> jsonschema.Draft4Validator:
+    return jsonschema.Draft4Validator(_schema(kind))
+
+
 def _errors(kind: str, obj: Schema) -> list[str]:
-    validator = jsonschema.Draft4Validator(_schema(kind))
+    validator = _validator(kind)
     return [
         f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)
     ]
@@ -318,3 +327,108 @@ def test_crds_command_reports_an_unwritable_directory(
     assert main.main(["crds", "--out", str(blocker)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {blocker}: cannot write") and err.count("\n") == 1
+
+
+# --- everything pydantic accepts, the CRD accepts ------------------------------------------------
+# The API server sees objects before drasat does: a schema stricter than the models would make
+# valid claims unappliable.
+
+_OPERATORS = st.sampled_from(["Equals", "LessThan", "GreaterThan", "GreaterThanOrEqualTo"])
+_GLOB = st.sampled_from(["*", "*a100*", "Tesla T4", "NVIDIA H100*"])
+_VERSION = st.sampled_from(["8.0", "9.0", "550.54.15", "12"])
+_QUANTITY = st.one_of(st.integers(0, 2**40), st.sampled_from(["40Gi", "512Mi", "5G", "1.5Gi"]))
+_LEAF = st.one_of(
+    st.fixed_dictionaries({"index": st.integers(0, 15)}),
+    st.fixed_dictionaries({"uuid": st.text(min_size=1, max_size=8)}),
+    st.fixed_dictionaries({"migEnabled": st.booleans()}),
+    st.fixed_dictionaries({"memory": st.fixed_dictionaries({"value": _QUANTITY})}),
+    st.fixed_dictionaries(
+        {"memory": st.fixed_dictionaries({"value": _QUANTITY, "operator": _OPERATORS})}
+    ),
+    st.fixed_dictionaries({"productName": _GLOB}),
+    st.fixed_dictionaries({"architecture": st.sampled_from(["Ampere", "Hopper*"])}),
+    *(
+        st.fixed_dictionaries(
+            {name: st.fixed_dictionaries({"value": _VERSION, "operator": _OPERATORS})}
+        )
+        for name in ("cudaComputeCapability", "driverVersion", "cudaDriverVersion")
+    ),
+)
+_SELECTOR = st.recursive(
+    _LEAF,
+    lambda children: st.one_of(
+        st.fixed_dictionaries({"andExpression": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"orExpression": st.lists(children, min_size=1, max_size=3)}),
+    ),
+    max_leaves=12,
+)
+_SHARING = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries(
+        {"strategy": st.just("TimeSlicing")},
+        optional={
+            "timeSlicingConfig": st.fixed_dictionaries(
+                {"timeSlice": st.sampled_from(["Default", "Short", "Medium", "Long"])}
+            )
+        },
+    ),
+    st.fixed_dictionaries(
+        {"strategy": st.just("MPS")},
+        optional={
+            "mpsConfig": st.fixed_dictionaries(
+                {},
+                optional={
+                    "defaultActiveThreadPercentage": st.integers(1, 100),
+                    "defaultPinnedDeviceMemoryLimit": _QUANTITY,
+                    "defaultPerDevicePinnedMemoryLimit": st.dictionaries(
+                        st.sampled_from(["0", "1", "GPU-x"]), _QUANTITY, max_size=2
+                    ),
+                },
+            )
+        },
+    ),
+)
+_GPU_SPEC = st.fixed_dictionaries(
+    {},
+    optional={
+        "count": st.integers(1, 8),
+        "selector": _SELECTOR,
+        "sharing": _SHARING,
+        "optional": st.booleans(),
+        "topology": st.fixed_dictionaries(
+            {"sameNUMANode": st.sampled_from(["Preferred", "Required"])}
+        ),
+    },
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_GPU_SPEC)
+def test_every_valid_gpu_claim_is_accepted_by_its_crd(spec: Schema) -> None:
+    obj = {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuClaimParameters", "spec": spec}
+    parsed = GpuClaimParameters.model_validate(obj)  # the generator only makes valid objects
+    assert _errors("GpuClaimParameters", obj) == []
+    # What drasat itself writes back (defaults filled in) is accepted too.
+    assert _errors("GpuClaimParameters", parsed.dump()) == []
+
+
+def _our_documents(*folders: pathlib.Path) -> Iterator[tuple[str, Schema]]:
+    kinds = {spec.model.__name__: spec.model for spec in crds.CRD_SPECS}
+    for folder in folders:
+        for path in sorted(folder.rglob("*.yaml")) if folder.is_dir() else []:
+            for number, obj in enumerate(yaml.safe_load_all(path.read_text()), start=1):
+                if isinstance(obj, dict) and obj.get("kind") in kinds:
+                    yield f"{path.name}#{number}", obj
+
+
+def test_every_example_in_the_repository_is_accepted(shared_dir: pathlib.Path) -> None:
+    folders = (REPO / "deploy" / "examples", REPO / "drasat" / "whatif", shared_dir / "examples")
+    checked = 0
+    for where, obj in _our_documents(*folders):
+        if obj["apiVersion"].split("/")[0] not in ("gpu.drasat.io", "nas.gpu.drasat.io"):
+            continue  # NVIDIA's groups: their CRDs, not ours
+        model = next(s.model for s in crds.CRD_SPECS if s.model.__name__ == obj["kind"])
+        model.model_validate(obj)
+        assert _errors(obj["kind"], obj) == [], where
+        checked += 1
+    assert checked > 0
