@@ -41,6 +41,7 @@ unit: $(STAMP)
 ## generate: rewrite the files generated from the API models (tests fail when they are stale)
 generate: $(STAMP)
 	$(BIN)/drasat crds --out deploy/crds
+	$(BIN)/drasat crds --out deploy/helm/drasat/crds
 	$(BIN)/drasat policy schema > policies/allocationpolicy.schema.json
 
 clean:
