@@ -18,6 +18,7 @@ import math
 import pathlib
 import platform
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -197,7 +198,10 @@ def plot(runs: Sequence[Run], out: pathlib.Path) -> list[pathlib.Path]:
             curves = np.array(
                 [r.alloc for r in runs if (r.pod_list, r.policy) == (pod_list, policy)]
             )
-            ax.plot(replay.PERCENTS, np.nanmean(curves, axis=0), label=policy)
+            with warnings.catch_warnings():  # percents no record reached stay empty
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(curves, axis=0)
+            ax.plot(replay.PERCENTS, mean, label=policy)
         ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=0.8)
         ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
         ax.set_ylabel("GPUs allocated (% of cluster GPUs)")
