@@ -64,11 +64,55 @@ _SCALAR_KEYWORDS = frozenset(
         "required",
     }
 )
+VALIDATIONS = "x-kubernetes-validations"
 _DROPPED_KEYWORDS = frozenset({"title", "default", "examples"})
 
 #: Rules the models check in validators that a structural schema can state exactly, keyed by
 #: model (JSON-schema definition) name: these objects hold exactly one field.
 _EXACTLY_ONE_FIELD = frozenset({"GpuSelector", "AllocatableDevice"})
+
+#: The other validator rules of the claim-parameter models, as CEL (`x-kubernetes-validations`)
+#: with the models' own messages, so `kubectl apply` rejects such objects at once instead of
+#: the controller reporting them in an Event later (it still checks them with pydantic). These
+#: models sit at fixed places in their objects, so each rule runs once per object and its CEL
+#: cost stays trivial; NodeAllocationState, written only by drasat, gets none.
+VALIDATION_RULES: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "GpuClaimParametersSpec": (
+        (
+            "!has(self.share) || !has(self.count) || self.count == 1",
+            "a share claim takes part of one GPU: count must be 1",
+        ),
+    ),
+    "GpuShare": (
+        ("has(self.compute) || has(self.memory)", "a share needs compute, memory or both"),
+    ),
+    "MigDeviceClaimParametersSpec": (
+        (
+            "has(self.profile) || has(self.memory) || has(self.computeSlices)",
+            "set profile, or state needs with memory and/or computeSlices",
+        ),
+        (
+            "!has(self.profile) || !(has(self.memory) || has(self.computeSlices))",
+            "set either profile or needs (memory/computeSlices), not both",
+        ),
+    ),
+    "GpuSharing": (
+        (
+            "!has(self.mpsConfig) || (has(self.strategy) && self.strategy == 'MPS')",
+            "mpsConfig is set but strategy is TimeSlicing",
+        ),
+        (
+            "!has(self.timeSlicingConfig) || !has(self.strategy) || self.strategy == 'TimeSlicing'",
+            "timeSlicingConfig is set but strategy is MPS",
+        ),
+    ),
+    "TimeSlicingConfig": (
+        (
+            "!has(self.timeSlice) || !has(self.interval) || self.timeSlice == self.interval",
+            "timeSlice and interval disagree; set only one",
+        ),
+    ),
+}
 
 
 class SchemaConversionError(ValueError):
@@ -106,13 +150,23 @@ class CrdSpec:
     short_names: tuple[str, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
     categories: tuple[str, ...] = field(default=("drasat",))
+    #: Add the CEL rules of VALIDATION_RULES (objects users write, not drasat's own records).
+    validation_rules: bool = True
 
 
-def structural_schema(model: type[BaseModel], *, max_depth: int = MAX_RECURSION_DEPTH) -> Schema:
-    """The model's JSON schema as a structural, non-recursive OpenAPI v3 schema."""
+def structural_schema(
+    model: type[BaseModel],
+    *,
+    max_depth: int = MAX_RECURSION_DEPTH,
+    rules: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+) -> Schema:
+    """The model's JSON schema as a structural, non-recursive OpenAPI v3 schema.
+
+    `rules`: CEL rules (rule, message) to attach to the schema of each named model.
+    """
     source = model.model_json_schema(by_alias=True)
     definitions: Mapping[str, Schema] = source.pop("$defs", {})
-    converter = _Converter(definitions, max_depth)
+    converter = _Converter(definitions, max_depth, rules or {})
     return converter.convert(source, path=model.__name__, stack=(model.__name__,))
 
 
@@ -120,6 +174,7 @@ def structural_schema(model: type[BaseModel], *, max_depth: int = MAX_RECURSION_
 class _Converter:
     definitions: Mapping[str, Schema]
     max_depth: int
+    rules: Mapping[str, tuple[tuple[str, str], ...]]
 
     def convert(self, node: Schema, *, path: str, stack: tuple[str, ...]) -> Schema:
         if "$ref" in node:
@@ -141,6 +196,8 @@ class _Converter:
         schema = self.convert(merged, path=path, stack=(*stack, name))
         if name in _EXACTLY_ONE_FIELD:
             schema.update(minProperties=1, maxProperties=1)
+        if name in self.rules:
+            schema[VALIDATIONS] = [{"rule": r, "message": m} for r, m in self.rules[name]]
         return schema
 
     def _union(self, node: Schema, *, path: str, stack: tuple[str, ...]) -> Schema:
@@ -222,7 +279,9 @@ def _preserved(name: str, description: object, depth: int) -> Schema:
 def crd_for(spec: CrdSpec) -> Schema:
     """The CustomResourceDefinition of one kind. Pure."""
     kind = spec.model.model_fields["kind"].default
-    schema = structural_schema(spec.model)
+    schema = structural_schema(
+        spec.model, rules=VALIDATION_RULES if spec.validation_rules else None
+    )
     properties = schema["properties"]
     properties["apiVersion"] = {
         "type": "string",
@@ -307,6 +366,7 @@ CRD_SPECS: tuple[CrdSpec, ...] = (
         "Namespaced",
         "One node's GPUs, the claims allocated on them and the claims prepared there.",
         short_names=("nas",),
+        validation_rules=False,
         printer_columns=(
             PrinterColumn("Status", ".status", description="Ready once the node plugin published."),
             AGE,

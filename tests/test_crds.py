@@ -7,16 +7,23 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from drasat.api import crds
-from drasat.api.claims import GpuClaimParameters
+from drasat.api.claims import (
+    GpuClaimParameters,
+    GpuClaimParametersSpec,
+    GpuShare,
+    MigDeviceClaimParametersSpec,
+)
+from drasat.api.sharing import GpuSharing, TimeSlicingConfig
 from drasat.cli import crds as crds_cli
 from drasat.cli import main
 
@@ -47,6 +54,7 @@ _ALLOWED = {
     "anyOf",
     crds.INT_OR_STRING,
     crds.PRESERVE_UNKNOWN,
+    crds.VALIDATIONS,
 }
 
 
@@ -432,3 +440,81 @@ def test_every_example_in_the_repository_is_accepted(shared_dir: pathlib.Path) -
         assert _errors(obj["kind"], obj) == [], where
         checked += 1
     assert checked > 0
+
+
+# --- CEL rules (x-kubernetes-validations) ---------------------------------------------------------
+
+_RULE_MODELS: dict[str, type[BaseModel]] = {
+    "GpuClaimParametersSpec": GpuClaimParametersSpec,
+    "GpuShare": GpuShare,
+    "MigDeviceClaimParametersSpec": MigDeviceClaimParametersSpec,
+    "GpuSharing": GpuSharing,
+    "TimeSlicingConfig": TimeSlicingConfig,
+}
+# Objects on both sides of each rule; pydantic decides which side.
+_RULE_SAMPLES: dict[str, list[Schema]] = {
+    "GpuClaimParametersSpec": [
+        {"count": 2, "share": {"compute": 50}},
+        {"share": {"compute": 50}},
+        {"count": 1, "share": {"memory": "1Gi"}},
+        {"count": 3},
+    ],
+    "GpuShare": [{}, {"compute": 5}, {"memory": "1Gi"}, {"compute": 5, "memory": 1}],
+    "MigDeviceClaimParametersSpec": [
+        {},
+        {"profile": "1g.5gb"},
+        {"memory": "5Gi"},
+        {"computeSlices": 1},
+        {"profile": "1g.5gb", "memory": "5Gi"},
+        {"profile": "1g.5gb", "computeSlices": 2},
+        {"gpuClaimName": "parent"},
+    ],
+    "GpuSharing": [
+        {},
+        {"mpsConfig": {}},
+        {"strategy": "MPS", "mpsConfig": {}},
+        {"strategy": "MPS", "timeSlicingConfig": {}},
+        {"timeSlicingConfig": {"timeSlice": "Long"}},
+        {"strategy": "TimeSlicing", "mpsConfig": {}},
+        {"strategy": "MPS"},
+    ],
+    "TimeSlicingConfig": [
+        {},
+        {"timeSlice": "Short", "interval": "Long"},
+        {"timeSlice": "Short", "interval": "Short"},
+        {"interval": "Medium"},
+    ],
+}
+
+
+def _rules_of(schema: Schema) -> Iterator[tuple[str, str]]:
+    for path, node in _nodes(schema):
+        for rule in node.get(crds.VALIDATIONS, []):
+            yield path, rule["rule"]
+
+
+def test_validation_rules_sit_on_their_models() -> None:
+    claim = {p for p, _ in _rules_of(_schema("GpuClaimParameters"))}
+    assert claim == {".spec", ".spec.sharing", ".spec.sharing.timeSlicingConfig", ".spec.share"}
+    mig = {p for p, _ in _rules_of(_schema("MigDeviceClaimParameters"))}
+    assert mig == {".spec", ".spec.sharing", ".spec.sharing.timeSlicingConfig"}
+    assert list(_rules_of(_schema("NodeAllocationState"))) == []
+    assert set(crds.VALIDATION_RULES) == set(_RULE_MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(crds.VALIDATION_RULES))
+def test_validation_rules_agree_with_the_models(name: str) -> None:
+    environment = celpy.Environment()
+    programs = [
+        (environment.program(environment.compile(rule)), message)
+        for rule, message in crds.VALIDATION_RULES[name]
+    ]
+    for sample in _RULE_SAMPLES[name]:
+        failed = [m for p, m in programs if not p.evaluate({"self": celpy.json_to_cel(sample)})]
+        try:
+            _RULE_MODELS[name].model_validate(sample)
+        except ValidationError as error:
+            assert len(failed) == 1, (sample, failed)
+            assert failed[0] in str(error), sample  # the model's own message
+        else:
+            assert failed == [], sample
