@@ -11,7 +11,9 @@ Kubernetes accepts only *structural* schemas, so the conversion
 - keeps enums, bounds, `required` and descriptions, turns `const` into a one-value enum;
 - drops `title`, `additionalProperties: false` (the API server prunes or, with strict field
   validation, rejects unknown fields itself) and `default` (objects are stored as the user wrote
-  them; pydantic applies the defaults when drasat reads them, and the description says them).
+  them; pydantic applies the defaults when drasat reads them, and the description says them);
+- states what the models' validators check across fields where a schema can: "exactly one field"
+  as `minProperties`/`maxProperties`, the claim-parameter rules as CEL `x-kubernetes-validations`.
 
 A CRD schema cannot be recursive, but a GpuSelector nests to any depth. The schema therefore
 unrolls a recursive model `MAX_RECURSION_DEPTH` levels deep; below that it accepts any object
