@@ -42,13 +42,17 @@ class Document:
 
 def parse_documents(text: str, source: str) -> list[Document]:
     """Split multi-document YAML; a `List` (kubectl get -o yaml) is unrolled into its items."""
+    raw: list[Any] = []
     try:
-        raw = list(yaml.safe_load_all(text))
+        # Documents are read one by one so an error can say which document it is in.
+        for data in yaml.safe_load_all(text):
+            raw.append(data)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InputError(f"malformed YAML{at}: {problem}", where=source) from None
+        where = f"{source}: document {len(raw) + 1}"
+        raise InputError(f"malformed YAML{at}: {problem}", where=where) from None
     documents: list[Document] = []
     for number, data in enumerate(raw, start=1):
         if data is None:
