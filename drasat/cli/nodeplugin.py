@@ -1,0 +1,126 @@
+"""`drasat nodeplugin`: the kubelet DRA plugin of one GPU node (runs in the DaemonSet).
+
+Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NODE_NAME); flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from drasat.api.errors import InputError
+from drasat.nodeplugin import app, plugin, registration, state
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get(f"DRASAT_{name}", default)
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "nodeplugin",
+        help="run the kubelet DRA plugin of this node",
+        description="Publish this node's GPUs in its NodeAllocationState and prepare the claims "
+        "the controller allocated here when the kubelet asks (MIG, sharing, CDI).",
+    )
+    add = p.add_argument
+    add(
+        "--node-name",
+        default=_env("NODE_NAME", os.environ.get("NODE_NAME", "")),
+        help="this node's name (default: $NODE_NAME)",
+    )
+    add(
+        "--namespace",
+        default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", "drasat")),
+        help="driver namespace of the NodeAllocationState (default drasat)",
+    )
+    add(
+        "--cdi-root",
+        default=_env("CDI_ROOT", "/var/run/cdi"),
+        help="directory of CDI spec files (default /var/run/cdi)",
+    )
+    add(
+        "--kubelet-plugin-dir",
+        default=_env("KUBELET_PLUGIN_DIR", "/var/lib/kubelet/plugins"),
+        help="kubelet plugins directory; the DRA socket is <dir>/gpu.drasat.io/dra.sock",
+    )
+    add(
+        "--kubelet-registry-dir",
+        default=_env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
+        help="kubelet plugin registry directory (default /var/lib/kubelet/plugins_registry)",
+    )
+    add(
+        "--driver-root",
+        default=_env("DRIVER_ROOT", "/"),
+        help="where the NVIDIA driver is installed on the host (CDI hostPath prefix; default /)",
+    )
+    add(
+        "--state-dir",
+        default=_env("STATE_DIR", "/var/lib/drasat"),
+        help="checkpoint and MPS directories (default /var/lib/drasat)",
+    )
+    add(
+        "--kubeconfig",
+        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
+        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+    )
+    add(
+        "--kubelet-api",
+        choices=[a.value for a in registration.KubeletApi],
+        default=_env("KUBELET_API", "classic"),
+        help="versions to register: classic (v1alpha3.Node, kubelets <= 1.31), structured "
+        "(v1/v1beta1 DRAPlugin) or both (default classic)",
+    )
+    add(
+        "--orphan-mig",
+        choices=[o.value for o in state.OrphanPolicy],
+        default=_env("ORPHAN_MIG", "destroy"),
+        help="MIG devices no prepared claim owns, found at start: destroy or report",
+    )
+    add(
+        "--gc-interval",
+        type=float,
+        default=float(_env("GC_INTERVAL", 60)),
+        help="seconds between unpreparing claims no longer allocated here (0: off; default 60)",
+    )
+    add(
+        "--simulate-gpus",
+        default=_env("SIMULATE_GPUS", ""),
+        help="use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
+    )
+    add(
+        "--in-memory-nas",
+        action="store_true",
+        default=_env("IN_MEMORY_NAS", "") not in ("", "0", "false"),
+        help="keep the NodeAllocationState in memory, no API server (testing)",
+    )
+    p.set_defaults(func=run)
+
+
+def options(args: argparse.Namespace) -> app.Options:
+    if not args.node_name:
+        raise InputError("--node-name (or $NODE_NAME) is required")
+    config = plugin.Config(
+        node_name=args.node_name,
+        namespace=args.namespace,
+        cdi_root=Path(args.cdi_root),
+        plugin_dir=Path(args.kubelet_plugin_dir),
+        registry_dir=Path(args.kubelet_registry_dir),
+        driver_root=args.driver_root,
+        state_dir=Path(args.state_dir),
+        kubelet_api=registration.KubeletApi(args.kubelet_api),
+        orphans=state.OrphanPolicy(args.orphan_mig),
+        gc_interval_s=args.gc_interval,
+    )
+    return app.Options(
+        config=config,
+        simulate_gpus=args.simulate_gpus,
+        kubeconfig=args.kubeconfig,
+        in_memory_nas=args.in_memory_nas,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return app.run(options(args))

@@ -1,0 +1,76 @@
+"""Wire the node plugin from options: NVML or the simulated fleet, the NAS store, the MPS runner.
+
+The simulated fleet (`--simulate-gpus` / DRASAT_SIMULATE_GPUS) is never chosen silently: it is
+logged as a warning at start and marked on every NAS write's log line of the plugin.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+from drasat.kube import client as kube_client
+from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasStore
+from drasat.nodeplugin.plugin import Config, NodePlugin
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    config: Config
+    simulate_gpus: str = ""
+    kubeconfig: str | None = None
+    in_memory_nas: bool = False
+
+
+def build(options: Options) -> NodePlugin:
+    config = options.config
+    runner: mps.Runner
+    if options.simulate_gpus:
+        fleet = simnvml.SimulatedNvml(options.simulate_gpus)
+        log.warning(
+            "SIMULATED GPUs (%s): %d GPU(s); no NVML, no nvidia-smi, no MPS daemon is started",
+            options.simulate_gpus,
+            len(fleet.gpus),
+        )
+        lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)
+        runner = mps.RecordingRunner()
+    else:
+        lib = nvml.NvmlDeviceLib()
+        runner = mps.ProcessRunner()
+    store: NasStore
+    if options.in_memory_nas:
+        log.warning("NodeAllocationState kept in memory only: the controller cannot see it")
+        store = MemoryNasStore(node=config.node_name, namespace=config.namespace)
+    else:
+        configuration = kube_client.load_configuration(options.kubeconfig)
+        api = kube_client.KubeClient(configuration)
+        store = KubeNasStore(api, node=config.node_name, namespace=config.namespace)
+    return NodePlugin(config, lib=lib, store=store, mps_runner=runner)
+
+
+def run(options: Options, *, ready: threading.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT; 0 on a clean stop."""
+    plugin = build(options)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.warning("signal %d: stopping", signum)
+        plugin.request_stop()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    for line in plugin.start():
+        log.warning("start-up: %s", line)
+    if ready is not None:
+        ready.set()
+    try:
+        plugin.wait()
+    finally:
+        plugin.stop()
+    return 0

@@ -1,0 +1,136 @@
+"""Access to this node's NodeAllocationState: a small interface, in memory or through drasat.kube.
+
+The node plugin reads `spec.allocatedClaims` and writes `spec.allocatableDevices`,
+`spec.preparedClaims` and `status`. Writes go through `update(mutate)`: the store reads the object,
+the mutate function changes the model in place and returns whether it changed anything, and the
+store retries on a conflicting write (drasat.kube.nas.update does this against the API server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from drasat.api.errors import describe_validation_error
+from drasat.api.nas import NodeAllocationState
+from drasat.kube import errors as kube_errors
+from drasat.kube import nas as kube_nas
+from drasat.kube import resources as kube_resources
+from drasat.kube.client import Api
+
+#: Changes the NAS in place; returns False when nothing changed (no write).
+Mutate = Callable[[NodeAllocationState], bool]
+
+
+class NasError(Exception):
+    """The NAS could not be read or written (missing, invalid, API unreachable)."""
+
+
+class NasStore(Protocol):
+    node: str
+    namespace: str
+
+    def read(self) -> NodeAllocationState: ...
+
+    def update(self, mutate: Mutate, *, create: bool = False) -> NodeAllocationState: ...
+
+
+def _parse(obj: dict[str, Any], where: str) -> NodeAllocationState:
+    try:
+        return NodeAllocationState.model_validate(obj)
+    except ValidationError as error:
+        raise NasError(f"{where}: invalid: {describe_validation_error(error)}") from None
+
+
+class MemoryNasStore:
+    """A NAS held in memory (tests, `drasat nodeplugin` without a cluster)."""
+
+    def __init__(self, *, node: str, namespace: str, obj: dict[str, Any] | None = None) -> None:
+        self.node = node
+        self.namespace = namespace
+        self.obj = copy.deepcopy(obj) if obj is not None else None
+        self.writes = 0
+        self._lock = threading.Lock()
+
+    def read(self) -> NodeAllocationState:
+        with self._lock:
+            if self.obj is None:
+                raise NasError(f"NodeAllocationState {self.namespace}/{self.node} not found")
+            return _parse(copy.deepcopy(self.obj), f"NodeAllocationState {self.node}")
+
+    def update(self, mutate: Mutate, *, create: bool = False) -> NodeAllocationState:
+        with self._lock:
+            if self.obj is None:
+                if not create:
+                    raise NasError(f"NodeAllocationState {self.namespace}/{self.node} not found")
+                self.obj = kube_nas.new(namespace=self.namespace, node=self.node)
+            model = _parse(copy.deepcopy(self.obj), f"NodeAllocationState {self.node}")
+            if mutate(model):
+                metadata = self.obj.get("metadata", {})
+                self.obj = model.dump()
+                self.obj["metadata"] = metadata
+                self.writes += 1
+            return model
+
+    def allocate(self, uid: str, allocation: dict[str, Any]) -> None:
+        """Test helper: what the controller does (write spec.allocatedClaims[uid])."""
+        with self._lock:
+            assert self.obj is not None
+            self.obj.setdefault("spec", {}).setdefault("allocatedClaims", {})[uid] = allocation
+
+    def deallocate(self, uid: str) -> None:
+        with self._lock:
+            assert self.obj is not None
+            self.obj.get("spec", {}).get("allocatedClaims", {}).pop(uid, None)
+
+
+class KubeNasStore:
+    """The NAS on the API server, through drasat.kube (optimistic concurrency with retries)."""
+
+    def __init__(self, api: Api, *, node: str, namespace: str, node_uid: str | None = None) -> None:
+        self.api = api
+        self.node = node
+        self.namespace = namespace
+        self.node_uid = node_uid
+
+    def read(self) -> NodeAllocationState:
+        where = f"NodeAllocationState {self.namespace}/{self.node}"
+        try:
+            obj = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+        except kube_errors.KubeError as error:
+            raise NasError(f"{where}: {error}") from error
+        return _parse(obj, where)
+
+    def update(self, mutate: Mutate, *, create: bool = False) -> NodeAllocationState:
+        where = f"NodeAllocationState {self.namespace}/{self.node}"
+        result: list[NodeAllocationState] = []
+
+        def apply(obj: dict[str, Any]) -> dict[str, Any] | None:
+            model = _parse(obj, where)
+            result[:] = [model]
+            if not mutate(model):
+                return None
+            out = model.dump()
+            out["metadata"] = obj.get("metadata", {})
+            return out
+
+        try:
+            if create:
+                self._ensure()
+            kube_nas.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
+        except kube_errors.KubeError as error:
+            raise NasError(f"{where}: {error}") from error
+        return result[-1]
+
+    def _ensure(self) -> None:
+        try:
+            kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+        except kube_errors.NotFound:
+            body = kube_nas.new(namespace=self.namespace, node=self.node, node_uid=self.node_uid)
+            with contextlib.suppress(kube_errors.AlreadyExists):
+                self.api.create(kube_resources.nas(), body, namespace=self.namespace)

@@ -1,0 +1,405 @@
+"""The production DeviceLib: NVML through `pynvml` (nvidia-ml-py). The only module importing it.
+
+`NvmlDeviceLib` takes the NVML function table as an argument: the real `pynvml` module, or the
+simulated fleet of `drasat.nodeplugin.simnvml` that has the same function names, return shapes
+and `pynvml.NVMLError` codes, so this code runs unchanged in CI. Time-slices have no NVML call;
+they are set with `nvidia-smi compute-policy` through an injected command runner.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pynvml
+
+from drasat.api.sharing import TimeSlice
+from drasat.nodeplugin import devices
+from drasat.nodeplugin.devices import ComputeMode, DeviceError
+
+log = logging.getLogger(__name__)
+
+#: The NVML error class and constants, for the simulator (which must raise the same errors).
+NVMLError: type[Exception] = pynvml.NVMLError
+NVML: Any = pynvml
+
+#: Runs a command (argv) and returns its stdout; raises DeviceError on failure.
+CommandRunner = Callable[[Sequence[str]], str]
+
+_COMPUTE_MODES: dict[ComputeMode, int] = {
+    ComputeMode.Default: pynvml.NVML_COMPUTEMODE_DEFAULT,
+    ComputeMode.ExclusiveProcess: pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+    ComputeMode.Prohibited: pynvml.NVML_COMPUTEMODE_PROHIBITED,
+}
+_ARCHITECTURES: dict[int, str] = {
+    pynvml.NVML_DEVICE_ARCH_KEPLER: "Kepler",
+    pynvml.NVML_DEVICE_ARCH_MAXWELL: "Maxwell",
+    pynvml.NVML_DEVICE_ARCH_PASCAL: "Pascal",
+    pynvml.NVML_DEVICE_ARCH_VOLTA: "Volta",
+    pynvml.NVML_DEVICE_ARCH_TURING: "Turing",
+    pynvml.NVML_DEVICE_ARCH_AMPERE: "Ampere",
+    pynvml.NVML_DEVICE_ARCH_ADA: "Ada Lovelace",
+    pynvml.NVML_DEVICE_ARCH_HOPPER: "Hopper",
+    pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
+}
+_BRANDS: dict[int, str] = {
+    pynvml.NVML_BRAND_NVIDIA: "Nvidia",
+    pynvml.NVML_BRAND_TESLA: "Tesla",
+    pynvml.NVML_BRAND_QUADRO: "Quadro",
+    pynvml.NVML_BRAND_GEFORCE: "GeForce",
+    pynvml.NVML_BRAND_TITAN: "Titan",
+    pynvml.NVML_BRAND_NVIDIA_RTX: "NvidiaRTX",
+}
+#: GPU/compute instance ids are small; enumeration probes ids below these.
+_MAX_GI_ID = 32
+_MAX_CI_ID = 8
+#: Compute-instance profile index that spans a GPU instance of this many compute slices.
+_CI_PROFILE_FOR_SLICES: dict[int, int] = {
+    1: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+    2: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
+    3: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+    4: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
+    6: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE,
+    7: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
+    8: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
+
+
+def error_name(error: Exception) -> str:
+    """`NVML_ERROR_INSUFFICIENT_RESOURCES` for an NVMLError, else the exception text."""
+    value = getattr(error, "value", None)
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == value:
+            return name
+    return str(error)
+
+
+def is_error(error: Exception, code: int) -> bool:
+    return isinstance(error, pynvml.NVMLError) and getattr(error, "value", None) == code
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def run_command(argv: Sequence[str]) -> str:
+    """Run a host tool (nvidia-smi); DeviceError with its stderr when it fails."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise DeviceError(f"{argv[0]}: {error}") from error
+    if done.returncode != 0:
+        raise DeviceError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+class NvmlDeviceLib:
+    """DeviceLib over an NVML function table (`pynvml` or the simulator)."""
+
+    def __init__(self, nvml: Any = None, *, run: CommandRunner = run_command) -> None:
+        self._nvml = pynvml if nvml is None else nvml
+        self._run = run
+        self._lock = threading.RLock()  # NVML MIG calls on one GPU must not interleave
+        self._time_slices: dict[str, TimeSlice] = {}
+        self._locked_clocks: dict[str, int] = {}
+        self._call("nvmlInit")
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _call(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self._nvml, name)(*args)
+        except pynvml.NVMLError as error:
+            raise DeviceError(f"{name}: {error_name(error)}") from error
+
+    def _optional(self, name: str, *args: Any, default: Any = None) -> Any:
+        """Call a query that some GPUs or drivers do not support; `default` when they do not."""
+        try:
+            return getattr(self._nvml, name)(*args)
+        except pynvml.NVMLError:
+            return default
+
+    def _handle(self, gpu_uuid: str) -> Any:
+        return self._call("nvmlDeviceGetHandleByUUID", gpu_uuid)
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def gpus(self) -> list[devices.GpuDevice]:
+        with self._lock:
+            driver = _text(self._call("nvmlSystemGetDriverVersion"))
+            cuda = int(self._call("nvmlSystemGetCudaDriverVersion"))
+            cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+            handles = [
+                self._call("nvmlDeviceGetHandleByIndex", i)
+                for i in range(int(self._call("nvmlDeviceGetCount")))
+            ]
+            bus_ids = {self._bus_id(h): _text(self._call("nvmlDeviceGetUUID", h)) for h in handles}
+            return [self._gpu(i, h, driver, cuda_version, bus_ids) for i, h in enumerate(handles)]
+
+    def _bus_id(self, handle: Any) -> str:
+        return _pci_bus_id(_text(self._call("nvmlDeviceGetPciInfo", handle).busId))
+
+    def _gpu(
+        self, index: int, handle: Any, driver: str, cuda: str, bus_ids: dict[str, str]
+    ) -> devices.GpuDevice:
+        major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
+        mig = self._optional("nvmlDeviceGetMigMode", handle, default=[0, 0])
+        architecture = self._optional("nvmlDeviceGetArchitecture", handle, default=-1)
+        return devices.GpuDevice(
+            index=index,
+            minor=int(self._call("nvmlDeviceGetMinorNumber", handle)),
+            uuid=_text(self._call("nvmlDeviceGetUUID", handle)),
+            mig_enabled=int(mig[0]) == pynvml.NVML_DEVICE_MIG_ENABLE,
+            memory_bytes=int(self._call("nvmlDeviceGetMemoryInfo", handle).total),
+            product_name=_text(self._call("nvmlDeviceGetName", handle)),
+            brand=_BRANDS.get(int(self._call("nvmlDeviceGetBrand", handle)), "Unknown"),
+            architecture=_ARCHITECTURES.get(int(architecture), "Unknown"),
+            cuda_compute_capability=f"{major}.{minor}",
+            driver_version=driver,
+            cuda_driver_version=cuda,
+            pci_bus_id=self._bus_id(handle),
+            numa_node=self._optional("nvmlDeviceGetNumaNodeId", handle),
+            nvlink_peers=self._nvlink_peers(handle, bus_ids),
+        )
+
+    def _nvlink_peers(self, handle: Any, bus_ids: dict[str, str]) -> tuple[str, ...]:
+        peers: list[str] = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            state = self._optional("nvmlDeviceGetNvLinkState", handle, link)
+            if state is None:
+                break  # no NVLink, or no more links
+            if state != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = self._optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            peer = bus_ids.get(_pci_bus_id(_text(remote.busId))) if remote is not None else None
+            if peer is not None and peer not in peers:
+                peers.append(peer)
+        return tuple(peers)
+
+    def mig_profiles(self, gpu_uuid: str) -> list[devices.MigProfileInfo]:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            profiles = []
+            for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+                info = self._optional("nvmlDeviceGetGpuInstanceProfileInfo", handle, index)
+                if info is None or int(info.instanceCount) == 0:
+                    continue
+                profiles.append(
+                    devices.MigProfileInfo(
+                        name=_text(info.name).removeprefix("MIG ").strip(),
+                        gi_profile_id=int(info.id),
+                        compute_slices=int(info.sliceCount),
+                        memory_bytes=int(info.memorySizeMB) * 2**20,
+                        placements=self._placements(handle, int(info.id), int(info.instanceCount)),
+                        max_instances=int(info.instanceCount),
+                    )
+                )
+            return profiles
+
+    def _placements(self, handle: Any, profile_id: int, most: int) -> tuple[tuple[int, int], ...]:
+        array = (pynvml.c_nvmlGpuInstancePlacement_t * max(most, 8))()
+        count = ctypes.c_uint(len(array))
+        self._call(
+            "nvmlDeviceGetGpuInstancePossiblePlacements",
+            handle,
+            profile_id,
+            array,
+            ctypes.pointer(count),
+        )
+        return tuple((int(array[i].start), int(array[i].size)) for i in range(count.value))
+
+    def mig_devices(self, gpu_uuid: str) -> list[devices.MigDevice]:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            found = []
+            for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
+                mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
+                if mig is not None:
+                    found.append(self._mig_device(gpu_uuid, handle, mig))
+            return found
+
+    def _mig_device(self, gpu_uuid: str, handle: Any, mig: Any) -> devices.MigDevice:
+        gi_id = int(self._call("nvmlDeviceGetGpuInstanceId", mig))
+        gi_info = self._call(
+            "nvmlGpuInstanceGetInfo", self._call("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+        )
+        return devices.MigDevice(
+            uuid=_text(self._call("nvmlDeviceGetUUID", mig)),
+            parent_uuid=gpu_uuid,
+            gi_id=gi_id,
+            ci_id=int(self._call("nvmlDeviceGetComputeInstanceId", mig)),
+            gi_profile_id=int(gi_info.profileId),
+            start=int(gi_info.placement.start),
+            size=int(gi_info.placement.size),
+        )
+
+    def gpu_instances(self, gpu_uuid: str) -> list[devices.GpuInstance]:
+        """Every GPU instance, found by id (ids are small), also ones without compute instances."""
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            if not self._is_mig(handle):
+                return []
+            found = []
+            for gi_id in range(_MAX_GI_ID):
+                gi = self._optional("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+                if gi is None:
+                    continue
+                info = self._call("nvmlGpuInstanceGetInfo", gi)
+                found.append(
+                    devices.GpuInstance(
+                        gi_id=int(info.id),
+                        profile_id=int(info.profileId),
+                        start=int(info.placement.start),
+                        size=int(info.placement.size),
+                    )
+                )
+            return found
+
+    def _is_mig(self, handle: Any) -> bool:
+        mode = self._optional("nvmlDeviceGetMigMode", handle, default=[0, 0])
+        return bool(int(mode[0]) == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    # -- MIG create / destroy ----------------------------------------------------------------
+
+    def create_mig_device(
+        self, gpu_uuid: str, *, gi_profile_id: int, start: int
+    ) -> devices.MigDevice:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            profile = self._profile_by_id(handle, gi_profile_id)
+            sizes = dict(self._placements(handle, int(profile.id), int(profile.instanceCount)))
+            if start not in sizes:
+                raise DeviceError(
+                    f"{gpu_uuid}: profile id {gi_profile_id} cannot start at memory slice {start} "
+                    f"(possible starts {sorted(sizes)}): NVML_ERROR_INVALID_ARGUMENT"
+                )
+            placement = pynvml.c_nvmlGpuInstancePlacement_t()
+            placement.start = start
+            placement.size = sizes[start]
+            gi = self._call(
+                "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile.id, placement
+            )
+            try:
+                ci_index = _CI_PROFILE_FOR_SLICES[int(profile.sliceCount)]
+                ci_profile = self._call(
+                    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+                    gi,
+                    ci_index,
+                    pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                )
+                ci = self._call("nvmlGpuInstanceCreateComputeInstance", gi, ci_profile.id)
+                gi_id = int(self._call("nvmlGpuInstanceGetInfo", gi).id)
+                ci_id = int(self._call("nvmlComputeInstanceGetInfo", ci).id)
+                return self._find_mig(gpu_uuid, handle, gi_id, ci_id)
+            except (DeviceError, KeyError):
+                self._destroy_gi_quietly(gi)
+                raise
+
+    def _profile_by_id(self, handle: Any, gi_profile_id: int) -> Any:
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            info = self._optional("nvmlDeviceGetGpuInstanceProfileInfo", handle, index)
+            if info is not None and int(info.id) == gi_profile_id:
+                return info
+        raise DeviceError(f"GPU instance profile id {gi_profile_id}: NVML_ERROR_NOT_SUPPORTED")
+
+    def _find_mig(self, gpu_uuid: str, handle: Any, gi_id: int, ci_id: int) -> devices.MigDevice:
+        for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
+            mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
+            if mig is None:
+                continue
+            device = self._mig_device(gpu_uuid, handle, mig)
+            if (device.gi_id, device.ci_id) == (gi_id, ci_id):
+                return device
+        raise DeviceError(f"MIG device gi={gi_id} ci={ci_id} on {gpu_uuid}: NVML_ERROR_NOT_FOUND")
+
+    def _destroy_gi_quietly(self, gi: Any) -> None:
+        try:
+            self._nvml.nvmlGpuInstanceDestroy(gi)
+        except pynvml.NVMLError as error:
+            log.error("could not roll back a GPU instance: %s", error_name(error))
+
+    def destroy_mig_device(self, gpu_uuid: str, *, gi_id: int, ci_id: int | None) -> bool:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            try:
+                gi = self._nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+            except pynvml.NVMLError as error:
+                if is_error(error, pynvml.NVML_ERROR_NOT_FOUND):
+                    return False
+                raise DeviceError(f"nvmlDeviceGetGpuInstanceById: {error_name(error)}") from error
+            for candidate in range(_MAX_CI_ID) if ci_id is None else [ci_id]:
+                ci = self._optional("nvmlGpuInstanceGetComputeInstanceById", gi, candidate)
+                if ci is not None:
+                    self._call("nvmlComputeInstanceDestroy", ci)
+            self._call("nvmlGpuInstanceDestroy", gi)
+            return True
+
+    # -- settings ----------------------------------------------------------------------------
+
+    def settings(self, gpu_uuid: str) -> devices.DeviceSettings:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            mode = self._optional("nvmlDeviceGetComputeMode", handle)
+            by_value = {v: k for k, v in _COMPUTE_MODES.items()}
+            limit = self._optional("nvmlDeviceGetPowerManagementLimit", handle)
+            default = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+            persistence = self._optional("nvmlDeviceGetPersistenceMode", handle)
+            return devices.DeviceSettings(
+                compute_mode=by_value.get(mode) if mode is not None else None,
+                time_slice=self._time_slices.get(gpu_uuid, TimeSlice.Default),
+                power_limit_watts=int(limit) // 1000 if limit is not None else None,
+                default_power_limit_watts=int(default) // 1000 if default is not None else None,
+                locked_clocks_mhz=self._locked_clocks.get(gpu_uuid),
+                persistence_mode=(
+                    int(persistence) == pynvml.NVML_FEATURE_ENABLED
+                    if persistence is not None
+                    else None
+                ),
+            )
+
+    def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        with self._lock:
+            self._call("nvmlDeviceSetComputeMode", self._handle(gpu_uuid), _COMPUTE_MODES[mode])
+
+    def set_time_slice(self, gpu_uuid: str, time_slice: TimeSlice) -> None:
+        level = devices.TIME_SLICE_LEVELS[time_slice]
+        self._run(["nvidia-smi", "compute-policy", "-i", gpu_uuid, f"--set-timeslice={level}"])
+        self._time_slices[gpu_uuid] = time_slice
+
+    def set_power_limit(self, gpu_uuid: str, watts: int | None) -> None:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            milliwatts = (
+                int(self._call("nvmlDeviceGetPowerManagementDefaultLimit", handle))
+                if watts is None
+                else watts * 1000
+            )
+            self._call("nvmlDeviceSetPowerManagementLimit", handle, milliwatts)
+
+    def lock_clocks(self, gpu_uuid: str, mhz: int | None) -> None:
+        with self._lock:
+            handle = self._handle(gpu_uuid)
+            if mhz is None:
+                self._call("nvmlDeviceResetGpuLockedClocks", handle)
+                self._locked_clocks.pop(gpu_uuid, None)
+            else:
+                self._call("nvmlDeviceSetGpuLockedClocks", handle, mhz, mhz)
+                self._locked_clocks[gpu_uuid] = mhz
+
+    def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
+        with self._lock:
+            value = pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
+            self._call("nvmlDeviceSetPersistenceMode", self._handle(gpu_uuid), value)
+
+    def shutdown(self) -> None:
+        self._optional("nvmlShutdown")
+
+
+def _pci_bus_id(bus_id: str) -> str:
+    """NVML's `00000000:3B:00.0` as Linux writes it: `0000:3b:00.0`."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:]}:{rest}" if rest else domain

@@ -1,0 +1,161 @@
+"""The node plugin process: publish devices, reconcile, serve the kubelet, collect garbage.
+
+Start order: discover GPUs and write the NAS `allocatableDevices` (status Ready), reconcile the
+checkpoint with NVML and the NAS, serve the DRA socket, then the registration socket (the kubelet
+calls the DRA socket as soon as it sees the registration). Stop: status NotReady, sockets removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from drasat import DRIVER_NAME
+from drasat.api.nas import NasStatus, NodeAllocationState
+from drasat.nodeplugin import cdi, checkpoint, dra, mps, publish, registration, state
+from drasat.nodeplugin.devices import DeviceLib
+from drasat.nodeplugin.nasstore import NasError, NasStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Config:
+    node_name: str
+    namespace: str = "drasat"
+    cdi_root: Path = Path("/var/run/cdi")
+    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    driver_root: str = "/"
+    state_dir: Path = Path("/var/lib/drasat")
+    kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
+    orphans: state.OrphanPolicy = state.OrphanPolicy.destroy
+    gc_interval_s: float = 60.0
+    workers: int = 16
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / DRIVER_NAME / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{DRIVER_NAME}-reg.sock"
+
+
+def _socket_dir(path: Path, mode: int) -> None:
+    """Create a socket's directory, readable by no other user when it is ours to create."""
+    existed = path.exists()
+    path.mkdir(parents=True, exist_ok=True, mode=mode)
+    if not existed:
+        os.chmod(path, mode)
+
+
+def _serve(socket: Path, workers: int) -> Any:
+    socket.unlink(missing_ok=True)  # a stale socket of a previous run
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+
+
+class NodePlugin:
+    def __init__(
+        self, config: Config, *, lib: DeviceLib, store: NasStore, mps_runner: mps.Runner
+    ) -> None:
+        self.config = config
+        self.lib = lib
+        self.store = store
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.state = state.DeviceState(
+            lib=lib,
+            store=store,
+            checkpoint=checkpoint.Checkpoint(config.state_dir),
+            cdi=cdi.CdiWriter(config.cdi_root, driver_root=config.driver_root),
+            mps=mps.MpsManager(config.state_dir / "mps", mps_runner),
+            orphans=config.orphans,
+        )
+        self.registration = registration.Registration(
+            endpoint=str(config.dra_socket), api=config.kubelet_api
+        )
+        self._servers: list[Any] = []
+        self._stop = threading.Event()
+        self._gc: threading.Thread | None = None
+
+    def publish(self, *, ready: bool = True) -> NodeAllocationState:
+        gpus = self.state.gpus()
+        profiles = {g.uuid: self.lib.mig_profiles(g.uuid) for g in gpus if g.mig_enabled}
+        devices = publish.allocatable_devices(gpus, profiles)
+        status = NasStatus.Ready if ready else NasStatus.NotReady
+
+        def mutate(nas: NodeAllocationState) -> bool:
+            if nas.spec.allocatableDevices == devices and nas.status == status:
+                return False
+            nas.spec.allocatableDevices = devices
+            nas.status = status
+            return True
+
+        return self.store.update(mutate, create=True)
+
+    def set_status(self, status: NasStatus) -> None:
+        def mutate(nas: NodeAllocationState) -> bool:
+            changed = nas.status != status
+            nas.status = status
+            return changed
+
+        self.store.update(mutate)
+
+    def start(self) -> list[str]:
+        """Publish, reconcile, serve; the reconcile report."""
+        self.publish(ready=False)
+        report = self.state.reconcile()
+        _socket_dir(self.config.dra_socket.parent, 0o750)
+        _socket_dir(self.config.registry_dir, 0o750)
+        dra_server = _serve(self.config.dra_socket, self.config.workers)
+        dra.add_services(dra_server, self.state, pool=self.config.node_name)
+        dra_server.add_insecure_port(f"unix://{self.config.dra_socket}")
+        dra_server.start()
+        os.chmod(self.config.dra_socket, 0o660)
+        self._servers.append(dra_server)
+        self.set_status(NasStatus.Ready)
+        reg_server = _serve(self.config.registration_socket, 2)
+        registration.add_service(reg_server, self.registration)
+        reg_server.add_insecure_port(f"unix://{self.config.registration_socket}")
+        reg_server.start()
+        os.chmod(self.config.registration_socket, 0o660)
+        self._servers.append(reg_server)
+        if self.config.gc_interval_s > 0:
+            self._gc = threading.Thread(target=self._collect, name="drasat-gc", daemon=True)
+            self._gc.start()
+        log.warning(
+            "node plugin serving %s and %s", self.config.dra_socket, self.config.registration_socket
+        )
+        return report
+
+    def _collect(self) -> None:
+        while not self._stop.wait(self.config.gc_interval_s):
+            collected = self.state.garbage_collect()
+            if collected:
+                log.warning("unprepared claims no longer allocated here: %s", ", ".join(collected))
+
+    def stop(self, *, grace_s: float = 2.0) -> None:
+        self._stop.set()
+        for server in reversed(self._servers):  # registration first: the kubelet stops calling
+            server.stop(grace_s).wait()
+        self._servers.clear()
+        for socket in (self.config.registration_socket, self.config.dra_socket):
+            socket.unlink(missing_ok=True)
+        try:
+            self.set_status(NasStatus.NotReady)
+        except NasError as error:
+            log.error("could not mark the NAS NotReady: %s", error)
+        self.lib.shutdown()
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()

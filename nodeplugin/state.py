@@ -1,0 +1,738 @@
+"""Prepare and unprepare claims: retry-safe, idempotent, recorded step by step in the checkpoint.
+
+Prepare (for a claim in NAS `spec.allocatedClaims`):
+1. a completed prepare answers its CDI ids again; an interrupted one is rolled back first;
+2. the allocation is checked against what NVML shows (devices on this node, MIG placements);
+3. the claim is recorded as started, then every side effect is recorded as soon as it is done:
+   MIG devices created at the allocated placement, per-GPU settings held (compute mode,
+   time-slice, lifecycle init actions), the MPS daemon, the CDI spec;
+4. `preparedClaims` in the NAS is written, then the record is marked completed.
+Any failure undoes what the record lists (and destroys MIG devices at the planned placements that
+no record owns), so nothing half-made is left; the error goes to the claim.
+
+Unprepare undoes the record in reverse, removes the CDI spec and the NAS entry, then verifies the
+GPUs are back at their baseline (no MIG device of the claim left, released settings restored);
+when verification fails the record is kept, the claim gets an error, and the next call retries.
+Per-GPU settings are reference-counted: a second claim on a GPU may hold the same value, a
+different value is refused, and the baseline returns when the last holder lets go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from drasat.api.errors import describe_validation_error
+from drasat.api.nas import (
+    AllocatedDevices,
+    MigPlacement,
+    NodeAllocationState,
+    PreparedDevices,
+    PreparedGpu,
+    PreparedGpus,
+    PreparedMigDevice,
+    PreparedMigDevices,
+)
+from drasat.api.policy import LifecycleActionName
+from drasat.api.quantity import to_bytes
+from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
+from drasat.nodeplugin import cdi, checkpoint, mps
+from drasat.nodeplugin.checkpoint import AppliedStep, ClaimRecord, ClaimStatus, PlannedMig
+from drasat.nodeplugin.devices import ComputeMode, DeviceError, DeviceLib, GpuDevice, MigDevice
+from drasat.nodeplugin.nasstore import NasError, NasStore
+
+log = logging.getLogger(__name__)
+
+
+class ClaimError(Exception):
+    """Preparing or unpreparing one claim failed; `str()` goes into the claim's `error`."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    uid: str
+    namespace: str = ""
+    name: str = ""
+    resource_handle: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.uid})" if self.name else self.uid
+
+
+class Setting(StrEnum):
+    """Per-GPU settings a claim may hold."""
+
+    computeMode = "computeMode"
+    timeSlice = "timeSlice"
+    powerLimitWatts = "powerLimitWatts"
+    lockedClocksMHz = "lockedClocksMHz"
+    persistenceMode = "persistenceMode"
+
+
+class OrphanPolicy(StrEnum):
+    destroy = "destroy"
+    report = "report"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test hook: raise after a named prepare/unprepare step (simulates a crash)."""
+
+    step: str
+    error: BaseException
+
+
+SettingValue = str | int | bool | None
+
+
+class DeviceState:
+    """The node's prepared claims. Thread-safe: claims run in parallel, each one serially."""
+
+    def __init__(
+        self,
+        *,
+        lib: DeviceLib,
+        store: NasStore,
+        checkpoint: checkpoint.Checkpoint,
+        cdi: cdi.CdiWriter,
+        mps: mps.MpsManager,
+        orphans: OrphanPolicy = OrphanPolicy.destroy,
+    ) -> None:
+        self.lib = lib
+        self.store = store
+        self.checkpoint = checkpoint
+        self.cdi = cdi
+        self.mps = mps
+        self.orphans = orphans
+        self.faults: list[Fault] = []
+        self._claim_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._settings_lock = threading.RLock()
+        self._gpus: list[GpuDevice] | None = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _claim_lock(self, uid: str) -> Iterator[None]:
+        with self._locks_lock:
+            lock = self._claim_locks.setdefault(uid, threading.Lock())
+        with lock:
+            yield
+
+    def gpus(self) -> list[GpuDevice]:
+        if self._gpus is None:
+            self._gpus = self.lib.gpus()
+        return self._gpus
+
+    def _gpu(self, uuid: str) -> GpuDevice | None:
+        return next((g for g in self.gpus() if g.uuid == uuid), None)
+
+    def _step(self, name: str) -> None:
+        for fault in list(self.faults):
+            if fault.step == name:
+                self.faults.remove(fault)
+                raise fault.error
+
+    def _record_step(self, record: ClaimRecord, step: AppliedStep, name: str) -> None:
+        record.applied.append(step)
+        self.checkpoint.put(record)
+        self._step(name)
+
+    # -- prepare -----------------------------------------------------------------------------
+
+    def prepare(self, claim: ClaimRef) -> list[str]:
+        """Prepare one claim; its CDI device ids. Raises ClaimError."""
+        if not claim.uid:
+            raise ClaimError("claim without a uid")
+        with self._claim_lock(claim.uid):
+            record = self.checkpoint.get(claim.uid)
+            if record is not None and record.status is ClaimStatus.PrepareCompleted:
+                return list(record.cdi_devices)
+            if record is not None:
+                log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
+                self._rollback(record)
+                if record.status is ClaimStatus.UnprepareStarted:
+                    self._remove_prepared(record.uid)
+            allocation = self._allocation(claim)
+            record = ClaimRecord(
+                uid=claim.uid,
+                namespace=claim.namespace or allocation.claimInfo.namespace,
+                name=claim.name or allocation.claimInfo.name,
+                status=ClaimStatus.PrepareStarted,
+                allocation=allocation.dump(),
+                planned_migs=self._plan_migs(allocation),
+            )
+            self._check_gpus(allocation)
+            self.checkpoint.put(record)
+            self._step("recorded")
+            try:
+                return self._prepare(record, allocation)
+            except ClaimError:
+                self._undo_failed_prepare(record)
+                raise
+            except (DeviceError, NasError, OSError, ValueError) as error:
+                self._undo_failed_prepare(record)
+                raise ClaimError(f"prepare {claim}: {error}") from error
+
+    def _undo_failed_prepare(self, record: ClaimRecord) -> None:
+        try:
+            self._rollback(record)
+        except (DeviceError, OSError, NasError) as error:
+            log.error("claim %s: rollback incomplete (%s); retried on next call", record.uid, error)
+
+    def _allocation(self, claim: ClaimRef) -> AllocatedDevices:
+        handle = self._handle_allocation(claim)
+        try:
+            nas = self.store.read()
+        except NasError as error:
+            raise ClaimError(f"claim {claim}: {error}") from error
+        allocation = nas.spec.allocatedClaims.get(claim.uid)
+        if allocation is None:
+            allocation = handle
+        if allocation is None:
+            raise ClaimError(
+                f"claim {claim} is not allocated on node {self.store.node}: no entry in "
+                f"NodeAllocationState {self.store.namespace}/{self.store.node} "
+                "spec.allocatedClaims"
+            )
+        info = allocation.claimInfo
+        if claim.namespace and (info.namespace, info.name) != (claim.namespace, claim.name):
+            raise ClaimError(
+                f"claim {claim}: NAS allocatedClaims names it {info.namespace}/{info.name}"
+            )
+        return allocation
+
+    @staticmethod
+    def _handle_allocation(claim: ClaimRef) -> AllocatedDevices | None:
+        """A resource handle, when given, is the allocation as JSON (the NAS entry wins)."""
+        if not claim.resource_handle.strip():
+            return None
+        try:
+            data = json.loads(claim.resource_handle)
+        except json.JSONDecodeError as error:
+            raise ClaimError(f"claim {claim}: resource handle is not valid JSON: {error}") from None
+        try:
+            return AllocatedDevices.model_validate(data)
+        except ValidationError as error:
+            message = describe_validation_error(error)
+            raise ClaimError(f"claim {claim}: resource handle: {message}") from None
+
+    def _check_gpus(self, allocation: AllocatedDevices) -> None:
+        known = ", ".join(g.uuid for g in self.gpus()) or "none"
+        uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+        for uuid in uuids:
+            if self._gpu(uuid) is None:
+                raise ClaimError(f"allocated GPU {uuid} is not on this node (it has: {known})")
+
+    def _plan_migs(self, allocation: AllocatedDevices) -> list[PlannedMig]:
+        planned = []
+        for device in allocation.mig.devices if allocation.mig else []:
+            parent = self._gpu(device.parentUUID)
+            if parent is None:
+                raise ClaimError(f"MIG parent GPU {device.parentUUID} is not on this node")
+            if not parent.mig_enabled:
+                raise ClaimError(f"MIG parent GPU {device.parentUUID} is not in MIG mode")
+            profiles = {p.name: p for p in self.lib.mig_profiles(parent.uuid)}
+            profile = profiles.get(device.profile)
+            if profile is None:
+                raise ClaimError(
+                    f"MIG profile {device.profile} does not exist on {parent.product_name} "
+                    f"{parent.uuid} (it has: {', '.join(sorted(profiles))})"
+                )
+            where = (device.placement.start, device.placement.size)
+            if where not in profile.placements:
+                raise ClaimError(
+                    f"MIG {device.profile} cannot be placed at start {where[0]} size {where[1]} "
+                    f"on {parent.uuid} (possible: {list(profile.placements)})"
+                )
+            planned.append(
+                PlannedMig(
+                    parent_uuid=parent.uuid,
+                    profile=device.profile,
+                    gi_profile_id=profile.gi_profile_id,
+                    start=where[0],
+                    size=where[1],
+                )
+            )
+        return planned
+
+    def _prepare(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
+        migs = self._create_migs(record)
+        sharing = (allocation.gpu or allocation.mig or _Empty()).sharing
+        gpu_uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+        visible = gpu_uuids + [m.uuid for m in migs]
+        self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
+        self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
+        edits = self._edits(record, allocation, gpu_uuids, migs)
+        path = self.cdi.write(record.uid, edits)
+        self._record_step(record, AppliedStep(kind="cdi", path=str(path)), "cdi")
+        prepared = _record_prepared(record)
+        self.store.update(lambda nas: _set_prepared(nas, record.uid, prepared))
+        self._step("nas")
+        record.status = ClaimStatus.PrepareCompleted
+        record.cdi_devices = [cdi.device_id(record.uid)]
+        self.checkpoint.put(record)
+        log.info("claim %s/%s (%s) prepared", record.namespace, record.name, record.uid)
+        return list(record.cdi_devices)
+
+    def _create_migs(self, record: ClaimRecord) -> list[MigDevice]:
+        created = []
+        for plan in record.planned_migs:
+            try:
+                device = self.lib.create_mig_device(
+                    plan.parent_uuid, gi_profile_id=plan.gi_profile_id, start=plan.start
+                )
+            except DeviceError as error:
+                raise ClaimError(
+                    f"claim {record.namespace}/{record.name}: cannot create MIG {plan.profile} "
+                    f"at start {plan.start} on {plan.parent_uuid}: {error}"
+                ) from error
+            self._step("mig-created")
+            step = AppliedStep(
+                kind="mig",
+                gpu=plan.parent_uuid,
+                mig_uuid=device.uuid,
+                gi_id=device.gi_id,
+                ci_id=device.ci_id,
+                profile=plan.profile,
+                start=device.start,
+                size=device.size,
+            )
+            self._record_step(record, step, "mig-recorded")
+            created.append(device)
+        return created
+
+    def _apply_sharing(
+        self,
+        record: ClaimRecord,
+        allocation: AllocatedDevices,
+        sharing: GpuSharing | None,
+        gpu_uuids: list[str],
+        visible: list[str],
+    ) -> None:
+        share = allocation.share
+        strategy = sharing.strategy if sharing is not None else None
+        if share is not None and sharing is None:
+            strategy = SharingStrategy.MPS  # a share is enforced by MPS unless told otherwise
+        if strategy is SharingStrategy.TimeSlicing:
+            assert sharing is not None
+            level = (sharing.timeSlicingConfig or _NoTimeSlice()).effective
+            for uuid in gpu_uuids:  # time-slices do not apply to MIG devices
+                self._hold(record, uuid, Setting.computeMode, ComputeMode.Default.value)
+                self._hold(record, uuid, Setting.timeSlice, level.value)
+        elif strategy is SharingStrategy.MPS:
+            for uuid in gpu_uuids:
+                self._hold(record, uuid, Setting.computeMode, ComputeMode.ExclusiveProcess.value)
+            limits = _mps_limits(record.uid, allocation, sharing, visible)
+            self.mps.start(limits)
+            claim_dir = str(self.mps.claim_dir(record.uid))
+            self._record_step(record, AppliedStep(kind="mps", path=claim_dir), "mps")
+
+    def _apply_lifecycle(
+        self, record: ClaimRecord, allocation: AllocatedDevices, gpus: list[str]
+    ) -> None:
+        for step in allocation.lifecycle or []:
+            try:
+                action = LifecycleActionName(step.action)
+            except ValueError:
+                known = ", ".join(a.value for a in LifecycleActionName)
+                raise ClaimError(
+                    f"lifecycle action {step.action!r} is not in the fixed vocabulary ({known})"
+                ) from None
+            setting, value = _lifecycle_setting(action, step.value)
+            for uuid in dict.fromkeys(gpus):
+                self._hold(record, uuid, setting, value)
+
+    def _edits(
+        self,
+        record: ClaimRecord,
+        allocation: AllocatedDevices,
+        gpu_uuids: list[str],
+        migs: list[MigDevice],
+    ) -> cdi.ClaimEdits:
+        visible = gpu_uuids + [m.uuid for m in migs]
+        parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
+        nodes = [f"/dev/nvidia{g.minor}" for g in dict.fromkeys(parents) if g is not None]
+        env = {
+            "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
+            "DRASAT_CLAIM_UID": record.uid,
+            "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
+            "DRASAT_GPU_COUNT": str(len(visible)),
+        }
+        mounts: list[cdi.Mount] = []
+        if any(s.kind == "mps" for s in record.applied):
+            pipe = self.mps.claim_dir(record.uid) / "pipe"
+            env["CUDA_MPS_PIPE_DIRECTORY"] = mps.CONTAINER_PIPE_DIR
+            mounts.append(cdi.Mount(str(pipe), mps.CONTAINER_PIPE_DIR))
+        if allocation.share is not None:
+            if allocation.share.compute is not None:
+                env["DRASAT_GPU_SHARE_COMPUTE"] = str(allocation.share.compute)
+            if allocation.share.memory is not None:
+                env["DRASAT_GPU_SHARE_MEMORY"] = str(to_bytes(allocation.share.memory))
+        if not visible:
+            return cdi.ClaimEdits(env=env)
+        return cdi.ClaimEdits(
+            env=env, device_nodes=(*cdi.CONTROL_DEVICES, *nodes), mounts=tuple(mounts)
+        )
+
+    # -- per-GPU settings (reference-counted holds) ------------------------------------------
+
+    def _hold(self, record: ClaimRecord, gpu: str, setting: Setting, value: SettingValue) -> None:
+        with self._settings_lock, self.checkpoint.lock:
+            ledger = self.checkpoint.data.settings.setdefault(gpu, {})
+            hold = ledger.get(setting.value)
+            if hold is not None and hold.value != value and hold.holders:
+                raise ClaimError(
+                    f"GPU {gpu}: {setting.value} is {hold.value} for claim(s) "
+                    f"{', '.join(hold.holders)}; this claim needs {value}"
+                )
+            if hold is None or not hold.holders:
+                baseline = self._read_setting(gpu, setting)
+                self._write_setting(gpu, setting, value)
+                hold = checkpoint.SettingHold(baseline=baseline, value=value)
+                ledger[setting.value] = hold
+            if record.uid not in hold.holders:
+                hold.holders.append(record.uid)
+            self._record_step(record, AppliedStep(kind="hold", gpu=gpu, setting=setting), "hold")
+
+    def _release(self, uid: str, gpu: str, setting: str) -> None:
+        with self._settings_lock, self.checkpoint.lock:
+            ledger = self.checkpoint.data.settings.get(gpu, {})
+            hold = ledger.get(setting)
+            if hold is None or uid not in hold.holders:
+                return
+            if hold.holders == [uid]:
+                self._write_setting(gpu, Setting(setting), hold.baseline)
+                del ledger[setting]
+                if not ledger:
+                    self.checkpoint.data.settings.pop(gpu, None)
+            else:
+                hold.holders.remove(uid)
+            self.checkpoint.save()
+
+    def _read_setting(self, gpu: str, setting: Setting) -> SettingValue:
+        current = self.lib.settings(gpu)
+        values: dict[Setting, SettingValue] = {
+            Setting.computeMode: current.compute_mode.value if current.compute_mode else None,
+            Setting.timeSlice: current.time_slice.value if current.time_slice else None,
+            Setting.powerLimitWatts: current.power_limit_watts,
+            Setting.lockedClocksMHz: current.locked_clocks_mhz,
+            Setting.persistenceMode: current.persistence_mode,
+        }
+        return values[setting]
+
+    def _write_setting(self, gpu: str, setting: Setting, value: SettingValue) -> None:
+        writers: dict[Setting, Callable[[], None]] = {
+            Setting.computeMode: lambda: self.lib.set_compute_mode(
+                gpu, ComputeMode(str(value or ComputeMode.Default))
+            ),
+            Setting.timeSlice: lambda: self.lib.set_time_slice(
+                gpu, TimeSlice(str(value or TimeSlice.Default))
+            ),
+            Setting.powerLimitWatts: lambda: self.lib.set_power_limit(
+                gpu, None if value is None else int(value)
+            ),
+            Setting.lockedClocksMHz: lambda: self.lib.lock_clocks(
+                gpu, None if value is None else int(value)
+            ),
+            Setting.persistenceMode: lambda: self.lib.set_persistence_mode(
+                gpu, True if value is None else bool(value)
+            ),
+        }
+        writers[setting]()
+
+    # -- rollback / unprepare ----------------------------------------------------------------
+
+    def _rollback(self, record: ClaimRecord) -> None:
+        """Undo every recorded step in reverse, plus unrecorded MIG devices at planned places."""
+        self._undo_steps(record)
+        self._destroy_unrecorded_migs(record)
+        self.checkpoint.drop(record.uid)
+
+    def _undo_steps(self, record: ClaimRecord) -> None:
+        for step in reversed(list(record.applied)):
+            if step.kind == "cdi":
+                self.cdi.remove(record.uid)
+            elif step.kind == "mps":
+                self.mps.stop(record.uid)
+            elif step.kind == "hold":
+                self._release(record.uid, step.gpu, step.setting)
+            elif step.kind == "mig":
+                self._destroy_mig(record, step)
+            record.applied.remove(step)
+            self.checkpoint.put(record)
+            self._step(f"undo-{step.kind}")
+        self.cdi.remove(record.uid)
+
+    def _destroy_mig(self, record: ClaimRecord, step: AppliedStep) -> None:
+        assert step.gi_id is not None
+        if (step.gpu, step.gi_id) in self._owned_migs(besides=record.uid):
+            return  # gone already; the id now belongs to another claim's instance
+        present = {(g.gi_id, g.start) for g in self.lib.gpu_instances(step.gpu)}
+        if (step.gi_id, step.start) in present:
+            self.lib.destroy_mig_device(step.gpu, gi_id=step.gi_id, ci_id=None)
+
+    def _owned_migs(self, *, besides: str) -> set[tuple[str, int]]:
+        return {
+            (s.gpu, s.gi_id)
+            for r in self.checkpoint.records()
+            if r.uid != besides
+            for s in r.applied
+            if s.kind == "mig" and s.gi_id is not None
+        }
+
+    def _destroy_unrecorded_migs(self, record: ClaimRecord) -> None:
+        owned = self._owned_migs(besides=record.uid)
+        for plan in record.planned_migs:
+            for gi in self.lib.gpu_instances(plan.parent_uuid):
+                at_plan = (gi.start, gi.profile_id) == (plan.start, plan.gi_profile_id)
+                if at_plan and (plan.parent_uuid, gi.gi_id) not in owned:
+                    log.warning(
+                        "claim %s: destroying unrecorded GPU instance %d on %s",
+                        record.uid,
+                        gi.gi_id,
+                        plan.parent_uuid,
+                    )
+                    self.lib.destroy_mig_device(plan.parent_uuid, gi_id=gi.gi_id, ci_id=None)
+
+    def unprepare(self, claim: ClaimRef) -> None:
+        """Undo a prepare; nothing to do when the claim is not prepared. Raises ClaimError."""
+        with self._claim_lock(claim.uid):
+            record = self.checkpoint.get(claim.uid)
+            if record is None:
+                self.cdi.remove(claim.uid)
+                self._remove_prepared(claim.uid)
+                return
+            record.status = ClaimStatus.UnprepareStarted
+            self.checkpoint.put(record)
+            try:
+                migs = [s for s in record.applied if s.kind == "mig"]
+                holds = [s for s in record.applied if s.kind == "hold"]
+                self._undo_steps(record)
+                self._step("undone")
+                self._remove_prepared(record.uid)
+                self._verify_baseline(record, migs, holds)
+            except (DeviceError, NasError, OSError) as error:
+                raise ClaimError(f"unprepare {claim}: {error}") from error
+            self.checkpoint.drop(record.uid)
+            log.info("claim %s unprepared", claim)
+
+    def _remove_prepared(self, uid: str) -> None:
+        self.store.update(lambda nas: nas.spec.preparedClaims.pop(uid, None) is not None)
+
+    def _verify_baseline(
+        self, record: ClaimRecord, migs: list[AppliedStep], holds: list[AppliedStep]
+    ) -> None:
+        problems = []
+        owned = self._owned_migs(besides=record.uid)
+        for step in migs:
+            for gi in self.lib.gpu_instances(step.gpu):
+                mine = (gi.gi_id, gi.start) == (step.gi_id, step.start)
+                if mine and (step.gpu, gi.gi_id) not in owned:
+                    problems.append(
+                        f"MIG device {step.mig_uuid} ({step.profile} at {step.start}) "
+                        f"still exists on {step.gpu}"
+                    )
+        with self.checkpoint.lock:
+            ledger = self.checkpoint.data.settings
+            for step in holds:
+                hold = ledger.get(step.gpu, {}).get(step.setting)
+                if hold is not None and hold.holders:
+                    continue  # other claims still hold it
+                problem = self._baseline_problem(step)
+                if problem:
+                    problems.append(problem)
+        if problems:
+            record.applied = [*migs, *holds]  # the next unprepare cleans up and checks again
+            self.checkpoint.put(record)
+            raise ClaimError(f"cleanup of {record.uid} not verified: {'; '.join(problems)}")
+
+    def _baseline_problem(self, step: AppliedStep) -> str:
+        setting = Setting(step.setting)
+        current = self._read_setting(step.gpu, setting)
+        expected: SettingValue = {
+            Setting.computeMode: ComputeMode.Default.value,
+            Setting.timeSlice: TimeSlice.Default.value,
+        }.get(setting, current)
+        if setting is Setting.powerLimitWatts:
+            expected = self.lib.settings(step.gpu).default_power_limit_watts
+        if setting is Setting.lockedClocksMHz:
+            expected = None
+        if current is not None and current != expected:
+            return f"{step.gpu} {setting.value} is {current}, baseline {expected}"
+        return ""
+
+    # -- start-up reconciliation and garbage collection --------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Finish interrupted work, adopt MIG devices of prepared claims, handle orphans.
+
+        Never raises for what it finds: returns what it did or reports, one line each."""
+        report = []
+        for record in self.checkpoint.records():
+            if record.status is ClaimStatus.PrepareCompleted:
+                continue
+            try:
+                if record.status is ClaimStatus.UnprepareStarted:
+                    self.unprepare(ClaimRef(record.uid, record.namespace, record.name))
+                    report.append(f"finished interrupted unprepare of {record.uid}")
+                else:
+                    with self._claim_lock(record.uid):
+                        self._rollback(record)
+                    report.append(f"rolled back interrupted prepare of {record.uid}")
+            except (ClaimError, DeviceError, OSError, NasError) as error:
+                report.append(f"could not finish {record.uid}: {error}")
+        report.extend(self._handle_orphans())
+        report.extend(self._sync_nas())
+        for line in report:
+            log.warning("reconcile: %s", line)
+        return report
+
+    def _handle_orphans(self) -> list[str]:
+        owned = self._owned_migs(besides="")
+        lines = []
+        for gpu in self.gpus():
+            if not gpu.mig_enabled:
+                continue
+            for gi in self.lib.gpu_instances(gpu.uuid):
+                if (gpu.uuid, gi.gi_id) in owned:
+                    continue
+                what = f"orphan GPU instance {gi.gi_id} (start {gi.start}) on {gpu.uuid}"
+                if self.orphans is OrphanPolicy.report:
+                    lines.append(f"{what} (kept)")
+                    continue
+                try:
+                    self.lib.destroy_mig_device(gpu.uuid, gi_id=gi.gi_id, ci_id=None)
+                    lines.append(f"destroyed {what}")
+                except DeviceError as error:
+                    lines.append(f"{what}: cannot destroy: {error}")
+        return lines
+
+    def _sync_nas(self) -> list[str]:
+        done = {
+            r.uid: r for r in self.checkpoint.records() if r.status is ClaimStatus.PrepareCompleted
+        }
+        lines: list[str] = []
+
+        def mutate(nas: NodeAllocationState) -> bool:
+            lines.clear()
+            prepared = nas.spec.preparedClaims
+            for uid in [u for u in prepared if u not in done]:
+                del prepared[uid]
+                lines.append(f"removed stale preparedClaims entry {uid}")
+            for uid, record in done.items():
+                if uid not in prepared:
+                    prepared[uid] = _record_prepared(record)
+                    lines.append(f"restored preparedClaims entry {uid}")
+            return bool(lines)
+
+        try:
+            self.store.update(mutate)
+        except NasError as error:
+            return [f"cannot sync preparedClaims: {error}"]
+        return lines
+
+    def garbage_collect(self) -> list[str]:
+        """Unprepare claims that are prepared here but no longer allocated to this node."""
+        try:
+            allocated = set(self.store.read().spec.allocatedClaims)
+        except NasError as error:
+            log.warning("garbage collection skipped: %s", error)
+            return []
+        collected = []
+        for record in self.checkpoint.records():
+            if record.uid in allocated or record.status is not ClaimStatus.PrepareCompleted:
+                continue
+            try:
+                self.unprepare(ClaimRef(record.uid, record.namespace, record.name))
+                collected.append(record.uid)
+            except ClaimError as error:
+                log.error("garbage collection of %s failed: %s", record.uid, error)
+        return collected
+
+
+class _Empty:
+    sharing: GpuSharing | None = None
+
+
+class _NoTimeSlice:
+    effective = TimeSlice.Default
+
+
+def _mps_limits(
+    uid: str, allocation: AllocatedDevices, sharing: GpuSharing | None, visible: list[str]
+) -> mps.MpsLimits:
+    config = sharing.mpsConfig if sharing is not None else None
+    threads = config.defaultActiveThreadPercentage if config else None
+    pinned: dict[int, int] = {}
+    if config and config.defaultPinnedDeviceMemoryLimit is not None:
+        limit = to_bytes(config.defaultPinnedDeviceMemoryLimit)
+        pinned = dict.fromkeys(range(len(visible)), limit)
+    for key, value in (
+        (config.defaultPerDevicePinnedMemoryLimit if config else None) or {}
+    ).items():
+        index = visible.index(key) if key in visible else int(key) if key.isdigit() else -1
+        if not 0 <= index < len(visible):
+            raise ClaimError(f"MPS pinned memory limit for unknown device {key!r}")
+        pinned[index] = to_bytes(value)
+    share = allocation.share
+    if share is not None:
+        threads = share.compute if share.compute is not None else threads
+        if share.memory is not None:
+            pinned = dict.fromkeys(range(len(visible)), to_bytes(share.memory))
+    return mps.MpsLimits(uid, tuple(visible), threads, pinned)
+
+
+def _lifecycle_setting(action: LifecycleActionName, value: Any) -> tuple[Setting, SettingValue]:
+    try:
+        if action is LifecycleActionName.setComputeMode:
+            return Setting.computeMode, ComputeMode(str(value)).value
+        if action is LifecycleActionName.setTimeSlice:
+            return Setting.timeSlice, TimeSlice(str(value)).value
+        if action is LifecycleActionName.setPowerLimitWatts:
+            return Setting.powerLimitWatts, int(value)
+        if action is LifecycleActionName.lockGpuClocksMHz:
+            return Setting.lockedClocksMHz, int(value)
+        if str(value) not in ("Enabled", "Disabled"):
+            raise ValueError(value)
+        return Setting.persistenceMode, str(value) == "Enabled"
+    except (ValueError, TypeError):
+        raise ClaimError(f"lifecycle action {action.value}: bad value {value!r}") from None
+
+
+def _record_prepared(record: ClaimRecord) -> PreparedDevices:
+    migs = [s for s in record.applied if s.kind == "mig"]
+    if migs:
+        return PreparedDevices(
+            mig=PreparedMigDevices(
+                devices=[
+                    PreparedMigDevice(
+                        uuid=s.mig_uuid,
+                        profile=s.profile,
+                        parentUUID=s.gpu,
+                        placement=MigPlacement(start=s.start or 0, size=s.size or 1),
+                        giId=s.gi_id,
+                        ciId=s.ci_id,
+                    )
+                    for s in migs
+                ]
+            )
+        )
+    allocation = record.allocated()
+    uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+    return PreparedDevices(gpu=PreparedGpus(devices=[PreparedGpu(uuid=u) for u in uuids]))
+
+
+def _set_prepared(nas: NodeAllocationState, uid: str, prepared: PreparedDevices) -> bool:
+    if nas.spec.preparedClaims.get(uid) == prepared:
+        return False
+    nas.spec.preparedClaims[uid] = prepared
+    return True
