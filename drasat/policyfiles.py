@@ -1,8 +1,9 @@
 """AllocationPolicy files: from a path, from text (a ConfigMap key), or shipped ones by name.
 
 Parsing and field-path errors come from `drasat.loading`; this module adds what a policy file
-needs beyond its model: the one accepted apiVersion, and the policies shipped in the package
-(`drasat/policies/*.yaml`, read with importlib.resources so an installed wheel finds them too).
+needs beyond its model: the one accepted apiVersion, unique reservation names, lifecycle values
+the node plugin can apply, and the policies shipped in the package (`drasat/policies/*.yaml`,
+read with importlib.resources so an installed wheel finds them too).
 """
 
 from __future__ import annotations
@@ -14,35 +15,74 @@ from pathlib import Path
 from drasat import loading
 from drasat.api import groups
 from drasat.api.errors import InputError
-from drasat.api.policy import AllocationPolicy
+from drasat.api.policy import AllocationPolicy, LifecycleActionName
+from drasat.api.sharing import TimeSlice
 
 KIND = groups.ALLOCATION_POLICY
 
 
 def load(path: str | Path) -> AllocationPolicy:
     """The one AllocationPolicy in a YAML file; InputError names the file and key path."""
-    policy = loading.load_one(AllocationPolicy, path, kind=KIND)
-    _check_version(policy, where=str(path))
-    return policy
+    return _policy(loading.read_documents(path), source=str(path))
 
 
 def from_text(text: str, *, source: str) -> AllocationPolicy:
     """The one AllocationPolicy in YAML text (e.g. a ConfigMap value), named `source` in errors."""
-    documents = loading.parse_documents(text, source)
+    return _policy(loading.parse_documents(text, source), source=source)
+
+
+def _policy(documents: list[loading.Document], *, source: str) -> AllocationPolicy:
     if len(documents) != 1 or documents[0].data.get("kind") != KIND:
         kinds = ", ".join(str(d.data.get("kind", "?")) for d in documents) or "nothing"
         raise InputError(f"expected exactly one {KIND}, found {kinds}", where=source)
-    policy = loading.validate(AllocationPolicy, documents[0])
-    _check_version(policy, where=source)
+    document = documents[0]
+    policy = loading.validate(AllocationPolicy, document)
+    problem = _problem(policy)
+    if problem:
+        raise InputError(problem, where=f"{document.where}: {document.describe()}")
     return policy
 
 
-def _check_version(policy: AllocationPolicy, *, where: str) -> None:
+# What the node plugin accepts for each lifecycle action (None: a positive integer).
+_ACTION_VALUES: dict[LifecycleActionName, tuple[str, ...] | None] = {
+    LifecycleActionName.setComputeMode: ("Default", "ExclusiveProcess", "Prohibited"),
+    LifecycleActionName.setTimeSlice: tuple(t.value for t in TimeSlice),
+    LifecycleActionName.setPersistenceMode: ("Enabled", "Disabled"),
+    LifecycleActionName.setPowerLimitWatts: None,
+    LifecycleActionName.lockGpuClocksMHz: None,
+}
+
+
+def _problem(policy: AllocationPolicy) -> str | None:
+    """What the model cannot check alone, as `key.path: message`; None when all is well."""
     if policy.apiVersion != groups.POLICY_API_VERSION:
-        raise InputError(
-            f"apiVersion: expected {groups.POLICY_API_VERSION}, got {policy.apiVersion!r}",
-            where=f"{where}: {KIND} {policy.metadata.name or '?'}",
-        )
+        return f"apiVersion: expected {groups.POLICY_API_VERSION}, got {policy.apiVersion!r}"
+    seen: dict[str, int] = {}
+    for index, reservation in enumerate(policy.spec.rules.reservations):
+        if reservation.name in seen:
+            # Explanations name the reservation that blocks a claim; two of one name are ambiguous.
+            return (
+                f"spec.rules.reservations[{index}].name: {reservation.name!r} is already the "
+                f"name of reservations[{seen[reservation.name]}]"
+            )
+        seen[reservation.name] = index
+    for phase in ("init", "cleanup"):
+        for index, step in enumerate(getattr(policy.spec.lifecycle, phase)):
+            problem = _bad_value(step.action, step.value)
+            if problem:
+                return f"spec.lifecycle.{phase}[{index}].value: {problem}"
+    return None
+
+
+def _bad_value(action: LifecycleActionName, value: str | int) -> str | None:
+    allowed = _ACTION_VALUES[action]
+    if allowed is None:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return None
+        return f"{action.value} takes a positive integer, not {value!r}"
+    if value in allowed:
+        return None
+    return f"{action.value} takes {', '.join(allowed[:-1])} or {allowed[-1]}, not {value!r}"
 
 
 def _shipped_dir() -> Traversable:

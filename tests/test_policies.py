@@ -152,6 +152,25 @@ _BAD = [
         "'setComputeMode', 'setTimeSlice', 'setPowerLimitWatts', 'lockGpuClocksMHz' or "
         "'setPersistenceMode'",
     ),
+    (
+        "a lifecycle value the node plugin cannot apply",
+        "  lifecycle: {init: [{action: setComputeMode, value: Exclusive}]}\n",
+        "document 1: AllocationPolicy p: spec.lifecycle.init[0].value: setComputeMode takes "
+        "Default, ExclusiveProcess or Prohibited, not 'Exclusive'",
+    ),
+    (
+        "a power limit with a unit",
+        "  lifecycle: {cleanup: [{action: setPowerLimitWatts, value: 500W}]}\n",
+        "document 1: AllocationPolicy p: spec.lifecycle.cleanup[0].value: setPowerLimitWatts "
+        "takes a positive integer, not '500W'",
+    ),
+    (
+        "two reservations of one name",
+        "  rules:\n    reservations:\n    - {name: r, namespaces: [a]}\n"
+        "    - {name: r, namespaces: [b]}\n",
+        "document 1: AllocationPolicy p: spec.rules.reservations[1].name: 'r' is already the "
+        "name of reservations[0]",
+    ),
 ]
 
 
@@ -175,7 +194,7 @@ def test_wrong_api_version_is_rejected(
     code, _, err = _run(capsys, "validate", str(path))
     assert code == 2
     assert err == (
-        f"error: {path}: AllocationPolicy mine: apiVersion: "
+        f"error: {path}: document 1: AllocationPolicy mine: apiVersion: "
         "expected policy.drasat.io/v1alpha1, got 'policy.drasat.io/v1beta1'\n"
     )
 
