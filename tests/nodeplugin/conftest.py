@@ -1,74 +1,15 @@
-"""Node plugin fixtures: a simulated fleet, the production NVML code on it, an in-memory NAS."""
+"""Node plugin fixtures (helpers live in npfixtures.py)."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from drasat.nodeplugin import mps, nvml, simnvml, state
-from drasat.nodeplugin.nasstore import MemoryNasStore
-from drasat.nodeplugin.plugin import Config, NodePlugin
-
-NODE = "gpu-node-1"
-NAMESPACE = "drasat"
-
-
-@dataclass
-class Node:
-    """One simulated GPU node: fleet, device lib, NAS, and the plugin's state over them."""
-
-    root: Path
-    sim: simnvml.SimulatedNvml
-    lib: nvml.NvmlDeviceLib
-    store: MemoryNasStore
-    runner: mps.RecordingRunner
-    plugin: NodePlugin
-
-    @property
-    def state(self) -> state.DeviceState:
-        return self.plugin.state
-
-    @property
-    def config(self) -> Config:
-        return self.plugin.config
-
-    def gpu(self, index: int) -> str:
-        return self.sim.gpus[index].uuid
-
-    def restart(self) -> Node:
-        """A new plugin process on the same node: same fleet, NAS, state dir and CDI root."""
-        lib = nvml.NvmlDeviceLib(self.sim, run=self.sim.run)
-        plugin = NodePlugin(self.config, lib=lib, store=self.store, mps_runner=self.runner)
-        return Node(self.root, self.sim, lib, self.store, self.runner, plugin)
-
-    def allocate(self, uid: str, allocation: dict[str, Any]) -> None:
-        self.store.allocate(uid, allocation)
-
-
-def make_node(root: Path, fleet: str, **config: Any) -> Node:
-    sim = simnvml.SimulatedNvml(fleet)
-    lib = nvml.NvmlDeviceLib(sim, run=sim.run)
-    store = MemoryNasStore(node=NODE, namespace=NAMESPACE)
-    runner = mps.RecordingRunner()
-    cfg = Config(
-        node_name=NODE,
-        namespace=NAMESPACE,
-        cdi_root=root / "cdi",
-        plugin_dir=root / "plugins",
-        registry_dir=root / "registry",
-        state_dir=root / "state",
-        gc_interval_s=0,
-        **config,
-    )
-    plugin = NodePlugin(cfg, lib=lib, store=store, mps_runner=runner)
-    plugin.publish()
-    return Node(root, sim, lib, store, runner, plugin)
+from npfixtures import Node, make_node
 
 
 @pytest.fixture
@@ -85,30 +26,3 @@ def node_factory(short_tmp: Path) -> Any:
         return make_node(short_tmp, fleet, **config)
 
     return make
-
-
-def claim_info(uid: str, name: str = "claim", namespace: str = "default") -> dict[str, str]:
-    return {"namespace": namespace, "name": name, "uid": uid}
-
-
-def gpu_allocation(uid: str, *uuids: str, **extra: Any) -> dict[str, Any]:
-    sharing = extra.pop("sharing", None)
-    gpu: dict[str, Any] = {"devices": [{"uuid": u} for u in uuids]}
-    if sharing is not None:
-        gpu["sharing"] = sharing
-    return {"claimInfo": claim_info(uid), "gpu": gpu, **extra}
-
-
-def mig_allocation(uid: str, parent: str, profile: str, start: int, size: int) -> dict[str, Any]:
-    device = {"profile": profile, "parentUUID": parent, "placement": {"start": start, "size": size}}
-    return {"claimInfo": claim_info(uid), "mig": {"devices": [device]}}
-
-
-def ref(uid: str, name: str = "claim", namespace: str = "default") -> state.ClaimRef:
-    return state.ClaimRef(uid=uid, namespace=namespace, name=name)
-
-
-def gpu_instances(node: Node, index: int) -> list[tuple[int, int]]:
-    """(start, size) of every GPU instance on GPU `index`, straight from the simulator."""
-    gpu = node.sim.gpus[index]
-    return sorted((gi.start, gi.profile.memory_slices) for gi in gpu.gpu_instances.values())
