@@ -364,10 +364,10 @@ _LEAF = st.one_of(
 )
 _SELECTOR = st.recursive(
     _LEAF,
-    lambda children: st.one_of(
-        st.fixed_dictionaries({"andExpression": st.lists(children, min_size=1, max_size=3)}),
-        st.fixed_dictionaries({"orExpression": st.lists(children, min_size=1, max_size=3)}),
-    ),
+    lambda children: st.tuples(
+        st.sampled_from(["andExpression", "orExpression"]),
+        st.lists(children, min_size=1, max_size=3),
+    ).map(lambda branch: {branch[0]: branch[1]}),
     max_leaves=12,
 )
 _SHARING = st.one_of(
