@@ -146,6 +146,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.close_connection = True
+        owner.watch_opened()
         try:
             for event in stream.events(stopping=owner.stopping.is_set):
                 self._chunk(json.dumps(event).encode() + b"\n")
@@ -156,6 +157,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             log.debug("watch client went away")
+        finally:
+            owner.watch_closed()
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -207,6 +210,28 @@ class ApiServer:
         self.faults.subscribe(self.api.store.wake)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
+        self._watches = 0
+        self._watches_changed = threading.Condition()
+
+    def watch_opened(self) -> None:
+        with self._watches_changed:
+            self._watches += 1
+            self._watches_changed.notify_all()
+
+    def watch_closed(self) -> None:
+        with self._watches_changed:
+            self._watches -= 1
+            self._watches_changed.notify_all()
+
+    @property
+    def open_watches(self) -> int:
+        with self._watches_changed:
+            return self._watches
+
+    def wait_for_watches(self, count: int, *, timeout: float = 10.0) -> bool:
+        """Wait until at least `count` watch connections are open (e.g. informers started)."""
+        with self._watches_changed:
+            return self._watches_changed.wait_for(lambda: self._watches >= count, timeout)
 
     @property
     def url(self) -> str:

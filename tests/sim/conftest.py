@@ -64,10 +64,16 @@ WIDGET_CRD: dict[str, Any] = {
 }
 
 
+@pytest.fixture(scope="session")
+def all_crds() -> list[dict[str, Any]]:
+    """The widget CRD and drasat's generated CRDs (generated once per session)."""
+    return [WIDGET_CRD, *crds.all_crds()]
+
+
 @pytest.fixture
-def server() -> Iterator[apiserver.ApiServer]:
-    """A fresh server with the widget CRD and drasat's own CRDs registered."""
-    with apiserver.ApiServer.running(crds=[WIDGET_CRD, *crds.all_crds()]) as running:
+def server(all_crds: list[dict[str, Any]]) -> Iterator[apiserver.ApiServer]:
+    """A fresh server with `all_crds` registered."""
+    with apiserver.ApiServer.running(crds=all_crds) as running:
         yield running
 
 

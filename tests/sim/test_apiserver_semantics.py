@@ -1,0 +1,277 @@
+"""Validation, finalizers, the status subresource and selectors, as the real server has them."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client import ApiException
+
+from drasat.sim import apiserver
+
+RC = ("resource.k8s.io", "v1alpha2")
+NAS = ("nas.gpu.drasat.io", "v1alpha1")
+
+
+def causes(exc: ApiException) -> dict[str, str]:
+    status = json.loads(exc.body)
+    assert status["reason"] == "Invalid"
+    return {c["field"]: c["message"] for c in status["details"]["causes"]}
+
+
+def claim(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1alpha2",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"resourceClassName": "gpu.drasat.io", **spec},
+    }
+
+
+def create_claim(custom: kubernetes.client.CustomObjectsApi, body: dict[str, Any]) -> Any:
+    return custom.create_namespaced_custom_object(*RC, "default", "resourceclaims", body)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def test_unknown_field_in_builtin_spec_is_422(custom: kubernetes.client.CustomObjectsApi) -> None:
+    with pytest.raises(ApiException) as caught:
+        create_claim(custom, claim("c", bogus=1))
+    assert caught.value.status == 422
+    assert causes(caught.value) == {"spec.bogus": 'Invalid value: unknown field "spec.bogus"'}
+
+
+def test_wrong_type_in_builtin_is_422(custom: kubernetes.client.CustomObjectsApi) -> None:
+    with pytest.raises(ApiException) as caught:
+        create_claim(custom, claim("c", resourceClassName=7))
+    assert "spec.resourceClassName" in causes(caught.value)
+
+
+def test_unknown_field_accepted_with_field_validation_ignore(
+    custom: kubernetes.client.CustomObjectsApi,
+) -> None:
+    # Strict is this server's default so that tests catch typos; clients may opt out.
+    created = custom.create_namespaced_custom_object(
+        *RC, "default", "resourceclaims", claim("c", bogus=1), field_validation="Ignore"
+    )
+    assert created["metadata"]["name"] == "c"
+
+
+def test_invalid_name_is_422(core: kubernetes.client.CoreV1Api) -> None:
+    body = {"metadata": {"name": "Not_Valid"}, "spec": {"containers": [{"name": "c"}]}}
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod("default", body)
+    assert "metadata.name" in causes(caught.value)
+
+
+def test_pod_claims_in_both_shapes_are_accepted(
+    server: apiserver.ApiServer, core: kubernetes.client.CoreV1Api
+) -> None:
+    # Kubernetes 1.30 shape (spec.resourceClaims[].source), which client v37 refuses to send.
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "g"}]}}],
+            "resourceClaims": [{"name": "g", "source": {"resourceClaimTemplateName": "t"}}],
+        },
+    }
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/namespaces/default/pods",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+    # The 1.31+ shape the client speaks.
+    body["metadata"]["name"] = "q"
+    body["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]
+    created = core.create_namespaced_pod("default", body)
+    assert created.spec.resource_claims[0].resource_claim_template_name == "t"
+
+
+def test_custom_object_against_crd_schema(custom: kubernetes.client.CustomObjectsApi) -> None:
+    widget = {
+        "apiVersion": "test.drasat.io/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 0, "color": "green", "surprise": True, "extra": {"any": 1}},
+    }
+    with pytest.raises(ApiException) as caught:
+        custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
+    found = causes(caught.value)
+    assert set(found) == {"spec.size", "spec.color", "spec.surprise"}  # extra preserves fields
+    assert "unknown field" in found["spec.surprise"]
+
+
+def test_generated_crd_rejects_bad_nas(custom: kubernetes.client.CustomObjectsApi) -> None:
+    nas = {
+        "apiVersion": "nas.gpu.drasat.io/v1alpha1",
+        "kind": "NodeAllocationState",
+        "metadata": {"name": "n1"},
+        "spec": {"allocatableDevices": "not-a-list"},
+    }
+    with pytest.raises(ApiException) as caught:
+        custom.create_namespaced_custom_object(*NAS, "drasat", "nodeallocationstates", nas)
+    assert "spec.allocatableDevices" in causes(caught.value)
+
+
+def test_claim_status_rules(custom: kubernetes.client.CustomObjectsApi) -> None:
+    create_claim(custom, claim("c"))
+    reserve = {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}}
+    with pytest.raises(ApiException) as caught:
+        custom.patch_namespaced_custom_object_status(*RC, "default", "resourceclaims", "c", reserve)
+    assert "status.reservedFor" in causes(caught.value)
+    with pytest.raises(ApiException) as spec_change:
+        custom.patch_namespaced_custom_object(
+            *RC, "default", "resourceclaims", "c", {"spec": {"resourceClassName": "other"}}
+        )
+    assert causes(spec_change.value) == {"spec": "Invalid value: field is immutable"}
+
+
+# --- finalizers -------------------------------------------------------------------------------
+
+
+def test_delete_with_finalizer_marks_then_removal_deletes(
+    custom: kubernetes.client.CustomObjectsApi,
+) -> None:
+    body = claim("c")
+    body["metadata"]["finalizers"] = ["gpu.drasat.io/deletion-protection"]
+    create_claim(custom, body)
+    marked = custom.delete_namespaced_custom_object(*RC, "default", "resourceclaims", "c")
+    assert marked["metadata"]["deletionTimestamp"]
+    still = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "c")
+    assert still["metadata"]["deletionTimestamp"] == marked["metadata"]["deletionTimestamp"]
+    with pytest.raises(ApiException) as caught:
+        custom.patch_namespaced_custom_object(
+            *RC,
+            "default",
+            "resourceclaims",
+            "c",
+            {"metadata": {"finalizers": ["gpu.drasat.io/deletion-protection", "new"]}},
+        )
+    assert "metadata.finalizers" in causes(caught.value)
+    custom.patch_namespaced_custom_object(
+        *RC, "default", "resourceclaims", "c", {"metadata": {"finalizers": None}}
+    )
+    with pytest.raises(ApiException) as gone:
+        custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "c")
+    assert gone.value.status == 404
+
+
+def test_owner_deletion_cascades(
+    core: kubernetes.client.CoreV1Api, custom: kubernetes.client.CustomObjectsApi
+) -> None:
+    owner = core.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
+    body = claim("c")
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    ]
+    create_claim(custom, body)
+    core.delete_namespaced_config_map("owner", "default")
+    assert custom.list_namespaced_custom_object(*RC, "default", "resourceclaims")["items"] == []
+
+
+def test_delete_precondition_resource_version(core: kubernetes.client.CoreV1Api) -> None:
+    created = core.create_namespaced_config_map("default", {"metadata": {"name": "m"}})
+    core.patch_namespaced_config_map("m", "default", {"data": {"a": "b"}})
+    options = {"preconditions": {"resourceVersion": created.metadata.resource_version}}
+    with pytest.raises(ApiException) as caught:
+        core.delete_namespaced_config_map("m", "default", body=options)
+    assert caught.value.status == 409
+
+
+# --- status subresource -----------------------------------------------------------------------
+
+
+def test_status_subresource_separates_spec_and_status(
+    custom: kubernetes.client.CustomObjectsApi,
+) -> None:
+    created = create_claim(custom, claim("c"))
+    allocation = {
+        "driverName": "gpu.drasat.io",
+        "allocation": {
+            "resourceHandles": [{"driverName": "gpu.drasat.io", "data": "{}"}],
+            "shareable": False,
+        },
+    }
+    main = dict(created, status=allocation)
+    main["metadata"] = dict(main["metadata"], labels={"x": "y"})
+    updated = custom.replace_namespaced_custom_object(*RC, "default", "resourceclaims", "c", main)
+    assert "status" not in updated and updated["metadata"]["labels"] == {"x": "y"}
+    status_body = dict(updated, status=allocation)
+    status_body["metadata"] = dict(updated["metadata"], labels={"ignored": "yes"})
+    with_status = custom.replace_namespaced_custom_object_status(
+        *RC, "default", "resourceclaims", "c", status_body
+    )
+    assert with_status["status"]["driverName"] == "gpu.drasat.io"
+    assert with_status["metadata"]["labels"] == {"x": "y"}  # /status changes only status
+    assert with_status["metadata"]["generation"] == 1
+
+
+def test_crd_without_status_subresource_keeps_status_in_main_resource(
+    custom: kubernetes.client.CustomObjectsApi,
+) -> None:
+    nas = {
+        "apiVersion": "nas.gpu.drasat.io/v1alpha1",
+        "kind": "NodeAllocationState",
+        "metadata": {"name": "n1"},
+        "spec": {},
+        "status": "NotReady",
+    }
+    custom.create_namespaced_custom_object(*NAS, "drasat", "nodeallocationstates", nas)
+    patched = custom.patch_namespaced_custom_object(
+        *NAS, "drasat", "nodeallocationstates", "n1", {"status": "Ready"}
+    )
+    assert patched["status"] == "Ready"
+
+
+# --- selectors --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=a", {"p1", "p2"}),
+        ("app==a,tier!=db", {"p1"}),
+        ("tier in (db,web)", {"p2", "p3"}),
+        ("tier notin (db)", {"p1", "p3"}),
+        ("tier", {"p2", "p3"}),
+        ("!tier", {"p1"}),
+    ],
+)
+def test_label_selectors(
+    core: kubernetes.client.CoreV1Api, selector: str, expected: set[str]
+) -> None:
+    for name, labels in {
+        "p1": {"app": "a"},
+        "p2": {"app": "a", "tier": "db"},
+        "p3": {"app": "b", "tier": "web"},
+    }.items():
+        core.create_namespaced_config_map("default", {"metadata": {"name": name, "labels": labels}})
+    found = core.list_namespaced_config_map("default", label_selector=selector)
+    assert {m.metadata.name for m in found.items} == expected
+
+
+def test_field_selectors(core: kubernetes.client.CoreV1Api) -> None:
+    for name in ("a", "b"):
+        core.create_namespaced_pod(
+            "default", {"metadata": {"name": name}, "spec": {"containers": [{"name": "c"}]}}
+        )
+    binding = {"metadata": {"name": "a"}, "target": {"kind": "Node", "name": "n1"}}
+    core.create_namespaced_pod_binding("a", "default", binding, _preload_content=False)
+    on_node = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1")
+    assert [p.metadata.name for p in on_node.items] == ["a"]
+    pending = core.list_namespaced_pod("default", field_selector="spec.nodeName=")
+    assert [p.metadata.name for p in pending.items] == ["b"]
+    by_name = core.list_namespaced_pod("default", field_selector="metadata.name!=a")
+    assert [p.metadata.name for p in by_name.items] == ["b"]
+    with pytest.raises(ApiException) as caught:
+        core.list_namespaced_pod("default", field_selector="spec.unknown=x")
+    assert caught.value.status == 400
