@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 
@@ -259,3 +260,11 @@ def test_policy_from_text_names_its_source() -> None:
         InputError, match=r"^cm: expected exactly one AllocationPolicy, found nothing"
     ):
         policyfiles.from_text("", source="cm")
+
+
+def test_validate_reads_standard_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(_GOOD))
+    code, out, _ = _run(capsys, "validate", "-")
+    assert (code, out) == (0, "-: ok (policy mine: 1 objective term, 0 rules)\n")
