@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from typing import Any
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -520,3 +521,82 @@ def test_notes_tell_the_user_how_to_check_the_install(
     assert "get nodeallocationstates.nas.gpu.drasat.io" in text
     assert "kubectl get resourceclasses.resource.k8s.io gpu.drasat.io" in text
     assert "logs deployment/r-drasat-controller" in text
+
+
+# ---------------------------------------------------------------- the admission policy's CEL
+
+
+def _admission(rendered: Rendered) -> Any:
+    """A function (request, object, oldObject) -> None (admitted) or the denial message."""
+    spec = rendered.one("ValidatingAdmissionPolicy")["spec"]
+    env = celpy.Environment()
+
+    def compile_(text: str) -> Any:
+        return env.program(env.compile(text))
+
+    condition = compile_(spec["matchConditions"][0]["expression"])
+    variables = [(v["name"], compile_(v["expression"])) for v in spec["variables"]]
+    checks = [(compile_(v["expression"]), v) for v in spec["validations"]]
+
+    def admit(request: Manifest, obj: Manifest | None, old: Manifest | None) -> str | None:
+        activation: dict[str, Any] = {
+            "request": celpy.json_to_cel(request),
+            "object": celpy.json_to_cel(obj),
+            "oldObject": celpy.json_to_cel(old),
+        }
+        if not bool(condition.evaluate(activation)):
+            return None
+        activation["variables"] = celpy.json_to_cel(
+            {name: str(program.evaluate(activation)) for name, program in variables}
+        )
+        for program, validation in checks:
+            if not bool(program.evaluate(activation)):
+                if "messageExpression" in validation:
+                    return str(compile_(validation["messageExpression"]).evaluate(activation))
+                return str(validation["message"])
+        return None
+
+    return admit
+
+
+PLUGIN_USER = "system:serviceaccount:drasat:drasat-node-plugin"
+
+
+def _request(operation: str, name: str, node: str | None, user: str = PLUGIN_USER) -> Manifest:
+    extra = {} if node is None else {"authentication.kubernetes.io/node-name": [node]}
+    return {"operation": operation, "name": name, "userInfo": {"username": user, "extra": extra}}
+
+
+def _nas(allocated: Manifest | None = None, prepared: Manifest | None = None) -> Manifest:
+    spec: Manifest = {"allocatableDevices": []}
+    if allocated is not None:
+        spec["allocatedClaims"] = allocated
+    if prepared is not None:
+        spec["preparedClaims"] = prepared
+    return {"metadata": {"name": "n"}, "spec": spec}
+
+
+CLAIM = {"uid-1": {"claimInfo": {"namespace": "a", "name": "c", "uid": "uid-1"}}}
+
+
+def test_admission_policy_lets_a_plugin_write_only_its_own_nodes_nas(render: Render) -> None:
+    admit = _admission(render(api_versions=[VAP]))
+    # its own node: create, update (prepared claims, status), delete
+    assert admit(_request("CREATE", "node-a", "node-a"), _nas(), None) is None
+    own_update = admit(_request("UPDATE", "node-a", "node-a"), _nas(CLAIM, CLAIM), _nas(CLAIM))
+    assert own_update is None
+    assert admit(_request("DELETE", "node-a", "node-a"), None, _nas()) is None
+    # another node's NAS, or a token without the node claim
+    denied = admit(_request("UPDATE", "node-b", "node-a"), _nas(), _nas())
+    assert denied is not None and 'on node "node-a" may write only' in denied
+    assert 'not "node-b"' in denied
+    assert admit(_request("DELETE", "node-b", "node-a"), None, _nas()) is not None
+    assert admit(_request("CREATE", "node-a", None), _nas(), None) is not None
+    # the controller's part of the object
+    changed = admit(_request("UPDATE", "node-a", "node-a"), _nas(), _nas(CLAIM))
+    assert changed == "spec.allocatedClaims is written by the drasat controller only"
+    created = admit(_request("CREATE", "node-a", "node-a"), _nas(CLAIM), None)
+    assert created == "a node plugin creates its NodeAllocationState without allocatedClaims"
+    # other users (the controller) are not this policy's business
+    controller = "system:serviceaccount:drasat:drasat-controller"
+    assert admit(_request("UPDATE", "node-b", None, controller), _nas(CLAIM), _nas()) is None
