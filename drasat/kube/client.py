@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ import urllib3
 from kubernetes import client as _client
 from kubernetes import config as _config
 
+from drasat.api.errors import InputError
 from drasat.kube import errors
 from drasat.kube.resources import Resource
 
@@ -140,15 +142,20 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     """A `kubernetes.client.Configuration`: the kubeconfig if given, else in-cluster, else the
     default kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
     configuration = k8s.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-        return configuration
     try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config(context=context, client_configuration=configuration)
+        if kubeconfig:
+            k8s_config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+            return configuration
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(context=context, client_configuration=configuration)
+    except (k8s_config.ConfigException, OSError) as error:
+        raise InputError(
+            f"no usable Kubernetes configuration: {error}", where="kubeconfig"
+        ) from None
     return configuration
 
 
@@ -175,7 +182,8 @@ class _Stream:
                         yield self._event(line)
             if buffer.strip():
                 yield self._event(buffer)
-        except (urllib3.exceptions.HTTPError, OSError) as error:
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError, ValueError) as error:
+            # (urllib3 raises AttributeError/ValueError when the connection closes under it)
             if not self._closed:
                 raise errors.Unavailable(f"watch {self.resource.plural}: {error}") from None
         finally:
@@ -196,6 +204,13 @@ class _Stream:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            try:
+                # Shut the socket down first: that wakes a thread blocked reading it.
+                sock = getattr(getattr(self.response, "connection", None), "sock", None)
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 self.response.close()
                 self.response.release_conn()

@@ -78,12 +78,16 @@ class Informer:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.stop_soon()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop_soon(self) -> None:
+        """Ask the thread to end (without waiting for it)."""
         self._stopping.set()
         stream = self._stream
         if stream is not None:
             stream.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         delay = self._backoff[0]

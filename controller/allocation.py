@@ -1,0 +1,196 @@
+"""What an allocation looks like on the wire: NAS entries and ResourceClaim status.
+
+A purely computational module: functions from dicts and models to new dicts; the writes happen in
+`controller.actions`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from drasat.api import groups
+from drasat.api.nas import AllocatedDevices
+
+Obj = dict[str, Any]
+
+
+# ResourceClaim status.allocation.
+def node_selector(node: str) -> Obj:
+    """A NodeSelector that selects exactly `node` by its name field."""
+    return {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+
+
+def handle_data(node: str, devices: AllocatedDevices) -> str:
+    """The resource handle: a small JSON of the node and devices (what the node plugin reads)."""
+    body = devices.dump()
+    body.pop("claimInfo", None)
+    return json.dumps({"node": node, **body}, sort_keys=True, separators=(",", ":"))
+
+
+def allocation_result(node: str, devices: AllocatedDevices, *, shareable: bool) -> Obj:
+    return {
+        "availableOnNodes": node_selector(node),
+        "resourceHandles": [{"driverName": groups.DRIVER_NAME, "data": handle_data(node, devices)}],
+        "shareable": shareable,
+    }
+
+
+def allocated_node(claim: Obj) -> str | None:
+    """The node a claim's status.allocation selects (by metadata.name or kubernetes.io/hostname)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    terms = (allocation.get("availableOnNodes") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for requirement in (term.get("matchFields") or []) + (term.get("matchExpressions") or []):
+            key = requirement.get("key")
+            values = requirement.get("values") or []
+            if key in ("metadata.name", "kubernetes.io/hostname") and len(values) == 1:
+                return str(values[0])
+    return None
+
+
+def devices_from_status(claim: Obj) -> AllocatedDevices | None:
+    """The devices in our resource handle (to repair a NAS that lost them), if readable."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    for handle in allocation.get("resourceHandles") or []:
+        if handle.get("driverName") != groups.DRIVER_NAME:
+            continue
+        try:
+            data = json.loads(handle.get("data") or "")
+            data.pop("node", None)
+            return AllocatedDevices.model_validate({"claimInfo": claim_info(claim), **data})
+        except (json.JSONDecodeError, ValidationError, AttributeError):
+            return None
+    return None
+
+
+def is_allocated(claim: Obj) -> bool:
+    return bool((claim.get("status") or {}).get("allocation"))
+
+
+def with_allocation(claim: Obj, node: str, devices: AllocatedDevices, *, shareable: bool) -> Obj:
+    new = copy.deepcopy(claim)
+    status = new.setdefault("status", {})
+    status["allocation"] = allocation_result(node, devices, shareable=shareable)
+    status["driverName"] = groups.DRIVER_NAME
+    return new
+
+
+def without_allocation(claim: Obj) -> Obj:
+    new = copy.deepcopy(claim)
+    status = new.setdefault("status", {})
+    status.pop("allocation", None)
+    status.pop("driverName", None)
+    status.pop("deallocationRequested", None)
+    return new
+
+
+def claim_info(claim: Obj) -> Obj:
+    metadata = claim.get("metadata") or {}
+    return {
+        "namespace": metadata.get("namespace", ""),
+        "name": metadata.get("name", ""),
+        "uid": metadata.get("uid", ""),
+    }
+
+
+# Finalizer.
+def has_finalizer(obj: Obj) -> bool:
+    return groups.FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or [])
+
+
+def finalizers_with(obj: Obj) -> list[str]:
+    current = list((obj.get("metadata") or {}).get("finalizers") or [])
+    return current if groups.FINALIZER in current else [*current, groups.FINALIZER]
+
+
+def finalizers_without(obj: Obj) -> list[str]:
+    return [f for f in (obj.get("metadata") or {}).get("finalizers") or [] if f != groups.FINALIZER]
+
+
+# NAS spec.allocatedClaims.
+def nas_with(nas_obj: Obj, allocations: dict[str, AllocatedDevices]) -> Obj | None:
+    """The NAS with `allocations` added; None when every one is there already."""
+    claims = nas_obj.setdefault("spec", {}).setdefault("allocatedClaims", {}) or {}
+    nas_obj["spec"]["allocatedClaims"] = claims
+    new = {uid: devices for uid, devices in allocations.items() if uid not in claims}
+    if not new:
+        return None
+    for uid, devices in new.items():
+        claims[uid] = devices.dump()
+    return nas_obj
+
+
+def nas_without(nas_obj: Obj, uids: set[str]) -> Obj | None:
+    """The NAS without `uids`; None when none of them is there."""
+    claims = (nas_obj.get("spec") or {}).get("allocatedClaims") or {}
+    if not uids & set(claims):
+        return None
+    for uid in uids:
+        claims.pop(uid, None)
+    return nas_obj
+
+
+def conflicts(existing: dict[str, AllocatedDevices], devices: AllocatedDevices) -> list[str]:
+    """Claims in `existing` that use any device of `devices` (to re-check a repair).
+
+    Conservative: a GPU used in any way by another claim, or a MIG placement overlapping another
+    on the same parent, counts as a conflict.
+    """
+    gpus = {d.uuid for d in devices.gpu.devices} if devices.gpu else set()
+    migs = devices.mig.devices if devices.mig else []
+    parents = {m.parentUUID for m in migs}
+    out = []
+    for uid, other in existing.items():
+        other_gpus = {d.uuid for d in other.gpu.devices} if other.gpu else set()
+        other_migs = other.mig.devices if other.mig else []
+        clash = bool(gpus & other_gpus) or bool(parents & other_gpus)
+        clash = clash or any(m.parentUUID in gpus for m in other_migs)
+        clash = clash or any(
+            m.parentUUID == o.parentUUID and m.placement.overlaps(o.placement)
+            for m in migs
+            for o in other_migs
+        )
+        if clash:
+            out.append(uid)
+    return out
+
+
+# Pods.
+def pod_claim_names(pod: Obj) -> dict[str, str]:
+    """pod.spec.resourceClaims[].name -> the ResourceClaim name (template claims from status,
+    else NVIDIA-era `<pod>-<entry>`)."""
+    metadata = pod.get("metadata") or {}
+    generated = {
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    out: dict[str, str] = {}
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = str(entry.get("name", ""))
+        source = entry.get("source") or entry  # 1.31+ moved the source fields up
+        if source.get("resourceClaimName"):
+            out[name] = str(source["resourceClaimName"])
+        elif source.get("resourceClaimTemplateName"):
+            claim_name = generated.get(name)
+            out[name] = str(claim_name) if claim_name else f"{metadata.get('name')}-{name}"
+    return out
+
+
+def reserved_for_anyone(claim: Obj) -> bool:
+    return bool((claim.get("status") or {}).get("reservedFor"))
+
+
+def being_deleted(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def deallocation_requested(claim: Obj) -> bool:
+    return bool((claim.get("status") or {}).get("deallocationRequested"))

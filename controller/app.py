@@ -1,0 +1,143 @@
+"""`drasat controller` wired together: API client, policy, metrics endpoint, leader election.
+
+Without leader election the controller starts at once. With it, the controller starts when this
+replica takes the Lease and every write is gated on still holding it; when leadership is lost the
+controller stops and `run` returns (the process exits and is restarted, as client-go's do).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from drasat.controller import leader
+from drasat.controller.controller import Config, Controller, Solve, _default_solve
+from drasat.controller.metrics import Metrics
+from drasat.controller.metrics_server import serve
+from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
+from drasat.kube.client import Api, KubeClient, load_configuration
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    namespace: str = "drasat"
+    kubeconfig: str | None = None
+    workers: int = 2
+    qps: float = 20.0
+    burst: int = 40
+    metrics_address: str = ":8080"
+    policy_file: str | None = None
+    policy_configmap: str | None = None
+    policy_key: str = CONFIGMAP_KEY
+    leader_elect: bool = False
+    lease_name: str = "drasat-controller"
+    identity: str = ""
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    resync_s: float = 30.0
+    hold_ttl_s: float = 30.0
+
+
+def default_identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+
+class App:
+    def __init__(
+        self, options: Options, *, api: Api | None = None, solve: Solve = _default_solve
+    ) -> None:
+        self.options = options
+        self.api: Api = api or KubeClient(
+            load_configuration(options.kubeconfig), qps=options.qps, burst=options.burst
+        )
+        self.metrics = Metrics()
+        self.policy = self._policy_source()
+        self.elector: leader.LeaderElector | None = None
+        if options.leader_elect:
+            config = leader.Config(
+                namespace=options.namespace,
+                name=options.lease_name,
+                identity=options.identity or default_identity(),
+                lease_duration_s=options.lease_duration_s,
+                renew_deadline_s=options.renew_deadline_s,
+                retry_period_s=options.retry_period_s,
+            )
+            self.elector = leader.LeaderElector(self.api, config, on_change=self._on_leading)
+        self.controller = Controller(
+            self.api,
+            Config(
+                namespace=options.namespace,
+                workers=options.workers,
+                resync_s=options.resync_s,
+                hold_ttl_s=options.hold_ttl_s,
+            ),
+            policy=self.policy.current,
+            poll_policy=self.policy.poll,
+            metrics=self.metrics,
+            solve=solve,
+            may_write=self._may_write,
+        )
+        self.server: Any = None
+        self._done = threading.Event()
+        self._started = False
+
+    def _policy_source(self) -> PolicySource:
+        def counted(result: str) -> None:
+            self.metrics.policy_reloads.labels(result).inc()
+
+        o = self.options
+        if o.policy_file:
+            return PolicySource.from_file(o.policy_file, on_result=counted)
+        if o.policy_configmap:
+            return PolicySource.from_configmap(
+                self.api, namespace=o.namespace, name=o.policy_configmap, key=o.policy_key,
+                on_result=counted,
+            )  # fmt: skip
+        return PolicySource(source="default")
+
+    def _may_write(self) -> bool:
+        return self.elector is None or self.elector.leading
+
+    def _on_leading(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        if leading and not self._started:
+            self._started = True
+            threading.Thread(target=self.controller.start, name="start", daemon=True).start()
+        elif not leading and self._started:
+            log.warning("lost leadership: stopping")
+            self._done.set()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Serve metrics, lead (or not), run the controller until `stop` or lost leadership."""
+        if self.options.metrics_address:
+            self.server = serve(
+                self.options.metrics_address,
+                self.metrics.registry,
+                ready=lambda: self._started and self.controller.ready,
+            )
+        stop = stop or threading.Event()
+        if self.elector is None:
+            self._started = True
+            self.controller.start()
+        else:
+            self.elector.start()
+        while not stop.is_set() and not self._done.is_set():
+            stop.wait(0.2)
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.elector is not None:
+            self.elector.stop()
+        self.controller.stop()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,768 @@
+"""The controller loop: informers feed a work queue; workers decide with the solver and write.
+
+Decisions (which devices, which nodes are unsuitable) are made from the informer caches under one
+lock, so two pods negotiating at once see each other's tentative holds; writes go to the API
+with optimistic concurrency. Order of writes for an allocation: finalizer on the claim, then the
+NAS entry (the ledger), then the claim's status. A crash between any two is repaired by `resync`,
+which runs at start and periodically: NAS entries without a claim are removed, claims in NAS but
+not in their status are completed, claims in status but not in NAS are re-written or reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from drasat.api import groups
+from drasat.api.nas import AllocatedDevices
+from drasat.api.policy import AllocationPolicySpec
+from drasat.controller import allocation, nodes, params, scheduling
+from drasat.controller.holds import Holds
+from drasat.controller.metrics import Metrics
+from drasat.controller.workqueue import WorkQueue
+from drasat.kube import errors, informer
+from drasat.kube import nas as nas_api
+from drasat.kube import resources as r
+from drasat.kube.client import Api, Obj
+from drasat.kube.events import EventRecorder
+from drasat.solver.problem import (
+    ClaimRequest,
+    Mode,
+    NodeState,
+    PodRequest,
+    Problem,
+    Solution,
+    SolveParams,
+)
+
+log = logging.getLogger(__name__)
+
+Solve = Callable[[Problem, SolveParams], Solution]
+
+
+@dataclass(frozen=True)
+class Config:
+    #: Namespace of the NodeAllocationState objects (the driver's namespace).
+    namespace: str = "drasat"
+    workers: int = 2
+    hold_ttl_s: float = 30.0
+    resync_s: float = 30.0
+    policy_poll_s: float = 5.0
+    retry_backoff_s: tuple[float, float] = (0.05, 5.0)
+    nas_attempts: int = 8
+    watch_timeout_s: int = 30
+    component: str = "drasat-controller"
+
+
+class Retry(Exception):
+    """Process this key again later (with backoff)."""
+
+
+class NoFit(Exception):
+    """The decision no longer holds on the node (re-checked against a fresh NAS)."""
+
+
+@dataclass
+class _Pending:
+    """A decision being written: the pod, its node and the new allocations."""
+
+    key: str
+    node: str
+    allocations: dict[str, AllocatedDevices]
+    claims: dict[str, Obj]  # uid -> claim
+    shareable: dict[str, bool]
+    pod: PodRequest
+    nas_version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _default_solve(problem: Problem, params: SolveParams) -> Solution:
+    from drasat.solver import solve
+
+    return solve(problem, params)
+
+
+class Controller:
+    def __init__(
+        self,
+        api: Api,
+        config: Config | None = None,
+        *,
+        policy: Callable[[], AllocationPolicySpec] = AllocationPolicySpec,
+        poll_policy: Callable[[], bool] = lambda: False,
+        metrics: Metrics | None = None,
+        solve: Solve = _default_solve,
+        clock: Callable[[], float] = time.monotonic,
+        may_write: Callable[[], bool] = lambda: True,
+        recorder: EventRecorder | None = None,
+    ) -> None:
+        self.api = api
+        self.config = config or Config()
+        self._policy = policy
+        self._poll_policy = poll_policy
+        self.metrics = metrics or Metrics()
+        self._solve = solve
+        self._may_write = may_write
+        self.recorder = recorder or EventRecorder(api, component=self.config.component)
+        self.holds = Holds(ttl_s=self.config.hold_ttl_s, clock=clock)
+        self.queue = WorkQueue(backoff_s=self.config.retry_backoff_s, clock=clock)
+        self._decide = threading.Lock()
+        self._nas: dict[str, nodes.ParsedNas] = {}
+        self._nas_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        timeout = self.config.watch_timeout_s
+
+        def make(resource: r.Resource, handler: informer.Handler, **kw: Any) -> informer.Informer:
+            return informer.Informer(api, resource, handler=handler, watch_timeout_s=timeout, **kw)
+
+        self.claims = make(r.RESOURCE_CLAIMS, self._on_claim)
+        self.classes = make(r.RESOURCE_CLASSES, self._on_class)
+        self.contexts = make(r.POD_SCHEDULING_CONTEXTS, self._on_context)
+        self.pods = make(r.PODS, self._on_pod)
+        self.nas = make(r.NAS, self._on_nas, namespace=self.config.namespace)
+        self._informers = [self.classes, self.nas, self.claims, self.pods, self.contexts]
+
+    # Life cycle.
+    def start(self, *, sync_timeout_s: float = 30.0) -> None:
+        self._poll_policy()
+        for inf in self._informers:
+            inf.start()
+        for inf in self._informers:
+            if not inf.wait_synced(sync_timeout_s):
+                log.warning("%s not synced after %.0fs", inf.resource.plural, sync_timeout_s)
+        self.queue.add("resync")
+        for i in range(max(1, self.config.workers)):
+            self._spawn(self._work, f"worker-{i}")
+        self._spawn(self._tick, "resync")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        for inf in self._informers:
+            inf.stop_soon()
+        for inf in self._informers:
+            inf.stop()
+        for thread in self._threads:
+            thread.join(5)
+
+    @property
+    def ready(self) -> bool:
+        return all(inf.synced for inf in self._informers)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _tick(self) -> None:
+        last_resync = time.monotonic()
+        while not self._stop.wait(min(self.config.policy_poll_s, self.config.resync_s)):
+            try:
+                if self._poll_policy():
+                    self._enqueue_all_pending()
+            except Exception:
+                log.exception("policy poll failed")
+            if time.monotonic() - last_resync >= self.config.resync_s:
+                last_resync = time.monotonic()
+                self.queue.add("resync")
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=0.5)
+            if key is None:
+                continue
+            try:
+                self._process(key)
+                self.queue.forget(key)
+            except Retry as why:
+                log.debug("%s: retry (%s)", key, why)
+                self.queue.retry(key)
+            except errors.KubeError as error:
+                log.info("%s: API error, retrying: %s", key, error)
+                self.queue.retry(key)
+            except Exception:  # never let one object stop a worker
+                log.exception("%s: unexpected error, retrying", key)
+                self.queue.retry(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        kind, _, name = key.partition(":")
+        if kind == "claim":
+            self.reconcile_claim(name)
+        elif kind == "pod":
+            self.reconcile_context(name)
+        elif kind == "resync":
+            self.resync()
+        self._update_pending_gauge()
+
+    # Event handlers: enqueue, nothing else.
+    def _on_claim(self, kind: str, obj: Obj) -> None:
+        key = informer.key_of(obj)
+        if kind == "DELETED":
+            self.holds.drop(str((obj.get("metadata") or {}).get("uid", "")))
+        self.queue.add(f"claim:{key}")
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        for context in self.contexts.items():
+            if (context.get("metadata") or {}).get("namespace") == namespace:
+                self.queue.add(f"pod:{informer.key_of(context)}")
+
+    def _on_class(self, kind: str, obj: Obj) -> None:
+        self._enqueue_all_pending()
+
+    def _on_context(self, kind: str, obj: Obj) -> None:
+        if kind != "DELETED":
+            self.queue.add(f"pod:{informer.key_of(obj)}")
+
+    def _on_pod(self, kind: str, obj: Obj) -> None:
+        key = informer.key_of(obj)
+        if self.contexts.get(key) is not None:
+            self.queue.add(f"pod:{key}")
+
+    def _on_nas(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            with self._nas_lock:
+                self._nas.pop(name, None)
+        else:
+            self._remember_nas(obj)
+        self._enqueue_all_pending()
+
+    def _enqueue_all_pending(self) -> None:
+        for context in self.contexts.items():
+            self.queue.add(f"pod:{informer.key_of(context)}")
+        for claim in self.claims.items():
+            if not allocation.is_allocated(claim) or allocation.being_deleted(claim):
+                self.queue.add(f"claim:{informer.key_of(claim)}")
+
+    # The NAS cache: parsed once per resourceVersion; our own writes land at once.
+    def _remember_nas(self, obj: Obj) -> None:
+        parsed = nodes.parse(obj)
+        name = parsed.node.name
+        with self._nas_lock:
+            current = self._nas.get(name)
+            if current is None or _newer(parsed.resource_version, current.resource_version):
+                self._nas[name] = parsed
+        if parsed.problem:
+            self.recorder.warning(obj, "InvalidNodeAllocationState", parsed.problem)
+
+    def _nas_snapshot(self) -> dict[str, nodes.ParsedNas]:
+        with self._nas_lock:
+            return dict(self._nas)
+
+    # Looking things up.
+    def _lookup(self, group: str, kind: str, namespace: str | None, name: str) -> Obj | None:
+        resource = r.parameters(group, kind)
+        if resource is None:
+            return None
+        try:
+            return self.api.get(resource, name, namespace=namespace)
+        except errors.NotFound:
+            return None
+
+    def _class_of(self, claim: Obj) -> Obj | None:
+        name = (claim.get("spec") or {}).get("resourceClassName")
+        return self.classes.get(str(name)) if name else None
+
+    def _request_for(self, claim: Obj) -> tuple[ClaimRequest, bool]:
+        """The claim's ClaimRequest and shareable; raises ParameterError (Event written)."""
+        resource_class = self._class_of(claim)
+        assert resource_class is not None
+        try:
+            info = params.resolve_class(resource_class, self._lookup)
+            request = params.resolve_claim(claim, info, self._lookup)
+        except params.ParameterError as error:
+            self.recorder.warning(claim, error.reason, error.message)
+            self.metrics.failures.labels(error.reason).inc()
+            raise
+        return request, info.shareable
+
+    def _is_ours(self, claim: Obj) -> bool:
+        return params.is_ours(self._class_of(claim)) or (
+            allocation.has_finalizer(claim)
+            and (claim.get("status") or {}).get("driverName") in (None, groups.DRIVER_NAME)
+        )
+
+    def _policy_now(self) -> AllocationPolicySpec:
+        return self._policy()
+
+    def _params(self, *, feasibility: bool) -> SolveParams:
+        budget = self._policy_now().solver
+        return SolveParams(
+            mode=Mode.online,
+            node_feasibility=feasibility,
+            explain=feasibility,
+            time_limit_s=budget.onlineTimeLimitSeconds,
+        )
+
+    def _timed_solve(self, problem: Problem, *, feasibility: bool, kind: str) -> Solution:
+        started = time.perf_counter()
+        try:
+            return self._solve(problem, self._params(feasibility=feasibility))
+        finally:
+            self.metrics.solver_seconds.labels(kind).observe(time.perf_counter() - started)
+
+    # Claims.
+    def reconcile_claim(self, key: str) -> None:
+        claim = self.claims.get(key)
+        if claim is None or not self._is_ours(claim):
+            return
+        uid = str(claim["metadata"].get("uid", ""))
+        if allocation.being_deleted(claim) or allocation.deallocation_requested(claim):
+            if allocation.reserved_for_anyone(claim) and not allocation.deallocation_requested(
+                claim
+            ):
+                return  # deleted, but a pod still uses it: wait until it is released
+            self.deallocate(claim)
+            return
+        if allocation.is_allocated(claim):
+            self.holds.drop(uid)
+            return
+        owner = nodes.owner_of(self._nas_snapshot(), uid)
+        if owner is not None:
+            self._complete_from_nas(claim, owner)
+            return
+        try:
+            request, shareable = self._request_for(claim)
+        except params.ParameterError:
+            return  # fixed parameters bring a new event for the claim or its class
+        if params.allocation_mode(claim) == params.IMMEDIATE:
+            self._allocate_immediate(claim, request, shareable)
+
+    def _allocate_immediate(self, claim: Obj, request: ClaimRequest, shareable: bool) -> None:
+        pod = PodRequest(
+            key=f"claim:{informer.key_of(claim)}", namespace=request.namespace, claims=(request,)
+        )
+        with self._decide:
+            snapshot = self._nas_snapshot()
+            held = self.holds.by_node(excluding=frozenset({request.uid}))
+            problem = Problem(
+                nodes.nodes_for(sorted(snapshot), snapshot, held), (pod,), self._policy_now()
+            )
+            solution = self._timed_solve(problem, feasibility=False, kind="immediate")
+            placement = solution.placement_of(pod.key)
+            if placement is None:
+                reasons = _reasons(solution, pod.key)
+                self.recorder.warning(claim, "Unschedulable", f"no node fits: {reasons}")
+                self.metrics.failures.labels("Unschedulable").inc()
+                raise Retry("no node fits")
+            pending = self._pending(
+                pod,
+                placement.node,
+                placement.allocations,
+                {request.uid: claim},
+                {request.uid: shareable},
+                snapshot,
+            )
+        self._write(pending)
+
+    def _pending(
+        self,
+        pod: PodRequest,
+        node: str,
+        allocations: dict[str, AllocatedDevices],
+        claims: dict[str, Obj],
+        shareable: dict[str, bool],
+        snapshot: dict[str, nodes.ParsedNas],
+    ) -> _Pending:
+        """Hold the devices (under the decision lock) while they are written."""
+        for uid, devices in allocations.items():
+            self.holds.hold(uid, node, devices)
+        entry = snapshot.get(node)
+        return _Pending(
+            pod.key,
+            node,
+            dict(allocations),
+            claims,
+            shareable,
+            pod,
+            entry.resource_version if entry else "",
+        )
+
+    # Writing an allocation: finalizer, NAS, status.
+    def _write(self, pending: _Pending) -> None:
+        self._check_leader()
+        for uid, claim in pending.claims.items():
+            if uid in pending.allocations:
+                pending.claims[uid] = self._ensure_finalizer(claim)
+        try:
+            written = nas_api.update(
+                self.api,
+                namespace=self.config.namespace,
+                node=pending.node,
+                mutate=lambda obj: self._nas_mutation(obj, pending),
+                attempts=self.config.nas_attempts,
+                on_conflict=self.metrics.nas_conflicts.inc,
+            )
+        except NoFit as why:
+            for uid in pending.allocations:
+                self.holds.drop(uid)
+            self.metrics.failures.labels("Conflict").inc()
+            raise Retry(f"re-check on {pending.node} failed: {why}") from None
+        except errors.NotFound:
+            for uid in pending.allocations:
+                self.holds.drop(uid)
+            raise Retry(f"NodeAllocationState {pending.node} disappeared") from None
+        self._remember_nas(written)
+        for uid, devices in pending.allocations.items():
+            claim = pending.claims[uid]
+            self._write_status(claim, pending.node, devices, shareable=pending.shareable[uid])
+            self.holds.drop(uid)
+            self.metrics.allocations.inc()
+            log.info("allocated %s on %s", informer.key_of(claim), pending.node)
+
+    def _nas_mutation(self, obj: Obj, pending: _Pending) -> Obj | None:
+        """Add the pending allocations to a fresh NAS; re-check with the solver if it moved."""
+        self._check_leader()
+        fresh = nodes.parse(obj)
+        allocated = fresh.node.nas.allocatedClaims
+        if fresh.resource_version != pending.nas_version:
+            todo = {uid: d for uid, d in pending.allocations.items() if uid not in allocated}
+            if todo:
+                pending.allocations = self._recheck(pending, fresh.node, set(todo))
+        pending.allocations = {
+            uid: (allocated.get(uid) or devices) for uid, devices in pending.allocations.items()
+        }
+        pending.nas_version = fresh.resource_version
+        return allocation.nas_with(obj, pending.allocations)
+
+    def _recheck(self, pending: _Pending, fresh: NodeState, todo: set[str]) -> dict[str, Any]:
+        if not fresh.ready:
+            raise NoFit(fresh.unready_reason)
+        ours = frozenset(c.uid for c in pending.pod.claims)
+        held = self.holds.by_node(excluding=ours).get(fresh.name) or {}
+        node = nodes.with_held(fresh, held)
+        pod = replace(pending.pod, candidate_nodes=(fresh.name,))
+        problem = Problem((node,), (pod,), self._policy_now())
+        solution = self._timed_solve(problem, feasibility=False, kind="recheck")
+        placement = solution.placement_of(pod.key)
+        if placement is None:
+            raise NoFit(_reasons(solution, pod.key))
+        out = {uid: d for uid, d in pending.allocations.items() if uid not in todo}
+        out.update(placement.allocations)
+        return out
+
+    def _ensure_finalizer(self, claim: Obj) -> Obj:
+        if allocation.has_finalizer(claim):
+            return claim
+        try:
+            return self.api.patch(
+                r.RESOURCE_CLAIMS,
+                claim["metadata"]["name"],
+                {
+                    "metadata": {
+                        "finalizers": allocation.finalizers_with(claim),
+                        "resourceVersion": claim["metadata"].get("resourceVersion"),
+                    }
+                },
+                namespace=claim["metadata"]["namespace"],
+            )
+        except errors.Conflict:
+            raise Retry("claim changed while adding the finalizer") from None
+
+    def _write_status(
+        self, claim: Obj, node: str, devices: AllocatedDevices, *, shareable: bool
+    ) -> None:
+        meta = claim["metadata"]
+        for _ in range(5):
+            self._check_leader()
+            if allocation.is_allocated(claim):
+                return
+            try:
+                self.api.replace_status(
+                    r.RESOURCE_CLAIMS,
+                    allocation.with_allocation(claim, node, devices, shareable=shareable),
+                )
+                return
+            except errors.Conflict:
+                claim = self.api.get(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
+                if claim["metadata"].get("uid") != meta.get("uid"):
+                    return  # a new claim of that name; resync removes the orphaned NAS entry
+        raise Retry("claim status kept changing")
+
+    def _complete_from_nas(self, claim: Obj, node: str) -> None:
+        """The NAS has it but the status does not (crash between the two writes): finish."""
+        uid = str(claim["metadata"]["uid"])
+        devices = self._nas_snapshot()[node].node.nas.allocatedClaims[uid]
+        try:
+            _, shareable = self._request_for(claim)
+        except params.ParameterError:
+            shareable = True
+        claim = self._ensure_finalizer(claim)
+        self._write_status(claim, node, devices, shareable=shareable)
+        self.holds.drop(uid)
+        self.metrics.repairs.labels("completed").inc()
+        log.info("completed %s from the NAS of %s", informer.key_of(claim), node)
+
+    # Deallocation.
+    def deallocate(self, claim: Obj) -> None:
+        self._check_leader()
+        meta = claim["metadata"]
+        uid = str(meta.get("uid", ""))
+        node = allocation.allocated_node(claim) or nodes.owner_of(self._nas_snapshot(), uid)
+        if node is not None:
+            self._remove_from_nas(node, {uid})
+        self.holds.drop(uid)
+        if allocation.being_deleted(claim):
+            if allocation.has_finalizer(claim):
+                patch = {
+                    "metadata": {
+                        "finalizers": allocation.finalizers_without(claim),
+                        "resourceVersion": meta.get("resourceVersion"),
+                    }
+                }
+                try:
+                    self.api.patch(
+                        r.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"]
+                    )
+                except errors.NotFound:
+                    pass
+                except errors.Conflict:
+                    raise Retry("claim changed while removing the finalizer") from None
+        elif allocation.is_allocated(claim) or allocation.deallocation_requested(claim):
+            try:
+                self.api.replace_status(r.RESOURCE_CLAIMS, allocation.without_allocation(claim))
+            except errors.Conflict:
+                raise Retry("claim changed while clearing its allocation") from None
+        self.metrics.deallocations.inc()
+        log.info("deallocated %s", informer.key_of(claim))
+
+    def _remove_from_nas(self, node: str, uids: set[str]) -> None:
+        try:
+            written = nas_api.update(
+                self.api,
+                namespace=self.config.namespace,
+                node=node,
+                mutate=lambda obj: allocation.nas_without(obj, uids),
+                attempts=self.config.nas_attempts,
+                on_conflict=self.metrics.nas_conflicts.inc,
+            )
+        except errors.NotFound:
+            return
+        self._remember_nas(written)
+
+    # Scheduling contexts (WaitForFirstConsumer).
+    def reconcile_context(self, key: str) -> None:
+        context = self.contexts.get(key)
+        pod_obj = self.pods.get(key)
+        if context is None or pod_obj is None or allocation.being_deleted(context):
+            return
+        namespace = str(context["metadata"].get("namespace", ""))
+        entries: dict[str, Obj] = {}  # pod claim entry -> claim (ours only)
+        for entry, claim_name in allocation.pod_claim_names(pod_obj).items():
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is None:
+                raise Retry(f"claim {namespace}/{claim_name} not seen yet")
+            if params.is_ours(self._class_of(claim)):
+                entries[entry] = claim
+        pending = {
+            e: c
+            for e, c in entries.items()
+            if not allocation.is_allocated(c)
+            and params.allocation_mode(c) == params.WAIT_FOR_FIRST_CONSUMER
+            and not allocation.being_deleted(c)
+        }
+        if not pending:
+            return
+        candidates = scheduling.candidates(context)
+        requests: dict[str, ClaimRequest] = {}
+        shareable: dict[str, bool] = {}
+        bad: list[str] = []
+        for entry, claim in entries.items():
+            try:
+                request, share = self._request_for(claim)
+            except params.ParameterError:
+                bad.append(entry)
+                continue
+            requests[request.uid], shareable[request.uid] = request, share
+        if bad:
+            self._write_context(context, {e: list(candidates) for e in pending})
+            return
+        pod = PodRequest(
+            key=key,
+            namespace=namespace,
+            claims=tuple(requests.values()),
+            candidate_nodes=candidates,
+        )
+        by_uid = {str(c["metadata"]["uid"]): c for c in entries.values()}
+        selected = scheduling.selected_node(context)
+        with self._decide:
+            snapshot = self._nas_snapshot()
+            held = self.holds.by_node(excluding=frozenset(requests))
+            pending_write = None
+            if selected is not None:
+                pinned = replace(pod, candidate_nodes=(selected,))
+                problem = Problem(
+                    nodes.nodes_for([selected], snapshot, held), (pinned,), self._policy_now()
+                )
+                solution = self._timed_solve(problem, feasibility=False, kind="selected")
+                placement = solution.placement_of(key)
+                if placement is not None:
+                    pending_write = self._pending(
+                        pinned, selected, placement.allocations, by_uid, shareable, snapshot
+                    )
+            if pending_write is None:
+                problem = Problem(
+                    nodes.nodes_for(candidates, snapshot, held), (pod,), self._policy_now()
+                )
+                solution = self._timed_solve(problem, feasibility=True, kind="feasibility")
+                feasibility = dict(solution.node_feasibility.get(key) or {})
+                for node in problem.nodes:
+                    if not node.ready:
+                        feasibility[node.name] = node.unready_reason
+                placement = solution.placement_of(key)
+                if placement is not None and feasibility.get(placement.node, "x") is None:
+                    for uid, devices in placement.allocations.items():
+                        self.holds.hold(uid, placement.node, devices)
+        if pending_write is not None:
+            try:
+                self._write(pending_write)
+            except Retry:
+                self.queue.add_after(f"pod:{key}", 0.05)
+                raise
+            return
+        unsuitable = scheduling.unsuitable(candidates, feasibility)
+        self._write_context(context, {e: unsuitable for e in pending})
+        if unsuitable:
+            text = scheduling.describe(feasibility, candidates)
+            all_bad = len(unsuitable) == len(candidates)
+            for claim in pending.values():
+                if all_bad:
+                    self.recorder.warning(claim, "UnsuitableNodes", f"no node fits: {text}")
+                    self.metrics.failures.labels("Unsuitable").inc()
+                else:
+                    self.recorder.normal(claim, "UnsuitableNodes", text)
+        if selected is not None and selected in unsuitable:
+            self.queue.add_after(f"pod:{key}", 1.0)  # the scheduler picks again
+
+    def _write_context(self, context: Obj, unsuitable: dict[str, list[str]]) -> None:
+        statuses = scheduling.claim_statuses(unsuitable)
+        if not scheduling.status_differs(context, statuses):
+            return
+        self._check_leader()
+        body = {**context, "status": {**(context.get("status") or {}), "resourceClaims": statuses}}
+        try:
+            self.api.replace_status(r.POD_SCHEDULING_CONTEXTS, body)
+        except errors.Conflict:
+            raise Retry("scheduling context changed") from None
+        except errors.NotFound:
+            return
+
+    # Restart safety.
+    def resync(self) -> None:
+        """Make NAS and claim statuses agree; see the module docstring."""
+        if not (self.claims.synced and self.nas.synced):
+            raise Retry("caches not synced")
+        claims = {str(c["metadata"].get("uid")): c for c in self.claims.items()}
+        snapshot = self._nas_snapshot()
+        in_nas: dict[str, str] = {}
+        for name, entry in snapshot.items():
+            orphans = set()
+            for uid in entry.node.nas.allocatedClaims:
+                in_nas[uid] = name
+                if uid not in claims:
+                    orphans.add(uid)
+            if orphans:
+                self._check_leader()
+                log.info("removing %d allocations of deleted claims from %s", len(orphans), name)
+                self._remove_from_nas(name, orphans)
+                self.metrics.repairs.labels("orphan").inc(len(orphans))
+        for uid, claim in claims.items():
+            ours = self._is_ours(claim)
+            if not ours:
+                continue
+            key = informer.key_of(claim)
+            allocated = allocation.is_allocated(claim)
+            if allocation.being_deleted(claim) or not allocated:
+                self.queue.add(f"claim:{key}")
+            elif uid not in in_nas and (claim.get("status") or {}).get("driverName") == (
+                groups.DRIVER_NAME
+            ):
+                self._repair(claim, snapshot)
+        for context in self.contexts.items():
+            self.queue.add(f"pod:{informer.key_of(context)}")
+
+    def _repair(self, claim: Obj, snapshot: dict[str, nodes.ParsedNas]) -> None:
+        """In its status but not in any NAS: re-write it if its devices are still free."""
+        node = allocation.allocated_node(claim)
+        devices = allocation.devices_from_status(claim)
+        uid = str(claim["metadata"]["uid"])
+        entry = snapshot.get(node) if node else None
+        if node is None or devices is None or entry is None:
+            why = (
+                "its node or devices cannot be read back"
+                if entry or not node
+                else (f"node {node} has no NodeAllocationState")
+            )
+            self._lost(claim, why)
+            return
+        clash = allocation.conflicts(dict(entry.node.nas.allocatedClaims), devices)
+        if clash:
+            self._lost(claim, f"its devices on {node} are now used by claims {', '.join(clash)}")
+            return
+        self._check_leader()
+
+        def mutate(obj: Obj) -> Obj | None:
+            fresh = nodes.parse(obj).node.nas.allocatedClaims
+            if uid in fresh:
+                return None
+            if allocation.conflicts(dict(fresh), devices):
+                raise NoFit("devices taken meanwhile")
+            return allocation.nas_with(obj, {uid: devices})
+
+        try:
+            written = nas_api.update(
+                self.api,
+                namespace=self.config.namespace,
+                node=node,
+                mutate=mutate,
+                on_conflict=self.metrics.nas_conflicts.inc,
+            )
+        except NoFit as why:
+            self._lost(claim, str(why))
+            return
+        self._remember_nas(written)
+        self.metrics.repairs.labels("rewritten").inc()
+        self.recorder.normal(
+            claim, "AllocationRepaired", f"re-wrote the allocation into NodeAllocationState {node}"
+        )
+
+    def _lost(self, claim: Obj, why: str) -> None:
+        self.metrics.repairs.labels("lost").inc()
+        self.recorder.warning(
+            claim,
+            "AllocationLost",
+            f"allocated in status but missing from every NodeAllocationState and not re-written: "
+            f"{why}; delete the claim or request deallocation",
+        )
+
+    def _update_pending_gauge(self) -> None:
+        count = 0
+        for claim in self.claims.items():
+            open_claim = not allocation.is_allocated(claim) and not allocation.being_deleted(claim)
+            if open_claim and params.is_ours(self._class_of(claim)):
+                count += 1
+        self.metrics.pending_claims.set(count)
+
+    def _check_leader(self) -> None:
+        if not self._may_write():
+            raise Retry("not the leader")
+
+
+def _reasons(solution: Solution, pod: str) -> str:
+    for rejection in solution.unplaced:
+        if rejection.pod == pod:
+            return "; ".join(rejection.reasons) or "no reason given"
+    return f"solver status {solution.status.value}"
+
+
+def _newer(a: str, b: str) -> bool:
+    """Is resourceVersion a newer than b? (numeric where both are; else assume so)."""
+    if a.isdigit() and b.isdigit():
+        return int(a) >= int(b)
+    return True

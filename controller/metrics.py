@@ -1,0 +1,51 @@
+"""Prometheus metrics of one controller (its own registry, so several can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "drasat_controller"
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.allocations = Counter(
+            f"{PREFIX}_allocations", "Claims allocated (NAS and claim status written).", registry=r
+        )
+        self.deallocations = Counter(
+            f"{PREFIX}_deallocations", "Claims deallocated (removed from NAS).", registry=r
+        )
+        self.failures = Counter(
+            f"{PREFIX}_failures",
+            "Claims not allocated, by reason (BadParameters, Unsuitable, Conflict, ...).",
+            ["reason"],
+            registry=r,
+        )
+        self.solver_seconds = Histogram(
+            f"{PREFIX}_solver_seconds",
+            "Wall time of one solver call.",
+            ["kind"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.pending_claims = Gauge(
+            f"{PREFIX}_pending_claims", "Claims of ours not allocated yet.", registry=r
+        )
+        self.nas_conflicts = Counter(
+            f"{PREFIX}_nas_conflicts", "409 answers to NodeAllocationState writes.", registry=r
+        )
+        self.repairs = Counter(
+            f"{PREFIX}_repairs",
+            "Restart repairs: completed claim status, NAS re-written, lost, orphans removed.",
+            ["kind"],
+            registry=r,
+        )
+        self.leader = Gauge(f"{PREFIX}_leader", "1 while this replica leads.", registry=r)
+        self.policy_reloads = Counter(
+            f"{PREFIX}_policy_reloads",
+            "Policy loads, by result (ok, rejected).",
+            ["result"],
+            registry=r,
+        )

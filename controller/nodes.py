@@ -1,0 +1,91 @@
+"""NodeAllocationState objects -> the solver's NodeState, with tentative holds as allocations.
+
+A purely computational module. A node whose NAS is missing, NotReady or does not validate is kept
+in the problem as not ready, with the reason (naming the field) that ends up in unsuitableNodes'
+Event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from drasat.api.errors import describe_validation_error
+from drasat.api.nas import AllocatedDevices, NasStatus, NodeAllocationStateSpec
+from drasat.solver.problem import NodeState
+
+Obj = dict[str, Any]
+
+HELD_PREFIX = "held:"
+
+
+@dataclass(frozen=True)
+class ParsedNas:
+    """One NAS object parsed once (keyed by resourceVersion by the caller)."""
+
+    node: NodeState
+    resource_version: str
+    #: Why the object itself is bad ("" when it validated).
+    problem: str = ""
+
+
+def parse(obj: Obj) -> ParsedNas:
+    """A NAS object as a NodeState; never raises."""
+    metadata = obj.get("metadata") or {}
+    name = str(metadata.get("name", ""))
+    version = str(metadata.get("resourceVersion", ""))
+    where = f"NodeAllocationState {metadata.get('namespace', '')}/{name}"
+    try:
+        spec = NodeAllocationStateSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as error:
+        problem = f"{where}: {describe_validation_error(error, prefix=('spec',))}"
+        return ParsedNas(_unready(name, problem), version, problem)
+    status = obj.get("status")
+    if status != NasStatus.Ready.value:
+        reason = f"{where} is {status or 'without status'} (node plugin not ready)"
+        return ParsedNas(
+            NodeState(name=name, nas=spec, ready=False, unready_reason=reason), version
+        )
+    return ParsedNas(NodeState(name=name, nas=spec), version)
+
+
+def missing(name: str) -> NodeState:
+    return _unready(name, f"node {name} has no NodeAllocationState (node plugin not running)")
+
+
+def _unready(name: str, reason: str) -> NodeState:
+    return NodeState(name=name, nas=NodeAllocationStateSpec(), ready=False, unready_reason=reason)
+
+
+def with_held(node: NodeState, held: Mapping[str, AllocatedDevices]) -> NodeState:
+    """The node with devices held tentatively for other claims added as existing allocations."""
+    if not held:
+        return node
+    claims = dict(node.nas.allocatedClaims)
+    for uid, devices in held.items():
+        if uid not in claims:
+            claims[HELD_PREFIX + uid] = devices
+    return replace(node, nas=node.nas.model_copy(update={"allocatedClaims": claims}))
+
+
+def nodes_for(
+    names: Iterable[str], parsed: Mapping[str, ParsedNas], held: Mapping[str, Any]
+) -> tuple[NodeState, ...]:
+    """NodeStates of `names` (missing NAS -> unready), each with its `held[name]` allocations."""
+    out = []
+    for name in dict.fromkeys(names):
+        entry = parsed.get(name)
+        node = entry.node if entry is not None else missing(name)
+        out.append(with_held(node, held.get(name) or {}))
+    return tuple(out)
+
+
+def owner_of(parsed: Mapping[str, ParsedNas], claim_uid: str) -> str | None:
+    """The node whose NAS lists `claim_uid` in allocatedClaims."""
+    for name, entry in parsed.items():
+        if claim_uid in entry.node.nas.allocatedClaims:
+            return name
+    return None

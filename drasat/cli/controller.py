@@ -1,0 +1,147 @@
+"""`drasat controller`: the central classic-DRA controller (resource.k8s.io/v1alpha2).
+
+Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NAMESPACE); flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from typing import Any
+
+from drasat.api.errors import InputError
+from drasat.controller import app
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get(f"DRASAT_{name}", default)
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "controller",
+        help="run the central controller (classic DRA)",
+        description="Watch ResourceClaims and PodSchedulingContexts of driver gpu.drasat.io, "
+        "place claims with the solver, record them in NodeAllocationState and claim status.",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
+        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", "drasat")),
+        help="driver namespace: NodeAllocationStates, Lease, policy",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(_env("WORKERS", 2)),
+        help="concurrent reconcile workers (default 2)",
+    )
+    p.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=float(_env("KUBE_API_QPS", 20)),
+        help="API requests per second (0: unlimited; default 20)",
+    )
+    p.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=int(_env("KUBE_API_BURST", 40)),
+        help="API request burst (default 40)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=_env("METRICS_ADDRESS", ":8080"),
+        help="host:port of /metrics, /healthz, /readyz ('' to disable; default :8080)",
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--policy-file",
+        default=_env("POLICY_FILE", None),
+        help="AllocationPolicy YAML file, reloaded when it changes",
+    )
+    source.add_argument(
+        "--policy-configmap",
+        default=_env("POLICY_CONFIGMAP", None),
+        help="ConfigMap (in --namespace) holding the AllocationPolicy",
+    )
+    p.add_argument(
+        "--policy-key",
+        default=_env("POLICY_KEY", "policy.yaml"),
+        help="key of the policy in the ConfigMap (default policy.yaml)",
+    )
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=_env("LEADER_ELECT", "") in ("1", "true"),
+        help="elect a leader with a coordination.k8s.io Lease (run several replicas)",
+    )
+    p.add_argument(
+        "--leader-election-lease",
+        default=_env("LEADER_ELECTION_LEASE", "drasat-controller"),
+        help="Lease name (default drasat-controller)",
+    )
+    p.add_argument(
+        "--leader-election-identity",
+        default=_env("LEADER_ELECTION_IDENTITY", ""),
+        help="this replica's identity (default $POD_NAME, else hostname-random)",
+    )
+    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
+    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
+    p.add_argument(
+        "--resync-period",
+        type=float,
+        default=30.0,
+        help="seconds between full NAS/claim consistency passes (default 30)",
+    )
+    p.add_argument(
+        "--hold-ttl",
+        type=float,
+        default=30.0,
+        help="seconds a tentative device choice is held for a negotiating pod",
+    )
+    p.set_defaults(func=run)  # fmt: skip
+
+
+def options(args: argparse.Namespace) -> app.Options:
+    """Flags -> Options; InputError on inconsistent values (a pure function)."""
+    if args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    if not args.renew_deadline < args.lease_duration:
+        raise InputError("--renew-deadline must be shorter than --lease-duration")
+    return app.Options(
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        workers=args.workers,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        metrics_address=args.metrics_address,
+        policy_file=args.policy_file,
+        policy_configmap=args.policy_configmap,
+        policy_key=args.policy_key,
+        leader_elect=args.leader_elect,
+        lease_name=args.leader_election_lease,
+        identity=args.leader_election_identity,
+        lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
+        resync_s=args.resync_period,
+        hold_ttl_s=args.hold_ttl,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    controller_app = app.App(options(args))
+    try:
+        controller_app.run(stop)
+    except KeyboardInterrupt:
+        controller_app.shutdown()
+    return 0

@@ -1,0 +1,54 @@
+"""Fixtures: the in-process API server with drasat's CRDs, a client for it, a running controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from drasat.api import crds
+from drasat.controller.controller import Config, Controller
+from drasat.kube.client import KubeClient, configuration_for
+from drasat.sim import apiserver
+
+FAST = Config(
+    namespace="drasat",
+    workers=2,
+    resync_s=1.0,
+    policy_poll_s=0.2,
+    retry_backoff_s=(0.02, 0.5),
+    watch_timeout_s=5,
+    hold_ttl_s=10.0,
+)
+
+
+@pytest.fixture
+def server() -> Iterator[apiserver.ApiServer]:
+    with apiserver.ApiServer.running(crds=crds.all_crds()) as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: apiserver.ApiServer) -> Iterator[KubeClient]:
+    client = KubeClient(configuration_for(server.url), request_timeout=10)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def start_controller(server: apiserver.ApiServer) -> Iterator[Callable[..., Controller]]:
+    """Start controllers (each with its own client); all are stopped at the end."""
+    started: list[tuple[Controller, KubeClient]] = []
+
+    def start(config: Config = FAST, **kwargs: Any) -> Controller:
+        client = KubeClient(configuration_for(server.url), request_timeout=10)
+        controller = Controller(client, config, **kwargs)
+        controller.start(sync_timeout_s=10)
+        started.append((controller, client))
+        return controller
+
+    yield start
+    for controller, client in started:
+        controller.stop()
+        client.close()
