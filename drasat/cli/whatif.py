@@ -7,7 +7,6 @@ not placed, or when the solver failed; 2 bad input (one line naming file, docume
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from drasat import solver
 from drasat.api.errors import InputError
 from drasat.solver.problem import Mode
 from drasat.whatif import html, objects, run, table
@@ -62,11 +62,7 @@ def register(subparsers: Any) -> None:
 
 
 def _solver() -> run.Solve:
-    # Looked up at run time so the CLI loads before the solver module is installed/importable.
-    module = importlib.import_module("drasat.solver")
-    name = "solve"
-    solve: run.Solve = getattr(module, name)
-    return solve
+    return solver.solve
 
 
 def render(result: Report, output: str) -> str:

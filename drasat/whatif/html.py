@@ -11,7 +11,7 @@ import importlib.resources
 
 import jinja2
 
-from drasat.whatif import report, table
+from drasat.whatif import report
 
 TEMPLATE = "report.html.j2"
 
@@ -26,8 +26,6 @@ def render(result: report.Report, *, title: str = "drasat what-if") -> str:
         title=title,
         report=result,
         summary=result.summary,
-        summary_lines=table.summary_lines(result.summary),
-        colour=report.colour,
         percent=_percent,
     )
 

@@ -70,6 +70,8 @@ class NodeView:
     name: str
     ready: bool
     gpus: tuple[GpuView, ...]
+    #: Optional claims allocated on this node with no device (their pods run CPU-only).
+    cpu_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class Report:
     allocations: dict[str, tuple[str, AllocatedDevices]]
     #: pod key -> why it was not placed (absent: placed).
     unplaced: dict[str, str]
+    #: claim key -> its colour in the HTML report.
+    colours: dict[str, str]
     #: A solver failure, reported instead of a traceback; None when it solved.
     solver_error: str | None = None
 
@@ -133,12 +137,20 @@ def build(
         for pod in workload.pods
         for pod_claim in pod.claims
     )
-    claim_names = {c.request.uid: c.key for c in workload.claims}
+    legend = _Legend(
+        names={c.request.uid: c.key for c in workload.claims},
+        colours=dict(
+            zip((c.key for c in workload.claims), palette(len(workload.claims)), strict=True)
+        ),
+        users={c.key: len(workload.users_of(c)) for c in workload.claims},
+        existing=existing,
+    )
     return Report(
         nas=nas,
         rows=rows,
         summary=_summary(cluster, nas, workload, solution, unplaced, mode),
-        nodes=tuple(_node_view(n, claim_names, existing) for n in nas),
+        nodes=tuple(_node_view(n, legend) for n in nas),
+        colours=legend.colours,
         ignored=(*cluster.ignored, *workload.ignored),
         workload=workload,
         allocations=allocations,
@@ -294,18 +306,34 @@ def _summary(
 
 
 def colour(key: str) -> str:
-    """A stable, readable colour per claim (the same claim is the same colour on every GPU)."""
+    """A stable colour for a claim the workload does not hold (an existing allocation)."""
     hue = int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 360
-    return f"hsl({hue}, 62%, 58%)"
+    return f"hsl({hue}, 45%, 72%)"
 
 
-def _node_view(
-    nas: NodeAllocationState, claim_names: dict[str, str], existing: set[str]
-) -> NodeView:
+def palette(count: int) -> list[str]:
+    """`count` colours far apart: hues a golden angle apart, lightness alternating."""
+    return [f"hsl({(i * 137.508) % 360:.0f}, 62%, {58 + 8 * (i % 2)}%)" for i in range(count)]
+
+
+@dataclass(frozen=True)
+class _Legend:
+    """How the bars name and colour claims."""
+
+    names: dict[str, str]  # claim uid -> namespace/name
+    colours: dict[str, str]  # namespace/name -> colour
+    users: dict[str, int]  # namespace/name -> pods using it
+    existing: set[str]  # uids allocated in the input
+
+    def colour_of(self, key: str) -> str:
+        return self.colours.get(key) or colour(key)
+
+
+def _node_view(nas: NodeAllocationState, legend: _Legend) -> NodeView:
     gpus = []
     for gpu in nas.spec.gpus():
         slots = mig_slices(gpu, nas) if gpu.migEnabled else 100
-        segments = _segments(gpu, nas, claim_names, existing)
+        segments = _segments(gpu, nas, legend)
         memory = f"{gpu.memoryBytes / 2**30:.0f} GiB"
         gpus.append(
             GpuView(
@@ -313,28 +341,36 @@ def _node_view(
             )
         )
     ready = nas.status is None or nas.status.value == "Ready"
-    return NodeView(nas.metadata.name, ready, tuple(gpus))
+    cpu_only = tuple(
+        legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
+        for uid, entry in nas.spec.allocatedClaims.items()
+        if entry.gpu is not None and not entry.gpu.devices
+    )
+    return NodeView(nas.metadata.name, ready, tuple(gpus), cpu_only)
 
 
-def _segments(
-    gpu: GpuInfo, nas: NodeAllocationState, claim_names: dict[str, str], existing: set[str]
-) -> list[Segment]:
+def _segments(gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend) -> list[Segment]:
     segments: list[Segment] = []
     offset = 0  # share claims stack up from the left of a non-MIG bar
     for uid, entry in nas.spec.allocatedClaims.items():
-        key = claim_names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
-        was = uid in existing
+        key = legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
+        was = uid in legend.existing
+        paint = legend.colour_of(key)
         if entry.mig is not None:
             for device in entry.mig.devices:
                 if device.parentUUID == gpu.uuid:
                     label = f"{device.profile} {key}"
                     placement = device.placement
                     segments.append(
-                        Segment(placement.start, placement.size, key, label, colour(key), was)
+                        Segment(placement.start, placement.size, key, label, paint, was)
                     )
         elif entry.gpu is not None and any(d.uuid == gpu.uuid for d in entry.gpu.devices):
             size = _share_percent(entry, gpu) if entry.share is not None else 100 - offset
-            segments.append(Segment(offset, size, key, key, colour(key), was))
+            users = legend.users.get(key, 0)
+            label = f"{key} ({users} pods)" if users > 1 else key
+            if entry.share is not None:
+                label = f"{key} {size}%"
+            segments.append(Segment(offset, size, key, label, paint, was))
             offset = min(100, offset + size)
     return segments
 

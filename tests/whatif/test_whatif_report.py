@@ -162,7 +162,9 @@ def test_bars_place_mig_devices_and_shares() -> None:
     assert (mig_segment.start, mig_segment.size, a100.gpus[0].slots) == (6, 1, 8)
     (share_segment,) = t4.gpus[1].segments
     assert (share_segment.start, share_segment.size, t4.gpus[1].slots) == (0, 50, 100)
-    assert share_segment.colour == report.colour("ns/sharer-g")
+    assert share_segment.colour == built.colours["ns/sharer-g"]
+    assert share_segment.label == "ns/sharer-g 50%"
+    assert len(set(built.colours.values())) == len(built.colours)
     page = html.render(built)
     assert "left: 75%; width: 12.5%" in page  # 1g.5gb at slice 6 of 8
     assert "width: 50%" in page
