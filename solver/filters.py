@@ -59,14 +59,22 @@ def claim_blocker(claim: Claim, node: NodeView, rules: Rules) -> Blocker | None:
 
 
 def _no_match(claim: Claim, node: NodeView) -> Blocker:
-    what = _selector_text(claim)
     if claim.kind is Kind.mig:
-        text = f"claim {claim.ref}: {what}: no MIG-enabled GPU offers it"
-    elif claim.kind is Kind.whole and any(g.mig_enabled for g in node.gpus):
-        text = f"claim {claim.ref}: {what} matches no GPU (MIG-enabled GPUs are not given whole)"
+        text = f"claim {claim.ref}: {claim.describe_mig()}: no MIG-enabled GPU offers it"
+    elif claim.selector is None:
+        text = f"claim {claim.ref}: no GPU without MIG"
     else:
-        text = f"claim {claim.ref}: {what} matches no GPU"
+        text = f"claim {claim.ref}: selector {claim.selector.describe()} matches no GPU"
+    if claim.kind is Kind.whole and _matches_mig_gpu(claim, node):
+        text += " (MIG-enabled GPUs go whole only to claims that select migEnabled=true)"
     return Blocker(f"nomatch:{claim.uid}", node.name, f"{text} on node {node.name}", text)
+
+
+def _matches_mig_gpu(claim: Claim, node: NodeView) -> bool:
+    return any(
+        g.mig_enabled and (claim.selector is None or claim.selector.matches(g.info))
+        for g in node.gpus
+    )
 
 
 def _capacity_blocker(claim: Claim, gpus: Sequence[GpuSlot], name: str) -> Blocker | None:

@@ -10,8 +10,8 @@ immutable snapshots), because the online mode sees the same hundreds of nodes on
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from drasat.api import catalog
@@ -49,7 +49,7 @@ class GpuSlot:
     """One usable GPU of a node and what existing allocations already hold of it."""
 
     node: str
-    position: int  # index in NodeView.gpus
+    position: int  # index in NodeView.gpus (canonical order, see build_view)
     info: GpuInfo
     memory_mib: int
     #: Held whole by an existing exclusive GPU claim (on a MIG GPU: the paired-claim pattern).
@@ -63,6 +63,33 @@ class GpuSlot:
     #: MIG placements this GPU's product offers (empty for non-MIG GPUs).
     mig_options: tuple[MigOption, ...]
     memory_slices: int
+    #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
+    state_id: int = 0
+
+    def key(self) -> tuple[object, ...]:
+        """Everything the solver may read of this GPU except its identity (uuid, index, peers)."""
+        i = self.info
+        return (
+            i.productName,
+            i.memoryBytes,
+            i.migEnabled,
+            i.brand,
+            i.architecture,
+            i.cudaComputeCapability,
+            i.driverVersion,
+            i.cudaDriverVersion,
+            i.numaNode,
+            self.held_whole,
+            self.share_compute_used,
+            self.share_memory_used_mib,
+            self.share_claims,
+            tuple(sorted(self.mig_occupied)),
+            self.media_extensions_used,
+            intern(self.mig_options),
+        )
+
+    def identity(self) -> tuple[object, ...]:
+        return (self.info.uuid, self.info.index, tuple(self.info.nvlinkPeers or ()))
 
     @property
     def uuid(self) -> str:
@@ -102,6 +129,12 @@ class NodeView:
     namespace_use: dict[str, NamespaceUse] = field(default_factory=dict)
     cpu_free_milli: int | None = None
     memory_free_mib: int | None = None
+    #: The free state without GPU identities (GPUs in canonical order), as a small interned
+    #: number: nodes with equal keys are interchangeable for any claim that does not name a
+    #: GPU's index or uuid.
+    canonical_key: int = 0
+    #: canonical_key plus every GPU's identity: equal only for the same node state.
+    exact_key: int = 0
 
     @property
     def used_before(self) -> bool:
@@ -228,32 +261,54 @@ def build_view(node: NodeState) -> NodeView:
         )
     cpu_free = None if node.cpu_milli is None else node.cpu_milli - node.used_cpu_milli
     memory_free = None if node.memory_mib is None else node.memory_mib - node.used_memory_mib
+    # Canonical order: by key, ties by index; positions are renumbered in that order.
+    ordered = sorted(gpus, key=lambda g: (repr(g.key()), g.info.index, g.uuid))
+    canonical = tuple(
+        dataclasses.replace(g, position=i, state_id=intern(g.key())) for i, g in enumerate(ordered)
+    )
+    node_facts = (node.ready, node.unready_reason, cpu_free, memory_free)
+    canonical_key = intern((node_facts, tuple(g.state_id for g in canonical)))
     return NodeView(
         name=node.name,
         ready=node.ready,
         unready_reason=node.unready_reason,
-        gpus=tuple(gpus),
+        gpus=canonical,
         unhealthy=tuple(unhealthy),
         allocated=frozenset(nas.allocatedClaims),
         namespace_use=_namespace_use(nas.allocatedClaims),
         cpu_free_milli=cpu_free,
         memory_free_mib=memory_free,
+        canonical_key=canonical_key,
+        exact_key=intern((canonical_key, tuple(g.identity() for g in canonical))),
     )
 
 
-_VIEWS: OrderedDict[int, tuple[NodeState, NodeView]] = OrderedDict()
-_VIEW_CACHE_SIZE = 4096
+_INTERNED: dict[object, int] = {}
+
+
+def intern(value: object) -> int:
+    """A small number standing for a hashable value, the same for equal values (memo keys).
+
+    Numbers are never reused, so the table only grows with distinct node states seen.
+    """
+    found = _INTERNED.get(value)
+    if found is None:
+        found = len(_INTERNED) + 1
+        _INTERNED[value] = found
+    return found
+
+
+_VIEWS: dict[int, tuple[NodeState, NodeView]] = {}
+_VIEW_CACHE_SIZE = 8192
 
 
 def view_of(node: NodeState) -> NodeView:
     """build_view, memoized by the NodeState's identity (the entry keeps the node alive)."""
-    key = id(node)
-    hit = _VIEWS.get(key)
+    hit = _VIEWS.get(id(node))
     if hit is not None and hit[0] is node:
-        _VIEWS.move_to_end(key)
         return hit[1]
     view = build_view(node)
-    _VIEWS[key] = (node, view)
-    if len(_VIEWS) > _VIEW_CACHE_SIZE:
-        _VIEWS.popitem(last=False)
+    if len(_VIEWS) >= _VIEW_CACHE_SIZE:
+        _VIEWS.clear()
+    _VIEWS[id(node)] = (node, view)
     return view

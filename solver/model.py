@@ -108,6 +108,44 @@ def windows(gpu: GpuSlot) -> dict[tuple[int, int], int]:
     return weight
 
 
+def blocked_weight(gpu: GpuSlot, option: MigOption | None) -> int:
+    """Fragmentation cost of one new MIG instance (or, None, of taking the MIG GPU whole)."""
+    total = 0
+    for (start, size), cost in windows(gpu).items():
+        if any(t in gpu.mig_occupied for t in range(start, start + size)):
+            continue
+        if option is None or (start < option.end and option.start < start + size):
+            total += cost
+    return total
+
+
+def device_cost(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rules) -> int:
+    """The secondary cost of the claim taking this one device, alone on its GPU among the new
+    claims: exactly what the model's terms add up to in that case (see `_gpu_costs`)."""
+    w = rules.weights
+    if gpu.untouched:
+        cost = w.binpack + (0 if gpu.mig_enabled else w.fragmentation * OPEN_WHOLE_GPU)
+    else:
+        cost = w.spread
+    if w.fragmentation and gpu.mig_enabled:
+        cost += w.fragmentation * blocked_weight(gpu, option)
+    if w.prefer_product and not rules.prefers_product(gpu):
+        cost += w.prefer_product * PREFER
+    if option is not None:
+        cost += w.mig_waste * mig_waste(claim, option, gpu)
+    return cost
+
+
+def node_cost(node: NodeView, rules: Rules) -> int:
+    """The secondary cost of one new pod landing on the node (see `node_costs`)."""
+    w = rules.weights
+    free = sum(1 for g in node.gpus if g.untouched)
+    cost = w.binpack * free + w.spread * (len(node.gpus) - free)
+    if w.prefer_node and not rules.prefers_node(node.name):
+        cost += w.prefer_node * PREFER
+    return cost
+
+
 def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
     return (
         not gpu.mig_enabled
@@ -385,14 +423,12 @@ class _Builder:
         sec = self.built.secondary
         all_vars = [d.var for d in (*whole, *shares, *migs)]
         tag = f"{gpu.node}_{gpu.position}"
-        if (w.binpack or w.fragmentation) and gpu.untouched and not migs:
-            opened = self._any(all_vars, f"open_{tag}")
-            sec.append((w.binpack + w.fragmentation * OPEN_WHOLE_GPU, opened))
-        if w.binpack and gpu.untouched and migs:
-            sec.append((w.binpack, self._any(all_vars, f"open_{tag}")))
+        opening = w.binpack + (0 if gpu.mig_enabled else w.fragmentation * OPEN_WHOLE_GPU)
+        if gpu.untouched and opening:
+            sec.append((opening, self._any(all_vars, f"open_{tag}")))
         if w.spread and not gpu.untouched:
             sec.append((w.spread, self._any(all_vars, f"again_{tag}")))
-        if w.fragmentation and migs:
+        if w.fragmentation and gpu.mig_enabled:
             self._mig_fragmentation(gpu, whole, migs)
         if w.prefer_product and not self.rules.prefers_product(gpu):
             sec.extend((w.prefer_product * PREFER, v) for v in all_vars)

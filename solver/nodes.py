@@ -1,19 +1,35 @@
-"""The best placement of one pod on one node (the online mode's per-node subproblem).
+"""The best placement of one pod on one node: the online mode's per-node subproblem.
 
-A purely computational module: a small CP-SAT model of the pod forced onto the node, solved with
-one worker (deterministic). Returns None when the pod cannot be placed there.
+A purely computational module (with a memo). How a node is evaluated:
+
+1. the exact necessary checks of `filters.py` (cheap; they also name the blocking constraint);
+2. a pod with one claim and no topology or counted reservation: an exact enumeration. Its cost
+   is separable per device (`model.device_cost`) plus the node's cost (`model.node_cost`), so the
+   optimum is the k cheapest eligible GPUs (whole), the cheapest fitting GPU (share) or the
+   cheapest free (GPU, placement) (MIG); ties go to the lowest canonical position;
+3. otherwise a small CP-SAT model of the pod forced onto the node, one worker (deterministic).
+
+Results are memoized by (pod shape, policy, the node's canonical free state): nodes in the same
+state share one evaluation, and a node the last decision did not touch is not evaluated again.
+Every evaluation works on canonical GPU positions, so a memoized result is exactly what a fresh
+evaluation of the node would give: same input, same output, whatever ran before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from drasat.solver import extract, model, solving
+from drasat.solver import demand, explain, extract, filters, inventory, model, solving
+from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
-from drasat.solver.inventory import NodeView
+from drasat.solver.inventory import GpuSlot, MigOption, NodeView
 from drasat.solver.model import PodEntry
 from drasat.solver.problem import Status
 from drasat.solver.rules import Rules
+
+#: Canonical device choice: (claim index in the pod, GPU position, profile, start, size).
+_Pick = tuple[int, int, str | None, int, int]
 
 
 @dataclass(frozen=True)
@@ -24,13 +40,225 @@ class NodeOutcome:
     optimal: bool
 
 
-def best_on_node(
-    entry: PodEntry, node: NodeView, rules: Rules, budget: solving.Budget
-) -> NodeOutcome | None:
+@dataclass
+class Evaluation:
+    """A node evaluated for a pod shape, in canonical GPU positions (shared by equal nodes)."""
+
+    picks: tuple[_Pick, ...] | None  # None: the pod does not fit
+    primary: int = 0
+    secondary: int = 0
+    optimal: bool = True
+    #: Why it does not fit, as computed for `node`/`refs`; re-spelled for other nodes.
+    blocker: filters.Blocker | None = None
+    refs: tuple[str, ...] = ()
+
+
+_MEMO: dict[tuple[int, int, int], Evaluation] = {}
+_MEMO_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What the per-node evaluation of a pod depends on, besides the node and the policy."""
+
+    entry: PodEntry
+    key: tuple[object, ...]
+    names_gpus: bool
+    #: intern(key), for memo keys.
+    key_id: int
+
+
+def shape(entry: PodEntry, rules: Rules) -> PodShape:
+    claims = []
+    names_gpus = False
+    for claim in entry.claims:
+        spec = claim.request.gpu or claim.request.mig
+        assert spec is not None
+        text = spec.model_dump_json(exclude_none=True)
+        names_gpus = names_gpus or '"index"' in text or '"uuid"' in text
+        if claim.request.gpu is not None and claim.request.gpu.topology is not None:
+            names_gpus = True  # NVLink peers are named by uuid
+        paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)
+        claims.append((claim.kind.value, text, paired))
+    budgets = []
+    namespaces = sorted({c.namespace for c in entry.claims})
+    for namespace in namespaces:
+        budgets.append(tuple(dataclasses.astuple(b) for b in rules.limits_for(namespace)))
+        budgets.append(
+            tuple((b.reservation.name, b.left) for b in rules.reservation_budgets(namespace))
+        )
+    request = entry.request
+    key = (
+        rules.fingerprint,
+        tuple(namespaces),
+        tuple(claims),
+        tuple(budgets),
+        request.cpu_milli,
+        request.memory_mib,
+    )
+    return PodShape(entry, key, names_gpus, inventory.intern(key))
+
+
+def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
+    """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
+    state = node.exact_key if pod.names_gpus else node.canonical_key
+    key = (pod.key_id, rules.node_class_id(node.name), state)
+    found = _MEMO.get(key)
+    if found is None:
+        found = _compute(pod, node, rules, budget)
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[key] = found
+    return found
+
+
+def outcome(pod: PodShape, node: NodeView, evaluation: Evaluation) -> NodeOutcome:
+    """A fitting evaluation spelled with the node's GPUs and the pod's claims."""
+    assert evaluation.picks is not None
+    chosen: dict[str, list[Chosen]] = {c.uid: [] for c in pod.entry.claims}
+    for index, position, profile, start, size in evaluation.picks:
+        uuid = node.gpus[position].uuid
+        chosen[pod.entry.claims[index].uid].append(Chosen(uuid, profile, start, size))
+    return NodeOutcome(chosen, evaluation.primary, evaluation.secondary, evaluation.optimal)
+
+
+def reason(
+    pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
+) -> filters.Blocker | None:
+    """Why the pod does not fit the node (computed once per memo entry, re-spelled after)."""
+    if evaluation.picks is not None:
+        return None
+    refs = tuple(c.ref for c in pod.entry.claims)
+    if evaluation.blocker is None:
+        evaluation.blocker = filters.node_blocker(
+            pod.entry.request, pod.entry.claims, node, rules
+        ) or explain.model_blocker(pod.entry, node, rules, budget)
+        evaluation.refs = refs
+    return _respell(evaluation, node.name, refs)
+
+
+def _respell(memo: Evaluation, node: str, refs: tuple[str, ...]) -> filters.Blocker | None:
+    blocker = memo.blocker
+    if blocker is None:
+        return None
+    if blocker.node == node and memo.refs == refs:
+        return blocker
+    texts = [blocker.node_text, blocker.summary]
+    for i, text in enumerate(texts):
+        text = text.replace(f"node {blocker.node}", f"node {node}")
+        for old, new in zip(memo.refs, refs, strict=True):
+            text = text.replace(f"claim {old}", f"claim {new}").replace(old, new)
+        texts[i] = text
+    key = blocker.key
+    for old_claim, new_claim in zip(memo.refs, refs, strict=True):
+        key = key.replace(old_claim, new_claim)
+    return dataclasses.replace(blocker, node=node, node_text=texts[0], summary=texts[1], key=key)
+
+
+def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
+    """Evaluate a node afresh; blockers are left for `evaluate` to find when asked."""
+    entry = pod.entry
+    if _enumerable(entry, rules):
+        return _enumerate(pod, node, rules)
+    if not _fits_cpu(entry, node) or filters.node_blocker(entry.request, entry.claims, node, rules):
+        return Evaluation(None)
     one = PodEntry(entry.request, entry.priority, entry.claims, (node,))
     built = model.build([one], rules, force_placed=True)
     result = solving.solve(built, budget)
     if not result.has_solution:
-        return None
+        return Evaluation(None)
     _, chosen = extract.placements(built, result, [one])[entry.key]
-    return NodeOutcome(chosen, result.primary, result.secondary, result.status is Status.OPTIMAL)
+    picks = []
+    positions = {g.uuid: g.position for g in node.gpus}
+    for index, claim in enumerate(entry.claims):
+        for c in chosen.get(claim.uid, []):
+            picks.append((index, positions[c.uuid], c.profile, c.start, c.size))
+    return Evaluation(
+        tuple(picks), result.primary, result.secondary, result.status is Status.OPTIMAL
+    )
+
+
+def _enumerable(entry: PodEntry, rules: Rules) -> bool:
+    if len(entry.claims) != 1:
+        return False
+    (claim,) = entry.claims
+    gpu = claim.request.gpu
+    if gpu is not None and gpu.topology is not None and claim.count > 1:
+        return False
+    return not rules.reservation_budgets(claim.namespace)
+
+
+def _fits_cpu(entry: PodEntry, node: NodeView) -> bool:
+    request = entry.request
+    if node.cpu_free_milli is not None and request.cpu_milli > node.cpu_free_milli:
+        return False
+    return node.memory_free_mib is None or request.memory_mib <= node.memory_free_mib
+
+
+def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
+    """Exact optimum of a one-claim pod on one node (see the module docstring)."""
+    entry = pod.entry
+    (claim,) = entry.claims
+    if not node.ready or not _fits_cpu(entry, node):
+        return Evaluation(None)
+    limits = rules.limits_for(claim.namespace)
+    gpus_left = min((b.gpus_left for b in limits if b.gpus_left is not None), default=None)
+    slices_left = min(
+        (b.mig_slices_left for b in limits if b.mig_slices_left is not None), default=None
+    )
+    node_class = rules.node_class(node.name)
+    # (cost, position, option order, option) of every way to satisfy the claim on this node.
+    ways = []
+    for gpu in node.gpus:
+        for cost, order, option in _gpu_ways(pod, claim, gpu, node_class, rules):
+            if option is not None and slices_left is not None and option.size > slices_left:
+                continue
+            ways.append((cost, gpu.position, order, option))
+    need = claim.count if claim.kind is Kind.whole else 1
+    base = model.node_cost(node, rules)
+    optional = 1 if claim.optional else 0
+    too_many = gpus_left is not None and claim.kind is not Kind.mig and need > gpus_left
+    if len(ways) < need or too_many:
+        if not claim.optional:
+            return Evaluation(None)
+        return Evaluation((), primary=1 + optional, secondary=base)
+    ways.sort(key=lambda w: (w[0], w[1], w[2]))
+    chosen = ways[:need]
+    picks = tuple(
+        (0, position, o.profile if o else None, o.start if o else 0, o.size if o else 0)
+        for _, position, _, o in chosen
+    )
+    cost = base + sum(w[0] for w in chosen)
+    return Evaluation(picks, primary=1 + 2 * optional, secondary=cost)
+
+
+_GPU_MEMO: dict[tuple[object, ...], list[tuple[int, int, MigOption | None]]] = {}
+
+
+def _gpu_ways(
+    pod: PodShape,
+    claim: Claim,
+    gpu: GpuSlot,
+    node_class: tuple[bool, ...],
+    rules: Rules,
+) -> list[tuple[int, int, MigOption | None]]:
+    """(cost, order, MIG option or None) of each way the claim can take this GPU. Memoized by
+    the GPU's state: thousands of GPUs share a few dozen states."""
+    identity = gpu.identity() if pod.names_gpus else ()
+    key = (pod.key, gpu.state_id, node_class, identity)
+    found = _GPU_MEMO.get(key)
+    if found is not None:
+        return found
+    ways: list[tuple[int, int, MigOption | None]] = []
+    if demand.device_fits(claim, gpu) and rules.blocking_rule(claim, gpu) is None:
+        if claim.kind is Kind.mig:
+            for order, option in enumerate(model.free_options(claim, gpu)):
+                ways.append((model.device_cost(claim, gpu, option, rules), order, option))
+        elif (claim.kind is Kind.share and model.share_fits(claim, gpu)) or (
+            claim.kind is Kind.whole and gpu.untouched
+        ):
+            ways.append((model.device_cost(claim, gpu, None, rules), 0, None))
+    if len(_GPU_MEMO) > _MEMO_SIZE:
+        _GPU_MEMO.clear()
+    _GPU_MEMO[key] = ways
+    return ways

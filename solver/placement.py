@@ -164,31 +164,46 @@ def _decide(
     explain_it: bool,
     feasibility: dict[str, str | None] | None,
 ) -> tuple[_Decision | None, list[filters.Blocker], list[str], bool]:
+    """The best node for the pod (or None), blockers of the other nodes, and whether optimal."""
     views, reasons = _candidates(pod, state)
     entry = PodEntry(pod.request, pod.priority, pod.claims, ())
-    best: _Decision | None = None
+    shape = nodes.shape(entry, state.rules)
+    best, blockers, optimal = _scan(shape, views, state, budget, feasibility)
+    if best is None and explain_it and feasibility is None:
+        # Reasons cost extra only for a pod that fits nowhere: ask again, for them.
+        _, blockers, _ = _scan(shape, views, state, budget, {})
+    return best, blockers, reasons, optimal
+
+
+def _scan(
+    shape: nodes.PodShape,
+    views: Sequence[NodeView],
+    state: _State,
+    budget: solving.Budget,
+    feasibility: dict[str, str | None] | None,
+) -> tuple[_Decision | None, list[filters.Blocker], bool]:
+    rules = state.rules
+    best: tuple[int, int, NodeView, nodes.Evaluation] | None = None
     blockers: list[filters.Blocker] = []
     optimal = True
     for view in views:
-        blocker = filters.node_blocker(pod.request, pod.claims, view, state.rules)
-        outcome = None
-        if blocker is None:
-            outcome = nodes.best_on_node(entry, view, state.rules, budget)
-            if outcome is None and (explain_it or feasibility is not None):
-                blocker = explain.model_blocker(entry, view, state.rules, budget)
-        if outcome is not None:
-            optimal = optimal and outcome.optimal
-            decision = _Decision(view.name, outcome.chosen, outcome.primary, outcome.secondary)
-            if best is None or (decision.primary, -decision.secondary) > (
-                best.primary,
-                -best.secondary,
-            ):
-                best = decision
-        if blocker is not None:
-            blockers.append(blocker)
-        if feasibility is not None:
-            feasibility[view.name] = None if outcome is not None else _node_text(blocker)
-    return best, blockers, reasons, optimal
+        evaluation = nodes.evaluate(shape, view, rules, budget)
+        if evaluation.picks is not None:
+            optimal = optimal and evaluation.optimal
+            if best is None or (evaluation.primary, -evaluation.secondary) > (best[0], -best[1]):
+                best = (evaluation.primary, evaluation.secondary, view, evaluation)
+            if feasibility is not None:
+                feasibility[view.name] = None
+        elif feasibility is not None:
+            blocker = nodes.reason(shape, view, evaluation, rules, budget)
+            if blocker is not None:
+                blockers.append(blocker)
+            feasibility[view.name] = _node_text(blocker)
+    if best is None:
+        return None, blockers, optimal
+    outcome = nodes.outcome(shape, best[2], best[3])
+    decision = _Decision(best[2].name, outcome.chosen, outcome.primary, outcome.secondary)
+    return decision, blockers, optimal
 
 
 def _node_text(blocker: filters.Blocker | None) -> str:

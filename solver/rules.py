@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from drasat.api.policy import AllocationPolicySpec, NamespaceLimit, Reservation, Term
 from drasat.solver import demand
 from drasat.solver.demand import Claim
-from drasat.solver.inventory import GpuSlot, NamespaceUse, NodeView
+from drasat.solver.inventory import GpuSlot, NamespaceUse, NodeView, intern
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class ReservationBudget:
         return f"policy rule {self.reservation.name}"
 
 
+#: (policy fingerprint, node name) -> Rules.node_class: policies and nodes change rarely.
+_NODE_CLASSES: dict[tuple[str, str], tuple[bool, ...]] = {}
+_NODE_CLASS_IDS: dict[tuple[str, str], int] = {}
+
+
 class Rules:
     """Policy facts for one solve: built once from the policy and every node's view."""
 
@@ -62,10 +67,39 @@ class Rules:
         self.prefer_products = [g for t in policy.objective if t.products for g in t.products]
         self.hard_reservations = [r for r in policy.rules.reservations if r.count is None]
         self.counted_reservations = [r for r in policy.rules.reservations if r.count is not None]
-        self.namespace_use = _total_use(views)
+        # Only limits read the cluster-wide use; skip the walk over every node without them.
+        limited = bool(policy.rules.namespaceLimits)
+        self.namespace_use = _total_use(views) if limited else {}
         self.reservation_left = {
             r.name: _reservation_left(r, views) for r in self.counted_reservations
         }
+        #: Identifies the policy in memo keys.
+        self.fingerprint = policy.model_dump_json()
+
+    def node_class_id(self, node: str) -> int:
+        """node_class as a small number (memo keys)."""
+        key = (self.fingerprint, node)
+        found = _NODE_CLASS_IDS.get(key)
+        if found is None:
+            found = intern(self.node_class(node))
+            _NODE_CLASS_IDS[key] = found
+        return found
+
+    def node_class(self, node: str) -> tuple[bool, ...]:
+        """What the policy says about a node by its name (preferred, in each reservation)."""
+        key = (self.fingerprint, node)
+        found = _NODE_CLASSES.get(key)
+        if found is None:
+            covered = [
+                any(fnmatch.fnmatchcase(node, g) for g in r.nodes)
+                for r in self.policy.rules.reservations
+            ]
+            found = (self.prefers_node(node), *covered)
+            if len(_NODE_CLASSES) > 65536:
+                _NODE_CLASSES.clear()
+                _NODE_CLASS_IDS.clear()
+            _NODE_CLASSES[key] = found
+        return found
 
     # -- eligibility ----------------------------------------------------------------------------
 
@@ -85,21 +119,16 @@ class Rules:
 
     # -- budgets --------------------------------------------------------------------------------
 
-    def limits_for(
-        self, namespace: str, extra: dict[str, NamespaceUse] | None = None
-    ) -> list[LimitBudget]:
-        """Budgets of the namespace under every matching limit; `extra`: use placed since."""
-        budgets = []
-        for limit in self.policy.rules.namespaceLimits:
-            if fnmatch.fnmatchcase(namespace, limit.namespace):
-                budgets.append(self._budget(limit, namespace, extra or {}))
-        return budgets
+    def limits_for(self, namespace: str) -> list[LimitBudget]:
+        """What the namespace may still take under every limit that matches it."""
+        return [
+            self._budget(limit, namespace)
+            for limit in self.policy.rules.namespaceLimits
+            if fnmatch.fnmatchcase(namespace, limit.namespace)
+        ]
 
-    def _budget(
-        self, limit: NamespaceLimit, namespace: str, extra: dict[str, NamespaceUse]
-    ) -> LimitBudget:
+    def _budget(self, limit: NamespaceLimit, namespace: str) -> LimitBudget:
         used = self.namespace_use.get(namespace, NamespaceUse())
-        more = extra.get(namespace, NamespaceUse())
         parts = []
         if limit.maxGpus is not None:
             parts.append(f"maxGpus={limit.maxGpus}")
@@ -108,21 +137,16 @@ class Rules:
         return LimitBudget(
             label=f"namespace limit {namespace} {' '.join(parts)}",
             namespace=namespace,
-            gpus_left=None
-            if limit.maxGpus is None
-            else max(0, limit.maxGpus - used.gpus - more.gpus),
+            gpus_left=None if limit.maxGpus is None else max(0, limit.maxGpus - used.gpus),
             mig_slices_left=None
             if limit.maxMigSlices is None
-            else max(0, limit.maxMigSlices - used.mig_slices - more.mig_slices),
+            else max(0, limit.maxMigSlices - used.mig_slices),
         )
 
-    def reservation_budgets(
-        self, namespace: str, spent: dict[str, int] | None = None
-    ) -> list[ReservationBudget]:
+    def reservation_budgets(self, namespace: str) -> list[ReservationBudget]:
         """Counted reservations that restrict this namespace, with what is left of each."""
-        spent = spent or {}
         return [
-            ReservationBudget(r, max(0, self.reservation_left[r.name] - spent.get(r.name, 0)))
+            ReservationBudget(r, max(0, self.reservation_left[r.name]))
             for r in self.counted_reservations
             if not demand.reserved_for(r, namespace)
         ]

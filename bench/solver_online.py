@@ -1,0 +1,163 @@
+"""Online decision latency of the solver on a synthetic cluster (500 nodes x 8 GPUs by default).
+
+Run: `python -m bench.solver_online [--nodes 500] [--occupancy 0.5 0.9] [--decisions 300]`.
+Each decision is one `solve(..., mode=online)` for one pod against every node; the placement is
+then written back into that node's NAS, as the controller does, so the next decision sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import statistics
+import time
+
+from drasat.api import catalog
+from drasat.api.claims import GpuClaimParametersSpec, GpuShare, MigDeviceClaimParametersSpec
+from drasat.api.nas import (
+    AllocatableDevice,
+    AllocatedDevices,
+    AllocatedGpu,
+    AllocatedGpus,
+    AllocatedMigDevice,
+    AllocatedMigDevices,
+    ClaimInfo,
+    GpuInfo,
+    MigInfo,
+    MigPlacement,
+    NodeAllocationStateSpec,
+)
+from drasat.solver import ClaimRequest, Mode, NodeState, PodRequest, Problem, SolveParams, solve
+
+
+def _node(
+    name: str, product_key: str, mig: bool, rng: random.Random, occupancy: float
+) -> NodeState:
+    product = catalog.find_product(product_key)
+    assert product is not None
+    devices = []
+    allocated: dict[str, AllocatedDevices] = {}
+    for i in range(8):
+        uuid = f"GPU-{name}-{i}"
+        devices.append(
+            AllocatableDevice(
+                gpu=GpuInfo(
+                    index=i,
+                    uuid=uuid,
+                    migEnabled=mig,
+                    memoryBytes=product.memory_bytes,
+                    productName=product.product_name,
+                    architecture=product.architecture,
+                    cudaComputeCapability=product.compute_capability,
+                    numaNode=i // 4,
+                )
+            )
+        )
+        if rng.random() >= occupancy:
+            continue
+        uid = f"old-{name}-{i}"
+        info = ClaimInfo(namespace="bench", name=uid, uid=uid)
+        if mig:
+            profile = rng.choice([p for p in product.mig_profiles if not p.media_extensions])
+            start = rng.choice(profile.starts)
+            allocated[uid] = AllocatedDevices(
+                claimInfo=info,
+                mig=AllocatedMigDevices(
+                    devices=[
+                        AllocatedMigDevice(
+                            profile=profile.name,
+                            parentUUID=uuid,
+                            placement=MigPlacement(start=start, size=profile.memory_slices),
+                        )
+                    ]
+                ),
+            )
+        else:
+            allocated[uid] = AllocatedDevices(
+                claimInfo=info, gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=uuid)])
+            )
+    if mig:
+        for profile in product.mig_profiles:
+            placements = [MigPlacement(start=s, size=z) for s, z in profile.placements]
+            devices.append(
+                AllocatableDevice(
+                    mig=MigInfo(
+                        profile=profile.name,
+                        parentProductName=product.product_name,
+                        placements=placements,
+                    )
+                )
+            )
+    nas = NodeAllocationStateSpec(allocatableDevices=devices, allocatedClaims=allocated)
+    return NodeState(name=name, nas=nas)
+
+
+def cluster(nodes: int, occupancy: float, seed: int = 1) -> list[NodeState]:
+    rng = random.Random(seed)
+    kinds = [("A100-40GB", True), ("A100-80GB", False), ("H100-80GB", False), ("T4", False)]
+    return [_node(f"node-{i:03d}", *kinds[i % len(kinds)], rng, occupancy) for i in range(nodes)]
+
+
+def _pods(rng: random.Random, count: int) -> list[PodRequest]:
+    out = []
+    for i in range(count):
+        shape = rng.choice(["gpu1", "gpu2", "mig", "share", "gpu1-a100"])
+        uid = f"new-{i}"
+        if shape == "mig":
+            spec = MigDeviceClaimParametersSpec(
+                profile=rng.choice(["1g.5gb", "2g.10gb", "3g.20gb"])
+            )
+            claim = ClaimRequest(uid=uid, namespace="bench", name=uid, mig=spec)
+        elif shape == "share":
+            gpu = GpuClaimParametersSpec(share=GpuShare(compute=rng.choice([10, 25, 50])))
+            claim = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=gpu)
+        else:
+            gpu = GpuClaimParametersSpec.model_validate(
+                {"count": 2 if shape == "gpu2" else 1}
+                | ({"selector": {"productName": "*A100*"}} if shape == "gpu1-a100" else {})
+            )
+            claim = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=gpu)
+        out.append(PodRequest(key=f"bench/p{i}", namespace="bench", claims=(claim,)))
+    return out
+
+
+def run(nodes: int, occupancy: float, decisions: int, feasibility: bool) -> list[float]:
+    states = cluster(nodes, occupancy)
+    index = {n.name: i for i, n in enumerate(states)}
+    params = SolveParams(mode=Mode.online, node_feasibility=feasibility)
+    times = []
+    for request in _pods(random.Random(7), decisions):
+        problem = Problem(nodes=tuple(states), pods=(request,))
+        started = time.perf_counter()
+        solution = solve(problem, params)
+        times.append(time.perf_counter() - started)
+        for placement in solution.placements:
+            node = states[index[placement.node]]
+            claims = dict(node.nas.allocatedClaims) | placement.allocations
+            nas = node.nas.model_copy(update={"allocatedClaims": claims})
+            states[index[placement.node]] = dataclasses.replace(node, nas=nas)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--occupancy", type=float, nargs="+", default=[0.5, 0.9])
+    parser.add_argument("--decisions", type=int, default=300)
+    parser.add_argument("--feasibility", action="store_true", help="also per-node reasons")
+    args = parser.parse_args()
+    for occupancy in args.occupancy:
+        measured = run(args.nodes, occupancy, args.decisions, args.feasibility)
+        first, times = measured[0], sorted(measured)
+        p50 = statistics.median(times) * 1000
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000
+        print(
+            f"{args.nodes} nodes x 8 GPUs, occupancy {occupancy:.0%}: {len(times)} decisions, "
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {times[-1] * 1000:.2f} ms, "
+            f"first {first * 1000:.1f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()
