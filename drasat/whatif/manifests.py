@@ -156,6 +156,15 @@ class _Compiler:
         for pod in compiled:
             for pod_claim in pod.claims:
                 used.setdefault(pod_claim.claim.key, pod_claim.claim)
+        for (namespace, name), entry in self.inv.claims.items():
+            if (namespace, name) not in self.claims:
+                self.ignored.append(
+                    Ignored(
+                        entry.document.where,
+                        f"ResourceClaim {namespace}/{name}",
+                        "used by no pod in the manifests",
+                    )
+                )
         return Workload(tuple(compiled), tuple(used.values()), tuple(self.ignored))
 
     # --- pods -------------------------------------------------------------------------------

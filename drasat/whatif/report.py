@@ -63,6 +63,9 @@ class GpuView:
     #: Slots of the bar: memory slices of a MIG GPU, 100 (percent) otherwise.
     slots: int
     segments: tuple[Segment, ...]
+    #: A MIG GPU held whole by a claim whose pod pairs MIG devices with it (gpuClaimName):
+    #: (claim, colour); drawn as the bar's frame, not a segment.
+    held_by: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -333,11 +336,18 @@ def _node_view(nas: NodeAllocationState, legend: _Legend) -> NodeView:
     gpus = []
     for gpu in nas.spec.gpus():
         slots = mig_slices(gpu, nas) if gpu.migEnabled else 100
-        segments = _segments(gpu, nas, legend)
+        segments, held_by = _segments(gpu, nas, legend)
         memory = f"{gpu.memoryBytes / 2**30:.0f} GiB"
         gpus.append(
             GpuView(
-                gpu.index, gpu.uuid, gpu.productName, memory, gpu.migEnabled, slots, tuple(segments)
+                gpu.index,
+                gpu.uuid,
+                gpu.productName,
+                memory,
+                gpu.migEnabled,
+                slots,
+                tuple(segments),
+                held_by,
             )
         )
     ready = nas.status is None or nas.status.value == "Ready"
@@ -349,8 +359,11 @@ def _node_view(nas: NodeAllocationState, legend: _Legend) -> NodeView:
     return NodeView(nas.metadata.name, ready, tuple(gpus), cpu_only)
 
 
-def _segments(gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend) -> list[Segment]:
+def _segments(
+    gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend
+) -> tuple[list[Segment], tuple[str, str] | None]:
     segments: list[Segment] = []
+    held_by: tuple[str, str] | None = None
     offset = 0  # share claims stack up from the left of a non-MIG bar
     for uid, entry in nas.spec.allocatedClaims.items():
         key = legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
@@ -365,6 +378,9 @@ def _segments(gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend) -> list[S
                         Segment(placement.start, placement.size, key, label, paint, was)
                     )
         elif entry.gpu is not None and any(d.uuid == gpu.uuid for d in entry.gpu.devices):
+            if gpu.migEnabled:  # held whole next to its pod's paired MIG devices
+                held_by = (key, paint)
+                continue
             size = _share_percent(entry, gpu) if entry.share is not None else 100 - offset
             users = legend.users.get(key, 0)
             label = f"{key} ({users} pods)" if users > 1 else key
@@ -372,7 +388,7 @@ def _segments(gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend) -> list[S
                 label = f"{key} {size}%"
             segments.append(Segment(offset, size, key, label, paint, was))
             offset = min(100, offset + size)
-    return segments
+    return segments, held_by
 
 
 def _share_percent(entry: AllocatedDevices, gpu: GpuInfo) -> int:

@@ -194,6 +194,7 @@ driverName: fpga.example.com
         _pod("cpu-only", "[]"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
+        _claim("unused"),
     )
     workload = _compile(text)
     assert [p.key for p in workload.pods] == ["ns/mixed"]
@@ -204,6 +205,7 @@ driverName: fpga.example.com
     assert "driver fpga.example.com" in ignored["Pod ns/mixed claim x"]
     assert ignored["Pod ns/fpga-only"] == "uses no drasat GPU claim"
     assert ignored["Pod ns/cpu-only"] == "uses no drasat GPU claim"
+    assert ignored["ResourceClaim ns/unused"] == "used by no pod in the manifests"
 
 
 def test_namespace_defaults_to_default() -> None:

@@ -299,3 +299,68 @@ def test_a_failing_solver_is_reported_not_raised(
     assert result.err == "error: solver failed: RuntimeError: boom\n"
     assert "pods: 0 placed, 6 unplaced" in result.out
     assert "not placed: solver failed: RuntimeError: boom" in result.out
+
+
+PAIRED = """
+apiVersion: gpu.resource.nvidia.com/v1alpha1
+kind: GpuClaimParameters
+metadata: {name: mig-gpu, namespace: ns}
+spec: {selector: {migEnabled: true}}
+---
+apiVersion: gpu.resource.nvidia.com/v1alpha1
+kind: MigDeviceClaimParameters
+metadata: {name: m, namespace: ns}
+spec: {profile: 1g.5gb, gpuClaimName: gpu}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {name: whole, namespace: ns}
+spec: {spec: {resourceClassName: gpu.nvidia.com, parametersRef: {apiGroup: gpu.resource.nvidia.com,
+       kind: GpuClaimParameters, name: mig-gpu}}}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {name: slice, namespace: ns}
+spec: {spec: {resourceClassName: mig.nvidia.com, parametersRef: {apiGroup: gpu.resource.nvidia.com,
+       kind: MigDeviceClaimParameters, name: m}}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: paired, namespace: ns}
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers: [{name: c, image: x}]
+      resourceClaims:
+      - {name: gpu, resourceClaimTemplateName: whole}
+      - {name: mig, resourceClaimTemplateName: slice}
+"""
+
+
+def test_nvidia_manifests_pair_a_mig_device_with_its_pods_gpu(
+    run_cli: Any, write_yaml: Any, cluster_file: str, tmp_path: Any
+) -> None:
+    manifests = write_yaml("paired.yaml", PAIRED)
+    result = run_cli("--cluster", cluster_file, "-f", manifests)
+    assert result.code == 0, result.err
+    rows = [line.split() for line in result.out.splitlines()[1:3]]
+    assert rows[0][:4] == ["ns/paired-0", "gpu", "a100", "GPU"]
+    assert rows[1][:3] == ["ns/paired-0", "mig", "a100"]
+    assert rows[1][3].startswith("1g.5gb@") and rows[1][-1] == "0"  # on the claimed GPU 0
+    page = tmp_path / "paired.html"
+    html_run = run_cli("--cluster", cluster_file, "-f", manifests, "-o", "html", "--out", str(page))
+    assert html_run.code == 0
+    assert "held whole by" in page.read_text()
+
+
+def test_cluster_from_stdin(run_cli: Any, monkeypatch: pytest.MonkeyPatch, write_yaml: Any) -> None:
+    import io
+
+    manifests = write_yaml(
+        "m.yaml", CLAIM.format(name="c", params="") + "---\n" + POD.format(name="p", claim="c")
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(EXISTING_NAS))
+    result = run_cli("--cluster", "-", "-f", manifests)
+    assert result.code == 0, result.err
+    assert "ns/p  gpu    node-a  GPU 1 (GPU-bbbb0000)" in result.out
