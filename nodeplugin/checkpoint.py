@@ -24,7 +24,6 @@ from drasat.api.nas import AllocatedDevices
 
 log = logging.getLogger(__name__)
 
-FILE_NAME = "checkpoint.json"
 VERSION = 1
 
 
@@ -93,36 +92,58 @@ class CheckpointData(_Model):
 
 
 class Checkpoint:
-    """The checkpoint file of one state directory. Thread-safe; every `save` is atomic."""
+    """The checkpoint of one state directory: one file per claim plus the settings ledger.
 
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / FILE_NAME
+    Thread-safe. Every write is atomic (temporary file + rename), so a killed plugin leaves the old
+    or the new content. Files are not fsync'ed by default: what they describe (MIG instances,
+    compute modes, MPS daemons, CDI specs under /var/run) does not survive a reboot either, and a
+    process crash keeps written pages; `durable=True` adds fsync for hosts that want it.
+    """
+
+    def __init__(self, state_dir: Path, *, durable: bool = False) -> None:
+        self.root = state_dir / "checkpoint"
+        self.claims_dir = self.root / "claims"
+        self.settings_path = self.root / "settings.json"
+        self.durable = durable
         self.lock = threading.RLock()
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.claims_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self._load()
 
     def _load(self) -> CheckpointData:
-        try:
-            raw = self.path.read_text()
-        except FileNotFoundError:
-            return CheckpointData()
-        try:
-            envelope = json.loads(raw)
-            body = envelope["data"]
-            if envelope.get("checksum") != _checksum(body):
-                raise ValueError("checksum mismatch")
-            return CheckpointData.model_validate(body)
-        except (ValueError, KeyError, TypeError, ValidationError) as error:
-            aside = self.path.with_suffix(".corrupt")
-            os.replace(self.path, aside)
-            log.error("checkpoint %s is unreadable (%s); moved to %s", self.path, error, aside)
-            return CheckpointData()
+        data = CheckpointData()
+        settings = _read(self.settings_path)
+        if settings is not None:
+            try:
+                data.settings = CheckpointData.model_validate({"settings": settings}).settings
+            except ValidationError as error:
+                _move_aside(self.settings_path, str(error))
+        for path in sorted(self.claims_dir.glob("*.json")):
+            body = _read(path)
+            if body is None:
+                continue
+            try:
+                record = ClaimRecord.model_validate(body)
+            except ValidationError as error:
+                _move_aside(path, str(error))
+                continue
+            data.claims[record.uid] = record
+        return data
+
+    def _write(self, path: Path, body: Any) -> None:
+        text = json.dumps({"checksum": _checksum(body), "data": body}, sort_keys=True)
+        write_atomic(path, text, durable=self.durable)
 
     def save(self) -> None:
+        """Write the settings ledger (claim records are written by `put`)."""
         with self.lock:
-            body = self.data.model_dump(mode="json")
-            text = json.dumps({"checksum": _checksum(body), "data": body}, indent=1, sort_keys=True)
-            write_atomic(self.path, text)
+            body = {
+                gpu: {name: hold.model_dump(mode="json") for name, hold in holds.items()}
+                for gpu, holds in self.data.settings.items()
+            }
+            self._write(self.settings_path, body)
+
+    def _claim_path(self, uid: str) -> Path:
+        return self.claims_dir / f"{hashlib.sha256(uid.encode()).hexdigest()[:32]}.json"
 
     def get(self, uid: str) -> ClaimRecord | None:
         with self.lock:
@@ -131,32 +152,55 @@ class Checkpoint:
     def put(self, record: ClaimRecord) -> None:
         with self.lock:
             self.data.claims[record.uid] = record
-            self.save()
+            self._write(self._claim_path(record.uid), record.model_dump(mode="json"))
 
     def drop(self, uid: str) -> None:
         with self.lock:
             if self.data.claims.pop(uid, None) is not None:
-                self.save()
+                self._claim_path(uid).unlink(missing_ok=True)
 
     def records(self) -> list[ClaimRecord]:
         with self.lock:
             return list(self.data.claims.values())
 
 
+def _read(path: Path) -> Any:
+    """The body of a checkpoint file; None when missing or corrupt (moved aside, logged)."""
+    try:
+        envelope = json.loads(path.read_text())
+        body = envelope["data"]
+        if envelope.get("checksum") != _checksum(body):
+            raise ValueError("checksum mismatch")
+        return body
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as error:
+        _move_aside(path, str(error))
+        return None
+
+
+def _move_aside(path: Path, why: str) -> None:
+    aside = path.with_suffix(".corrupt")
+    os.replace(path, aside)
+    log.error("checkpoint file %s is unreadable (%s); moved to %s", path, why, aside)
+
+
 def _checksum(body: Any) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def write_atomic(path: Path, text: str, *, mode: int = 0o600) -> None:
+def write_atomic(path: Path, text: str, *, mode: int = 0o600, durable: bool = False) -> None:
     """Write a file so readers see the old or the new content, never a part (tmp + rename)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as handle:
         handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if durable:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -401,6 +401,7 @@ class DeviceState:
                 ledger[setting.value] = hold
             if record.uid not in hold.holders:
                 hold.holders.append(record.uid)
+            self.checkpoint.save()
             self._record_step(record, AppliedStep(kind="hold", gpu=gpu, setting=setting), "hold")
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
