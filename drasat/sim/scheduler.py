@@ -1,0 +1,387 @@
+"""A simulated classic DRA scheduler (resource.k8s.io/v1alpha2), plus the resourceclaim
+controller duties that go with it, talking HTTP to the API server through `kubeclient`.
+
+For each pending pod whose claims all belong to our drivers' classes it:
+creates claims from templates (`<pod>-<podClaimName>`, owned by the pod) and records them in
+pod.status.resourceClaimStatuses; waits for Immediate claims to be allocated; for
+WaitForFirstConsumer claims creates the PodSchedulingContext (potentialNodes = existing nodes
+that fit, at most 128), waits for the driver's unsuitableNodes, sets spec.selectedNode to the
+first suitable node and waits for the allocation; then adds the pod to each claim's
+status.reservedFor, binds the pod and deletes the PodSchedulingContext. It also drops pods
+that are gone from reservedFor, so deleted pods' claims can be deallocated.
+
+Every pass reads the state afresh (level-triggered), so it resumes after any error or restart.
+Passes run when a watched object changes, or every `resync` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from drasat.api import groups
+from drasat.sim import errors, kubeclient, scheduling
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+_RES = ("resource.k8s.io", "v1alpha2")
+_WATCHED = (
+    ("", "v1", "pods"),
+    (*_RES, "resourceclaims"),
+    (*_RES, "podschedulingcontexts"),
+    ("", "v1", "nodes"),
+)
+
+
+def _res(
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    return kubeclient.path(*_RES, plural, namespace=namespace, name=name, subresource=subresource)
+
+
+def _core(
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    return kubeclient.path(
+        "", "v1", plural, namespace=namespace, name=name, subresource=subresource
+    )
+
+
+class Pending(Exception):
+    """The pod cannot move on yet; the message says what it waits for."""
+
+
+class Scheduler:
+    """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
+
+    def __init__(
+        self,
+        client: kubeclient.KubeClient,
+        *,
+        driver_names: Iterable[str] = groups.DRIVER_NAMES,
+        resync: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._drivers = frozenset(driver_names)
+        self._resync = resync
+        self._clock = clock
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._progress = threading.Condition()
+        #: Why each pending pod ((namespace, name)) has not been bound yet.
+        self.reasons: dict[tuple[str, str], str] = {}
+        #: Pods this scheduler bound, with their node.
+        self.bound: dict[tuple[str, str], str] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Scheduler:
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._loop, name="sim-scheduler", daemon=True)]
+        for group, version, plural in _WATCHED:
+            url = kubeclient.path(group, version, plural)
+            self._threads.append(
+                threading.Thread(
+                    target=self._watch,
+                    args=(url,),
+                    daemon=True,
+                    name=f"sim-scheduler-watch-{plural}",
+                )
+            )
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._changed.set()
+        self._client.close_watches()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    def __enter__(self) -> Scheduler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _watch(self, url: str) -> None:
+        # Any event (or a reconnect, which starts with the current state) triggers a pass.
+        while not self._stop.is_set():
+            try:
+                for _ in self._client.watch(url, timeoutSeconds="300"):
+                    self._changed.set()
+            except (OSError, errors.ApiError, ValueError) as exc:
+                log.debug("scheduler watch of %s ended: %s", url, exc)
+            self._stop.wait(0.1)  # reconnect backoff
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._changed.wait(self._resync)
+            self._changed.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+            except (OSError, errors.ApiError) as exc:
+                log.info("scheduler pass failed, retrying: %s", exc)
+
+    def wait_bound(self, namespace: str, name: str, *, timeout: float = 30.0) -> str:
+        """Wait until this scheduler bound the pod; its node. TimeoutError with the reason."""
+        with self._progress:
+            if self._progress.wait_for(lambda: (namespace, name) in self.bound, timeout):
+                return self.bound[(namespace, name)]
+        reason = self.reasons.get((namespace, name), "never seen")
+        raise TimeoutError(f"pod {namespace}/{name} not bound after {timeout}s: {reason}")
+
+    # --- one pass -----------------------------------------------------------------------------
+
+    def run_once(self) -> None:
+        """Look at every pod once: release gone pods from claims, move pending pods on."""
+        pods = self._client.list(_core("pods"))["items"]
+        nodes = self._client.list(_core("nodes"))["items"]
+        classes = {
+            c["metadata"]["name"]: c for c in self._client.list(_res("resourceclasses"))["items"]
+        }
+        self._release_gone_pods(pods)
+        for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+            if pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            try:
+                node = self._schedule(pod, nodes, classes)
+            except Pending as waiting:
+                self._note(key, str(waiting))
+                continue
+            except errors.ApiError as exc:
+                self._note(key, f"API error, will retry: {exc.code} {exc.message}")
+                continue
+            if node is not None:
+                with self._progress:
+                    self.reasons.pop(key, None)
+                    self.bound[key] = node
+                    self._progress.notify_all()
+
+    def _note(self, key: tuple[str, str], reason: str) -> None:
+        with self._progress:
+            self.reasons[key] = reason
+            self._progress.notify_all()
+
+    def _schedule(self, pod: Obj, nodes: list[Obj], classes: Mapping[str, Obj]) -> str | None:
+        """Take the next step for one pending pod; the node when it was bound."""
+        entries = scheduling.pod_claims(pod)
+        if not entries:
+            return None  # pods without claims are the default scheduler's business
+        claims = {entry.name: self._claim(pod, entry) for entry in entries}
+        for claim in claims.values():
+            driver = (classes.get(claim["spec"]["resourceClassName"]) or {}).get("driverName")
+            if driver not in self._drivers:
+                return None  # not ours
+        self._record_claim_statuses(pod, entries)
+        for claim in claims.values():
+            self._check_usable(pod, claim)
+        allocated = [c for c in claims.values() if (c.get("status") or {}).get("allocation")]
+        immediate = [
+            name
+            for name, c in claims.items()
+            if c["spec"].get("allocationMode") == "Immediate" and c not in allocated
+        ]
+        if immediate:
+            raise Pending(f"waiting for Immediate claims {immediate} to be allocated")
+        candidates = scheduling.candidate_nodes(pod, nodes, allocated)
+        if not candidates:
+            raise Pending("no node fits the pod's nodeSelector and allocated claims")
+        pending = [name for name, c in claims.items() if c not in allocated]
+        if pending:
+            self._negotiate(pod, candidates, pending)
+            return None
+        node = self._chosen_node(pod, candidates)
+        for claim in claims.values():
+            self._reserve(pod, claim)
+        self._bind(pod, node)
+        return node
+
+    def _claim(self, pod: Obj, entry: scheduling.PodClaim) -> Obj:
+        namespace, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        name = entry.resolved_name(pod_name)
+        try:
+            claim = self._client.get(_res("resourceclaims", namespace, name))
+        except errors.ApiError as exc:
+            if exc.code != 404:
+                raise
+            if entry.template_name is None:
+                raise Pending(f"claim {name!r} does not exist") from None
+            return self._claim_from_template(pod, entry, name)
+        if entry.template_name is not None:
+            owners = claim["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == pod["metadata"]["uid"] for o in owners):
+                raise Pending(f"claim {name!r} exists but was not created for this pod")
+        return claim
+
+    def _claim_from_template(self, pod: Obj, entry: scheduling.PodClaim, name: str) -> Obj:
+        namespace = pod["metadata"]["namespace"]
+        try:
+            template = self._client.get(
+                _res("resourceclaimtemplates", namespace, str(entry.template_name))
+            )
+        except errors.ApiError as exc:
+            if exc.code == 404:
+                raise Pending(f"claim template {entry.template_name!r} does not exist") from None
+            raise
+        meta = template["spec"].get("metadata") or {}
+        body = {
+            "apiVersion": "resource.k8s.io/v1alpha2",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": meta.get("labels") or {},
+                "annotations": {
+                    **(meta.get("annotations") or {}),
+                    "resource.kubernetes.io/pod-claim-name": entry.name,
+                },
+                "ownerReferences": [scheduling.owner_reference(pod)],
+            },
+            "spec": template["spec"]["spec"],
+        }
+        return self._client.create(_res("resourceclaims", namespace), body)
+
+    def _record_claim_statuses(self, pod: Obj, entries: list[scheduling.PodClaim]) -> None:
+        wanted = [
+            {"name": e.name, "resourceClaimName": e.resolved_name(pod["metadata"]["name"])}
+            for e in entries
+            if e.template_name is not None
+        ]
+        if wanted and (pod.get("status") or {}).get("resourceClaimStatuses") != wanted:
+            url = _core("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], "status")
+            self._client.merge_patch(url, {"status": {"resourceClaimStatuses": wanted}})
+
+    @staticmethod
+    def _check_usable(pod: Obj, claim: Obj) -> None:
+        name = claim["metadata"]["name"]
+        if claim["metadata"].get("deletionTimestamp"):
+            raise Pending(f"claim {name!r} is being deleted")
+        status = claim.get("status") or {}
+        if status.get("deallocationRequested"):
+            raise Pending(f"claim {name!r} is being deallocated")
+        others = [
+            r for r in status.get("reservedFor") or [] if r.get("uid") != pod["metadata"]["uid"]
+        ]
+        allocation = status.get("allocation")
+        if others and allocation and not allocation.get("shareable"):
+            raise Pending(f"claim {name!r} is in use by {others[0].get('name')!r}")
+
+    def _context_url(self, pod: Obj, *, collection: bool = False) -> str:
+        namespace = pod["metadata"]["namespace"]
+        if collection:
+            return _res("podschedulingcontexts", namespace)
+        return _res("podschedulingcontexts", namespace, pod["metadata"]["name"])
+
+    def _negotiate(self, pod: Obj, candidates: list[str], pending: list[str]) -> None:
+        potential = candidates[: scheduling.MAX_NODES]
+        try:
+            context = self._client.get(self._context_url(pod))
+        except errors.ApiError as exc:
+            if exc.code != 404:
+                raise
+            body = {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "PodSchedulingContext",
+                "metadata": {
+                    "name": pod["metadata"]["name"],
+                    "ownerReferences": [scheduling.owner_reference(pod)],
+                },
+                "spec": {"potentialNodes": potential},
+            }
+            self._client.create(self._context_url(pod, collection=True), body)
+            raise Pending(
+                "created the PodSchedulingContext; waiting for the driver's unsuitableNodes"
+            ) from None
+        if context["spec"].get("potentialNodes") != potential:
+            self._client.merge_patch(
+                self._context_url(pod), {"spec": {"potentialNodes": potential}}
+            )
+            raise Pending("updated potentialNodes; waiting for the driver")
+        unsuitable = scheduling.unsuitable_by_claim(context)
+        missing = [name for name in pending if name not in unsuitable]
+        if missing:
+            raise Pending(f"waiting for the driver to report unsuitableNodes for {missing}")
+        suitable = scheduling.suitable_nodes(potential, unsuitable, pending)
+        selected = context["spec"].get("selectedNode")
+        if selected and selected in suitable:
+            raise Pending(f"waiting for claims {pending} to be allocated on {selected!r}")
+        if not suitable:
+            raise Pending(f"every potential node is unsuitable for claims {pending}")
+        self._client.merge_patch(self._context_url(pod), {"spec": {"selectedNode": suitable[0]}})
+        raise Pending(f"selected node {suitable[0]!r}; waiting for allocation")
+
+    def _chosen_node(self, pod: Obj, candidates: list[str]) -> str:
+        with contextlib.suppress(errors.ApiError):
+            selected = self._client.get(self._context_url(pod))["spec"].get("selectedNode")
+            if selected in candidates:
+                return str(selected)
+        return candidates[0]
+
+    def _reserve(self, pod: Obj, claim: Obj) -> None:
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        if any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+            return
+        url = _res(
+            "resourceclaims", claim["metadata"]["namespace"], claim["metadata"]["name"], "status"
+        )
+        patch = {
+            "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+            "status": {"reservedFor": [*reserved, scheduling.pod_reference(pod)]},
+        }
+        self._client.merge_patch(url, patch)
+
+    def _bind(self, pod: Obj, node: str) -> None:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._client.create(_core("pods", namespace, name, "binding"), binding)
+        with contextlib.suppress(errors.ApiError):
+            self._client.delete(self._context_url(pod))
+
+    def _release_gone_pods(self, pods: list[Obj]) -> None:
+        """Remove pods that no longer exist or have finished from every claim's reservedFor."""
+        running = {
+            p["metadata"]["uid"]
+            for p in pods
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
+        for claim in self._client.list(_res("resourceclaims"))["items"]:
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in running]
+            if len(kept) == len(reserved):
+                continue
+            url = _res(
+                "resourceclaims",
+                claim["metadata"]["namespace"],
+                claim["metadata"]["name"],
+                "status",
+            )
+            patch = {
+                "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                "status": {"reservedFor": kept or None},
+            }
+            with contextlib.suppress(errors.ApiError):  # changed meanwhile: next pass
+                self._client.merge_patch(url, patch)

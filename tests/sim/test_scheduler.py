@@ -1,0 +1,293 @@
+"""The simulated classic scheduler drives pods through the DRA flow with a tiny fake driver."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+
+from drasat.sim import apiserver, kubeclient, scheduler
+
+RC = ("resource.k8s.io", "v1alpha2")
+GPU_NODE = "n2"
+
+
+class FakeDriver:
+    """Reports every node but GPU_NODE unsuitable and allocates on the selected node."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+
+    def allocate(self, namespace: str, claim: str, node: str) -> None:
+        self.custom.patch_namespaced_custom_object(
+            *RC,
+            namespace,
+            "resourceclaims",
+            claim,
+            {"metadata": {"finalizers": ["gpu.drasat.io/deletion-protection"]}},
+        )
+        selector = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+        status = {
+            "status": {
+                "driverName": "gpu.drasat.io",
+                "allocation": {
+                    "availableOnNodes": selector,
+                    "shareable": False,
+                    "resourceHandles": [{"driverName": "gpu.drasat.io", "data": "{}"}],
+                },
+            }
+        }
+        self.custom.patch_namespaced_custom_object_status(
+            *RC, namespace, "resourceclaims", claim, status
+        )
+
+    def step(self) -> None:
+        contexts = self.custom.list_cluster_custom_object(*RC, "podschedulingcontexts")["items"]
+        for context in contexts:
+            namespace, name = context["metadata"]["namespace"], context["metadata"]["name"]
+            pod = self.core.read_namespaced_pod(name, namespace)
+            entries = [c.name for c in pod.spec.resource_claims]
+            potential = context["spec"].get("potentialNodes") or []
+            reported = [
+                {"name": entry, "unsuitableNodes": [n for n in potential if n != GPU_NODE]}
+                for entry in entries
+            ]
+            if (context.get("status") or {}).get("resourceClaims") != reported:
+                self.custom.patch_namespaced_custom_object_status(
+                    *RC,
+                    namespace,
+                    "podschedulingcontexts",
+                    name,
+                    {"status": {"resourceClaims": reported}},
+                )
+            if context["spec"].get("selectedNode") == GPU_NODE:
+                for entry in entries:
+                    claim = self.custom.get_namespaced_custom_object(
+                        *RC, namespace, "resourceclaims", f"{name}-{entry}"
+                    )
+                    if not (claim.get("status") or {}).get("allocation"):
+                        self.allocate(namespace, f"{name}-{entry}", GPU_NODE)
+
+
+@pytest.fixture
+def cluster(api_client: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
+    core = kubernetes.client.CoreV1Api(api_client)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    for node in ("n1", "n2", "n3"):
+        core.create_node({"metadata": {"name": node}})
+    for name, driver in (("gpu.drasat.io", "gpu.drasat.io"), ("other", "example.com")):
+        custom.create_cluster_custom_object(
+            *RC,
+            "resourceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "ResourceClass",
+                "metadata": {"name": name},
+                "driverName": driver,
+            },
+        )
+        custom.create_namespaced_custom_object(
+            *RC,
+            "default",
+            "resourceclaimtemplates",
+            {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"{name}-template"},
+                "spec": {
+                    "metadata": {"labels": {"app": "train"}},
+                    "spec": {"resourceClassName": name},
+                },
+            },
+        )
+    return api_client
+
+
+def make_pod(core: kubernetes.client.CoreV1Api, name: str, **claim: str) -> Any:
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", **claim}],
+        },
+    }
+    return core.create_namespaced_pod("default", body)
+
+
+@pytest.fixture
+def sim(server: apiserver.ApiServer) -> scheduler.Scheduler:
+    return scheduler.Scheduler(kubeclient.KubeClient(server.url))
+
+
+def settle(sim: scheduler.Scheduler, driver: FakeDriver, rounds: int = 10) -> None:
+    for _ in range(rounds):
+        sim.run_once()
+        driver.step()
+
+
+def test_wait_for_first_consumer_flow(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    pod = make_pod(core, "p", resourceClaimTemplateName="gpu.drasat.io-template")
+    driver = FakeDriver(cluster)
+
+    sim.run_once()
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "p-gpu")
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == pod.metadata.uid
+    assert claim["metadata"]["labels"] == {"app": "train"}
+    context = custom.get_namespaced_custom_object(*RC, "default", "podschedulingcontexts", "p")
+    assert context["spec"]["potentialNodes"] == ["n1", "n2", "n3"]
+    assert "unsuitableNodes" in sim.reasons[("default", "p")]
+
+    driver.step()  # reports n1 and n3 unsuitable
+    sim.run_once()
+    context = custom.get_namespaced_custom_object(*RC, "default", "podschedulingcontexts", "p")
+    assert context["spec"]["selectedNode"] == GPU_NODE
+
+    driver.step()  # allocates on n2
+    sim.run_once()
+    bound = core.read_namespaced_pod("p", "default")
+    assert bound.spec.node_name == GPU_NODE and sim.bound[("default", "p")] == GPU_NODE
+    assert [(s.name, s.resource_claim_name) for s in bound.status.resource_claim_statuses] == [
+        ("gpu", "p-gpu")
+    ]
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "p-gpu")
+    assert claim["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "p", "uid": pod.metadata.uid}
+    ]
+    contexts = custom.list_namespaced_custom_object(*RC, "default", "podschedulingcontexts")
+    assert contexts["items"] == []
+
+    # The pod goes: its claim is released and, being owned by the pod, deleted.
+    core.delete_namespaced_pod("p", "default")
+    sim.run_once()
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "p-gpu")
+    assert claim["metadata"]["deletionTimestamp"] and "reservedFor" not in claim["status"]
+
+
+def test_immediate_claim_schedules_on_allocated_node(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    custom.create_namespaced_custom_object(
+        *RC,
+        "default",
+        "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1alpha2",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": {"resourceClassName": "gpu.drasat.io", "allocationMode": "Immediate"},
+        },
+    )
+    make_pod(core, "p", resourceClaimName="shared")
+    sim.run_once()
+    assert "Immediate" in sim.reasons[("default", "p")]
+    FakeDriver(cluster).allocate("default", "shared", "n3")
+    sim.run_once()
+    assert core.read_namespaced_pod("p", "default").spec.node_name == "n3"
+    assert (
+        custom.list_namespaced_custom_object(*RC, "default", "podschedulingcontexts")["items"] == []
+    )
+
+
+def test_unshareable_claim_in_use_blocks_second_pod(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    custom.create_namespaced_custom_object(
+        *RC,
+        "default",
+        "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1alpha2",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one"},
+            "spec": {"resourceClassName": "gpu.drasat.io", "allocationMode": "Immediate"},
+        },
+    )
+    FakeDriver(cluster).allocate("default", "one", "n1")
+    make_pod(core, "a", resourceClaimName="one")
+    make_pod(core, "b", resourceClaimName="one")
+    sim.run_once()
+    assert core.read_namespaced_pod("a", "default").spec.node_name == "n1"
+    assert core.read_namespaced_pod("b", "default").spec.node_name is None
+    assert "in use by 'a'" in sim.reasons[("default", "b")]
+
+
+def test_pods_of_other_drivers_are_left_alone(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    make_pod(core, "p", resourceClaimTemplateName="other-template")
+    sim.run_once()
+    assert (
+        custom.list_namespaced_custom_object(*RC, "default", "podschedulingcontexts")["items"] == []
+    )
+    assert ("default", "p") not in sim.reasons
+
+
+def test_missing_template_is_reported(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    make_pod(kubernetes.client.CoreV1Api(cluster), "p", resourceClaimTemplateName="nope")
+    sim.run_once()
+    assert "'nope' does not exist" in sim.reasons[("default", "p")]
+
+
+@pytest.fixture
+def driver_thread(cluster: kubernetes.client.ApiClient) -> Iterator[None]:
+    """The fake driver, reacting to PodSchedulingContext events in the background."""
+    driver = FakeDriver(cluster)
+    watch = kubernetes.watch.Watch()
+    done = threading.Event()
+
+    def run() -> None:
+        for _ in watch.stream(
+            driver.custom.list_cluster_custom_object,
+            *RC,
+            "podschedulingcontexts",
+            timeout_seconds=30,
+        ):
+            if done.is_set():
+                return
+            driver.step()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield
+    done.set()
+    watch.stop()
+    thread.join(timeout=5)
+
+
+def test_background_scheduler_binds_pod(
+    cluster: kubernetes.client.ApiClient, server: apiserver.ApiServer, driver_thread: None
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    with scheduler.Scheduler(kubeclient.KubeClient(server.url), resync=5.0) as background:
+        make_pod(core, "p", resourceClaimTemplateName="gpu.drasat.io-template")
+        assert background.wait_bound("default", "p", timeout=20) == GPU_NODE
+    assert core.read_namespaced_pod("p", "default").spec.node_name == GPU_NODE
+
+
+def test_wait_bound_times_out_with_reason(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    make_pod(kubernetes.client.CoreV1Api(cluster), "p", resourceClaimTemplateName="nope")
+    sim.run_once()
+    with pytest.raises(TimeoutError, match="does not exist"):
+        sim.wait_bound("default", "p", timeout=0.01)
