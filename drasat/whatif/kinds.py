@@ -119,6 +119,8 @@ class PodSpec(Open):
     resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
     priority: int | None = None
     priorityClassName: str | None = None
+    nodeName: str | None = None
+    nodeSelector: dict[str, str] | None = None
 
 
 class Pod(Object):

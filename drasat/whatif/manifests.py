@@ -76,6 +76,8 @@ class CompiledPod:
     #: Why the pod cannot be placed whatever the solver does (e.g. a claim reserved by another
     #: pod that is not shareable); None: it goes to the solver.
     blocked: str | None = None
+    #: Nodes its nodeName/nodeSelector allow; None: every node.
+    candidate_nodes: tuple[str, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -89,6 +91,7 @@ class CompiledPod:
             priority=self.priority,
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
+            candidate_nodes=self.candidate_nodes,
         )
 
 

@@ -50,6 +50,28 @@ class ClusterNodes:
         }
 
 
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def matching_nodes(
+    states: Sequence[NodeState], *, node_name: str | None, node_selector: dict[str, str] | None
+) -> tuple[str, ...] | None:
+    """Nodes a pod's spec.nodeName and spec.nodeSelector allow (None: no constraint). Pure.
+
+    Every node carries the `kubernetes.io/hostname` label with its name, as kubelets set it.
+    """
+    if node_name is None and not node_selector:
+        return None
+    allowed = []
+    for state in states:
+        labels = {HOSTNAME_LABEL: state.name, **dict(state.labels)}
+        if node_name is not None and state.name != node_name:
+            continue
+        if all(labels.get(k) == v for k, v in (node_selector or {}).items()):
+            allowed.append(state.name)
+    return tuple(allowed)
+
+
 def load(documents: Sequence[loading.Document]) -> ClusterNodes:
     """Validate and expand the cluster documents. Raises InputError on bad or duplicate nodes."""
     found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []

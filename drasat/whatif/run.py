@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drasat import loading, policyfiles
 from drasat.api.policy import AllocationPolicySpec
@@ -59,6 +59,7 @@ def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:
         offered_profiles=cluster.offered_profiles(),
         existing_uids=cluster.existing_uids(),
     )
+    workload = _constrain_nodes(workload, cluster)
     problem = Problem(nodes=cluster.states, pods=workload.requests(), policy=inputs.policy)
     error: str | None = None
     try:
@@ -72,3 +73,22 @@ def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:
             unplaced=tuple(PodRejection(p.key, (error,)) for p in problem.pods),
         )
     return report.build(cluster, workload, solution, mode=mode.value, solver_error=error)
+
+
+def _constrain_nodes(
+    workload: manifests.Workload, cluster: nodes.ClusterNodes
+) -> manifests.Workload:
+    """Give pods with spec.nodeName/nodeSelector their candidate nodes; block those with none."""
+    pods = []
+    for pod in workload.pods:
+        spec = pod.pod.spec
+        allowed = nodes.matching_nodes(
+            cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
+        )
+        blocked = pod.blocked
+        if allowed == () and blocked is None:
+            wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
+            wanted += [f"{k}={v}" for k, v in (spec.nodeSelector or {}).items()]
+            blocked = f"no node matches the pod's {', '.join(wanted)}"
+        pods.append(replace(pod, candidate_nodes=allowed, blocked=blocked))
+    return replace(workload, pods=tuple(pods))

@@ -364,3 +364,38 @@ def test_cluster_from_stdin(run_cli: Any, monkeypatch: pytest.MonkeyPatch, write
     result = run_cli("--cluster", "-", "-f", manifests)
     assert result.code == 0, result.err
     assert "ns/p  gpu    node-a  GPU 1 (GPU-bbbb0000)" in result.out
+
+
+LABELLED_CLUSTER = """
+apiVersion: whatif.drasat.io/v1alpha1
+kind: Cluster
+metadata: {name: zones}
+spec:
+  nodes:
+  - {name: t4a, labels: {zone: a}, gpus: [{product: T4, count: 2}]}
+  - {name: t4b, labels: {zone: b}, gpus: [{product: T4, count: 2}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("constraint", "node"),
+    [
+        ("nodeSelector: {zone: b}", "t4b"),
+        ("nodeSelector: {kubernetes.io/hostname: t4b}", "t4b"),
+        ("nodeName: t4a", "t4a"),
+        ("nodeSelector: {zone: c}", None),
+    ],
+)
+def test_node_name_and_selector_limit_the_nodes(
+    run_cli: Any, write_yaml: Any, constraint: str, node: str | None
+) -> None:
+    cluster = write_yaml("zones.yaml", LABELLED_CLUSTER)
+    pod = POD.format(name="p", claim="c").replace("spec:\n", f"spec:\n  {constraint}\n", 1)
+    manifests = write_yaml("m.yaml", CLAIM.format(name="c", params="") + "---\n" + pod)
+    result = run_cli("--cluster", cluster, "-f", manifests)
+    assert result.code == 0, result.err
+    row = next(line for line in result.out.splitlines() if line.startswith("ns/p "))
+    if node is None:
+        assert row.endswith("not placed: no node matches the pod's zone=c")
+    else:
+        assert row.split()[2] == node
