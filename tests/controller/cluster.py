@@ -8,6 +8,7 @@ selectedNode to the first suitable node, waits for the claims' allocation and re
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -177,8 +178,11 @@ class Scheduler:
     def __init__(self, api: Api, nodes: list[str], *, timeout: float = 20.0) -> None:
         self.api, self.nodes, self.timeout = api, nodes, timeout
 
-    def schedule(self, namespace: str, pod: str, entries: list[str]) -> str:
-        """Returns the node; raises AssertionError when no node becomes suitable in time."""
+    def schedule(
+        self, namespace: str, pod: str, entries: list[str], *, stop: threading.Event | None = None
+    ) -> str | None:
+        """Returns the node; raises AssertionError when no node becomes suitable in time; None
+        when `stop` is set first."""
         pod_obj = self.api.get(r.PODS, pod, namespace=namespace)
         self.api.create(r.POD_SCHEDULING_CONTEXTS, {
             "metadata": {"name": pod, "namespace": namespace, "ownerReferences": [
@@ -188,6 +192,8 @@ class Scheduler:
         })  # fmt: skip
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                return None
             node = self._pick(namespace, pod, entries)
             if node is None:
                 time.sleep(0.02)

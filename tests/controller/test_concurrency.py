@@ -1,0 +1,77 @@
+"""50 pods negotiating at once on a small cluster: no device promised twice, all that fit run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from cluster import (
+    Scheduler,
+    add_claim,
+    add_class,
+    add_node,
+    add_pod,
+    claim,
+    device_users,
+    nas_claims,
+    t4,
+    wait,
+)
+
+from drasat.controller.controller import Controller
+from drasat.kube.client import KubeClient, configuration_for
+from drasat.sim import apiserver
+
+PODS = 50
+NODES = 4
+GPUS_PER_NODE = 8  # 32 GPUs for 50 one-GPU pods
+
+
+def test_fifty_pods_at_once_get_distinct_gpus_until_the_cluster_is_full(
+    server: apiserver.ApiServer, api: KubeClient, start_controller: Callable[..., Controller]
+) -> None:
+    names = [f"node-{i}" for i in range(NODES)]
+    for name in names:
+        add_node(api, name, [t4(g) for g in range(GPUS_PER_NODE)])
+    add_class(api)
+    for i in range(PODS):
+        add_claim(api, "load", f"c{i}")
+        add_pod(api, "load", f"p{i}", {"gpu": f"c{i}"})
+    start_controller()
+    stop = threading.Event()
+
+    def one(i: int) -> str | None:
+        client = KubeClient(configuration_for(server.url), request_timeout=10)
+        try:
+            return Scheduler(client, names, timeout=60).schedule(
+                "load", f"p{i}", ["gpu"], stop=stop
+            )
+        finally:
+            client.close()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(PODS) as pool:
+        futures = [pool.submit(one, i) for i in range(PODS)]
+        capacity = NODES * GPUS_PER_NODE
+        wait(lambda: len(nas_claims(api)) >= capacity, timeout=60, what="cluster full")
+        time.sleep(0.5)  # let any over-allocation show
+        stop.set()
+        placed = [f.result() for f in futures]
+    elapsed = time.monotonic() - started
+    in_nas = nas_claims(api)
+    assert len(in_nas) == capacity, f"{len(in_nas)} allocated in {elapsed:.1f}s"
+    assert all(len(users) == 1 for users in device_users(api).values()), "a GPU used twice"
+    allocated = 0
+    for i in range(PODS):
+        c = claim(api, "load", f"c{i}")
+        uid = c["metadata"]["uid"]
+        if uid in in_nas:
+            allocated += 1
+            node = c["status"]["allocation"]["availableOnNodes"]["nodeSelectorTerms"][0]
+            assert node["matchFields"][0]["values"] == [in_nas[uid][0]]
+        else:
+            assert not (c.get("status") or {}).get("allocation")
+    assert allocated == capacity
+    assert sum(p is not None for p in placed) == capacity
