@@ -94,9 +94,7 @@ def test_reconcile_syncs_nas_prepared_claims(node_factory: Any) -> None:
 
     def scramble(nas: Any) -> bool:
         nas.spec.preparedClaims.clear()
-        nas.spec.preparedClaims["stale"] = nas.spec.preparedClaims.get(UID) or {
-            "gpu": {"devices": []}
-        }
+        nas.spec.preparedClaims["stale"] = PreparedDevices(gpu=PreparedGpus())
         return True
 
     node.store.update(scramble)
