@@ -74,8 +74,9 @@ class Built:
     secondary: list[tuple[int, cp_model.IntVar]]
     #: Assumption literal -> the rule it enforces, in user terms (explain mode).
     assumptions: dict[int, str] = field(default_factory=dict)
-    #: Primary weight of placing each pod.
+    #: Primary weight of placing each pod, and of an optional claim getting its devices.
     pod_weight: dict[str, int] = field(default_factory=dict)
+    got_weight: int = 0
 
     def primary_expr(self) -> cp_model.LinearExprT:
         return cp_model.LinearExpr.weighted_sum(
@@ -89,6 +90,30 @@ class Built:
 
     def secondary_bound(self) -> int:
         return sum(abs(c) for c, _ in self.secondary)
+
+
+@dataclass(frozen=True)
+class PrimaryLevels:
+    """Weights of the primary objective, three levels each outweighing all below it:
+    placed pods by `1 + priority - lowest priority`, then optional claims with devices, then
+    (among equal choices) earlier pods in the problem's order."""
+
+    lowest: int
+    pods: int
+    order_total: int
+    got: int
+    unit: int
+
+    @classmethod
+    def of(cls, priorities: Sequence[int], optional_claims: int) -> PrimaryLevels:
+        n = len(priorities)
+        order_total = n * (n + 1) // 2
+        got = order_total + 1
+        unit = (optional_claims + 1) * got
+        return cls(min(priorities, default=0), n, order_total, got, unit)
+
+    def pod(self, priority: int, index: int) -> int:
+        return (1 + priority - self.lowest) * self.unit + (self.pods - index)
 
 
 def mig_waste(claim: Claim, option: MigOption, gpu: GpuSlot) -> int:
@@ -286,7 +311,7 @@ class _Builder:
                 used.append(u)
             if spec.sameNUMANode is Requirement.Required:
                 c = self.m.add(sum(used) <= 1)
-                literal = self.rule(f"topology sameNUMANode of claim {claim.ref}")
+                literal = self.rule(f"claim {claim.ref}: topology sameNUMANode is Required")
                 if literal is not None:
                     c.only_enforce_if(literal)
             else:
@@ -297,7 +322,7 @@ class _Builder:
                     continue
                 if spec.sameNVLinkDomain is Requirement.Required:
                     c = self.m.add(a.var + b.var <= 1)
-                    literal = self.rule(f"topology sameNVLinkDomain of claim {claim.ref}")
+                    literal = self.rule(f"claim {claim.ref}: topology sameNVLinkDomain is Required")
                     if literal is not None:
                         c.only_enforce_if(literal)
                 else:
@@ -486,13 +511,13 @@ class _Builder:
 
     def primary(self) -> None:
         b = self.built
-        lowest = min((e.priority for e in self.entries), default=0)
-        optional = len(b.got) + 1
-        for entry in self.entries:
-            weight = (1 + entry.priority - lowest) * optional
+        levels = PrimaryLevels.of([e.priority for e in self.entries], len(b.got))
+        for index, entry in enumerate(self.entries):
+            weight = levels.pod(entry.priority, index)
             b.pod_weight[entry.key] = weight
             b.primary.append((weight, b.placed[entry.key]))
-        b.primary.extend((1, v) for v in b.got.values())
+        b.got_weight = levels.got
+        b.primary.extend((levels.got, v) for v in b.got.values())
 
     def build(self) -> Built:
         self.pod_variables()

@@ -216,12 +216,13 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
             ways.append((cost, gpu.position, order, option))
     need = claim.count if claim.kind is Kind.whole else 1
     base = model.node_cost(node, rules)
-    optional = 1 if claim.optional else 0
+    levels = model.PrimaryLevels.of([entry.priority], 1 if claim.optional else 0)
+    placed = levels.pod(entry.priority, 0)
     too_many = gpus_left is not None and claim.kind is not Kind.mig and need > gpus_left
     if len(ways) < need or too_many:
         if not claim.optional:
             return Evaluation(None)
-        return Evaluation((), primary=1 + optional, secondary=base)
+        return Evaluation((), primary=placed, secondary=base)
     ways.sort(key=lambda w: (w[0], w[1], w[2]))
     chosen = ways[:need]
     picks = tuple(
@@ -229,7 +230,8 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         for _, position, _, o in chosen
     )
     cost = base + sum(w[0] for w in chosen)
-    return Evaluation(picks, primary=1 + 2 * optional, secondary=cost)
+    got = levels.got if claim.optional else 0
+    return Evaluation(picks, primary=placed + got, secondary=cost)
 
 
 _GPU_MEMO: dict[tuple[object, ...], list[tuple[int, int, MigOption | None]]] = {}

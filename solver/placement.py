@@ -390,7 +390,7 @@ def _primary_of(built: model.Built, placements: Sequence[PodPlacement]) -> int:
     for placement in placements:
         for uid, entry in placement.allocations.items():
             if (uid, placement.node) in built.got and _has_devices(entry):
-                total += 1
+                total += built.got_weight
     return total
 
 
