@@ -161,12 +161,11 @@ class _Compiler:
                 used.setdefault(pod_claim.claim.key, pod_claim.claim)
         for (namespace, name), entry in self.inv.claims.items():
             if (namespace, name) not in self.claims:
+                reason = "used by no pod in the manifests"
+                if entry.obj.spec.allocationMode is kinds.AllocationMode.Immediate:
+                    reason += " (allocationMode Immediate: the what-if places the claims of pods)"
                 self.ignored.append(
-                    Ignored(
-                        entry.document.where,
-                        f"ResourceClaim {namespace}/{name}",
-                        "used by no pod in the manifests",
-                    )
+                    Ignored(entry.document.where, f"ResourceClaim {namespace}/{name}", reason)
                 )
         return Workload(tuple(compiled), tuple(used.values()), tuple(self.ignored))
 

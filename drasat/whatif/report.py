@@ -87,6 +87,9 @@ class Summary:
     mig_slices_used: int
     pods_placed: int
     pods_unplaced: int
+    #: Allocations the solution adds, and those the input NodeAllocationStates already held.
+    allocations_new: int
+    allocations_existing: int
     status: str
     objective: float
     best_bound: float
@@ -299,6 +302,8 @@ def _summary(
         mig_slices_used=slices_used,
         pods_placed=len(workload.pods) - len(unplaced),
         pods_unplaced=len(unplaced),
+        allocations_new=sum(len(p.allocations) for p in solution.placements),
+        allocations_existing=sum(len(n.spec.allocatedClaims) for n in cluster.nas),
         status=str(solution.status),
         objective=solution.objective,
         best_bound=solution.best_bound,

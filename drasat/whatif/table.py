@@ -68,6 +68,8 @@ def summary_lines(summary: Summary) -> list[str]:
         f"MIG slices: {summary.mig_slices_used} used, {summary.mig_slices_free} free of "
         f"{summary.mig_slices_total}",
         f"pods: {summary.pods_placed} placed, {summary.pods_unplaced} unplaced   "
+        f"claims: {summary.allocations_new} allocated, {summary.allocations_existing} already in "
+        "the cluster",
         f"solver: {summary.status} ({summary.mode}), objective {summary.objective:g}, "
         f"best bound {summary.best_bound:g}, gap {summary.gap:.2%}, "
         f"{summary.wall_time_s * 1000:.0f} ms",

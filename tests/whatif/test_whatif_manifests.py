@@ -195,6 +195,9 @@ driverName: fpga.example.com
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
         _claim("unused"),
+        _claim("now").replace(
+            "resourceClassName:", "allocationMode: Immediate\n  resourceClassName:"
+        ),
     )
     workload = _compile(text)
     assert [p.key for p in workload.pods] == ["ns/mixed"]
@@ -206,6 +209,7 @@ driverName: fpga.example.com
     assert ignored["Pod ns/fpga-only"] == "uses no drasat GPU claim"
     assert ignored["Pod ns/cpu-only"] == "uses no drasat GPU claim"
     assert ignored["ResourceClaim ns/unused"] == "used by no pod in the manifests"
+    assert "allocationMode Immediate" in ignored["ResourceClaim ns/now"]
 
 
 def test_namespace_defaults_to_default() -> None:

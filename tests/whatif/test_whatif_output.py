@@ -183,6 +183,7 @@ def test_existing_allocation_is_marked_in_the_table(run_cli: Any, write_yaml: An
     result = run_cli("--cluster", cluster, "-f", manifests)
     holder = next(line for line in result.out.splitlines() if line.startswith("ns/holder"))
     assert "GPU 0 (GPU-aaaa0000) (already allocated)" in holder
+    assert "claims: 1 allocated, 1 already in the cluster" in result.out
 
 
 def test_unplaced_pods_have_a_reason_and_fail_on_unplaced_exits_1(

@@ -144,7 +144,8 @@ def test_summary_counts_gpus_slices_pods_and_solver() -> None:
     assert (summary.mig_slices_used, summary.mig_slices_free) == (1, 7)
     assert (summary.pods_placed, summary.pods_unplaced) == (3, 1)
     lines = table.summary_lines(summary)
-    assert lines[1].endswith(
+    assert lines[1].endswith("claims: 3 allocated, 0 already in the cluster")
+    assert lines[2].endswith(
         "solver: FEASIBLE (batch), objective 3, best bound 4, gap 25.00%, 12 ms"
     )
 
