@@ -24,8 +24,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
 
 DEFAULT_NAMESPACE = "default"
-#: Classic DRA as served by Kubernetes 1.27–1.30 (v1alpha2) and 1.31 behind a gate (v1alpha3).
-CLASSIC_DRA_VERSIONS = ("resource.k8s.io/v1alpha2", "resource.k8s.io/v1alpha3")
+#: Classic DRA objects as Kubernetes 1.27–1.30 serve them. Later versions (1.31's v1alpha3 with
+#: spec.controller, v1beta1, v1) describe claims by device requests: listed as ignored.
+CLASSIC_DRA_VERSIONS = ("resource.k8s.io/v1alpha2",)
 RESOURCE_GROUP = "resource.k8s.io"
 REPLICATED_KINDS = {"apps": ("Deployment", "StatefulSet", "ReplicaSet")}
 #: Cluster-scoped kinds that may appear in manifests; every other object defaults to "default".
@@ -114,8 +115,10 @@ def build(documents: Sequence[loading.Document]) -> Inventory:
             raise InputError(
                 f"defined twice (first at {seen[key]})", where=located(document, key[2])
             )
-        seen[key] = document.where
+        ignored_before = len(inventory.ignored)
         _add(inventory, document)
+        if len(inventory.ignored) == ignored_before:  # ignored kinds may repeat (Namespaces)
+            seen[key] = document.where
     return inventory
 
 
@@ -217,7 +220,8 @@ def _add_resource(inventory: Inventory, document: loading.Document, kind: str) -
     known = ("ResourceClass", "ResourceClaim", "ResourceClaimTemplate")
     if api_version not in CLASSIC_DRA_VERSIONS or kind not in known:
         reason = (
-            "not classic DRA (resource.k8s.io/v1alpha2): structured parameters are not modelled"
+            f"{api_version} is not classic DRA (resource.k8s.io/v1alpha2): claims by device "
+            "requests are not modelled"
             if kind in known
             else "not a kind the what-if places"
         )

@@ -194,6 +194,9 @@ driverName: fpga.example.com
         _pod("cpu-only", "[]"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n",  # repeated across files
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: new}\n"
+        "spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com}}]}}",
         _claim("unused"),
         _claim("now").replace(
             "resourceClassName:", "allocationMode: Immediate\n  resourceClassName:"
@@ -205,6 +208,9 @@ driverName: fpga.example.com
     ignored = {i.what: i.reason for i in workload.ignored}
     assert ignored["ConfigMap default/cm"] == "not a kind the what-if places"
     assert ignored["Namespace ns"] == "not a kind the what-if places"
+    assert ignored["ResourceClaim default/new"].startswith(
+        "resource.k8s.io/v1 is not classic DRA (resource.k8s.io/v1alpha2)"
+    )
     assert "driver fpga.example.com" in ignored["Pod ns/mixed claim x"]
     assert ignored["Pod ns/fpga-only"] == "uses no drasat GPU claim"
     assert ignored["Pod ns/cpu-only"] == "uses no drasat GPU claim"
