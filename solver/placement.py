@@ -280,12 +280,14 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
     state = _State.initial(problem)
     entries: list[PodEntry] = []
     inputs: dict[str, _PodInput] = {}
+    warm_node = {p.pod: p.node for p in warm.placements}
+    keep = max(_MIN_NODES_PER_POD, _BATCH_NODE_BUDGET // max(1, len(problem.pods)))
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
         views, _ = _candidates(pod_input, state)
-        fitting = tuple(
-            v for v in views if filters.node_blocker(pod, pod_input.claims, v, state.rules) is None
+        fitting = _fitting_nodes(
+            pod_input, views, state, online_budget, keep, warm_node.get(pod.key)
         )
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     built = model.build(entries, state.rules)
@@ -328,6 +330,33 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
         gap=gap,
         wall_time_s=time.perf_counter() - started,
     )
+
+
+#: A batch model holds at most about this many (pod, node) pairs: each pod keeps its best nodes
+#: (by its per-node optimum alone), at least _MIN_NODES_PER_POD of them, and its online node.
+_BATCH_NODE_BUDGET = 8000
+_MIN_NODES_PER_POD = 8
+
+
+def _fitting_nodes(
+    pod: _PodInput,
+    views: Sequence[NodeView],
+    state: _State,
+    budget: solving.Budget,
+    keep: int,
+    warm: str | None,
+) -> tuple[NodeView, ...]:
+    """Nodes where the pod fits alone (no others can make room), best first, at most `keep`."""
+    shape = nodes.shape(PodEntry(pod.request, pod.priority, pod.claims, ()), state.rules)
+    ranked = []
+    for order, view in enumerate(views):
+        evaluation = nodes.evaluate(shape, view, state.rules, budget)
+        if evaluation.picks is not None:
+            ranked.append((-evaluation.primary, evaluation.secondary, order, view))
+    ranked.sort(key=lambda r: r[:3])
+    chosen = [r[3] for r in ranked[:keep]]
+    chosen += [r[3] for r in ranked[keep:] if r[3].name == warm]
+    return tuple(sorted(chosen, key=lambda v: state.order[v.name]))
 
 
 def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tuple[str, ...]:

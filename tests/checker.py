@@ -444,24 +444,33 @@ class _Checker:
                     if covers and not ours:
                         self.fail(f"claim {uid}: GPU {uuid} is reserved ({reservation.name})")
         for limit in rules.namespaceLimits:
-            totals: dict[str, list[int]] = {}
-            entries: Iterable[AllocatedDevices] = [
-                *(e for n in self.problem.nodes for e in n.nas.allocatedClaims.values()),
-                *(e for _, e, _ in new.values()),
-            ]
-            for entry in entries:
-                namespace = entry.claimInfo.namespace
+            # Existing allocations may already exceed a limit; new ones may not add to it.
+            before = _use(e for n in self.problem.nodes for e in n.nas.allocatedClaims.values())
+            added = _use(e for _, e, _ in new.values())
+            for namespace, (gpus, slices) in added.items():
                 if not fnmatch.fnmatchcase(namespace, limit.namespace):
                     continue
-                total = totals.setdefault(namespace, [0, 0])
-                total[0] += len(entry.gpu.devices) if entry.gpu is not None else 0
-                total[1] += sum(m.placement.size for m in entry.mig.devices) if entry.mig else 0
-            for namespace, (gpus_held, slices) in totals.items():
-                touched = any(e.claimInfo.namespace == namespace for _, e, _ in new.values())
-                if limit.maxGpus is not None and gpus_held > limit.maxGpus and touched:
-                    self.fail(f"namespace {namespace}: {gpus_held} GPUs > maxGpus {limit.maxGpus}")
-                if limit.maxMigSlices is not None and slices > limit.maxMigSlices and touched:
-                    self.fail(f"namespace {namespace}: {slices} MIG slices > {limit.maxMigSlices}")
+                old_gpus, old_slices = before.get(namespace, (0, 0))
+                if limit.maxGpus is not None and gpus and old_gpus + gpus > limit.maxGpus:
+                    self.fail(f"namespace {namespace}: {old_gpus + gpus} GPUs > {limit.maxGpus}")
+                if (
+                    limit.maxMigSlices is not None
+                    and slices
+                    and old_slices + slices > limit.maxMigSlices
+                ):
+                    total = old_slices + slices
+                    self.fail(f"namespace {namespace}: {total} slices > {limit.maxMigSlices}")
+
+
+def _use(entries: Iterable[AllocatedDevices]) -> dict[str, tuple[int, int]]:
+    """namespace -> (GPUs held, MIG memory slices held)."""
+    totals: dict[str, tuple[int, int]] = {}
+    for entry in entries:
+        gpus, slices = totals.get(entry.claimInfo.namespace, (0, 0))
+        gpus += len(entry.gpu.devices) if entry.gpu is not None else 0
+        slices += sum(m.placement.size for m in entry.mig.devices) if entry.mig is not None else 0
+        totals[entry.claimInfo.namespace] = (gpus, slices)
+    return totals
 
 
 def violations(problem: Problem, solution: Solution) -> list[str]:
