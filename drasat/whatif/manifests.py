@@ -252,8 +252,9 @@ class _Compiler:
         Users write the pod's claim name (`gpu`); the claim made from a template is `<pod>-gpu`,
         and the solver pairs claims by their ResourceClaim names.
         """
-        by_name: dict[str, Claim] = {c.name: c.claim for c in claims}
-        by_name.update({c.claim.request.name: c.claim for c in claims})
+        # The pod's own claim names win over ResourceClaim names that happen to be equal.
+        by_name: dict[str, Claim] = {c.claim.request.name: c.claim for c in claims}
+        by_name.update({c.name: c.claim for c in claims})
         out: list[PodClaim] = []
         for pod_claim in claims:
             mig = pod_claim.claim.request.mig
