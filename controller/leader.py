@@ -177,9 +177,10 @@ class LeaderElector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
-        if release and self._leading:
+        was_leading = self._leading
+        self._set(False)  # stop writing before anyone else can take the lease
+        if release and was_leading:
             self._release()
-        self._set(False)
 
     def _release(self) -> None:
         try:
