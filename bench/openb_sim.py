@@ -88,7 +88,9 @@ class Cluster:
         t = self.target
         fits = access & (count >= t.num_gpu) & (cpu_left[..., None] >= t.cpu_milli)
         unusable = np.where(fits, small, total[..., None])
-        result: FloatArray = unusable @ t.freq
+        # Summed along the contiguous class axis, row by row: equal rows give bit-equal sums,
+        # so a placement that changes nothing scores exactly sigmoid(0) (a matmul may not).
+        result: FloatArray = (unusable * t.freq).sum(axis=-1)
         return result
 
     def node_frag(self, rows: IntArray) -> FloatArray:
@@ -171,8 +173,12 @@ class Policy:
 
     def choose(
         self, cluster: Cluster, pods: Pods, p: int, feasible: IntArray, rng: np.random.Generator
-    ) -> tuple[int, list[int]]:
+    ) -> tuple[int, list[int]] | None:
+        """(node, GPU indices), or None to leave the pod unplaced."""
         raise NotImplementedError
+
+    def unplaceable(self, cluster: Cluster, pods: Pods, p: int) -> None:
+        """Told of a pod no node can host (a policy with its own state may check it agrees)."""
 
     def gpus_for(self, cluster: Cluster, pods: Pods, p: int, node: int) -> list[int]:
         """GPUs inside the chosen node: best fit for partial GPUs, first free for whole ones."""
@@ -322,33 +328,32 @@ def fgd_scores(
     count, small, total = cluster.class_stats(feasible)
     cpu_after = cluster.cpu_left[feasible] - c
     access = cluster.target_access[feasible]
-    before = cluster.frag[feasible]
+    before = cluster.frag_value(count, small, total, cluster.cpu_left[feasible], access)
     if n == 0 or m == 0 or m >= MILLI:
         # CPU-only or whole GPUs: the taken GPUs were fully free, so each class sees n fewer
         # GPUs with enough share and nothing new below its need.
         taken = n if m >= MILLI else 0
         after = cluster.frag_value(count - taken, small, total - taken * m, cpu_after, access)
         return _sigmoid_score(before - after), np.full(len(feasible), -1, dtype=np.int64)
-    # Partial GPU: try every GPU j that fits; its free share goes from L to L - m.
+    # Partial GPU: try the GPUs that fit; GPUs of equal free share give equal outcomes (only the
+    # node's multiset of free shares matters), so each distinct value is tried once, on its
+    # lowest-index GPU. GPU j's free share goes from L to L - m.
     left = cluster.gpu_left[feasible]  # [F, G]
-    new = left - m
-    need = t.milli[None, None, :]
-    count_j = (
-        count[:, None, :]
-        - (left[:, :, None] >= need).astype(np.int64)
-        + (new[:, :, None] >= need).astype(np.int64)
-    )
-    small_j = (
-        small[:, None, :]
-        - np.where(left[:, :, None] < need, left[:, :, None], 0)
-        + np.where(new[:, :, None] < need, new[:, :, None], 0)
-    )
-    total_j = np.broadcast_to((total - m)[:, None], left.shape)
-    cpu_j = np.broadcast_to(cpu_after[:, None], left.shape)
-    after = cluster.frag_value(count_j, small_j, total_j, cpu_j, access[:, None, :])
-    per_gpu = np.where(left >= m, _sigmoid_score(before[:, None] - after), -1)
-    gpu: IntArray = per_gpu.argmax(axis=1).astype(np.int64)  # first best GPU
-    scores: IntArray = per_gpu.max(axis=1)
+    width = left.shape[1]
+    earlier = np.tril(np.ones((width, width), dtype=np.bool_), k=-1)  # [j, j'] : j' < j
+    repeat = ((left[:, :, None] == left[:, None, :]) & earlier[None]).any(axis=2)
+    row, col = np.nonzero((left >= m) & ~repeat)  # candidates, row-major: by node then GPU
+    value = left[row, col]
+    need = t.milli[None, :]
+    was, now = value[:, None], (value - m)[:, None]
+    count_c = count[row] - (was >= need) + (now >= need)
+    small_c = small[row] - np.where(was < need, was, 0) + np.where(now < need, now, 0)
+    after = cluster.frag_value(count_c, small_c, total[row] - m, cpu_after[row], access[row])
+    cand = _sigmoid_score(before[row] - after)
+    scores = np.full(len(feasible), -1, dtype=np.int64)
+    np.maximum.at(scores, row, cand)
+    gpu = np.full(len(feasible), width, dtype=np.int64)
+    np.minimum.at(gpu, row, np.where(cand == scores[row], col, width))  # first best GPU
     return scores, gpu
 
 

@@ -93,10 +93,13 @@ def replay(
         feasible = cluster.feasible(pods, p, allowed[spec_of[p]])
         if len(feasible):
             t0 = time.perf_counter()
-            node, gpus = policy.choose(cluster, pods, p, feasible, rng)
+            choice = policy.choose(cluster, pods, p, feasible, rng)
             decision[p] = time.perf_counter() - t0
-            cluster.place(pods, p, node, gpus)
-            placed[p] = True
+            if choice is not None:
+                cluster.place(pods, p, *choice)
+                placed[p] = True
+        else:
+            policy.unplaceable(cluster, pods, p)
         arrived[p + 1] = arrived[p] + demand[p]
         used[p + 1] = cluster.used_milli
         frag[p + 1] = cluster.frag.sum()

@@ -208,3 +208,32 @@ def test_real_trace_truncated() -> None:
         rng,
     )
     assert result.placed.all()  # the first 300 pods fit an empty cluster
+
+
+@pytest.mark.parametrize("name", ["drasat", "drasat-frag"])
+def test_drasat_policy_replays_within_capacity(name: str) -> None:
+    from bench import drasat_policy
+
+    nodes = _nodes(CLUSTER)
+    pods = _synthetic_pods(40, seed=11)
+    rng = np.random.default_rng(42)
+    order = openb_trace.arrival_order(pods, nodes.total_gpus * 1000, ratio=1.3, rng=rng)
+    policy = drasat_policy.factory(name, chunk=16)()
+    # The replay's own capacity model checks every decision the solver returns.
+    result = replay.replay(nodes, pods.take(order), policy, openb_trace.target_workload(pods), rng)
+    assert 0 < result.used_milli[-1] <= nodes.total_gpus * 1000
+    assert result.placed.sum() >= 10
+
+
+def test_drasat_claims_of_trace_tasks() -> None:
+    from bench import drasat_policy
+
+    pods = _pods(
+        [(4000, 8000, 1, 470, "V100M16|V100M32"), (8000, 0, 2, 1000, "T4"), (1, 1, 0, 0, "")]
+    )
+    share = drasat_policy.pod_request(pods, 0, "a").claims[0].gpu
+    assert share is not None and share.share is not None and share.share.compute == 47
+    assert share.selector is not None and share.selector.orExpression is not None
+    whole = drasat_policy.pod_request(pods, 1, "b").claims[0].gpu
+    assert whole is not None and whole.count == 2 and whole.share is None
+    assert drasat_policy.pod_request(pods, 2, "c").claims == ()
