@@ -21,6 +21,9 @@ import yaml
 from conftest import CHART, REPO, Manifest, Render, Rendered
 
 from drasat.api import policy as policy_api
+from drasat.cli import controller as controller_cli
+from drasat.cli import main
+from drasat.cli import nodeplugin as nodeplugin_cli
 
 CRD_DIR = REPO / "deploy" / "crds"
 SERVICE_MONITOR = "monitoring.coreos.com/v1/ServiceMonitor"
@@ -155,7 +158,6 @@ def test_node_plugin_daemonset_mounts(render: Render) -> None:
     plugin, plugin_volume = mounts["plugin-dir"]
     assert plugin["mountPath"] == plugin_volume["hostPath"]["path"]
     assert plugin["mountPath"] == "/var/lib/kubelet/plugins/gpu.drasat.io"
-    assert plugin["mountPropagation"] == "Bidirectional"
     registry, registry_volume = mounts["registry-dir"]
     assert registry["mountPath"] == registry_volume["hostPath"]["path"]
     assert registry["mountPath"] == "/var/lib/kubelet/plugins_registry"
@@ -163,6 +165,11 @@ def test_node_plugin_daemonset_mounts(render: Render) -> None:
     driver, driver_volume = mounts["driver-root"]
     assert driver["readOnly"] is True and driver["mountPropagation"] == "HostToContainer"
     assert driver_volume["hostPath"]["path"] == "/"
+    # Paths the plugin hands to the kubelet and the runtime are the same inside and outside.
+    for name in ("plugin-dir", "registry-dir", "cdi-root", "state-dir"):
+        assert mounts[name][0]["mountPath"] == mounts[name][1]["hostPath"]["path"], name
+    # The plugin makes no mounts, so none may propagate back to the host.
+    assert all(m.get("mountPropagation") != "Bidirectional" for m, _ in mounts.values())
 
 
 def test_node_plugin_daemonset_runs_on_gpu_nodes_and_marks_not_ready_on_stop(
@@ -176,8 +183,9 @@ def test_node_plugin_daemonset_runs_on_gpu_nodes_and_marks_not_ready_on_stop(
     assert container["args"][:2] == ["--log-level=INFO", "nodeplugin"]
     assert "--node-name=$(NODE_NAME)" in container["args"]
     assert container["securityContext"]["privileged"] is True
-    hook = " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
-    assert "drasat nodeplugin mark-not-ready" in hook
+    # drasat nodeplugin marks its NAS NotReady on SIGTERM; the hook sends it to PID 1 (the
+    # image's exec-form ENTRYPOINT) before the kubelet does.
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sh", "-c", "kill -TERM 1"]
     assert pod["serviceAccountName"] == "drasat-node-plugin"
 
 
@@ -201,7 +209,7 @@ NON_DEFAULT: Manifest = {
     "controller": {
         "replicas": 2,
         "workers": 8,
-        "extraArgs": ["--example-flag=1"],
+        "extraArgs": ["--hold-ttl=60"],
         "leaderElection": {"leaseName": "gpu-alloc-leader"},
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
         "priorityClassName": "system-cluster-critical",
@@ -213,7 +221,8 @@ NON_DEFAULT: Manifest = {
         # helm merges maps: null drops the default label
         "nodeSelector": {"gpu": "yes", "nvidia.com/gpu.present": None},
         "tolerations": [],
-        "extraArgs": ["--orphans=report"],
+        "extraArgs": ["--gc-interval=30"],
+        "orphanMig": "report",
     },
     "nodeAdmissionPolicy": {"enabled": True},
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
@@ -237,7 +246,7 @@ def test_non_default_values_render_valid_manifests(render: Render, tmp_path: pat
     container = _container(deployment)
     assert container["image"] == "registry.example/drasat:0.1.0-rc1"
     assert container["args"][0] == "--log-level=DEBUG"
-    assert {"--workers=8", "--example-flag=1", "--leader-election-lease=gpu-alloc-leader"} <= set(
+    assert {"--workers=8", "--hold-ttl=60", "--leader-election-lease=gpu-alloc-leader"} <= set(
         container["args"]
     )
     pod = deployment["spec"]["template"]["spec"]
@@ -250,9 +259,10 @@ def test_non_default_values_render_valid_manifests(render: Render, tmp_path: pat
     assert mounts["registry-dir"][1]["hostPath"]["path"] == "/var/lib/k0s/kubelet/plugins_registry"
     assert mounts["cdi-root"][1]["hostPath"]["path"] == "/etc/cdi"
     assert mounts["driver-root"][1]["hostPath"]["path"] == "/run/nvidia/driver"
+    assert "--driver-root=/run/nvidia/driver" in _container(daemonset)["args"]
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes"}
     assert "tolerations" not in daemonset["spec"]["template"]["spec"]
-    assert "--orphans=report" in _container(daemonset)["args"]
+    assert {"--orphan-mig=report", "--gc-interval=30"} <= set(_container(daemonset)["args"])
 
     lease_rule = [r for r in rendered.one("Role", "-controller")["rules"] if r.get("resourceNames")]
     assert ["gpu-alloc-leader"] in [r["resourceNames"] for r in lease_rule]
@@ -277,7 +287,7 @@ def test_existing_policy_config_map_is_used_not_created(render: Render) -> None:
     assert "--policy-configmap=site-gpu-policy" in args and "--policy-key=gpu.yaml" in args
     rules = rendered.one("Role", "-controller")["rules"]
     assert {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["site-gpu-policy"],
-            "verbs": ["get", "list", "watch"]} in rules  # fmt: skip
+            "verbs": ["get"]} in rules  # fmt: skip
 
 
 def test_kubernetes_1_31_gets_a_v1alpha3_device_class(render: Render) -> None:
@@ -417,7 +427,7 @@ def test_controller_and_plugin_have_separate_roles_and_accounts(render: Render) 
     nas = {
         v for g, r, v in _grants(rendered.one("Role", "-controller")) if r == "nodeallocationstates"
     }
-    assert nas == {"get", "list", "watch", "update", "patch"}
+    assert nas == {"get", "list", "watch", "update"}
 
 
 def test_rbac_can_be_left_to_the_operator(render: Render) -> None:
@@ -600,3 +610,31 @@ def test_admission_policy_lets_a_plugin_write_only_its_own_nodes_nas(render: Ren
     # other users (the controller) are not this policy's business
     controller = "system:serviceaccount:drasat:drasat-controller"
     assert admit(_request("UPDATE", "node-b", None, controller), _nas(CLAIM), _nas()) is None
+
+
+# ---------------------------------------------------------------- the flags are the CLI's
+
+
+def _parsed(container: Manifest) -> Any:
+    """The container's args parsed by the real `drasat` parser, env references filled in."""
+    env = {"NODE_NAME": "gpu-node-1", "POD_NAMESPACE": "drasat", "POD_NAME": "drasat-0"}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+    return main.build_parser().parse_args(args)
+
+
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
+def test_chart_flags_are_accepted_by_drasat(
+    render: Render, tmp_path: pathlib.Path, values: Manifest
+) -> None:
+    rendered = render(values=values, tmp=tmp_path, api_versions=[SERVICE_MONITOR])
+    controller = _parsed(_container(rendered.one("Deployment")))
+    options = controller_cli.options(controller)
+    assert options.namespace == "drasat" and options.leader_elect
+    assert options.policy_configmap == rendered.one("ConfigMap", "-policy")["metadata"]["name"]
+    plugin = nodeplugin_cli.options(_parsed(_container(rendered.one("DaemonSet")))).config
+    mounts = {m["mountPath"] for m in _container(rendered.one("DaemonSet"))["volumeMounts"]}
+    assert plugin.node_name == "gpu-node-1"
+    # the plugin's socket dir <plugin dir>/gpu.drasat.io, its registry, CDI and state dirs are
+    # all mounted where it will look
+    assert str(plugin.plugin_dir / "gpu.drasat.io") in mounts
+    assert {str(plugin.registry_dir), str(plugin.cdi_root), str(plugin.state_dir)} <= mounts

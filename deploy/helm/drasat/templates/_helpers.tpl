@@ -72,7 +72,11 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* Host path of the plugin's socket directory. */}}
+{{/* Host paths of the kubelet's plugins dir and of this driver's socket dir in it. */}}
+{{- define "drasat.pluginsDir" -}}
+{{- printf "%s/plugins" (trimSuffix "/" .Values.nodePlugin.kubeletDir) }}
+{{- end }}
+
 {{- define "drasat.pluginDir" -}}
 {{- printf "%s/plugins/gpu.drasat.io" (trimSuffix "/" .Values.nodePlugin.kubeletDir) }}
 {{- end }}
