@@ -4,6 +4,7 @@ check and apply the write, and answer discovery. `apiserver` puts this on the wi
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import threading
@@ -120,6 +121,13 @@ class Api:
     def _validate_lax(self, rt: resources.ResourceType, new: Obj, old: Obj | None) -> None:
         self._validate(rt, new, old, strict=False)
 
+    @staticmethod
+    def _dry_run(query: Mapping[str, str]) -> bool:
+        value = query.get("dryRun")
+        if value not in (None, "", "All"):
+            raise errors.bad_request(f"invalid dryRun value {value!r}: only 'All' is supported")
+        return value == "All"
+
     def _validator_for(self, query: Mapping[str, str]) -> storage.ValidateFn:
         # fieldValidation=Ignore|Warn accepts unknown fields (kept, not pruned); default Strict.
         lax = query.get("fieldValidation", "Strict") in ("Ignore", "Warn")
@@ -185,9 +193,13 @@ class Api:
             obj["status"] = copy.deepcopy(_INITIAL_STATUS[rt.kind])
         self.validator.default(rt, obj)
         created = self.store.create(
-            rt, route.namespace or "", obj, validate=self._validator_for(query or {})
+            rt,
+            route.namespace or "",
+            obj,
+            validate=self._validator_for(query or {}),
+            dry_run=self._dry_run(query or {}),
         )
-        if rt.group == _CRD_GROUP:
+        if rt.group == _CRD_GROUP and not self._dry_run(query or {}):
             created = self._register_crd(created)
         return self.present(rt, created)
 
@@ -204,11 +216,12 @@ class Api:
             for obj in items
             if selectors.matches(obj, labels=labels, fields=fields)
         ]
+        page, metadata = _paginate(chosen, query)
         return {
             "apiVersion": rt.api_version,
             "kind": rt.list_kind,
-            "metadata": {"resourceVersion": rv},
-            "items": chosen,
+            "metadata": {"resourceVersion": rv, **metadata},
+            "items": page,
         }
 
     @staticmethod
@@ -248,8 +261,13 @@ class Api:
             lambda _current: obj,
             subresource=route.subresource,
             validate=self._validator_for(query or {}),
+            dry_run=self._dry_run(query or {}),
         )
-        return self._after_write(rt, updated)
+        return (
+            self.present(rt, updated)
+            if self._dry_run(query or {})
+            else self._after_write(rt, updated)
+        )
 
     def patch(
         self,
@@ -294,16 +312,28 @@ class Api:
             change,
             subresource=route.subresource,
             validate=self._validator_for(query or {}),
+            dry_run=self._dry_run(query or {}),
         )
-        return self._after_write(rt, updated)
+        return (
+            self.present(rt, updated)
+            if self._dry_run(query or {})
+            else self._after_write(rt, updated)
+        )
 
-    def delete(self, route: routing.Route, body: Any) -> Obj:
+    def delete(
+        self, route: routing.Route, body: Any, query: Mapping[str, str] | None = None
+    ) -> Obj:
         rt = self.resource(route)
         options = body if isinstance(body, dict) else {}
+        dry_run = self._dry_run(query or {}) or options.get("dryRun") == ["All"]
         deleted = self.store.delete(
-            rt, route.namespace or "", str(route.name), preconditions=options.get("preconditions")
+            rt,
+            route.namespace or "",
+            str(route.name),
+            preconditions=options.get("preconditions"),
+            dry_run=dry_run,
         )
-        if rt.group == _CRD_GROUP:
+        if rt.group == _CRD_GROUP and not dry_run:
             self._unregister_crd(deleted)
         return self.present(rt, deleted)
 
@@ -501,6 +531,33 @@ class Api:
                 }
             )
         return entries
+
+
+def _paginate(items: list[Obj], query: Mapping[str, str]) -> tuple[list[Obj], Obj]:
+    """`limit` and `continue`: pages in (namespace, name) order; the token is the last key.
+
+    Unlike the real server, later pages show the current state, not the first page's snapshot.
+    """
+
+    def key(obj: Obj) -> list[str]:
+        return [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]]
+
+    token = query.get("continue")
+    if token:
+        try:
+            after = json.loads(base64.urlsafe_b64decode(token.encode()))
+        except ValueError:
+            raise errors.bad_request(f"invalid continue token {token!r}") from None
+        items = [obj for obj in items if key(obj) > after]
+    try:
+        limit = int(query.get("limit") or 0)
+    except ValueError:
+        raise errors.bad_request(f"invalid limit {query.get('limit')!r}") from None
+    if limit <= 0 or len(items) <= limit:
+        return items, {}
+    page = items[:limit]
+    token = base64.urlsafe_b64encode(json.dumps(key(page[-1])).encode()).decode()
+    return page, {"continue": token, "remainingItemCount": len(items) - limit}
 
 
 def decode(raw: bytes) -> Any:

@@ -39,6 +39,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in two writes; without this, Nagle's algorithm and the
+        # client's delayed ACK add 40 ms to every response.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.track(self.connection)
 
     def finish(self) -> None:
@@ -110,7 +113,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return 200, core.replace(route, body, query)
         if method == "PATCH":
             return 200, core.patch(route, body, self.headers.get("Content-Type", ""), query)
-        return 200, core.delete(route, body)
+        return 200, core.delete(route, body, query)
 
     def _refused(self) -> bool:
         mode = self.server.owner.faults.down_mode()
@@ -171,6 +174,8 @@ def _flag(query: Mapping[str, str], name: str) -> bool:
 
 class _HttpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # Bursts of clients (many informers, many pods) must not overflow the listen backlog.
+    request_queue_size = 256
 
     def __init__(self, owner: ApiServer) -> None:
         self.owner = owner

@@ -110,6 +110,7 @@ class Store:
         obj: Obj,
         *,
         validate: ValidateFn | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Store a new object: assign name (generateName), uid, timestamps, generation."""
         with self._cond:
@@ -127,6 +128,8 @@ class Store:
             if rt.namespaced:
                 meta["namespace"] = namespace
             (validate or self._validate)(rt, new, None)
+            if dry_run:
+                return new
             return self._commit(rt, "ADDED", namespace, name, new, None)
 
     def _generate_name(self, rt: resources.ResourceType, namespace: str, prefix: str) -> str:
@@ -144,6 +147,7 @@ class Store:
         *,
         subresource: str | None = None,
         validate: ValidateFn | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Replace an object with `change(current)`, with the real server's rules.
 
@@ -163,6 +167,8 @@ class Store:
                 return copy.deepcopy(old)
             self._check_finalizers(rt, old, new)
             (validate or self._validate)(rt, new, old)
+            if dry_run:
+                return new
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
                 return self._remove(rt, namespace, name, new)
             return self._commit(rt, "MODIFIED", namespace, name, new, old)
@@ -222,6 +228,7 @@ class Store:
         name: str,
         *,
         preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Delete now, or mark deleted (deletionTimestamp) while finalizers remain."""
         with self._cond:
@@ -232,6 +239,8 @@ class Store:
             wanted = pre.get("resourceVersion")
             if wanted and str(wanted) != old["metadata"]["resourceVersion"]:
                 raise errors.conflict(plural=rt.plural, group=rt.group, name=name)
+            if dry_run:
+                return copy.deepcopy(old)
             if old["metadata"].get("finalizers"):
                 if old["metadata"].get("deletionTimestamp"):
                     return copy.deepcopy(old)

@@ -275,3 +275,38 @@ def test_field_selectors(core: kubernetes.client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as caught:
         core.list_namespaced_pod("default", field_selector="spec.unknown=x")
     assert caught.value.status == 400
+
+
+# --- dry run and pagination -------------------------------------------------------------------
+
+
+def test_dry_run_validates_without_storing(core: kubernetes.client.CoreV1Api) -> None:
+    created = core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "m"}}, dry_run="All"
+    )
+    assert created.metadata.name == "m"
+    assert core.list_namespaced_config_map("default").items == []
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_config_map(
+            "default", {"metadata": {"name": "Bad_Name"}}, dry_run="All"
+        )
+    assert caught.value.status == 422
+    core.create_namespaced_config_map("default", {"metadata": {"name": "m"}})
+    core.patch_namespaced_config_map("m", "default", {"data": {"a": "b"}}, dry_run="All")
+    core.delete_namespaced_config_map("m", "default", dry_run="All")
+    assert core.read_namespaced_config_map("m", "default").data is None
+
+
+def test_list_pages_with_limit_and_continue(core: kubernetes.client.CoreV1Api) -> None:
+    for index in range(5):
+        core.create_namespaced_config_map("default", {"metadata": {"name": f"m{index}"}})
+    names, token = [], None
+    pages = 0
+    while True:
+        page = core.list_namespaced_config_map("default", limit=2, _continue=token)
+        names += [m.metadata.name for m in page.items]
+        pages += 1
+        token = page.metadata._continue
+        if not token:
+            break
+    assert names == [f"m{index}" for index in range(5)] and pages == 3

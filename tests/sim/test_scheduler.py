@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
+import urllib3
 
 from drasat.sim import apiserver, kubeclient, scheduler
 
@@ -256,15 +258,16 @@ def driver_thread(cluster: kubernetes.client.ApiClient) -> Iterator[None]:
     done = threading.Event()
 
     def run() -> None:
-        for _ in watch.stream(
-            driver.custom.list_cluster_custom_object,
-            *RC,
-            "podschedulingcontexts",
-            timeout_seconds=30,
-        ):
-            if done.is_set():
-                return
-            driver.step()
+        with contextlib.suppress(urllib3.exceptions.ProtocolError):  # watch.stop() at teardown
+            for _ in watch.stream(
+                driver.custom.list_cluster_custom_object,
+                *RC,
+                "podschedulingcontexts",
+                timeout_seconds=30,
+            ):
+                if done.is_set():
+                    return
+                driver.step()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
