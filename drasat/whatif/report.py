@@ -47,8 +47,9 @@ class Segment:
 
     start: int
     size: int
-    claim: str  # namespace/name of the claim, "" for unknown holders
-    label: str
+    claim: str  # namespace/name of the claim
+    label: str  # the whole story (tooltip)
+    text: str  # what fits in the segment: the most telling part first
     colour: str
     existing: bool
 
@@ -379,8 +380,10 @@ def _segments(
                 if device.parentUUID == gpu.uuid:
                     label = f"{device.profile} {key}"
                     placement = device.placement
+                    # a one- or two-slice device has room for its profile only
+                    text = label if placement.size > 2 else device.profile
                     segments.append(
-                        Segment(placement.start, placement.size, key, label, paint, was)
+                        Segment(placement.start, placement.size, key, label, text, paint, was)
                     )
         elif entry.gpu is not None and any(d.uuid == gpu.uuid for d in entry.gpu.devices):
             if gpu.migEnabled:  # held whole next to its pod's paired MIG devices
@@ -390,8 +393,8 @@ def _segments(
             users = legend.users.get(key, 0)
             label = f"{key} ({users} pods)" if users > 1 else key
             if entry.share is not None:
-                label = f"{key} {size}%"
-            segments.append(Segment(offset, size, key, label, paint, was))
+                label = f"{size}% {key}"
+            segments.append(Segment(offset, size, key, label, label, paint, was))
             offset = min(100, offset + size)
     return segments, held_by
 

@@ -164,7 +164,8 @@ def test_bars_place_mig_devices_and_shares() -> None:
     (share_segment,) = t4.gpus[1].segments
     assert (share_segment.start, share_segment.size, t4.gpus[1].slots) == (0, 50, 100)
     assert share_segment.colour == built.colours["ns/sharer-g"]
-    assert share_segment.label == "ns/sharer-g 50%"
+    assert share_segment.label == share_segment.text == "50% ns/sharer-g"
+    assert (mig_segment.label, mig_segment.text) == ("1g.5gb ns/mig-m", "1g.5gb")
     assert len(set(built.colours.values())) == len(built.colours)
     page = html.render(built)
     assert "left: 75%; width: 12.5%" in page  # 1g.5gb at slice 6 of 8
