@@ -192,7 +192,8 @@ def write_summary(rows: Sequence[dict[str, str | float | int]], out: pathlib.Pat
 
 
 def plot(runs: Sequence[Run], out: pathlib.Path) -> list[pathlib.Path]:
-    """Allocation vs arrived demand, one line per policy (mean over seeds), per pod list."""
+    """Allocation vs arrived demand, one line per policy (mean over seeds), per pod list:
+    the whole range, and a zoom on where the policies part."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,28 +201,46 @@ def plot(runs: Sequence[Run], out: pathlib.Path) -> list[pathlib.Path]:
 
     written: list[pathlib.Path] = []
     for pod_list in dict.fromkeys(r.pod_list for r in runs):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for policy in dict.fromkeys(r.policy for r in runs if r.pod_list == pod_list):
-            curves = np.array(
-                [r.alloc for r in runs if (r.pod_list, r.policy) == (pod_list, policy)]
-            )
+            mine = [r.alloc for r in runs if (r.pod_list, r.policy) == (pod_list, policy)]
             with warnings.catch_warnings():  # percents no record reached stay empty
                 warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(curves, axis=0)
-            ax.plot(replay.PERCENTS, mean, label=policy)
-        ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
-        ax.set_ylabel("GPUs allocated (% of cluster GPUs)")
-        ax.set_title(f"openb {pod_list}: allocation vs arrived demand")
-        ax.set_xlim(0, 130)
-        ax.set_ylim(0, 100)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+                mean = np.nanmean(np.array(mine), axis=0)
+            label = f"{policy} ({len(mine)} seed{'s' if len(mine) > 1 else ''})"
+            for ax in axes:
+                ax.plot(replay.PERCENTS, mean, label=label)
+        for ax, (x0, y0) in zip(axes, ((0, 0), (70, 75)), strict=True):
+            ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=0.8)
+            ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
+            ax.set_ylabel("GPUs allocated (% of cluster GPUs)")
+            ax.set_xlim(x0, 130)
+            ax.set_ylim(y0, 100)
+            ax.grid(alpha=0.3)
+        axes[0].set_title(f"openb {pod_list}: allocation vs arrived demand")
+        axes[1].set_title("zoom")
+        axes[1].legend(loc="lower right", fontsize=8)
         path = out / f"alloc_{pod_list}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written
+
+
+def read_curves(path: pathlib.Path) -> list[Run]:
+    """Runs back from a curves.csv (metrics only; timings stay in that run's summary)."""
+    rows: dict[tuple[str, str, int], dict[str, FloatArray]] = {}
+    with path.open(newline="") as f:
+        for row in csv.reader(f):
+            if row[0] == "pod_list":
+                continue
+            values = np.array([float(v) for v in row[4:]], dtype=np.float64)
+            rows.setdefault((row[0], row[1], int(row[2])), {})[row[3]] = values
+    nan = math.nan
+    return [
+        Run(pod_list, policy, seed, m["alloc"], m["frag"], 0, 0, nan, nan, nan, nan)
+        for (pod_list, policy, seed), m in rows.items()
+    ]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -253,11 +272,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/openb"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=pathlib.Path,
+        default=None,
+        help="replay nothing: merge these result folders' curves.csv into one summary and plots",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report:
+        return report(args)
     lists = list(POD_LISTS) if args.pod_list == ["all"] else args.pod_list
     factories = policy_factories(args.policies.split(","), random_ties=args.ties == "random")
     nodes = openb_trace.read_nodes(args.traces / NODE_LIST)
@@ -280,6 +308,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print((args.out / "summary.md").read_text(), end="")
     print(f"wrote {args.out}/curves.csv, summary.csv, summary.md, machine.txt", end="")
     print(f" and {len(plots)} plot(s)" if plots else "")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    runs = [run for folder in args.report for run in read_curves(folder / "curves.csv")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = summarize(runs, openb_trace.published_figures(args.traces / "README.md"))
+    keep = ("pod_list", "policy", "seeds", "alloc_at_100", "alloc_std", "published", "diff")
+    more = ("unallocated_at_100", "frag_at_100", "alloc_at_130")
+    write_summary([{k: row[k] for k in (*keep, *more)} for row in rows], args.out)
+    plots = [] if args.no_plot else plot(runs, args.out)
+    print((args.out / "summary.md").read_text(), end="")
+    print(f"wrote {args.out}/summary.csv, summary.md and {len(plots)} plot(s)")
     return 0
 
 
