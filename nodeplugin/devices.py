@@ -88,6 +88,14 @@ class GpuInstance:
     size: int
 
 
+@dataclass(frozen=True)
+class DeviceEvent:
+    """A critical NVML event (XID) on a GPU."""
+
+    gpu_uuid: str
+    xid: int
+
+
 @dataclass
 class DeviceSettings:
     """The mutable settings of one GPU the plugin may change (None: the lib cannot read it)."""
@@ -140,5 +148,9 @@ class DeviceLib(Protocol):
         ...
 
     def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None: ...
+
+    def wait_events(self, timeout_ms: int) -> list[DeviceEvent]:
+        """Critical XID events of any GPU, waiting up to `timeout_ms`; [] when none came."""
+        ...
 
     def shutdown(self) -> None: ...

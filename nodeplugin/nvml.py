@@ -106,6 +106,7 @@ class NvmlDeviceLib:
         self._lock = threading.RLock()  # NVML MIG calls on one GPU must not interleave
         self._time_slices: dict[str, TimeSlice] = {}
         self._locked_clocks: dict[str, int] = {}
+        self._events: Any = None
         self._call("nvmlInit")
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -395,7 +396,39 @@ class NvmlDeviceLib:
             value = pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
             self._call("nvmlDeviceSetPersistenceMode", self._handle(gpu_uuid), value)
 
+    # -- health events -----------------------------------------------------------------------
+
+    def _event_set(self) -> Any:
+        if self._events is None:
+            events = self._call("nvmlEventSetCreate")
+            for index in range(int(self._call("nvmlDeviceGetCount"))):
+                handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                try:
+                    self._nvml.nvmlDeviceRegisterEvents(
+                        handle, pynvml.nvmlEventTypeXidCriticalError, events
+                    )
+                except pynvml.NVMLError as error:  # e.g. not supported on this GPU
+                    log.warning("GPU %d: no XID events: %s", index, error_name(error))
+            self._events = events
+        return self._events
+
+    def wait_events(self, timeout_ms: int) -> list[devices.DeviceEvent]:
+        events = self._event_set()  # not under the MIG lock: this call blocks
+        try:
+            data = self._nvml.nvmlEventSetWait_v2(events, timeout_ms)
+        except pynvml.NVMLError as error:
+            if is_error(error, pynvml.NVML_ERROR_TIMEOUT):
+                return []
+            raise DeviceError(f"nvmlEventSetWait_v2: {error_name(error)}") from error
+        if int(data.eventType) != pynvml.nvmlEventTypeXidCriticalError:
+            return []
+        uuid = _text(self._call("nvmlDeviceGetUUID", data.device))
+        return [devices.DeviceEvent(gpu_uuid=uuid, xid=int(data.eventData))]
+
     def shutdown(self) -> None:
+        if self._events is not None:
+            self._optional("nvmlEventSetFree", self._events)
+            self._events = None
         self._optional("nvmlShutdown")
 
 

@@ -19,7 +19,7 @@ import grpc
 
 from drasat import DRIVER_NAME
 from drasat.api.nas import NasStatus, NodeAllocationState
-from drasat.nodeplugin import cdi, checkpoint, dra, mps, publish, registration, state
+from drasat.nodeplugin import cdi, checkpoint, dra, health, mps, publish, registration, state
 from drasat.nodeplugin.devices import DeviceLib
 from drasat.nodeplugin.nasstore import NasError, NasStore
 
@@ -38,6 +38,8 @@ class Config:
     kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
     orphans: state.OrphanPolicy = state.OrphanPolicy.destroy
     gc_interval_s: float = 60.0
+    health_events: bool = True
+    health_wait_ms: int = 1000  # one NVML event wait; also how long a stop may wait for it
     workers: int = 16
 
     @property
@@ -81,14 +83,19 @@ class NodePlugin:
         self.registration = registration.Registration(
             endpoint=str(config.dra_socket), api=config.kubelet_api
         )
+        self.health = health.HealthMonitor(lib, self._health_changed, wait_ms=config.health_wait_ms)
         self._servers: list[Any] = []
         self._stop = threading.Event()
+        self._started = False
         self._gc: threading.Thread | None = None
 
-    def publish(self, *, ready: bool = True) -> NodeAllocationState:
+    def publish(self, *, ready: bool | None = None) -> NodeAllocationState:
+        """Write allocatableDevices (with health) and the status (None: Ready once serving)."""
+        if ready is None:
+            ready = bool(self._servers) or not self._started
         gpus = self.state.gpus()
         profiles = {g.uuid: self.lib.mig_profiles(g.uuid) for g in gpus if g.mig_enabled}
-        devices = publish.allocatable_devices(gpus, profiles)
+        devices = publish.allocatable_devices(gpus, profiles, unhealthy=self.health.unhealthy)
         status = NasStatus.Ready if ready else NasStatus.NotReady
 
         def mutate(nas: NodeAllocationState) -> bool:
@@ -100,6 +107,9 @@ class NodePlugin:
 
         return self.store.update(mutate, create=True)
 
+    def _health_changed(self, unhealthy: frozenset[str]) -> None:
+        self.publish()
+
     def set_status(self, status: NasStatus) -> None:
         def mutate(nas: NodeAllocationState) -> bool:
             changed = nas.status != status
@@ -110,6 +120,7 @@ class NodePlugin:
 
     def start(self) -> list[str]:
         """Publish, reconcile, serve; the reconcile report."""
+        self._started = True
         self.publish(ready=False)
         report = self.state.reconcile()
         _socket_dir(self.config.dra_socket.parent, 0o750)
@@ -127,6 +138,8 @@ class NodePlugin:
         reg_server.start()
         os.chmod(self.config.registration_socket, 0o660)
         self._servers.append(reg_server)
+        if self.config.health_events:
+            self.health.start()
         if self.config.gc_interval_s > 0:
             self._gc = threading.Thread(target=self._collect, name="drasat-gc", daemon=True)
             self._gc.start()
@@ -143,6 +156,7 @@ class NodePlugin:
 
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stop.set()
+        self.health.stop()
         for server in reversed(self._servers):  # registration first: the kubelet stops calling
             server.stop(grace_s).wait()
         self._servers.clear()

@@ -48,6 +48,10 @@ _NVLINK_PRODUCTS = {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "V100-1
 _CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
 
 
+#: Calls that block (event waits) and so run outside the fleet lock.
+_BLOCKING = frozenset({"nvmlEventSetWait_v2"})
+
+
 def nvml_profile_index(profile: catalog.MigProfile, product: catalog.Product) -> int:
     """The NVML_GPU_INSTANCE_PROFILE_* index of a catalog profile."""
     if profile.media_extensions:
@@ -202,6 +206,24 @@ class SimGpu:
         return self.spec.product
 
 
+@dataclass(eq=False)
+class SimEventSet:
+    registered: dict[int, int] = field(default_factory=dict)  # GPU index -> event type mask
+    pending: list[EventData] = field(default_factory=list)
+    freed: bool = False
+
+
+@dataclass
+class EventData:
+    """nvmlEventSetWait_v2's shape."""
+
+    device: SimGpu
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
 @dataclass
 class GiInfo:
     """nvmlGpuInstanceGetInfo's shape: id, profileId, placement{start,size}."""
@@ -229,6 +251,8 @@ class SimulatedNvml:
         self._initialized = 0
         self._faults: dict[str, list[BaseException]] = {}
         self.calls: list[str] = []
+        self._event_sets: list[SimEventSet] = []
+        self._event = threading.Condition(self._lock)
         self.gpus = [self._make_gpu(i, g) for i, g in enumerate(self.spec.gpus)]
         linked = [g for g in self.gpus if self._has_nvlink(g)]
         for gpu in linked:
@@ -260,6 +284,16 @@ class SimulatedNvml:
         exc = N.NVMLError(error) if isinstance(error, int) else error
         with self._lock:
             self._faults.setdefault(function, []).append(exc)
+
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        """An XID error on a GPU, delivered to every event set that registered for it."""
+        gpu = self.gpu(uuid)
+        with self._event:
+            for events in self._event_sets:
+                mask = events.registered.get(gpu.index, 0)
+                if mask & N.nvmlEventTypeXidCriticalError:
+                    events.pending.append(EventData(gpu, N.nvmlEventTypeXidCriticalError, xid))
+            self._event.notify_all()
 
     def gpu(self, uuid: str) -> SimGpu:
         return next(g for g in self.gpus if g.uuid == uuid)
@@ -293,6 +327,8 @@ class SimulatedNvml:
             spec: FleetSpec = object.__getattribute__(self, "spec")
             if spec.delay_s:
                 time.sleep(spec.delay_s)
+            if name in _BLOCKING:
+                return attr(*args)  # waits on its own; must not hold the fleet lock
             with object.__getattribute__(self, "_lock"):
                 object.__getattribute__(self, "calls").append(name)
                 faults = object.__getattribute__(self, "_faults").get(name)
@@ -408,6 +444,32 @@ class SimulatedNvml:
     def nvmlDeviceGetNvLinkRemotePciInfo(self, device: SimGpu, link: int) -> Any:
         self.nvmlDeviceGetNvLinkState(device, link)
         return self._pci(device.nvlink_peers[link])
+
+    # -- events ------------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> SimEventSet:
+        events = SimEventSet()
+        self._event_sets.append(events)
+        return events
+
+    def nvmlDeviceRegisterEvents(self, device: SimGpu, types: int, events: SimEventSet) -> None:
+        if not isinstance(device, SimGpu) or not isinstance(events, SimEventSet):
+            _fail(N.NVML_ERROR_INVALID_ARGUMENT)
+        events.registered[device.index] = events.registered.get(device.index, 0) | int(types)
+
+    def nvmlEventSetWait_v2(self, events: SimEventSet, timeout_ms: int) -> EventData:
+        with self._event:
+            if not self._initialized or events.freed:
+                _fail(N.NVML_ERROR_UNINITIALIZED)
+            self._event.wait_for(lambda: bool(events.pending), timeout_ms / 1000)
+            if not events.pending:
+                _fail(N.NVML_ERROR_TIMEOUT)
+            return events.pending.pop(0)
+
+    def nvmlEventSetFree(self, events: SimEventSet) -> None:
+        events.freed = True
+        if events in self._event_sets:
+            self._event_sets.remove(events)
 
     # -- settings ----------------------------------------------------------------------------
 

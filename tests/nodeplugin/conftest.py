@@ -26,3 +26,12 @@ def node_factory(short_tmp: Path) -> Any:
         return make_node(short_tmp, fleet, **config)
 
     return make
+
+
+@pytest.fixture
+def served_node(node_factory: Any) -> Iterator[Node]:
+    """A started plugin (sockets, health monitor) on two T4s."""
+    node = node_factory("T4 x2")
+    node.plugin.start()
+    yield node
+    node.plugin.stop(grace_s=0)

@@ -59,6 +59,7 @@ def make_node(root: Path, fleet: str, **config: Any) -> Node:
         registry_dir=root / "registry",
         state_dir=root / "state",
         gc_interval_s=0,
+        health_wait_ms=50,
         **config,
     )
     plugin = NodePlugin(cfg, lib=lib, store=store, mps_runner=runner)
