@@ -72,11 +72,13 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
 ) -> None:
     venv = tmp_path / "venv"
     started = time.monotonic()
-    _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    # No pip inside the new venv: this interpreter's pip installs into it (`--python`), and
+    # skipping byte-compilation of the dependencies halves the install time.
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     bin_dir = venv / "bin"
     _run(
-        bin_dir / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", wheel,
-        cwd=tmp_path,
+        sys.executable, "-m", "pip", "--python", bin_dir / "python", "install",
+        "--disable-pip-version-check", "--no-compile", "-q", wheel, cwd=tmp_path,
     )  # fmt: skip
     installed_in = time.monotonic() - started
     # Run from tmp_path, so the checkout is not on sys.path: this is the installed code.
@@ -89,4 +91,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
     assert {line.split(":")[0] for line in listed.splitlines()} == SHIPPED_POLICIES
     crds = _run(bin_dir / "drasat", "crds", cwd=tmp_path).stdout
     assert crds.count("kind: CustomResourceDefinition") == 4
+    # `make demo` on the installed wheel: embedded cluster and manifests, the solver, ortools.
+    demo = _run(bin_dir / "drasat", "whatif", cwd=tmp_path).stdout
+    assert "pods: " in demo and " placed" in demo, demo
     print(f"fresh venv with the wheel and its dependencies: {installed_in:.1f}s")
