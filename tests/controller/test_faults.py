@@ -1,0 +1,147 @@
+"""Faults: 409 on first writes, dropped watches, the server down, the controller killed mid-write.
+
+The workload is CLAIM_OPERATIONS claim creations and deletions (Immediate claims on 3 nodes x 4
+GPUs, at most LIVE_MAX alive at once). The controller is killed at random API writes (so between
+any two of finalizer / NAS / status writes) and restarted RESTARTS times; the server drops every
+watch after a few events, answers 409 to the first write of every object and is down for 2 s.
+Afterwards, with the faults off: NAS and claim status agree, no GPU is used twice, every live
+claim is allocated (nothing lost) and every deleted claim is gone from NAS and from the API.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+from cluster import add_class, add_node, allocated_node, device_users, nas_claims, t4, wait
+from conftest import FAST
+
+from drasat.controller.controller import Controller
+from drasat.kube import errors
+from drasat.kube import resources as r
+from drasat.kube.client import KubeClient, configuration_for
+from drasat.sim import apiserver
+
+CLAIM_OPERATIONS = 200
+RESTARTS = 8
+LIVE_MAX = 10
+SEED = 20261202
+
+
+class Killed(BaseException):
+    """The process died: not an Exception, so no handler in the controller catches it."""
+
+
+class Mortal:
+    """An Api that dies at its `fatal`-th write, and stays dead."""
+
+    WRITES = ("create", "replace", "replace_status", "patch", "delete")
+
+    def __init__(self, api: KubeClient, fatal: int) -> None:
+        self._api, self._fatal, self._writes, self.dead = api, fatal, 0, False
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                if name in self.WRITES and not self.dead:
+                    self._writes += 1
+                    self.dead = self._writes >= self._fatal
+                if self.dead:
+                    raise Killed(name)
+            return method(*args, **kwargs)
+
+        return call
+
+
+def _retrying(action: Any) -> Any:
+    for _ in range(200):
+        try:
+            return action()
+        except errors.Unavailable:
+            time.sleep(0.05)
+    raise AssertionError("the server never came back")
+
+
+# The killed controllers' threads end with Killed, as a dying process's would.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_faults_and_restarts_leave_nas_and_claims_consistent(
+    server: apiserver.ApiServer, api: KubeClient
+) -> None:
+    rng = random.Random(SEED)
+    for n in range(3):
+        add_node(api, f"node-{n}", [t4(g) for g in range(4)])
+    add_class(api)
+    server.faults.conflict_on_first_write()
+    server.faults.drop_watches_after(7)
+
+    clients: list[KubeClient] = []
+    controllers: list[Controller] = []
+
+    def start(fatal: int | None) -> Controller:
+        client = KubeClient(configuration_for(server.url), request_timeout=5)
+        clients.append(client)
+        wrapped: Any = Mortal(client, fatal) if fatal is not None else client
+        controller = Controller(wrapped, FAST)
+        controller.start(sync_timeout_s=5)
+        controllers.append(controller)
+        return controller
+
+    live: list[str] = []
+    deleted: list[str] = []
+    restarts = 0
+    controller = start(rng.randint(3, 40))
+    try:
+        for op in range(CLAIM_OPERATIONS):
+            if op == CLAIM_OPERATIONS // 2:
+                server.faults.down_for(2.0)
+            if live and (len(live) >= LIVE_MAX or rng.random() < 0.45):
+                name = live.pop(rng.randrange(len(live)))
+                _retrying(lambda n=name: api.delete(r.RESOURCE_CLAIMS, n, namespace="load"))
+                deleted.append(name)
+            else:
+                name = f"c{op}"
+                body = {"metadata": {"name": name, "namespace": "load"},
+                        "spec": {"resourceClassName": "gpu.drasat.io",
+                                 "allocationMode": "Immediate"}}  # fmt: skip
+                _retrying(lambda b=body: api.create(r.RESOURCE_CLAIMS, b))
+                live.append(name)
+            time.sleep(rng.uniform(0.0, 0.02))
+            if restarts < RESTARTS and controller.api.dead:  # type: ignore[attr-defined]
+                controller.stop()
+                restarts += 1
+                controller = start(rng.randint(3, 40) if restarts < RESTARTS else None)
+        assert restarts == RESTARTS, f"only {restarts} kills happened; lower the fatal range"
+        if getattr(controller.api, "dead", False):
+            controller.stop()
+            controller = start(None)
+
+        # The faults end; the last controller must converge.
+        server.faults.reset()
+        server.faults.drop_watches_now()
+
+        def converged() -> bool:
+            claims = {c["metadata"]["name"]: c for c in
+                      api.list(r.RESOURCE_CLAIMS, namespace="load").items}  # fmt: skip
+            if set(claims) != set(live):
+                return False  # deleted claims still waiting for their finalizer
+            in_nas = nas_claims(api)
+            uids = {c["metadata"]["uid"] for c in claims.values()}
+            if set(in_nas) != uids:
+                return False
+            return all(allocated_node(c) == in_nas[c["metadata"]["uid"]][0]
+                       for c in claims.values())  # fmt: skip
+
+        wait(converged, timeout=30, what="NAS and claim status to agree")
+        assert all(len(users) == 1 for users in device_users(api).values()), "GPU used twice"
+        assert len(deleted) > 50 and len(live) <= LIVE_MAX
+    finally:
+        for c in controllers:
+            c.stop()
+        for client in clients:
+            client.close()
