@@ -40,6 +40,26 @@ class ClaimEdits:
     mounts: tuple[Mount, ...] = ()
 
 
+def mig_capability_nodes(proc_root: Path, *, minor: int, gi_id: int, ci_id: int) -> list[str]:
+    """The /dev/nvidia-caps nodes a container needs to use one MIG device.
+
+    The driver publishes them as `DeviceFileMinor: N` in
+    `<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>/access` (and `.../ci<ci>/access`);
+    none are returned where the files do not exist (no driver, or the simulated fleet)."""
+    base = proc_root / "driver" / "nvidia" / "capabilities" / f"gpu{minor}" / "mig" / f"gi{gi_id}"
+    nodes = []
+    for access in (base / "access", base / f"ci{ci_id}" / "access"):
+        try:
+            text = access.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+                nodes.append(f"/dev/nvidia-caps/nvidia-cap{int(value)}")
+    return nodes
+
+
 def device_id(claim_uid: str) -> str:
     """The fully qualified CDI device name the kubelet passes to the runtime."""
     return f"{KIND}={claim_uid}"

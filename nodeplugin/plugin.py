@@ -35,6 +35,7 @@ class Config:
     registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     driver_root: str = "/"
     state_dir: Path = Path("/var/lib/drasat")
+    proc_root: Path = Path("/proc")  # where /proc/driver/nvidia/capabilities is read
     kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
     orphans: state.OrphanPolicy = state.OrphanPolicy.destroy
     gc_interval_s: float = 60.0
@@ -79,6 +80,7 @@ class NodePlugin:
             cdi=cdi.CdiWriter(config.cdi_root, driver_root=config.driver_root),
             mps=mps.MpsManager(config.state_dir / "mps", mps_runner),
             orphans=config.orphans,
+            proc_root=config.proc_root,
         )
         self.registration = registration.Registration(
             endpoint=str(config.dra_socket), api=config.kubelet_api

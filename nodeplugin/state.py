@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -105,8 +106,10 @@ class DeviceState:
         cdi: cdi.CdiWriter,
         mps: mps.MpsManager,
         orphans: OrphanPolicy = OrphanPolicy.destroy,
+        proc_root: Path = Path("/proc"),
     ) -> None:
         self.lib = lib
+        self.proc_root = proc_root
         self.store = store
         self.checkpoint = checkpoint
         self.cdi = cdi
@@ -361,6 +364,12 @@ class DeviceState:
         visible = gpu_uuids + [m.uuid for m in migs]
         parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
         nodes = [f"/dev/nvidia{g.minor}" for g in dict.fromkeys(parents) if g is not None]
+        for mig in migs:
+            parent = self._gpu(mig.parent_uuid)
+            assert parent is not None  # checked when planned
+            nodes += cdi.mig_capability_nodes(
+                self.proc_root, minor=parent.minor, gi_id=mig.gi_id, ci_id=mig.ci_id
+            )
         env = {
             "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
             "DRASAT_CLAIM_UID": record.uid,

@@ -161,3 +161,22 @@ def test_letter_uid_without_host_paths_is_0_3_0() -> None:
     spec = cdi.claim_spec("claim-a", cdi.ClaimEdits(env={"X": "1"}, device_nodes=("/dev/nvidia0",)))
     assert spec["cdiVersion"] == "0.3.0"
     jsonschema.validate(spec, CDI_SCHEMA)
+
+
+def test_mig_capability_nodes_from_proc(node_factory: Any, short_tmp: Any) -> None:
+    proc = short_tmp / "proc"
+    base = proc / "driver" / "nvidia" / "capabilities" / "gpu1" / "mig" / "gi1"
+    (base / "ci0").mkdir(parents=True)
+    (base / "access").write_text("DeviceFileMinor: 21\nDeviceFileMode: 292\n")
+    (base / "ci0" / "access").write_text("DeviceFileMinor: 22\nDeviceFileMode: 292\n")
+    node = node_factory("2xA100-40GB,mig=1", proc_root=proc)
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "7g.40gb", 0, 8))
+    node.state.prepare(ref(UID))
+    spec = json.loads(node.state.cdi.path(UID).read_text())
+    paths = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert paths[-3:] == [
+        "/dev/nvidia1",
+        "/dev/nvidia-caps/nvidia-cap21",
+        "/dev/nvidia-caps/nvidia-cap22",
+    ]
+    jsonschema.validate(spec, CDI_SCHEMA)
