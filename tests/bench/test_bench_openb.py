@@ -237,3 +237,11 @@ def test_drasat_claims_of_trace_tasks() -> None:
     whole = drasat_policy.pod_request(pods, 1, "b").claims[0].gpu
     assert whole is not None and whole.count == 2 and whole.share is None
     assert drasat_policy.pod_request(pods, 2, "c").claims == ()
+
+
+def test_latency_command_smoke(tmp_path: pathlib.Path) -> None:
+    from bench import latency
+
+    args = ["--nodes", "4", "--occupancy", "0.5", "--decisions", "3", "--out", str(tmp_path)]
+    assert latency.main(args) == 0
+    assert "p99_ms" in (tmp_path / "latency.md").read_text()
