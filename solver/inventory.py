@@ -11,6 +11,7 @@ immutable snapshots), because the online mode sees the same hundreds of nodes on
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -284,16 +285,21 @@ def build_view(node: NodeState) -> NodeView:
 
 
 _INTERNED: dict[object, int] = {}
+_NUMBERS = itertools.count(1)
+_INTERNED_SIZE = 1 << 20
 
 
 def intern(value: object) -> int:
     """A small number standing for a hashable value, the same for equal values (memo keys).
 
-    Numbers are never reused, so the table only grows with distinct node states seen.
+    Numbers are never reused: when the table is full it starts afresh, and entries keyed by
+    old numbers simply stop matching (they are recomputed, never confused).
     """
     found = _INTERNED.get(value)
     if found is None:
-        found = len(_INTERNED) + 1
+        if len(_INTERNED) >= _INTERNED_SIZE:
+            _INTERNED.clear()
+        found = next(_NUMBERS)
         _INTERNED[value] = found
     return found
 

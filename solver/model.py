@@ -262,6 +262,10 @@ class _Builder:
                     self.m.add_implication(devices_here, here)
                 self.device_variables(claim, node, devices_here)
             self.m.add_at_most_one(node_vars)
+            pods = self.claim_pods[uid]
+            if not claim.request.shareable and len(pods) > 1:
+                # A claim of a non-sharable class serves one pod.
+                self.m.add_at_most_one(b.placed[p.key] for p in pods)
 
     def device_variables(self, claim: Claim, node: NodeView, devices_here: cp_model.IntVar) -> None:
         vars_here: list[DeviceVar] = []

@@ -54,6 +54,8 @@ class _State:
     views: dict[str, NodeView]
     rules: Rules
     order: dict[str, int] = field(default_factory=dict)
+    #: Claims of non-sharable classes placed in this solve -> the pod that uses them.
+    exclusive_users: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, problem: Problem) -> _State:
@@ -83,6 +85,9 @@ class _State:
         )
         self.nodes[decision.node] = updated
         self.views[decision.node] = view_of(updated)
+        for request in pod.claims:
+            if not request.shareable:
+                self.exclusive_users.setdefault(request.uid, pod.key)
         self._spend(pod, before, allocations)
         return PodPlacement(pod=pod.key, node=decision.node, allocations=allocations)
 
@@ -135,6 +140,13 @@ def _candidates(pod: _PodInput, state: _State) -> tuple[list[NodeView], list[str
         names = [n for n in names if n in wanted]
         if not names:
             reasons.append("none of the pod's candidate nodes has a NodeAllocationState")
+    for request in pod.request.claims:
+        user = state.exclusive_users.get(request.uid)
+        if user is not None and user != pod.request.key:
+            return [], [
+                f"claim {request.namespace}/{request.name} is not sharable (its class sets "
+                f"sharable: false) and pod {user} uses it"
+            ]
     if len(pod.pinned_to) > 1:
         where = ", ".join(sorted(pod.pinned_to))
         return [], [f"its claims are already allocated on different nodes ({where})"]

@@ -249,3 +249,40 @@ def test_mig_profile_facts_fall_back_to_the_catalog() -> None:
     problem = Problem(nodes=(node,), pods=(pod("p", mig_claim("m", memory="30Gi")),))
     (entry,) = _entries(_solve(problem, Mode.online)).values()
     assert entry.mig is not None and entry.mig.devices[0].profile == "3g.40gb"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_claim_of_a_non_sharable_class_serves_one_pod(mode: Mode) -> None:
+    private = dataclasses.replace(gpu_claim("private"), shareable=False)
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2),),
+        pods=(pod("first", private), pod("second", private)),
+    )
+    solution = _solve(problem, mode)
+    assert [p.pod for p in solution.placements] == ["default/first"]
+    (rejected,) = solution.unplaced
+    assert "is not sharable" in rejected.reasons[0] and "default/first" in rejected.reasons[0]
+
+
+def test_huge_priorities_solve_in_two_stages() -> None:
+    # Kubernetes priorities reach 2e9: the weights no longer fit one objective.
+    problem = Problem(
+        nodes=(make_node("n1", "T4"), make_node("n2", "L4")),
+        pods=(
+            pod("low", gpu_claim("low")),
+            pod(
+                "critical",
+                gpu_claim("critical", selector={"productName": "*T4*"}),
+                priority=2_000_000_000,
+            ),
+            pod(
+                "other",
+                gpu_claim("other", selector={"productName": "*T4*"}),
+                priority=1_000_000_000,
+            ),
+        ),
+    )
+    solution = _solve(problem, Mode.batch)
+    nodes = {p.pod: p.node for p in solution.placements}
+    assert nodes == {"default/critical": "n1", "default/low": "n2"}
+    assert solution.status.value == "OPTIMAL"
