@@ -46,6 +46,9 @@ class Cluster:
     tags: IntArray = field(init=False)  # [nodes, 5]: GPU pods per class share,1,2,4,8+ GPUs
     target_access: BoolArray = field(init=False)  # [nodes, classes]: GPU class may use node
     frag: FloatArray = field(init=False)  # [nodes]: fragmented milli-GPUs (expected)
+    count: IntArray = field(init=False)  # [nodes, classes]: GPUs with enough free share
+    small: IntArray = field(init=False)  # [nodes, classes]: free share on GPUs below the need
+    total: IntArray = field(init=False)  # [nodes]: free GPU share
     used_milli: int = 0
 
     def __post_init__(self) -> None:
@@ -59,7 +62,13 @@ class Cluster:
         self.tags = np.zeros((n, 5), dtype=np.int64)
         allowed = allowed_models(self.target.spec, self.nodes.models)  # [classes, models]
         self.target_access = allowed[:, self.nodes.model].T & (self.target.milli > 0)[None, :]
-        self.frag = self.node_frag(np.arange(n))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the per-node caches from the free resources (after editing them)."""
+        rows = np.arange(self.nodes.count)
+        self.count, self.small, self.total = self.class_stats(rows)
+        self.frag = self.node_frag(rows)
 
     # -- fragmentation (the paper's definition, Sec. 3) ---------------------------------------
 
@@ -123,7 +132,10 @@ class Cluster:
         tag = gpu_tag(int(pods.num_gpu[p]), m)
         if tag >= 0:
             self.tags[node, tag] += 1
-        self.frag[node] = self.node_frag(np.array([node]))[0]
+        row = np.array([node])
+        count, small, total = self.class_stats(row)
+        self.count[node], self.small[node], self.total[node] = count[0], small[0], total[0]
+        self.frag[node] = self.node_frag(row)[0]
 
 
 def gpu_tag(num_gpu: int, milli: int) -> int:
@@ -325,7 +337,7 @@ def fgd_scores(
     (partial-GPU pods; -1 otherwise). Pure."""
     t = cluster.target
     c, n, m = int(pods.cpu_milli[p]), int(pods.num_gpu[p]), int(pods.milli[p])
-    count, small, total = cluster.class_stats(feasible)
+    count, small, total = cluster.count[feasible], cluster.small[feasible], cluster.total[feasible]
     cpu_after = cluster.cpu_left[feasible] - c
     access = cluster.target_access[feasible]
     before = cluster.frag_value(count, small, total, cluster.cpu_left[feasible], access)

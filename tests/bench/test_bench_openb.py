@@ -95,6 +95,7 @@ def test_bestfit_scores_hand_checked() -> None:
     pods = _pods([(8000, 0, 1, 500, "")])
     cluster = openb_sim.Cluster(nodes, openb_trace.target_workload(pods))
     cluster.gpu_left[1, 0] = 500
+    cluster.refresh()
     scores = openb_sim.bestfit_scores(cluster, pods, 0, np.array([0, 1]))
     # 1 - (0.5 * 56000/128000 + 0.5 * 1500/8000) = 0.6875; 1 - 0.5 * 8000/128000 = 0.96875
     assert scores.tolist() == [68, 96]
@@ -113,7 +114,7 @@ def test_fgd_prefers_the_exact_fit_hand_checked() -> None:
     pods = _pods([(1000, 0, 1, 600, "")])
     cluster = openb_sim.Cluster(nodes, target)
     cluster.gpu_left[1, 0] = 600
-    cluster.frag = cluster.node_frag(np.arange(2))
+    cluster.refresh()
     assert cluster.frag.tolist() == [0.0, 0.0]
     scores, gpu = openb_sim.fgd_scores(cluster, pods, 0, np.array([0, 1]))
     # Node 0: a GPU left at 400 < 500 is fragment: sigmoid(-0.4) = 0.401 -> 40.
@@ -135,7 +136,7 @@ def test_fragmentation_counts_cpu_starved_gpus() -> None:
     )
     cluster = openb_sim.Cluster(nodes, target)
     cluster.gpu_left[0] = [1000, 200]
-    cluster.frag = cluster.node_frag(np.arange(1))
+    cluster.refresh()
     assert cluster.frag[0] == pytest.approx(0.75 * 1200 + 0.25 * 200)
 
 
