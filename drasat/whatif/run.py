@@ -10,8 +10,10 @@ import importlib.resources
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from drasat import loading, policyfiles
+from drasat.api.errors import InputError
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
 from drasat.whatif import manifests, nodes, report
@@ -23,6 +25,7 @@ Solve = Callable[[Problem, SolveParams], Solution]
 #: Package data of the embedded default (used when neither --cluster nor -f is given).
 DEFAULT_CLUSTER = "default-cluster.yaml"
 DEFAULT_MANIFESTS = "default-manifests.yaml"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,27 @@ def read_inputs(
     *, cluster: str | None, manifest_files: Sequence[str], policy: str | None
 ) -> Inputs:
     """The run's input files; the embedded default stands in for what is not given."""
+    if cluster == "-" and "-" in manifest_files:
+        raise InputError("--cluster and -f cannot both read standard input", where="-")
     cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
     if manifest_files:
-        manifest_docs = [d for path in manifest_files for d in loading.read_documents(path)]
+        paths = [p for given in manifest_files for p in _manifest_paths(given)]
+        manifest_docs = [d for path in paths for d in loading.read_documents(path)]
     else:
         manifest_docs = embedded(DEFAULT_MANIFESTS)
     spec = (policyfiles.load(policy) if policy else policyfiles.shipped("default")).spec
     return Inputs(cluster_docs, manifest_docs, spec)
+
+
+def _manifest_paths(given: str) -> list[str]:
+    """A file, '-', or (as `kubectl apply -f DIR`) the YAML and JSON files of a directory."""
+    path = Path(given)
+    if given == "-" or not path.is_dir():
+        return [given]
+    found = sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+    if not found:
+        raise InputError("directory holds no .yaml, .yml or .json file", where=given)
+    return [str(p) for p in found]
 
 
 def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:

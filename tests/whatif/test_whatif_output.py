@@ -400,3 +400,31 @@ def test_node_name_and_selector_limit_the_nodes(
         assert row.endswith("not placed: no node matches the pod's zone=c")
     else:
         assert row.split()[2] == node
+
+
+def test_a_directory_of_manifests_is_read_like_kubectl_apply(
+    run_cli: Any, tmp_path: Any, cluster_file: str
+) -> None:
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "1-claim.yaml").write_text(CLAIM.format(name="c", params=""))
+    (folder / "2-pod.yml").write_text(POD.format(name="p", claim="c"))
+    (folder / "notes.txt").write_text("not yaml: [")
+    result = run_cli("--cluster", cluster_file, "-f", str(folder))
+    assert result.code == 0, result.err
+    assert "pods: 1 placed" in result.out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    failed = run_cli("--cluster", cluster_file, "-f", str(empty))
+    assert (failed.code, failed.err) == (
+        2,
+        f"error: {empty}: directory holds no .yaml, .yml or .json file\n",
+    )
+
+
+def test_only_one_input_reads_stdin(run_cli: Any) -> None:
+    result = run_cli("--cluster", "-", "-f", "-")
+    assert (result.code, result.err) == (
+        2,
+        "error: -: --cluster and -f cannot both read standard input\n",
+    )
