@@ -64,12 +64,19 @@ def _container(manifest: Manifest) -> Manifest:
 # ---------------------------------------------------------------- lint and the default install
 
 
-def test_helm_lint_passes_strict(helm: pathlib.Path) -> None:
+@pytest.mark.parametrize("values", [None, "non-default"])
+def test_helm_lint_passes_strict(
+    helm: pathlib.Path, tmp_path: pathlib.Path, values: str | None
+) -> None:
     command = [str(helm), "lint", "--strict", str(CHART), "--namespace", "drasat"]
-    completed = subprocess.run(
-        [*command, "--kube-version", "1.30.0"], capture_output=True, text=True, timeout=60
-    )
+    command += ["--kube-version", "1.30.0"]
+    if values is not None:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump(NON_DEFAULT))
+        command += ["--values", str(path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in completed.stdout
 
 
 def test_default_values_render_valid_manifests(render: Render) -> None:
