@@ -63,6 +63,14 @@ def test_wheel_holds_only_the_drasat_package(wheel: pathlib.Path) -> None:
     for part in ("api", "solver", "controller", "nodeplugin", "cli", "whatif", "kube", "sim"):
         assert f"drasat/{part}/__init__.py" in names, part
     assert "drasat/py.typed" in names
+    # Data files the installed code reads at run time.
+    for data in (
+        "drasat/whatif/default-cluster.yaml",
+        "drasat/whatif/default-manifests.yaml",
+        "drasat/whatif/report.html.j2",
+        "drasat/nodeplugin/templates/mps-control-daemon.yaml.j2",
+    ):
+        assert data in names, data
     policies = {n.removeprefix("drasat/policies/") for n in names if "/policies/" in n}
     assert {f"{p}.yaml" for p in SHIPPED_POLICIES} | {"allocationpolicy.schema.json"} <= policies
 
