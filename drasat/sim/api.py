@@ -100,14 +100,7 @@ class Api:
     def _validate(
         self, rt: resources.ResourceType, new: Obj, old: Obj | None, *, strict: bool
     ) -> None:
-        causes: list[tuple[str, str]] = []
-        try:
-            self.validator.check(rt, new, strict=strict)
-        except errors.ApiError as exc:
-            causes = [
-                (c["field"], c["message"].removeprefix("Invalid value: "))
-                for c in (exc.details or {}).get("causes", [])
-            ]
+        causes = self.validator.causes(rt, new, strict=strict)
         causes.extend(rules.check(rt, new, old))
         if rt.group == _CRD_GROUP:
             causes.extend(self._crd_causes(new))

@@ -72,15 +72,30 @@ def conflict(*, plural: str, group: str, name: str) -> ApiError:
 
 def invalid(*, kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
     """422 Unprocessable Entity; `causes` are (field path, message) pairs."""
-    summary = ", ".join(f"{field}: {message}" for field, message in causes)
     details = _details(kind, name, group)
-    details["causes"] = [
-        {"reason": "FieldValueInvalid", "message": f"Invalid value: {message}", "field": field}
-        for field, message in causes
-    ]
+    details["causes"] = [_cause(field, message) for field, message in causes]
+    summary = ", ".join(f"{c['field']}: {c['message']}" for c in details["causes"])
     return ApiError(
         422, "Invalid", f'{kind}.{group or "core"} "{name}" is invalid: {summary}', details=details
     )
+
+
+#: Message prefixes of the real server's field errors, and their cause reasons.
+_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Too many", "FieldValueTooMany"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("unknown field", "FieldValueUnknown"),
+)
+
+
+def _cause(field: str, message: str) -> dict[str, str]:
+    for prefix, reason in _REASONS:
+        if message.startswith(prefix):
+            return {"reason": reason, "message": message, "field": field}
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {message}", "field": field}
 
 
 def bad_request(message: str) -> ApiError:

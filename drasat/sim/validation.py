@@ -163,6 +163,10 @@ def _explain(error: jsonschema.ValidationError) -> list[Cause]:
             (field_path([*path, key]), f'unknown field "{field_path([*path, key])}"')
             for key in unknown
         ]
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        required = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = [key for key in required if key not in error.instance]
+        return [(field_path([*path, key]), "Required value") for key in missing]
     if error.validator in ("oneOf", "anyOf") and error.context:
         best = jsonschema.exceptions.best_match(error.context)
         return _explain(best) if best is not None else [(field_path(path), error.message)]
@@ -232,11 +236,18 @@ class Validator:
         self, resource: resources.ResourceType, obj: Mapping[str, Any], *, strict: bool = True
     ) -> None:
         """Raise 422 Invalid naming every offending field path."""
-        causes = _metadata_causes(obj, resource.namespaced)
-        causes.extend(self._schema_causes(resource, obj, strict))
+        causes = self.causes(resource, obj, strict=strict)
         if causes:
             name = str((obj.get("metadata") or {}).get("name") or "")
             raise errors.invalid(kind=resource.kind, group=resource.group, name=name, causes=causes)
+
+    def causes(
+        self, resource: resources.ResourceType, obj: Mapping[str, Any], *, strict: bool = True
+    ) -> list[Cause]:
+        """Every (field path, message) the metadata rules and the schema find."""
+        causes = _metadata_causes(obj, resource.namespaced)
+        causes.extend(self._schema_causes(resource, obj, strict))
+        return causes
 
     def _schema_causes(
         self, resource: resources.ResourceType, obj: Mapping[str, Any], strict: bool

@@ -75,6 +75,7 @@ def server(all_crds: list[dict[str, Any]]) -> Iterator[apiserver.ApiServer]:
     """A fresh server with `all_crds` registered."""
     with apiserver.ApiServer.running(crds=all_crds) as running:
         yield running
+    assert running.internal_errors == []
 
 
 @pytest.fixture

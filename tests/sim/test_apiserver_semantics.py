@@ -42,7 +42,7 @@ def test_unknown_field_in_builtin_spec_is_422(custom: kubernetes.client.CustomOb
     with pytest.raises(ApiException) as caught:
         create_claim(custom, claim("c", bogus=1))
     assert caught.value.status == 422
-    assert causes(caught.value) == {"spec.bogus": 'Invalid value: unknown field "spec.bogus"'}
+    assert causes(caught.value) == {"spec.bogus": 'unknown field "spec.bogus"'}
 
 
 def test_wrong_type_in_builtin_is_422(custom: kubernetes.client.CustomObjectsApi) -> None:
@@ -108,6 +108,10 @@ def test_custom_object_against_crd_schema(custom: kubernetes.client.CustomObject
     found = causes(caught.value)
     assert set(found) == {"spec.size", "spec.color", "spec.surprise"}  # extra preserves fields
     assert "unknown field" in found["spec.surprise"]
+    widget["spec"] = {}
+    with pytest.raises(ApiException) as missing:
+        custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
+    assert causes(missing.value) == {"spec.size": "Required value"}
 
 
 def test_generated_crd_rejects_bad_nas(custom: kubernetes.client.CustomObjectsApi) -> None:
