@@ -7,17 +7,22 @@ logged as a warning at start and marked on every NAS write's log line of the plu
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass
 from types import FrameType
 
+from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml, simnvml, state
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
 log = logging.getLogger(__name__)
+
+#: Crash tests: exit the process (code 137, like SIGKILL) after this prepare/unprepare step.
+CRASH_AFTER_ENV = "DRASAT_SIM_CRASH_AFTER"
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,14 @@ def build(options: Options) -> NodePlugin:
         configuration = kube_client.load_configuration(options.kubeconfig)
         api = kube_client.KubeClient(configuration)
         store = KubeNasStore(api, node=config.node_name, namespace=config.namespace)
-    return NodePlugin(config, lib=lib, store=store, mps_runner=runner)
+    plugin = NodePlugin(config, lib=lib, store=store, mps_runner=runner)
+    crash_after = os.environ.get(CRASH_AFTER_ENV, "")
+    if crash_after:
+        if not options.simulate_gpus:
+            raise InputError(f"{CRASH_AFTER_ENV} (fault injection) needs --simulate-gpus")
+        log.warning("fault injection: the process exits after step %s", crash_after)
+        plugin.state.faults.append(state.Fault(crash_after, state.ProcessExit()))
+    return plugin
 
 
 def run(options: Options, *, ready: threading.Event | None = None) -> int:

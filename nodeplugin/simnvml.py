@@ -16,17 +16,22 @@ where real NVML returns handles) and raises `pynvml.NVMLError` with NVML's codes
 
 A fleet is written `2xA100-40GB,mig=1` (GPU 1 in MIG mode), `T4x2`, `H100-80GB,A30-24GB,mig=all`,
 with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for benchmarks),
-`driver=`, `cuda=`. It also answers the `nvidia-smi compute-policy` time-slice command (`run`).
+`driver=`, `cuda=`, and `state=PATH`: the fleet's hardware state (instances, modes) is kept in a
+JSON file, so it outlives a killed plugin process like real GPUs do. It also answers the
+`nvidia-smi compute-policy` time-slice command (`run`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import threading
 import time
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from drasat.api import catalog
@@ -50,6 +55,15 @@ _CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
 
 #: Calls that block (event waits) and so run outside the fleet lock.
 _BLOCKING = frozenset({"nvmlEventSetWait_v2"})
+#: Calls that change the hardware (persisted with state=PATH).
+_MUTATING = (
+    "nvmlDeviceCreate",
+    "nvmlDeviceSet",
+    "nvmlDeviceReset",
+    "nvmlGpuInstanceCreate",
+    "nvmlGpuInstanceDestroy",
+    "nvmlComputeInstanceDestroy",
+)
 
 
 def nvml_profile_index(profile: catalog.MigProfile, product: catalog.Product) -> int:
@@ -88,6 +102,7 @@ class FleetSpec:
     numa_nodes: int = 1
     delay_s: float = 0.0
     seed: str = "drasat-sim"
+    state_file: str = ""  # "": the fleet lives in memory only
 
 
 _ITEM = re.compile(r"^(?:(\d+)\s*[x×*]\s*)?(.+?)(?:\s*[x×*]\s*(\d+))?$")
@@ -127,7 +142,8 @@ def parse_fleet(text: str) -> FleetSpec:
 
 
 def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpec:
-    unknown = set(options) - {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed"}
+    known = {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed", "state"}
+    unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}")
     mig = options.get("mig", "none").lower()
@@ -149,6 +165,7 @@ def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpe
         numa_nodes=max(1, int(options.get("numa", "1"))),
         delay_s=_duration(options.get("delay", "0")),
         seed=options.get("seed", "drasat-sim"),
+        state_file=options.get("state", ""),
     )
 
 
@@ -257,6 +274,71 @@ class SimulatedNvml:
         linked = [g for g in self.gpus if self._has_nvlink(g)]
         for gpu in linked:
             gpu.nvlink_peers = [peer for peer in linked if peer is not gpu]
+        if self.spec.state_file:
+            self._load(Path(self.spec.state_file))
+
+    # -- persistence (state=PATH) ------------------------------------------------------------
+
+    def _dump(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "uuid": g.uuid,
+                "compute_mode": g.compute_mode,
+                "power_mw": g.power_mw,
+                "persistence": g.persistence,
+                "locked_clocks": list(g.locked_clocks) if g.locked_clocks else None,
+                "time_slice": g.time_slice,
+                "gpu_instances": [
+                    {
+                        "id": gi.id,
+                        "profile_id": gi.profile.gi_profile_id,
+                        "start": gi.start,
+                        "compute_instances": [
+                            {
+                                "id": ci.id,
+                                "profile_id": ci.profile_id,
+                                "slices": ci.slices,
+                                "uuid": ci.uuid,
+                                "processes": ci.processes,
+                            }
+                            for ci in gi.compute_instances.values()
+                        ],
+                    }
+                    for gi in g.gpu_instances.values()
+                ],
+            }
+            for g in self.gpus
+        ]
+
+    def _persist(self) -> None:
+        if self.spec.state_file:
+            path = Path(self.spec.state_file)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(json.dumps(self._dump(), indent=1))
+            os.replace(tmp, path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            saved = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        for gpu, data in zip(self.gpus, saved, strict=False):
+            if data["uuid"] != gpu.uuid:
+                raise InputError(f"simulated fleet state {path} is of another fleet")
+            gpu.compute_mode = data["compute_mode"]
+            gpu.power_mw = data["power_mw"]
+            gpu.persistence = data["persistence"]
+            clocks = data["locked_clocks"]
+            gpu.locked_clocks = (clocks[0], clocks[1]) if clocks else None
+            gpu.time_slice = data["time_slice"]
+            for gi_data in data["gpu_instances"]:
+                index, profile = self._profile_by_id(gpu, gi_data["profile_id"])
+                gi = SimGpuInstance(gpu, gi_data["id"], profile, index, gi_data["start"])
+                for ci in gi_data["compute_instances"]:
+                    gi.compute_instances[ci["id"]] = SimComputeInstance(
+                        gi, ci["id"], ci["profile_id"], ci["slices"], ci["uuid"], ci["processes"]
+                    )
+                gpu.gpu_instances[gi.id] = gi
 
     def _has_nvlink(self, gpu: SimGpu) -> bool:
         if self.spec.nvlink is not None:
@@ -314,6 +396,7 @@ class SimulatedNvml:
             if gpu is None or level is None or int(level) not in range(4):
                 raise DeviceError(f"nvidia-smi: invalid arguments {' '.join(args)}")
             gpu.time_slice = int(level)
+            self._persist()
         return ""
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -336,7 +419,10 @@ class SimulatedNvml:
                     raise faults.pop(0)
                 if name != "nvmlInit" and not object.__getattribute__(self, "_initialized"):
                     _fail(N.NVML_ERROR_UNINITIALIZED)
-                return attr(*args)
+                result = attr(*args)
+                if name.startswith(_MUTATING):
+                    object.__getattribute__(self, "_persist")()
+                return result
 
         return call
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -91,6 +92,14 @@ class Fault:
     error: BaseException
 
 
+class ProcessExit(BaseException):
+    """A Fault error that ends the process at once, as a SIGKILL would (crash tests)."""
+
+    def __init__(self, code: int = 137) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 SettingValue = str | int | bool | None
 
 
@@ -142,6 +151,9 @@ class DeviceState:
         for fault in list(self.faults):
             if fault.step == name:
                 self.faults.remove(fault)
+                if isinstance(fault.error, ProcessExit):
+                    log.critical("fault injection: exiting after step %s", name)
+                    os._exit(fault.error.code)
                 raise fault.error
 
     def _record_step(self, record: ClaimRecord, step: AppliedStep, name: str) -> None:

@@ -163,3 +163,71 @@ def test_bad_simulated_fleet_is_a_usage_error(short_tmp: Path) -> None:
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "unknown GPU product 'Z9000'" in done.stderr
+
+
+class PluginProcess:
+    """`drasat nodeplugin` as a child process on a persistent simulated fleet."""
+
+    def __init__(self, tmp: Path, server_url: str, *, crash_after: str = "") -> None:
+        self.tmp = tmp
+        self.fleet_state = tmp / "fleet.json"
+        args = [
+            sys.executable, "-m", "drasat", "nodeplugin", "--node-name", NODE,
+            "--namespace", NAMESPACE, "--cdi-root", str(tmp / "cdi"),
+            "--kubelet-plugin-dir", str(tmp / "plugins"),
+            "--kubelet-registry-dir", str(tmp / "registry"), "--state-dir", str(tmp / "state"),
+            "--kubeconfig", str(_kubeconfig(tmp / "kubeconfig", server_url)),
+            "--simulate-gpus", f"2xA100-40GB,mig=1,state={self.fleet_state}",
+        ]  # fmt: skip
+        env = {**os.environ, "DRASAT_SIM_CRASH_AFTER": crash_after}
+        self.process = subprocess.Popen(args, env=env, stderr=subprocess.PIPE)
+        socket = tmp / "plugins" / "gpu.drasat.io" / "dra.sock"
+        _wait_for(tmp / "registry" / "gpu.drasat.io-reg.sock", self.process)
+        self.channel = grpc.insecure_channel(f"unix://{socket}")
+        # a killed predecessor leaves its socket files; wait until this process answers
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.node = dra_v1alpha3_pb2_grpc.NodeStub(self.channel)
+
+    def call(self, method: str, uid: str) -> str:
+        claim = dra_v1alpha3_pb2.Claim(namespace="default", name="claim", uid=uid)
+        request = getattr(dra_v1alpha3_pb2, f"{method}Request")(claims=[claim])
+        return str(getattr(self.node, method)(request, timeout=30).claims[uid].error)
+
+    def gpu_instances(self) -> list[tuple[int, int]]:
+        gpu = json.loads(self.fleet_state.read_text())[1]
+        return [(gi["id"], gi["start"]) for gi in gpu["gpu_instances"]]
+
+    def killed(self) -> int:
+        self.channel.close()
+        return self.process.wait(timeout=30)
+
+    def stop(self) -> int:
+        self.channel.close()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.communicate(timeout=30)
+        return self.process.returncode
+
+
+def test_killed_plugin_process_mid_prepare_and_mid_unprepare(
+    api: kube_client.KubeClient, server: Any, short_tmp: Path
+) -> None:
+    first = PluginProcess(short_tmp, server.url, crash_after="mig-created")
+    gpu1 = nas_object(api)["spec"]["allocatableDevices"][1]["gpu"]["uuid"]
+    allocate(api, "claim-1", mig_allocation("claim-1", gpu1, "3g.20gb", 4, 4))
+    with pytest.raises(grpc.RpcError):  # the process dies inside the call
+        first.call("NodePrepareResources", "claim-1")
+    assert first.killed() == 137
+    assert len(first.gpu_instances()) == 1  # the MIG instance it made before dying
+    second = PluginProcess(short_tmp, server.url, crash_after="undo-mig")
+    assert second.call("NodePrepareResources", "claim-1") == ""
+    assert [start for _, start in second.gpu_instances()] == [4]  # the orphan did not stay
+    with pytest.raises(grpc.RpcError):
+        second.call("NodeUnprepareResources", "claim-1")
+    assert second.killed() == 137
+    third = PluginProcess(short_tmp, server.url)
+    assert third.call("NodeUnprepareResources", "claim-1") == ""
+    assert third.gpu_instances() == []
+    assert "claim-1" not in nas_object(api)["spec"].get("preparedClaims", {})
+    assert third.call("NodePrepareResources", "claim-1") == ""
+    assert [start for _, start in third.gpu_instances()] == [4]
+    assert third.stop() == 0
