@@ -8,6 +8,7 @@ as ignored; broken references are InputErrors naming the document and field that
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -107,7 +108,16 @@ class Workload:
         return tuple(p.request() for p in self.pods if p.blocked is None)
 
     def users_of(self, claim: Claim) -> list[CompiledPod]:
-        return [p for p in self.pods if any(c.claim.key == claim.key for c in p.claims)]
+        """The pods that use the claim, in input order."""
+        return self._users.get(claim.key, [])
+
+    @functools.cached_property
+    def _users(self) -> dict[str, list[CompiledPod]]:
+        users: dict[str, list[CompiledPod]] = {}
+        for pod in self.pods:
+            for key in dict.fromkeys(c.claim.key for c in pod.claims):
+                users.setdefault(key, []).append(pod)
+        return users
 
 
 def compile_manifests(
