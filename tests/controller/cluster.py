@@ -57,6 +57,8 @@ def a100_mig(index: int) -> list[Obj]:
         gpu,
         {"mig": {"profile": "1g.5gb", "parentProductName": parent,
                  "placements": [{"start": s, "size": 1} for s in range(7)]}},
+        {"mig": {"profile": "2g.10gb", "parentProductName": parent,
+                 "placements": [{"start": s, "size": 2} for s in (0, 2, 4)]}},
         {"mig": {"profile": "3g.20gb", "parentProductName": parent,
                  "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}},
     ]  # fmt: skip
