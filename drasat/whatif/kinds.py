@@ -116,6 +116,7 @@ class Container(Open):
 
 class PodSpec(Open):
     containers: list[Container] = Field(default_factory=list)
+    initContainers: list[Container] = Field(default_factory=list)
     resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
     priority: int | None = None
     priorityClassName: str | None = None

@@ -37,6 +37,9 @@ INSTALLED_CLASSES = {
     "mig.nvidia.com": groups.NVIDIA_DRIVER_NAME,
 }
 
+#: Pods in these phases hold no devices any more (`kubectl get pods -o yaml` lists them too).
+FINISHED_PHASES = ("Succeeded", "Failed")
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -182,6 +185,9 @@ class _Compiler:
     # --- pods -------------------------------------------------------------------------------
 
     def _pod(self, pod: workloads.PodInstance) -> CompiledPod | None:
+        if pod.phase in FINISHED_PHASES:
+            self.ignored.append(Ignored(pod.where, f"Pod {pod.key}", f"finished ({pod.phase})"))
+            return None
         resolved: list[PodClaim] = []
         for index, entry in enumerate(pod.spec.resourceClaims):
             path = f"{pod.spec_path}.resourceClaims[{index}]"
@@ -405,15 +411,29 @@ class _Compiler:
 
 
 def _requests(pod: workloads.PodInstance) -> tuple[int, int]:
-    """Total CPU (millicores) and memory (MiB) the pod's containers request.
+    """CPU (millicores) and memory (MiB) the pod requests, as the scheduler counts them.
 
-    As in Kubernetes, a resource with a limit but no request requests its limit.
+    The containers' sum, or the largest init container when that is more; a resource with a
+    limit but no request requests its limit.
     """
+    total = _sum_requests(pod, "containers", pod.spec.containers)
+    init = [
+        _sum_requests(pod, "initContainers", [c], offset=i)
+        for i, c in enumerate(pod.spec.initContainers)
+    ]
+    cpu = max([total[0], *(c for c, _ in init)])
+    memory = max([total[1], *(m for _, m in init)])
+    return cpu, memory
+
+
+def _sum_requests(
+    pod: workloads.PodInstance, field_name: str, containers: list[kinds.Container], offset: int = 0
+) -> tuple[int, int]:
     cpu = memory = 0
-    for index, container in enumerate(pod.spec.containers):
+    for index, container in enumerate(containers, start=offset):
         resources = container.resources or kinds.Resources()
         requests, limits = resources.requests or {}, resources.limits or {}
-        path = f"{pod.spec_path}.containers[{index}].resources"
+        path = f"{pod.spec_path}.{field_name}[{index}].resources"
         for resource in ("cpu", "memory"):
             value = requests.get(resource, limits.get(resource))
             if value is None:

@@ -32,6 +32,8 @@ class PodInstance:
     spec_path: str
     #: `Deployment web` for pods of a workload, "" for a Pod.
     owner: str
+    #: status.phase of a Pod read back from a cluster ("" when not given).
+    phase: str = ""
 
     @property
     def key(self) -> str:
@@ -70,7 +72,10 @@ def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
     where = entry.where()
     if isinstance(obj, kinds.Pod):
         uid = object_uid("Pod", entry.namespace, obj.metadata.name, obj.metadata.uid)
-        return [PodInstance(entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "")]
+        phase = str((obj.status or {}).get("phase", ""))
+        return [
+            PodInstance(entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "", phase)
+        ]
     if isinstance(obj, kinds.ReplicatedWorkload | kinds.Job):
         names = _names(obj)
         owner = f"{obj.kind} {obj.metadata.name}"

@@ -284,10 +284,31 @@ spec:
   - {name: b, resources: {limits: {cpu: "2", memory: 512Mi}}}
   resourceClaims: [{name: g, resourceClaimName: c}]
 """,
+        """
+apiVersion: v1
+kind: Pod
+metadata: {name: init, namespace: ns}
+spec:
+  initContainers: [{name: warm, resources: {requests: {cpu: "4", memory: 256Mi}}}]
+  containers: [{name: a, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+  resourceClaims: [{name: g, resourceClaimName: c}]
+""",
     )
-    a, b, r = _compile(text).requests()
+    a, b, r, init = _compile(text).requests()
     assert (a.priority, b.priority) == (7, 1000)
     assert (r.cpu_milli, r.memory_mib) == (2500, 1536)
+    # the scheduler counts the larger of the containers' sum and any init container
+    assert (init.cpu_milli, init.memory_mib) == (4000, 1024)
+
+
+def test_finished_pods_are_ignored() -> None:
+    pod = _pod("done", "[{name: g, resourceClaimName: c}]") + "status: {phase: Succeeded}\n"
+    workload = _compile(_docs(CLASS, _claim("c"), pod))
+    assert workload.pods == ()
+    assert [(i.what, i.reason) for i in workload.ignored] == [
+        ("Pod ns/done", "finished (Succeeded)"),
+        ("ResourceClaim ns/c", "used by no pod in the manifests"),
+    ]
 
 
 def test_mig_claim_is_paired_with_the_pods_gpu_claim_by_resource_claim_name() -> None:
