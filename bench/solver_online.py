@@ -28,6 +28,7 @@ from drasat.api.nas import (
     MigPlacement,
     NodeAllocationStateSpec,
 )
+from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import ClaimRequest, Mode, NodeState, PodRequest, Problem, SolveParams, solve
 
 
@@ -99,11 +100,32 @@ def cluster(nodes: int, occupancy: float, seed: int = 1) -> list[NodeState]:
     return [_node(f"node-{i:03d}", *kinds[i % len(kinds)], rng, occupancy) for i in range(nodes)]
 
 
-def _pods(rng: random.Random, count: int) -> list[PodRequest]:
+RULES = {
+    "rules": {
+        "reservations": [
+            {"name": "keep-t4", "namespaces": ["ops"], "selector": {"productName": "*T4*"}}
+        ],
+        "namespaceLimits": [{"namespace": "bench", "maxGpus": 100000}],
+    }
+}
+
+
+def _pods(rng: random.Random, count: int, multi: bool = False) -> list[PodRequest]:
     out = []
+    shapes = ["gpu1", "gpu2", "mig", "share", "gpu1-a100"] + (["two-claims"] if multi else [])
     for i in range(count):
-        shape = rng.choice(["gpu1", "gpu2", "mig", "share", "gpu1-a100"])
+        shape = rng.choice(shapes)
         uid = f"new-{i}"
+        if shape == "two-claims":
+            first = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=GpuClaimParametersSpec())
+            second = ClaimRequest(
+                uid=f"{uid}-b",
+                namespace="bench",
+                name=f"{uid}-b",
+                gpu=GpuClaimParametersSpec(share=GpuShare(compute=30)),
+            )
+            out.append(PodRequest(key=f"bench/p{i}", namespace="bench", claims=(first, second)))
+            continue
         if shape == "mig":
             spec = MigDeviceClaimParametersSpec(
                 profile=rng.choice(["1g.5gb", "2g.10gb", "3g.20gb"])
@@ -122,16 +144,26 @@ def _pods(rng: random.Random, count: int) -> list[PodRequest]:
     return out
 
 
-def run(nodes: int, occupancy: float, decisions: int, feasibility: bool) -> list[float]:
+def run(
+    nodes: int,
+    occupancy: float,
+    decisions: int,
+    feasibility: bool,
+    multi: bool,
+    rules: bool,
+    cpu_time: bool = False,
+) -> list[float]:
     states = cluster(nodes, occupancy)
     index = {n.name: i for i, n in enumerate(states)}
     params = SolveParams(mode=Mode.online, node_feasibility=feasibility)
+    policy = AllocationPolicySpec.model_validate(RULES if rules else {})
     times = []
-    for request in _pods(random.Random(7), decisions):
-        problem = Problem(nodes=tuple(states), pods=(request,))
-        started = time.perf_counter()
+    clock = time.process_time if cpu_time else time.perf_counter
+    for request in _pods(random.Random(7), decisions, multi):
+        problem = Problem(nodes=tuple(states), pods=(request,), policy=policy)
+        started = clock()
         solution = solve(problem, params)
-        times.append(time.perf_counter() - started)
+        times.append(clock() - started)
         for placement in solution.placements:
             node = states[index[placement.node]]
             claims = dict(node.nas.allocatedClaims) | placement.allocations
@@ -146,9 +178,22 @@ def main() -> None:
     parser.add_argument("--occupancy", type=float, nargs="+", default=[0.5, 0.9])
     parser.add_argument("--decisions", type=int, default=300)
     parser.add_argument("--feasibility", action="store_true", help="also per-node reasons")
+    parser.add_argument("--multi", action="store_true", help="also pods with two claims")
+    parser.add_argument("--rules", action="store_true", help="a policy with a reservation+limit")
+    parser.add_argument(
+        "--cpu-time", action="store_true", help="process CPU time, not wall (busy machines)"
+    )
     args = parser.parse_args()
     for occupancy in args.occupancy:
-        measured = run(args.nodes, occupancy, args.decisions, args.feasibility)
+        measured = run(
+            args.nodes,
+            occupancy,
+            args.decisions,
+            args.feasibility,
+            args.multi,
+            args.rules,
+            args.cpu_time,
+        )
         first, times = measured[0], sorted(measured)
         p50 = statistics.median(times) * 1000
         p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000

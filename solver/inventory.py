@@ -10,7 +10,7 @@ immutable snapshots), because the online mode sees the same hundreds of nodes on
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -64,6 +64,8 @@ class GpuSlot:
     #: MIG placements this GPU's product offers (empty for non-MIG GPUs).
     mig_options: tuple[MigOption, ...]
     memory_slices: int
+    #: intern(mig_options): GPUs of one product share it.
+    options_id: int = 0
     #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
     state_id: int = 0
 
@@ -86,7 +88,7 @@ class GpuSlot:
             self.share_claims,
             tuple(sorted(self.mig_occupied)),
             self.media_extensions_used,
-            intern(self.mig_options),
+            self.options_id,
         )
 
     def identity(self) -> tuple[object, ...]:
@@ -145,6 +147,11 @@ class NodeView:
         return next((g for g in self.gpus if g.uuid == uuid), None)
 
 
+@functools.lru_cache(maxsize=256)
+def _product(product_name: str) -> catalog.Product | None:
+    return catalog.product_for_name(product_name)
+
+
 _PROFILE_NAME = re.compile(r"^(\d+)g\.(\d+)gb")
 
 
@@ -153,7 +160,7 @@ def _profile_facts(info: MigInfo) -> tuple[int, int, bool]:
 
     NAS values first; else the catalog's; else what the profile name spells ("3g.40gb").
     """
-    product = catalog.product_for_name(info.parentProductName)
+    product = _product(info.parentProductName)
     known = product.profile(info.profile) if product is not None else None
     memory = info.memoryBytes
     compute = info.computeSlices
@@ -232,6 +239,7 @@ def build_view(node: NodeState) -> NodeView:
     for claim in nas.allocatedClaims.values():
         _record(taken, claim)
     options = _mig_options(nas.mig_profiles())
+    option_ids = {product: intern(o) for product, o in options.items()}
     gpus: list[GpuSlot] = []
     unhealthy: list[str] = []
     for info in sorted(nas.gpus(), key=lambda g: (g.index, g.uuid)):
@@ -239,7 +247,7 @@ def build_view(node: NodeState) -> NodeView:
             unhealthy.append(info.uuid)
             continue
         state = taken.get(info.uuid, _Taken())
-        product = catalog.product_for_name(info.productName)
+        product = _product(info.productName)
         gpu_options = options.get(info.productName, ()) if info.migEnabled else ()
         slices = max(
             [product.memory_slices if product is not None else 0] + [o.end for o in gpu_options]
@@ -258,15 +266,21 @@ def build_view(node: NodeState) -> NodeView:
                 media_extensions_used=state.media,
                 mig_options=gpu_options,
                 memory_slices=slices,
+                options_id=option_ids.get(info.productName, 0) if gpu_options else 0,
             )
         )
     cpu_free = None if node.cpu_milli is None else node.cpu_milli - node.used_cpu_milli
     memory_free = None if node.memory_mib is None else node.memory_mib - node.used_memory_mib
-    # Canonical order: by key, ties by index; positions are renumbered in that order.
-    ordered = sorted(gpus, key=lambda g: (repr(g.key()), g.info.index, g.uuid))
-    canonical = tuple(
-        dataclasses.replace(g, position=i, state_id=intern(g.key())) for i, g in enumerate(ordered)
-    )
+    # Canonical order: by content (not by interned numbers, which depend on history), ties by
+    # index; positions are renumbered in that order.
+    keyed = [(g.key(), g) for g in gpus]
+    keyed.sort(key=lambda kg: (repr(kg[0][:-1]), kg[1].info.index, kg[1].uuid))
+    for position, (key, gpu) in enumerate(keyed):
+        # The slots are new and not yet shared: fill in what the order decided (cheaper than
+        # dataclasses.replace on thousands of GPUs).
+        object.__setattr__(gpu, "position", position)
+        object.__setattr__(gpu, "state_id", intern(key))
+    canonical = tuple(g for _, g in keyed)
     node_facts = (node.ready, node.unready_reason, cpu_free, memory_free)
     canonical_key = intern((node_facts, tuple(g.state_id for g in canonical)))
     return NodeView(

@@ -203,6 +203,22 @@ def _total_use(views: tuple[NodeView, ...]) -> dict[str, NamespaceUse]:
 def _reservation_left(reservation: Reservation, views: tuple[NodeView, ...]) -> int:
     # Existing allocations do not say which GPU an outsider touched beyond the GPU itself, so a
     # covered GPU that is not untouched counts as touched: conservative for the reserved teams.
-    covered = [g for v in views for g in v.gpus if demand.reservation_covers(reservation, g)]
-    untouched = sum(1 for g in covered if g.untouched)
+    rule = reservation.model_dump_json()
+    untouched = 0
+    for view in views:
+        key = (rule, view.name, view.exact_key)
+        count = _UNTOUCHED_COVERED.get(key)
+        if count is None:
+            count = sum(
+                1 for g in view.gpus if g.untouched and demand.reservation_covers(reservation, g)
+            )
+            if len(_UNTOUCHED_COVERED) > 65536:
+                _UNTOUCHED_COVERED.clear()
+            _UNTOUCHED_COVERED[key] = count
+        untouched += count
     return untouched - (reservation.count or 0)
+
+
+#: (reservation, node, node state) -> untouched GPUs it covers there (online sees the same
+#: hundreds of nodes on every decision).
+_UNTOUCHED_COVERED: dict[tuple[str, str, int], int] = {}
