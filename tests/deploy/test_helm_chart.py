@@ -148,6 +148,8 @@ def test_controller_deployment(render: Render) -> None:
     assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
     assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "256Mi"}
+    # Only the leader is ready, so a rolling update could never finish: replace, do not roll.
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
