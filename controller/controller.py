@@ -96,7 +96,7 @@ class Controller:
         poll_policy: Callable[[], bool] = lambda: False,
         metrics: Metrics | None = None,
         solve: Solve = _default_solve,
-        clock: Callable[[], float] = time.monotonic,
+        hold_clock: Callable[[], float] = time.monotonic,
         may_write: Callable[[], bool] = lambda: True,
         recorder: EventRecorder | None = None,
     ) -> None:
@@ -108,8 +108,8 @@ class Controller:
         self._solve = solve
         self._may_write = may_write
         self.recorder = recorder or EventRecorder(api, component=self.config.component)
-        self.holds = Holds(ttl_s=self.config.hold_ttl_s, clock=clock)
-        self.queue = WorkQueue(backoff_s=self.config.retry_backoff_s, clock=clock)
+        self.holds = Holds(ttl_s=self.config.hold_ttl_s, clock=hold_clock)
+        self.queue = WorkQueue(backoff_s=self.config.retry_backoff_s)
         self._decide = threading.Lock()
         self._nas: dict[str, nodes.ParsedNas] = {}
         self._nas_lock = threading.Lock()
@@ -616,6 +616,8 @@ class Controller:
                     if not node.ready:
                         feasibility[node.name] = node.unready_reason
                 placement = solution.placement_of(key)
+                for uid in requests:  # the previous choice is void; keep only the new one
+                    self.holds.drop(uid)
                 if placement is not None and feasibility.get(placement.node, "x") is None:
                     for uid, devices in placement.allocations.items():
                         self.holds.hold(uid, placement.node, devices)

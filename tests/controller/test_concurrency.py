@@ -19,8 +19,10 @@ from cluster import (
     t4,
     wait,
 )
+from conftest import FAST
 
 from drasat.controller.controller import Controller
+from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
 
@@ -39,7 +41,7 @@ def test_fifty_pods_at_once_get_distinct_gpus_until_the_cluster_is_full(
     for i in range(PODS):
         add_claim(api, "load", f"c{i}")
         add_pod(api, "load", f"p{i}", {"gpu": f"c{i}"})
-    start_controller()
+    controller = start_controller()
     stop = threading.Event()
 
     def one(i: int) -> str | None:
@@ -75,3 +77,33 @@ def test_fifty_pods_at_once_get_distinct_gpus_until_the_cluster_is_full(
             assert not (c.get("status") or {}).get("allocation")
     assert allocated == capacity
     assert sum(p is not None for p in placed) == capacity
+    # No tentative hold outlives its claim's allocation: none leaks.
+    wait(lambda: len(controller.holds) == 0, timeout=5, what="holds released")
+
+
+def _status(api: KubeClient, pod: str) -> list[str] | None:
+    context = api.get(r.POD_SCHEDULING_CONTEXTS, pod, namespace="ns")
+    claims = (context.get("status") or {}).get("resourceClaims")
+    return list(claims[0]["unsuitableNodes"]) if claims else None
+
+
+def test_two_pods_negotiating_for_one_gpu_are_not_both_promised_it_until_the_hold_expires(
+    api: KubeClient, start_controller: Callable[..., Controller]
+) -> None:
+    add_node(api, "node-1", [t4(0)])
+    add_class(api)
+    now = [1000.0]
+    controller = start_controller(hold_clock=lambda: now[0])
+    for pod in ("a", "b"):
+        add_claim(api, "ns", f"{pod}-gpu")
+        add_pod(api, "ns", pod, {"gpu": f"{pod}-gpu"})
+        api.create(r.POD_SCHEDULING_CONTEXTS, {"metadata": {"name": pod, "namespace": "ns"},
+                                               "spec": {"potentialNodes": ["node-1"]}})  # fmt: skip
+        wait(lambda p=pod: _status(api, p) is not None, what=f"{pod} answered")
+    assert _status(api, "a") == [] and _status(api, "b") == ["node-1"]
+    assert len(controller.holds) == 1
+    now[0] += FAST.hold_ttl_s + 1  # a's scheduler went quiet: its hold expires
+    context = api.get(r.POD_SCHEDULING_CONTEXTS, "b", namespace="ns")
+    context["spec"]["potentialNodes"] = ["node-1", "node-2"]  # any change: b is looked at again
+    api.replace(r.POD_SCHEDULING_CONTEXTS, context)
+    wait(lambda: _status(api, "b") == ["node-2"], what="b promised node-1 after a's hold expired")

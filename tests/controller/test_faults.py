@@ -138,6 +138,7 @@ def test_faults_and_restarts_leave_nas_and_claims_consistent(
                        for c in claims.values())  # fmt: skip
 
         wait(converged, timeout=30, what="NAS and claim status to agree")
+        assert len(controller.holds) == 0  # no tentative hold leaked
         assert all(len(users) == 1 for users in device_users(api).values()), "GPU used twice"
         assert len(deleted) > 50 and len(live) <= LIVE_MAX
     finally:
