@@ -47,9 +47,10 @@ class Api:
         fault_config: faults.Faults,
         history: int = 10_000,
         crds: Iterable[Mapping[str, Any]] = (),
+        cel_rules: bool = True,
     ) -> None:
         self.faults = fault_config
-        self.validator = validation.Validator()
+        self.validator = validation.Validator(cel_rules=cel_rules)
         self.store = storage.Store(validate=self._validate_strict, history=history)
         self._types_lock = threading.Lock()
         self._types: dict[tuple[str, str, str], resources.ResourceType] = {

@@ -209,12 +209,15 @@ class ApiServer:
         crds: Iterable[Mapping[str, Any]] = (),
         history: int = 10_000,
         fault_config: faults.Faults | None = None,
+        cel_rules: bool = True,
     ) -> None:
         self.faults = fault_config or faults.Faults()
         self.stopping = threading.Event()
         #: Requests that failed with a bug in the simulator (answered 500); tests assert none.
         self.internal_errors: list[str] = []
-        self.api = api.Api(fault_config=self.faults, history=history, crds=crds)
+        self.api = api.Api(
+            fault_config=self.faults, history=history, crds=crds, cel_rules=cel_rules
+        )
         self.faults.subscribe(self.api.store.wake)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -279,8 +282,12 @@ class ApiServer:
         crds: Iterable[Mapping[str, Any]] = (),
         history: int = 10_000,
         fault_config: faults.Faults | None = None,
+        cel_rules: bool = True,
     ) -> Iterator[ApiServer]:
-        server = cls(crds=crds, history=history, fault_config=fault_config).start()
+        """A started server, stopped on exit. `cel_rules=False` skips CRDs' CEL rules."""
+        server = cls(
+            crds=crds, history=history, fault_config=fault_config, cel_rules=cel_rules
+        ).start()
         try:
             yield server
         finally:

@@ -7,11 +7,12 @@ Validators are compiled once per schema and cached; validating is purely computa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib.resources
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -121,6 +122,86 @@ def crd_validator(openapi_schema: Mapping[str, Any]) -> jsonschema.protocols.Val
     return validator
 
 
+@dataclasses.dataclass(frozen=True)
+class CelRule:
+    """One x-kubernetes-validations rule and where it sits (`[]`: list items, `{}`: map values)."""
+
+    steps: tuple[str, ...]
+    rule: str
+    message: str
+    program: Any
+
+
+def _rule_sites(schema: Any, steps: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if not isinstance(schema, Mapping):
+        return
+    for rule in schema.get("x-kubernetes-validations") or []:
+        yield steps, rule
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _rule_sites(sub, (*steps, name))
+    yield from _rule_sites(schema.get("items"), (*steps, "[]"))
+    yield from _rule_sites(schema.get("additionalProperties"), (*steps, "{}"))
+
+
+def cel_rules(openapi_schema: Mapping[str, Any]) -> list[CelRule]:
+    """Compile a CRD version's CEL rules (transition rules, which need oldSelf, are skipped)."""
+    sites = [
+        (steps, rule)
+        for steps, rule in _rule_sites(openapi_schema)
+        if "oldSelf" not in rule["rule"]
+    ]
+    if not sites:
+        return []
+    try:
+        import celpy
+    except ModuleNotFoundError as exc:  # pragma: no cover - the dev extra installs it
+        raise RuntimeError(
+            "CRDs with x-kubernetes-validations need the cel-python package"
+        ) from exc
+    environment = celpy.Environment()
+    return [
+        CelRule(
+            steps,
+            rule["rule"],
+            rule.get("message") or f"failed rule: {rule['rule']}",
+            environment.program(environment.compile(rule["rule"])),
+        )
+        for steps, rule in sites
+    ]
+
+
+def _instances(
+    value: Any, steps: tuple[str, ...], path: tuple[Any, ...] = ()
+) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    if not steps:
+        yield path, value
+    elif steps[0] == "[]" and isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _instances(item, steps[1:], (*path, index))
+    elif steps[0] == "{}" and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _instances(item, steps[1:], (*path, key))
+    elif isinstance(value, dict) and steps[0] in value:
+        yield from _instances(value[steps[0]], steps[1:], (*path, steps[0]))
+
+
+def _cel_causes(rules: Sequence[CelRule], obj: Mapping[str, Any]) -> list[Cause]:
+    from celpy import adapter, evaluation
+
+    causes: list[Cause] = []
+    for rule in rules:
+        for path, value in _instances(obj, rule.steps):
+            try:
+                passed = bool(rule.program.evaluate({"self": adapter.json_to_cel(value)}))
+                message = rule.message
+            except evaluation.CELEvalError as exc:
+                passed, message = False, f"{exc.args[0] if exc.args else exc} evaluating rule: "
+                message += rule.rule
+            if not passed:
+                causes.append((field_path(path) or "<root>", message))
+    return causes
+
+
 def apply_defaults(schema: Any, value: Any) -> Any:
     """Fill `default`s of a structural schema into an object, as the API server does on write."""
     if not isinstance(schema, Mapping):
@@ -207,9 +288,13 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
 class Validator:
     """Validates writes for the resource types of one server; thread-safe once built."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, cel_rules: bool = True) -> None:
+        #: Evaluate CRDs' x-kubernetes-validations. Off: as a server without CEL, or for objects
+        #: stored before a rule existed (the controller must still cope with those).
+        self.cel_rules = cel_rules
         self._crd: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         self._crd_schemas: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._cel: dict[tuple[str, str], list[CelRule]] = {}
 
     def register_crd_version(
         self, resource: resources.ResourceType, schema: Mapping[str, Any] | None
@@ -219,6 +304,7 @@ class Validator:
             schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         self._crd[key] = crd_validator(schema)
         self._crd_schemas[key] = schema
+        self._cel[key] = cel_rules(schema)
 
     def default(self, resource: resources.ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """Apply CRD schema defaults (and a few built-in defaults) in place; returns `obj`."""
@@ -254,7 +340,12 @@ class Validator:
     ) -> Sequence[Cause]:
         crd = self._crd.get((resource.api_version, resource.kind))
         if crd is not None:
-            return _causes(crd, obj)
+            causes = _causes(crd, obj)
+            # The real server runs CEL rules only on objects that pass the schema.
+            rules = self._cel.get((resource.api_version, resource.kind), [])
+            if causes or not self.cel_rules:
+                return causes
+            return _cel_causes(rules, obj)
         first: list[Cause] | None = None
         for version in resource.schema_versions:
             validator = _builtin_validator(version, strict, resource.api_version, resource.kind)

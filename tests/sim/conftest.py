@@ -49,6 +49,19 @@ WIDGET_CRD: dict[str, Any] = {
                                         "type": "object",
                                         "x-kubernetes-preserve-unknown-fields": True,
                                     },
+                                    "parts": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {"weight": {"type": "integer"}},
+                                            "x-kubernetes-validations": [
+                                                {
+                                                    "rule": "self.weight > 0",
+                                                    "message": "parts weigh something",
+                                                }
+                                            ],
+                                        },
+                                    },
                                 },
                             },
                             "status": {
