@@ -43,6 +43,7 @@ generate: $(STAMP)
 	$(BIN)/drasat crds --out deploy/crds
 	$(BIN)/drasat crds --out deploy/helm/drasat/crds
 	$(BIN)/drasat policy schema > policies/allocationpolicy.schema.json
+	$(BIN)/python tests/deploy/chart_schema.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -14,6 +14,7 @@ import subprocess
 from typing import Any
 
 import celpy
+import chart_schema
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -312,6 +313,13 @@ def test_kubernetes_1_31_gets_a_v1alpha3_device_class(render: Render) -> None:
     assert classes, "the controller must read DeviceClasses on 1.31"
 
 
+def test_values_schema_embeds_the_current_policy_schema() -> None:
+    current = json.loads((CHART / "values.schema.json").read_text())
+    assert current == chart_schema.synced(current), (
+        "values.schema.json is stale: run .venv/bin/python tests/deploy/chart_schema.py"
+    )
+
+
 # ---------------------------------------------------------------- refusals
 
 
@@ -336,6 +344,10 @@ def test_refuses_the_default_namespace_with_an_explanation(render: Render) -> No
         ("nodeAdmissionPolicy.enabled=maybe", "/nodeAdmissionPolicy/enabled"),
         ("resourceClass.apiVersion=resource.k8s.io/v1", "/resourceClass/apiVersion"),
         ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
+        # the inline policy is checked against the AllocationPolicy schema
+        ("policy.spec.objective[0].term=cheapest", "/policy/spec/objective/0/term"),
+        ("policy.spec.rules.reservations[0].name=x", "missing property 'namespaces'"),
+        ("policy.spec.solver.workers=0", "/policy/spec/solver/workers"),
         # a misspelt key is an error, not silently ignored
         ("controler.replicas=1", "controler"),
         ("nodePlugin.cdiDir=/etc/cdi", "cdiDir"),
