@@ -269,3 +269,12 @@ class Scheduler:
                     r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"]
                 )
         raise AssertionError("could not reserve")
+
+
+def corrupt(server: Any, name: str, change: Callable[[Obj], None]) -> None:
+    """Change a stored object behind the server's back (it validates every normal write):
+    what a newer component, or an older schema, might have left."""
+    store = server.api.store._objects  # the simulator's storage: (group, plural) -> objects
+    found = [o for objs in store.values() for (_, n), o in objs.items() if n == name]
+    assert len(found) == 1, f"{len(found)} stored objects named {name}"
+    change(found[0])

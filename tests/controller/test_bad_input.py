@@ -15,6 +15,7 @@ from cluster import (
     add_pod,
     allocated_node,
     claim,
+    corrupt,
     t4,
     wait,
 )
@@ -46,8 +47,9 @@ def test_malformed_parameters_name_the_field(
 ) -> None:
     add_node(api, "node-1", [t4(0)])
     add_class(api)
-    # Valid for the CRD schema, refused by the model: a share claim must have count 1.
-    add_params(api, "ns", "odd", {"count": 2, "share": {"compute": 50}})
+    # Refused by the model (and the CRD): a share claim must have count 1.
+    add_params(api, "ns", "odd", {"count": 1, "share": {"compute": 50}})
+    corrupt(server, "odd", lambda obj: obj["spec"].update(count=2))
     add_claim(api, "ns", "odd", params="odd")
     add_pod(api, "ns", "p", {"gpu": "odd"})
     start_controller()
@@ -65,9 +67,9 @@ def test_a_nas_with_unknown_fields_is_named_and_its_node_unsuitable(
     # A newer node plugin's NAS, say. The server validates writes, so the field is put into its
     # store behind its back.
     add_node(api, "node-odd", [t4(0)])
-    store = server.api.store._objects  # the simulator's storage: (group, plural) -> objects
-    stored = next(o for objs in store.values() for (_, n), o in objs.items() if n == "node-odd")
-    stored["spec"]["allocatableDevices"][0]["gpu"]["flux"] = 3
+    corrupt(
+        server, "node-odd", lambda obj: obj["spec"]["allocatableDevices"][0]["gpu"].update(flux=3)
+    )
     add_node(api, "node-ok", [t4(0)])
     add_class(api)
     add_claim(api, "ns", "c")
