@@ -44,9 +44,15 @@ def register(subparsers: Any) -> None:
         metavar="MANIFESTS",
         action="append",
         default=[],
-        help="manifests you would kubectl apply (repeatable; '-' reads standard input)",
+        help="manifests you would kubectl apply: a file, a directory or '-' for standard input "
+        "(repeatable; default: the embedded example workload)",
     )
-    parser.add_argument("--policy", metavar="FILE", help="AllocationPolicy (default: shipped)")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="AllocationPolicy file, or the name of a shipped one (drasat policy list); "
+        "default: the shipped default policy",
+    )
     parser.add_argument(
         "--mode",
         choices=[m.value for m in Mode],

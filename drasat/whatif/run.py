@@ -14,7 +14,7 @@ from pathlib import Path
 
 from drasat import loading, policyfiles
 from drasat.api.errors import InputError
-from drasat.api.policy import AllocationPolicySpec
+from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
 from drasat.whatif import manifests, nodes, report
 
@@ -53,8 +53,16 @@ def read_inputs(
         manifest_docs = [d for path in paths for d in loading.read_documents(path)]
     else:
         manifest_docs = embedded(DEFAULT_MANIFESTS)
-    spec = (policyfiles.load(policy) if policy else policyfiles.shipped("default")).spec
-    return Inputs(cluster_docs, manifest_docs, spec)
+    return Inputs(cluster_docs, manifest_docs, _policy(policy).spec)
+
+
+def _policy(given: str | None) -> AllocationPolicy:
+    """A policy file, or the name of a shipped policy (`binpack`); none: the shipped default."""
+    if given is None:
+        return policyfiles.shipped("default")
+    if not Path(given).exists() and given in policyfiles.shipped_names():
+        return policyfiles.shipped(given)
+    return policyfiles.load(given)
 
 
 def _manifest_paths(given: str) -> list[str]:

@@ -428,3 +428,31 @@ def test_only_one_input_reads_stdin(run_cli: Any) -> None:
         2,
         "error: -: --cluster and -f cannot both read standard input\n",
     )
+
+
+@pytest.mark.parametrize("preferred", ["t4a", "t4b"])
+def test_policy_file_or_shipped_name_reaches_the_solver(
+    run_cli: Any, write_yaml: Any, preferred: str
+) -> None:
+    cluster = write_yaml("zones.yaml", LABELLED_CLUSTER)
+    manifests = write_yaml(
+        "m.yaml", CLAIM.format(name="c", params="") + "---\n" + POD.format(name="p", claim="c")
+    )
+    policy = write_yaml(
+        "p.yaml",
+        "apiVersion: policy.drasat.io/v1alpha1\nkind: AllocationPolicy\nmetadata: {name: mine}\n"
+        f"spec: {{objective: [{{term: preferNode, nodes: [{preferred}], weight: 5}}]}}\n",
+    )
+    result = run_cli("--cluster", cluster, "-f", manifests, "--policy", policy)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[1].split()[2] == preferred
+    assert run_cli("--cluster", cluster, "-f", manifests, "--policy", "spread").code == 0
+    bad = write_yaml(
+        "bad.yaml",
+        "apiVersion: policy.drasat.io/v1alpha1\nkind: AllocationPolicy\nmetadata: {name: bad}\n"
+        "spec: {objective: [{term: binpak}]}\n",
+    )
+    failed = run_cli("--cluster", cluster, "-f", manifests, "--policy", bad)
+    assert failed.code == 2
+    assert failed.err.startswith(f"error: {bad}: document 1: AllocationPolicy bad: ")
+    assert "spec.objective[0].term" in failed.err
