@@ -120,6 +120,8 @@ class DeviceLib(Protocol):
 
     def gpu_instances(self, gpu_uuid: str) -> list[GpuInstance]: ...
 
+    def gpu_instance(self, gpu_uuid: str, gi_id: int) -> GpuInstance | None: ...
+
     def create_mig_device(self, gpu_uuid: str, *, gi_profile_id: int, start: int) -> MigDevice:
         """Create a GPU instance at `start` and a compute instance over all of it.
 

@@ -103,7 +103,9 @@ class NvmlDeviceLib:
     def __init__(self, nvml: Any = None, *, run: CommandRunner = run_command) -> None:
         self._nvml = pynvml if nvml is None else nvml
         self._run = run
-        self._lock = threading.RLock()  # NVML MIG calls on one GPU must not interleave
+        self._lock = threading.RLock()  # discovery
+        self._gpu_locks: dict[str, threading.RLock] = {}  # MIG calls on one GPU must not interleave
+        self._profiles: dict[str, list[devices.MigProfileInfo]] = {}
         self._time_slices: dict[str, TimeSlice] = {}
         self._locked_clocks: dict[str, int] = {}
         self._events: Any = None
@@ -123,6 +125,10 @@ class NvmlDeviceLib:
             return getattr(self._nvml, name)(*args)
         except pynvml.NVMLError:
             return default
+
+    def _locked(self, gpu_uuid: str) -> threading.RLock:
+        with self._lock:
+            return self._gpu_locks.setdefault(gpu_uuid, threading.RLock())
 
     def _handle(self, gpu_uuid: str) -> Any:
         return self._call("nvmlDeviceGetHandleByUUID", gpu_uuid)
@@ -182,7 +188,14 @@ class NvmlDeviceLib:
         return tuple(peers)
 
     def mig_profiles(self, gpu_uuid: str) -> list[devices.MigProfileInfo]:
-        with self._lock:
+        """The GPU's instance profiles (read once: they change only with the MIG mode)."""
+        with self._locked(gpu_uuid):
+            if gpu_uuid not in self._profiles:
+                self._profiles[gpu_uuid] = self._read_profiles(gpu_uuid)
+            return list(self._profiles[gpu_uuid])
+
+    def _read_profiles(self, gpu_uuid: str) -> list[devices.MigProfileInfo]:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             profiles = []
             for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
@@ -214,7 +227,7 @@ class NvmlDeviceLib:
         return tuple((int(array[i].start), int(array[i].size)) for i in range(count.value))
 
     def mig_devices(self, gpu_uuid: str) -> list[devices.MigDevice]:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             found = []
             for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
@@ -240,7 +253,7 @@ class NvmlDeviceLib:
 
     def gpu_instances(self, gpu_uuid: str) -> list[devices.GpuInstance]:
         """Every GPU instance, found by id (ids are small), also ones without compute instances."""
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             if not self._is_mig(handle):
                 return []
@@ -249,16 +262,14 @@ class NvmlDeviceLib:
                 gi = self._optional("nvmlDeviceGetGpuInstanceById", handle, gi_id)
                 if gi is None:
                     continue
-                info = self._call("nvmlGpuInstanceGetInfo", gi)
-                found.append(
-                    devices.GpuInstance(
-                        gi_id=int(info.id),
-                        profile_id=int(info.profileId),
-                        start=int(info.placement.start),
-                        size=int(info.placement.size),
-                    )
-                )
+                found.append(_gpu_instance(self._call("nvmlGpuInstanceGetInfo", gi)))
             return found
+
+    def gpu_instance(self, gpu_uuid: str, gi_id: int) -> devices.GpuInstance | None:
+        """The GPU instance with this id, or None."""
+        with self._locked(gpu_uuid):
+            gi = self._optional("nvmlDeviceGetGpuInstanceById", self._handle(gpu_uuid), gi_id)
+            return None if gi is None else _gpu_instance(self._call("nvmlGpuInstanceGetInfo", gi))
 
     def _is_mig(self, handle: Any) -> bool:
         mode = self._optional("nvmlDeviceGetMigMode", handle, default=[0, 0])
@@ -269,10 +280,15 @@ class NvmlDeviceLib:
     def create_mig_device(
         self, gpu_uuid: str, *, gi_profile_id: int, start: int
     ) -> devices.MigDevice:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
-            profile = self._profile_by_id(handle, gi_profile_id)
-            sizes = dict(self._placements(handle, int(profile.id), int(profile.instanceCount)))
+            profiles = {p.gi_profile_id: p for p in self.mig_profiles(gpu_uuid)}
+            profile = profiles.get(gi_profile_id)
+            if profile is None:
+                raise DeviceError(
+                    f"GPU instance profile id {gi_profile_id}: NVML_ERROR_NOT_SUPPORTED"
+                )
+            sizes = dict(profile.placements)
             if start not in sizes:
                 raise DeviceError(
                     f"{gpu_uuid}: profile id {gi_profile_id} cannot start at memory slice {start} "
@@ -282,10 +298,10 @@ class NvmlDeviceLib:
             placement.start = start
             placement.size = sizes[start]
             gi = self._call(
-                "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile.id, placement
+                "nvmlDeviceCreateGpuInstanceWithPlacement", handle, gi_profile_id, placement
             )
             try:
-                ci_index = _CI_PROFILE_FOR_SLICES[int(profile.sliceCount)]
+                ci_index = _CI_PROFILE_FOR_SLICES[profile.compute_slices]
                 ci_profile = self._call(
                     "nvmlGpuInstanceGetComputeInstanceProfileInfo",
                     gi,
@@ -300,21 +316,17 @@ class NvmlDeviceLib:
                 self._destroy_gi_quietly(gi)
                 raise
 
-    def _profile_by_id(self, handle: Any, gi_profile_id: int) -> Any:
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = self._optional("nvmlDeviceGetGpuInstanceProfileInfo", handle, index)
-            if info is not None and int(info.id) == gi_profile_id:
-                return info
-        raise DeviceError(f"GPU instance profile id {gi_profile_id}: NVML_ERROR_NOT_SUPPORTED")
-
     def _find_mig(self, gpu_uuid: str, handle: Any, gi_id: int, ci_id: int) -> devices.MigDevice:
         for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
             mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
             if mig is None:
                 continue
-            device = self._mig_device(gpu_uuid, handle, mig)
-            if (device.gi_id, device.ci_id) == (gi_id, ci_id):
-                return device
+            ids = (
+                int(self._call("nvmlDeviceGetGpuInstanceId", mig)),
+                int(self._call("nvmlDeviceGetComputeInstanceId", mig)),
+            )
+            if ids == (gi_id, ci_id):
+                return self._mig_device(gpu_uuid, handle, mig)
         raise DeviceError(f"MIG device gi={gi_id} ci={ci_id} on {gpu_uuid}: NVML_ERROR_NOT_FOUND")
 
     def _destroy_gi_quietly(self, gi: Any) -> None:
@@ -324,7 +336,7 @@ class NvmlDeviceLib:
             log.error("could not roll back a GPU instance: %s", error_name(error))
 
     def destroy_mig_device(self, gpu_uuid: str, *, gi_id: int, ci_id: int | None) -> bool:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             try:
                 gi = self._nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
@@ -342,7 +354,7 @@ class NvmlDeviceLib:
     # -- settings ----------------------------------------------------------------------------
 
     def settings(self, gpu_uuid: str) -> devices.DeviceSettings:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             mode = self._optional("nvmlDeviceGetComputeMode", handle)
             by_value = {v: k for k, v in _COMPUTE_MODES.items()}
@@ -363,7 +375,7 @@ class NvmlDeviceLib:
             )
 
     def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
-        with self._lock:
+        with self._locked(gpu_uuid):
             self._call("nvmlDeviceSetComputeMode", self._handle(gpu_uuid), _COMPUTE_MODES[mode])
 
     def set_time_slice(self, gpu_uuid: str, time_slice: TimeSlice) -> None:
@@ -372,7 +384,7 @@ class NvmlDeviceLib:
         self._time_slices[gpu_uuid] = time_slice
 
     def set_power_limit(self, gpu_uuid: str, watts: int | None) -> None:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             milliwatts = (
                 int(self._call("nvmlDeviceGetPowerManagementDefaultLimit", handle))
@@ -382,7 +394,7 @@ class NvmlDeviceLib:
             self._call("nvmlDeviceSetPowerManagementLimit", handle, milliwatts)
 
     def lock_clocks(self, gpu_uuid: str, mhz: int | None) -> None:
-        with self._lock:
+        with self._locked(gpu_uuid):
             handle = self._handle(gpu_uuid)
             if mhz is None:
                 self._call("nvmlDeviceResetGpuLockedClocks", handle)
@@ -392,7 +404,7 @@ class NvmlDeviceLib:
                 self._locked_clocks[gpu_uuid] = mhz
 
     def set_persistence_mode(self, gpu_uuid: str, enabled: bool) -> None:
-        with self._lock:
+        with self._locked(gpu_uuid):
             value = pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
             self._call("nvmlDeviceSetPersistenceMode", self._handle(gpu_uuid), value)
 
@@ -430,6 +442,15 @@ class NvmlDeviceLib:
             self._optional("nvmlEventSetFree", self._events)
             self._events = None
         self._optional("nvmlShutdown")
+
+
+def _gpu_instance(info: Any) -> devices.GpuInstance:
+    return devices.GpuInstance(
+        gi_id=int(info.id),
+        profile_id=int(info.profileId),
+        start=int(info.placement.start),
+        size=int(info.placement.size),
+    )
 
 
 def _pci_bus_id(bus_id: str) -> str:

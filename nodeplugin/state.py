@@ -498,9 +498,9 @@ class DeviceState:
         assert step.gi_id is not None
         if (step.gpu, step.gi_id) in self._owned_migs(besides=record.uid):
             return  # gone already; the id now belongs to another claim's instance
-        present = {(g.gi_id, g.start) for g in self.lib.gpu_instances(step.gpu)}
-        if (step.gi_id, step.start) in present:
-            self.lib.destroy_mig_device(step.gpu, gi_id=step.gi_id, ci_id=None)
+        gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+        if gi is not None and gi.start == step.start:
+            self.lib.destroy_mig_device(step.gpu, gi_id=step.gi_id, ci_id=step.ci_id)
 
     def _owned_migs(self, *, besides: str) -> set[tuple[str, int]]:
         return {
@@ -556,13 +556,13 @@ class DeviceState:
         problems = []
         owned = self._owned_migs(besides=record.uid)
         for step in migs:
-            for gi in self.lib.gpu_instances(step.gpu):
-                mine = (gi.gi_id, gi.start) == (step.gi_id, step.start)
-                if mine and (step.gpu, gi.gi_id) not in owned:
-                    problems.append(
-                        f"MIG device {step.mig_uuid} ({step.profile} at {step.start}) "
-                        f"still exists on {step.gpu}"
-                    )
+            assert step.gi_id is not None
+            gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            if gi is not None and gi.start == step.start and (step.gpu, gi.gi_id) not in owned:
+                problems.append(
+                    f"MIG device {step.mig_uuid} ({step.profile} at {step.start}) "
+                    f"still exists on {step.gpu}"
+                )
         with self.checkpoint.lock:
             ledger = self.checkpoint.data.settings
             for step in holds:
