@@ -85,6 +85,7 @@ _REASONS = (
     ("Required value", "FieldValueRequired"),
     ("Forbidden", "FieldValueForbidden"),
     ("Too many", "FieldValueTooMany"),
+    ("Too long", "FieldValueTooLong"),
     ("Duplicate value", "FieldValueDuplicate"),
     ("Unsupported value", "FieldValueNotSupported"),
     ("unknown field", "FieldValueUnknown"),

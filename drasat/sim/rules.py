@@ -6,6 +6,7 @@ Purely computational: each check returns the (field path, message) causes it fou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,49 @@ Obj = dict[str, Any]
 #: Limits from k8s.io/api/resource/v1alpha2.
 RESERVED_FOR_MAX = 32
 NODE_LIST_MAX = 128
+RESOURCE_HANDLES_MAX = 32
+RESOURCE_HANDLE_DATA_MAX = 16 * 1024
+ALLOCATION_MODES = ("Immediate", "WaitForFirstConsumer")
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _subdomain(field: str, value: Any) -> list[Cause]:
+    if not value:
+        return [(field, "Required value")]
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        return [
+            (
+                field,
+                f"{value!r}: a lowercase RFC 1123 subdomain must consist of lower case "
+                "alphanumeric characters, '-' or '.'",
+            )
+        ]
+    return []
+
+
+def _parameters_ref(field: str, ref: Any) -> list[Cause]:
+    if ref is None:
+        return []
+    return [
+        (f"{field}.{key}", "Required value") for key in ("kind", "name") if not (ref or {}).get(key)
+    ]
+
+
+def _claim_spec(field: str, spec: Obj) -> list[Cause]:
+    causes = _subdomain(f"{field}.resourceClassName", spec.get("resourceClassName"))
+    causes += _parameters_ref(f"{field}.parametersRef", spec.get("parametersRef"))
+    mode = spec.get("allocationMode")
+    if mode is not None and mode not in ALLOCATION_MODES:
+        causes.append(
+            (
+                f"{field}.allocationMode",
+                f"Unsupported value: {mode!r}: supported "
+                f"values: {', '.join(repr(m) for m in ALLOCATION_MODES)}",
+            )
+        )
+    return causes
+
 
 #: Pod spec fields an update may change (everything else is immutable).
 _POD_MUTABLE = (
@@ -50,7 +94,7 @@ def pod(new: Obj, old: Obj | None) -> list[Cause]:
 
 
 def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
-    causes: list[Cause] = []
+    causes = _claim_spec("spec", new.get("spec") or {})
     if old is not None and new.get("spec") != old.get("spec"):
         causes.append(("spec", "field is immutable"))
     status = new.get("status") or {}
@@ -73,6 +117,22 @@ def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
             causes.append((f"status.reservedFor[{index}].uid", f"Duplicate value: {uid!r}"))
     if allocation and not status.get("driverName"):
         causes.append(("status.driverName", "Required value: must be set when `allocation` is"))
+    handles = (allocation or {}).get("resourceHandles") or []
+    if len(handles) > RESOURCE_HANDLES_MAX:
+        causes.append(
+            (
+                "status.allocation.resourceHandles",
+                f"Too many: {len(handles)}: must have at most {RESOURCE_HANDLES_MAX} items",
+            )
+        )
+    for index, handle in enumerate(handles):
+        if len(handle.get("data") or "") > RESOURCE_HANDLE_DATA_MAX:
+            causes.append(
+                (
+                    f"status.allocation.resourceHandles[{index}].data",
+                    f"Too long: must have at most {RESOURCE_HANDLE_DATA_MAX} bytes",
+                )
+            )
     if status.get("deallocationRequested") and not allocation:
         causes.append(
             (
@@ -88,6 +148,22 @@ def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
             ("status.allocation", "Forbidden: may not be cleared while `reservedFor` is set")
         )
     return causes
+
+
+def resource_class(new: Obj, old: Obj | None) -> list[Cause]:
+    causes = _subdomain("driverName", new.get("driverName"))
+    return causes + _parameters_ref("parametersRef", new.get("parametersRef"))
+
+
+def resource_claim_template(new: Obj, old: Obj | None) -> list[Cause]:
+    return _claim_spec("spec.spec", (new.get("spec") or {}).get("spec") or {})
+
+
+def lease(new: Obj, old: Obj | None) -> list[Cause]:
+    duration = (new.get("spec") or {}).get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        return [("spec.leaseDurationSeconds", f"{duration}: must be greater than 0")]
+    return []
 
 
 def pod_scheduling_context(new: Obj, old: Obj | None) -> list[Cause]:
@@ -116,6 +192,9 @@ _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("v1", "Pod"): pod,
     ("resource.k8s.io/v1alpha2", "ResourceClaim"): resource_claim,
     ("resource.k8s.io/v1alpha2", "PodSchedulingContext"): pod_scheduling_context,
+    ("resource.k8s.io/v1alpha2", "ResourceClass"): resource_class,
+    ("resource.k8s.io/v1alpha2", "ResourceClaimTemplate"): resource_claim_template,
+    ("coordination.k8s.io/v1", "Lease"): lease,
 }
 
 

@@ -280,6 +280,18 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
             causes.append((f"metadata.labels[{key}]", f"{key!r}: invalid label key"))
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
             causes.append((f"metadata.labels[{key}]", f"{value!r}: invalid label value"))
+    owners = meta.get("ownerReferences") or []
+    for index, owner in enumerate(owners):
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not (owner or {}).get(key):
+                causes.append((f"metadata.ownerReferences[{index}].{key}", "Required value"))
+    if sum(1 for owner in owners if (owner or {}).get("controller")) > 1:
+        causes.append(
+            (
+                "metadata.ownerReferences",
+                "Invalid value: only one reference can have Controller set to true",
+            )
+        )
     if not namespaced and meta.get("namespace"):
         causes.append(("metadata.namespace", "not allowed on this cluster-scoped type"))
     return causes

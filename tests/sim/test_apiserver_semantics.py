@@ -179,6 +179,81 @@ def test_claim_status_rules(custom: kubernetes.client.CustomObjectsApi) -> None:
     assert causes(spec_change.value) == {"spec": "Invalid value: field is immutable"}
 
 
+@pytest.mark.parametrize(
+    ("plural", "body", "field"),
+    [
+        ("resourceclaims", claim("c", allocationMode="Sometimes"), "spec.allocationMode"),
+        ("resourceclaims", claim("c", resourceClassName="Not A Name"), "spec.resourceClassName"),
+        (
+            "resourceclaims",
+            claim("c", parametersRef={"kind": "GpuClaimParameters"}),
+            "spec.parametersRef.name",
+        ),
+        (
+            "resourceclaimtemplates",
+            {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "t"},
+                "spec": {"spec": {"resourceClassName": "x", "allocationMode": "Later"}},
+            },
+            "spec.spec.allocationMode",
+        ),
+        (
+            "podschedulingcontexts",
+            {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "PodSchedulingContext",
+                "metadata": {"name": "p"},
+                "spec": {"potentialNodes": [f"n{i}" for i in range(129)]},
+            },
+            "spec.potentialNodes",
+        ),
+        (
+            "resourceclaims",
+            dict(
+                claim("c"),
+                metadata={
+                    "name": "c",
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p"}],
+                },
+            ),
+            "metadata.ownerReferences[0].uid",
+        ),
+    ],
+)
+def test_semantic_rules_of_builtin_kinds(
+    custom: kubernetes.client.CustomObjectsApi, plural: str, body: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ApiException) as caught:
+        custom.create_namespaced_custom_object(*RC, "default", plural, body)
+    assert field in causes(caught.value)
+
+
+def test_resource_handle_data_is_limited(custom: kubernetes.client.CustomObjectsApi) -> None:
+    create_claim(custom, claim("c"))
+    status = {
+        "status": {
+            "driverName": "gpu.drasat.io",
+            "allocation": {
+                "resourceHandles": [{"driverName": "gpu.drasat.io", "data": "x" * (16 * 1024 + 1)}]
+            },
+        }
+    }
+    with pytest.raises(ApiException) as caught:
+        custom.patch_namespaced_custom_object_status(*RC, "default", "resourceclaims", "c", status)
+    found = causes(caught.value)
+    assert found["status.allocation.resourceHandles[0].data"].startswith("Too long")
+
+
+def test_lease_duration_must_be_positive(api_client: kubernetes.client.ApiClient) -> None:
+    coordination = kubernetes.client.CoordinationV1Api(api_client)
+    lease = {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}
+    with pytest.raises(ApiException) as caught:
+        coordination.create_namespaced_lease("default", lease)
+    assert "spec.leaseDurationSeconds" in causes(caught.value)
+
+
 # --- finalizers -------------------------------------------------------------------------------
 
 
