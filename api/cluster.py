@@ -183,7 +183,8 @@ def _devices(spec: ClusterSpec, group: ClusterNode, node: str) -> list[Allocatab
             cudaComputeCapability=product.compute_capability,
             driverVersion=spec.driverVersion,
             cudaDriverVersion=spec.cudaDriverVersion,
-            pciBusID=f"0000:{0x18 + 0x10 * index:02x}:00.0",
+            # distinct, well-formed bus IDs for up to 16 GPUs per PCI domain
+            pciBusID=f"{index // 16:04x}:{0x10 + 0x0E * (index % 16):02x}:00.0",
             # The first half of the GPUs sit on NUMA node 0, the rest on 1, as on 2-socket hosts.
             numaNode=(2 * index) // len(products),
             nvlinkPeers=[u for u in uuids if u != uuids[index]] if group.nvlink else None,

@@ -148,3 +148,10 @@ def test_bad_cluster_files(text: str, message: str) -> None:
     with pytest.raises(InputError) as info:
         nodes.load(loading.parse_documents(text, "c.yaml"))
     assert str(info.value).startswith(message)
+
+
+def test_many_gpus_get_distinct_well_formed_pci_bus_ids() -> None:
+    gpus = cluster.expand(_spec(gpus=[{"product": "H100-80GB", "count": 40}]))[0].nas.spec.gpus()
+    ids = [g.pciBusID or "" for g in gpus]
+    assert len(set(ids)) == 40
+    assert all(re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:00\.0", i) for i in ids)
