@@ -34,6 +34,7 @@ class Config:
     plugin_dir: Path = Path("/var/lib/kubelet/plugins")
     registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     driver_root: str = "/"
+    dev_root: str = ""  # host prefix of device nodes in CDI specs; "": the driver root
     state_dir: Path = Path("/var/lib/drasat")
     proc_root: Path = Path("/proc")  # where /proc/driver/nvidia/capabilities is read
     kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
@@ -77,7 +78,7 @@ class NodePlugin:
             lib=lib,
             store=store,
             checkpoint=checkpoint.Checkpoint(config.state_dir),
-            cdi=cdi.CdiWriter(config.cdi_root, driver_root=config.driver_root),
+            cdi=cdi.CdiWriter(config.cdi_root, driver_root=config.dev_root or config.driver_root),
             mps=mps.MpsManager(config.state_dir / "mps", mps_runner),
             orphans=config.orphans,
             proc_root=config.proc_root,

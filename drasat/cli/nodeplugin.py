@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
         help="where the NVIDIA driver is installed on the host (CDI hostPath prefix; default /)",
     )
     add(
+        "--dev-root",
+        default=_env("DEV_ROOT", ""),
+        help="host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the "
+        "driver root)",
+    )
+    add(
         "--state-dir",
         default=_env("STATE_DIR", "/var/lib/drasat"),
         help="checkpoint and MPS directories (default /var/lib/drasat)",
@@ -109,6 +115,7 @@ def options(args: argparse.Namespace) -> app.Options:
         plugin_dir=Path(args.kubelet_plugin_dir),
         registry_dir=Path(args.kubelet_registry_dir),
         driver_root=args.driver_root,
+        dev_root=args.dev_root,
         state_dir=Path(args.state_dir),
         kubelet_api=registration.KubeletApi(args.kubelet_api),
         orphans=state.OrphanPolicy(args.orphan_mig),
