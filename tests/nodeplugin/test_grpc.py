@@ -3,6 +3,7 @@ NodePrepareResources / NodeUnprepareResources with a real grpc client."""
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Iterator
 from concurrent import futures
@@ -211,3 +212,22 @@ def test_64_concurrent_prepares_and_unprepares(served: Any) -> None:
     assert all(gpu_instances(node, g) == [] for g in range(8))
     assert node.store.read().spec.preparedClaims == {}
     assert node.state.checkpoint.records() == []
+
+
+def test_optional_claim_and_mig_by_needs_over_the_socket(served: Any) -> None:
+    node, kubelet = served("2xA100-40GB,mig=1")
+    optional = {"claimInfo": {"namespace": "default", "name": "claim", "uid": "opt"},
+                "gpu": {"devices": []}, "optional": True}  # fmt: skip
+    node.allocate("opt", optional)
+    # A MIG claim stated by needs (memory >= 8Gi): the controller resolved it to 2g.10gb at 2.
+    node.allocate("needs", mig_allocation("needs", node.gpu(1), "2g.10gb", 2, 2))
+    response = kubelet.prepare("opt", "needs")
+    assert {u: r.error for u, r in response.claims.items()} == {"opt": "", "needs": ""}
+    spec = json.loads(node.state.cdi.path("opt").read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in env and "DRASAT_GPU_ALLOCATED=false" in env
+    assert gpu_instances(node, 1) == [(2, 2)]
+    assert {u: r.error for u, r in kubelet.unprepare("opt", "needs").claims.items()} == {
+        "opt": "",
+        "needs": "",
+    }
