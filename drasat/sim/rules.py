@@ -159,6 +159,20 @@ def resource_claim_template(new: Obj, old: Obj | None) -> list[Cause]:
     return _claim_spec("spec.spec", (new.get("spec") or {}).get("spec") or {})
 
 
+def event(new: Obj, old: Obj | None) -> list[Cause]:
+    """A core Event about a namespaced object lives in that object's namespace."""
+    involved = new.get("involvedObject") or {}
+    namespace = (new.get("metadata") or {}).get("namespace")
+    if involved.get("namespace") and involved["namespace"] != namespace:
+        return [
+            (
+                "involvedObject.namespace",
+                f"{involved['namespace']!r}: does not match event.namespace",
+            )
+        ]
+    return []
+
+
 def lease(new: Obj, old: Obj | None) -> list[Cause]:
     duration = (new.get("spec") or {}).get("leaseDurationSeconds")
     if duration is not None and duration <= 0:
@@ -195,6 +209,7 @@ _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("resource.k8s.io/v1alpha2", "ResourceClass"): resource_class,
     ("resource.k8s.io/v1alpha2", "ResourceClaimTemplate"): resource_claim_template,
     ("coordination.k8s.io/v1", "Lease"): lease,
+    ("v1", "Event"): event,
 }
 
 

@@ -254,6 +254,19 @@ def test_lease_duration_must_be_positive(api_client: kubernetes.client.ApiClient
     assert "spec.leaseDurationSeconds" in causes(caught.value)
 
 
+def test_event_lives_in_its_objects_namespace(core: kubernetes.client.CoreV1Api) -> None:
+    event = {
+        "metadata": {"name": "e"},
+        "reason": "Failed",
+        "message": "m",
+        "involvedObject": {"kind": "ResourceClaim", "name": "c", "namespace": "team-a"},
+    }
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_event("default", event)
+    assert "involvedObject.namespace" in causes(caught.value)
+    core.create_namespaced_event("team-a", event)
+
+
 # --- finalizers -------------------------------------------------------------------------------
 
 
