@@ -59,6 +59,7 @@ class AppliedStep(_Model):
     start: int | None = None
     size: int | None = None
     setting: str = ""  # hold: which setting
+    baseline: str | int | bool | None = None  # hold: the value before the first holder
     path: str = ""  # cdi: spec file; mps: daemon directory
 
 
@@ -69,6 +70,8 @@ class ClaimRecord(_Model):
     status: ClaimStatus
     allocation: dict[str, Any]
     planned_migs: list[PlannedMig] = Field(default_factory=list)
+    #: "nas": the allocation came from NAS allocatedClaims; "handle": from the resource handle
+    source: str = "nas"
     applied: list[AppliedStep] = Field(default_factory=list)
     cdi_devices: list[str] = Field(default_factory=list)
 

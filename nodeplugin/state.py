@@ -176,7 +176,7 @@ class DeviceState:
                 self._rollback(record)
                 if record.status is ClaimStatus.UnprepareStarted:
                     self._remove_prepared(record.uid)
-            allocation = self._allocation(claim)
+            allocation, source = self._allocation(claim)
             record = ClaimRecord(
                 uid=claim.uid,
                 namespace=claim.namespace or allocation.claimInfo.namespace,
@@ -184,6 +184,7 @@ class DeviceState:
                 status=ClaimStatus.PrepareStarted,
                 allocation=allocation.dump(),
                 planned_migs=self._plan_migs(allocation),
+                source=source,
             )
             self._check_gpus(allocation)
             self.checkpoint.put(record)
@@ -203,15 +204,17 @@ class DeviceState:
         except (DeviceError, OSError, NasError) as error:
             log.error("claim %s: rollback incomplete (%s); retried on next call", record.uid, error)
 
-    def _allocation(self, claim: ClaimRef) -> AllocatedDevices:
+    def _allocation(self, claim: ClaimRef) -> tuple[AllocatedDevices, str]:
+        """The claim's allocation and where it came from ("nas" or "handle")."""
         handle = self._handle_allocation(claim)
         try:
             nas = self.store.read()
         except NasError as error:
             raise ClaimError(f"claim {claim}: {error}") from error
         allocation = nas.spec.allocatedClaims.get(claim.uid)
-        if allocation is None:
-            allocation = handle
+        source = "nas"
+        if allocation is None and handle is not None:
+            allocation, source = handle, "handle"
         if allocation is None:
             raise ClaimError(
                 f"claim {claim} is not allocated on node {self.store.node}: no entry in "
@@ -223,7 +226,7 @@ class DeviceState:
             raise ClaimError(
                 f"claim {claim}: NAS allocatedClaims names it {info.namespace}/{info.name}"
             )
-        return allocation
+        return allocation, source
 
     @staticmethod
     def _handle_allocation(claim: ClaimRef) -> AllocatedDevices | None:
@@ -423,7 +426,8 @@ class DeviceState:
             if record.uid not in hold.holders:
                 hold.holders.append(record.uid)
             self.checkpoint.save()
-            self._record_step(record, AppliedStep(kind="hold", gpu=gpu, setting=setting), "hold")
+            step = AppliedStep(kind="hold", gpu=gpu, setting=setting, baseline=hold.baseline)
+            self._record_step(record, step, "hold")
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
         with self._settings_lock, self.checkpoint.lock:
@@ -580,14 +584,13 @@ class DeviceState:
     def _baseline_problem(self, step: AppliedStep) -> str:
         setting = Setting(step.setting)
         current = self._read_setting(step.gpu, setting)
-        expected: SettingValue = {
-            Setting.computeMode: ComputeMode.Default.value,
-            Setting.timeSlice: TimeSlice.Default.value,
-        }.get(setting, current)
-        if setting is Setting.powerLimitWatts:
+        expected: SettingValue = step.baseline  # what the GPU had before the first holder
+        if expected is None and setting is Setting.computeMode:
+            expected = ComputeMode.Default.value
+        if expected is None and setting is Setting.timeSlice:
+            expected = TimeSlice.Default.value
+        if expected is None and setting is Setting.powerLimitWatts:
             expected = self.lib.settings(step.gpu).default_power_limit_watts
-        if setting is Setting.lockedClocksMHz:
-            expected = None
         if current is not None and current != expected:
             return f"{step.gpu} {setting.value} is {current}, baseline {expected}"
         return ""
@@ -663,7 +666,9 @@ class DeviceState:
         return lines
 
     def garbage_collect(self) -> list[str]:
-        """Unprepare claims that are prepared here but no longer allocated to this node."""
+        """Unprepare claims that are prepared here but no longer allocated to this node.
+
+        Claims prepared from their resource handle alone are left to the kubelet's unprepare."""
         try:
             allocated = set(self.store.read().spec.allocatedClaims)
         except NasError as error:
@@ -671,7 +676,8 @@ class DeviceState:
             return []
         collected = []
         for record in self.checkpoint.records():
-            if record.uid in allocated or record.status is not ClaimStatus.PrepareCompleted:
+            done = record.status is ClaimStatus.PrepareCompleted
+            if record.uid in allocated or not done or record.source != "nas":
                 continue
             try:
                 self.unprepare(ClaimRef(record.uid, record.namespace, record.name))

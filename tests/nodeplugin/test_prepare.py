@@ -344,3 +344,21 @@ def test_garbage_collection_unprepares_deallocated_claims(node_factory: Any) -> 
     assert node.state.garbage_collect() == [UID]
     assert gpu_instances(node, 1) == []
     assert set(node.store.read().spec.preparedClaims) == {UID2}
+
+
+def test_baseline_is_what_the_gpu_had_not_a_default(node_factory: Any) -> None:
+    node = node_factory("T4")
+    node.sim.gpus[0].compute_mode = 2  # the admin keeps this GPU Prohibited between workloads
+    node.allocate(UID, gpu_allocation(UID, node.gpu(0), share={"compute": 50}))
+    node.state.prepare(ref(UID))
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
+    node.state.unprepare(ref(UID))  # verification compares with Prohibited, and passes
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Prohibited
+
+
+def test_garbage_collection_leaves_handle_claims_alone(node_factory: Any) -> None:
+    node = node_factory("T4")
+    handle = json.dumps(gpu_allocation(UID, node.gpu(0)))
+    node.state.prepare(ClaimRef(UID, "default", "claim", handle))  # never in the NAS
+    assert node.state.garbage_collect() == []
+    assert node.state.checkpoint.get(UID) is not None
