@@ -604,6 +604,7 @@ class DeviceState:
         report = []
         for record in self.checkpoint.records():
             if record.status is ClaimStatus.PrepareCompleted:
+                report.extend(self._check_adopted(record))
                 continue
             try:
                 if record.status is ClaimStatus.UnprepareStarted:
@@ -620,6 +621,20 @@ class DeviceState:
         for line in report:
             log.warning("reconcile: %s", line)
         return report
+
+    def _check_adopted(self, record: ClaimRecord) -> list[str]:
+        """A prepared claim keeps its MIG devices; say so when one has gone (e.g. a GPU reset)."""
+        lines = []
+        for step in record.applied:
+            if step.kind != "mig" or step.gi_id is None:
+                continue
+            gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            if gi is None or gi.start != step.start:
+                lines.append(
+                    f"prepared claim {record.uid}: its MIG device {step.mig_uuid} "
+                    f"({step.profile} at {step.start} on {step.gpu}) is gone"
+                )
+        return lines
 
     def _handle_orphans(self) -> list[str]:
         owned = self._owned_migs(besides="")

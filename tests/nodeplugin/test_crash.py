@@ -156,3 +156,14 @@ def test_interrupted_unprepare_then_prepare_again(node_factory: Any) -> None:
     restarted = crash(node, "undo-cdi", lambda: node.state.unprepare(ClaimRef(UID)))
     restarted.state.prepare(ref(UID))  # the kubelet retries prepare (pod restarted)
     assert gpu_instances(restarted, 1) == [(5, 1)]
+
+
+def test_reconcile_reports_a_prepared_claims_lost_mig_device(node_factory: Any) -> None:
+    node = node_factory("2xA100-40GB,mig=1")
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "1g.5gb", 4, 1))
+    node.state.prepare(ref(UID))
+    node.sim.gpus[1].gpu_instances.clear()  # a GPU reset took it away
+    report = node.restart().state.reconcile()
+    assert any(
+        f"prepared claim {UID}: its MIG device" in line and "is gone" in line for line in report
+    )
