@@ -166,6 +166,16 @@ class _Compiler:
 
     def run(self) -> Workload:
         self.ignored.extend(self.inv.ignored)
+        for index, child in workloads.with_children(self.inv.workloads).items():
+            parent = self.inv.workloads[index]
+            what = inventory.located(parent.document, parent.namespace)
+            self.ignored.append(
+                Ignored(
+                    parent.document.where,
+                    what.removeprefix(f"{parent.document.where}: "),
+                    f"its {child} is in the input and stands for its pods",
+                )
+            )
         pods = [self._pod(p) for p in workloads.expand(self.inv.workloads)]
         compiled = [p for p in pods if p is not None]
         used: dict[str, Claim] = {}

@@ -52,11 +52,33 @@ def _suffix(seed: str, length: int) -> str:
     return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:length])
 
 
+def with_children(entries: list[inventory.Entry[Object]]) -> dict[int, str]:
+    """Workloads whose own children are in the input: index -> `Kind name` of a child. Pure.
+
+    A dump of a live namespace lists a Deployment, its ReplicaSet and their Pods; the Pods are
+    what exists (names, UIDs, allocations), so only the leaves of that tree stand for pods.
+    """
+    index_of = {(e.obj.kind, e.namespace, e.obj.metadata.name): i for i, e in enumerate(entries)}
+    out: dict[int, str] = {}
+    for entry in entries:
+        for ref in entry.obj.metadata.ownerReferences or []:
+            owner = index_of.get((str(ref.get("kind")), entry.namespace, str(ref.get("name"))))
+            if ref.get("controller") and owner is not None:
+                out.setdefault(owner, f"{entry.obj.kind} {entry.obj.metadata.name}")
+    return out
+
+
 def expand(entries: list[inventory.Entry[Object]]) -> list[PodInstance]:
-    """Every pod the entries stand for, in input order. Raises InputError on duplicate pods."""
+    """Every pod the entries stand for, in input order. Raises InputError on duplicate pods.
+
+    Workloads whose children are in the input are left to them (see `with_children`).
+    """
     pods: list[PodInstance] = []
     seen: dict[str, str] = {}
-    for entry in entries:
+    skipped = with_children(entries)
+    for index, entry in enumerate(entries):
+        if index in skipped:
+            continue
         for pod in _pods_of(entry):
             if pod.key in seen:
                 raise InputError(

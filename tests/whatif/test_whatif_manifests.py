@@ -336,3 +336,35 @@ spec: {profile: 1g.5gb, gpuClaimName: gpu}
     )
     gpu, mig = _compile(text).requests()[0].claims
     assert mig.mig is not None and mig.mig.gpuClaimName == "p-gpu" == gpu.name
+
+
+def test_a_live_dump_counts_each_pod_once() -> None:
+    # `kubectl get deploy,rs,pods -o yaml` lists the Deployment, its ReplicaSet and its Pods:
+    # the Pods are what exists, the owners must not add pods of their own.
+    deployment = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: ns}\n"
+        f"spec:\n  replicas: 2\n  template:{WORKLOAD_TEMPLATE}"
+    )
+    replica_set = (
+        "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: web-abc, namespace: ns,\n"
+        "  ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: u,"
+        " controller: true}]}\n"
+        f"spec:\n  replicas: 2\n  template:{WORKLOAD_TEMPLATE}"
+    )
+    pods = [
+        _pod(name, "[{name: gpu, resourceClaimTemplateName: t}]").replace(
+            "namespace: ns}",
+            "namespace: ns, ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet,"
+            " name: web-abc, uid: v, controller: true}]}",
+        )
+        for name in ("web-abc-x1", "web-abc-x2")
+    ]
+    workload = _compile(_docs(CLASS, _template("t"), deployment, replica_set, *pods))
+    assert [p.pod.name for p in workload.pods] == ["web-abc-x1", "web-abc-x2"]
+    ignored = {i.what: i.reason for i in workload.ignored}
+    assert ignored["Deployment ns/web"] == (
+        "its ReplicaSet web-abc is in the input and stands for its pods"
+    )
+    assert ignored["ReplicaSet ns/web-abc"] == (
+        "its Pod web-abc-x1 is in the input and stands for its pods"
+    )
