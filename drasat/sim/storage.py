@@ -280,7 +280,8 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self._rv)
         if store:
             self._objects[rt.store_key][(namespace, name)] = obj
-        self._events.append(Event(self._rv, kind, rt.store_key, namespace, copy.deepcopy(obj), old))
+        # Stored objects are never changed in place (writes replace them), so events share them.
+        self._events.append(Event(self._rv, kind, rt.store_key, namespace, obj, old))
         while len(self._events) > self._history:
             self._compacted = self._events.popleft().resource_version
         self._cond.notify_all()

@@ -294,3 +294,24 @@ def test_wait_bound_times_out_with_reason(
     sim.run_once()
     with pytest.raises(TimeoutError, match="does not exist"):
         sim.wait_bound("default", "p", timeout=0.01)
+
+
+def test_background_scheduler_rides_out_an_outage(
+    cluster: kubernetes.client.ApiClient, server: apiserver.ApiServer
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    driver = FakeDriver(cluster)
+    make_pod(core, "p", resourceClaimTemplateName="gpu.drasat.io-template")
+    server.faults.down()
+    with scheduler.Scheduler(kubeclient.KubeClient(server.url), resync=0.2) as background:
+        with pytest.raises(TimeoutError):
+            background.wait_bound("default", "p", timeout=0.5)
+        assert server.faults.injected["down-503"] > 0
+        server.faults.up()
+        for _ in range(100):
+            driver.step()
+            with contextlib.suppress(TimeoutError):
+                assert background.wait_bound("default", "p", timeout=0.2) == GPU_NODE
+                break
+        else:
+            pytest.fail(f"not bound: {background.reasons}")
