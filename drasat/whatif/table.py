@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from drasat.whatif.inventory import Ignored
 from drasat.whatif.report import Report, Row, Summary
 
 
@@ -16,9 +17,24 @@ def render(report: Report, *, wide: bool = False) -> str:
     lines.extend(summary_lines(report.summary))
     if report.solver_error:
         lines.append(report.solver_error)
-    for item in report.ignored:
-        lines.append(f"ignored: {item.what} ({item.where}): {item.reason}")
+    lines.extend(ignored_lines(report.ignored, wide=wide))
     return "\n".join(lines) + "\n"
+
+
+def ignored_lines(ignored: Sequence[Ignored], *, wide: bool) -> list[str]:
+    """One line per ignored object; the table folds objects of one kind, file and reason
+    (the Namespaces of a manifest) into one line."""
+    if wide:
+        return [f"ignored: {i.what} ({i.where}): {i.reason}" for i in ignored]
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for item in ignored:
+        kind, _, name = item.what.partition(" ")
+        source = item.where.rsplit(": document ", 1)[0]
+        groups.setdefault((kind, source, item.reason), []).append(name)
+    return [
+        f"ignored: {kind} {', '.join(names)} ({source}): {reason}"
+        for (kind, source, reason), names in groups.items()
+    ]
 
 
 def _cells(row: Row, *, wide: bool) -> list[str]:

@@ -121,7 +121,10 @@ def test_default_table(run_cli: Any) -> None:
     assert "3g.20gb@" in rows[("gpu-test3/mig-pod", "mig")]
     assert "pods: 6 placed, 0 unplaced" in result.out
     assert "MIG slices: 4 used, 12 free of 16" in result.out
-    assert "ignored: Namespace gpu-test1" in result.out
+    assert (
+        "ignored: Namespace gpu-test1, gpu-test2, gpu-test3, gpu-test4 "
+        "(<embedded>/default-manifests.yaml): not a kind the what-if places\n"
+    ) in result.out
 
 
 def test_wide_shows_uuids_and_sharing(run_cli: Any) -> None:
@@ -131,6 +134,9 @@ def test_wide_shows_uuids_and_sharing(run_cli: Any) -> None:
         "POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"
     ]  # fmt: skip
     assert "shareable, TimeSlicing/Long" in result.out
+    assert "ignored: Namespace gpu-test1 (<embedded>/default-manifests.yaml: document 2)" in (
+        result.out
+    )
     assert "pod1-gpu" in result.out
 
 
