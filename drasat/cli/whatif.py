@@ -86,7 +86,10 @@ def main(args: argparse.Namespace) -> int:
     inputs = run.read_inputs(
         cluster=args.cluster, manifest_files=args.manifests, policy=args.policy
     )
-    result = run.run(inputs, mode=Mode(args.mode), solve=_solver())
+    mode = Mode(args.mode)
+    # Per-node reasons cost a solve per node; only the wide table of online mode shows them.
+    per_node = mode is Mode.online and args.output == "wide"
+    result = run.run(inputs, mode=mode, solve=_solver(), node_feasibility=per_node)
     text = render(result, args.output)
     if args.out:
         try:

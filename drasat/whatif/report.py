@@ -8,7 +8,7 @@ per-GPU picture out.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drasat.api import catalog
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
@@ -123,6 +123,8 @@ class Report:
     colours: dict[str, str]
     #: A solver failure, reported instead of a traceback; None when it solved.
     solver_error: str | None = None
+    #: Online mode, when asked: pod -> node -> None (suitable) or why it is unsuitable.
+    node_feasibility: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
 
 def build(
@@ -163,6 +165,7 @@ def build(
         allocations=allocations,
         unplaced=unplaced,
         solver_error=solver_error,
+        node_feasibility=solution.node_feasibility,
     )
 
 

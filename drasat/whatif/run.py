@@ -76,8 +76,13 @@ def _manifest_paths(given: str) -> list[str]:
     return [str(p) for p in found]
 
 
-def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:
-    """Compile, solve and describe. Raises InputError on bad input, never on a solver failure."""
+def run(
+    inputs: Inputs, *, mode: Mode, solve: Solve, node_feasibility: bool = False
+) -> report.Report:
+    """Compile, solve and describe. Raises InputError on bad input, never on a solver failure.
+
+    node_feasibility: ask the solver (online mode) why each node is unsuitable for each pod.
+    """
     cluster = nodes.load(inputs.cluster)
     workload = manifests.compile_manifests(
         inputs.manifests,
@@ -88,7 +93,7 @@ def run(inputs: Inputs, *, mode: Mode, solve: Solve) -> report.Report:
     problem = Problem(nodes=cluster.states, pods=workload.requests(), policy=inputs.policy)
     error: str | None = None
     try:
-        solution = solve(problem, SolveParams(mode=mode))
+        solution = solve(problem, SolveParams(mode=mode, node_feasibility=node_feasibility))
     except Exception as failure:  # a solver bug must still end in a report, not a traceback
         log.debug("solver failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"

@@ -13,6 +13,8 @@ def render(report: Report, *, wide: bool = False) -> str:
     if wide:
         header = ["POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"]
     lines = _columns([header, *(_cells(r, wide=wide) for r in report.rows)])
+    if wide:
+        lines.extend(unsuitable_lines(report))
     lines.append("")
     lines.extend(summary_lines(report.summary))
     if report.solver_error:
@@ -35,6 +37,15 @@ def ignored_lines(ignored: Sequence[Ignored], *, wide: bool) -> list[str]:
         f"ignored: {kind} {', '.join(names)} ({source}): {reason}"
         for (kind, source, reason), names in groups.items()
     ]
+
+
+def unsuitable_lines(report: Report) -> list[str]:
+    """Online mode: for each pod not placed, why each candidate node is unsuitable."""
+    lines: list[str] = []
+    for pod in (p for p in report.workload.pods if p.key in report.unplaced):
+        nodes = report.node_feasibility.get(pod.key, {})
+        lines.extend(f"  {pod.key} on {n}: {why}" for n, why in nodes.items() if why)
+    return ["", "unsuitable nodes:", *lines] if lines else []
 
 
 def _cells(row: Row, *, wide: bool) -> list[str]:

@@ -462,3 +462,34 @@ def test_policy_file_or_shipped_name_reaches_the_solver(
     assert failed.code == 2
     assert failed.err.startswith(f"error: {bad}: document 1: AllocationPolicy bad: ")
     assert "spec.objective[0].term" in failed.err
+
+
+def test_online_wide_says_why_each_node_is_unsuitable(run_cli: Any, write_yaml: Any) -> None:
+    cluster = write_yaml(
+        "c.yaml",
+        LABELLED_CLUSTER.replace("{name: t4b,", "{name: t4b, ready: false,"),
+    )
+    manifests = write_yaml(
+        "m.yaml",
+        "\n---\n".join(
+            [
+                FOUR_GPUS,
+                CLAIM.format(
+                    name="big",
+                    params=", parametersRef: {apiGroup: gpu.drasat.io, kind: GpuClaimParameters,"
+                    " name: four}",
+                ),
+                POD.format(name="big", claim="big"),
+            ]
+        ),
+    )
+    result = run_cli("--cluster", cluster, "-f", manifests, "--mode", "online", "-o", "wide")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    start = lines.index("unsuitable nodes:")
+    reasons = {line.split(": ", 1)[0].strip(): line for line in lines[start + 1 : start + 3]}
+    assert set(reasons) == {"ns/big on t4a", "ns/big on t4b"}
+    assert "NotReady" in reasons["ns/big on t4b"]
+    # the plain table of the same run has no such section
+    plain = run_cli("--cluster", cluster, "-f", manifests, "--mode", "online")
+    assert "unsuitable nodes:" not in plain.out
