@@ -386,6 +386,14 @@ class Controller:
 
     # Writing an allocation: finalizer, NAS, status.
     def _write(self, pending: _Pending) -> None:
+        """Write the allocations; their holds end with the write, whatever its outcome."""
+        try:
+            self._write_held(pending)
+        finally:
+            for uid in pending.allocations:
+                self.holds.drop(uid)
+
+    def _write_held(self, pending: _Pending) -> None:
         self._check_leader()
         for uid, claim in pending.claims.items():
             if uid in pending.allocations:
@@ -414,7 +422,8 @@ class Controller:
             self._write_status(claim, pending.node, devices, shareable=pending.shareable[uid])
             self.holds.drop(uid)
             self.metrics.allocations.inc()
-            log.info("allocated %s on %s", informer.key_of(claim), pending.node)
+            where = {"claim": informer.key_of(claim), "uid": uid, "node": pending.node}
+            log.info("allocated %s on %s", where["claim"], pending.node, extra=where)
 
     def _nas_mutation(self, obj: Obj, pending: _Pending) -> Obj | None:
         """Add the pending allocations to a fresh NAS; re-check with the solver if it moved."""
@@ -530,7 +539,8 @@ class Controller:
             except errors.Conflict:
                 raise Retry("claim changed while clearing its allocation") from None
         self.metrics.deallocations.inc()
-        log.info("deallocated %s", informer.key_of(claim))
+        where = {"claim": informer.key_of(claim), "uid": uid, "node": node or ""}
+        log.info("deallocated %s", informer.key_of(claim), extra=where)
 
     def _remove_from_nas(self, node: str, uids: set[str]) -> None:
         try:

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from drasat.api.errors import InputError
-from drasat.controller import app
+from drasat.controller import app, logs
 
 
 def _env(name: str, default: Any) -> Any:
@@ -106,6 +106,12 @@ def register(subparsers: Any) -> None:
         default=30.0,
         help="seconds a tentative device choice is held for a negotiating pod",
     )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=_env("LOG_FORMAT", "text"),
+        help="text, or json: one JSON object a line with claim/node fields",
+    )
     p.set_defaults(func=run)  # fmt: skip
 
 
@@ -137,6 +143,8 @@ def options(args: argparse.Namespace) -> app.Options:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_format == "json":
+        logs.use_json()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     controller_app = app.App(options(args))
