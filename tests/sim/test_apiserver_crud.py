@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 import kubernetes
@@ -266,3 +268,33 @@ def test_discovery(api_client: kubernetes.client.ApiClient) -> None:
     core = kubernetes.client.CoreV1Api(api_client).get_api_resources()
     assert "pods/status" in {r.name for r in core.resources}
     assert kubernetes.client.VersionApi(api_client).get_code().minor == "30"
+
+
+def test_strategic_merge_on_custom_resources_is_415(
+    server: apiserver.ApiServer, custom: kubernetes.client.CustomObjectsApi
+) -> None:
+    widget = {
+        "apiVersion": "test.drasat.io/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 1},
+    }
+    custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
+    request = urllib.request.Request(
+        f"{server.url}/apis/test.drasat.io/v1/namespaces/default/widgets/w",
+        data=json.dumps({"metadata": {"labels": {"a": "b"}}}).encode(),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+        method="PATCH",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 415
+
+
+def test_delete_collection_by_label(core: kubernetes.client.CoreV1Api) -> None:
+    for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
+        core.create_namespaced_config_map(
+            "default", {"metadata": {"name": name, "labels": {"app": app}}}
+        )
+    core.delete_collection_namespaced_config_map("default", label_selector="app=x")
+    assert [m.metadata.name for m in core.list_namespaced_config_map("default").items] == ["c"]
