@@ -184,6 +184,24 @@ def free_options(claim: Claim, gpu: GpuSlot) -> list[MigOption]:
     return [o for o in gpu.mig_options if claim.mig_fits(o) and gpu.option_free(o)]
 
 
+def _free_ways(claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
+    if claim.kind is Kind.whole:
+        return [None] if gpu.untouched else []
+    if claim.kind is Kind.share:
+        return [None] if share_fits(claim, gpu) else []
+    return list(free_options(claim, gpu))
+
+
+def claim_shape(claim: Claim) -> tuple[object, bool]:
+    """What eligibility reads of a claim (its namespace and spec), and whether it names GPUs
+    by index or uuid (then GPUs in equal states still differ)."""
+    spec = claim.request.gpu or claim.request.mig
+    assert spec is not None
+    text = spec.model_dump_json(exclude_none=True)
+    names_gpus = '"index"' in text or '"uuid"' in text
+    return (claim.namespace, claim.kind.value, text), names_gpus
+
+
 class _Builder:
     def __init__(
         self,
@@ -210,6 +228,8 @@ class _Builder:
                 nodes = self.claim_nodes.setdefault(claim.uid, {})
                 for node in entry.nodes:
                     nodes.setdefault(node.name, node)
+        self._shapes: dict[str, tuple[object, bool]] = {}
+        self._ways_memo: dict[object, tuple[str | None, list[MigOption | None]]] = {}
         self.nodes: dict[str, NodeView] = {}
         for entry in entries:
             for node in entry.nodes:
@@ -270,12 +290,10 @@ class _Builder:
     def device_variables(self, claim: Claim, node: NodeView, devices_here: cp_model.IntVar) -> None:
         vars_here: list[DeviceVar] = []
         for gpu in node.gpus:
-            if not demand.device_fits(claim, gpu):
-                continue
-            blocked_by = self.rules.blocking_rule(claim, gpu)
+            blocked_by, ways = self._ways(claim, gpu)
             if blocked_by is not None and not self.explain:
                 continue
-            for option in self._ways(claim, gpu):
+            for option in ways:
                 tag = "" if option is None else f"_{option.profile}@{option.start}"
                 var = self.m.new_bool_var(f"x_{claim.ref}_{gpu.node}_{gpu.position}{tag}")
                 if blocked_by is not None:
@@ -284,16 +302,26 @@ class _Builder:
                 vars_here.append(DeviceVar(claim, gpu, option, var))
         self.built.devices.setdefault(claim.uid, []).extend(vars_here)
         count = claim.count if claim.kind is Kind.whole else 1
-        self.m.add(sum(d.var for d in vars_here) == count * devices_here)
+        self.m.add(cp_model.LinearExpr.sum([d.var for d in vars_here]) == count * devices_here)
         if claim.kind is Kind.whole and claim.count > 1 and claim.request.gpu is not None:
             self.topology(claim, vars_here, devices_here)
 
-    def _ways(self, claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
-        if claim.kind is Kind.whole:
-            return [None] if gpu.untouched else []
-        if claim.kind is Kind.share:
-            return [None] if share_fits(claim, gpu) else []
-        return list(free_options(claim, gpu))
+    def _ways(self, claim: Claim, gpu: GpuSlot) -> tuple[str | None, list[MigOption | None]]:
+        """(policy rule forbidding it or None, ways the claim can take the GPU); memoized by
+        claim shape and GPU state, as pods with equal claims see the same GPUs."""
+        shape = self._shapes.get(claim.uid)
+        if shape is None:
+            shape = claim_shape(claim)
+            self._shapes[claim.uid] = shape
+        identity = gpu.identity() if shape[1] else ()
+        key = (shape, gpu.state_id, self.rules.node_class_id(gpu.node), identity)
+        found = self._ways_memo.get(key)
+        if found is None:
+            found = (None, [])
+            if demand.device_fits(claim, gpu):
+                found = (self.rules.blocking_rule(claim, gpu), _free_ways(claim, gpu))
+            self._ways_memo[key] = found
+        return found
 
     def topology(
         self, claim: Claim, vars_here: list[DeviceVar], devices_here: cp_model.IntVar
@@ -362,24 +390,29 @@ class _Builder:
         whole = [d for d in devices if d.claim.kind is Kind.whole]
         shares = [d for d in devices if d.claim.kind is Kind.share]
         migs = [d for d in devices if d.claim.kind is Kind.mig]
-        if len(whole) > 1:
-            self.m.add_at_most_one(d.var for d in whole)
+        exclusive = [d.var for d in whole]
         if shares:
-            self.m.add(
-                sum(d.claim.share_compute * d.var for d in shares)
-                <= FULL_COMPUTE - gpu.share_compute_used
-            )
-            self.m.add(
-                sum(d.claim.share_memory_mib * d.var for d in shares)
-                <= gpu.memory_mib - gpu.share_memory_used_mib
-            )
-            for w, s in itertools.product(whole, shares):
-                self.m.add(w.var + s.var <= 1)
+            weighted = cp_model.LinearExpr.weighted_sum
+            share_vars = [d.var for d in shares]
+            compute = weighted(share_vars, [d.claim.share_compute for d in shares])
+            self.m.add(compute <= FULL_COMPUTE - gpu.share_compute_used)
+            memory = weighted(share_vars, [d.claim.share_memory_mib for d in shares])
+            self.m.add(memory <= gpu.memory_mib - gpu.share_memory_used_mib)
+            if whole:
+                # Shared or held whole, not both: one flag for "shared" keeps this linear.
+                exclusive.append(self._any(share_vars, f"shared_{gpu.node}_{gpu.position}"))
+        if len(exclusive) > 1:
+            self.m.add_at_most_one(exclusive)
+        occupied: dict[int, cp_model.IntVar] = {}
         if migs:
-            for t in range(gpu.memory_slices):
-                covering = [d.var for d in migs if d.option is not None and t in d.option.slices()]
-                if len(covering) > 1:
-                    self.m.add_at_most_one(covering)
+            # One boolean per memory slice, the sum of the MIG literals covering it: no two
+            # instances overlap, and the costs below read 8 literals instead of every option.
+            for t, covering in sorted(_slice_groups(migs).items()):
+                if len(covering) == 1:
+                    occupied[t] = covering[0]
+                    continue
+                occupied[t] = self.m.new_bool_var(f"slice_{gpu.node}_{gpu.position}_{t}")
+                self.m.add(cp_model.LinearExpr.sum(covering) == occupied[t])
             media = [d.var for d in migs if d.option is not None and d.option.media_extensions]
             if len(media) > 1:
                 self.m.add_at_most_one(media)
@@ -387,7 +420,7 @@ class _Builder:
                 foreign = [d.var for d in migs if d.claim.paired_with != w.claim.uid]
                 if foreign:
                     self.m.add(sum(foreign) == 0).only_enforce_if(w.var)
-        self._gpu_costs(gpu, whole, shares, migs)
+        self._gpu_costs(gpu, whole, shares, migs, occupied)
 
     def node_capacity(self) -> None:
         b = self.built
@@ -447,18 +480,23 @@ class _Builder:
         whole: list[DeviceVar],
         shares: list[DeviceVar],
         migs: list[DeviceVar],
+        occupied: dict[int, cp_model.IntVar],
     ) -> None:
         w = self.rules.weights
         sec = self.built.secondary
         all_vars = [d.var for d in (*whole, *shares, *migs)]
         tag = f"{gpu.node}_{gpu.position}"
+        # Groups of literals of which at most one is true, covering every use of the GPU:
+        # a flag above each group's sum is 1 whenever the GPU is used (few, linear constraints).
+        groups = [[d.var for d in whole], *([v] for v in occupied.values())]
+        groups += [[d.var] for d in shares]
         opening = w.binpack + (0 if gpu.mig_enabled else w.fragmentation * OPEN_WHOLE_GPU)
         if gpu.untouched and opening:
-            sec.append((opening, self._any(all_vars, f"open_{tag}")))
+            sec.append((opening, self._flag_over(groups, f"open_{tag}")))
         if w.spread and not gpu.untouched:
-            sec.append((w.spread, self._any(all_vars, f"again_{tag}")))
+            sec.append((w.spread, self._flag_over(groups, f"again_{tag}")))
         if w.fragmentation and gpu.mig_enabled:
-            self._mig_fragmentation(gpu, whole, migs)
+            self._mig_fragmentation(gpu, whole, occupied)
         if w.prefer_product and not self.rules.prefers_product(gpu):
             sec.extend((w.prefer_product * PREFER, v) for v in all_vars)
         if w.mig_waste:
@@ -469,31 +507,33 @@ class _Builder:
                     sec.append((w.mig_waste * waste, d.var))
 
     def _mig_fragmentation(
-        self, gpu: GpuSlot, whole: list[DeviceVar], migs: list[DeviceVar]
+        self, gpu: GpuSlot, whole: list[DeviceVar], occupied: dict[int, cp_model.IntVar]
     ) -> None:
         weight = self.rules.weights.fragmentation
-        occupancy: dict[int, list[cp_model.IntVar]] = {}
-        for d in migs:
-            assert d.option is not None
-            for t in d.option.slices():
-                occupancy.setdefault(t, []).append(d.var)
-        whole_vars = [d.var for d in whole]
         for (start, size), cost in sorted(windows(gpu).items()):
             span = range(start, start + size)
             if any(t in gpu.mig_occupied for t in span):
                 continue  # already blocked: no new cost
-            inside = [v for t in span for v in occupancy.get(t, [])] + whole_vars
-            if not inside:
+            groups = [[occupied[t]] for t in span if t in occupied] + [[d.var] for d in whole]
+            if not groups:
                 continue
-            blocked = self._any(inside, f"block_{gpu.node}_{gpu.position}_{start}_{size}")
+            blocked = self._flag_over(groups, f"block_{gpu.node}_{gpu.position}_{start}_{size}")
             self.built.secondary.append((weight * cost, blocked))
+
+    def _flag_over(self, groups: list[list[cp_model.IntVar]], name: str) -> cp_model.IntVar:
+        """A boolean at least the sum of each group (each an at-most-one): 1 whenever one of
+        the literals is; costs only push it down."""
+        flag = self.m.new_bool_var(name)
+        for group in groups:
+            if len(group) == 1:
+                self.m.add_implication(group[0], flag)
+            elif group:
+                self.m.add(cp_model.LinearExpr.sum(group) <= flag)
+        return flag
 
     def _any(self, literals: Iterable[cp_model.IntVar], name: str) -> cp_model.IntVar:
         """A boolean that is 1 whenever one of the literals is (costs only push it down)."""
-        flag = self.m.new_bool_var(name)
-        for literal in dict.fromkeys(literals):
-            self.m.add_implication(literal, flag)
-        return flag
+        return self._flag_over([[v] for v in dict.fromkeys(literals)], name)
 
     def node_costs(self) -> None:
         w = self.rules.weights
@@ -533,6 +573,16 @@ class _Builder:
         self.node_costs()
         self.primary()
         return self.built
+
+
+def _slice_groups(migs: list[DeviceVar]) -> dict[int, list[cp_model.IntVar]]:
+    """Memory slice -> the MIG literals covering it (at most one of them is true)."""
+    groups: dict[int, list[cp_model.IntVar]] = {}
+    for d in migs:
+        assert d.option is not None
+        for t in d.option.slices():
+            groups.setdefault(t, []).append(d.var)
+    return groups
 
 
 def _need(entry: PodEntry, resource: str) -> int:

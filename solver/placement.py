@@ -304,7 +304,10 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     built = model.build(entries, state.rules)
     hint = _hint(built, warm.placements)
-    result = solving.solve(built, _budget(problem, params, online=False), hint)
+    # The time limit covers the whole batch solve: CP-SAT gets what building left of it.
+    budget = _budget(problem, params, online=False)
+    left = max(0.1 * budget.time_limit_s, budget.time_limit_s - (time.perf_counter() - started))
+    result = solving.solve(built, dataclasses.replace(budget, time_limit_s=left), hint)
     warm_primary = _primary_of(built, warm.placements)
     if not result.has_solution or result.primary < warm_primary:
         chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm.placements}
@@ -346,7 +349,7 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
 
 #: A batch model holds at most about this many (pod, node) pairs: each pod keeps its best nodes
 #: (by its per-node optimum alone), at least _MIN_NODES_PER_POD of them, and its online node.
-_BATCH_NODE_BUDGET = 8000
+_BATCH_NODE_BUDGET = 4000
 _MIN_NODES_PER_POD = 8
 
 
