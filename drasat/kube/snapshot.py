@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 
+from drasat import loading
 from drasat.api import groups
 from drasat.kube import errors, resources
-from drasat.kube.client import Api, Obj
+from drasat.kube.client import Api, KubeClient, Obj, load_configuration
 from drasat.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -55,3 +56,17 @@ def _clean(obj: Obj) -> Obj:
     metadata = dict(obj.get("metadata") or {})
     metadata.pop("managedFields", None)
     return {**obj, "metadata": metadata}
+
+
+def read_cluster_documents(
+    api: Api, *, nas_namespace: str | None = None, source: str = "cluster"
+) -> list[loading.Document]:
+    """`read_cluster` as loader Documents (source `cluster`, numbered in reading order), so they
+    go through the same validation and field-path errors as manifest files."""
+    objects = read_cluster(api, nas_namespace=nas_namespace)
+    return [loading.Document(source, number, obj) for number, obj in enumerate(objects, start=1)]
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+    """A client from a kubeconfig (or in-cluster config); InputError when there is none."""
+    return KubeClient(load_configuration(kubeconfig, context))

@@ -218,3 +218,27 @@ def test_snapshot_reads_every_kind_and_skips_unserved_ones() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == ["NodeAllocationState", "ResourceClass"]
     assert all("apiVersion" in d for d in docs)
+
+
+def test_snapshot_over_http_gives_loader_documents(tmp_path: Any) -> None:
+    from drasat.api import crds
+    from drasat.kube.client import KubeClient, configuration_for
+    from drasat.sim import apiserver
+
+    with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
+        api = KubeClient(configuration_for(server.url))
+        api.create(resources.NAS, nas.new(namespace="drasat", node="n1"))
+        api.create(resources.NAS, nas.new(namespace="elsewhere", node="n2"))
+        params = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"count": 2}}
+        api.create(resources.gpu_claim_parameters(), params)
+        api.create(resources.RESOURCE_CLAIMS, {"metadata": {"name": "c", "namespace": "ns"},
+                                               "spec": {"resourceClassName": "x"}})  # fmt: skip
+        before = server.api.store.resource_version
+        documents = snapshot.read_cluster_documents(api, nas_namespace="drasat")
+        assert server.api.store.resource_version == before  # nothing written
+        api.close()
+    described = sorted(d.describe() for d in documents)
+    assert described == ["GpuClaimParameters ns/p", "NodeAllocationState drasat/n1",
+                         "ResourceClaim ns/c"]  # fmt: skip
+    assert all(d.source == "cluster" and "managedFields" not in d.data["metadata"]
+               for d in documents)  # fmt: skip
