@@ -144,7 +144,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _watch(self, route: routing.Route, query: Mapping[str, str]) -> None:
         owner = self.server.owner
-        stream = watching.WatchStream(owner.api, route, query)
+        stream = watching.WatchStream(
+            owner.api, route, query, bookmark_interval=owner.bookmark_interval
+        )
         self.send_response(200)
         self.send_header("Content-Type", _JSON)
         self.send_header("Transfer-Encoding", "chunked")
@@ -213,6 +215,8 @@ class ApiServer:
     ) -> None:
         self.faults = fault_config or faults.Faults()
         self.stopping = threading.Event()
+        #: Seconds between BOOKMARKs on watches that allow them.
+        self.bookmark_interval = watching.DEFAULT_BOOKMARK_INTERVAL_S
         #: Requests that failed with a bug in the simulator (answered 500); tests assert none.
         self.internal_errors: list[str] = []
         self.api = api.Api(

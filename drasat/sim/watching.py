@@ -14,6 +14,9 @@ Obj = dict[str, Any]
 
 #: A watch without timeoutSeconds ends after this long (the real server picks 30-60 minutes).
 DEFAULT_TIMEOUT_S = 1800.0
+#: With allowWatchBookmarks, a BOOKMARK this often keeps idle watchers' resourceVersion recent
+#: (so they can resume after the history moved on), and one more when the watch ends.
+DEFAULT_BOOKMARK_INTERVAL_S = 10.0
 #: Initial watch resourceVersions meaning "current state first, then changes".
 _FROM_NOW = ("", "0")
 
@@ -32,8 +35,10 @@ class WatchStream:
         query: Mapping[str, str],
         *,
         clock: Callable[[], float] = time.monotonic,
+        bookmark_interval: float = DEFAULT_BOOKMARK_INTERVAL_S,
     ) -> None:
         self._api = server
+        self._bookmark_interval = bookmark_interval
         self._rt = server.resource(route)
         self._namespace = route.namespace
         self._labels, self._fields = server.selectors(self._rt, query)
@@ -93,14 +98,20 @@ class WatchStream:
             check_faults()
             sent += 1
             yield self._wire("ADDED", obj)
+        next_bookmark = self._clock() + self._bookmark_interval
         while not stopping():
             check_faults()
-            remaining = self._deadline - self._clock()
+            now = self._clock()
+            remaining = self._deadline - now
             if remaining <= 0:
                 break
+            if self._bookmarks and now >= next_bookmark:
+                yield self._bookmark()
+                next_bookmark = now + self._bookmark_interval
+            wait = min(remaining, next_bookmark - now) if self._bookmarks else remaining
             try:
                 found, cursor = self._api.store.events_after(
-                    self._cursor, timeout=remaining, interrupted=interrupted
+                    self._cursor, timeout=max(wait, 0.0), interrupted=interrupted
                 )
             except errors.ApiError as exc:
                 yield {"type": "ERROR", "object": exc.status()}
@@ -113,5 +124,8 @@ class WatchStream:
                     yield self._wire(*typed)
             self._cursor = cursor
         if self._bookmarks and not stopping():
-            bookmark = {"metadata": {"resourceVersion": str(self._cursor)}}
-            yield {"type": "BOOKMARK", "object": self._api.present(self._rt, bookmark)}
+            yield self._bookmark()
+
+    def _bookmark(self) -> Obj:
+        bookmark = {"metadata": {"resourceVersion": str(self._cursor)}}
+        return {"type": "BOOKMARK", "object": self._api.present(self._rt, bookmark)}

@@ -122,6 +122,28 @@ def test_watch_ends_at_timeout_with_bookmark(core: kubernetes.client.CoreV1Api) 
     assert events[0]["raw_object"]["metadata"]["resourceVersion"] == rv
 
 
+def test_idle_watch_gets_periodic_bookmarks(
+    server: apiserver.ApiServer, core: kubernetes.client.CoreV1Api
+) -> None:
+    server.bookmark_interval = 0.1
+    rv = core.list_namespaced_config_map("default").metadata.resource_version
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": "elsewhere"}, "spec": {"containers": [{"name": "c"}]}}
+    )
+    watch = kubernetes.watch.Watch()
+    for event in watch.stream(
+        core.list_namespaced_config_map,
+        "default",
+        resource_version=rv,
+        allow_watch_bookmarks=True,
+        timeout_seconds=10,
+    ):
+        assert event["type"] == "BOOKMARK"
+        # The bookmark moves past the pod's change, which this watch does not show.
+        assert int(event["raw_object"]["metadata"]["resourceVersion"]) > int(rv)
+        watch.stop()
+
+
 def test_watch_event_arrives_while_waiting(core: kubernetes.client.CoreV1Api) -> None:
     rv = core.list_namespaced_config_map("default").metadata.resource_version
     watch = kubernetes.watch.Watch()
