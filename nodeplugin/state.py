@@ -168,35 +168,41 @@ class DeviceState:
         if not claim.uid:
             raise ClaimError("claim without a uid")
         with self._claim_lock(claim.uid):
-            record = self.checkpoint.get(claim.uid)
-            if record is not None and record.status is ClaimStatus.PrepareCompleted:
-                return list(record.cdi_devices)
-            if record is not None:
-                log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
-                self._rollback(record)
-                if record.status is ClaimStatus.UnprepareStarted:
-                    self._remove_prepared(record.uid)
-            allocation, source = self._allocation(claim)
-            record = ClaimRecord(
-                uid=claim.uid,
-                namespace=claim.namespace or allocation.claimInfo.namespace,
-                name=claim.name or allocation.claimInfo.name,
-                status=ClaimStatus.PrepareStarted,
-                allocation=allocation.dump(),
-                planned_migs=self._plan_migs(allocation),
-                source=source,
-            )
-            self._check_gpus(allocation)
-            self.checkpoint.put(record)
-            self._step("recorded")
             try:
-                return self._prepare(record, allocation)
-            except ClaimError:
-                self._undo_failed_prepare(record)
-                raise
-            except (DeviceError, NasError, OSError, ValueError) as error:
-                self._undo_failed_prepare(record)
+                return self._prepare_claim(claim)
+            except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
+
+    def _prepare_claim(self, claim: ClaimRef) -> list[str]:
+        record = self.checkpoint.get(claim.uid)
+        if record is not None and record.status is ClaimStatus.PrepareCompleted:
+            return list(record.cdi_devices)
+        if record is not None:
+            log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
+            self._rollback(record)
+            if record.status is ClaimStatus.UnprepareStarted:
+                self._remove_prepared(record.uid)
+        allocation, source = self._allocation(claim)
+        record = ClaimRecord(
+            uid=claim.uid,
+            namespace=claim.namespace or allocation.claimInfo.namespace,
+            name=claim.name or allocation.claimInfo.name,
+            status=ClaimStatus.PrepareStarted,
+            allocation=allocation.dump(),
+            planned_migs=self._plan_migs(allocation),
+            source=source,
+        )
+        self._check_gpus(allocation)
+        self.checkpoint.put(record)
+        self._step("recorded")
+        try:
+            return self._prepare(record, allocation)
+        except ClaimError:
+            self._undo_failed_prepare(record)
+            raise
+        except (DeviceError, NasError, OSError, ValueError) as error:
+            self._undo_failed_prepare(record)
+            raise ClaimError(f"prepare {claim}: {error}") from error
 
     def _undo_failed_prepare(self, record: ClaimRecord) -> None:
         try:
@@ -532,24 +538,27 @@ class DeviceState:
     def unprepare(self, claim: ClaimRef) -> None:
         """Undo a prepare; nothing to do when the claim is not prepared. Raises ClaimError."""
         with self._claim_lock(claim.uid):
-            record = self.checkpoint.get(claim.uid)
-            if record is None:
-                self.cdi.remove(claim.uid)
-                self._remove_prepared(claim.uid)
-                return
-            record.status = ClaimStatus.UnprepareStarted
-            self.checkpoint.put(record)
             try:
-                migs = [s for s in record.applied if s.kind == "mig"]
-                holds = [s for s in record.applied if s.kind == "hold"]
-                self._undo_steps(record)
-                self._step("undone")
-                self._remove_prepared(record.uid)
-                self._verify_baseline(record, migs, holds)
+                self._unprepare_claim(claim)
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"unprepare {claim}: {error}") from error
-            self.checkpoint.drop(record.uid)
-            log.info("claim %s unprepared", claim)
+
+    def _unprepare_claim(self, claim: ClaimRef) -> None:
+        record = self.checkpoint.get(claim.uid)
+        if record is None:
+            self.cdi.remove(claim.uid)
+            self._remove_prepared(claim.uid)
+            return
+        record.status = ClaimStatus.UnprepareStarted
+        self.checkpoint.put(record)
+        migs = [s for s in record.applied if s.kind == "mig"]
+        holds = [s for s in record.applied if s.kind == "hold"]
+        self._undo_steps(record)
+        self._step("undone")
+        self._remove_prepared(record.uid)
+        self._verify_baseline(record, migs, holds)
+        self.checkpoint.drop(record.uid)
+        log.info("claim %s unprepared", claim)
 
     def _remove_prepared(self, uid: str) -> None:
         self.store.update(lambda nas: nas.spec.preparedClaims.pop(uid, None) is not None)

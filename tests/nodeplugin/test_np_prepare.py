@@ -362,3 +362,23 @@ def test_garbage_collection_leaves_handle_claims_alone(node_factory: Any) -> Non
     node.state.prepare(ClaimRef(UID, "default", "claim", handle))  # never in the NAS
     assert node.state.garbage_collect() == []
     assert node.state.checkpoint.get(UID) is not None
+
+
+def test_nas_gone_is_a_claim_error_not_a_crash(node_factory: Any) -> None:
+    node = node_factory("T4")
+    node.store.obj = None  # the NAS was deleted under the plugin
+    with pytest.raises(ClaimError, match="NodeAllocationState drasat/gpu-node-1 not found"):
+        node.state.prepare(ref(UID))
+    with pytest.raises(ClaimError, match=r"unprepare .* not found"):
+        node.state.unprepare(ref(UID))
+
+
+def test_nvml_failure_while_planning_is_a_claim_error(node_factory: Any) -> None:
+    import pynvml
+
+    node = node_factory("2xA100-40GB,mig=1")
+    node.lib._profiles.clear()  # force a fresh read of the profiles
+    node.sim.inject_fault("nvmlDeviceGetHandleByUUID", pynvml.NVML_ERROR_GPU_IS_LOST)
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "1g.5gb", 0, 1))
+    with pytest.raises(ClaimError, match="NVML_ERROR_GPU_IS_LOST"):
+        node.state.prepare(ref(UID))
