@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 import urllib3
 
-from drasat.sim import apiserver, kubeclient, scheduler
+from drasat.sim import apiserver, kubeclient, scheduler, scheduling
 
 RC = ("resource.k8s.io", "v1alpha2")
 GPU_NODE = "n2"
@@ -24,7 +24,7 @@ class FakeDriver:
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
 
-    def allocate(self, namespace: str, claim: str, node: str) -> None:
+    def allocate(self, namespace: str, claim: str, node: str, *, shareable: bool = False) -> None:
         self.custom.patch_namespaced_custom_object(
             *RC,
             namespace,
@@ -42,7 +42,7 @@ class FakeDriver:
                 "driverName": "gpu.drasat.io",
                 "allocation": {
                     "availableOnNodes": selector,
-                    "shareable": False,
+                    "shareable": shareable,
                     "resourceHandles": [{"driverName": "gpu.drasat.io", "data": "{}"}],
                 },
             }
@@ -55,11 +55,13 @@ class FakeDriver:
         contexts = self.custom.list_cluster_custom_object(*RC, "podschedulingcontexts")["items"]
         for context in contexts:
             namespace, name = context["metadata"]["namespace"], context["metadata"]["name"]
-            pod = self.core.read_namespaced_pod(name, namespace)
-            entries = [c.name for c in pod.spec.resource_claims]
+            pod = self.custom.api_client.sanitize_for_serialization(
+                self.core.read_namespaced_pod(name, namespace)
+            )
+            entries = scheduling.pod_claims(pod)
             potential = context["spec"].get("potentialNodes") or []
             reported = [
-                {"name": entry, "unsuitableNodes": [n for n in potential if n != GPU_NODE]}
+                {"name": entry.name, "unsuitableNodes": [n for n in potential if n != GPU_NODE]}
                 for entry in entries
             ]
             if (context.get("status") or {}).get("resourceClaims") != reported:
@@ -72,11 +74,12 @@ class FakeDriver:
                 )
             if context["spec"].get("selectedNode") == GPU_NODE:
                 for entry in entries:
+                    claim_name = entry.resolved_name(name)
                     claim = self.custom.get_namespaced_custom_object(
-                        *RC, namespace, "resourceclaims", f"{name}-{entry}"
+                        *RC, namespace, "resourceclaims", claim_name
                     )
                     if not (claim.get("status") or {}).get("allocation"):
-                        self.allocate(namespace, f"{name}-{entry}", GPU_NODE)
+                        self.allocate(namespace, claim_name, GPU_NODE, shareable=True)
 
 
 @pytest.fixture
@@ -315,3 +318,43 @@ def test_background_scheduler_rides_out_an_outage(
                 break
         else:
             pytest.fail(f"not bound: {background.reasons}")
+
+
+def test_two_pods_share_one_wait_for_first_consumer_claim(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    custom.create_namespaced_custom_object(
+        *RC,
+        "default",
+        "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1alpha2",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": {"resourceClassName": "gpu.drasat.io"},
+        },
+    )
+    pods = [make_pod(core, name, resourceClaimName="shared") for name in ("a", "b")]
+    settle(sim, FakeDriver(cluster))
+    assert [core.read_namespaced_pod(p.metadata.name, "default").spec.node_name for p in pods] == [
+        GPU_NODE,
+        GPU_NODE,
+    ]
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["a", "b"]
+
+
+def test_potential_nodes_are_capped_at_128(
+    cluster: kubernetes.client.ApiClient, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    for index in range(130):
+        core.create_node({"metadata": {"name": f"z{index:03}"}})
+    make_pod(core, "p", resourceClaimTemplateName="gpu.drasat.io-template")
+    sim.run_once()
+    context = custom.get_namespaced_custom_object(*RC, "default", "podschedulingcontexts", "p")
+    assert len(context["spec"]["potentialNodes"]) == 128
+    assert context["spec"]["potentialNodes"][:3] == ["n1", "n2", "n3"]
