@@ -1,6 +1,34 @@
 """The placement solver: compiles a Problem into CP-SAT, solves, extracts a Solution. Pure.
 
-Imports only `drasat.api` and ortools: no Kubernetes, gRPC or NVML.
+Imports only `drasat.api` and ortools: no Kubernetes, gRPC or NVML. `solve(problem, params)` is
+deterministic: same input, same output (fixed seed; one worker unless the policy asks for more in
+batch mode, where a time limit can then make results differ between runs).
+
+What it decides (the modules say why):
+
+- devices (`inventory`): healthy GPUs of ready nodes; existing allocatedClaims are facts (GPUs
+  held whole, share sums, occupied MIG slices) and are never moved;
+- claims (`demand`): whole GPUs by count and selector, on non-MIG GPUs unless the selector asks
+  for `migEnabled: true`; MIG by profile or by needs (least waste), at a NAS placement on a
+  MIG-enabled GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim of
+  the same pod; shares (compute %, memory) on non-MIG GPUs within 100 % and the GPU's memory,
+  never beside an exclusive claim; optional claims get devices when possible, else none;
+  a claim used by several pods is allocated once and its pods share a node (claims of
+  non-sharable classes serve one pod);
+- policy (`rules`): allowedProducts and reservations without count remove GPUs; reservations
+  with count and namespace limits are budgets that count existing allocations;
+- objective (`model`): lexicographic — placed pods weighted by priority (namespacePriorities
+  added), optional devices, earlier pods first — then the policy's weighted terms (binpack,
+  spread, fragmentation, preferNode, preferProduct, minimizeMigWaste, Preferred topology);
+- modes (`placement`): online decides pod by pod, each the best node's per-node optimum
+  (`nodes`: exact enumeration for one-claim pods, a small CP-SAT model otherwise, memoized by
+  canonical node state); batch solves all pods in one model warm-started from online;
+- explanations (`filters`, `explain`): exact per-node checks name selector, count, MIG overlap,
+  share capacity, policy rule, readiness, CPU/memory; otherwise rules behind assumption literals
+  and CP-SAT's sufficient assumptions name the blocking rule.
+
+`Solution.objective`: batch reports `primary * (secondary bound + 1) - secondary` of its model
+(higher is better); online reports minus the sum of the chosen per-node secondary costs.
 """
 
 from drasat.solver.placement import solve

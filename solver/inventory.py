@@ -64,6 +64,8 @@ class GpuSlot:
     #: MIG placements this GPU's product offers (empty for non-MIG GPUs).
     mig_options: tuple[MigOption, ...]
     memory_slices: int
+    #: Claims holding this GPU whole (existing allocations).
+    held_by: tuple[str, ...] = ()
     #: intern(mig_options): GPUs of one product share it.
     options_id: int = 0
     #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
@@ -92,7 +94,8 @@ class GpuSlot:
         )
 
     def identity(self) -> tuple[object, ...]:
-        return (self.info.uuid, self.info.index, tuple(self.info.nvlinkPeers or ()))
+        peers = tuple(self.info.nvlinkPeers or ())
+        return (self.info.uuid, self.info.index, peers, self.held_by)
 
     @property
     def uuid(self) -> str:
@@ -106,9 +109,13 @@ class GpuSlot:
     def untouched(self) -> bool:
         return not (self.held_whole or self.share_claims or self.mig_occupied)
 
-    def option_free(self, option: MigOption) -> bool:
-        """Whether the placement is free of existing MIG devices (and of an existing +me)."""
-        if self.held_whole or any(s in self.mig_occupied for s in option.slices()):
+    def option_free(self, option: MigOption, partner: str | None = None) -> bool:
+        """Whether the placement is free of existing MIG devices (and of an existing +me).
+
+        `partner`: the GPU claim a MIG claim is paired with; a GPU it holds whole is open to
+        its MIG claims."""
+        held = self.held_whole and not (partner is not None and self.held_by == (partner,))
+        if held or any(s in self.mig_occupied for s in option.slices()):
             return False
         return not (option.media_extensions and self.media_extensions_used)
 
@@ -196,6 +203,7 @@ def share_memory_mib(share: GpuShare | None) -> int:
 @dataclass
 class _Taken:
     held_whole: bool = False
+    holders: list[str] = field(default_factory=list)
     compute: int = 0
     memory_mib: int = 0
     shares: int = 0
@@ -203,7 +211,7 @@ class _Taken:
     media: bool = False
 
 
-def _record(taken: dict[str, _Taken], claim: AllocatedDevices) -> None:
+def _record(taken: dict[str, _Taken], uid: str, claim: AllocatedDevices) -> None:
     if claim.gpu is not None:
         for device in claim.gpu.devices:
             slot = taken.setdefault(device.uuid, _Taken())
@@ -213,6 +221,7 @@ def _record(taken: dict[str, _Taken], claim: AllocatedDevices) -> None:
                 slot.shares += 1
             else:
                 slot.held_whole = True
+                slot.holders.append(uid)
     if claim.mig is not None:
         for mig in claim.mig.devices:
             slot = taken.setdefault(mig.parentUUID, _Taken())
@@ -236,8 +245,8 @@ def build_view(node: NodeState) -> NodeView:
     """The node's free state. Pure."""
     nas = node.nas
     taken: dict[str, _Taken] = {}
-    for claim in nas.allocatedClaims.values():
-        _record(taken, claim)
+    for uid, claim in nas.allocatedClaims.items():
+        _record(taken, uid, claim)
     options = _mig_options(nas.mig_profiles())
     option_ids = {product: intern(o) for product, o in options.items()}
     gpus: list[GpuSlot] = []
@@ -259,6 +268,7 @@ def build_view(node: NodeState) -> NodeView:
                 info=info,
                 memory_mib=info.memoryBytes // MiB,
                 held_whole=state.held_whole,
+                held_by=tuple(sorted(state.holders)),
                 share_compute_used=state.compute,
                 share_memory_used_mib=state.memory_mib,
                 share_claims=state.shares,

@@ -181,7 +181,8 @@ def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
 
 
 def free_options(claim: Claim, gpu: GpuSlot) -> list[MigOption]:
-    return [o for o in gpu.mig_options if claim.mig_fits(o) and gpu.option_free(o)]
+    partner = claim.paired_with
+    return [o for o in gpu.mig_options if claim.mig_fits(o) and gpu.option_free(o, partner)]
 
 
 def _free_ways(claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
@@ -313,7 +314,7 @@ class _Builder:
         if shape is None:
             shape = claim_shape(claim)
             self._shapes[claim.uid] = shape
-        identity = gpu.identity() if shape[1] else ()
+        identity = gpu.identity() if shape[1] or claim.paired_with is not None else ()
         key = (shape, gpu.state_id, self.rules.node_class_id(gpu.node), identity)
         found = self._ways_memo.get(key)
         if found is None:
@@ -369,6 +370,12 @@ class _Builder:
         b = self.built
         for uid, claim in self.claims.items():
             if claim.paired_with is None:
+                continue
+            if claim.paired_with not in self.claims:
+                # The GPU claim is allocated already: only the GPU it holds will do.
+                for d in b.devices.get(uid, []):
+                    if d.gpu.held_by != (claim.paired_with,):
+                        self.m.add(d.var == 0)
                 continue
             partner = {d.gpu.uuid: d.var for d in b.devices.get(claim.paired_with, [])}
             for d in b.devices.get(uid, []):

@@ -79,6 +79,8 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid
         paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)
+        if claim.paired_with is not None and paired is None:
+            names_gpus = True  # which GPU its allocated partner holds is part of the state
         claims.append((claim.kind.value, text, paired))
     budgets = []
     namespaces = sorted({c.namespace for c in entry.claims})
@@ -185,6 +187,8 @@ def _enumerable(entry: PodEntry, rules: Rules) -> bool:
     gpu = claim.request.gpu
     if gpu is not None and gpu.topology is not None and claim.count > 1:
         return False
+    if claim.paired_with is not None:
+        return False  # its GPU claim is allocated already: the model pins it to that GPU
     return not rules.reservation_budgets(claim.namespace)
 
 

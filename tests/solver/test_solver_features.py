@@ -286,3 +286,16 @@ def test_huge_priorities_solve_in_two_stages() -> None:
     nodes = {p.pod: p.node for p in solution.placements}
     assert nodes == {"default/critical": "n1", "default/low": "n2"}
     assert solution.status.value == "OPTIMAL"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mig_claim_paired_with_an_allocated_gpu_claim_goes_on_its_gpu(mode: Mode) -> None:
+    # The GPU claim was allocated before (Immediate mode); its MIG claim comes now.
+    held = _held("uid-default-p-gpu", "GPU-n1-1", namespace="default")
+    node = make_node("n1", "A100-40GB", count=2, mig=True, allocated={"uid-default-p-gpu": held})
+    gpu = gpu_claim("p-gpu", selector={"migEnabled": True})
+    problem = Problem(
+        nodes=(node,), pods=(pod("p", gpu, mig_claim("slice", "3g.20gb", gpu_claim_name="gpu")),)
+    )
+    (entry,) = _entries(_solve(problem, mode)).values()
+    assert entry.mig is not None and entry.mig.devices[0].parentUUID == "GPU-n1-1"
