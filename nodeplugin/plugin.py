@@ -153,7 +153,11 @@ class NodePlugin:
 
     def _collect(self) -> None:
         while not self._stop.wait(self.config.gc_interval_s):
-            collected = self.state.garbage_collect()
+            try:
+                collected = self.state.garbage_collect()
+            except Exception:  # keep collecting on the next round
+                log.exception("garbage collection")
+                continue
             if collected:
                 log.warning("unprepared claims no longer allocated here: %s", ", ".join(collected))
 

@@ -51,17 +51,17 @@ def make_node(root: Path, fleet: str, **config: Any) -> Node:
     lib = nvml.NvmlDeviceLib(sim, run=sim.run)
     store = MemoryNasStore(node=NODE, namespace=NAMESPACE)
     runner = mps.RecordingRunner()
-    cfg = Config(
-        node_name=NODE,
-        namespace=NAMESPACE,
-        cdi_root=root / "cdi",
-        plugin_dir=root / "plugins",
-        registry_dir=root / "registry",
-        state_dir=root / "state",
-        gc_interval_s=0,
-        health_wait_ms=50,
-        **config,
-    )
+    settings: dict[str, Any] = {
+        "node_name": NODE,
+        "namespace": NAMESPACE,
+        "cdi_root": root / "cdi",
+        "plugin_dir": root / "plugins",
+        "registry_dir": root / "registry",
+        "state_dir": root / "state",
+        "gc_interval_s": 0,
+        "health_wait_ms": 50,
+    }
+    cfg = Config(**{**settings, **config})
     plugin = NodePlugin(cfg, lib=lib, store=store, mps_runner=runner)
     plugin.publish()
     return Node(root, sim, lib, store, runner, plugin)

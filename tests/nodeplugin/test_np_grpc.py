@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -231,3 +232,15 @@ def test_optional_claim_and_mig_by_needs_over_the_socket(served: Any) -> None:
         "opt": "",
         "needs": "",
     }
+
+
+def test_garbage_collection_loop_runs(served: Any) -> None:
+    node, kubelet = served("T4", gc_interval_s=0.05)
+    node.allocate("gone", gpu_allocation("gone", node.gpu(0)))
+    assert kubelet.prepare("gone").claims["gone"].error == ""
+    node.store.deallocate("gone")  # the controller deallocated it; the kubelet never unprepares
+    deadline = time.monotonic() + 10
+    while node.state.checkpoint.get("gone") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert node.state.checkpoint.get("gone") is None
+    assert not node.state.cdi.path("gone").exists()
