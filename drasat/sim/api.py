@@ -4,7 +4,6 @@ check and apply the write, and answer discovery. `apiserver` puts this on the wi
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import threading
@@ -12,8 +11,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from drasat.sim import (
+    discovery,
     errors,
     faults,
+    paging,
     patching,
     resources,
     routing,
@@ -25,17 +26,12 @@ from drasat.sim import (
 
 Obj = dict[str, Any]
 
-GIT_VERSION = "v1.30.0-drasat-sim"
 _CRD_GROUP = "apiextensions.k8s.io"
 BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 #: Kinds whose status is reset on create (the status subresource owns it); nodes keep theirs,
 #: as a kubelet registers its Node with status in one request.
 _KEEP_STATUS_ON_CREATE = frozenset({"Node"})
 _INITIAL_STATUS: dict[str, Obj] = {"Pod": {"phase": "Pending"}, "Namespace": {"phase": "Active"}}
-
-
-def _query_flag(query: Mapping[str, str], name: str) -> bool:
-    return query.get(name, "").lower() in ("true", "1")
 
 
 class Api:
@@ -210,7 +206,7 @@ class Api:
             for obj in items
             if selectors.matches(obj, labels=labels, fields=fields)
         ]
-        page, metadata = _paginate(chosen, query)
+        page, metadata = paging.page(chosen, query)
         return {
             "apiVersion": rt.api_version,
             "kind": rt.list_kind,
@@ -450,108 +446,7 @@ class Api:
     # --- discovery ----------------------------------------------------------------------------
 
     def discovery(self, request: routing.Discovery) -> Obj:
-        types = self.types()
-        if request.what == "version":
-            return {
-                "major": "1",
-                "minor": "30",
-                "gitVersion": GIT_VERSION,
-                "gitCommit": "0000000000000000000000000000000000000000",
-                "gitTreeState": "clean",
-                "buildDate": "2024-04-17T00:00:00Z",
-                "goVersion": "go1.22.2",
-                "compiler": "gc",
-                "platform": "linux/amd64",
-            }
-        if request.what == "api":
-            return {
-                "kind": "APIVersions",
-                "versions": ["v1"],
-                "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}
-                ],
-            }
-        groups: dict[str, list[str]] = {}
-        for rt in types:
-            if rt.group and rt.version not in groups.setdefault(rt.group, []):
-                groups[rt.group].append(rt.version)
-        if request.what in ("apis", "group"):
-            listed = [self._group(name, versions) for name, versions in sorted(groups.items())]
-            if request.what == "apis":
-                return {"kind": "APIGroupList", "apiVersion": "v1", "groups": listed}
-            for group in listed:
-                if group["name"] == request.group:
-                    return {"kind": "APIGroup", "apiVersion": "v1", **group}
-            raise errors.ApiError(404, "NotFound", f"group {request.group!r} not found")
-        served = [rt for rt in types if (rt.group, rt.version) == (request.group, request.version)]
-        if not served:
-            raise errors.ApiError(
-                404, "NotFound", "the server could not find the requested resource"
-            )
-        group_version = served[0].api_version
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": group_version,
-            "resources": [entry for rt in served for entry in self._resource_entries(rt)],
-        }
-
-    @staticmethod
-    def _group(name: str, versions: list[str]) -> Obj:
-        listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-        return {"name": name, "versions": listed, "preferredVersion": listed[0]}
-
-    @staticmethod
-    def _resource_entries(rt: resources.ResourceType) -> list[Obj]:
-        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        entry = {
-            "name": rt.plural,
-            "singularName": rt.singular,
-            "namespaced": rt.namespaced,
-            "kind": rt.kind,
-            "verbs": verbs,
-        }
-        if rt.short_names:
-            entry["shortNames"] = list(rt.short_names)
-        entries: list[Obj] = [entry]
-        if rt.has_status:
-            entries.append(
-                {
-                    "name": f"{rt.plural}/status",
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": rt.kind,
-                    "verbs": ["get", "patch", "update"],
-                }
-            )
-        return entries
-
-
-def _paginate(items: list[Obj], query: Mapping[str, str]) -> tuple[list[Obj], Obj]:
-    """`limit` and `continue`: pages in (namespace, name) order; the token is the last key.
-
-    Unlike the real server, later pages show the current state, not the first page's snapshot.
-    """
-
-    def key(obj: Obj) -> list[str]:
-        return [obj["metadata"].get("namespace", ""), obj["metadata"]["name"]]
-
-    token = query.get("continue")
-    if token:
-        try:
-            after = json.loads(base64.urlsafe_b64decode(token.encode()))
-        except ValueError:
-            raise errors.bad_request(f"invalid continue token {token!r}") from None
-        items = [obj for obj in items if key(obj) > after]
-    try:
-        limit = int(query.get("limit") or 0)
-    except ValueError:
-        raise errors.bad_request(f"invalid limit {query.get('limit')!r}") from None
-    if limit <= 0 or len(items) <= limit:
-        return items, {}
-    page = items[:limit]
-    token = base64.urlsafe_b64encode(json.dumps(key(page[-1])).encode()).decode()
-    return page, {"continue": token, "remainingItemCount": len(items) - limit}
+        return discovery.answer(request, self.types())
 
 
 def decode(raw: bytes) -> Any:

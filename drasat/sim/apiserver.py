@@ -81,7 +81,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if method != "GET":
                     raise errors.ApiError(405, "MethodNotAllowed", "discovery is read-only")
                 self._send(200, owner.api.discovery(target))
-            elif method == "GET" and target.name is None and _flag(query, "watch"):
+            elif method == "GET" and target.name is None and routing.flag(query, "watch"):
                 self._watch(target, query)
             else:
                 code, answer = self._resource(method, target, query, body)
@@ -169,10 +169,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
-
-
-def _flag(query: Mapping[str, str], name: str) -> bool:
-    return query.get(name, "").lower() in ("true", "1")
 
 
 class _HttpServer(http.server.ThreadingHTTPServer):

@@ -7,7 +7,7 @@ namespaced and cluster-scoped paths, subresources and the discovery endpoints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,11 @@ class Discovery:
     what: str
     group: str = ""
     version: str = ""
+
+
+def flag(query: Mapping[str, str], name: str) -> bool:
+    """A boolean query parameter as the server reads it (`true` or `1`)."""
+    return query.get(name, "").lower() in ("true", "1")
 
 
 def parse(path: str, *, is_plural: Callable[[str, str, str], bool]) -> Route | Discovery | None:

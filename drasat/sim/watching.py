@@ -43,7 +43,7 @@ class WatchStream:
         self._namespace = route.namespace
         self._labels, self._fields = server.selectors(self._rt, query)
         self._clock = clock
-        self._bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        self._bookmarks = routing.flag(query, "allowWatchBookmarks")
         raw_timeout = query.get("timeoutSeconds") or DEFAULT_TIMEOUT_S
         try:
             self._deadline = clock() + float(raw_timeout)
