@@ -145,6 +145,8 @@ class NodeView:
     canonical_key: int = 0
     #: canonical_key plus every GPU's identity: equal only for the same node state.
     exact_key: int = 0
+    #: Every GPU uuid the NAS lists, healthy or not.
+    uuids: frozenset[str] = frozenset()
 
     @property
     def used_before(self) -> bool:
@@ -305,6 +307,7 @@ def build_view(node: NodeState) -> NodeView:
         memory_free_mib=memory_free,
         canonical_key=canonical_key,
         exact_key=intern((canonical_key, tuple(g.identity() for g in canonical))),
+        uuids=frozenset(g.uuid for g in nas.gpus()),
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from drasat.api.nas import AllocatedDevices
-from drasat.solver import demand, explain, extract, filters, model, nodes, solving
+from drasat.solver import demand, explain, extract, filters, model, nodes, solving, validate
 from drasat.solver.demand import Claim
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
@@ -266,7 +266,11 @@ _DEFAULT_PARAMS = SolveParams()
 
 
 def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
-    """Place the problem's pods. Pure and deterministic: same input, same output."""
+    """Place the problem's pods. Pure and deterministic: same input, same output.
+
+    Raises drasat.api.errors.InputError when the problem contradicts itself (see validate).
+    """
+    validate.check(problem)
     started = time.perf_counter()
     online_budget = _budget(problem, params, online=True)
     if params.mode is Mode.online:
