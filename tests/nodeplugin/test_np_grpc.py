@@ -206,6 +206,15 @@ def test_64_concurrent_prepares_and_unprepares(served: Any) -> None:
     migs = node.store.read().spec.preparedClaims
     mig_uuids = [migs[u].mig.devices[0].uuid for u in uids if u.startswith("mig-")]
     assert len(set(mig_uuids)) == 56  # no two claims got the same MIG device
+    for uid in uids:  # each claim's CDI spec exposes its own device(s) only
+        spec = json.loads(node.state.cdi.path(uid).read_text())
+        env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        own = (
+            migs[uid].mig.devices[0].uuid
+            if uid.startswith("mig-")
+            else migs[uid].gpu.devices[0].uuid
+        )
+        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_CLAIM_UID"]) == (own, uid)
     assert all(gpu_instances(node, g) == [(s, 1) for s in range(7)] for g in range(8))
     with futures.ThreadPoolExecutor(16) as pool:
         errors = list(pool.map(lambda u: kubelet.unprepare(u).claims[u].error, uids))
