@@ -125,7 +125,17 @@ class Controller:
         self.contexts = make(r.POD_SCHEDULING_CONTEXTS, self._on_context)
         self.pods = make(r.PODS, self._on_pod)
         self.nas = make(r.NAS, self._on_nas, namespace=self.config.namespace)
-        self._informers = [self.classes, self.nas, self.claims, self.pods, self.contexts]
+        #: Our group's parameter kinds (NVIDIA's, rarely installed, are read on demand).
+        self.parameters = {
+            resource.kind: make(resource, self._on_parameters)
+            for resource in (
+                r.gpu_claim_parameters(),
+                r.mig_device_claim_parameters(),
+                r.device_class_parameters(),
+            )
+        }
+        self._informers = [self.classes, self.nas, *self.parameters.values(), self.claims,
+                           self.pods, self.contexts]  # fmt: skip
 
     # Life cycle.
     def start(self, *, sync_timeout_s: float = 30.0) -> None:
@@ -216,8 +226,19 @@ class Controller:
         self._enqueue_all_pending()
 
     def _on_context(self, kind: str, obj: Obj) -> None:
+        key = informer.key_of(obj)
         if kind != "DELETED":
-            self.queue.add(f"pod:{informer.key_of(obj)}")
+            self.queue.add(f"pod:{key}")
+            return
+        pod = self.pods.get(key)  # the pod went away (or was scheduled): end its holds
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        for claim_name in allocation.pod_claim_names(pod or {}).values():
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is not None:
+                self.holds.drop(str(claim["metadata"].get("uid", "")))
+
+    def _on_parameters(self, kind: str, obj: Obj) -> None:
+        self._enqueue_all_pending()
 
     def _on_pod(self, kind: str, obj: Obj) -> None:
         key = informer.key_of(obj)
@@ -236,8 +257,10 @@ class Controller:
     def _enqueue_all_pending(self) -> None:
         for context in self.contexts.items():
             self.queue.add(f"pod:{informer.key_of(context)}")
-        for claim in self.claims.items():
-            if not allocation.is_allocated(claim) or allocation.being_deleted(claim):
+        for claim in self.claims.items():  # WaitForFirstConsumer claims move with their pods
+            immediate = params.allocation_mode(claim) == params.IMMEDIATE
+            pending = immediate and not allocation.is_allocated(claim)
+            if pending or allocation.being_deleted(claim):
                 self.queue.add(f"claim:{informer.key_of(claim)}")
 
     # The NAS cache: parsed once per resourceVersion; our own writes land at once.
@@ -260,7 +283,12 @@ class Controller:
         resource = r.parameters(group, kind)
         if resource is None:
             return None
-        try:
+        cache = self.parameters.get(kind) if group == groups.PARAMS_GROUP else None
+        if cache is not None:
+            found = cache.get(f"{namespace}/{name}" if namespace else name)
+            if found is not None:
+                return found
+        try:  # not cached (yet): ask the server, so a fresh object is never reported missing
             return self.api.get(resource, name, namespace=namespace)
         except errors.NotFound:
             return None

@@ -107,3 +107,19 @@ def test_two_pods_negotiating_for_one_gpu_are_not_both_promised_it_until_the_hol
     context["spec"]["potentialNodes"] = ["node-1", "node-2"]  # any change: b is looked at again
     api.replace(r.POD_SCHEDULING_CONTEXTS, context)
     wait(lambda: _status(api, "b") == ["node-2"], what="b promised node-1 after a's hold expired")
+
+
+def test_a_pods_holds_end_with_its_scheduling_context(
+    api: KubeClient, start_controller: Callable[..., Controller]
+) -> None:
+    add_node(api, "node-1", [t4(0)])
+    add_class(api)
+    controller = start_controller()
+    add_claim(api, "ns", "a-gpu")
+    add_pod(api, "ns", "a", {"gpu": "a-gpu"})
+    api.create(r.POD_SCHEDULING_CONTEXTS, {"metadata": {"name": "a", "namespace": "ns"},
+                                           "spec": {"potentialNodes": ["node-1"]}})  # fmt: skip
+    wait(lambda: _status(api, "a") == [], what="a answered")
+    assert len(controller.holds) == 1
+    api.delete(r.POD_SCHEDULING_CONTEXTS, "a", namespace="ns")
+    wait(lambda: len(controller.holds) == 0, timeout=5, what="hold dropped")
