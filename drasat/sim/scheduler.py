@@ -186,11 +186,18 @@ class Scheduler:
         entries = scheduling.pod_claims(pod)
         if not entries:
             return None  # pods without claims are the default scheduler's business
-        claims = {entry.name: self._claim(pod, entry) for entry in entries}
-        for claim in claims.values():
-            driver = (classes.get(claim["spec"]["resourceClassName"]) or {}).get("driverName")
+        # Look before writing: a pod with any claim of another driver's class is not ours.
+        found = {entry.name: self._claim_or_template(pod, entry) for entry in entries}
+        for existing, template in found.values():
+            spec = (existing or {}).get("spec") or ((template or {}).get("spec") or {})["spec"]
+            driver = (classes.get(spec.get("resourceClassName")) or {}).get("driverName")
             if driver not in self._drivers:
-                return None  # not ours
+                return None
+        claims = {
+            entry.name: found[entry.name][0]
+            or self._claim_from_template(pod, entry, found[entry.name][1])
+            for entry in entries
+        }
         self._record_claim_statuses(pod, entries)
         for claim in claims.values():
             self._check_usable(pod, claim)
@@ -215,7 +222,10 @@ class Scheduler:
         self._bind(pod, node)
         return node
 
-    def _claim(self, pod: Obj, entry: scheduling.PodClaim) -> Obj:
+    def _claim_or_template(
+        self, pod: Obj, entry: scheduling.PodClaim
+    ) -> tuple[Obj | None, Obj | None]:
+        """The pod's existing claim for an entry, or else the template to make it from."""
         namespace, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         name = entry.resolved_name(pod_name)
         try:
@@ -225,23 +235,28 @@ class Scheduler:
                 raise
             if entry.template_name is None:
                 raise Pending(f"claim {name!r} does not exist") from None
-            return self._claim_from_template(pod, entry, name)
+            return None, self._template(namespace, entry.template_name)
         if entry.template_name is not None:
             owners = claim["metadata"].get("ownerReferences") or []
             if not any(o.get("uid") == pod["metadata"]["uid"] for o in owners):
                 raise Pending(f"claim {name!r} exists but was not created for this pod")
-        return claim
+        return claim, None
 
-    def _claim_from_template(self, pod: Obj, entry: scheduling.PodClaim, name: str) -> Obj:
-        namespace = pod["metadata"]["namespace"]
+    def _template(self, namespace: str, name: str) -> Obj:
         try:
-            template = self._client.get(
-                _res("resourceclaimtemplates", namespace, str(entry.template_name))
-            )
+            return self._client.get(_res("resourceclaimtemplates", namespace, name))
         except errors.ApiError as exc:
             if exc.code == 404:
-                raise Pending(f"claim template {entry.template_name!r} does not exist") from None
+                raise Pending(f"claim template {name!r} does not exist") from None
             raise
+
+    def _claim_from_template(
+        self, pod: Obj, entry: scheduling.PodClaim, template: Obj | None
+    ) -> Obj:
+        if template is None:  # pragma: no cover - _claim_or_template returns one of the two
+            raise Pending(f"no claim and no template for {entry.name!r}")
+        namespace = pod["metadata"]["namespace"]
+        name = entry.resolved_name(pod["metadata"]["name"])
         meta = template["spec"].get("metadata") or {}
         body = {
             "apiVersion": "resource.k8s.io/v1alpha2",

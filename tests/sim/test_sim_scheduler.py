@@ -239,9 +239,8 @@ def test_pods_of_other_drivers_are_left_alone(
     custom = kubernetes.client.CustomObjectsApi(cluster)
     make_pod(core, "p", resourceClaimTemplateName="other-template")
     sim.run_once()
-    assert (
-        custom.list_namespaced_custom_object(*RC, "default", "podschedulingcontexts")["items"] == []
-    )
+    for plural in ("podschedulingcontexts", "resourceclaims"):
+        assert custom.list_namespaced_custom_object(*RC, "default", plural)["items"] == []
     assert ("default", "p") not in sim.reasons
 
 
