@@ -8,6 +8,7 @@ about. Every check only looks at one claim against the node's free state, so it 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,16 +47,23 @@ def claim_blocker(claim: Claim, node: NodeView, rules: Rules) -> Blocker | None:
     """Why the claim alone cannot be satisfied on this node: selector, capacity, then policy."""
     fitting = [g for g in node.gpus if demand.device_fits(claim, g)]
     if not fitting:
-        return _no_match(claim, node)
+        return _note_unhealthy(_no_match(claim, node), node)
     physical = _capacity_blocker(claim, fitting, node.name)
     if physical is not None:
-        return physical
+        return _note_unhealthy(physical, node)
     allowed = [g for g in fitting if rules.blocking_rule(claim, g) is None]
     if _capacity_blocker(claim, allowed, node.name) is None:
         return None
     rule = next(r for g in fitting if (r := rules.blocking_rule(claim, g)) is not None)
     text = f"claim {claim.ref}: {rule}"
     return Blocker(f"rule:{rule}:{claim.uid}", node.name, f"{text} (node {node.name})", text)
+
+
+def _note_unhealthy(blocker: Blocker, node: NodeView) -> Blocker:
+    if not node.unhealthy:
+        return blocker
+    note = f" ({len(node.unhealthy)} unhealthy GPUs not counted)"
+    return dataclasses.replace(blocker, node_text=blocker.node_text + note)
 
 
 def _no_match(claim: Claim, node: NodeView) -> Blocker:

@@ -215,3 +215,15 @@ def test_node_feasibility_reports_every_candidate() -> None:
             "small": "claim default/c: selector productName=*T4* matches no GPU on node small",
         }
     }
+
+
+def test_nodes_in_the_same_state_get_reasons_naming_themselves() -> None:
+    # One memoized evaluation serves both nodes; each reason still names its own node.
+    problem = Problem(
+        nodes=(make_node("left", "T4"), make_node("right", "T4")),
+        pods=(pod("p", gpu_claim("c", count=2)),),
+    )
+    solution = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
+    reasons = solution.node_feasibility["default/p"]
+    assert reasons["left"] is not None and "node left" in reasons["left"]
+    assert reasons["right"] is not None and "node right" in reasons["right"]

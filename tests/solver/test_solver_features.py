@@ -299,3 +299,14 @@ def test_mig_claim_paired_with_an_allocated_gpu_claim_goes_on_its_gpu(mode: Mode
     )
     (entry,) = _entries(_solve(problem, mode)).values()
     assert entry.mig is not None and entry.mig.devices[0].parentUUID == "GPU-n1-1"
+
+
+def test_unhealthy_gpus_are_mentioned_in_node_reasons() -> None:
+    node = make_node("n1", "T4")
+    devices = [d.model_copy(deep=True) for d in node.nas.allocatableDevices]
+    assert devices[0].gpu is not None
+    devices[0].gpu.health = Health.Unhealthy
+    node = dataclasses.replace(node, nas=NodeAllocationStateSpec(allocatableDevices=devices))
+    problem = Problem(nodes=(node,), pods=(pod("p", gpu_claim("c")),))
+    solution = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
+    assert "1 unhealthy GPUs not counted" in str(solution.node_feasibility["default/p"]["n1"])

@@ -187,3 +187,15 @@ def test_batch_allocations_pass_the_checker_and_beat_online(seed: int) -> None:
     assert_valid(problem, batch)
     online = solve(problem, SolveParams(mode=Mode.online))
     assert len(batch.placements) >= len(online.placements) or any(p.priority for p in problem.pods)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=st.integers(0, 2**32 - 1), other=st.integers(0, 2**32 - 1))
+def test_results_do_not_depend_on_what_was_solved_before(first: int, other: int) -> None:
+    # The memo of per-node evaluations must never leak one problem's answer into another's.
+    problem = random_problem(first)
+    params = SolveParams(mode=Mode.online)
+    before = solve(problem, params)
+    solve(random_problem(other), params)
+    after = solve(random_problem(first), params)
+    assert before.placements == after.placements and before.unplaced == after.unplaced
