@@ -85,18 +85,18 @@ def _builtin_validator(
 # --- custom resources -----------------------------------------------------------------------
 
 
-def _structural(schema: Any) -> Any:
+def _structural(schema: Any, strict: bool = True) -> Any:
     """An openAPIV3Schema as a JSON Schema that rejects unknown fields (fieldValidation=Strict)."""
     if not isinstance(schema, Mapping):
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key in ("properties", "patternProperties", "$defs"):
-            out[key] = {name: _structural(sub) for name, sub in value.items()}
+            out[key] = {name: _structural(sub, strict) for name, sub in value.items()}
         elif key in ("items", "additionalProperties", "not"):
-            out[key] = _structural(value)
+            out[key] = _structural(value, strict)
         elif key in ("allOf", "anyOf", "oneOf"):
-            out[key] = [_structural(sub) for sub in value]
+            out[key] = [_structural(sub, strict) for sub in value]
         elif not key.startswith("x-kubernetes-") and key != "nullable":
             out[key] = value
     if schema.get("x-kubernetes-int-or-string"):
@@ -105,15 +105,18 @@ def _structural(schema: Any) -> Any:
     if schema.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
-    if schema.get("type") == "object" and "additionalProperties" not in out and not preserve:
+    closed = strict and not preserve
+    if schema.get("type") == "object" and "additionalProperties" not in out and closed:
         out["additionalProperties"] = False
         out.setdefault("properties", {})
     return out
 
 
-def crd_validator(openapi_schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
+def crd_validator(
+    openapi_schema: Mapping[str, Any], *, strict: bool = True
+) -> jsonschema.protocols.Validator:
     """Compile a CRD version's schema; apiVersion, kind and metadata are always allowed."""
-    schema = _structural(openapi_schema)
+    schema = _structural(openapi_schema, strict)
     properties = schema.setdefault("properties", {})
     properties.setdefault("apiVersion", {"type": "string"})
     properties.setdefault("kind", {"type": "string"})
@@ -305,6 +308,7 @@ class Validator:
         #: stored before a rule existed (the controller must still cope with those).
         self.cel_rules = cel_rules
         self._crd: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+        self._crd_lax: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         self._crd_schemas: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._cel: dict[tuple[str, str], list[CelRule]] = {}
 
@@ -315,6 +319,7 @@ class Validator:
         if schema is None:
             schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         self._crd[key] = crd_validator(schema)
+        self._crd_lax[key] = crd_validator(schema, strict=False)
         self._crd_schemas[key] = schema
         self._cel[key] = cel_rules(schema)
 
@@ -350,7 +355,7 @@ class Validator:
     def _schema_causes(
         self, resource: resources.ResourceType, obj: Mapping[str, Any], strict: bool
     ) -> Sequence[Cause]:
-        crd = self._crd.get((resource.api_version, resource.kind))
+        crd = (self._crd if strict else self._crd_lax).get((resource.api_version, resource.kind))
         if crd is not None:
             causes = _causes(crd, obj)
             # The real server runs CEL rules only on objects that pass the schema.

@@ -59,6 +59,15 @@ def test_unknown_field_accepted_with_field_validation_ignore(
         *RC, "default", "resourceclaims", claim("c", bogus=1), field_validation="Ignore"
     )
     assert created["metadata"]["name"] == "c"
+    widget = {
+        "apiVersion": "test.drasat.io/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 1, "surprise": True},
+    }
+    custom.create_namespaced_custom_object(
+        "test.drasat.io", "v1", "default", "widgets", widget, field_validation="Warn"
+    )
 
 
 def test_invalid_name_is_422(core: kubernetes.client.CoreV1Api) -> None:
