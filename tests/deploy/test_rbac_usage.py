@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -244,11 +245,15 @@ def _kubelet_call(
 
 
 @pytest.fixture(scope="module")
-def recorded(
-    render: Render, tmp_path_factory: pytest.TempPathFactory
+def recorded(render: Render) -> Iterator[tuple[list[Manifest], dict[str, list[Request]]]]:
+    # A directory of our own (short socket paths, and not pruned by a concurrent pytest run).
+    with tempfile.TemporaryDirectory(prefix="drasat-rbac-") as name:
+        yield _run(render().manifests, pathlib.Path(name))
+
+
+def _run(
+    chart: list[Manifest], tmp: pathlib.Path
 ) -> tuple[list[Manifest], dict[str, list[Request]]]:
-    chart = render().manifests
-    tmp = tmp_path_factory.mktemp("rbac")
     handle_errors.clear()
     with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
         admin = KubeClient(configuration_for(server.url), request_timeout=10)
@@ -298,8 +303,10 @@ def recorded(
                 handle_errors.update(
                     _kubelet_call(config.dra_socket, claims, prepare=True, handles=True)
                 )
-                assert not _kubelet_call(config.dra_socket, claims, prepare=True)
-                assert not _kubelet_call(config.dra_socket, claims, prepare=False)
+                prepared = _kubelet_call(config.dra_socket, claims, prepare=True)
+                assert not prepared, prepared
+                unprepared = _kubelet_call(config.dra_socket, claims, prepare=False)
+                assert not unprepared, unprepared
                 for pod in pods:
                     meta = pod["metadata"]
                     admin.delete(r.PODS, meta["name"], namespace=meta["namespace"])
