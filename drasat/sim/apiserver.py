@@ -17,6 +17,7 @@ import contextlib
 import http.server
 import json
 import logging
+import pathlib
 import socket
 import threading
 import urllib.parse
@@ -250,6 +251,24 @@ class ApiServer:
             raise RuntimeError("the API server is not running")
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for this server (no credentials: the server checks none)."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "drasat-sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "drasat-sim", "user": {}}],
+            "contexts": [
+                {"name": "drasat-sim", "context": {"cluster": "drasat-sim", "user": "drasat-sim"}}
+            ],
+            "current-context": "drasat-sim",
+        }
+
+    def write_kubeconfig(self, path: pathlib.Path) -> pathlib.Path:
+        """Write `kubeconfig()` (JSON, which is YAML) for tools and subprocesses; returns path."""
+        path.write_text(json.dumps(self.kubeconfig(), indent=2) + "\n")
+        return path
 
     def start(self) -> ApiServer:
         self._httpd = _HttpServer(self)

@@ -1,0 +1,44 @@
+"""`python -m drasat.sim`: serve the simulated API server (with drasat's CRDs) and optionally the
+simulated scheduler until interrupted, for manual runs of the controller, what-if or helm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from drasat.api import crds
+from drasat.sim import apiserver, kubeclient, scheduler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m drasat.sim", description=__doc__)
+    parser.add_argument(
+        "--kubeconfig", type=pathlib.Path, help="write a kubeconfig for the server to this file"
+    )
+    parser.add_argument(
+        "--scheduler", action="store_true", help="also run the simulated classic DRA scheduler"
+    )
+    args = parser.parse_args(argv)
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
+        if args.kubeconfig is not None:
+            server.write_kubeconfig(args.kubeconfig)
+        sim = scheduler.Scheduler(kubeclient.KubeClient(server.url)) if args.scheduler else None
+        if sim is not None:
+            sim.start()
+        print(server.url, flush=True)
+        done.wait()
+        if sim is not None:
+            sim.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

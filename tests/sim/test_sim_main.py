@@ -1,0 +1,54 @@
+"""A kubeconfig for the simulated server, and `python -m drasat.sim` as a process."""
+
+from __future__ import annotations
+
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import kubernetes
+
+from drasat.sim import apiserver
+
+
+def test_kubeconfig_configures_the_official_loader(
+    server: apiserver.ApiServer, tmp_path: pathlib.Path
+) -> None:
+    path = server.write_kubeconfig(tmp_path / "kubeconfig")
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    assert configuration.host == server.url
+    with kubernetes.client.ApiClient(configuration) as client:
+        names = {
+            n.metadata.name for n in kubernetes.client.CoreV1Api(client).list_namespace().items
+        }
+    assert "default" in names
+
+
+def test_module_serves_until_terminated(tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "drasat.sim", "--kubeconfig", str(kubeconfig), "--scheduler"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        url = lines.get(timeout=60).strip()
+        assert url.startswith("http://127.0.0.1:")
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(
+            config_file=str(kubeconfig), client_configuration=configuration
+        )
+        assert configuration.host == url
+        with kubernetes.client.ApiClient(configuration) as client:
+            version = kubernetes.client.VersionApi(client).get_code()
+        assert version.minor == "30"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
