@@ -526,9 +526,7 @@ def _at(schema: Manifest, path: tuple[str, ...]) -> Manifest:
     return schema
 
 
-def test_notes_tell_the_user_how_to_check_the_install(
-    helm: pathlib.Path, tmp_path: pathlib.Path
-) -> None:
+def _notes(helm: pathlib.Path, tmp_path: pathlib.Path, *extra: str) -> str:
     # helm renders NOTES.txt only on install; render it as a template of a copy of the chart.
     chart = tmp_path / "drasat"
     shutil.copytree(CHART, chart)
@@ -543,15 +541,30 @@ def test_notes_tell_the_user_how_to_check_the_install(
     )
     completed = subprocess.run(
         [str(helm), "template", "r", str(chart), "-n", "gpu-system", "--kube-version", "1.30.0",
-         "--show-only", "templates/notes.yaml"],
+         "--show-only", "templates/notes.yaml", *extra],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
-    text = yaml.safe_load(completed.stdout)["data"]["notes"]
+    notes: str = yaml.safe_load(completed.stdout)["data"]["notes"]
+    return notes
+
+
+def test_notes_tell_the_user_how_to_check_the_install(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    text = _notes(helm, tmp_path, "--api-versions", VAP)
     assert "kubectl -n gpu-system get deployment,daemonset,pods" in text
     assert "get nodeallocationstates.nas.gpu.drasat.io" in text
     assert "kubectl get resourceclasses.resource.k8s.io gpu.drasat.io" in text
     assert "logs deployment/r-drasat-controller" in text
+    assert "node admission policy was not created" not in text
+
+
+def test_notes_warn_when_the_node_admission_policy_is_missing(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    text = _notes(helm, tmp_path)
+    assert "the node admission policy was not created (this cluster does not serve" in text
 
 
 # ---------------------------------------------------------------- the admission policy's CEL
