@@ -298,7 +298,10 @@ class NvmlDeviceLib:
             placement.start = start
             placement.size = sizes[start]
             gi = self._call(
-                "nvmlDeviceCreateGpuInstanceWithPlacement", handle, gi_profile_id, placement
+                "nvmlDeviceCreateGpuInstanceWithPlacement",
+                handle,
+                gi_profile_id,
+                ctypes.pointer(placement),  # pynvml hands it to the C API as is: a pointer
             )
             try:
                 ci_index = _CI_PROFILE_FOR_SLICES[profile.compute_slices]

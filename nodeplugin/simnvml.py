@@ -644,7 +644,9 @@ class SimulatedNvml:
     ) -> SimGpuInstance:
         gpu = self._mig_gpu(device)
         index, profile = self._profile_by_id(gpu, profile_id)
-        start = int(placement.start)
+        if not hasattr(placement, "contents"):  # the C API takes a pointer; pynvml passes it on
+            _fail(N.NVML_ERROR_INVALID_ARGUMENT)
+        start = int(placement.contents.start)
         if start not in profile.starts:
             _fail(N.NVML_ERROR_INVALID_ARGUMENT)
         end = start + profile.memory_slices

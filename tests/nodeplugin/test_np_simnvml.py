@@ -31,7 +31,9 @@ def profile_id(sim: simnvml.SimulatedNvml, handle: object, index: int) -> int:
 def create(sim: simnvml.SimulatedNvml, handle: object, gi_profile: int, start: int) -> object:
     placement = pynvml.c_nvmlGpuInstancePlacement_t()
     placement.start = start
-    return sim.nvmlDeviceCreateGpuInstanceWithPlacement(handle, gi_profile, placement)
+    return sim.nvmlDeviceCreateGpuInstanceWithPlacement(
+        handle, gi_profile, ctypes.pointer(placement)
+    )
 
 
 def test_parse_fleet_forms() -> None:
@@ -141,3 +143,13 @@ def test_injected_fault_and_delay() -> None:
     started = time.monotonic()
     assert fleet.nvmlDeviceGetCount() == 1
     assert time.monotonic() - started >= 0.02
+
+
+def test_placement_by_value_is_refused(sim: simnvml.SimulatedNvml) -> None:
+    """pynvml passes the placement to the C API unchanged, which takes a pointer."""
+    placement = pynvml.c_nvmlGpuInstancePlacement_t()
+    with pytest.raises(pynvml.NVMLError) as excinfo:
+        sim.nvmlDeviceCreateGpuInstanceWithPlacement(
+            sim.nvmlDeviceGetHandleByIndex(1), 19, placement
+        )
+    assert code(excinfo) == pynvml.NVML_ERROR_INVALID_ARGUMENT
