@@ -154,6 +154,18 @@ def test_allowed_products(mode: Mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_reasons_quote_user_text_with_braces(mode: Mode) -> None:
+    policy = _policy({"allowedProducts": [{"namespace": "b", "products": ["{x}*"]}]})
+    problem = Problem(
+        nodes=(make_node("n1", "T4"), make_node("n2", "T4")),
+        pods=(pod("p", gpu_claim("c", namespace="b"), namespace="b"),),
+        policy=policy,
+    )
+    (reason,) = _reasons(problem, mode)
+    assert reason == "claim b/c: policy allowedProducts: namespace b may use only {x}*"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_not_ready_node(mode: Mode) -> None:
     problem = Problem(nodes=(make_node("n1", "T4", ready=False),), pods=(pod("p", gpu_claim("c")),))
     assert _reasons(problem, mode) == ("node n1: NAS NotReady",)
@@ -175,7 +187,10 @@ def test_required_numa_topology(mode: Mode) -> None:
         nodes=(make_node("n1", "A100-80GB", count=4, numa=[0, 0, 1, 1]),),
         pods=(pod("p", gpu_claim("c", count=3, topology={"sameNUMANode": "Required"})),),
     )
-    assert _reasons(problem, mode) == ("claim default/c: topology sameNUMANode is Required",)
+    assert _reasons(problem, mode) == (
+        "claim default/c: topology sameNUMANode is Required; at most 2 free matching GPUs share "
+        "a NUMA node",
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
