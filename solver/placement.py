@@ -298,10 +298,18 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
     inputs: dict[str, _PodInput] = {}
     warm_node = {p.pod: p.node for p in warm.placements}
     keep = max(_MIN_NODES_PER_POD, _BATCH_NODE_BUDGET // max(1, len(problem.pods)))
+    feasibility: dict[str, dict[str, str | None]] = {}
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
         views, _ = _candidates(pod_input, state)
+        if params.node_feasibility:
+            # Batch: each node as the pod alone would find it, before this solve's placements.
+            feasibility[pod.key] = {}
+            shape = nodes.shape(
+                PodEntry(pod, pod_input.priority, pod_input.claims, ()), state.rules
+            )
+            _scan(shape, views, state, online_budget, feasibility[pod.key])
         fitting = _fitting_nodes(
             pod_input, views, state, online_budget, keep, warm_node.get(pod.key)
         )
@@ -348,6 +356,7 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
         best_bound=bound,
         gap=gap,
         wall_time_s=time.perf_counter() - started,
+        node_feasibility=feasibility,
     )
 
 

@@ -90,7 +90,8 @@ class SolveParams:
     workers: int | None = None
     #: Compute explanations for unplaced pods (costs extra solves).
     explain: bool = True
-    #: Online: also report, for each candidate node, why it is unsuitable (UnsuitableNodes).
+    #: Also report, for each candidate node, why it is unsuitable (UnsuitableNodes); in batch
+    #: mode as each pod alone finds the nodes, before the solve's own placements.
     node_feasibility: bool = False
 
 

@@ -213,7 +213,8 @@ def test_cpu_capacity(mode: Mode) -> None:
     assert "needs 4000m CPU" in reason
 
 
-def test_node_feasibility_reports_every_candidate() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_node_feasibility_reports_every_candidate(mode: Mode) -> None:
     problem = Problem(
         nodes=(
             make_node("free", "T4"),
@@ -222,7 +223,7 @@ def test_node_feasibility_reports_every_candidate() -> None:
         ),
         pods=(pod("p", gpu_claim("c", selector={"productName": "*T4*"})),),
     )
-    solution = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
+    solution = solve(problem, SolveParams(mode=mode, node_feasibility=True))
     assert solution.node_feasibility == {
         "default/p": {
             "free": None,
