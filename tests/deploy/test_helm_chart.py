@@ -273,6 +273,7 @@ def test_non_default_values_render_valid_manifests(render: Render, tmp_path: pat
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes"}
     assert "tolerations" not in daemonset["spec"]["template"]["spec"]
     assert {"--orphan-mig=report", "--gc-interval=30"} <= set(_container(daemonset)["args"])
+    assert not any(a.startswith("--simulate-gpus") for a in _container(daemonset)["args"])
 
     lease_rule = [r for r in rendered.one("Role", "-controller")["rules"] if r.get("resourceNames")]
     assert ["gpu-alloc-leader"] in [r["resourceNames"] for r in lease_rule]
@@ -672,3 +673,10 @@ def test_chart_flags_are_accepted_by_drasat(
     # all mounted where it will look
     assert str(plugin.plugin_dir / "gpu.drasat.io") in mounts
     assert {str(plugin.registry_dir), str(plugin.cdi_root), str(plugin.state_dir)} <= mounts
+
+
+def test_node_plugin_can_run_on_a_simulated_fleet(render: Render) -> None:
+    # For trying the chart on a cluster without GPUs; the CLI checks the fleet text.
+    daemonset = render("nodePlugin.simulateGpus=2xA100-40GB\\,mig=all").one("DaemonSet")
+    options = nodeplugin_cli.options(_parsed(_container(daemonset)))
+    assert options.simulate_gpus == "2xA100-40GB,mig=all"
