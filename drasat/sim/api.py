@@ -277,9 +277,15 @@ class Api:
                     raise errors.bad_request("a patch must leave an object")
                 return patched
 
-        elif kind == "application/merge-patch+json" or (
-            kind == "application/strategic-merge-patch+json" and not rt.custom
-        ):
+        elif kind == "application/strategic-merge-patch+json" and not rt.custom:
+            if not isinstance(body, dict):
+                raise errors.bad_request("a strategic merge patch must be a JSON object")
+            keys = patching.strategic_keys(rt.api_version, rt.kind)
+
+            def change(current: Obj) -> Obj:
+                return dict(patching.strategic_merge(current, body, keys))
+
+        elif kind == "application/merge-patch+json":
             if not isinstance(body, dict):
                 raise errors.bad_request("a merge patch must be a JSON object")
 

@@ -285,6 +285,9 @@ class ApiServer:
         """Stop serving: end watches, close connections, join the server thread."""
         self.stopping.set()
         self.api.store.close()
+        # Let open watches end their streams cleanly before connections are cut.
+        with self._watches_changed:
+            self._watches_changed.wait_for(lambda: self._watches == 0, timeout=2.0)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.close_connections()

@@ -1,7 +1,8 @@
 """JSON merge patch (RFC 7386) and JSON patch (RFC 6902), applied to plain dicts.
 
 Purely computational: each function returns a new document and never changes its input.
-Strategic merge patch is served as a merge patch (lists are replaced, not merged by key).
+Strategic merge patch knows the merge keys of the lists drasat's kinds patch (`STRATEGIC_KEYS`);
+other lists are replaced, as for lists without a patch strategy.
 """
 
 from __future__ import annotations
@@ -122,3 +123,112 @@ def json_patch(doc: Any, operations: Any) -> Any:
         else:
             raise errors.bad_request(f"unknown json patch operation {op!r}")
     return result
+
+
+# --- strategic merge patch ------------------------------------------------------------------
+
+#: A list merged as a set of primitives (patchStrategy=merge on a []string).
+SET = "<set>"
+
+#: Lists that strategic merge patch merges, by kind: path (list indices dropped) -> merge key.
+#: From the patchStrategy/patchMergeKey tags of k8s.io/api; any other list is replaced.
+_COMMON: dict[tuple[str, ...], str] = {
+    ("metadata", "finalizers"): SET,
+    ("metadata", "ownerReferences"): "uid",
+}
+STRATEGIC_KEYS: dict[tuple[str, str], dict[tuple[str, ...], str]] = {
+    ("v1", "Pod"): {
+        **_COMMON,
+        ("spec", "containers"): "name",
+        ("spec", "initContainers"): "name",
+        ("spec", "containers", "env"): "name",
+        ("spec", "containers", "ports"): "containerPort",
+        ("spec", "volumes"): "name",
+        ("spec", "resourceClaims"): "name",
+        ("spec", "schedulingGates"): "name",
+        ("status", "conditions"): "type",
+        ("status", "resourceClaimStatuses"): "name",
+    },
+    ("v1", "Node"): {
+        **_COMMON,
+        ("status", "conditions"): "type",
+        ("status", "addresses"): "type",
+    },
+    ("resource.k8s.io/v1alpha2", "ResourceClaim"): {
+        **_COMMON,
+        ("status", "reservedFor"): "uid",
+    },
+    ("resource.k8s.io/v1alpha2", "PodSchedulingContext"): {
+        **_COMMON,
+        ("status", "resourceClaims"): "name",
+    },
+}
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+_IGNORED_DIRECTIVES = ("$setElementOrder/", "$retainKeys")
+
+
+def strategic_keys(api_version: str, kind: str) -> dict[tuple[str, ...], str]:
+    """The merge keys of a kind (finalizers and ownerReferences for every kind)."""
+    return STRATEGIC_KEYS.get((api_version, kind), _COMMON)
+
+
+def strategic_merge(
+    target: Any, patch: Any, keys: dict[tuple[str, ...], str], path: tuple[str, ...] = ()
+) -> Any:
+    """Apply a strategic merge patch: maps merge, lists with a merge key merge by it, primitive
+    sets are unions, `$patch: delete|replace` and `$deleteFromPrimitiveList/` are honoured."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith(_IGNORED_DIRECTIVES) or key == "$patch":
+            continue
+        if key.startswith(_DELETE_FROM):
+            field = key[len(_DELETE_FROM) :]
+            remove = set(value or [])
+            result[field] = [item for item in result.get(field) or [] if item not in remove]
+            continue
+        if value is None:
+            result.pop(key, None)
+            continue
+        child = (*path, key)
+        strategy = keys.get(child)
+        if isinstance(value, list) and strategy == SET:
+            merged = list(result.get(key) or [])
+            result[key] = merged + [item for item in value if item not in merged]
+        elif isinstance(value, list) and strategy is not None:
+            result[key] = _merge_list(result.get(key) or [], value, strategy, keys, child)
+        else:
+            result[key] = strategic_merge(result.get(key), value, keys, child)
+    return result
+
+
+def _merge_list(
+    current: list[Any],
+    patch: list[Any],
+    merge_key: str,
+    keys: dict[tuple[str, ...], str],
+    path: tuple[str, ...],
+) -> list[Any]:
+    merged = copy.deepcopy(current)
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            raise errors.bad_request(f"{'.'.join(path)}: list item without merge key {merge_key!r}")
+        index = next(
+            (
+                i
+                for i, old in enumerate(merged)
+                if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
+            ),
+            None,
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                del merged[index]
+        elif index is None:
+            merged.append(strategic_merge({}, item, keys, path))
+        else:
+            merged[index] = strategic_merge(merged[index], item, keys, path)
+    return merged

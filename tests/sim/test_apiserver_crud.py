@@ -131,10 +131,22 @@ def test_pod_spec_is_immutable_but_binding_sets_node(core: kubernetes.client.Cor
     assert again.value.status == 409
 
 
-def test_strategic_merge_patch_is_served_as_merge(core: kubernetes.client.CoreV1Api) -> None:
+def test_strategic_merge_patch_from_the_typed_client(core: kubernetes.client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod("p1", a="1", b="2"))
-    patched = core.patch_namespaced_pod("p1", "default", {"metadata": {"labels": {"a": None}}})
+    patched = core.patch_namespaced_pod(
+        "p1", "default", {"metadata": {"labels": {"a": None}, "finalizers": ["x"]}}
+    )
     assert patched.metadata.labels == {"b": "2"}
+    patched = core.patch_namespaced_pod("p1", "default", {"metadata": {"finalizers": ["y"]}})
+    assert patched.metadata.finalizers == ["x", "y"]  # merged as a set, as upstream
+    conditions = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]
+    core.patch_namespaced_pod_status("p1", "default", {"status": {"conditions": conditions}})
+    update = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    status = core.patch_namespaced_pod_status("p1", "default", update).status
+    assert [(c.type, c.status) for c in status.conditions] == [
+        ("PodScheduled", "True"),
+        ("Ready", "True"),
+    ]
 
 
 def test_json_patch(core: kubernetes.client.CoreV1Api) -> None:

@@ -168,3 +168,59 @@ def test_pod_claims_in_both_shapes() -> None:
     claims = scheduling.pod_claims(pod)
     assert [c.resolved_name("p") for c in claims] == ["p-a", "shared"]
     assert scheduling.suitable_nodes(["n1", "n2"], {"a": ["n1"], "b": ["n2"]}, ["a"]) == ["n2"]
+
+
+POD_KEYS = patching.strategic_keys("v1", "Pod")
+
+
+def test_strategic_merge_merges_lists_by_key() -> None:
+    pod = {
+        "metadata": {"finalizers": ["a"]},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "PodScheduled", "status": "True"},
+            ],
+            "hostIPs": [{"ip": "1"}],
+        },
+    }
+    patch = {
+        "metadata": {"finalizers": ["b", "a"]},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+            ],
+            "hostIPs": [{"ip": "2"}],
+        },
+    }
+    merged = patching.strategic_merge(pod, patch, POD_KEYS)
+    assert merged["metadata"]["finalizers"] == ["a", "b"]  # a set union
+    assert merged["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+    ]
+    assert merged["status"]["hostIPs"] == [{"ip": "2"}]  # no merge key: replaced
+
+
+def test_strategic_merge_directives() -> None:
+    pod = {
+        "metadata": {"finalizers": ["a", "b"], "labels": {"x": "1", "y": "2"}},
+        "status": {"conditions": [{"type": "Ready"}, {"type": "PodScheduled"}]},
+    }
+    patch = {
+        "metadata": {
+            "$deleteFromPrimitiveList/finalizers": ["a"],
+            "$setElementOrder/finalizers": ["b"],
+            "labels": {"$patch": "replace", "z": "3"},
+        },
+        "status": {"conditions": [{"type": "Ready", "$patch": "delete"}]},
+    }
+    merged = patching.strategic_merge(pod, patch, POD_KEYS)
+    assert merged == {
+        "metadata": {"finalizers": ["b"], "labels": {"z": "3"}},
+        "status": {"conditions": [{"type": "PodScheduled"}]},
+    }
+    with pytest.raises(errors.ApiError):
+        patching.strategic_merge(pod, {"status": {"conditions": [{"status": "x"}]}}, POD_KEYS)
