@@ -16,7 +16,7 @@ from types import FrameType
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
 from drasat.nodeplugin import mps, nvml, simnvml, state
-from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasStore
+from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,12 @@ def run(options: Options, *, ready: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-    for line in plugin.start():
+    try:
+        report = plugin.start()
+    except NasError as error:
+        log.error("giving up: %s", error)
+        return 1
+    for line in report:
         log.warning("start-up: %s", line)
     if ready is not None:
         ready.set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class Config:
     health_events: bool = True
     health_wait_ms: int = 1000  # one NVML event wait; also how long a stop may wait for it
     workers: int = 16
+    start_timeout_s: float = 120.0  # how long the first NAS write is retried
 
     @property
     def dra_socket(self) -> Path:
@@ -122,9 +124,12 @@ class NodePlugin:
         self.store.update(mutate)
 
     def start(self) -> list[str]:
-        """Publish, reconcile, serve; the reconcile report."""
+        """Publish, reconcile, serve; the reconcile report.
+
+        The first NAS write is retried (with backoff, up to `start_timeout_s`) while the API server
+        is unreachable; later status writes that fail are logged, not fatal."""
         self._started = True
-        self.publish(ready=False)
+        self._publish_first()
         report = self.state.reconcile()
         _socket_dir(self.config.dra_socket.parent, 0o750)
         _socket_dir(self.config.registry_dir, 0o750)
@@ -134,7 +139,10 @@ class NodePlugin:
         dra_server.start()
         os.chmod(self.config.dra_socket, 0o660)
         self._servers.append(dra_server)
-        self.set_status(NasStatus.Ready)
+        try:
+            self.set_status(NasStatus.Ready)
+        except NasError as error:
+            log.error("could not mark the NAS Ready (%s); the next publish retries", error)
         reg_server = _serve(self.config.registration_socket, 2)
         registration.add_service(reg_server, self.registration)
         reg_server.add_insecure_port(f"unix://{self.config.registration_socket}")
@@ -150,6 +158,20 @@ class NodePlugin:
             "node plugin serving %s and %s", self.config.dra_socket, self.config.registration_socket
         )
         return report
+
+    def _publish_first(self) -> None:
+        delay, deadline = 0.5, time.monotonic() + self.config.start_timeout_s
+        while True:
+            try:
+                self.publish(ready=False)
+                return
+            except NasError as error:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.error("cannot publish the NAS (%s); retrying in %.1fs", error, delay)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, 10.0)
 
     def _collect(self) -> None:
         while not self._stop.wait(self.config.gc_interval_s):

@@ -231,3 +231,30 @@ def test_killed_plugin_process_mid_prepare_and_mid_unprepare(
     assert third.call("NodePrepareResources", "claim-1") == ""
     assert [start for _, start in third.gpu_instances()] == [4]
     assert third.stop() == 0
+
+
+def test_start_waits_for_an_unreachable_api_server(server: Any, short_tmp: Path) -> None:
+    api = kube_client.KubeClient(kube_client.configuration_for(server.url))
+    store = KubeNasStore(api, node=NODE, namespace=NAMESPACE)
+    sim = simnvml.SimulatedNvml("T4")
+    config = Config(
+        node_name=NODE,
+        namespace=NAMESPACE,
+        cdi_root=short_tmp / "cdi",
+        plugin_dir=short_tmp / "plugins",
+        registry_dir=short_tmp / "registry",
+        state_dir=short_tmp / "state",
+        gc_interval_s=0,
+        health_events=False,
+    )
+    plugin = NodePlugin(
+        config,
+        lib=nvml.NvmlDeviceLib(sim, run=sim.run),
+        store=store,
+        mps_runner=mps.RecordingRunner(),
+    )
+    server.faults.down_for(1.2)  # connection refused for a while, as during an API server restart
+    plugin.start()
+    assert nas_object(api)["status"] == "Ready"
+    plugin.stop(grace_s=0)
+    api.close()
