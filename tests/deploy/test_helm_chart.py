@@ -94,6 +94,13 @@ def test_default_values_render_valid_manifests(render: Render) -> None:
             assert manifest["metadata"]["namespace"] == "drasat"
 
 
+@pytest.mark.parametrize("kube", ["1.27", "1.28", "1.29", "1.30", "1.31"])
+def test_manifests_are_valid_on_every_supported_kubernetes(render: Render, kube: str) -> None:
+    rendered = render(kube_version=f"{kube}.0")
+    assert rendered.returncode == 0, rendered.stderr
+    validate_all(rendered.manifests, kube=kube)
+
+
 def test_resource_class_names_our_driver_and_its_parameters(render: Render) -> None:
     rendered = render()
     resource_class = rendered.one("ResourceClass")
