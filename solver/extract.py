@@ -18,9 +18,12 @@ from drasat.api.nas import (
     AllocatedMigDevice,
     AllocatedMigDevices,
     ClaimInfo,
+    LifecycleStep,
     MigPlacement,
 )
+from drasat.api.policy import LifecycleAction
 from drasat.solver.demand import Claim, Kind
+from drasat.solver.inventory import NodeView
 from drasat.solver.model import Built, DeviceVar, PodEntry
 from drasat.solver.solving import Result
 
@@ -60,6 +63,27 @@ def allocation(claim: Claim, chosen: Sequence[Chosen]) -> AllocatedDevices:
         share=share,
         optional=optional,
     )
+
+
+def with_lifecycle(
+    entry: AllocatedDevices, actions: Sequence[LifecycleAction], node: NodeView
+) -> AllocatedDevices:
+    """The entry with the policy's init actions that apply to its devices (node plugin runs them).
+
+    An action with a selector applies only when every GPU of the claim (the parent GPU for MIG
+    devices) matches it; a claim with no device (optional, CPU-only) gets none.
+    """
+    uuids = [d.uuid for d in entry.gpu.devices] if entry.gpu is not None else []
+    uuids += [d.parentUUID for d in entry.mig.devices] if entry.mig is not None else []
+    gpus = [slot.info for slot in (node.by_uuid(u) for u in uuids) if slot is not None]
+    if not gpus or not actions:
+        return entry
+    steps = [
+        LifecycleStep(action=a.action.value, value=a.value)
+        for a in actions
+        if a.selector is None or all(a.selector.matches(g) for g in gpus)
+    ]
+    return entry.model_copy(update={"lifecycle": steps}) if steps else entry
 
 
 def chosen_of(device: DeviceVar) -> Chosen:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from drasat.api.nas import AllocatedDevices
+from drasat.api.policy import LifecycleAction
 from drasat.solver import demand, explain, extract, filters, model, nodes, solving, validate
 from drasat.solver.demand import Claim
 from drasat.solver.extract import Chosen
@@ -56,13 +57,17 @@ class _State:
     order: dict[str, int] = field(default_factory=dict)
     #: Claims of non-sharable classes placed in this solve -> the pod that uses them.
     exclusive_users: dict[str, str] = field(default_factory=dict)
+    #: The policy's lifecycle init actions, resolved into each new allocation.
+    init_actions: tuple[LifecycleAction, ...] = ()
 
     @classmethod
     def initial(cls, problem: Problem) -> _State:
         states = {n.name: n for n in problem.nodes}
         views = {n.name: view_of(n) for n in problem.nodes}
         rules = Rules(problem.policy, tuple(views.values()))
-        return cls(states, views, rules, {name: i for i, name in enumerate(states)})
+        order = {name: i for i, name in enumerate(states)}
+        init = tuple(problem.policy.lifecycle.init)
+        return cls(states, views, rules, order, init_actions=init)
 
     def allocated_on(self, uid: str) -> str | None:
         return next((name for name, v in self.views.items() if uid in v.allocated), None)
@@ -72,7 +77,10 @@ class _State:
         before = self.views[decision.node]
         by_uid = {c.uid: c for c in claims}
         allocations = {
-            uid: extract.allocation(by_uid[uid], chosen) for uid, chosen in decision.chosen.items()
+            uid: extract.with_lifecycle(
+                extract.allocation(by_uid[uid], chosen), self.init_actions, before
+            )
+            for uid, chosen in decision.chosen.items()
         }
         claims_now = dict(node.nas.allocatedClaims)
         claims_now.update(allocations)
