@@ -22,6 +22,7 @@ import jinja2
 import yaml
 
 from drasat.nodeplugin.checkpoint import write_atomic
+from drasat.nodeplugin.devices import DeviceError
 
 log = logging.getLogger(__name__)
 
@@ -83,19 +84,21 @@ class ProcessRunner:
 
     def start(self, daemon: dict[str, Any], claim_dir: Path) -> None:
         env = {**os.environ, **daemon["env"]}
-        subprocess.run(daemon["command"], env=env, check=True, timeout=30)
+        self._run(daemon["command"], env, None)
         for command in daemon["control"]:
-            self._control(command, env)
+            self._run(["nvidia-cuda-mps-control"], env, command)
 
     def stop(self, daemon: dict[str, Any], claim_dir: Path) -> None:
         env = {**os.environ, **daemon["env"]}
-        self._control(daemon["stop"], env)
+        self._run(["nvidia-cuda-mps-control"], env, daemon["stop"])
 
     @staticmethod
-    def _control(command: str, env: dict[str, str]) -> None:
-        subprocess.run(
-            ["nvidia-cuda-mps-control"], input=command + "\n", text=True, env=env, check=True
-        )
+    def _run(argv: list[str], env: dict[str, str], command: str | None) -> None:
+        text = None if command is None else command + "\n"
+        try:
+            subprocess.run(argv, input=text, text=True, env=env, check=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise DeviceError(f"MPS: {' '.join(argv)} {command or ''}: {error}") from error
 
 
 class RecordingRunner:
@@ -128,7 +131,11 @@ class MpsManager:
         for sub in ("pipe", "log"):
             (claim_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o750)
         write_atomic(claim_dir / "daemon.json", json.dumps(daemon, sort_keys=True))
-        self.runner.start(daemon, claim_dir)
+        try:
+            self.runner.start(daemon, claim_dir)
+        except BaseException:
+            shutil.rmtree(claim_dir, ignore_errors=True)
+            raise
         log.info("MPS daemon %s started for %s", daemon["name"], ", ".join(limits.devices))
         return claim_dir
 

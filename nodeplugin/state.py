@@ -203,6 +203,10 @@ class DeviceState:
         except (DeviceError, NasError, OSError, ValueError) as error:
             self._undo_failed_prepare(record)
             raise ClaimError(f"prepare {claim}: {error}") from error
+        except Exception as error:  # a bug: still leave nothing half-made
+            log.exception("claim %s: unexpected error while preparing", claim)
+            self._undo_failed_prepare(record)
+            raise ClaimError(f"prepare {claim}: internal error: {error!r}") from error
 
     def _undo_failed_prepare(self, record: ClaimRecord) -> None:
         try:
@@ -484,9 +488,11 @@ class DeviceState:
     # -- rollback / unprepare ----------------------------------------------------------------
 
     def _rollback(self, record: ClaimRecord) -> None:
-        """Undo every recorded step in reverse, plus unrecorded MIG devices at planned places."""
+        """Undo every recorded step in reverse, plus what may exist unrecorded (a crash right
+        after making it): MIG devices at the planned places, the claim's MPS daemon."""
         self._undo_steps(record)
         self._destroy_unrecorded_migs(record)
+        self.mps.stop(record.uid)
         self.checkpoint.drop(record.uid)
 
     def _undo_steps(self, record: ClaimRecord) -> None:

@@ -167,3 +167,14 @@ def test_reconcile_reports_a_prepared_claims_lost_mig_device(node_factory: Any) 
     assert any(
         f"prepared claim {UID}: its MIG device" in line and "is gone" in line for line in report
     )
+
+
+def test_killed_after_starting_mps(node_factory: Any) -> None:
+    node = node_factory("T4")
+    node.allocate(UID, gpu_allocation(UID, node.gpu(0), share={"compute": 30}))
+    restarted = crash(node, "mps", lambda: node.state.prepare(ref(UID)))
+    restarted.state.reconcile()
+    assert restarted.runner.running == {}
+    assert not restarted.state.mps.claim_dir(UID).exists()
+    assert restarted.state.prepare(ref(UID)) == [f"k8s.gpu.drasat.io/claim={UID}"]
+    assert set(restarted.runner.running) == {f"mps-{UID}"}

@@ -382,3 +382,31 @@ def test_nvml_failure_while_planning_is_a_claim_error(node_factory: Any) -> None
     node.allocate(UID, mig_allocation(UID, node.gpu(1), "1g.5gb", 0, 1))
     with pytest.raises(ClaimError, match="NVML_ERROR_GPU_IS_LOST"):
         node.state.prepare(ref(UID))
+
+
+def test_mps_daemon_that_cannot_start_rolls_back(node_factory: Any) -> None:
+    from drasat.nodeplugin import mps
+
+    node = node_factory("T4")
+    node.state.mps.runner = mps.ProcessRunner()  # no nvidia-cuda-mps-control on this machine
+    node.allocate(UID, gpu_allocation(UID, node.gpu(0), sharing={"strategy": "MPS"}))
+    with pytest.raises(ClaimError, match="MPS: nvidia-cuda-mps-control"):
+        node.state.prepare(ref(UID))
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
+    assert not node.state.mps.claim_dir(UID).exists()
+    assert node.state.checkpoint.get(UID) is None
+
+
+def test_unexpected_error_still_leaves_nothing_half_made(
+    node_factory: Any, monkeypatch: Any
+) -> None:
+    node = node_factory("2xA100-40GB,mig=1")
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "4g.20gb", 0, 4))
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(node.state.cdi, "write", broken)
+    with pytest.raises(ClaimError, match="internal error: RuntimeError"):
+        node.state.prepare(ref(UID))
+    assert gpu_instances(node, 1) == []
