@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from drasat.sim import api, errors, faults, routing, watching
+from drasat.sim import api, audit, errors, faults, routing, watching
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         url = urllib.parse.urlsplit(self.path)
         query = {key: values[-1] for key, values in urllib.parse.parse_qs(url.query).items()}
+        self._code, self._recorded = 0, False
+        target: routing.Route | routing.Discovery | None = None
         try:
             target = routing.parse(url.path, is_plural=owner.api.is_plural)
             if target is None:
@@ -93,6 +95,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             log.exception("internal error serving %s %s", method, self.path)
             owner.internal_errors.append(f"{method} {self.path}: {exc!r}")
             self._send(500, errors.ApiError(500, "InternalError", str(exc)).status())
+        if isinstance(target, routing.Route) and not self._recorded:
+            self._record(method, target, query)
+
+    def _record(self, method: str, route: routing.Route, query: Mapping[str, str]) -> None:
+        self._recorded = True
+        self.server.owner.audit.record(
+            audit.Entry(
+                verb=audit.verb(method, route, query),
+                group=route.group,
+                version=route.version,
+                resource=route.plural,
+                subresource=route.subresource,
+                namespace=route.namespace,
+                name=route.name,
+                code=self._code,
+                user_agent=self.headers.get("User-Agent", ""),
+            )
+        )
 
     def _resource(
         self, method: str, route: routing.Route, query: Mapping[str, str], raw: bytes
@@ -136,6 +156,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _send(self, code: int, payload: Any) -> None:
+        self._code = code
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", _JSON)
@@ -145,6 +166,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _watch(self, route: routing.Route, query: Mapping[str, str]) -> None:
         owner = self.server.owner
+        self._code = 200
         stream = watching.WatchStream(
             owner.api, route, query, bookmark_interval=owner.bookmark_interval
         )
@@ -153,6 +175,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.close_connection = True
+        self._record("GET", route, query)  # now, not when the watch ends
         owner.watch_opened()
         try:
             for event in stream.events(stopping=owner.stopping.is_set):
@@ -214,6 +237,8 @@ class ApiServer:
         self.stopping = threading.Event()
         #: Seconds between BOOKMARKs on watches that allow them.
         self.bookmark_interval = watching.DEFAULT_BOOKMARK_INTERVAL_S
+        #: Every answered resource request, in RBAC terms.
+        self.audit = audit.Audit()
         #: Requests that failed with a bug in the simulator (answered 500); tests assert none.
         self.internal_errors: list[str] = []
         self.api = api.Api(
