@@ -226,16 +226,6 @@ class NvmlDeviceLib:
         )
         return tuple((int(array[i].start), int(array[i].size)) for i in range(count.value))
 
-    def mig_devices(self, gpu_uuid: str) -> list[devices.MigDevice]:
-        with self._locked(gpu_uuid):
-            handle = self._handle(gpu_uuid)
-            found = []
-            for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
-                mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
-                if mig is not None:
-                    found.append(self._mig_device(gpu_uuid, handle, mig))
-            return found
-
     def _mig_device(self, gpu_uuid: str, handle: Any, mig: Any) -> devices.MigDevice:
         gi_id = int(self._call("nvmlDeviceGetGpuInstanceId", mig))
         gi_info = self._call(

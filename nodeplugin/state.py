@@ -240,13 +240,23 @@ class DeviceState:
 
     @staticmethod
     def _handle_allocation(claim: ClaimRef) -> AllocatedDevices | None:
-        """A resource handle, when given, is the allocation as JSON (the NAS entry wins)."""
+        """A resource handle, when given, is the claim's devices as JSON (the NAS entry wins).
+
+        The controller writes the NAS entry without its claimInfo (the kubelet names the claim)
+        plus the node it chose; a full NAS entry is accepted too.
+        """
         if not claim.resource_handle.strip():
             return None
         try:
             data = json.loads(claim.resource_handle)
         except json.JSONDecodeError as error:
             raise ClaimError(f"claim {claim}: resource handle is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ClaimError(f"claim {claim}: resource handle is not a JSON object")
+        data.pop("node", None)
+        data.setdefault(
+            "claimInfo", {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
+        )
         try:
             return AllocatedDevices.model_validate(data)
         except ValidationError as error:
@@ -294,7 +304,8 @@ class DeviceState:
 
     def _prepare(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
         migs = self._create_migs(record)
-        sharing = (allocation.gpu or allocation.mig or _Empty()).sharing
+        holder = allocation.gpu or allocation.mig
+        sharing = holder.sharing if holder is not None else None
         gpu_uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
         visible = gpu_uuids + [m.uuid for m in migs]
         self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
@@ -352,7 +363,8 @@ class DeviceState:
             strategy = SharingStrategy.MPS  # a share is enforced by MPS unless told otherwise
         if strategy is SharingStrategy.TimeSlicing:
             assert sharing is not None
-            level = (sharing.timeSlicingConfig or _NoTimeSlice()).effective
+            config = sharing.timeSlicingConfig
+            level = config.effective if config is not None else TimeSlice.Default
             for uuid in gpu_uuids:  # time-slices do not apply to MIG devices
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.Default.value)
                 self._hold(record, uuid, Setting.timeSlice, level.value)
@@ -715,14 +727,6 @@ class DeviceState:
             except ClaimError as error:
                 log.error("garbage collection of %s failed: %s", record.uid, error)
         return collected
-
-
-class _Empty:
-    sharing: GpuSharing | None = None
-
-
-class _NoTimeSlice:
-    effective = TimeSlice.Default
 
 
 def _mps_limits(
