@@ -410,3 +410,19 @@ def test_unexpected_error_still_leaves_nothing_half_made(
     with pytest.raises(ClaimError, match="internal error: RuntimeError"):
         node.state.prepare(ref(UID))
     assert gpu_instances(node, 1) == []
+
+
+def test_concurrent_share_claims_on_one_gpu_keep_the_count(node_factory: Any) -> None:
+    from concurrent import futures
+
+    node = node_factory("A100-40GB")
+    uids = [f"share-{i}" for i in range(16)]
+    for uid in uids:
+        node.allocate(uid, gpu_allocation(uid, node.gpu(0), share={"compute": 5}))
+    with futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda u: node.state.prepare(ref(u)), uids))
+        hold = node.state.checkpoint.data.settings[node.gpu(0)]["computeMode"]
+        assert sorted(hold.holders) == sorted(uids)
+        list(pool.map(lambda u: node.state.unprepare(ref(u)), uids))
+    assert node.state.checkpoint.data.settings == {}
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
