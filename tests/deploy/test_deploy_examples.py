@@ -4,7 +4,7 @@ Each README holds `drasat whatif` commands with the table they print on the lab 
 test runs them through `drasat.cli.main.main` and compares. When a change to the solver moves a
 placement on purpose, refresh the tables (then read the diff):
 
-    .venv/bin/python tests/deploy/test_examples.py --update
+    .venv/bin/python tests/deploy/test_deploy_examples.py --update
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_example_is_placed_as_its_readme_says(name: str, command: str, expected:
     assert code == 0, stderr
     assert placements(table(stdout)) == placements(expected), (
         f"{name}: the what-if now prints\n{table(stdout)}\n(refresh with "
-        "`.venv/bin/python tests/deploy/test_examples.py --update` if that is intended)"
+        "`.venv/bin/python tests/deploy/test_deploy_examples.py --update` if that is intended)"
     )
 
 

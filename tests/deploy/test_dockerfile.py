@@ -8,7 +8,7 @@ import shlex
 import tomllib
 
 import pytest
-from conftest import REPO, Render
+from chart_rendering import REPO, Render
 
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 DOCKERIGNORE = REPO / "deploy" / "Dockerfile.dockerignore"

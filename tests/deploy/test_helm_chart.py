@@ -19,7 +19,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import CHART, REPO, Manifest, Render, Rendered
+from chart_rendering import CHART, REPO, Manifest, Render, Rendered
 
 from drasat.api import policy as policy_api
 from drasat.cli import controller as controller_cli

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import REPO, Manifest, Render
+from chart_rendering import REPO, Manifest, Render
 
 from drasat import loading
 from drasat.api import crds
@@ -323,11 +323,6 @@ def _run(
     return chart, {"controller": controller_api.requests, "node-plugin": plugin_api.requests}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the controller's resource handle ({node, gpu|mig}) is not what the node plugin parses "
-    "(an AllocatedDevices with claimInfo); drop this mark when they agree",
-)
 def test_the_plugin_understands_the_controllers_resource_handle(
     recorded: tuple[list[Manifest], dict[str, list[Request]]],
 ) -> None:
