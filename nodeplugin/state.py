@@ -180,8 +180,7 @@ class DeviceState:
         if record is not None:
             log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
             self._rollback(record)
-            if record.status is ClaimStatus.UnprepareStarted:
-                self._remove_prepared(record.uid)
+            self._remove_prepared(record.uid)  # it may have been written just before the crash
         allocation, source = self._allocation(claim)
         record = ClaimRecord(
             uid=claim.uid,

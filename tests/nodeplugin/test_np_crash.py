@@ -10,7 +10,7 @@ from npfixtures import gpu_allocation, gpu_instances, mig_allocation, ref
 
 from drasat.api.nas import PreparedDevices, PreparedGpus
 from drasat.nodeplugin import checkpoint
-from drasat.nodeplugin.state import ClaimRef, Fault, OrphanPolicy
+from drasat.nodeplugin.state import ClaimError, ClaimRef, Fault, OrphanPolicy
 
 UID = "c0ffee00-0000-4000-8000-000000000001"
 
@@ -178,3 +178,16 @@ def test_killed_after_starting_mps(node_factory: Any) -> None:
     assert not restarted.state.mps.claim_dir(UID).exists()
     assert restarted.state.prepare(ref(UID)) == [f"k8s.gpu.drasat.io/claim={UID}"]
     assert set(restarted.runner.running) == {f"mps-{UID}"}
+
+
+def test_killed_after_the_nas_write_then_a_failing_retry_leaves_no_stale_entry(
+    node_factory: Any,
+) -> None:
+    node = node_factory("2xA100-40GB,mig=1")
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "1g.5gb", 0, 1))
+    restarted = crash(node, "nas", lambda: node.state.prepare(ref(UID)))
+    assert UID in restarted.store.read().spec.preparedClaims
+    restarted.sim.inject_fault("nvmlDeviceCreateGpuInstanceWithPlacement", 999)  # retry fails
+    with pytest.raises(ClaimError, match="cannot create MIG"):
+        restarted.state.prepare(ref(UID))
+    assert UID not in restarted.store.read().spec.preparedClaims
