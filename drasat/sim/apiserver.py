@@ -68,16 +68,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # --- dispatch -----------------------------------------------------------------------------
 
     def _serve(self, method: str) -> None:
+        # Audited before the answer goes out, so the log order is the order clients saw.
+        self._pending: tuple[str, routing.Route, Mapping[str, str]] | None = None
         body = self._read_body()
         owner = self.server.owner
         if owner.stopping.wait(owner.faults.latency) or self._refused():
             return
         url = urllib.parse.urlsplit(self.path)
         query = {key: values[-1] for key, values in urllib.parse.parse_qs(url.query).items()}
-        self._code, self._recorded = 0, False
-        target: routing.Route | routing.Discovery | None = None
         try:
             target = routing.parse(url.path, is_plural=owner.api.is_plural)
+            if isinstance(target, routing.Route):
+                self._pending = (method, target, query)
             if target is None:
                 raise errors.ApiError(404, "NotFound", f"no such path {url.path!r}")
             if isinstance(target, routing.Discovery):
@@ -95,11 +97,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             log.exception("internal error serving %s %s", method, self.path)
             owner.internal_errors.append(f"{method} {self.path}: {exc!r}")
             self._send(500, errors.ApiError(500, "InternalError", str(exc)).status())
-        if isinstance(target, routing.Route) and not self._recorded:
-            self._record(method, target, query)
 
-    def _record(self, method: str, route: routing.Route, query: Mapping[str, str]) -> None:
-        self._recorded = True
+    def _record(self, code: int) -> None:
+        if self._pending is None:
+            return
+        method, route, query = self._pending
+        self._pending = None
         self.server.owner.audit.record(
             audit.Entry(
                 verb=audit.verb(method, route, query),
@@ -109,7 +112,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 subresource=route.subresource,
                 namespace=route.namespace,
                 name=route.name,
-                code=self._code,
+                code=code,
                 user_agent=self.headers.get("User-Agent", ""),
             )
         )
@@ -156,7 +159,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _send(self, code: int, payload: Any) -> None:
-        self._code = code
+        self._record(code)
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", _JSON)
@@ -166,16 +169,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _watch(self, route: routing.Route, query: Mapping[str, str]) -> None:
         owner = self.server.owner
-        self._code = 200
         stream = watching.WatchStream(
             owner.api, route, query, bookmark_interval=owner.bookmark_interval
         )
+        self._record(200)  # now, not when the watch ends
         self.send_response(200)
         self.send_header("Content-Type", _JSON)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.close_connection = True
-        self._record("GET", route, query)  # now, not when the watch ends
         owner.watch_opened()
         try:
             for event in stream.events(stopping=owner.stopping.is_set):
