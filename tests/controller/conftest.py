@@ -6,21 +6,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from ctl_cluster import FAST
 
 from drasat.api import crds
 from drasat.controller.controller import Config, Controller
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
-
-FAST = Config(
-    namespace="drasat",
-    workers=2,
-    resync_s=1.0,
-    policy_poll_s=0.2,
-    retry_backoff_s=(0.02, 0.5),
-    watch_timeout_s=5,
-    hold_ttl_s=10.0,
-)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from cluster import (
+from ctl_cluster import (
     Scheduler,
     a100_mig,
     add_claim,
@@ -68,7 +68,7 @@ def test_immediate_claim_that_fits_nowhere_waits_with_an_event(
     add_params(api, "ns", "two", {"count": 2})
     add_claim(api, "ns", "big", params="two", mode="Immediate")
     start_controller()
-    from events_util import events_for
+    from ctl_events import events_for
 
     wait(lambda: events_for(api, "ns", "big", "Unschedulable"), what="event")
     assert allocated_node(claim(api, "ns", "big")) is None

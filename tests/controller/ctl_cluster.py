@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from drasat.controller.controller import Config
 from drasat.kube import errors, nas
 from drasat.kube import resources as r
 from drasat.kube.client import Api
@@ -22,6 +23,17 @@ NS = "drasat"
 CLASS = "gpu.drasat.io"
 
 _uuid = itertools.count(1)
+
+#: A controller that reacts within test timescales.
+FAST = Config(
+    namespace="drasat",
+    workers=2,
+    resync_s=1.0,
+    policy_poll_s=0.2,
+    retry_backoff_s=(0.02, 0.5),
+    watch_timeout_s=5,
+    hold_ttl_s=10.0,
+)
 
 
 def t4(index: int) -> Obj:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cluster import NS, a100_mig, add_class, add_node, claim, device_users, nas_claims, t4
+from ctl_cluster import NS, a100_mig, add_class, add_node, claim, device_users, nas_claims, t4
 
 from drasat import loading
 from drasat.controller.controller import Controller

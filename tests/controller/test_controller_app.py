@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import add_claim, add_class, add_node, allocated_node, claim, nas_claims, t4, wait
+from ctl_cluster import add_claim, add_class, add_node, allocated_node, claim, nas_claims, t4, wait
 
 from drasat.controller.app import App, Options
 from drasat.controller.policy import PolicySource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from cluster import (
+from ctl_cluster import (
     NS,
     Scheduler,
     add_claim,
@@ -19,7 +19,7 @@ from cluster import (
     t4,
     wait,
 )
-from events_util import events_for
+from ctl_events import events_for
 
 from drasat.controller.controller import Controller
 from drasat.kube import resources as r

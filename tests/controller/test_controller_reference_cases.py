@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster import (
+from ctl_cluster import (
     Scheduler,
     add_claim,
     add_class,

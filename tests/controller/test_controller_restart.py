@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster import (
+from ctl_cluster import (
     NS,
     add_claim,
     add_class,
@@ -16,7 +16,7 @@ from cluster import (
     t4,
     wait,
 )
-from events_util import events_for
+from ctl_events import events_for
 
 from drasat.api.nas import AllocatedDevices
 from drasat.controller import allocation

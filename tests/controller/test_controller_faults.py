@@ -16,8 +16,16 @@ import time
 from typing import Any
 
 import pytest
-from cluster import add_class, add_node, allocated_node, device_users, nas_claims, t4, wait
-from conftest import FAST
+from ctl_cluster import (
+    FAST,
+    add_class,
+    add_node,
+    allocated_node,
+    device_users,
+    nas_claims,
+    t4,
+    wait,
+)
 
 from drasat.controller.controller import Controller
 from drasat.kube import errors

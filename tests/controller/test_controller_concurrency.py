@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from cluster import (
+from ctl_cluster import (
+    FAST,
     Scheduler,
     add_claim,
     add_class,
@@ -19,7 +20,6 @@ from cluster import (
     t4,
     wait,
 )
-from conftest import FAST
 
 from drasat.controller.controller import Controller
 from drasat.kube import resources as r

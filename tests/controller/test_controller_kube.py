@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from kubefake import FakeApi
+from ctl_kubefake import FakeApi
 
 from drasat.kube import errors, events, informer, nas, resources, snapshot
 from drasat.kube.client import RateLimiter
