@@ -363,7 +363,9 @@ class Validator:
             if causes or not self.cel_rules:
                 return causes
             return _cel_causes(rules, obj)
-        first: list[Cause] | None = None
+        # Accepted if any version's schema accepts it; otherwise the closest version's complaints
+        # (fewest causes), so a 1.34-shaped pod is not told about 1.30's field names.
+        closest: list[Cause] | None = None
         for version in resource.schema_versions:
             validator = _builtin_validator(version, strict, resource.api_version, resource.kind)
             if validator is None:
@@ -371,5 +373,6 @@ class Validator:
             causes = _causes(validator, obj)
             if not causes:
                 return []
-            first = causes if first is None else first
-        return first or []
+            if closest is None or len(causes) < len(closest):
+                closest = causes
+        return closest or []

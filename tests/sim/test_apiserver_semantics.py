@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -103,6 +104,28 @@ def test_pod_claims_in_both_shapes_are_accepted(
     body["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]
     created = core.create_namespaced_pod("default", body)
     assert created.spec.resource_claims[0].resource_claim_template_name == "t"
+
+
+def test_errors_come_from_the_closest_schema_version(server: apiserver.ApiServer) -> None:
+    # The typed client checks types itself, so send the bad pod as raw JSON.
+    body = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "restartPolicy": 7}],
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}],
+        },
+    }
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/namespaces/default/pods",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    status = json.loads(caught.value.read())
+    # 1.34's schema knows resourceClaimTemplateName; only the wrong type is reported.
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.containers[0].restartPolicy"]
 
 
 def test_custom_object_against_crd_schema(custom: kubernetes.client.CustomObjectsApi) -> None:
