@@ -193,3 +193,32 @@ def test_policy_from_a_configmap_steers_placement_and_reloads(
     wait(lambda: policy.current().objective[0].nodes == ["node-a"], what="reload")
     add_claim(api, "ns", "c2", mode="Immediate")
     assert wait(lambda: allocated_node(claim(api, "ns", "c2")), what="c2") == "node-a"
+
+
+def test_a_crashed_leaders_lease_expires_and_the_other_takes_over(
+    server: apiserver.ApiServer, api: KubeClient, replicas: list[Running]
+) -> None:
+    add_node(api, "node-1", [t4(0)])
+    add_class(api)
+    replicas += [Running(server, f"r{i}", leader_elect=True, **FAST) for i in range(2)]  # type: ignore[arg-type]
+    first = wait(lambda: next((r for r in replicas if r.leading), None), what="a leader")
+    assert first.app.elector is not None
+    first.app.elector.stop(release=False)  # dies without giving the lease back
+    started = time.monotonic()
+    wait(lambda: any(r.leading for r in replicas if r is not first), timeout=10, what="takeover")
+    assert time.monotonic() - started >= 1.0  # not before the lease (2 s) ran out
+    add_claim(api, "ns", "c1", mode="Immediate")
+    wait(lambda: allocated_node(claim(api, "ns", "c1")), what="allocation by the new leader")
+
+
+def test_a_replica_that_loses_its_lease_stops(
+    server: apiserver.ApiServer, api: KubeClient, replicas: list[Running]
+) -> None:
+    replicas.append(Running(server, "solo", leader_elect=True, **FAST))  # type: ignore[arg-type]
+    wait(lambda: replicas[0].leading, what="leading")
+    lease = api.get(r.LEASES, "drasat-controller", namespace="drasat")
+    lease["spec"].update(holderIdentity="usurper", renewTime="2999-01-01T00:00:00.000000Z",
+                         leaseDurationSeconds=3600)  # fmt: skip
+    api.replace(r.LEASES, lease)
+    replicas[0].thread.join(10)
+    assert not replicas[0].thread.is_alive() and not replicas[0].leading
