@@ -8,6 +8,7 @@ import urllib.request
 from typing import Any
 
 import kubernetes
+import kubernetes.dynamic
 import pytest
 from kubernetes.client import ApiException
 
@@ -310,3 +311,15 @@ def test_delete_collection_by_label(core: kubernetes.client.CoreV1Api) -> None:
         )
     core.delete_collection_namespaced_config_map("default", label_selector="app=x")
     assert [m.metadata.name for m in core.list_namespaced_config_map("default").items] == ["c"]
+
+
+def test_dynamic_client_finds_resources_through_discovery(
+    api_client: kubernetes.client.ApiClient,
+) -> None:
+    client = kubernetes.dynamic.DynamicClient(api_client)
+    claims = client.resources.get(api_version="resource.k8s.io/v1alpha2", kind="ResourceClaim")
+    claims.create(body=claim("c"), namespace="default")
+    assert [c.metadata.name for c in claims.get(namespace="default").items] == ["c"]
+    nas = client.resources.get(api_version="nas.gpu.drasat.io/v1alpha1", kind="NodeAllocationState")
+    assert nas.namespaced and nas.name == "nodeallocationstates"
+    assert client.resources.get(api_version="v1", kind="Node").namespaced is False
