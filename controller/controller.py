@@ -367,8 +367,10 @@ class Controller:
             key=f"claim:{informer.key_of(claim)}", namespace=request.namespace, claims=(request,)
         )
         with self._decide:
-            snapshot = self._nas_snapshot()
+            # Holds before the NAS: a write that lands in between shows in the NAS, its hold
+            # in `held`, or both (a held claim already in the NAS is not counted twice).
             held = self.holds.by_node(excluding=frozenset({request.uid}))
+            snapshot = self._nas_snapshot()
             problem = Problem(
                 nodes.nodes_for(sorted(snapshot), snapshot, held), (pod,), self._policy_now()
             )
@@ -630,8 +632,10 @@ class Controller:
         by_uid = {str(c["metadata"]["uid"]): c for c in entries.values()}
         selected = scheduling.selected_node(context)
         with self._decide:
-            snapshot = self._nas_snapshot()
+            # Holds before the NAS: a write that lands in between shows in the NAS, its hold
+            # in `held`, or both (a held claim already in the NAS is not counted twice).
             held = self.holds.by_node(excluding=frozenset(requests))
+            snapshot = self._nas_snapshot()
             pending_write = None
             if selected is not None:
                 pinned = replace(pod, candidate_nodes=(selected,))
