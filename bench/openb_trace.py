@@ -101,7 +101,7 @@ def read_pods(path: pathlib.Path) -> Pods:
     """openb_pod_list_*.csv, sorted by name (the simulator's canonical order)."""
     with path.open(newline="") as f:
         rows = sorted(csv.DictReader(f), key=lambda r: r["name"])
-    spec = tuple("|".join(s for s in r["gpu_spec"].split("|") if s) for r in rows)
+    spec = tuple("|".join(s for s in (r.get("gpu_spec") or "").split("|") if s) for r in rows)
     num_gpu = [int(r["num_gpu"]) for r in rows]
     return Pods(
         names=tuple(r["name"] for r in rows),
