@@ -44,8 +44,12 @@ class Api:
         history: int = 10_000,
         crds: Iterable[Mapping[str, Any]] = (),
         cel_rules: bool = True,
+        graceful_pod_deletion: bool = False,
     ) -> None:
         self.faults = fault_config
+        #: Deleting a pod on a node only marks it until a delete with gracePeriodSeconds=0 (the
+        #: kubelet's, after the containers stopped); off: pods go at once.
+        self.graceful_pod_deletion = graceful_pod_deletion
         self.validator = validation.Validator(cel_rules=cel_rules)
         self.store = storage.Store(validate=self._validate_strict, history=history)
         self._types_lock = threading.Lock()
@@ -328,10 +332,28 @@ class Api:
             str(route.name),
             preconditions=options.get("preconditions"),
             dry_run=dry_run,
+            grace_seconds=self._grace(rt, route, {**options, **(query or {})}),
         )
         if rt.group == _CRD_GROUP and not dry_run:
             self._unregister_crd(deleted)
         return self.present(rt, deleted)
+
+    def _grace(
+        self, rt: resources.ResourceType, route: routing.Route, options: Mapping[str, Any]
+    ) -> int:
+        """The grace period of a delete: DeleteOptions or the gracePeriodSeconds parameter."""
+        if not self.graceful_pod_deletion or (rt.group, rt.plural) != ("", "pods"):
+            return 0
+        pod = self.store.get(rt, route.namespace or "", str(route.name))
+        if not pod["spec"].get("nodeName"):
+            return 0  # never started: nothing to wait for
+        grace = options.get("gracePeriodSeconds")
+        if grace in (None, ""):
+            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        try:
+            return max(int(grace), 0)
+        except (TypeError, ValueError):
+            raise errors.bad_request(f"invalid gracePeriodSeconds {grace!r}") from None
 
     def delete_collection(self, route: routing.Route, query: Mapping[str, str]) -> Obj:
         listed = self.list_objects(route, query)

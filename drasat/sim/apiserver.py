@@ -234,6 +234,7 @@ class ApiServer:
         history: int = 10_000,
         fault_config: faults.Faults | None = None,
         cel_rules: bool = True,
+        graceful_pod_deletion: bool = False,
     ) -> None:
         self.faults = fault_config or faults.Faults()
         self.stopping = threading.Event()
@@ -244,7 +245,11 @@ class ApiServer:
         #: Requests that failed with a bug in the simulator (answered 500); tests assert none.
         self.internal_errors: list[str] = []
         self.api = api.Api(
-            fault_config=self.faults, history=history, crds=crds, cel_rules=cel_rules
+            fault_config=self.faults,
+            history=history,
+            crds=crds,
+            cel_rules=cel_rules,
+            graceful_pod_deletion=graceful_pod_deletion,
         )
         self.faults.subscribe(self.api.store.wake)
         self._httpd: _HttpServer | None = None
@@ -332,10 +337,16 @@ class ApiServer:
         history: int = 10_000,
         fault_config: faults.Faults | None = None,
         cel_rules: bool = True,
+        graceful_pod_deletion: bool = False,
     ) -> Iterator[ApiServer]:
-        """A started server, stopped on exit. `cel_rules=False` skips CRDs' CEL rules."""
+        """A started server, stopped on exit. `cel_rules=False` skips CRDs' CEL rules;
+        `graceful_pod_deletion=True` keeps deleted pods on nodes until a kubelet confirms."""
         server = cls(
-            crds=crds, history=history, fault_config=fault_config, cel_rules=cel_rules
+            crds=crds,
+            history=history,
+            fault_config=fault_config,
+            cel_rules=cel_rules,
+            graceful_pod_deletion=graceful_pod_deletion,
         ).start()
         try:
             yield server

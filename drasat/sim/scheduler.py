@@ -378,10 +378,13 @@ class Scheduler:
 
     def _release_gone_pods(self, pods: list[Obj]) -> None:
         """Remove pods that no longer exist or have finished from every claim's reservedFor."""
+        # Done, as the resourceclaim controller sees it: finished, or deleted before it was
+        # scheduled; a deleted pod on a node still runs until its kubelet removes it.
         running = {
             p["metadata"]["uid"]
             for p in pods
             if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not (p["metadata"].get("deletionTimestamp") and not p["spec"].get("nodeName"))
         }
         for claim in self._client.list(_res("resourceclaims"))["items"]:
             reserved = (claim.get("status") or {}).get("reservedFor") or []

@@ -38,6 +38,15 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _gone(meta: Obj) -> bool:
+    """Deleted, no finalizers left and no grace period running."""
+    return bool(
+        meta.get("deletionTimestamp")
+        and not meta.get("finalizers")
+        and not meta.get("deletionGracePeriodSeconds")
+    )
+
+
 def _without(obj: Obj, *keys: str) -> Obj:
     return {key: value for key, value in obj.items() if key not in keys}
 
@@ -169,7 +178,7 @@ class Store:
             (validate or self._validate)(rt, new, old)
             if dry_run:
                 return new
-            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            if _gone(new["metadata"]):
                 return self._remove(rt, namespace, name, new)
             return self._commit(rt, "MODIFIED", namespace, name, new, old)
 
@@ -229,8 +238,13 @@ class Store:
         *,
         preconditions: dict[str, Any] | None = None,
         dry_run: bool = False,
+        grace_seconds: int = 0,
     ) -> Obj:
-        """Delete now, or mark deleted (deletionTimestamp) while finalizers remain."""
+        """Delete now, or mark deleted (deletionTimestamp) while finalizers remain.
+
+        `grace_seconds` > 0 is a graceful deletion (pods on a node): the object is only marked,
+        and goes when a later delete with no grace period (the kubelet's) finds no finalizers.
+        """
         with self._cond:
             old = self._current(rt, namespace, name)
             pre = preconditions or {}
@@ -241,11 +255,16 @@ class Store:
                 raise errors.conflict(plural=rt.plural, group=rt.group, name=name)
             if dry_run:
                 return copy.deepcopy(old)
-            if old["metadata"].get("finalizers"):
-                if old["metadata"].get("deletionTimestamp"):
+            meta = old["metadata"]
+            if grace_seconds > 0 or meta.get("finalizers"):
+                marked = meta.get("deletionTimestamp") is not None
+                current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+                grace = min(grace_seconds, current_grace) if marked else grace_seconds
+                if marked and grace == current_grace:
                     return copy.deepcopy(old)
                 new = copy.deepcopy(old)
-                new["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=0)
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+                new["metadata"].setdefault("deletionTimestamp", _now())
                 return self._commit(rt, "MODIFIED", namespace, name, new, old)
             return self._remove(rt, namespace, name, copy.deepcopy(old))
 

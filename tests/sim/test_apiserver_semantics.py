@@ -474,3 +474,47 @@ def test_list_pages_with_limit_and_continue(core: kubernetes.client.CoreV1Api) -
         if not token:
             break
     assert names == [f"m{index}" for index in range(5)] and pages == 3
+
+
+# --- graceful pod deletion --------------------------------------------------------------------
+
+
+def bound_pod(core: kubernetes.client.CoreV1Api, name: str, **meta: Any) -> None:
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": name, **meta}, "spec": {"containers": [{"name": "c"}]}}
+    )
+    binding = {"metadata": {"name": name}, "target": {"kind": "Node", "name": "n1"}}
+    core.create_namespaced_pod_binding(name, "default", binding, _preload_content=False)
+
+
+def test_graceful_pod_deletion_waits_for_the_kubelet(
+    server: apiserver.ApiServer, core: kubernetes.client.CoreV1Api
+) -> None:
+    server.api.graceful_pod_deletion = True
+    bound_pod(core, "p")
+    core.delete_namespaced_pod("p", "default")
+    marked = core.read_namespaced_pod("p", "default").metadata
+    assert marked.deletion_timestamp and marked.deletion_grace_period_seconds == 30
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=0)  # the kubelet's delete
+    assert core.list_namespaced_pod("default").items == []
+    # A pod that never reached a node goes at once.
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c"}]}}
+    )
+    core.delete_namespaced_pod("q", "default")
+    assert core.list_namespaced_pod("default").items == []
+
+
+def test_graceful_deletion_then_finalizers(
+    server: apiserver.ApiServer, core: kubernetes.client.CoreV1Api
+) -> None:
+    server.api.graceful_pod_deletion = True
+    bound_pod(core, "p", finalizers=["test/hold"])
+    core.delete_namespaced_pod("p", "default")
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=0)
+    held = core.read_namespaced_pod("p", "default").metadata
+    assert held.deletion_grace_period_seconds == 0 and held.finalizers == ["test/hold"]
+    core.patch_namespaced_pod(
+        "p", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["test/hold"]}}
+    )
+    assert core.list_namespaced_pod("default").items == []

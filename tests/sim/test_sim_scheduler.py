@@ -357,3 +357,47 @@ def test_potential_nodes_are_capped_at_128(
     context = custom.get_namespaced_custom_object(*RC, "default", "podschedulingcontexts", "p")
     assert len(context["spec"]["potentialNodes"]) == 128
     assert context["spec"]["potentialNodes"][:3] == ["n1", "n2", "n3"]
+
+
+def test_reservations_of_deleted_pods(
+    cluster: kubernetes.client.ApiClient, server: apiserver.ApiServer, sim: scheduler.Scheduler
+) -> None:
+    server.api.graceful_pod_deletion = True
+    core = kubernetes.client.CoreV1Api(cluster)
+    custom = kubernetes.client.CustomObjectsApi(cluster)
+    custom.create_namespaced_custom_object(
+        *RC,
+        "default",
+        "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1alpha2",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": {"resourceClassName": "gpu.drasat.io"},
+        },
+    )
+    FakeDriver(cluster).allocate("default", "shared", GPU_NODE, shareable=True)
+    running = make_pod(core, "running", resourceClaimName="shared")
+    sim.run_once()  # reserves and binds
+    body = {
+        "metadata": {"name": "waiting", "finalizers": ["test/hold"]},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    waiting = core.create_namespaced_pod("default", body)
+    reserved = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
+    refs = [
+        *reserved["status"]["reservedFor"],
+        {"resource": "pods", "name": "waiting", "uid": waiting.metadata.uid},
+    ]
+    custom.patch_namespaced_custom_object_status(
+        *RC, "default", "resourceclaims", "shared", {"status": {"reservedFor": refs}}
+    )
+    core.delete_namespaced_pod("running", "default")  # on a node: terminating, still running
+    core.delete_namespaced_pod("waiting", "default")  # never scheduled: done
+    sim.run_once()
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [running.metadata.uid]
+    core.delete_namespaced_pod("running", "default", grace_period_seconds=0)
+    sim.run_once()
+    claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
+    assert "reservedFor" not in claim["status"]
