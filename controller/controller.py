@@ -685,7 +685,7 @@ class Controller:
             self.queue.add_after(f"pod:{key}", 1.0)  # the scheduler picks again
 
     def _write_context(self, context: Obj, unsuitable: dict[str, list[str]]) -> None:
-        statuses = scheduling.claim_statuses(unsuitable)
+        statuses = scheduling.merged(context, unsuitable)  # other drivers' entries are kept
         if not scheduling.status_differs(context, statuses):
             return
         self._check_leader()

@@ -42,6 +42,13 @@ def claim_statuses(entries: Mapping[str, list[str]]) -> list[Obj]:
     ]
 
 
+def merged(psc: Obj, ours: Mapping[str, list[str]]) -> list[Obj]:
+    """status.resourceClaims with our entries set and other drivers' entries kept."""
+    current = (psc.get("status") or {}).get("resourceClaims") or []
+    others = [dict(c) for c in current if c.get("name") not in ours]
+    return sorted(others + claim_statuses(ours), key=lambda c: str(c.get("name")))
+
+
 def status_differs(psc: Obj, statuses: list[Obj]) -> bool:
     current = (psc.get("status") or {}).get("resourceClaims") or []
     normalized = sorted(

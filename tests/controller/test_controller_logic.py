@@ -230,3 +230,12 @@ def test_workqueue_dedups_serializes_and_backs_off() -> None:
     assert queue.retry("a") == 2.0
     queue.forget("a")
     assert queue.retry("b") == 1.0
+
+
+def test_scheduling_status_keeps_other_drivers_entries() -> None:
+    psc = {"status": {"resourceClaims": [{"name": "nic", "unsuitableNodes": ["x"]},
+                                         {"name": "gpu", "unsuitableNodes": ["old"]}]}}  # fmt: skip
+    assert scheduling.merged(psc, {"gpu": ["b"]}) == [
+        {"name": "gpu", "unsuitableNodes": ["b"]},
+        {"name": "nic", "unsuitableNodes": ["x"]},
+    ]
