@@ -252,7 +252,7 @@ class Api:
             rt,
             route.namespace or "",
             str(route.name),
-            lambda _current: obj,
+            lambda _current: self.validator.default(rt, obj),
             subresource=route.subresource,
             validate=self._validator_for(query or {}),
             dry_run=self._dry_run(query or {}),
@@ -279,7 +279,7 @@ class Api:
                 patched = patching.json_patch(current, body)
                 if not isinstance(patched, dict):
                     raise errors.bad_request("a patch must leave an object")
-                return patched
+                return self.validator.default(rt, patched)
 
         elif kind == "application/strategic-merge-patch+json" and not rt.custom:
             if not isinstance(body, dict):
@@ -287,14 +287,14 @@ class Api:
             keys = patching.strategic_keys(rt.api_version, rt.kind)
 
             def change(current: Obj) -> Obj:
-                return dict(patching.strategic_merge(current, body, keys))
+                return self.validator.default(rt, patching.strategic_merge(current, body, keys))
 
         elif kind == "application/merge-patch+json":
             if not isinstance(body, dict):
                 raise errors.bad_request("a merge patch must be a JSON object")
 
             def change(current: Obj) -> Obj:
-                return dict(patching.merge(current, body))
+                return self.validator.default(rt, patching.merge(current, body))
 
         else:
             raise errors.ApiError(

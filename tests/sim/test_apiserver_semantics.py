@@ -198,6 +198,14 @@ def test_generated_crd_rejects_bad_nas(custom: kubernetes.client.CustomObjectsAp
     assert "spec.allocatableDevices" in causes(caught.value)
 
 
+def test_defaults_apply_on_update_too(custom: kubernetes.client.CustomObjectsApi) -> None:
+    created = create_claim(custom, claim("c"))
+    body = claim("c")  # no allocationMode: defaulted again, so the spec did not change
+    body["metadata"]["labels"] = {"x": "y"}
+    updated = custom.replace_namespaced_custom_object(*RC, "default", "resourceclaims", "c", body)
+    assert updated["spec"] == created["spec"] and updated["metadata"]["labels"] == {"x": "y"}
+
+
 def test_claim_status_rules(custom: kubernetes.client.CustomObjectsApi) -> None:
     create_claim(custom, claim("c"))
     reserve = {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}}
