@@ -154,3 +154,44 @@ def test_faults_and_restarts_leave_nas_and_claims_consistent(
             c.stop()
         for client in clients:
             client.close()
+
+
+def test_negotiation_survives_conflicts_and_dropped_watches(
+    server: apiserver.ApiServer, api: KubeClient
+) -> None:
+    from ctl_cluster import Scheduler, add_claim, add_pod
+
+    for n in range(2):
+        add_node(api, f"node-{n}", [t4(g) for g in range(2)])
+    add_class(api)
+    server.faults.conflict_on_first_write(per_version=True)  # every change meets one 409
+    server.faults.drop_watches_after(3)
+    client = KubeClient(configuration_for(server.url), request_timeout=5)
+    controller = Controller(client, FAST)
+    controller.start(sync_timeout_s=5)
+    try:
+        nodes = []
+        for i in range(4):
+            add_claim(api, "ns", f"c{i}")
+            add_pod(api, "ns", f"p{i}", {"gpu": f"c{i}"})
+            scheduler = Scheduler(api, ["node-0", "node-1"], timeout=30)
+            nodes.append(
+                _retrying_conflicts(lambda i=i, s=scheduler: s.schedule("ns", f"p{i}", ["gpu"]))
+            )
+        assert sorted(nodes) == ["node-0", "node-0", "node-1", "node-1"]
+        assert len(nas_claims(api)) == 4
+        assert all(len(users) == 1 for users in device_users(api).values())
+        assert controller.metrics.nas_conflicts._value.get() >= 1
+    finally:
+        controller.stop()
+        client.close()
+
+
+def _retrying_conflicts(action: Any) -> Any:
+    """The test's own scheduler writes meet the injected 409s too: retry them."""
+    for _ in range(20):
+        try:
+            return action()
+        except errors.Conflict:
+            time.sleep(0.05)
+    raise AssertionError("conflicts never ended")
