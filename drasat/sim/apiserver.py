@@ -68,6 +68,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # --- dispatch -----------------------------------------------------------------------------
 
     def _serve(self, method: str) -> None:
+        try:
+            self._answer(method)
+        except ConnectionError:  # the client went away mid-answer: not the server's bug
+            self.close_connection = True
+
+    def _answer(self, method: str) -> None:
         # Audited before the answer goes out, so the log order is the order clients saw.
         self._pending: tuple[str, routing.Route, Mapping[str, str]] | None = None
         body = self._read_body()
@@ -93,6 +99,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send(code, answer)
         except errors.ApiError as exc:
             self._send(exc.code, exc.status())
+        except ConnectionError:
+            raise
         except Exception as exc:  # a bug in the simulator: answer 500, keep serving
             log.exception("internal error serving %s %s", method, self.path)
             owner.internal_errors.append(f"{method} {self.path}: {exc!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -170,3 +172,17 @@ def test_drop_watches_now_closes_open_watches(
     faulty.faults.drop_watches_now()
     reader.join(timeout=5)
     assert not reader.is_alive() and len(outcome) == 1
+
+
+def test_client_gone_mid_request_is_not_a_server_error(
+    faulty: apiserver.ApiServer, core: kubernetes.client.CoreV1Api
+) -> None:
+    faulty.faults.set_latency(0.2)
+    host, port = faulty.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        raw.sendall(b"GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n\r\n")
+        # Reset at once (linger 0), so the answer is written to a closed connection.
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    faulty.faults.reset()
+    assert core.list_namespace().items  # still serving
+    assert faulty.internal_errors == []
