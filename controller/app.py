@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drasat.controller import leader
-from drasat.controller.controller import Config, Controller, Solve, _default_solve
+from drasat.controller.controller import Config, Controller, Solve, default_solve
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
@@ -52,7 +52,7 @@ def default_identity() -> str:
 
 class App:
     def __init__(
-        self, options: Options, *, api: Api | None = None, solve: Solve = _default_solve
+        self, options: Options, *, api: Api | None = None, solve: Solve = default_solve
     ) -> None:
         self.options = options
         self.api: Api = api or KubeClient(

@@ -80,7 +80,7 @@ class _Pending:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _default_solve(problem: Problem, params: SolveParams) -> Solution:
+def default_solve(problem: Problem, params: SolveParams) -> Solution:
     from drasat.solver import solve
 
     return solve(problem, params)
@@ -95,7 +95,7 @@ class Controller:
         policy: Callable[[], AllocationPolicySpec] = AllocationPolicySpec,
         poll_policy: Callable[[], bool] = lambda: False,
         metrics: Metrics | None = None,
-        solve: Solve = _default_solve,
+        solve: Solve = default_solve,
         hold_clock: Callable[[], float] = time.monotonic,
         may_write: Callable[[], bool] = lambda: True,
         recorder: EventRecorder | None = None,
