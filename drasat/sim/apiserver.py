@@ -214,11 +214,13 @@ class _HttpServer(http.server.ThreadingHTTPServer):
         self.owner = owner
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self.opened = 0
         super().__init__(("127.0.0.1", 0), _Handler)
 
     def track(self, connection: socket.socket) -> None:
         with self._connections_lock:
             self._connections.add(connection)
+            self.opened += 1
 
     def untrack(self, connection: socket.socket) -> None:
         with self._connections_lock:
@@ -274,6 +276,11 @@ class ApiServer:
         with self._watches_changed:
             self._watches -= 1
             self._watches_changed.notify_all()
+
+    @property
+    def connections_opened(self) -> int:
+        """How many client connections the server accepted so far."""
+        return self._httpd.opened if self._httpd is not None else 0
 
     @property
     def open_watches(self) -> int:

@@ -39,7 +39,7 @@ def path(
 
 
 class KubeClient:
-    """One server URL (`http://127.0.0.1:port`); a new connection per request, thread-safe."""
+    """One server URL (`http://127.0.0.1:port`); thread-safe (a connection per thread)."""
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         parsed = urllib.parse.urlsplit(url)
@@ -50,6 +50,7 @@ class KubeClient:
         self._timeout = timeout
         self._open: set[http.client.HTTPConnection] = set()
         self._open_lock = threading.Lock()
+        self._local = threading.local()
 
     def request(
         self,
@@ -61,22 +62,35 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Obj:
         """Send one request; the decoded JSON answer, or ApiError from the server's Status."""
-        connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        connection = self._connection()
         try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Accept": "application/json"}
-            if data is not None:
-                headers["Content-Type"] = content_type
             connection.request(method, _with_query(url_path, query), body=data, headers=headers)
             response = connection.getresponse()
             payload = response.read()
-            answer = json.loads(payload) if payload else {}
-            if response.status >= 300:
-                raise _error(response.status, answer)
-            result: Obj = answer
-            return result
-        finally:
+        except (OSError, http.client.HTTPException):
+            # Broken or refused: drop it (the next request connects again) and let the caller
+            # decide whether to retry; a write may or may not have happened.
+            self._local.connection = None
             connection.close()
+            raise
+        answer = json.loads(payload) if payload else {}
+        if response.status >= 300:
+            raise _error(response.status, answer)
+        result: Obj = answer
+        return result
+
+    def _connection(self) -> http.client.HTTPConnection:
+        # One keep-alive connection per thread: a connection per request would leave thousands
+        # of sockets in TIME_WAIT during a long run.
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            self._local.connection = connection
+        return connection
 
     def get(self, url_path: str) -> Obj:
         return self.request("GET", url_path)
