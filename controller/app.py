@@ -112,7 +112,8 @@ class App:
             self._started = True
             threading.Thread(target=self.controller.start, name="start", daemon=True).start()
         elif not leading and self._started:
-            log.warning("lost leadership: stopping")
+            if not self._done.is_set():
+                log.warning("lost leadership: stopping")
             self._done.set()
 
     def run(self, stop: threading.Event | None = None) -> None:
@@ -134,6 +135,7 @@ class App:
         self.shutdown()
 
     def shutdown(self) -> None:
+        self._done.set()
         if self.elector is not None:
             self.elector.stop()
         self.controller.stop()
