@@ -72,8 +72,12 @@ class Scheduler:
         driver_names: Iterable[str] = groups.DRIVER_NAMES,
         resync: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        plain_pods: bool = False,
     ) -> None:
         self._client = client
+        #: Also bind pods without claims (to the first node that fits), as the default
+        #: scheduler would; off, they are left to another scheduler.
+        self._plain_pods = plain_pods
         self._drivers = frozenset(driver_names)
         self._resync = resync
         self._clock = clock
@@ -185,7 +189,13 @@ class Scheduler:
         """Take the next step for one pending pod; the node when it was bound."""
         entries = scheduling.pod_claims(pod)
         if not entries:
-            return None  # pods without claims are the default scheduler's business
+            if not self._plain_pods:
+                return None  # the default scheduler's business
+            fitting = scheduling.candidate_nodes(pod, nodes, [])
+            if not fitting:
+                raise Pending("no node fits the pod's nodeSelector")
+            self._bind(pod, fitting[0])
+            return fitting[0]
         # Look before writing: a pod with any claim of another driver's class is not ours.
         found = {entry.name: self._claim_or_template(pod, entry) for entry in entries}
         for existing, template in found.values():

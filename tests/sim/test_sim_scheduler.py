@@ -401,3 +401,20 @@ def test_reservations_of_deleted_pods(
     sim.run_once()
     claim = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
     assert "reservedFor" not in claim["status"]
+
+
+def test_plain_pods_only_when_asked(
+    cluster: kubernetes.client.ApiClient, server: apiserver.ApiServer, sim: scheduler.Scheduler
+) -> None:
+    core = kubernetes.client.CoreV1Api(cluster)
+    core.patch_node("n3", {"metadata": {"labels": {"pool": "cpu"}}})
+    body = {
+        "metadata": {"name": "plain"},
+        "spec": {"nodeSelector": {"pool": "cpu"}, "containers": [{"name": "c"}]},
+    }
+    core.create_namespaced_pod("default", body)
+    sim.run_once()
+    assert core.read_namespaced_pod("plain", "default").spec.node_name is None
+    everything = scheduler.Scheduler(kubeclient.KubeClient(server.url), plain_pods=True)
+    everything.run_once()
+    assert core.read_namespaced_pod("plain", "default").spec.node_name == "n3"
