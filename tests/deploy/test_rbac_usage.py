@@ -311,8 +311,12 @@ def _run(
                     meta = pod["metadata"]
                     admin.delete(r.PODS, meta["name"], namespace=meta["namespace"])
                 for claim in claims:
+                    # Claims made from templates are owned by their pod: the API server's
+                    # garbage collection may delete them (and the controller deallocate them)
+                    # before this line runs.
                     meta = claim["metadata"]
-                    admin.delete(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
+                    with contextlib.suppress(errors.NotFound):
+                        admin.delete(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
                 _until(lambda: not any(_claims(admin, n) for n in namespaces),
                        "claims deallocated and gone")  # fmt: skip
         finally:
