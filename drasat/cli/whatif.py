@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 
-from drasat import solver
+from drasat import loading, solver
 from drasat.api.errors import InputError
+from drasat.kube import snapshot
+from drasat.kube.errors import KubeError
 from drasat.solver.problem import Mode
 from drasat.whatif import html, objects, run, table
 from drasat.whatif.report import Report
@@ -37,6 +39,15 @@ def register(subparsers: Any) -> None:
         help="NodeAllocationState objects (kubectl get nas -A -o yaml) or a compact Cluster "
         "description (default: the embedded example cluster)",
     )
+    parser.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="read the NodeAllocationStates, classes, claims and parameters of the cluster the "
+        "kubeconfig points at (read only: nothing is written) instead of --cluster",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="with --from-cluster (default: "
+                        "$KUBECONFIG, in-cluster config, then ~/.kube/config)")  # fmt: skip
+    parser.add_argument("--context", help="kubeconfig context for --from-cluster")
     parser.add_argument(
         "-f",
         "--filename",
@@ -82,9 +93,23 @@ def render(result: Report, output: str) -> str:
     return yaml.safe_dump(listing, sort_keys=False, width=100)
 
 
+def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
+    """The cluster's objects for --from-cluster (read only), or None without it."""
+    if not args.from_cluster:
+        return None
+    try:
+        api = snapshot.connect(args.kubeconfig, args.context)
+        return snapshot.read_cluster_documents(api)
+    except KubeError as error:
+        raise InputError(f"cannot read the cluster: {error}", where="--from-cluster") from None
+
+
 def main(args: argparse.Namespace) -> int:
     inputs = run.read_inputs(
-        cluster=args.cluster, manifest_files=args.manifests, policy=args.policy
+        cluster=args.cluster,
+        manifest_files=args.manifests,
+        policy=args.policy,
+        live=_live_documents(args),
     )
     mode = Mode(args.mode)
     # Per-node reasons cost a solve per node; only the wide table of online mode shows them.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from drasat import loading, policyfiles
+from drasat.api import groups
 from drasat.api.errors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
@@ -42,17 +43,30 @@ def embedded(name: str) -> list[loading.Document]:
 
 
 def read_inputs(
-    *, cluster: str | None, manifest_files: Sequence[str], policy: str | None
+    *,
+    cluster: str | None,
+    manifest_files: Sequence[str],
+    policy: str | None,
+    live: Sequence[loading.Document] | None = None,
 ) -> Inputs:
-    """The run's input files; the embedded default stands in for what is not given."""
+    """The run's input files; the embedded default stands in for what is not given.
+
+    `live`: the documents of a running cluster (`--from-cluster`). Its NodeAllocationStates are
+    the cluster and everything else (classes, claims, parameters) comes before the -f manifests,
+    so the answer is "what if I apply these manifests now"; no embedded default is mixed in.
+    """
     if cluster == "-" and "-" in manifest_files:
         raise InputError("--cluster and -f cannot both read standard input", where="-")
+    if live is not None and cluster:
+        raise InputError("--cluster and --from-cluster are alternatives; give one", where=cluster)
+    paths = [p for given in manifest_files for p in _manifest_paths(given)]
+    files = [d for path in paths for d in loading.read_documents(path)]
+    if live is not None:
+        nas = [d for d in live if d.data.get("kind") == groups.NODE_ALLOCATION_STATE]
+        rest = [d for d in live if d.data.get("kind") != groups.NODE_ALLOCATION_STATE]
+        return Inputs(nas, rest + files, _policy(policy).spec)
     cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
-    if manifest_files:
-        paths = [p for given in manifest_files for p in _manifest_paths(given)]
-        manifest_docs = [d for path in paths for d in loading.read_documents(path)]
-    else:
-        manifest_docs = embedded(DEFAULT_MANIFESTS)
+    manifest_docs = files if manifest_files else embedded(DEFAULT_MANIFESTS)
     return Inputs(cluster_docs, manifest_docs, _policy(policy).spec)
 
 
