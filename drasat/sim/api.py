@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +24,8 @@ from drasat.sim import (
     storage,
     validation,
 )
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -115,6 +118,15 @@ class Api:
     def _validate_lax(self, rt: resources.ResourceType, new: Obj, old: Obj | None) -> None:
         self._validate(rt, new, old, strict=False)
 
+    def _prepare(self, rt: resources.ResourceType, obj: Obj, query: Mapping[str, str]) -> Obj:
+        """Defaults, and with fieldValidation=Ignore|Warn no unknown fields; in place."""
+        self.validator.default(rt, obj)
+        if self._lax(query):
+            dropped = self.validator.prune(rt, obj)
+            if dropped:
+                log.debug("dropped unknown fields of %s: %s", rt.kind, ", ".join(dropped))
+        return obj
+
     @staticmethod
     def _dry_run(query: Mapping[str, str]) -> bool:
         value = query.get("dryRun")
@@ -122,10 +134,13 @@ class Api:
             raise errors.bad_request(f"invalid dryRun value {value!r}: only 'All' is supported")
         return value == "All"
 
+    @staticmethod
+    def _lax(query: Mapping[str, str]) -> bool:
+        # fieldValidation=Ignore|Warn drops unknown fields, as upstream; the default is Strict.
+        return query.get("fieldValidation", "Strict") in ("Ignore", "Warn")
+
     def _validator_for(self, query: Mapping[str, str]) -> storage.ValidateFn:
-        # fieldValidation=Ignore|Warn accepts unknown fields (kept, not pruned); default Strict.
-        lax = query.get("fieldValidation", "Strict") in ("Ignore", "Warn")
-        return self._validate_lax if lax else self._validate_strict
+        return self._validate_lax if self._lax(query) else self._validate_strict
 
     @staticmethod
     def _crd_causes(crd: Obj) -> list[tuple[str, str]]:
@@ -185,7 +200,7 @@ class Api:
             obj.pop("status", None)
         if rt.kind in _INITIAL_STATUS and rt.group == "":
             obj["status"] = copy.deepcopy(_INITIAL_STATUS[rt.kind])
-        self.validator.default(rt, obj)
+        self._prepare(rt, obj, query or {})
         created = self.store.create(
             rt,
             route.namespace or "",
@@ -252,7 +267,7 @@ class Api:
             rt,
             route.namespace or "",
             str(route.name),
-            lambda _current: self.validator.default(rt, obj),
+            lambda _current: self._prepare(rt, obj, query or {}),
             subresource=route.subresource,
             validate=self._validator_for(query or {}),
             dry_run=self._dry_run(query or {}),
@@ -279,7 +294,7 @@ class Api:
                 patched = patching.json_patch(current, body)
                 if not isinstance(patched, dict):
                     raise errors.bad_request("a patch must leave an object")
-                return self.validator.default(rt, patched)
+                return self._prepare(rt, patched, query or {})
 
         elif kind == "application/strategic-merge-patch+json" and not rt.custom:
             if not isinstance(body, dict):
@@ -287,14 +302,14 @@ class Api:
             keys = patching.strategic_keys(rt.api_version, rt.kind)
 
             def change(current: Obj) -> Obj:
-                return self.validator.default(rt, patching.strategic_merge(current, body, keys))
+                return self._prepare(rt, patching.strategic_merge(current, body, keys), query or {})
 
         elif kind == "application/merge-patch+json":
             if not isinstance(body, dict):
                 raise errors.bad_request("a merge patch must be a JSON object")
 
             def change(current: Obj) -> Obj:
-                return self.validator.default(rt, patching.merge(current, body))
+                return self._prepare(rt, patching.merge(current, body), query or {})
 
         else:
             raise errors.ApiError(

@@ -257,6 +257,25 @@ def _explain(error: jsonschema.ValidationError) -> list[Cause]:
     return [(field_path(path) or "<root>", error.message)]
 
 
+def _unknown_fields(validator: jsonschema.protocols.Validator, obj: Any) -> list[tuple[Any, ...]]:
+    """Paths of the fields a strict schema does not know."""
+    paths: list[tuple[Any, ...]] = []
+    for error in validator.iter_errors(obj):
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            schema = error.schema if isinstance(error.schema, Mapping) else {}
+            known = set(schema.get("properties") or {})
+            base = tuple(error.absolute_path)
+            paths.extend((*base, key) for key in error.instance if key not in known)
+    return paths
+
+
+def _drop(obj: Any, path: tuple[Any, ...]) -> None:
+    node = obj
+    for part in path[:-1]:
+        node = node[part]
+    node.pop(path[-1], None)
+
+
 def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
@@ -343,6 +362,23 @@ class Validator:
         if causes:
             name = str((obj.get("metadata") or {}).get("name") or "")
             raise errors.invalid(kind=resource.kind, group=resource.group, name=name, causes=causes)
+
+    def prune(self, resource: resources.ResourceType, obj: dict[str, Any]) -> list[str]:
+        """Drop the fields the schema does not know, in place, as fieldValidation=Ignore|Warn
+        does; the field paths dropped. Built-ins follow the schema version that knows most."""
+        key = (resource.api_version, resource.kind)
+        if key in self._crd:
+            candidates = [_unknown_fields(self._crd[key], obj)]
+        else:
+            candidates = [
+                _unknown_fields(validator, obj)
+                for version in resource.schema_versions
+                if (validator := _builtin_validator(version, True, *key)) is not None
+            ]
+        unknown = min(candidates, key=len, default=[])
+        for path in sorted(unknown, key=len, reverse=True):
+            _drop(obj, path)
+        return [field_path(path) for path in unknown]
 
     def causes(
         self, resource: resources.ResourceType, obj: Mapping[str, Any], *, strict: bool = True

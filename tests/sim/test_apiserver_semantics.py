@@ -52,23 +52,38 @@ def test_wrong_type_in_builtin_is_422(custom: kubernetes.client.CustomObjectsApi
     assert "spec.resourceClassName" in causes(caught.value)
 
 
-def test_unknown_field_accepted_with_field_validation_ignore(
+def test_unknown_fields_dropped_with_field_validation_ignore(
     custom: kubernetes.client.CustomObjectsApi,
 ) -> None:
-    # Strict is this server's default so that tests catch typos; clients may opt out.
+    # Strict is this server's default so that tests catch typos; Ignore and Warn drop them.
     created = custom.create_namespaced_custom_object(
         *RC, "default", "resourceclaims", claim("c", bogus=1), field_validation="Ignore"
     )
-    assert created["metadata"]["name"] == "c"
+    assert created["spec"] == {
+        "resourceClassName": "gpu.drasat.io",
+        "allocationMode": "WaitForFirstConsumer",
+    }
     widget = {
         "apiVersion": "test.drasat.io/v1",
         "kind": "Widget",
         "metadata": {"name": "w"},
-        "spec": {"size": 1, "surprise": True},
+        "spec": {"size": 1, "surprise": True, "extra": {"kept": 1}},
     }
-    custom.create_namespaced_custom_object(
+    created = custom.create_namespaced_custom_object(
         "test.drasat.io", "v1", "default", "widgets", widget, field_validation="Warn"
     )
+    assert created["spec"] == {"size": 1, "color": "red", "extra": {"kept": 1}}
+    patched = custom.patch_namespaced_custom_object(
+        "test.drasat.io",
+        "v1",
+        "default",
+        "widgets",
+        "w",
+        {"spec": {"typo": 1}},
+        field_validation="Ignore",
+    )
+    assert "typo" not in patched["spec"]
+    assert patched["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
 
 def test_invalid_name_is_422(core: kubernetes.client.CoreV1Api) -> None:
