@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import importlib.resources
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ import referencing
 import referencing.jsonschema
 
 from drasat.sim import errors, resources
+
+log = logging.getLogger(__name__)
 
 #: (field path, message) as reported in Status.details.causes.
 Cause = tuple[str, str]
@@ -161,16 +164,21 @@ def cel_rules(openapi_schema: Mapping[str, Any]) -> list[CelRule]:
         raise RuntimeError(
             "CRDs with x-kubernetes-validations need the cel-python package"
         ) from exc
+    from celpy import celparser
+
     environment = celpy.Environment()
-    return [
-        CelRule(
-            steps,
-            rule["rule"],
-            rule.get("message") or f"failed rule: {rule['rule']}",
-            environment.program(environment.compile(rule["rule"])),
-        )
-        for steps, rule in sites
-    ]
+    compiled = []
+    for steps, rule in sites:
+        try:
+            program = environment.program(environment.compile(rule["rule"]))
+        except celparser.CELParseError as exc:
+            # Kubernetes' CEL libraries (quantity(), isSorted(), ...) go beyond cel-python:
+            # such a rule cannot be enforced here, which must not stop the CRD being served.
+            log.warning("CEL rule %r not enforced: %s", rule["rule"], exc)
+            continue
+        message = rule.get("message") or f"failed rule: {rule['rule']}"
+        compiled.append(CelRule(steps, rule["rule"], message, program))
+    return compiled
 
 
 def _instances(
@@ -198,8 +206,11 @@ def _cel_causes(rules: Sequence[CelRule], obj: Mapping[str, Any]) -> list[Cause]
                 passed = bool(rule.program.evaluate({"self": adapter.json_to_cel(value)}))
                 message = rule.message
             except evaluation.CELEvalError as exc:
-                passed, message = False, f"{exc.args[0] if exc.args else exc} evaluating rule: "
-                message += rule.rule
+                text = str(exc.args[0]) if exc.args else str(exc)
+                if text.startswith("undeclared reference"):
+                    continue  # a Kubernetes CEL function cel-python lacks: not enforceable here
+                passed = False
+                message = f"{text.split(' (in activation')[0]} evaluating rule: {rule.rule}"
             if not passed:
                 causes.append((field_path(path) or "<root>", message))
     return causes

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from drasat.sim import errors, patching, routing, scheduling, selectors, validation
+from drasat.sim import errors, patching, resources, routing, scheduling, selectors, validation
 
 
 @pytest.mark.parametrize("text", ["a in (x", "a notin", "=x", "a b c"])
@@ -224,3 +224,33 @@ def test_strategic_merge_directives() -> None:
     }
     with pytest.raises(errors.ApiError):
         patching.strategic_merge(pod, {"status": {"conditions": [{"status": "x"}]}}, POD_KEYS)
+
+
+def test_cel_rules_beyond_cel_python_are_not_enforced() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "x-kubernetes-validations": [
+                    {"rule": "self.a ==", "message": "unparsable"},
+                    {
+                        "rule": "quantity(self.m).isGreaterThan(quantity('1'))",
+                        "message": "no quantity()",
+                    },
+                    {"rule": "self.nokey == 1"},
+                ],
+            }
+        },
+    }
+    rt = resources.ResourceType(
+        "t.io", "v1", "things", "Thing", namespaced=True, has_status=False, custom=True
+    )
+    validator = validation.Validator()
+    validator.register_crd_version(rt, schema)
+    found = validator.causes(rt, {"metadata": {"name": "x"}, "spec": {"m": "2"}})
+    # Only the rule cel-python can evaluate is applied, with a short message.
+    assert found == [
+        ("spec", "no such member in mapping: 'nokey' evaluating rule: self.nokey == 1")
+    ]
