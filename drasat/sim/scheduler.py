@@ -17,6 +17,7 @@ Passes run when a watched object changes, or every `resync` seconds.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import threading
 import time
@@ -129,7 +130,7 @@ class Scheduler:
             try:
                 for _ in self._client.watch(url, timeoutSeconds="300"):
                     self._changed.set()
-            except (OSError, errors.ApiError, ValueError) as exc:
+            except (OSError, errors.ApiError, http.client.HTTPException, ValueError) as exc:
                 log.debug("scheduler watch of %s ended: %s", url, exc)
             self._stop.wait(0.1)  # reconnect backoff
 
@@ -141,7 +142,7 @@ class Scheduler:
                 return
             try:
                 self.run_once()
-            except (OSError, errors.ApiError) as exc:
+            except (OSError, errors.ApiError, http.client.HTTPException, ValueError) as exc:
                 log.info("scheduler pass failed, retrying: %s", exc)
 
     def wait_bound(self, namespace: str, name: str, *, timeout: float = 30.0) -> str:
