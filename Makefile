@@ -13,11 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-## demo: run the offline what-if on the embedded default cluster and claims
+## demo: the whole system in one process (API server, controller, node plugins with simulated
+## GPUs, scheduler, kubelets) on the two reference cases
 demo: $(STAMP)
-	$(BIN)/drasat whatif
+	$(BIN)/drasat demo
 
-## whatif: same as demo for now (kept as its own target once `drasat demo` runs the whole system)
+## whatif: the offline what-if on the embedded default cluster and claims
 whatif: $(STAMP)
 	$(BIN)/drasat whatif
 

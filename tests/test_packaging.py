@@ -69,6 +69,8 @@ def test_wheel_holds_only_the_drasat_package(wheel: pathlib.Path) -> None:
         "drasat/whatif/default-manifests.yaml",
         "drasat/whatif/report.html.j2",
         "drasat/nodeplugin/templates/mps-control-daemon.yaml.j2",
+        "drasat/examples/reference-cases/exclusive-gpus.yaml",
+        "drasat/examples/clusters/lab.yaml",
     ):
         assert data in names, data
     policies = {n.removeprefix("drasat/policies/") for n in names if "/policies/" in n}
@@ -102,4 +104,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
     # `make demo` on the installed wheel: embedded cluster and manifests, the solver, ortools.
     demo = _run(bin_dir / "drasat", "whatif", cwd=tmp_path).stdout
     assert "pods: " in demo and " placed" in demo, demo
+    # `drasat demo` from the wheel: the whole system on the embedded reference cases.
+    whole = _run(bin_dir / "drasat", "demo", "--timeout", "60", cwd=tmp_path).stdout
+    assert whole.rstrip().endswith("every device was cleaned up"), whole
     print(f"fresh venv with the wheel and its dependencies: {installed_in:.1f}s")

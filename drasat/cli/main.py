@@ -16,7 +16,7 @@ from drasat import __version__
 from drasat.api.errors import InputError
 
 #: Subcommand modules; each has `register(subparsers)` which sets `func` on its parser.
-SUBCOMMANDS: tuple[str, ...] = ("controller", "crds", "nodeplugin", "policy", "whatif")
+SUBCOMMANDS: tuple[str, ...] = ("controller", "crds", "demo", "nodeplugin", "policy", "whatif")
 
 
 class _Handler(Protocol):

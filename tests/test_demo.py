@@ -1,0 +1,151 @@
+"""`drasat demo` runs the whole system in this process and exits 0 only when every step worked.
+
+Each test runs the real command in-process (`drasat.cli.main.main`) and reads its output as a
+user would: pods Running with the GPUs their containers see, the NAS view, the cleanup.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from drasat.cli import demo
+from drasat.cli.main import main
+
+pytestmark = pytest.mark.timeout(120)
+
+#: `pod NS/NAME  Pending -> Running on NODE`, then `  log [CLAIM]: ENV...` lines.
+_RUNNING = re.compile(r"^pod (\S+)  Pending -> Running on (\S+)$")
+_LOG = re.compile(r"^  log \[(\S+)\]: (.*)$")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(["demo", *argv])
+    return code, capsys.readouterr().out
+
+
+def _pods(out: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
+    """pod -> (node, claim -> env) from the Running and log lines."""
+    pods: dict[str, tuple[str, dict[str, dict[str, str]]]] = {}
+    current = ""
+    for line in out.splitlines():
+        if match := _RUNNING.match(line):
+            current = match.group(1)
+            pods[current] = (match.group(2), {})
+        elif (match := _LOG.match(line)) and current:
+            env = dict(item.split("=", 1) for item in match.group(2).split())
+            pods[current][1][match.group(1)] = env
+        else:
+            current = ""
+    return pods
+
+
+def _visible(pods: dict[str, tuple[str, dict[str, dict[str, str]]]], pod: str) -> str:
+    (env,) = pods[pod][1].values()
+    return env["NVIDIA_VISIBLE_DEVICES"]
+
+
+def test_the_default_demo_runs_both_reference_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys)
+    assert code == 0, out
+    pods = _pods(out)
+    assert set(pods) == {"gpu-test1/pod1", "gpu-test1/pod2", "gpu-test2/pod1", "gpu-test2/pod2"}
+    # Case 1: two pods, each with its own GPU.
+    first, second = _visible(pods, "gpu-test1/pod1"), _visible(pods, "gpu-test1/pod2")
+    assert first.startswith("GPU-") and second.startswith("GPU-") and first != second
+    # Case 2: two pods on the same GPU, through one shared claim.
+    assert set(pods["gpu-test2/pod1"][1]) == set(pods["gpu-test2/pod2"][1]) == {"shared-gpu"}
+    assert _visible(pods, "gpu-test2/pod1") == _visible(pods, "gpu-test2/pod2")
+    assert pods["gpu-test2/pod1"][0] == pods["gpu-test2/pod2"][0]
+    assert re.search(r"gpu-test2/shared-gpu .* TimeSlicing +pod1,pod2 +yes", out), out
+    # Everything deleted, every node clean, in the order a user reads it.
+    phases = [line for line in out.splitlines() if line.startswith("== ")]
+    assert [p.split()[1] for p in phases] == [
+        "cluster", "applying", "waiting", "allocations", "deleting", "deleting", "cleanup", "demo",
+    ]  # fmt: skip
+    assert "claim gpu-test2/shared-gpu  deallocated and gone (deleted with its manifest)" in out
+    assert "claim gpu-test1/pod1-gpu  deallocated and gone" in out
+    cleanup = [line for line in out.splitlines() if line.startswith("node ") and "CDI" in line]
+    assert len(cleanup) == 3 and all(line.endswith("MIG devices  ok") for line in cleanup)
+    assert all(" 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices" in c for c in cleanup)
+    assert out.rstrip().endswith("== demo ok: 4 pods ran; every device was cleaned up")
+
+
+def test_dynamic_mig_creates_and_destroys_mig_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "--example", "dynamic-mig")
+    assert code == 0, out
+    pods = _pods(out)
+    assert len(pods) == 4 and {node for node, _ in pods.values()} == {"a100-node"}
+    assert all(_visible(pods, pod).startswith("MIG-") for pod in pods)
+    assert len({_visible(pods, pod) for pod in pods}) == 4
+    assert "node a100-node: 4 allocated, 4 prepared" in out
+    assert "node a100-node: 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok" in out
+
+
+def test_a_policy_example_shows_the_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "--example", "reservations", "--allow-pending")
+    assert code == 0, out
+    assert "policy: team-reservations (<examples>/reservations/policy.yaml)" in out
+    assert "pod team-a/train  Pending -> Running on h100-node" in out
+    assert re.search(r"pod team-b/train  stays Pending: .*policy rule reserve-h100-team-a", out)
+    assert "== demo ok: 2 pods ran, 2 stayed Pending; every device was cleaned up" in out
+
+
+IMPOSSIBLE = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: too-big}
+---
+apiVersion: gpu.drasat.io/v1alpha1
+kind: GpuClaimParameters
+metadata: {namespace: too-big, name: eight}
+spec: {count: 8}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {namespace: too-big, name: eight}
+spec:
+  spec:
+    resourceClassName: gpu.drasat.io
+    parametersRef: {apiGroup: gpu.drasat.io, kind: GpuClaimParameters, name: eight}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: too-big, name: greedy}
+spec:
+  containers: [{name: ctr, image: busybox, resources: {claims: [{name: gpus}]}}]
+  resourceClaims: [{name: gpus, source: {resourceClaimTemplateName: eight}}]
+"""
+
+
+def test_a_pod_that_cannot_run_fails_the_demo_with_the_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "impossible.yaml"
+    manifest.write_text(IMPOSSIBLE)
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20")
+    assert code == 1, out
+    assert re.search(
+        r"pod too-big/greedy  stays Pending: Warning UnsuitableNodes on claim greedy-gpus: "
+        r"no node fits: .*needs 8 GPUs",
+        out,
+    ), out
+    assert "claim too-big/greedy-gpus  deallocated and gone" in out
+    assert out.rstrip().endswith("== demo FAILED: pod too-big/greedy did not run")
+
+
+def test_bad_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    assert main(["demo", "--example", "no-such-example"]) == 2
+    assert "no such example" in capsys.readouterr().err
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
+    assert main(["demo", "-f", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert "document 1: Gadget g: the API server does not serve Gadget of example.com/v1" in err
+
+
+def test_every_shipped_example_is_offered() -> None:
+    names = demo.example_names()
+    assert "reference-cases" in names and "dynamic-mig" in names and "clusters" not in names
