@@ -15,6 +15,7 @@ from drasat.cli import demo
 from drasat.cli.main import main
 
 pytestmark = pytest.mark.timeout(120)
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 #: `pod NS/NAME  Pending -> Running on NODE`, then `  log [CLAIM]: ENV...` lines.
 _RUNNING = re.compile(r"^pod (\S+)  Pending -> Running on (\S+)$")
@@ -84,6 +85,22 @@ def test_dynamic_mig_creates_and_destroys_mig_devices(capsys: pytest.CaptureFixt
     assert "node a100-node: 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok" in out
 
 
+@pytest.mark.parametrize(
+    "example",
+    ["mig-with-parent-gpu", "mps-limits", "nested-selectors", "optional-gpu", "partial-gpus"],
+)
+def test_every_pod_of_the_example_runs_and_is_cleaned_up(
+    capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    code, out = _run(capsys, "--example", example)
+    assert code == 0, out
+    created = len(re.findall(r"^Pod \S+ created$", out, re.MULTILINE))
+    assert created and len(_pods(out)) == created
+    assert "stays Pending" not in out
+    assert out.count("0 MIG devices  ok") == 4  # the lab cluster's nodes
+    assert out.rstrip().endswith("every device was cleaned up")
+
+
 def test_a_policy_example_shows_the_refusals(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(capsys, "--example", "reservations", "--allow-pending")
     assert code == 0, out
@@ -134,6 +151,20 @@ def test_a_pod_that_cannot_run_fails_the_demo_with_the_reason(
     ), out
     assert "claim too-big/greedy-gpus  deallocated and gone" in out
     assert out.rstrip().endswith("== demo FAILED: pod too-big/greedy did not run")
+
+
+def test_a_mig_profile_the_gpus_do_not_offer_fails_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    text = (REPO / "deploy/examples/dynamic-mig/by-profile.yaml").read_text()
+    assert "profile: 3g.20gb" in text
+    manifest = tmp_path / "wrong-profile.yaml"
+    manifest.write_text(text.replace("profile: 3g.20gb", "profile: 3g.40gb"))  # an A100-80GB one
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20")
+    assert code == 1, out
+    assert re.search(r"pod gpu-mig/trainer  stays Pending: .*3g\.40gb: no MIG-enabled GPU", out)
+    assert "pod gpu-mig/notebook  Pending -> Running on a100-node" in out
+    assert out.rstrip().endswith("== demo FAILED: pod gpu-mig/trainer did not run")
 
 
 def test_bad_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
