@@ -195,9 +195,8 @@ class DemoCluster:
                     store=KubeNasStore(self.official_client(), node=name, namespace=NAMESPACE),
                     mps_runner=mps.RecordingRunner(),
                 )
-                node = SimNode(name, fleet, config, plugin)
+                self.nodes.append(SimNode(name, fleet, config, plugin))  # stopped on exit
                 plugin.start()
-                self.nodes.append(node)
 
     def _start_controller(self) -> None:
         app = App(
