@@ -104,7 +104,18 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
     # `make demo` on the installed wheel: embedded cluster and manifests, the solver, ortools.
     demo = _run(bin_dir / "drasat", "whatif", cwd=tmp_path).stdout
     assert "pods: " in demo and " placed" in demo, demo
-    # `drasat demo` from the wheel: the whole system on the embedded reference cases.
+    # Without the `demo` extra (the image the Helm chart runs) the demo says what to install.
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    bare = subprocess.run(
+        [str(bin_dir / "drasat"), "demo"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert bare.returncode == 2, bare.stderr
+    assert "pip install 'drasat[demo]'" in bare.stderr, bare.stderr
+    # `drasat demo` from the wheel with its extra: the whole system on the reference cases.
+    _run(
+        sys.executable, "-m", "pip", "--python", bin_dir / "python", "install",
+        "--disable-pip-version-check", "--no-compile", "-q", f"{wheel}[demo]", cwd=tmp_path,
+    )  # fmt: skip
     whole = _run(bin_dir / "drasat", "demo", "--timeout", "60", cwd=tmp_path).stdout
     assert whole.rstrip().endswith("every device was cleaned up"), whole
     print(f"fresh venv with the wheel and its dependencies: {installed_in:.1f}s")

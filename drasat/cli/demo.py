@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.resources
+import importlib.util
 import logging
 import sys
 import threading
@@ -579,7 +580,22 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     return 0
 
 
+#: Packages of the `demo` extra (the simulated API server's validation) -> their import names.
+DEMO_EXTRA = {"kubernetes-validate": "kubernetes_validate", "cel-python": "celpy"}
+
+
+def _check_demo_extra() -> None:
+    missing = [
+        pkg for pkg, module in DEMO_EXTRA.items() if importlib.util.find_spec(module) is None
+    ]
+    if missing:
+        raise InputError(
+            f"drasat demo needs {', '.join(missing)}: pip install 'drasat[demo]'", where="demo"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
+    _check_demo_extra()
     # The node plugin announces its sockets at WARNING, for an operator reading a DaemonSet's
     # log; in the demo that is noise unless a more verbose --log-level asked for it.
     quiet = [logging.getLogger(name) for name in _QUIET]
