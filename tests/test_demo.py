@@ -160,11 +160,13 @@ def test_a_mig_profile_the_gpus_do_not_offer_fails_naming_it(
     assert "profile: 3g.20gb" in text
     manifest = tmp_path / "wrong-profile.yaml"
     manifest.write_text(text.replace("profile: 3g.20gb", "profile: 3g.40gb"))  # an A100-80GB one
-    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20")
-    assert code == 1, out
-    assert re.search(r"pod gpu-mig/trainer  stays Pending: .*3g\.40gb: no MIG-enabled GPU", out)
-    assert "pod gpu-mig/notebook  Pending -> Running on a100-node" in out
-    assert out.rstrip().endswith("== demo FAILED: pod gpu-mig/trainer did not run")
+    # Rejected before anything starts, with the very line the what-if prints for it.
+    assert main(["demo", "-f", str(manifest)]) == 2
+    demo_error = capsys.readouterr().err.strip()
+    assert main(["whatif", "-f", str(manifest)]) == 2
+    whatif_error = capsys.readouterr().err.strip()
+    assert demo_error == whatif_error
+    assert "spec.profile: no GPU in the cluster offers MIG profile '3g.40gb'" in demo_error
 
 
 def test_bad_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:

@@ -39,6 +39,8 @@ from drasat.api.nas import AllocatedDevices, NodeAllocationState
 from drasat.cli import democluster
 from drasat.sim import apply, errors, garbage, kubeclient, scheduling
 from drasat.sim.kubelet import PodRun
+from drasat.whatif import manifests as whatif_manifests
+from drasat.whatif import nodes as whatif_nodes
 
 DEFAULT_EXAMPLE = "reference-cases"
 #: The examples' own cluster (what their READMEs show), used with --example.
@@ -537,6 +539,22 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, list[loading.Document]
     return sources
 
 
+def check_manifests(
+    cluster: cluster_api.Cluster, source: str, documents: Sequence[loading.Document]
+) -> None:
+    """Reject bad manifests before anything starts, with the what-if's own messages.
+
+    The what-if compiler knows the claim kinds, references and MIG profiles the cluster offers,
+    so an example with a mistake (a profile its GPUs lack, a missing parameters object) fails in
+    the demo with exactly the line `drasat whatif` prints for it, and exit 2.
+    """
+    described = loading.Document(source, 1, cluster.model_dump(mode="json", exclude_none=True))
+    nodes = whatif_nodes.load([described])
+    whatif_manifests.compile_manifests(
+        documents, offered_profiles=nodes.offered_profiles(), existing_uids=nodes.existing_uids()
+    )
+
+
 def _pods(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
     return sorted(
         (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
@@ -552,6 +570,7 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     sources = _sources(args)
     cluster, source = read_cluster(args.cluster, examples=bool(args.example))
     documents, policy_text, policy_name = split_policy([d for _, s in sources for d in s])
+    check_manifests(cluster, source, documents)
     kept = {id(d) for d in documents}
     with democluster.DemoCluster.running(cluster, policy_text=policy_text) as demo_cluster:
         demo = Demo(demo_cluster, out, args.timeout)
