@@ -435,10 +435,15 @@ class DeviceState:
             ledger = self.checkpoint.data.settings.setdefault(gpu, {})
             hold = ledger.get(setting.value)
             if hold is not None and hold.value != value and hold.holders:
-                raise ClaimError(
-                    f"GPU {gpu}: {setting.value} is {hold.value} for claim(s) "
-                    f"{', '.join(hold.holders)}; this claim needs {value}"
-                )
+                if hold.holders != [record.uid]:
+                    raise ClaimError(
+                        f"GPU {gpu}: {setting.value} is {hold.value} for claim(s) "
+                        f"{', '.join(hold.holders)}; this claim needs {value}"
+                    )
+                # The claim's own later step wins: a policy lifecycle action applied after the
+                # claim's sharing setup (e.g. ExclusiveProcess over time-slicing's Default).
+                self._write_setting(gpu, setting, value)
+                hold.value = value
             if hold is None or not hold.holders:
                 baseline = self._read_setting(gpu, setting)
                 self._write_setting(gpu, setting, value)

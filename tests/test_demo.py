@@ -153,6 +153,55 @@ def test_a_pod_that_cannot_run_fails_the_demo_with_the_reason(
     assert out.rstrip().endswith("== demo FAILED: pod too-big/greedy did not run")
 
 
+LIFECYCLE = """
+apiVersion: policy.drasat.io/v1alpha1
+kind: AllocationPolicy
+metadata: {name: with-init}
+spec:
+  lifecycle:
+    init:
+    - {action: setComputeMode, value: ExclusiveProcess}
+    - {action: setPowerLimitWatts, value: 60, selector: {productName: "*t4*"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: lc}
+---
+apiVersion: gpu.drasat.io/v1alpha1
+kind: GpuClaimParameters
+metadata: {namespace: lc, name: t4}
+spec:
+  selector: {productName: "tesla*"}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaim
+metadata: {namespace: lc, name: t4}
+spec:
+  resourceClassName: gpu.drasat.io
+  parametersRef: {apiGroup: gpu.drasat.io, kind: GpuClaimParameters, name: t4}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: lc, name: job}
+spec:
+  containers: [{name: c, image: ubuntu, resources: {claims: [{name: gpu}]}}]
+  resourceClaims: [{name: gpu, source: {resourceClaimName: t4}}]
+"""
+
+
+def test_policy_lifecycle_actions_are_applied_and_undone(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    # The solver copies the policy's init actions into the allocation, the node plugin applies
+    # them over the claim's time-slicing setup and restores the baseline (cleanup checks it).
+    manifest = tmp_path / "lifecycle.yaml"
+    manifest.write_text(LIFECYCLE)
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20")
+    assert code == 0, out
+    assert "pod lc/job  Pending -> Running on t4-node" in out
+    assert "node t4-node: 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok" in out
+
+
 def test_a_mig_profile_the_gpus_do_not_offer_fails_naming_it(
     capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:

@@ -255,6 +255,19 @@ def test_lifecycle_actions_applied_and_undone(node_factory: Any) -> None:
     assert (gpu.power_mw, gpu.locked_clocks, gpu.compute_mode) == (300_000, None, 0)
 
 
+def test_a_lifecycle_action_overrides_the_claims_own_sharing_setting(node_factory: Any) -> None:
+    # Time-slicing holds computeMode Default; the policy's init action of the same claim
+    # (applied after it) asks ExclusiveProcess: the claim's later step wins, no conflict.
+    node = node_factory("T4")
+    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}}
+    lifecycle = [{"action": "setComputeMode", "value": "ExclusiveProcess"}]
+    node.allocate(UID, gpu_allocation(UID, node.gpu(0), sharing=sharing, lifecycle=lifecycle))
+    node.state.prepare(ref(UID))
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
+    node.state.unprepare(ref(UID))
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
+
+
 @pytest.mark.parametrize(
     ("step", "message"),
     [
