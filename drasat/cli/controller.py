@@ -12,11 +12,8 @@ import threading
 from typing import Any
 
 from drasat.api.errors import InputError
+from drasat.cli.envflags import env as _env
 from drasat.controller import app, logs
-
-
-def _env(name: str, default: Any) -> Any:
-    return os.environ.get(f"DRASAT_{name}", default)
 
 
 def register(subparsers: Any) -> None:
@@ -39,19 +36,19 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        default=int(_env("WORKERS", 2)),
+        default=_env("WORKERS", 2),
         help="concurrent reconcile workers (default 2)",
     )
     p.add_argument(
         "--kube-api-qps",
         type=float,
-        default=float(_env("KUBE_API_QPS", 20)),
+        default=_env("KUBE_API_QPS", 20),
         help="API requests per second (0: unlimited; default 20)",
     )
     p.add_argument(
         "--kube-api-burst",
         type=int,
-        default=int(_env("KUBE_API_BURST", 40)),
+        default=_env("KUBE_API_BURST", 40),
         help="API request burst (default 40)",
     )
     p.add_argument(

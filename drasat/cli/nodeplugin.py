@@ -11,11 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from drasat.api.errors import InputError
+from drasat.cli.envflags import env as _env
 from drasat.nodeplugin import app, plugin, registration, state
-
-
-def _env(name: str, default: Any) -> Any:
-    return os.environ.get(f"DRASAT_{name}", default)
 
 
 def register(subparsers: Any) -> None:
@@ -88,7 +85,7 @@ def register(subparsers: Any) -> None:
     add(
         "--gc-interval",
         type=float,
-        default=float(_env("GC_INTERVAL", 60)),
+        default=_env("GC_INTERVAL", 60),
         help="seconds between unpreparing claims no longer allocated here (0: off; default 60)",
     )
     add(
