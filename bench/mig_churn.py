@@ -483,10 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     with (args.out / "utilization.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["policy", "time", "used_slices", "capacity_slices"])
+        series = csv.writer(f)
+        series.writerow(["policy", "time", "used_slices", "capacity_slices"])
         for r in results:
-            writer.writerows((r.policy, round(t, 5), u, r.capacity) for t, u in r.samples)
+            series.writerows((r.policy, round(t, 5), u, r.capacity) for t, u in r.samples)
     title = (
         f"MIG churn: {args.gpus} GPUs (A100-40GB/H100-80GB), {args.events} arrivals, "
         f"load {args.load}, seed {args.seed}"
