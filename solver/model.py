@@ -11,7 +11,10 @@ Objective, lexicographic: first maximize placed pods weighted by `1 + priority -
 - binpack: a node newly used costs its free GPUs before; a GPU opened (untouched before) costs 1;
 - spread: a node newly used costs its used GPUs before; a touched GPU touched again costs 1; each
   extra new pod on one node costs 1;
-- fragmentation: an untouched non-MIG GPU opened costs 8; on a MIG GPU every (profile, placement)
+- fragmentation: with a target workload (`workload.py`, the problem's claim shapes) a whole or
+  share device costs the growth of its node's fragmented capacity (free compute the expected
+  claims cannot use, % of a GPU) as if alone there; without one, an untouched non-MIG GPU
+  opened costs 8; on a MIG GPU every (profile, placement)
   that was free and becomes blocked costs its size in memory slices (so 1g devices go where they
   block fewest large placements, e.g. slice 6, keeping 4g/3g/7g at 0 possible);
 - preferNode / preferProduct: 8 per pod off the preferred nodes / per device off the products;
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from drasat.api.claims import Requirement
-from drasat.solver import demand
+from drasat.solver import demand, workload
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
 from drasat.solver.problem import PodRequest
@@ -148,10 +151,8 @@ def device_cost(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rul
     """The secondary cost of the claim taking this one device, alone on its GPU among the new
     claims: exactly what the model's terms add up to in that case (see `_gpu_costs`)."""
     w = rules.weights
-    if gpu.untouched:
-        cost = w.binpack + (0 if gpu.mig_enabled else w.fragmentation * OPEN_WHOLE_GPU)
-    else:
-        cost = w.spread
+    opening = w.binpack + w.fragmentation * open_cost(gpu, rules)
+    cost = opening if gpu.untouched else w.spread
     if w.fragmentation and gpu.mig_enabled:
         cost += w.fragmentation * blocked_weight(gpu, option)
     if w.prefer_product and not rules.prefers_product(gpu):
@@ -159,6 +160,22 @@ def device_cost(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rul
     if option is not None:
         cost += w.mig_waste * mig_waste(claim, option, gpu)
     return cost
+
+
+def open_cost(gpu: GpuSlot, rules: Rules) -> int:
+    """The fragmentation term's fixed cost of opening an untouched GPU: OPEN_WHOLE_GPU for a
+    non-MIG GPU unless a target workload prices what the placement strands instead."""
+    return 0 if gpu.mig_enabled or rules.workload else OPEN_WHOLE_GPU
+
+
+def workload_cost(claim: Claim, node: NodeView, gpu: GpuSlot, rules: Rules) -> int:
+    """The workload part of the fragmentation term (unweighted) for a whole or share claim
+    taking this one GPU, its pod's CPU and memory aside (the model's linear form; the exact
+    enumeration of `nodes.py` prices the whole placement, CPU and memory included)."""
+    if not rules.workload or gpu.mig_enabled or claim.kind is Kind.mig:
+        return 0
+    need = FULL_COMPUTE if claim.kind is Kind.whole else claim.share_compute
+    return workload.growth(rules.workload, node, rules, {gpu.position: need}, 0, 0)
 
 
 def node_cost(node: NodeView, rules: Rules) -> int:
@@ -497,13 +514,19 @@ class _Builder:
         # a flag above each group's sum is 1 whenever the GPU is used (few, linear constraints).
         groups = [[d.var for d in whole], *([v] for v in occupied.values())]
         groups += [[d.var] for d in shares]
-        opening = w.binpack + (0 if gpu.mig_enabled else w.fragmentation * OPEN_WHOLE_GPU)
+        opening = w.binpack + w.fragmentation * open_cost(gpu, self.rules)
         if gpu.untouched and opening:
             sec.append((opening, self._flag_over(groups, f"open_{tag}")))
         if w.spread and not gpu.untouched:
             sec.append((w.spread, self._flag_over(groups, f"again_{tag}")))
         if w.fragmentation and gpu.mig_enabled:
             self._mig_fragmentation(gpu, whole, occupied)
+        if w.fragmentation and self.rules.workload and not gpu.mig_enabled:
+            node = self.nodes[gpu.node]
+            for d in (*whole, *shares):
+                cost = w.fragmentation * workload_cost(d.claim, node, gpu, self.rules)
+                if cost:
+                    sec.append((cost, d.var))
         if w.prefer_product and not self.rules.prefers_product(gpu):
             sec.extend((w.prefer_product * PREFER, v) for v in all_vars)
         if w.mig_waste:

@@ -3,10 +3,13 @@
 A purely computational module (with a memo). How a node is evaluated:
 
 1. the exact necessary checks of `filters.py` (cheap; they also name the blocking constraint);
-2. a pod with one claim and no topology or counted reservation: an exact enumeration. Its cost
-   is separable per device (`model.device_cost`) plus the node's cost (`model.node_cost`), so the
-   optimum is the k cheapest eligible GPUs (whole), the cheapest fitting GPU (share) or the
-   cheapest free (GPU, placement) (MIG); ties go to the lowest canonical position;
+2. a pod with one claim (or none) and no topology or counted reservation: an exact enumeration.
+   Its cost is separable per device (`model.device_cost`) plus the node's cost
+   (`model.node_cost`), plus, with a target workload, the growth of the node's fragmented
+   capacity (`workload.growth`, which reads the whole node: each share way is priced exactly,
+   whole GPUs as the chosen set), so the optimum is the k cheapest eligible GPUs (whole), the
+   cheapest fitting GPU (share) or the cheapest free (GPU, placement) (MIG); ties go to the
+   lowest canonical position;
 3. otherwise a small CP-SAT model of the pod forced onto the node, one worker (deterministic).
 
 Results are memoized by (pod shape, policy, the node's canonical free state): nodes in the same
@@ -20,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from drasat.solver import demand, explain, extract, filters, inventory, model, solving
+from drasat.solver import demand, explain, extract, filters, inventory, model, solving, workload
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import GpuSlot, MigOption, NodeView
@@ -97,6 +100,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         tuple(budgets),
         request.cpu_milli,
         request.memory_mib,
+        rules.workload.id,
     )
     return PodShape(entry, key, names_gpus, inventory.intern(key))
 
@@ -181,6 +185,8 @@ def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget
 
 
 def _enumerable(entry: PodEntry, rules: Rules) -> bool:
+    if not entry.claims:
+        return True
     if len(entry.claims) != 1:
         return False
     (claim,) = entry.claims
@@ -202,9 +208,19 @@ def _fits_cpu(entry: PodEntry, node: NodeView) -> bool:
 def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
     """Exact optimum of a one-claim pod on one node (see the module docstring)."""
     entry = pod.entry
-    (claim,) = entry.claims
     if not node.ready or not _fits_cpu(entry, node):
         return Evaluation(None)
+    request = entry.request
+    frag = rules.weights.fragmentation if rules.workload else 0
+    if not entry.claims:
+        levels = model.PrimaryLevels.of([entry.priority], 0)
+        cost = model.node_cost(node, rules)
+        if frag:
+            cost += frag * workload.growth(
+                rules.workload, node, rules, {}, request.cpu_milli, request.memory_mib
+            )
+        return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=cost)
+    (claim,) = entry.claims
     limits = rules.limits_for(claim.namespace)
     gpus_left = min((b.gpus_left for b in limits if b.gpus_left is not None), default=None)
     slices_left = min(
@@ -227,6 +243,26 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         if not claim.optional:
             return Evaluation(None)
         return Evaluation((), primary=placed, secondary=base)
+    if frag and claim.kind is Kind.share:
+        # The workload part is not separable (it reads the whole node): price each way exactly.
+        ways = [
+            (
+                cost
+                + frag
+                * workload.growth(
+                    rules.workload,
+                    node,
+                    rules,
+                    {position: claim.share_compute},
+                    request.cpu_milli,
+                    request.memory_mib,
+                ),
+                position,
+                order,
+                option,
+            )
+            for cost, position, order, option in ways
+        ]
     ways.sort(key=lambda w: (w[0], w[1], w[2]))
     chosen = ways[:need]
     picks = tuple(
@@ -234,6 +270,16 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         for _, position, _, o in chosen
     )
     cost = base + sum(w[0] for w in chosen)
+    if frag and claim.kind is Kind.whole:
+        # Whole GPUs: the k cheapest, priced together (equal GPUs of a node price alike).
+        taken = {position: inventory.FULL_COMPUTE for _, position, _, _ in chosen}
+        cost += frag * workload.growth(
+            rules.workload, node, rules, taken, request.cpu_milli, request.memory_mib
+        )
+    elif frag and claim.kind is Kind.mig:
+        cost += frag * workload.growth(
+            rules.workload, node, rules, {}, request.cpu_milli, request.memory_mib
+        )
     got = levels.got if claim.optional else 0
     return Evaluation(picks, primary=placed + got, secondary=cost)
 

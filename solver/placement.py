@@ -37,6 +37,7 @@ from drasat.solver.problem import (
     Status,
 )
 from drasat.solver.rules import Rules
+from drasat.solver.workload import Workload
 
 
 @dataclass
@@ -65,6 +66,8 @@ class _State:
         states = {n.name: n for n in problem.nodes}
         views = {n.name: view_of(n) for n in problem.nodes}
         rules = Rules(problem.policy, tuple(views.values()))
+        if rules.weights.fragmentation:
+            rules.workload = Workload.of(problem.pods)
         order = {name: i for i, name in enumerate(states)}
         init = tuple(problem.policy.lifecycle.init)
         return cls(states, views, rules, order, init_actions=init)

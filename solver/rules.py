@@ -18,6 +18,7 @@ from drasat.api.policy import AllocationPolicySpec, NamespaceLimit, Reservation,
 from drasat.solver import demand
 from drasat.solver.demand import Claim
 from drasat.solver.inventory import GpuSlot, NamespaceUse, NodeView, intern
+from drasat.solver.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Rules:
         }
         #: Identifies the policy in memo keys.
         self.fingerprint = policy.model_dump_json()
+        #: The fragmentation term's target workload (`workload.py`); empty: the term charges
+        #: only opening untouched GPUs and blocking MIG placements. Set by `placement.solve`.
+        self.workload = Workload.empty()
 
     def node_class_id(self, node: str) -> int:
         """node_class as a small number (memo keys)."""

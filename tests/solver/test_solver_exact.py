@@ -90,13 +90,53 @@ def test_shares_50_30_70_50_fit_on_two_gpus_in_batch() -> None:
     assert sorted(by_gpu.values()) == [100, 100]
 
 
-def test_online_shares_pack_in_arrival_order_and_explain_the_last() -> None:
-    # Online cannot see the last 50 coming: fragmentation packs 30 next to 50, as it should.
+def test_online_shares_keep_capacity_the_workload_can_use() -> None:
+    # The fragmentation term prices what the problem's claim shapes (50, 30, 70, 50) can no
+    # longer use: 30 beside 50 would leave 20% that none of them fits, 30 on the empty GPU
+    # leaves 70% that the 70 takes. Charging only for opening a GPU packs 30 beside 50, and the
+    # last 50 then fits nowhere.
     solution = _solve(SHARES, Mode.online)
+    assert not solution.unplaced, solution.unplaced
+    gpus = {
+        uid: a.gpu.devices[0].uuid for uid, a in _devices(solution).items() if a.gpu is not None
+    }
+    assert gpus["uid-default-s0"] != gpus["uid-default-s1"]
+    assert gpus["uid-default-s1"] == gpus["uid-default-s2"]
+
+
+def test_online_strands_no_gpu_behind_exhausted_cpu() -> None:
+    # Two 1-GPU nodes: "a" has CPU for one more pod only. Whole-GPU pods are the workload, so
+    # the CPU-only pod goes to "b" (where it leaves enough CPU), not to "a", which would strand
+    # a's free GPU.
+    problem = Problem(
+        nodes=(
+            make_node("a", "T4", count=1, cpu_milli=4000),
+            make_node("b", "T4", count=1, cpu_milli=16000),
+        ),
+        pods=(
+            pod("cpu", cpu_milli=2000),
+            pod("g1", gpu_claim("g1"), cpu_milli=4000),
+            pod("g2", gpu_claim("g2"), cpu_milli=4000),
+        ),
+    )
+    solution = _solve(problem, Mode.online)
+    assert not solution.unplaced, solution.unplaced
+    assert {p.pod: p.node for p in solution.placements}["default/cpu"] == "b"
+
+
+def test_online_explains_a_share_that_fits_nowhere() -> None:
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=1),),
+        pods=(
+            pod("s0", gpu_claim("s0", share={"compute": 60})),
+            pod("s1", gpu_claim("s1", share={"compute": 50})),
+        ),
+    )
+    solution = _solve(problem, Mode.online)
     (rejected,) = solution.unplaced
-    assert rejected.pod == "default/s3"
+    assert rejected.pod == "default/s1"
     assert "share compute 50%" in rejected.reasons[0]
-    assert "at most 30% compute free" in rejected.reasons[0]
+    assert "at most 40% compute free" in rejected.reasons[0]
 
 
 @pytest.mark.parametrize("mode", MODES)
