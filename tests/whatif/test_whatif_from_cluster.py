@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import pathlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import RunCli, WriteYaml
 
 from drasat.api import crds
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim.apiserver import ApiServer
+
+if TYPE_CHECKING:  # annotations only: several test folders have a conftest module
+    from conftest import RunCli, WriteYaml
 
 T4 = {"productName": "Tesla T4", "memoryBytes": 16106127360, "architecture": "Turing"}
 HELD_UUID = "GPU-00000000-0000-4000-8000-000000000000"
