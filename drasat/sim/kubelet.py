@@ -38,7 +38,7 @@ from drasat.nodeplugin.gen import dra_v1alpha3_pb2 as dra_pb2
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2_grpc as dra_grpc
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2 as reg_pb2
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from drasat.sim import errors, kubeclient, scheduling
+from drasat.sim import actor, errors, kubeclient, scheduling
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,10 @@ def cdi_edits(
     return {d: found[d] for d in wanted if d in found}, [d for d in wanted if d not in found]
 
 
-class Kubelet:
+class Kubelet(actor.WatchDrivenLoop):
     """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
+
+    pass_errors = (OSError, errors.ApiError, grpc.RpcError)
 
     def __init__(
         self,
@@ -166,15 +168,12 @@ class Kubelet:
         resync: float = 0.5,
         call_timeout: float = 30.0,
     ) -> None:
-        self._client = client
+        super().__init__(client, resync=resync)
+        self.name = f"sim-kubelet-{node}"
         self.node = node
         self.registry_dir = registry_dir
         self.cdi_root = cdi_root
-        self._resync = resync
         self._call_timeout = call_timeout
-        self._stop = threading.Event()
-        self._changed = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._progress = threading.Condition()
         #: Registered plugins by driver name.
         self.plugins: dict[str, Plugin] = {}
@@ -191,58 +190,11 @@ class Kubelet:
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> Kubelet:
-        self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"sim-kubelet-{self.node}", daemon=True)
+    def watched(self) -> list[tuple[str, Mapping[str, str]]]:
+        return [
+            (_core("pods"), {"fieldSelector": f"spec.nodeName={self.node}"}),
+            (_claims_url(), {}),
         ]
-        selector = {"fieldSelector": f"spec.nodeName={self.node}"}
-        for url, query in ((_core("pods"), selector), (_claims_url(), {})):
-            self._threads.append(
-                threading.Thread(
-                    target=self._watch,
-                    args=(url, query),
-                    daemon=True,
-                    name=f"sim-kubelet-{self.node}-watch",
-                )
-            )
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._changed.set()
-        self._client.close_watches()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads = []
-
-    def __enter__(self) -> Kubelet:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _watch(self, url: str, query: Mapping[str, str]) -> None:
-        while not self._stop.is_set():
-            try:
-                for _ in self._client.watch(url, timeoutSeconds="300", **query):
-                    self._changed.set()
-            except (OSError, errors.ApiError, ValueError) as exc:
-                log.debug("kubelet watch of %s ended: %s", url, exc)
-            self._stop.wait(0.1)  # reconnect backoff
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._changed.wait(self._resync)
-            self._changed.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.run_once()
-            except (OSError, errors.ApiError, grpc.RpcError) as exc:
-                log.info("kubelet %s pass failed, retrying: %s", self.node, exc)
 
     # --- what tests and the demo wait for -----------------------------------------------------
 

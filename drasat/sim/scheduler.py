@@ -17,7 +17,6 @@ Passes run when a watched object changes, or every `resync` seconds.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import logging
 import threading
 import time
@@ -25,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from drasat.api import groups
-from drasat.sim import errors, kubeclient, scheduling
+from drasat.sim import actor, errors, kubeclient, scheduling
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +62,10 @@ class Pending(Exception):
     """The pod cannot move on yet; the message says what it waits for."""
 
 
-class Scheduler:
+class Scheduler(actor.WatchDrivenLoop):
     """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
+
+    name = "sim-scheduler"
 
     def __init__(
         self,
@@ -75,75 +76,22 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         plain_pods: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, resync=resync)
         #: Also bind pods without claims (to the first node that fits), as the default
         #: scheduler would; off, they are left to another scheduler.
         self._plain_pods = plain_pods
         self._drivers = frozenset(driver_names)
-        self._resync = resync
         self._clock = clock
-        self._stop = threading.Event()
-        self._changed = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._progress = threading.Condition()
         #: Why each pending pod ((namespace, name)) has not been bound yet.
         self.reasons: dict[tuple[str, str], str] = {}
         #: Pods this scheduler bound, with their node.
         self.bound: dict[tuple[str, str], str] = {}
 
-    # --- lifecycle ----------------------------------------------------------------------------
+    # --- lifecycle (start/stop/loop: actor.WatchDrivenLoop) ---------------------------------
 
-    def start(self) -> Scheduler:
-        self._stop.clear()
-        self._threads = [threading.Thread(target=self._loop, name="sim-scheduler", daemon=True)]
-        for group, version, plural in _WATCHED:
-            url = kubeclient.path(group, version, plural)
-            self._threads.append(
-                threading.Thread(
-                    target=self._watch,
-                    args=(url,),
-                    daemon=True,
-                    name=f"sim-scheduler-watch-{plural}",
-                )
-            )
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._changed.set()
-        self._client.close_watches()
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads = []
-
-    def __enter__(self) -> Scheduler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _watch(self, url: str) -> None:
-        # Any event (or a reconnect, which starts with the current state) triggers a pass.
-        while not self._stop.is_set():
-            try:
-                for _ in self._client.watch(url, timeoutSeconds="300"):
-                    self._changed.set()
-            except (OSError, errors.ApiError, http.client.HTTPException, ValueError) as exc:
-                log.debug("scheduler watch of %s ended: %s", url, exc)
-            self._stop.wait(0.1)  # reconnect backoff
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._changed.wait(self._resync)
-            self._changed.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.run_once()
-            except (OSError, errors.ApiError, http.client.HTTPException, ValueError) as exc:
-                log.info("scheduler pass failed, retrying: %s", exc)
+    def watched(self) -> list[tuple[str, Mapping[str, str]]]:
+        return [(kubeclient.path(g, v, plural), {}) for g, v, plural in _WATCHED]
 
     def wait_bound(self, namespace: str, name: str, *, timeout: float = 30.0) -> str:
         """Wait until this scheduler bound the pod; its node. TimeoutError with the reason."""
