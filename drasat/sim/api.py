@@ -8,7 +8,7 @@ import copy
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from drasat.sim import (
@@ -262,21 +262,7 @@ class Api:
         rt = self.resource(route)
         self._check_subresource(rt, route)
         obj = self._body(rt, route, body)
-        self._maybe_conflict(rt, route)
-        updated = self.store.update(
-            rt,
-            route.namespace or "",
-            str(route.name),
-            lambda _current: self._prepare(rt, obj, query or {}),
-            subresource=route.subresource,
-            validate=self._validator_for(query or {}),
-            dry_run=self._dry_run(query or {}),
-        )
-        return (
-            self.present(rt, updated)
-            if self._dry_run(query or {})
-            else self._after_write(rt, updated)
-        )
+        return self._update(rt, route, lambda _current: self._prepare(rt, obj, query or {}), query)
 
     def patch(
         self,
@@ -319,6 +305,16 @@ class Api:
                 f"- accepted media types include: application/json-patch+json, "
                 f"application/merge-patch+json (got {content_type!r})",
             )
+        return self._update(rt, route, change, query)
+
+    def _update(
+        self,
+        rt: resources.ResourceType,
+        route: routing.Route,
+        change: Callable[[Obj], Obj],
+        query: Mapping[str, str] | None,
+    ) -> Obj:
+        """The write shared by PUT and PATCH: conflict faults, the store's update, the answer."""
         self._maybe_conflict(rt, route)
         updated = self.store.update(
             rt,
