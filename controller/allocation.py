@@ -7,13 +7,10 @@ A purely computational module: functions from dicts and models to new dicts; the
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
-from pydantic import ValidationError
-
-from drasat.api import groups
-from drasat.api.nas import AllocatedDevices
+from drasat.api import groups, handles
+from drasat.api.nas import AllocatedDevices, ClaimInfo
 
 Obj = dict[str, Any]
 
@@ -30,9 +27,7 @@ def node_selector(node: str) -> Obj:
 
 def handle_data(node: str, devices: AllocatedDevices) -> str:
     """The resource handle: a small JSON of the node and devices (what the node plugin reads)."""
-    body = devices.dump()
-    body.pop("claimInfo", None)
-    return json.dumps({"node": node, **body}, sort_keys=True, separators=(",", ":"))
+    return handles.encode(node, devices)
 
 
 def allocation_result(node: str, devices: AllocatedDevices, *, shareable: bool) -> Obj:
@@ -63,10 +58,8 @@ def devices_from_status(claim: Obj) -> AllocatedDevices | None:
         if handle.get("driverName") != groups.DRIVER_NAME:
             continue
         try:
-            data = json.loads(handle.get("data") or "")
-            data.pop("node", None)
-            return AllocatedDevices.model_validate({"claimInfo": claim_info(claim), **data})
-        except (json.JSONDecodeError, ValidationError, AttributeError):
+            return handles.decode(handle.get("data") or "", ClaimInfo(**claim_info(claim)))
+        except ValueError:
             return None
     return None
 

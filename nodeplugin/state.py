@@ -19,7 +19,6 @@ different value is refused, and the baseline returns when the last holder lets g
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -32,9 +31,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from drasat.api import handles
 from drasat.api.errors import describe_validation_error
 from drasat.api.nas import (
     AllocatedDevices,
+    ClaimInfo,
     MigPlacement,
     NodeAllocationState,
     PreparedDevices,
@@ -239,28 +240,17 @@ class DeviceState:
 
     @staticmethod
     def _handle_allocation(claim: ClaimRef) -> AllocatedDevices | None:
-        """A resource handle, when given, is the claim's devices as JSON (the NAS entry wins).
-
-        The controller writes the NAS entry without its claimInfo (the kubelet names the claim)
-        plus the node it chose; a full NAS entry is accepted too.
-        """
+        """A resource handle, when given, is the claim's devices (api.handles; the NAS wins)."""
         if not claim.resource_handle.strip():
             return None
+        info = ClaimInfo(namespace=claim.namespace, name=claim.name, uid=claim.uid)
         try:
-            data = json.loads(claim.resource_handle)
-        except json.JSONDecodeError as error:
-            raise ClaimError(f"claim {claim}: resource handle is not valid JSON: {error}") from None
-        if not isinstance(data, dict):
-            raise ClaimError(f"claim {claim}: resource handle is not a JSON object")
-        data.pop("node", None)
-        data.setdefault(
-            "claimInfo", {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
-        )
-        try:
-            return AllocatedDevices.model_validate(data)
+            return handles.decode(claim.resource_handle, info)
         except ValidationError as error:
             message = describe_validation_error(error)
             raise ClaimError(f"claim {claim}: resource handle: {message}") from None
+        except ValueError as error:
+            raise ClaimError(f"claim {claim}: {error}") from None
 
     def _check_gpus(self, allocation: AllocatedDevices) -> None:
         known = ", ".join(g.uuid for g in self.gpus()) or "none"

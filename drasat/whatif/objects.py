@@ -8,11 +8,9 @@ unplaced ones with the annotation `whatif.drasat.io/reason`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from drasat.api import groups
-from drasat.api.nas import AllocatedDevices
+from drasat.api import groups, handles
 from drasat.whatif.manifests import Claim
 from drasat.whatif.report import Report
 
@@ -24,13 +22,6 @@ def as_list(report: Report) -> dict[str, Any]:
     items = [nas.dump() for nas in report.nas]
     items.extend(_claim(report, claim) for claim in report.workload.claims)
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
-
-
-def resource_handle_data(entry: AllocatedDevices) -> str:
-    """The devices of an allocation as compact JSON (the NAS entry without its claimInfo)."""
-    data = entry.dump()
-    data.pop("claimInfo", None)
-    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def _claim(report: Report, claim: Claim) -> dict[str, Any]:
@@ -72,7 +63,7 @@ def _claim(report: Report, claim: Claim) -> dict[str, Any]:
             },
             "shareable": claim.request.shareable,
             "resourceHandles": [
-                {"driverName": groups.DRIVER_NAME, "data": resource_handle_data(entry)}
+                {"driverName": groups.DRIVER_NAME, "data": handles.encode(node, entry)}
             ],
         },
     }
