@@ -334,8 +334,11 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
     warm_primary = _primary_of(built, warm.placements)
     if not result.has_solution or result.primary < warm_primary:
         chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm.placements}
-        status, objective, bound = Status.FEASIBLE, float(warm_primary), float(warm_primary)
-        gap = 0.0
+        # Objective, bound and gap on the primary level: CP-SAT's own bound is of the combined
+        # objective (primary x scale - secondary), which the online solution is not scored on.
+        primary_bound = max(warm_primary, _primary_max(built, result))
+        status, objective, bound = Status.FEASIBLE, float(warm_primary), float(primary_bound)
+        gap = (primary_bound - warm_primary) / max(1.0, float(warm_primary))
     else:
         chosen = extract.placements(built, result, entries)
         status, objective, bound, gap = (
@@ -369,6 +372,13 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
         wall_time_s=time.perf_counter() - started,
         node_feasibility=feasibility,
     )
+
+
+def _primary_max(built: model.Built, result: solving.Result) -> int:
+    """An upper bound on the primary level: CP-SAT's, or every pod and claim placed."""
+    if result.primary_bound is not None:
+        return result.primary_bound
+    return sum(c for c, _ in built.primary)
 
 
 #: A batch model holds at most about this many (pod, node) pairs: each pod keeps its best nodes

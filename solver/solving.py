@@ -8,6 +8,7 @@ otherwise in two stages (maximize primary; fix it; minimize secondary), each wit
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -40,6 +41,8 @@ class Result:
     #: Values of the two objective levels in the solution found (higher primary, lower secondary).
     primary: int = 0
     secondary: int = 0
+    #: An upper bound on the primary level alone, from CP-SAT's bound (None: no solution found).
+    primary_bound: int | None = None
 
     @property
     def has_solution(self) -> bool:
@@ -88,8 +91,18 @@ def solve(built: Built, budget: Budget, hint: dict[int, int] | None = None) -> R
             time.perf_counter() - started,
             int(solver.value(built.primary_expr())),
             int(solver.value(built.secondary_expr())),
+            _primary_bound(solver.best_objective_bound, scale),
         )
     return _two_stages(built, budget, scale, started)
+
+
+def _primary_bound(bound: float, scale: int) -> int:
+    """The primary level's bound implied by a bound B on `primary * scale - secondary`.
+
+    secondary <= scale - 1 (scale exceeds the sum of its |coefficients|), so
+    primary * scale <= B + secondary <= B + scale - 1.
+    """
+    return math.floor((bound + scale - 1) / scale)
 
 
 def _two_stages(built: Built, budget: Budget, scale: int, started: float) -> Result:
@@ -119,6 +132,7 @@ def _two_stages(built: Built, budget: Budget, scale: int, started: float) -> Res
             time.perf_counter() - started,
             reached,
             int(first.value(built.secondary_expr())),
+            math.floor(primary_bound),
         )
     optimal = status is Status.OPTIMAL and status2 is Status.OPTIMAL
     objective = reached * scale - second.objective_value
@@ -131,6 +145,7 @@ def _two_stages(built: Built, budget: Budget, scale: int, started: float) -> Res
         time.perf_counter() - started,
         reached,
         int(second.objective_value),
+        math.floor(primary_bound),
     )
 
 
