@@ -2,19 +2,31 @@
 
 - objective terms with weights, applied after "place as many pods as possible" (by priority);
 - hard rules: device reservations, per-namespace limits, allowed products per namespace;
-- solver budget; lifecycle init/cleanup actions from a fixed vocabulary (never a command).
+- solver budget; lifecycle init/cleanup actions from a fixed vocabulary (never a command);
+- optionally, the fragmentation term's target workload: the claim shapes the free capacity should
+  keep serving, with weights (`ObjectiveTerm.workload`).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, WithJsonSchema, model_validator
 
 from drasat.api import groups
 from drasat.api.base import Object, Spec
+from drasat.api.claims import GpuShare
+from drasat.api.cluster import CpuQuantity, cpu_millis
+from drasat.api.quantity import Quantity, to_bytes
 from drasat.api.selectors import GpuSelector
+
+_CPU_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+    "description": "A Kubernetes CPU quantity, e.g. 4 or 500m.",
+}
+Cpu = Annotated[CpuQuantity, WithJsonSchema(_CPU_SCHEMA)]
 
 
 class Term(StrEnum):
@@ -26,11 +38,53 @@ class Term(StrEnum):
     minimizeMigWaste = "minimizeMigWaste"  # MIG by needs: least memory/slices above the need
 
 
+class WorkloadShape(Spec):
+    """One class of the expected workload: pods with one GPU claim of this shape.
+
+    The fragmentation term keeps free capacity these claims can use (FGD's measure, see
+    `drasat.solver.workload`); `weight` is how common the class is relative to the others.
+    """
+
+    count: int = Field(1, ge=1, le=64, description="GPUs per claim (1 for a share).")
+    share: GpuShare | None = Field(
+        None, description="A partial GPU (its compute percentage is the per-GPU need)."
+    )
+    selector: GpuSelector | None = Field(None, description="Which GPUs the claims accept.")
+    namespace: str = Field(
+        "", description="Namespace whose policy rules apply (allowedProducts, reservations)."
+    )
+    cpu: Cpu | None = Field(None, description="CPU request of such pods, e.g. 4 or 500m.")
+    memory: Quantity | None = Field(None, description="Memory request of such pods, e.g. 16Gi.")
+    weight: int = Field(1, ge=1, le=1_000_000, description="Relative frequency of the class.")
+
+    @model_validator(mode="after")
+    def _share_is_one_gpu(self) -> WorkloadShape:
+        if self.share is not None and self.count != 1:
+            raise ValueError("a share shape takes part of one GPU: count must be 1")
+        if self.share is not None and self.share.compute is None:
+            raise ValueError("a share shape needs share.compute (the per-GPU need)")
+        return self
+
+    @property
+    def cpu_milli(self) -> int:
+        return 0 if self.cpu is None else cpu_millis(self.cpu)
+
+    @property
+    def memory_mib(self) -> int:
+        return 0 if self.memory is None else -(-to_bytes(self.memory) // 2**20)
+
+
 class ObjectiveTerm(Spec):
     term: Term
     weight: int = Field(1, ge=0, le=1000, description="Relative weight among the terms.")
     nodes: list[str] | None = Field(None, description="preferNode: node name globs.")
     products: list[str] | None = Field(None, description="preferProduct: product name globs.")
+    workload: list[WorkloadShape] | None = Field(
+        None,
+        max_length=64,
+        description="fragmentation: the claim shapes to keep capacity for, with weights; "
+        "unset: estimated from the cluster's allocations and pending claims.",
+    )
 
     @model_validator(mode="after")
     def _targets(self) -> ObjectiveTerm:
@@ -44,6 +98,12 @@ class ObjectiveTerm(Spec):
             raise ValueError(
                 f"products is only meaningful for preferProduct, not {self.term.value}"
             )
+        if self.term is not Term.fragmentation and self.workload is not None:
+            raise ValueError(
+                f"workload is only meaningful for fragmentation, not {self.term.value}"
+            )
+        if self.workload is not None and not self.workload:
+            raise ValueError("workload needs at least one shape (or leave it unset)")
         return self
 
 

@@ -23,6 +23,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import allocation, nodes, params, scheduling
 from drasat.controller.holds import Holds
 from drasat.controller.metrics import Metrics
+from drasat.controller.workload import ClusterWorkload
 from drasat.controller.workqueue import WorkQueue
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
@@ -113,6 +114,7 @@ class Controller:
         self._decide = threading.Lock()
         self._nas: dict[str, nodes.ParsedNas] = {}
         self._nas_lock = threading.Lock()
+        self.workload = ClusterWorkload()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         timeout = self.config.watch_timeout_s
@@ -319,6 +321,19 @@ class Controller:
     def _policy_now(self) -> AllocationPolicySpec:
         return self._policy()
 
+    def _problem(
+        self,
+        states: tuple[NodeState, ...],
+        pod: PodRequest,
+        snapshot: dict[str, nodes.ParsedNas],
+    ) -> Problem:
+        """A one-pod problem whose target workload is what the whole cluster holds and awaits
+        (`workload.py`), not that pod alone."""
+        policy = self._policy_now()
+        return Problem(
+            states, (pod,), policy, workload=self.workload.shapes(policy, snapshot, [pod])
+        )
+
     def _params(self, *, feasibility: bool) -> SolveParams:
         budget = self._policy_now().solver
         return SolveParams(
@@ -371,8 +386,8 @@ class Controller:
             # in `held`, or both (a held claim already in the NAS is not counted twice).
             held = self.holds.by_node(excluding=frozenset({request.uid}))
             snapshot = self._nas_snapshot()
-            problem = Problem(
-                nodes.nodes_for(sorted(snapshot), snapshot, held), (pod,), self._policy_now()
+            problem = self._problem(
+                nodes.nodes_for(sorted(snapshot), snapshot, held), pod, snapshot
             )
             solution = self._timed_solve(problem, feasibility=False, kind="immediate")
             placement = solution.placement_of(pod.key)
@@ -477,7 +492,7 @@ class Controller:
         held = self.holds.by_node(excluding=ours).get(fresh.name) or {}
         node = nodes.with_held(fresh, held)
         pod = replace(pending.pod, candidate_nodes=(fresh.name,))
-        problem = Problem((node,), (pod,), self._policy_now())
+        problem = self._problem((node,), pod, self._nas_snapshot())
         solution = self._timed_solve(problem, feasibility=False, kind="recheck")
         placement = solution.placement_of(pod.key)
         if placement is None:
@@ -639,8 +654,8 @@ class Controller:
             pending_write = None
             if selected is not None:
                 pinned = replace(pod, candidate_nodes=(selected,))
-                problem = Problem(
-                    nodes.nodes_for([selected], snapshot, held), (pinned,), self._policy_now()
+                problem = self._problem(
+                    nodes.nodes_for([selected], snapshot, held), pinned, snapshot
                 )
                 solution = self._timed_solve(problem, feasibility=False, kind="selected")
                 placement = solution.placement_of(key)
@@ -649,9 +664,7 @@ class Controller:
                         pinned, selected, placement.allocations, by_uid, shareable, snapshot
                     )
             if pending_write is None:
-                problem = Problem(
-                    nodes.nodes_for(candidates, snapshot, held), (pod,), self._policy_now()
-                )
+                problem = self._problem(nodes.nodes_for(candidates, snapshot, held), pod, snapshot)
                 solution = self._timed_solve(problem, feasibility=True, kind="feasibility")
                 feasibility = dict(solution.node_feasibility.get(key) or {})
                 for node in problem.nodes:

@@ -21,7 +21,8 @@ What it decides (the modules say why):
   added), optional devices, earlier pods first — then the policy's weighted terms (binpack,
   spread, fragmentation, preferNode, preferProduct, minimizeMigWaste, Preferred topology);
   fragmentation is workload-aware (`workload`): it charges the free GPU compute that the
-  problem's claim shapes can no longer use on the node (FGD's measure), CPU included;
+  target workload's claim shapes can no longer use on the node (FGD's measure), CPU included;
+  the target is the policy's `workload` list, else `Problem.workload`, else the pods' shapes;
 - modes (`placement`): online decides pod by pod, each the best node's per-node optimum
   (`nodes`: exact enumeration for one-claim pods, a small CP-SAT model otherwise, memoized by
   canonical node state); batch solves all pods in one model warm-started from online;

@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import LifecycleAction
-from drasat.solver import demand, explain, extract, filters, model, nodes, solving, validate
+from drasat.solver import (
+    demand,
+    explain,
+    extract,
+    filters,
+    model,
+    nodes,
+    solving,
+    validate,
+    workload,
+)
 from drasat.solver.demand import Claim
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
@@ -37,7 +47,6 @@ from drasat.solver.problem import (
     Status,
 )
 from drasat.solver.rules import Rules
-from drasat.solver.workload import Workload
 
 
 @dataclass
@@ -67,7 +76,7 @@ class _State:
         views = {n.name: view_of(n) for n in problem.nodes}
         rules = Rules(problem.policy, tuple(views.values()))
         if rules.weights.fragmentation:
-            rules.workload = Workload.of(problem.pods)
+            rules.workload = workload.select(problem.policy, problem.workload, problem.pods)
         order = {name: i for i, name in enumerate(states)}
         init = tuple(problem.policy.lifecycle.init)
         return cls(states, views, rules, order, init_actions=init)

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
-from drasat.api.policy import AllocationPolicySpec
+from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class Problem:
     nodes: tuple[NodeState, ...]
     pods: tuple[PodRequest, ...]
     policy: AllocationPolicySpec = field(default_factory=AllocationPolicySpec)
+    #: The fragmentation term's target workload (claim shapes with weights) when the caller
+    #: knows more than this problem's pods: the controller passes the shapes the cluster holds
+    #: and awaits (`workload.estimate`), a replay the trace's distribution. None: estimated
+    #: from `pods`. A `workload` list in the policy's fragmentation term takes precedence.
+    workload: tuple[WorkloadShape, ...] | None = None
 
 
 class Mode(StrEnum):

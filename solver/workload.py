@@ -1,11 +1,18 @@
 """The target workload of the fragmentation term: which claim shapes the free capacity must serve.
 
-A purely computational module (with memos). The target workload is the distribution of the GPU
-claim shapes of the problem's pods: per class the per-GPU need (share compute %, or 100 for whole
-GPUs), the GPU count, which GPUs it may use (its selector and the policy's eligibility rules),
-and the pod's CPU and memory requests, weighted by how many pods ask for it. MIG claims are left
-to the MIG part of the term (blocked placements); pods without GPU claims only matter through the
-CPU and memory they take.
+A purely computational module (with memos). A workload class is a GPU claim shape: the per-GPU
+need (share compute %, or 100 for whole GPUs), the GPU count, which GPUs it may use (its selector
+and the policy's eligibility rules), and the pod's CPU and memory requests, with a weight (how
+common it is). Where it comes from (`placement.solve` picks the first that is given):
+
+1. the policy: the fragmentation term's `workload` list (`from_shapes`);
+2. the solver input: `Problem.workload` (`from_shapes`) — the controller passes `estimate(...)`
+   of the claims the cluster holds and the pending ones; the openb bench passes the trace's
+   class distribution;
+3. the problem's own pods (`of`): the most frequent shapes covering 95% of its GPU pods.
+
+MIG claims are left to the MIG part of the term (blocked placements); pods without GPU claims
+only matter through the CPU and memory they take.
 
 A node's fragmented capacity (the FGD measure, Weng et al., USENIX ATC '23) is, summed over the
 classes and weighted by their frequency, the free GPU compute of the node's non-MIG GPUs that the
@@ -19,14 +26,18 @@ than beside a 50 % one when 50 % claims are common), and CPU is not exhausted be
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from drasat.api.claims import GpuClaimParametersSpec, GpuShare
+from drasat.api.nas import NodeAllocationStateSpec
+from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.solver import demand
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, NodeView, intern
-from drasat.solver.problem import PodRequest
+from drasat.solver.problem import ClaimRequest, PodRequest
 
 if TYPE_CHECKING:
     from drasat.solver.rules import Rules
@@ -37,6 +48,9 @@ COVERAGE = 0.95
 MAX_CLASSES = 64
 #: Units of the cost per % of a GPU.
 RESOLUTION = 1
+#: `estimate` gives weights in these units of the covered total (per mille): a distribution
+#: that barely moves keeps its weights, and so the memo keys of every cost computed with it.
+ESTIMATE_SCALE = 1000
 
 
 @dataclass(frozen=True)
@@ -62,9 +76,24 @@ class Workload:
 
     @classmethod
     def of(cls, pods: Sequence[PodRequest]) -> Workload:
+        """The estimate from a problem's pods: shapes covering COVERAGE of its GPU pods."""
+        # As FGD's classes, memory does not define a class nor is it checked (CPU is).
+        return cls._build(((pod, 1) for pod in pods), COVERAGE, memory=False)
+
+    @classmethod
+    def from_shapes(cls, shapes: Sequence[WorkloadShape]) -> Workload:
+        """An explicit workload (policy or solver input): every shape, the heaviest MAX_CLASSES
+        if there are more."""
+        entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
+        return cls._build(entries, 1.0, memory=True)
+
+    @classmethod
+    def _build(
+        cls, entries: Iterable[tuple[PodRequest, int]], coverage: float, *, memory: bool
+    ) -> Workload:
         claims: dict[tuple[object, ...], tuple[Claim, int, int, int, int]] = {}
         weights: dict[tuple[object, ...], int] = {}
-        for pod in pods:
+        for pod, weight in entries:
             gpu = [c for c in pod.claims if c.gpu is not None]
             if len(gpu) != 1 or any(c.mig is not None for c in pod.claims):
                 continue
@@ -76,18 +105,19 @@ class Workload:
                 continue
             count = claim.count if claim.kind is Kind.whole else 1
             spec = claim.request.gpu.model_dump_json(exclude_none=True, exclude={"count", "share"})
-            key = (claim.namespace, spec, need, count, pod.cpu_milli)
-            claims.setdefault(key, (claim, need, count, pod.cpu_milli, 0))
-            weights[key] = weights.get(key, 0) + 1
+            memory_mib = pod.memory_mib if memory else 0
+            key = (claim.namespace, spec, need, count, pod.cpu_milli, memory_mib)
+            claims.setdefault(key, (claim, need, count, pod.cpu_milli, memory_mib))
+            weights[key] = weights.get(key, 0) + weight
         ranked = sorted(weights, key=lambda k: (-weights[k], repr(k)))
         everything = sum(weights.values())
         classes: list[WorkloadClass] = []
         covered = 0
         for shape in ranked:
-            if len(classes) >= MAX_CLASSES or covered >= COVERAGE * everything:
+            if len(classes) >= MAX_CLASSES or covered >= coverage * everything:
                 break
-            claim, need, count, cpu, memory = claims[shape]
-            classes.append(WorkloadClass(claim, need, count, cpu, memory, weights[shape]))
+            claim, need, count, cpu, memory_mib = claims[shape]
+            classes.append(WorkloadClass(claim, need, count, cpu, memory_mib, weights[shape]))
             covered += weights[shape]
         if not classes:
             return cls.empty()
@@ -96,6 +126,95 @@ class Workload:
 
     def __bool__(self) -> bool:
         return bool(self.classes)
+
+
+def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:
+    """A stand-in pod with one claim of the shape (eligibility is read from its claim)."""
+    spec = GpuClaimParametersSpec(count=shape.count, selector=shape.selector, share=shape.share)
+    name = f"workload-{index}"
+    request = ClaimRequest(uid=name, namespace=shape.namespace, name=name, gpu=spec)
+    return PodRequest(
+        key=f"{shape.namespace}/{name}",
+        namespace=shape.namespace,
+        claims=(request,),
+        cpu_milli=shape.cpu_milli,
+        memory_mib=shape.memory_mib,
+    )
+
+
+def policy_shapes(policy: AllocationPolicySpec) -> tuple[WorkloadShape, ...]:
+    """The shapes the policy's fragmentation terms list (empty: the policy names none)."""
+    return tuple(s for term in policy.objective if term.workload for s in term.workload)
+
+
+def select(
+    policy: AllocationPolicySpec,
+    given: Sequence[WorkloadShape] | None,
+    pods: Sequence[PodRequest],
+) -> Workload:
+    """The target workload of one solve: the policy's list, else the solver input, else the
+    estimate from the problem's pods."""
+    listed = policy_shapes(policy)
+    if listed:
+        return Workload.from_shapes(listed)
+    if given:
+        return Workload.from_shapes(given)
+    return Workload.of(pods)
+
+
+#: What `estimate` counts: (namespace, GPU count, per-GPU compute %; 100 for whole GPUs).
+ShapeKey = tuple[str, int, int]
+
+
+def allocated_shapes(nas: NodeAllocationStateSpec) -> Counter[ShapeKey]:
+    """The GPU claim shapes a node's allocatedClaims hold (MIG devices and shares without a
+    compute percentage left out). Selectors are not recorded in the NAS, so none is kept."""
+    found: Counter[ShapeKey] = Counter()
+    for entry in nas.allocatedClaims.values():
+        if entry.gpu is None or not entry.gpu.devices:
+            continue
+        if entry.share is not None:
+            if entry.share.compute:
+                found[(entry.claimInfo.namespace, 1, entry.share.compute)] += 1
+            continue
+        found[(entry.claimInfo.namespace, len(entry.gpu.devices), FULL_COMPUTE)] += 1
+    return found
+
+
+def pending_shapes(pods: Iterable[PodRequest]) -> Counter[ShapeKey]:
+    """The GPU claim shapes of pods still to place, counted as `allocated_shapes` does."""
+    found: Counter[ShapeKey] = Counter()
+    for pod in pods:
+        for request in pod.claims:
+            spec = request.gpu
+            if spec is None or spec.optional:
+                continue
+            if spec.share is not None:
+                if spec.share.compute:
+                    found[(request.namespace, 1, spec.share.compute)] += 1
+                continue
+            found[(request.namespace, spec.count, FULL_COMPUTE)] += 1
+    return found
+
+
+def estimate(counts: Counter[ShapeKey]) -> tuple[WorkloadShape, ...]:
+    """A workload from counted shapes: the most frequent covering COVERAGE of them (at most
+    MAX_CLASSES), weighted in ESTIMATE_SCALE units of what they cover (at least 1 each)."""
+    ranked = sorted(counts, key=lambda k: (-counts[k], k))
+    everything = sum(counts.values())
+    chosen: list[ShapeKey] = []
+    covered = 0
+    for key in ranked:
+        if len(chosen) >= MAX_CLASSES or covered >= COVERAGE * everything:
+            break
+        chosen.append(key)
+        covered += counts[key]
+    out: list[WorkloadShape] = []
+    for namespace, count, need in chosen:
+        weight = max(1, round(ESTIMATE_SCALE * counts[(namespace, count, need)] / covered))
+        share = None if need >= FULL_COMPUTE else GpuShare(compute=need)
+        out.append(WorkloadShape(count=count, share=share, namespace=namespace, weight=weight))
+    return tuple(out)
 
 
 def _free(gpu: GpuSlot) -> int:

@@ -44,6 +44,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     nas.PreparedMigDevice,
     policy.AllocationPolicySpec,
     policy.ObjectiveTerm,
+    policy.WorkloadShape,
     policy.Rules,
     policy.Reservation,
     policy.NamespaceLimit,

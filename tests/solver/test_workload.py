@@ -1,0 +1,143 @@
+"""The fragmentation term's target workload: where it comes from and what it decides."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from checker import assert_valid, gpu_claim, make_node, pod
+from pydantic import ValidationError
+
+from drasat.api.claims import GpuShare
+from drasat.api.nas import (
+    AllocatedDevices,
+    AllocatedGpu,
+    AllocatedGpus,
+    ClaimInfo,
+    NodeAllocationStateSpec,
+)
+from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
+from drasat.solver import Mode, Problem, SolveParams, solve
+from drasat.solver import workload as wl
+
+FRAG_ONLY = [ObjectiveTerm(term=Term.fragmentation)]
+
+
+def _held_share(uid: str, uuid: str, compute: int, namespace: str = "default") -> AllocatedDevices:
+    return AllocatedDevices(
+        claimInfo=ClaimInfo(namespace=namespace, name=uid, uid=uid),
+        gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=uuid)]),
+        share=GpuShare(compute=compute),
+    )
+
+
+def _gpu_of_30(
+    given: tuple[WorkloadShape, ...] | None, listed: list[WorkloadShape] | None = None
+) -> str:
+    """Where a 30% share lands on a 2-GPU node whose GPU 0 holds a 50% share."""
+    node = make_node("n", "T4", count=2, allocated={"old": _held_share("old", "GPU-n-0", 50)})
+    objective = [ObjectiveTerm(term=Term.fragmentation, workload=listed)]
+    problem = Problem(
+        nodes=(node,),
+        pods=(pod("s", gpu_claim("s", share={"compute": 30})),),
+        policy=AllocationPolicySpec(objective=objective),
+        workload=given,
+    )
+    solution = solve(problem, SolveParams(mode=Mode.online))
+    assert_valid(problem, solution)
+    (placement,) = solution.placements
+    (entry,) = placement.allocations.values()
+    assert entry.gpu is not None
+    return entry.gpu.devices[0].uuid
+
+
+SEVENTY = WorkloadShape(share=GpuShare(compute=70))
+THIRTY = WorkloadShape(share=GpuShare(compute=30))
+
+
+def test_one_pod_problem_estimates_from_its_own_pod() -> None:
+    # Alone, the pod's own shape (30%) is the workload: beside the 50% it would leave 20%
+    # that no 30% claim can use, so it opens the free GPU.
+    assert _gpu_of_30(None) == "GPU-n-1"
+
+
+def test_given_workload_replaces_the_problem_estimate() -> None:
+    # 70% claims are what comes: the free GPU must stay whole enough for them, so the 30% goes
+    # beside the 50% (the 50% left there was unusable for 70% claims anyway).
+    assert _gpu_of_30((SEVENTY,)) == "GPU-n-0"
+
+
+def test_policy_workload_takes_precedence_over_the_given_one() -> None:
+    assert _gpu_of_30((SEVENTY,), listed=[THIRTY]) == "GPU-n-1"
+    assert _gpu_of_30(None, listed=[SEVENTY]) == "GPU-n-0"
+
+
+def test_select_order() -> None:
+    policy = AllocationPolicySpec(
+        objective=[ObjectiveTerm(term=Term.fragmentation, workload=[THIRTY])]
+    )
+    pods = (pod("w", gpu_claim("w", count=2)),)
+    assert [c.need for c in wl.select(policy, (SEVENTY,), pods).classes] == [30]
+    assert [c.need for c in wl.select(AllocationPolicySpec(), (SEVENTY,), pods).classes] == [70]
+    (only,) = wl.select(AllocationPolicySpec(), None, pods).classes
+    assert (only.need, only.count) == (100, 2)
+
+
+def test_from_shapes_keeps_weights_cpu_memory_and_selector() -> None:
+    shapes = (
+        WorkloadShape(count=8, selector={"productName": "*V100*"}, cpu="32", memory="64Gi"),
+        WorkloadShape(share=GpuShare(compute=50), weight=9, cpu="500m"),
+    )
+    found = wl.Workload.from_shapes(shapes)
+    assert found.total == 10
+    half, eight = found.classes  # heaviest first
+    assert (half.need, half.count, half.cpu_milli, half.weight) == (50, 1, 500, 9)
+    assert (eight.need, eight.count, eight.cpu_milli, eight.memory_mib) == (100, 8, 32000, 65536)
+    assert eight.claim.selector is not None
+    assert wl.Workload.from_shapes(shapes).id == found.id  # equal shapes: equal memo keys
+
+
+def test_estimate_counts_allocations_and_pending_claims() -> None:
+    nas = NodeAllocationStateSpec(
+        allocatedClaims={
+            "a": _held_share("a", "GPU-n-0", 50, namespace="t"),
+            "b": _held_share("b", "GPU-n-1", 50, namespace="t"),
+            "c": AllocatedDevices(
+                claimInfo=ClaimInfo(namespace="t", name="c", uid="c"),
+                gpu=AllocatedGpus(devices=[AllocatedGpu(uuid="GPU-n-2"), AllocatedGpu(uuid="x")]),
+            ),
+        }
+    )
+    counts = wl.allocated_shapes(nas)
+    assert counts == Counter({("t", 1, 50): 2, ("t", 2, 100): 1})
+    pending = pod("p", gpu_claim("p", share={"compute": 50}, namespace="t"), namespace="t")
+    counts += wl.pending_shapes([pending])
+    shapes = wl.estimate(counts)
+    assert [(s.count, s.share.compute if s.share else None, s.weight) for s in shapes] == [
+        (1, 50, 750),
+        (2, None, 250),
+    ]
+    assert all(s.namespace == "t" for s in shapes)
+
+
+def test_estimate_keeps_the_popular_shapes_covering_95_percent() -> None:
+    counts: Counter[wl.ShapeKey] = Counter({("", 1, 100): 96, ("", 1, 10): 3, ("", 2, 100): 1})
+    assert [s.count for s in wl.estimate(counts)] == [1]
+    assert wl.estimate(Counter()) == ()
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        {"term": "binpack", "workload": [{"count": 1}]},
+        {"term": "fragmentation", "workload": []},
+        {"term": "fragmentation", "workload": [{"count": 2, "share": {"compute": 50}}]},
+        {"term": "fragmentation", "workload": [{"share": {"memory": "8Gi"}}]},
+        {"term": "fragmentation", "workload": [{"count": 1, "weight": 0}]},
+        {"term": "fragmentation", "workload": [{"count": 1, "cpu": "lots"}]},
+        {"term": "fragmentation", "workload": [{"count": 1, "gpus": 2}]},
+    ],
+)
+def test_policy_workload_is_validated(term: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        ObjectiveTerm.model_validate(term)
