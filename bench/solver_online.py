@@ -1,8 +1,12 @@
 """Online decision latency of the solver on a synthetic cluster (500 nodes x 8 GPUs by default).
 
 Run: `python -m bench.solver_online [--nodes 500] [--occupancy 0.5 0.9] [--decisions 300]`.
-Each decision is one `solve(..., mode=online)` for one pod against every node; the placement is
-then written back into that node's NAS, as the controller does, so the next decision sees it.
+Each decision is one `solve(..., mode=online)` for one pod against every node (or, with
+`potential_nodes`, against that many random nodes, as the controller passes the scheduler's
+potentialNodes); the placement is then written back into that node's NAS, as the controller
+does, so the next decision sees it. With `steady`, claims depart after each decision (random
+ones, old or new) until the share of GPUs in use is back at the occupancy: a steady state, not
+a cluster that fills up.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import dataclasses
 import random
 import statistics
 import time
+from collections.abc import Callable
 
 from drasat.api import catalog
 from drasat.api.claims import GpuClaimParametersSpec, GpuShare, MigDeviceClaimParametersSpec
@@ -29,7 +34,16 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import ClaimRequest, Mode, NodeState, PodRequest, Problem, SolveParams, solve
+from drasat.solver import (
+    ClaimRequest,
+    Mode,
+    NodeState,
+    PodRequest,
+    Problem,
+    SolveParams,
+    inventory,
+    solve,
+)
 
 
 def _node(
@@ -110,9 +124,21 @@ RULES = {
 }
 
 
-def _pods(rng: random.Random, count: int, multi: bool = False) -> list[PodRequest]:
+#: Pod mixes: shapes drawn uniformly. single: one claim each (whole, MIG, share); multi: also
+#: pods with two claims (a whole GPU and a 30% share); mig: MIG profiles only; whole: whole GPUs.
+MIXES: dict[str, tuple[str, ...]] = {
+    "single": ("gpu1", "gpu2", "mig", "share", "gpu1-a100"),
+    "multi": ("gpu1", "gpu2", "mig", "share", "gpu1-a100", "two-claims"),
+    "mig": ("mig",),
+    "whole": ("gpu1", "gpu2", "gpu1-a100"),
+}
+
+
+def _pods(
+    rng: random.Random, count: int, multi: bool = False, mix: str | None = None
+) -> list[PodRequest]:
     out = []
-    shapes = ["gpu1", "gpu2", "mig", "share", "gpu1-a100"] + (["two-claims"] if multi else [])
+    shapes = MIXES[mix or ("multi" if multi else "single")]
     for i in range(count):
         shape = rng.choice(shapes)
         uid = f"new-{i}"
@@ -144,6 +170,81 @@ def _pods(rng: random.Random, count: int, multi: bool = False) -> list[PodReques
     return out
 
 
+@dataclasses.dataclass
+class Decision:
+    """One timed decision: seconds, whether the pod was placed, nodes in its problem."""
+
+    seconds: float
+    placed: bool
+    nodes: int
+
+
+def _busy(node: NodeState) -> int:
+    return sum(1 for g in inventory.view_of(node).gpus if not g.untouched)
+
+
+def run_detailed(
+    nodes: int,
+    occupancy: float,
+    decisions: int,
+    feasibility: bool = False,
+    rules: bool = False,
+    *,
+    mix: str = "single",
+    potential_nodes: int | None = None,
+    steady: bool = False,
+    explain: bool = True,
+    cpu_time: bool = False,
+    seed: int = 7,
+    on_ready: Callable[[], None] | None = None,
+) -> list[Decision]:
+    """Time `decisions` online decisions; see the module docstring. `on_ready` is called once
+    the cluster is built, before the first decision."""
+    states = cluster(nodes, occupancy)
+    if on_ready is not None:
+        on_ready()
+    index = {n.name: i for i, n in enumerate(states)}
+    busy = [_busy(n) for n in states]
+    target = occupancy * 8 * nodes
+    params = SolveParams(mode=Mode.online, node_feasibility=feasibility, explain=explain)
+    policy = AllocationPolicySpec.model_validate(RULES if rules else {})
+    out = []
+    clock = time.process_time if cpu_time else time.perf_counter
+    rng = random.Random(seed + 1)
+    for request in _pods(random.Random(seed), decisions, mix=mix):
+        if potential_nodes is not None and potential_nodes < nodes:
+            # As the controller: the problem holds the scheduler's potentialNodes only.
+            picked = sorted(rng.sample(range(nodes), potential_nodes))
+            subset = tuple(states[i] for i in picked)
+            request = dataclasses.replace(request, candidate_nodes=tuple(n.name for n in subset))
+        else:
+            subset = tuple(states)
+        problem = Problem(nodes=subset, pods=(request,), policy=policy)
+        started = clock()
+        solution = solve(problem, params)
+        out.append(Decision(clock() - started, bool(solution.placements), len(subset)))
+        for placement in solution.placements:
+            i = index[placement.node]
+            claims = dict(states[i].nas.allocatedClaims) | placement.allocations
+            _update(states, busy, i, claims)
+        while steady and sum(busy) > target:
+            i = rng.randrange(nodes)
+            held = sorted(states[i].nas.allocatedClaims)
+            if held:
+                gone = rng.choice(held)
+                claims = {k: v for k, v in states[i].nas.allocatedClaims.items() if k != gone}
+                _update(states, busy, i, claims)
+    return out
+
+
+def _update(
+    states: list[NodeState], busy: list[int], i: int, claims: dict[str, AllocatedDevices]
+) -> None:
+    nas = states[i].nas.model_copy(update={"allocatedClaims": claims})
+    states[i] = dataclasses.replace(states[i], nas=nas)
+    busy[i] = _busy(states[i])
+
+
 def run(
     nodes: int,
     occupancy: float,
@@ -153,23 +254,12 @@ def run(
     rules: bool,
     cpu_time: bool = False,
 ) -> list[float]:
-    states = cluster(nodes, occupancy)
-    index = {n.name: i for i, n in enumerate(states)}
-    params = SolveParams(mode=Mode.online, node_feasibility=feasibility)
-    policy = AllocationPolicySpec.model_validate(RULES if rules else {})
-    times = []
-    clock = time.process_time if cpu_time else time.perf_counter
-    for request in _pods(random.Random(7), decisions, multi):
-        problem = Problem(nodes=tuple(states), pods=(request,), policy=policy)
-        started = clock()
-        solution = solve(problem, params)
-        times.append(clock() - started)
-        for placement in solution.placements:
-            node = states[index[placement.node]]
-            claims = dict(node.nas.allocatedClaims) | placement.allocations
-            nas = node.nas.model_copy(update={"allocatedClaims": claims})
-            states[index[placement.node]] = dataclasses.replace(node, nas=nas)
-    return times
+    """Seconds per decision (the original bench: no departures, every node a candidate)."""
+    mix = "multi" if multi else "single"
+    detailed = run_detailed(
+        nodes, occupancy, decisions, feasibility, rules, mix=mix, cpu_time=cpu_time
+    )
+    return [d.seconds for d in detailed]
 
 
 def main() -> None:

@@ -16,15 +16,19 @@ from drasat.solver.problem import ClaimRequest, Problem
 
 def check(problem: Problem) -> None:
     """Raise InputError naming the object and field when the problem contradicts itself."""
-    nodes: set[str] = set()
-    for number, node in enumerate(problem.nodes):
-        if node.name in nodes:
-            raise InputError(f"nodes[{number}]: node {node.name} is listed twice")
-        nodes.add(node.name)
-    # Cheap on the online path: the views (and their uuid sets) are memoized per node.
+    if len({n.name for n in problem.nodes}) != len(problem.nodes):
+        _duplicate_node(problem)
+    # Cheap on the online path: the views (and their uuid sets) are memoized per node, and a
+    # cluster whose uuid sets passed before (the next decision: one node's allocations changed,
+    # not its GPUs) is not checked again.
     views = [inventory.view_of(n) for n in problem.nodes]
-    if sum(len(v.uuids) for v in views) != len(frozenset().union(*(v.uuids for v in views))):
-        _duplicate_gpu(views)
+    key = tuple([v.uuids for v in views])
+    if key not in _UUIDS_CHECKED:
+        if sum(len(v.uuids) for v in views) != len(frozenset().union(*(v.uuids for v in views))):
+            _duplicate_gpu(views)
+        if len(_UUIDS_CHECKED) >= _UUIDS_CHECKED_SIZE:
+            _UUIDS_CHECKED.clear()
+        _UUIDS_CHECKED.add(key)
     pods: set[str] = set()
     claims: dict[str, tuple[ClaimRequest, str]] = {}
     for pod in problem.pods:
@@ -38,6 +42,19 @@ def check(problem: Problem) -> None:
                     f"pod {pod.key}: claim uid {claim.uid} ({claim.namespace}/{claim.name}) "
                     f"differs from the claim with that uid in pod {seen[1]}"
                 )
+
+
+#: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
+_UUIDS_CHECKED: set[tuple[frozenset[str], ...]] = set()
+_UUIDS_CHECKED_SIZE = 16
+
+
+def _duplicate_node(problem: Problem) -> None:
+    nodes: set[str] = set()
+    for number, node in enumerate(problem.nodes):
+        if node.name in nodes:
+            raise InputError(f"nodes[{number}]: node {node.name} is listed twice")
+        nodes.add(node.name)
 
 
 def _duplicate_gpu(views: Sequence[inventory.NodeView]) -> None:
