@@ -1,22 +1,44 @@
 """Node plugin prepare/unprepare latency over the real DRA socket, on the simulated fleet.
 
-    python -m bench.nodeplugin_prepare [--claims 56] [--delays 0 1ms 5ms] [--concurrency 1 8]
+    python -m bench.nodeplugin_prepare [--kinds exclusive mig mps timeslice] [--calls 512]
+        [--delays 0 1ms] [--concurrency 1 8 64] [--profile 25]
 
-A plugin serves `8xA100-40GB,mig=all` (each NVML call delayed by `delay`, standing in for the
-driver's own latency); a gRPC client plays the kubelet: NodePrepareResources then
-NodeUnprepareResources of `--claims` 1g.5gb MIG claims (7 per GPU, every placement), one claim per
-call, `concurrency` calls at a time. Prints p50/p95/max per call, and NVML calls per claim.
+A plugin serves a simulated fleet (each NVML call delayed by `delay`, standing in for the driver's
+own latency); a gRPC client plays the kubelet over the plugin's unix socket: NodePrepareResources
+of every claim of a round, then NodeUnprepareResources of every claim, one claim per call,
+`concurrency` calls in flight; rounds repeat until each method has run `--calls` times. Kinds:
+
+- `exclusive`: one whole GPU per claim, 64 claims on `64xA100-40GB` (MIG off);
+- `mig`: a 1g.5gb MIG device per claim at every placement, 56 claims on `8xA100-40GB,mig=all`;
+- `mps`: 8 claims per GPU on `8xA100-40GB` sharing it under MPS (50% threads, 4Gi pinned memory:
+  an MPS daemon per claim rendered from the jinja2 template; the daemon runner records, it starts
+  nothing);
+- `timeslice`: 8 claims per GPU on `8xA100-40GB`, time-slicing `Long` (`nvidia-smi
+  compute-policy`, simulated).
+
+Per call it prints p50/p95/p99/max as the client sees it, and p50/p99 of the same calls minus the
+time spent inside the simulated NVML (and the simulated nvidia-smi) during that call, which the
+plugin records per call: "excluding the simulated hardware's own delay". `--profile N` runs one
+extra round per kind at concurrency 1 under cProfile (inside the plugin's prepare and unprepare
+only) and prints the top N functions by cumulative time.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import math
+import pstats
 import shutil
-import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -25,80 +47,296 @@ from drasat.nodeplugin.gen import dra_v1alpha3_pb2 as pb2
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2_grpc as pb2_grpc
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
+from drasat.nodeplugin.state import ClaimRef
+
+KINDS = ("exclusive", "mig", "mps", "timeslice")
+METHODS = ("NodePrepareResources", "NodeUnprepareResources")
 
 
-def _run(claims: int, delay: str, concurrency: int) -> str:
-    root = Path(tempfile.mkdtemp(prefix="npb-", dir="/tmp"))
-    sim = simnvml.SimulatedNvml(f"8xA100-40GB,mig=all,delay={delay}")
-    store = MemoryNasStore(node="bench", namespace="drasat")
-    config = Config(
-        node_name="bench",
-        cdi_root=root / "cdi",
-        plugin_dir=root / "p",
-        registry_dir=root / "r",
-        state_dir=root / "s",
-        gc_interval_s=0,
-        health_events=False,
+@dataclass(frozen=True)
+class Kind:
+    fleet: str  # without the delay option
+    claims: int  # claims per round
+
+
+FLEETS: dict[str, Kind] = {
+    "exclusive": Kind("64xA100-40GB", 64),
+    "mig": Kind("8xA100-40GB,mig=all", 56),
+    "mps": Kind("8xA100-40GB", 64),
+    "timeslice": Kind("8xA100-40GB", 64),
+}
+
+
+def allocation(kind: str, index: int, uid: str, gpus: Sequence[str]) -> dict[str, Any]:
+    """The NAS allocatedClaims entry the controller would write for claim `index` of `kind`."""
+    info = {"namespace": "bench", "name": uid, "uid": uid}
+    if kind == "mig":
+        gpu, start = divmod(index % 56, 7)
+        placement = {"start": start, "size": 1}
+        device = {"profile": "1g.5gb", "parentUUID": gpus[gpu], "placement": placement}
+        return {"claimInfo": info, "mig": {"devices": [device]}}
+    if kind == "exclusive":
+        return {"claimInfo": info, "gpu": {"devices": [{"uuid": gpus[index % len(gpus)]}]}}
+    mps_config = {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "4Gi"}
+    sharing: dict[str, Any] = (
+        {"strategy": "MPS", "mpsConfig": mps_config}
+        if kind == "mps"
+        else {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}}
     )
-    plugin = NodePlugin(
-        config,
-        lib=nvml.NvmlDeviceLib(sim, run=sim.run),
-        store=store,
-        mps_runner=mps.RecordingRunner(),
-    )
-    plugin.start()
-    uids = []
-    for i in range(claims):
-        gpu, start = divmod(i % 56, 7)
-        uid = f"claim-{i}"
-        device = {"profile": "1g.5gb", "parentUUID": sim.gpus[gpu].uuid,
-                  "placement": {"start": start, "size": 1}}  # fmt: skip
-        info = {"namespace": "bench", "name": uid, "uid": uid}
-        store.allocate(uid, {"claimInfo": info, "mig": {"devices": [device]}})
-        uids.append(uid)
-    channel = grpc.insecure_channel(f"unix://{config.dra_socket}")
-    stub = pb2_grpc.NodeStub(channel)
+    device = {"uuid": gpus[index % len(gpus)]}
+    return {"claimInfo": info, "gpu": {"devices": [device], "sharing": sharing}}
 
-    def timed(method: str, uid: str) -> float:
+
+class HardwareClock:
+    """Seconds spent inside the simulated hardware (NVML calls, nvidia-smi), per thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def reset(self) -> None:
+        self._local.spent = 0.0
+
+    def spent(self) -> float:
+        return float(getattr(self._local, "spent", 0.0))
+
+    def timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                self._local.spent = self.spent() + time.perf_counter() - started
+
+        return call
+
+
+class TimedNvml:
+    """The simulated NVML with every `nvml*` call timed by a HardwareClock."""
+
+    def __init__(self, sim: simnvml.SimulatedNvml, clock: HardwareClock) -> None:
+        self._sim = sim
+        self._clock = clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._sim, name)
+        return self._clock.timed(attr) if name.startswith("nvml") else attr
+
+
+class TimedRunner(mps.RecordingRunner):
+    """The simulation's MPS daemon runner (records, starts nothing), timed as hardware."""
+
+    def __init__(self, clock: HardwareClock) -> None:
+        super().__init__()
+        self.start = clock.timed(super().start)  # type: ignore[method-assign]
+        self.stop = clock.timed(super().stop)  # type: ignore[method-assign]
+
+
+@dataclass
+class Sample:
+    """One gRPC call: what the client saw, and the hardware time inside the plugin."""
+
+    wall_s: float
+    hardware_s: float
+
+
+@dataclass
+class Result:
+    kind: str
+    delay: str
+    concurrency: int
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    wall_s: dict[str, float] = field(default_factory=dict)
+    nvml_calls_per_claim: float = 0.0
+    profile: str = ""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of `values` (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class Bench:
+    """One plugin on a fresh simulated node, serving the DRA socket, with the claims allocated."""
+
+    def __init__(self, kind: str, delay: str, *, directory: str | None = None) -> None:
+        self.kind = kind
+        self.root = Path(tempfile.mkdtemp(prefix="npb-", dir=directory))
+        spec = FLEETS[kind]
+        self.sim = simnvml.SimulatedNvml(f"{spec.fleet},delay={delay}")
+        self.clock = HardwareClock()
+        self.store = MemoryNasStore(node="bench", namespace="drasat")
+        self.config = Config(
+            node_name="bench",
+            cdi_root=self.root / "cdi",
+            plugin_dir=self.root / "p",
+            registry_dir=self.root / "r",
+            state_dir=self.root / "s",
+            gc_interval_s=0,
+            health_events=False,
+            workers=64,
+        )
+        lib = nvml.NvmlDeviceLib(
+            TimedNvml(self.sim, self.clock), run=self.clock.timed(self.sim.run)
+        )
+        self.plugin = NodePlugin(
+            self.config, lib=lib, store=self.store, mps_runner=TimedRunner(self.clock)
+        )
+        self.hardware: dict[tuple[str, str], float] = {}  # (method, uid) -> seconds
+        self.profiler: cProfile.Profile | None = None
+        self._instrument()
+        self.plugin.start()
+        gpus = [g.uuid for g in self.sim.gpus]
+        self.uids = [f"{kind}-{i}" for i in range(spec.claims)]
+        for i, uid in enumerate(self.uids):
+            self.store.allocate(uid, allocation(kind, i, uid, gpus))
+        self.channel = grpc.insecure_channel(f"unix://{self.config.dra_socket}")
+        self.stub = pb2_grpc.NodeStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def _instrument(self) -> None:
+        """Record the hardware time of every prepare/unprepare (the gRPC servicer calls these)."""
+        state = self.plugin.state
+        for method, original in (
+            ("NodePrepareResources", state.prepare),
+            ("NodeUnprepareResources", state.unprepare),
+        ):
+
+            def wrapped(claim: ClaimRef, m: str = method, f: Any = original) -> Any:
+                self.clock.reset()
+                profiler = self.profiler
+                if profiler is not None:
+                    profiler.enable()
+                try:
+                    return f(claim)
+                finally:
+                    if profiler is not None:
+                        profiler.disable()
+                    self.hardware[(m, claim.uid)] = self.clock.spent()
+
+            setattr(state, "prepare" if method == METHODS[0] else "unprepare", wrapped)
+
+    def call(self, method: str, uid: str) -> Sample:
         claim = pb2.Claim(namespace="bench", name=uid, uid=uid)
         request = getattr(pb2, f"{method}Request")(claims=[claim])
         started = time.perf_counter()
-        response = getattr(stub, method)(request, timeout=120)
+        response = getattr(self.stub, method)(request, timeout=120)
         elapsed = time.perf_counter() - started
         if response.claims[uid].error:
-            raise SystemExit(f"{method} {uid}: {response.claims[uid].error}")
-        return elapsed
+            raise SystemExit(f"{self.kind} {method} {uid}: {response.claims[uid].error}")
+        return Sample(elapsed, self.hardware.pop((method, uid)))
 
-    calls_before = len(sim.calls)
-    lines = []
-    with futures.ThreadPoolExecutor(concurrency) as pool:
-        for method in ("NodePrepareResources", "NodeUnprepareResources"):
-            started = time.perf_counter()
-            times = sorted(pool.map(lambda u, m=method: timed(m, u), uids))
-            wall = time.perf_counter() - started
-            p95 = times[max(0, int(len(times) * 0.95) - 1)]
-            lines.append(
-                f"{method:24} delay={delay:>5} conc={concurrency:>2}  "
-                f"p50 {statistics.median(times) * 1e3:7.1f} ms  p95 {p95 * 1e3:7.1f} ms  "
-                f"max {times[-1] * 1e3:7.1f} ms  {len(times) / wall:6.1f} claims/s"
-            )
-    per_claim = (len(sim.calls) - calls_before) / claims
-    lines.append(f"  NVML calls per claim (prepare + unprepare): {per_claim:.0f}")
-    channel.close()
-    plugin.stop(grace_s=0)
-    shutil.rmtree(root, ignore_errors=True)
-    return "\n".join(lines)
+    def rounds(self, pool: futures.ThreadPoolExecutor, calls: int, result: Result) -> None:
+        for method in METHODS:
+            result.samples[method] = []
+            result.wall_s[method] = 0.0
+        done = 0
+        while done < calls:
+            uids = self.uids[: calls - done]
+            for method in METHODS:
+                started = time.perf_counter()
+                samples = list(pool.map(lambda u, m=method: self.call(m, u), uids))
+                result.wall_s[method] += time.perf_counter() - started
+                result.samples[method].extend(samples)
+            done += len(uids)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.plugin.stop(grace_s=0)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--claims", type=int, default=56)
-    parser.add_argument("--delays", nargs="+", default=["0", "1ms"])
-    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
-    args = parser.parse_args()
-    for delay in args.delays:
-        for concurrency in args.concurrency:
-            print(_run(args.claims, delay, concurrency), flush=True)
+def run(
+    kind: str,
+    delay: str,
+    concurrency: int,
+    calls: int,
+    *,
+    profile: int = 0,
+    directory: str | None = None,
+) -> Result:
+    """Measure one kind at one delay and concurrency: `calls` prepares and as many unprepares."""
+    bench = Bench(kind, delay, directory=directory)
+    result = Result(kind, delay, concurrency)
+    try:
+        with futures.ThreadPoolExecutor(concurrency) as pool:
+            bench.rounds(pool, min(concurrency, len(bench.uids)), Result(kind, delay, concurrency))
+            calls_before = len(bench.sim.calls)
+            bench.rounds(pool, calls, result)
+            result.nvml_calls_per_claim = (len(bench.sim.calls) - calls_before) / calls
+            if profile:
+                bench.profiler = cProfile.Profile()
+                with futures.ThreadPoolExecutor(1) as serial:
+                    bench.rounds(serial, len(bench.uids), Result(kind, delay, 1))
+                out = io.StringIO()
+                stats = pstats.Stats(bench.profiler, stream=out)
+                stats.sort_stats("cumulative").print_stats(profile)
+                result.profile = out.getvalue()
+    finally:
+        bench.close()
+    return result
+
+
+HEADER = (
+    "| kind | delay | conc. | calls | prepare p50 | p95 | p99 | max | p99 excl. hw "
+    "| prepares/s | unprepare p50 | p99 | p99 excl. hw | unprepares/s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}" if seconds < 0.1 else f"{seconds * 1e3:.0f}"
+
+
+def row(result: Result) -> str:
+    cells = [result.kind, result.delay, str(result.concurrency)]
+    for method in METHODS:
+        samples = result.samples[method]
+        wall = [s.wall_s for s in samples]
+        excl = [s.wall_s - s.hardware_s for s in samples]
+        rate = f"{len(samples) / result.wall_s[method]:.0f}"
+        if method == METHODS[0]:
+            cells.append(str(len(samples)))
+            cells += [_ms(percentile(wall, q)) for q in (50, 95, 99, 100)]
+            cells += [_ms(percentile(excl, 99)), rate]
+        else:
+            cells += [_ms(percentile(wall, 50)), _ms(percentile(wall, 99))]
+            cells += [_ms(percentile(excl, 99)), rate]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--calls", type=int, default=512, help="prepares (and unprepares) per row")
+    parser.add_argument("--delays", nargs="+", default=["0"])
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 64])
+    parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="where the plugin's state dir, CDI root and sockets go (default: the temp dir)",
+    )
+    args = parser.parse_args(argv)
+    where = args.dir or tempfile.gettempdir()
+    print(f"times in ms; state and CDI under {where}; 'excl. hw': minus the time inside the")
+    print("simulated hardware during the call (NVML, nvidia-smi, the MPS daemon runner)")
+    print(HEADER, flush=True)
+    counts, notes = [], []
+    for kind in args.kinds:
+        for delay in args.delays:
+            for concurrency in args.concurrency:
+                profile = args.profile if concurrency == args.concurrency[0] else 0
+                result = run(
+                    kind, delay, concurrency, args.calls, profile=profile, directory=args.dir
+                )
+                print(row(result), flush=True)
+                if result.profile:
+                    notes.append(f"== {kind} delay={delay}: prepare+unprepare, cProfile")
+                    notes.append(result.profile)
+        calls = result.nvml_calls_per_claim
+        counts.append(f"{kind}: {calls:.0f} NVML calls per claim (prepare + unprepare)")
+    print("\n".join(counts + notes))
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ class Checkpoint:
         self.settings_path = self.root / "settings.json"
         self.durable = durable
         self.lock = threading.RLock()
+        self._paths: dict[str, Path] = {}
         self.claims_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self._load()
 
@@ -133,8 +134,7 @@ class Checkpoint:
         return data
 
     def _write(self, path: Path, body: Any) -> None:
-        text = json.dumps({"checksum": _checksum(body), "data": body}, sort_keys=True)
-        write_atomic(path, text, durable=self.durable)
+        write_atomic(path, _envelope(body), durable=self.durable)
 
     def save(self) -> None:
         """Write the settings ledger (claim records are written by `put`)."""
@@ -146,7 +146,11 @@ class Checkpoint:
             self._write(self.settings_path, body)
 
     def _claim_path(self, uid: str) -> Path:
-        return self.claims_dir / f"{hashlib.sha256(uid.encode()).hexdigest()[:32]}.json"
+        path = self._paths.get(uid)
+        if path is None:
+            path = self.claims_dir / f"{hashlib.sha256(uid.encode()).hexdigest()[:32]}.json"
+            self._paths[uid] = path
+        return path
 
     def get(self, uid: str) -> ClaimRecord | None:
         with self.lock:
@@ -161,6 +165,7 @@ class Checkpoint:
         with self.lock:
             if self.data.claims.pop(uid, None) is not None:
                 self._claim_path(uid).unlink(missing_ok=True)
+            self._paths.pop(uid, None)
 
     def records(self) -> list[ClaimRecord]:
         with self.lock:
@@ -190,6 +195,13 @@ def _move_aside(path: Path, why: str) -> None:
 
 def _checksum(body: Any) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _envelope(body: Any) -> str:
+    """`json.dumps({"checksum": ..., "data": body}, sort_keys=True)`, serializing `body` once."""
+    data = json.dumps(body, sort_keys=True)
+    checksum = hashlib.sha256(data.encode()).hexdigest()
+    return f'{{"checksum": "{checksum}", "data": {data}}}'
 
 
 def write_atomic(path: Path, text: str, *, mode: int = 0o600, durable: bool = False) -> None:

@@ -4,6 +4,9 @@ The node plugin reads `spec.allocatedClaims` and writes `spec.allocatableDevices
 `spec.preparedClaims` and `status`. Writes go through `update(mutate)`: the store reads the object,
 the mutate function changes the model in place and returns whether it changed anything, and the
 store retries on a conflicting write (drasat.kube.nas.update does this against the API server).
+The prepare path uses `allocated_claim` and `set_prepared`, which touch only the claim's own
+entries of the raw object: parsing (and, in memory, deep-copying) the whole NAS with every
+device's placements for each claim was most of a prepare's time.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from drasat.api.errors import describe_validation_error
-from drasat.api.nas import NodeAllocationState
+from drasat.api.nas import AllocatedDevices, NodeAllocationState, PreparedDevices
 from drasat.kube import errors as kube_errors
 from drasat.kube import nas as kube_nas
 from drasat.kube import resources as kube_resources
@@ -39,12 +42,52 @@ class NasStore(Protocol):
 
     def update(self, mutate: Mutate, *, create: bool = False) -> NodeAllocationState: ...
 
+    def allocated_claim(self, uid: str) -> AllocatedDevices | None:
+        """`spec.allocatedClaims[uid]` (None when absent), validating only that entry."""
+        ...
+
+    def set_prepared(self, uid: str, prepared: PreparedDevices | None) -> bool:
+        """Write (or, for None, remove) `spec.preparedClaims[uid]`; False when already so."""
+        ...
+
 
 def _parse(obj: dict[str, Any], where: str) -> NodeAllocationState:
     try:
         return NodeAllocationState.model_validate(obj)
     except ValidationError as error:
         raise NasError(f"{where}: invalid: {describe_validation_error(error)}") from None
+
+
+def _allocated_entry(obj: dict[str, Any], uid: str, where: str) -> AllocatedDevices | None:
+    """One allocatedClaims entry of a raw NAS object, validated alone: a prepare reads only its
+    own claim, so it does not parse (or fail on) the rest of the object."""
+    spec = obj.get("spec") or {}
+    claims = spec.get("allocatedClaims") or {}
+    if not isinstance(claims, dict):
+        raise NasError(f"{where}: invalid: spec.allocatedClaims is not an object")
+    entry = claims.get(uid)
+    if entry is None:
+        return None
+    try:
+        return AllocatedDevices.model_validate(entry)
+    except ValidationError as error:
+        message = describe_validation_error(error)
+        raise NasError(f"{where}: invalid: spec.allocatedClaims.{uid}: {message}") from None
+
+
+def _put_prepared(obj: dict[str, Any], uid: str, prepared: PreparedDevices | None) -> bool:
+    """Set or remove preparedClaims[uid] in a raw NAS object; False when it already was so."""
+    spec = obj.setdefault("spec", {})
+    entries = spec.get("preparedClaims")
+    if not isinstance(entries, dict):
+        entries = spec["preparedClaims"] = {}
+    if prepared is None:
+        return entries.pop(uid, None) is not None
+    body = prepared.dump()
+    if entries.get(uid) == body:
+        return False
+    entries[uid] = body
+    return True
 
 
 class MemoryNasStore:
@@ -76,6 +119,21 @@ class MemoryNasStore:
                 self.obj["metadata"] = metadata
                 self.writes += 1
             return model
+
+    def allocated_claim(self, uid: str) -> AllocatedDevices | None:
+        with self._lock:
+            if self.obj is None:
+                raise NasError(f"NodeAllocationState {self.namespace}/{self.node} not found")
+            # validation copies what it keeps, so the stored object is not shared
+            return _allocated_entry(self.obj, uid, f"NodeAllocationState {self.node}")
+
+    def set_prepared(self, uid: str, prepared: PreparedDevices | None) -> bool:
+        with self._lock:
+            if self.obj is None:
+                raise NasError(f"NodeAllocationState {self.namespace}/{self.node} not found")
+            changed = _put_prepared(self.obj, uid, prepared)
+            self.writes += changed
+            return changed
 
     def allocate(self, uid: str, allocation: dict[str, Any]) -> None:
         """Test helper: what the controller does (write spec.allocatedClaims[uid])."""
@@ -126,6 +184,29 @@ class KubeNasStore:
         except kube_errors.KubeError as error:
             raise NasError(f"{where}: {error}") from error
         return result[-1]
+
+    def allocated_claim(self, uid: str) -> AllocatedDevices | None:
+        where = f"NodeAllocationState {self.namespace}/{self.node}"
+        try:
+            obj = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+        except kube_errors.KubeError as error:
+            raise NasError(f"{where}: {error}") from error
+        return _allocated_entry(obj, uid, where)
+
+    def set_prepared(self, uid: str, prepared: PreparedDevices | None) -> bool:
+        where = f"NodeAllocationState {self.namespace}/{self.node}"
+        changed = False
+
+        def apply(obj: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal changed
+            changed = _put_prepared(obj, uid, prepared)
+            return obj if changed else None
+
+        try:
+            kube_nas.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
+        except kube_errors.KubeError as error:
+            raise NasError(f"{where}: {error}") from error
+        return changed
 
     def _ensure(self) -> None:
         try:

@@ -218,10 +218,9 @@ class DeviceState:
         """The claim's allocation and where it came from ("nas" or "handle")."""
         handle = self._handle_allocation(claim)
         try:
-            nas = self.store.read()
+            allocation = self.store.allocated_claim(claim.uid)
         except NasError as error:
             raise ClaimError(f"claim {claim}: {error}") from error
-        allocation = nas.spec.allocatedClaims.get(claim.uid)
         source = "nas"
         if allocation is None and handle is not None:
             allocation, source = handle, "handle"
@@ -301,9 +300,12 @@ class DeviceState:
         self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
         edits = self._edits(record, allocation, gpu_uuids, migs)
         path = self.cdi.write(record.uid, edits)
-        self._record_step(record, AppliedStep(kind="cdi", path=str(path)), "cdi")
+        # Saved with the next write (the completion): every rollback removes the claim's spec
+        # by its uid, recorded or not.
+        record.applied.append(AppliedStep(kind="cdi", path=str(path)))
+        self._step("cdi")
         prepared = _record_prepared(record)
-        self.store.update(lambda nas: _set_prepared(nas, record.uid, prepared))
+        self.store.set_prepared(record.uid, prepared)
         self._step("nas")
         record.status = ClaimStatus.PrepareCompleted
         record.cdi_devices = [cdi.device_id(record.uid)]
@@ -363,7 +365,9 @@ class DeviceState:
             limits = _mps_limits(record.uid, allocation, sharing, visible)
             self.mps.start(limits)
             claim_dir = str(self.mps.claim_dir(record.uid))
-            self._record_step(record, AppliedStep(kind="mps", path=claim_dir), "mps")
+            # Saved with the next write: every rollback stops the claim's daemon, recorded or not.
+            record.applied.append(AppliedStep(kind="mps", path=claim_dir))
+            self._step("mps")
 
     def _apply_lifecycle(
         self, record: ClaimRecord, allocation: AllocatedDevices, gpus: list[str]
@@ -512,7 +516,12 @@ class DeviceState:
             elif step.kind == "mig":
                 self._destroy_mig(record, step)
             record.applied.remove(step)
-            self.checkpoint.put(record)
+            if step.kind == "mig":
+                # A destroyed instance's id can be reused by the next create: stop owning it now.
+                # The other undos are idempotent per claim (its spec file, its daemon directory,
+                # its name among a setting's holders), so redoing them after a crash is harmless
+                # and their record is saved with the next write.
+                self.checkpoint.put(record)
             self._step(f"undo-{step.kind}")
         self.cdi.remove(record.uid)
 
@@ -573,7 +582,7 @@ class DeviceState:
         log.info("claim %s unprepared", claim)
 
     def _remove_prepared(self, uid: str) -> None:
-        self.store.update(lambda nas: nas.spec.preparedClaims.pop(uid, None) is not None)
+        self.store.set_prepared(uid, None)
 
     def _verify_baseline(
         self, record: ClaimRecord, migs: list[AppliedStep], holds: list[AppliedStep]
@@ -785,10 +794,3 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
     allocation = record.allocated()
     uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
     return PreparedDevices(gpu=PreparedGpus(devices=[PreparedGpu(uuid=u) for u in uuids]))
-
-
-def _set_prepared(nas: NodeAllocationState, uid: str, prepared: PreparedDevices) -> bool:
-    if nas.spec.preparedClaims.get(uid) == prepared:
-        return False
-    nas.spec.preparedClaims[uid] = prepared
-    return True
