@@ -1,7 +1,7 @@
 """MIG churn: arrivals and departures of MIG claims under three placement policies.
 
     python -m bench.mig_churn [--gpus 64] [--events 3000] [--seed 1] [--load 1.2]
-                              [--out bench/results/mig_churn]
+                              [--mix default|large] [--no-bound] [--out bench/results/mig_churn]
 
 The cluster: `--gpus` MIG-enabled GPUs, 8 per node, half the nodes A100-40GB, half H100-80GB.
 `--events` MIG claims arrive as a Poisson process and each stays for an exponential lifetime
@@ -24,8 +24,10 @@ The same event sequence goes to three policies; a rejected claim is dropped (no 
 
 (b) and (c) are baselines of the bench, not of the product. Metrics: accepted claims, and
 memory-slice utilization over time (used slices / 8 per GPU; its time-weighted mean after a
-warm-up of 2 lifetimes). Progress goes to stderr; the command prints where it wrote
-`summary.md`, `summary.csv`, `utilization.csv` and `mig_churn.png`.
+warm-up of 2 lifetimes). Beside them, `bound`: an upper bound on the claims any policy could
+accept from the same events (an LP relaxation, proved in its docstring), and the share of the
+first-feasible -> bound gap each policy closes. Progress goes to stderr; the command prints
+where it wrote `summary.md`, `summary.csv`, `utilization.csv` and `mig_churn.png`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,23 @@ PROFILE_MIX = ((0, 30), (1, 8), (2, 20), (3, 17), (4, 10), (5, 15))
 NEEDS_MIX = ((5, None, 8), (10, None, 6), (None, 2, 5), (20, None, 4), (None, 3, 3), (40, 4, 4))
 #: Share of claims stated by needs.
 NEEDS_SHARE = 0.3
+
+
+@dataclasses.dataclass(frozen=True)
+class Mix:
+    """A workload: profile weights (as PROFILE_MIX), needs weights (as NEEDS_MIX), needs share."""
+
+    profiles: tuple[tuple[int, int], ...]
+    needs: tuple[tuple[int | None, int | None, int], ...]
+    needs_share: float
+
+
+#: `default`: the mix every tuned figure uses. `large`: more 3g/4g/7g claims, fixed before any
+#: run on it and never tuned for.
+MIXES = {
+    "default": Mix(PROFILE_MIX, NEEDS_MIX, NEEDS_SHARE),
+    "large": Mix(((0, 15), (1, 5), (2, 15), (3, 20), (4, 20), (5, 25)), NEEDS_MIX, NEEDS_SHARE),
+}
 #: Static layout: (profile index as PROFILE_MIX, start).
 STATIC_LAYOUT = ((2, 0), (0, 2), (0, 3), (3, 4))
 
@@ -94,32 +113,34 @@ def _profiles(product: str) -> list[catalog.MigProfile]:
     return [p for p in found.mig_profiles if not p.media_extensions]
 
 
-def events(count: int, seed: int, gpus: int, load: float) -> list[Request]:
+def events(
+    count: int, seed: int, gpus: int, load: float, mix: Mix = MIXES["default"]
+) -> list[Request]:
     """`count` arrivals with their departures, offering `load` x the cluster's slices."""
     rng = random.Random(seed)
     sizes = {p: [q.memory_slices for q in _profiles(p)] for p in PRODUCTS}
-    mean_profile = sum(sizes[PRODUCTS[0]][i] * w for i, w in PROFILE_MIX) / sum(
-        w for _, w in PROFILE_MIX
+    mean_profile = sum(sizes[PRODUCTS[0]][i] * w for i, w in mix.profiles) / sum(
+        w for _, w in mix.profiles
     )
     # By needs, the smallest covering profile's slices (A100, the larger in slices).
     smallest = []
-    for memory, compute, weight in NEEDS_MIX:
+    for memory, compute, weight in mix.needs:
         probe = Request(-1, 0, 0, None, None, memory, compute)
         fit = min(q.memory_slices for q in _profiles(PRODUCTS[0]) if probe.covers(q, PRODUCTS[0]))
         smallest.append((fit, weight))
     mean_needs = sum(f * w for f, w in smallest) / sum(w for _, w in smallest)
-    mean_slices = (1 - NEEDS_SHARE) * mean_profile + NEEDS_SHARE * mean_needs
+    mean_slices = (1 - mix.needs_share) * mean_profile + mix.needs_share * mean_needs
     rate = load * gpus * SLICES / mean_slices  # arrivals per unit time, lifetimes of mean 1
     out, now = [], 0.0
     for i in range(count):
         now += rng.expovariate(rate)
         life = rng.expovariate(1.0)
-        if rng.random() < NEEDS_SHARE:
-            memory, compute, _ = rng.choices(NEEDS_MIX, weights=[w for *_, w in NEEDS_MIX])[0]
+        if rng.random() < mix.needs_share:
+            memory, compute, _ = rng.choices(mix.needs, weights=[w for *_, w in mix.needs])[0]
             out.append(Request(i, now, now + life, None, None, memory, compute))
         else:
             product = rng.choice(PRODUCTS)
-            index = rng.choices([i for i, _ in PROFILE_MIX], weights=[w for _, w in PROFILE_MIX])
+            index = rng.choices([i for i, _ in mix.profiles], weights=[w for _, w in mix.profiles])
             name = _profiles(product)[index[0]].name
             out.append(Request(i, now, now + life, product, name))
     return out
@@ -234,6 +255,7 @@ class Drasat(Policy):
             nas = node.nas.model_copy(update={"allocatableDevices": devices})
             states.append(dataclasses.replace(node, nas=nas))
         self.states = states
+        self.products = dict(names)
         self.index = {n.name: i for i, n in enumerate(states)}
         self.by_uuid = {g.uuid: g for g in gpus}
         self.claims: dict[int, tuple[str, str]] = {}  # request id -> (node, claim uid)
@@ -256,7 +278,18 @@ class Drasat(Policy):
             memory = f"{request.memory_gib}Gi" if request.memory_gib else None
             spec = MigDeviceClaimParametersSpec(memory=memory, computeSlices=request.compute)
         claim = ClaimRequest(uid=uid, namespace=NAMESPACE, name=uid, mig=spec)
-        pod = PodRequest(key=f"{NAMESPACE}/pod-{request.id}", namespace=NAMESPACE, claims=(claim,))
+        # A claim by profile asks for one product's profile; a MIG claim names no product and
+        # "1g.10gb" is a profile of both (1 slice on H100, 2 on A100), so the pod's candidate
+        # nodes (a node selector on the product) keep it to the product as the baselines do.
+        nodes = None
+        if request.product is not None:
+            nodes = tuple(n.name for n in self.states if self.products[n.name] == request.product)
+        pod = PodRequest(
+            key=f"{NAMESPACE}/pod-{request.id}",
+            namespace=NAMESPACE,
+            claims=(claim,),
+            candidate_nodes=nodes,
+        )
         problem = Problem(nodes=tuple(self.states), pods=(pod,))
         started = time.perf_counter()
         solution = solve(problem, self.params)
@@ -297,6 +330,8 @@ class Drasat(Policy):
             raise AssertionError(f"{where}: {device.profile} is no profile of {gpu.product}")
         if request.profile is not None and device.profile != request.profile:
             raise AssertionError(f"{where}: got {device.profile}")
+        if request.product is not None and gpu.product != request.product:
+            raise AssertionError(f"{where}: on {gpu.product}")
         if spec.memory is not None and profile.memory_bytes < to_bytes(spec.memory):
             raise AssertionError(f"{where}: {device.profile} has too little memory")
         if (spec.computeSlices or 0) > profile.compute_slices:
@@ -321,6 +356,135 @@ class Drasat(Policy):
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Drasat, FirstFeasible, Static)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An upper bound on the claims any policy accepts from one event sequence (`bound`)."""
+
+    accepted: int  # floor of the LP optimum
+    lp_value: float
+    moments: int  # alive sets constrained
+    wall_s: float
+
+
+def _lower_costs(request: Request, product: str) -> tuple[int, int, frozenset[int]] | None:
+    """What any instance serving the request on a GPU of the product takes at least: memory
+    slices, compute slices, and the slices every such placement covers. None: it cannot go there.
+    """
+    placements = [
+        (q, start) for q in _profiles(product) if request.covers(q, product) for start in q.starts
+    ]
+    if not placements:
+        return None
+    memory = min(q.memory_slices for q, _ in placements)
+    compute = min(q.compute_slices for q, _ in placements)
+    spans = [frozenset(range(s, s + q.memory_slices)) for q, s in placements]
+    return memory, compute, frozenset.intersection(*spans)
+
+
+def _peak_sets(requests: Sequence[Request]) -> list[list[int]]:
+    """The alive sets that contain every other one: the set just before each departure that
+    follows an arrival, and the set at the last arrival (the measured window's end)."""
+    timeline = [(r.arrival, 1, r.id) for r in requests] + [(r.departure, 0, r.id) for r in requests]
+    timeline.sort()  # departures before arrivals at equal times, as in `run`
+    last = requests[-1].arrival if requests else 0.0
+    alive: dict[int, None] = {}
+    out, grew = [], False
+    for when, arrival, rid in timeline:
+        if when > last:
+            break
+        if arrival:
+            alive[rid] = None
+            grew = True
+        else:
+            if grew:
+                out.append(list(alive))
+                grew = False
+            alive.pop(rid, None)
+    if grew:
+        out.append(list(alive))
+    return out
+
+
+def bound(requests: Sequence[Request], gpus: int) -> Bound:
+    """An upper bound on the requests that ANY policy accepts from this event sequence.
+
+    The bound is the optimum of a linear program, floored. Variables x[i, p] in [0, 1]: request
+    i accepted on product p (only products whose profiles can serve it). Subject to
+    sum_p x[i, p] <= 1 for every request, and, for every product p with N_p GPUs and every peak
+    alive set S (see `_peak_sets`), with m, c, K from `_lower_costs`:
+
+    (a) sum_{i in S} m[i, p] x[i, p] <= 8 N_p   (memory slices),
+    (b) sum_{i in S} c[i, p] x[i, p] <= C N_p   (compute slices, C = 7 per GPU),
+    (c) sum_{i in S, t in K[i, p]} x[i, p] <= N_p   for each slice t (e.g. t = 0: 4g and 7g).
+
+    Why it is a bound. Take any policy, online or with hindsight, that may even move instances
+    between GPUs at any time or reject claims that fit, and let x[i, p] = 1 when it accepts
+    request i and serves it from a GPU of product p. An accepted request holds one instance from
+    its arrival to its departure, so at any moment the instances of the requests alive then sit
+    on the GPUs at once. On one GPU the instances occupy disjoint memory-slice windows among the
+    8, so their memory slices add up to at most 8: that gives (a), since an instance of request
+    i on p takes at least m[i, p] slices. Every catalog placement has no more compute slices than
+    memory slices within 0..C-1 (checked here: 1g@6 has 1 of slice 6, 3g@4 3 of slices 4-6, 7g
+    7 of 0-6, ...), and the windows are disjoint, so the compute slices of one GPU's instances
+    add up to at most C: (b). Every placement of every profile serving i on p covers the
+    slices K[i, p] (4g and 7g: slice 0), and no two instances on one GPU share a slice: at
+    most one such instance per GPU and slice, so (c). Each alive set is a subset of a peak set
+    and the coefficients are not negative, so the constraints at the peak sets imply them at
+    every moment. So the policy's x is feasible, its accepted count sum x is at most the LP
+    optimum, and, being an integer, at most its floor (a tolerance of 1e-3 guards the floor
+    against the LP solver's rounding, on the safe side). The relaxation ignores where on a GPU
+    and on which GPU an instance sits, so it also bounds policies that re-pack at will: it is
+    an upper bound, not an attainable figure.
+    """
+    from ortools.linear_solver import pywraplp
+
+    started = time.perf_counter()
+    cluster = cluster_gpus(gpus)
+    counts = {p: sum(1 for g in cluster if g.product == p) for p in PRODUCTS}
+    for product in PRODUCTS:
+        found = catalog.find_product(product)
+        assert found is not None
+        for q in _profiles(product):
+            for start in q.starts:
+                within = len(set(range(start, start + q.memory_slices)) & set(range(7)))
+                assert q.compute_slices <= within, f"(b) does not hold for {q.name}@{start}"
+        assert found.compute_slices == 7 and found.memory_slices == SLICES
+    costs = {
+        (r.id, p): c
+        for r in requests
+        for p in PRODUCTS
+        if counts[p] and (c := _lower_costs(r, p)) is not None
+    }
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    x = {key: lp.NumVar(0.0, 1.0, f"x_{key[0]}_{key[1]}") for key in costs}
+    for r in requests:
+        mine = [x[(r.id, p)] for p in PRODUCTS if (r.id, p) in x]
+        if len(mine) > 1:
+            lp.Add(lp.Sum(mine) <= 1)
+    peaks = _peak_sets(requests)
+    for alive in peaks:
+        for p in PRODUCTS:
+            keys = [(i, p) for i in alive if (i, p) in costs]
+            if not keys:
+                continue
+            lp.Add(lp.Sum([costs[k][0] * x[k] for k in keys]) <= SLICES * counts[p])
+            lp.Add(lp.Sum([costs[k][1] * x[k] for k in keys]) <= 7 * counts[p])
+            covering: dict[frozenset[tuple[int, str]], None] = {}
+            for t in range(SLICES):
+                group = frozenset(k for k in keys if t in costs[k][2])
+                if len(group) > counts[p]:
+                    covering[group] = None
+            for group in covering:
+                if not any(group < other for other in covering):
+                    lp.Add(lp.Sum([x[k] for k in group]) <= counts[p])
+    lp.Maximize(lp.Sum(list(x.values())))
+    status = lp.Solve()
+    if status != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError(f"the bound's LP did not solve to optimality (status {status})")
+    value = lp.Objective().Value()
+    return Bound(int(value + 1e-3), value, len(peaks), time.perf_counter() - started)
 
 
 @dataclasses.dataclass
@@ -434,16 +598,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=3000, help="arrivals (each departs)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=float, default=1.2, help="offered slices / capacity")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="default")
     parser.add_argument("--policies", default="drasat,first-feasible,static")
+    parser.add_argument("--no-bound", action="store_true", help="skip the LP bound (`bound`)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/mig_churn"))
     args = parser.parse_args(argv)
-    requests = events(args.events, args.seed, args.gpus, args.load)
+    requests = events(args.events, args.seed, args.gpus, args.load, MIXES[args.mix])
     warmup = 2.0
     until = requests[-1].arrival if requests else 0.0
     results = []
     for name in args.policies.split(","):
         print(f"{name}: {len(requests)} arrivals on {args.gpus} GPUs", file=sys.stderr)
         results.append(run(name, requests, args.gpus, progress=True))
+    limit = None
+    if not args.no_bound:
+        print("bound: the LP relaxation (see bound())", file=sys.stderr)
+        limit = bound(requests, args.gpus)
     base = {r.policy: r.accepted for r in results}
     rows = []
     for r in results:
@@ -457,6 +627,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for other in ("first-feasible", "static"):
             if base.get(other):
                 row[f"vs_{other}_pct"] = round(100.0 * (r.accepted / base[other] - 1), 1)
+        if limit is not None:
+            row["bound"] = limit.accepted
+            first = base.get("first-feasible")
+            if first is not None and limit.accepted > first:
+                # Share of the first-feasible -> bound gap this policy closes.
+                closed = 100.0 * (r.accepted - first) / (limit.accepted - first)
+                row["gap_closed_pct"] = round(closed, 1)
         row["wall_s"] = round(r.wall_s, 1)
         rows.append(row)
     columns = list(dict.fromkeys(c for row in rows for c in row))
@@ -471,9 +648,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             n, ok = r.by_kind.get(kind, (0, 0))
             cells.append(f"{ok}/{n}")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    if limit is not None:
+        pct = 100.0 * limit.accepted / len(requests) if requests else 0.0
+        lines.append(
+            f"\nbound: at most {limit.accepted} ({pct:.2f}%) of the {len(requests)} claims can be "
+            f"accepted by any policy, even with hindsight and re-packing (LP optimum "
+            f"{limit.lp_value:.2f}, {limit.moments} peak moments, {limit.wall_s:.1f} s): an upper "
+            "bound, not a policy"
+        )
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(
-        f"\n{args.gpus} GPUs, {args.events} arrivals, seed {args.seed}, load {args.load}; "
+        f"\n{args.gpus} GPUs, {args.events} arrivals, mix {args.mix}, seed {args.seed}, "
+        f"load {args.load}; "
         f"{stamp}; {platform.platform()}; python {platform.python_version()}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             series.writerows((r.policy, round(t, 5), u, r.capacity) for t, u in r.samples)
     title = (
         f"MIG churn: {args.gpus} GPUs (A100-40GB/H100-80GB), {args.events} arrivals, "
-        f"load {args.load}, seed {args.seed}"
+        f"load {args.load}, seed {args.seed}, mix {args.mix}"
     )
     _plot(results, warmup, args.out / "mig_churn.png", title)
     print("\n".join(lines))

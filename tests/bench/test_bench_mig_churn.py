@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -87,3 +88,27 @@ def test_main_writes_results(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtu
     for name in ("summary.md", "summary.csv", "utilization.csv", "mig_churn.png"):
         assert (out / name).stat().st_size > 0
     assert f"wrote {out}/summary.md" in capsys.readouterr().out
+
+
+def test_bound_is_at_least_what_every_policy_accepts() -> None:
+    for seed, gpus, load in ((3, 16, 1.3), (4, 8, 1.6)):
+        requests = mig_churn.events(150, seed, gpus, load)
+        limit = mig_churn.bound(requests, gpus)
+        assert limit.accepted <= len(requests)
+        assert limit.lp_value + 1e-6 >= limit.accepted
+        for name in mig_churn.POLICIES:
+            accepted = mig_churn.run(name, requests, gpus).accepted
+            assert accepted <= limit.accepted, (seed, name, accepted, limit)
+
+
+def test_bound_counts_one_4g_or_7g_per_gpu() -> None:
+    # Two A100s, three overlapping 4g.20gb claims: memory (12 of 16 slices) and compute (12 of 14)
+    # would let three through; every 4g placement covers slice 0, so two GPUs hold two at most.
+    requests = [mig_churn.Request(i, 0.1 * (i + 1), 5.0, "A100-40GB", "4g.20gb") for i in range(3)]
+    assert mig_churn.bound(requests, gpus=2).accepted == 2
+    assert mig_churn.run("first-feasible", requests, gpus=2).accepted == 2
+    # Two overlapping 4g on one GPU: 8 compute slices of 7. Apart in time, both fit.
+    two = [mig_churn.Request(i, 0.1 * (i + 1), 5.0, "A100-40GB", "4g.20gb") for i in range(2)]
+    assert mig_churn.bound(two, gpus=1).accepted == 1
+    apart = [two[0], dataclasses.replace(two[1], arrival=6.0, departure=7.0)]
+    assert mig_churn.bound(apart, gpus=1).accepted == 2
