@@ -18,7 +18,9 @@ controller asks for (UnsuitableNodes).
 
 The first `--warmup` decisions are run but not counted (the controller is long-running: its
 memo of per-node evaluations is warm); `cold_max_ms` is the slowest of them. Reports p50/p99/max
-per counted decision, decisions/s (counted decisions over their summed time), how many pods fit
+per counted decision, decisions/s (counted decisions over their summed time), the same from this
+process's CPU time (`cpu_*`: what the decision cost, less what waiting for a shared CPU added),
+how many pods fit
 nowhere (rejected: they cost a second scan for the explanation), and the peak RSS of a fresh
 process per configuration (`rss_cluster_mib`: its RSS once the synthetic cluster was built, so
 the difference is the solver's). `--repeat R` runs each configuration R times, each in a fresh
@@ -93,6 +95,7 @@ def measure(config: Config) -> dict[str, object]:
     )
     warm, counted = run[: config.warmup], run[config.warmup :]
     times = np.array([d.seconds for d in counted]) * 1000
+    cpu = np.array([d.cpu_seconds for d in counted]) * 1000
     return {
         "nodes": config.nodes,
         "gpus": config.nodes * 8,
@@ -105,6 +108,9 @@ def measure(config: Config) -> dict[str, object]:
         "p99_ms": round(float(np.percentile(times, 99)), 2),
         "max_ms": round(float(times.max()), 2),
         "decisions_per_s": round(1000 * len(times) / float(times.sum()), 1),
+        "cpu_p50_ms": round(float(np.percentile(cpu, 50)), 2),
+        "cpu_p99_ms": round(float(np.percentile(cpu, 99)), 2),
+        "cpu_decisions_per_s": round(1000 * len(cpu) / max(float(cpu.sum()), 1e-9), 1),
         "cold_max_ms": round(max((d.seconds for d in warm), default=0.0) * 1000, 1),
         "wall_s": round(time.perf_counter() - started, 1),
         "rss_cluster_mib": round(cluster_rss[0]) if cluster_rss else 0,
@@ -154,7 +160,8 @@ def plot(rows: Sequence[dict[str, object]], path: pathlib.Path) -> None:
         label = f"{row['mix']}, {float(str(row['occupancy'])):.0%}, candidates {row['candidates']}"
         series.setdefault(label, []).append(row)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for (label, points), colour in zip(series.items(), itertools.cycle(plt.cm.tab10.colors)):
+    colours = itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])
+    for (label, points), colour in zip(series.items(), colours):
         points.sort(key=lambda r: int(str(r["nodes"])))
         xs = [int(str(r["nodes"])) for r in points]
         ax.plot(xs, [float(str(r["p99_ms"])) for r in points], "o-", color=colour, label=label)

@@ -47,6 +47,7 @@ def test_latency_main_with_mixes_candidates_and_plot(tmp_path: pathlib.Path) -> 
         ("whole", 6, 4),
     ]
     assert all(r["decisions"] == 3 and r["peak_rss_mib"] > 0 for r in rows)
+    assert all(0 <= r["cpu_p50_ms"] <= r["cpu_p99_ms"] for r in rows)
     assert plot.stat().st_size > 0
 
 
@@ -63,4 +64,4 @@ def test_batch_whatif_tiny(tmp_path: pathlib.Path) -> None:
     assert batch_whatif.main([*args, "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "batch.json").read_text())
     assert row["pods"] == 3 and row["claims"] == 3 and 0 <= row["placed"] <= 3
-    assert row["status"] in ("OPTIMAL", "FEASIBLE")
+    assert row["status"] in ("OPTIMAL", "FEASIBLE") and float(row["batch_cpu_s"]) >= 0
