@@ -1,26 +1,31 @@
 """Node plugin prepare/unprepare latency over the real DRA socket, on the simulated fleet.
 
     python -m bench.nodeplugin_prepare [--kinds exclusive mig mps timeslice] [--calls 512]
-        [--delays 0 1ms] [--concurrency 1 8 64] [--profile 25]
+        [--delays 0 1ms] [--concurrency 1 8 64] [--dir DIR] [--client process|thread]
+        [--profile 25]
 
 A plugin serves a simulated fleet (each NVML call delayed by `delay`, standing in for the driver's
-own latency); a gRPC client plays the kubelet over the plugin's unix socket: NodePrepareResources
-of every claim of a round, then NodeUnprepareResources of every claim, one claim per call,
-`concurrency` calls in flight; rounds repeat until each method has run `--calls` times. Kinds:
+own latency); a gRPC client plays the kubelet over the plugin's unix socket, from a process of its
+own by default (as the kubelet is): NodePrepareResources of every claim of a round, then
+NodeUnprepareResources of every claim, one claim per call, `concurrency` calls in flight; rounds
+repeat until each method has run `--calls` times (after one warm-up round). Kinds:
 
 - `exclusive`: one whole GPU per claim, 64 claims on `64xA100-40GB` (MIG off);
 - `mig`: a 1g.5gb MIG device per claim at every placement, 56 claims on `8xA100-40GB,mig=all`;
 - `mps`: 8 claims per GPU on `8xA100-40GB` sharing it under MPS (50% threads, 4Gi pinned memory:
-  an MPS daemon per claim rendered from the jinja2 template; the daemon runner records, it starts
-  nothing);
+  an MPS daemon per claim rendered from the jinja2 template; the simulation's daemon runner
+  records what it would run and starts nothing);
 - `timeslice`: 8 claims per GPU on `8xA100-40GB`, time-slicing `Long` (`nvidia-smi
   compute-policy`, simulated).
 
-Per call it prints p50/p95/p99/max as the client sees it, and p50/p99 of the same calls minus the
-time spent inside the simulated NVML (and the simulated nvidia-smi) during that call, which the
-plugin records per call: "excluding the simulated hardware's own delay". `--profile N` runs one
-extra round per kind at concurrency 1 under cProfile (inside the plugin's prepare and unprepare
-only) and prints the top N functions by cumulative time.
+The plugin's state dir (checkpoint, MPS directories) and CDI root go under `--dir` (default: the
+temp dir). The first table is what the client saw per call: p50/p95/p99/max, and p99 of the same
+calls minus the time spent inside the simulated hardware during that call (NVML, nvidia-smi, the
+MPS daemon runner), measured inside the plugin per call: "excluding the simulated hardware's own
+delay". The second splits a call: inside the plugin (wall, and CPU time of the serving thread),
+hardware, and the rest (gRPC, queueing, scheduling). `--profile N` runs one extra round per kind
+at concurrency 1 under cProfile (inside the plugin's prepare and unprepare only) and prints the
+top N functions by cumulative time.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import argparse
 import cProfile
 import io
 import math
+import multiprocessing
 import pstats
 import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -133,10 +140,13 @@ class TimedRunner(mps.RecordingRunner):
 
 @dataclass
 class Sample:
-    """One gRPC call: what the client saw, and the hardware time inside the plugin."""
+    """One gRPC call: what the client saw; inside the plugin: wall and CPU time (of the thread
+    serving it), and the part of it spent in the simulated hardware."""
 
     wall_s: float
     hardware_s: float
+    plugin_s: float = 0.0
+    plugin_cpu_s: float = 0.0
 
 
 @dataclass
@@ -155,6 +165,60 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+#: What a client saw: per method, (claim uid, seconds) of every call in order; and the wall time of
+#: all rounds per method.
+Timings = tuple[dict[str, list[tuple[str, float]]], dict[str, float]]
+
+
+class Client:
+    """The kubelet's side: one channel to the DRA socket, calls `concurrency` at a time."""
+
+    def __init__(self, socket: str, kind: str, uids: Sequence[str]) -> None:
+        self.kind = kind
+        self.uids = list(uids)
+        self.channel = grpc.insecure_channel(f"unix://{socket}")
+        self.stub = pb2_grpc.NodeStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def call(self, method: str, uid: str) -> tuple[str, float]:
+        claim = pb2.Claim(namespace="bench", name=uid, uid=uid)
+        request = getattr(pb2, f"{method}Request")(claims=[claim])
+        started = time.perf_counter()
+        response = getattr(self.stub, method)(request, timeout=120)
+        elapsed = time.perf_counter() - started
+        if response.claims[uid].error:
+            raise SystemExit(f"{self.kind} {method} {uid}: {response.claims[uid].error}")
+        return uid, elapsed
+
+    def rounds(self, concurrency: int, calls: int) -> Timings:
+        """Rounds (prepare every claim, then unprepare every claim) until `calls` of each."""
+        samples: dict[str, list[tuple[str, float]]] = {m: [] for m in METHODS}
+        walls = dict.fromkeys(METHODS, 0.0)
+        done = 0
+        with futures.ThreadPoolExecutor(concurrency) as pool:
+            while done < calls:
+                uids = self.uids[: calls - done]
+                for method in METHODS:
+                    started = time.perf_counter()
+                    samples[method] += pool.map(lambda u, m=method: self.call(m, u), uids)
+                    walls[method] += time.perf_counter() - started
+                done += len(uids)
+        return samples, walls
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def client_rounds(
+    socket: str, kind: str, uids: Sequence[str], concurrency: int, calls: int
+) -> Timings:
+    """`Client.rounds` in a process of its own, as the kubelet is: no GIL shared with the plugin."""
+    client = Client(socket, kind, uids)
+    try:
+        return client.rounds(concurrency, calls)
+    finally:
+        client.close()
 
 
 class Bench:
@@ -183,7 +247,8 @@ class Bench:
         self.plugin = NodePlugin(
             self.config, lib=lib, store=self.store, mps_runner=TimedRunner(self.clock)
         )
-        self.hardware: dict[tuple[str, str], float] = {}  # (method, uid) -> seconds
+        #: (method, uid) -> (hardware, plugin wall, plugin CPU) seconds of each call, in order
+        self.inside: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
         self.profiler: cProfile.Profile | None = None
         self._instrument()
         self.plugin.start()
@@ -191,11 +256,10 @@ class Bench:
         self.uids = [f"{kind}-{i}" for i in range(spec.claims)]
         for i, uid in enumerate(self.uids):
             self.store.allocate(uid, allocation(kind, i, uid, gpus))
-        self.channel = grpc.insecure_channel(f"unix://{self.config.dra_socket}")
-        self.stub = pb2_grpc.NodeStub(self.channel)  # type: ignore[no-untyped-call]
+        self.socket = str(self.config.dra_socket)
 
     def _instrument(self) -> None:
-        """Record the hardware time of every prepare/unprepare (the gRPC servicer calls these)."""
+        """Time every prepare/unprepare inside the plugin (the gRPC servicer calls these)."""
         state = self.plugin.state
         for method, original in (
             ("NodePrepareResources", state.prepare),
@@ -207,41 +271,29 @@ class Bench:
                 profiler = self.profiler
                 if profiler is not None:
                     profiler.enable()
+                started, cpu = time.perf_counter(), time.thread_time()
                 try:
                     return f(claim)
                 finally:
+                    wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
                     if profiler is not None:
                         profiler.disable()
-                    self.hardware[(m, claim.uid)] = self.clock.spent()
+                    spent = (self.clock.spent(), wall, cpu)
+                    self.inside.setdefault((m, claim.uid), deque()).append(spent)
 
             setattr(state, "prepare" if method == METHODS[0] else "unprepare", wrapped)
 
-    def call(self, method: str, uid: str) -> Sample:
-        claim = pb2.Claim(namespace="bench", name=uid, uid=uid)
-        request = getattr(pb2, f"{method}Request")(claims=[claim])
-        started = time.perf_counter()
-        response = getattr(self.stub, method)(request, timeout=120)
-        elapsed = time.perf_counter() - started
-        if response.claims[uid].error:
-            raise SystemExit(f"{self.kind} {method} {uid}: {response.claims[uid].error}")
-        return Sample(elapsed, self.hardware.pop((method, uid)))
-
-    def rounds(self, pool: futures.ThreadPoolExecutor, calls: int, result: Result) -> None:
+    def samples(self, timings: Timings, result: Result) -> None:
+        """Join what the client saw with what the plugin measured: the k-th call of a claim and
+        method in the client's order is the k-th the plugin served (rounds do not overlap)."""
+        calls, walls = timings
         for method in METHODS:
-            result.samples[method] = []
-            result.wall_s[method] = 0.0
-        done = 0
-        while done < calls:
-            uids = self.uids[: calls - done]
-            for method in METHODS:
-                started = time.perf_counter()
-                samples = list(pool.map(lambda u, m=method: self.call(m, u), uids))
-                result.wall_s[method] += time.perf_counter() - started
-                result.samples[method].extend(samples)
-            done += len(uids)
+            result.samples[method] = [
+                Sample(wall, *self.inside[(method, uid)].popleft()) for uid, wall in calls[method]
+            ]
+            result.wall_s[method] = walls[method]
 
     def close(self) -> None:
-        self.channel.close()
         self.plugin.stop(grace_s=0)
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -254,25 +306,42 @@ def run(
     *,
     profile: int = 0,
     directory: str | None = None,
+    client: str = "process",
 ) -> Result:
-    """Measure one kind at one delay and concurrency: `calls` prepares and as many unprepares."""
+    """Measure one kind at one delay and concurrency: `calls` prepares and as many unprepares.
+
+    `client`: "process" runs the kubelet's side in a process of its own, "thread" in this one."""
     bench = Bench(kind, delay, directory=directory)
     result = Result(kind, delay, concurrency)
+    local = Client(bench.socket, kind, bench.uids)
     try:
-        with futures.ThreadPoolExecutor(concurrency) as pool:
-            bench.rounds(pool, min(concurrency, len(bench.uids)), Result(kind, delay, concurrency))
+        measure: Callable[[int], Timings]
+        pool = multiprocessing.get_context("spawn").Pool(1) if client == "process" else None
+        if pool is not None:
+            args = (bench.socket, kind, bench.uids, concurrency)
+            measure = lambda n: pool.apply(client_rounds, (*args, n))  # noqa: E731
+        else:
+            measure = lambda n: local.rounds(concurrency, n)  # noqa: E731
+        try:
+            measure(min(concurrency, len(bench.uids)))  # warm-up
+            bench.inside.clear()
             calls_before = len(bench.sim.calls)
-            bench.rounds(pool, calls, result)
+            bench.samples(measure(calls), result)
             result.nvml_calls_per_claim = (len(bench.sim.calls) - calls_before) / calls
-            if profile:
-                bench.profiler = cProfile.Profile()
-                with futures.ThreadPoolExecutor(1) as serial:
-                    bench.rounds(serial, len(bench.uids), Result(kind, delay, 1))
-                out = io.StringIO()
-                stats = pstats.Stats(bench.profiler, stream=out)
-                stats.sort_stats("cumulative").print_stats(profile)
-                result.profile = out.getvalue()
+        finally:
+            if pool is not None:
+                pool.close()
+                pool.join()
+        if profile:
+            bench.inside.clear()
+            bench.profiler = cProfile.Profile()
+            local.rounds(1, len(bench.uids))
+            out = io.StringIO()
+            stats = pstats.Stats(bench.profiler, stream=out)
+            stats.sort_stats("cumulative").print_stats(profile)
+            result.profile = out.getvalue()
     finally:
+        local.close()
         bench.close()
     return result
 
@@ -305,6 +374,30 @@ def row(result: Result) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+BREAKDOWN = (
+    "| kind | delay | conc. | method | client p50 | in plugin p50 | p99 | plugin CPU p50 | p99 "
+    "| hardware p50 | client − plugin p50 |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def breakdown(result: Result) -> list[str]:
+    """Where a call's time goes: client-observed, inside the plugin (wall, CPU), hardware."""
+    lines = []
+    for method in METHODS:
+        samples = result.samples[method]
+        client = [s.wall_s for s in samples]
+        inside = [s.plugin_s for s in samples]
+        cpu = [s.plugin_cpu_s for s in samples]
+        outside = [s.wall_s - s.plugin_s for s in samples]
+        cells = [result.kind, result.delay, str(result.concurrency), method.removeprefix("Node")]
+        cells += [_ms(percentile(client, 50)), _ms(percentile(inside, 50))]
+        cells += [_ms(percentile(inside, 99)), _ms(percentile(cpu, 50)), _ms(percentile(cpu, 99))]
+        cells += [_ms(percentile([s.hardware_s for s in samples], 50))]
+        cells += [_ms(percentile(outside, 50))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
@@ -312,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--delays", nargs="+", default=["0"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--client",
+        choices=["process", "thread"],
+        default="process",
+        help="the kubelet's side in a process of its own (default) or in the plugin's",
+    )
     parser.add_argument(
         "--dir",
         default=None,
@@ -322,21 +421,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"times in ms; state and CDI under {where}; 'excl. hw': minus the time inside the")
     print("simulated hardware during the call (NVML, nvidia-smi, the MPS daemon runner)")
     print(HEADER, flush=True)
-    counts, notes = [], []
+    counts, notes, breakdowns = [], [], []
     for kind in args.kinds:
         for delay in args.delays:
             for concurrency in args.concurrency:
                 profile = args.profile if concurrency == args.concurrency[0] else 0
                 result = run(
-                    kind, delay, concurrency, args.calls, profile=profile, directory=args.dir
+                    kind,
+                    delay,
+                    concurrency,
+                    args.calls,
+                    profile=profile,
+                    directory=args.dir,
+                    client=args.client,
                 )
                 print(row(result), flush=True)
+                breakdowns += breakdown(result)
                 if result.profile:
                     notes.append(f"== {kind} delay={delay}: prepare+unprepare, cProfile")
                     notes.append(result.profile)
         calls = result.nvml_calls_per_claim
         counts.append(f"{kind}: {calls:.0f} NVML calls per claim (prepare + unprepare)")
-    print("\n".join(counts + notes))
+    print("\n".join(counts))
+    print(BREAKDOWN)
+    print("\n".join(breakdowns + notes))
 
 
 if __name__ == "__main__":

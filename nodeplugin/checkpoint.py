@@ -110,6 +110,7 @@ class Checkpoint:
         self.durable = durable
         self.lock = threading.RLock()
         self._paths: dict[str, Path] = {}
+        self._file_locks = [threading.Lock() for _ in range(64)]
         self.claims_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self._load()
 
@@ -156,16 +157,27 @@ class Checkpoint:
         with self.lock:
             return self.data.claims.get(uid)
 
+    def _file_lock(self, uid: str) -> threading.Lock:
+        """Serializes the writes of one claim's file; claims in other stripes write in parallel
+        (the shared lock only guards the in-memory data, not the file system's latency)."""
+        return self._file_locks[hash(uid) % len(self._file_locks)]
+
     def put(self, record: ClaimRecord) -> None:
-        with self.lock:
-            self.data.claims[record.uid] = record
-            self._write(self._claim_path(record.uid), record.model_dump(mode="json"))
+        with self._file_lock(record.uid):
+            with self.lock:
+                self.data.claims[record.uid] = record
+                text = _envelope(record.model_dump(mode="json"))
+                path = self._claim_path(record.uid)
+            write_atomic(path, text, durable=self.durable)
 
     def drop(self, uid: str) -> None:
-        with self.lock:
-            if self.data.claims.pop(uid, None) is not None:
-                self._claim_path(uid).unlink(missing_ok=True)
-            self._paths.pop(uid, None)
+        with self._file_lock(uid):
+            with self.lock:
+                existed = self.data.claims.pop(uid, None) is not None
+                path = self._claim_path(uid)
+                self._paths.pop(uid, None)
+            if existed:
+                path.unlink(missing_ok=True)
 
     def records(self) -> list[ClaimRecord]:
         with self.lock:

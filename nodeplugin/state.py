@@ -447,7 +447,7 @@ class DeviceState:
                 hold.holders.append(record.uid)
             self.checkpoint.save()
             step = AppliedStep(kind="hold", gpu=gpu, setting=setting, baseline=hold.baseline)
-            self._record_step(record, step, "hold")
+        self._record_step(record, step, "hold")  # the claim's own file: outside the shared locks
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
         with self._settings_lock, self.checkpoint.lock:
