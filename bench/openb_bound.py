@@ -245,12 +245,14 @@ def bound(
             continue
         n = len(t.members)
         for k in DFF_KS:
-            for size_of, capacity in (
-                (lambda c: c.cpu_milli, t.cpu_milli),
-                (lambda c: c.memory_mib, t.memory_mib),
-                (lambda c: c.value, MILLI * t.gpus),
+            for sizes, capacity in (
+                ([c.cpu_milli for c, _ in here], t.cpu_milli),
+                ([c.memory_mib for c, _ in here], t.memory_mib),
+                ([c.value for c, _ in here], MILLI * t.gpus),
             ):
-                weights = [(dff(size_of(c), capacity, k)[0], v) for c, v in here]
+                weights = [
+                    (dff(size, capacity, k)[0], v) for size, (_, v) in zip(sizes, here, strict=True)
+                ]
                 full = dff(capacity, capacity, k)[1]
                 if any(w for w, _ in weights):
                     model.add(sum(w * v for w, v in weights) <= n * full)
@@ -264,17 +266,18 @@ def bound(
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    status = solver.solve(model)
+    solver.solve(model)
+    status = solver.status_name()
     demand = int(value_milli(pods).sum())
     capacity = MILLI * nodes.total_gpus
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if status in ("OPTIMAL", "FEASIBLE"):
         best, relaxed = math.floor(solver.best_objective_bound + 1e-6), int(solver.objective_value)
     else:  # nothing proven: the trivial bound
         best, relaxed = min(demand, capacity), 0
     return Bound(
         bound_milli=min(best, demand, capacity),
         relaxed_milli=relaxed,
-        status=solver.status_name(status),
+        status=status,
         wall_s=time.perf_counter() - started,
         classes=len(classes),
         types=len(types),
@@ -438,8 +441,8 @@ def batch(
             if time.perf_counter() - started >= seconds:
                 break
             tried += 1
-            members = set(group)
-            residents = [p for p, w in enumerate(where) if w is not None and w[0] in members]
+            in_group = set(group)
+            residents = [p for p, w in enumerate(where) if w is not None and w[0] in in_group]
             free = [p for p, w in enumerate(where) if w is None and fits[ti][p]]
             free.sort(key=lambda p: (-int(value[p]), p))
             picked: list[int] = []
