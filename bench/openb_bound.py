@@ -495,6 +495,60 @@ def batch(
     )
 
 
+@dataclass(frozen=True)
+class WholeBatch:
+    """drasat's batch mode on the whole problem in one call."""
+
+    milli: int  # checked by `check`
+    status: str
+    objective: float
+    best_bound: float
+    gap: float
+    wall_s: float
+
+
+def whole_batch(nodes: Nodes, pods: Pods, *, seconds: float) -> WholeBatch:
+    """`solve(Problem(all nodes, all pods), SolveParams(mode=Mode.batch))`, GPU share as
+    priority (as `batch`), the time limit given; its placement checked by `check`."""
+    from bench import drasat_policy
+    from drasat.api.policy import AllocationPolicySpec
+    from drasat.solver import Mode, Problem, SolveParams, solve
+
+    started = time.perf_counter()
+    value = value_milli(pods)
+    requests = tuple(
+        dataclasses.replace(
+            drasat_policy.pod_request(pods, p, f"{p:06d}"), priority=int(value[p]) // 100
+        )
+        for p in range(pods.count)
+    )
+    key_of = {r.key: p for p, r in enumerate(requests)}
+    index = {name: i for i, name in enumerate(nodes.names)}
+    problem = Problem(
+        nodes=tuple(drasat_policy.node_states(nodes)),
+        pods=requests,
+        policy=AllocationPolicySpec(),
+    )
+    solution = solve(
+        problem, SolveParams(mode=Mode.batch, time_limit_s=seconds, workers=1, explain=False)
+    )
+    where: Assignment = [None] * pods.count
+    for placement in solution.placements:
+        gpus: list[int] = []
+        for entry in placement.allocations.values():
+            if entry.gpu is not None:
+                gpus += [int(d.uuid.rsplit("-", 1)[1]) for d in entry.gpu.devices]
+        where[key_of[placement.pod]] = (index[placement.node], sorted(gpus))
+    return WholeBatch(
+        milli=check(nodes, pods, where),
+        status=str(solution.status),
+        objective=solution.objective,
+        best_bound=solution.best_bound,
+        gap=solution.gap,
+        wall_s=time.perf_counter() - started,
+    )
+
+
 def _free_milli(nodes: Nodes, pods: Pods, where: Assignment) -> IntArray:
     """Free GPU share of every node under a placement."""
     used = np.zeros(nodes.count, dtype=np.int64)
@@ -564,6 +618,17 @@ def run_list(
         f"{percent_of(improved.start_milli, nodes):.2f} ({improved.solves} solves, "
         f"{improved.improved} improved, {improved.passes:.2f} passes, {improved.wall_s:.0f} s)"
     )
+    if args.whole_batch_seconds:
+        whole = whole_batch(nodes, mine, seconds=args.whole_batch_seconds)
+        row["whole_batch"] = percent_of(whole.milli, nodes)
+        row["whole_batch_status"] = f"{whole.status} gap {whole.gap:.2%}"
+        row["whole_batch_s"] = round(whole.wall_s)
+        say(
+            f"{pod_list}: drasat batch mode on the whole problem: "
+            f"{percent_of(whole.milli, nodes):.2f} ({whole.status}, objective "
+            f"{whole.objective:g}, bound {whole.best_bound:g}, gap {whole.gap:.2%}, "
+            f"{whole.wall_s:.0f} s)"
+        )
     b, bat = percent_of(relaxed.bound_milli, nodes), percent_of(improved.milli, nodes)
     row.update(
         {
@@ -618,6 +683,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--solve-seconds", type=float, default=1.0, help="per batch solve")
     parser.add_argument("--group-gpus", type=int, default=16, help="GPUs per node group")
     parser.add_argument("--candidates", type=int, default=16, help="unplaced pods per group")
+    parser.add_argument(
+        "--whole-batch-seconds",
+        type=float,
+        default=0.0,
+        help="also try drasat's batch mode on the whole problem in one call with this limit",
+    )
     parser.add_argument("--max-pods", type=int, default=0, help="fewer pods (smoke)")
     parser.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("bench/results/openb_bound")

@@ -188,6 +188,14 @@ def test_batch_places_pods_from_an_empty_start() -> None:
     assert result.milli == openb_bound.check(nodes, mine, result.where)
 
 
+def test_whole_batch_is_checked_and_within_the_bound() -> None:
+    nodes, _, mine = _arrived()
+    relaxed = openb_bound.bound(nodes, mine, time_limit_s=10)
+    whole = openb_bound.whole_batch(nodes, mine, seconds=2)
+    assert 0 < whole.milli <= relaxed.bound_milli
+    assert whole.best_bound >= whole.objective
+
+
 def test_checker_rejects_an_overfull_gpu() -> None:
     nodes = _nodes([(8000, 1000, 1, "T4")])
     pods = _pods([(1000, 10, 1, 600, "")] * 2)
