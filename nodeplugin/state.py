@@ -252,10 +252,10 @@ class DeviceState:
             raise ClaimError(f"claim {claim}: {error}") from None
 
     def _check_gpus(self, allocation: AllocatedDevices) -> None:
-        known = ", ".join(g.uuid for g in self.gpus()) or "none"
         uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
         for uuid in uuids:
             if self._gpu(uuid) is None:
+                known = ", ".join(g.uuid for g in self.gpus()) or "none"
                 raise ClaimError(f"allocated GPU {uuid} is not on this node (it has: {known})")
 
     def _plan_migs(self, allocation: AllocatedDevices) -> list[PlannedMig]:
