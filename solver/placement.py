@@ -384,10 +384,12 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
 
 
 def _primary_max(built: model.Built, result: solving.Result) -> int:
-    """An upper bound on the primary level: CP-SAT's, or every pod and claim placed."""
+    """An upper bound on the primary level: CP-SAT's, or every pod placed and every optional
+    claim given devices (on one node: a claim is allocated once)."""
     if result.primary_bound is not None:
         return result.primary_bound
-    return sum(c for c, _ in built.primary)
+    claims = {uid for uid, _ in built.got}
+    return sum(built.pod_weight.values()) + built.got_weight * len(claims)
 
 
 #: A batch model holds at most about this many (pod, node) pairs: each pod keeps its best nodes

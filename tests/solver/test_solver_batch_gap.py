@@ -84,3 +84,22 @@ def test_primary_bound_of_a_solved_model_matches_its_primary() -> None:
     (result,) = captured
     assert result.status is Status.OPTIMAL
     assert result.primary_bound == result.primary
+
+
+def test_whatif_shows_the_fallback_gap(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The what-if's summary line (its embedded example cluster and manifests) shows the kept
+    online solution as FEASIBLE with a bound above its objective, not a 0.00% gap."""
+    from drasat.cli import main
+
+    def no_solution(
+        built: Built, budget: solving.Budget, hint: dict[int, int] | None = None
+    ) -> solving.Result:
+        return solving.Result(Status.UNKNOWN, solving._solver(budget, 0.001), 0.0, 0.0, 0.0)
+
+    monkeypatch.setattr(solving, "solve", no_solution)
+    main.main(["whatif"])
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("solver:")]
+    assert line.startswith("solver: FEASIBLE (batch), objective ")
+    assert "gap 0.00%" not in line
