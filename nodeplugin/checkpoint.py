@@ -4,7 +4,10 @@ Every side effect of a prepare is recorded here right after it happens, before t
 restarted plugin knows what to complete or roll back. The file carries a checksum; a corrupt file
 is moved aside (and logged) instead of stopping the plugin. Per-GPU settings that several claims
 may hold at once (compute mode, time-slice, power, clocks, persistence) live in a ledger with the
-value they had before the first holder changed them.
+value they had before the first holder changed them. The ledger is not a file of its own: every
+holder's record carries its hold (setting, value, baseline), and the ledger is rebuilt from the
+records at load, so holding a setting costs the claim's own write only. (A `settings.json` left
+by an earlier version is read once, folded into the records, and removed.)
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,7 @@ class AppliedStep(_Model):
     size: int | None = None
     setting: str = ""  # hold: which setting
     baseline: str | int | bool | None = None  # hold: the value before the first holder
+    value: str | int | bool | None = None  # hold: the value held
     path: str = ""  # cdi: spec file; mps: daemon directory
 
 
@@ -95,7 +100,7 @@ class CheckpointData(_Model):
 
 
 class Checkpoint:
-    """The checkpoint of one state directory: one file per claim plus the settings ledger.
+    """The checkpoint of one state directory: one file per claim; the settings ledger in memory.
 
     Thread-safe. Every write is atomic (temporary file + rename), so a killed plugin leaves the old
     or the new content. Files are not fsync'ed by default: what they describe (MIG instances,
@@ -116,12 +121,6 @@ class Checkpoint:
 
     def _load(self) -> CheckpointData:
         data = CheckpointData()
-        settings = _read(self.settings_path)
-        if settings is not None:
-            try:
-                data.settings = CheckpointData.model_validate({"settings": settings}).settings
-            except ValidationError as error:
-                _move_aside(self.settings_path, str(error))
         for path in sorted(self.claims_dir.glob("*.json")):
             body = _read(path)
             if body is None:
@@ -132,19 +131,34 @@ class Checkpoint:
                 _move_aside(path, str(error))
                 continue
             data.claims[record.uid] = record
+        self._migrate_settings_file(data)
+        data.settings = ledger(data.claims.values())
         return data
+
+    def _migrate_settings_file(self, data: CheckpointData) -> None:
+        """Fold an earlier version's `settings.json` into its holders' records, then remove it."""
+        body = _read(self.settings_path)
+        if body is None:
+            return
+        try:
+            legacy = CheckpointData.model_validate({"settings": body}).settings
+        except ValidationError as error:
+            _move_aside(self.settings_path, str(error))
+            return
+        for gpu, holds in legacy.items():
+            for setting, hold in holds.items():
+                for uid in hold.holders:
+                    record = data.claims.get(uid)
+                    if record is None:
+                        continue
+                    for step in record.applied:
+                        if (step.kind, step.gpu, step.setting) == ("hold", gpu, setting):
+                            step.value = hold.value
+                    self._write(self._claim_path(uid), record.model_dump(mode="json"))
+        self.settings_path.unlink(missing_ok=True)
 
     def _write(self, path: Path, body: Any) -> None:
         write_atomic(path, _envelope(body), durable=self.durable)
-
-    def save(self) -> None:
-        """Write the settings ledger (claim records are written by `put`)."""
-        with self.lock:
-            body = {
-                gpu: {name: hold.model_dump(mode="json") for name, hold in holds.items()}
-                for gpu, holds in self.data.settings.items()
-            }
-            self._write(self.settings_path, body)
 
     def _claim_path(self, uid: str) -> Path:
         path = self._paths.get(uid)
@@ -182,6 +196,37 @@ class Checkpoint:
     def records(self) -> list[ClaimRecord]:
         with self.lock:
             return list(self.data.claims.values())
+
+
+def ledger(records: Iterable[ClaimRecord]) -> dict[str, dict[str, SettingHold]]:
+    """The settings ledger the records describe: gpu -> setting -> hold with its holders.
+
+    A record's later hold of the same setting wins (a policy lifecycle action over the claim's
+    sharing setup); the first record to hold a setting gives its baseline and value."""
+    settings: dict[str, dict[str, SettingHold]] = {}
+    for record in records:
+        held: dict[tuple[str, str], AppliedStep] = {}
+        for step in record.applied:
+            if step.kind == "hold":
+                held[(step.gpu, step.setting)] = step
+        for (gpu, setting), step in held.items():
+            holds = settings.setdefault(gpu, {})
+            hold = holds.get(setting)
+            if hold is None:
+                hold = holds[setting] = SettingHold(baseline=step.baseline, value=step.value)
+            elif hold.value != step.value:
+                log.error(
+                    "checkpoint: claims %s and %s hold %s of %s at %r and %r; keeping %r",
+                    ", ".join(hold.holders),
+                    record.uid,
+                    setting,
+                    gpu,
+                    hold.value,
+                    step.value,
+                    hold.value,
+                )
+            hold.holders.append(record.uid)
+    return settings
 
 
 def _read(path: Path) -> Any:

@@ -445,9 +445,12 @@ class DeviceState:
                 ledger[setting.value] = hold
             if record.uid not in hold.holders:
                 hold.holders.append(record.uid)
-            self.checkpoint.save()
-            step = AppliedStep(kind="hold", gpu=gpu, setting=setting, baseline=hold.baseline)
-        self._record_step(record, step, "hold")  # the claim's own file: outside the shared locks
+            step = AppliedStep(
+                kind="hold", gpu=gpu, setting=setting, baseline=hold.baseline, value=value
+            )
+        # The record is the ledger's persistence (rebuilt from the records at start); it is the
+        # claim's own file, written outside the shared locks.
+        self._record_step(record, step, "hold")
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
         with self._settings_lock, self.checkpoint.lock:
@@ -462,7 +465,8 @@ class DeviceState:
                     self.checkpoint.data.settings.pop(gpu, None)
             else:
                 hold.holders.remove(uid)
-            self.checkpoint.save()
+            # Nothing to write: the claim's record drops the hold with its next write; a crash
+            # before that leaves the claim a holder at start, and its undo releases again.
 
     def _read_setting(self, gpu: str, setting: Setting) -> SettingValue:
         current = self.lib.settings(gpu)

@@ -42,10 +42,10 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         ("gpu", 2, 1),
         # recorded, MIG recorded, completed | started, MIG destroyed
         ("mig", 3, 2),
-        # recorded, settings ledger + hold, completed | started, ledger
-        ("mps", 4, 2),
-        # recorded, 2 x (ledger + hold), completed | started, 2 x ledger
-        ("timeslicing", 6, 3),
+        # recorded, hold, completed | started (the ledger lives in the records)
+        ("mps", 3, 1),
+        # recorded, 2 holds, completed | started
+        ("timeslicing", 4, 1),
     ],
 )
 def test_checkpoint_writes_per_claim(
@@ -156,3 +156,42 @@ def test_killed_during_mig_unprepare_then_another_claim_takes_the_place(
     restarted.state.prepare(ref(other))
     restarted.state.unprepare(ref(UID))  # the kubelet may repeat it
     assert gpu_instances(restarted, 1) == [(3, 1)]
+
+
+def test_settings_ledger_is_rebuilt_from_the_records(node_factory: Any) -> None:
+    node = node_factory("T4")
+    first, second = UID, "c0ffee00-0000-4000-8000-000000000004"
+    for uid in (first, second):
+        node.allocate(uid, gpu_allocation(uid, node.gpu(0), sharing=TIME_SLICING))
+        node.state.prepare(ref(uid))
+    assert not node.state.checkpoint.settings_path.exists()  # no ledger file of its own
+    restarted = node.restart()
+    holds = restarted.state.checkpoint.data.settings[node.gpu(0)]
+    assert sorted(holds["timeSlice"].holders) == sorted([first, second])
+    assert (holds["timeSlice"].baseline, holds["timeSlice"].value) == ("Default", "Long")
+    restarted.state.unprepare(ref(first))
+    assert node.sim.gpus[0].time_slice == 3  # still held by the second claim
+    restarted.restart().state.unprepare(ref(second))
+    assert node.sim.gpus[0].time_slice == 0  # the baseline is back
+
+
+def test_an_earlier_versions_settings_file_is_folded_into_the_records(node_factory: Any) -> None:
+    node = node_factory("T4")
+    node.allocate(UID, gpu_allocation(UID, node.gpu(0), sharing=TIME_SLICING))
+    node.state.prepare(ref(UID))
+    store = node.state.checkpoint
+    record = store.get(UID)
+    assert record is not None
+    for step in record.applied:
+        step.value = None  # as an earlier version wrote holds
+    store.put(record)
+    legacy = {
+        gpu: {name: hold.model_dump(mode="json") for name, hold in holds.items()}
+        for gpu, holds in store.data.settings.items()
+    }
+    store._write(store.settings_path, legacy)
+    restarted = node.restart()
+    assert not store.settings_path.exists()
+    assert restarted.state.checkpoint.data.settings == store.data.settings
+    restarted.state.unprepare(ref(UID))
+    assert node.sim.gpus[0].time_slice == 0
