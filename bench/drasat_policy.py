@@ -6,6 +6,10 @@ a `share` of one GPU (compute = gpu_milli / 10 percent), and a productName selec
 gpu_spec. The solver places the pods in arrival order, one decision at a time
 (`SolveParams(mode=Mode.online)`), in chunks of consecutive pods so that one call covers many
 decisions; the replay's own capacity model checks every decision it returns.
+
+The fragmentation term's target workload (`Problem.workload`) is the one FGD gets: the trace's
+popular pod classes covering 95% of the pod list, with their frequencies (`target_shapes`).
+The `-local` policies leave it out, so the solver estimates it from each call's chunk of pods.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.openb_sim import Cluster, Policy
-from bench.openb_trace import MILLI, IntArray, Nodes, Pods
+from bench.openb_trace import MILLI, IntArray, Nodes, Pods, TargetWorkload
 from drasat.api.claims import GpuClaimParametersSpec, GpuShare
 from drasat.api.nas import AllocatableDevice, GpuInfo, NodeAllocationStateSpec
-from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term
+from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
 from drasat.api.selectors import GpuSelector
 from drasat.solver import (
     ClaimRequest,
@@ -53,6 +57,10 @@ POLICIES: dict[str, AllocationPolicySpec] = {
     "drasat-frag": AllocationPolicySpec(objective=[ObjectiveTerm(term=Term.fragmentation)]),
     "drasat-binpack": AllocationPolicySpec(objective=[ObjectiveTerm(term=Term.binpack)]),
 }
+#: Suffix of a policy that gets no target workload (the solver estimates it per chunk).
+LOCAL = "-local"
+#: Weights of the target shapes: frequencies in these units.
+WEIGHT_SCALE = 10_000
 
 
 def _uuid(node: str, index: int) -> str:
@@ -97,6 +105,27 @@ def _selector(spec: str) -> GpuSelector | None:
     return GpuSelector(orExpression=[GpuSelector(productName=n) for n in names])
 
 
+def target_shapes(target: TargetWorkload) -> tuple[WorkloadShape, ...]:
+    """FGD's target workload as the solver's: one shape per GPU class (CPU-only classes can use
+    no GPU on any node, so they add the same to every node's measure and are left out)."""
+    shapes: list[WorkloadShape] = []
+    for k in range(target.count):
+        n, m = int(target.num_gpu[k]), int(target.milli[k])
+        if n <= 0 or m <= 0:
+            continue
+        shapes.append(
+            WorkloadShape(
+                count=n,
+                share=GpuShare(compute=max(1, m * 100 // MILLI)) if m < MILLI else None,
+                selector=_selector(target.spec[k]),
+                namespace=NAMESPACE,
+                cpu=f"{int(target.cpu_milli[k])}m",
+                weight=max(1, round(float(target.freq[k]) * WEIGHT_SCALE)),
+            )
+        )
+    return tuple(shapes)
+
+
 def pod_request(pods: Pods, p: int, key: str) -> PodRequest:
     """The trace task as a pod with (at most) one GPU claim."""
     n, m = int(pods.num_gpu[p]), int(pods.milli[p])
@@ -123,22 +152,29 @@ class _Decided:
 class DrasatOnline(Policy):
     """Decisions of `drasat.solver.solve` in online mode, computed `chunk` pods at a time."""
 
-    def __init__(self, name: str, policy: AllocationPolicySpec, *, chunk: int = 64) -> None:
+    def __init__(
+        self, name: str, policy: AllocationPolicySpec, *, chunk: int = 64, target: bool = True
+    ) -> None:
         super().__init__()
-        self.name, self.policy, self.chunk = name, policy, chunk
+        self.name, self.policy, self.chunk, self.target = name, policy, chunk, target
+        self.shapes: tuple[WorkloadShape, ...] | None = None
         self.states: list[NodeState] | None = None
         self.index: dict[str, int] = {}
         self.decided: dict[int, _Decided | None] = {}
         self.solver_s: list[tuple[int, float]] = []  # (decisions, wall seconds) per call
 
-    def _solve_from(self, pods: Pods, start: int, nodes: Nodes) -> None:
+    def _solve_from(self, pods: Pods, start: int, cluster: Cluster) -> None:
+        nodes = cluster.nodes
         if self.states is None:
             self.states = node_states(nodes)
             self.index = {name: i for i, name in enumerate(nodes.names)}
+            self.shapes = target_shapes(cluster.target) if self.target else None
         stop = min(start + self.chunk, pods.count)
         keys = {f"{NAMESPACE}/{p:06d}": p for p in range(start, stop)}
         requests = tuple(pod_request(pods, p, f"{p:06d}") for p in range(start, stop))
-        problem = Problem(nodes=tuple(self.states), pods=requests, policy=self.policy)
+        problem = Problem(
+            nodes=tuple(self.states), pods=requests, policy=self.policy, workload=self.shapes
+        )
         began = time.perf_counter()
         solution = solve(problem, SolveParams(mode=Mode.online, explain=False))
         self.solver_s.append((stop - start, time.perf_counter() - began))
@@ -164,7 +200,7 @@ class DrasatOnline(Policy):
 
     def decision(self, cluster: Cluster, pods: Pods, p: int) -> _Decided | None:
         if p not in self.decided:
-            self._solve_from(pods, p, cluster.nodes)
+            self._solve_from(pods, p, cluster)
         return self.decided.pop(p)
 
     def choose(
@@ -190,6 +226,10 @@ class DrasatOnline(Policy):
 
 
 def factory(name: str, *, chunk: int = 64) -> Callable[[], Policy]:
-    if name not in POLICIES:
-        raise SystemExit(f"unknown drasat policy {name!r}; known: {', '.join(POLICIES)}")
-    return lambda: DrasatOnline(name, POLICIES[name], chunk=chunk)
+    """`drasat`, `drasat-frag`, `drasat-binpack`, each also with the `-local` suffix."""
+    base = name.removesuffix(LOCAL)
+    if base not in POLICIES:
+        known = ", ".join([*POLICIES, *(p + LOCAL for p in POLICIES)])
+        raise SystemExit(f"unknown drasat policy {name!r}; known: {known}")
+    target = not name.endswith(LOCAL)
+    return lambda: DrasatOnline(name, POLICIES[base], chunk=chunk, target=target)

@@ -211,7 +211,7 @@ def test_real_trace_truncated() -> None:
     assert result.placed.all()  # the first 300 pods fit an empty cluster
 
 
-@pytest.mark.parametrize("name", ["drasat", "drasat-frag"])
+@pytest.mark.parametrize("name", ["drasat", "drasat-frag", "drasat-local"])
 def test_drasat_policy_replays_within_capacity(name: str) -> None:
     from bench import drasat_policy
 
@@ -238,6 +238,28 @@ def test_drasat_claims_of_trace_tasks() -> None:
     whole = drasat_policy.pod_request(pods, 1, "b").claims[0].gpu
     assert whole is not None and whole.count == 2 and whole.share is None
     assert drasat_policy.pod_request(pods, 2, "c").claims == ()
+
+
+def test_drasat_gets_fgds_target_workload() -> None:
+    from bench import drasat_policy
+
+    pods = _synthetic_pods(200, seed=3)
+    target = openb_trace.target_workload(pods)
+    shapes = drasat_policy.target_shapes(target)
+    gpu_classes = [k for k in range(target.count) if target.num_gpu[k] > 0]
+    assert len(shapes) == len(gpu_classes) > 0  # one per GPU class, CPU-only left out
+    by_class = {(s.count, s.share.compute if s.share else 100, s.cpu_milli): s for s in shapes}
+    for k in gpu_classes:
+        m = int(target.milli[k])
+        key = (int(target.num_gpu[k]), m // 10 if m < 1000 else 100, int(target.cpu_milli[k]))
+        assert by_class[key].weight == round(float(target.freq[k]) * drasat_policy.WEIGHT_SCALE)
+        assert (by_class[key].selector is None) == (target.spec[k] == "")
+    made = drasat_policy.factory("drasat")()
+    assert isinstance(made, drasat_policy.DrasatOnline) and made.target
+    local = drasat_policy.factory("drasat-local")()
+    assert isinstance(local, drasat_policy.DrasatOnline) and not local.target
+    with pytest.raises(SystemExit):
+        drasat_policy.factory("drasat-nope")
 
 
 def test_latency_command_smoke(tmp_path: pathlib.Path) -> None:
