@@ -8,7 +8,8 @@
 Uses the synthetic clusters of bench/solver_online.py (nodes x 8 GPUs, a quarter each A100-40GB
 in MIG mode, A100-80GB, H100-80GB, T4, pre-filled to the occupancy). Each decision is one online
 solve of one pod, written back into the node's NAS as the controller does; then random claims
-depart until the share of GPUs in use is back at the occupancy (a steady state; `--no-steady`:
+depart until the placed-on GPU model's capacity in use (MIG slices; other GPUs held whole or
+shared) is back at the occupancy (a steady state; `--no-steady`:
 the cluster fills up instead, as the first version of this bench did). Pod mixes (`--mix`):
 single (1 or 2 whole GPUs, a MIG profile, a share, an A100 by selector), multi (also pods with
 two claims), mig (MIG profiles only), whole (whole GPUs only). `--potential-nodes K`: the
@@ -161,7 +162,7 @@ def plot(rows: Sequence[dict[str, object]], path: pathlib.Path) -> None:
         series.setdefault(label, []).append(row)
     fig, ax = plt.subplots(figsize=(8, 5))
     colours = itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])
-    for (label, points), colour in zip(series.items(), colours):
+    for (label, points), colour in zip(series.items(), colours, strict=False):
         points.sort(key=lambda r: int(str(r["nodes"])))
         xs = [int(str(r["nodes"])) for r in points]
         ax.plot(xs, [float(str(r["p99_ms"])) for r in points], "o-", color=colour, label=label)

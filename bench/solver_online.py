@@ -4,9 +4,10 @@ Run: `python -m bench.solver_online [--nodes 500] [--occupancy 0.5 0.9] [--decis
 Each decision is one `solve(..., mode=online)` for one pod against every node (or, with
 `potential_nodes`, against that many random nodes, as the controller passes the scheduler's
 potentialNodes); the placement is then written back into that node's NAS, as the controller
-does, so the next decision sees it. With `steady`, claims depart after each decision (random
-ones, old or new) until the share of GPUs in use is back at the occupancy: a steady state, not
-a cluster that fills up.
+does, so the next decision sees it. With `steady`, after each placement random claims (old or
+new) depart from nodes of the same GPU model until that model's capacity in use (MIG slices;
+other GPUs held whole or shared) is back at the occupancy: a steady state, not a cluster that
+fills up.
 """
 
 from __future__ import annotations
@@ -181,8 +182,16 @@ class Decision:
     cpu_seconds: float = 0.0
 
 
-def _busy(node: NodeState) -> int:
-    return sum(1 for g in inventory.view_of(node).gpus if not g.untouched)
+def _busy(node: NodeState) -> float:
+    """GPU capacity in use on the node, in GPUs: a MIG GPU counts the share of its memory
+    slices occupied, any other GPU 1 when held whole or shared (no exclusive claim can have it)."""
+    used = 0.0
+    for gpu in inventory.view_of(node).gpus:
+        if gpu.mig_occupied:
+            used += len(gpu.mig_occupied) / max(1, gpu.memory_slices)
+        elif not gpu.untouched:
+            used += 1.0
+    return used
 
 
 def run_detailed(
@@ -207,7 +216,9 @@ def run_detailed(
         on_ready()
     index = {n.name: i for i, n in enumerate(states)}
     busy = [_busy(n) for n in states]
-    target = occupancy * 8 * nodes
+    # Node i is of kind i % 4 (see `cluster`); each kind is held at the occupancy on its own.
+    kinds = [list(range(k, nodes, 4)) for k in range(4)]
+    targets = [occupancy * 8 * len(members) for members in kinds]
     params = SolveParams(mode=Mode.online, node_feasibility=feasibility, explain=explain)
     policy = AllocationPolicySpec.model_validate(RULES if rules else {})
     out = []
@@ -230,18 +241,19 @@ def run_detailed(
             i = index[placement.node]
             claims = dict(states[i].nas.allocatedClaims) | placement.allocations
             _update(states, busy, i, claims)
-        while steady and sum(busy) > target:
-            i = rng.randrange(nodes)
-            held = sorted(states[i].nas.allocatedClaims)
-            if held:
-                gone = rng.choice(held)
-                claims = {k: v for k, v in states[i].nas.allocatedClaims.items() if k != gone}
-                _update(states, busy, i, claims)
+            kind = kinds[i % 4]
+            while steady and sum(busy[j] for j in kind) > targets[i % 4]:
+                j = rng.choice(kind)
+                held = sorted(states[j].nas.allocatedClaims)
+                if held:
+                    gone = rng.choice(held)
+                    claims = {k: v for k, v in states[j].nas.allocatedClaims.items() if k != gone}
+                    _update(states, busy, j, claims)
     return out
 
 
 def _update(
-    states: list[NodeState], busy: list[int], i: int, claims: dict[str, AllocatedDevices]
+    states: list[NodeState], busy: list[float], i: int, claims: dict[str, AllocatedDevices]
 ) -> None:
     nas = states[i].nas.model_copy(update={"allocatedClaims": claims})
     states[i] = dataclasses.replace(states[i], nas=nas)
