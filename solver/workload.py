@@ -46,8 +46,12 @@ if TYPE_CHECKING:
 #: target workload), at most MAX_CLASSES of them.
 COVERAGE = 0.95
 MAX_CLASSES = 64
-#: Units of the cost per % of a GPU.
-RESOLUTION = 1
+#: % of a GPU per unit of the cost. FGD's integer score, 100 x sigmoid(growth / 1000 milli-GPU),
+#: moves by one point per ~4% of a GPU near zero growth, and its ties go to the first node in
+#: order; at 4% per unit the term ties as often and binpack and node order break the ties. On
+#: the openb default list (seed 42, FGD's target) 1%: 5.05% of the GPUs unallocated at 100%
+#: arrival, 2%: 5.21, 4%: 4.59, 8%: 4.86 (docs/PERFORMANCE.md).
+GRANULARITY = 4
 #: `estimate` gives weights in these units of the covered total (per mille): a distribution
 #: that barely moves keeps its weights, and so the memo keys of every cost computed with it.
 ESTIMATE_SCALE = 1000
@@ -278,14 +282,14 @@ def growth(
 ) -> int:
     """The fragmentation term's cost of a placement: growth of the node's fragmented compute in
     % of a GPU (weighted mean over the classes, rounded to an integer). `taken`: GPU position ->
-    compute % the placement takes there."""
+    compute % the placement takes there. In GRANULARITY units."""
     before_free = [_free(g) for g in node.gpus]
     after_free = [
         max(0, f - taken.get(g.position, 0)) for g, f in zip(node.gpus, before_free, strict=True)
     ]
     before = _fragmented_memo(workload, node, rules, before_free)
     after = fragmented(workload, node, rules, after_free, cpu_taken, memory_taken)
-    return round(RESOLUTION * (after - before) / workload.total)
+    return round((after - before) / (GRANULARITY * workload.total))
 
 
 _BEFORE: dict[tuple[int, int, int], int] = {}
