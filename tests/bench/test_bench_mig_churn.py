@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from bench import mig_churn
+from bench import mig_churn, mig_churn_variants
 from drasat.solver import Problem, Solution
 from tests.checker import violations
 
@@ -112,3 +112,14 @@ def test_bound_counts_one_4g_or_7g_per_gpu() -> None:
     assert mig_churn.bound(two, gpus=1).accepted == 1
     apart = [two[0], dataclasses.replace(two[1], arrival=6.0, departure=7.0)]
     assert mig_churn.bound(apart, gpus=1).accepted == 2
+
+
+def test_variants_study_runs_on_a_tiny_churn(capsys: pytest.CaptureFixture[str]) -> None:
+    requests = mig_churn.events(80, 2, 8, 1.3)
+    limit = mig_churn.bound(requests, 8).accepted
+    for name in mig_churn_variants.VARIANTS:
+        assert 0 < mig_churn_variants.accepted(name, requests, 8) <= limit
+    assert set(mig_churn.POLICIES) == {"drasat", "first-feasible", "static"}
+    argv = ["--variants", "base,tenants", "--seeds", "1", "--gpus", "8", "--events", "40"]
+    assert mig_churn_variants.main(argv) == 0
+    assert "| base | " in capsys.readouterr().out
