@@ -219,9 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A single run in this process has its own peak RSS too: no fresh process needed.
     in_process = args.same_process or configs * max(1, args.repeat) == 1
     rows = []
+    seen: set[tuple[object, ...]] = set()
     for mix, nodes, occupancy, k in itertools.product(
         mixes, args.nodes, args.occupancy, args.potential_nodes
     ):
+        if (mix, nodes, occupancy, k if k < nodes else 0) in seen:
+            continue  # K >= nodes is every node: measured already
+        seen.add((mix, nodes, occupancy, k if k < nodes else 0))
         config = Config(
             nodes,
             occupancy,

@@ -49,6 +49,10 @@ def test_latency_main_with_mixes_candidates_and_plot(tmp_path: pathlib.Path) -> 
     assert all(r["decisions"] == 3 and r["peak_rss_mib"] > 0 for r in rows)
     assert all(0 <= r["cpu_p50_ms"] <= r["cpu_p99_ms"] for r in rows)
     assert plot.stat().st_size > 0
+    # K at least the cluster's size is every node: one row, not two.
+    again = ["--nodes", "3", "--occupancy", "0.5", "--decisions", "2", "--potential-nodes", "0"]
+    assert latency.main([*again, "4", "--same-process", "--out", str(tmp_path)]) == 0
+    assert len(json.loads((tmp_path / "latency.json").read_text())) == 1
 
 
 def test_latency_fresh_process_reports_its_own_peak_rss() -> None:
