@@ -126,7 +126,9 @@ class DeviceState:
         self.mps = mps
         self.orphans = orphans
         self.faults: list[Fault] = []
-        self._claim_locks: dict[str, threading.Lock] = {}
+        #: Per-claim locks with the number of callers holding or waiting on each; an entry goes
+        #: when its last caller leaves, so the table does not grow with every claim ever seen.
+        self._claim_locks: dict[str, tuple[threading.Lock, int]] = {}
         self._locks_lock = threading.Lock()
         self._settings_lock = threading.RLock()
         self._gpus: list[GpuDevice] | None = None
@@ -136,9 +138,18 @@ class DeviceState:
     @contextmanager
     def _claim_lock(self, uid: str) -> Iterator[None]:
         with self._locks_lock:
-            lock = self._claim_locks.setdefault(uid, threading.Lock())
-        with lock:
-            yield
+            lock, users = self._claim_locks.get(uid, (threading.Lock(), 0))
+            self._claim_locks[uid] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._locks_lock:
+                lock, users = self._claim_locks[uid]
+                if users == 1:
+                    del self._claim_locks[uid]
+                else:
+                    self._claim_locks[uid] = (lock, users - 1)
 
     def gpus(self) -> list[GpuDevice]:
         if self._gpus is None:

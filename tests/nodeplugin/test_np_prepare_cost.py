@@ -195,3 +195,15 @@ def test_an_earlier_versions_settings_file_is_folded_into_the_records(node_facto
     assert restarted.state.checkpoint.data.settings == store.data.settings
     restarted.state.unprepare(ref(UID))
     assert node.sim.gpus[0].time_slice == 0
+
+
+def test_claim_locks_do_not_outlive_their_calls(node_factory: Any) -> None:
+    """A long-running plugin sees a new claim uid for every pod: the per-claim lock table must
+    hold only the claims being worked on, not every uid ever seen."""
+    node = node_factory("2xA100-40GB,mig=1")
+    for n in range(5):
+        uid = f"c0ffee00-0000-4000-8000-00000000010{n}"
+        node.allocate(uid, gpu_allocation(uid, node.gpu(0)))
+        node.state.prepare(ref(uid))
+        node.state.unprepare(ref(uid))
+    assert node.state._claim_locks == {}
