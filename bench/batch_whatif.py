@@ -26,7 +26,6 @@ import os
 import pathlib
 import platform
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -34,8 +33,6 @@ from collections.abc import Sequence
 from bench import latency, solver_online
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Mode, Problem, SolveParams, solve
-
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +81,8 @@ def measure(config: Config) -> dict[str, object]:
 
 
 def measure_fresh(config: Config) -> dict[str, object]:
-    child = [
-        sys.executable,
-        "-m",
-        "bench.batch_whatif",
-        "--child",
-        json.dumps(dataclasses.asdict(config)),
-    ]
-    done = subprocess.run(child, cwd=_ROOT, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(child)} failed:\n{done.stderr}")
-    row: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return row
+    """One configuration in a fresh Python process: its peak RSS is this configuration's."""
+    return latency.run_child("bench.batch_whatif", dataclasses.asdict(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,13 +121,12 @@ def measure(config: Config) -> dict[str, object]:
 
 def measure_fresh(config: Config) -> dict[str, object]:
     """One configuration in a fresh Python process: its peak RSS is this configuration's."""
-    child = [
-        sys.executable,
-        "-m",
-        "bench.latency",
-        "--child",
-        json.dumps(dataclasses.asdict(config)),
-    ]
+    return run_child("bench.latency", dataclasses.asdict(config))
+
+
+def run_child(module: str, config: dict[str, object]) -> dict[str, object]:
+    """Run `python -m module --child CONFIG` and return the JSON row it prints last."""
+    child = [sys.executable, "-m", module, "--child", json.dumps(config)]
     done = subprocess.run(child, cwd=_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(child)} failed:\n{done.stderr}")
