@@ -10,34 +10,11 @@ import pathlib
 
 import numpy as np
 import pytest
+from openb_rows import nodes_of, pods_of
 
 from bench import openb, openb_sim, openb_trace, replay
 
 TRACES = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-
-
-def _nodes(rows: list[tuple[int, int, int, str]]) -> openb_trace.Nodes:
-    models = tuple(sorted({r[3] for r in rows}))
-    return openb_trace.Nodes(
-        names=tuple(f"n{i}" for i in range(len(rows))),
-        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
-        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
-        gpus=np.array([r[2] for r in rows], dtype=np.int64),
-        model=np.array([models.index(r[3]) for r in rows], dtype=np.int64),
-        models=models,
-    )
-
-
-def _pods(rows: list[tuple[int, int, int, int, str]]) -> openb_trace.Pods:
-    """(cpu, memory, num_gpu, milli per GPU, spec)."""
-    return openb_trace.Pods(
-        names=tuple(f"p{i:04d}" for i in range(len(rows))),
-        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
-        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
-        num_gpu=np.array([r[2] for r in rows], dtype=np.int64),
-        milli=np.array([r[3] for r in rows], dtype=np.int64),
-        spec=tuple(r[4] for r in rows),
-    )
 
 
 def _synthetic_pods(count: int, seed: int) -> openb_trace.Pods:
@@ -52,7 +29,7 @@ def _synthetic_pods(count: int, seed: int) -> openb_trace.Pods:
         (6000, 8000, 0, 0, ""),
         (3000, 6000, 1, 700, "T4|V100M16"),
     ]
-    return _pods([kinds[int(k)] for k in rng.integers(len(kinds), size=count)])
+    return pods_of([kinds[int(k)] for k in rng.integers(len(kinds), size=count)])
 
 
 CLUSTER = [
@@ -67,7 +44,7 @@ CLUSTER = [
 @pytest.mark.parametrize("policy", sorted(openb_sim.BASELINES))
 @pytest.mark.parametrize("random_ties", [False, True])
 def test_every_baseline_replays_within_capacity(policy: str, random_ties: bool) -> None:
-    nodes = _nodes(CLUSTER)
+    nodes = nodes_of(CLUSTER)
     pods = _synthetic_pods(60, seed=7)
     rng = np.random.default_rng(42)
     order = openb_trace.arrival_order(pods, nodes.total_gpus * 1000, ratio=1.3, rng=rng)
@@ -91,8 +68,8 @@ def test_every_baseline_replays_within_capacity(policy: str, random_ties: bool) 
 
 def test_bestfit_scores_hand_checked() -> None:
     # Node 0: 64 cores and two free GPUs; node 1: 16 cores, one GPU with half of it left.
-    nodes = _nodes([(64000, 1000, 2, "T4"), (16000, 1000, 1, "T4")])
-    pods = _pods([(8000, 0, 1, 500, "")])
+    nodes = nodes_of([(64000, 1000, 2, "T4"), (16000, 1000, 1, "T4")])
+    pods = pods_of([(8000, 0, 1, 500, "")])
     cluster = openb_sim.Cluster(nodes, openb_trace.target_workload(pods))
     cluster.gpu_left[1, 0] = 500
     cluster.refresh()
@@ -108,10 +85,10 @@ def test_bestfit_scores_hand_checked() -> None:
 def test_fgd_prefers_the_exact_fit_hand_checked() -> None:
     # Target workload: one class needing half a GPU. Node 0 has two free GPUs; node 1 has one
     # GPU with 600 milli left and one free.
-    nodes = _nodes([(64000, 1000, 2, "T4"), (64000, 1000, 2, "T4")])
-    target = openb_trace.target_workload(_pods([(1000, 0, 1, 500, "")]))
+    nodes = nodes_of([(64000, 1000, 2, "T4"), (64000, 1000, 2, "T4")])
+    target = openb_trace.target_workload(pods_of([(1000, 0, 1, 500, "")]))
     assert target.freq.tolist() == [1.0]
-    pods = _pods([(1000, 0, 1, 600, "")])
+    pods = pods_of([(1000, 0, 1, 600, "")])
     cluster = openb_sim.Cluster(nodes, target)
     cluster.gpu_left[1, 0] = 600
     cluster.refresh()
@@ -130,9 +107,9 @@ def test_fgd_prefers_the_exact_fit_hand_checked() -> None:
 def test_fragmentation_counts_cpu_starved_gpus() -> None:
     # A class needing 8 cores cannot use a node with 4 cores left: all its free GPU share is
     # fragment for that class; for a class that fits, only GPUs below its need are.
-    nodes = _nodes([(4000, 1000, 2, "T4")])
+    nodes = nodes_of([(4000, 1000, 2, "T4")])
     target = openb_trace.target_workload(
-        _pods([(8000, 0, 1, 1000, "")] * 3 + [(1000, 0, 1, 300, "")])
+        pods_of([(8000, 0, 1, 1000, "")] * 3 + [(1000, 0, 1, 300, "")])
     )
     cluster = openb_sim.Cluster(nodes, target)
     cluster.gpu_left[0] = [1000, 200]
@@ -141,7 +118,7 @@ def test_fragmentation_counts_cpu_starved_gpus() -> None:
 
 
 def test_target_workload_and_tuning() -> None:
-    pods = _pods([(1000, 0, 1, 500, "")] * 6 + [(2000, 0, 0, 0, "")] * 3 + [(1, 0, 8, 1000, "")])
+    pods = pods_of([(1000, 0, 1, 500, "")] * 6 + [(2000, 0, 0, 0, "")] * 3 + [(1, 0, 8, 1000, "")])
     target = openb_trace.target_workload(pods, popularity=0.85)
     assert target.freq.tolist() == [6 / 9, 3 / 9]
     rng = np.random.default_rng(0)
@@ -215,7 +192,7 @@ def test_real_trace_truncated() -> None:
 def test_drasat_policy_replays_within_capacity(name: str) -> None:
     from bench import drasat_policy
 
-    nodes = _nodes(CLUSTER)
+    nodes = nodes_of(CLUSTER)
     pods = _synthetic_pods(40, seed=11)
     rng = np.random.default_rng(42)
     order = openb_trace.arrival_order(pods, nodes.total_gpus * 1000, ratio=1.3, rng=rng)
@@ -229,7 +206,7 @@ def test_drasat_policy_replays_within_capacity(name: str) -> None:
 def test_drasat_claims_of_trace_tasks() -> None:
     from bench import drasat_policy
 
-    pods = _pods(
+    pods = pods_of(
         [(4000, 8000, 1, 470, "V100M16|V100M32"), (8000, 0, 2, 1000, "T4"), (1, 1, 0, 0, "")]
     )
     share = drasat_policy.pod_request(pods, 0, "a").claims[0].gpu

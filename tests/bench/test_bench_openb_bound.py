@@ -12,34 +12,9 @@ import pathlib
 
 import numpy as np
 import pytest
+from openb_rows import PodRows, nodes_of, pods_of
 
 from bench import openb, openb_bound, openb_sim, openb_trace
-
-Rows = list[tuple[int, int, int, int, str]]
-
-
-def _nodes(rows: list[tuple[int, int, int, str]]) -> openb_trace.Nodes:
-    models = tuple(sorted({r[3] for r in rows}))
-    return openb_trace.Nodes(
-        names=tuple(f"n{i}" for i in range(len(rows))),
-        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
-        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
-        gpus=np.array([r[2] for r in rows], dtype=np.int64),
-        model=np.array([models.index(r[3]) for r in rows], dtype=np.int64),
-        models=models,
-    )
-
-
-def _pods(rows: Rows) -> openb_trace.Pods:
-    """(cpu, memory, num_gpu, milli per GPU, spec)."""
-    return openb_trace.Pods(
-        names=tuple(f"p{i:04d}" for i in range(len(rows))),
-        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
-        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
-        num_gpu=np.array([r[2] for r in rows], dtype=np.int64),
-        milli=np.array([r[3] for r in rows], dtype=np.int64),
-        spec=tuple(r[4] for r in rows),
-    )
 
 
 def _optimum(nodes: openb_trace.Nodes, pods: openb_trace.Pods) -> int:
@@ -96,16 +71,16 @@ def test_dual_feasible_functions() -> None:
     ],
 )
 def test_bound_is_exact_on_tiny_instances(
-    cluster: list[tuple[int, int, int, str]], rows: Rows, expected: int
+    cluster: list[tuple[int, int, int, str]], rows: PodRows, expected: int
 ) -> None:
-    nodes, pods = _nodes(cluster), _pods(rows)
+    nodes, pods = nodes_of(cluster), pods_of(rows)
     assert _optimum(nodes, pods) == expected
     assert openb_bound.bound(nodes, pods, time_limit_s=5).bound_milli == expected
 
 
 def test_bound_is_at_least_the_optimum_of_small_random_instances() -> None:
     rng = np.random.default_rng(5)
-    kinds: Rows = [
+    kinds: PodRows = [
         (4000, 100, 1, 500, ""),
         (2000, 100, 1, 700, ""),
         (8000, 100, 1, 1000, ""),
@@ -113,9 +88,9 @@ def test_bound_is_at_least_the_optimum_of_small_random_instances() -> None:
         (3000, 100, 1, 300, "T4"),
         (6000, 100, 0, 0, ""),
     ]
-    nodes = _nodes([(12000, 1000, 2, "T4"), (10000, 1000, 2, "G2")])
+    nodes = nodes_of([(12000, 1000, 2, "T4"), (10000, 1000, 2, "G2")])
     for _ in range(3):
-        pods = _pods([kinds[int(k)] for k in rng.integers(len(kinds), size=4)])
+        pods = pods_of([kinds[int(k)] for k in rng.integers(len(kinds), size=4)])
         assert openb_bound.bound(nodes, pods, time_limit_s=5).bound_milli >= _optimum(nodes, pods)
 
 
@@ -127,7 +102,7 @@ CLUSTER = [
     (16000, 65536, 1, "V100M16"),
     (96000, 393216, 8, "G2"),
 ]
-KINDS: Rows = [
+KINDS: PodRows = [
     (4000, 8000, 1, 500, ""),
     (2000, 4000, 1, 250, ""),
     (12000, 16000, 1, 1000, ""),
@@ -139,9 +114,9 @@ KINDS: Rows = [
 
 
 def _arrived() -> tuple[openb_trace.Nodes, openb_trace.Pods, openb_trace.Pods]:
-    nodes = _nodes(CLUSTER)
+    nodes = nodes_of(CLUSTER)
     rng = np.random.default_rng(11)
-    pods = _pods([KINDS[int(k)] for k in rng.integers(len(KINDS), size=40)])
+    pods = pods_of([KINDS[int(k)] for k in rng.integers(len(KINDS), size=40)])
     order = openb_trace.arrival_order(pods, nodes.total_gpus * 1000, ratio=1.3, rng=rng)
     ordered = pods.take(order)
     count = openb_bound.arrived(ordered, nodes.total_gpus)
@@ -149,8 +124,8 @@ def _arrived() -> tuple[openb_trace.Nodes, openb_trace.Pods, openb_trace.Pods]:
 
 
 def test_arrived_is_the_last_record_at_100_percent() -> None:
-    nodes = _nodes(CLUSTER)  # 29 GPUs: 1000 milli each is 3.4% of the cluster
-    pods = _pods([(1000, 10, 1, 1000, "")] * 40)
+    nodes = nodes_of(CLUSTER)  # 29 GPUs: 1000 milli each is 3.4% of the cluster
+    pods = pods_of([(1000, 10, 1, 1000, "")] * 40)
     count = openb_bound.arrived(pods, nodes.total_gpus)
     assert count == 29  # 29 GPUs arrived: 100%; 30 would be 103%
     assert openb_bound.arrived(pods, nodes.total_gpus, percent=50) == 14  # 48.3%; 15: 51.7%
@@ -197,8 +172,8 @@ def test_whole_batch_is_checked_and_within_the_bound() -> None:
 
 
 def test_checker_rejects_an_overfull_gpu() -> None:
-    nodes = _nodes([(8000, 1000, 1, "T4")])
-    pods = _pods([(1000, 10, 1, 600, "")] * 2)
+    nodes = nodes_of([(8000, 1000, 1, "T4")])
+    pods = pods_of([(1000, 10, 1, 600, "")] * 2)
     with pytest.raises(AssertionError, match="share does not fit"):
         openb_bound.check(nodes, pods, [(0, [0]), (0, [0])])
 
