@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import itertools
 import json
-import os
 import pathlib
-import platform
 import random
 import sys
 import time
@@ -104,18 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config(nodes, occupancy, pods, args.mix, args.time_limit)
         rows.append(measure(config) if args.same_process else measure_fresh(config))
         print(rows[-1], file=sys.stderr, flush=True)
-    lines = latency.table(rows)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines.append(
-        f"\n{stamp}; {platform.platform()}; python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs; load average at the end {load}"
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "batch.md").write_text("\n".join(lines) + "\n")
-    (args.out / "batch.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {args.out}/batch.md and batch.json")
+    latency.write_results(rows, args.out, "batch")
     return 0
 
 

@@ -124,6 +124,23 @@ def measure_fresh(config: Config) -> dict[str, object]:
     return run_child("bench.latency", dataclasses.asdict(config))
 
 
+def write_results(rows: list[dict[str, object]], out: pathlib.Path, name: str) -> None:
+    """Print the rows' table with when, where and under what load it ran, and save it as
+    OUT/NAME.md beside the rows as OUT/NAME.json."""
+    lines = table(rows)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines.append(
+        f"\n{stamp}; {platform.platform()}; python {platform.python_version()}; "
+        f"{os.cpu_count()} CPUs; load average at the end {load}"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out}/{name}.md and {name}.json")
+
+
 def run_child(module: str, config: dict[str, object]) -> dict[str, object]:
     """Run `python -m module --child CONFIG` and return the JSON row it prints last."""
     child = [sys.executable, "-m", module, "--child", json.dumps(config)]
@@ -241,18 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         rows.append(best_of(runs))
         print(rows[-1], file=sys.stderr, flush=True)
-    lines = table(rows)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines.append(
-        f"\n{stamp}; {platform.platform()}; python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs; load average at the end {load}"
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latency.md").write_text("\n".join(lines) + "\n")
-    (args.out / "latency.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {args.out}/latency.md and latency.json")
+    write_results(rows, args.out, "latency")
     if args.plot is not None:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")
