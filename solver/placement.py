@@ -64,25 +64,32 @@ class _State:
     nodes: dict[str, NodeState]
     views: dict[str, NodeView]
     rules: Rules
-    order: dict[str, int] = field(default_factory=dict)
+    #: Claim uid -> the node it is allocated on, for the problem's claims (placements add to it).
+    owners: dict[str, str] = field(default_factory=dict)
     #: Claims of non-sharable classes placed in this solve -> the pod that uses them.
     exclusive_users: dict[str, str] = field(default_factory=dict)
     #: The policy's lifecycle init actions, resolved into each new allocation.
     init_actions: tuple[LifecycleAction, ...] = ()
 
     @classmethod
-    def initial(cls, problem: Problem) -> _State:
+    def initial(cls, problem: Problem, views: dict[str, NodeView]) -> _State:
+        """`views`: the problem's nodes' views by name, in node order (from validate.check)."""
         states = {n.name: n for n in problem.nodes}
-        views = {n.name: view_of(n) for n in problem.nodes}
         rules = Rules(problem.policy, tuple(views.values()))
         if rules.weights.fragmentation:
             rules.workload = workload.select(problem.policy, problem.workload, problem.pods)
-        order = {name: i for i, name in enumerate(states)}
+        # One pass over the nodes for every claim of every pod (not one per claim).
+        wanted = {c.uid for pod in problem.pods for c in pod.claims}
+        owners: dict[str, str] = {}
+        for view in views.values():
+            if not view.allocated.isdisjoint(wanted):
+                for uid in view.allocated & wanted:
+                    owners.setdefault(uid, view.name)
         init = tuple(problem.policy.lifecycle.init)
-        return cls(states, views, rules, order, init_actions=init)
+        return cls(states, dict(views), rules, owners, init_actions=init)
 
     def allocated_on(self, uid: str) -> str | None:
-        return next((name for name, v in self.views.items() if uid in v.allocated), None)
+        return self.owners.get(uid)
 
     def place(self, pod: PodRequest, claims: Sequence[Claim], decision: _Decision) -> PodPlacement:
         node = self.nodes[decision.node]
@@ -105,6 +112,8 @@ class _State:
         )
         self.nodes[decision.node] = updated
         self.views[decision.node] = view_of(updated)
+        for uid in allocations:
+            self.owners.setdefault(uid, decision.node)
         for request in pod.claims:
             if not request.shareable:
                 self.exclusive_users.setdefault(request.uid, pod.key)
@@ -152,12 +161,12 @@ def _pod_input(pod: PodRequest, state: _State) -> _PodInput:
 
 
 def _candidates(pod: _PodInput, state: _State) -> tuple[list[NodeView], list[str]]:
-    """Nodes the pod may go to, and reasons when that leaves none."""
-    names = list(state.views)
+    """Nodes the pod may go to (in node order), and reasons when that leaves none."""
+    names: dict[str, NodeView] = state.views
     reasons: list[str] = []
     if pod.request.candidate_nodes is not None:
         wanted = set(pod.request.candidate_nodes)
-        names = [n for n in names if n in wanted]
+        names = {n: v for n, v in names.items() if n in wanted}
         if not names:
             reasons.append("none of the pod's candidate nodes has a NodeAllocationState")
     for request in pod.request.claims:
@@ -174,8 +183,8 @@ def _candidates(pod: _PodInput, state: _State) -> tuple[list[NodeView], list[str
         (home,) = pod.pinned_to
         if home not in names:
             return [], [f"a claim of the pod is allocated on node {home}, not a candidate node"]
-        names = [home]
-    return [state.views[n] for n in names], reasons
+        return [names[home]], reasons
+    return list(names.values()), reasons
 
 
 @dataclass
@@ -218,8 +227,8 @@ def _scan(
     best: tuple[int, int, NodeView, nodes.Evaluation] | None = None
     blockers: list[filters.Blocker] = []
     optimal = True
-    for view in views:
-        evaluation = nodes.evaluate(shape, view, rules, budget)
+    evaluations = nodes.evaluate_each(shape, views, rules, budget)
+    for view, evaluation in zip(views, evaluations, strict=True):
         if evaluation.picks is not None:
             optimal = optimal and evaluation.optimal
             if best is None or (evaluation.primary, -evaluation.secondary) > (best[0], -best[1]):
@@ -290,11 +299,11 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
 
     Raises drasat.api.errors.InputError when the problem contradicts itself (see validate).
     """
-    validate.check(problem)
+    views = validate.check(problem)
     started = time.perf_counter()
     online_budget = _budget(problem, params, online=True)
     if params.mode is Mode.online:
-        state = _State.initial(problem)
+        state = _State.initial(problem, views)
         outcome = _online(problem, state, online_budget, params)
         return Solution(
             status=Status.OPTIMAL if outcome.all_optimal else Status.FEASIBLE,
@@ -306,14 +315,17 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
             wall_time_s=time.perf_counter() - started,
             node_feasibility=outcome.feasibility,
         )
-    return _batch(problem, params, started)
+    return _batch(problem, views, params, started)
 
 
-def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
+def _batch(
+    problem: Problem, views: dict[str, NodeView], params: SolveParams, started: float
+) -> Solution:
     online_budget = _budget(problem, params, online=True)
     quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
-    warm = _online(problem, _State.initial(problem), online_budget, quiet)
-    state = _State.initial(problem)
+    warm = _online(problem, _State.initial(problem, views), online_budget, quiet)
+    state = _State.initial(problem, views)
+    order = {name: i for i, name in enumerate(views)}
     entries: list[PodEntry] = []
     inputs: dict[str, _PodInput] = {}
     warm_node = {p.pod: p.node for p in warm.placements}
@@ -322,16 +334,16 @@ def _batch(problem: Problem, params: SolveParams, started: float) -> Solution:
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
-        views, _ = _candidates(pod_input, state)
+        candidates, _ = _candidates(pod_input, state)
         if params.node_feasibility:
             # Batch: each node as the pod alone would find it, before this solve's placements.
             feasibility[pod.key] = {}
             shape = nodes.shape(
                 PodEntry(pod, pod_input.priority, pod_input.claims, ()), state.rules
             )
-            _scan(shape, views, state, online_budget, feasibility[pod.key])
+            _scan(shape, candidates, state, online_budget, feasibility[pod.key])
         fitting = _fitting_nodes(
-            pod_input, views, state, online_budget, keep, warm_node.get(pod.key)
+            pod_input, candidates, state, online_budget, keep, warm_node.get(pod.key), order
         )
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     built = model.build(entries, state.rules)
@@ -405,6 +417,7 @@ def _fitting_nodes(
     budget: solving.Budget,
     keep: int,
     warm: str | None,
+    node_order: dict[str, int],
 ) -> tuple[NodeView, ...]:
     """Nodes where the pod fits alone (no others can make room), best first, at most `keep`."""
     shape = nodes.shape(PodEntry(pod.request, pod.priority, pod.claims, ()), state.rules)
@@ -416,7 +429,7 @@ def _fitting_nodes(
     ranked.sort(key=lambda r: r[:3])
     chosen = [r[3] for r in ranked[:keep]]
     chosen += [r[3] for r in ranked[keep:] if r[3].name == warm]
-    return tuple(sorted(chosen, key=lambda v: state.order[v.name]))
+    return tuple(sorted(chosen, key=lambda v: node_order[v.name]))
 
 
 def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tuple[str, ...]:

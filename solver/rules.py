@@ -53,9 +53,11 @@ class ReservationBudget:
         return f"policy rule {self.reservation.name}"
 
 
-#: (policy fingerprint, node name) -> Rules.node_class: policies and nodes change rarely.
-_NODE_CLASSES: dict[tuple[str, str], tuple[bool, ...]] = {}
-_NODE_CLASS_IDS: dict[tuple[str, str], int] = {}
+#: Policy fingerprint -> node name -> Rules.node_class (and its interned number): policies and
+#: nodes change rarely; a solve looks each of its nodes up once per pod.
+_NODE_CLASSES: dict[str, dict[str, tuple[bool, ...]]] = {}
+_NODE_CLASS_IDS: dict[str, dict[str, int]] = {}
+_NODE_CLASS_MEMO_SIZE = 65536
 
 
 class Rules:
@@ -76,33 +78,36 @@ class Rules:
         }
         #: Identifies the policy in memo keys.
         self.fingerprint = policy.model_dump_json()
+        self._classes = _NODE_CLASSES.setdefault(self.fingerprint, {})
+        self._class_ids = _NODE_CLASS_IDS.setdefault(self.fingerprint, {})
         #: The fragmentation term's target workload (`workload.py`); empty: the term charges
         #: only opening untouched GPUs and blocking MIG placements. Set by `placement.solve`.
         self.workload = Workload.empty()
 
     def node_class_id(self, node: str) -> int:
         """node_class as a small number (memo keys)."""
-        key = (self.fingerprint, node)
-        found = _NODE_CLASS_IDS.get(key)
+        found = self._class_ids.get(node)
         if found is None:
             found = intern(self.node_class(node))
-            _NODE_CLASS_IDS[key] = found
+            self._class_ids[node] = found
         return found
 
     def node_class(self, node: str) -> tuple[bool, ...]:
         """What the policy says about a node by its name (preferred, in each reservation)."""
-        key = (self.fingerprint, node)
-        found = _NODE_CLASSES.get(key)
+        found = self._classes.get(node)
         if found is None:
             covered = [
                 any(fnmatch.fnmatchcase(node, g) for g in r.nodes)
                 for r in self.policy.rules.reservations
             ]
             found = (self.prefers_node(node), *covered)
-            if len(_NODE_CLASSES) > 65536:
+            if len(self._classes) > _NODE_CLASS_MEMO_SIZE or len(_NODE_CLASSES) > 64:
+                # Start afresh (this solve's tables stay valid: they are detached, not cleared).
                 _NODE_CLASSES.clear()
                 _NODE_CLASS_IDS.clear()
-            _NODE_CLASSES[key] = found
+                self._classes = _NODE_CLASSES.setdefault(self.fingerprint, {})
+                self._class_ids = _NODE_CLASS_IDS.setdefault(self.fingerprint, {})
+            self._classes[node] = found
         return found
 
     # -- eligibility ----------------------------------------------------------------------------

@@ -7,21 +7,26 @@ specs, one GPU uuid on two nodes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from drasat.api.errors import InputError
 from drasat.solver import inventory
 from drasat.solver.problem import ClaimRequest, Problem
 
 
-def check(problem: Problem) -> None:
-    """Raise InputError naming the object and field when the problem contradicts itself."""
-    if len({n.name for n in problem.nodes}) != len(problem.nodes):
-        _duplicate_node(problem)
+def check(problem: Problem) -> dict[str, inventory.NodeView]:
+    """Raise InputError naming the object and field when the problem contradicts itself.
+
+    Returns the nodes' views by name, in node order (solving reuses them: at thousands of nodes
+    each pass over them costs a millisecond).
+    """
     # Cheap on the online path: the views (and their uuid sets) are memoized per node, and a
     # cluster whose uuid sets passed before (the next decision: one node's allocations changed,
     # not its GPUs) is not checked again.
-    views = [inventory.view_of(n) for n in problem.nodes]
+    by_name = {n.name: inventory.view_of(n) for n in problem.nodes}
+    if len(by_name) != len(problem.nodes):
+        _duplicate_node(problem)
+    views = by_name.values()
     key = tuple([v.uuids for v in views])
     if key not in _UUIDS_CHECKED:
         if sum(len(v.uuids) for v in views) != len(frozenset().union(*(v.uuids for v in views))):
@@ -42,6 +47,7 @@ def check(problem: Problem) -> None:
                     f"pod {pod.key}: claim uid {claim.uid} ({claim.namespace}/{claim.name}) "
                     f"differs from the claim with that uid in pod {seen[1]}"
                 )
+    return by_name
 
 
 #: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
@@ -57,7 +63,7 @@ def _duplicate_node(problem: Problem) -> None:
         nodes.add(node.name)
 
 
-def _duplicate_gpu(views: Sequence[inventory.NodeView]) -> None:
+def _duplicate_gpu(views: Iterable[inventory.NodeView]) -> None:
     owner: dict[str, str] = {}
     for view in views:
         for uuid in sorted(view.uuids):
