@@ -150,33 +150,59 @@ def reason(
     pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
 ) -> filters.Blocker | None:
     """Why the pod does not fit the node (computed once per memo entry, re-spelled after)."""
-    if evaluation.picks is not None:
+    memo, refs = _found_blocker(pod, node, evaluation, rules, budget)
+    if memo is None:
         return None
+    blocker = memo.blocker
+    assert blocker is not None
+    if blocker.node == node.name and memo.refs == refs:
+        return blocker
+    return dataclasses.replace(
+        blocker,
+        node=node.name,
+        node_text=_respell(blocker.node_text, memo, node.name, refs),
+        summary=_respell(blocker.summary, memo, node.name, refs),
+        key=_respell(blocker.key, memo, blocker.node, refs),
+    )
+
+
+def reason_text(
+    pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
+) -> str | None:
+    """`reason(...).node_text` alone: the controller asks it of every node that does not fit,
+    so only the per-node sentence is re-spelled."""
+    memo, refs = _found_blocker(pod, node, evaluation, rules, budget)
+    if memo is None:
+        return None
+    assert memo.blocker is not None
+    return _respell(memo.blocker.node_text, memo, node.name, refs)
+
+
+def _found_blocker(
+    pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
+) -> tuple[Evaluation | None, tuple[str, ...]]:
+    """The memo entry holding the node's blocker (None: it fits, or no blocker was found)."""
     refs = tuple(c.ref for c in pod.entry.claims)
+    if evaluation.picks is not None:
+        return None, refs
     if evaluation.blocker is None:
         evaluation.blocker = filters.node_blocker(
             pod.entry.request, pod.entry.claims, node, rules
         ) or explain.model_blocker(pod.entry, node, rules, budget)
         evaluation.refs = refs
-    return _respell(evaluation, node.name, refs)
+    return (evaluation if evaluation.blocker is not None else None), refs
 
 
-def _respell(memo: Evaluation, node: str, refs: tuple[str, ...]) -> filters.Blocker | None:
+def _respell(text: str, memo: Evaluation, node: str, refs: tuple[str, ...]) -> str:
+    """A text of the memo's blocker as it reads for another node and the pod's own claims."""
     blocker = memo.blocker
-    if blocker is None:
-        return None
-    if blocker.node == node and memo.refs == refs:
-        return blocker
-    texts = [blocker.node_text, blocker.summary]
-    for i, text in enumerate(texts):
+    assert blocker is not None
+    if blocker.node != node:
         text = text.replace(f"node {blocker.node}", f"node {node}")
+    if memo.refs != refs:
         for old, new in zip(memo.refs, refs, strict=True):
             text = text.replace(f"claim {old}", f"claim {new}").replace(old, new)
-        texts[i] = text
-    key = blocker.key
-    for old_claim, new_claim in zip(memo.refs, refs, strict=True):
-        key = key.replace(old_claim, new_claim)
-    return dataclasses.replace(blocker, node=node, node_text=texts[0], summary=texts[1], key=key)
+    return text
 
 
 def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:

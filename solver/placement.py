@@ -226,6 +226,7 @@ def _scan(
     rules = state.rules
     best: tuple[int, int, NodeView, nodes.Evaluation] | None = None
     blockers: list[filters.Blocker] = []
+    misses: list[tuple[NodeView, nodes.Evaluation]] = []
     optimal = True
     evaluations = nodes.evaluate_each(shape, views, rules, budget)
     for view, evaluation in zip(views, evaluations, strict=True):
@@ -236,10 +237,20 @@ def _scan(
             if feasibility is not None:
                 feasibility[view.name] = None
         elif feasibility is not None:
-            blocker = nodes.reason(shape, view, evaluation, rules, budget)
-            if blocker is not None:
-                blockers.append(blocker)
-            feasibility[view.name] = _node_text(blocker)
+            feasibility[view.name] = None  # keeps node order; the reason is filled in below
+            misses.append((view, evaluation))
+    if feasibility is not None:
+        for view, evaluation in misses:
+            if best is None:
+                blocker = nodes.reason(shape, view, evaluation, rules, budget)
+                if blocker is not None:
+                    blockers.append(blocker)
+                feasibility[view.name] = _node_text(blocker)
+            else:
+                # The pod fits somewhere: the blockers' cluster-wide sentences are not needed,
+                # only each node's own reason (the controller's UnsuitableNodes).
+                text = nodes.reason_text(shape, view, evaluation, rules, budget)
+                feasibility[view.name] = text or _node_text(None)
     if best is None:
         return None, blockers, optimal
     outcome = nodes.outcome(shape, best[2], best[3])
