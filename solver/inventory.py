@@ -93,6 +93,10 @@ class GpuSlot:
             self.options_id,
         )
 
+    def hardware(self) -> tuple[object, ...]:
+        """What the GPU is, whatever is taken of it (its uuid aside)."""
+        return (*self.key()[:9], self.info.index)
+
     def identity(self) -> tuple[object, ...]:
         peers = tuple(self.info.nvlinkPeers or ())
         return (self.info.uuid, self.info.index, peers, self.held_by)
@@ -147,6 +151,9 @@ class NodeView:
     exact_key: int = 0
     #: Every GPU uuid the NAS lists, healthy or not.
     uuids: frozenset[str] = frozenset()
+    #: What the usable GPUs are, not what is taken of them (interned: equal for nodes of the
+    #: same hardware; selectors on uuid aside, eligibility is read from it).
+    hardware_key: int = 0
 
     @property
     def used_before(self) -> bool:
@@ -308,6 +315,7 @@ def build_view(node: NodeState) -> NodeView:
         canonical_key=canonical_key,
         exact_key=intern((canonical_key, tuple(g.identity() for g in canonical))),
         uuids=frozenset(g.uuid for g in nas.gpus()),
+        hardware_key=intern(tuple(sorted(g.hardware() for g in canonical))),
     )
 
 

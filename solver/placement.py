@@ -77,7 +77,8 @@ class _State:
         states = {n.name: n for n in problem.nodes}
         rules = Rules(problem.policy, tuple(views.values()))
         if rules.weights.fragmentation:
-            rules.workload = workload.select(problem.policy, problem.workload, problem.pods)
+            chosen = workload.select(problem.policy, problem.workload, problem.pods)
+            rules.workload = chosen.scaled_by_supply(views.values(), rules)
         # One pass over the nodes for every claim of every pod (not one per claim).
         wanted = {c.uid for pod in problem.pods for c in pod.claims}
         owners: dict[str, str] = {}

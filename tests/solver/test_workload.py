@@ -17,8 +17,10 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
-from drasat.solver import Mode, Problem, SolveParams, solve
+from drasat.solver import Mode, NodeState, Problem, SolveParams, solve
 from drasat.solver import workload as wl
+from drasat.solver.inventory import view_of
+from drasat.solver.rules import Rules
 
 FRAG_ONLY = [ObjectiveTerm(term=Term.fragmentation)]
 
@@ -141,3 +143,58 @@ def test_estimate_keeps_the_popular_shapes_covering_95_percent() -> None:
 def test_policy_workload_is_validated(term: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         ObjectiveTerm.model_validate(term)
+
+
+def _held_whole(uid: str, uuid: str) -> AllocatedDevices:
+    return AllocatedDevices(
+        claimInfo=ClaimInfo(namespace="default", name=uid, uid=uid),
+        gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=uuid)]),
+    )
+
+
+#: 19 of 20 expected claims take any GPU, one takes only a T4.
+ANY_GPU = WorkloadShape(weight=19)
+T4_ONLY = WorkloadShape(weight=1, selector={"productName": "*T4*"})
+
+
+def _scarce_cluster() -> tuple[NodeState, NodeState]:
+    """A T4 node (2 GPUs, one in use: binpack's pick) and an idle 8 x A100 node."""
+    rare = make_node("rare", "T4", count=2, allocated={"old": _held_whole("old", "GPU-rare-0")})
+    return rare, make_node("common", "A100-40GB", count=8)
+
+
+def test_scarce_gpus_are_kept_for_the_claims_that_can_use_nothing_else() -> None:
+    # Without scarcity the T4 class is 1/20 of the workload: freeing the A100 node's capacity
+    # for it saves 1 unit, less than binpack's cost of a new node, so the pod took the last
+    # T4. Counted against its supply (2 of 10 GPUs: 25 x its weight), that T4 is worth more.
+    problem = Problem(
+        nodes=_scarce_cluster(),
+        pods=(pod("any", gpu_claim("any")),),
+        policy=AllocationPolicySpec(),
+        workload=(ANY_GPU, T4_ONLY),
+    )
+    solution = solve(problem, SolveParams(mode=Mode.online))
+    assert_valid(problem, solution)
+    assert [p.node for p in solution.placements] == ["common"]
+
+
+def test_scarcity_scales_only_restricted_classes() -> None:
+    nodes = _scarce_cluster()
+    views = tuple(view_of(n) for n in nodes)
+    rules = Rules(AllocationPolicySpec(), views)
+    plain = wl.Workload.from_shapes((ANY_GPU,))
+    assert plain.scaled_by_supply(views, rules) is plain  # nothing restricted: unchanged
+    scaled = wl.Workload.from_shapes((ANY_GPU, T4_ONLY)).scaled_by_supply(views, rules)
+    assert [(c.weight, c.factor) for c in scaled.classes] == [(19, 19), (1, 25)]
+    assert scaled.total == 20
+    # Every GPU allowed by the selector: no scarcity, same workload.
+    wide = wl.Workload.from_shapes((ANY_GPU, WorkloadShape(selector={"productName": "*"})))
+    assert wide.scaled_by_supply(views, rules) is wide
+    # A namespace confined to T4s by the policy is as scarce as the T4 selector.
+    confined = AllocationPolicySpec.model_validate(
+        {"rules": {"allowedProducts": [{"namespace": "t4s", "products": ["*T4*"]}]}}
+    )
+    rules = Rules(confined, views)
+    shapes = (ANY_GPU, WorkloadShape(weight=1, namespace="t4s"))
+    by_policy = wl.Workload.from_shapes(shapes).scaled_by_supply(views, rules)
+    assert [c.factor for c in by_policy.classes] == [19, 25]
