@@ -27,8 +27,9 @@ Scarcity (`Workload.scaled_by_supply`): FGD weights each class by its frequency 
 stranded for a class that may use only a few GPUs (a product selector, a namespace confined by
 allowedProducts or kept off reserved GPUs) counts no more than capacity stranded for one that may
 use any GPU, and packing then fills the scarce GPUs with claims that could have gone anywhere.
-Each class's weight is multiplied by (non-MIG GPUs of the solve's nodes / those it may use) **
-SCARCITY_POWER: the share of its options a stranded GPU takes, times how crowded they are. On the
+Each class's weight is multiplied by (the most non-MIG GPUs of the solve's nodes that any class
+may use / those it may use) ** SCARCITY_POWER: the share of its options a stranded GPU takes,
+times how crowded they are, relative to the least constrained class. On the
 openb gpuspec33 list (seed 42) this took the unallocated GPUs at 100% arrival from 13.52% to
 6.91% (power 1: 8.49%; 3: 6.88%); lists without selectors are unchanged (docs/PERFORMANCE.md).
 """
@@ -66,9 +67,10 @@ GRANULARITY = 4
 #: `estimate` gives weights in these units of the covered total (per mille): a distribution
 #: that barely moves keeps its weights, and so the memo keys of every cost computed with it.
 ESTIMATE_SCALE = 1000
-#: A class that may use only a share s of the GPUs (selector, allowedProducts, reservations)
-#: counts (1 / s) ** SCARCITY_POWER times its weight: stranding capacity for it costs more the
-#: fewer GPUs it has to go to (the share of its options lost) and the more it crowds them.
+#: A class that may use only a share s of the GPUs the least constrained class may use (by its
+#: selector, allowedProducts, reservations) counts (1 / s) ** SCARCITY_POWER times its weight:
+#: stranding capacity for it costs more the fewer GPUs it has to go to (the share of its options
+#: lost) and the more it crowds them.
 SCARCITY_POWER = 2
 
 
@@ -154,15 +156,16 @@ class Workload:
         return bool(self.classes)
 
     def scaled_by_supply(self, views: Iterable[NodeView], rules: Rules) -> Workload:
-        """The workload with each class weighted by its scarcity: (non-MIG GPUs of the nodes /
-        those the class may use) ** SCARCITY_POWER. Classes that may use every GPU keep their
-        weight, so without selectors, allowedProducts or reservations nothing changes (and the
-        nodes are not walked)."""
-        if not any(_restricted(c.claim, rules) for c in self.classes):
+        """The workload with each class weighted by its scarcity relative to the others: (the
+        most non-MIG GPUs a class may use / those this one may use) ** SCARCITY_POWER. Scarcity
+        is relative, so a workload of one class, or without selectors, allowedProducts or
+        reservations, is unchanged (and the nodes are not walked)."""
+        if len(self.classes) < 2 or not any(_restricted(c.claim, rules) for c in self.classes):
             return self
-        total, eligible = _supply(self, views, rules)
+        eligible = _supply(self, views, rules)
+        most = max(eligible)
         classes = tuple(
-            dataclasses.replace(c, scaled=_scaled(c.weight, total, usable))
+            dataclasses.replace(c, scaled=_scaled(c.weight, most, usable))
             for c, usable in zip(self.classes, eligible, strict=True)
         )
         if all(c.scaled == c.weight for c in classes):
@@ -268,18 +271,18 @@ def _restricted(claim: Claim, rules: Rules) -> bool:
     )
 
 
-def _scaled(weight: int, total: int, usable: int) -> int:
-    if not usable or usable >= total:
+def _scaled(weight: int, most: int, usable: int) -> int:
+    if not usable or usable >= most:
         return weight  # a class no GPU can serve costs the same on every node: left as is
-    return max(weight, round(weight * (total / usable) ** SCARCITY_POWER))
+    return round(weight * (most / usable) ** SCARCITY_POWER)
 
 
-#: (workload id, policy, node hardware, node class) -> (non-MIG GPUs, GPUs each class may use)
-_SUPPLY: dict[tuple[int, str, int, int], tuple[int, tuple[int, ...]]] = {}
+#: (workload id, policy, node hardware, node class) -> non-MIG GPUs each class may use
+_SUPPLY: dict[tuple[int, str, int, int], tuple[int, ...]] = {}
 
 
-def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> tuple[int, list[int]]:
-    """The nodes' non-MIG GPUs, and how many of them each class may use (whatever is taken).
+def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list[int]:
+    """How many of the nodes' non-MIG GPUs each class may use (whatever is taken).
 
     Nodes of one hardware and policy class count alike, so each such group is read once (a
     selector on GPU uuids reads every node)."""
@@ -290,21 +293,20 @@ def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> tupl
         key = (id(view) if by_uuid else view.hardware_key, rules.node_class_id(view.name))
         groups[key] += 1
         sample.setdefault(key, view)
-    total, eligible = 0, [0] * len(workload.classes)
+    eligible = [0] * len(workload.classes)
     for key, nodes in groups.items():
         memo = (workload.id, rules.fingerprint, *key)
         found = None if by_uuid else _SUPPLY.get(memo)
         if found is None:
             gpus = [g for g in sample[key].gpus if not g.mig_enabled]
-            found = (len(gpus), tuple(_usable(c.claim, gpus, rules) for c in workload.classes))
+            found = tuple(_usable(c.claim, gpus, rules) for c in workload.classes)
             if not by_uuid:
                 if len(_SUPPLY) > 65536:
                     _SUPPLY.clear()
                 _SUPPLY[memo] = found
-        total += nodes * found[0]
-        for i, n in enumerate(found[1]):
+        for i, n in enumerate(found):
             eligible[i] += nodes * n
-    return total, eligible
+    return eligible
 
 
 def _usable(claim: Claim, gpus: Sequence[GpuSlot], rules: Rules) -> int:

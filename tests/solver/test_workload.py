@@ -187,6 +187,12 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     scaled = wl.Workload.from_shapes((ANY_GPU, T4_ONLY)).scaled_by_supply(views, rules)
     assert [(c.weight, c.factor) for c in scaled.classes] == [(19, 19), (1, 25)]
     assert scaled.total == 20
+    # Scarcity is relative to the least constrained class: 2 T4s against 8 A100s.
+    a100 = WorkloadShape(weight=3, selector={"productName": "*A100*"})
+    pair = wl.Workload.from_shapes((a100, T4_ONLY)).scaled_by_supply(views, rules)
+    assert [c.factor for c in pair.classes] == [3, 16]
+    alone = wl.Workload.from_shapes((T4_ONLY,))  # one class: nothing to weigh it against
+    assert alone.scaled_by_supply(views, rules) is alone
     # Every GPU allowed by the selector: no scarcity, same workload.
     wide = wl.Workload.from_shapes((ANY_GPU, WorkloadShape(selector={"productName": "*"})))
     assert wide.scaled_by_supply(views, rules) is wide
