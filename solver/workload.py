@@ -30,8 +30,9 @@ use any GPU, and packing then fills the scarce GPUs with claims that could have 
 Each class's weight is multiplied by (the most non-MIG GPUs of the solve's nodes that any class
 may use / those it may use) ** SCARCITY_POWER: the share of its options a stranded GPU takes,
 times how crowded they are, relative to the least constrained class. On the
-openb gpuspec33 list (seed 42) this took the unallocated GPUs at 100% arrival from 13.52% to
-6.91% (power 1: 8.49%; 3: 6.88%); lists without selectors are unchanged (docs/PERFORMANCE.md).
+openb gpuspec33 list this took the unallocated GPUs at 100% arrival from 13.52% to 7.03% (seed
+42; 10 seeds: 7.12%, FGD 12.18%); power 1 gave 8.49%. Lists without selectors are unchanged
+(docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
