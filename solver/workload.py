@@ -85,11 +85,7 @@ class WorkloadClass:
     weight: int  # pods of this class
     #: What the measure sums the class's unusable capacity with: `weight`, times its scarcity
     #: once `Workload.scaled_by_supply` has counted the GPUs it may use.
-    scaled: int = 0
-
-    @property
-    def factor(self) -> int:
-        return self.scaled or self.weight
+    scaled: int
 
 
 @dataclass(frozen=True)
@@ -146,7 +142,8 @@ class Workload:
             if len(classes) >= MAX_CLASSES or covered >= coverage * everything:
                 break
             claim, need, count, cpu, memory_mib = claims[shape]
-            classes.append(WorkloadClass(claim, need, count, cpu, memory_mib, weights[shape]))
+            weight = weights[shape]
+            classes.append(WorkloadClass(claim, need, count, cpu, memory_mib, weight, weight))
             covered += weights[shape]
         if not classes:
             return cls.empty()
@@ -274,7 +271,8 @@ def _restricted(claim: Claim, rules: Rules) -> bool:
 
 def _scaled(weight: int, most: int, usable: int) -> int:
     if not usable or usable >= most:
-        return weight  # a class no GPU can serve costs the same on every node: left as is
+        # The least constrained; or one no GPU can serve, which costs the same on every node.
+        return weight
     return round(weight * (most / usable) ** SCARCITY_POWER)
 
 
@@ -370,7 +368,7 @@ def fragmented(
                     fitting += 1
             if fitting >= c.count:
                 unusable = total_free - usable
-        out += c.factor * unusable
+        out += c.scaled * unusable
     return out
 
 

@@ -185,12 +185,12 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     plain = wl.Workload.from_shapes((ANY_GPU,))
     assert plain.scaled_by_supply(views, rules) is plain  # nothing restricted: unchanged
     scaled = wl.Workload.from_shapes((ANY_GPU, T4_ONLY)).scaled_by_supply(views, rules)
-    assert [(c.weight, c.factor) for c in scaled.classes] == [(19, 19), (1, 25)]
+    assert [(c.weight, c.scaled) for c in scaled.classes] == [(19, 19), (1, 25)]
     assert scaled.total == 20
     # Scarcity is relative to the least constrained class: 2 T4s against 8 A100s.
     a100 = WorkloadShape(weight=3, selector={"productName": "*A100*"})
     pair = wl.Workload.from_shapes((a100, T4_ONLY)).scaled_by_supply(views, rules)
-    assert [c.factor for c in pair.classes] == [3, 16]
+    assert [c.scaled for c in pair.classes] == [3, 16]
     alone = wl.Workload.from_shapes((T4_ONLY,))  # one class: nothing to weigh it against
     assert alone.scaled_by_supply(views, rules) is alone
     # Every GPU allowed by the selector: no scarcity, same workload.
@@ -203,4 +203,4 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     rules = Rules(confined, views)
     shapes = (ANY_GPU, WorkloadShape(weight=1, namespace="t4s"))
     by_policy = wl.Workload.from_shapes(shapes).scaled_by_supply(views, rules)
-    assert [c.factor for c in by_policy.classes] == [19, 25]
+    assert [c.scaled for c in by_policy.classes] == [19, 25]
