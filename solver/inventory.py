@@ -71,6 +71,8 @@ class GpuSlot:
     options_id: int = 0
     #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
     state_id: int = 0
+    #: intern(hardware()): GPUs of the same kind at the same index, whatever is taken of them.
+    hardware_id: int = 0
 
     def key(self) -> tuple[object, ...]:
         """Everything the solver may read of this GPU except its identity (uuid, index, peers)."""
@@ -300,6 +302,7 @@ def build_view(node: NodeState) -> NodeView:
         # dataclasses.replace on thousands of GPUs).
         object.__setattr__(gpu, "position", position)
         object.__setattr__(gpu, "state_id", intern(key))
+        object.__setattr__(gpu, "hardware_id", intern(gpu.hardware()))
     canonical = tuple(g for _, g in keyed)
     node_facts = (node.ready, node.unready_reason, cpu_free, memory_free)
     canonical_key = intern((node_facts, tuple(g.state_id for g in canonical)))
@@ -316,7 +319,7 @@ def build_view(node: NodeState) -> NodeView:
         canonical_key=canonical_key,
         exact_key=intern((canonical_key, tuple(g.identity() for g in canonical))),
         uuids=frozenset(g.uuid for g in nas.gpus()),
-        hardware_key=intern(tuple(sorted(g.hardware() for g in canonical))),
+        hardware_key=intern(tuple(sorted(g.hardware_id for g in canonical))),
     )
 
 

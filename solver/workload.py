@@ -94,6 +94,8 @@ class Workload:
     total: int  # sum of the weights
     #: intern(what the classes are): part of memo keys.
     id: int
+    #: Some class selects GPUs by uuid (so which GPUs it may use is read GPU by GPU).
+    names_uuid: bool = False
 
     @classmethod
     def empty(cls) -> Workload:
@@ -148,7 +150,8 @@ class Workload:
         if not classes:
             return cls.empty()
         shapes = tuple((k, weights[k]) for k in ranked[: len(classes)])
-        return cls(tuple(classes), covered, intern(shapes))
+        by_uuid = any(_names_uuid(c.claim.selector) for c in classes)
+        return cls(tuple(classes), covered, intern(shapes), by_uuid)
 
     def __bool__(self) -> bool:
         return bool(self.classes)
@@ -168,7 +171,8 @@ class Workload:
         )
         if all(c.scaled == c.weight for c in classes):
             return self
-        return Workload(classes, self.total, intern((self.id, tuple(c.scaled for c in classes))))
+        scaled_id = intern((self.id, tuple(c.scaled for c in classes)))
+        return Workload(classes, self.total, scaled_id, self.names_uuid)
 
 
 def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:
@@ -285,7 +289,7 @@ def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list
 
     Nodes of one hardware and policy class count alike, so each such group is read once (a
     selector on GPU uuids reads every node)."""
-    by_uuid = any(_names_uuid(c.claim.selector) for c in workload.classes)
+    by_uuid = workload.names_uuid
     groups: Counter[tuple[int, int]] = Counter()
     sample: dict[tuple[int, int], NodeView] = {}
     for view in views:
@@ -297,8 +301,8 @@ def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list
         memo = (workload.id, rules.fingerprint, *key)
         found = None if by_uuid else _SUPPLY.get(memo)
         if found is None:
-            gpus = [g for g in sample[key].gpus if not g.mig_enabled]
-            found = tuple(_usable(c.claim, gpus, rules) for c in workload.classes)
+            rows = [eligible_row(workload, g, rules) for g in sample[key].gpus if not g.mig_enabled]
+            found = tuple(sum(row[i] for row in rows) for i in range(len(workload.classes)))
             if not by_uuid:
                 if len(_SUPPLY) > 65536:
                     _SUPPLY.clear()
@@ -306,12 +310,6 @@ def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list
         for i, n in enumerate(found):
             eligible[i] += nodes * n
     return eligible
-
-
-def _usable(claim: Claim, gpus: Sequence[GpuSlot], rules: Rules) -> int:
-    return sum(
-        1 for g in gpus if demand.device_fits(claim, g) and rules.blocking_rule(claim, g) is None
-    )
 
 
 def _names_uuid(selector: GpuSelector | None) -> bool:
@@ -327,18 +325,30 @@ def _free(gpu: GpuSlot) -> int:
     return max(0, FULL_COMPUTE - gpu.share_compute_used)
 
 
-_ELIGIBLE: dict[tuple[int, int, int], bool] = {}
+_ROWS: dict[tuple[int, str, int, int, str], tuple[bool, ...]] = {}
 
 
-def _eligible(workload: Workload, index: int, gpu: GpuSlot, rules: Rules) -> bool:
-    key = (workload.id, index, gpu.state_id)
-    found = _ELIGIBLE.get(key)
+def eligible_row(workload: Workload, gpu: GpuSlot, rules: Rules) -> tuple[bool, ...]:
+    """Which classes may use the GPU by their selectors and the policy's rules, whatever is taken
+    of it. Memoized by what the GPU is and its node's policy class (reservations name nodes),
+    and by its uuid only when some class selects GPUs by uuid."""
+    node_class = rules.node_class_id(gpu.node)
+    key = (
+        workload.id,
+        rules.fingerprint,
+        gpu.hardware_id,
+        node_class,
+        gpu.uuid if workload.names_uuid else "",
+    )
+    found = _ROWS.get(key)
     if found is None:
-        claim = workload.classes[index].claim
-        found = demand.device_fits(claim, gpu) and rules.blocking_rule(claim, gpu) is None
-        if len(_ELIGIBLE) > 65536:
-            _ELIGIBLE.clear()
-        _ELIGIBLE[key] = found
+        found = tuple(
+            demand.device_fits(c.claim, gpu) and rules.blocking_rule(c.claim, gpu) is None
+            for c in workload.classes
+        )
+        if len(_ROWS) > 65536:
+            _ROWS.clear()
+        _ROWS[key] = found
     return found
 
 
@@ -358,12 +368,17 @@ def fragmented(
     cpu = None if node.cpu_free_milli is None else node.cpu_free_milli - cpu_taken
     memory = None if node.memory_free_mib is None else node.memory_free_mib - memory_taken
     out = 0
+    # A GPU with nothing free adds nothing for any class: its row is not looked up.
+    rows = [
+        eligible_row(workload, g, rules) if left else ()
+        for g, left in zip(node.gpus, free, strict=True)
+    ]
     for index, c in enumerate(workload.classes):
         unusable = total_free
         if (cpu is None or cpu >= c.cpu_milli) and (memory is None or memory >= c.memory_mib):
             usable, fitting = 0, 0
-            for gpu, left in zip(node.gpus, free, strict=True):
-                if left >= c.need and left and _eligible(workload, index, gpu, rules):
+            for row, left in zip(rows, free, strict=True):
+                if left >= c.need and left and row[index]:
                     usable += left
                     fitting += 1
             if fitting >= c.count:

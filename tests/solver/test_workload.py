@@ -204,3 +204,24 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     shapes = (ANY_GPU, WorkloadShape(weight=1, namespace="t4s"))
     by_policy = wl.Workload.from_shapes(shapes).scaled_by_supply(views, rules)
     assert [c.scaled for c in by_policy.classes] == [19, 25]
+
+
+def test_which_classes_may_use_a_gpu_is_read_per_node_policy_class() -> None:
+    # Two nodes with GPUs of one kind in one state; a reservation keeps one node's GPUs for
+    # team-a. Asked about the reserved node first, the answer must not stick to the other.
+    reserved, open_node = make_node("res-1", "T4"), make_node("open-1", "T4")
+    policy = AllocationPolicySpec.model_validate(
+        {
+            "rules": {
+                "reservations": [{"name": "keep", "namespaces": ["team-a"], "nodes": ["res-*"]}]
+            }
+        }
+    )
+    views = (view_of(reserved), view_of(open_node))
+    rules = Rules(policy, views)
+    shapes = (WorkloadShape(weight=2, namespace="team-a"), WorkloadShape(weight=1, namespace="b"))
+    work = wl.Workload.from_shapes(shapes)
+    assert wl.eligible_row(work, views[0].gpus[0], rules) == (True, False)
+    assert wl.eligible_row(work, views[1].gpus[0], rules) == (True, True)
+    # The other team's claims are scarce for the reserved GPU: 1 of 2 GPUs, 4 x their weight.
+    assert [c.scaled for c in work.scaled_by_supply(views, rules).classes] == [2, 4]
