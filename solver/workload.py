@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -156,7 +156,7 @@ class Workload:
     def __bool__(self) -> bool:
         return bool(self.classes)
 
-    def scaled_by_supply(self, views: Iterable[NodeView], rules: Rules) -> Workload:
+    def scaled_by_supply(self, views: Collection[NodeView], rules: Rules) -> Workload:
         """The workload with each class weighted by its scarcity relative to the others: (the
         most non-MIG GPUs a class may use / those this one may use) ** SCARCITY_POWER. Scarcity
         is relative, so a workload of one class, or without selectors, allowedProducts or
@@ -282,14 +282,24 @@ def _scaled(weight: int, most: int, usable: int) -> int:
 
 #: (workload id, policy, node hardware, node class) -> non-MIG GPUs each class may use
 _SUPPLY: dict[tuple[int, str, int, int], tuple[int, ...]] = {}
+#: (workload id, policy, node names, their hardware) -> what `_supply` found: the next decision
+#: sees the same nodes with other allocations, and need not walk them (5 ms at 5,000 nodes).
+_CLUSTER_SUPPLY: dict[tuple[object, ...], tuple[int, ...]] = {}
 
 
-def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list[int]:
+def _supply(workload: Workload, views: Collection[NodeView], rules: Rules) -> tuple[int, ...]:
     """How many of the nodes' non-MIG GPUs each class may use (whatever is taken).
 
     Nodes of one hardware and policy class count alike, so each such group is read once (a
     selector on GPU uuids reads every node)."""
     by_uuid = workload.names_uuid
+    cluster: tuple[object, ...] = ()
+    if not by_uuid:
+        names = tuple([v.name for v in views])
+        cluster = (workload.id, rules.fingerprint, names, tuple([v.hardware_key for v in views]))
+        known = _CLUSTER_SUPPLY.get(cluster)
+        if known is not None:
+            return known
     groups: Counter[tuple[int, int]] = Counter()
     sample: dict[tuple[int, int], NodeView] = {}
     for view in views:
@@ -309,7 +319,12 @@ def _supply(workload: Workload, views: Iterable[NodeView], rules: Rules) -> list
                 _SUPPLY[memo] = found
         for i, n in enumerate(found):
             eligible[i] += nodes * n
-    return eligible
+    found_all = tuple(eligible)
+    if cluster:
+        if len(_CLUSTER_SUPPLY) >= 64:
+            _CLUSTER_SUPPLY.clear()
+        _CLUSTER_SUPPLY[cluster] = found_all
+    return found_all
 
 
 def _names_uuid(selector: GpuSelector | None) -> bool:

@@ -19,7 +19,7 @@ from drasat.api.nas import (
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
 from drasat.solver import Mode, NodeState, Problem, SolveParams, solve
 from drasat.solver import workload as wl
-from drasat.solver.inventory import view_of
+from drasat.solver.inventory import NodeView, view_of
 from drasat.solver.rules import Rules
 
 FRAG_ONLY = [ObjectiveTerm(term=Term.fragmentation)]
@@ -225,3 +225,19 @@ def test_which_classes_may_use_a_gpu_is_read_per_node_policy_class() -> None:
     assert wl.eligible_row(work, views[1].gpus[0], rules) == (True, True)
     # The other team's claims are scarce for the reserved GPU: 1 of 2 GPUs, 4 x their weight.
     assert [c.scaled for c in work.scaled_by_supply(views, rules).classes] == [2, 4]
+
+
+def _scaled_weights(shapes: tuple[WorkloadShape, ...], views: tuple[NodeView, ...]) -> list[int]:
+    work = wl.Workload.from_shapes(shapes)
+    rules = Rules(AllocationPolicySpec(), views)
+    return [c.scaled for c in work.scaled_by_supply(views, rules).classes]
+
+
+def test_supply_is_counted_again_when_a_node_changes_hardware() -> None:
+    two_t4 = tuple(view_of(n) for n in _scarce_cluster())
+    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4) == [19, 25]
+    # The same node names, the T4 node now with 8 GPUs: 8 of 16, 4 x the weight.
+    eight_t4 = (view_of(make_node("rare", "T4", count=8)), two_t4[1])
+    assert _scaled_weights((ANY_GPU, T4_ONLY), eight_t4) == [19, 4]
+    # And back: the first count is remembered, not mixed up with the second.
+    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4) == [19, 25]
