@@ -383,19 +383,27 @@ def fragmented(
     cpu = None if node.cpu_free_milli is None else node.cpu_free_milli - cpu_taken
     memory = None if node.memory_free_mib is None else node.memory_free_mib - memory_taken
     out = 0
-    # A GPU with nothing free adds nothing for any class: its row is not looked up.
+    # Only GPUs with something free count for any class: their rows, and their free compute.
+    lefts = [left for left in free if left]
     rows = [
-        eligible_row(workload, g, rules) if left else ()
-        for g, left in zip(node.gpus, free, strict=True)
+        eligible_row(workload, g, rules) for g, left in zip(node.gpus, free, strict=True) if left
     ]
+    # Most nodes hold one kind of GPU: then a class may use all of them or none.
+    alike = rows[0] if all(row == rows[0] for row in rows) else None
     for index, c in enumerate(workload.classes):
         unusable = total_free
         if (cpu is None or cpu >= c.cpu_milli) and (memory is None or memory >= c.memory_mib):
             usable, fitting = 0, 0
-            for row, left in zip(rows, free, strict=True):
-                if left >= c.need and left and row[index]:
-                    usable += left
-                    fitting += 1
+            if alike is None:
+                for row, left in zip(rows, lefts, strict=True):
+                    if left >= c.need and row[index]:
+                        usable += left
+                        fitting += 1
+            elif alike[index]:
+                for left in lefts:
+                    if left >= c.need:
+                        usable += left
+                        fitting += 1
             if fitting >= c.count:
                 unusable = total_free - usable
         out += c.scaled * unusable
