@@ -146,7 +146,7 @@ class Workload:
             claim, need, count, cpu, memory_mib = claims[shape]
             weight = weights[shape]
             classes.append(WorkloadClass(claim, need, count, cpu, memory_mib, weight, weight))
-            covered += weights[shape]
+            covered += weight
         if not classes:
             return cls.empty()
         shapes = tuple((k, weights[k]) for k in ranked[: len(classes)])

@@ -25,11 +25,14 @@ from drasat.solver.rules import Rules
 FRAG_ONLY = [ObjectiveTerm(term=Term.fragmentation)]
 
 
-def _held_share(uid: str, uuid: str, compute: int, namespace: str = "default") -> AllocatedDevices:
+def _held_share(
+    uid: str, uuid: str, compute: int | None, namespace: str = "default"
+) -> AllocatedDevices:
+    """An existing claim on one GPU: a share of `compute` %, or the whole GPU (None)."""
     return AllocatedDevices(
         claimInfo=ClaimInfo(namespace=namespace, name=uid, uid=uid),
         gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=uuid)]),
-        share=GpuShare(compute=compute),
+        share=GpuShare(compute=compute) if compute is not None else None,
     )
 
 
@@ -145,13 +148,6 @@ def test_policy_workload_is_validated(term: dict[str, object]) -> None:
         ObjectiveTerm.model_validate(term)
 
 
-def _held_whole(uid: str, uuid: str) -> AllocatedDevices:
-    return AllocatedDevices(
-        claimInfo=ClaimInfo(namespace="default", name=uid, uid=uid),
-        gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=uuid)]),
-    )
-
-
 #: 19 of 20 expected claims take any GPU, one takes only a T4.
 ANY_GPU = WorkloadShape(weight=19)
 T4_ONLY = WorkloadShape(weight=1, selector={"productName": "*T4*"})
@@ -159,8 +155,20 @@ T4_ONLY = WorkloadShape(weight=1, selector={"productName": "*T4*"})
 
 def _scarce_cluster() -> tuple[NodeState, NodeState]:
     """A T4 node (2 GPUs, one in use: binpack's pick) and an idle 8 x A100 node."""
-    rare = make_node("rare", "T4", count=2, allocated={"old": _held_whole("old", "GPU-rare-0")})
+    rare = make_node(
+        "rare", "T4", count=2, allocated={"old": _held_share("old", "GPU-rare-0", None)}
+    )
     return rare, make_node("common", "A100-40GB", count=8)
+
+
+def _scaled_weights(
+    shapes: tuple[WorkloadShape, ...],
+    views: tuple[NodeView, ...],
+    policy: AllocationPolicySpec | None = None,
+) -> list[int]:
+    work = wl.Workload.from_shapes(shapes)
+    rules = Rules(policy or AllocationPolicySpec(), views)
+    return [c.scaled for c in work.scaled_by_supply(views, rules).classes]
 
 
 def test_scarce_gpus_are_kept_for_the_claims_that_can_use_nothing_else() -> None:
@@ -189,8 +197,7 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     assert scaled.total == 20
     # Scarcity is relative to the least constrained class: 2 T4s against 8 A100s.
     a100 = WorkloadShape(weight=3, selector={"productName": "*A100*"})
-    pair = wl.Workload.from_shapes((a100, T4_ONLY)).scaled_by_supply(views, rules)
-    assert [c.scaled for c in pair.classes] == [3, 16]
+    assert _scaled_weights((a100, T4_ONLY), views) == [3, 16]
     alone = wl.Workload.from_shapes((T4_ONLY,))  # one class: nothing to weigh it against
     assert alone.scaled_by_supply(views, rules) is alone
     # Every GPU allowed by the selector: no scarcity, same workload.
@@ -200,10 +207,8 @@ def test_scarcity_scales_only_restricted_classes() -> None:
     confined = AllocationPolicySpec.model_validate(
         {"rules": {"allowedProducts": [{"namespace": "t4s", "products": ["*T4*"]}]}}
     )
-    rules = Rules(confined, views)
     shapes = (ANY_GPU, WorkloadShape(weight=1, namespace="t4s"))
-    by_policy = wl.Workload.from_shapes(shapes).scaled_by_supply(views, rules)
-    assert [c.scaled for c in by_policy.classes] == [19, 25]
+    assert _scaled_weights(shapes, views, confined) == [19, 25]
 
 
 def test_which_classes_may_use_a_gpu_is_read_per_node_policy_class() -> None:
@@ -224,13 +229,7 @@ def test_which_classes_may_use_a_gpu_is_read_per_node_policy_class() -> None:
     assert wl.eligible_row(work, views[0].gpus[0], rules) == (True, False)
     assert wl.eligible_row(work, views[1].gpus[0], rules) == (True, True)
     # The other team's claims are scarce for the reserved GPU: 1 of 2 GPUs, 4 x their weight.
-    assert [c.scaled for c in work.scaled_by_supply(views, rules).classes] == [2, 4]
-
-
-def _scaled_weights(shapes: tuple[WorkloadShape, ...], views: tuple[NodeView, ...]) -> list[int]:
-    work = wl.Workload.from_shapes(shapes)
-    rules = Rules(AllocationPolicySpec(), views)
-    return [c.scaled for c in work.scaled_by_supply(views, rules).classes]
+    assert _scaled_weights(shapes, views, policy) == [2, 4]
 
 
 def test_supply_is_counted_again_when_a_node_changes_hardware() -> None:
