@@ -22,6 +22,7 @@ from ctl_cluster import (
 )
 
 from drasat.controller.controller import Controller
+from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
@@ -103,9 +104,16 @@ def test_two_pods_negotiating_for_one_gpu_are_not_both_promised_it_until_the_hol
     assert _status(api, "a") == [] and _status(api, "b") == ["node-1"]
     assert len(controller.holds) == 1
     now[0] += FAST.hold_ttl_s + 1  # a's scheduler went quiet: its hold expires
-    context = api.get(r.POD_SCHEDULING_CONTEXTS, "b", namespace="ns")
-    context["spec"]["potentialNodes"] = ["node-1", "node-2"]  # any change: b is looked at again
-    api.replace(r.POD_SCHEDULING_CONTEXTS, context)
+    for _ in range(20):  # read-modify-write: the controller may write b's status in between
+        context = api.get(r.POD_SCHEDULING_CONTEXTS, "b", namespace="ns")
+        context["spec"]["potentialNodes"] = ["node-1", "node-2"]  # any change: b is looked at
+        try:
+            api.replace(r.POD_SCHEDULING_CONTEXTS, context)
+            break
+        except errors.Conflict:
+            continue
+    else:
+        raise AssertionError("b's scheduling context kept changing under the test")
     wait(lambda: _status(api, "b") == ["node-2"], what="b promised node-1 after a's hold expired")
 
 
