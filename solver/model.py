@@ -7,19 +7,23 @@ Stages, in CP-SAT's usual order: data (eligible devices per claim) -> variables 
 objective. Solving and reading values live in `solving.py` and `extract.py`.
 
 Objective, lexicographic: first maximize placed pods weighted by `1 + priority - lowest priority`
-(then optional claims that got devices), then minimize the policy's weighted costs:
+(then optional claims that got devices), then minimize the policy's weighted costs. Each cost
+term is computed by one function of `costs.py`, which the per-node enumeration (`nodes.py`) adds
+up too, so both price a placement alike:
 - binpack: a node newly used costs its free GPUs before; a GPU opened (untouched before) costs 1;
 - spread: a node newly used costs its used GPUs before; a touched GPU touched again costs 1; each
-  extra new pod on one node costs 1;
-- fragmentation: with a target workload (`workload.py`, the problem's claim shapes) a whole or
-  share device costs the growth of its node's fragmented capacity (free compute the expected
-  claims cannot use, % of a GPU) as if alone there; without one, an untouched non-MIG GPU
-  opened costs 8; on a MIG GPU every (profile, placement)
+  extra new pod on one node costs 1 (model only: the enumeration places one pod);
+- fragmentation: with a target workload (`workload.py`, the problem's claim shapes) each pod
+  costs the growth of its node's fragmented capacity (free compute the expected claims cannot
+  use, % of a GPU) that its CPU and memory cause, and each whole or share device the growth it
+  adds beside them (`costs.pod_workload`, `costs.device_workload`); without one, an untouched
+  non-MIG GPU opened costs 8; on a MIG GPU every (profile, placement)
   that was free and becomes blocked costs its size in memory slices (so 1g devices go where they
   block fewest large placements, e.g. slice 6, keeping 4g/3g/7g at 0 possible);
 - preferNode / preferProduct: 8 per pod off the preferred nodes / per device off the products;
 - minimizeMigWaste: MIG by needs, slices above the smallest candidate of the product;
-- topology Preferred: 8 per extra NUMA node / per pair not linked by NVLink.
+- topology Preferred: 8 per extra NUMA node / per pair not linked by NVLink (model only: the
+  enumeration does not take such claims).
 """
 
 from __future__ import annotations
@@ -31,14 +35,11 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from drasat.api.claims import Requirement
-from drasat.solver import demand, workload
+from drasat.solver import costs, demand
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
 from drasat.solver.problem import PodRequest
 from drasat.solver.rules import Rules
-
-OPEN_WHOLE_GPU = 8
-PREFER = 8
 
 
 @dataclass(frozen=True)
@@ -117,75 +118,6 @@ class PrimaryLevels:
 
     def pod(self, priority: int, index: int) -> int:
         return (1 + priority - self.lowest) * self.unit + (self.pods - index)
-
-
-def mig_waste(claim: Claim, option: MigOption, gpu: GpuSlot) -> int:
-    if claim.profile is not None:
-        return 0
-    sizes = [o.size + o.compute_slices for o in gpu.mig_options if claim.mig_fits(o)]
-    return option.size + option.compute_slices - min(sizes)
-
-
-def windows(gpu: GpuSlot) -> dict[tuple[int, int], int]:
-    """Every distinct MIG window (start, size) of the GPU with its weight: the sizes of the
-    (profile, placement) pairs it is, i.e. what blocking it costs the fragmentation term."""
-    weight: dict[tuple[int, int], int] = {}
-    for option in gpu.mig_options:
-        key = (option.start, option.size)
-        weight[key] = weight.get(key, 0) + option.size
-    return weight
-
-
-def blocked_weight(gpu: GpuSlot, option: MigOption | None) -> int:
-    """Fragmentation cost of one new MIG instance (or, None, of taking the MIG GPU whole)."""
-    total = 0
-    for (start, size), cost in windows(gpu).items():
-        if any(t in gpu.mig_occupied for t in range(start, start + size)):
-            continue
-        if option is None or (start < option.end and option.start < start + size):
-            total += cost
-    return total
-
-
-def device_cost(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rules) -> int:
-    """The secondary cost of the claim taking this one device, alone on its GPU among the new
-    claims: exactly what the model's terms add up to in that case (see `_gpu_costs`)."""
-    w = rules.weights
-    opening = w.binpack + w.fragmentation * open_cost(gpu, rules)
-    cost = opening if gpu.untouched else w.spread
-    if w.fragmentation and gpu.mig_enabled:
-        cost += w.fragmentation * blocked_weight(gpu, option)
-    if w.prefer_product and not rules.prefers_product(gpu):
-        cost += w.prefer_product * PREFER
-    if option is not None:
-        cost += w.mig_waste * mig_waste(claim, option, gpu)
-    return cost
-
-
-def open_cost(gpu: GpuSlot, rules: Rules) -> int:
-    """The fragmentation term's fixed cost of opening an untouched GPU: OPEN_WHOLE_GPU for a
-    non-MIG GPU unless a target workload prices what the placement strands instead."""
-    return 0 if gpu.mig_enabled or rules.workload else OPEN_WHOLE_GPU
-
-
-def workload_cost(claim: Claim, node: NodeView, gpu: GpuSlot, rules: Rules) -> int:
-    """The workload part of the fragmentation term (unweighted) for a whole or share claim
-    taking this one GPU, its pod's CPU and memory aside (the model's linear form; the exact
-    enumeration of `nodes.py` prices the whole placement, CPU and memory included)."""
-    if not rules.workload or gpu.mig_enabled or claim.kind is Kind.mig:
-        return 0
-    need = FULL_COMPUTE if claim.kind is Kind.whole else claim.share_compute
-    return workload.growth(rules.workload, node, rules, {gpu.position: need}, 0, 0)
-
-
-def node_cost(node: NodeView, rules: Rules) -> int:
-    """The secondary cost of one new pod landing on the node (see `node_costs`)."""
-    w = rules.weights
-    free = sum(1 for g in node.gpus if g.untouched)
-    cost = w.binpack * free + w.spread * (len(node.gpus) - free)
-    if w.prefer_node and not rules.prefers_node(node.name):
-        cost += w.prefer_node * PREFER
-    return cost
 
 
 def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
@@ -506,49 +438,44 @@ class _Builder:
         migs: list[DeviceVar],
         occupied: dict[int, cp_model.IntVar],
     ) -> None:
-        w = self.rules.weights
         sec = self.built.secondary
-        all_vars = [d.var for d in (*whole, *shares, *migs)]
         tag = f"{gpu.node}_{gpu.position}"
         # Groups of literals of which at most one is true, covering every use of the GPU:
         # a flag above each group's sum is 1 whenever the GPU is used (few, linear constraints).
         groups = [[d.var for d in whole], *([v] for v in occupied.values())]
         groups += [[d.var] for d in shares]
-        opening = w.binpack + w.fragmentation * open_cost(gpu, self.rules)
-        if gpu.untouched and opening:
+        opening = costs.gpu_open(gpu, self.rules)
+        if opening:
             sec.append((opening, self._flag_over(groups, f"open_{tag}")))
-        if w.spread and not gpu.untouched:
-            sec.append((w.spread, self._flag_over(groups, f"again_{tag}")))
-        if w.fragmentation and gpu.mig_enabled:
-            self._mig_fragmentation(gpu, whole, occupied)
-        if w.fragmentation and self.rules.workload and not gpu.mig_enabled:
-            node = self.nodes[gpu.node]
-            for d in (*whole, *shares):
-                cost = w.fragmentation * workload_cost(d.claim, node, gpu, self.rules)
-                if cost:
-                    sec.append((cost, d.var))
-        if w.prefer_product and not self.rules.prefers_product(gpu):
-            sec.extend((w.prefer_product * PREFER, v) for v in all_vars)
-        if w.mig_waste:
-            for d in migs:
-                assert d.option is not None
-                waste = mig_waste(d.claim, d.option, gpu)
-                if waste:
-                    sec.append((w.mig_waste * waste, d.var))
+        again = costs.gpu_again(gpu, self.rules)
+        if again:
+            sec.append((again, self._flag_over(groups, f"again_{tag}")))
+        self._mig_fragmentation(gpu, whole, occupied)
+        node = self.nodes[gpu.node]
+        for d in (*whole, *shares, *migs):
+            cost = costs.device_terms(d.claim, gpu, d.option, self.rules)
+            cost += costs.device_workload(d.claim, node, gpu, *self._pod_of(d.claim), self.rules)
+            if cost:
+                sec.append((cost, d.var))
+
+    def _pod_of(self, claim: Claim) -> tuple[int, int]:
+        """The CPU and memory its device terms are priced beside: its pod's, when one pod of
+        the model uses it; none when several do (each pod's own are priced per pod)."""
+        pods = self.claim_pods[claim.uid]
+        if len(pods) != 1:
+            return 0, 0
+        return pods[0].request.cpu_milli, pods[0].request.memory_mib
 
     def _mig_fragmentation(
         self, gpu: GpuSlot, whole: list[DeviceVar], occupied: dict[int, cp_model.IntVar]
     ) -> None:
-        weight = self.rules.weights.fragmentation
-        for (start, size), cost in sorted(windows(gpu).items()):
+        for (start, size), cost in costs.window_costs(gpu, self.rules).items():
             span = range(start, start + size)
-            if any(t in gpu.mig_occupied for t in span):
-                continue  # already blocked: no new cost
             groups = [[occupied[t]] for t in span if t in occupied] + [[d.var] for d in whole]
             if not groups:
                 continue
             blocked = self._flag_over(groups, f"block_{gpu.node}_{gpu.position}_{start}_{size}")
-            self.built.secondary.append((weight * cost, blocked))
+            self.built.secondary.append((cost, blocked))
 
     def _flag_over(self, groups: list[list[cp_model.IntVar]], name: str) -> cp_model.IntVar:
         """A boolean at least the sum of each group (each an at-most-one): 1 whenever one of
@@ -568,20 +495,28 @@ class _Builder:
     def node_costs(self) -> None:
         w = self.rules.weights
         b = self.built
+        workload_memo: dict[tuple[int, int], int] = {}
         for name, node in self.nodes.items():
-            pods = [b.at[(e.key, name)] for e in self.entries if (e.key, name) in b.at]
-            free = sum(1 for g in node.gpus if g.untouched)
-            used = len(node.gpus) - free
-            if w.binpack and free:
-                b.secondary.append((w.binpack * free, self._any(pods, f"use_{name}")))
-            if w.spread and used:
-                b.secondary.append((w.spread * used, self._any(pods, f"use_{name}")))
+            here = [(e, b.at[(e.key, name)]) for e in self.entries if (e.key, name) in b.at]
+            pods = [v for _, v in here]
+            use = costs.node_use(node, self.rules)
+            if use:
+                b.secondary.append((use, self._any(pods, f"use_{name}")))
             if w.spread and len(pods) > 1:
                 extra = self.m.new_int_var(0, len(pods), f"extra_{name}")
                 self.m.add(extra >= sum(pods) - 1)
                 b.secondary.append((w.spread, extra))
-            if w.prefer_node and not self.rules.prefers_node(name):
-                b.secondary.extend((w.prefer_node * PREFER, v) for v in pods)
+            each = costs.pod_on_node(node, self.rules)
+            workload_memo.clear()
+            for entry, v in here:
+                request = entry.request
+                shape = (request.cpu_milli, request.memory_mib)
+                cpu_memory = workload_memo.get(shape)
+                if cpu_memory is None:
+                    cpu_memory = costs.pod_workload(node, *shape, self.rules)
+                    workload_memo[shape] = cpu_memory
+                if each + cpu_memory:
+                    b.secondary.append((each + cpu_memory, v))
 
     def primary(self) -> None:
         b = self.built

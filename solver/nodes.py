@@ -4,11 +4,13 @@ A purely computational module (with a memo). How a node is evaluated:
 
 1. the exact necessary checks of `filters.py` (cheap; they also name the blocking constraint);
 2. a pod with one claim (or none) and no topology or counted reservation: an exact enumeration.
-   Its cost is separable per device (`model.device_cost`) plus the node's cost
-   (`model.node_cost`), plus, with a target workload, the growth of the node's fragmented
-   capacity (`workload.growth`, which reads the whole node: each share way is priced exactly,
-   whole GPUs as the chosen set), so the optimum is the k cheapest eligible GPUs (whole), the
-   cheapest fitting GPU (share) or the cheapest free (GPU, placement) (MIG); ties go to the
+   It adds up the very terms the CP-SAT model puts on its variables (`costs.py`): the node's and
+   the pod's (`costs.node_use`, `costs.pod_on_node`, `costs.pod_workload` for its CPU and
+   memory) plus, per device, the GPU's own (`costs.device`, memoized per GPU state) and, with a
+   target workload, the growth of the node's fragmented capacity it adds beside the pod's CPU
+   and memory (`costs.device_workload`). That cost is separable per device, so the optimum is
+   the k cheapest eligible GPUs (whole), the cheapest fitting GPU (share) or the cheapest free
+   (GPU, placement) (MIG), and its value is the model's for the same placement; ties go to the
    lowest canonical position;
 3. otherwise a small CP-SAT model of the pod forced onto the node, one worker (deterministic).
 
@@ -24,7 +26,17 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drasat.solver import demand, explain, extract, filters, inventory, model, solving, workload
+from drasat.solver import (
+    costs,
+    demand,
+    explain,
+    extract,
+    filters,
+    inventory,
+    model,
+    solving,
+    workload,
+)
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import GpuSlot, MigOption, NodeView
@@ -255,15 +267,11 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
     if not node.ready or not _fits_cpu(entry, node):
         return Evaluation(None)
     request = entry.request
-    frag = rules.weights.fragmentation if rules.workload else 0
+    base = costs.node_use(node, rules) + costs.pod_on_node(node, rules)
+    base += costs.pod_workload(node, request.cpu_milli, request.memory_mib, rules)
     if not entry.claims:
         levels = model.PrimaryLevels.of([entry.priority], 0)
-        cost = model.node_cost(node, rules)
-        if frag:
-            cost += frag * workload.growth(
-                rules.workload, node, rules, {}, request.cpu_milli, request.memory_mib
-            )
-        return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=cost)
+        return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=base)
     (claim,) = entry.claims
     limits = rules.limits_for(claim.namespace)
     gpus_left = min((b.gpus_left for b in limits if b.gpus_left is not None), default=None)
@@ -271,15 +279,29 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         (b.mig_slices_left for b in limits if b.mig_slices_left is not None), default=None
     )
     node_class = rules.node_class(node.name)
+    # The workload part of a whole or share device reads the whole node: not memoized per GPU
+    # state, but GPUs with equal free compute and equal eligibility for the workload's classes
+    # add equal growth.
+    priced = rules.weights.fragmentation and rules.workload and claim.kind is not Kind.mig
+    grown: dict[tuple[object, ...], int] = {}
     # (cost, position, option order, option) of every way to satisfy the claim on this node.
     ways = []
     for gpu in node.gpus:
         for cost, order, option in _gpu_ways(pod, claim, gpu, node_class, rules):
             if option is not None and slices_left is not None and option.size > slices_left:
                 continue
+            if priced and not gpu.mig_enabled:
+                row = workload.eligible_row(rules.workload, gpu, rules)
+                key = (gpu.held_whole, gpu.share_compute_used, row)
+                extra = grown.get(key)
+                if extra is None:
+                    extra = costs.device_workload(
+                        claim, node, gpu, request.cpu_milli, request.memory_mib, rules
+                    )
+                    grown[key] = extra
+                cost += extra
             ways.append((cost, gpu.position, order, option))
     need = claim.count if claim.kind is Kind.whole else 1
-    base = model.node_cost(node, rules)
     levels = model.PrimaryLevels.of([entry.priority], 1 if claim.optional else 0)
     placed = levels.pod(entry.priority, 0)
     too_many = gpus_left is not None and claim.kind is not Kind.mig and need > gpus_left
@@ -287,45 +309,14 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         if not claim.optional:
             return Evaluation(None)
         return Evaluation((), primary=placed, secondary=base)
-    if frag and claim.kind is Kind.share:
-        # The workload part is not separable (it reads the whole node): price each way exactly.
-        ways = [
-            (
-                cost
-                + frag
-                * workload.growth(
-                    rules.workload,
-                    node,
-                    rules,
-                    {position: claim.share_compute},
-                    request.cpu_milli,
-                    request.memory_mib,
-                ),
-                position,
-                order,
-                option,
-            )
-            for cost, position, order, option in ways
-        ]
     ways.sort(key=lambda w: (w[0], w[1], w[2]))
     chosen = ways[:need]
     picks = tuple(
         (0, position, o.profile if o else None, o.start if o else 0, o.size if o else 0)
         for _, position, _, o in chosen
     )
-    cost = base + sum(w[0] for w in chosen)
-    if frag and claim.kind is Kind.whole:
-        # Whole GPUs: the k cheapest, priced together (equal GPUs of a node price alike).
-        taken = {position: inventory.FULL_COMPUTE for _, position, _, _ in chosen}
-        cost += frag * workload.growth(
-            rules.workload, node, rules, taken, request.cpu_milli, request.memory_mib
-        )
-    elif frag and claim.kind is Kind.mig:
-        cost += frag * workload.growth(
-            rules.workload, node, rules, {}, request.cpu_milli, request.memory_mib
-        )
     got = levels.got if claim.optional else 0
-    return Evaluation(picks, primary=placed + got, secondary=cost)
+    return Evaluation(picks, primary=placed + got, secondary=base + sum(w[0] for w in chosen))
 
 
 _GPU_MEMO: dict[tuple[object, ...], list[tuple[int, int, MigOption | None]]] = {}
@@ -349,11 +340,11 @@ def _gpu_ways(
     if demand.device_fits(claim, gpu) and rules.blocking_rule(claim, gpu) is None:
         if claim.kind is Kind.mig:
             for order, option in enumerate(model.free_options(claim, gpu)):
-                ways.append((model.device_cost(claim, gpu, option, rules), order, option))
+                ways.append((costs.device(claim, gpu, option, rules), order, option))
         elif (claim.kind is Kind.share and model.share_fits(claim, gpu)) or (
             claim.kind is Kind.whole and gpu.untouched
         ):
-            ways.append((model.device_cost(claim, gpu, None, rules), 0, None))
+            ways.append((costs.device(claim, gpu, None, rules), 0, None))
     if len(_GPU_MEMO) > _MEMO_SIZE:
         _GPU_MEMO.clear()
     _GPU_MEMO[key] = ways

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_solver_properties import random_problem
 
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import demand, model, nodes, solving
+from drasat.solver import costs, demand, model, nodes, solving
 from drasat.solver.inventory import build_view
 from drasat.solver.model import PodEntry, PrimaryLevels
 from drasat.solver.problem import ClaimRequest, NodeState, PodRequest
@@ -101,12 +101,14 @@ def test_explain_mode_puts_each_rule_behind_an_assumption() -> None:
 
 
 def test_fragmentation_windows_weigh_what_blocking_them_costs() -> None:
-    (gpu,) = build_view(make_node("n1", "A100-40GB", mig=True)).gpus
-    weights = model.windows(gpu)
+    node = make_node("n1", "A100-40GB", mig=True)
+    (gpu,) = build_view(node).gpus
+    weights = costs.windows(gpu)
     # [0,4) serves 3g and 4g, [4,8) only 3g: a 1g device belongs high.
     assert weights[(0, 4)] == 8 and weights[(4, 4)] == 4
-    assert model.blocked_weight(gpu, gpu.mig_options[6]) < model.blocked_weight(
-        gpu, gpu.mig_options[0]
+    rules = _rules(node)
+    assert costs.blocked(gpu, gpu.mig_options[6], rules) < costs.blocked(
+        gpu, gpu.mig_options[0], rules
     )
 
 
