@@ -7,17 +7,56 @@ data came from and the field path, so the CLI can print one line and exit 2, nev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
+#: Longest message part (where, detail) an InputError keeps; the rest is cut and counted.
+MAX_MESSAGE_CHARS = 1000
+#: Longest name or value `show` prints as it is.
+MAX_SHOWN_CHARS = 80
+
 
 class InputError(Exception):
-    """Bad user input. `str()` is the whole one-line message."""
+    """Bad user input. `str()` is the whole one-line message: control characters and line
+    separators are escaped and each part is at most MAX_MESSAGE_CHARS long, whatever the input."""
 
     def __init__(self, message: str, *, where: str = "") -> None:
-        self.where = where
-        self.detail = message
-        super().__init__(f"{where}: {message}" if where else message)
+        self.where = one_line(where)
+        self.detail = one_line(message)
+        super().__init__(f"{self.where}: {self.detail}" if self.where else self.detail)
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` with newlines, other control characters and U+2028/9 escaped, cut to `limit`."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text
+
+
+def _escape(char: str) -> str:
+    return repr(char)[1:-1]
+
+
+def show(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A name or value from the input for a message: as it is when it is a plain short string
+    or number, else quoted and escaped like repr, and cut to `limit` characters."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 64:  # str() of a huge int is slow, and refused past 4300 digits
+            return f"<integer of {value.bit_length()} bits>"
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if not isinstance(value, str):
+        return f"<{type(value).__name__}>"
+    if value and value.isprintable() and len(value) <= limit and value.strip() == value:
+        return value
+    text = repr(value) if len(value) <= limit else repr(value[:limit]) + f"… ({len(value)} chars)"
+    return text
 
 
 def field_path(location: Sequence[int | str]) -> str:

@@ -1,22 +1,265 @@
 """Reading YAML input files: documents in, plain dicts out; one model validates.
 
 Every error names the file, the document number and, once validated, the object and field path.
-This is the only module that parses user YAML files.
+This is the only module that parses user YAML (files, standard input, a ConfigMap's policy text).
+
+Hostile input is bounded here, before any model sees it (docs/OBJECTS.md, "Input limits"):
+- the size of one input (`DRASAT_MAX_INPUT_MIB`, default 64 MiB),
+- the nesting depth of mappings and lists (`DRASAT_MAX_YAML_DEPTH`, default 100),
+- the nodes reached through aliases (`DRASAT_MAX_YAML_ALIAS_NODES`, default 100,000), so a few
+  hundred bytes of `&a`/`*a` cannot expand to millions of objects; recursive aliases are refused;
+- explicit tags outside the YAML core schema (`!!str`, `!!int`, `!!float`, `!!bool`, `!!null`,
+  `!!seq`, `!!map`) are refused, and a tagged scalar must be a valid value of its tag;
+- integers must fit in 64 bits, as every integer of the Kubernetes API does.
+Plain scalars that YAML 1.1 would read as timestamps stay strings (as kubectl sends them). Any
+failure of the YAML library becomes an InputError naming the file (and line and column where the
+library knows them); nothing else escapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
-from drasat.api.errors import InputError, describe_validation_error
+from drasat.api.errors import InputError, describe_validation_error, show
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one YAML input; the defaults are read from the environment at each call."""
+
+    max_bytes: int = 64 * MIB
+    max_depth: int = 100
+    max_alias_nodes: int = 100_000
+
+    @classmethod
+    def from_environment(cls) -> Limits:
+        default = cls()
+        return cls(
+            max_bytes=_env_int("DRASAT_MAX_INPUT_MIB", default.max_bytes // MIB) * MIB,
+            max_depth=_env_int("DRASAT_MAX_YAML_DEPTH", default.max_depth),
+            max_alias_nodes=_env_int("DRASAT_MAX_YAML_ALIAS_NODES", default.max_alias_nodes),
+        )
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"expected a positive integer, got {show(text)}", where=name) from None
+    if value < 1:
+        raise InputError(f"expected a positive integer, got {value}", where=name)
+    return value
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Explicit tags of the YAML core schema; anything else (`!!timestamp`, `!!binary`, `!foo`) is
+#: refused.
+_CORE = "tag:yaml.org,2002:"
+SCALAR_TAGS = frozenset(f"{_CORE}{t}" for t in ("str", "int", "float", "bool", "null"))
+COLLECTION_TAGS = {SequenceStartEvent: f"{_CORE}seq", MappingStartEvent: f"{_CORE}map"}
+#: Longer than any 64-bit integer YAML can spell (binary with underscores, say): refused unparsed.
+_MAX_INT_CHARS = 160
+
+
+class _Resolver(Resolver):
+    """YAML 1.1's implicit types without timestamps, `=` (value) and `!`/`&`/`*` (yaml) tags."""
+
+    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML's own class attribute)
+        first: [
+            (tag, regexp)
+            for tag, regexp in resolvers
+            if tag not in (f"{_CORE}timestamp", f"{_CORE}value", f"{_CORE}yaml")
+        ]
+        for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+    }
+
+
+class _BoundedComposer(Composer):
+    """PyYAML's composer with a depth bound, an alias-expansion bound and the tag checks."""
+
+    limits: Limits
+
+    @property
+    def _events(self) -> Any:
+        """The parser and resolver this composer is mixed with (untyped in PyYAML's stubs)."""
+        return self
+
+    def _setup(self, limits: Limits) -> None:
+        self.limits = limits
+        self._depth = 0
+        #: Expanded size (nodes) of every finished node, by id; a node still being composed is
+        #: absent, so an alias to it (a recursive structure) is found.
+        self._sizes: dict[int, int] = {}
+        self._alias_nodes = 0
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        self._sizes = {}
+        return node
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        event = self._events.peek_event()
+        if isinstance(event, AliasEvent):
+            anchor = event.anchor
+            target = self.anchors.get(anchor)
+            if target is not None:
+                size = self._sizes.get(id(target))
+                if size is None:
+                    raise _error(f"alias *{anchor} refers to a node that contains it", event)
+                self._alias_nodes += size
+                if self._alias_nodes > self.limits.max_alias_nodes:
+                    raise _error(
+                        f"aliases expand to more than {self.limits.max_alias_nodes:,} nodes "
+                        "(raise the limit with DRASAT_MAX_YAML_ALIAS_NODES)",
+                        event,
+                    )
+            return super().compose_node(parent, index)
+        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            tag = event.tag
+            if tag not in (None, "!", COLLECTION_TAGS[type(event)]):
+                raise _error(_bad_tag(tag), event)
+            if self._depth >= self.limits.max_depth:
+                raise _error(
+                    f"nested deeper than {self.limits.max_depth} levels "
+                    "(raise the limit with DRASAT_MAX_YAML_DEPTH)",
+                    event,
+                )
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if node is not None:
+            self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in _children(node))
+        return node
+
+    def compose_scalar_node(self, anchor: Any) -> ScalarNode:
+        event = self._events.peek_event()
+        node = super().compose_scalar_node(anchor)
+        explicit = isinstance(event, ScalarEvent) and event.tag not in (None, "!")
+        if explicit and node.tag not in SCALAR_TAGS:
+            raise _error(_bad_tag(node.tag), event)
+        if node.tag == f"{_CORE}str":
+            return node
+        implied = self._events.resolve(ScalarNode, node.value, (True, False))
+        # `!!float 1` is a float too; otherwise a tag must agree with what the value reads as.
+        widened = {implied, f"{_CORE}float"} if implied == f"{_CORE}int" else {implied}
+        if explicit and node.tag not in widened:
+            raise _error(f"{show(node.value)} is not a valid {_short(node.tag)}", event)
+        if node.tag == f"{_CORE}int":
+            _check_int(node.value, event)
+        return node
+
+
+def _children(node: Node) -> Iterator[Node]:
+    if isinstance(node, SequenceNode):
+        yield from node.value
+    elif isinstance(node, MappingNode):
+        for key, value in node.value:
+            yield key
+            yield value
+
+
+def _check_int(text: str, event: Any) -> None:
+    digits = text.replace("_", "")
+    if len(digits) <= _MAX_INT_CHARS:
+        value = SafeConstructor.construct_yaml_int(
+            _INT_CONSTRUCTOR, ScalarNode(_CORE + "int", text)
+        )
+        if INT64_MIN <= value <= INT64_MAX:
+            return
+    shown = digits if len(digits) <= 24 else f"{digits[:12]}…{digits[-4:]} ({len(digits)} digits)"
+    raise _error(f"integer {shown} does not fit in 64 bits", event)
+
+
+def _short(tag: str) -> str:
+    return "!!" + tag.removeprefix(_CORE) if tag.startswith(_CORE) else tag
+
+
+def _bad_tag(tag: str | None) -> str:
+    return (
+        f"explicit tag {show(_short(tag or ''))} is not allowed (only the core schema's !!str, "
+        "!!int, !!float, !!bool, !!null, !!seq and !!map)"
+    )
+
+
+class _RefusedError(yaml.YAMLError):
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+
+
+def _error(problem: str, event: Any) -> _RefusedError:
+    return _RefusedError(problem, getattr(event, "start_mark", None))
+
+
+class _IntConstructor(SafeConstructor):
+    pass
+
+
+_INT_CONSTRUCTOR = _IntConstructor()
+
+
+class _PureLoader(Reader, Scanner, Parser, _BoundedComposer, SafeConstructor, _Resolver):
+    """All in Python (PyYAML built without libyaml)."""
+
+    def __init__(self, text: str, limits: Limits) -> None:
+        Reader.__init__(self, text)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        _Resolver.__init__(self)
+        self._setup(limits)
+
+    def dispose(self) -> None:
+        pass
+
+
+def _make_loader() -> Callable[[str, Limits], Any]:
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # pragma: no cover - PyYAML built without libyaml
+        return _PureLoader
+
+    class _FastLoader(_BoundedComposer, CParser, SafeConstructor, _Resolver):
+        """libyaml's scanner and parser (fast; events only, no recursion) under the bounded
+        composer; five times faster than the pure-Python reader."""
+
+        def __init__(self, text: str, limits: Limits) -> None:
+            CParser.__init__(self, text)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            _Resolver.__init__(self)
+            self._setup(limits)
+
+    return _FastLoader
+
+
+_Loader = _make_loader()
 
 
 @dataclass(frozen=True)
@@ -25,78 +268,123 @@ class Document:
 
     source: str  # file name as the user gave it, or "<embedded>/name"
     number: int  # 1-based document number in the file
-    data: dict[str, Any]
+    data: dict[str, Any] = field(repr=False)
 
     @property
     def where(self) -> str:
         return f"{self.source}: document {self.number}"
 
     def describe(self) -> str:
-        """`kind namespace/name` of the object, as far as it says."""
+        """`kind namespace/name` of the object, as far as it says (quoted when odd)."""
         metadata = self.data.get("metadata") or {}
         name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-        ref = f"{namespace}/{name}" if namespace else str(name)
-        return f"{self.data.get('kind', '?')} {ref}"
+        ref = f"{show(namespace)}/{show(name)}" if namespace else show(name)
+        return f"{show(self.data.get('kind', '?'))} {ref}"
 
 
-def parse_documents(text: str, source: str) -> list[Document]:
+def parse_documents(text: str, source: str, *, limits: Limits | None = None) -> list[Document]:
     """Split multi-document YAML; a `List` (kubectl get -o yaml) is unrolled into its items."""
+    limits = limits or Limits.from_environment()
+    if len(text) > limits.max_bytes:
+        raise InputError(_too_big(len(text.encode("utf-8", "replace")), limits), where=source)
     raw: list[Any] = []
+    loader = _Loader(text, limits)
     try:
         # Documents are read one by one so an error can say which document it is in.
-        for data in yaml.safe_load_all(text):
-            raw.append(data)
+        while loader.check_node():
+            raw.append(loader.construct_document(loader.get_node()))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        problem = getattr(error, "problem", None) or (str(error).splitlines() or ["?"])[0]
         where = f"{source}: document {len(raw) + 1}"
+        if isinstance(error, _RefusedError):  # a limit or a tag: the YAML itself is well formed
+            at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            raise InputError(f"{at}{problem}", where=where) from None
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise InputError(f"malformed YAML{at}: {problem}", where=where) from None
+    except (RecursionError, MemoryError) as error:
+        # Bounded above; kept as a last line of defence: never a traceback.
+        where = f"{source}: document {len(raw) + 1}"
+        raise InputError(
+            f"YAML too complex to read ({type(error).__name__})", where=where
+        ) from None
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as error:
+        where = f"{source}: document {len(raw) + 1}"
+        raise InputError(f"malformed YAML: {type(error).__name__}: {error}", where=where) from None
+    finally:
+        loader.dispose()
     documents: list[Document] = []
     for number, data in enumerate(raw, start=1):
         if data is None:
             continue
         if not isinstance(data, dict):
             raise InputError(
-                f"expected a mapping (a Kubernetes object), got {type(data).__name__}",
+                f"expected a mapping (a Kubernetes object), got {_yaml_type(data)}",
                 where=f"{source}: document {number}",
             )
         documents.extend(_unroll(data, source, number))
     return documents
 
 
+def _too_big(size: int, limits: Limits) -> str:
+    return (
+        f"input is {size / MIB:.1f} MiB, over the limit of {limits.max_bytes // MIB} MiB "
+        "(raise the limit with DRASAT_MAX_INPUT_MIB)"
+    )
+
+
+def _yaml_type(data: Any) -> str:
+    return {list: "a list", str: "a string", int: "an integer", float: "a number"}.get(
+        type(data), type(data).__name__
+    )
+
+
 def _unroll(data: dict[str, Any], source: str, number: int) -> Iterator[Document]:
-    if data.get("kind") == "List" or str(data.get("kind", "")).endswith("List"):
+    kind = data.get("kind")
+    if isinstance(kind, str) and kind.endswith("List"):
         items = data.get("items") or []
         if not isinstance(items, list):
             raise InputError("items of a List must be a list", where=f"{source}: document {number}")
-        for item in items:
+        for index, item in enumerate(items):
             if not isinstance(item, dict):
                 raise InputError(
-                    "List items must be mappings", where=f"{source}: document {number}"
+                    f"items[{index}]: List items must be mappings",
+                    where=f"{source}: document {number}",
                 )
             yield Document(source, number, item)
     else:
         yield Document(source, number, data)
 
 
-def read_documents(path: str | Path) -> list[Document]:
+def read_documents(path: str | Path, *, limits: Limits | None = None) -> list[Document]:
     """Read and split a YAML file ('-' is standard input)."""
+    limits = limits or Limits.from_environment()
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8") if name != "-" else _stdin()
+        if name == "-":
+            text = _stdin(limits.max_bytes + 1)
+        else:
+            size = Path(path).stat().st_size
+            if size > limits.max_bytes:
+                raise InputError(_too_big(size, limits), where=name)
+            text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("no such file", where=name) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"cannot read: {error}", where=name) from None
-    return parse_documents(text, name)
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"not UTF-8 text: byte {error.start} is {error.object[error.start :][:1]!r}",
+            where=name,
+        ) from None
+    except OSError as error:
+        raise InputError(f"cannot read: {error.strerror or error}", where=name) from None
+    return parse_documents(text, name, limits=limits)
 
 
-def _stdin() -> str:
+def _stdin(most: int) -> str:
     import sys
 
-    return sys.stdin.read()
+    return sys.stdin.read(most)
 
 
 def validate(model: type[ModelT], document: Document) -> ModelT:
@@ -107,6 +395,10 @@ def validate(model: type[ModelT], document: Document) -> ModelT:
         raise InputError(
             describe_validation_error(error), where=f"{document.where}: {document.describe()}"
         ) from None
+    except RecursionError:
+        raise InputError(
+            "nested too deeply to validate", where=f"{document.where}: {document.describe()}"
+        ) from None
 
 
 def load_one(model: type[ModelT], path: str | Path, *, kind: str) -> ModelT:
@@ -114,6 +406,6 @@ def load_one(model: type[ModelT], path: str | Path, *, kind: str) -> ModelT:
     documents = read_documents(path)
     matching = [d for d in documents if d.data.get("kind") == kind]
     if len(documents) != 1 or len(matching) != 1:
-        kinds = ", ".join(str(d.data.get("kind", "?")) for d in documents) or "nothing"
+        kinds = ", ".join(show(d.data.get("kind", "?")) for d in documents[:10]) or "nothing"
         raise InputError(f"expected exactly one {kind}, found {kinds}", where=str(path))
     return validate(model, matching[0])

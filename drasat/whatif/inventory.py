@@ -17,7 +17,7 @@ from drasat import loading
 from drasat.api import cluster, groups
 from drasat.api.base import Object
 from drasat.api.claims import DeviceClassParameters, GpuClaimParameters, MigDeviceClaimParameters
-from drasat.api.errors import InputError
+from drasat.api.errors import InputError, show
 from drasat.whatif import kinds
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -100,8 +100,8 @@ def located(document: loading.Document, namespace: str) -> str:
     """`file: document N: Kind namespace/name` (cluster-scoped objects: `Kind name`)."""
     metadata = document.data.get("metadata")
     name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
-    ref = f"{namespace}/{name}" if namespace else str(name)
-    return f"{document.where}: {document.data.get('kind', '?')} {ref}"
+    ref = f"{show(namespace)}/{show(name)}" if namespace else show(name)
+    return f"{document.where}: {show(document.data.get('kind', '?'))} {ref}"
 
 
 def build(documents: Sequence[loading.Document]) -> Inventory:

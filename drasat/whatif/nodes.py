@@ -72,8 +72,12 @@ def matching_nodes(
     return tuple(allowed)
 
 
-def load(documents: Sequence[loading.Document]) -> ClusterNodes:
-    """Validate and expand the cluster documents. Raises InputError on bad or duplicate nodes."""
+def load(documents: Sequence[loading.Document], *, source: str | None = None) -> ClusterNodes:
+    """Validate and expand the cluster documents. Raises InputError on bad or duplicate nodes.
+
+    source: the input the documents came from (the --cluster file), named when it holds no
+    node at all, even when it holds no document (an empty file, or only empty Lists).
+    """
     found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []
     ignored: list[Ignored] = []
     for document in documents:
@@ -99,10 +103,10 @@ def load(documents: Sequence[loading.Document]) -> ClusterNodes:
             what = where.removeprefix(f"{document.where}: ")
             ignored.append(Ignored(document.where, what, "not a NodeAllocationState or Cluster"))
     if not found:
-        source = documents[0].source if documents else "--cluster"
+        where = source or (documents[0].source if documents else "--cluster")
         raise InputError(
             "no nodes: expected NodeAllocationState objects or a Cluster description",
-            where=source,
+            where=where,
         )
     _check_unique([(w, n) for w, n, _ in found])
     states = tuple(_state(nas, expanded) for _, nas, expanded in found)

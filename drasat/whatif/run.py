@@ -34,6 +34,8 @@ class Inputs:
     cluster: list[loading.Document]
     manifests: list[loading.Document]
     policy: AllocationPolicySpec
+    #: What errors about the cluster as a whole name (the --cluster file, even an empty one).
+    cluster_source: str = "--cluster"
 
 
 def embedded(name: str) -> list[loading.Document]:
@@ -64,10 +66,11 @@ def read_inputs(
     if live is not None:
         nas = [d for d in live if d.data.get("kind") == groups.NODE_ALLOCATION_STATE]
         rest = [d for d in live if d.data.get("kind") != groups.NODE_ALLOCATION_STATE]
-        return Inputs(nas, rest + files, _policy(policy).spec)
+        return Inputs(nas, rest + files, _policy(policy).spec, cluster_source="--from-cluster")
     cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
     manifest_docs = files if manifest_files else embedded(DEFAULT_MANIFESTS)
-    return Inputs(cluster_docs, manifest_docs, _policy(policy).spec)
+    source = cluster or f"<embedded>/{DEFAULT_CLUSTER}"
+    return Inputs(cluster_docs, manifest_docs, _policy(policy).spec, cluster_source=source)
 
 
 def _policy(given: str | None) -> AllocationPolicy:
@@ -97,7 +100,7 @@ def run(
 
     node_feasibility: ask the solver (online mode) why each node is unsuitable for each pod.
     """
-    cluster = nodes.load(inputs.cluster)
+    cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
     workload = manifests.compile_manifests(
         inputs.manifests,
         offered_profiles=cluster.offered_profiles(),
