@@ -71,7 +71,7 @@ def measure(config: Config) -> dict[str, object]:
         "status": batch.status.value,
         "objective": batch.objective,
         "bound": batch.best_bound,
-        "gap": round(batch.gap, 4),
+        "gap": round(batch.gap, 4) if batch.gap is not None else None,
         "snapshot_build_s": round(build_s, 1),
         "peak_rss_mib": round(latency._peak_rss_mib()),
     }

@@ -502,9 +502,16 @@ class WholeBatch:
     milli: int  # checked by `check`
     status: str
     objective: float
-    best_bound: float
-    gap: float
+    #: None: the solver claims no bound (its model kept only each pod's best nodes).
+    best_bound: float | None
+    gap: float | None
     wall_s: float
+
+    @property
+    def bound_text(self) -> str:
+        from drasat.solver.problem import bound_text
+
+        return bound_text(self.best_bound, self.gap)
 
 
 def whole_batch(nodes: Nodes, pods: Pods, *, seconds: float) -> WholeBatch:
@@ -621,12 +628,12 @@ def run_list(
     if args.whole_batch_seconds:
         whole = whole_batch(nodes, mine, seconds=args.whole_batch_seconds)
         row["whole_batch"] = percent_of(whole.milli, nodes)
-        row["whole_batch_status"] = f"{whole.status} gap {whole.gap:.2%}"
+        row["whole_batch_status"] = f"{whole.status} {whole.bound_text}"
         row["whole_batch_s"] = round(whole.wall_s)
         say(
             f"{pod_list}: drasat batch mode on the whole problem: "
             f"{percent_of(whole.milli, nodes):.2f} ({whole.status}, objective "
-            f"{whole.objective:g}, bound {whole.best_bound:g}, gap {whole.gap:.2%}, "
+            f"{whole.objective:g}, {whole.bound_text}, "
             f"{whole.wall_s:.0f} s)"
         )
     b, bat = percent_of(relaxed.bound_milli, nodes), percent_of(improved.milli, nodes)

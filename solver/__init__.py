@@ -32,6 +32,8 @@ What it decides (the modules say why):
 
 `Solution.objective`: batch reports `primary * (secondary bound + 1) - secondary` of its model
 (higher is better); online reports minus the sum of the chosen per-node secondary costs.
+`Solution.status` claims only what is proven (`Status.meaning`): OPTIMAL only where CP-SAT proved
+the whole set; online mode is PER_POD_OPTIMAL with no bound (`best_bound`, `gap` None).
 """
 
 from drasat.solver.placement import solve

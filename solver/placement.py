@@ -8,6 +8,12 @@
 - batch: all pods in one time-limited model, warm-started from the online solution, which it
   replaces only when it places at least as much (so batch is never worse than online).
 
+What a Solution claims (`Status`): online reports PER_POD_OPTIMAL (FEASIBLE when a per-node
+evaluation ran out of time) and no bound — each decision is the best for its pod given the ones
+before it, which says nothing about the set. Batch reports CP-SAT's status and bound, except when
+the model kept only each pod's best nodes (large problems): then FEASIBLE, without a bound
+(a bound of the reduced model is no bound of the problem).
+
 Unplaced pods get explanations (see `explain.py`) computed against the final state.
 """
 
@@ -317,13 +323,15 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
     if params.mode is Mode.online:
         state = _State.initial(problem, views)
         outcome = _online(problem, state, online_budget, params)
+        # Each decision is the best of its pod's candidate nodes given the earlier ones; that
+        # proves nothing for the set (batch may place more), so no bound is claimed.
         return Solution(
-            status=Status.OPTIMAL if outcome.all_optimal else Status.FEASIBLE,
+            status=Status.PER_POD_OPTIMAL if outcome.all_optimal else Status.FEASIBLE,
             placements=tuple(outcome.placements),
             unplaced=tuple(outcome.unplaced),
             objective=float(-outcome.secondary),
-            best_bound=float(-outcome.secondary),
-            gap=0.0,
+            best_bound=None,
+            gap=None,
             wall_time_s=time.perf_counter() - started,
             node_feasibility=outcome.feasibility,
         )
@@ -343,6 +351,9 @@ def _batch(
     warm_node = {p.pod: p.node for p in warm.placements}
     keep = max(_MIN_NODES_PER_POD, _BATCH_NODE_BUDGET // max(1, len(problem.pods)))
     feasibility: dict[str, dict[str, str | None]] = {}
+    #: Some pod kept only its best `keep` of the nodes it fits on: CP-SAT's proof and bound are
+    #: then of that reduced model, not of the problem.
+    pruned = False
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
@@ -354,9 +365,10 @@ def _batch(
                 PodEntry(pod, pod_input.priority, pod_input.claims, ()), state.rules
             )
             _scan(shape, candidates, state, online_budget, feasibility[pod.key])
-        fitting = _fitting_nodes(
+        fitting, dropped = _fitting_nodes(
             pod_input, candidates, state, online_budget, keep, warm_node.get(pod.key), order
         )
+        pruned = pruned or dropped
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     built = model.build(entries, state.rules)
     hint = _hint(built, warm.placements)
@@ -369,9 +381,13 @@ def _batch(
         chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm.placements}
         # Objective, bound and gap on the primary level: CP-SAT's own bound is of the combined
         # objective (primary x scale - secondary), which the online solution is not scored on.
-        primary_bound = max(warm_primary, _primary_max(built, result))
-        status, objective, bound = Status.FEASIBLE, float(warm_primary), float(primary_bound)
-        gap = (primary_bound - warm_primary) / max(1.0, float(warm_primary))
+        primary_bound = max(warm_primary, _primary_max(built, None if pruned else result))
+        status, objective = Status.FEASIBLE, float(warm_primary)
+        bound: float | None = float(primary_bound)
+        gap: float | None = (primary_bound - warm_primary) / max(1.0, float(warm_primary))
+    elif pruned:
+        chosen = extract.placements(built, result, entries)
+        status, objective, bound, gap = Status.FEASIBLE, result.objective, None, None
     else:
         chosen = extract.placements(built, result, entries)
         status, objective, bound, gap = (
@@ -407,10 +423,11 @@ def _batch(
     )
 
 
-def _primary_max(built: model.Built, result: solving.Result) -> int:
-    """An upper bound on the primary level: CP-SAT's, or every pod placed and every optional
-    claim given devices (on one node: a claim is allocated once)."""
-    if result.primary_bound is not None:
+def _primary_max(built: model.Built, result: solving.Result | None) -> int:
+    """An upper bound on the primary level: CP-SAT's (`result`: of a model that held every node
+    each pod fits on), or every pod placed and every optional claim given devices (on one node:
+    a claim is allocated once)."""
+    if result is not None and result.primary_bound is not None:
         return result.primary_bound
     claims = {uid for uid, _ in built.got}
     return sum(built.pod_weight.values()) + built.got_weight * len(claims)
@@ -430,8 +447,9 @@ def _fitting_nodes(
     keep: int,
     warm: str | None,
     node_order: dict[str, int],
-) -> tuple[NodeView, ...]:
-    """Nodes where the pod fits alone (no others can make room), best first, at most `keep`."""
+) -> tuple[tuple[NodeView, ...], bool]:
+    """Nodes where the pod fits alone (no others can make room), best first, at most `keep`;
+    and whether some were left out."""
     shape = nodes.shape(PodEntry(pod.request, pod.priority, pod.claims, ()), state.rules)
     ranked = []
     for order, view in enumerate(views):
@@ -441,7 +459,7 @@ def _fitting_nodes(
     ranked.sort(key=lambda r: r[:3])
     chosen = [r[3] for r in ranked[:keep]]
     chosen += [r[3] for r in ranked[keep:] if r[3].name == warm]
-    return tuple(sorted(chosen, key=lambda v: node_order[v.name]))
+    return tuple(sorted(chosen, key=lambda v: node_order[v.name])), len(chosen) < len(ranked)
 
 
 def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tuple[str, ...]:

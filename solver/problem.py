@@ -117,11 +117,36 @@ class PodRejection:
 
 
 class Status(StrEnum):
+    """What is known about a solution. Only OPTIMAL claims optimality for the whole problem."""
+
+    #: CP-SAT proved the solution optimal for the whole problem (batch mode, over a model that
+    #: held every node each pod fits on).
     OPTIMAL = "OPTIMAL"
+    #: Online mode: each pod's node and devices are proven the best among its candidate nodes,
+    #: given the pods decided before it. Nothing is proven for the set: a batch solve of the same
+    #: pods may place more.
+    PER_POD_OPTIMAL = "PER_POD_OPTIMAL"
+    #: A valid solution, optimality not proven (a time limit, or a reduced model).
     FEASIBLE = "FEASIBLE"
     INFEASIBLE = "INFEASIBLE"
     UNKNOWN = "UNKNOWN"
     MODEL_INVALID = "MODEL_INVALID"
+
+    @property
+    def meaning(self) -> str:
+        """What the status proves, in words (the what-if, logs and metrics docs quote it)."""
+        return _MEANINGS[self]
+
+
+_MEANINGS = {
+    Status.OPTIMAL: "proven optimal for the whole set",
+    Status.PER_POD_OPTIMAL: "each pod optimal among its candidate nodes, given the pods before "
+    "it; not proven for the whole set",
+    Status.FEASIBLE: "not proven optimal",
+    Status.INFEASIBLE: "proven infeasible",
+    Status.UNKNOWN: "no solution found",
+    Status.MODEL_INVALID: "the model was invalid",
+}
 
 
 @dataclass(frozen=True)
@@ -130,12 +155,30 @@ class Solution:
     placements: tuple[PodPlacement, ...]
     unplaced: tuple[PodRejection, ...]
     objective: float = 0.0
-    best_bound: float = 0.0
-    #: Relative gap between objective and bound (0 when optimal).
-    gap: float = 0.0
+    #: A proven bound on the objective for the whole problem; None: no bound is known (online
+    #: mode, or a batch model that left out nodes).
+    best_bound: float | None = None
+    #: Relative gap between objective and bound (0 when proven optimal); None without a bound.
+    gap: float | None = None
     wall_time_s: float = 0.0
     #: node_feasibility=True: pod -> node -> None (suitable) or the reason it is unsuitable.
     node_feasibility: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def placement_of(self, pod: str) -> PodPlacement | None:
         return next((p for p in self.placements if p.pod == pod), None)
+
+    def optimality_text(self) -> str:
+        """The status and what it proves, e.g. `PER_POD_OPTIMAL (each pod optimal ...)`."""
+        return f"{self.status.value} ({self.status.meaning})"
+
+    def bound_text(self) -> str:
+        """`best bound B, gap G%`, or `no bound`."""
+        return bound_text(self.best_bound, self.gap)
+
+
+def bound_text(best_bound: float | None, gap: float | None) -> str:
+    """`best bound B, gap G%`, or `no bound` (for copies of a Solution's fields)."""
+    if best_bound is None:
+        return "no bound"
+    text = f"best bound {best_bound:g}"
+    return text + (f", gap {gap:.2%}" if gap is not None else "")

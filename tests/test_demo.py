@@ -60,7 +60,8 @@ def test_the_default_demo_runs_both_reference_cases(capsys: pytest.CaptureFixtur
     assert set(pods["gpu-test2/pod1"][1]) == set(pods["gpu-test2/pod2"][1]) == {"shared-gpu"}
     assert _visible(pods, "gpu-test2/pod1") == _visible(pods, "gpu-test2/pod2")
     assert pods["gpu-test2/pod1"][0] == pods["gpu-test2/pod2"][0]
-    assert re.search(r"gpu-test2/shared-gpu .* TimeSlicing +pod1,pod2 +yes", out), out
+    assert re.search(r"gpu-test2/shared-gpu .* time-sliced \(Long\), 2 pods +pod1,pod2 +yes", out)
+    assert re.search(r"gpu-test1/pod1-gpu .* exclusive +pod1 +yes", out), out
     # Everything deleted, every node clean, in the order a user reads it.
     phases = [line for line in out.splitlines() if line.startswith("== ")]
     assert [p.split()[1] for p in phases] == [

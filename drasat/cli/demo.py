@@ -32,8 +32,8 @@ from typing import Any, TextIO
 import yaml
 
 from drasat import loading, policyfiles
+from drasat.api import access, crds
 from drasat.api import cluster as cluster_api
-from drasat.api import crds
 from drasat.api.errors import InputError
 from drasat.api.nas import AllocatedDevices, NodeAllocationState
 from drasat.cli import democluster
@@ -390,12 +390,13 @@ class Demo:
             )
             for uid, entry in entries:
                 info = entry.claimInfo
+                consumers = self._consumers(info.namespace, info.name)
                 rows.append(
                     [
                         f"{info.namespace}/{info.name}",
                         devices_text(entry, index),
-                        sharing_text(entry),
-                        ",".join(self._consumers(info.namespace, info.name)) or "-",
+                        sharing_text(entry, len(consumers)),
+                        ",".join(consumers) or "-",
                         "yes" if uid in prepared else "no",
                     ]
                 )
@@ -515,19 +516,12 @@ def devices_text(entry: AllocatedDevices, index: dict[str, int]) -> str:
     return ", ".join(parts) or "none (CPU only)"
 
 
-def sharing_text(entry: AllocatedDevices) -> str:
+def sharing_text(entry: AllocatedDevices, users: int = 1) -> str:
+    """What the claim gets (`drasat.api.access`): exclusive, time-sliced, MPS or a share."""
     sharing = (entry.gpu.sharing if entry.gpu else None) or (
         entry.mig.sharing if entry.mig else None
     )
-    parts = []
-    if sharing is not None:
-        parts.append(str(sharing.strategy.value))
-    if entry.share is not None:
-        if entry.share.compute is not None:
-            parts.append(f"{entry.share.compute}% compute")
-        if entry.share.memory is not None:
-            parts.append(f"{entry.share.memory} memory")
-    return ", ".join(parts) or "exclusive"
+    return access.label(sharing, entry.share, users)
 
 
 def _sources(args: argparse.Namespace) -> list[tuple[str, list[loading.Document]]]:

@@ -3,7 +3,8 @@
 First every NodeAllocationState (input allocations kept, new ones added to spec.allocatedClaims),
 then the ResourceClaims: allocated ones with a classic-DRA `status.allocation` (node selector on
 the node's name, shareable, one resource handle whose data is the claim's devices as JSON),
-unplaced ones with the annotation `whatif.drasat.io/reason`.
+unplaced ones with the annotation `whatif.drasat.io/reason`; every claim with the annotation
+`whatif.drasat.io/solver` (status, what it proves, bound).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from drasat.whatif.manifests import Claim
 from drasat.whatif.report import Report
 
 REASON_ANNOTATION = "whatif.drasat.io/reason"
+#: On every claim: the solver's status, what it proves, and its bound (or `no bound`).
+SOLVER_ANNOTATION = "whatif.drasat.io/solver"
 CLAIM_API_VERSION = "resource.k8s.io/v1alpha2"
 
 
@@ -26,6 +29,11 @@ def as_list(report: Report) -> dict[str, Any]:
 
 def _claim(report: Report, claim: Claim) -> dict[str, Any]:
     metadata = claim.metadata.model_dump(mode="json", exclude_none=True)
+    summary = report.summary
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        SOLVER_ANNOTATION: f"{summary.solver_text}; {summary.bound_text}",
+    }
     if claim.owner_pod is not None:
         metadata["ownerReferences"] = [
             {

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from drasat.api import catalog
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
-from drasat.solver.problem import Solution
+from drasat.solver.problem import Solution, bound_text
 from drasat.whatif.inventory import Ignored
 from drasat.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.whatif.nodes import ClusterNodes
@@ -93,10 +93,23 @@ class Summary:
     allocations_existing: int
     status: str
     objective: float
-    best_bound: float
-    gap: float
+    #: None: no bound is known (online mode; a batch model that left out nodes).
+    best_bound: float | None
+    gap: float | None
     wall_time_s: float
     mode: str
+    #: What the status proves (drasat.solver.Status.meaning).
+    meaning: str = ""
+
+    @property
+    def solver_text(self) -> str:
+        """`STATUS (mode: what it proves)`."""
+        return f"{self.status} ({self.mode}: {self.meaning})" if self.meaning else self.status
+
+    @property
+    def bound_text(self) -> str:
+        """`best bound B, gap G%`, or `no bound`."""
+        return bound_text(self.best_bound, self.gap)
 
     @property
     def gpus_free(self) -> int:
@@ -314,6 +327,7 @@ def _summary(
         gap=solution.gap,
         wall_time_s=solution.wall_time_s,
         mode=mode,
+        meaning=solution.status.meaning,
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from drasat.api import access
+from drasat.api.sharing import default_sharing
 from drasat.whatif.inventory import Ignored
 from drasat.whatif.report import Report, Row, Summary
 
@@ -12,7 +14,10 @@ def render(report: Report, *, wide: bool = False) -> str:
     header = ["POD", "CLAIM", "NODE", "DEVICES"]
     if wide:
         header = ["POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"]
-    lines = _columns([header, *(_cells(r, wide=wide) for r in report.rows)])
+    users = {c.key: len(report.workload.users_of(c)) for c in report.workload.claims}
+    lines = _columns(
+        [header, *(_cells(r, wide=wide, users=users.get(r.claim.key, 1)) for r in report.rows)]
+    )
     if wide:
         lines.extend(unsuitable_lines(report))
     lines.append("")
@@ -48,7 +53,7 @@ def unsuitable_lines(report: Report) -> list[str]:
     return ["", "unsuitable nodes:", *lines] if lines else []
 
 
-def _cells(row: Row, *, wide: bool) -> list[str]:
+def _cells(row: Row, *, wide: bool, users: int) -> list[str]:
     node = row.node or "-"
     devices = (row.devices_wide if wide else row.devices) if row.placed else "-"
     if row.existing:
@@ -64,20 +69,19 @@ def _cells(row: Row, *, wide: bool) -> list[str]:
         row.claim.class_name,
         node,
         devices,
-        _sharing(row),
+        _sharing(row, users),
     ]
 
 
-def _sharing(row: Row) -> str:
+def _sharing(row: Row, users: int) -> str:
+    """What the claim gets (`drasat.api.access`): the sharing the solver writes into its
+    allocation (the claim's, else NVIDIA's default) and the pods that use it."""
     request = row.claim.request
     spec = request.gpu or request.mig
-    sharing = spec.sharing if spec is not None else None
-    text = "exclusive" if not request.shareable else "shareable"
-    if sharing is not None:
-        config = sharing.timeSlicingConfig
-        detail = f"/{config.effective.value}" if config is not None else ""
-        text += f", {sharing.strategy.value}{detail}"
-    return text
+    sharing = (spec.sharing if spec is not None else None) or default_sharing()
+    share = request.gpu.share if request.gpu is not None else None
+    # A claim of a non-sharable class serves its first pod only.
+    return access.label(sharing, share, users if request.shareable else 1)
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -97,7 +101,6 @@ def summary_lines(summary: Summary) -> list[str]:
         f"pods: {summary.pods_placed} placed, {summary.pods_unplaced} unplaced   "
         f"claims: {summary.allocations_new} allocated, {summary.allocations_existing} already in "
         "the cluster",
-        f"solver: {summary.status} ({summary.mode}), objective {summary.objective:g}, "
-        f"best bound {summary.best_bound:g}, gap {summary.gap:.2%}, "
-        f"{summary.wall_time_s * 1000:.0f} ms",
+        f"solver: {summary.solver_text}, objective {summary.objective:g}, "
+        f"{summary.bound_text}, {summary.wall_time_s * 1000:.0f} ms",
     ]

@@ -168,7 +168,8 @@ def test_whole_batch_is_checked_and_within_the_bound() -> None:
     relaxed = openb_bound.bound(nodes, mine, time_limit_s=10)
     whole = openb_bound.whole_batch(nodes, mine, seconds=2)
     assert 0 < whole.milli <= relaxed.bound_milli
-    assert whole.best_bound >= whole.objective
+    # The batch model keeps each pod's best nodes only here: no bound is claimed for it.
+    assert whole.best_bound is None or whole.best_bound >= whole.objective
 
 
 def test_checker_rejects_an_overfull_gpu() -> None:

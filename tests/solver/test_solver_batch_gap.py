@@ -101,5 +101,5 @@ def test_whatif_shows_the_fallback_gap(
     monkeypatch.setattr(solving, "solve", no_solution)
     main.main(["whatif"])
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("solver:")]
-    assert line.startswith("solver: FEASIBLE (batch), objective ")
+    assert line.startswith("solver: FEASIBLE (batch: not proven optimal), objective ")
     assert "gap 0.00%" not in line

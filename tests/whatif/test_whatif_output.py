@@ -133,7 +133,7 @@ def test_wide_shows_uuids_and_sharing(run_cli: Any) -> None:
     assert result.out.splitlines()[0].split() == [
         "POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"
     ]  # fmt: skip
-    assert "shareable, TimeSlicing/Long" in result.out
+    assert "time-sliced (Long), 2 pods" in result.out
     assert "ignored: Namespace gpu-test1 (<embedded>/default-manifests.yaml: document 2)" in (
         result.out
     )
@@ -242,7 +242,7 @@ def test_online_mode_and_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     result = run_cli("--cluster", cluster_file, "-f", "-", "--mode", "online")
     assert result.code == 0, result.err
-    assert "(online)" in result.out and "pods: 1 placed" in result.out
+    assert "(online: " in result.out and "pods: 1 placed" in result.out
 
 
 class _Checker(HTMLParser):

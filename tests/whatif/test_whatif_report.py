@@ -146,7 +146,7 @@ def test_summary_counts_gpus_slices_pods_and_solver() -> None:
     lines = table.summary_lines(summary)
     assert lines[1].endswith("claims: 3 allocated, 0 already in the cluster")
     assert lines[2].endswith(
-        "solver: FEASIBLE (batch), objective 3, best bound 4, gap 25.00%, 12 ms"
+        "solver: FEASIBLE (batch: not proven optimal), objective 3, best bound 4, gap 25.00%, 12 ms"
     )
 
 
