@@ -346,9 +346,21 @@ class Controller:
     def _timed_solve(self, problem: Problem, *, feasibility: bool, kind: str) -> Solution:
         started = time.perf_counter()
         try:
-            return self._solve(problem, self._params(feasibility=feasibility))
+            solution = self._solve(problem, self._params(feasibility=feasibility))
         finally:
             self.metrics.solver_seconds.labels(kind).observe(time.perf_counter() - started)
+        # What the solve proved, as the solver states it (online: per pod, no bound).
+        self.metrics.solves.labels(kind, solution.status.value).inc()
+        log.debug(
+            "solve %s: %s; %s; %d placed, %d unplaced",
+            kind,
+            solution.optimality_text(),
+            solution.bound_text(),
+            len(solution.placements),
+            len(solution.unplaced),
+            extra={"kind": kind, "status": solution.status.value, "bound": solution.bound_text()},
+        )
+        return solution
 
     # Claims.
     def reconcile_claim(self, key: str) -> None:

@@ -30,6 +30,14 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.solves = Counter(
+            f"{PREFIX}_solves",
+            "Solver calls by kind and by what the solution proves (status: PER_POD_OPTIMAL = "
+            "the pod's node is the best of its candidates, nothing more; FEASIBLE = not proven; "
+            "OPTIMAL only where CP-SAT proved the whole set).",
+            ["kind", "status"],
+            registry=r,
+        )
         self.pending_claims = Gauge(
             f"{PREFIX}_pending_claims", "Claims of ours not allocated yet.", registry=r
         )
