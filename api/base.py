@@ -6,11 +6,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from drasat.api import limits
+
 
 class Spec(BaseModel):
     """Base of every spec we own: unknown or mistyped fields are errors, not silently dropped."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, str_max_length=limits.MAX_STRING
+    )
 
     def dump(self) -> dict[str, Any]:
         """JSON-ready dict with the wire names, leaving out unset optional fields."""
@@ -22,8 +26,10 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str = Field("", description="Object name.")
-    namespace: str | None = Field(None, description="Namespace of a namespaced object.")
+    name: str = Field("", max_length=limits.MAX_NAME, description="Object name.")
+    namespace: str | None = Field(
+        None, max_length=limits.MAX_NAMESPACE, description="Namespace of a namespaced object."
+    )
     uid: str | None = Field(None, description="Unique id the API server assigned.")
     resourceVersion: str | None = Field(None, description="Optimistic-concurrency version.")
     generation: int | None = None

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from drasat.api import groups
+from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
 from drasat.api.quantity import Quantity
 from drasat.api.selectors import GpuSelector
@@ -46,7 +46,7 @@ class Topology(Spec):
 
 
 class GpuClaimParametersSpec(Spec):
-    count: int = Field(1, ge=1, description="Number of GPUs.")
+    count: int = Field(1, ge=1, le=limits.MAX_DEVICES_PER_CLAIM, description="Number of GPUs.")
     selector: GpuSelector | None = Field(None, description="Which GPUs qualify.")
     sharing: GpuSharing | None = Field(None, description="How the claim's users share its GPUs.")
     optional: bool = Field(

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from drasat.api import catalog, groups
+from drasat.api import catalog, groups, limits
 from drasat.api.base import Object, ObjectMeta, Spec
 from drasat.api.nas import (
     AllocatableDevice,
@@ -26,7 +26,7 @@ from drasat.api.nas import (
     NodeAllocationState,
     NodeAllocationStateSpec,
 )
-from drasat.api.quantity import Quantity, to_bytes
+from drasat.api.quantity import MAX_QUANTITY, Quantity, to_bytes
 
 CLUSTER_GROUP = "whatif.drasat.io"
 CLUSTER_API_VERSION = f"{CLUSTER_GROUP}/{groups.VERSION}"
@@ -44,11 +44,13 @@ def cpu_millis(quantity: int | str) -> int:
     scale = Decimal(1) if text.endswith("m") else Decimal(1000)
     try:
         value = Decimal(text.removesuffix("m")) * scale
-    except InvalidOperation:
+        if value < 0:
+            raise ValueError(f"CPU quantity must not be negative: {quantity!r}")
+        if value > MAX_QUANTITY:
+            raise ValueError(f"CPU quantity {quantity!r} is over {MAX_QUANTITY} millicores")
+        return int(value.to_integral_value(rounding="ROUND_CEILING"))
+    except ArithmeticError:  # InvalidOperation, Overflow (`1e999999`)
         raise ValueError(f"not a CPU quantity: {quantity!r} (expected e.g. 32, 500m)") from None
-    if value < 0:
-        raise ValueError(f"CPU quantity must not be negative: {quantity!r}")
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def _check_cpu(value: int | str) -> int | str:
@@ -72,7 +74,9 @@ class ClusterGpus(Spec):
     product: Annotated[str, AfterValidator(_known_product)] = Field(
         description="Catalog key, alias or NVML product name, e.g. A100-40GB, T4."
     )
-    count: int = Field(1, ge=1, description="GPUs of this product per node.")
+    count: int = Field(
+        1, ge=1, le=limits.MAX_GPUS_PER_NODE, description="GPUs of this product per node."
+    )
     mig: bool = Field(False, description="MIG mode enabled (MIG-capable products only).")
 
     @model_validator(mode="after")
@@ -87,13 +91,25 @@ class ClusterNode(Spec):
     """One node, or `count` identical nodes named `<name>-0` … `<name>-<count-1>`."""
 
     name: str = Field(min_length=1, description="Node name (a prefix when count > 1).")
-    count: int = Field(1, ge=1, description="Identical nodes of this shape.")
+    count: int = Field(
+        1, ge=1, le=limits.MAX_NODES_PER_GROUP, description="Identical nodes of this shape."
+    )
     gpus: list[ClusterGpus] = Field(default_factory=list, description="GPUs, indexed in order.")
     cpu: CpuQuantity | None = Field(None, description="Allocatable CPU, e.g. 64 or 63500m.")
     memory: Quantity | None = Field(None, description="Allocatable memory, e.g. 512Gi.")
     labels: dict[str, str] = Field(default_factory=dict, description="Node labels.")
     ready: bool = Field(True, description="False: the node plugin has not published (NotReady).")
     nvlink: bool = Field(False, description="All GPUs of the node are NVLink peers.")
+
+    @model_validator(mode="after")
+    def _gpus_fit_a_node(self) -> ClusterNode:
+        total = sum(g.count for g in self.gpus)
+        if total > limits.MAX_GPUS_PER_NODE:
+            raise ValueError(
+                f"{total} GPUs on one node: at most {limits.MAX_GPUS_PER_NODE} (real servers "
+                "hold up to 20)"
+            )
+        return self
 
     def node_names(self) -> list[str]:
         if self.count == 1:

@@ -67,7 +67,9 @@ _SCALAR_KEYWORDS = frozenset(
     }
 )
 VALIDATIONS = "x-kubernetes-validations"
-_DROPPED_KEYWORDS = frozenset({"title", "default", "examples"})
+#: `propertyNames` (the length of a map's keys, from the models' string limit) has no structural
+#: equivalent; the models check it when drasat reads the object.
+_DROPPED_KEYWORDS = frozenset({"title", "default", "examples", "propertyNames"})
 
 #: Rules the models check in validators that a structural schema can state exactly, keyed by
 #: model (JSON-schema definition) name: these objects hold exactly one field.
@@ -208,8 +210,10 @@ class _Converter:
         if len(options) == 1:
             # Optional[X]: X, with the field's own description and default winning.
             return self.convert({**options[0], **rest}, path=path, stack=stack)
+        # The string's length limit (MAX_STRING) is the models' to check: an int-or-string
+        # schema holds nothing else.
         if sorted(str(o.get("type")) for o in options) == ["integer", "string"] and all(
-            set(o) == {"type"} for o in options
+            set(o) <= {"type", "maxLength"} for o in options
         ):
             schema: Schema = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
             schema[INT_OR_STRING] = True

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from drasat.api import groups
+from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
 from drasat.api.claims import GpuShare
 from drasat.api.sharing import GpuSharing
@@ -37,7 +37,9 @@ class GpuInfo(Spec):
     # drasat additions
     pciBusID: str | None = None
     numaNode: int | None = None
-    nvlinkPeers: list[str] | None = Field(None, description="UUIDs of NVLink-connected GPUs.")
+    nvlinkPeers: list[str] | None = Field(
+        None, max_length=limits.MAX_GPUS_PER_NODE, description="UUIDs of NVLink-connected GPUs."
+    )
     health: Health = Health.Healthy
 
 
@@ -58,7 +60,7 @@ class MigInfo(Spec):
 
     profile: str
     parentProductName: str
-    placements: list[MigPlacement]
+    placements: list[MigPlacement] = Field(max_length=8)  # 8 memory slices
     # drasat additions (read from NVML or the catalog)
     giProfileId: int | None = None
     memoryBytes: int | None = None
@@ -87,7 +89,9 @@ class AllocatedGpu(Spec):
 
 
 class AllocatedGpus(Spec):
-    devices: list[AllocatedGpu] = Field(default_factory=list)
+    devices: list[AllocatedGpu] = Field(
+        default_factory=list, max_length=limits.MAX_DEVICES_PER_CLAIM
+    )
     sharing: GpuSharing | None = None
 
 
@@ -98,7 +102,9 @@ class AllocatedMigDevice(Spec):
 
 
 class AllocatedMigDevices(Spec):
-    devices: list[AllocatedMigDevice] = Field(default_factory=list)
+    devices: list[AllocatedMigDevice] = Field(
+        default_factory=list, max_length=limits.MAX_DEVICES_PER_CLAIM
+    )
     sharing: GpuSharing | None = None
 
 
@@ -130,7 +136,9 @@ class PreparedGpu(Spec):
 
 
 class PreparedGpus(Spec):
-    devices: list[PreparedGpu] = Field(default_factory=list)
+    devices: list[PreparedGpu] = Field(
+        default_factory=list, max_length=limits.MAX_DEVICES_PER_CLAIM
+    )
 
 
 class PreparedMigDevice(Spec):
@@ -143,7 +151,9 @@ class PreparedMigDevice(Spec):
 
 
 class PreparedMigDevices(Spec):
-    devices: list[PreparedMigDevice] = Field(default_factory=list)
+    devices: list[PreparedMigDevice] = Field(
+        default_factory=list, max_length=limits.MAX_DEVICES_PER_CLAIM
+    )
 
 
 class PreparedDevices(Spec):
@@ -152,7 +162,9 @@ class PreparedDevices(Spec):
 
 
 class NodeAllocationStateSpec(Spec):
-    allocatableDevices: list[AllocatableDevice] = Field(default_factory=list)
+    allocatableDevices: list[AllocatableDevice] = Field(
+        default_factory=list, max_length=limits.MAX_NODE_DEVICES
+    )
     allocatedClaims: dict[str, AllocatedDevices] = Field(default_factory=dict)
     preparedClaims: dict[str, PreparedDevices] = Field(default_factory=dict)
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema, model_validator
 
-from drasat.api import groups
+from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
 from drasat.api.claims import GpuShare
 from drasat.api.cluster import CpuQuantity, cpu_millis
@@ -77,8 +77,12 @@ class WorkloadShape(Spec):
 class ObjectiveTerm(Spec):
     term: Term
     weight: int = Field(1, ge=0, le=1000, description="Relative weight among the terms.")
-    nodes: list[str] | None = Field(None, description="preferNode: node name globs.")
-    products: list[str] | None = Field(None, description="preferProduct: product name globs.")
+    nodes: list[str] | None = Field(
+        None, max_length=limits.MAX_POLICY_ENTRIES, description="preferNode: node name globs."
+    )
+    products: list[str] | None = Field(
+        None, max_length=limits.MAX_POLICY_ENTRIES, description="preferProduct: product name globs."
+    )
     workload: list[WorkloadShape] | None = Field(
         None,
         max_length=64,
@@ -111,8 +115,16 @@ class Reservation(Spec):
     """Matching GPUs serve only the listed namespaces (all of them, or `count` of them)."""
 
     name: str = Field(description="Named in explanations, e.g. reserve-team-a.")
-    namespaces: list[str] = Field(min_length=1, description="Namespace globs allowed to use them.")
-    nodes: list[str] = Field(default_factory=lambda: ["*"], description="Node name globs.")
+    namespaces: list[str] = Field(
+        min_length=1,
+        max_length=limits.MAX_POLICY_ENTRIES,
+        description="Namespace globs allowed to use them.",
+    )
+    nodes: list[str] = Field(
+        default_factory=lambda: ["*"],
+        max_length=limits.MAX_POLICY_ENTRIES,
+        description="Node name globs.",
+    )
     selector: GpuSelector | None = Field(None, description="Which GPUs; none = every GPU.")
     count: int | None = Field(
         None, ge=1, description="Keep this many matching GPUs for them; none = all matching."
@@ -133,13 +145,23 @@ class NamespaceLimit(Spec):
 
 class AllowedProducts(Spec):
     namespace: str = Field(description="Namespace glob.")
-    products: list[str] = Field(min_length=1, description="Product name globs it may use.")
+    products: list[str] = Field(
+        min_length=1,
+        max_length=limits.MAX_POLICY_ENTRIES,
+        description="Product name globs it may use.",
+    )
 
 
 class Rules(Spec):
-    reservations: list[Reservation] = Field(default_factory=list)
-    namespaceLimits: list[NamespaceLimit] = Field(default_factory=list)
-    allowedProducts: list[AllowedProducts] = Field(default_factory=list)
+    reservations: list[Reservation] = Field(
+        default_factory=list, max_length=limits.MAX_POLICY_ENTRIES
+    )
+    namespaceLimits: list[NamespaceLimit] = Field(
+        default_factory=list, max_length=limits.MAX_POLICY_ENTRIES
+    )
+    allowedProducts: list[AllowedProducts] = Field(
+        default_factory=list, max_length=limits.MAX_POLICY_ENTRIES
+    )
 
 
 class SolverBudget(Spec):
@@ -167,10 +189,13 @@ class LifecycleAction(Spec):
 
 class Lifecycle(Spec):
     init: list[LifecycleAction] = Field(
-        default_factory=list, description="Applied when a claim is prepared."
+        default_factory=list,
+        max_length=limits.MAX_POLICY_TERMS,
+        description="Applied when a claim is prepared.",
     )
     cleanup: list[LifecycleAction] = Field(
         default_factory=list,
+        max_length=limits.MAX_POLICY_TERMS,
         description="Extra steps after a claim is unprepared (init "
         "actions are undone automatically).",
     )
@@ -182,11 +207,14 @@ class AllocationPolicySpec(Spec):
             ObjectiveTerm(term=Term.fragmentation, weight=4),
             ObjectiveTerm(term=Term.binpack, weight=2),
             ObjectiveTerm(term=Term.minimizeMigWaste, weight=1),
-        ]
+        ],
+        max_length=limits.MAX_POLICY_TERMS,
     )
     rules: Rules = Field(default_factory=Rules)
     namespacePriorities: dict[str, int] = Field(
-        default_factory=dict, description="Namespace glob -> priority of its pods (default 0)."
+        default_factory=dict,
+        max_length=limits.MAX_POLICY_ENTRIES,
+        description="Namespace glob -> priority of its pods (default 0).",
     )
     solver: SolverBudget = Field(default_factory=SolverBudget)
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)

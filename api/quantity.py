@@ -7,7 +7,7 @@ number of bytes with `to_bytes`.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, WithJsonSchema
@@ -28,6 +28,8 @@ _SUFFIXES: dict[str, Decimal] = {
     "E": Decimal(10**18),
     "m": Decimal(1) / 1000,
 }
+#: Kubernetes quantities are 64-bit; a bigger one would overflow the solver's integers too.
+MAX_QUANTITY = 2**63 - 1
 _PATTERN = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 
 
@@ -38,6 +40,8 @@ def to_bytes(quantity: int | str) -> int:
     if isinstance(quantity, int):
         if quantity < 0:
             raise ValueError(f"quantity must not be negative: {quantity}")
+        if quantity > MAX_QUANTITY:
+            raise ValueError(f"quantity is over {MAX_QUANTITY} (64 bits)")
         return quantity
     match = _PATTERN.match(quantity.strip())
     if match is None:
@@ -45,11 +49,13 @@ def to_bytes(quantity: int | str) -> int:
     number, suffix = match.group(1), match.group(2) or ""
     try:
         value = Decimal(number) * _SUFFIXES[suffix]
-    except InvalidOperation:
+        if value < 0:
+            raise ValueError(f"quantity must not be negative: {quantity!r}")
+        if value > MAX_QUANTITY:
+            raise ValueError(f"quantity {quantity!r} is over {MAX_QUANTITY} (64 bits)")
+        return int(value.to_integral_value(rounding="ROUND_CEILING"))
+    except ArithmeticError:  # InvalidOperation, Overflow (`1e999999`)
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from None
-    if value < 0:
-        raise ValueError(f"quantity must not be negative: {quantity!r}")
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def _check(value: int | str) -> int | str:

@@ -54,13 +54,14 @@ class Limits:
     def from_environment(cls) -> Limits:
         default = cls()
         return cls(
-            max_bytes=_env_int("DRASAT_MAX_INPUT_MIB", default.max_bytes // MIB) * MIB,
-            max_depth=_env_int("DRASAT_MAX_YAML_DEPTH", default.max_depth),
-            max_alias_nodes=_env_int("DRASAT_MAX_YAML_ALIAS_NODES", default.max_alias_nodes),
+            max_bytes=env_limit("DRASAT_MAX_INPUT_MIB", default.max_bytes // MIB) * MIB,
+            max_depth=env_limit("DRASAT_MAX_YAML_DEPTH", default.max_depth),
+            max_alias_nodes=env_limit("DRASAT_MAX_YAML_ALIAS_NODES", default.max_alias_nodes),
         )
 
 
-def _env_int(name: str, default: int) -> int:
+def env_limit(name: str, default: int) -> int:
+    """A limit from the environment variable `name` (a positive integer), else `default`."""
     text = os.environ.get(name, "").strip()
     if not text:
         return default

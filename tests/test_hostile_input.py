@@ -227,3 +227,53 @@ def test_huge_integers_and_newlines_in_names_are_described_on_one_line() -> None
     assert inventory.located(document, "ns") == (
         "f.yaml: document 1: 'Pod\\n' ns/<integer of 16610 bits>"
     )
+
+
+# --- valid but large input stays fast --------------------------------------------------------
+
+
+def _cluster(nodes: str) -> list[loading.Document]:
+    head = "apiVersion: whatif.drasat.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
+    text = f"{head}spec:\n  nodes:\n{nodes}"
+    return loading.parse_documents(text, "c.yaml")
+
+
+def test_a_5000_node_cluster_loads_fast() -> None:
+    from drasat.whatif import nodes
+
+    started = time.monotonic()
+    loaded = nodes.load(
+        _cluster(
+            "  - {name: t4, count: 2500, gpus: [{product: T4, count: 4}]}\n"
+            "  - {name: a100, count: 2500, gpus: [{product: A100-40GB, count: 8, mig: true}]}\n"
+        )
+    )
+    assert len(loaded.states) == 5000
+    assert time.monotonic() - started < 30  # about 2 s on a loaded 2-core machine
+
+
+def test_nodes_with_the_most_gpus_are_placed_on(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 20 single-slot GPUs is the largest real server; 64 is the limit.
+    path = tmp_path / "wide.yaml"
+    path.write_text(
+        "apiVersion: whatif.drasat.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n"
+        "  nodes:\n  - {name: twenty, gpus: [{product: T4, count: 20}]}\n"
+        "  - {name: most, gpus: [{product: A100-40GB, count: 32, mig: true}, "
+        "{product: T4, count: 32}]}\n",
+        encoding="utf-8",
+    )
+    code, out, err, elapsed = _run(capsys, "whatif", "--cluster", str(path))
+    assert code == 0, err
+    assert "GPUs: 5 used, 79 free of 84" in out
+    assert elapsed < 30  # about 1 s
+
+
+def test_a_100000_replica_deployment_gets_distinct_pod_names() -> None:
+    from drasat.whatif import workloads
+
+    names = workloads._unique_names("web-abcdefghij", "web", 100_000)
+    assert len(set(names)) == 100_000
+    # The first names are those Kubernetes-like names the what-if always gave.
+    assert names[0] == f"web-abcdefghij-{workloads._suffix('web/0', 5)}"

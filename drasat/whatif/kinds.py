@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta, Spec
 
 
@@ -117,7 +118,9 @@ class Container(Open):
 class PodSpec(Open):
     containers: list[Container] = Field(default_factory=list)
     initContainers: list[Container] = Field(default_factory=list)
-    resourceClaims: list[PodResourceClaim] = Field(default_factory=list)
+    resourceClaims: list[PodResourceClaim] = Field(
+        default_factory=list, max_length=limits.MAX_CLAIMS_PER_POD
+    )
     priority: int | None = None
     priorityClassName: str | None = None
     nodeName: str | None = None
@@ -137,15 +140,15 @@ class PodTemplate(Open):
 class ReplicatedSpec(Open):
     """Deployment, ReplicaSet and StatefulSet: `replicas` copies of the template."""
 
-    replicas: int = Field(1, ge=0)
+    replicas: int = Field(1, ge=0, le=limits.MAX_PODS)
     template: PodTemplate
 
 
 class JobSpec(Open):
     """Job: `parallelism` pods at once, never more than `completions`."""
 
-    parallelism: int = Field(1, ge=0)
-    completions: int | None = Field(None, ge=0)
+    parallelism: int = Field(1, ge=0, le=limits.MAX_PODS)
+    completions: int | None = Field(None, ge=0, le=limits.MAX_PODS)
     template: PodTemplate
 
 

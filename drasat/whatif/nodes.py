@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from drasat import loading
-from drasat.api import catalog, cluster, groups
+from drasat.api import catalog, cluster, groups, limits
 from drasat.api.errors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
@@ -80,6 +80,7 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
     """
     found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []
     ignored: list[Ignored] = []
+    most = loading.env_limit("DRASAT_MAX_NODES", limits.MAX_NODES)
     for document in documents:
         api_version = str(document.data.get("apiVersion", ""))
         kind = document.data.get("kind")
@@ -95,9 +96,11 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
                 )
         if group in groups.NAS_GROUPS:
             nas = _validate(NodeAllocationState, document, where)
+            _check_total(len(found) + 1, most, where)
             found.append((where, nas, None))
         elif group == cluster.CLUSTER_GROUP:
             description = _validate(cluster.Cluster, document, where)
+            _check_total(len(found) + sum(n.count for n in description.spec.nodes), most, where)
             found.extend((where, n.nas, n) for n in cluster.expand(description.spec))
         else:
             what = where.removeprefix(f"{document.where}: ")
@@ -111,6 +114,15 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
     _check_unique([(w, n) for w, n, _ in found])
     states = tuple(_state(nas, expanded) for _, nas, expanded in found)
     return ClusterNodes(tuple(n for _, n, _ in found), states, tuple(ignored))
+
+
+def _check_total(nodes: int, most: int, where: str) -> None:
+    if nodes > most:
+        raise InputError(
+            f"the cluster has more than {most:,} nodes, three times Kubernetes' limit (raise the "
+            "limit with DRASAT_MAX_NODES)",
+            where=where,
+        )
 
 
 def _namespace(document: loading.Document) -> str:

@@ -11,7 +11,8 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-from drasat.api import cluster
+from drasat import loading
+from drasat.api import cluster, limits
 from drasat.api.base import Object
 from drasat.api.errors import InputError
 from drasat.whatif import inventory, kinds
@@ -76,9 +77,16 @@ def expand(entries: list[inventory.Entry[Object]]) -> list[PodInstance]:
     pods: list[PodInstance] = []
     seen: dict[str, str] = {}
     skipped = with_children(entries)
+    most = loading.env_limit("DRASAT_MAX_PODS", limits.MAX_PODS)
     for index, entry in enumerate(entries):
         if index in skipped:
             continue
+        if len(pods) + _pod_count(entry.obj) > most:
+            raise InputError(
+                f"the manifests stand for more than {most:,} pods, Kubernetes' limit per "
+                "cluster (raise the limit with DRASAT_MAX_PODS)",
+                where=entry.where(),
+            )
         for pod in _pods_of(entry):
             if pod.key in seen:
                 raise InputError(
@@ -116,17 +124,37 @@ def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
     raise AssertionError(f"not a workload: {type(obj).__name__}")  # pragma: no cover
 
 
-def _names(obj: kinds.ReplicatedWorkload | kinds.Job) -> list[str]:
-    name = obj.metadata.name
+def _pod_count(obj: Object) -> int:
     if isinstance(obj, kinds.Job):
         count = obj.spec.parallelism
         if obj.spec.completions is not None:
             count = min(count, obj.spec.completions)
-        return [f"{name}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
-    count = obj.spec.replicas
+        return count
+    if isinstance(obj, kinds.ReplicatedWorkload):
+        return obj.spec.replicas
+    return 1
+
+
+def _names(obj: kinds.ReplicatedWorkload | kinds.Job) -> list[str]:
+    name = obj.metadata.name
+    count = _pod_count(obj)
     if obj.kind == "StatefulSet":
         return [f"{name}-{i}" for i in range(count)]
-    if obj.kind == "Deployment":
-        template_hash = _suffix(f"{name}/template", 10)
-        return [f"{name}-{template_hash}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
-    return [f"{name}-{_suffix(f'{name}/{i}', 5)}" for i in range(count)]
+    prefix = f"{name}-{_suffix(f'{name}/template', 10)}" if obj.kind == "Deployment" else name
+    return _unique_names(prefix, name, count)
+
+
+def _unique_names(prefix: str, seed: str, count: int) -> list[str]:
+    """`<prefix>-<5 letters>` for `count` pods; as Kubernetes does, a suffix already taken is
+    drawn again (27^5 suffixes: a 100,000-replica workload has collisions)."""
+    names: list[str] = []
+    taken: set[str] = set()
+    for i in range(count):
+        candidate = f"{prefix}-{_suffix(f'{seed}/{i}', 5)}"
+        retry = 0
+        while candidate in taken:
+            retry += 1
+            candidate = f"{prefix}-{_suffix(f'{seed}/{i}/{retry}', 5)}"
+        taken.add(candidate)
+        names.append(candidate)
+    return names
