@@ -9,11 +9,13 @@ import argparse
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
-from drasat.controller import app, logs
+
+if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help
+    from drasat.controller import app
 
 
 def register(subparsers: Any) -> None:
@@ -114,6 +116,8 @@ def register(subparsers: Any) -> None:
 
 def options(args: argparse.Namespace) -> app.Options:
     """Flags -> Options; InputError on inconsistent values (a pure function)."""
+    from drasat.controller import app
+
     if args.workers < 1:
         raise InputError("--workers must be at least 1")
     if not args.renew_deadline < args.lease_duration:
@@ -140,6 +144,8 @@ def options(args: argparse.Namespace) -> app.Options:
 
 
 def run(args: argparse.Namespace) -> int:
+    from drasat.controller import app, logs
+
     if args.log_format == "json":
         logs.use_json()
     stop = threading.Event()

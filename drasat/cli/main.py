@@ -1,6 +1,11 @@
 """`drasat` entry point: one subcommand per module of this package.
 
 Exit codes: 0 ran, 1 ran but the job failed (e.g. --fail-on-unplaced), 2 bad input or usage.
+
+A subcommand's module is imported only when that subcommand runs: `drasat --help` and
+`drasat policy ...` do not load the controller, the solver (OR-Tools), the Kubernetes client or
+the simulators. The top-level help shows each subcommand's one-liner from `SUBCOMMANDS`, which a
+test keeps equal to the help the module registers.
 """
 
 from __future__ import annotations
@@ -15,15 +20,25 @@ from typing import Protocol
 from drasat import __version__
 from drasat.api.errors import InputError
 
-#: Subcommand modules; each has `register(subparsers)` which sets `func` on its parser.
-SUBCOMMANDS: tuple[str, ...] = ("controller", "crds", "demo", "nodeplugin", "policy", "whatif")
+#: Subcommand modules of drasat.cli -> their one-line help. Each module has
+#: `register(subparsers)`, which adds its parser (with this help) and sets `func` on it.
+SUBCOMMANDS: dict[str, str] = {
+    "controller": "run the central controller (classic DRA)",
+    "crds": "print the CustomResourceDefinitions (generated from the API models)",
+    "demo": "run the whole system in one process on an example and watch it work",
+    "nodeplugin": "run the kubelet DRA plugin of this node",
+    "policy": "validate allocation policies, print their schema, show the shipped ones",
+    "whatif": "place manifests on a cluster offline and show the result",
+}
 
 
 class _Handler(Protocol):
     def __call__(self, args: argparse.Namespace) -> int: ...
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand's full parser, or (`only`) with that one's full parser
+    and a placeholder for the others (their modules are not imported)."""
     parser = argparse.ArgumentParser(
         prog="drasat",
         description="drasat: a Kubernetes DRA driver for NVIDIA GPUs whose allocator is a "
@@ -37,14 +52,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (default: WARNING)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"drasat.cli.{name}")
-        module.register(subparsers)
+    for name, text in SUBCOMMANDS.items():
+        if only is None or name == only:
+            module = importlib.import_module(f"drasat.cli.{name}")
+            module.register(subparsers)
+        else:
+            subparsers.add_parser(name, help=text)
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in argv (the first word that is not an option or its value)."""
+    words = iter(argv)
+    for word in words:
+        if len(word) > 3 and "--log-level".startswith(word):  # argparse takes prefixes
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
+    # Without a subcommand (--help, --version, usage errors) no subcommand module is needed.
+    parser = build_parser(only=command or "")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -10,19 +10,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from drasat import loading, solver
 from drasat.api.errors import InputError
-from drasat.kube import snapshot
-from drasat.kube.errors import KubeError
-from drasat.solver.problem import Mode
-from drasat.whatif import html, objects, run, table
-from drasat.whatif.report import Report
+
+if TYPE_CHECKING:  # the solver (OR-Tools) and the rest load when the command runs, not for --help
+    from drasat import loading
+    from drasat.whatif import run
+    from drasat.whatif.report import Report
 
 FORMATS = ("table", "wide", "yaml", "json", "html")
+#: drasat.solver.Mode's values (a test keeps them equal; importing it would load OR-Tools).
+MODES = ("online", "batch")
 
 
 def register(subparsers: Any) -> None:
@@ -66,8 +65,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--mode",
-        choices=[m.value for m in Mode],
-        default=Mode.batch.value,
+        choices=MODES,
+        default="batch",
         help="batch: all pods in one model (default); online: one pod at a time, in input order",
     )
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
@@ -79,10 +78,16 @@ def register(subparsers: Any) -> None:
 
 
 def _solver() -> run.Solve:
+    from drasat import solver
+
     return solver.solve
 
 
 def render(result: Report, output: str) -> str:
+    import yaml
+
+    from drasat.whatif import html, objects, table
+
     if output in ("table", "wide"):
         return table.render(result, wide=output == "wide")
     if output == "html":
@@ -97,6 +102,9 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
     """The cluster's objects for --from-cluster (read only), or None without it."""
     if not args.from_cluster:
         return None
+    from drasat.kube import snapshot
+    from drasat.kube.errors import KubeError
+
     try:
         api = snapshot.connect(args.kubeconfig, args.context)
         return snapshot.read_cluster_documents(api)
@@ -105,6 +113,9 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from drasat.solver.problem import Mode
+    from drasat.whatif import run
+
     inputs = run.read_inputs(
         cluster=args.cluster,
         manifest_files=args.manifests,
