@@ -2,7 +2,8 @@
 
 A purely computational module. The CP-SAT model (`model.py`) puts each term on its variables as
 a coefficient; the per-node enumeration of `nodes.py` adds the same terms up for the one pod it
-places. Every term is linear in the model's variables, so a placement costs the same in both.
+places. Every term is linear in the model's variables, so a placement costs the same in both
+(`tests/solver/test_solver_costs.py` checks it on random instances).
 
 Per node (`node_use`, once when a new pod lands on it): binpack, its free GPUs; spread, its
 used GPUs. Per pod on a node (`pod_on_node`): preferNode; the fragmentation term's share of the
@@ -10,20 +11,25 @@ pod's CPU and memory (`pod_workload`). Per GPU (`gpu_open` / `gpu_again`, once w
 claims use it): binpack opening an untouched GPU (and, without a target workload, the
 fragmentation term's fixed OPEN_WHOLE_GPU); spread touching a used one again. Per MIG window
 (`window_costs`, once it is blocked). Per device (`device_terms`): preferProduct,
-minimizeMigWaste; with a target workload, the growth of the node's fragmented capacity the
-device adds beside its pod's CPU and memory (`device_workload`).
+minimizeMigWaste. Per claim, with a target workload: the growth of the node's fragmented
+capacity its GPUs add beside its pod's CPU and memory (`claim_workload`).
 
-The workload part (`workload.growth`, FGD's measure) is not linear in what a placement takes: it
-is split into the pod's part (its CPU and memory, no GPU: `pod_workload`) and each device's
-part given that (`device_workload` = growth with the device and the pod's CPU and memory, minus
-growth with the CPU and memory alone). For a pod taking one device (a share, one whole GPU, a
-MIG device) the parts add up to the growth of the whole placement exactly; for a pod taking
-k > 1 whole GPUs they add up each GPU's growth as if it were the pod's only one (so a claim
-that leaves a class of n-GPU pods without room on the node is charged that once per GPU).
+The workload part (`workload.growth`, FGD's measure) reads the whole node, so it is split into
+parts that add up to the growth of the whole placement exactly: the pod's (its CPU and memory,
+no GPU: `pod_workload`) and its claim's given that (`claim_workload`: the growth with the
+claim's GPUs and the pod's CPU and memory, less the growth with the CPU and memory alone). A
+share or a one-GPU claim takes one device, so the model puts its part on that device's variable.
+A claim of k > 1 whole GPUs takes untouched GPUs, and the growth depends only on how many of
+each `whole_kind` it takes (which workload classes may use them): the model puts its part on
+one variable per such `composition` of k (one kind: on the claim's own variable); the
+enumeration prices each composition with the cheapest GPUs of each kind and keeps the best.
+The claim's part is priced as if the claim were the only new one on the node (in a batch, every
+claim beside only its own pod's CPU and memory).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from drasat.solver import workload
@@ -58,14 +64,25 @@ def pod_on_node(node: NodeView, rules: Rules) -> int:
     return 0
 
 
-def pod_workload(node: NodeView, cpu_milli: int, memory_mib: int, rules: Rules) -> int:
+def growth(
+    node: NodeView, taken: dict[int, int], cpu_milli: int, memory_mib: int, rules: Rules
+) -> int:
+    """`workload.growth` of the node when new claims take `taken` (GPU position -> compute %)
+    and the pod `cpu_milli`/`memory_mib`, unweighted; 0 without a target workload."""
+    if not rules.workload or not (taken or cpu_milli or memory_mib):
+        return 0  # nothing taken: no growth
+    return workload.growth(rules.workload, node, rules, taken, cpu_milli, memory_mib)
+
+
+def pod_workload(
+    node: NodeView, cpu_milli: int, memory_mib: int, rules: Rules, alone: int | None = None
+) -> int:
     """The fragmentation term of a pod's CPU and memory on the node (no GPU taken): capacity
     the target workload's classes can no longer use because the pod fills the node's CPU or
-    memory."""
-    frag = rules.weights.fragmentation
-    if not frag or not rules.workload or not (cpu_milli or memory_mib):
-        return 0  # nothing taken: no growth
-    return frag * workload.growth(rules.workload, node, rules, {}, cpu_milli, memory_mib)
+    memory. `alone`: that growth, when the caller has it."""
+    if alone is None:
+        alone = growth(node, {}, cpu_milli, memory_mib, rules)
+    return rules.weights.fragmentation * alone
 
 
 # -- per GPU and per device -------------------------------------------------------------------
@@ -155,19 +172,57 @@ def device(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rules) -
     )
 
 
-def device_workload(
-    claim: Claim, node: NodeView, gpu: GpuSlot, cpu_milli: int, memory_mib: int, rules: Rules
+def priced(claim: Claim, rules: Rules) -> bool:
+    """Whether the claim's GPUs have a workload part (whole and share claims, with a target
+    workload and the fragmentation term)."""
+    return bool(rules.weights.fragmentation and rules.workload and claim.kind is not Kind.mig)
+
+
+def claim_workload(
+    claim: Claim,
+    node: NodeView,
+    positions: Iterable[int],
+    cpu_milli: int,
+    memory_mib: int,
+    rules: Rules,
+    alone: int | None = None,
 ) -> int:
-    """The fragmentation term of a whole or share device beside its pod's CPU and memory: the
-    node's growth with both, less `pod_workload`'s growth with the CPU and memory alone. 0 for
-    MIG devices and MIG GPUs (the term's MIG part is `window_costs`)."""
-    frag = rules.weights.fragmentation
-    if not frag or not rules.workload or gpu.mig_enabled or claim.kind is Kind.mig:
+    """The fragmentation term of a whole or share claim taking the GPUs at `positions` of the
+    node, beside its pod's CPU and memory: the node's growth with both, less `pod_workload`'s
+    growth with the CPU and memory alone (`alone`, when the caller has it). 0 for MIG claims;
+    MIG GPUs add nothing (the term's MIG part is `window_costs`)."""
+    if not priced(claim, rules):
         return 0
     need = FULL_COMPUTE if claim.kind is Kind.whole else claim.share_compute
-    grown = workload.growth(
-        rules.workload, node, rules, {gpu.position: need}, cpu_milli, memory_mib
-    )
-    if cpu_milli or memory_mib:
-        grown -= workload.growth(rules.workload, node, rules, {}, cpu_milli, memory_mib)
-    return frag * grown
+    taken = {p: need for p in positions if not node.gpus[p].mig_enabled}
+    if not taken:
+        return 0
+    if alone is None:
+        alone = growth(node, {}, cpu_milli, memory_mib, rules)
+    grown = growth(node, taken, cpu_milli, memory_mib, rules)
+    return rules.weights.fragmentation * (grown - alone)
+
+
+def per_device(claim: Claim) -> bool:
+    """Whether the claim's workload part sits on its device variables (one device per node:
+    a share or one whole GPU), else on its compositions (`compositions`)."""
+    return claim.kind is not Kind.whole or claim.count == 1
+
+
+def whole_kind(gpu: GpuSlot, rules: Rules) -> tuple[object, ...]:
+    """What the workload part reads of an untouched GPU a whole claim takes: nothing of a MIG
+    GPU (outside the measure), else which of the workload's classes may use it."""
+    if gpu.mig_enabled or not rules.workload:
+        return ()
+    return workload.eligible_row(rules.workload, gpu, rules)
+
+
+def compositions(need: int, available: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every way to take `need` GPUs from kinds with `available` GPUs each: how many of each."""
+    if not available:
+        return [()] if need == 0 else []
+    out: list[tuple[int, ...]] = []
+    rest = sum(available[1:])
+    for first in range(max(0, need - rest), min(need, available[0]) + 1):
+        out.extend((first, *tail) for tail in compositions(need - first, available[1:]))
+    return out

@@ -15,8 +15,10 @@ up too, so both price a placement alike:
   extra new pod on one node costs 1 (model only: the enumeration places one pod);
 - fragmentation: with a target workload (`workload.py`, the problem's claim shapes) each pod
   costs the growth of its node's fragmented capacity (free compute the expected claims cannot
-  use, % of a GPU) that its CPU and memory cause, and each whole or share device the growth it
-  adds beside them (`costs.pod_workload`, `costs.device_workload`); without one, an untouched
+  use, % of a GPU) that its CPU and memory cause, and each whole or share claim the growth its
+  GPUs add beside them (`costs.pod_workload`, `costs.claim_workload`: on the device variable of
+  a one-device claim, on one variable per composition by GPU kind for k > 1 whole GPUs,
+  `whole_workload`); without one, an untouched
   non-MIG GPU opened costs 8; on a MIG GPU every (profile, placement)
   that was free and becomes blocked costs its size in memory slices (so 1g devices go where they
   block fewest large placements, e.g. slice 6, keeping 4g/3g/7g at 0 possible);
@@ -180,6 +182,8 @@ class _Builder:
                     nodes.setdefault(node.name, node)
         self._shapes: dict[str, tuple[object, bool]] = {}
         self._ways_memo: dict[object, tuple[str | None, list[MigOption | None]]] = {}
+        #: (node, CPU, memory) -> the node's workload growth from that CPU and memory alone.
+        self._alone: dict[tuple[str, int, int], int] = {}
         self.nodes: dict[str, NodeView] = {}
         for entry in entries:
             for node in entry.nodes:
@@ -255,6 +259,8 @@ class _Builder:
         self.m.add(cp_model.LinearExpr.sum([d.var for d in vars_here]) == count * devices_here)
         if claim.kind is Kind.whole and claim.count > 1 and claim.request.gpu is not None:
             self.topology(claim, vars_here, devices_here)
+        if costs.priced(claim, self.rules) and not costs.per_device(claim):
+            self.whole_workload(claim, node, vars_here, devices_here)
 
     def _ways(self, claim: Claim, gpu: GpuSlot) -> tuple[str | None, list[MigOption | None]]:
         """(policy rule forbidding it or None, ways the claim can take the GPU); memoized by
@@ -454,9 +460,54 @@ class _Builder:
         node = self.nodes[gpu.node]
         for d in (*whole, *shares, *migs):
             cost = costs.device_terms(d.claim, gpu, d.option, self.rules)
-            cost += costs.device_workload(d.claim, node, gpu, *self._pod_of(d.claim), self.rules)
+            if costs.priced(d.claim, self.rules) and costs.per_device(d.claim):
+                cost += self._claim_workload(d.claim, node, [gpu.position])
             if cost:
                 sec.append((cost, d.var))
+
+    def _claim_workload(self, claim: Claim, node: NodeView, positions: list[int]) -> int:
+        """costs.claim_workload beside the claim's pod's CPU and memory (`_pod_of`)."""
+        cpu, memory = self._pod_of(claim)
+        key = (node.name, cpu, memory)
+        alone = self._alone.get(key)
+        if alone is None:
+            alone = costs.growth(node, {}, cpu, memory, self.rules)
+            self._alone[key] = alone
+        return costs.claim_workload(claim, node, positions, cpu, memory, self.rules, alone)
+
+    def whole_workload(
+        self,
+        claim: Claim,
+        node: NodeView,
+        vars_here: list[DeviceVar],
+        devices_here: cp_model.IntVar,
+    ) -> None:
+        """The workload part of a claim of k > 1 whole GPUs on the node: it depends only on how
+        many GPUs of each `costs.whole_kind` the claim takes, so one boolean per composition
+        (its sum is the claim's variable here) carries the part (`costs.py`)."""
+        kinds: dict[tuple[object, ...], list[DeviceVar]] = {}
+        for d in vars_here:
+            kinds.setdefault(costs.whole_kind(d.gpu, self.rules), []).append(d)
+        groups = list(kinds.values())
+        ways = []
+        for counts in costs.compositions(claim.count, [len(g) for g in groups]):
+            taken = [d.gpu.position for n, g in zip(counts, groups, strict=True) for d in g[:n]]
+            ways.append((counts, self._claim_workload(claim, node, taken)))
+        sec = self.built.secondary
+        if len(ways) == 1:
+            if ways[0][1]:
+                sec.append((ways[0][1], devices_here))
+            return
+        if not ways or all(cost == 0 for _, cost in ways):
+            return
+        tag = f"{claim.ref}_{node.name}"
+        chosen = [self.m.new_bool_var(f"kinds_{tag}_{i}") for i in range(len(ways))]
+        self.m.add(cp_model.LinearExpr.sum(chosen) == devices_here)
+        for i, group in enumerate(groups):
+            taken_here = cp_model.LinearExpr.sum([d.var for d in group])
+            picked = cp_model.LinearExpr.weighted_sum(chosen, [counts[i] for counts, _ in ways])
+            self.m.add(taken_here == picked)
+        sec.extend((cost, z) for (_, cost), z in zip(ways, chosen, strict=True) if cost)
 
     def _pod_of(self, claim: Claim) -> tuple[int, int]:
         """The CPU and memory its device terms are priced beside: its pod's, when one pod of

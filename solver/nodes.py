@@ -7,11 +7,12 @@ A purely computational module (with a memo). How a node is evaluated:
    It adds up the very terms the CP-SAT model puts on its variables (`costs.py`): the node's and
    the pod's (`costs.node_use`, `costs.pod_on_node`, `costs.pod_workload` for its CPU and
    memory) plus, per device, the GPU's own (`costs.device`, memoized per GPU state) and, with a
-   target workload, the growth of the node's fragmented capacity it adds beside the pod's CPU
-   and memory (`costs.device_workload`). That cost is separable per device, so the optimum is
-   the k cheapest eligible GPUs (whole), the cheapest fitting GPU (share) or the cheapest free
-   (GPU, placement) (MIG), and its value is the model's for the same placement; ties go to the
-   lowest canonical position;
+   target workload, the growth of the node's fragmented capacity the claim's GPUs add beside
+   the pod's CPU and memory (`costs.claim_workload`). For one device (a share, one whole GPU, a
+   MIG device) that cost is separable per device, so the optimum is the cheapest fitting GPU
+   or free (GPU, placement); for k > 1 whole GPUs it is the k cheapest eligible GPUs, or with a
+   workload part the best over how many GPUs of each kind it takes (`_cheapest_kinds`). Its
+   value is the model's for the same placement; ties go to the lowest canonical position;
 3. otherwise a small CP-SAT model of the pod forced onto the node, one worker (deterministic).
 
 Results are memoized by (pod shape, policy, the node's canonical free state): nodes in the same
@@ -267,8 +268,11 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
     if not node.ready or not _fits_cpu(entry, node):
         return Evaluation(None)
     request = entry.request
+    cpu, memory = request.cpu_milli, request.memory_mib
+    # The node's growth from the pod's CPU and memory alone, shared by the terms below.
+    alone = costs.growth(node, {}, cpu, memory, rules)
     base = costs.node_use(node, rules) + costs.pod_on_node(node, rules)
-    base += costs.pod_workload(node, request.cpu_milli, request.memory_mib, rules)
+    base += costs.pod_workload(node, cpu, memory, rules, alone)
     if not entry.claims:
         levels = model.PrimaryLevels.of([entry.priority], 0)
         return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=base)
@@ -279,10 +283,11 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         (b.mig_slices_left for b in limits if b.mig_slices_left is not None), default=None
     )
     node_class = rules.node_class(node.name)
-    # The workload part of a whole or share device reads the whole node: not memoized per GPU
+    # The workload part of a one-device claim reads the whole node: not memoized per GPU
     # state, but GPUs with equal free compute and equal eligibility for the workload's classes
     # add equal growth.
-    priced = rules.weights.fragmentation and rules.workload and claim.kind is not Kind.mig
+    priced = costs.priced(claim, rules)
+    per_device = priced and costs.per_device(claim)
     grown: dict[tuple[object, ...], int] = {}
     # (cost, position, option order, option) of every way to satisfy the claim on this node.
     ways = []
@@ -290,13 +295,13 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         for cost, order, option in _gpu_ways(pod, claim, gpu, node_class, rules):
             if option is not None and slices_left is not None and option.size > slices_left:
                 continue
-            if priced and not gpu.mig_enabled:
+            if per_device and not gpu.mig_enabled:
                 row = workload.eligible_row(rules.workload, gpu, rules)
                 key = (gpu.held_whole, gpu.share_compute_used, row)
                 extra = grown.get(key)
                 if extra is None:
-                    extra = costs.device_workload(
-                        claim, node, gpu, request.cpu_milli, request.memory_mib, rules
+                    extra = costs.claim_workload(
+                        claim, node, [gpu.position], cpu, memory, rules, alone
                     )
                     grown[key] = extra
                 cost += extra
@@ -310,13 +315,51 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
             return Evaluation(None)
         return Evaluation((), primary=placed, secondary=base)
     ways.sort(key=lambda w: (w[0], w[1], w[2]))
-    chosen = ways[:need]
+    if priced and not per_device:
+        chosen, extra = _cheapest_kinds(claim, node, ways, cpu, memory, rules, alone)
+    else:
+        chosen, extra = ways[:need], 0
     picks = tuple(
         (0, position, o.profile if o else None, o.start if o else 0, o.size if o else 0)
         for _, position, _, o in chosen
     )
     got = levels.got if claim.optional else 0
-    return Evaluation(picks, primary=placed + got, secondary=base + sum(w[0] for w in chosen))
+    secondary = base + sum(w[0] for w in chosen) + extra
+    return Evaluation(picks, primary=placed + got, secondary=secondary)
+
+
+_Way = tuple[int, int, int, MigOption | None]
+
+
+def _cheapest_kinds(
+    claim: Claim,
+    node: NodeView,
+    ways: list[_Way],
+    cpu: int,
+    memory: int,
+    rules: Rules,
+    alone: int,
+) -> tuple[list[_Way], int]:
+    """k > 1 whole GPUs with a workload part: the best over how many GPUs of each
+    `costs.whole_kind` it takes (the cheapest of each kind), and that composition's part.
+    `ways` sorted; one kind: the k cheapest."""
+    kinds: dict[tuple[object, ...], list[_Way]] = {}
+    for way in ways:
+        kinds.setdefault(costs.whole_kind(node.gpus[way[1]], rules), []).append(way)
+    groups = list(kinds.values())
+    best: tuple[tuple[object, ...], list[_Way], int] | None = None
+    for counts in costs.compositions(claim.count, [len(g) for g in groups]):
+        chosen = sorted(
+            (w for n, g in zip(counts, groups, strict=True) for w in g[:n]),
+            key=lambda w: (w[0], w[1], w[2]),
+        )
+        positions = [w[1] for w in chosen]
+        extra = costs.claim_workload(claim, node, positions, cpu, memory, rules, alone)
+        rank = (sum(w[0] for w in chosen) + extra, [(w[0], w[1], w[2]) for w in chosen])
+        if best is None or rank < best[0]:
+            best = (rank, chosen, extra)
+    assert best is not None  # there are at least k ways
+    return best[1], best[2]
 
 
 _GPU_MEMO: dict[tuple[object, ...], list[tuple[int, int, MigOption | None]]] = {}
