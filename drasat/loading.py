@@ -275,13 +275,30 @@ class Document:
     def where(self) -> str:
         return f"{self.source}: document {self.number}"
 
-    def describe(self) -> str:
-        """`kind namespace/name` of the object, as far as it says (quoted when odd)."""
-        metadata = self.data.get("metadata") or {}
-        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
-        namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    def describe(self, namespace: str | None = None) -> str:
+        """`Kind namespace/name` of the object (quoted when odd); without a kind or a name, what
+        the document holds instead: `Pod without metadata.name`, `an object ns/x without kind`,
+        `a mapping without kind or metadata.name (keys: foo, bar)`. `namespace`: the one to show
+        ("" for none, as for cluster-scoped kinds); None: the one its metadata names."""
+        metadata = self.data.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        name, kind = metadata.get("name"), self.data.get("kind")
+        if namespace is None:
+            namespace = metadata.get("namespace") or ""
         ref = f"{show(namespace)}/{show(name)}" if namespace else show(name)
-        return f"{show(self.data.get('kind', '?'))} {ref}"
+        has_name = name is not None and name != ""
+        if kind is not None and kind != "":
+            return f"{show(kind)} {ref}" if has_name else f"{show(kind)} without metadata.name"
+        if has_name:
+            return f"an object {ref} without kind"
+        keys = [show(key) for key in list(self.data)[:6]]
+        listed = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+        return f"a mapping without kind or metadata.name (keys: {listed or 'none'})"
+
+    def kind_text(self) -> str:
+        """The document's kind; without one, what it holds (as `describe`)."""
+        kind = self.data.get("kind")
+        return show(kind) if kind is not None and kind != "" else self.describe()
 
 
 def parse_documents(text: str, source: str, *, limits: Limits | None = None) -> list[Document]:
@@ -407,6 +424,6 @@ def load_one(model: type[ModelT], path: str | Path, *, kind: str) -> ModelT:
     documents = read_documents(path)
     matching = [d for d in documents if d.data.get("kind") == kind]
     if len(documents) != 1 or len(matching) != 1:
-        kinds = ", ".join(show(d.data.get("kind", "?")) for d in documents[:10]) or "nothing"
+        kinds = ", ".join(d.kind_text() for d in documents[:10]) or "nothing"
         raise InputError(f"expected exactly one {kind}, found {kinds}", where=str(path))
     return validate(model, matching[0])

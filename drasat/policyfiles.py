@@ -33,7 +33,7 @@ def from_text(text: str, *, source: str) -> AllocationPolicy:
 
 def _policy(documents: list[loading.Document], *, source: str) -> AllocationPolicy:
     if len(documents) != 1 or documents[0].data.get("kind") != KIND:
-        kinds = ", ".join(str(d.data.get("kind", "?")) for d in documents) or "nothing"
+        kinds = ", ".join(d.kind_text() for d in documents[:10]) or "nothing"
         raise InputError(f"expected exactly one {KIND}, found {kinds}", where=source)
     document = documents[0]
     policy = loading.validate(AllocationPolicy, document)

@@ -17,7 +17,7 @@ from drasat import loading
 from drasat.api import cluster, groups
 from drasat.api.base import Object
 from drasat.api.claims import DeviceClassParameters, GpuClaimParameters, MigDeviceClaimParameters
-from drasat.api.errors import InputError, show
+from drasat.api.errors import InputError
 from drasat.whatif import kinds
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -96,12 +96,10 @@ class Inventory:
     ignored: list[Ignored] = field(default_factory=list)
 
 
-def located(document: loading.Document, namespace: str) -> str:
-    """`file: document N: Kind namespace/name` (cluster-scoped objects: `Kind name`)."""
-    metadata = document.data.get("metadata")
-    name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
-    ref = f"{show(namespace)}/{show(name)}" if namespace else show(name)
-    return f"{document.where}: {show(document.data.get('kind', '?'))} {ref}"
+def located(document: loading.Document, namespace: str | None) -> str:
+    """`file: document N: Kind namespace/name` (cluster-scoped objects: `Kind name`; None: the
+    namespace its metadata names), or what the document holds when it lacks a kind or a name."""
+    return f"{document.where}: {document.describe(namespace)}"
 
 
 def build(documents: Sequence[loading.Document]) -> Inventory:
@@ -126,10 +124,10 @@ def _check_envelope(document: loading.Document) -> None:
     data = document.data
     for name in ("apiVersion", "kind"):
         if not isinstance(data.get(name), str) or not data[name]:
-            raise InputError(f"{name}: missing", where=located(document, ""))
+            raise InputError(f"{name}: missing", where=located(document, None))
     metadata = data.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
-        raise InputError("metadata.name: missing", where=located(document, ""))
+        raise InputError("metadata.name: missing", where=located(document, None))
 
 
 def _identity(document: loading.Document) -> tuple[str, str, str, str]:
