@@ -15,6 +15,10 @@ def render(report: Report, *, wide: bool = False) -> str:
     if wide:
         header = ["POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"]
     users = {c.key: len(report.workload.users_of(c)) for c in report.workload.claims}
+    for key, (_, entry) in report.allocations.items():
+        # Allocated without devices (an optional claim, CPU-only): nothing to share.
+        if not (entry.gpu and entry.gpu.devices) and not (entry.mig and entry.mig.devices):
+            users[key] = 0
     lines = _columns(
         [header, *(_cells(r, wide=wide, users=users.get(r.claim.key, 1)) for r in report.rows)]
     )
@@ -75,7 +79,10 @@ def _cells(row: Row, *, wide: bool, users: int) -> list[str]:
 
 def _sharing(row: Row, users: int) -> str:
     """What the claim gets (`drasat.api.access`): the sharing the solver writes into its
-    allocation (the claim's, else NVIDIA's default) and the pods that use it."""
+    allocation (the claim's, else NVIDIA's default) and the pods that use it; `-` for a claim
+    allocated without devices (users 0)."""
+    if users == 0:
+        return "-"
     request = row.claim.request
     spec = request.gpu or request.mig
     sharing = (spec.sharing if spec is not None else None) or default_sharing()

@@ -232,3 +232,8 @@ def test_default_wide_labels_the_reference_cases(run_cli: Any) -> None:
     assert len(rows) == 2 and all(row.endswith("  exclusive") for row in rows)
     shared = [line for line in result.out.splitlines() if line.startswith("gpu-test2/")]
     assert len(shared) == 2 and all(r.endswith("time-sliced (Long), 2 pods") for r in shared)
+    (optional,) = [line for line in result.out.splitlines() if line.startswith("gpu-test4/")]
+    if "none (optional, CPU-only)" in optional:  # no devices: nothing to share
+        assert optional.split()[-1] == "-"
+    else:
+        assert optional.endswith("  exclusive")
