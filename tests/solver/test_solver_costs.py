@@ -8,6 +8,7 @@ import dataclasses
 import random
 from typing import Any
 
+import pytest
 from checker import gpu_claim, make_gpus, make_node, mig_claim, pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -210,3 +211,27 @@ def test_enumeration_and_model_agree_on_every_placement(seed: int) -> None:
             best = fast.secondary
     if best is not None and not any(c.optional for c in entry.claims):
         assert _modelled(entry, views, rules)[1].secondary == best
+
+
+@pytest.mark.parametrize(("scarce", "spare"), [("T4", "L4"), ("L4", "T4")])
+def test_a_multi_gpu_claim_takes_the_kind_of_gpu_the_workload_can_spare(
+    scarce: str, spare: str
+) -> None:
+    """2 GPUs of each of two products on one node; the target workload is 2-GPU pods that may
+    use only the scarce product. A 2-GPU claim that may use either should take the spare ones:
+    any scarce GPU taken leaves that class without room. Both paths price the claim's GPUs
+    jointly (by how many of each kind it takes) and agree; the enumeration used to take the
+    first two GPUs by the other terms alone (wrong when the scarce ones come first)."""
+    node = make_node("n", scarce, count=2, extra_gpus=make_gpus("n", spare, 2, first_index=2))
+    view = build_view(node)
+    selector = GpuSelector.model_validate({"productName": f"*{scarce}*"})
+    rules = _rules(AllocationPolicySpec(), (view,), [WorkloadShape(count=2, selector=selector)])
+    entry = _entry(pod("p", gpu_claim("c", count=2)))
+    fast = _enumerated(entry, view, rules)
+    assert fast.picks is not None
+    taken = {view.gpus[position].info.productName for _, position, _, _, _ in fast.picks}
+    assert taken == {f"NVIDIA {spare}" if spare == "L4" else "Tesla T4"}
+    built, result = _modelled(entry, (view,), rules)
+    assert (result.primary, result.secondary) == (fast.primary, fast.secondary)
+    _fixed(built, fast.picks)
+    assert solving.solve(built, BUDGET).secondary == fast.secondary
