@@ -229,7 +229,8 @@ def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget
     built = model.build([one], rules, force_placed=True)
     result = solving.solve(built, budget)
     if not result.has_solution:
-        return Evaluation(None)
+        # "Does not fit" is proven only by INFEASIBLE, not by a time-out.
+        return Evaluation(None, optimal=result.status is Status.INFEASIBLE)
     _, chosen = extract.placements(built, result, [one])[entry.key]
     picks = []
     positions = {g.uuid: g.position for g in node.gpus}

@@ -237,8 +237,9 @@ def _scan(
     optimal = True
     evaluations = nodes.evaluate_each(shape, views, rules, budget)
     for view, evaluation in zip(views, evaluations, strict=True):
+        # Proven: the node's optimum, or that the pod does not fit there.
+        optimal = optimal and evaluation.optimal
         if evaluation.picks is not None:
-            optimal = optimal and evaluation.optimal
             if best is None or (evaluation.primary, -evaluation.secondary) > (best[0], -best[1]):
                 best = (evaluation.primary, evaluation.secondary, view, evaluation)
             if feasibility is not None:

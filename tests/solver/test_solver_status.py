@@ -94,3 +94,28 @@ def test_batch_over_an_unpruned_model_keeps_cp_sat_status() -> None:
     batch = solve(problem, SolveParams(mode=Mode.batch))
     assert batch.status is Status.OPTIMAL
     assert batch.gap == 0.0
+
+
+def test_online_with_a_per_node_model_that_timed_out_is_only_feasible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A two-claim pod is decided by a small CP-SAT model per node. When that model ends without
+    an answer (a time-out, faked), 'does not fit here' is not proven: no per-pod optimality."""
+    from drasat.solver import nodes, solving
+    from drasat.solver.model import Built
+
+    def unknown(
+        built: Built, budget: solving.Budget, hint: dict[int, int] | None = None
+    ) -> solving.Result:
+        return solving.Result(Status.UNKNOWN, solving._solver(budget, 0.001), 0.0, 0.0, 0.0)
+
+    monkeypatch.setattr(nodes, "_MEMO", {}, raising=False)  # no evaluation from another test
+    monkeypatch.setattr(solving, "solve", unknown)
+    problem = Problem(
+        nodes=(make_node("n1", "L4", count=3),),
+        pods=(pod("p", gpu_claim("p-a", count=2), gpu_claim("p-b")),),
+    )
+    online = solve(problem, SolveParams(mode=Mode.online, explain=False))
+    assert online.placements == ()
+    assert online.status is Status.FEASIBLE
+    assert online.best_bound is None
