@@ -1,0 +1,68 @@
+"""`python -m drasat.controlplane up|down|status [--dir D]`: what `scripts/kube-cluster` runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from drasat.controlplane import binaries, cluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kube-cluster",
+        description=(
+            f"A real Kubernetes {binaries.KUBE_VERSION} control plane on loopback (etcd, "
+            "kube-apiserver, kube-scheduler, kube-controller-manager) for drasat's tests."
+        ),
+    )
+    parser.add_argument("command", choices=("up", "down", "status", "logs"))
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=cluster.default_dir(),
+        help="the cluster folder: data, logs, kubeconfigs, pids (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--bin-dir",
+        type=Path,
+        default=None,
+        help=f"where the binaries are (default: $DRASAT_KUBE_BIN or {binaries.default_dir()})",
+    )
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for up")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            return _up(args)
+        recorded = cluster.Cluster.load(args.dir)
+    except (cluster.ClusterError, binaries.MissingBinaries) as exc:
+        print(f"kube-cluster: {exc}", file=sys.stderr)
+        return 1
+    if args.command == "down":
+        stopped = recorded.stop()
+        print(f"kube-cluster: stopped {', '.join(stopped) or 'nothing (none was running)'}")
+    elif args.command == "logs":
+        print(recorded.logs(lines=200))
+    else:
+        for process in recorded.processes:
+            state = "running" if process.alive() else "stopped"
+            print(f"{process.name:<24} pid {process.pid:<8} {state}")
+        print(f"kubeconfig: {recorded.kubeconfig}")
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    def progress(line: str) -> None:
+        print(f"kube-cluster: starting {line}", file=sys.stderr, flush=True)
+
+    started = cluster.Cluster.start(
+        directory=args.dir, bin_dir=args.bin_dir, timeout=args.timeout, progress=progress
+    )
+    print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)
+    print(started.kubeconfig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""Start and stop a real control plane on loopback: etcd, kube-apiserver, kube-scheduler and
+kube-controller-manager as background processes, with their data, logs and kubeconfigs in one
+cluster folder.
+
+The API server runs with token authentication and RBAC, every `resource.k8s.io` version it serves
+and every `DRA*` feature gate its `-h` lists (plus the gates those depend on), so device taints,
+partitionable devices, consumable capacity and binding conditions are all there. The controller
+manager runs only the controllers a cluster without kubelets needs (no node lifecycle: fake nodes
+send no heartbeat). `cluster.json` in the folder records the pids (with their start times, so a
+recycled pid is never signalled) for `stop` from another process.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drasat.controlplane import binaries
+
+#: The resource.k8s.io versions 1.37 serves besides v1 (off by default, turned on here).
+RESOURCE_VERSIONS = ("v1beta1", "v1beta2", "v1alpha3")
+
+#: kube-controller-manager's controllers for fake nodes: claims from templates, owner cascades,
+#: namespace deletion, each namespace's `default` ServiceAccount (pods are admitted with it) and
+#: eviction for NoExecute device taints.
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "device-taint-eviction-controller",  # NoExecute device taints evict pods, as in a cluster
+)
+
+#: "X is enabled, but depends on features that are disabled: [A B]" (component-base featuregate).
+_DEPENDENCY = re.compile(
+    r"(\w+) is enabled, but depends on features that are disabled: \[([^\]]*)\]"
+)
+
+STATE_FILE = "cluster.json"
+
+#: The components this process started, by pid: kept so that their exit can be reaped.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+ADMIN_USER = "drasat-admin"
+
+
+class ClusterError(RuntimeError):
+    """The control plane did not start or stop; the message names the component and its log."""
+
+
+def default_dir() -> Path:
+    """The folder `scripts/kube-cluster` uses when no `--dir` is given (one per user)."""
+    return Path(tempfile.gettempdir()) / f"drasat-kube-{os.getuid()}"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat); None once it has
+    exited (gone, or a zombie not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+@dataclass
+class Process:
+    """One started component: what `stop` needs to signal exactly it."""
+
+    name: str
+    pid: int
+    started: str
+    log: str
+
+    def alive(self) -> bool:
+        child = _CHILDREN.get(self.pid)
+        if child is not None and child.poll() is not None:
+            return False
+        return _start_time(self.pid) == self.started
+
+
+@dataclass
+class Cluster:
+    """A running control plane. `start` makes one; `load` finds one from its folder."""
+
+    directory: Path
+    bin_dir: Path
+    url: str = ""
+    ports: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    feature_gates: list[str] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
+
+    # --- paths ---------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The cluster administrator's kubeconfig (group system:masters)."""
+        return self.directory / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "apiserver" / "apiserver.crt"
+
+    def log_path(self, name: str) -> Path:
+        return self.directory / "logs" / f"{name}.log"
+
+    # --- start ---------------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        directory: Path,
+        bin_dir: Path | None = None,
+        timeout: float = 180.0,
+        progress: Callable[[str], None] = lambda _line: None,
+    ) -> Cluster:
+        """Start all four components in a fresh `directory`; stop what started if one fails."""
+        folder = binaries.locate(bin_dir)
+        if (directory / STATE_FILE).exists() and cls.load(directory).running():
+            raise ClusterError(f"{directory}: a cluster is already running there (stop it first)")
+        shutil.rmtree(directory, ignore_errors=True)
+        (directory / "logs").mkdir(parents=True)
+        cluster = cls(directory=directory, bin_dir=folder)
+        cluster.ports = {
+            name: free_port()
+            for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "controller-manager")
+        }
+        cluster.url = f"https://127.0.0.1:{cluster.ports['apiserver']}"
+        deadline = time.monotonic() + timeout
+        try:
+            cluster._write_credentials()
+            progress(f"etcd on 127.0.0.1:{cluster.ports['etcd']}")
+            cluster._start_etcd(deadline)
+            progress(f"kube-apiserver on {cluster.url}")
+            cluster._start_apiserver(deadline)
+            progress("kube-controller-manager and kube-scheduler")
+            cluster._start_controllers(deadline)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _write_credentials(self) -> None:
+        """Tokens per identity, the service-account signing key, and one kubeconfig each."""
+        self.tokens = {
+            ADMIN_USER: secrets.token_hex(16),
+            "system:kube-scheduler": secrets.token_hex(16),
+            "system:kube-controller-manager": secrets.token_hex(16),
+        }
+        groups = {ADMIN_USER: "system:masters"}
+        lines = [
+            f'{token},{user},{user},"{groups.get(user, "")}"' for user, token in self.tokens.items()
+        ]
+        (self.directory / "tokens.csv").write_text("\n".join(lines) + "\n")
+        if shutil.which("openssl") is None:
+            raise ClusterError("openssl is needed to make the service-account signing key")
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(self.directory / "sa.key"), "2048"],
+            check=True,
+            capture_output=True,
+        )
+
+    def _write_kubeconfig(self, path: Path, user: str) -> None:
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "drasat",
+                    "cluster": {"server": self.url, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": self.tokens[user]}}],
+            "contexts": [{"name": "drasat", "context": {"cluster": "drasat", "user": user}}],
+            "current-context": "drasat",
+        }
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        path.chmod(0o600)
+
+    def _spawn(self, name: str, args: list[str]) -> Process:
+        log = self.log_path(name)
+        with log.open("ab") as out:
+            child = subprocess.Popen(
+                [str(self.bin_dir / name), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
+            )
+        process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
+        _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
+        self.processes.append(process)
+        self._save()
+        return process
+
+    def _start_etcd(self, deadline: float) -> None:
+        client, peer = self.ports["etcd"], self.ports["etcd-peer"]
+        self._spawn(
+            "etcd",
+            [
+                "--name=drasat",
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=drasat=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",  # test data: speed over durability
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", deadline, lambda: _http_ok(f"http://127.0.0.1:{client}/health"))
+
+    def _apiserver_args(self) -> list[str]:
+        apis = [f"resource.k8s.io/{v}" for v in RESOURCE_VERSIONS]
+        if "GenericWorkload" in self.feature_gates:
+            # DRAWorkloadResourceClaims needs it, and the scheduler waits for its PodGroup
+            # informer to sync before it takes its lease.
+            apis.append("scheduling.k8s.io/v1beta1")
+        runtime = ",".join(f"{api}=true" for api in apis)
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={self.directory / 'apiserver'}",
+            f"--token-auth-file={self.directory / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={self.directory / 'sa.key'}",
+            f"--service-account-signing-key-file={self.directory / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--endpoint-reconciler-type=none",  # loopback is not a valid endpoint address
+            f"--runtime-config={runtime}",
+            f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+
+    def _start_apiserver(self, deadline: float) -> None:
+        listed = binaries.listed_gates(self.bin_dir / "kube-apiserver")
+        self.feature_gates = sorted(g for g in listed if g.startswith("DRA"))
+        while True:
+            process = self._spawn("kube-apiserver", self._apiserver_args())
+            try:
+                self._wait("kube-apiserver", deadline, self._apiserver_ready, process=process)
+                break
+            except ClusterError:
+                needed = _disabled_dependencies(Path(process.log).read_text(errors="replace"))
+                extra = sorted((needed & listed) - set(self.feature_gates))
+                if not extra or process.alive():
+                    raise
+                # A DRA gate needs a non-DRA one (e.g. GenericWorkload): turn it on and retry.
+                self.processes.remove(process)
+                self.feature_gates = sorted({*self.feature_gates, *extra})
+        for user in self.tokens:
+            self._write_kubeconfig(self._kubeconfig_of(user), user)
+
+    def _kubeconfig_of(self, user: str) -> Path:
+        if user == ADMIN_USER:
+            return self.kubeconfig
+        return self.directory / f"{user.rsplit(':', 1)[-1]}.kubeconfig"
+
+    def _apiserver_ready(self) -> bool:
+        if not self.ca_file.exists():
+            return False
+        return _http_ok(f"{self.url}/readyz", token=self.tokens[ADMIN_USER], ca=self.ca_file)
+
+    def _start_controllers(self, deadline: float) -> None:
+        gates = ",".join(f"{g}=true" for g in self.feature_gates)
+        common = ["--leader-elect=true", f"--feature-gates={gates}", "--profiling=false"]
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self._kubeconfig_of('system:kube-controller-manager')}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                "--use-service-account-credentials=true",  # each controller with its own role
+                f"--secure-port={self.ports['controller-manager']}",
+                "--bind-address=127.0.0.1",
+                f"--cert-dir={self.directory / 'controller-manager'}",
+                *common,
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={self._kubeconfig_of('system:kube-scheduler')}",
+                f"--secure-port={self.ports['scheduler']}",
+                "--bind-address=127.0.0.1",
+                f"--cert-dir={self.directory / 'scheduler'}",
+                *common,
+            ],
+        )
+        for lease in ("kube-scheduler", "kube-controller-manager"):
+            self._wait(lease, deadline, functools.partial(self._lease_held, lease))
+        # Pods are admitted only once their namespace's `default` ServiceAccount exists.
+        self._wait(
+            "serviceaccount-controller",
+            deadline,
+            lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
+        )
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        state = {
+            "bin_dir": str(self.bin_dir),
+            "url": self.url,
+            "ports": self.ports,
+            "tokens": self.tokens,
+            "feature_gates": self.feature_gates,
+            "processes": [asdict(p) for p in self.processes],
+        }
+        path = self.directory / STATE_FILE
+        path.write_text(json.dumps(state, indent=2) + "\n")
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, directory: Path) -> Cluster:
+        """The cluster recorded in `directory` (running or not)."""
+        try:
+            state = json.loads((directory / STATE_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise ClusterError(f"{directory}: no cluster recorded there ({exc})") from None
+        return cls(
+            directory=directory,
+            bin_dir=Path(state["bin_dir"]),
+            url=state["url"],
+            ports=state["ports"],
+            tokens=state["tokens"],
+            feature_gates=state["feature_gates"],
+            processes=[Process(**p) for p in state["processes"]],
+        )
+
+    def running(self) -> bool:
+        return any(p.alive() for p in self.processes)
+
+    # --- stop ----------------------------------------------------------------------------------
+
+    def stop(self, grace: float = 15.0) -> list[str]:
+        """Stop exactly the recorded processes, newest first; the names of those that were up."""
+        stopped = []
+        for process in reversed(self.processes):
+            if not process.alive():
+                continue
+            stopped.append(process.name)
+            _signal(process, signal.SIGTERM)
+            until = time.monotonic() + grace
+            while process.alive() and time.monotonic() < until:
+                time.sleep(0.05)
+            if process.alive():
+                _signal(process, signal.SIGKILL)
+                while process.alive():
+                    time.sleep(0.05)
+        return stopped
+
+    # --- reading it ----------------------------------------------------------------------------
+
+    def logs(self, lines: int = 40) -> str:
+        """The last `lines` lines of every component's log, headed by its name."""
+        parts = []
+        for process in self.processes:
+            text = Path(process.log).read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {process.name} ({process.log}) ---\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        """GET `path` as the administrator: the object, or None when it is not there."""
+        request = urllib.request.Request(
+            self.url + path, headers={"Authorization": f"Bearer {self.tokens[ADMIN_USER]}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=_tls(self.ca_file)) as answer:
+                body: dict[str, Any] = json.loads(answer.read())
+                return body
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def _lease_held(self, name: str) -> bool:
+        lease = self._get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
+        return bool(lease and lease.get("spec", {}).get("holderIdentity"))
+
+    def _wait(
+        self,
+        what: str,
+        deadline: float,
+        ready: Callable[[], bool],
+        *,
+        process: Process | None = None,
+    ) -> None:
+        """Poll `ready` until true; ClusterError with the logs if a component exits or time ends."""
+        while not ready():
+            dead = [p for p in ([process] if process else self.processes) if not p.alive()]
+            if dead:
+                raise ClusterError(f"{dead[0].name} exited while waiting for {what}\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
+            time.sleep(0.2)
+
+
+def _signal(process: Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signum)
+
+
+def _disabled_dependencies(log: str) -> set[str]:
+    """The gates a component said it needs but were off (see `_DEPENDENCY`)."""
+    found: set[str] = set()
+    for match in _DEPENDENCY.finditer(log):
+        found.update(match.group(2).split())
+    return found
+
+
+def _tls(ca: Path | None) -> ssl.SSLContext | None:
+    return ssl.create_default_context(cafile=str(ca)) if ca else None
+
+
+def _http_ok(url: str, *, token: str | None = None, ca: Path | None = None) -> bool:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5, context=_tls(ca)
+        ) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def running(
+    directory: Path | None = None, bin_dir: Path | None = None, **options: Any
+) -> Iterator[Cluster]:
+    """A cluster for the `with` block, stopped after it (also on errors and interrupts)."""
+    with contextlib.ExitStack() as stack:
+        folder = directory or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        cluster = Cluster.start(directory=folder, bin_dir=bin_dir, **options)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
