@@ -188,19 +188,36 @@ def claim_workload(
     alone: int | None = None,
 ) -> int:
     """The fragmentation term of a whole or share claim taking the GPUs at `positions` of the
-    node, beside its pod's CPU and memory: the node's growth with both, less `pod_workload`'s
-    growth with the CPU and memory alone (`alone`, when the caller has it). 0 for MIG claims;
-    MIG GPUs add nothing (the term's MIG part is `window_costs`)."""
+    node, beside its pod's CPU and memory: `placement_workload` less `pod_workload` (the
+    growth with both, less the growth with the CPU and memory alone: `alone`, when the caller
+    has it). 0 for MIG claims; MIG GPUs add nothing (the term's MIG part is `window_costs`)."""
     if not priced(claim, rules):
-        return 0
-    need = FULL_COMPUTE if claim.kind is Kind.whole else claim.share_compute
-    taken = {p: need for p in positions if not node.gpus[p].mig_enabled}
-    if not taken:
         return 0
     if alone is None:
         alone = growth(node, {}, cpu_milli, memory_mib, rules)
-    grown = growth(node, taken, cpu_milli, memory_mib, rules)
-    return rules.weights.fragmentation * (grown - alone)
+    whole = placement_workload(claim, node, positions, cpu_milli, memory_mib, rules, alone)
+    return whole - pod_workload(node, cpu_milli, memory_mib, rules, alone)
+
+
+def placement_workload(
+    claim: Claim,
+    node: NodeView,
+    positions: Iterable[int],
+    cpu_milli: int,
+    memory_mib: int,
+    rules: Rules,
+    alone: int | None = None,
+) -> int:
+    """`pod_workload` plus `claim_workload`, the whole placement's fragmentation term: the
+    node's growth with the pod's CPU and memory and the claim's GPUs at `positions` together.
+    The enumeration adds this one number where the model adds the two parts."""
+    taken: dict[int, int] = {}
+    if priced(claim, rules):
+        need = FULL_COMPUTE if claim.kind is Kind.whole else claim.share_compute
+        taken = {p: need for p in positions if not node.gpus[p].mig_enabled}
+    if not taken:
+        return pod_workload(node, cpu_milli, memory_mib, rules, alone)
+    return rules.weights.fragmentation * growth(node, taken, cpu_milli, memory_mib, rules)
 
 
 def per_device(claim: Claim) -> bool:

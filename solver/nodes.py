@@ -270,13 +270,11 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         return Evaluation(None)
     request = entry.request
     cpu, memory = request.cpu_milli, request.memory_mib
-    # The node's growth from the pod's CPU and memory alone, shared by the terms below.
-    alone = costs.growth(node, {}, cpu, memory, rules)
     base = costs.node_use(node, rules) + costs.pod_on_node(node, rules)
-    base += costs.pod_workload(node, cpu, memory, rules, alone)
     if not entry.claims:
         levels = model.PrimaryLevels.of([entry.priority], 0)
-        return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=base)
+        secondary = base + costs.pod_workload(node, cpu, memory, rules)
+        return Evaluation((), primary=levels.pod(entry.priority, 0), secondary=secondary)
     (claim,) = entry.claims
     limits = rules.limits_for(claim.namespace)
     gpus_left = min((b.gpus_left for b in limits if b.gpus_left is not None), default=None)
@@ -284,9 +282,12 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         (b.mig_slices_left for b in limits if b.mig_slices_left is not None), default=None
     )
     node_class = rules.node_class(node.name)
-    # The workload part of a one-device claim reads the whole node: not memoized per GPU
-    # state, but GPUs with equal free compute and equal eligibility for the workload's classes
-    # add equal growth.
+    # The fragmentation term's workload part: the pod's CPU and memory and the claim's GPUs
+    # priced together (`costs.placement_workload`, what the model's `pod_workload` and
+    # `claim_workload` add up to), per way for a one-device claim, per composition for k > 1
+    # whole GPUs; without GPUs (or a workload part), `pod_workload`. It reads the whole node:
+    # not memoized per GPU state, but GPUs with equal free compute and equal eligibility for
+    # the workload's classes add equal growth.
     priced = costs.priced(claim, rules)
     per_device = priced and costs.per_device(claim)
     grown: dict[tuple[object, ...], int] = {}
@@ -296,13 +297,15 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
         for cost, order, option in _gpu_ways(pod, claim, gpu, node_class, rules):
             if option is not None and slices_left is not None and option.size > slices_left:
                 continue
-            if per_device and not gpu.mig_enabled:
-                row = workload.eligible_row(rules.workload, gpu, rules)
-                key = (gpu.held_whole, gpu.share_compute_used, row)
+            if per_device:
+                key: tuple[object, ...] = ()  # MIG GPUs: outside the measure
+                if not gpu.mig_enabled:
+                    row = workload.eligible_row(rules.workload, gpu, rules)
+                    key = (gpu.held_whole, gpu.share_compute_used, row)
                 extra = grown.get(key)
                 if extra is None:
-                    extra = costs.claim_workload(
-                        claim, node, [gpu.position], cpu, memory, rules, alone
+                    extra = costs.placement_workload(
+                        claim, node, [gpu.position], cpu, memory, rules
                     )
                     grown[key] = extra
                 cost += extra
@@ -314,12 +317,15 @@ def _enumerate(pod: PodShape, node: NodeView, rules: Rules) -> Evaluation:
     if len(ways) < need or too_many:
         if not claim.optional:
             return Evaluation(None)
-        return Evaluation((), primary=placed, secondary=base)
+        secondary = base + costs.pod_workload(node, cpu, memory, rules)
+        return Evaluation((), primary=placed, secondary=secondary)
     ways.sort(key=lambda w: (w[0], w[1], w[2]))
-    if priced and not per_device:
-        chosen, extra = _cheapest_kinds(claim, node, ways, cpu, memory, rules, alone)
+    if per_device:
+        chosen, extra = ways[:need], 0  # the one way carries the workload part
+    elif priced:
+        chosen, extra = _cheapest_kinds(claim, node, ways, cpu, memory, rules)
     else:
-        chosen, extra = ways[:need], 0
+        chosen, extra = ways[:need], costs.pod_workload(node, cpu, memory, rules)
     picks = tuple(
         (0, position, o.profile if o else None, o.start if o else 0, o.size if o else 0)
         for _, position, _, o in chosen
@@ -339,11 +345,10 @@ def _cheapest_kinds(
     cpu: int,
     memory: int,
     rules: Rules,
-    alone: int,
 ) -> tuple[list[_Way], int]:
     """k > 1 whole GPUs with a workload part: the best over how many GPUs of each
-    `costs.whole_kind` it takes (the cheapest of each kind), and that composition's part.
-    `ways` sorted; one kind: the k cheapest."""
+    `costs.whole_kind` it takes (the cheapest of each kind), and that composition's
+    `costs.placement_workload`. `ways` sorted; one kind: the k cheapest."""
     kinds: dict[tuple[object, ...], list[_Way]] = {}
     for way in ways:
         kinds.setdefault(costs.whole_kind(node.gpus[way[1]], rules), []).append(way)
@@ -355,7 +360,7 @@ def _cheapest_kinds(
             key=lambda w: (w[0], w[1], w[2]),
         )
         positions = [w[1] for w in chosen]
-        extra = costs.claim_workload(claim, node, positions, cpu, memory, rules, alone)
+        extra = costs.placement_workload(claim, node, positions, cpu, memory, rules)
         rank = (sum(w[0] for w in chosen) + extra, [(w[0], w[1], w[2]) for w in chosen])
         if best is None or rank < best[0]:
             best = (rank, chosen, extra)
