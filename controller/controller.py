@@ -5,7 +5,14 @@ lock, so two pods negotiating at once see each other's tentative holds; writes g
 with optimistic concurrency. Order of writes for an allocation: finalizer on the claim, then the
 NAS entry (the ledger), then the claim's status. A crash between any two is repaired by `resync`,
 which runs at start and periodically: NAS entries without a claim are removed, claims in NAS but
-not in their status are completed, claims in status but not in NAS are re-written or reported.
+not in their status are completed, claims in status but not in NAS are re-written or reported,
+and NAS entries on a node other than the one the claim's status names are removed.
+
+One claim, one node. Before a claim is allocated, its ownership is looked up across every NAS
+object, the writes in flight (`Writes`) and its status (`_owners`), never only on the nodes the
+decision looks at: a claim already listed somewhere is finished from there, not allocated again.
+A status that already names another node when ours is written wins (the scheduler and the
+kubelet follow it), and the NAS entry just written is removed again (`_write_status`).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from drasat.api import groups
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import allocation, nodes, params, scheduling
-from drasat.controller.holds import Holds
+from drasat.controller.holds import Holds, Writes
 from drasat.controller.metrics import Metrics
 from drasat.controller.workload import ClusterWorkload
 from drasat.controller.workqueue import WorkQueue
@@ -67,6 +74,10 @@ class NoFit(Exception):
     """The decision no longer holds on the node (re-checked against a fresh NAS)."""
 
 
+class AllocatedElsewhere(Retry):
+    """The claim's status already names another node; our NAS entry for it was removed."""
+
+
 @dataclass
 class _Pending:
     """A decision being written: the pod, its node and the new allocations."""
@@ -78,6 +89,8 @@ class _Pending:
     shareable: dict[str, bool]
     pod: PodRequest
     nas_version: str
+    #: The claims registered in `Controller.writes` for this write (released when it ends).
+    registered: frozenset[str] = frozenset()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,6 +123,7 @@ class Controller:
         self._may_write = may_write
         self.recorder = recorder or EventRecorder(api, component=self.config.component)
         self.holds = Holds(ttl_s=self.config.hold_ttl_s, clock=hold_clock)
+        self.writes = Writes()
         self.queue = WorkQueue(backoff_s=self.config.retry_backoff_s)
         self._decide = threading.Lock()
         self._nas: dict[str, nodes.ParsedNas] = {}
@@ -362,6 +376,34 @@ class Controller:
         )
         return solution
 
+    def _owners(self, claims: list[Obj], snapshot: dict[str, nodes.ParsedNas]) -> dict[str, str]:
+        """Where a decision's claims live already: claim uid -> node, for the allocated ones.
+
+        Ownership is read across every NAS object (the ledger), the writes in flight and the
+        claim's status, never from the nodes a problem happens to hold: a claim listed on a
+        node the decision does not look at is allocated there all the same. Raises Retry when
+        a claim is being written, when a claim the decision would allocate is owned already
+        (its status is finished from the NAS next time, not allocated again), and when the
+        ledger and the status disagree (resync repairs that). Call under the decision lock."""
+        out: dict[str, str] = {}
+        for claim in claims:
+            uid, key = str(claim["metadata"].get("uid", "")), informer.key_of(claim)
+            if self.writes.node(uid) is not None:
+                raise Retry(f"claim {key} is being written")
+            listed = nodes.owners_of(snapshot, uid)
+            if not allocation.is_allocated(claim):
+                if listed:
+                    raise Retry(f"claim {key} is allocated on {listed[0]} already")
+                continue
+            there = allocation.allocated_node(claim)
+            if there is None or listed != [there]:
+                raise Retry(
+                    f"claim {key}: its status names {there or 'no node'}, NodeAllocationState "
+                    f"lists it on {', '.join(listed) or 'no node'}"
+                )
+            out[uid] = there
+        return out
+
     # Claims.
     def reconcile_claim(self, key: str) -> None:
         claim = self.claims.get(key)
@@ -378,9 +420,7 @@ class Controller:
         if allocation.is_allocated(claim):
             self.holds.drop(uid)
             return
-        owner = nodes.owner_of(self._nas_snapshot(), uid)
-        if owner is not None:
-            self._complete_from_nas(claim, owner)
+        if self._finish_listed([claim]):
             return
         try:
             request, shareable = self._request_for(claim)
@@ -398,6 +438,7 @@ class Controller:
             # in `held`, or both (a held claim already in the NAS is not counted twice).
             held = self.holds.by_node(excluding=frozenset({request.uid}))
             snapshot = self._nas_snapshot()
+            self._owners([claim], snapshot)  # not allocated anywhere yet, nor being written
             problem = self._problem(
                 nodes.nodes_for(sorted(snapshot), snapshot, held), pod, snapshot
             )
@@ -427,7 +468,10 @@ class Controller:
         shareable: dict[str, bool],
         snapshot: dict[str, nodes.ParsedNas],
     ) -> _Pending:
-        """Hold the devices (under the decision lock) while they are written."""
+        """Register the claims as being written and hold their devices (under the decision lock,
+        so no other decision sees them unowned) until the write ends."""
+        if not self.writes.begin({uid: node for uid in allocations}):
+            raise Retry("a claim of the decision is being written by another one")
         for uid, devices in allocations.items():
             self.holds.hold(uid, node, devices)
         entry = snapshot.get(node)
@@ -439,16 +483,19 @@ class Controller:
             shareable,
             pod,
             entry.resource_version if entry else "",
+            registered=frozenset(allocations),
         )
 
     # Writing an allocation: finalizer, NAS, status.
     def _write(self, pending: _Pending) -> None:
-        """Write the allocations; their holds end with the write, whatever its outcome."""
+        """Write the allocations; their holds and registrations end with the write, whatever
+        its outcome."""
         try:
             self._write_held(pending)
         finally:
             for uid in pending.allocations:
                 self.holds.drop(uid)
+            self.writes.end(pending.registered)
 
     def _write_held(self, pending: _Pending) -> None:
         self._check_leader()
@@ -474,16 +521,26 @@ class Controller:
                 self.holds.drop(uid)
             raise Retry(f"NodeAllocationState {pending.node} disappeared") from None
         self._remember_nas(written)
+        unconfirmed = set(pending.allocations)
         for uid, devices in pending.allocations.items():
             claim = pending.claims[uid]
-            self._write_status(claim, pending.node, devices, shareable=pending.shareable[uid])
+            # A status naming another node undoes every entry of this write whose status does
+            # not name our node yet: the pod cannot run here without that claim.
+            self._write_status(
+                claim, pending.node, devices, shareable=pending.shareable[uid], undo=unconfirmed
+            )
+            unconfirmed.discard(uid)
             self.holds.drop(uid)
             self.metrics.allocations.inc()
             where = {"claim": informer.key_of(claim), "uid": uid, "node": pending.node}
             log.info("allocated %s on %s", where["claim"], pending.node, extra=where)
 
     def _nas_mutation(self, obj: Obj, pending: _Pending) -> Obj | None:
-        """Add the pending allocations to a fresh NAS; re-check with the solver if it moved."""
+        """Add the pending allocations to a fresh NAS; re-check with the solver if it moved.
+
+        Only this NAS is read: no other can gain the claims meanwhile, as they are registered
+        in `writes` from the decision to the status (another replica's write, which this
+        process cannot see, is caught by the status write, and resync removes its leftovers)."""
         self._check_leader()
         fresh = nodes.parse(obj)
         allocated = fresh.node.nas.allocatedClaims
@@ -510,7 +567,7 @@ class Controller:
         if placement is None:
             raise NoFit(_reasons(solution, pod.key))
         out = {uid: d for uid, d in pending.allocations.items() if uid not in todo}
-        out.update(placement.allocations)
+        out.update({uid: d for uid, d in placement.allocations.items() if uid in todo})
         return out
 
     def _ensure_finalizer(self, claim: Obj) -> Obj:
@@ -532,24 +589,66 @@ class Controller:
             raise Retry("claim changed while adding the finalizer") from None
 
     def _write_status(
-        self, claim: Obj, node: str, devices: AllocatedDevices, *, shareable: bool
-    ) -> None:
+        self,
+        claim: Obj,
+        node: str,
+        devices: AllocatedDevices,
+        *,
+        shareable: bool,
+        undo: set[str],
+    ) -> bool:
+        """Set the claim's status.allocation to `node`: True when written, False when it names
+        `node` already (or the claim was replaced by a new one of that name).
+
+        A status that names another node wins: status.allocation cannot be changed, only
+        cleared, and the scheduler and the kubelet follow it. Our NAS entries `undo` on `node`
+        are then removed (else their devices stay taken for the claim's lifetime) and
+        AllocatedElsewhere is raised."""
         meta = claim["metadata"]
+        fresh = False  # an allocated status from the cache is read again before it is believed
         for _ in range(5):
             self._check_leader()
-            if allocation.is_allocated(claim):
-                return
-            try:
-                self.api.replace_status(
-                    r.RESOURCE_CLAIMS,
-                    allocation.with_allocation(claim, node, devices, shareable=shareable),
-                )
-                return
-            except errors.Conflict:
-                claim = self.api.get(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
-                if claim["metadata"].get("uid") != meta.get("uid"):
-                    return  # a new claim of that name; resync removes the orphaned NAS entry
+            if allocation.is_allocated(claim) and fresh:
+                there = allocation.allocated_node(claim)
+                if there == node:
+                    return False
+                self._remove_from_nas(node, undo)
+                self.metrics.failures.labels("AllocatedElsewhere").inc()
+                where = {"claim": informer.key_of(claim), "uid": meta.get("uid"), "node": node}
+                log.warning(
+                    "%s is allocated on %s already: removed it from the NAS of %s",
+                    where["claim"], there or "another node", node, extra=where,
+                )  # fmt: skip
+                raise AllocatedElsewhere(f"{where['claim']} is allocated on {there}")
+            if not allocation.is_allocated(claim):
+                try:
+                    self.api.replace_status(
+                        r.RESOURCE_CLAIMS,
+                        allocation.with_allocation(claim, node, devices, shareable=shareable),
+                    )
+                    return True
+                except errors.Conflict:
+                    pass
+            claim = self.api.get(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
+            fresh = True
+            if claim["metadata"].get("uid") != meta.get("uid"):
+                return False  # a new claim of that name; resync removes the orphaned NAS entry
         raise Retry("claim status kept changing")
+
+    def _finish_listed(self, claims: list[Obj]) -> bool:
+        """Claims without status.allocation that a NAS lists are allocated there already (their
+        status write is late, or a crash came between the two writes): write their status from
+        the NAS; never allocate them again, on that node or another. Claims being written are
+        left to their writer. True when any claim was listed."""
+        snapshot = self._nas_snapshot()
+        found = False
+        for claim in claims:
+            uid = str(claim["metadata"].get("uid", ""))
+            owner = nodes.owner_of(snapshot, uid)
+            if owner is not None and self.writes.node(uid) is None:
+                self._complete_from_nas(claim, owner)
+                found = True
+        return found
 
     def _complete_from_nas(self, claim: Obj, node: str) -> None:
         """The NAS has it but the status does not (crash between the two writes): finish."""
@@ -560,19 +659,24 @@ class Controller:
         except params.ParameterError:
             shareable = True
         claim = self._ensure_finalizer(claim)
-        self._write_status(claim, node, devices, shareable=shareable)
+        written = self._write_status(claim, node, devices, shareable=shareable, undo={uid})
         self.holds.drop(uid)
-        self.metrics.repairs.labels("completed").inc()
-        log.info("completed %s from the NAS of %s", informer.key_of(claim), node)
+        if written:
+            self.metrics.repairs.labels("completed").inc()
+            log.info("completed %s from the NAS of %s", informer.key_of(claim), node)
 
     # Deallocation.
     def deallocate(self, claim: Obj) -> None:
         self._check_leader()
         meta = claim["metadata"]
         uid = str(meta.get("uid", ""))
-        node = allocation.allocated_node(claim) or nodes.owner_of(self._nas_snapshot(), uid)
-        if node is not None:
-            self._remove_from_nas(node, {uid})
+        # Every NAS that lists the claim lets go of it, not only its status's node: an entry
+        # left elsewhere would be finished into a new allocation (`_finish_listed`).
+        node = allocation.allocated_node(claim)
+        listed = set(nodes.owners_of(self._nas_snapshot(), uid))
+        for name in sorted(listed | ({node} if node else set())):
+            self._remove_from_nas(name, {uid})
+        node = node or min(listed, default=None)
         self.holds.drop(uid)
         if allocation.being_deleted(claim):
             if allocation.has_finalizer(claim):
@@ -636,6 +740,8 @@ class Controller:
         }
         if not pending:
             return
+        if self._finish_listed(list(pending.values())):
+            return  # their status changes bring the pod back
         candidates = scheduling.candidates(context)
         requests: dict[str, ClaimRequest] = {}
         shareable: dict[str, bool] = {}
@@ -663,11 +769,14 @@ class Controller:
             # in `held`, or both (a held claim already in the NAS is not counted twice).
             held = self.holds.by_node(excluding=frozenset(requests))
             snapshot = self._nas_snapshot()
+            # The nodes of the pod's allocated claims join every problem (not as candidates):
+            # the solver pins the pod to them, and allocates none of those claims again.
+            homes = sorted(set(self._owners(list(entries.values()), snapshot).values()))
             pending_write = None
             if selected is not None:
                 pinned = replace(pod, candidate_nodes=(selected,))
                 problem = self._problem(
-                    nodes.nodes_for([selected], snapshot, held), pinned, snapshot
+                    nodes.nodes_for([selected, *homes], snapshot, held), pinned, snapshot
                 )
                 solution = self._timed_solve(problem, feasibility=False, kind="selected")
                 placement = solution.placement_of(key)
@@ -676,7 +785,9 @@ class Controller:
                         pinned, selected, placement.allocations, by_uid, shareable, snapshot
                     )
             if pending_write is None:
-                problem = self._problem(nodes.nodes_for(candidates, snapshot, held), pod, snapshot)
+                problem = self._problem(
+                    nodes.nodes_for([*candidates, *homes], snapshot, held), pod, snapshot
+                )
                 solution = self._timed_solve(problem, feasibility=True, kind="feasibility")
                 feasibility = dict(solution.node_feasibility.get(key) or {})
                 for node in problem.nodes:
@@ -729,11 +840,11 @@ class Controller:
             raise Retry("caches not synced")
         claims = {str(c["metadata"].get("uid")): c for c in self.claims.items()}
         snapshot = self._nas_snapshot()
-        in_nas: dict[str, str] = {}
+        in_nas: dict[str, set[str]] = {}
         for name, entry in snapshot.items():
             orphans = set()
             for uid in entry.node.nas.allocatedClaims:
-                in_nas[uid] = name
+                in_nas.setdefault(uid, set()).add(name)
                 if uid not in claims:
                     orphans.add(uid)
             if orphans:
@@ -749,15 +860,56 @@ class Controller:
             allocated = allocation.is_allocated(claim)
             if allocation.being_deleted(claim) or not allocated:
                 self.queue.add(f"claim:{key}")
-            elif uid not in in_nas and (claim.get("status") or {}).get("driverName") == (
-                groups.DRIVER_NAME
-            ):
-                self._repair(claim, snapshot)
+            elif (claim.get("status") or {}).get("driverName") == groups.DRIVER_NAME:
+                node = allocation.allocated_node(claim)
+                if in_nas.get(uid, set()) != ({node} if node else set()):
+                    self._agree(claim)
         for context in self.contexts.items():
             self.queue.add(f"pod:{informer.key_of(context)}")
 
+    def _agree(self, cached: Obj) -> None:
+        """Make the NAS objects agree with an allocated claim's status, read fresh (the cache may
+        lag, and removing an entry is not undone). The status is the truth, as the scheduler and
+        the kubelet follow it: an entry on any other node is removed (its devices would stay
+        taken for the claim's lifetime), and a missing entry on its node is re-written
+        (`_repair`). The claim is registered as being written meanwhile, so that no decision
+        allocates it in between; while a write runs, the next pass looks again."""
+        meta = cached["metadata"]
+        uid = str(meta.get("uid", ""))
+        if not self.writes.begin({uid: ""}):
+            return
+        try:
+            try:
+                claim = self.api.get(r.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
+            except errors.NotFound:
+                return
+            status = claim.get("status") or {}
+            ours = status.get("driverName") == groups.DRIVER_NAME
+            if claim["metadata"].get("uid") != uid or not status.get("allocation") or not ours:
+                return  # changed since the cache saw it: the next pass decides
+            node = allocation.allocated_node(claim)
+            listed = nodes.owners_of(self._nas_snapshot(), uid)
+            if node is None:
+                if not listed:
+                    self._repair(claim, self._nas_snapshot())  # reports it lost
+                return  # no node to compare with: leave the ledger as it is
+            for stray in listed:
+                if stray == node:
+                    continue
+                self._check_leader()
+                self._remove_from_nas(stray, {uid})
+                self.metrics.repairs.labels("stray").inc()
+                text = f"removed it from NodeAllocationState {stray}: its status names {node}"
+                where = {"claim": informer.key_of(claim), "uid": uid, "node": stray}
+                log.warning("%s: %s", where["claim"], text, extra=where)
+                self.recorder.normal(claim, "AllocationRepaired", text)
+            if node not in listed:
+                self._repair(claim, self._nas_snapshot())
+        finally:
+            self.writes.end({uid})
+
     def _repair(self, claim: Obj, snapshot: dict[str, nodes.ParsedNas]) -> None:
-        """In its status but not in any NAS: re-write it if its devices are still free."""
+        """In its status but not in its node's NAS: re-write it there if its devices are free."""
         node = allocation.allocated_node(claim)
         devices = allocation.devices_from_status(claim)
         uid = str(claim["metadata"]["uid"])

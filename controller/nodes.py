@@ -83,9 +83,13 @@ def nodes_for(
     return tuple(out)
 
 
+def owners_of(parsed: Mapping[str, ParsedNas], claim_uid: str) -> list[str]:
+    """Every node whose NAS lists `claim_uid` in allocatedClaims (sorted; more than one only when
+    something went wrong, which resync repairs)."""
+    return sorted(n for n, e in parsed.items() if claim_uid in e.node.nas.allocatedClaims)
+
+
 def owner_of(parsed: Mapping[str, ParsedNas], claim_uid: str) -> str | None:
-    """The node whose NAS lists `claim_uid` in allocatedClaims."""
-    for name, entry in parsed.items():
-        if claim_uid in entry.node.nas.allocatedClaims:
-            return name
-    return None
+    """The node whose NAS lists `claim_uid` in allocatedClaims (the first, by name)."""
+    owners = owners_of(parsed, claim_uid)
+    return owners[0] if owners else None
