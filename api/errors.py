@@ -60,11 +60,14 @@ def show(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
 
 
 def field_path(location: Sequence[int | str]) -> str:
-    """('spec', 'selector', 'andExpression', 0) -> `spec.selector.andExpression[0]`."""
+    """('spec', 'selector', 'andExpression', 0) -> `spec.selector.andExpression[0]`; a key that
+    is not plain text (a line break, 5,000 characters) is shown quoted: `spec['a\\nb']`."""
     out = ""
     for part in location:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif show(part) != part:
+            out += f"[{show(part)}]"
         else:
             out += f".{part}" if out else str(part)
     return out or "(top level)"
@@ -82,7 +85,7 @@ def describe_validation_error(error: ValidationError, *, prefix: Sequence[int | 
     more = len(error.errors()) - 3
     if more > 0:
         parts.append(f"and {more} more")
-    return "; ".join(parts)
+    return one_line("; ".join(parts))
 
 
 def _is_union_tag(part: int | str) -> bool:

@@ -18,7 +18,7 @@ from drasat.api.claims import (
     GpuClaimParametersSpec,
     MigDeviceClaimParametersSpec,
 )
-from drasat.api.errors import describe_validation_error
+from drasat.api.errors import describe_validation_error, one_line
 from drasat.solver.problem import ClaimRequest
 
 Obj = dict[str, Any]
@@ -36,8 +36,8 @@ class ParameterError(Exception):
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
-        self.message = message
-        super().__init__(message)
+        self.message = one_line(message)  # an Event message: one line, however odd the input
+        super().__init__(self.message)
 
 
 @dataclass(frozen=True)

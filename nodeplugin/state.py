@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from drasat.api import handles
-from drasat.api.errors import describe_validation_error
+from drasat.api.errors import describe_validation_error, show
 from drasat.api.nas import (
     AllocatedDevices,
     ClaimInfo,
@@ -68,6 +69,25 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.uid})" if self.name else self.uid
+
+
+#: A claim UID as the API server makes them (a UUID), with room to spare; the UID names the
+#: claim's checkpoint entry and CDI spec file, so nothing else (`/`, NUL, 5,000 characters) is
+#: let through to them.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _bad_ref(claim: ClaimRef) -> str:
+    """Why the kubelet's claim reference cannot be a Kubernetes claim ("" when it can)."""
+    if not claim.uid:
+        return "claim without a uid"
+    if not _UID.fullmatch(claim.uid):
+        return f"claim uid {show(claim.uid)} is not a Kubernetes UID"
+    if len(claim.namespace) > 63 or len(claim.name) > 253:
+        return f"claim {show(claim.namespace)}/{show(claim.name)}: name too long for Kubernetes"
+    if not (claim.namespace + claim.name).isprintable():
+        return f"claim {show(claim.namespace)}/{show(claim.name)}: not a Kubernetes name"
+    return ""
 
 
 class Setting(StrEnum):
@@ -177,8 +197,9 @@ class DeviceState:
 
     def prepare(self, claim: ClaimRef) -> list[str]:
         """Prepare one claim; its CDI device ids. Raises ClaimError."""
-        if not claim.uid:
-            raise ClaimError("claim without a uid")
+        problem = _bad_ref(claim)
+        if problem:
+            raise ClaimError(problem)
         with self._claim_lock(claim.uid):
             try:
                 return self._prepare_claim(claim)
@@ -573,6 +594,8 @@ class DeviceState:
 
     def unprepare(self, claim: ClaimRef) -> None:
         """Undo a prepare; nothing to do when the claim is not prepared. Raises ClaimError."""
+        if _bad_ref(claim):
+            return  # prepare refuses such a claim: nothing of it can be prepared
         with self._claim_lock(claim.uid):
             try:
                 self._unprepare_claim(claim)
