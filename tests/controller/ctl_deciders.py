@@ -34,6 +34,8 @@ class Rig:
         for name in nodes:
             add_node(self.api, name, [t4(g) for g in range(gpus)])
         add_class(self.api)
+        #: Per controller: the server version up to which its claim informer has seen events.
+        self._seen: dict[int, int] = {}
 
     def claim(self, name: str, *, finalizer: bool = False) -> Obj:
         created = add_claim(self.api, "ns", name)
@@ -64,7 +66,7 @@ class Rig:
     def controller(self, api: Any = None) -> Controller:
         """A controller (not started) whose caches hold everything the server holds now."""
         ctl = Controller(api or self.api, FAST)
-        ctl._claim_cursor = self.api.version  # type: ignore[attr-defined]
+        self._seen[id(ctl)] = self.api.version
         for inf in ctl._informers:
             inf._relist()
         return ctl
@@ -73,17 +75,17 @@ class Rig:
         for inf in informers:
             inf._relist()
             if inf is ctl.claims:
-                ctl._claim_cursor = self.api.version  # type: ignore[attr-defined]
+                self._seen[id(ctl)] = self.api.version
 
     def deliver_claim_event(self, ctl: Controller) -> bool:
         """The claim informer receives the next claim event it has not seen; False if none."""
         with self.api.lock:
-            cursor = ctl._claim_cursor  # type: ignore[attr-defined]
-            found = [(v, e) for v, k, _, e in self.api.log if v > cursor and k == CLAIMS_KIND]
+            seen = self._seen[id(ctl)]
+            found = [(v, e) for v, k, _, e in self.api.log if v > seen and k == CLAIMS_KIND]
             if not found:
                 return False
             version, event = found[0]
-            ctl._claim_cursor = version  # type: ignore[attr-defined]
+            self._seen[id(ctl)] = version
         ctl.claims._apply(event.type, event.object)
         return True
 
