@@ -253,3 +253,29 @@ def test_garbage_collection_loop_runs(served: Any) -> None:
         time.sleep(0.05)
     assert node.state.checkpoint.get("gone") is None
     assert not node.state.cdi.path("gone").exists()
+
+
+def test_hostile_requests_get_an_answer_per_claim_and_the_plugin_keeps_serving(
+    served: Any,
+) -> None:
+    # Issue 18: claim UIDs no API server makes (NUL, path characters, 5,000 characters), a
+    # damaged handle and thousands of unknown claims in one request, then a good claim.
+    node, kubelet = served("2xT4")
+    node.allocate("ok", gpu_allocation("ok", node.gpu(0)))
+    odd = ["nul\x00", "../../etc/passwd", "x" * 5000, "line\nbreak"]
+    unknown = [f"unknown-{i}" for i in range(3000)]
+    response = kubelet.prepare("ok", *odd, *unknown)
+    errors = {u: r.error for u, r in response.claims.items()}
+    assert set(errors) == {"ok", *odd, *unknown}
+    assert errors["ok"] == ""
+    for uid in odd:
+        assert "is not a Kubernetes UID" in errors[uid] and "\n" not in errors[uid]
+    assert all("not allocated on node" in errors[u] for u in unknown)
+    assert not any("internal error" in e for e in errors.values())
+    for damaged in ("[" * 10_000, "9" * 5000, "[" * 100_000):  # nesting, digits, size
+        handle = kubelet.prepare("h", handle=damaged)
+        assert "resource handle" in handle.claims["h"].error
+        assert "internal error" not in handle.claims["h"].error
+    undone = kubelet.unprepare("ok", *odd)
+    assert {u: r.error for u, r in undone.claims.items()} == dict.fromkeys(["ok", *odd], "")
+    assert kubelet.prepare("ok").claims["ok"].error == ""  # still serving
