@@ -33,6 +33,7 @@ from drasat.solver import (
     PodRequest,
     Problem,
     SolveParams,
+    SolverCache,
     solve,
 )
 
@@ -162,6 +163,8 @@ class DrasatOnline(Policy):
         self.index: dict[str, int] = {}
         self.decided: dict[int, _Decided | None] = {}
         self.solver_s: list[tuple[int, float]] = []  # (decisions, wall seconds) per call
+        #: One solver cache for the replay, as the controller keeps one.
+        self.cache = SolverCache()
 
     def _solve_from(self, pods: Pods, start: int, cluster: Cluster) -> None:
         nodes = cluster.nodes
@@ -176,7 +179,7 @@ class DrasatOnline(Policy):
             nodes=tuple(self.states), pods=requests, policy=self.policy, workload=self.shapes
         )
         began = time.perf_counter()
-        solution = solve(problem, SolveParams(mode=Mode.online, explain=False))
+        solution = solve(problem, SolveParams(mode=Mode.online, explain=False, cache=self.cache))
         self.solver_s.append((stop - start, time.perf_counter() - began))
         for p in range(start, stop):
             self.decided[p] = None

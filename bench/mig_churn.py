@@ -48,7 +48,16 @@ from drasat.api import catalog
 from drasat.api.claims import MigDeviceClaimParametersSpec
 from drasat.api.nas import AllocatedDevices
 from drasat.api.quantity import to_bytes
-from drasat.solver import ClaimRequest, Mode, PodRequest, Problem, Solution, SolveParams, solve
+from drasat.solver import (
+    ClaimRequest,
+    Mode,
+    PodRequest,
+    Problem,
+    Solution,
+    SolveParams,
+    SolverCache,
+    solve,
+)
 
 PRODUCTS = ("A100-40GB", "H100-80GB")
 SLICES = 8  # memory slices per GPU (A100/H100)
@@ -259,7 +268,8 @@ class Drasat(Policy):
         self.index = {n.name: i for i, n in enumerate(states)}
         self.by_uuid = {g.uuid: g for g in gpus}
         self.claims: dict[int, tuple[str, str]] = {}  # request id -> (node, claim uid)
-        self.params = SolveParams(mode=Mode.online, explain=False)
+        # One solver cache for the run, as the controller keeps one.
+        self.params = SolveParams(mode=Mode.online, explain=False, cache=SolverCache())
         self.solve_s = 0.0
         #: Called with (problem, solution) after every solve (tests run their checker here).
         self.observer: Callable[[Problem, Solution], None] | None = None

@@ -388,7 +388,7 @@ def batch(
     """
     from bench import drasat_policy
     from drasat.api.policy import AllocationPolicySpec
-    from drasat.solver import Mode, Problem, SolveParams, solve
+    from drasat.solver import Mode, Problem, SolveParams, SolverCache, solve
 
     started = time.perf_counter()
     where: Assignment = list(start)
@@ -422,6 +422,7 @@ def batch(
         for ti, t in enumerate(types)
     }
     policy = AllocationPolicySpec()
+    cache = SolverCache()  # one for the whole search: its groups share nodes in equal states
     start_milli = sum(int(value[p]) for p, w in enumerate(where) if w is not None)
     solves = improved = tried = 0
     solver_s = 0.0
@@ -463,7 +464,13 @@ def batch(
             t0 = time.perf_counter()
             solution = solve(
                 problem,
-                SolveParams(mode=Mode.batch, time_limit_s=solve_seconds, workers=1, explain=False),
+                SolveParams(
+                    mode=Mode.batch,
+                    time_limit_s=solve_seconds,
+                    workers=1,
+                    explain=False,
+                    cache=cache,
+                ),
             )
             solver_s += time.perf_counter() - t0
             solves += 1

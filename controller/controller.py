@@ -37,6 +37,7 @@ from drasat.kube import nas as nas_api
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
+from drasat.solver.cache import SolverCache
 from drasat.solver.problem import (
     ClaimRequest,
     Mode,
@@ -120,6 +121,9 @@ class Controller:
         self._poll_policy = poll_policy
         self.metrics = metrics or Metrics()
         self._solve = solve
+        #: The solver's memo tables, this controller's own, passed to every solve (safe for the
+        #: re-check solves that run outside the decision lock).
+        self.solver_cache = SolverCache()
         self._may_write = may_write
         self.recorder = recorder or EventRecorder(api, component=self.config.component)
         self.holds = Holds(ttl_s=self.config.hold_ttl_s, clock=hold_clock)
@@ -355,6 +359,7 @@ class Controller:
             node_feasibility=feasibility,
             explain=feasibility,
             time_limit_s=budget.onlineTimeLimitSeconds,
+            cache=self.solver_cache,
         )
 
     def _timed_solve(self, problem: Problem, *, feasibility: bool, kind: str) -> Solution:

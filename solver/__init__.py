@@ -2,7 +2,10 @@
 
 Imports only `drasat.api` and ortools: no Kubernetes, gRPC or NVML. `solve(problem, params)` is
 deterministic: same input, same output (fixed seed; one worker unless the policy asks for more in
-batch mode, where a time limit can then make results differ between runs).
+batch mode, where a time limit can then make results differ between runs). It keeps no state
+of its own: its memo tables live in a `SolverCache` the caller passes in `SolveParams.cache`
+(one per controller; none: a fresh one per solve), safe to share between concurrent solves and
+never changing an answer (`cache`).
 
 What it decides (the modules say why):
 
@@ -28,7 +31,8 @@ What it decides (the modules say why):
   canonical node state); batch solves all pods in one model warm-started from online;
 - explanations (`filters`, `explain`): exact per-node checks name selector, count, MIG overlap,
   share capacity, policy rule, readiness, CPU/memory; otherwise rules behind assumption literals
-  and CP-SAT's sufficient assumptions name the blocking rule.
+  and CP-SAT's sufficient assumptions name the blocking rule. Reasons are data naming the pod's
+  claims and the node by reference (`reasons`), rendered with their names at the end.
 
 `Solution.objective`: batch reports `primary * (secondary bound + 1) - secondary` of its model
 (higher is better); online reports minus the sum of the chosen per-node secondary costs.
@@ -36,6 +40,7 @@ What it decides (the modules say why):
 the whole set; online mode is PER_POD_OPTIMAL with no bound (`best_bound`, `gap` None).
 """
 
+from drasat.solver.cache import SolverCache
 from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
@@ -60,6 +65,7 @@ __all__ = [
     "Problem",
     "Solution",
     "SolveParams",
+    "SolverCache",
     "Status",
     "solve",
 ]

@@ -98,6 +98,17 @@ def _asks_mig_enabled(selector: GpuSelector | None) -> bool:
     return any(_asks_mig_enabled(child) for child in children)
 
 
+def names_gpu(selector: GpuSelector | None) -> bool:
+    """Whether the selector names a GPU by `index` or `uuid` anywhere in its tree: then which
+    GPU it matches depends on the GPU's identity, not only on what it is (memo keys)."""
+    if selector is None:
+        return False
+    if selector.index is not None or selector.uuid is not None:
+        return True
+    children = (selector.andExpression or []) + (selector.orExpression or [])
+    return any(names_gpu(child) for child in children)
+
+
 def _paired_claim(pod: PodRequest, name: str | None) -> str | None:
     if name is None:
         return None

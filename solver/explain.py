@@ -15,38 +15,69 @@ from drasat.solver import demand, model, solving
 from drasat.solver.filters import Blocker
 from drasat.solver.inventory import NodeView
 from drasat.solver.model import PodEntry
+from drasat.solver.reasons import (
+    BEST,
+    NODE,
+    ClaimId,
+    ClaimRef,
+    Label,
+    Obstacle,
+    Part,
+    Text,
+    from_label,
+    names_node,
+    sort_key,
+)
 from drasat.solver.rules import Rules
 
+_NUMA_REQUIRED = ": topology sameNUMANode is Required"
 
-def model_blocker(entry: PodEntry, node: NodeView, rules: Rules, budget: solving.Budget) -> Blocker:
-    """Why the node's model has no solution for the pod (the filters passed)."""
+
+def model_blocker(
+    entry: PodEntry, node: NodeView, rules: Rules, budget: solving.Budget
+) -> Obstacle:
+    """Why the node's model has no solution for the pod (the filters passed). The pod's claims
+    and the node are references (see reasons.py)."""
     one = PodEntry(entry.request, entry.priority, entry.claims, (node,))
     built = model.build([one], rules, force_placed=True, explain=True)
     labels = solving.core(built, budget)
     if labels:
-        text = "; ".join(sorted(set(labels)))
+        uids = [c.uid for c in entry.claims]
+        texts = sorted({from_label(label, uids, node.name) for label in labels}, key=sort_key)
+        text = _joined(texts)
         numa = _numa_detail(entry, node, rules, labels)
         if numa is not None:
             best, detail = numa
-            return Blocker(
-                f"rules:{text}",
-                node.name,
-                f"{text}; {best} {detail} (node {node.name})",
-                f"{text}; at most {{best}} {detail}",
+            return Obstacle(
+                ("rules", text),
+                (*text, f"; {best} {detail} (node ", NODE, ")"),
+                (*text, "; at most ", BEST, f" {detail}"),
                 best=best,
             )
-        return Blocker(f"rules:{text}", node.name, f"{text} (node {node.name})", text)
-    refs = ", ".join(c.ref for c in entry.claims if not c.optional)
-    text = f"claims {refs} do not fit together in what is free"
-    return Blocker("together", node.name, f"{text} on node {node.name}", text + " on any node")
+        return Obstacle(("rules", text), (*text, " (node ", NODE, ")"), text)
+    refs: list[Part] = []
+    for index, claim in enumerate(entry.claims):
+        if not claim.optional:
+            refs.extend([", "] if refs else [])
+            refs.append(ClaimRef(index))
+    text = ("claims ", *refs, " do not fit together in what is free")
+    return Obstacle(("together",), (*text, " on node ", NODE), (*text, " on any node"))
+
+
+def _joined(texts: Sequence[Text]) -> Text:
+    out: list[Part] = []
+    for text in texts:
+        out.extend(["; "] if out else [])
+        out.extend(text)
+    return tuple(out)
 
 
 def _numa_detail(
-    entry: PodEntry, node: NodeView, rules: Rules, labels: Sequence[str]
+    entry: PodEntry, node: NodeView, rules: Rules, labels: Sequence[Label]
 ) -> tuple[int, str] | None:
     """For a Required sameNUMANode in the core: the most free matching GPUs on one NUMA node."""
     for claim in entry.claims:
-        if f"claim {claim.ref}: topology sameNUMANode is Required" not in labels:
+        if ("claim ", ClaimId(claim.uid), _NUMA_REQUIRED) not in labels:
             continue
         per_numa: dict[object, int] = {}
         for gpu in node.gpus:
@@ -59,18 +90,18 @@ def _numa_detail(
 
 
 def sentences(blockers: Sequence[Blocker], candidates: int) -> tuple[str, ...]:
-    """One sentence per distinct obstacle, most common first; node counts when not all nodes."""
-    groups: dict[str, list[Blocker]] = {}
+    """One sentence per distinct obstacle, most common first; node counts when not all nodes.
+    Rendered here, with the names of the pod's claims and of the nodes."""
+    groups: dict[tuple[object, ...], list[Blocker]] = {}
     for blocker in blockers:
         groups.setdefault(blocker.key, []).append(blocker)
-    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].key))
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), repr(g[0].key)))
     out = []
     for group in ordered:
         first = group[0]
-        # Plain replacement, not str.format: summaries quote user text (globs, names).
         best, gpus = max(b.best for b in group), sum(b.gpus for b in group)
-        text = first.summary.replace("{best}", str(best)).replace("{gpus}", str(gpus))
-        if len(group) == 1 and candidates > 1 and first.node not in text:
+        text = first.summary(best, gpus)
+        if len(group) == 1 and candidates > 1 and not names_node(first.obstacle.summary):
             text += f" (node {first.node})"
         elif 1 < len(group) < candidates:
             text += f" (on {len(group)} of {candidates} candidate nodes)"

@@ -4,15 +4,14 @@ A purely computational module: a NodeState (NAS snapshot) becomes a NodeView of 
 holding what is already taken on that GPU (held whole, share sums, occupied MIG memory slices) and
 the MIG placements its product offers. Existing allocations are facts here; nothing moves them.
 
-Views are memoized per node for the identity of its latest NodeState (NodeState and its NAS
-are treated as immutable snapshots), because the online mode sees the same hundreds of nodes on
-every decision.
+Views are memoized in the caller's SolverCache per node, for the identity of its latest
+NodeState (NodeState and its NAS are treated as immutable snapshots), because the online mode
+sees the same hundreds of nodes on every decision.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from drasat.api import catalog
 from drasat.api.claims import GpuShare
 from drasat.api.nas import AllocatedDevices, GpuInfo, Health, MigInfo
 from drasat.api.quantity import to_bytes
+from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.problem import NodeState
 
 MiB = 2**20
@@ -253,8 +253,9 @@ def _namespace_use(claims: dict[str, AllocatedDevices]) -> dict[str, NamespaceUs
     return use
 
 
-def build_view(node: NodeState) -> NodeView:
-    """The node's free state. Pure."""
+def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
+    """The node's free state. Pure; `cache` numbers its memo keys (see cache.py)."""
+    intern = fresh(cache).intern
     nas = node.nas
     taken: dict[str, _Taken] = {}
     for uid, claim in nas.allocatedClaims.items():
@@ -323,41 +324,16 @@ def build_view(node: NodeState) -> NodeView:
     )
 
 
-_INTERNED: dict[object, int] = {}
-_NUMBERS = itertools.count(1)
-_INTERNED_SIZE = 1 << 20
-
-
-def intern(value: object) -> int:
-    """A small number standing for a hashable value, the same for equal values (memo keys).
-
-    Numbers are never reused: when the table is full it starts afresh, and entries keyed by
-    old numbers simply stop matching (they are recomputed, never confused).
-    """
-    found = _INTERNED.get(value)
-    if found is None:
-        if len(_INTERNED) >= _INTERNED_SIZE:
-            _INTERNED.clear()
-        found = next(_NUMBERS)
-        _INTERNED[value] = found
-    return found
-
-
-#: Node name -> its latest NodeState (the entry keeps it alive) and view. One entry per node: a
-#: new snapshot replaces the old one, so the table stays the size of the cluster and is never
-#: dropped whole while the cluster fits (it was, keyed by snapshot, every few thousand updates
-#: at 5,000 nodes: each time the next decisions rebuilt their candidates' views, 10-20 ms).
-_VIEWS: dict[str, tuple[NodeState, NodeView]] = {}
-_VIEW_CACHE_SIZE = 65536
-
-
-def view_of(node: NodeState) -> NodeView:
-    """build_view, memoized per node name for the NodeState given last (by identity)."""
-    hit = _VIEWS.get(node.name)
+def view_of(node: NodeState, cache: SolverCache | None = None) -> NodeView:
+    """build_view, memoized in the cache per node name for the NodeState given last (by
+    identity; no cache: built afresh). One entry per node: a new snapshot replaces the old
+    one, so the table stays the size of the cluster and is never dropped whole while the
+    cluster fits (it was, keyed by snapshot, every few thousand updates at 5,000 nodes: each
+    time the next decisions rebuilt their candidates' views, 10-20 ms)."""
+    if cache is None:
+        return build_view(node)
+    hit = cache.views.get(node.name)
     if hit is not None and hit[0] is node:
         return hit[1]
-    view = build_view(node)
-    if hit is None and len(_VIEWS) >= _VIEW_CACHE_SIZE:
-        _VIEWS.clear()
-    _VIEWS[node.name] = (node, view)
-    return view
+    view = build_view(node, cache)
+    return cache.put(cache.views, node.name, (node, view))[1]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from drasat.api.claims import Requirement
-from drasat.solver import costs, demand
+from drasat.solver import costs, demand, reasons
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
 from drasat.solver.problem import PodRequest
@@ -78,8 +78,9 @@ class Built:
     got: dict[tuple[str, str], cp_model.IntVar]  # optional claim (uid, node) -> has devices
     primary: list[tuple[int, cp_model.IntVar]]
     secondary: list[tuple[int, cp_model.IntVar]]
-    #: Assumption literal -> the rule it enforces, in user terms (explain mode).
-    assumptions: dict[int, str] = field(default_factory=dict)
+    #: Assumption literal -> the rule it enforces, in user terms (explain mode); claims and
+    #: nodes it names are ids in the label (reasons.py), never spelled into its text.
+    assumptions: dict[int, reasons.Label] = field(default_factory=dict)
     #: Primary weight of placing each pod, and of an optional claim getting its devices.
     pod_weight: dict[str, int] = field(default_factory=dict)
     got_weight: int = 0
@@ -169,7 +170,7 @@ class _Builder:
         self.force_placed = force_placed
         self.m = cp_model.CpModel()
         self.built = Built(self.m, {}, {}, {}, {}, {}, [], [])
-        self.rule_literals: dict[str, cp_model.IntVar] = {}
+        self.rule_literals: dict[reasons.Label, cp_model.IntVar] = {}
         self.claims: dict[str, Claim] = {}
         self.claim_pods: dict[str, list[PodEntry]] = {}
         self.claim_nodes: dict[str, dict[str, NodeView]] = {}
@@ -189,10 +190,11 @@ class _Builder:
             for node in entry.nodes:
                 self.nodes.setdefault(node.name, node)
 
-    def rule(self, label: str) -> cp_model.IntVar | None:
+    def rule(self, rule: str | reasons.Label) -> cp_model.IntVar | None:
         """The assumption literal enforcing a rule (explain mode), else None: always enforced."""
         if not self.explain:
             return None
+        label = (rule,) if isinstance(rule, str) else rule
         literal = self.rule_literals.get(label)
         if literal is None:
             literal = self.m.new_bool_var(f"rule_{len(self.rule_literals)}")
@@ -299,7 +301,9 @@ class _Builder:
                 used.append(u)
             if spec.sameNUMANode is Requirement.Required:
                 c = self.m.add(sum(used) <= 1)
-                literal = self.rule(f"claim {claim.ref}: topology sameNUMANode is Required")
+                literal = self.rule(
+                    ("claim ", reasons.ClaimId(claim.uid), ": topology sameNUMANode is Required")
+                )
                 if literal is not None:
                     c.only_enforce_if(literal)
             else:
@@ -310,7 +314,13 @@ class _Builder:
                     continue
                 if spec.sameNVLinkDomain is Requirement.Required:
                     c = self.m.add(a.var + b.var <= 1)
-                    literal = self.rule(f"claim {claim.ref}: topology sameNVLinkDomain is Required")
+                    literal = self.rule(
+                        (
+                            "claim ",
+                            reasons.ClaimId(claim.uid),
+                            ": topology sameNVLinkDomain is Required",
+                        )
+                    )
                     if literal is not None:
                         c.only_enforce_if(literal)
                 else:
@@ -394,7 +404,7 @@ class _Builder:
                 terms = [(_need(e, resource), v) for e, v in pods if _need(e, resource) > 0]
                 if terms:
                     c = self.m.add(sum(n * v for n, v in terms) <= free)
-                    literal = self.rule(f"node {name}: cpu/memory")
+                    literal = self.rule(("node ", reasons.NodeId(name), ": cpu/memory"))
                     if literal is not None:
                         c.only_enforce_if(literal)
 

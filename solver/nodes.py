@@ -1,6 +1,7 @@
 """The best placement of one pod on one node: the online mode's per-node subproblem.
 
-A purely computational module (with a memo). How a node is evaluated:
+A purely computational module (with memos, in the caller's SolverCache). How a node is
+evaluated:
 
 1. the exact necessary checks of `filters.py` (cheap; they also name the blocking constraint);
 2. a pod with one claim (or none) and no topology or counted reservation: an exact enumeration.
@@ -18,7 +19,10 @@ A purely computational module (with a memo). How a node is evaluated:
 Results are memoized by (pod shape, policy, the node's canonical free state): nodes in the same
 state share one evaluation, and a node the last decision did not touch is not evaluated again.
 Every evaluation works on canonical GPU positions, so a memoized result is exactly what a fresh
-evaluation of the node would give: same input, same output, whatever ran before.
+evaluation of the node would give: same input, same output, whatever ran before. The free
+state leaves out which GPU is which (index, uuid, NVLink peers) unless the pod or the policy
+reads it (`PodShape.names_gpus`, decided from the selectors' structure). Why a pod does not fit
+is memoized the same way, as an Obstacle whose claims and node are references (`reasons.py`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from drasat.solver import (
     explain,
     extract,
     filters,
-    inventory,
     model,
+    reasons,
     solving,
     workload,
 )
@@ -43,6 +47,7 @@ from drasat.solver.extract import Chosen
 from drasat.solver.inventory import GpuSlot, MigOption, NodeView
 from drasat.solver.model import PodEntry
 from drasat.solver.problem import Status
+from drasat.solver.reasons import Names, Obstacle
 from drasat.solver.rules import Rules
 
 #: Canonical device choice: (claim index in the pod, GPU position, profile, start, size).
@@ -57,21 +62,15 @@ class NodeOutcome:
     optimal: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
-    """A node evaluated for a pod shape, in canonical GPU positions (shared by equal nodes)."""
+    """A node evaluated for a pod shape, in canonical GPU positions (shared by equal nodes and
+    by concurrent solves: never changed once made)."""
 
     picks: tuple[_Pick, ...] | None  # None: the pod does not fit
     primary: int = 0
     secondary: int = 0
     optimal: bool = True
-    #: Why it does not fit, as computed for `node`/`refs`; re-spelled for other nodes.
-    blocker: filters.Blocker | None = None
-    refs: tuple[str, ...] = ()
-
-
-_MEMO: dict[tuple[int, int, int], Evaluation] = {}
-_MEMO_SIZE = 65536
 
 
 @dataclass(frozen=True)
@@ -83,16 +82,22 @@ class PodShape:
     names_gpus: bool
     #: intern(key), for memo keys.
     key_id: int
+    #: The pod's claims as reasons name them (namespace/name), in order: what a ClaimRef of
+    #: a memoized obstacle renders to for this pod.
+    refs: tuple[str, ...] = ()
 
 
 def shape(entry: PodEntry, rules: Rules) -> PodShape:
     claims = []
-    names_gpus = False
+    # Which GPU is which matters when a selector (a claim's, a reservation's, or a workload
+    # class's) names an index or uuid: read from the selectors' structure.
+    names_gpus = rules.names_gpus or rules.workload.names_gpus
     for claim in entry.claims:
         spec = claim.request.gpu or claim.request.mig
         assert spec is not None
+        # The spec's fields, serialized (equal text: equal fields); a key, never searched.
         text = spec.model_dump_json(exclude_none=True)
-        names_gpus = names_gpus or '"index"' in text or '"uuid"' in text
+        names_gpus = names_gpus or demand.names_gpu(claim.selector)
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid
         paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)
@@ -116,19 +121,22 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         request.memory_mib,
         rules.workload.id,
     )
-    return PodShape(entry, key, names_gpus, inventory.intern(key))
+    refs = tuple(c.ref for c in entry.claims)
+    return PodShape(entry, key, names_gpus, rules.cache.intern(key), refs)
+
+
+def _key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
+    state = node.exact_key if pod.names_gpus else node.canonical_key
+    return (pod.key_id, rules.node_class_id(node.name), state)
 
 
 def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
     """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    state = node.exact_key if pod.names_gpus else node.canonical_key
-    key = (pod.key_id, rules.node_class_id(node.name), state)
-    found = _MEMO.get(key)
+    key = _key(pod, node, rules)
+    memo = rules.cache.evaluations
+    found = memo.get(key)
     if found is None:
-        found = _compute(pod, node, rules, budget)
-        if len(_MEMO) >= _MEMO_SIZE:
-            _MEMO.clear()
-        _MEMO[key] = found
+        found = rules.cache.put(memo, key, _compute(pod, node, rules, budget))
     return found
 
 
@@ -137,7 +145,7 @@ def evaluate_each(
 ) -> list[Evaluation]:
     """evaluate() of each node, in order: one loop, because an online decision runs it over
     every candidate node and at thousands of nodes the per-call overhead is most of its cost."""
-    memo_get = _MEMO.get
+    memo_get = rules.cache.evaluations.get
     class_id = rules.node_class_id
     exact = pod.names_gpus
     key_id = pod.key_id
@@ -162,60 +170,56 @@ def outcome(pod: PodShape, node: NodeView, evaluation: Evaluation) -> NodeOutcom
 def reason(
     pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
 ) -> filters.Blocker | None:
-    """Why the pod does not fit the node (computed once per memo entry, re-spelled after)."""
-    memo, refs = _found_blocker(pod, node, evaluation, rules, budget)
-    if memo is None:
+    """Why the pod does not fit the node: the memoized obstacle (computed once per memo entry)
+    bound to this node and this pod's claims, whose names it renders."""
+    obstacle = _memo_obstacle(pod, node, evaluation, rules, budget)
+    if obstacle is None:
         return None
-    blocker = memo.blocker
-    assert blocker is not None
-    if blocker.node == node.name and memo.refs == refs:
-        return blocker
-    return dataclasses.replace(
-        blocker,
-        node=node.name,
-        node_text=_respell(blocker.node_text, memo, node.name, refs),
-        summary=_respell(blocker.summary, memo, node.name, refs),
-        key=_respell(blocker.key, memo, blocker.node, refs),
-    )
+    return filters.Blocker(obstacle, Names(pod.refs, node.name, len(node.unhealthy)))
 
 
 def reason_text(
     pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
 ) -> str | None:
-    """`reason(...).node_text` alone: the controller asks it of every node that does not fit,
-    so only the per-node sentence is re-spelled."""
-    memo, refs = _found_blocker(pod, node, evaluation, rules, budget)
-    if memo is None:
-        return None
-    assert memo.blocker is not None
-    return _respell(memo.blocker.node_text, memo, node.name, refs)
-
-
-def _found_blocker(
-    pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
-) -> tuple[Evaluation | None, tuple[str, ...]]:
-    """The memo entry holding the node's blocker (None: it fits, or no blocker was found)."""
-    refs = tuple(c.ref for c in pod.entry.claims)
+    """`reason(...).node_text` alone (the controller asks it of every node that does not fit;
+    the cluster-wide sentence is not rendered). `_memo_obstacle` inlined: it runs per node."""
     if evaluation.picks is not None:
-        return None, refs
-    if evaluation.blocker is None:
-        evaluation.blocker = filters.node_blocker(
-            pod.entry.request, pod.entry.claims, node, rules
-        ) or explain.model_blocker(pod.entry, node, rules, budget)
-        evaluation.refs = refs
-    return (evaluation if evaluation.blocker is not None else None), refs
+        return None
+    state = node.exact_key if pod.names_gpus else node.canonical_key
+    key = (pod.key_id, rules.node_class_id(node.name), state)
+    obstacle = rules.cache.blockers.get(key, _MISSING)
+    if obstacle is _MISSING:
+        obstacle = rules.cache.put(rules.cache.blockers, key, _obstacle(pod, node, rules, budget))
+    if obstacle is None:
+        return None
+    return reasons.node_text(obstacle.node_text, pod.refs, node.name, len(node.unhealthy))
 
 
-def _respell(text: str, memo: Evaluation, node: str, refs: tuple[str, ...]) -> str:
-    """A text of the memo's blocker as it reads for another node and the pod's own claims."""
-    blocker = memo.blocker
-    assert blocker is not None
-    if blocker.node != node:
-        text = text.replace(f"node {blocker.node}", f"node {node}")
-    if memo.refs != refs:
-        for old, new in zip(memo.refs, refs, strict=True):
-            text = text.replace(f"claim {old}", f"claim {new}").replace(old, new)
-    return text
+def _memo_obstacle(
+    pod: PodShape, node: NodeView, evaluation: Evaluation, rules: Rules, budget: solving.Budget
+) -> Obstacle | None:
+    """The obstacle of the node's memo entry, computed the first time it is asked for."""
+    if evaluation.picks is not None:
+        return None
+    key = _key(pod, node, rules)
+    memo = rules.cache.blockers
+    found = memo.get(key, _MISSING)
+    if found is _MISSING:
+        return rules.cache.put(memo, key, _obstacle(pod, node, rules, budget))
+    return found
+
+
+#: A memo miss (an entry may hold None: no obstacle found).
+_MISSING = Obstacle(("missing",), (), ())
+
+
+def _obstacle(
+    pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget
+) -> Obstacle | None:
+    """Why the pod does not fit the node, its claims and the node as references."""
+    entry = pod.entry
+    found = filters.node_blocker(entry.request, entry.claims, node, rules)
+    return found or explain.model_blocker(entry, node, rules, budget)
 
 
 def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
@@ -368,21 +372,18 @@ def _cheapest_kinds(
     return best[1], best[2]
 
 
-_GPU_MEMO: dict[tuple[object, ...], list[tuple[int, int, MigOption | None]]] = {}
-
-
 def _gpu_ways(
     pod: PodShape,
     claim: Claim,
     gpu: GpuSlot,
     node_class: tuple[bool, ...],
     rules: Rules,
-) -> list[tuple[int, int, MigOption | None]]:
+) -> tuple[tuple[int, int, MigOption | None], ...]:
     """(cost, order, MIG option or None) of each way the claim can take this GPU. Memoized by
     the GPU's state: thousands of GPUs share a few dozen states."""
     identity = gpu.identity() if pod.names_gpus else ()
     key = (pod.key, gpu.state_id, node_class, identity)
-    found = _GPU_MEMO.get(key)
+    found = rules.cache.gpu_ways.get(key)
     if found is not None:
         return found
     ways: list[tuple[int, int, MigOption | None]] = []
@@ -394,7 +395,4 @@ def _gpu_ways(
             claim.kind is Kind.whole and gpu.untouched
         ):
             ways.append((costs.device(claim, gpu, None, rules), 0, None))
-    if len(_GPU_MEMO) > _MEMO_SIZE:
-        _GPU_MEMO.clear()
-    _GPU_MEMO[key] = ways
-    return ways
+    return rules.cache.put(rules.cache.gpu_ways, key, tuple(ways))

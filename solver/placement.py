@@ -37,6 +37,7 @@ from drasat.solver import (
     validate,
     workload,
 )
+from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.demand import Claim
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
@@ -78,12 +79,12 @@ class _State:
     init_actions: tuple[LifecycleAction, ...] = ()
 
     @classmethod
-    def initial(cls, problem: Problem, views: dict[str, NodeView]) -> _State:
+    def initial(cls, problem: Problem, views: dict[str, NodeView], cache: SolverCache) -> _State:
         """`views`: the problem's nodes' views by name, in node order (from validate.check)."""
         states = {n.name: n for n in problem.nodes}
-        rules = Rules(problem.policy, tuple(views.values()))
+        rules = Rules(problem.policy, tuple(views.values()), cache)
         if rules.weights.fragmentation:
-            chosen = workload.select(problem.policy, problem.workload, problem.pods)
+            chosen = workload.select(problem.policy, problem.workload, problem.pods, cache)
             rules.workload = chosen.scaled_by_supply(views.values(), rules)
         # One pass over the nodes for every claim of every pod (not one per claim).
         wanted = {c.uid for pod in problem.pods for c in pod.claims}
@@ -118,7 +119,7 @@ class _State:
             used_memory_mib=node.used_memory_mib + pod.memory_mib,
         )
         self.nodes[decision.node] = updated
-        self.views[decision.node] = view_of(updated)
+        self.views[decision.node] = view_of(updated, self.rules.cache)
         for uid in allocations:
             self.owners.setdefault(uid, decision.node)
         for request in pod.claims:
@@ -317,12 +318,15 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
     """Place the problem's pods. Pure and deterministic: same input, same output.
 
     Raises drasat.api.errors.InputError when the problem contradicts itself (see validate).
+    `params.cache`: the caller's memo tables (a long-running caller keeps one; see cache.py);
+    None: a fresh one for this solve.
     """
-    views = validate.check(problem)
+    cache = fresh(params.cache)
+    views = validate.check(problem, cache)
     started = time.perf_counter()
     online_budget = _budget(problem, params, online=True)
     if params.mode is Mode.online:
-        state = _State.initial(problem, views)
+        state = _State.initial(problem, views, cache)
         outcome = _online(problem, state, online_budget, params)
         # Each decision is the best of its pod's candidate nodes given the earlier ones; that
         # proves nothing for the set (batch may place more), so no bound is claimed.
@@ -336,16 +340,20 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
             wall_time_s=time.perf_counter() - started,
             node_feasibility=outcome.feasibility,
         )
-    return _batch(problem, views, params, started)
+    return _batch(problem, views, params, started, cache)
 
 
 def _batch(
-    problem: Problem, views: dict[str, NodeView], params: SolveParams, started: float
+    problem: Problem,
+    views: dict[str, NodeView],
+    params: SolveParams,
+    started: float,
+    cache: SolverCache,
 ) -> Solution:
     online_budget = _budget(problem, params, online=True)
     quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
-    warm = _online(problem, _State.initial(problem, views), online_budget, quiet)
-    state = _State.initial(problem, views)
+    warm = _online(problem, _State.initial(problem, views, cache), online_budget, quiet)
+    state = _State.initial(problem, views, cache)
     order = {name: i for i, name in enumerate(views)}
     entries: list[PodEntry] = []
     inputs: dict[str, _PodInput] = {}

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
+
+if TYPE_CHECKING:
+    from drasat.solver.cache import SolverCache
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,10 @@ class SolveParams:
     #: Also report, for each candidate node, why it is unsuitable (UnsuitableNodes); in batch
     #: mode as each pod alone finds the nodes, before the solve's own placements.
     node_feasibility: bool = False
+    #: The caller's memo tables (`drasat.solver.SolverCache`): a long-running caller (the
+    #: controller) keeps one and passes it to every solve; None: a fresh one per solve. Never
+    #: changes an answer, only how much is computed again.
+    cache: SolverCache | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

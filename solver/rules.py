@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from drasat.api.policy import AllocationPolicySpec, NamespaceLimit, Reservation, Term
 from drasat.solver import demand
+from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.demand import Claim
-from drasat.solver.inventory import GpuSlot, NamespaceUse, NodeView, intern
+from drasat.solver.inventory import GpuSlot, NamespaceUse, NodeView
 from drasat.solver.workload import Workload
 
 
@@ -53,17 +54,25 @@ class ReservationBudget:
         return f"policy rule {self.reservation.name}"
 
 
-#: Policy fingerprint -> node name -> Rules.node_class (and its interned number): policies and
-#: nodes change rarely; a solve looks each of its nodes up once per pod.
-_NODE_CLASSES: dict[str, dict[str, tuple[bool, ...]]] = {}
-_NODE_CLASS_IDS: dict[str, dict[str, int]] = {}
+#: SolverCache.node_classes (policy fingerprint -> node name -> Rules.node_class, and its
+#: interned number): policies and nodes change rarely; a solve looks each of its nodes up once
+#: per pod. Nodes per policy, and policies, kept before the tables start afresh:
 _NODE_CLASS_MEMO_SIZE = 65536
+_NODE_CLASS_POLICIES = 64
 
 
 class Rules:
     """Policy facts for one solve: built once from the policy and every node's view."""
 
-    def __init__(self, policy: AllocationPolicySpec, views: tuple[NodeView, ...]) -> None:
+    def __init__(
+        self,
+        policy: AllocationPolicySpec,
+        views: tuple[NodeView, ...],
+        cache: SolverCache | None = None,
+    ) -> None:
+        #: The caller's memo tables (see cache.py); the views must be numbered by it too for
+        #: memo hits (views of another cache only miss).
+        self.cache = fresh(cache)
         self.policy = policy
         self.weights = _weights(policy)
         self.prefer_nodes = [g for t in policy.objective if t.nodes for g in t.nodes]
@@ -74,12 +83,14 @@ class Rules:
         limited = bool(policy.rules.namespaceLimits)
         self.namespace_use = _total_use(views) if limited else {}
         self.reservation_left = {
-            r.name: _reservation_left(r, views) for r in self.counted_reservations
+            r.name: _reservation_left(r, views, self.cache) for r in self.counted_reservations
         }
         #: Identifies the policy in memo keys.
         self.fingerprint = policy.model_dump_json()
-        self._classes = _NODE_CLASSES.setdefault(self.fingerprint, {})
-        self._class_ids = _NODE_CLASS_IDS.setdefault(self.fingerprint, {})
+        self._classes, self._class_ids = self.cache.class_tables(self.fingerprint)
+        #: Some reservation selects GPUs by index or uuid: whether a claim may use a GPU then
+        #: depends on which GPU it is, not only on its state (memo keys must hold identities).
+        self.names_gpus = any(demand.names_gpu(r.selector) for r in policy.rules.reservations)
         #: The fragmentation term's target workload (`workload.py`); empty: the term charges
         #: only opening untouched GPUs and blocking MIG placements. Set by `placement.solve`.
         self.workload = Workload.empty()
@@ -88,7 +99,7 @@ class Rules:
         """node_class as a small number (memo keys)."""
         found = self._class_ids.get(node)
         if found is None:
-            found = intern(self.node_class(node))
+            found = self.cache.intern(self.node_class(node))
             self._class_ids[node] = found
         return found
 
@@ -101,12 +112,12 @@ class Rules:
                 for r in self.policy.rules.reservations
             ]
             found = (self.prefers_node(node), *covered)
-            if len(self._classes) > _NODE_CLASS_MEMO_SIZE or len(_NODE_CLASSES) > 64:
-                # Start afresh (this solve's tables stay valid: they are detached, not cleared).
-                _NODE_CLASSES.clear()
-                _NODE_CLASS_IDS.clear()
-                self._classes = _NODE_CLASSES.setdefault(self.fingerprint, {})
-                self._class_ids = _NODE_CLASS_IDS.setdefault(self.fingerprint, {})
+            full = len(self.cache.node_classes) > _NODE_CLASS_POLICIES
+            if len(self._classes) > _NODE_CLASS_MEMO_SIZE or full:
+                # Start afresh (tables other solves hold stay valid: detached, not cleared).
+                self._classes, self._class_ids = self.cache.class_tables(
+                    self.fingerprint, fresh=True
+                )
             self._classes[node] = found
         return found
 
@@ -209,25 +220,21 @@ def _total_use(views: tuple[NodeView, ...]) -> dict[str, NamespaceUse]:
     return total
 
 
-def _reservation_left(reservation: Reservation, views: tuple[NodeView, ...]) -> int:
+def _reservation_left(
+    reservation: Reservation, views: tuple[NodeView, ...], cache: SolverCache
+) -> int:
     # Existing allocations do not say which GPU an outsider touched beyond the GPU itself, so a
     # covered GPU that is not untouched counts as touched: conservative for the reserved teams.
     rule = reservation.model_dump_json()
     untouched = 0
     for view in views:
         key = (rule, view.name, view.exact_key)
-        count = _UNTOUCHED_COVERED.get(key)
+        # SolverCache.untouched_covered: online sees the same hundreds of nodes every decision.
+        count = cache.untouched_covered.get(key)
         if count is None:
             count = sum(
                 1 for g in view.gpus if g.untouched and demand.reservation_covers(reservation, g)
             )
-            if len(_UNTOUCHED_COVERED) > 65536:
-                _UNTOUCHED_COVERED.clear()
-            _UNTOUCHED_COVERED[key] = count
+            cache.put(cache.untouched_covered, key, count)
         untouched += count
     return untouched - (reservation.count or 0)
-
-
-#: (reservation, node, node state) -> untouched GPUs it covers there (online sees the same
-#: hundreds of nodes on every decision).
-_UNTOUCHED_COVERED: dict[tuple[str, str, int], int] = {}

@@ -16,6 +16,7 @@ from ortools.sat.python import cp_model
 
 from drasat.solver.model import Built
 from drasat.solver.problem import Status
+from drasat.solver.reasons import Label
 
 _SINGLE_STAGE_LIMIT = 2**50
 
@@ -155,7 +156,7 @@ def _all_bools(built: Built) -> list[cp_model.IntVar]:
     return seen
 
 
-def core(built: Built, budget: Budget) -> list[str] | None:
+def core(built: Built, budget: Budget) -> list[Label] | None:
     """Rules (assumption labels) that together make the model infeasible; None: it is feasible.
 
     Single worker, as `sufficient_assumptions_for_infeasibility` requires.

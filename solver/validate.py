@@ -11,10 +11,11 @@ from collections.abc import Iterable
 
 from drasat.api.errors import InputError
 from drasat.solver import inventory
+from drasat.solver.cache import SolverCache
 from drasat.solver.problem import ClaimRequest, Problem
 
 
-def check(problem: Problem) -> dict[str, inventory.NodeView]:
+def check(problem: Problem, cache: SolverCache) -> dict[str, inventory.NodeView]:
     """Raise InputError naming the object and field when the problem contradicts itself.
 
     Returns the nodes' views by name, in node order (solving reuses them: at thousands of nodes
@@ -23,17 +24,15 @@ def check(problem: Problem) -> dict[str, inventory.NodeView]:
     # Cheap on the online path: the views (and their uuid sets) are memoized per node, and a
     # cluster whose uuid sets passed before (the next decision: one node's allocations changed,
     # not its GPUs) is not checked again.
-    by_name = {n.name: inventory.view_of(n) for n in problem.nodes}
+    by_name = {n.name: inventory.view_of(n, cache) for n in problem.nodes}
     if len(by_name) != len(problem.nodes):
         _duplicate_node(problem)
     views = by_name.values()
     key = tuple([v.uuids for v in views])
-    if key not in _UUIDS_CHECKED:
+    if key not in cache.uuids_checked:
         if sum(len(v.uuids) for v in views) != len(frozenset().union(*(v.uuids for v in views))):
             _duplicate_gpu(views)
-        if len(_UUIDS_CHECKED) >= _UUIDS_CHECKED_SIZE:
-            _UUIDS_CHECKED.clear()
-        _UUIDS_CHECKED.add(key)
+        cache.put(cache.uuids_checked, key, True, UUIDS_CHECKED_SIZE)
     pods: set[str] = set()
     claims: dict[str, tuple[ClaimRequest, str]] = {}
     for pod in problem.pods:
@@ -50,9 +49,9 @@ def check(problem: Problem) -> dict[str, inventory.NodeView]:
     return by_name
 
 
-#: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
-_UUIDS_CHECKED: set[tuple[frozenset[str], ...]] = set()
-_UUIDS_CHECKED_SIZE = 16
+#: Entries of SolverCache.uuids_checked (tuples of uuid sets, one per node, in order, known to
+#: hold no uuid twice) kept before the table starts afresh.
+UUIDS_CHECKED_SIZE = 16
 
 
 def _duplicate_node(problem: Problem) -> None:

@@ -1,9 +1,10 @@
 """The target workload of the fragmentation term: which claim shapes the free capacity must serve.
 
-A purely computational module (with memos). A workload class is a GPU claim shape: the per-GPU
-need (share compute %, or 100 for whole GPUs), the GPU count, which GPUs it may use (its selector
-and the policy's eligibility rules), and the pod's CPU and memory requests, with a weight (how
-common it is). Where it comes from (`placement.solve` picks the first that is given):
+A purely computational module (with memos, in the caller's SolverCache). A workload class is a
+GPU claim shape: the per-GPU need (share compute %, or 100 for whole GPUs), the GPU count, which
+GPUs it may use (its selector and the policy's eligibility rules), and the pod's CPU and memory
+requests, with a weight (how common it is). Where it comes from (`placement.solve` picks the
+first that is given):
 
 1. the policy: the fragmentation term's `workload` list (`from_shapes`);
 2. the solver input: `Problem.workload` (`from_shapes`) — the controller passes `estimate(...)`
@@ -48,8 +49,9 @@ from drasat.api.nas import NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.api.selectors import GpuSelector
 from drasat.solver import demand
+from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.demand import Claim, Kind
-from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, NodeView, intern
+from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, NodeView
 from drasat.solver.problem import ClaimRequest, PodRequest
 
 if TYPE_CHECKING:
@@ -96,27 +98,37 @@ class Workload:
     id: int
     #: Some class selects GPUs by uuid (so which GPUs it may use is read GPU by GPU).
     names_uuid: bool = False
+    #: Some class selects GPUs by index or uuid (a node's measure depends on which GPU is free).
+    names_gpus: bool = False
 
     @classmethod
     def empty(cls) -> Workload:
         return cls((), 0, 0)
 
     @classmethod
-    def of(cls, pods: Sequence[PodRequest]) -> Workload:
-        """The estimate from a problem's pods: shapes covering COVERAGE of its GPU pods."""
+    def of(cls, pods: Sequence[PodRequest], cache: SolverCache | None = None) -> Workload:
+        """The estimate from a problem's pods: shapes covering COVERAGE of its GPU pods.
+        `cache` numbers its `id` (equal workloads of one cache share memo entries)."""
         # As FGD's classes, memory does not define a class nor is it checked (CPU is).
-        return cls._build(((pod, 1) for pod in pods), COVERAGE, memory=False)
+        return cls._build(((pod, 1) for pod in pods), COVERAGE, fresh(cache), memory=False)
 
     @classmethod
-    def from_shapes(cls, shapes: Sequence[WorkloadShape]) -> Workload:
+    def from_shapes(
+        cls, shapes: Sequence[WorkloadShape], cache: SolverCache | None = None
+    ) -> Workload:
         """An explicit workload (policy or solver input): every shape, the heaviest MAX_CLASSES
         if there are more."""
         entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
-        return cls._build(entries, 1.0, memory=True)
+        return cls._build(entries, 1.0, fresh(cache), memory=True)
 
     @classmethod
     def _build(
-        cls, entries: Iterable[tuple[PodRequest, int]], coverage: float, *, memory: bool
+        cls,
+        entries: Iterable[tuple[PodRequest, int]],
+        coverage: float,
+        cache: SolverCache,
+        *,
+        memory: bool,
     ) -> Workload:
         claims: dict[tuple[object, ...], tuple[Claim, int, int, int, int]] = {}
         weights: dict[tuple[object, ...], int] = {}
@@ -151,7 +163,8 @@ class Workload:
             return cls.empty()
         shapes = tuple((k, weights[k]) for k in ranked[: len(classes)])
         by_uuid = any(_names_uuid(c.claim.selector) for c in classes)
-        return cls(tuple(classes), covered, intern(shapes), by_uuid)
+        by_gpu = any(demand.names_gpu(c.claim.selector) for c in classes)
+        return cls(tuple(classes), covered, cache.intern(shapes), by_uuid, by_gpu)
 
     def __bool__(self) -> bool:
         return bool(self.classes)
@@ -171,8 +184,8 @@ class Workload:
         )
         if all(c.scaled == c.weight for c in classes):
             return self
-        scaled_id = intern((self.id, tuple(c.scaled for c in classes)))
-        return Workload(classes, self.total, scaled_id, self.names_uuid)
+        scaled_id = rules.cache.intern((self.id, tuple(c.scaled for c in classes)))
+        return Workload(classes, self.total, scaled_id, self.names_uuid, self.names_gpus)
 
 
 def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:
@@ -198,15 +211,16 @@ def select(
     policy: AllocationPolicySpec,
     given: Sequence[WorkloadShape] | None,
     pods: Sequence[PodRequest],
+    cache: SolverCache | None = None,
 ) -> Workload:
     """The target workload of one solve: the policy's list, else the solver input, else the
     estimate from the problem's pods."""
     listed = policy_shapes(policy)
     if listed:
-        return Workload.from_shapes(listed)
+        return Workload.from_shapes(listed, cache)
     if given:
-        return Workload.from_shapes(given)
-    return Workload.of(pods)
+        return Workload.from_shapes(given, cache)
+    return Workload.of(pods, cache)
 
 
 #: What `estimate` counts: (namespace, GPU count, per-GPU compute %; 100 for whole GPUs).
@@ -280,11 +294,11 @@ def _scaled(weight: int, most: int, usable: int) -> int:
     return round(weight * (most / usable) ** SCARCITY_POWER)
 
 
-#: (workload id, policy, node hardware, node class) -> non-MIG GPUs each class may use
-_SUPPLY: dict[tuple[int, str, int, int], tuple[int, ...]] = {}
-#: (workload id, policy, node names, their hardware) -> what `_supply` found: the next decision
-#: sees the same nodes with other allocations, and need not walk them (5 ms at 5,000 nodes).
-_CLUSTER_SUPPLY: dict[tuple[object, ...], tuple[int, ...]] = {}
+#: SolverCache.supply: (workload id, policy, node hardware, node class) -> non-MIG GPUs each
+#: class may use. SolverCache.cluster_supply: (workload id, policy, node names, their hardware)
+#: -> what `_supply` found: the next decision sees the same nodes with other allocations, and
+#: need not walk them (5 ms at 5,000 nodes); this many clusters are kept:
+_CLUSTER_SUPPLY_SIZE = 64
 
 
 def _supply(workload: Workload, views: Collection[NodeView], rules: Rules) -> tuple[int, ...]:
@@ -292,12 +306,15 @@ def _supply(workload: Workload, views: Collection[NodeView], rules: Rules) -> tu
 
     Nodes of one hardware and policy class count alike, so each such group is read once (a
     selector on GPU uuids reads every node)."""
-    by_uuid = workload.names_uuid
+    # A uuid selector (of a class, or a reservation's) reads GPU by GPU: hardware keys hold
+    # each GPU's index, not its uuid.
+    by_uuid = workload.names_uuid or rules.names_gpus
+    cache = rules.cache
     cluster: tuple[object, ...] = ()
     if not by_uuid:
         names = tuple([v.name for v in views])
         cluster = (workload.id, rules.fingerprint, names, tuple([v.hardware_key for v in views]))
-        known = _CLUSTER_SUPPLY.get(cluster)
+        known = cache.cluster_supply.get(cluster)
         if known is not None:
             return known
     groups: Counter[tuple[int, int]] = Counter()
@@ -309,21 +326,17 @@ def _supply(workload: Workload, views: Collection[NodeView], rules: Rules) -> tu
     eligible = [0] * len(workload.classes)
     for key, nodes in groups.items():
         memo = (workload.id, rules.fingerprint, *key)
-        found = None if by_uuid else _SUPPLY.get(memo)
+        found = None if by_uuid else cache.supply.get(memo)
         if found is None:
             rows = [eligible_row(workload, g, rules) for g in sample[key].gpus if not g.mig_enabled]
             found = tuple(sum(row[i] for row in rows) for i in range(len(workload.classes)))
             if not by_uuid:
-                if len(_SUPPLY) > 65536:
-                    _SUPPLY.clear()
-                _SUPPLY[memo] = found
+                cache.put(cache.supply, memo, found)
         for i, n in enumerate(found):
             eligible[i] += nodes * n
     found_all = tuple(eligible)
     if cluster:
-        if len(_CLUSTER_SUPPLY) >= 64:
-            _CLUSTER_SUPPLY.clear()
-        _CLUSTER_SUPPLY[cluster] = found_all
+        cache.put(cache.cluster_supply, cluster, found_all, _CLUSTER_SUPPLY_SIZE)
     return found_all
 
 
@@ -340,30 +353,27 @@ def _free(gpu: GpuSlot) -> int:
     return max(0, FULL_COMPUTE - gpu.share_compute_used)
 
 
-_ROWS: dict[tuple[int, str, int, int, str], tuple[bool, ...]] = {}
-
-
 def eligible_row(workload: Workload, gpu: GpuSlot, rules: Rules) -> tuple[bool, ...]:
     """Which classes may use the GPU by their selectors and the policy's rules, whatever is taken
-    of it. Memoized by what the GPU is and its node's policy class (reservations name nodes),
-    and by its uuid only when some class selects GPUs by uuid."""
+    of it. Memoized (SolverCache.rows) by what the GPU is (its index included) and its node's
+    policy class (reservations name nodes), and by its uuid only when some class or reservation
+    selects GPUs by uuid."""
     node_class = rules.node_class_id(gpu.node)
     key = (
         workload.id,
         rules.fingerprint,
         gpu.hardware_id,
         node_class,
-        gpu.uuid if workload.names_uuid else "",
+        gpu.uuid if workload.names_uuid or rules.names_gpus else "",
     )
-    found = _ROWS.get(key)
+    rows = rules.cache.rows
+    found = rows.get(key)
     if found is None:
         found = tuple(
             demand.device_fits(c.claim, gpu) and rules.blocking_rule(c.claim, gpu) is None
             for c in workload.classes
         )
-        if len(_ROWS) > 65536:
-            _ROWS.clear()
-        _ROWS[key] = found
+        rules.cache.put(rows, key, found)
     return found
 
 
@@ -430,15 +440,15 @@ def growth(
     return round((after - before) / (GRANULARITY * workload.total))
 
 
-_BEFORE: dict[tuple[int, int, int], int] = {}
-
-
 def _fragmented_memo(workload: Workload, node: NodeView, rules: Rules, free: list[int]) -> int:
-    key = (workload.id, node.canonical_key, rules.node_class_id(node.name))
-    found = _BEFORE.get(key)
+    """`fragmented` before a placement, memoized (SolverCache.before) by the node's free state:
+    with GPU identities when a class or reservation names GPUs by index or uuid."""
+    exact = workload.names_gpus or rules.names_gpus
+    state = node.exact_key if exact else node.canonical_key
+    key = (workload.id, state, rules.node_class_id(node.name))
+    found = rules.cache.before.get(key)
     if found is None:
-        found = fragmented(workload, node, rules, free, 0, 0)
-        if len(_BEFORE) > 65536:
-            _BEFORE.clear()
-        _BEFORE[key] = found
+        found = rules.cache.put(
+            rules.cache.before, key, fragmented(workload, node, rules, free, 0, 0)
+        )
     return found

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_solver_properties import random_problem
 
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import costs, demand, model, nodes, solving
+from drasat.solver import SolverCache, costs, demand, model, nodes, solving
 from drasat.solver.inventory import build_view
 from drasat.solver.model import PodEntry, PrimaryLevels
 from drasat.solver.problem import ClaimRequest, NodeState, PodRequest
@@ -26,7 +26,9 @@ def _entry(request: PodRequest, *views: object) -> PodEntry:
 
 
 def _rules(*node_states: NodeState, policy: AllocationPolicySpec | None = None) -> Rules:
-    return Rules(policy or AllocationPolicySpec(), tuple(build_view(n) for n in node_states))
+    cache = SolverCache()
+    views = tuple(build_view(n, cache) for n in node_states)
+    return Rules(policy or AllocationPolicySpec(), views, cache)
 
 
 def test_whole_claim_gets_a_variable_per_free_matching_gpu() -> None:
@@ -95,7 +97,10 @@ def test_explain_mode_puts_each_rule_behind_an_assumption() -> None:
     view = build_view(node)
     request = pod("p", gpu_claim("c", namespace="b"), namespace="b")
     built = model.build([_entry(request, view)], _rules(node, policy=policy), explain=True)
-    assert sorted(built.assumptions.values()) == ["namespace limit b maxGpus=1", "policy rule keep"]
+    assert sorted(built.assumptions.values()) == [
+        ("namespace limit b maxGpus=1",),
+        ("policy rule keep",),
+    ]
     plain = model.build([_entry(request, view)], _rules(node, policy=policy))
     assert plain.assumptions == {}
 
@@ -159,10 +164,10 @@ def test_memoized_evaluation_equals_a_fresh_one(seed: int) -> None:
     request = pod("p", mig_claim("m", rng.choice(["1g.5gb", "3g.20gb"])))
     rules = _rules(first, twin)
     shape = nodes.shape(_entry(request), rules)
-    a = nodes.evaluate(shape, build_view(first), rules, BUDGET)
-    b = nodes.evaluate(shape, build_view(twin), rules, BUDGET)
-    assert a is b  # one evaluation serves both nodes
-    chosen = nodes.outcome(shape, build_view(twin), b).chosen["uid-default-m"]
+    a = nodes.evaluate(shape, build_view(first, rules.cache), rules, BUDGET)
+    b = nodes.evaluate(shape, build_view(twin, rules.cache), rules, BUDGET)
+    assert a is b  # one evaluation serves both nodes (of one cache)
+    chosen = nodes.outcome(shape, build_view(twin, rules.cache), b).chosen["uid-default-m"]
     assert chosen[0].uuid.startswith("GPU-b-")
 
 

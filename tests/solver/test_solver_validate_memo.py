@@ -8,17 +8,18 @@ import pytest
 from checker import make_node
 
 from drasat.api.errors import InputError
-from drasat.solver import Problem, inventory, validate
+from drasat.solver import Problem, SolverCache, inventory, validate
 
 
 def test_checked_uuid_sets_are_remembered_and_a_changed_node_is_checked_again() -> None:
+    cache = SolverCache()
     first, second = make_node("memo-n1", "T4"), make_node("memo-n2", "L4")
-    validate.check(Problem(nodes=(first, second), pods=()))
-    key = (inventory.view_of(first).uuids, inventory.view_of(second).uuids)
-    assert key in validate._UUIDS_CHECKED
+    validate.check(Problem(nodes=(first, second), pods=()), cache)
+    key = (inventory.view_of(first, cache).uuids, inventory.view_of(second, cache).uuids)
+    assert key in cache.uuids_checked
     # Same GPUs, another node object (new allocations): the remembered result holds.
-    validate.check(Problem(nodes=(first, dataclasses.replace(second, ready=True)), pods=()))
+    validate.check(Problem(nodes=(first, dataclasses.replace(second, ready=True)), pods=()), cache)
     # One node now carries the other's GPUs: checked afresh, and caught.
     clash = dataclasses.replace(first, name="memo-n2")
     with pytest.raises(InputError, match=r"gpu\.uuid GPU-memo-n1-0 is also on node memo-n1"):
-        validate.check(Problem(nodes=(first, clash), pods=()))
+        validate.check(Problem(nodes=(first, clash), pods=()), cache)

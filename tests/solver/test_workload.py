@@ -17,7 +17,7 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
-from drasat.solver import Mode, NodeState, Problem, SolveParams, solve
+from drasat.solver import Mode, NodeState, Problem, SolveParams, SolverCache, solve
 from drasat.solver import workload as wl
 from drasat.solver.inventory import NodeView, view_of
 from drasat.solver.rules import Rules
@@ -93,13 +93,15 @@ def test_from_shapes_keeps_weights_cpu_memory_and_selector() -> None:
         WorkloadShape(count=8, selector={"productName": "*V100*"}, cpu="32", memory="64Gi"),
         WorkloadShape(share=GpuShare(compute=50), weight=9, cpu="500m"),
     )
-    found = wl.Workload.from_shapes(shapes)
+    cache = SolverCache()
+    found = wl.Workload.from_shapes(shapes, cache)
     assert found.total == 10
     half, eight = found.classes  # heaviest first
     assert (half.need, half.count, half.cpu_milli, half.weight) == (50, 1, 500, 9)
     assert (eight.need, eight.count, eight.cpu_milli, eight.memory_mib) == (100, 8, 32000, 65536)
     assert eight.claim.selector is not None
-    assert wl.Workload.from_shapes(shapes).id == found.id  # equal shapes: equal memo keys
+    # equal shapes: equal memo keys (numbered by one cache)
+    assert wl.Workload.from_shapes(shapes, cache).id == found.id
 
 
 def test_estimate_counts_allocations_and_pending_claims() -> None:
@@ -165,9 +167,10 @@ def _scaled_weights(
     shapes: tuple[WorkloadShape, ...],
     views: tuple[NodeView, ...],
     policy: AllocationPolicySpec | None = None,
+    cache: SolverCache | None = None,
 ) -> list[int]:
-    work = wl.Workload.from_shapes(shapes)
-    rules = Rules(policy or AllocationPolicySpec(), views)
+    work = wl.Workload.from_shapes(shapes, cache)
+    rules = Rules(policy or AllocationPolicySpec(), views, cache)
     return [c.scaled for c in work.scaled_by_supply(views, rules).classes]
 
 
@@ -233,10 +236,11 @@ def test_which_classes_may_use_a_gpu_is_read_per_node_policy_class() -> None:
 
 
 def test_supply_is_counted_again_when_a_node_changes_hardware() -> None:
-    two_t4 = tuple(view_of(n) for n in _scarce_cluster())
-    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4) == [19, 25]
+    cache = SolverCache()  # one cache throughout: its supply tables are what is tested
+    two_t4 = tuple(view_of(n, cache) for n in _scarce_cluster())
+    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4, cache=cache) == [19, 25]
     # The same node names, the T4 node now with 8 GPUs: 8 of 16, 4 x the weight.
-    eight_t4 = (view_of(make_node("rare", "T4", count=8)), two_t4[1])
-    assert _scaled_weights((ANY_GPU, T4_ONLY), eight_t4) == [19, 4]
+    eight_t4 = (view_of(make_node("rare", "T4", count=8), cache), two_t4[1])
+    assert _scaled_weights((ANY_GPU, T4_ONLY), eight_t4, cache=cache) == [19, 4]
     # And back: the first count is remembered, not mixed up with the second.
-    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4) == [19, 25]
+    assert _scaled_weights((ANY_GPU, T4_ONLY), two_t4, cache=cache) == [19, 25]

@@ -1,0 +1,127 @@
+"""The solver's memo tables, owned by whoever calls it: `SolveParams(cache=SolverCache())`.
+
+A long-running caller keeps one SolverCache for its lifetime (the controller: one per Controller;
+the benchmarks and replays: one per run), so that a decision reuses what earlier decisions
+computed about nodes that did not change; a one-shot caller (the what-if) passes none and each
+solve gets a fresh one. Nothing is kept at module level: two callers never share a table unless
+they pass the same object.
+
+What is kept (each table says in its module what its key is): node views per node name
+(`inventory`), interned numbers for memo keys, per-node evaluations and their blockers and
+per-GPU ways (`nodes`), uuid sets known to be distinct (`validate`), the policy's node classes
+and reservation counts (`rules`), the fragmentation term's supply, eligibility rows and node
+measures (`workload`). Every key is structural: built from the values a result is computed from
+(tuples of fields, interned numbers standing for such tuples), never from a text test; a value
+is a pure function of its key, so whichever solve computed an entry, it is what any other would
+have computed.
+
+Concurrent solves (the controller re-checks a decision outside its decision lock) may share one
+cache. Safety rests on three rules:
+
+- values are immutable once stored (frozen dataclasses, tuples, ints): a reader never sees one
+  half-built or changed later;
+- reads are single dict/set lookups, atomic in CPython; every write that is more than one step
+  (drop the table when full, then insert; look up a number, else draw one and record it) holds
+  `lock`;
+- two solves may compute the same entry at once: both compute the same value (a pure function of
+  the key), and the second write replaces the first with an equal one.
+
+Interned numbers are drawn from one process-wide counter, so a number stands for one value
+whatever cache drew it: structures numbered by one cache (node views, workloads) can meet
+another cache's tables only as misses, never as a wrong hit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from drasat.solver.inventory import MigOption, NodeView
+    from drasat.solver.nodes import Evaluation
+    from drasat.solver.problem import NodeState
+    from drasat.solver.reasons import Obstacle
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Source of interned numbers for every cache of the process (next() on it is atomic; it is
+#: drawn under a cache's lock). Never reused: see the module docstring.
+_NUMBERS = itertools.count(1)
+
+#: Default bound of each table: when full it starts afresh (entries are recomputed on demand).
+TABLE_SIZE = 65536
+#: Interned values kept before the table starts afresh (numbers are never reused, so entries
+#: keyed by old numbers simply stop matching).
+INTERNED_SIZE = 1 << 20
+
+
+class SolverCache:
+    """Memo tables for `drasat.solver.solve`; see the module docstring."""
+
+    def __init__(self) -> None:
+        #: Held for every write that takes more than one step.
+        self.lock = threading.Lock()
+        self.interned: dict[object, int] = {}
+        #: Node name -> (its latest NodeState, kept alive by the entry; its view).
+        self.views: dict[str, tuple[NodeState, NodeView]] = {}
+        #: (pod shape, policy node class, node state) -> the node's evaluation for the pod.
+        self.evaluations: dict[tuple[int, int, int], Evaluation] = {}
+        #: The same key -> why the pod does not fit the node (None: no blocker found).
+        self.blockers: dict[tuple[int, int, int], Obstacle | None] = {}
+        #: (pod shape, GPU state, node class, GPU identity or ()) -> ways a claim takes the GPU.
+        self.gpu_ways: dict[tuple[object, ...], tuple[tuple[int, int, MigOption | None], ...]] = {}
+        #: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
+        self.uuids_checked: dict[tuple[frozenset[str], ...], bool] = {}
+        #: Policy fingerprint -> node name -> Rules.node_class (and its interned number).
+        self.node_classes: dict[str, dict[str, tuple[bool, ...]]] = {}
+        self.node_class_ids: dict[str, dict[str, int]] = {}
+        #: (reservation, node, node state) -> untouched GPUs it covers there.
+        self.untouched_covered: dict[tuple[str, str, int], int] = {}
+        #: Fragmentation term (`workload`): supply per node group and per cluster, eligibility
+        #: rows per GPU, the node's measure before a placement.
+        self.supply: dict[tuple[object, ...], tuple[int, ...]] = {}
+        self.cluster_supply: dict[tuple[object, ...], tuple[int, ...]] = {}
+        self.rows: dict[tuple[object, ...], tuple[bool, ...]] = {}
+        self.before: dict[tuple[int, int, int], int] = {}
+
+    def intern(self, value: object) -> int:
+        """A small number standing for a hashable value, the same for equal values (memo keys)."""
+        found = self.interned.get(value)
+        if found is not None:
+            return found
+        with self.lock:
+            found = self.interned.get(value)
+            if found is None:
+                if len(self.interned) >= INTERNED_SIZE:
+                    self.interned.clear()
+                found = next(_NUMBERS)
+                self.interned[value] = found
+        return found
+
+    def put(self, table: dict[K, V], key: K, value: V, size: int = TABLE_SIZE) -> V:
+        """Store an immutable value (the table starts afresh when full); returns it."""
+        with self.lock:
+            if len(table) >= size and key not in table:
+                table.clear()
+            table[key] = value
+        return value
+
+    def class_tables(
+        self, fingerprint: str, *, fresh: bool = False
+    ) -> tuple[dict[str, tuple[bool, ...]], dict[str, int]]:
+        """The policy's node-class tables (`Rules`); `fresh`: drop every policy's first."""
+        with self.lock:
+            if fresh:
+                self.node_classes.clear()
+                self.node_class_ids.clear()
+            return (
+                self.node_classes.setdefault(fingerprint, {}),
+                self.node_class_ids.setdefault(fingerprint, {}),
+            )
+
+
+def fresh(cache: SolverCache | None) -> SolverCache:
+    """The caller's cache, or a new one (one-shot callers)."""
+    return cache if cache is not None else SolverCache()
