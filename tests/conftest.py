@@ -9,6 +9,14 @@ from collections.abc import Iterator
 import kubernetes
 import pytest
 
+# The real control plane (session-scoped), for every test directory.
+from kubecluster import (  # noqa: F401  (fixtures and a report hook, registered by import)
+    kube_api,
+    kube_cluster,
+    kube_namespace,
+    pytest_runtest_makereport,
+)
+
 from drasat.api import crds
 from drasat.sim.apiserver import ApiServer
 

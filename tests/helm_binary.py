@@ -6,7 +6,7 @@ The wheel (a dev extra) carries a jsii tarball whose `package/lib/layer.zip` hol
 a fresh clone finds them with nothing but the dev extras installed. Run this file to print the
 binaries' paths:
 
-    .venv/bin/python tests/deploy/helm_binary.py
+    .venv/bin/python tests/helm_binary.py
 """
 
 from __future__ import annotations

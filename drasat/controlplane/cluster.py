@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -115,6 +116,7 @@ class Cluster:
     tokens: dict[str, str] = field(default_factory=dict)
     feature_gates: list[str] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
+    die_with_parent: bool = False
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -140,14 +142,20 @@ class Cluster:
         bin_dir: Path | None = None,
         timeout: float = 180.0,
         progress: Callable[[str], None] = lambda _line: None,
+        die_with_parent: bool = False,
     ) -> Cluster:
-        """Start all four components in a fresh `directory`; stop what started if one fails."""
+        """Start all four components in a fresh `directory`; stop what started if one fails.
+
+        `die_with_parent`: the kernel ends each component when the process that started it dies
+        (a test run killed with SIGKILL leaves nothing behind); `scripts/kube-cluster up` leaves
+        it off, since its components must outlive it.
+        """
         folder = binaries.locate(bin_dir)
         if (directory / STATE_FILE).exists() and cls.load(directory).running():
             raise ClusterError(f"{directory}: a cluster is already running there (stop it first)")
         shutil.rmtree(directory, ignore_errors=True)
         (directory / "logs").mkdir(parents=True)
-        cluster = cls(directory=directory, bin_dir=folder)
+        cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
         cluster.ports = {
             name: free_port()
             for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "controller-manager")
@@ -215,6 +223,7 @@ class Cluster:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
         _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
@@ -425,6 +434,12 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
             time.sleep(0.2)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _signal(process: Process, signum: int) -> None:

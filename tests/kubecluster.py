@@ -1,0 +1,151 @@
+"""pytest plugin: one real Kubernetes control plane for every test that asks for it.
+
+`kube_cluster` (session) starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager
+v1.37.2 from the cache `scripts/kube-build` fills (`make test` builds it first) and stops them at
+the end of the session, also when tests fail or the run is interrupted; the components die with
+the test process even if it is killed. A missing binary fails the tests that need it with the
+command to run: they never skip silently. When such a test fails, the last lines of every
+component's log are added to its report.
+
+`kube_api` (session): the official client's ApiClient for the cluster administrator.
+`kube_namespace`: a fresh namespace for one test (its `default` ServiceAccount exists, so pods
+are admitted), deleted after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client import ApiException
+
+from drasat.controlplane import binaries, cluster
+
+_CLUSTER_KEY = pytest.StashKey[cluster.Cluster]()
+
+
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    # SIGTERM (a CI timeout, `kill`): unwind like Ctrl-C so the session fixture stops the cluster.
+    raise SystemExit(128 + signum)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[cluster.Cluster]:
+    try:
+        bin_dir = binaries.locate()
+    except binaries.MissingBinaries as exc:
+        pytest.fail(f"the real control plane is not built: {exc}", pytrace=False)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    folder = tmp_path_factory.mktemp("kube-cluster")
+    try:
+        started = cluster.Cluster.start(directory=folder, bin_dir=bin_dir, die_with_parent=True)
+    except cluster.ClusterError as exc:
+        signal.signal(signal.SIGTERM, previous)
+        pytest.fail(f"the real control plane did not start: {exc}", pytrace=False)
+    request.config.stash[_CLUSTER_KEY] = started
+    try:
+        yield started
+    finally:
+        started.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def kube_api(kube_cluster: cluster.Cluster) -> Iterator[kubernetes.client.ApiClient]:
+    client = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
+    with client:
+        yield client
+
+
+def wait_for(check: Any, timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:
+    """Poll `check()` until it returns something truthy; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or check}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def kube_namespace(kube_api: kubernetes.client.ApiClient) -> Iterator[str]:
+    core = kubernetes.client.CoreV1Api(kube_api)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def service_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(service_account, what=f"the default ServiceAccount of namespace {name}")
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    started = item.config.stash.get(_CLUSTER_KEY, None)
+    fixtures = getattr(item, "fixturenames", ())
+    if report.failed and started is not None and "kube_cluster" in fixtures:
+        report.sections.append(("kube-cluster logs", started.logs(lines=30)))
+    return report
+
+
+def kubectl_env(kube_cluster: cluster.Cluster) -> dict[str, str]:
+    """Environment for a subprocess (kubectl, drasat) to reach the cluster as administrator."""
+    return {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig)}
+
+
+def fake_node(
+    name: str,
+    *,
+    cpu: str = "64",
+    memory: str = "512Gi",
+    pods: str = "110",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Node with no kubelet behind it: capacity and allocatable (cpu, memory, pods), Ready, so the
+    real scheduler binds pods to it (no node-lifecycle controller runs to mark it NotReady)."""
+    resources = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}
+            ],
+        },
+    }
+
+
+def create_fake_node(api: kubernetes.client.ApiClient, name: str, **options: Any) -> Any:
+    """Create `fake_node(name, ...)`, set its status (the node's own subresource) and lift the
+    `node.kubernetes.io/not-ready` taint the TaintNodesByCondition admission plugin puts on every
+    new node (the node-lifecycle controller would, once the node reports Ready)."""
+    core = kubernetes.client.CoreV1Api(api)
+    body = fake_node(name, **options)
+    core.create_node(body)
+    core.patch_node_status(name, {"status": body["status"]})
+    return core.patch_node(name, {"spec": {"taints": None}})
