@@ -6,6 +6,7 @@ its input path here. The loader's limits and message escaping have unit tests be
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 from typing import Any
@@ -277,3 +278,21 @@ def test_a_100000_replica_deployment_gets_distinct_pod_names() -> None:
     assert len(set(names)) == 100_000
     # The first names are those Kubernetes-like names the what-if always gave.
     assert names[0] == f"web-abcdefghij-{workloads._suffix('web/0', 5)}"
+
+
+def test_only_the_loader_parses_yaml() -> None:
+    # Every reader of user YAML (the what-if, `policy validate`, the controller's policy file or
+    # ConfigMap, the demo) goes through drasat.loading; the two other YAML reads parse files
+    # drasat wrote itself.
+    package = pathlib.Path(loading.__file__).parent
+    own_files = {"nodeplugin/mps.py", "sim/kubelet.py"}  # its MPS template, CDI specs it wrote
+    readers = set()
+    for folder, _, files in os.walk(package, followlinks=True):  # api/, solver/, … are links
+        for name in files:
+            path = pathlib.Path(folder) / name
+            if path.suffix != ".py" or "/gen/" in str(path):
+                continue
+            text = path.read_text(encoding="utf-8")
+            if any(call in text for call in ("yaml.safe_load", "yaml.load(", "yaml.full_load")):
+                readers.add(str(path.relative_to(package)))
+    assert readers == own_files
