@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test check lint typecheck layers unit generate clean
+.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ whatif: $(STAMP)
 ## test: formatter, linter, types, layering and the test suite — what CI runs
 test: $(STAMP)
 	$(BIN)/python scripts/check.py
+
+## e2e: the tests against the real control plane alone (etcd, kube-apiserver, kube-scheduler,
+## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing)
+e2e: $(STAMP)
+	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" $(BIN)/pytest tests/e2e tests/contract
+
+## kube: build the real control plane's binaries into their cache (DRASAT_KUBE_BIN)
+kube:
+	scripts/kube-build
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
