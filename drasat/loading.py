@@ -186,9 +186,12 @@ def _children(node: Node) -> Iterator[Node]:
 def _check_int(text: str, event: Any) -> None:
     digits = text.replace("_", "")
     if len(digits) <= _MAX_INT_CHARS:
-        value = SafeConstructor.construct_yaml_int(
-            _INT_CONSTRUCTOR, ScalarNode(_CORE + "int", text)
-        )
+        try:
+            value = SafeConstructor.construct_yaml_int(
+                _INT_CONSTRUCTOR, ScalarNode(_CORE + "int", text)
+            )
+        except ValueError:  # YAML 1.1's int pattern admits `0x_` and `0b_`
+            raise _error(f"{show(text)} is not a valid !!int", event) from None
         if INT64_MIN <= value <= INT64_MAX:
             return
     shown = digits if len(digits) <= 24 else f"{digits[:12]}…{digits[-4:]} ({len(digits)} digits)"

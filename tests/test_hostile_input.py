@@ -188,6 +188,8 @@ def test_core_schema_values_are_read(text: str, value: Any) -> None:
         ("a: !!str {b: 1}", "explicit tag !!str is not allowed"),
         ("a: !!int 1.5", "1.5 is not a valid !!int"),
         ("a: 9223372036854775808", "integer 9223372036854775808 does not fit in 64 bits"),
+        ("a: 0x_", "line 1, column 4: 0x_ is not a valid !!int"),
+        ("a: 0b_", "line 1, column 4: 0b_ is not a valid !!int"),
         ("a: &a [*a]", "alias *a refers to a node that contains it"),
         ("- 1", "expected a mapping (a Kubernetes object), got a list"),
         ("kind: List\nitems: [1]", "items[0]: List items must be mappings"),

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_line(stats), flush=True)
         for found in stats.found[:20]:
             print(f"  {found.kind} [{found.seed}]: {found.detail}", flush=True)
-            if args.save:
+            if args.save and found.kind != "harness error":
                 print(f"    saved {runner.save(found, targets.REPO / _SAVED)}", flush=True)
     if args.report:
         _report(args, results)

@@ -200,6 +200,9 @@ YAML_SNIPPETS = [
     ".inf",
     ".nan",
     "2001-12-14",
+    "0x_",
+    "0b_",
+    "._",
     "9" * 30,
     "9" * 5000,
 ]
@@ -332,6 +335,8 @@ class Mutator:
         rng = self.rng
         lines = text.split("\n")
         for _ in range(rng.choice([1, 1, 2, 3])):
+            if not lines:
+                lines = [""]
             roll = rng.random()
             index = rng.randrange(len(lines))
             line = lines[index]

@@ -22,7 +22,7 @@ from typing import Any
 from .targets import Failure, Target
 
 #: Outcome classes that are failures: the promise is that none of them ever happens.
-FAILURES = ("traceback", "hang", "message", "internal error", "lost claim")
+FAILURES = ("traceback", "hang", "message", "internal error", "lost claim", "harness error")
 
 
 class _Hang(BaseException):
@@ -100,7 +100,15 @@ def run_target(target: Target, cases: int, *, seed: int = 0, time_limit: float =
             workdir = Path(tmp)
             for index in range(cases):
                 case_seed = f"{seed}/{target.name}/{index}"
-                case = target.case(random.Random(case_seed))
+                try:
+                    case = target.case(random.Random(case_seed))
+                except Exception as error:  # a bug of the fuzzer itself: counted, not fatal
+                    stats.cases += 1
+                    stats.outcomes["harness error"] += 1
+                    stats.found.append(
+                        Found(target.name, "harness error", repr(error), None, case_seed)
+                    )
+                    continue
                 began = time.monotonic()
                 kind, detail = run_case(target, case, workdir, time_limit)
                 stats.slowest = max(stats.slowest, time.monotonic() - began)
