@@ -36,6 +36,8 @@ class Inputs:
     policy: AllocationPolicySpec
     #: What errors about the cluster as a whole name (the --cluster file, even an empty one).
     cluster_source: str = "--cluster"
+    #: The manifests are the embedded example (no -f): an error in them is the cluster's misfit.
+    manifests_embedded: bool = False
 
 
 def embedded(name: str) -> list[loading.Document]:
@@ -70,7 +72,13 @@ def read_inputs(
     cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
     manifest_docs = files if manifest_files else embedded(DEFAULT_MANIFESTS)
     source = cluster or f"<embedded>/{DEFAULT_CLUSTER}"
-    return Inputs(cluster_docs, manifest_docs, _policy(policy).spec, cluster_source=source)
+    return Inputs(
+        cluster_docs,
+        manifest_docs,
+        _policy(policy).spec,
+        cluster_source=source,
+        manifests_embedded=not manifest_files,
+    )
 
 
 def _policy(given: str | None) -> AllocationPolicy:
@@ -101,11 +109,20 @@ def run(
     node_feasibility: ask the solver (online mode) why each node is unsuitable for each pod.
     """
     cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
-    workload = manifests.compile_manifests(
-        inputs.manifests,
-        offered_profiles=cluster.offered_profiles(),
-        existing_uids=cluster.existing_uids(),
-    )
+    try:
+        workload = manifests.compile_manifests(
+            inputs.manifests,
+            offered_profiles=cluster.offered_profiles(),
+            existing_uids=cluster.existing_uids(),
+        )
+    except InputError as misfit:
+        if not inputs.manifests_embedded or inputs.cluster_source.startswith("<embedded>"):
+            raise
+        # Only the user's --cluster was given: name it, not the example it does not fit.
+        raise InputError(
+            f"the embedded example manifests (run without -f) do not fit this cluster: {misfit}",
+            where=inputs.cluster_source,
+        ) from None
     workload = _constrain_nodes(workload, cluster)
     problem = Problem(nodes=cluster.states, pods=workload.requests(), policy=inputs.policy)
     error: str | None = None
