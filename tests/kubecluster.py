@@ -15,11 +15,12 @@ are admitted), deleted after it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -149,3 +150,33 @@ def create_fake_node(api: kubernetes.client.ApiClient, name: str, **options: Any
     core.create_node(body)
     core.patch_node_status(name, {"status": body["status"]})
     return core.patch_node(name, {"spec": {"taints": None}})
+
+
+def install_crds(
+    api: kubernetes.client.ApiClient, crds: Iterable[dict[str, Any]], timeout: float = 60.0
+) -> list[Any]:
+    """Create each CustomResourceDefinition unless one of that name exists (409 is fine: the
+    cluster lives for the whole session and several test modules install drasat's CRDs), then wait
+    until every one is Established, and return them as the server holds them.
+
+    CRDs are never deleted by tests: another module of the same session may be using them."""
+    extensions = kubernetes.client.ApiextensionsV1Api(api)
+    names = []
+    for crd in crds:
+        names.append(crd["metadata"]["name"])
+        try:
+            extensions.create_custom_resource_definition(crd)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def established(name: str) -> Any:
+        held = extensions.read_custom_resource_definition(name)
+        conditions = {c.type: c.status for c in (held.status.conditions or [])}
+        accepted = conditions.get("NamesAccepted") == "True"
+        return held if accepted and conditions.get("Established") == "True" else None
+
+    return [
+        wait_for(functools.partial(established, n), timeout, what=f"CRD {n} Established")
+        for n in names
+    ]

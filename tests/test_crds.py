@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import celpy
+import crd_cases
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -17,13 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from drasat.api import crds
-from drasat.api.claims import (
-    GpuClaimParameters,
-    GpuClaimParametersSpec,
-    GpuShare,
-    MigDeviceClaimParametersSpec,
-)
-from drasat.api.sharing import GpuSharing, TimeSlicingConfig
+from drasat.api.claims import GpuClaimParameters
 from drasat.cli import crds as crds_cli
 from drasat.cli import main
 
@@ -197,54 +192,8 @@ def test_any_becomes_preserve_unknown_fields() -> None:
 
 # --- what the schemas accept and reject ---------------------------------------------------------
 
-_GPU_CLAIM = {
-    "apiVersion": "gpu.drasat.io/v1alpha1",
-    "kind": "GpuClaimParameters",
-    "metadata": {"name": "training", "namespace": "ml"},
-    "spec": {
-        "count": 2,
-        "selector": {
-            "andExpression": [
-                {"productName": "*a100*"},
-                {
-                    "orExpression": [
-                        {"memory": {"value": "40Gi", "operator": "GreaterThanOrEqualTo"}},
-                        {"cudaComputeCapability": {"value": "9.0"}},
-                    ]
-                },
-            ]
-        },
-        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
-        "topology": {"sameNVLinkDomain": "Required"},
-    },
-}
-_SAMPLES = [
-    _GPU_CLAIM,
-    {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "GpuClaimParameters",
-        "metadata": {"name": "half"},
-        "spec": {"share": {"compute": 50, "memory": "8Gi"}, "optional": True},
-    },
-    {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "MigDeviceClaimParameters",
-        "metadata": {"name": "small"},
-        "spec": {"profile": "1g.5gb", "gpuClaimName": "parent"},
-    },
-    {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "MigDeviceClaimParameters",
-        "metadata": {"name": "by-needs"},
-        "spec": {"memory": 10737418240, "computeSlices": 2},
-    },
-    {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "DeviceClassParameters",
-        "metadata": {"name": "gpu.drasat.io"},
-        "spec": {"sharable": False},
-    },
-]
+_GPU_CLAIM = crd_cases.GPU_CLAIM
+_SAMPLES = crd_cases.SAMPLES
 
 
 @pytest.mark.parametrize("obj", _SAMPLES, ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
@@ -274,37 +223,16 @@ def test_a_selector_deeper_than_the_schema_is_preserved() -> None:
     assert _errors("GpuClaimParameters", obj) == []
 
 
-@pytest.mark.parametrize(
-    ("kind", "spec", "wrong"),
-    [
-        # each case guards one structural rule the API server enforces for us
-        ("GpuClaimParameters", {"count": "two"}, "count: 'two' is not of type 'integer'"),
-        ("GpuClaimParameters", {"count": 0}, "count: 0 is less than the minimum of 1"),
-        ("GpuClaimParameters", {"sharing": {"strategy": "Fair"}}, "sharing.strategy: 'Fair'"),
-        ("GpuClaimParameters", {"share": {"memory": 1.5}}, "share.memory: 1.5"),
-        (
-            "GpuClaimParameters",
-            {"selector": {"productName": "*", "index": 0}},
-            "selector: {'productName': '*', 'index': 0} has too many properties",
-        ),
-        ("MigDeviceClaimParameters", {"computeSlices": 8}, "computeSlices: 8 is greater"),
-        ("DeviceClassParameters", {"sharable": "yes"}, "sharable: 'yes' is not of type"),
-    ],
-)
-def test_wrong_typed_fields_are_rejected(kind: str, spec: Schema, wrong: str) -> None:
-    obj = {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": kind, "metadata": {}, "spec": spec}
-    errors = _errors(kind, obj)
-    assert any(e.startswith(f"spec.{wrong}") for e in errors), errors
+@pytest.mark.parametrize("case", crd_cases.BAD_OBJECTS, ids=lambda c: c.id)
+def test_wrong_typed_fields_are_rejected(case: crd_cases.BadObject) -> None:
+    # The same table goes to the simulated and the real API server (tests/e2e/test_e2e_crds.py).
+    errors = _errors(case.kind, case.object())
+    assert any(e.startswith(f"{case.dotted_field}: {case.schema_error}") for e in errors), errors
 
 
-def test_nas_status_is_an_enum_string() -> None:
-    nas = {"apiVersion": "nas.gpu.drasat.io/v1alpha1", "kind": "NodeAllocationState"}
-    assert _errors("NodeAllocationState", {**nas, "status": "NotReady"}) == []
-    assert _errors("NodeAllocationState", {**nas, "status": {"phase": "Ready"}})
-    device = {"gpu": {"index": 0, "uuid": "GPU-0", "memoryBytes": 1, "productName": "T4"}}
-    both = {**device, "mig": {"profile": "1g.5gb", "parentProductName": "x", "placements": []}}
-    assert _errors("NodeAllocationState", {**nas, "spec": {"allocatableDevices": [device]}}) == []
-    assert _errors("NodeAllocationState", {**nas, "spec": {"allocatableDevices": [both]}})
+@pytest.mark.parametrize("obj", crd_cases.NAS_SAMPLES, ids=["status", "gpu"])
+def test_nas_samples_validate(obj: Schema) -> None:
+    assert _errors("NodeAllocationState", obj) == []
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -447,47 +375,8 @@ def test_every_example_in_the_repository_is_accepted(shared_dir: pathlib.Path) -
 
 # --- CEL rules (x-kubernetes-validations) ---------------------------------------------------------
 
-_RULE_MODELS: dict[str, type[BaseModel]] = {
-    "GpuClaimParametersSpec": GpuClaimParametersSpec,
-    "GpuShare": GpuShare,
-    "MigDeviceClaimParametersSpec": MigDeviceClaimParametersSpec,
-    "GpuSharing": GpuSharing,
-    "TimeSlicingConfig": TimeSlicingConfig,
-}
-# Objects on both sides of each rule; pydantic decides which side.
-_RULE_SAMPLES: dict[str, list[Schema]] = {
-    "GpuClaimParametersSpec": [
-        {"count": 2, "share": {"compute": 50}},
-        {"share": {"compute": 50}},
-        {"count": 1, "share": {"memory": "1Gi"}},
-        {"count": 3},
-    ],
-    "GpuShare": [{}, {"compute": 5}, {"memory": "1Gi"}, {"compute": 5, "memory": 1}],
-    "MigDeviceClaimParametersSpec": [
-        {},
-        {"profile": "1g.5gb"},
-        {"memory": "5Gi"},
-        {"computeSlices": 1},
-        {"profile": "1g.5gb", "memory": "5Gi"},
-        {"profile": "1g.5gb", "computeSlices": 2},
-        {"gpuClaimName": "parent"},
-    ],
-    "GpuSharing": [
-        {},
-        {"mpsConfig": {}},
-        {"strategy": "MPS", "mpsConfig": {}},
-        {"strategy": "MPS", "timeSlicingConfig": {}},
-        {"timeSlicingConfig": {"timeSlice": "Long"}},
-        {"strategy": "TimeSlicing", "mpsConfig": {}},
-        {"strategy": "MPS"},
-    ],
-    "TimeSlicingConfig": [
-        {},
-        {"timeSlice": "Short", "interval": "Long"},
-        {"timeSlice": "Short", "interval": "Short"},
-        {"interval": "Medium"},
-    ],
-}
+_RULE_MODELS = crd_cases.RULE_MODELS
+_RULE_SAMPLES = crd_cases.RULE_SAMPLES
 
 
 def _rules_of(schema: Schema) -> Iterator[tuple[str, str]]:
