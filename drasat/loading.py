@@ -152,7 +152,9 @@ class _BoundedComposer(Composer):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        if node is not None:
+        # Sizes matter only inside an anchored node, which registers its anchor before its
+        # children are composed: with no anchor yet, nothing needs them (the common case).
+        if node is not None and self.anchors:
             self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in _children(node))
         return node
 
