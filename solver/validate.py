@@ -24,7 +24,13 @@ def check(problem: Problem, cache: SolverCache) -> dict[str, inventory.NodeView]
     # Cheap on the online path: the views (and their uuid sets) are memoized per node, and a
     # cluster whose uuid sets passed before (the next decision: one node's allocations changed,
     # not its GPUs) is not checked again.
-    by_name = {n.name: inventory.view_of(n, cache) for n in problem.nodes}
+    # inventory.view_of with its hit inlined: it runs for every node of every decision.
+    memo = cache.views.get
+    view_of = inventory.view_of
+    by_name = {
+        n.name: hit[1] if (hit := memo(n.name)) is not None and hit[0] is n else view_of(n, cache)
+        for n in problem.nodes
+    }
     if len(by_name) != len(problem.nodes):
         _duplicate_node(problem)
     views = by_name.values()
