@@ -15,7 +15,7 @@ from types import FrameType
 
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import mps, nvml, simnvml, state
+from drasat.nodeplugin import mps, nvml, simnvml, state, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -49,14 +49,18 @@ def build(options: Options) -> NodePlugin:
         lib = nvml.NvmlDeviceLib()
         runner = mps.ProcessRunner()
     store: NasStore
+    api: kube_client.KubeClient | None = None
+    if not options.in_memory_nas or options.kubeconfig:
+        # The NAS and v1 ResourceClaims; an in-memory NAS with a kubeconfig still reads claims.
+        api = kube_client.KubeClient(kube_client.load_configuration(options.kubeconfig))
     if options.in_memory_nas:
         log.warning("NodeAllocationState kept in memory only: the controller cannot see it")
         store = MemoryNasStore(node=config.node_name, namespace=config.namespace)
     else:
-        configuration = kube_client.load_configuration(options.kubeconfig)
-        api = kube_client.KubeClient(configuration)
+        assert api is not None
         store = KubeNasStore(api, node=config.node_name, namespace=config.namespace)
-    plugin = NodePlugin(config, lib=lib, store=store, mps_runner=runner)
+    reader = v1claims.KubeClaimReader(api) if api is not None else None
+    plugin = NodePlugin(config, lib=lib, store=store, mps_runner=runner, claim_reader=reader)
     crash_after = os.environ.get(CRASH_AFTER_ENV, "")
     if crash_after:
         if not options.simulate_gpus:

@@ -75,7 +75,8 @@ class ClaimRecord(_Model):
     status: ClaimStatus
     allocation: dict[str, Any]
     planned_migs: list[PlannedMig] = Field(default_factory=list)
-    #: "nas": the allocation came from NAS allocatedClaims; "handle": from the resource handle
+    #: "nas": the allocation came from NAS allocatedClaims; "handle": from the resource handle;
+    #: "claim": from a v1 ResourceClaim's allocation results (v1claims)
     source: str = "nas"
     applied: list[AppliedStep] = Field(default_factory=list)
     cdi_devices: list[str] = Field(default_factory=list)

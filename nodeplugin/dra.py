@@ -1,17 +1,21 @@
 """The kubelet DRA gRPC services: a thin surface that loops over claims and delegates.
 
-`v1alpha3.Node` serves classic-DRA kubelets (1.27-1.31); `v1beta1.DRAPlugin` and `v1.DRAPlugin`
-serve current ones. All three call the same `Preparer` (drasat.nodeplugin.state.DeviceState);
-only the response shapes differ. Per-claim failures go in the claim's `error`, never as a
-whole-call gRPC error, and every claim of a request gets an entry in the response.
+`v1alpha3.Node` serves classic-DRA kubelets (1.27-1.31): the claim's allocation is in the NAS
+(or its resource handle). `v1beta1.DRAPlugin` and `v1.DRAPlugin` serve current ones: the request
+only names the claim, so its allocation results are read from the ResourceClaim and translated
+(`v1claims.ClaimAllocations`), and the answer lists one Device per result. All three call the
+same `Preparer` (drasat.nodeplugin.state.DeviceState). Per-claim failures go in the claim's
+`error`, never as a whole-call gRPC error, and every claim of a request gets an entry in the
+response.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
+from drasat.api.nas import AllocatedDevices
 from drasat.nodeplugin.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -20,52 +24,70 @@ from drasat.nodeplugin.gen import (
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
 )
-from drasat.nodeplugin.state import ClaimError, ClaimRef
+from drasat.nodeplugin.state import ClaimError, ClaimRef, check_ref
+from drasat.nodeplugin.v1claims import ClaimAllocations, Result
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class Preparer(Protocol):
-    def prepare(self, claim: ClaimRef) -> list[str]: ...
+    def prepare(self, claim: ClaimRef, allocation: AllocatedDevices | None = None) -> list[str]: ...
 
     def unprepare(self, claim: ClaimRef) -> None: ...
+
+
+def _per_claim(
+    claims: Iterable[ClaimRef], verb: str, action: Callable[[ClaimRef], T]
+) -> dict[str, tuple[T | None, str]]:
+    """uid -> (what `action` returned, "") or (None, error) for every claim, each once; errors
+    never escape (a bug in one claim must not fail the other claims of the call)."""
+    results: dict[str, tuple[T | None, str]] = {}
+    for claim in claims:
+        if claim.uid in results:
+            continue
+        try:
+            results[claim.uid] = (action(claim), "")
+        except ClaimError as error:
+            log.warning("%s %s failed: %s", verb, claim, error)
+            results[claim.uid] = (None, str(error))
+        except Exception as error:
+            log.exception("%s %s: internal error", verb, claim)
+            results[claim.uid] = (None, f"internal error {verb[:-1]}ing {claim}: {error!r}")
+    return results
 
 
 def prepare_claims(
     preparer: Preparer, claims: Iterable[ClaimRef]
 ) -> dict[str, tuple[list[str], str]]:
     """uid -> (CDI device ids, error) for every claim; errors never escape."""
-    results: dict[str, tuple[list[str], str]] = {}
-    for claim in claims:
-        if claim.uid in results:
-            continue
-        try:
-            results[claim.uid] = (preparer.prepare(claim), "")
-        except ClaimError as error:
-            log.warning("prepare %s failed: %s", claim, error)
-            results[claim.uid] = ([], str(error))
-        except Exception as error:  # a bug must not fail the other claims of the call
-            log.exception("prepare %s: internal error", claim)
-            results[claim.uid] = ([], f"internal error preparing {claim}: {error!r}")
-    return results
+    done = _per_claim(claims, "prepare", preparer.prepare)
+    return {uid: (ids or [], error) for uid, (ids, error) in done.items()}
+
+
+def prepare_v1_claims(
+    preparer: Preparer, allocations: ClaimAllocations, claims: Iterable[ClaimRef]
+) -> dict[str, tuple[list[tuple[Result, list[str]]], str]]:
+    """uid -> ((result, CDI device ids) per allocation result of ours, error) for every claim
+    of a v1/v1beta1 request: the allocation read from the ResourceClaim, then prepared."""
+
+    def prepare(claim: ClaimRef) -> list[tuple[Result, list[str]]]:
+        check_ref(claim)  # before its name goes into an API request
+        resolved = allocations.resolve(claim)
+        ids = preparer.prepare(claim, resolved.allocation)
+        return [(result, ids) for result in resolved.results]
+
+    done = _per_claim(claims, "prepare", prepare)
+    return {uid: (devices or [], error) for uid, (devices, error) in done.items()}
 
 
 def unprepare_claims(preparer: Preparer, claims: Iterable[ClaimRef]) -> dict[str, str]:
     """uid -> error ("" when done) for every claim."""
-    results: dict[str, str] = {}
-    for claim in claims:
-        if claim.uid in results:
-            continue
-        try:
-            preparer.unprepare(claim)
-            results[claim.uid] = ""
-        except ClaimError as error:
-            log.warning("unprepare %s failed: %s", claim, error)
-            results[claim.uid] = str(error)
-        except Exception as error:
-            log.exception("unprepare %s: internal error", claim)
-            results[claim.uid] = f"internal error unpreparing {claim}: {error!r}"
-    return results
+    return {
+        uid: error
+        for uid, (_, error) in _per_claim(claims, "unprepare", preparer.unprepare).items()
+    }
 
 
 def _refs(claims: Iterable[Any]) -> list[ClaimRef]:
@@ -105,21 +127,28 @@ class NodeV1alpha3(dra_v1alpha3_pb2_grpc.NodeServicer):
 
 
 class _DraPlugin:
-    """`DRAPlugin` (v1beta1 and v1 share the shape): one Device per claim, in this node's pool."""
+    """`DRAPlugin` (v1beta1 and v1 share the shape): the allocation from the ResourceClaim, one
+    Device per allocation result of ours (request, pool, device, the claim's CDI ids)."""
 
     pb2: Any
 
-    def __init__(self, preparer: Preparer, *, pool: str) -> None:
+    def __init__(self, preparer: Preparer, allocations: ClaimAllocations) -> None:
         self.preparer = preparer
-        self.pool = pool
+        self.allocations = allocations
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
         response = self.pb2.NodePrepareResourcesResponse()
-        for uid, (ids, error) in prepare_claims(self.preparer, _refs(request.claims)).items():
+        answers = prepare_v1_claims(self.preparer, self.allocations, _refs(request.claims))
+        for uid, (devices, error) in answers.items():
             entry = response.claims[uid]
             entry.error = error
-            if not error:
-                entry.devices.add(pool_name=self.pool, device_name=uid, cdi_device_ids=ids)
+            for result, ids in devices:
+                entry.devices.add(
+                    request_names=[result.request],
+                    pool_name=result.pool,
+                    device_name=result.device,
+                    cdi_device_ids=ids,
+                )
         return response
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
@@ -137,11 +166,11 @@ class DraPluginV1(_DraPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
     pb2 = dra_v1_pb2
 
 
-def add_services(server: Any, preparer: Preparer, *, pool: str) -> None:
+def add_services(server: Any, preparer: Preparer, allocations: ClaimAllocations) -> None:
     """Serve all three DRA service versions on one gRPC server (the kubelet picks one)."""
     add_v1alpha3: Any = dra_v1alpha3_pb2_grpc.add_NodeServicer_to_server
     add_v1beta1: Any = dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server
     add_v1: Any = dra_v1_pb2_grpc.add_DRAPluginServicer_to_server
     add_v1alpha3(NodeV1alpha3(preparer), server)
-    add_v1beta1(DraPluginV1beta1(preparer, pool=pool), server)
-    add_v1(DraPluginV1(preparer, pool=pool), server)
+    add_v1beta1(DraPluginV1beta1(preparer, allocations), server)
+    add_v1(DraPluginV1(preparer, allocations), server)

@@ -20,7 +20,17 @@ import grpc
 
 from drasat import DRIVER_NAME
 from drasat.api.nas import NasStatus, NodeAllocationState
-from drasat.nodeplugin import cdi, checkpoint, dra, health, mps, publish, registration, state
+from drasat.nodeplugin import (
+    cdi,
+    checkpoint,
+    dra,
+    health,
+    mps,
+    publish,
+    registration,
+    state,
+    v1claims,
+)
 from drasat.nodeplugin.devices import DeviceLib
 from drasat.nodeplugin.nasstore import NasError, NasStore
 
@@ -70,11 +80,20 @@ def _serve(socket: Path, workers: int) -> Any:
 
 class NodePlugin:
     def __init__(
-        self, config: Config, *, lib: DeviceLib, store: NasStore, mps_runner: mps.Runner
+        self,
+        config: Config,
+        *,
+        lib: DeviceLib,
+        store: NasStore,
+        mps_runner: mps.Runner,
+        claim_reader: v1claims.ClaimReader | None = None,
     ) -> None:
         self.config = config
         self.lib = lib
         self.store = store
+        #: Reads v1 ResourceClaims for the v1/v1beta1 DRAPlugin services (None: no API access,
+        #: their prepares fail with an error saying so).
+        self.claim_reader = claim_reader
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.state = state.DeviceState(
             lib=lib,
@@ -134,7 +153,10 @@ class NodePlugin:
         _socket_dir(self.config.dra_socket.parent, 0o750)
         _socket_dir(self.config.registry_dir, 0o750)
         dra_server = _serve(self.config.dra_socket, self.config.workers)
-        dra.add_services(dra_server, self.state, pool=self.config.node_name)
+        allocations = v1claims.ClaimAllocations(
+            self.claim_reader, pool=self.config.node_name, gpus=self.state.gpus
+        )
+        dra.add_services(dra_server, self.state, allocations)
         dra_server.add_insecure_port(f"unix://{self.config.dra_socket}")
         dra_server.start()
         os.chmod(self.config.dra_socket, 0o660)

@@ -1,6 +1,7 @@
 """Prepare and unprepare claims: retry-safe, idempotent, recorded step by step in the checkpoint.
 
-Prepare (for a claim in NAS `spec.allocatedClaims`):
+Prepare (for a claim in NAS `spec.allocatedClaims`, given by its resource handle, or, for a v1
+kubelet, translated from the ResourceClaim's allocation results by `v1claims`):
 1. a completed prepare answers its CDI ids again; an interrupted one is rolled back first;
 2. the allocation is checked against what NVML shows (devices on this node, MIG placements);
 3. the claim is recorded as started, then every side effect is recorded as soon as it is done:
@@ -88,6 +89,13 @@ def _bad_ref(claim: ClaimRef) -> str:
     if not (claim.namespace + claim.name).isprintable():
         return f"claim {show(claim.namespace)}/{show(claim.name)}: not a Kubernetes name"
     return ""
+
+
+def check_ref(claim: ClaimRef) -> None:
+    """ClaimError when the kubelet's claim reference cannot be a Kubernetes claim."""
+    problem = _bad_ref(claim)
+    if problem:
+        raise ClaimError(problem)
 
 
 class Setting(StrEnum):
@@ -195,18 +203,19 @@ class DeviceState:
 
     # -- prepare -----------------------------------------------------------------------------
 
-    def prepare(self, claim: ClaimRef) -> list[str]:
-        """Prepare one claim; its CDI device ids. Raises ClaimError."""
-        problem = _bad_ref(claim)
-        if problem:
-            raise ClaimError(problem)
+    def prepare(self, claim: ClaimRef, allocation: AllocatedDevices | None = None) -> list[str]:
+        """Prepare one claim; its CDI device ids. Raises ClaimError.
+
+        `allocation`: the claim's devices when the caller knows them (a v1 claim's results,
+        translated); otherwise they come from the NAS or the claim's resource handle."""
+        check_ref(claim)
         with self._claim_lock(claim.uid):
             try:
-                return self._prepare_claim(claim)
+                return self._prepare_claim(claim, allocation)
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
 
-    def _prepare_claim(self, claim: ClaimRef) -> list[str]:
+    def _prepare_claim(self, claim: ClaimRef, given: AllocatedDevices | None) -> list[str]:
         record = self.checkpoint.get(claim.uid)
         if record is not None and record.status is ClaimStatus.PrepareCompleted:
             return list(record.cdi_devices)
@@ -214,7 +223,7 @@ class DeviceState:
             log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
-        allocation, source = self._allocation(claim)
+        allocation, source = (given, "claim") if given is not None else self._allocation(claim)
         record = ClaimRecord(
             uid=claim.uid,
             namespace=claim.namespace or allocation.claimInfo.namespace,
@@ -751,7 +760,8 @@ class DeviceState:
     def garbage_collect(self) -> list[str]:
         """Unprepare claims that are prepared here but no longer allocated to this node.
 
-        Claims prepared from their resource handle alone are left to the kubelet's unprepare."""
+        Claims prepared from their resource handle alone, or from a v1 ResourceClaim, are left
+        to the kubelet's unprepare."""
         try:
             allocated = set(self.store.read().spec.allocatedClaims)
         except NasError as error:

@@ -70,6 +70,11 @@ POD_SCHEDULING_CONTEXTS = Resource(
 )
 
 
+# Current DRA (Kubernetes 1.34+).
+DRA_V1 = "v1"
+RESOURCE_CLAIMS_V1 = Resource(DRA_GROUP, DRA_V1, "resourceclaims", "ResourceClaim")
+
+
 def nas(group: str = groups.NAS_GROUP) -> Resource:
     """NodeAllocationState of our group (default) or NVIDIA's."""
     return Resource(group, groups.VERSION, "nodeallocationstates", groups.NODE_ALLOCATION_STATE)

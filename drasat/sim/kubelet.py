@@ -1,16 +1,22 @@
 """A simulated kubelet for one node: runs the pods bound to it through their DRA plugins.
 
-It does what a classic-DRA kubelet (Kubernetes 1.27–1.31) does with resource claims, and nothing
-else (no containers, no probes):
+It does what a kubelet does with resource claims, and nothing else (no containers, no probes),
+in one of two flavours (`DraApi`): `classic`, a kubelet of Kubernetes 1.27–1.31
+(`resource.k8s.io/v1alpha2` claims, the `v1alpha3.Node` service), or `v1`, a kubelet of 1.34+
+(`resource.k8s.io/v1` claims, the `v1.DRAPlugin` service, else `v1beta1.DRAPlugin`):
 
 - **plugin registration**: every `*.sock` in the registry directory is asked `GetInfo`; a
-  `DRAPlugin` that speaks a semver version (`1.0.0`: the `v1alpha3.Node` service) is registered
-  under its driver name and told so with `NotifyRegistrationStatus`, others are refused;
-- **pod start**: for a pod bound to the node (spec.nodeName) whose claims are all allocated and
-  reserved for it, it calls `NodePrepareResources` on each driver's DRA socket with the claims
-  (namespace, uid, name, the allocation's resource handle), resolves the returned CDI device ids
-  against the spec files in the CDI root as a container runtime does, records the environment
-  the container would get (`PodRun.env`: its "log") and sets the pod's status to Running;
+  `DRAPlugin` whose `supported_versions` include one this kubelet speaks (classic: a semver
+  version such as `1.0.0`; v1: `v1.DRAPlugin` or `v1beta1.DRAPlugin`) is registered under its
+  driver name and told so with `NotifyRegistrationStatus`, others are refused;
+- **pod start**: for a pod bound to the node (spec.nodeName) whose claims (by name, or from
+  `status.resourceClaimStatuses` for templates) are all allocated and reserved for it, it calls
+  `NodePrepareResources` on the DRA socket of each driver of each claim (classic: the claim's
+  driver, with namespace, uid, name and the allocation's resource handle; v1: every driver that
+  has results in `status.allocation.devices.results`, with namespace, uid and name), resolves the
+  returned CDI device ids against the spec files in the CDI root as a container runtime does,
+  records the environment the container would get (`PodRun.env`: its "log") and sets the pod's
+  status to Running;
 - **pod stop**: when a pod is marked for deletion (deletionTimestamp) or gone, it calls
   `NodeUnprepareResources` for each claim no other pod on the node still uses, then confirms the
   deletion (DELETE with gracePeriodSeconds=0). Releasing the claims (reservedFor) and deleting
@@ -18,7 +24,8 @@ else (no containers, no probes):
   resourceclaim controller) and the API server's garbage collector do it, as in a cluster.
 
 Every pass reads the pods afresh (level-triggered). Passes run when a pod or claim changes, or
-every `resync` seconds. It talks HTTP through `kubeclient` (never the `kubernetes` library).
+every `resync` seconds. It talks HTTP(S) through `kubeclient` (never the `kubernetes` library),
+to the simulated API server or a real one.
 """
 
 from __future__ import annotations
@@ -28,14 +35,21 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import grpc
 import yaml
 
-from drasat.nodeplugin.gen import dra_v1alpha3_pb2 as dra_pb2
-from drasat.nodeplugin.gen import dra_v1alpha3_pb2_grpc as dra_grpc
+from drasat.nodeplugin.gen import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1alpha3_pb2,
+    dra_v1alpha3_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+)
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2 as reg_pb2
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2_grpc as reg_grpc
 from drasat.sim import actor, errors, kubeclient, scheduling
@@ -43,10 +57,40 @@ from drasat.sim import actor, errors, kubeclient, scheduling
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-_RES = ("resource.k8s.io", "v1alpha2")
 PLUGIN_TYPE = "DRAPlugin"
 #: CDI spec files a runtime reads (the CDI specification: JSON or YAML).
 _SPEC_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+class DraApi(StrEnum):
+    """The DRA a kubelet speaks: which claims it reads and which plugin service it calls."""
+
+    #: Kubernetes 1.27–1.31: `resource.k8s.io/v1alpha2` claims, `v1alpha3.Node`.
+    classic = "classic"
+    #: Kubernetes 1.34+: `resource.k8s.io/v1` claims, `v1.DRAPlugin` (else `v1beta1`).
+    v1 = "v1"
+
+    @property
+    def claims_version(self) -> str:
+        return "v1alpha2" if self is DraApi.classic else "v1"
+
+
+#: The gRPC service versions: generated messages and the client stub of each.
+_SERVICES: dict[str, tuple[Any, Any]] = {
+    "v1alpha3": (dra_v1alpha3_pb2, dra_v1alpha3_pb2_grpc.NodeStub),
+    "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc.DRAPluginStub),
+    "v1": (dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub),
+}
+
+
+def service_for(api: DraApi, versions: Iterable[str]) -> str | None:
+    """The DRA service a kubelet of `api` calls on a plugin announcing `versions`, None when it
+    speaks none of them. Kubelets up to 1.31 accept semver-like versions (`1.0.0`) and then call
+    v1alpha3.Node; 1.34+ look for `v1.DRAPlugin`, then `v1beta1.DRAPlugin`."""
+    versions = list(versions)
+    if api is DraApi.classic:
+        return "v1alpha3" if any(v[:1].isdigit() for v in versions) else None
+    return next((s for s in ("v1", "v1beta1") if f"{s}.DRAPlugin" in versions), None)
 
 
 class Waiting(Exception):
@@ -58,12 +102,33 @@ class ClaimRef:
     namespace: str
     name: str
     uid: str
-    driver: str
+    #: The drivers to call for it: the classic claim's driver; a v1 claim's drivers with results.
+    drivers: tuple[str, ...]
     resource_handle: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One device of a v1 NodePrepareResources answer."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A plugin's answer for one claim, in any service version."""
+
+    error: str = ""
+    cdi_device_ids: tuple[str, ...] = ()
+    #: v1/v1beta1 only: the devices with their requests.
+    devices: tuple[PreparedDevice, ...] = ()
 
 
 @dataclass
@@ -78,6 +143,8 @@ class PodRun:
     devices: dict[str, list[str]] = field(default_factory=dict)
     #: Each CDI device's environment (its spec's edits, then the device's own).
     device_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: v1 kubelets: the devices NodePrepareResources listed, by claim UID.
+    prepared: dict[str, list[PreparedDevice]] = field(default_factory=dict)
 
     def claim_env(self, claim_uid: str) -> dict[str, str]:
         """The environment the devices of one claim give the container."""
@@ -100,6 +167,8 @@ class Plugin:
     driver: str
     endpoint: str
     registration_socket: str
+    #: The DRA service this kubelet calls on it (`v1alpha3`, `v1beta1` or `v1`).
+    service: str = "v1alpha3"
 
 
 def _core(
@@ -108,18 +177,32 @@ def _core(
     return kubeclient.path("", "v1", plural, namespace=namespace, name=name, subresource=sub)
 
 
-def _claims_url(namespace: str | None = None, name: str | None = None) -> str:
-    return kubeclient.path(*_RES, "resourceclaims", namespace=namespace, name=name)
-
-
 def _stub(make: Any, channel: Any) -> Any:
     """A generated client stub (the generated code is untyped)."""
     return make(channel)
 
 
-def _speaks_classic(versions: Iterable[str]) -> bool:
-    """Kubelets up to 1.31 accept semver-like versions (`1.0.0`) and then call v1alpha3.Node."""
-    return any(v[:1].isdigit() for v in versions)
+def claim_drivers(api: DraApi, claim: Obj) -> tuple[str, ...]:
+    """The drivers a kubelet calls for an allocated claim: classic, the claim's driver (status
+    or its resource handle); v1, each driver with results, in the order of the results."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") or {}
+    if api is DraApi.classic:
+        handles = allocation.get("resourceHandles") or [{}]
+        return (str(status.get("driverName") or handles[0].get("driverName") or ""),)
+    results = (allocation.get("devices") or {}).get("results") or []
+    return tuple(dict.fromkeys(str(r.get("driver", "")) for r in results))
+
+
+def _answer(service: str, answer: Any) -> Answer:
+    if service == "v1alpha3":
+        return Answer(answer.error, tuple(answer.cdi_devices))
+    devices = tuple(
+        PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+        for d in answer.devices
+    )
+    ids = tuple(dict.fromkeys(i for d in devices for i in d.cdi_device_ids))
+    return Answer(answer.error, ids, devices)
 
 
 def cdi_edits(
@@ -167,10 +250,12 @@ class Kubelet(actor.WatchDrivenLoop):
         cdi_root: Path,
         resync: float = 0.5,
         call_timeout: float = 30.0,
+        api: DraApi = DraApi.classic,
     ) -> None:
         super().__init__(client, resync=resync)
         self.name = f"sim-kubelet-{node}"
         self.node = node
+        self.api = api
         self.registry_dir = registry_dir
         self.cdi_root = cdi_root
         self._call_timeout = call_timeout
@@ -190,10 +275,16 @@ class Kubelet(actor.WatchDrivenLoop):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
+    def _claims_url(self, namespace: str | None = None, name: str | None = None) -> str:
+        version = self.api.claims_version
+        return kubeclient.path(
+            "resource.k8s.io", version, "resourceclaims", namespace=namespace, name=name
+        )
+
     def watched(self) -> list[tuple[str, Mapping[str, str]]]:
         return [
             (_core("pods"), {"fieldSelector": f"spec.nodeName={self.node}"}),
-            (_claims_url(), {}),
+            (self._claims_url(), {}),
         ]
 
     # --- what tests and the demo wait for -----------------------------------------------------
@@ -283,12 +374,18 @@ class Kubelet(actor.WatchDrivenLoop):
             stub = _stub(reg_grpc.RegistrationStub, channel)
             info = stub.GetInfo(reg_pb2.InfoRequest(), timeout=self._call_timeout)
             problem = ""
+            service = service_for(self.api, info.supported_versions)
             if info.type != PLUGIN_TYPE:
                 problem = f"plugin type {info.type!r} is not {PLUGIN_TYPE}"
-            elif not _speaks_classic(info.supported_versions):
+            elif service is None:
+                wanted = (
+                    "it calls v1alpha3.Node: a semver version such as 1.0.0"
+                    if self.api is DraApi.classic
+                    else "it calls v1.DRAPlugin or v1beta1.DRAPlugin"
+                )
                 problem = (
                     f"none of the versions {list(info.supported_versions)} is served by this "
-                    "kubelet (it calls v1alpha3.Node: a semver version such as 1.0.0)"
+                    f"kubelet ({wanted})"
                 )
             stub.NotifyRegistrationStatus(
                 reg_pb2.RegistrationStatus(plugin_registered=not problem, error=problem),
@@ -298,7 +395,8 @@ class Kubelet(actor.WatchDrivenLoop):
             log.warning("kubelet %s refused the plugin at %s: %s", self.node, socket, problem)
             self.refused[str(socket)] = problem
             return
-        self.plugins[info.name] = Plugin(info.name, info.endpoint, str(socket))
+        assert service is not None
+        self.plugins[info.name] = Plugin(info.name, info.endpoint, str(socket), service)
 
     def _plugin(self, driver: str) -> Plugin:
         plugin = self.plugins.get(driver)
@@ -306,34 +404,35 @@ class Kubelet(actor.WatchDrivenLoop):
             raise Waiting(f"no DRA plugin registered for driver {driver!r} on node {self.node}")
         return plugin
 
-    def _call(self, driver: str, claims: list[ClaimRef], *, prepare: bool) -> dict[str, Any]:
-        """One NodePrepareResources / NodeUnprepareResources call; the answer per claim UID."""
+    def _call(self, driver: str, claims: list[ClaimRef], *, prepare: bool) -> dict[str, Answer]:
+        """One NodePrepareResources / NodeUnprepareResources call, in the service version the
+        plugin was registered with; the answer per claim UID."""
         plugin = self._plugin(driver)
-        refs = [
-            dra_pb2.Claim(
-                namespace=c.namespace, uid=c.uid, name=c.name, resource_handle=c.resource_handle
-            )
-            for c in claims
-        ]
+        pb2, make_stub = _SERVICES[plugin.service]
+        refs = []
+        for c in claims:
+            # Classic claims carry the allocation's resource handle; v1 ones only name the claim.
+            extra = {"resource_handle": c.resource_handle} if plugin.service == "v1alpha3" else {}
+            refs.append(pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name, **extra))
         try:
             with grpc.insecure_channel(f"unix://{plugin.endpoint}") as channel:
-                stub = _stub(dra_grpc.NodeStub, channel)
+                stub = _stub(make_stub, channel)
                 if prepare:
                     answer: Any = stub.NodePrepareResources(
-                        dra_pb2.NodePrepareResourcesRequest(claims=refs),
-                        timeout=self._call_timeout,
+                        pb2.NodePrepareResourcesRequest(claims=refs), timeout=self._call_timeout
                     )
                 else:
                     answer = stub.NodeUnprepareResources(
-                        dra_pb2.NodeUnprepareResourcesRequest(claims=refs),
-                        timeout=self._call_timeout,
+                        pb2.NodeUnprepareResourcesRequest(claims=refs), timeout=self._call_timeout
                     )
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNAVAILABLE:  # gone: register again when back
                 self.plugins.pop(driver, None)
             call = "NodePrepareResources" if prepare else "NodeUnprepareResources"
             raise Waiting(f"{call} on {driver!r} failed: {error.code().name}") from None
-        return dict(answer.claims)
+        if not prepare:
+            return {uid: Answer(a.error) for uid, a in answer.claims.items()}
+        return {uid: _answer(plugin.service, a) for uid, a in answer.claims.items()}
 
     # --- starting -----------------------------------------------------------------------------
 
@@ -349,7 +448,7 @@ class Kubelet(actor.WatchDrivenLoop):
             if not name:
                 raise Waiting(f"the claim for {entry.name!r} has not been created yet")
             try:
-                claim = self._client.get(_claims_url(meta["namespace"], name))
+                claim = self._client.get(self._claims_url(meta["namespace"], name))
             except errors.ApiError as exc:
                 if exc.code == 404:
                     raise Waiting(f"claim {name!r} does not exist") from None
@@ -362,13 +461,12 @@ class Kubelet(actor.WatchDrivenLoop):
             if not any(r.get("uid") == meta["uid"] for r in reserved):
                 raise Waiting(f"claim {name!r} is not reserved for the pod yet")
             handles = allocation.get("resourceHandles") or [{}]
-            driver = str(status.get("driverName") or handles[0].get("driverName") or "")
             refs.append(
                 ClaimRef(
                     namespace=meta["namespace"],
                     name=name,
                     uid=claim["metadata"]["uid"],
-                    driver=driver,
+                    drivers=claim_drivers(self.api, claim),
                     resource_handle=str(handles[0].get("data") or ""),
                 )
             )
@@ -378,13 +476,12 @@ class Kubelet(actor.WatchDrivenLoop):
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         claims = self._pod_claims(pod)
-        by_driver: dict[str, list[ClaimRef]] = {}
-        for claim in claims:
-            by_driver.setdefault(claim.driver, []).append(claim)
+        by_driver = _by_driver(claims)
         for driver in by_driver:
             self._plugin(driver)
         self._attempted[meta["uid"]] = claims  # from here on, a stop unprepares them
-        devices: dict[str, list[str]] = {}
+        devices: dict[str, list[str]] = {c.uid: [] for c in claims}
+        prepared: dict[str, list[PreparedDevice]] = {}
         for driver, group in sorted(by_driver.items()):
             answers = self._call(driver, group, prepare=True)
             for claim in group:
@@ -394,21 +491,15 @@ class Kubelet(actor.WatchDrivenLoop):
                 if answer.error:
                     raise Waiting(f"NodePrepareResources failed for claim {claim.key}: "
                                   f"{answer.error}")  # fmt: skip
-                devices[claim.uid] = list(answer.cdi_devices)
+                devices[claim.uid].extend(answer.cdi_device_ids)
+                if self.api is DraApi.v1:
+                    prepared.setdefault(claim.uid, []).extend(answer.devices)
         env, missing = cdi_edits(self.cdi_root, [d for ids in devices.values() for d in ids])
         if missing:
             raise Waiting(f"CDI devices {missing} are not defined by any spec in {self.cdi_root}")
-        status = {
-            "phase": "Running",
-            "conditions": [
-                {"type": "Initialized", "status": "True"},
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "Ready", "status": "True"},
-            ],
-        }
         url = _core("pods", meta["namespace"], meta["name"], "status")
-        self._client.merge_patch(url, {"status": status})
-        run = PodRun(meta["namespace"], meta["name"], meta["uid"], claims, devices, env)
+        self._client.merge_patch(url, {"status": _running_status(pod)})
+        run = PodRun(meta["namespace"], meta["name"], meta["uid"], claims, devices, env, prepared)
         with self._progress:
             self._runs[meta["uid"]] = run
         self._note(key, None)
@@ -426,9 +517,7 @@ class Kubelet(actor.WatchDrivenLoop):
         claims = self._attempted.get(uid, [])
         # A claim shared with another pod here stays prepared until its last pod stops.
         release = [c for c in claims if not self._users(c.uid, besides=uid)]
-        by_driver: dict[str, list[ClaimRef]] = {}
-        for claim in release:
-            by_driver.setdefault(claim.driver, []).append(claim)
+        by_driver = _by_driver(release)
         try:
             for driver, group in sorted(by_driver.items()):
                 answers = self._call(driver, group, prepare=False)
@@ -465,3 +554,25 @@ class Kubelet(actor.WatchDrivenLoop):
             self._progress.notify_all()
         if key is not None:
             log.info("kubelet %s: pod %s/%s stopped", self.node, *key)
+
+
+def _by_driver(claims: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
+    """The claims to hand each driver's plugin (a v1 claim goes to every driver it uses)."""
+    groups: dict[str, list[ClaimRef]] = {}
+    for claim in claims:
+        for driver in claim.drivers:
+            groups.setdefault(driver, []).append(claim)
+    return groups
+
+
+def _running_status(pod: Obj) -> Obj:
+    """The status of a started pod: Running and Ready, other conditions (PodScheduled) kept (a
+    merge patch replaces the whole list)."""
+    ours = {"Initialized", "ContainersReady", "Ready"}
+    kept = [
+        c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") not in ours
+    ]
+    return {
+        "phase": "Running",
+        "conditions": [*kept, *({"type": t, "status": "True"} for t in sorted(ours))],
+    }

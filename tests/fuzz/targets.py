@@ -456,11 +456,40 @@ def run_params(case: dict[str, Any], workdir: Path) -> str:
 # --- the node plugin's gRPC services ----------------------------------------------------------
 
 
+class _NasClaims:
+    """The v1 services' claim reader: a v1 ResourceClaim made from the (fuzzed) NAS entry that
+    names the claim, its GPUs as allocation results (`gpu-<minor>`, or the UUID when unknown)."""
+
+    def __init__(self, store: Any, gpus: Any) -> None:
+        self.store, self.gpus = store, gpus
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        from drasat.nodeplugin.state import ClaimError
+
+        minors = {gpu.uuid: gpu.minor for gpu in self.gpus()}
+        try:
+            for uid, entry in (self.store.obj["spec"].get("allocatedClaims") or {}).items():
+                info = entry.get("claimInfo") or {}
+                if (info.get("namespace"), info.get("name")) != (namespace, name):
+                    continue
+                uuids = [d.get("uuid") for d in (entry.get("gpu") or {}).get("devices") or []]
+                results = [
+                    {"request": "gpu", "driver": "gpu.drasat.io", "pool": "gpu-node-1",
+                     "device": f"gpu-{minors[u]}" if u in minors else str(u)}
+                    for u in uuids
+                ]  # fmt: skip
+                allocation = {"devices": {"results": results}}
+                return {"metadata": {"uid": uid}, "status": {"allocation": allocation}}
+        except (AttributeError, TypeError, KeyError) as error:
+            raise ClaimError(f"damaged NAS entry: {error!r}") from None
+        raise ClaimError(f"ResourceClaim {namespace}/{name} not found")
+
+
 class _Node:
     """One simulated GPU node with the production plugin code over it (as tests/nodeplugin)."""
 
     def __init__(self) -> None:
-        from drasat.nodeplugin import dra, mps, nvml, simnvml
+        from drasat.nodeplugin import dra, mps, nvml, simnvml, v1claims
         from drasat.nodeplugin.nasstore import MemoryNasStore
         from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -482,10 +511,15 @@ class _Node:
             config, lib=lib, store=self.store, mps_runner=mps.RecordingRunner()
         )
         self.plugin.publish()
+        allocations = v1claims.ClaimAllocations(
+            _NasClaims(self.store, self.plugin.state.gpus),
+            pool="gpu-node-1",
+            gpus=self.plugin.state.gpus,
+        )
         self.services = {
             "v1alpha3": dra.NodeV1alpha3(self.plugin.state),
-            "v1beta1": dra.DraPluginV1beta1(self.plugin.state, pool="gpu-node-1"),
-            "v1": dra.DraPluginV1(self.plugin.state, pool="gpu-node-1"),
+            "v1beta1": dra.DraPluginV1beta1(self.plugin.state, allocations),
+            "v1": dra.DraPluginV1(self.plugin.state, allocations),
         }
         self.uuids = [g.uuid for g in self.sim.gpus]
 

@@ -88,6 +88,48 @@ def ref(uid: str, name: str = "claim", namespace: str = "default") -> state.Clai
     return state.ClaimRef(uid=uid, namespace=namespace, name=name)
 
 
+class Claims:
+    """A v1 ClaimReader over ResourceClaim objects held in memory (what the API server has)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reads = 0
+
+    def add(self, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        self.objects[(meta["namespace"], meta["name"])] = claim
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        claim = self.objects.get((namespace, name))
+        if claim is None:
+            raise state.ClaimError(f"ResourceClaim {namespace}/{name} not found")
+        return claim
+
+
+def v1_claim(
+    uid: str,
+    *results: tuple[str, str, str],
+    name: str = "claim",
+    namespace: str = "default",
+    driver: str = "gpu.drasat.io",
+    **allocation: Any,
+) -> dict[str, Any]:
+    """An allocated `resource.k8s.io/v1` ResourceClaim with (request, pool, device) results."""
+    devices: dict[str, Any] = {
+        "results": [
+            {"request": r, "driver": driver, "pool": p, "device": d} for r, p, d in results
+        ],
+        **allocation,
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+        "status": {"allocation": {"devices": devices}},
+    }
+
+
 def gpu_instances(node: Node, index: int) -> list[tuple[int, int]]:
     """(start, size) of every GPU instance on GPU `index`, straight from the simulator."""
     gpu = node.sim.gpus[index]

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from npfixtures import Node, gpu_allocation, gpu_instances, mig_allocation
+from npfixtures import Claims, Node, gpu_allocation, gpu_instances, mig_allocation, v1_claim
 
 from drasat.api.nas import NasStatus
 from drasat.nodeplugin.gen import (
@@ -76,8 +76,9 @@ class Kubelet:
 def served(node_factory: Any) -> Iterator[Any]:
     started: list[tuple[Node, Kubelet]] = []
 
-    def start(fleet: str, **config: Any) -> tuple[Node, Kubelet]:
+    def start(fleet: str, claim_reader: Any = None, **config: Any) -> tuple[Node, Kubelet]:
         node = node_factory(fleet, **config)
+        node.plugin.claim_reader = claim_reader
         node.plugin.start()
         kubelet = Kubelet(node)
         kubelet.register()
@@ -154,15 +155,20 @@ def test_per_claim_errors_and_the_plugin_keeps_serving(served: Any) -> None:
 
 @pytest.mark.parametrize(("pb2", "stub"), [(dra_v1_pb2, "v1"), (dra_v1beta1_pb2, "v1beta1")])
 def test_structured_dra_plugin_services(served: Any, pb2: Any, stub: str) -> None:
-    node, kubelet = served("T4", kubelet_api=KubeletApi.structured)
-    node.allocate("c1", gpu_allocation("c1", node.gpu(0)))
+    claims = Claims()
+    _, kubelet = served("T4", kubelet_api=KubeletApi.structured, claim_reader=claims)
+    claims.add(v1_claim("c1", ("gpu", "gpu-node-1", "gpu-0")))
     service = getattr(kubelet, stub)
     request = pb2.NodePrepareResourcesRequest(
         claims=[pb2.Claim(namespace="default", name="claim", uid="c1")]
     )
     response = service.NodePrepareResources(request, timeout=30)
     (device,) = response.claims["c1"].devices
-    assert (device.pool_name, device.device_name) == ("gpu-node-1", "c1")
+    assert (list(device.request_names), device.pool_name, device.device_name) == (
+        ["gpu"],
+        "gpu-node-1",
+        "gpu-0",
+    )
     assert list(device.cdi_device_ids) == ["k8s.gpu.drasat.io/claim=c1"]
     unprepare = pb2.NodeUnprepareResourcesRequest(claims=[pb2.Claim(uid="c1")])
     assert service.NodeUnprepareResources(unprepare, timeout=30).claims["c1"].error == ""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import pytest
 
+from drasat.api.errors import InputError
 from drasat.sim import apiserver, errors, kubeclient
 
 
@@ -37,6 +41,34 @@ def test_errors_carry_the_status(server: apiserver.ApiServer) -> None:
     assert client.list(kubeclient.path("", "v1", "pods"))["items"] == []
 
 
-def test_urls_must_be_http() -> None:
+def test_urls_must_be_http_or_https() -> None:
     with pytest.raises(ValueError):
-        kubeclient.KubeClient("https://example.invalid")
+        kubeclient.KubeClient("ftp://example.invalid")
+    kubeclient.KubeClient("https://example.invalid")  # connects on the first request
+
+
+def test_kubeconfig_settings(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "token").write_text("s3cret\n")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443/prefix"}}],
+        "users": [{"name": "u", "user": {"tokenFile": "token"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    settings = kubeclient.kubeconfig_settings(path)
+    assert (settings["url"], settings["token"]) == ("https://127.0.0.1:6443/prefix", "s3cret")
+    with pytest.raises(InputError, match="no context named 'y'"):
+        kubeclient.kubeconfig_settings(path, context="y")
+    config["clusters"][0]["cluster"]["certificate-authority-data"] = "bm90IGEgY2VydA=="
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match="context 'x'"):  # "not a cert" is no CA
+        kubeclient.kubeconfig_settings(path)
+    config["users"][0]["user"] = {"client-certificate-data": "..."}
+    del config["clusters"][0]["cluster"]["certificate-authority-data"]
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match="only bearer tokens are supported"):
+        kubeclient.kubeconfig_settings(path)

@@ -1,0 +1,255 @@
+"""Current DRA end to end on the real control plane: kube-scheduler allocates whole GPUs from the
+ResourceSlice drasat publishes, a simulated 1.34+ kubelet runs the pods through drasat's node
+plugin.
+
+The node is a Node object (no kubelet can run here); the node plugin is the real `drasat
+nodeplugin` process on a simulated fleet of two T4s, registered with `v1.DRAPlugin`; the kubelet
+(`drasat.sim.kubelet`, flavour v1) reaches the real API server over https with the cluster's CA and
+a bearer token, watches the pods bound to the node, calls NodePrepareResources over the plugin's
+real sockets, resolves the CDI ids against the spec files and sets the pods Running; deleting a
+pod unprepares its claim and confirms the deletion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from kubecluster import create_fake_node, wait_for
+from kubernetes.client import ApiException
+
+from drasat.api import resourceslices
+from drasat.controlplane import cluster
+from drasat.nodeplugin import publish
+from drasat.nodeplugin.nvml import NvmlDeviceLib
+from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.sim import errors, kubeclient, kubelet
+
+pytestmark = pytest.mark.timeout(300)
+
+RESOURCE = ("resource.k8s.io", "v1")
+NODE = "e2e-kubelet"
+FLEET = "2xT4"
+
+
+@dataclass
+class GpuNode:
+    """The fake node with its plugin process, published slice and simulated kubelet."""
+
+    tmp: Path
+    kubelet: kubelet.Kubelet
+    plugin: subprocess.Popen[bytes]
+    uuids: dict[str, str]  # device name -> GPU UUID
+
+    @property
+    def cdi_specs(self) -> list[Path]:
+        return sorted((self.tmp / "cdi").glob("*.json"))
+
+    @property
+    def checkpoint_files(self) -> list[Path]:
+        return sorted((self.tmp / "state" / "checkpoint" / "claims").glob("*"))
+
+    def plugin_log(self) -> str:
+        return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
+
+
+def _start_plugin(tmp: Path, kubeconfig: Path) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable, "-m", "drasat", "--log-level", "INFO", "nodeplugin",
+        "--node-name", NODE, "--simulate-gpus", FLEET, "--in-memory-nas",
+        "--kubeconfig", str(kubeconfig), "--kubelet-api", "structured",
+        "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
+        "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
+    ]  # fmt: skip
+    with (tmp / "plugin.log").open("wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    socket = tmp / "r" / "gpu.drasat.io-reg.sock"
+    deadline = time.monotonic() + 60
+    while not socket.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            log_text = (tmp / "plugin.log").read_text(errors="replace")[-4000:]
+            raise AssertionError(f"the node plugin did not start:\n{log_text}")
+        time.sleep(0.1)
+    return process
+
+
+def _stop_plugin(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def gpu_node(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+) -> Iterator[GpuNode]:
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    tmp = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths stay short
+    node = create_fake_node(kube_api, NODE)
+    plugin: subprocess.Popen[bytes] | None = None
+    sim_kubelet: kubelet.Kubelet | None = None
+    slices: list[dict[str, Any]] = []
+    try:
+        plugin = _start_plugin(tmp, kube_cluster.kubeconfig)
+        # The slice the plugin's fleet publishes (the same seed: the same GPU UUIDs).
+        gpus = [publish.gpu_info(g) for g in NvmlDeviceLib(SimulatedNvml(FLEET)).gpus()]
+        slices = resourceslices.node_slices(NODE, gpus, node_uid=node.metadata.uid)
+        for body in slices:
+            custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)
+        with contextlib.suppress(ApiException):  # 409: another test made it
+            custom.create_cluster_custom_object(
+                *RESOURCE, "deviceclasses", resourceslices.gpu_device_class()
+            )
+        client = kubeclient.KubeClient.from_kubeconfig(kube_cluster.kubeconfig)
+        sim_kubelet = kubelet.Kubelet(
+            client,
+            node=NODE,
+            registry_dir=tmp / "r",
+            cdi_root=tmp / "cdi",
+            api=kubelet.DraApi.v1,
+            resync=0.5,
+        ).start()
+        uuids = {resourceslices.gpu_device_name(g.minor): g.uuid for g in gpus}
+        yield GpuNode(tmp, sim_kubelet, plugin, uuids)
+    finally:
+        if sim_kubelet is not None:
+            sim_kubelet.stop()
+        if plugin is not None:
+            _stop_plugin(plugin)
+        with contextlib.suppress(ApiException):
+            kubernetes.client.CoreV1Api(kube_api).delete_node(NODE)
+        for body in slices:
+            with contextlib.suppress(ApiException):  # the garbage collector may have been first
+                custom.delete_cluster_custom_object(
+                    *RESOURCE, "resourceslices", body["metadata"]["name"]
+                )
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _template(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io"}}]
+                }
+            }
+        },
+    }
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "ctr", "image": "ubuntu", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
+
+
+def test_two_pods_each_with_one_exclusive_gpu_run_and_clean_up(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: GpuNode
+) -> None:
+    """Reference case (a): two pods, one exclusive GPU each, through the real scheduler."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    for name in ("pod1", "pod2"):
+        core.create_namespaced_pod(kube_namespace, _pod(name))
+    kl = gpu_node.kubelet
+    assert kl.wait_for(lambda: "gpu.drasat.io" in kl.plugins, 30), kl.refused
+    assert kl.plugins["gpu.drasat.io"].service == "v1"
+    runs = {}
+    for name in ("pod1", "pod2"):
+        try:
+            runs[name] = kl.wait_running(kube_namespace, name, timeout=90)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}\nplugin log:\n{gpu_node.plugin_log()}") from None
+    visible = {}
+    for name, run in runs.items():
+        (claim,) = run.claims
+        assert claim.drivers == ("gpu.drasat.io",)
+        (device,) = run.prepared[claim.uid]
+        assert (device.request_names, device.pool_name) == (("gpu",), NODE)
+        assert device.cdi_device_ids == (f"k8s.gpu.drasat.io/claim={claim.uid}",)
+        env = run.env
+        # The container sees exactly the GPU the scheduler allocated to its claim.
+        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[device.device_name]
+        assert env["DRASAT_CLAIM_UID"] == claim.uid
+        visible[name] = env["NVIDIA_VISIBLE_DEVICES"]
+        api_claim = custom.get_namespaced_custom_object(
+            *RESOURCE, kube_namespace, "resourceclaims", claim.name
+        )
+        (result,) = api_claim["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == device.device_name
+        pod = core.read_namespaced_pod(name, kube_namespace)
+        assert (pod.spec.node_name, pod.status.phase) == (NODE, "Running")
+        assert {c.type for c in pod.status.conditions} >= {"PodScheduled", "Ready"}
+    assert visible["pod1"] != visible["pod2"]
+    assert set(visible.values()) == set(gpu_node.uuids.values())
+    assert len(gpu_node.cdi_specs) == 2 and len(gpu_node.checkpoint_files) == 2
+
+    # Deleting the pods: the kubelet unprepares each claim, then confirms the deletion.
+    for name in ("pod1", "pod2"):
+        core.delete_namespaced_pod(name, kube_namespace)
+    for name in ("pod1", "pod2"):
+        kl.wait_stopped(kube_namespace, name, timeout=60)
+
+    def pods_gone() -> bool:
+        return not core.list_namespaced_pod(kube_namespace).items
+
+    wait_for(pods_gone, timeout=60, what="the pods to be deleted")
+    assert gpu_node.cdi_specs == []
+    assert gpu_node.checkpoint_files == []
+
+    # The resourceclaim controller deletes the claims made for the pods.
+    def claims_gone() -> bool:
+        listed = custom.list_namespaced_custom_object(*RESOURCE, kube_namespace, "resourceclaims")
+        return not listed["items"]
+
+    wait_for(claims_gone, timeout=60, what="the template claims to be deleted")
+    assert gpu_node.plugin.poll() is None, gpu_node.plugin_log()
+
+
+def test_the_sim_client_speaks_https_with_the_clusters_ca_and_token(
+    kube_cluster: cluster.Cluster,
+) -> None:
+    client = kubeclient.KubeClient.from_kubeconfig(kube_cluster.kubeconfig)
+    assert client.url.startswith("https://")
+    namespaces = client.list(kubeclient.path("", "v1", "namespaces"))
+    assert "kube-system" in {n["metadata"]["name"] for n in namespaces["items"]}
+    # Without the token the server does not know us; without the CA we do not trust it.
+    settings = kubeclient.kubeconfig_settings(kube_cluster.kubeconfig)
+    anonymous = kubeclient.KubeClient(settings["url"], ssl_context=settings["ssl_context"])
+    with pytest.raises(errors.ApiError) as refused:
+        anonymous.list(kubeclient.path("", "v1", "namespaces"))
+    assert refused.value.code in (401, 403)
+    stranger = kubeclient.KubeClient(settings["url"], token=settings["token"])
+    with pytest.raises(ssl.SSLCertVerificationError):
+        stranger.list(kubeclient.path("", "v1", "namespaces"))

@@ -1,0 +1,41 @@
+"""What the simulated kubelet's two flavours (classic, v1) register and call, without a cluster
+(the v1 flavour end to end: tests/e2e/test_e2e_kubelet.py)."""
+
+from __future__ import annotations
+
+from drasat.sim import kubelet
+from drasat.sim.kubelet import DraApi
+
+
+def test_the_service_each_flavour_calls() -> None:
+    both = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "1.0.0"]
+    assert kubelet.service_for(DraApi.v1, both) == "v1"
+    assert kubelet.service_for(DraApi.v1, ["v1beta1.DRAPlugin"]) == "v1beta1"
+    assert kubelet.service_for(DraApi.v1, ["1.0.0"]) is None  # a classic-only plugin
+    assert kubelet.service_for(DraApi.classic, both) == "v1alpha3"
+    assert kubelet.service_for(DraApi.classic, ["v1.DRAPlugin"]) is None
+
+
+def test_the_drivers_called_for_a_claim() -> None:
+    classic = {"status": {"driverName": "gpu.drasat.io", "allocation": {"resourceHandles": []}}}
+    assert kubelet.claim_drivers(DraApi.classic, classic) == ("gpu.drasat.io",)
+    results = [
+        {"request": "a", "driver": "gpu.drasat.io", "pool": "n", "device": "gpu-0"},
+        {"request": "b", "driver": "nic.example.com", "pool": "n", "device": "eth0"},
+        {"request": "c", "driver": "gpu.drasat.io", "pool": "n", "device": "gpu-1"},
+    ]
+    current = {"status": {"allocation": {"devices": {"results": results}}}}
+    assert kubelet.claim_drivers(DraApi.v1, current) == ("gpu.drasat.io", "nic.example.com")
+
+
+def test_a_started_pod_keeps_its_other_conditions() -> None:
+    pod = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"},
+                                     {"type": "Ready", "status": "False"}]}}  # fmt: skip
+    status = kubelet._running_status(pod)
+    assert status["phase"] == "Running"
+    assert {(c["type"], c["status"]) for c in status["conditions"]} == {
+        ("PodScheduled", "True"),
+        ("ContainersReady", "True"),
+        ("Initialized", "True"),
+        ("Ready", "True"),
+    }
