@@ -33,6 +33,8 @@ class HealthMonitor:
         self.ignored = ignored
         self.wait_ms = wait_ms
         self.unhealthy: frozenset[str] = frozenset()
+        #: The critical XID that made each unhealthy GPU so (its device taint says it).
+        self.xids: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -46,6 +48,7 @@ class HealthMonitor:
             if event.gpu_uuid not in self.unhealthy:
                 log.error("GPU %s: critical XID %d: marked Unhealthy", event.gpu_uuid, event.xid)
                 self.unhealthy = self.unhealthy | {event.gpu_uuid}
+                self.xids[event.gpu_uuid] = event.xid
                 changed = True
         if changed:
             self.on_change(self.unhealthy)

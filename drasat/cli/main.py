@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "run the whole system in one process on an example and watch it work",
     "nodeplugin": "run the kubelet DRA plugin of this node",
     "policy": "validate allocation policies, print their schema, show the shipped ones",
+    "resourceslices": "print the ResourceSlices the node plugin would publish (resource.k8s.io/v1)",
     "whatif": "place manifests on a cluster offline and show the result",
 }
 

@@ -1,0 +1,89 @@
+"""`drasat resourceslices`: the ResourceSlices the node plugin would publish for this node, and
+the DeviceClasses drasat ships, printed without a cluster.
+
+Same code path as the plugin (`drasat.nodeplugin.slices`): the GPUs come from NVML on a GPU
+host, or from a simulated fleet (`--simulate-gpus`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import yaml
+
+from drasat.api.devicemodel import classes
+from drasat.api.errors import InputError
+from drasat.cli.envflags import env as _env
+
+HELP = "print the ResourceSlices the node plugin would publish (resource.k8s.io/v1)"
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "resourceslices",
+        help=HELP,
+        description="Print exactly the ResourceSlices the node plugin publishes for this node "
+        "(resource.k8s.io/v1: whole GPUs, dynamic MIG placements with their counter sets, "
+        "shares, the cpu-fallback device), from NVML or a simulated fleet, without a cluster.",
+    )
+    add = p.add_argument
+    add(
+        "--node-name",
+        default=_env("NODE_NAME", os.environ.get("NODE_NAME", "")),
+        help="the node (and pool) name (default: $NODE_NAME)",
+    )
+    add(
+        "--simulate-gpus",
+        default=_env("SIMULATE_GPUS", ""),
+        metavar="SPEC",
+        help="a simulated fleet instead of NVML, e.g. '2xA100-40GB,1xT4,mig=0+1'",
+    )
+    add("-o", "--output", choices=["yaml", "json"], default="yaml", help="format (default yaml)")
+    add(
+        "--no-shares",
+        action="store_true",
+        help="publish whole GPUs as exclusive devices only (no consumable capacity)",
+    )
+    add("--no-fallback", action="store_true", help="leave out the cpu-fallback device")
+    add(
+        "--with-classes",
+        action="store_true",
+        help="also print the DeviceClasses drasat ships (gpu, mig, cpu-fallback)",
+    )
+    p.set_defaults(func=run)
+
+
+def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The slices (and classes) to print."""
+    from drasat.nodeplugin import nvml, simnvml, slices
+
+    if not args.node_name:
+        raise InputError("--node-name (or $NODE_NAME) is required")
+    if args.simulate_gpus:
+        fleet = simnvml.SimulatedNvml(args.simulate_gpus)
+        lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)
+    else:
+        lib = nvml.NvmlDeviceLib()
+    try:
+        wanted = slices.inventory(lib, shares=not args.no_shares, fallback=not args.no_fallback)
+    finally:
+        lib.shutdown()
+    out = slices.desired(args.node_name, wanted)
+    if args.with_classes:
+        out = classes.device_classes() + out
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    found = objects(args)
+    if args.output == "json":
+        body = found[0] if len(found) == 1 else {"apiVersion": "v1", "kind": "List", "items": found}
+        print(json.dumps(body, indent=2))
+    else:
+        print(
+            yaml.safe_dump_all(found, sort_keys=False, default_flow_style=False, width=100), end=""
+        )
+    return 0
