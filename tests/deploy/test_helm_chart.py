@@ -434,7 +434,7 @@ WRITE = {"create", "update", "patch", "delete", "deletecollection"}
 def test_node_plugin_may_write_only_node_allocation_states(render: Render) -> None:
     rendered = render()
     cluster = _grants(rendered.one("ClusterRole", "-node-plugin"))
-    assert cluster == {("", "nodes", "get")}
+    assert cluster == {("", "nodes", "get"), ("resource.k8s.io", "resourceclaims", "get")}
     namespaced = _grants(rendered.one("Role", "-node-plugin"))
     writes = {(g, r) for g, r, v in namespaced if v in WRITE}
     assert writes == {("nas.gpu.drasat.io", "nodeallocationstates")}
