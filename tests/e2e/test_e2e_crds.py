@@ -197,6 +197,15 @@ def test_every_example_the_models_accept_the_real_server_keeps(
             assert _content(created) == _content(sent), f"{where}: the server pruned a field"
 
 
+def test_a_selector_deeper_than_the_schema_is_kept_as_written(backend: Backend) -> None:
+    # Below MAX_RECURSION_DEPTH the schema preserves unknown fields: nothing may be pruned there.
+    selector: Schema = {"productName": "*h100*"}
+    for level in range(crds.MAX_RECURSION_DEPTH + 2):
+        selector = {("andExpression", "orExpression")[level % 2]: [selector, {"index": level}]}
+    obj = {**crd_cases.GPU_CLAIM, "metadata": {"name": "deep"}, "spec": {"selector": selector}}
+    assert backend.create(obj)["spec"] == {"selector": selector}
+
+
 # --- rejected -------------------------------------------------------------------------------------
 
 
@@ -219,3 +228,33 @@ def test_validation_rules_agree_with_the_models(backend: Backend, case: crd_case
     status = backend.rejection(obj)
     causes = [(c.get("field"), c.get("message", "")) for c in status["details"]["causes"]]
     assert any(f == case.field and case.message in m for f, m in causes), causes
+
+
+_INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            "sim",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the simulated API server accepts integers beyond int64 (issue 12 item 5)",
+            ),
+        ),
+        "real",
+    ],
+    indirect=True,
+)
+def test_integers_beyond_int64_are_refused(backend: Backend) -> None:
+    # The real server decodes such a number as a float, whatever the schema says: a field the
+    # models leave unbounded (NAS memoryBytes) still holds at most an int64.
+    gpu = {"index": 0, "uuid": "GPU-0", "memoryBytes": _INT64_MAX, "productName": "T4"}
+    nas = {**crd_cases.NAS_SAMPLES[1], "metadata": {"name": "big"}}
+    nas["spec"] = {"allocatableDevices": [{"gpu": gpu}]}
+    assert backend.create(nas)["spec"] == nas["spec"]
+    nas["spec"] = {"allocatableDevices": [{"gpu": {**gpu, "memoryBytes": _INT64_MAX + 1}}]}
+    status = backend.rejection(nas)
+    fields = [cause.get("field") for cause in status["details"]["causes"]]
+    assert "spec.allocatableDevices[0].gpu.memoryBytes" in fields, status
