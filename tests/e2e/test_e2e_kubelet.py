@@ -99,8 +99,13 @@ def _stop_plugin(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def gpu_node(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    request: pytest.FixtureRequest,
+    kube_api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
 ) -> Iterator[GpuNode]:
+    """The node; `indirect` parametrization gives the minors its slice advertises (default: the
+    plugin's own GPUs)."""
+    advertised = getattr(request, "param", None)
     custom = kubernetes.client.CustomObjectsApi(kube_api)
     tmp = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths stay short
     node = create_fake_node(kube_api, NODE)
@@ -111,6 +116,9 @@ def gpu_node(
         plugin = _start_plugin(tmp, kube_cluster.kubeconfig)
         # The slice the plugin's fleet publishes (the same seed: the same GPU UUIDs).
         gpus = [publish.gpu_info(g) for g in NvmlDeviceLib(SimulatedNvml(FLEET)).gpus()]
+        if advertised is not None:  # a slice that does not match the node's hardware
+            more = NvmlDeviceLib(SimulatedNvml(f"{max(advertised) + 1}xT4")).gpus()
+            gpus = [publish.gpu_info(g) for g in more if g.minor in advertised]
         slices = resourceslices.node_slices(NODE, gpus, node_uid=node.metadata.uid)
         for body in slices:
             try:
@@ -257,3 +265,33 @@ def test_the_sim_client_speaks_https_with_the_clusters_ca_and_token(
     stranger = kubeclient.KubeClient(settings["url"], token=settings["token"])
     with pytest.raises(ssl.SSLCertVerificationError):
         stranger.list(kubeclient.path("", "v1", "namespaces"))
+
+
+@pytest.mark.parametrize("gpu_node", [{2}], indirect=True)
+def test_a_device_the_node_does_not_have_fails_the_prepare_and_the_pod_waits(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: GpuNode
+) -> None:
+    """The slice advertises gpu-2, the node has gpu-0 and gpu-1: the claim is allocated, the
+    prepare fails naming the device, the pod never runs, and deleting it still cleans up."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    core.create_namespaced_pod(kube_namespace, _pod("pod1"))
+    kl = gpu_node.kubelet
+    expected = f"device gpu-2 is not on node {NODE} (it has: gpu-0, gpu-1)"
+    key = (kube_namespace, "pod1")
+    if not kl.wait_for(lambda: expected in kl.reasons.get(key, ""), 90):
+        raise AssertionError(f"{kl.reasons.get(key)}\nplugin log:\n{gpu_node.plugin_log()}")
+    assert "NodePrepareResources failed for claim" in kl.reasons[key]
+    assert kl.running(*key) is None
+    assert core.read_namespaced_pod("pod1", kube_namespace).status.phase == "Pending"
+    assert gpu_node.cdi_specs == [] and gpu_node.checkpoint_files == []
+    core.delete_namespaced_pod("pod1", kube_namespace)
+    kl.wait_stopped(kube_namespace, "pod1", timeout=60)
+    wait_for(
+        lambda: not core.list_namespaced_pod(kube_namespace).items,
+        timeout=60,
+        what="the pod to be deleted",
+    )
