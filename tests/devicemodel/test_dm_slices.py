@@ -3,7 +3,10 @@ the split of a pool into slices within the API's limits."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
+
+import yaml
 
 from drasat.api import resourceslices
 from drasat.api.devicemodel import classes, names, partitions, pool, shares
@@ -222,3 +225,10 @@ def test_device_classes_select_by_driver_and_type() -> None:
         'device.driver == "gpu.drasat.io" && device.attributes["gpu.drasat.io"].type == "mig"'
     )
     assert resourceslices.gpu_device_class() == shipped["gpu.drasat.io"]
+
+
+def test_the_device_classes_example_is_what_drasat_ships() -> None:
+    path = (
+        pathlib.Path(__file__).parents[2] / "deploy/examples/v1-device-classes/device-classes.yaml"
+    )
+    assert list(yaml.safe_load_all(path.read_text())) == classes.device_classes()
