@@ -11,6 +11,7 @@ import pytest
 
 # The real control plane (session-scoped), for every test directory.
 from kubecluster import (  # noqa: F401  (fixtures and a report hook, registered by import)
+    classic_kube_cluster,
     kube_api,
     kube_cluster,
     kube_namespace,

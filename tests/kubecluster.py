@@ -5,7 +5,8 @@ v1.37.2 from the cache `scripts/kube-build` fills (`make test` builds it first) 
 the end of the session, also when tests fail or the run is interrupted; the components die with
 the test process even if it is killed. A missing binary fails the tests that need it with the
 command to run: they never skip silently. When such a test fails, the last lines of every
-component's log are added to its report.
+component's log are added to its report. `classic_kube_cluster` (session) is the same with
+Kubernetes v1.30.14 and classic DRA (`scripts/kube-build classic`).
 
 `kube_api` (session): the official client's ApiClient for the cluster administrator.
 `kube_namespace`: a fresh namespace for one test (its `default` ServiceAccount exists, so pods
@@ -21,6 +22,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -30,7 +32,7 @@ from kubernetes.client import ApiException
 
 from drasat.controlplane import binaries, cluster
 
-_CLUSTER_KEY = pytest.StashKey[cluster.Cluster]()
+_CLUSTERS_KEY = pytest.StashKey[list[cluster.Cluster]]()
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
@@ -38,27 +40,40 @@ def _terminate(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-@pytest.fixture(scope="session")
-def kube_cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+def _session_cluster(
+    request: pytest.FixtureRequest, folder: Path, *, classic: bool
 ) -> Iterator[cluster.Cluster]:
     try:
-        bin_dir = binaries.locate()
+        bin_dir = binaries.locate(classic=classic)
     except binaries.MissingBinaries as exc:
         pytest.fail(f"the real control plane is not built: {exc}", pytrace=False)
     previous = signal.signal(signal.SIGTERM, _terminate)
-    folder = tmp_path_factory.mktemp("kube-cluster")
     try:
         started = cluster.Cluster.start(directory=folder, bin_dir=bin_dir, die_with_parent=True)
     except cluster.ClusterError as exc:
         signal.signal(signal.SIGTERM, previous)
         pytest.fail(f"the real control plane did not start: {exc}", pytrace=False)
-    request.config.stash[_CLUSTER_KEY] = started
+    request.config.stash.setdefault(_CLUSTERS_KEY, []).append(started)
     try:
         yield started
     finally:
         started.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[cluster.Cluster]:
+    yield from _session_cluster(request, tmp_path_factory.mktemp("kube-cluster"), classic=False)
+
+
+@pytest.fixture(scope="session")
+def classic_kube_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[cluster.Cluster]:
+    """Kubernetes v1.30.14 with classic DRA (`resource.k8s.io/v1alpha2`), for classic e2e tests."""
+    yield from _session_cluster(request, tmp_path_factory.mktemp("kube-classic"), classic=True)
 
 
 @pytest.fixture(scope="session")
@@ -104,10 +119,10 @@ def kube_namespace(kube_api: kubernetes.client.ApiClient) -> Iterator[str]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    started = item.config.stash.get(_CLUSTER_KEY, None)
     fixtures = getattr(item, "fixturenames", ())
-    if report.failed and started is not None and "kube_cluster" in fixtures:
-        report.sections.append(("kube-cluster logs", started.logs(lines=30)))
+    if report.failed and {"kube_cluster", "classic_kube_cluster"} & set(fixtures):
+        for started in item.config.stash.get(_CLUSTERS_KEY, []):
+            report.sections.append(("kube-cluster logs", started.logs(lines=30)))
     return report
 
 

@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"where the binaries are (default: $DRASAT_KUBE_BIN or {binaries.default_dir()})",
     )
+    parser.add_argument(
+        "--classic",
+        action="store_true",
+        help=f"up: Kubernetes {binaries.CLASSIC_VERSION} with classic DRA (resource.k8s.io/"
+        f"v1alpha2) from $DRASAT_KUBE_CLASSIC_BIN or {binaries.default_dir(classic=True)}",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for up")
     args = parser.parse_args(argv)
     try:
@@ -56,8 +62,9 @@ def _up(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"kube-cluster: starting {line}", file=sys.stderr, flush=True)
 
+    bin_dir = args.bin_dir or binaries.default_dir(classic=args.classic)
     started = cluster.Cluster.start(
-        directory=args.dir, bin_dir=args.bin_dir, timeout=args.timeout, progress=progress
+        directory=args.dir, bin_dir=bin_dir, timeout=args.timeout, progress=progress
     )
     print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)
     print(started.kubeconfig)

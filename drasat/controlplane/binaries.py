@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 KUBE_VERSION = "v1.37.2"
+#: The last Kubernetes minor with classic DRA (`resource.k8s.io/v1alpha2`), for classic e2e tests.
+CLASSIC_VERSION = "v1.30.14"
 ETCD_VERSION = "v3.7.3"
 NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
@@ -23,30 +25,52 @@ class MissingBinaries(RuntimeError):
     """The cache folder lacks a binary: the message says how to build them."""
 
 
-def default_dir() -> Path:
-    """`$DRASAT_KUBE_BIN`, else `~/.cache/drasat/kube-v1.37.2` (honouring `$XDG_CACHE_HOME`)."""
-    explicit = os.environ.get("DRASAT_KUBE_BIN")
+def default_dir(*, classic: bool = False) -> Path:
+    """`$DRASAT_KUBE_BIN` (`$DRASAT_KUBE_CLASSIC_BIN` for the classic control plane), else
+    `~/.cache/drasat/kube-<version>` (honouring `$XDG_CACHE_HOME`)."""
+    variable, version = (
+        ("DRASAT_KUBE_CLASSIC_BIN", CLASSIC_VERSION)
+        if classic
+        else ("DRASAT_KUBE_BIN", KUBE_VERSION)
+    )
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "drasat" / f"kube-{KUBE_VERSION}"
+    return cache / "drasat" / f"kube-{version}"
 
 
-def locate(directory: Path | None = None) -> Path:
+def locate(directory: Path | None = None, *, classic: bool = False) -> Path:
     """The folder holding all four binaries, or MissingBinaries naming what is absent."""
-    folder = directory or default_dir()
+    folder = directory or default_dir(classic=classic)
     missing = [name for name in NAMES if not os.access(folder / name, os.X_OK)]
     if missing:
+        build = "scripts/kube-build classic" if classic else "scripts/kube-build"
+        variable = "DRASAT_KUBE_CLASSIC_BIN" if classic else "DRASAT_KUBE_BIN"
         raise MissingBinaries(
-            f"{folder}: no {', '.join(missing)}: build them with scripts/kube-build "
-            "(a cold build takes tens of minutes; see README.md) or set DRASAT_KUBE_BIN"
+            f"{folder}: no {', '.join(missing)}: build them with {build} "
+            f"(a cold build takes several minutes; see README.md) or set {variable}"
         )
     return folder
 
 
-def listed_gates(binary: Path) -> set[str]:
-    """Every feature gate `binary -h` lists (an unknown gate would be fatal at start)."""
+def minor_version(binary: Path) -> int:
+    """The minor version `binary --version` prints (`Kubernetes v1.37.2` -> 37)."""
     text = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=False, timeout=60
+    ).stdout
+    match = re.search(r"v1\.(\d+)\.", text)
+    if match is None:
+        raise MissingBinaries(f"{binary}: --version printed no Kubernetes version: {text!r}")
+    return int(match.group(1))
+
+
+def help_text(binary: Path) -> str:
+    return subprocess.run(
         [str(binary), "-h"], capture_output=True, text=True, check=False, timeout=60
     ).stdout
-    return set(_GATE_LINE.findall(text))
+
+
+def listed_gates(binary: Path) -> set[str]:
+    """Every feature gate `binary -h` lists (an unknown gate would be fatal at start)."""
+    return set(_GATE_LINE.findall(help_text(binary)))

@@ -36,8 +36,17 @@ from typing import Any
 
 from drasat.controlplane import binaries
 
-#: The resource.k8s.io versions 1.37 serves besides v1 (off by default, turned on here).
-RESOURCE_VERSIONS = ("v1beta1", "v1beta2", "v1alpha3")
+
+#: The resource.k8s.io versions a server serves besides those on by default, turned on here, by
+#: minor version: classic DRA's v1alpha2 (1.27-1.30) and v1alpha3 (1.31); from 1.32 on, the
+#: versions beside v1 (1.37 serves v1 by default and v1beta1, v1beta2, v1alpha3 when asked).
+def resource_versions(minor: int) -> tuple[str, ...]:
+    if minor <= 30:
+        return ("v1alpha2",)
+    if minor == 31:
+        return ("v1alpha3",)
+    return ("v1beta1", "v1beta2", "v1alpha3")
+
 
 #: kube-controller-manager's controllers for fake nodes: claims from templates, owner cascades,
 #: namespace deletion, each namespace's `default` ServiceAccount (pods are admitted with it) and
@@ -117,6 +126,7 @@ class Cluster:
     feature_gates: list[str] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
     die_with_parent: bool = False
+    minor: int = 0
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -156,6 +166,7 @@ class Cluster:
         shutil.rmtree(directory, ignore_errors=True)
         (directory / "logs").mkdir(parents=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
+        cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
             name: free_port()
             for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "controller-manager")
@@ -250,7 +261,7 @@ class Cluster:
         self._wait("etcd", deadline, lambda: _http_ok(f"http://127.0.0.1:{client}/health"))
 
     def _apiserver_args(self) -> list[str]:
-        apis = [f"resource.k8s.io/{v}" for v in RESOURCE_VERSIONS]
+        apis = [f"resource.k8s.io/{v}" for v in resource_versions(self.minor)]
         if "GenericWorkload" in self.feature_gates:
             # DRAWorkloadResourceClaims needs it, and the scheduler waits for its PodGroup
             # informer to sync before it takes its lease.
@@ -277,7 +288,9 @@ class Cluster:
 
     def _start_apiserver(self, deadline: float) -> None:
         listed = binaries.listed_gates(self.bin_dir / "kube-apiserver")
-        self.feature_gates = sorted(g for g in listed if g.startswith("DRA"))
+        self.feature_gates = sorted(
+            g for g in listed if g.startswith("DRA") or g == "DynamicResourceAllocation"
+        )
         while True:
             process = self._spawn("kube-apiserver", self._apiserver_args())
             try:
@@ -311,7 +324,7 @@ class Cluster:
             "kube-controller-manager",
             [
                 f"--kubeconfig={self._kubeconfig_of('system:kube-controller-manager')}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(self._controllers())}",
                 "--use-service-account-credentials=true",  # each controller with its own role
                 f"--secure-port={self.ports['controller-manager']}",
                 "--bind-address=127.0.0.1",
@@ -338,6 +351,11 @@ class Cluster:
             lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
         )
 
+    def _controllers(self) -> list[str]:
+        """CONTROLLERS that this controller manager has (1.30 has no device-taint eviction)."""
+        text = binaries.help_text(self.bin_dir / "kube-controller-manager")
+        return [name for name in CONTROLLERS if name in text]
+
     # --- state ---------------------------------------------------------------------------------
 
     def _save(self) -> None:
@@ -347,6 +365,7 @@ class Cluster:
             "ports": self.ports,
             "tokens": self.tokens,
             "feature_gates": self.feature_gates,
+            "minor": self.minor,
             "processes": [asdict(p) for p in self.processes],
         }
         path = self.directory / STATE_FILE
@@ -367,6 +386,7 @@ class Cluster:
             ports=state["ports"],
             tokens=state["tokens"],
             feature_gates=state["feature_gates"],
+            minor=state.get("minor", 0),
             processes=[Process(**p) for p in state["processes"]],
         )
 
