@@ -182,7 +182,7 @@ def _fixed(built: model.Built, picks: tuple[nodes._Pick, ...]) -> None:
             built.model.add(d.var == int(key in wanted))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_enumeration_and_model_agree_on_every_placement(seed: int) -> None:
     """Random small instances with the workload-aware fragmentation term, CPU and memory: on
