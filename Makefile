@@ -29,11 +29,14 @@ test: $(STAMP)
 ## e2e: the tests against the real control plane alone (etcd, kube-apiserver, kube-scheduler,
 ## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing)
 e2e: $(STAMP)
-	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" $(BIN)/pytest tests/e2e tests/contract
+	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" \
+	DRASAT_KUBE_CLASSIC_BIN="$$(scripts/kube-build classic | tail -n 1)" \
+	$(BIN)/pytest tests/e2e tests/contract
 
-## kube: build the real control plane's binaries into their cache (DRASAT_KUBE_BIN)
+## kube: build the real control planes' binaries into their cache (v1.37.2 and classic v1.30.14)
 kube:
 	scripts/kube-build
+	scripts/kube-build classic
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

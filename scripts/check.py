@@ -45,12 +45,19 @@ def main() -> int:
 
 
 def _build_kube() -> int:
-    """scripts/kube-build; its last stdout line is the binaries' folder, which the tests get as
-    DRASAT_KUBE_BIN (its progress goes to stderr, shown as it comes)."""
-    done = subprocess.run([str(REPO / "scripts" / "kube-build")], stdout=subprocess.PIPE, text=True)
-    if done.returncode == 0:
-        os.environ["DRASAT_KUBE_BIN"] = done.stdout.strip().splitlines()[-1]
-    return done.returncode
+    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane; the last
+    stdout line of each is its binaries' folder, which the tests get as DRASAT_KUBE_BIN and
+    DRASAT_KUBE_CLASSIC_BIN (progress goes to stderr, shown as it comes)."""
+    for flavour, variable in (
+        ("current", "DRASAT_KUBE_BIN"),
+        ("classic", "DRASAT_KUBE_CLASSIC_BIN"),
+    ):
+        command = [str(REPO / "scripts" / "kube-build"), flavour]
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            return done.returncode
+        os.environ[variable] = done.stdout.strip().splitlines()[-1]
+    return 0
 
 
 if __name__ == "__main__":
