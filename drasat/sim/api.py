@@ -105,6 +105,10 @@ class Api:
         self, rt: resources.ResourceType, new: Obj, old: Obj | None, *, strict: bool
     ) -> None:
         causes = self.validator.causes(rt, new, strict=strict)
+        unknown = sorted(path for path, message in causes if message.startswith("unknown field"))
+        if unknown:
+            # fieldValidation=Strict: the decoder refuses the object before validation runs.
+            raise errors.unknown_fields(kind=rt.kind, version=rt.version, paths=unknown)
         causes.extend(rules.check(rt, new, old))
         if rt.group == _CRD_GROUP:
             causes.extend(self._crd_causes(new))
@@ -160,6 +164,17 @@ class Api:
         """Check a request body against the URL; fill apiVersion/kind as the server defaults."""
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
+        if rt.custom and not body.get("kind"):
+            # Built-in kinds default apiVersion and kind; custom resources must carry them.
+            raise errors.bad_request(
+                f"the object provided is unrecognized (must be of type {rt.kind}): "
+                f"Object 'Kind' is missing"
+            )
+        if rt.custom and not body.get("apiVersion"):
+            raise errors.bad_request(
+                f"the API version in the data () does not match the expected API version "
+                f"({rt.api_version})"
+            )
         if (
             body.setdefault("apiVersion", rt.api_version) != rt.api_version
             or body.setdefault("kind", rt.kind) != rt.kind
@@ -220,6 +235,7 @@ class Api:
         rt = self.resource(route)
         labels, fields = self.selectors(rt, query)
         items, rv = self.store.list_objects(rt, route.namespace)
+        self._check_list_version(query, int(rv))
         chosen = [
             self.present(rt, obj)
             for obj in items
@@ -232,6 +248,40 @@ class Api:
             "metadata": {"resourceVersion": rv, **metadata},
             "items": page,
         }
+
+    @staticmethod
+    def _check_list_version(query: Mapping[str, str], current: int) -> None:
+        """resourceVersion and resourceVersionMatch of a list. Only the current state is kept:
+        an exact older version is 410 Expired, as the real server answers once etcd compacted
+        it; a version from the future is 504, as the real server answers after waiting."""
+        wanted, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+        if match and not wanted:
+            raise errors.invalid(
+                kind="ListOptions",
+                group="meta.k8s.io",
+                name="",
+                causes=[
+                    (
+                        "resourceVersionMatch",
+                        "Forbidden: resourceVersionMatch is forbidden unless resourceVersion "
+                        "is provided",
+                    )
+                ],
+            )
+        if not wanted:
+            return
+        try:
+            version = int(wanted)
+        except ValueError:
+            raise errors.bad_request(f"invalid resource version: {wanted!r}") from None
+        if version > current and (match or version != 0):
+            raise errors.ApiError(
+                504,
+                "Timeout",
+                f"Timeout: Too large resource version: {version}, current: {current}",
+            )
+        if match == "Exact" and version < current:
+            raise errors.gone("The resourceVersion for the provided list is too old.")
 
     @staticmethod
     def selectors(
@@ -334,7 +384,32 @@ class Api:
     def delete(
         self, route: routing.Route, body: Any, query: Mapping[str, str] | None = None
     ) -> Obj:
+        """DELETE: the object while it is only marked (finalizers, a grace period); once gone,
+        the object or a Status, as the kind's registry answers."""
         rt = self.resource(route)
+        deleted = self._delete(rt, route, body, query)
+        meta = deleted["metadata"]
+        kept = bool(meta.get("finalizers")) or bool(meta.get("deletionGracePeriodSeconds"))
+        if (kept and meta.get("deletionTimestamp")) or rt.delete_returns_object:
+            return deleted
+        details = {"name": meta.get("name", ""), "kind": rt.plural, "uid": meta.get("uid", "")}
+        if rt.group:
+            details = {"name": details["name"], "group": rt.group, **details}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        }
+
+    def _delete(
+        self,
+        rt: resources.ResourceType,
+        route: routing.Route,
+        body: Any,
+        query: Mapping[str, str] | None,
+    ) -> Obj:
         options = body if isinstance(body, dict) else {}
         dry_run = self._dry_run(query or {}) or options.get("dryRun") == ["All"]
         deleted = self.store.delete(
@@ -375,7 +450,7 @@ class Api:
                 route.group, route.version, route.plural, meta.get("namespace"), meta["name"]
             )
             try:
-                deleted.append(self.delete(item, None))
+                deleted.append(self._delete(self.resource(item), item, None, None))
             except errors.ApiError as exc:
                 if exc.code != 404:
                     raise
@@ -493,6 +568,16 @@ def decode(raw: bytes) -> Any:
     if not raw:
         return None
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_int64)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _int64(text: str) -> int | float:
+    """A JSON integer as Go decodes it into an unstructured object: one beyond int64 becomes a
+    float, so a schema's `integer` refuses it (as the real server does)."""
+    value = int(text)
+    return value if value in _INT64 else float(value)

@@ -39,7 +39,8 @@ class ApiError(Exception):
 
 
 def _details(kind: str, name: str, group: str) -> dict[str, Any]:
-    return {"name": name, "group": group, "kind": kind}
+    # The real server leaves out an empty group (the core API), as Go's omitempty does.
+    return {"name": name, "group": group, "kind": kind} if group else {"name": name, "kind": kind}
 
 
 def not_found(*, plural: str, group: str, name: str) -> ApiError:
@@ -74,15 +75,18 @@ def invalid(*, kind: str, group: str, name: str, causes: list[tuple[str, str]]) 
     """422 Unprocessable Entity; `causes` are (field path, message) pairs."""
     details = _details(kind, name, group)
     details["causes"] = [_cause(field, message) for field, message in causes]
+    # As Go's aggregated field errors print: one bare, several in brackets.
     summary = ", ".join(f"{c['field']}: {c['message']}" for c in details["causes"])
-    return ApiError(
-        422, "Invalid", f'{kind}.{group or "core"} "{name}" is invalid: {summary}', details=details
-    )
+    if len(details["causes"]) > 1:
+        summary = f"[{summary}]"
+    qualified = f"{kind}.{group}" if group else kind
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details=details)
 
 
 #: Message prefixes of the real server's field errors, and their cause reasons.
 _REASONS = (
     ("Required value", "FieldValueRequired"),
+    ("Invalid value (type): ", "FieldValueTypeInvalid"),
     ("Forbidden", "FieldValueForbidden"),
     ("Too many", "FieldValueTooMany"),
     ("Too long", "FieldValueTooLong"),
@@ -92,11 +96,42 @@ _REASONS = (
 )
 
 
+#: Cause reasons after which the real server does not run a CRD's CEL rules.
+_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+
+
+def blocks_cel(message: str) -> bool:
+    """Whether a cause with this message keeps the real server from evaluating CEL rules."""
+    return _cause("", message)["reason"] in _BLOCKING
+
+
 def _cause(field: str, message: str) -> dict[str, str]:
     for prefix, reason in _REASONS:
         if message.startswith(prefix):
+            if prefix.endswith("(type): "):  # a type error, worded as any invalid value
+                message = "Invalid value: " + message.removeprefix(prefix)
             return {"reason": reason, "message": message, "field": field}
+    if message.startswith("Invalid value: "):
+        return {"reason": "FieldValueInvalid", "message": message, "field": field}
     return {"reason": "FieldValueInvalid", "message": f"Invalid value: {message}", "field": field}
+
+
+def unknown_fields(*, kind: str, version: str, paths: list[str]) -> ApiError:
+    """400 for fields the schema does not know, as fieldValidation=Strict answers (the decoder
+    refuses the object before any validation)."""
+    listed = ", ".join(f'unknown field "{path}"' for path in paths)
+    return bad_request(
+        f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: '
+        f"{listed}"
+    )
 
 
 def bad_request(message: str) -> ApiError:

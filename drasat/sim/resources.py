@@ -32,6 +32,11 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     #: Versions of one CRD share storage, as with conversion strategy None.
     custom: bool = False
+    #: Whether the kind has metadata.generation (not every built-in kind does).
+    generation: bool = True
+    #: Whether a delete that removes the object answers with it (the kind's registry sets
+    #: ReturnDeletedObject) rather than a Status; an object only marked is always answered.
+    delete_returns_object: bool = False
 
     @property
     def api_version(self) -> str:
@@ -57,6 +62,8 @@ def _builtin(
     status: bool = False,
     schemas: tuple[str, ...] = (CLASSIC_SCHEMA_VERSION, CURRENT_SCHEMA_VERSION),
     fields: frozenset[str] = frozenset(),
+    generation: bool = True,
+    returns_object: bool = False,
 ) -> ResourceType:
     return ResourceType(
         group=group,
@@ -68,6 +75,8 @@ def _builtin(
         schema_versions=schemas,
         field_selectors=_DEFAULT_FIELDS | fields,
         singular=kind.lower(),
+        generation=generation,
+        delete_returns_object=returns_object,
     )
 
 
@@ -87,9 +96,12 @@ _EVENT_FIELDS = frozenset(
 
 #: Core kinds are validated against 1.30 or 1.34: the client (v37) speaks the newer shapes
 #: (e.g. pod.spec.resourceClaims[].resourceClaimName) while classic DRA clusters spoke 1.30's.
+#: As kube-apiserver v1.37 has them (checked by tests/contract): which kinds have a
+#: metadata.generation and which answer a delete with the deleted object. Classic DRA
+#: (v1alpha2) cannot be checked on 1.37 and is assumed to behave as resource.k8s.io/v1.
 BUILTINS: tuple[ResourceType, ...] = (
-    _builtin("", "v1", "pods", "Pod", status=True, fields=_POD_FIELDS),
-    _builtin("", "v1", "nodes", "Node", namespaced=False, status=True),
+    _builtin("", "v1", "pods", "Pod", status=True, fields=_POD_FIELDS, returns_object=True),
+    _builtin("", "v1", "nodes", "Node", namespaced=False, status=True, generation=False),
     _builtin(
         "",
         "v1",
@@ -98,13 +110,15 @@ BUILTINS: tuple[ResourceType, ...] = (
         namespaced=False,
         status=True,
         fields=frozenset({"status.phase"}),
+        generation=False,
+        returns_object=True,
     ),
-    _builtin("", "v1", "events", "Event", fields=_EVENT_FIELDS),
-    _builtin("", "v1", "configmaps", "ConfigMap"),
-    _builtin("", "v1", "secrets", "Secret", fields=frozenset({"type"})),
-    _builtin("", "v1", "serviceaccounts", "ServiceAccount"),
-    _builtin("events.k8s.io", "v1", "events", "Event"),
-    _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+    _builtin("", "v1", "events", "Event", fields=_EVENT_FIELDS, generation=False),
+    _builtin("", "v1", "configmaps", "ConfigMap", generation=False),
+    _builtin("", "v1", "secrets", "Secret", fields=frozenset({"type"}), generation=False),
+    _builtin("", "v1", "serviceaccounts", "ServiceAccount", generation=False, returns_object=True),
+    _builtin("events.k8s.io", "v1", "events", "Event", generation=False),
+    _builtin("coordination.k8s.io", "v1", "leases", "Lease", generation=False),
     _builtin("apps", "v1", "deployments", "Deployment", status=True),
     _builtin("apps", "v1", "daemonsets", "DaemonSet", status=True),
     _builtin(
@@ -114,6 +128,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "CustomResourceDefinition",
         namespaced=False,
         status=True,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -122,6 +137,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceClass",
         namespaced=False,
         schemas=_CLASSIC,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -130,6 +146,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceClaim",
         status=True,
         schemas=_CLASSIC,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -137,6 +154,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "resourceclaimtemplates",
         "ResourceClaimTemplate",
         schemas=_CLASSIC,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -145,6 +163,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "PodSchedulingContext",
         status=True,
         schemas=_CLASSIC,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -153,15 +172,35 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceSlice",
         namespaced=False,
         schemas=_CLASSIC,
+        returns_object=True,
     ),
     _builtin(
-        "resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False, schemas=_CURRENT
+        "resource.k8s.io",
+        "v1",
+        "deviceclasses",
+        "DeviceClass",
+        namespaced=False,
+        schemas=_CURRENT,
+        returns_object=True,
     ),
     _builtin(
-        "resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", status=True, schemas=_CURRENT
+        "resource.k8s.io",
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        status=True,
+        schemas=_CURRENT,
+        generation=False,
+        returns_object=True,
     ),
     _builtin(
-        "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", schemas=_CURRENT
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        schemas=_CURRENT,
+        generation=False,
+        returns_object=True,
     ),
     _builtin(
         "resource.k8s.io",
@@ -171,6 +210,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         namespaced=False,
         schemas=_CURRENT,
         fields=frozenset({"spec.nodeName", "spec.driver"}),
+        returns_object=True,
     ),
 )
 

@@ -133,7 +133,10 @@ class Store:
                 raise errors.already_exists(plural=rt.plural, group=rt.group, name=name)
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
                 meta.pop(key, None)
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            meta.pop("generation", None)
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now())
+            if rt.generation:
+                meta["generation"] = 1
             if rt.namespaced:
                 meta["namespace"] = namespace
             (validate or self._validate)(rt, new, None)
@@ -179,7 +182,9 @@ class Store:
             if dry_run:
                 return new
             if _gone(new["metadata"]):
-                return self._remove(rt, namespace, name, new)
+                # The real store deletes what it holds: watchers get the object as it was
+                # before this write (finalizers and all), not the write itself.
+                return self._remove(rt, namespace, name, copy.deepcopy(old))
             return self._commit(rt, "MODIFIED", namespace, name, new, old)
 
     @staticmethod
@@ -206,7 +211,7 @@ class Store:
             else:
                 new.pop("status", None)
         ignored = ("metadata", "status") if rt.has_status else ("metadata",)
-        if _without(new, *ignored) != _without(old, *ignored):
+        if rt.generation and _without(new, *ignored) != _without(old, *ignored):
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         return new
 

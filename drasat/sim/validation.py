@@ -102,6 +102,10 @@ def _structural(schema: Any, strict: bool = True) -> Any:
             out[key] = [_structural(sub, strict) for sub in value]
         elif not key.startswith("x-kubernetes-") and key != "nullable":
             out[key] = value
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # OpenAPI v3.0's boolean flag is JSON Schema 2020-12's exclusive bound.
+        if isinstance(out.get(exclusive), bool) and out.pop(exclusive) and bound in out:
+            out[exclusive] = out.pop(bound)
     if schema.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
@@ -115,6 +119,28 @@ def _structural(schema: Any, strict: bool = True) -> Any:
     return out
 
 
+#: A JSON float whose value is whole counts as an integer up to 2**53 (go-openapi's rule);
+#: integers beyond int64 arrive here as floats (`api.decode`), so a schema's integer refuses them.
+_MAX_JSON_INTEGER = 2**53
+
+
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, int):
+        return True
+    return (
+        isinstance(instance, float) and instance.is_integer() and abs(instance) <= _MAX_JSON_INTEGER
+    )
+
+
+_extend: Any = jsonschema.validators.extend  # untyped in jsonschema
+_CrdValidator = _extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+
+
 def crd_validator(
     openapi_schema: Mapping[str, Any], *, strict: bool = True
 ) -> jsonschema.protocols.Validator:
@@ -124,7 +150,7 @@ def crd_validator(
     properties.setdefault("apiVersion", {"type": "string"})
     properties.setdefault("kind", {"type": "string"})
     properties["metadata"] = {"type": "object"}
-    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(schema)
+    validator: jsonschema.protocols.Validator = _CrdValidator(schema)
     return validator
 
 
@@ -239,12 +265,77 @@ def apply_defaults(schema: Any, value: Any) -> Any:
 
 # --- error reporting ------------------------------------------------------------------------
 
+#: The cause the real server adds when schema errors kept it from running a CRD's CEL rules.
+CEL_SKIPPED: Cause = (
+    "<nil>",
+    "Invalid value: null: some validation rules were not checked because the object was "
+    "invalid; correct the existing errors to complete validation",
+)
+
 
 def _causes(validator: jsonschema.protocols.Validator, obj: Any) -> list[Cause]:
     causes: list[Cause] = []
     for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.path))):
         causes.extend(_explain(error))
     return causes
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
+
+
+def _type_name(value: Any) -> str:
+    """The JSON type of a value, as the API server names it in a type error."""
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "unknown")
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (str, int, float, bool)) else str(len(value))
+
+
+#: jsonschema keywords as the API server words them for a CRD schema (go-openapi's messages);
+#: `{v}` is the value, `{p}` the field path, `{x}` the keyword's bound.
+_WORDING = {
+    "minimum": "Invalid value: {v}: {p} in body should be greater than or equal to {x}",
+    "exclusiveMinimum": "Invalid value: {v}: {p} in body should be greater than {x}",
+    "maximum": "Invalid value: {v}: {p} in body should be less than or equal to {x}",
+    "exclusiveMaximum": "Invalid value: {v}: {p} in body should be less than {x}",
+    "multipleOf": "Invalid value: {v}: {p} in body should be a multiple of {x}",
+    "minLength": "Invalid value: {v}: {p} in body should be at least {x} chars long",
+    "pattern": "Invalid value: {v}: {p} in body should match '{x}'",
+    "minItems": "Invalid value: {v}: {p} in body should have at least {x} items",
+    "minProperties": "Invalid value: {v}: {p} in body should have at least {x} properties",
+}
+
+
+def _worded(error: jsonschema.ValidationError, where: str) -> str | None:
+    """The real server's message for one schema error, or None to keep jsonschema's."""
+    keyword = error.validator
+    bound: Any = error.validator_value
+    value: Any = error.instance
+    if keyword == "type":
+        expected = [bound] if isinstance(bound, str) else [t for t in bound if t != "null"]
+        actual = _type_name(value)
+        return (
+            f'Invalid value (type): "{actual}": {where} in body must be of type '
+            f'{expected[0] if expected else bound}: "{actual}"'
+        )
+    if keyword == "enum" and isinstance(bound, list):
+        supported = ", ".join(json.dumps(v) for v in bound)
+        return f"Unsupported value: {json.dumps(value)}: supported values: {supported}"
+    if keyword == "maxLength":
+        return f"Too long: may not be more than {bound} bytes"
+    if keyword in ("maxItems", "maxProperties"):
+        return f"Too many: {len(value)}: must have at most {bound} item{'' if bound == 1 else 's'}"
+    wording = _WORDING.get(str(keyword))
+    if wording is None or isinstance(value, bool):
+        return None
+    return wording.format(v=_shown(value), p=where, x=bound)
 
 
 def _explain(error: jsonschema.ValidationError) -> list[Cause]:
@@ -265,7 +356,8 @@ def _explain(error: jsonschema.ValidationError) -> list[Cause]:
     if error.validator in ("oneOf", "anyOf") and error.context:
         best = jsonschema.exceptions.best_match(error.context)
         return _explain(best) if best is not None else [(field_path(path), error.message)]
-    return [(field_path(path) or "<root>", error.message)]
+    where = field_path(path) or "<root>"
+    return [(where, _worded(error, where) or error.message)]
 
 
 def _unknown_fields(validator: jsonschema.protocols.Validator, obj: Any) -> list[tuple[Any, ...]]:
@@ -405,11 +497,14 @@ class Validator:
         crd = (self._crd if strict else self._crd_lax).get((resource.api_version, resource.kind))
         if crd is not None:
             causes = _causes(crd, obj)
-            # The real server runs CEL rules only on objects that pass the schema.
             rules = self._cel.get((resource.api_version, resource.kind), [])
-            if causes or not self.cel_rules:
+            if not rules or not self.cel_rules:
                 return causes
-            return _cel_causes(rules, obj)
+            # As the real server: a wrong type, a missing or unsupported value, or a list, map or
+            # string too long stops the CEL rules, which it says in a cause of its own.
+            if any(errors.blocks_cel(message) for _, message in causes):
+                return [*causes, CEL_SKIPPED]
+            return [*causes, *_cel_causes(rules, obj)]
         # Accepted if any version's schema accepts it; otherwise the closest version's complaints
         # (fewest causes), so a 1.34-shaped pod is not told about 1.30's field names.
         closest: list[Cause] | None = None

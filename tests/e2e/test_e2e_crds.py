@@ -233,20 +233,6 @@ def test_validation_rules_agree_with_the_models(backend: Backend, case: crd_case
 _INT64_MAX = 2**63 - 1
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param(
-            "sim",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the simulated API server accepts integers beyond int64 (issue 12 item 5)",
-            ),
-        ),
-        "real",
-    ],
-    indirect=True,
-)
 def test_integers_beyond_int64_are_refused(backend: Backend) -> None:
     # The real server decodes such a number as a float, whatever the schema says: a field the
     # models leave unbounded (NAS memoryBytes) still holds at most an int64.

@@ -39,11 +39,15 @@ def create_claim(custom: kubernetes.client.CustomObjectsApi, body: dict[str, Any
 # --- validation -------------------------------------------------------------------------------
 
 
-def test_unknown_field_in_builtin_spec_is_422(custom: kubernetes.client.CustomObjectsApi) -> None:
+def test_unknown_field_in_builtin_spec_is_400(custom: kubernetes.client.CustomObjectsApi) -> None:
+    # As fieldValidation=Strict on the real server: the decoder refuses it (tests/contract).
     with pytest.raises(ApiException) as caught:
         create_claim(custom, claim("c", bogus=1))
-    assert caught.value.status == 422
-    assert causes(caught.value) == {"spec.bogus": 'unknown field "spec.bogus"'}
+    assert caught.value.status == 400
+    assert json.loads(caught.value.body)["message"] == (
+        'ResourceClaim in version "v1alpha2" cannot be handled as a ResourceClaim: '
+        'strict decoding error: unknown field "spec.bogus"'
+    )
 
 
 def test_wrong_type_in_builtin_is_422(custom: kubernetes.client.CustomObjectsApi) -> None:
@@ -150,15 +154,20 @@ def test_custom_object_against_crd_schema(custom: kubernetes.client.CustomObject
         "metadata": {"name": "w"},
         "spec": {"size": 0, "color": "green", "surprise": True, "extra": {"any": 1}},
     }
+    with pytest.raises(ApiException) as unknown:
+        custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
+    assert unknown.value.status == 400  # extra preserves fields; surprise is unknown
+    assert 'unknown field "spec.surprise"' in json.loads(unknown.value.body)["message"]
+    del widget["spec"]["surprise"]
     with pytest.raises(ApiException) as caught:
         custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
     found = causes(caught.value)
-    assert set(found) == {"spec.size", "spec.color", "spec.surprise"}  # extra preserves fields
-    assert "unknown field" in found["spec.surprise"]
+    # An unsupported value stops the CEL rules, which the server says without a field path.
+    assert set(found) == {"spec.size", "spec.color", "<nil>"}
     widget["spec"] = {}
     with pytest.raises(ApiException) as missing:
         custom.create_namespaced_custom_object("test.drasat.io", "v1", "default", "widgets", widget)
-    assert causes(missing.value) == {"spec.size": "Required value"}
+    assert causes(missing.value)["spec.size"] == "Required value"
 
 
 def test_cel_rules_of_crds_are_enforced(custom: kubernetes.client.CustomObjectsApi) -> None:

@@ -1,0 +1,318 @@
+"""Create, read, update, patch and delete on core kinds, custom resources and resource.k8s.io/v1,
+with the server-owned metadata and the error bodies drasat's client parses (drasat/kube)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from contract import WIDGETS, Backend, raw, status_of, widget
+from kubernetes.client import ApiException
+
+RESOURCE_V1 = ("resource.k8s.io", "v1")
+JSON_PATCH = "application/json-patch+json"
+
+
+def _cm(name: str = "", **data: str) -> dict[str, Any]:
+    meta = {"name": name} if name else {"generateName": "cm-"}
+    return {"metadata": meta, "data": dict(data)}
+
+
+def _pod(name: str, **spec: Any) -> dict[str, Any]:
+    # schedulerName: no scheduler of the real control plane touches these pods.
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "contract-none",
+            "containers": [{"name": "c", "image": "none"}],
+            **spec,
+        },
+    }
+
+
+def test_configmap_crud_and_server_owned_metadata(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    created = core.create_namespaced_config_map(ns, _cm("a", x="1"))
+    meta = created.metadata
+    assert meta.uid and meta.creation_timestamp and meta.resource_version
+    assert meta.namespace == ns and created.data == {"x": "1"}
+    got = core.read_namespaced_config_map("a", ns)
+    assert got.metadata.resource_version == meta.resource_version and got.data == {"x": "1"}
+    got.data = {"x": "2"}
+    replaced = core.replace_namespaced_config_map("a", ns, got)
+    assert replaced.data == {"x": "2"} and replaced.metadata.uid == meta.uid
+    assert int(replaced.metadata.resource_version) > int(meta.resource_version)
+    core.delete_namespaced_config_map("a", ns)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_config_map("a", ns)
+    assert gone.value.status == 404
+
+
+def test_a_no_op_update_changes_nothing(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    created = core.create_namespaced_config_map(ns, _cm("a", x="1"))
+    same = core.replace_namespaced_config_map("a", ns, created)
+    assert same.metadata.resource_version == created.metadata.resource_version
+
+
+def test_generate_name(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    first = core.create_namespaced_config_map(ns, _cm())
+    second = core.create_namespaced_config_map(ns, _cm())
+    for made in (first, second):
+        assert made.metadata.name.startswith("cm-") and len(made.metadata.name) == 8
+        assert made.metadata.generate_name == "cm-"
+    assert first.metadata.name != second.metadata.name
+    custom = backend.custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget())
+    assert custom["metadata"]["name"].startswith("w-") and len(custom["metadata"]["name"]) == 7
+
+
+def test_not_found_body(backend: Backend) -> None:
+    with pytest.raises(ApiException) as caught:
+        backend.core.read_namespaced_config_map("missing", backend.namespace)
+    assert caught.value.status == 404
+    assert status_of(caught.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'configmaps "missing" not found',
+        "reason": "NotFound",
+        "details": {"name": "missing", "kind": "configmaps"},
+        "code": 404,
+    }
+    with pytest.raises(ApiException) as custom:
+        backend.custom.get_namespaced_custom_object(*WIDGETS[:2], backend.namespace, "widgets", "x")
+    body = status_of(custom.value)
+    assert (custom.value.status, body["reason"]) == (404, "NotFound")
+    assert body["message"] == 'widgets.test.drasat.io "x" not found'
+    assert body["details"] == {"name": "x", "group": "test.drasat.io", "kind": "widgets"}
+
+
+def test_already_exists_body(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    core.create_namespaced_config_map(ns, _cm("a"))
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_config_map(ns, _cm("a"))
+    assert caught.value.status == 409
+    assert status_of(caught.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'configmaps "a" already exists',
+        "reason": "AlreadyExists",
+        "details": {"name": "a", "kind": "configmaps"},
+        "code": 409,
+    }
+    backend.custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    with pytest.raises(ApiException) as custom:
+        backend.custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    body = status_of(custom.value)
+    assert (custom.value.status, body["reason"]) == (409, "AlreadyExists")
+    assert body["message"] == 'widgets.test.drasat.io "w" already exists'
+    assert body["details"] == {"name": "w", "group": "test.drasat.io", "kind": "widgets"}
+
+
+def test_custom_resource_crud_defaults_and_generation(backend: Backend) -> None:
+    custom, ns = backend.custom, backend.namespace
+    created = custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    assert created["spec"] == {"size": 1, "color": "red"}  # the schema's default
+    assert created["metadata"]["generation"] == 1
+    created["metadata"]["labels"] = {"k": "v"}
+    relabelled = custom.replace_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w", created)
+    assert relabelled["metadata"]["generation"] == 1  # metadata is not the spec
+    relabelled["spec"]["size"] = 2
+    resized = custom.replace_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w", relabelled)
+    assert resized["metadata"]["generation"] == 2
+    listed = custom.list_namespaced_custom_object(*WIDGETS[:2], ns, "widgets")
+    assert [w["metadata"]["name"] for w in listed["items"]] == ["w"]
+    assert listed["kind"] == "WidgetList" and listed["apiVersion"] == "test.drasat.io/v1"
+    custom.delete_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w")
+    with pytest.raises(ApiException) as gone:
+        custom.get_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w")
+    assert gone.value.status == 404
+
+
+def test_drasat_nas_round_trip(backend: Backend) -> None:
+    nas = {
+        "apiVersion": "nas.gpu.drasat.io/v1alpha1",
+        "kind": "NodeAllocationState",
+        "metadata": {"name": "node-a"},
+        "spec": {
+            "allocatableDevices": [
+                {"gpu": {"index": 0, "uuid": "GPU-0", "memoryBytes": 1, "productName": "T4"}}
+            ]
+        },
+        "status": "Ready",
+    }
+    plural = ("nas.gpu.drasat.io", "v1alpha1", backend.namespace, "nodeallocationstates")
+    created = backend.custom.create_namespaced_custom_object(*plural, nas)
+    assert created["spec"] == nas["spec"] and created["status"] == "Ready"
+    got = backend.custom.get_namespaced_custom_object(*plural, "node-a")
+    assert got["spec"] == nas["spec"]
+
+
+def test_pod_crud_as_drasat_uses_it(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    created = core.create_namespaced_pod(ns, _pod("p", nodeName="node-a"))
+    assert created.status.phase == "Pending" and created.spec.node_name == "node-a"
+    labelled = core.patch_namespaced_pod("p", ns, {"metadata": {"labels": {"app": "x"}}})
+    assert labelled.metadata.labels == {"app": "x"}
+    with pytest.raises(ApiException) as immutable:
+        core.patch_namespaced_pod("p", ns, {"spec": {"nodeName": "node-b"}})
+    assert immutable.value.status == 422
+    assert status_of(immutable.value)["details"]["causes"][0]["field"] == "spec"
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("p", ns)
+    assert gone.value.status == 404
+
+
+def test_dry_run_validates_without_storing(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    answered = core.create_namespaced_config_map(ns, _cm("a", x="1"), dry_run="All")
+    assert answered.metadata.name == "a" and answered.metadata.uid
+    with pytest.raises(ApiException) as absent:
+        core.read_namespaced_config_map("a", ns)
+    assert absent.value.status == 404
+    with pytest.raises(ApiException) as invalid:
+        backend.custom.create_namespaced_custom_object(
+            *WIDGETS[:2], ns, "widgets", widget("w", size=0), dry_run="All"
+        )
+    assert invalid.value.status == 422
+    core.create_namespaced_config_map(ns, _cm("a", x="1"))
+    core.patch_namespaced_config_map("a", ns, {"data": {"x": "2"}}, dry_run="All")
+    core.delete_namespaced_config_map("a", ns, dry_run="All")
+    assert core.read_namespaced_config_map("a", ns).data == {"x": "1"}
+
+
+def test_merge_patch_and_json_patch(backend: Backend) -> None:
+    custom, ns = backend.custom, backend.namespace
+    custom.create_namespaced_custom_object(
+        *WIDGETS[:2], ns, "widgets", widget("w", extra={"a": 1, "b": 2})
+    )
+    # CustomObjectsApi sends a dict as a JSON merge patch: null deletes, maps merge.
+    merged = custom.patch_namespaced_custom_object(
+        *WIDGETS[:2], ns, "widgets", "w", {"spec": {"extra": {"a": None, "c": 3}, "size": 4}}
+    )
+    assert merged["spec"]["extra"] == {"b": 2, "c": 3} and merged["spec"]["size"] == 4
+    # ... a list goes as a JSON patch only when told (the client would send it as a merge patch).
+    patched = custom.patch_namespaced_custom_object(
+        *WIDGETS[:2],
+        ns,
+        "widgets",
+        "w",
+        [
+            {"op": "test", "path": "/spec/size", "value": 4},
+            {"op": "replace", "path": "/spec/size", "value": 5},
+            {"op": "add", "path": "/spec/parts", "value": [{"weight": 1}]},
+            {"op": "remove", "path": "/spec/extra/b"},
+        ],
+        _content_type=JSON_PATCH,
+    )
+    assert patched["spec"] == {
+        "size": 5,
+        "color": "red",
+        "extra": {"c": 3},
+        "parts": [{"weight": 1}],
+    }
+    with pytest.raises(ApiException) as failed_test:
+        custom.patch_namespaced_custom_object(
+            *WIDGETS[:2],
+            ns,
+            "widgets",
+            "w",
+            [{"op": "test", "path": "/spec/size", "value": 9}],
+            _content_type=JSON_PATCH,
+        )
+    assert failed_test.value.status == 422
+    after = custom.get_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w")
+    assert after["spec"]["size"] == 5
+
+
+def test_resource_claim_v1_create_and_get(backend: Backend) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io"}}]
+            }
+        },
+    }
+    created = backend.custom.create_namespaced_custom_object(
+        *RESOURCE_V1, backend.namespace, "resourceclaims", claim
+    )
+    got = backend.custom.get_namespaced_custom_object(
+        *RESOURCE_V1, backend.namespace, "resourceclaims", "c"
+    )
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
+    request = got["spec"]["devices"]["requests"][0]
+    assert request["name"] == "gpu"
+    assert request["exactly"]["deviceClassName"] == "gpu.drasat.io"
+    if backend.sim:
+        # The simulator stores what it was sent; the real server defaults the request.
+        assert request["exactly"] == {"deviceClassName": "gpu.drasat.io"}
+    else:
+        assert request["exactly"] == {
+            "deviceClassName": "gpu.drasat.io",
+            "allocationMode": "ExactCount",
+            "count": 1,
+        }
+    assert "status" not in got or got["status"] == {}
+
+
+def test_which_kinds_have_a_generation(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    assert core.create_namespaced_config_map(ns, _cm("a")).metadata.generation is None
+    assert core.create_namespaced_pod(ns, _pod("p", nodeName="n")).metadata.generation == 1
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
+    }
+    created = backend.custom.create_namespaced_custom_object(
+        *RESOURCE_V1, ns, "resourceclaims", claim
+    )
+    assert "generation" not in created["metadata"]
+
+
+def test_what_a_delete_answers(backend: Backend) -> None:
+    core, custom, ns = backend.core, backend.custom, backend.namespace
+    created = core.create_namespaced_config_map(ns, _cm("a"))
+    code, answer = raw(backend, "DELETE", f"/api/v1/namespaces/{ns}/configmaps/a")
+    assert code == 200
+    assert answer == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "a", "kind": "configmaps", "uid": created.metadata.uid},
+    }
+    made = custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    answer = custom.delete_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "w")
+    assert answer["kind"] == "Status" and answer["details"] == {
+        "name": "w",
+        "group": "test.drasat.io",
+        "kind": "widgets",
+        "uid": made["metadata"]["uid"],
+    }
+    # Pods (and resource.k8s.io kinds) answer with the object; so does any kind whose object a
+    # finalizer keeps.
+    core.create_namespaced_pod(ns, _pod("p", nodeName="n"))
+    code, pod = raw(
+        backend, "DELETE", f"/api/v1/namespaces/{ns}/pods/p", query=[("gracePeriodSeconds", "0")]
+    )
+    assert (code, pod["kind"], pod["metadata"]["name"]) == (200, "Pod", "p")
+    body = widget("held")
+    body["metadata"]["finalizers"] = ["test.drasat.io/hold"]
+    custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", body)
+    marked = custom.delete_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", "held")
+    assert marked["kind"] == "Widget" and marked["metadata"]["deletionTimestamp"]
+    custom.patch_namespaced_custom_object(
+        *WIDGETS[:2], ns, "widgets", "held", {"metadata": {"finalizers": None}}
+    )
