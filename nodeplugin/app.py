@@ -15,7 +15,7 @@ from types import FrameType
 
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import mps, nvml, simnvml, state, v1claims
+from drasat.nodeplugin import mps, nvml, registration, simnvml, slices, state, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -60,7 +60,22 @@ def build(options: Options) -> NodePlugin:
         assert api is not None
         store = KubeNasStore(api, node=config.node_name, namespace=config.namespace)
     reader = v1claims.KubeClaimReader(api) if api is not None else None
-    plugin = NodePlugin(config, lib=lib, store=store, mps_runner=runner, claim_reader=reader)
+    publisher = None
+    if config.publish_slices:
+        if api is None or config.kubelet_api is registration.KubeletApi.classic:
+            raise InputError(
+                "--resourceslices needs API access (no --in-memory-nas, or a --kubeconfig) and "
+                "--kubelet-api structured or both"
+            )
+        publisher = slices.SlicePublisher(api, node_name=config.node_name)
+    plugin = NodePlugin(
+        config,
+        lib=lib,
+        store=store,
+        mps_runner=runner,
+        claim_reader=reader,
+        slice_publisher=publisher,
+    )
     crash_after = os.environ.get(CRASH_AFTER_ENV, "")
     if crash_after:
         if not options.simulate_gpus:

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from drasat import DRIVER_NAME
+from drasat.api.devicemodel.inventory import GpuHealth
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.nodeplugin import (
     cdi,
@@ -28,6 +29,7 @@ from drasat.nodeplugin import (
     mps,
     publish,
     registration,
+    slices,
     state,
     v1claims,
 )
@@ -55,6 +57,12 @@ class Config:
     health_wait_ms: int = 1000  # one NVML event wait; also how long a stop may wait for it
     workers: int = 16
     start_timeout_s: float = 120.0  # how long the first NAS write is retried
+    #: Publish the node's `resource.k8s.io/v1` ResourceSlices (with a structured kubelet API
+    #: and API access), so the kube-scheduler allocates from them.
+    publish_slices: bool = False
+    #: Publish non-MIG GPUs as shareable (consumable capacity) in the ResourceSlices. Off until
+    #: the v1 prepare takes shares: a shareable GPU's results always carry a shareID.
+    slice_shares: bool = False
 
     @property
     def dra_socket(self) -> Path:
@@ -87,6 +95,7 @@ class NodePlugin:
         store: NasStore,
         mps_runner: mps.Runner,
         claim_reader: v1claims.ClaimReader | None = None,
+        slice_publisher: slices.SlicePublisher | None = None,
     ) -> None:
         self.config = config
         self.lib = lib
@@ -94,6 +103,9 @@ class NodePlugin:
         #: Reads v1 ResourceClaims for the v1/v1beta1 DRAPlugin services (None: no API access,
         #: their prepares fail with an error saying so).
         self.claim_reader = claim_reader
+        #: Keeps the node's `resource.k8s.io/v1` ResourceSlices in step with what `publish`
+        #: writes to the NAS (None: no slices, e.g. for classic kubelets).
+        self.slice_publisher = slice_publisher
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.state = state.DeviceState(
             lib=lib,
@@ -129,7 +141,26 @@ class NodePlugin:
             nas.status = status
             return True
 
-        return self.store.update(mutate, create=True)
+        nas = self.store.update(mutate, create=True)
+        self.publish_slices()
+        return nas
+
+    def publish_slices(self) -> slices.SyncResult | None:
+        """Sync the ResourceSlices with the GPUs and their health; a failure is logged (the next
+        publish retries), it never stops the plugin."""
+        if self.slice_publisher is None:
+            return None
+        unhealthy = {
+            uuid: GpuHealth.from_xid(self.health.xids.get(uuid)) for uuid in self.health.unhealthy
+        }
+        try:
+            wanted = slices.inventory(self.lib, health=unhealthy, shares=self.config.slice_shares)
+            return self.slice_publisher.sync(wanted)
+        except Exception as error:  # the API is down, the Node is gone: try again next time
+            log.error(
+                "could not publish the ResourceSlices of %s: %s", self.config.node_name, error
+            )
+            return None
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
         self.publish()

@@ -56,7 +56,7 @@ def inventory(
     lib: DeviceLib,
     *,
     health: Mapping[str, GpuHealth] | None = None,
-    shares: bool = True,
+    shares: bool = False,
     fallback: bool = True,
 ) -> Inventory:
     """What the hardware has now: GPUs, each MIG-enabled GPU's profiles and placements (NVML's

@@ -53,3 +53,12 @@ def test_without_a_node_name_it_is_a_usage_error(
     monkeypatch.delenv("DRASAT_NODE_NAME", raising=False)
     assert main.main(["resourceslices", "--simulate-gpus", "1xT4"]) == 2
     assert "--node-name" in capsys.readouterr().err
+
+
+def test_shares_make_non_mig_gpus_shareable(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["resourceslices", "--node-name", "n", "--simulate-gpus", "1xA100-40GB,1xT4,mig=0"]
+    assert main.main([*argv, "--shares"]) == 0
+    _, devices = yaml.safe_load_all(capsys.readouterr().out)
+    shareable = [d["name"] for d in devices["spec"]["devices"] if d.get("allowMultipleAllocations")]
+    # The T4 and the fallback device; never a GPU in MIG mode or a MIG placement.
+    assert shareable == ["gpu-1", "cpu-fallback"]

@@ -94,6 +94,20 @@ def register(subparsers: Any) -> None:
         help="use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
     )
     add(
+        "--resourceslices",
+        action="store_true",
+        default=_env("RESOURCESLICES", "") not in ("", "0", "false"),
+        help="publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
+        "to allocate from; needs --kubelet-api structured|both and API access",
+    )
+    add(
+        "--shares",
+        action="store_true",
+        default=_env("SHARES", "") not in ("", "0", "false"),
+        help="publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
+        "memory, compute %%); off until the v1 prepare takes shares",
+    )
+    add(
         "--in-memory-nas",
         action="store_true",
         default=_env("IN_MEMORY_NAS", "") not in ("", "0", "false"),
@@ -117,6 +131,8 @@ def options(args: argparse.Namespace) -> app.Options:
         kubelet_api=registration.KubeletApi(args.kubelet_api),
         orphans=state.OrphanPolicy(args.orphan_mig),
         gc_interval_s=args.gc_interval,
+        publish_slices=args.resourceslices,
+        slice_shares=args.shares,
     )
     return app.Options(
         config=config,

@@ -43,9 +43,11 @@ def register(subparsers: Any) -> None:
     )
     add("-o", "--output", choices=["yaml", "json"], default="yaml", help="format (default yaml)")
     add(
-        "--no-shares",
+        "--shares",
         action="store_true",
-        help="publish whole GPUs as exclusive devices only (no consumable capacity)",
+        default=_env("SHARES", "") not in ("", "0", "false"),
+        help="non-MIG GPUs as shareable devices (consumable capacity: memory, compute %%), as "
+        "the plugin publishes them with --shares",
     )
     add("--no-fallback", action="store_true", help="leave out the cpu-fallback device")
     add(
@@ -68,7 +70,7 @@ def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         lib = nvml.NvmlDeviceLib()
     try:
-        wanted = slices.inventory(lib, shares=not args.no_shares, fallback=not args.no_fallback)
+        wanted = slices.inventory(lib, shares=args.shares, fallback=not args.no_fallback)
     finally:
         lib.shutdown()
     out = slices.desired(args.node_name, wanted)

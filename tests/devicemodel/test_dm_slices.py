@@ -143,9 +143,8 @@ def test_memory_counter_never_forbids_a_layout_the_slices_allow() -> None:
 
 def test_a_shareable_gpu_and_what_an_exclusive_gpu_looks_like() -> None:
     odd = gpu(0).model_copy(update={"memoryBytes": 15 * GiB + 123})  # not whole MiB
-    (shared,) = [
-        d for d in devices_of(pool.node_slices("n", Inventory([odd]))) if d["name"] == "gpu-0"
-    ]
+    published = devices_of(pool.node_slices("n", Inventory([odd], shares=True)))
+    (shared,) = [d for d in published if d["name"] == "gpu-0"]
     assert shared["allowMultipleAllocations"] is True
     assert shared["capacity"] == {
         "memory": {

@@ -33,6 +33,8 @@ def unique(prefix: str) -> str:
 
 
 def fleet_inventory(spec: str, **options: Any) -> Inventory:
+    """The inventory of a simulated fleet, shares on unless `shares=False`."""
+    options.setdefault("shares", True)
     fleet = SimulatedNvml(spec)
     return slices.inventory(NvmlDeviceLib(fleet, run=fleet.run), **options)
 

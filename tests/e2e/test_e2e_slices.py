@@ -33,10 +33,10 @@ Obj = dict[str, Any]
 
 
 def cli_objects(node: str, *extra: str) -> list[Obj]:
-    """What `drasat resourceslices ... -o json` prints, as objects."""
+    """What `drasat resourceslices --shares ... -o json` prints, as objects."""
     command = [sys.executable, "-m", "drasat", "resourceslices", "--node-name", node]
     done = subprocess.run(
-        [*command, "-o", "json", "--simulate-gpus", SPEC, *extra],
+        [*command, "-o", "json", "--shares", "--simulate-gpus", SPEC, *extra],
         capture_output=True,
         text=True,
         check=True,

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import copy
 import itertools
+import pathlib
 from typing import Any
 
 import pytest
 
 from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.errors import InputError
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.resources import NODES, Resource
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import app, mps, registration, slices
+from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.nvml import NvmlDeviceLib
+from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.nodeplugin.simnvml import SimulatedNvml
 
 Obj = dict[str, Any]
@@ -155,7 +159,7 @@ def test_a_conflict_is_retried_from_a_fresh_read(api: FakeApi) -> None:
         return real_replace(resource, body)
 
     api.replace = replace_once_stale  # type: ignore[method-assign]
-    done = publisher.sync(slices.inventory(lib("1xT4"), shares=False))
+    done = publisher.sync(slices.inventory(lib("1xT4"), shares=True))
     assert done.generation == 2 and len(calls) == 2
 
 
@@ -174,3 +178,64 @@ def test_inventory_reads_profiles_and_placements_from_nvml() -> None:
     assert t4.uuid not in found.mig_profiles
     assert profiles["3g.20gb"].giProfileId == 9
     assert [(p.start, p.size) for p in profiles["3g.20gb"].placements] == [(0, 4), (4, 4)]
+
+
+def test_the_plugin_publishes_its_slices_and_taints_a_gpu_after_a_critical_xid(
+    tmp_path: pathlib.Path, api: FakeApi
+) -> None:
+    """NodePlugin.publish (start, health changes) keeps the slices in step with the NAS."""
+    sim = SimulatedNvml("2xT4")
+    hardware = NvmlDeviceLib(sim, run=sim.run)
+    config = Config(node_name="n1", state_dir=tmp_path / "state", cdi_root=tmp_path / "cdi")
+    plugin = NodePlugin(
+        config,
+        lib=hardware,
+        store=MemoryNasStore(node="n1", namespace="drasat"),
+        mps_runner=mps.RecordingRunner(),
+        slice_publisher=slices.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
+    )
+    plugin.publish(ready=False)
+    (held,) = api.pool()
+    assert [d["name"] for d in held["spec"]["devices"]] == ["gpu-0", "gpu-1", "cpu-fallback"]
+    assert not any("allowMultipleAllocations" in d for d in held["spec"]["devices"][:2])
+    plugin.health.wait_ms = 10
+    assert plugin.health.poll() is False  # registers for events
+    sim.inject_xid(sim.gpus[1].uuid, 79)  # fallen off the bus
+    assert plugin.health.poll() is True  # -> publish -> slices
+    (held,) = api.pool()
+    assert held["spec"]["pool"]["generation"] == 2
+    assert held["spec"]["devices"][1]["taints"] == [
+        {"key": "gpu.drasat.io/gpu-lost", "effect": "NoExecute"}
+    ]
+
+
+def test_a_failed_slice_publish_does_not_stop_the_plugin(
+    tmp_path: pathlib.Path, api: FakeApi
+) -> None:
+    del api.objects[(NODES.kind, "n1")]  # the Node is not there (yet)
+    sim = SimulatedNvml("1xT4")
+    plugin = NodePlugin(
+        Config(node_name="n1", state_dir=tmp_path / "state", cdi_root=tmp_path / "cdi"),
+        lib=NvmlDeviceLib(sim, run=sim.run),
+        store=MemoryNasStore(node="n1", namespace="drasat"),
+        mps_runner=mps.RecordingRunner(),
+        slice_publisher=slices.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
+    )
+    plugin.publish(ready=False)  # the NAS is written; the slices wait for the next publish
+    assert api.pool() == []
+    assert plugin.store.read().spec.gpus()
+
+
+def test_resourceslices_need_api_access_and_a_structured_kubelet_api(
+    tmp_path: pathlib.Path,
+) -> None:
+    config = Config(
+        node_name="n1",
+        state_dir=tmp_path / "state",
+        cdi_root=tmp_path / "cdi",
+        publish_slices=True,
+        kubelet_api=registration.KubeletApi.structured,
+    )
+    options = app.Options(config=config, simulate_gpus="1xT4", in_memory_nas=True)
+    with pytest.raises(InputError, match="--resourceslices needs API access"):
+        app.build(options)
