@@ -6,11 +6,12 @@ Purely computational: each check returns the (field path, message) causes it fou
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
-from drasat.sim import resources
+from drasat.sim import resources, validation
 
 Cause = tuple[str, str]
 Obj = dict[str, Any]
@@ -29,13 +30,7 @@ def _subdomain(field: str, value: Any) -> list[Cause]:
     if not value:
         return [(field, "Required value")]
     if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
-        return [
-            (
-                field,
-                f"{value!r}: a lowercase RFC 1123 subdomain must consist of lower case "
-                "alphanumeric characters, '-' or '.'",
-            )
-        ]
+        return [(field, f"Invalid value: {json.dumps(value)}: {validation.SUBDOMAIN_RULE}")]
     return []
 
 
@@ -167,7 +162,8 @@ def event(new: Obj, old: Obj | None) -> list[Cause]:
         return [
             (
                 "involvedObject.namespace",
-                f"{involved['namespace']!r}: does not match event.namespace",
+                f"Invalid value: {json.dumps(involved['namespace'])}: does not match "
+                "event.namespace",
             )
         ]
     return []

@@ -30,6 +30,23 @@ Cause = tuple[str, str]
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+#: The real server's words for these rules (apimachinery's validation messages).
+SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_KEY_RULE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE_RULE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
 
 
 def field_path(path: Iterable[Any]) -> str:
@@ -386,15 +403,9 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
     causes: list[Cause] = []
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        causes.append(("metadata.name", "name or generateName is required"))
+        causes.append(("metadata.name", "Required value: name or generateName is required"))
     elif len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        causes.append(
-            (
-                "metadata.name",
-                f"{name!r}: a lowercase RFC 1123 subdomain must consist of lower "
-                "case alphanumeric characters, '-' or '.'",
-            )
-        )
+        causes.append(("metadata.name", f"Invalid value: {json.dumps(name)}: {SUBDOMAIN_RULE}"))
     for key, value in (meta.get("labels") or {}).items():
         prefix, _, label = str(key).rpartition("/")
         if (
@@ -402,9 +413,13 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
             or not _LABEL_NAME.match(label)
             or (prefix and not _DNS_SUBDOMAIN.match(prefix))
         ):
-            causes.append((f"metadata.labels[{key}]", f"{key!r}: invalid label key"))
+            causes.append(
+                ("metadata.labels", f"Invalid value: {json.dumps(key)}: {_LABEL_KEY_RULE}")
+            )
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            causes.append((f"metadata.labels[{key}]", f"{value!r}: invalid label value"))
+            causes.append(
+                ("metadata.labels", f"Invalid value: {json.dumps(value)}: {_LABEL_VALUE_RULE}")
+            )
     owners = meta.get("ownerReferences") or []
     for index, owner in enumerate(owners):
         for key in ("apiVersion", "kind", "name", "uid"):
@@ -420,6 +435,23 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
     if not namespaced and meta.get("namespace"):
         causes.append(("metadata.namespace", "not allowed on this cluster-scoped type"))
     return causes
+
+
+def _default_device_requests(claim_spec: Any) -> None:
+    """resource.k8s.io/v1 request defaults: allocationMode ExactCount, and then count 1."""
+    devices = claim_spec.get("devices") if isinstance(claim_spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    for request in requests if isinstance(requests, list) else []:
+        if not isinstance(request, dict):
+            continue
+        alternatives = request.get("firstAvailable")
+        chosen = [request.get("exactly")]
+        chosen += alternatives if isinstance(alternatives, list) else []
+        for entry in chosen:
+            if isinstance(entry, dict):
+                entry.setdefault("allocationMode", "ExactCount")
+                if entry["allocationMode"] == "ExactCount":
+                    entry.setdefault("count", 1)
 
 
 class Validator:
@@ -455,6 +487,10 @@ class Validator:
         elif resource.kind == "ResourceClaimTemplate" and resource.version == "v1alpha2":
             inner = obj.setdefault("spec", {}).setdefault("spec", {})
             inner.setdefault("allocationMode", "WaitForFirstConsumer")
+        elif resource.kind == "ResourceClaim" and resource.version == "v1":
+            _default_device_requests(obj.get("spec"))
+        elif resource.kind == "ResourceClaimTemplate" and resource.version == "v1":
+            _default_device_requests((obj.get("spec") or {}).get("spec"))
         return obj
 
     def check(

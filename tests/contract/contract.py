@@ -65,6 +65,7 @@ def raw(
     path: str,
     body: Any = None,
     query: list[tuple[str, str]] | None = None,
+    content_type: str = "application/json",
 ) -> tuple[int, Any]:
     """A request past the client's models (which refuse unknown fields before sending them):
     the HTTP status and the decoded answer."""
@@ -72,7 +73,7 @@ def raw(
         method=method,
         resource_path=path,
         query_params=query or [],
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
         body=body,
         auth_settings=["BearerToken"],
     )

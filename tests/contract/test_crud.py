@@ -252,15 +252,11 @@ def test_resource_claim_v1_create_and_get(backend: Backend) -> None:
     request = got["spec"]["devices"]["requests"][0]
     assert request["name"] == "gpu"
     assert request["exactly"]["deviceClassName"] == "gpu.drasat.io"
-    if backend.sim:
-        # The simulator stores what it was sent; the real server defaults the request.
-        assert request["exactly"] == {"deviceClassName": "gpu.drasat.io"}
-    else:
-        assert request["exactly"] == {
-            "deviceClassName": "gpu.drasat.io",
-            "allocationMode": "ExactCount",
-            "count": 1,
-        }
+    assert request["exactly"] == {  # defaulted
+        "deviceClassName": "gpu.drasat.io",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
     assert "status" not in got or got["status"] == {}
 
 
@@ -316,3 +312,121 @@ def test_what_a_delete_answers(backend: Backend) -> None:
     custom.patch_namespaced_custom_object(
         *WIDGETS[:2], ns, "widgets", "held", {"metadata": {"finalizers": None}}
     )
+
+
+def test_names_and_labels_are_validated(backend: Backend) -> None:
+    with pytest.raises(ApiException) as caught:
+        backend.core.create_namespaced_config_map(
+            backend.namespace,
+            {"metadata": {"name": "Bad_Name", "labels": {"a b": "c", "k": "bad value"}}},
+        )
+    status = status_of(caught.value)
+    assert status["message"].startswith('ConfigMap "Bad_Name" is invalid: [metadata.name: ')
+    found = [
+        (c["field"], c["reason"], c["message"].split(": ")[1]) for c in status["details"]["causes"]
+    ]
+    assert sorted(found) == [  # (the real server's order of the labels varies: Go map order)
+        ("metadata.labels", "FieldValueInvalid", '"a b"'),
+        ("metadata.labels", "FieldValueInvalid", '"bad value"'),
+        ("metadata.name", "FieldValueInvalid", '"Bad_Name"'),
+    ]
+    assert status["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case '
+        "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+    )
+
+
+def test_an_event_lives_in_its_objects_namespace(backend: Backend) -> None:
+    event = {
+        "metadata": {"name": "e"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "elsewhere"},
+        "reason": "R",
+        "message": "m",
+    }
+    with pytest.raises(ApiException) as caught:
+        backend.core.create_namespaced_event(backend.namespace, event)
+    assert status_of(caught.value)["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "elsewhere": does not match event.namespace',
+            "field": "involvedObject.namespace",
+        }
+    ]
+
+
+def test_writes_to_a_missing_object_are_404(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    for call in (
+        lambda: core.replace_namespaced_config_map("none", ns, _cm("none")),
+        lambda: core.patch_namespaced_config_map("none", ns, {"data": {"a": "b"}}),
+        lambda: core.delete_namespaced_config_map("none", ns),
+    ):
+        with pytest.raises(ApiException) as caught:
+            call()
+        assert status_of(caught.value)["message"] == 'configmaps "none" not found'
+
+
+def test_a_missing_namespace(backend: Backend) -> None:
+    if backend.sim:
+        # The simulator does not require namespaces to exist (docs/SIMULATED-APISERVER.md).
+        backend.core.create_namespaced_config_map("no-such-namespace", _cm("a"))
+        return
+    with pytest.raises(ApiException) as caught:
+        backend.core.create_namespaced_config_map("no-such-namespace", _cm("a"))
+    assert status_of(caught.value)["message"] == 'namespaces "no-such-namespace" not found'
+
+
+def test_strategic_merge_patch(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    core.create_namespaced_pod(ns, _pod("p", nodeName="node-a"))
+    ready = {"type": "Ready", "status": "False"}
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    core.patch_namespaced_pod_status("p", ns, {"status": {"conditions": [ready, scheduled]}})
+    # Conditions merge by type: one changes, the other stays.
+    patched = core.patch_namespaced_pod_status(
+        "p", ns, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+    assert {c.type: c.status for c in patched.status.conditions} == {
+        "Ready": "True",
+        "PodScheduled": "True",
+    }
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    # Custom resources have no strategic merge patch.
+    backend.custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    code, status = raw(
+        backend,
+        "PATCH",
+        f"/apis/test.drasat.io/v1/namespaces/{ns}/widgets/w",
+        {"spec": {}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert (code, status["reason"]) == (415, "UnsupportedMediaType")
+
+
+def test_resource_claim_v1_request_defaults(backend: Backend) -> None:
+    devices = {
+        "requests": [
+            {"name": "all", "exactly": {"deviceClassName": "x", "allocationMode": "All"}},
+            {"name": "two", "exactly": {"deviceClassName": "x", "count": 2}},
+            {"name": "alt", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]},
+        ]
+    }
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+        "spec": {"spec": {"devices": devices}},
+    }
+    created = backend.custom.create_namespaced_custom_object(
+        *RESOURCE_V1, backend.namespace, "resourceclaimtemplates", template
+    )
+    requests = created["spec"]["spec"]["devices"]["requests"]
+    assert requests[0]["exactly"] == {"deviceClassName": "x", "allocationMode": "All"}
+    assert requests[1]["exactly"] == {
+        "deviceClassName": "x",
+        "allocationMode": "ExactCount",
+        "count": 2,
+    }
+    assert requests[2]["firstAvailable"] == [
+        {"name": "a", "deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
+    ]

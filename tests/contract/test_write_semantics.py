@@ -7,7 +7,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from contract import WIDGETS, Backend, causes, raw, status_of, widget
+from contract import WIDGETS, Backend, causes, eventually, raw, status_of, widget
 from kubernetes.client import ApiException
 
 G, V, P = WIDGETS
@@ -494,3 +494,58 @@ def test_an_integer_beyond_int64_is_a_number(backend: Backend) -> None:
         "field": "spec.size",
     }
     assert _create_widget(backend, widget("w", size=2**63 - 1))["spec"]["size"] == 2**63 - 1
+
+
+def test_a_pod_on_a_node_is_deleted_gracefully(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    if backend.server is not None:
+        # Off by default in the simulator (pods go at once); the demo's kubelets turn it on.
+        backend.server.api.graceful_pod_deletion = True
+    spec = {
+        "schedulerName": "contract-none",
+        "nodeName": "node-a",
+        "terminationGracePeriodSeconds": 20,
+        "containers": [{"name": "c", "image": "none"}],
+    }
+    core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": spec})
+    marked = core.delete_namespaced_pod("p", ns)
+    assert marked.metadata.deletion_timestamp is not None
+    assert marked.metadata.deletion_grace_period_seconds == 20
+    assert core.read_namespaced_pod("p", ns).metadata.deletion_grace_period_seconds == 20
+    # The kubelet's delete (no grace period) removes it.
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("p", ns)
+    assert gone.value.status == 404
+    # A pod no node runs goes at once.
+    core.create_namespaced_pod(ns, {"metadata": {"name": "q"}, "spec": {**spec, "nodeName": None}})
+    core.delete_namespaced_pod("q", ns)
+    with pytest.raises(ApiException) as unscheduled:
+        core.read_namespaced_pod("q", ns)
+    assert unscheduled.value.status == 404
+
+
+def test_owner_deletion_cascades_to_dependents(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    owner = core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+    }
+    core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "dependent", "ownerReferences": [reference]}}
+    )
+    widget_body = widget("w")
+    widget_body["metadata"]["ownerReferences"] = [reference]
+    _create_widget(backend, widget_body)
+    core.delete_namespaced_config_map("owner", ns)
+
+    def collected() -> bool:
+        names = {c.metadata.name for c in core.list_namespaced_config_map(ns).items}
+        widgets = backend.custom.list_namespaced_custom_object(G, V, ns, P)["items"]
+        return "dependent" not in names and not widgets
+
+    # The real garbage collector works in the background: give it time.
+    assert eventually(collected, timeout=30)
