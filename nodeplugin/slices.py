@@ -63,15 +63,21 @@ def inventory(
     `nvmlDeviceGetGpuInstancePossiblePlacements`), and the unhealthy GPUs."""
     found = lib.gpus()
     health = dict(health or {})
+    nvml_profiles = {gpu.uuid: lib.mig_profiles(gpu.uuid) for gpu in found if gpu.mig_enabled}
+    by_uuid = {gpu.uuid: gpu for gpu in found}
     profiles = {
-        gpu.uuid: [mig_info(gpu.product_name, p) for p in lib.mig_profiles(gpu.uuid)]
-        for gpu in found
-        if gpu.mig_enabled
+        uuid: [mig_info(by_uuid[uuid].product_name, p) for p in listed]
+        for uuid, listed in nvml_profiles.items()
+    }
+    limits = {
+        uuid: {p.gi_profile_id: p.max_instances for p in listed if p.max_instances > 0}
+        for uuid, listed in nvml_profiles.items()
     }
     return Inventory(
         gpus=[publish.gpu_info(g, healthy=g.uuid not in health) for g in found],
         mig_profiles=profiles,
         health=health,
+        instance_limits=limits,
         shares=shares,
         fallback=fallback,
     )

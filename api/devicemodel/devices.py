@@ -18,7 +18,7 @@ This is a purely computational module.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drasat.api.devicemodel import names, partitions, shares, taints
@@ -88,10 +88,12 @@ def gpu_device(
     gpu: GpuInfo,
     *,
     profiles: Sequence[MigInfo] = (),
+    limits: Mapping[int, int] | None = None,
     shareable: bool = False,
     health: GpuHealth | None = None,
 ) -> Obj:
-    """One whole GPU; `profiles` (a MIG-enabled GPU's) make it consume its counter set."""
+    """One whole GPU; `profiles` (a MIG-enabled GPU's, with NVML's instance `limits`) make it
+    consume its counter set."""
     shareable = shareable and shares.shareable_memory(gpu) >= shares.MiB
     device: Obj = {
         "name": names.gpu_name(gpu.minor),
@@ -101,16 +103,21 @@ def gpu_device(
     if shareable:
         device["allowMultipleAllocations"] = True
     if profiles:
-        device["consumesCounters"] = partitions.whole_gpu_consumption(gpu, profiles)
+        device["consumesCounters"] = partitions.whole_gpu_consumption(gpu, profiles, limits)
     return _with_taints(device, health)
 
 
 def mig_devices(
-    gpu: GpuInfo, profiles: Sequence[MigInfo], *, health: GpuHealth | None = None
+    gpu: GpuInfo,
+    profiles: Sequence[MigInfo],
+    *,
+    limits: Mapping[int, int] | None = None,
+    health: GpuHealth | None = None,
 ) -> list[Obj]:
     """One device per (profile, placement) of a MIG-enabled GPU, by profile id then start.
     Profiles without a GPU-instance profile id (it names the device) are left out."""
     out = []
+    caps = partitions.instance_caps(profiles, limits or {})
     ordered = sorted(
         (m for m in profiles if m.giProfileId is not None),
         key=lambda m: (m.giProfileId or 0, m.profile),
@@ -136,7 +143,7 @@ def mig_devices(
                 "attributes": attributes,
                 "capacity": capacity,
                 "consumesCounters": partitions.mig_consumption(
-                    gpu, mig, placement.start, placement.size
+                    gpu, mig, placement.start, placement.size, capped=mig.giProfileId in caps
                 ),
             }
             out.append(_with_taints(device, health))

@@ -35,13 +35,15 @@ class Inventory:
 
     `mig_profiles` maps a MIG-enabled GPU's UUID to the profiles it offers with their
     placements and GPU-instance profile ids; `health` maps an unhealthy GPU's UUID to why.
-    `shares`: publish non-MIG GPUs as shareable (consumable capacity; off by default until the
-    node plugin's v1 prepare takes shares); `fallback`: publish the node's `cpu-fallback`
-    device."""
+    `instance_limits` maps a MIG-enabled GPU's UUID to the most instances NVML allows per
+    GPU-instance profile id (`instanceCount`; `1g.5gb+me`: 1). `shares`: publish non-MIG GPUs
+    as shareable (consumable capacity; off by default until the node plugin's v1 prepare takes
+    shares); `fallback`: publish the node's `cpu-fallback` device."""
 
     gpus: Sequence[GpuInfo]
     mig_profiles: Mapping[str, Sequence[MigInfo]] = field(default_factory=dict)
     health: Mapping[str, GpuHealth] = field(default_factory=dict)
+    instance_limits: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     shares: bool = False
     fallback: bool = True
 

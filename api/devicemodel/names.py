@@ -9,7 +9,8 @@ The names follow NVIDIA's current DRA driver, so a name carries what prepare nee
   from NVML, which keeps two profiles apart that only differ in size (A100-40GB's `1g.10gb` is
   id 15 and 2 memory slices, A100-80GB's is id 19 and one);
 - `cpu-fallback`: the node's virtual device for "no GPU";
-- `gpu-<minor>-counter-set` and its counters `memory-slice-<i>` (KEP 4815).
+- `gpu-<minor>-counter-set` and its counters `memory-slice-<i>` and `profile-<id>-instances`
+  (KEP 4815).
 
 `parse` is the inverse of the builders: `parse(mig_name(...))` gives back minor, profile id and
 start (the profile's own spelling is not recoverable from its DNS-safe form: prepare looks it up
@@ -85,6 +86,11 @@ def counter_set_name(minor: int) -> str:
 def memory_slice_counter(index: int) -> str:
     """`memory-slice-<i>`: one memory slice of a GPU (value 1)."""
     return f"memory-slice-{index}"
+
+
+def instances_counter(profile_id: int) -> str:
+    """`profile-<id>-instances`: how many more instances of a capped profile the GPU allows."""
+    return f"profile-{profile_id}-instances"
 
 
 def parse(name: str) -> DeviceName | None:

@@ -12,12 +12,16 @@ real profiles do not always add up to the GPU (H200's 3g.71gb twice is 142 GiB o
 GPU). Their values are therefore the most any set of non-overlapping placements can use, and at
 least the GPU's own memory.
 
+A profile NVML allows fewer instances of than its placements could hold (`1g.5gb+me`: one, for
+the GPU's one set of media engines) gets a counter of its own, `profile-<id>-instances`, with
+that maximum; each of its placements consumes 1.
+
 This is a purely computational module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drasat.api.devicemodel import names
@@ -50,6 +54,17 @@ def most_used(profiles: Sequence[MigInfo], weight: Callable[[MigInfo], int]) -> 
     return best[slices]
 
 
+def instance_caps(profiles: Sequence[MigInfo], limits: Mapping[int, int]) -> dict[int, int]:
+    """GPU-instance profile id -> most instances, for the profiles whose limit (NVML's
+    `instanceCount`) is below what their placements alone could hold at once."""
+    caps = {}
+    for mig in profiles:
+        limit = limits.get(mig.giProfileId) if mig.giProfileId is not None else None
+        if limit is not None and limit < most_used([mig], lambda _: 1):
+            caps[mig.giProfileId or 0] = limit
+    return caps
+
+
 def _memory(mig: MigInfo) -> int:
     return mig.memoryBytes or 0
 
@@ -58,45 +73,58 @@ def _compute(mig: MigInfo) -> int:
     return mig.computeSlices or 0
 
 
-def counters(gpu: GpuInfo, profiles: Sequence[MigInfo]) -> dict[str, int]:
-    """The counter set's counters (name -> value), in a fixed order."""
+def counters(
+    gpu: GpuInfo, profiles: Sequence[MigInfo], limits: Mapping[int, int] | None = None
+) -> dict[str, int]:
+    """The counter set's counters (name -> value), in a fixed order; `limits`: most instances
+    per GPU-instance profile id, as NVML reports them."""
     values = {MEMORY: max(gpu.memoryBytes, most_used(profiles, _memory))}
     compute = most_used(profiles, _compute)
     if compute:
         values[COMPUTE_SLICES] = compute
     for index in range(memory_slices(profiles)):
         values[names.memory_slice_counter(index)] = 1
+    for profile_id, cap in sorted(instance_caps(profiles, limits or {}).items()):
+        values[names.instances_counter(profile_id)] = cap
     return values
 
 
-def counter_set(gpu: GpuInfo, profiles: Sequence[MigInfo]) -> Obj:
+def counter_set(
+    gpu: GpuInfo, profiles: Sequence[MigInfo], limits: Mapping[int, int] | None = None
+) -> Obj:
     """`{name, counters}` of one MIG-enabled GPU."""
     return {
         "name": names.counter_set_name(gpu.minor),
         "counters": {
-            name: {"value": str(value)} for name, value in counters(gpu, profiles).items()
+            name: {"value": str(value)} for name, value in counters(gpu, profiles, limits).items()
         },
     }
 
 
-def whole_gpu_consumption(gpu: GpuInfo, profiles: Sequence[MigInfo]) -> list[Obj]:
+def whole_gpu_consumption(
+    gpu: GpuInfo, profiles: Sequence[MigInfo], limits: Mapping[int, int] | None = None
+) -> list[Obj]:
     """The whole GPU consumes every counter of its set."""
     return [
         {
             "counterSet": names.counter_set_name(gpu.minor),
-            "counters": counter_set(gpu, profiles)["counters"],
+            "counters": counter_set(gpu, profiles, limits)["counters"],
         }
     ]
 
 
-def mig_consumption(gpu: GpuInfo, mig: MigInfo, start: int, size: int) -> list[Obj]:
-    """A placement consumes its profile's memory and compute slices and exactly its memory
-    slices."""
+def mig_consumption(
+    gpu: GpuInfo, mig: MigInfo, start: int, size: int, *, capped: bool = False
+) -> list[Obj]:
+    """A placement consumes its profile's memory and compute slices, exactly its memory slices
+    and, for a `capped` profile, one of its instances."""
     used: dict[str, int] = {MEMORY: _memory(mig)}
     if mig.computeSlices:
         used[COMPUTE_SLICES] = mig.computeSlices
     for index in range(start, start + size):
         used[names.memory_slice_counter(index)] = 1
+    if capped and mig.giProfileId is not None:
+        used[names.instances_counter(mig.giProfileId)] = 1
     return [
         {
             "counterSet": names.counter_set_name(gpu.minor),

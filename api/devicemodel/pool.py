@@ -38,16 +38,18 @@ def all_devices(inventory: Inventory) -> list[Obj]:
     out: list[Obj] = []
     for gpu in inventory.ordered_gpus():
         profiles = inventory.mig_profiles.get(gpu.uuid, ()) if gpu.migEnabled else ()
+        limits = inventory.instance_limits.get(gpu.uuid, {})
         health = inventory.health_of(gpu)
         out.append(
             devices.gpu_device(
                 gpu,
                 profiles=profiles,
+                limits=limits,
                 shareable=inventory.shares and not gpu.migEnabled,
                 health=health,
             )
         )
-        out.extend(devices.mig_devices(gpu, profiles, health=health))
+        out.extend(devices.mig_devices(gpu, profiles, limits=limits, health=health))
     if inventory.fallback:
         out.append(devices.fallback_device())
     return out
@@ -59,7 +61,9 @@ def counter_sets(inventory: Inventory) -> list[Obj]:
     for gpu in inventory.ordered_gpus():
         profiles = inventory.mig_profiles.get(gpu.uuid, ()) if gpu.migEnabled else ()
         if profiles:
-            found = partitions.counter_set(gpu, profiles)
+            found = partitions.counter_set(
+                gpu, profiles, inventory.instance_limits.get(gpu.uuid, {})
+            )
             counters = found["counters"]
             assert isinstance(counters, dict) and len(counters) <= MAX_COUNTERS
             out.append(found)

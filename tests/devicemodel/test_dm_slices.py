@@ -231,3 +231,25 @@ def test_the_device_classes_example_is_what_drasat_ships() -> None:
         pathlib.Path(__file__).parents[2] / "deploy/examples/v1-device-classes/device-classes.yaml"
     )
     assert list(yaml.safe_load_all(path.read_text())) == classes.device_classes()
+
+
+def test_a_profile_nvml_caps_below_its_placements_gets_an_instances_counter() -> None:
+    """`1g.5gb+me`: seven placements, one instance (the GPU has one set of media engines)."""
+    me = mig("1g.5gb+me", 20, 1, [0, 1, 2, 3, 4, 5, 6], 5, 1)
+    profiles = [A100_PROFILES[0], me]
+    inv = Inventory(
+        gpus=[gpu(0, mig=True)],
+        mig_profiles={"GPU-0": profiles},
+        instance_limits={"GPU-0": {19: 7, 20: 1}},  # 1g.5gb's 7 bind nothing
+    )
+    slices = pool.node_slices("n", inv)
+    (counter_set,) = slices[0]["spec"]["sharedCounters"]
+    assert counter_set["counters"]["profile-20-instances"] == {"value": "1"}
+    assert "profile-19-instances" not in counter_set["counters"]
+    found = by_name(slices)
+    (used,) = found["gpu-0-mig-1g5gbme-20-3"]["consumesCounters"]
+    assert used["counters"]["profile-20-instances"] == {"value": "1"}
+    (plain,) = found["gpu-0-mig-1g5gb-19-3"]["consumesCounters"]
+    assert "profile-20-instances" not in plain["counters"]
+    (whole,) = found["gpu-0"]["consumesCounters"]
+    assert whole["counters"] == counter_set["counters"]

@@ -71,6 +71,22 @@ def overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
+def capped_together(node: GpuNode, a: str, b: str) -> bool:
+    """Both consume the same `profile-<id>-instances` counter, which allows one instance."""
+    (counter_set,) = [c for s in node.slices for c in s["spec"].get("sharedCounters", [])]
+
+    def capped(device: str) -> set[str]:
+        used = node.devices[device].get("consumesCounters", [])
+        return {
+            name
+            for c in used
+            for name in c["counters"]
+            if name.endswith("-instances") and counter_set["counters"][name]["value"] == "1"
+        }
+
+    return bool(capped(a) & capped(b)) and "mig" in a and "mig" in b
+
+
 def profile_request(name: str, profile: str) -> dict[str, Any]:
     return {"name": name, **exactly(MIG, f'{attribute("profile")} == "{profile}"')}
 
@@ -119,6 +135,16 @@ def test_gpu_test4_four_mig_devices_of_one_parent_never_overlap(
     assert whole.node is None and "cannot allocate all claims" in whole.message
 
 
+def test_at_most_one_media_extension_instance(mig_node: GpuNode, work: Workload) -> None:
+    """NVML allows one `1g.5gb+me` per GPU although seven placements exist: the second is
+    refused even where it would not overlap the first."""
+    first = work.run(mig_node.name, [by_name_request(mig_node, "a", "gpu-0-mig-1g5gbme-20-0")])
+    assert first.devices == ["gpu-0-mig-1g5gbme-20-0"]
+    assert work.run(mig_node.name, [profile_request("b", "1g.5gb+me")]).node is None
+    # A plain 1g.5gb still fits beside it.
+    assert work.run(mig_node.name, [profile_request("c", "1g.5gb")]).node == mig_node.name
+
+
 def test_a_whole_mig_gpu_forbids_every_placement(mig_node: GpuNode, work: Workload) -> None:
     assert work.run(mig_node.name, [{"name": "g", **exactly(GPU)}]).devices == ["gpu-0"]
     assert work.run(mig_node.name, [profile_request("m", "1g.5gb")]).node is None
@@ -134,7 +160,8 @@ def test_the_api_counters_forbid_every_overlapping_pair(
     mig_node: GpuNode, kube_api: kubernetes.client.ApiClient, kube_namespace: str, data: Any
 ) -> None:
     """Any two devices of the GPU (whole GPU or placements), asked for one after the other by
-    two claims: the second is allocated exactly when it does not overlap the first."""
+    two claims: the second is allocated exactly when it does not overlap the first (and is not a
+    second `1g.5gb+me`: NVML allows one)."""
     gpu_devices = sorted(d for d in mig_node.devices if names.parse(d) != names.FallbackName())
     first = data.draw(st.sampled_from(gpu_devices), label="first")
     second = data.draw(st.sampled_from(gpu_devices), label="second")
@@ -143,7 +170,11 @@ def test_the_api_counters_forbid_every_overlapping_pair(
         a = work.run(mig_node.name, [by_name_request(mig_node, "a", first)])
         assert a.devices == [first]
         b = work.run(mig_node.name, [by_name_request(mig_node, "b", second)])
-        clash = first == second or overlap(placement(mig_node, first), placement(mig_node, second))
+        clash = (
+            first == second
+            or overlap(placement(mig_node, first), placement(mig_node, second))
+            or capped_together(mig_node, first, second)
+        )
         assert b.devices == ([] if clash else [second]), (first, second, b.message)
     finally:
         work.close()
