@@ -27,6 +27,7 @@ from slicekit import (
     unique,
 )
 
+from drasat.api import catalog
 from drasat.api.devicemodel import names
 
 pytestmark = pytest.mark.timeout(600)
@@ -306,3 +307,71 @@ def test_experiment_a_shareable_device_that_consumes_counters_charges_them_once(
             kubernetes.client.CoreV1Api(kube_api).delete_node(owner.metadata.name)
         for body in bodies:
             delete_slice(custom, body["metadata"]["name"])
+
+
+PROFILES = ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    claims=st.lists(
+        st.lists(st.sampled_from([*PROFILES, "whole GPU"]), min_size=1, max_size=3),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_random_mig_requests_never_get_overlapping_devices(
+    mig_node: GpuNode,
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    claims: list[list[str]],
+) -> None:
+    """Claims of random MIG profiles (and whole GPUs), one after the other: whatever the
+    scheduler allocates, no two devices overlap, at most one `+me` instance, and the first claim
+    is allocated whenever it fits an empty GPU."""
+    work = Workload(kube_api, kube_namespace)
+    try:
+        taken: list[str] = []
+        for number, wanted in enumerate(claims):
+            requests = [
+                {"name": f"r{i}", **exactly(GPU)}
+                if profile == "whole GPU"
+                else profile_request(f"r{i}", profile)
+                for i, profile in enumerate(wanted)
+            ]
+            got = work.run(mig_node.name, requests)
+            if number == 0 and _fits_empty_gpu(wanted):
+                assert got.node == mig_node.name, (wanted, got.message)
+            taken.extend(got.devices)
+        for i, a in enumerate(taken):
+            for b in taken[i + 1 :]:
+                assert not overlap(placement(mig_node, a), placement(mig_node, b)), (a, b)
+                assert not capped_together(mig_node, a, b), (a, b)
+    finally:
+        work.close()
+
+
+def _fits_empty_gpu(wanted: list[str]) -> bool:
+    """Whether the profiles fit one empty A100-40GB together (the catalog's placements)."""
+    product = catalog.find_product("A100-40GB")
+    assert product is not None
+    if "whole GPU" in wanted:
+        return wanted == ["whole GPU"]
+    if wanted.count("1g.5gb+me") > 1:
+        return False
+    options = [product.profile(p).placements for p in wanted]  # type: ignore[union-attr]
+
+    def place(index: int, used: set[int]) -> bool:
+        if index == len(options):
+            return True
+        for start, size in options[index]:
+            cells = set(range(start, start + size))
+            if not cells & used and place(index + 1, used | cells):
+                return True
+        return False
+
+    return place(0, set())
