@@ -237,7 +237,7 @@ class Api:
         items, rv = self.store.list_objects(rt, route.namespace)
         self._check_list_version(query, int(rv))
         chosen = [
-            self.present(rt, obj)
+            self._list_item(rt, obj)
             for obj in items
             if selectors.matches(obj, labels=labels, fields=fields)
         ]
@@ -248,6 +248,15 @@ class Api:
             "metadata": {"resourceVersion": rv, **metadata},
             "items": page,
         }
+
+    def _list_item(self, rt: resources.ResourceType, obj: Obj) -> Obj:
+        """A list item: custom resources carry apiVersion and kind, built-in kinds' items do not
+        (the real server encodes them as typed lists)."""
+        if rt.custom:
+            return self.present(rt, obj)
+        obj.pop("apiVersion", None)
+        obj.pop("kind", None)
+        return obj
 
     @staticmethod
     def _check_list_version(query: Mapping[str, str], current: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from contract import WIDGETS, Backend, status_of, widget
+from contract import WIDGETS, Backend, raw, status_of, widget
 from kubernetes.client import ApiException
 
 from drasat.kube import errors as kube_errors
@@ -390,3 +390,41 @@ def test_drasat_client_list_and_watch(backend: Backend, kube: KubeClient) -> Non
     finally:
         stream.close()
     assert (event.type, event.object["data"]) == ("MODIFIED", {"x": "1"})
+
+
+def test_list_items_of_builtin_kinds_carry_no_kind(backend: Backend) -> None:
+    ns = backend.namespace
+    backend.core.create_namespaced_config_map(ns, {"metadata": {"name": "a"}})
+    backend.custom.create_namespaced_custom_object(*WIDGETS[:2], ns, "widgets", widget("w"))
+    _, configmaps = raw(backend, "GET", f"/api/v1/namespaces/{ns}/configmaps")
+    assert (configmaps["kind"], configmaps["apiVersion"]) == ("ConfigMapList", "v1")
+    assert "kind" not in configmaps["items"][0] and "apiVersion" not in configmaps["items"][0]
+    _, widgets = raw(backend, "GET", f"/apis/test.drasat.io/v1/namespaces/{ns}/widgets")
+    assert widgets["kind"] == "WidgetList"
+    item = widgets["items"][0]
+    assert (item["kind"], item["apiVersion"]) == ("Widget", "test.drasat.io/v1")
+    # A watch event's object carries them, built-in or not.
+    response = backend.core.list_namespaced_config_map(
+        ns, watch=True, timeout_seconds=1, _preload_content=False
+    )
+    try:
+        first = json.loads(response.data.decode().splitlines()[0])
+    finally:
+        response.release_conn()
+    assert (first["object"]["kind"], first["object"]["apiVersion"]) == ("ConfigMap", "v1")
+
+
+def test_continue_pages(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    for name in "ace":
+        core.create_namespaced_config_map(ns, {"metadata": {"name": name}})
+    first = core.list_namespaced_config_map(ns, limit=1)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "b"}})
+    rest = core.list_namespaced_config_map(ns, limit=10, _continue=first.metadata._continue)
+    if backend.sim:
+        # Later pages show the current state (docs/SIMULATED-APISERVER.md).
+        assert _names(rest) == ["b", "c", "e"]
+    else:
+        # Later pages show the state of the first page's resourceVersion.
+        assert _names(rest) == ["c", "e"]
+        assert rest.metadata.resource_version == first.metadata.resource_version
