@@ -1,0 +1,448 @@
+"""Classic DRA end to end on a real Kubernetes v1.30.14 control plane: the two reference cases.
+
+Everything Kubernetes does is the real thing: kube-apiserver serving `resource.k8s.io/v1alpha2`
+(gate DynamicResourceAllocation on), kube-scheduler negotiating with drasat through
+PodSchedulingContexts, kube-controller-manager's resourceclaim controller creating the claims
+from templates and releasing `reservedFor`, the garbage collector. drasat runs as it does in a
+cluster: `drasat controller` (a process, allocating through the solver) and one `drasat
+nodeplugin` process per node on a simulated fleet of two T4s, publishing its NodeAllocationState
+through the API. No kubelet can run here: each node is a Node object and a simulated 1.30 kubelet
+(`drasat.sim.kubelet`, flavour classic) reaches the API server over https, registers the plugin
+over its real sockets, calls `v1alpha3.Node/NodePrepareResources` with the claim's resource
+handle, resolves the CDI ids against the plugin's spec files and sets the pods Running.
+
+The manifests are the repository's own `deploy/examples/reference-cases`, applied unchanged; the
+ResourceClass and its DeviceClassParameters are the Helm chart's (release `drasat`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from kubecluster import create_fake_node, install_crds, wait_for
+from kubernetes.client import ApiException
+
+from drasat.api import crds
+from drasat.controlplane import cluster
+from drasat.sim import errors, kubeclient, kubelet
+
+pytestmark = pytest.mark.timeout(420)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "deploy" / "examples" / "reference-cases"
+DRIVER = "gpu.drasat.io"
+FINALIZER = "gpu.drasat.io/deletion-protection"
+NAMESPACE = "drasat"  # the driver namespace: NodeAllocationStates
+CLASS_PARAMETERS = "drasat-gpu"  # the chart's DeviceClassParameters for release `drasat`
+NODES = ("classic-node-a", "classic-node-b")
+RESOURCE = ("resource.k8s.io", "v1alpha2")
+NAS = ("nas.gpu.drasat.io", "v1alpha1")
+
+#: kind -> (group, version, plural, namespaced), for the kinds the examples hold.
+KINDS = {
+    "Namespace": ("", "v1", "namespaces", False),
+    "Pod": ("", "v1", "pods", True),
+    "ResourceClaim": (*RESOURCE, "resourceclaims", True),
+    "ResourceClaimTemplate": (*RESOURCE, "resourceclaimtemplates", True),
+    "GpuClaimParameters": ("gpu.drasat.io", "v1alpha1", "gpuclaimparameters", True),
+}
+
+
+@dataclass
+class Node:
+    name: str
+    tmp: Path
+    plugin: subprocess.Popen[bytes]
+    kubelet: kubelet.Kubelet
+
+    @property
+    def cdi_specs(self) -> list[Path]:
+        return sorted((self.tmp / "cdi").glob("*.json"))
+
+    def plugin_log(self) -> str:
+        return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
+
+
+@dataclass
+class Classic:
+    """The classic cluster with drasat installed and running."""
+
+    api: kubernetes.client.ApiClient
+    client: kubeclient.KubeClient
+    nodes: dict[str, Node]
+    controller: subprocess.Popen[bytes]
+    controller_log: Path
+
+    def logs(self) -> str:
+        parts = [f"controller:\n{self.controller_log.read_text(errors='replace')[-6000:]}"]
+        for node in self.nodes.values():
+            parts.append(f"plugin {node.name}:\n{node.plugin_log()}")
+            parts.append(f"kubelet {node.name} reasons: {node.kubelet.reasons}")
+        return "\n".join(parts)
+
+
+def _started(process: subprocess.Popen[bytes], ready: Any, log: Path, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process)
+            text = log.read_text(errors="replace")[-4000:]
+            raise AssertionError(f"{what} did not start:\n{text}")
+        time.sleep(0.1)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _drasat(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "drasat", "--log-level", "INFO", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _start_plugin(tmp: Path, node: str, kubeconfig: Path) -> subprocess.Popen[bytes]:
+    args = [
+        "nodeplugin", "--node-name", node, "--namespace", NAMESPACE,
+        "--simulate-gpus", f"1xT4,seed={node}", "--kubeconfig", str(kubeconfig),
+        "--kubelet-api", "classic",
+        "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
+        "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
+    ]  # fmt: skip
+    process = _drasat(args, tmp / "plugin.log")
+    socket = tmp / "r" / f"{DRIVER}-reg.sock"
+    _started(process, socket.exists, tmp / "plugin.log", f"the node plugin of {node}")
+    return process
+
+
+def _create(client: kubeclient.KubeClient, body: dict[str, Any]) -> dict[str, Any]:
+    group, version, plural, namespaced = KINDS[body["kind"]]
+    namespace = body["metadata"].get("namespace") if namespaced else None
+    return client.create(kubeclient.path(group, version, plural, namespace=namespace), body)
+
+
+def _ignore_conflict(create: Any, *args: Any) -> None:
+    try:
+        create(*args)
+    except ApiException as exc:  # the cluster lives for the session: made by an earlier module
+        if exc.status != 409:
+            raise
+
+
+def _install(api: kubernetes.client.ApiClient) -> None:
+    """What `helm install drasat` puts in a classic cluster, less the workloads run here."""
+    install_crds(api, crds.all_crds())
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    _ignore_conflict(core.create_namespace, {"metadata": {"name": NAMESPACE}})
+    parameters = {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "DeviceClassParameters",
+        "metadata": {"name": CLASS_PARAMETERS},
+        "spec": {"sharable": True},
+    }
+    _ignore_conflict(
+        custom.create_cluster_custom_object,
+        "gpu.drasat.io", "v1alpha1", "deviceclassparameters", parameters,
+    )  # fmt: skip
+    resource_class = {
+        "apiVersion": "resource.k8s.io/v1alpha2",
+        "kind": "ResourceClass",
+        "metadata": {"name": DRIVER},
+        "driverName": DRIVER,
+        "parametersRef": {
+            "apiGroup": "gpu.drasat.io",
+            "kind": "DeviceClassParameters",
+            "name": CLASS_PARAMETERS,
+        },
+    }
+    _ignore_conflict(
+        custom.create_cluster_custom_object, *RESOURCE, "resourceclasses", resource_class
+    )
+
+
+@pytest.fixture(scope="module")
+def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
+    kubeconfig = classic_kube_cluster.kubeconfig
+    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    core = kubernetes.client.CoreV1Api(api)
+    client = kubeclient.KubeClient.from_kubeconfig(kubeconfig)
+    work = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp"))  # unix socket paths stay short
+    plugins: list[subprocess.Popen[bytes]] = []
+    kubelets: list[kubelet.Kubelet] = []
+    controller: subprocess.Popen[bytes] | None = None
+    created: list[str] = []
+    try:
+        _install(api)
+        nodes: dict[str, Node] = {}
+        for name in NODES:
+            create_fake_node(api, name)
+            created.append(name)
+            tmp = work / name[-1]
+            tmp.mkdir()
+            plugin = _start_plugin(tmp, name, kubeconfig)
+            plugins.append(plugin)
+            sim = kubelet.Kubelet(
+                kubeclient.KubeClient.from_kubeconfig(kubeconfig),
+                node=name,
+                registry_dir=tmp / "r",
+                cdi_root=tmp / "cdi",
+                api=kubelet.DraApi.classic,
+                resync=0.5,
+            ).start()
+            kubelets.append(sim)
+            nodes[name] = Node(name, tmp, plugin, sim)
+        controller_log = work / "controller.log"
+        controller = _drasat(
+            ["controller", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+             "--metrics-address", "", "--resync-period", "5"],
+            controller_log,
+        )  # fmt: skip
+        env = Classic(api, client, nodes, controller, controller_log)
+
+        def published() -> bool:
+            custom = kubernetes.client.CustomObjectsApi(api)
+            listed = custom.list_namespaced_custom_object(*NAS, NAMESPACE, "nodeallocationstates")[
+                "items"
+            ]
+            ready = {n["metadata"]["name"] for n in listed if n.get("status") == "Ready"}
+            return ready >= set(NODES)
+
+        wait_for(published, timeout=60, what="both nodes' NodeAllocationState Ready")
+        for node in nodes.values():
+            kl = node.kubelet
+            assert kl.wait_for(lambda kl=kl: DRIVER in kl.plugins, 30), kl.refused
+            assert kl.plugins[DRIVER].service == "v1alpha3"
+        yield env
+    finally:
+        for sim in kubelets:
+            sim.stop()
+        if controller is not None:
+            _stop(controller)
+        for process in plugins:
+            _stop(process)
+        for name in created:
+            with contextlib.suppress(ApiException):
+                core.delete_node(name)
+        client.close_watches()
+        api.close()
+        shutil.copytree(
+            work, "/tmp/kc-keep", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock")
+        ) if True else None
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _example(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+
+
+def _nas(env: Classic, node: str) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(env.api)
+    nas: dict[str, Any] = custom.get_namespaced_custom_object(
+        *NAS, NAMESPACE, "nodeallocationstates", node
+    )
+    return nas
+
+
+def _gpu_uuids(env: Classic) -> dict[str, str]:
+    """GPU UUID -> node, from what the plugins published."""
+    found = {}
+    for node in NODES:
+        for device in _nas(env, node)["spec"].get("allocatableDevices") or []:
+            if "gpu" in device:
+                found[device["gpu"]["uuid"]] = node
+    return found
+
+
+def _run(env: Classic, namespace: str, name: str) -> tuple[str, kubelet.PodRun]:
+    """The node the pod runs on and its run there (it must be Running in the API too)."""
+    core = kubernetes.client.CoreV1Api(env.api)
+
+    def scheduled() -> str | None:
+        node: str | None = core.read_namespaced_pod(name, namespace).spec.node_name
+        return node
+
+    try:
+        node = wait_for(scheduled, timeout=120, what=f"pod {namespace}/{name} scheduled")
+        run = env.nodes[node].kubelet.wait_running(namespace, name, timeout=60)
+    except (AssertionError, TimeoutError) as error:
+        raise AssertionError(f"{error}\n{env.logs()}") from None
+    pod = core.read_namespaced_pod(name, namespace)
+    assert pod.status.phase == "Running"
+    return node, run
+
+
+def _claim(env: Classic, namespace: str, name: str) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(env.api)
+    claim: dict[str, Any] = custom.get_namespaced_custom_object(
+        *RESOURCE, namespace, "resourceclaims", name
+    )
+    return claim
+
+
+def _delete_namespace(env: Classic, namespace: str, pods: list[str]) -> None:
+    """Delete the example's namespace: its pods go (each node's kubelet unprepares their claims
+    first), the claims lose their finalizer once released, the namespace disappears."""
+    core = kubernetes.client.CoreV1Api(env.api)
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    try:
+        wait_for(gone, timeout=120, interval=0.5, what=f"namespace {namespace} deleted")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{env.logs()}") from None
+    for name in pods:
+        assert any((namespace, name) in n.kubelet.stopped for n in env.nodes.values()), (
+            f"pod {namespace}/{name} was not stopped by a kubelet"
+        )
+
+
+def _assert_clean(env: Classic) -> None:
+    """Every node back to its baseline: nothing allocated or prepared, no CDI spec left."""
+    for name, node in env.nodes.items():
+
+        def nas_empty(name: str = name) -> bool:
+            spec = _nas(env, name)["spec"]
+            return not spec.get("allocatedClaims") and not spec.get("preparedClaims")
+
+        wait_for(nas_empty, timeout=30, what=f"NAS of {name} empty")
+        assert node.cdi_specs == [], node.cdi_specs
+        assert node.plugin.poll() is None, node.plugin_log()
+    assert env.controller.poll() is None, env.logs()
+
+
+def _apply(env: Classic, example: str) -> None:
+    for body in _example(example):
+        try:
+            _create(env.client, body)
+        except errors.ApiError as exc:
+            raise AssertionError(f"{example}: {body['kind']}: {exc.code} {exc.message}") from None
+
+
+def test_exclusive_gpus_each_pod_its_own_gpu(classic: Classic) -> None:
+    """Reference case (a), `exclusive-gpus.yaml` unchanged: two pods, a claim each from the
+    template, both Running on two different GPUs."""
+    namespace, pods = "gpu-test1", ["pod1", "pod2"]
+    uuids = _gpu_uuids(classic)
+    _apply(classic, "exclusive-gpus.yaml")
+    try:
+        seen = {}
+        for name in pods:
+            node, run = _run(classic, namespace, name)
+            (ref,) = run.claims
+            # The resourceclaim controller's name for it (1.28+: generateName `<pod>-<entry>-`).
+            assert ref.name.startswith(f"{name}-gpu-")
+            pod = kubernetes.client.CoreV1Api(classic.api).read_namespaced_pod(name, namespace)
+            assert [
+                (s.name, s.resource_claim_name) for s in pod.status.resource_claim_statuses
+            ] == [("gpu", ref.name)]
+            claim = _claim(classic, namespace, ref.name)
+            status = claim["status"]
+            assert status["driverName"] == DRIVER
+            assert [r["uid"] for r in status["reservedFor"]] == [run.uid]
+            assert FINALIZER in claim["metadata"]["finalizers"]
+            gpu = run.env["NVIDIA_VISIBLE_DEVICES"]
+            assert uuids[gpu] == node  # a GPU of the node the pod runs on
+            allocated = _nas(classic, node)["spec"]["allocatedClaims"][ref.uid]
+            assert [d["uuid"] for d in allocated["gpu"]["devices"]] == [gpu]
+            assert ref.uid in _nas(classic, node)["spec"]["preparedClaims"]
+            seen[name] = gpu
+        assert seen["pod1"] != seen["pod2"], seen
+    finally:
+        _delete_namespace(classic, namespace, pods)
+    _assert_clean(classic)
+
+
+def test_shared_time_sliced_gpu_both_pods_on_one_gpu(classic: Classic) -> None:
+    """Reference case (b), `shared-time-sliced-gpu.yaml` unchanged: one claim with time-slicing
+    named by two pods, both Running on the same GPU."""
+    namespace, pods = "gpu-test2", ["pod1", "pod2"]
+    uuids = _gpu_uuids(classic)
+    _apply(classic, "shared-time-sliced-gpu.yaml")
+    try:
+        runs = {name: _run(classic, namespace, name) for name in pods}
+        (node,) = {node for node, _ in runs.values()}
+        gpus = {run.env["NVIDIA_VISIBLE_DEVICES"] for _, run in runs.values()}
+        (gpu,) = gpus
+        assert uuids[gpu] == node
+        claim = _claim(classic, namespace, "shared-gpu")
+        status = claim["status"]
+        assert status["allocation"]["shareable"] is True
+        assert {r["name"] for r in status["reservedFor"]} == set(pods)
+        allocated = _nas(classic, node)["spec"]["allocatedClaims"][claim["metadata"]["uid"]]
+        assert [d["uuid"] for d in allocated["gpu"]["devices"]] == [gpu]
+        sharing = allocated["gpu"]["sharing"]
+        assert sharing["strategy"] == "TimeSlicing"
+        assert sharing["timeSlicingConfig"]["timeSlice"] == "Long"
+    finally:
+        _delete_namespace(classic, namespace, pods)
+    _assert_clean(classic)
+
+
+def test_a_pod_beyond_the_free_gpus_waits_then_runs_on_the_freed_one(classic: Classic) -> None:
+    """The negotiation the reference cases do not reach: with both GPUs taken by case (a), a third
+    pod of the same template is reported unsuitable on every node by drasat and stays Pending
+    (the real scheduler keeps retrying); when pod1 is deleted, its claim is released by the
+    resourceclaim controller, deallocated by drasat, and pod3 runs on the GPU pod1 had."""
+    namespace = "gpu-test1"
+    core = kubernetes.client.CoreV1Api(classic.api)
+    documents = _example("exclusive-gpus.yaml")
+    _apply(classic, "exclusive-gpus.yaml")
+    try:
+        first = {name: _run(classic, namespace, name) for name in ("pod1", "pod2")}
+        pod3 = next(d for d in documents if d["kind"] == "Pod" and d["metadata"]["name"] == "pod1")
+        pod3 = {**pod3, "metadata": {**pod3["metadata"], "name": "pod3"}}
+        _create(classic.client, pod3)
+
+        def claim_made() -> bool:
+            pod = core.read_namespaced_pod("pod3", namespace)
+            return bool(pod.status.resource_claim_statuses)
+
+        wait_for(claim_made, timeout=60, what="pod3's claim created")
+        time.sleep(5)  # the scheduler and drasat negotiate; no GPU is free
+        pod = core.read_namespaced_pod("pod3", namespace)
+        assert (pod.spec.node_name, pod.status.phase) == (None, "Pending"), classic.logs()
+        (status,) = pod.status.resource_claim_statuses
+        claim = _claim(classic, namespace, status.resource_claim_name)
+        assert not (claim.get("status") or {}).get("allocation"), claim["status"]
+
+        freed_node, freed_run = first["pod1"]
+        freed_gpu = freed_run.env["NVIDIA_VISIBLE_DEVICES"]
+        core.delete_namespaced_pod("pod1", namespace)
+        node, run = _run(classic, namespace, "pod3")
+        assert (node, run.env["NVIDIA_VISIBLE_DEVICES"]) == (freed_node, freed_gpu)
+        assert first["pod2"][0] != node
+    finally:
+        _delete_namespace(classic, namespace, ["pod1", "pod2", "pod3"])
+    _assert_clean(classic)
