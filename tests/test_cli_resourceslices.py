@@ -62,3 +62,20 @@ def test_shares_make_non_mig_gpus_shareable(capsys: pytest.CaptureFixture[str]) 
     shareable = [d["name"] for d in devices["spec"]["devices"] if d.get("allowMultipleAllocations")]
     # The T4 and the fallback device; never a GPU in MIG mode or a MIG placement.
     assert shareable == ["gpu-1", "cpu-fallback"]
+
+
+def test_without_nvml_it_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from drasat.nodeplugin import nvml
+    from drasat.nodeplugin.devices import DeviceError
+
+    def no_nvml(*_: object, **__: object) -> None:
+        raise DeviceError("nvmlInit: NVML_ERROR_LIBRARY_NOT_FOUND")
+
+    monkeypatch.setattr(nvml.NvmlDeviceLib, "__init__", no_nvml)
+    assert main.main(["resourceslices", "--node-name", "n"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "NVML_ERROR_LIBRARY_NOT_FOUND" in err and "--simulate-gpus" in err
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 import yaml
@@ -59,7 +60,7 @@ def register(subparsers: Any) -> None:
 
 
 def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The slices (and classes) to print."""
+    """The slices (and classes) to print; DeviceError when NVML cannot be read."""
     from drasat.nodeplugin import nvml, simnvml, slices
 
     if not args.node_name:
@@ -80,7 +81,17 @@ def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    found = objects(args)
+    from drasat.nodeplugin.devices import DeviceError
+
+    try:
+        found = objects(args)
+    except DeviceError as error:
+        print(
+            f"error: cannot read the GPUs through NVML ({error}); without GPUs, try "
+            "--simulate-gpus",
+            file=sys.stderr,
+        )
+        return 1
     if args.output == "json":
         body = found[0] if len(found) == 1 else {"apiVersion": "v1", "kind": "List", "items": found}
         print(json.dumps(body, indent=2))
