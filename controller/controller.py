@@ -696,7 +696,11 @@ class Controller:
                         r.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"]
                     )
                 except errors.NotFound:
-                    pass
+                    if not listed:
+                        # Gone, and no NAS listed it: a stale cached copy of a claim that was
+                        # deallocated already (its key came back before the informer saw the
+                        # deletion) — nothing was done now, so nothing is counted or logged.
+                        return
                 except errors.Conflict:
                     raise Retry("claim changed while removing the finalizer") from None
         elif allocation.is_allocated(claim) or allocation.deallocation_requested(claim):

@@ -430,7 +430,26 @@ def test_a_pod_beyond_the_free_gpus_waits_then_runs_on_the_freed_one(classic: Cl
             return bool(pod.status.resource_claim_statuses)
 
         wait_for(claim_made, timeout=60, what="pod3's claim created")
-        time.sleep(5)  # the scheduler and drasat negotiate; no GPU is free
+        custom = kubernetes.client.CustomObjectsApi(classic.api)
+
+        def unsuitable_everywhere() -> bool:
+            # drasat's answer in the scheduler's PodSchedulingContext: no node has a free GPU.
+            try:
+                context = custom.get_namespaced_custom_object(
+                    *RESOURCE, namespace, "podschedulingcontexts", "pod3"
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            answers = (context.get("status") or {}).get("resourceClaims") or []
+            return [sorted(a.get("unsuitableNodes") or []) for a in answers] == [sorted(NODES)]
+
+        try:
+            wait_for(unsuitable_everywhere, timeout=60, what="pod3 unsuitable on both nodes")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{classic.logs()}") from None
+        time.sleep(2)  # the scheduler has the answer: the pod stays Pending
         pod = core.read_namespaced_pod("pod3", namespace)
         assert (pod.spec.node_name, pod.status.phase) == (None, "Pending"), classic.logs()
         (status,) = pod.status.resource_claim_statuses
