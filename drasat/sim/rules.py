@@ -75,16 +75,24 @@ def _pod_spec_core(spec: Obj) -> Obj:
 
 
 def pod(new: Obj, old: Obj | None) -> list[Cause]:
-    if old is None or _pod_spec_core(new.get("spec", {})) == _pod_spec_core(old.get("spec", {})):
-        return []
+    spec = new.get("spec") or {}
+    causes: list[Cause] = [
+        (f"spec.{key}[{index}].image", "Required value")
+        for key in ("containers", "initContainers")
+        for index, container in enumerate(spec.get(key) or [])
+        if isinstance(container, dict) and not container.get("image")
+    ]
+    if old is None or _pod_spec_core(spec) == _pod_spec_core(old.get("spec", {})):
+        return causes
     return [
+        *causes,
         (
             "spec",
             "Forbidden: pod updates may not change fields other than `spec.containers"
             "[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions), "
             "`spec.terminationGracePeriodSeconds` or `spec.schedulingGates` (use the binding "
             "subresource to set spec.nodeName)",
-        )
+        ),
     ]
 
 

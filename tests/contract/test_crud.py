@@ -430,3 +430,12 @@ def test_resource_claim_v1_request_defaults(backend: Backend) -> None:
     assert requests[2]["firstAvailable"] == [
         {"name": "a", "deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
     ]
+
+
+def test_a_container_needs_an_image(backend: Backend) -> None:
+    body = _pod("p")
+    del body["spec"]["containers"][0]["image"]
+    with pytest.raises(ApiException) as caught:
+        backend.core.create_namespaced_pod(backend.namespace, body)
+    status = status_of(caught.value)
+    assert status["message"] == 'Pod "p" is invalid: spec.containers[0].image: Required value'

@@ -428,3 +428,44 @@ def test_continue_pages(backend: Backend) -> None:
         # Later pages show the state of the first page's resourceVersion.
         assert _names(rest) == ["c", "e"]
         assert rest.metadata.resource_version == first.metadata.resource_version
+
+
+def test_resource_slice_field_selectors(backend: Backend) -> None:
+    """As drasat's node plugin lists its own slices (`spec.nodeName=...,spec.driver=...`)."""
+    node = f"node-{backend.namespace}"  # slices are cluster-scoped: unique to this test
+    made = []
+    for name, driver, on in (
+        ("a", "gpu.drasat.io", node),
+        ("b", "other.example.com", node),
+        ("c", "gpu.drasat.io", f"{node}-2"),
+    ):
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{name}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": on,
+                "pool": {"name": on, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}],
+            },
+        }
+        made.append(
+            backend.custom.create_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices", body
+            )["metadata"]["name"]
+        )
+    try:
+        listed = backend.custom.list_cluster_custom_object(
+            "resource.k8s.io",
+            "v1",
+            "resourceslices",
+            field_selector=f"spec.nodeName={node},spec.driver=gpu.drasat.io",
+        )
+        assert _names(listed) == [f"{node}-a"]
+        assert listed["items"][0]["spec"]["devices"] == [{"name": "gpu-0"}]
+    finally:
+        for name in made:
+            backend.custom.delete_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices", name
+            )

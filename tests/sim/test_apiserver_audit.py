@@ -48,7 +48,8 @@ def test_status_subresource_is_its_own_resource_for_rbac(server: apiserver.ApiSe
     with kubernetes.client.ApiClient(configuration) as client:
         core = kubernetes.client.CoreV1Api(client)
         core.create_namespaced_pod(
-            "default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+            "default",
+            {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "none"}]}},
         )
         core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Running"}})
     (entry,) = server.audit.entries(verb="patch")

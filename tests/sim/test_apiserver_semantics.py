@@ -91,7 +91,10 @@ def test_unknown_fields_dropped_with_field_validation_ignore(
 
 
 def test_invalid_name_is_422(core: kubernetes.client.CoreV1Api) -> None:
-    body = {"metadata": {"name": "Not_Valid"}, "spec": {"containers": [{"name": "c"}]}}
+    body = {
+        "metadata": {"name": "Not_Valid"},
+        "spec": {"containers": [{"name": "c", "image": "none"}]},
+    }
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_pod("default", body)
     assert "metadata.name" in causes(caught.value)
@@ -458,7 +461,8 @@ def test_label_selectors(
 def test_field_selectors(core: kubernetes.client.CoreV1Api) -> None:
     for name in ("a", "b"):
         core.create_namespaced_pod(
-            "default", {"metadata": {"name": name}, "spec": {"containers": [{"name": "c"}]}}
+            "default",
+            {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "none"}]}},
         )
     binding = {"metadata": {"name": "a"}, "target": {"kind": "Node", "name": "n1"}}
     core.create_namespaced_pod_binding("a", "default", binding, _preload_content=False)
@@ -513,7 +517,11 @@ def test_list_pages_with_limit_and_continue(core: kubernetes.client.CoreV1Api) -
 
 def bound_pod(core: kubernetes.client.CoreV1Api, name: str, **meta: Any) -> None:
     core.create_namespaced_pod(
-        "default", {"metadata": {"name": name, **meta}, "spec": {"containers": [{"name": "c"}]}}
+        "default",
+        {
+            "metadata": {"name": name, **meta},
+            "spec": {"containers": [{"name": "c", "image": "none"}]},
+        },
     )
     binding = {"metadata": {"name": name}, "target": {"kind": "Node", "name": "n1"}}
     core.create_namespaced_pod_binding(name, "default", binding, _preload_content=False)
@@ -531,7 +539,8 @@ def test_graceful_pod_deletion_waits_for_the_kubelet(
     assert core.list_namespaced_pod("default").items == []
     # A pod that never reached a node goes at once.
     core.create_namespaced_pod(
-        "default", {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c"}]}}
+        "default",
+        {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "none"}]}},
     )
     core.delete_namespaced_pod("q", "default")
     assert core.list_namespaced_pod("default").items == []

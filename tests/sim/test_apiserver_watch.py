@@ -128,7 +128,11 @@ def test_idle_watch_gets_periodic_bookmarks(
     server.bookmark_interval = 0.1
     rv = core.list_namespaced_config_map("default").metadata.resource_version
     core.create_namespaced_pod(
-        "default", {"metadata": {"name": "elsewhere"}, "spec": {"containers": [{"name": "c"}]}}
+        "default",
+        {
+            "metadata": {"name": "elsewhere"},
+            "spec": {"containers": [{"name": "c", "image": "none"}]},
+        },
     )
     watch = kubernetes.watch.Watch()
     for event in watch.stream(

@@ -381,7 +381,7 @@ def test_reservations_of_deleted_pods(
     sim.run_once()  # reserves and binds
     body = {
         "metadata": {"name": "waiting", "finalizers": ["test/hold"]},
-        "spec": {"containers": [{"name": "c"}]},
+        "spec": {"containers": [{"name": "c", "image": "none"}]},
     }
     waiting = core.create_namespaced_pod("default", body)
     reserved = custom.get_namespaced_custom_object(*RC, "default", "resourceclaims", "shared")
@@ -410,7 +410,7 @@ def test_plain_pods_only_when_asked(
     core.patch_node("n3", {"metadata": {"labels": {"pool": "cpu"}}})
     body = {
         "metadata": {"name": "plain"},
-        "spec": {"nodeSelector": {"pool": "cpu"}, "containers": [{"name": "c"}]},
+        "spec": {"nodeSelector": {"pool": "cpu"}, "containers": [{"name": "c", "image": "none"}]},
     }
     core.create_namespaced_pod("default", body)
     sim.run_once()
