@@ -90,15 +90,45 @@ def desired(
     return pool.node_slices(node_name, wanted, generation=generation, node_uid=node_uid)
 
 
+def _without_times(device: Obj) -> Obj:
+    """A device without its taints' `timeAdded` (the API server sets it when it is missing)."""
+    if not device.get("taints"):
+        return device
+    taints = [{k: v for k, v in t.items() if k != "timeAdded"} for t in device["taints"]]
+    return {**device, "taints": taints}
+
+
 def _content(body: Obj) -> Obj:
     """What a slice says, without what changes on every publish (generation, server fields)."""
     spec = dict(body.get("spec") or {})
     spec["pool"] = {k: v for k, v in (spec.get("pool") or {}).items() if k != "generation"}
+    if "devices" in spec:
+        spec["devices"] = [_without_times(d) for d in spec["devices"] or []]
     owners = [
         {k: o.get(k) for k in ("kind", "name", "uid", "controller")}
         for o in (body.get("metadata") or {}).get("ownerReferences") or []
     ]
     return {"name": body["metadata"]["name"], "owners": owners, "spec": spec}
+
+
+def _taint_times(slices: list[Obj]) -> dict[tuple[str, str, str], Any]:
+    """(device, taint key, effect) -> the `timeAdded` the API server holds for it."""
+    return {
+        (device["name"], taint.get("key", ""), taint.get("effect", "")): taint["timeAdded"]
+        for body in slices
+        for device in (body.get("spec") or {}).get("devices") or []
+        for taint in device.get("taints") or []
+        if taint.get("timeAdded")
+    }
+
+
+def _keep_taint_times(body: Obj, times: dict[tuple[str, str, str], Any]) -> None:
+    """A taint that stays keeps the time it was first added (eviction counts from it)."""
+    for device in body["spec"].get("devices") or []:
+        for taint in device.get("taints") or []:
+            held = times.get((device["name"], taint.get("key", ""), taint.get("effect", "")))
+            if held is not None:
+                taint["timeAdded"] = held
 
 
 def _generation(body: Obj) -> int:
@@ -160,8 +190,10 @@ class SlicePublisher:
             return SyncResult(generation=newest)
         generation = newest + 1
         target = desired(self.node_name, wanted, generation=generation, node_uid=node_uid)
+        times = _taint_times(list(existing.values()))
         written = []
         for body in target:
+            _keep_taint_times(body, times)
             name = body["metadata"]["name"]
             held = existing.get(name)
             if held is None:

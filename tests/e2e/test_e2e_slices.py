@@ -153,13 +153,21 @@ def test_the_publisher_keeps_the_pool_in_step_on_the_real_api_server(
     sick = fleet_inventory(SPEC, health={lost: GpuHealth.from_xid(79)})
     assert publisher.sync(sick).generation == 2
     devices = {d["name"]: d for s in _pool(api, name) for d in s["spec"].get("devices", [])}
-    assert devices["gpu-2"]["taints"][0]["key"] == "gpu.drasat.io/gpu-lost"
-    assert devices["gpu-2"]["taints"][0]["effect"] == "NoExecute"
-    # MIG mode off everywhere: the counter slice goes, one slice of generation 3 stays.
-    plain = publisher.sync(fleet_inventory("2xA100-40GB,1xT4"))
+    (taint,) = devices["gpu-2"]["taints"]
+    assert (taint["key"], taint["effect"]) == ("gpu.drasat.io/gpu-lost", "NoExecute")
+    added = taint["timeAdded"]  # the server stamps it
+    # The server's timeAdded is no change: the same health publishes nothing.
+    assert not publisher.sync(fleet_inventory(SPEC, health={lost: GpuHealth.from_xid(79)})).changed
+    # MIG mode off everywhere: the counter slice goes, one slice of generation 3 stays, and
+    # the lost GPU's taint keeps its time.
+    plain = publisher.sync(
+        fleet_inventory("2xA100-40GB,1xT4", health={lost: GpuHealth.from_xid(79)})
+    )
     assert plain.generation == 3 and len(plain.deleted) == 1
     (only,) = _pool(api, name)
     assert only["spec"]["pool"] == {"name": name, "generation": 3, "resourceSliceCount": 1}
+    (kept,) = [d for d in only["spec"]["devices"] if d["name"] == "gpu-2"]
+    assert kept["taints"][0]["timeAdded"] == added
 
 
 def test_slices_go_with_their_node(

@@ -45,11 +45,18 @@ class FakeApi:
         items = [copy.deepcopy(o) for (k, _n), o in self.objects.items() if k == resource.kind]
         return ObjectList(items, "1")
 
+    def _stamp_taints(self, stored: Obj) -> None:
+        """As the API server does: a taint without `timeAdded` gets the current time."""
+        for device in stored.get("spec", {}).get("devices") or []:
+            for taint in device.get("taints") or []:
+                taint.setdefault("timeAdded", f"2026-01-01T00:00:{next(self.versions):02d}Z")
+
     def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
         key = (resource.kind, body["metadata"]["name"])
         if key in self.objects:
             raise errors.AlreadyExists(key[1])
         stored = copy.deepcopy(body)
+        self._stamp_taints(stored)
         stored["metadata"]["resourceVersion"] = str(next(self.versions))
         self.objects[key] = stored
         self.writes.append(("create", key[1]))
@@ -61,6 +68,7 @@ class FakeApi:
         if held["metadata"]["resourceVersion"] != body["metadata"].get("resourceVersion"):
             raise errors.Conflict(key[1])
         stored = copy.deepcopy(body)
+        self._stamp_taints(stored)
         stored["metadata"]["resourceVersion"] = str(next(self.versions))
         self.objects[key] = stored
         self.writes.append(("replace", key[1]))
@@ -72,9 +80,9 @@ class FakeApi:
         self.writes.append(("delete", name))
 
     def pool(self) -> Any:
-        """The ResourceSlices held, by name."""
+        """Copies of the ResourceSlices held, by name."""
         return sorted(
-            (o for (k, _), o in self.objects.items() if k == "ResourceSlice"),
+            (copy.deepcopy(o) for (k, _), o in self.objects.items() if k == "ResourceSlice"),
             key=lambda o: o["metadata"]["name"],
         )
 
@@ -119,11 +127,20 @@ def test_a_health_change_bumps_the_generation_and_taints_the_gpu(api: FakeApi) -
     assert done.generation == 2 and done.written == ("n1-gpu.drasat.io-0",)
     (held,) = api.pool()
     devices = {d["name"]: d for d in held["spec"]["devices"]}
-    assert devices["gpu-1"]["taints"] == [
-        {"key": "gpu.drasat.io/xid", "value": "48", "effect": "NoSchedule"}
-    ]
+    (taint,) = devices["gpu-1"]["taints"]
+    added = taint.pop("timeAdded")  # set by the API server
+    assert taint == {"key": "gpu.drasat.io/xid", "value": "48", "effect": "NoSchedule"}
     assert "taints" not in devices["gpu-0"]
     assert held["spec"]["pool"]["generation"] == 2
+    # The server's timeAdded is no change: nothing is written again.
+    again = slices.inventory(hardware, health={sick: GpuHealth.from_xid(48)})
+    assert not publisher.sync(again).changed
+    # Another change keeps the taint's time (eviction counts from it).
+    gpu0 = hardware.gpus()[0].uuid
+    both = {sick: GpuHealth.from_xid(48), gpu0: GpuHealth.from_xid(79)}
+    assert publisher.sync(slices.inventory(hardware, health=both)).generation == 3
+    (held,) = api.pool()
+    assert held["spec"]["devices"][1]["taints"][0]["timeAdded"] == added
 
 
 def test_mig_mode_off_removes_the_counter_slice(api: FakeApi) -> None:
@@ -204,9 +221,8 @@ def test_the_plugin_publishes_its_slices_and_taints_a_gpu_after_a_critical_xid(
     assert plugin.health.poll() is True  # -> publish -> slices
     (held,) = api.pool()
     assert held["spec"]["pool"]["generation"] == 2
-    assert held["spec"]["devices"][1]["taints"] == [
-        {"key": "gpu.drasat.io/gpu-lost", "effect": "NoExecute"}
-    ]
+    (taint,) = held["spec"]["devices"][1]["taints"]
+    assert (taint["key"], taint["effect"]) == ("gpu.drasat.io/gpu-lost", "NoExecute")
 
 
 def test_a_failed_slice_publish_does_not_stop_the_plugin(
