@@ -253,3 +253,12 @@ def test_a_profile_nvml_caps_below_its_placements_gets_an_instances_counter() ->
     assert "profile-20-instances" not in plain["counters"]
     (whole,) = found["gpu-0"]["consumesCounters"]
     assert whole["counters"] == counter_set["counters"]
+
+
+def test_slice_names_stay_dns_subdomains_for_the_longest_node_names() -> None:
+    node = "n" * 120 + "." + "x" * 132  # 253 characters, a valid node name
+    inv = Inventory(gpus=[gpu(m, mig=True) for m in range(2)], mig_profiles={})
+    names_ = [s["metadata"]["name"] for s in pool.node_slices(node, inv)]
+    assert all(len(n) <= 253 and not n.startswith("-") for n in names_)
+    assert len(set(names_)) == len(names_)
+    assert names_[0].endswith("-gpu.drasat.io-0")
