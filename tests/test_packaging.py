@@ -18,8 +18,22 @@ import zipfile
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# The tool caches by their exact names: a pattern like "*cache*" would also drop source modules
+# (solver/cache.py).
 _NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", "*cache*", "build", "dist", "*.egg-info", "tests", "bench", "out"
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+    "build",
+    "dist",
+    "*.egg-info",
+    "tests",
+    "bench",
+    "out",
 )
 SHIPPED_POLICIES = {
     "binpack",
