@@ -11,13 +11,19 @@ through the API. No kubelet can run here: each node is a Node object and a simul
 over its real sockets, calls `v1alpha3.Node/NodePrepareResources` with the claim's resource
 handle, resolves the CDI ids against the plugin's spec files and sets the pods Running.
 
-The manifests are the repository's own `deploy/examples/reference-cases`, applied unchanged; the
-ResourceClass and its DeviceClassParameters are the Helm chart's (release `drasat`).
+The manifests are the repository's own `deploy/examples/reference-cases`, applied unchanged. The
+cluster holds what `helm install drasat` would for 1.30, less the Deployment and DaemonSet (`helm
+template`, applied with kubectl): the ResourceClass and its DeviceClassParameters, the policy
+ConfigMap, the ServiceAccounts and their RBAC, and the node plugins' ValidatingAdmissionPolicy.
+The controller runs with its ServiceAccount's token and the chart's flags (leader election, the
+policy ConfigMap); each node plugin with a token of its ServiceAccount bound to a pod on its node
+(so the token names the node, which the admission policy checks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
 import subprocess
@@ -32,7 +38,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from kubecluster import create_fake_node, install_crds, wait_for
+from helm_binary import helm_path, kubectl_path
+from kubecluster import create_fake_node, install_crds, kubectl_env, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api import crds
@@ -46,7 +53,14 @@ EXAMPLES = ROOT / "deploy" / "examples" / "reference-cases"
 DRIVER = "gpu.drasat.io"
 FINALIZER = "gpu.drasat.io/deletion-protection"
 NAMESPACE = "drasat"  # the driver namespace: NodeAllocationStates
-CLASS_PARAMETERS = "drasat-gpu"  # the chart's DeviceClassParameters for release `drasat`
+CHART = ROOT / "deploy" / "helm" / "drasat"
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"  # served from 1.30
+CHART_KINDS = {
+    "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+    "DeviceClassParameters", "ResourceClass",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
+CONTROLLER_SA, PLUGIN_SA = "drasat-controller", "drasat-node-plugin"
 NODES = ("classic-node-a", "classic-node-b")
 RESOURCE = ("resource.k8s.io", "v1alpha2")
 NAS = ("nas.gpu.drasat.io", "v1alpha1")
@@ -85,6 +99,8 @@ class Classic:
     nodes: dict[str, Node]
     controller: subprocess.Popen[bytes]
     controller_log: Path
+    #: The controller's kubeconfig (its ServiceAccount's token).
+    controller_config: Path
 
     def logs(self) -> str:
         parts = [f"controller:\n{self.controller_log.read_text(errors='replace')[-6000:]}"]
@@ -143,49 +159,84 @@ def _create(client: kubeclient.KubeClient, body: dict[str, Any]) -> dict[str, An
     return client.create(kubeclient.path(group, version, plural, namespace=namespace), body)
 
 
-def _ignore_conflict(create: Any, *args: Any) -> None:
-    try:
-        create(*args)
-    except ApiException as exc:  # the cluster lives for the session: made by an earlier module
-        if exc.status != 409:
-            raise
+def _chart() -> list[dict[str, Any]]:
+    """The chart's objects for a 1.30 cluster (release `drasat`), less the workloads run here as
+    processes: ServiceAccounts, RBAC, the policy ConfigMap, the ResourceClass with its
+    DeviceClassParameters, the node plugins' ValidatingAdmissionPolicy."""
+    done = subprocess.run(
+        [str(helm_path()), "template", "drasat", str(CHART), "--namespace", NAMESPACE,
+         "--kube-version", "1.30.14", "--api-versions", VAP],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] in CHART_KINDS]
 
 
-def _install(api: kubernetes.client.ApiClient) -> None:
-    """What `helm install drasat` puts in a classic cluster, less the workloads run here."""
+def _install(kube: cluster.Cluster, api: kubernetes.client.ApiClient, work: Path) -> None:
+    """What `helm install drasat` puts in a classic cluster (its CRDs first), less the
+    Deployment and DaemonSet: their processes run here with their ServiceAccounts' tokens."""
     install_crds(api, crds.all_crds())
     core = kubernetes.client.CoreV1Api(api)
-    custom = kubernetes.client.CustomObjectsApi(api)
-    _ignore_conflict(core.create_namespace, {"metadata": {"name": NAMESPACE}})
-    parameters = {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "DeviceClassParameters",
-        "metadata": {"name": CLASS_PARAMETERS},
-        "spec": {"sharable": True},
-    }
-    _ignore_conflict(
-        custom.create_cluster_custom_object,
-        "gpu.drasat.io", "v1alpha1", "deviceclassparameters", parameters,
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as exc:  # the cluster lives for the session
+        if exc.status != 409:
+            raise
+    done = subprocess.run(
+        [str(kubectl_path()), "apply", "-n", NAMESPACE, "-f", "-"],
+        input="\n---\n".join(json.dumps(m) for m in _chart()),
+        env={**kubectl_env(kube), "KUBECACHEDIR": str(work / "kubectl-cache")},
+        capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    resource_class = {
-        "apiVersion": "resource.k8s.io/v1alpha2",
-        "kind": "ResourceClass",
-        "metadata": {"name": DRIVER},
-        "driverName": DRIVER,
-        "parametersRef": {
-            "apiGroup": "gpu.drasat.io",
-            "kind": "DeviceClassParameters",
-            "name": CLASS_PARAMETERS,
+    assert done.returncode == 0, done.stderr
+
+
+def _token_kubeconfig(kube: cluster.Cluster, token: str, path: Path) -> Path:
+    """The admin kubeconfig with another bearer token (the server and its CA unchanged)."""
+    config = json.loads(kube.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def _service_account_token(
+    api: kubernetes.client.ApiClient, name: str, bound_pod: dict[str, Any] | None = None
+) -> str:
+    """A TokenRequest for the chart's ServiceAccount `name`; bound to `bound_pod` (a pod on a
+    node: the token then carries the node's name, as a DaemonSet pod's does)."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]
+        }  # fmt: skip
+    done = kubernetes.client.CoreV1Api(api).create_namespaced_service_account_token(
+        name, NAMESPACE, {"spec": spec}
+    )
+    return str(done.status.token)
+
+
+def _plugin_pod(client: kubeclient.KubeClient, node: str) -> dict[str, Any]:
+    """The node plugin's DaemonSet pod on `node` (its ServiceAccount; its token's binding)."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"drasat-node-plugin-{node}", "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": PLUGIN_SA,
+            "containers": [{"name": "plugin", "image": "drasat"}],
         },
     }
-    _ignore_conflict(
-        custom.create_cluster_custom_object, *RESOURCE, "resourceclasses", resource_class
-    )
+    return _create(client, body)
 
 
 @pytest.fixture(scope="module")
 def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
-    kubeconfig = classic_kube_cluster.kubeconfig
+    kube = classic_kube_cluster
+    kubeconfig = kube.kubeconfig
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     core = kubernetes.client.CoreV1Api(api)
     client = kubeclient.KubeClient.from_kubeconfig(kubeconfig)
@@ -195,15 +246,13 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
     controller: subprocess.Popen[bytes] | None = None
     created: list[str] = []
     try:
-        _install(api)
+        _install(kube, api, work)
         nodes: dict[str, Node] = {}
         for name in NODES:
             create_fake_node(api, name)
             created.append(name)
             tmp = work / name[-1]
             tmp.mkdir()
-            plugin = _start_plugin(tmp, name, kubeconfig)
-            plugins.append(plugin)
             sim = kubelet.Kubelet(
                 kubeclient.KubeClient.from_kubeconfig(kubeconfig),
                 node=name,
@@ -213,24 +262,34 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
                 resync=0.5,
             ).start()
             kubelets.append(sim)
+            token = _service_account_token(api, PLUGIN_SA, _plugin_pod(client, name))
+            plugin_config = _token_kubeconfig(kube, token, tmp / "kubeconfig")
+            plugin = _start_plugin(tmp, name, plugin_config)
+            plugins.append(plugin)
             nodes[name] = Node(name, tmp, plugin, sim)
         controller_log = work / "controller.log"
+        controller_config = _token_kubeconfig(
+            kube, _service_account_token(api, CONTROLLER_SA), work / "controller.kubeconfig"
+        )
         controller = _drasat(
-            ["controller", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
-             "--metrics-address", "", "--resync-period", "5"],
+            # The chart's flags, less the metrics endpoint (a free port is not needed here).
+            ["controller", "--kubeconfig", str(controller_config), "--namespace", NAMESPACE,
+             "--metrics-address", "", "--resync-period", "5", "--workers", "4",
+             "--policy-configmap", "drasat-policy", "--leader-elect"],
             controller_log,
         )  # fmt: skip
-        env = Classic(api, client, nodes, controller, controller_log)
+        env = Classic(api, client, nodes, controller, controller_log, controller_config)
 
         def published() -> bool:
             custom = kubernetes.client.CustomObjectsApi(api)
-            listed = custom.list_namespaced_custom_object(*NAS, NAMESPACE, "nodeallocationstates")[
-                "items"
-            ]
-            ready = {n["metadata"]["name"] for n in listed if n.get("status") == "Ready"}
+            listed = custom.list_namespaced_custom_object(*NAS, NAMESPACE, "nodeallocationstates")
+            ready = {n["metadata"]["name"] for n in listed["items"] if n.get("status") == "Ready"}
             return ready >= set(NODES)
 
-        wait_for(published, timeout=60, what="both nodes' NodeAllocationState Ready")
+        try:
+            wait_for(published, timeout=60, what="both nodes' NodeAllocationState Ready")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{env.logs()}") from None
         for node in nodes.values():
             kl = node.kubelet
             assert kl.wait_for(lambda kl=kl: DRIVER in kl.plugins, 30), kl.refused
@@ -246,11 +305,12 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
         for name in created:
             with contextlib.suppress(ApiException):
                 core.delete_node(name)
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(
+                    f"drasat-node-plugin-{name}", NAMESPACE, grace_period_seconds=0
+                )
         client.close_watches()
         api.close()
-        shutil.copytree(
-            work, "/tmp/kc-keep", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock")
-        ) if True else None
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -465,3 +525,39 @@ def test_a_pod_beyond_the_free_gpus_waits_then_runs_on_the_freed_one(classic: Cl
     finally:
         _delete_namespace(classic, namespace, ["pod1", "pod2", "pod3"])
     _assert_clean(classic)
+
+
+def test_the_charts_rbac_and_node_policy_hold_the_components(classic: Classic) -> None:
+    """The components above ran under the chart's ServiceAccounts: RBAC and the node plugins'
+    ValidatingAdmissionPolicy are enforced by the real server. A node plugin's token (bound to
+    its pod on its node) may not write another node's NodeAllocationState, nor the controller's
+    part of its own; the controller's token may not read Secrets."""
+    a, b = NODES
+    plugin = kubeclient.KubeClient.from_kubeconfig(classic.nodes[a].tmp / "kubeconfig")
+
+    def update(node: str, change: Any) -> dict[str, Any]:
+        url = kubeclient.path(*NAS, "nodeallocationstates", namespace=NAMESPACE, name=node)
+        obj = plugin.get(url)  # RBAC: get, create, update (no patch, no delete)
+        change(obj)
+        return plugin.request("PUT", url, body=obj)
+
+    def label(obj: dict[str, Any]) -> None:
+        obj["metadata"].setdefault("labels", {})["probe"] = "x"
+
+    def allocate(obj: dict[str, Any]) -> None:
+        claim = {"claimInfo": {"namespace": "x", "name": "y", "uid": "z"}, "gpu": {"devices": []}}
+        obj["spec"].setdefault("allocatedClaims", {})["z"] = claim
+
+    with pytest.raises(errors.ApiError) as refused:
+        update(b, label)
+    assert refused.value.code == 403 and f'on node "{a}"' in refused.value.message
+    with pytest.raises(errors.ApiError) as refused:
+        update(a, allocate)
+    assert refused.value.code == 403, refused.value.message
+    assert "written by the drasat controller only" in refused.value.message
+    update(a, label)  # its own NAS: allowed
+    update(a, lambda obj: obj["metadata"]["labels"].pop("probe"))
+    controller = kubeclient.KubeClient.from_kubeconfig(classic.controller_config)
+    with pytest.raises(errors.ApiError) as refused:
+        controller.list(kubeclient.path("", "v1", "secrets", namespace=NAMESPACE))
+    assert refused.value.code == 403
