@@ -112,6 +112,7 @@ class Api:
         causes.extend(rules.check(rt, new, old))
         if rt.group == _CRD_GROUP:
             causes.extend(self._crd_causes(new))
+        causes = list(dict.fromkeys(causes))  # a schema and a rule may say the same
         if causes:
             name = str((new.get("metadata") or {}).get("name") or "")
             raise errors.invalid(kind=rt.kind, group=rt.group, name=name, causes=causes)

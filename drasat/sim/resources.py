@@ -96,9 +96,8 @@ _EVENT_FIELDS = frozenset(
 
 #: Core kinds are validated against 1.30 or 1.34: the client (v37) speaks the newer shapes
 #: (e.g. pod.spec.resourceClaims[].resourceClaimName) while classic DRA clusters spoke 1.30's.
-#: As kube-apiserver v1.37 has them (checked by tests/contract): which kinds have a
-#: metadata.generation and which answer a delete with the deleted object. Classic DRA
-#: (v1alpha2) cannot be checked on 1.37 and is assumed to behave as resource.k8s.io/v1.
+#: As kube-apiserver v1.37 (classic DRA: v1.30.14) has them, checked by tests/contract: which
+#: kinds have a metadata.generation and which answer a delete with the deleted object.
 BUILTINS: tuple[ResourceType, ...] = (
     _builtin("", "v1", "pods", "Pod", status=True, fields=_POD_FIELDS, returns_object=True),
     _builtin("", "v1", "nodes", "Node", namespaced=False, status=True, generation=False),
@@ -137,6 +136,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceClass",
         namespaced=False,
         schemas=_CLASSIC,
+        generation=False,
         returns_object=True,
     ),
     _builtin(
@@ -146,6 +146,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceClaim",
         status=True,
         schemas=_CLASSIC,
+        generation=False,
         returns_object=True,
     ),
     _builtin(
@@ -154,6 +155,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "resourceclaimtemplates",
         "ResourceClaimTemplate",
         schemas=_CLASSIC,
+        generation=False,
         returns_object=True,
     ),
     _builtin(
@@ -163,6 +165,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "PodSchedulingContext",
         status=True,
         schemas=_CLASSIC,
+        generation=False,
         returns_object=True,
     ),
     _builtin(
@@ -172,6 +175,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "ResourceSlice",
         namespaced=False,
         schemas=_CLASSIC,
+        generation=False,
         returns_object=True,
     ),
     _builtin(

@@ -50,8 +50,8 @@ def _claim_spec(field: str, spec: Obj) -> list[Cause]:
         causes.append(
             (
                 f"{field}.allocationMode",
-                f"Unsupported value: {mode!r}: supported "
-                f"values: {', '.join(repr(m) for m in ALLOCATION_MODES)}",
+                f"Unsupported value: {json.dumps(mode)}: supported "
+                f"values: {', '.join(json.dumps(m) for m in ALLOCATION_MODES)}",
             )
         )
     return causes
@@ -111,21 +111,27 @@ def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
         causes.append(
             (
                 "status.reservedFor",
-                f"Too many: {len(reserved)}: must have at most {RESERVED_FOR_MAX} items",
+                f"Too long: may not be longer than {RESERVED_FOR_MAX}",
             )
         )
     uids = [ref.get("uid") for ref in reserved]
     for index, uid in enumerate(uids):
         if uid in uids[:index]:
-            causes.append((f"status.reservedFor[{index}].uid", f"Duplicate value: {uid!r}"))
+            causes.append(
+                (f"status.reservedFor[{index}].uid", f"Duplicate value: {json.dumps(uid)}")
+            )
+    if allocation and not allocation.get("shareable") and len(reserved) > 1:
+        causes.append(("status.reservedFor", "Forbidden: may not be reserved more than once"))
     if allocation and not status.get("driverName"):
-        causes.append(("status.driverName", "Required value: must be set when `allocation` is"))
+        causes.append(
+            ("status.driverName", "Required value: must be specified when `allocation` is set")
+        )
     handles = (allocation or {}).get("resourceHandles") or []
     if len(handles) > RESOURCE_HANDLES_MAX:
         causes.append(
             (
                 "status.allocation.resourceHandles",
-                f"Too many: {len(handles)}: must have at most {RESOURCE_HANDLES_MAX} items",
+                f"Too long: may not be longer than {RESOURCE_HANDLES_MAX}",
             )
         )
     for index, handle in enumerate(handles):
@@ -138,10 +144,7 @@ def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
             )
     if status.get("deallocationRequested") and not allocation:
         causes.append(
-            (
-                "status.deallocationRequested",
-                "Forbidden: may not be set when `allocation` is not set",
-            )
+            ("status", "Forbidden: `allocation` must be set when `deallocationRequested` is set")
         )
     old_allocation = ((old or {}).get("status") or {}).get("allocation")
     if old_allocation and allocation and allocation != old_allocation:
@@ -191,7 +194,7 @@ def pod_scheduling_context(new: Obj, old: Obj | None) -> list[Cause]:
         causes.append(
             (
                 "spec.potentialNodes",
-                f"Too many: {len(potential)}: must have at most {NODE_LIST_MAX} items",
+                f"Too long: may not be longer than {NODE_LIST_MAX}",
             )
         )
     for index, claim in enumerate((new.get("status") or {}).get("resourceClaims") or []):
@@ -200,10 +203,17 @@ def pod_scheduling_context(new: Obj, old: Obj | None) -> list[Cause]:
             causes.append(
                 (
                     f"status.resourceClaims[{index}].unsuitableNodes",
-                    f"Too many: {len(unsuitable)}: must have at most {NODE_LIST_MAX} items",
+                    f"Too long: may not be longer than {NODE_LIST_MAX}",
                 )
             )
     return causes
+
+
+def classic_resource_slice(new: Obj, _old: Obj | None) -> list[Cause]:
+    # namedResources is the only structured model of v1alpha2 (1.30).
+    if new.get("namedResources") is None:
+        return [("<nil>", "Required value: exactly one structured model field must be set")]
+    return []
 
 
 _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
@@ -212,6 +222,7 @@ _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("resource.k8s.io/v1alpha2", "PodSchedulingContext"): pod_scheduling_context,
     ("resource.k8s.io/v1alpha2", "ResourceClass"): resource_class,
     ("resource.k8s.io/v1alpha2", "ResourceClaimTemplate"): resource_claim_template,
+    ("resource.k8s.io/v1alpha2", "ResourceSlice"): classic_resource_slice,
     ("coordination.k8s.io/v1", "Lease"): lease,
     ("v1", "Event"): event,
 }

@@ -421,10 +421,22 @@ def _metadata_causes(obj: Mapping[str, Any], namespaced: bool) -> list[Cause]:
                 ("metadata.labels", f"Invalid value: {json.dumps(value)}: {_LABEL_VALUE_RULE}")
             )
     owners = meta.get("ownerReferences") or []
-    for index, owner in enumerate(owners):
-        for key in ("apiVersion", "kind", "name", "uid"):
-            if not (owner or {}).get(key):
-                causes.append((f"metadata.ownerReferences[{index}].{key}", "Required value"))
+    for owner in owners:
+        # apimachinery names the field without the list index.
+        for key, what in (
+            ("apiVersion", "version"),
+            ("kind", "kind"),
+            ("name", "name"),
+            ("uid", "uid"),
+        ):
+            value = (owner or {}).get(key) or ""
+            if not value:
+                causes.append(
+                    (
+                        f"metadata.ownerReferences.{key}",
+                        f"Invalid value: {json.dumps(value)}: {what} must not be empty",
+                    )
+                )
     if sum(1 for owner in owners if (owner or {}).get("controller")) > 1:
         causes.append(
             (
@@ -548,7 +560,13 @@ class Validator:
             validator = _builtin_validator(version, strict, resource.api_version, resource.kind)
             if validator is None:
                 continue
-            causes = _causes(validator, obj)
+            # metadata is ObjectMeta's Go validation on the real server (_metadata_causes),
+            # not the schema's: e.g. an ownerReference without a uid is one cause, not two.
+            causes = [
+                (path, message)
+                for path, message in _causes(validator, obj)
+                if not path.startswith("metadata.") or message.startswith("unknown field")
+            ]
             if not causes:
                 return []
             if closest is None or len(causes) < len(closest):
