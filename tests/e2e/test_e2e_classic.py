@@ -471,6 +471,8 @@ def test_shared_time_sliced_gpu_both_pods_on_one_gpu(classic: Classic) -> None:
         assert {r["name"] for r in status["reservedFor"]} == set(pods)
         allocated = _nas(classic, node)["spec"]["allocatedClaims"][claim["metadata"]["uid"]]
         assert [d["uuid"] for d in allocated["gpu"]["devices"]] == [gpu]
+        prepared = _nas(classic, node)["spec"]["preparedClaims"]
+        assert prepared == {claim["metadata"]["uid"]: {"gpu": {"devices": [{"uuid": gpu}]}}}
         sharing = allocated["gpu"]["sharing"]
         assert sharing["strategy"] == "TimeSlicing"
         assert sharing["timeSlicingConfig"]["timeSlice"] == "Long"
