@@ -452,6 +452,7 @@ class Api:
             raise errors.bad_request(f"invalid gracePeriodSeconds {grace!r}") from None
 
     def delete_collection(self, route: routing.Route, query: Mapping[str, str]) -> Obj:
+        rt = self.resource(route)
         listed = self.list_objects(route, query)
         deleted = []
         for obj in listed["items"]:
@@ -460,7 +461,7 @@ class Api:
                 route.group, route.version, route.plural, meta.get("namespace"), meta["name"]
             )
             try:
-                deleted.append(self._delete(self.resource(item), item, None, None))
+                deleted.append(self._list_item(rt, self._delete(rt, item, None, None)))
             except errors.ApiError as exc:
                 if exc.code != 404:
                     raise

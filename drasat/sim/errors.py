@@ -33,6 +33,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:  # some of the real server's 500s have none
+            del body["reason"]
         if self.details is not None:
             body["details"] = self.details
         return body

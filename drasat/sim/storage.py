@@ -131,6 +131,11 @@ class Store:
             name = str(meta.get("name") or "")
             if (namespace, name) in self._objects[rt.store_key]:
                 raise errors.already_exists(plural=rt.plural, group=rt.group, name=name)
+            if meta.get("resourceVersion"):
+                # The real server's storage refuses it, with a 500 and no reason.
+                raise errors.ApiError(
+                    500, "", "resourceVersion should not be set on objects to be created"
+                )
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
                 meta.pop(key, None)
             meta.pop("generation", None)

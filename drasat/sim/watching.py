@@ -58,7 +58,12 @@ class WatchStream:
             try:
                 self._cursor = int(start)
             except ValueError:
-                raise errors.bad_request(f"invalid resourceVersion {start!r}") from None
+                raise errors.ApiError(  # (a 500 on the real server too)
+                    500,
+                    "",
+                    f'resourceVersion: Invalid value: "{start}": strconv.ParseUint: parsing '
+                    f'"{start}": invalid syntax',
+                ) from None
 
     def _matches(self, obj: Obj) -> bool:
         return selectors.matches(obj, labels=self._labels, fields=self._fields)

@@ -439,3 +439,35 @@ def test_a_container_needs_an_image(backend: Backend) -> None:
         backend.core.create_namespaced_pod(backend.namespace, body)
     status = status_of(caught.value)
     assert status["message"] == 'Pod "p" is invalid: spec.containers[0].image: Required value'
+
+
+def test_create_refuses_a_resource_version(backend: Backend) -> None:
+    # As when an object read from the server is created again unchanged.
+    code, status = raw(
+        backend,
+        "POST",
+        f"/api/v1/namespaces/{backend.namespace}/configmaps",
+        {"metadata": {"name": "a", "resourceVersion": "5"}},
+    )
+    assert (code, status["message"]) == (
+        500,
+        "resourceVersion should not be set on objects to be created",
+    )
+    assert "reason" not in status
+
+
+def test_delete_collection(backend: Backend) -> None:
+    core, ns = backend.core, backend.namespace
+    for name, labels in (("a", {"k": "v"}), ("b", {"k": "v"}), ("c", {})):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels}})
+    code, answer = raw(
+        backend, "DELETE", f"/api/v1/namespaces/{ns}/configmaps", query=[("labelSelector", "k=v")]
+    )
+    assert (code, answer["kind"]) == (200, "ConfigMapList")
+    assert [i["metadata"]["name"] for i in answer["items"]] == ["a", "b"]
+    assert all("kind" not in i for i in answer["items"])
+    assert _names_of(core.list_namespaced_config_map(ns)) == ["c"]
+
+
+def _names_of(listed: Any) -> list[str]:
+    return [item.metadata.name for item in listed.items]

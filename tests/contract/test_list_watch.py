@@ -469,3 +469,13 @@ def test_resource_slice_field_selectors(backend: Backend) -> None:
             backend.custom.delete_cluster_custom_object(
                 "resource.k8s.io", "v1", "resourceslices", name
             )
+
+
+def test_watch_from_a_bad_resource_version(backend: Backend) -> None:
+    code, status = raw(
+        backend,
+        "GET",
+        f"/api/v1/namespaces/{backend.namespace}/configmaps",
+        query=[("watch", "1"), ("resourceVersion", "abc")],
+    )
+    assert code == 500 and status["message"].startswith('resourceVersion: Invalid value: "abc"')
