@@ -5,7 +5,7 @@ Everything Kubernetes does is the real thing: kube-apiserver serving `resource.k
 PodSchedulingContexts, kube-controller-manager's resourceclaim controller creating the claims
 from templates and releasing `reservedFor`, the garbage collector. drasat runs as it does in a
 cluster: `drasat controller` (a process, allocating through the solver) and one `drasat
-nodeplugin` process per node on a simulated fleet of two T4s, publishing its NodeAllocationState
+nodeplugin` process per node on simulated T4s (one and two), publishing its NodeAllocationState
 through the API. No kubelet can run here: each node is a Node object and a simulated 1.30 kubelet
 (`drasat.sim.kubelet`, flavour classic) reaches the API server over https, registers the plugin
 over its real sockets, calls `v1alpha3.Node/NodePrepareResources` with the claim's resource
@@ -62,7 +62,10 @@ CHART_KINDS = {
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 }  # fmt: skip
 CONTROLLER_SA, PLUGIN_SA = "drasat-controller", "drasat-node-plugin"
-NODES = ("classic-node-a", "classic-node-b")
+#: The fake nodes and their simulated GPUs: three T4s, so both reference cases fit at once (the
+#: README's `kubectl apply -f exclusive-gpus.yaml -f shared-time-sliced-gpu.yaml`).
+FLEETS = {"classic-node-a": "1xT4", "classic-node-b": "2xT4"}
+NODES = tuple(FLEETS)
 RESOURCE = ("resource.k8s.io", "v1alpha2")
 NAS = ("nas.gpu.drasat.io", "v1alpha1")
 
@@ -151,7 +154,7 @@ def _drasat(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _start_plugin(tmp: Path, node: str, kubeconfig: Path) -> subprocess.Popen[bytes]:
     args = [
         "nodeplugin", "--node-name", node, "--namespace", NAMESPACE,
-        "--simulate-gpus", f"1xT4,seed={node}", "--kubeconfig", str(kubeconfig),
+        "--simulate-gpus", f"{FLEETS[node]},seed={node}", "--kubeconfig", str(kubeconfig),
         "--kubelet-api", "classic",
         "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
         "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
@@ -481,33 +484,36 @@ def test_shared_time_sliced_gpu_both_pods_on_one_gpu(classic: Classic) -> None:
     _assert_clean(classic)
 
 
-def test_a_pod_beyond_the_free_gpus_waits_then_runs_on_the_freed_one(classic: Classic) -> None:
-    """The negotiation the reference cases do not reach: with both GPUs taken by case (a), a third
-    pod of the same template is reported unsuitable on every node by drasat and stays Pending
-    (the real scheduler keeps retrying); when pod1 is deleted, its claim is released by the
-    resourceclaim controller, deallocated by drasat, and pod3 runs on the GPU pod1 had."""
-    namespace = "gpu-test1"
+def test_both_cases_at_once_then_a_pod_beyond_the_free_gpus_waits_for_one(
+    classic: Classic,
+) -> None:
+    """The README's `kubectl apply -f exclusive-gpus.yaml -f shared-time-sliced-gpu.yaml`: all
+    four pods Running on the three GPUs. Then the negotiation the reference cases do not reach:
+    with every GPU taken, a fifth pod of the template is reported unsuitable on every node by
+    drasat and stays Pending (the real scheduler keeps retrying); when gpu-test1/pod1 is deleted,
+    its claim is released by the resourceclaim controller and deallocated by drasat, and the new
+    pod runs on the GPU pod1 had."""
     core = kubernetes.client.CoreV1Api(classic.api)
-    documents = _example("exclusive-gpus.yaml")
+    custom = kubernetes.client.CustomObjectsApi(classic.api)
+    pods = {"gpu-test1": ["pod1", "pod2"], "gpu-test2": ["pod1", "pod2"]}
     _apply(classic, "exclusive-gpus.yaml")
+    _apply(classic, "shared-time-sliced-gpu.yaml")
     try:
-        first = {name: _run(classic, namespace, name) for name in ("pod1", "pod2")}
-        pod3 = next(d for d in documents if d["kind"] == "Pod" and d["metadata"]["name"] == "pod1")
-        pod3 = {**pod3, "metadata": {**pod3["metadata"], "name": "pod3"}}
-        _create(classic.client, pod3)
+        runs = {(ns, name): _run(classic, ns, name) for ns, names in pods.items() for name in names}
+        gpus = {key: run.env["NVIDIA_VISIBLE_DEVICES"] for key, (_, run) in runs.items()}
+        assert len(set(gpus.values())) == 3, gpus
+        assert gpus["gpu-test2", "pod1"] == gpus["gpu-test2", "pod2"]
 
-        def claim_made() -> bool:
-            pod = core.read_namespaced_pod("pod3", namespace)
-            return bool(pod.status.resource_claim_statuses)
-
-        wait_for(claim_made, timeout=60, what="pod3's claim created")
-        custom = kubernetes.client.CustomObjectsApi(classic.api)
+        documents = _example("exclusive-gpus.yaml")
+        pod1 = next(d for d in documents if d["kind"] == "Pod" and d["metadata"]["name"] == "pod1")
+        _create(classic.client, {**pod1, "metadata": {**pod1["metadata"], "name": "pod3"}})
+        pods["gpu-test1"].append("pod3")
 
         def unsuitable_everywhere() -> bool:
             # drasat's answer in the scheduler's PodSchedulingContext: no node has a free GPU.
             try:
                 context = custom.get_namespaced_custom_object(
-                    *RESOURCE, namespace, "podschedulingcontexts", "pod3"
+                    *RESOURCE, "gpu-test1", "podschedulingcontexts", "pod3"
                 )
             except ApiException as exc:
                 if exc.status == 404:
@@ -517,24 +523,23 @@ def test_a_pod_beyond_the_free_gpus_waits_then_runs_on_the_freed_one(classic: Cl
             return [sorted(a.get("unsuitableNodes") or []) for a in answers] == [sorted(NODES)]
 
         try:
-            wait_for(unsuitable_everywhere, timeout=60, what="pod3 unsuitable on both nodes")
+            wait_for(unsuitable_everywhere, timeout=90, what="pod3 unsuitable on both nodes")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{classic.logs()}") from None
         time.sleep(2)  # the scheduler has the answer: the pod stays Pending
-        pod = core.read_namespaced_pod("pod3", namespace)
+        pod = core.read_namespaced_pod("pod3", "gpu-test1")
         assert (pod.spec.node_name, pod.status.phase) == (None, "Pending"), classic.logs()
         (status,) = pod.status.resource_claim_statuses
-        claim = _claim(classic, namespace, status.resource_claim_name)
+        claim = _claim(classic, "gpu-test1", status.resource_claim_name)
         assert not (claim.get("status") or {}).get("allocation"), claim["status"]
 
-        freed_node, freed_run = first["pod1"]
-        freed_gpu = freed_run.env["NVIDIA_VISIBLE_DEVICES"]
-        core.delete_namespaced_pod("pod1", namespace)
-        node, run = _run(classic, namespace, "pod3")
-        assert (node, run.env["NVIDIA_VISIBLE_DEVICES"]) == (freed_node, freed_gpu)
-        assert first["pod2"][0] != node
+        core.delete_namespaced_pod("pod1", "gpu-test1")
+        node, run = _run(classic, "gpu-test1", "pod3")
+        freed_node = runs["gpu-test1", "pod1"][0]
+        assert (node, run.env["NVIDIA_VISIBLE_DEVICES"]) == (freed_node, gpus["gpu-test1", "pod1"])
     finally:
-        _delete_namespace(classic, namespace, ["pod1", "pod2", "pod3"])
+        for namespace, names in pods.items():
+            _delete_namespace(classic, namespace, names)
     _assert_clean(classic)
 
 
