@@ -14,6 +14,7 @@ from ctl_cluster import add_claim, add_class, add_node, allocated_node, claim, n
 
 from drasat.controller.app import App, Options
 from drasat.controller.policy import PolicySource
+from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
@@ -216,9 +217,18 @@ def test_a_replica_that_loses_its_lease_stops(
 ) -> None:
     replicas.append(Running(server, "solo", leader_elect=True, **FAST))  # type: ignore[arg-type]
     wait(lambda: replicas[0].leading, what="leading")
-    lease = api.get(r.LEASES, "drasat-controller", namespace="drasat")
-    lease["spec"].update(holderIdentity="usurper", renewTime="2999-01-01T00:00:00.000000Z",
-                         leaseDurationSeconds=3600)  # fmt: skip
-    api.replace(r.LEASES, lease)
+
+    def usurp() -> bool:
+        # Read-modify-write: the leader may renew the lease between our GET and PUT (409).
+        lease = api.get(r.LEASES, "drasat-controller", namespace="drasat")
+        lease["spec"].update(holderIdentity="usurper", renewTime="2999-01-01T00:00:00.000000Z",
+                             leaseDurationSeconds=3600)  # fmt: skip
+        try:
+            api.replace(r.LEASES, lease)
+        except errors.Conflict:
+            return False
+        return True
+
+    wait(usurp, what="the lease taken over")
     replicas[0].thread.join(10)
     assert not replicas[0].thread.is_alive() and not replicas[0].leading
