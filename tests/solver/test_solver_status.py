@@ -101,7 +101,7 @@ def test_online_with_a_per_node_model_that_timed_out_is_only_feasible(
 ) -> None:
     """A two-claim pod is decided by a small CP-SAT model per node. When that model ends without
     an answer (a time-out, faked), 'does not fit here' is not proven: no per-pod optimality."""
-    from drasat.solver import nodes, solving
+    from drasat.solver import solving
     from drasat.solver.model import Built
 
     def unknown(
@@ -109,7 +109,6 @@ def test_online_with_a_per_node_model_that_timed_out_is_only_feasible(
     ) -> solving.Result:
         return solving.Result(Status.UNKNOWN, solving._solver(budget, 0.001), 0.0, 0.0, 0.0)
 
-    monkeypatch.setattr(nodes, "_MEMO", {}, raising=False)  # no evaluation from another test
     monkeypatch.setattr(solving, "solve", unknown)
     problem = Problem(
         nodes=(make_node("n1", "L4", count=3),),
