@@ -471,3 +471,22 @@ def test_delete_collection(backend: Backend) -> None:
 
 def _names_of(listed: Any) -> list[str]:
     return [item.metadata.name for item in listed.items]
+
+
+def test_a_node_keeps_the_status_it_is_created_with(backend: Backend) -> None:
+    # As a kubelet registers its Node (pods, by contrast, start Pending whatever they say).
+    name = f"node-{backend.namespace}"  # cluster-scoped: unique to this test
+    body = {
+        "metadata": {"name": name},
+        "status": {
+            "capacity": {"cpu": "4", "pods": "10"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    created = backend.core.create_node(body)
+    try:
+        assert created.status.capacity == {"cpu": "4", "pods": "10"}
+        assert [(c.type, c.status) for c in created.status.conditions] == [("Ready", "True")]
+        assert created.metadata.generation is None
+    finally:
+        backend.core.delete_node(name)

@@ -3,12 +3,16 @@ subresource, metadata.generation, and validation by our CRDs' schemas and CEL ru
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import kubernetes
 import pytest
 from contract import WIDGETS, Backend, causes, eventually, raw, status_of, widget
 from kubernetes.client import ApiException
+
+from drasat.controller import leader
+from drasat.kube.client import KubeClient
 
 G, V, P = WIDGETS
 CONFLICT_TAIL = (
@@ -549,3 +553,46 @@ def test_owner_deletion_cascades_to_dependents(backend: Backend) -> None:
 
     # The real garbage collector works in the background: give it time.
     assert eventually(collected, timeout=30)
+
+
+def test_drasat_leader_election_on_a_lease(backend: Backend) -> None:
+    """drasat's LeaderElector writes Leases (MicroTime fields, optimistic concurrency) that both
+    servers take, and two candidates never both lead."""
+    api = KubeClient(backend.api.configuration)
+    try:
+        first = leader.LeaderElector(
+            api, leader.Config(namespace=backend.namespace, identity="one", lease_duration_s=30)
+        )
+        second = leader.LeaderElector(
+            api, leader.Config(namespace=backend.namespace, identity="two", lease_duration_s=30)
+        )
+        assert first.try_once() and not second.try_once()
+        assert first.try_once()  # renews with the current resourceVersion
+        lease = backend.api.call_api(
+            *backend.api.param_serialize(
+                "GET",
+                f"/apis/coordination.k8s.io/v1/namespaces/{backend.namespace}/leases/"
+                "drasat-controller",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+        ).read()
+        assert b'"holderIdentity":"one"' in lease.replace(b" ", b"")
+        first.stop()  # releases: holder cleared, duration 1 s
+        time.sleep(1.5)
+        assert second.try_once() and not first.try_once()
+    finally:
+        api.close()
+    with pytest.raises(ApiException) as caught:
+        backend.custom.create_namespaced_custom_object(
+            "coordination.k8s.io",
+            "v1",
+            backend.namespace,
+            "leases",
+            {"metadata": {"name": "zero"}, "spec": {"leaseDurationSeconds": 0}},
+        )
+    assert causes(caught.value)["spec.leaseDurationSeconds"] == {
+        "reason": "FieldValueInvalid",
+        "message": "Invalid value: 0: must be greater than 0",
+        "field": "spec.leaseDurationSeconds",
+    }
