@@ -279,6 +279,13 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
             plugin = _start_plugin(tmp, name, plugin_config)
             plugins.append(plugin)
             nodes[name] = Node(name, tmp, plugin, sim)
+
+        # Other modules of the session (tests/contract) leave Immediate claims of our class in
+        # namespaces being deleted: gone before the controller starts, they take no GPU.
+        def no_namespace_terminating() -> bool:
+            return all(n.status.phase != "Terminating" for n in core.list_namespace().items)
+
+        wait_for(no_namespace_terminating, timeout=120, interval=0.5, what="namespaces deleted")
         controller_log = work / "controller.log"
         controller_config = _token_kubeconfig(
             kube, _service_account_token(api, CONTROLLER_SA), work / "controller.kubeconfig"
