@@ -161,10 +161,14 @@ class Cluster:
         it off, since its components must outlive it.
         """
         folder = binaries.locate(bin_dir)
-        if (directory / STATE_FILE).exists() and cls.load(directory).running():
-            raise ClusterError(f"{directory}: a cluster is already running there (stop it first)")
-        shutil.rmtree(directory, ignore_errors=True)
-        (directory / "logs").mkdir(parents=True)
+        if (directory / STATE_FILE).exists():
+            if cls.load(directory).running():
+                raise ClusterError(f"{directory}: a cluster is running there (stop it first)")
+            shutil.rmtree(directory)  # a stopped cluster's folder: its data is ours to reuse
+        elif directory.exists() and any(directory.iterdir()):
+            # Never empty a folder we did not make (a mistyped --dir).
+            raise ClusterError(f"{directory}: not empty and holds no cluster; choose another --dir")
+        (directory / "logs").mkdir(parents=True, exist_ok=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
         cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
