@@ -35,6 +35,8 @@ class HealthMonitor:
         self.unhealthy: frozenset[str] = frozenset()
         #: The critical XID that made each unhealthy GPU so (its device taint says it).
         self.xids: dict[str, int] = {}
+        #: Why health events stopped ("" while watching): the GPUs' health is then unknown.
+        self.failed = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -47,8 +49,8 @@ class HealthMonitor:
                 continue
             if event.gpu_uuid not in self.unhealthy:
                 log.error("GPU %s: critical XID %d: marked Unhealthy", event.gpu_uuid, event.xid)
+                self.xids[event.gpu_uuid] = event.xid  # first: readers of `unhealthy` see it
                 self.unhealthy = self.unhealthy | {event.gpu_uuid}
-                self.xids[event.gpu_uuid] = event.xid
                 changed = True
         if changed:
             self.on_change(self.unhealthy)
@@ -60,6 +62,11 @@ class HealthMonitor:
                 self.poll()
             except DeviceError as error:
                 log.error("health events unavailable (%s); health monitoring stopped", error)
+                self.failed = str(error) or type(error).__name__
+                try:
+                    self.on_change(self.unhealthy)
+                except Exception:
+                    log.exception("health monitor")
                 return
             except Exception:  # publishing failed (API down): keep watching, retry next event
                 log.exception("health monitor")

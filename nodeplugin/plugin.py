@@ -26,6 +26,7 @@ from drasat.nodeplugin import (
     checkpoint,
     dra,
     health,
+    healthservice,
     mps,
     publish,
     registration,
@@ -120,6 +121,10 @@ class NodePlugin:
             endpoint=str(config.dra_socket), api=config.kubelet_api
         )
         self.health = health.HealthMonitor(lib, self._health_changed, wait_ms=config.health_wait_ms)
+        #: What the kubelet's health stream (`DRAResourceHealth`) reports, from `self.health`.
+        self.health_board = healthservice.HealthBoard(
+            lambda: healthservice.pool_devices(lib), self.health, watching=config.health_events
+        )
         self._servers: list[Any] = []
         self._stop = threading.Event()
         self._started = False
@@ -163,6 +168,7 @@ class NodePlugin:
             return None
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
+        self.health_board.changed()  # the kubelet first: publishing may wait on the API
         self.publish()
 
     def set_status(self, status: NasStatus) -> None:
@@ -188,6 +194,7 @@ class NodePlugin:
             self.claim_reader, pool=self.config.node_name, gpus=self.state.gpus
         )
         dra.add_services(dra_server, self.state, allocations)
+        healthservice.add_services(dra_server, self.health_board, self.config.node_name)
         dra_server.add_insecure_port(f"unix://{self.config.dra_socket}")
         dra_server.start()
         os.chmod(self.config.dra_socket, 0o660)
@@ -239,6 +246,7 @@ class NodePlugin:
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stop.set()
         self.health.stop()
+        self.health_board.close()  # ends the kubelet's health streams before the servers stop
         for server in reversed(self._servers):  # registration first: the kubelet stops calling
             server.stop(grace_s).wait()
         self._servers.clear()

@@ -3,7 +3,8 @@
 GetInfo tells the kubelet's plugin watcher the plugin type (`DRAPlugin`), the driver name, where
 the DRA socket is and which service versions it speaks: semver-like `1.0.0` makes kubelets up to
 1.31 call `v1alpha3.Node` (classic DRA); `v1.DRAPlugin`/`v1beta1.DRAPlugin` are what current
-kubelets look for. NotifyRegistrationStatus is logged and remembered.
+kubelets look for, and `v1.DRAResourceHealth`/`v1alpha1.DRAResourceHealth` tell them the plugin
+streams device health (`healthservice.py`). NotifyRegistrationStatus is logged and remembered.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from drasat import DRIVER_NAME
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2 as pb2
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2_grpc as pb2_grpc
+from drasat.nodeplugin.healthservice import SERVICE_NAMES as HEALTH_SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +32,8 @@ class KubeletApi(StrEnum):
 
 VERSIONS: dict[KubeletApi, tuple[str, ...]] = {
     KubeletApi.classic: ("1.0.0",),
-    KubeletApi.structured: ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
-    KubeletApi.both: ("1.0.0", "v1.DRAPlugin", "v1beta1.DRAPlugin"),
+    KubeletApi.structured: ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES),
+    KubeletApi.both: ("1.0.0", "v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES),
 }
 
 

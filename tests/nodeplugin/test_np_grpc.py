@@ -106,7 +106,12 @@ def test_registration_info_and_socket_permissions(served: Any) -> None:
 def test_structured_registration_versions(served: Any) -> None:
     _, kubelet = served("T4", kubelet_api=KubeletApi.structured)
     info = kubelet.registration.GetInfo(pluginregistration_v1_pb2.InfoRequest())
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
 
 
 def test_refused_registration_is_remembered(served: Any) -> None:
