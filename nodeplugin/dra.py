@@ -143,12 +143,14 @@ class _DraPlugin:
             entry = response.claims[uid]
             entry.error = error
             for result, ids in devices:
-                entry.devices.add(
+                device = entry.devices.add(
                     request_names=[result.request],
                     pool_name=result.pool,
                     device_name=result.device,
                     cdi_device_ids=ids,
                 )
+                if result.share_id and "share_id" in device.DESCRIPTOR.fields_by_name:
+                    device.share_id = result.share_id  # v1 only: v1beta1's Device has none
         return response
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:

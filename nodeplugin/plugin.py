@@ -191,7 +191,10 @@ class NodePlugin:
         _socket_dir(self.config.registry_dir, 0o750)
         dra_server = _serve(self.config.dra_socket, self.config.workers)
         allocations = v1claims.ClaimAllocations(
-            self.claim_reader, pool=self.config.node_name, gpus=self.state.gpus
+            self.claim_reader,
+            pool=self.config.node_name,
+            gpus=self.state.gpus,
+            profiles=self.lib.mig_profiles,
         )
         dra.add_services(dra_server, self.state, allocations)
         healthservice.add_services(dra_server, self.health_board, self.config.node_name)

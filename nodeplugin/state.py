@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from drasat.api import handles
+from drasat.api.devicemodel import names
 from drasat.api.errors import describe_validation_error, show
 from drasat.api.nas import (
     AllocatedDevices,
@@ -51,7 +52,14 @@ from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
 from drasat.nodeplugin.checkpoint import AppliedStep, ClaimRecord, ClaimStatus, PlannedMig
-from drasat.nodeplugin.devices import ComputeMode, DeviceError, DeviceLib, GpuDevice, MigDevice
+from drasat.nodeplugin.devices import (
+    ComputeMode,
+    DeviceError,
+    DeviceLib,
+    GpuDevice,
+    MigDevice,
+    MigProfileInfo,
+)
 from drasat.nodeplugin.nasstore import NasError, NasStore
 
 log = logging.getLogger(__name__)
@@ -320,6 +328,7 @@ class DeviceState:
                     f"MIG {device.profile} cannot be placed at start {where[0]} size {where[1]} "
                     f"on {parent.uuid} (possible: {list(profile.placements)})"
                 )
+            self._check_free(parent, device.profile, where, profiles)
             planned.append(
                 PlannedMig(
                     parent_uuid=parent.uuid,
@@ -330,6 +339,41 @@ class DeviceState:
                 )
             )
         return planned
+
+    def _check_free(
+        self,
+        parent: GpuDevice,
+        profile: str,
+        where: tuple[int, int],
+        profiles: dict[str, MigProfileInfo],
+    ) -> None:
+        """ClaimError naming the MIG device in use on the GPU (and its claim) that the placement
+        overlaps. (Two devices of one claim that overlap are NVML's error at the second create,
+        which rolls back the first.)"""
+        start, end = where[0], where[0] + where[1]
+        by_id = {p.gi_profile_id: p.name for p in profiles.values()}
+        what = f"MIG {profile} at start {start} size {where[1]} on {parent.uuid}"
+        owners = {
+            (s.gpu, s.gi_id): r
+            for r in self.checkpoint.records()
+            for s in r.applied
+            if s.kind == "mig" and s.gi_id is not None
+        }
+        for gi in self.lib.gpu_instances(parent.uuid):
+            if not (gi.start < end and start < gi.start + gi.size):
+                continue
+            name = by_id.get(gi.profile_id, f"profile {gi.profile_id}")
+            device = (
+                names.mig_name(parent.minor, name, gi.profile_id, gi.start)
+                if gi.profile_id in by_id
+                else f"GPU instance {gi.gi_id}"
+            )
+            owner = owners.get((parent.uuid, gi.gi_id))
+            holder = f"claim {owner.namespace}/{owner.name} ({owner.uid})" if owner else "no claim"
+            raise ClaimError(
+                f"{what} overlaps MIG device {device} ({name} at start {gi.start} size "
+                f"{gi.size}, GPU instance {gi.gi_id}) in use by {holder}"
+            )
 
     def _prepare(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
         migs = self._create_migs(record)

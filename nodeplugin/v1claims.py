@@ -6,14 +6,26 @@ whose driver is gpu.drasat.io and whose pool is this node, and translates them i
 preparer already consumes (an `AllocatedDevices` entry, as the classic controller writes in the
 NAS), so both kubelet generations share one retry-safe, checkpointed preparer (`state.py`).
 
-Whole GPUs for now: a device named `gpu-<minor>` (`api.resourceslices.gpu_device_name`, the
-device model the ResourceSlices are published from) is this node's GPU with that minor. MIG
-devices, shares (consumable capacity), admin access and opaque configuration for our driver are
-refused with an error naming them, as is a device the node does not have.
+Each result's device name is parsed with the device model's codec (`api.devicemodel.names`):
+
+- `gpu-<minor>`: this node's GPU with that minor, whole; on a shareable GPU a result whose
+  `consumedCapacity` is less than all of it is a share (`AllocatedDevices.share`: compute % and
+  memory, enforced under MPS as the classic `share`), one that took all of it is exclusive;
+- `gpu-<minor>-mig-<profile>-<profileID>-<start>`: a MIG placement, created by the preparer at
+  exactly that start (`mig.devices[] {profile, parentUUID, placement}` as the classic path);
+- `cpu-fallback`: nothing to prepare; a claim with nothing else is the classic `optional` claim
+  without devices (its CDI device tells the container `DRASAT_GPU_ALLOCATED=false`).
+
+Opaque configuration for our driver (`api.deviceconfig`: drasat's GpuConfig, NVIDIA's
+GpuConfig/MigDeviceConfig), the class's then the claim's, for all requests or the ones named,
+becomes the entry's `sharing`, `share` and `lifecycle`. Admin access, a device the node does not
+have, a bad configuration and combinations one entry cannot hold (whole GPUs beside MIG devices,
+different configurations or share sizes in one claim) are refused with an error naming them.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +33,17 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from drasat.api import deviceconfig
+from drasat.api.claims import GpuShare
+from drasat.api.devicemodel import names, shares
 from drasat.api.errors import describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices
-from drasat.api.resourceslices import gpu_device_name
+from drasat.api.nas import AllocatedDevices, AllocatedMigDevice, MigPlacement
+from drasat.api.quantity import to_bytes
 from drasat.kube import errors as kube_errors
 from drasat.kube import resources
 from drasat.kube.client import Api
-from drasat.nodeplugin.devices import GpuDevice
+from drasat.nodeplugin.devices import GpuDevice, MigProfileInfo
 from drasat.nodeplugin.state import ClaimError, ClaimRef
 
 Obj = dict[str, Any]
@@ -37,8 +52,6 @@ Obj = dict[str, Any]
 #: into the URL the claim is read from.
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-#: NVIDIA's (and drasat's) MIG device names: `gpu-<minor>-mig-<profile>-<profileID>-<start>`.
-_MIG_DEVICE = re.compile(r"gpu-\d+-mig-")
 
 
 class ClaimReader(Protocol):
@@ -70,6 +83,7 @@ class Result:
     request: str
     pool: str
     device: str
+    share_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,11 +103,13 @@ class ClaimAllocations:
         *,
         pool: str,
         gpus: Callable[[], Sequence[GpuDevice]],
+        profiles: Callable[[str], Sequence[MigProfileInfo]] = lambda uuid: (),
         driver: str = DRIVER_NAME,
     ) -> None:
         self.reader = reader
         self.pool = pool
         self.gpus = gpus
+        self.profiles = profiles
         self.driver = driver
 
     def resolve(self, claim: ClaimRef) -> ClaimAllocation:
@@ -110,7 +126,7 @@ class ClaimAllocations:
             )
         obj = self.reader.read(claim.namespace, claim.name)
         return allocation_from_claim(
-            obj, claim, pool=self.pool, gpus=self.gpus(), driver=self.driver
+            obj, claim, pool=self.pool, gpus=self.gpus(), profiles=self.profiles, driver=self.driver
         )
 
 
@@ -120,11 +136,13 @@ def allocation_from_claim(
     *,
     pool: str,
     gpus: Sequence[GpuDevice],
+    profiles: Callable[[str], Sequence[MigProfileInfo]] = lambda uuid: (),
     driver: str = DRIVER_NAME,
 ) -> ClaimAllocation:
-    """The whole GPUs a v1 ResourceClaim was allocated on this node (pool `pool`), as the
-    preparer's AllocatedDevices, with the results they come from. Pure; ClaimError on anything
-    this node cannot prepare."""
+    """The devices a v1 ResourceClaim was allocated on this node (pool `pool`), as the
+    preparer's AllocatedDevices, with the results they come from. `profiles(parent uuid)` gives
+    a MIG-enabled GPU's profiles and placements (NVML). Pure but for `profiles`; ClaimError on
+    anything this node cannot prepare."""
     metadata = obj.get("metadata") or {}
     if metadata.get("uid") != claim.uid:
         raise ClaimError(
@@ -138,49 +156,212 @@ def allocation_from_claim(
     ours = [r for r in devices.get("results") or [] if r.get("driver") == driver]
     if not ours:
         raise ClaimError(f"claim {claim}: its allocation has no device of driver {driver}")
-    for config in devices.get("config") or []:
-        opaque = config.get("opaque") or {}
-        if opaque.get("driver") == driver:
-            raise ClaimError(
-                f"claim {claim}: opaque configuration for {driver} (source "
-                f"{show(config.get('source'))}) is not supported by the v1 prepare yet"
-            )
-    by_name = {gpu_device_name(gpu.minor): gpu for gpu in gpus}
-    uuids: list[str] = []
-    results = []
-    for result in ours:
-        name = str(result.get("device", ""))
-        where = f"{result.get('pool')}/{name}"
-        problem = ""
-        if result.get("pool") != pool:
-            problem = f"device {where} is not in this node's pool {pool}"
-        elif result.get("consumedCapacity") or result.get("shareID"):
-            problem = (
-                f"device {where} is allocated as a share (consumable capacity): shares are not "
-                "supported by the v1 prepare yet"
-            )
-        elif result.get("adminAccess"):
-            problem = f"device {where}: admin access is not supported by the v1 prepare yet"
-        elif name not in by_name and _MIG_DEVICE.match(name):
-            problem = f"MIG device {where}: MIG partitions are not supported by the v1 prepare yet"
-        elif name not in by_name:
-            have = ", ".join(sorted(by_name, key=_natural)) or "no GPUs"
-            problem = f"device {show(name)} is not on node {pool} (it has: {have})"
-        if problem:
-            raise ClaimError(f"claim {claim}: {problem}")
-        uuids.append(by_name[name].uuid)
-        results.append(Result(str(result.get("request", "")), pool, name))
-    entry = {
-        "claimInfo": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid},
-        "gpu": {"devices": [{"uuid": uuid} for uuid in dict.fromkeys(uuids)]},
-    }
+    try:
+        configs = _configs(devices.get("config") or [], driver)
+        by_minor = {gpu.minor: gpu for gpu in gpus}
+        translated = [_translate(r, pool, by_minor, profiles) for r in ours]
+        entry = _entry(claim, translated, configs)
+    except _Refused as error:
+        raise ClaimError(f"claim {claim}: {error}") from None
     try:
         model = AllocatedDevices.model_validate(entry)
     except ValidationError as error:  # e.g. more devices than a claim may have
         raise ClaimError(f"claim {claim}: {describe_validation_error(error)}") from None
-    return ClaimAllocation(model, tuple(results))
+    results = tuple(Result(t.request, pool, t.device, t.share_id) for t in translated)
+    return ClaimAllocation(model, results)
 
 
-def _natural(name: str) -> tuple[int, str]:
-    digits = name.rsplit("-", 1)[-1]
-    return (int(digits), name) if digits.isdigit() else (1 << 30, name)
+class _Refused(Exception):
+    """Something of the claim this node cannot prepare (the message names it)."""
+
+
+@dataclass(frozen=True)
+class _Config:
+    """One opaque configuration of ours from the allocation."""
+
+    where: str  # its place in the claim, for errors
+    requests: tuple[str, ...]  # empty: all requests
+    config: deviceconfig.DeviceConfig
+
+    def applies(self, request: str) -> bool:
+        # A firstAvailable result names `<request>/<subrequest>`; a config may name either.
+        return not self.requests or request in self.requests or _main(request) in self.requests
+
+
+def _main(request: str) -> str:
+    return request.split("/", 1)[0]
+
+
+def _configs(items: Sequence[Mapping[str, Any]], driver: str) -> list[_Config]:
+    """The opaque configurations for `driver`, the class's before the claim's (the API's order:
+    later ones win)."""
+    found = []
+    for index, item in enumerate(items):
+        opaque = item.get("opaque") or {}
+        if opaque.get("driver") != driver:
+            continue  # another driver's
+        where = f"status.allocation.devices.config[{index}] (source {item.get('source')})"
+        try:
+            config = deviceconfig.parse(opaque.get("parameters"))
+        except ValueError as error:
+            raise _Refused(f"{where}: opaque.{error}") from None
+        requests = tuple(str(r) for r in item.get("requests") or ())
+        found.append((item.get("source") != "FromClass", index, _Config(where, requests, config)))
+    return [config for _, _, config in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+@dataclass(frozen=True)
+class _Device:
+    """One result of ours, resolved on this node."""
+
+    request: str
+    device: str
+    share_id: str | None
+    gpu: GpuDevice | None = None  # a whole GPU (exclusive or shared)
+    share: GpuShare | None = None  # the part of `gpu` the result consumed
+    mig: AllocatedMigDevice | None = None
+    fallback: bool = False
+
+
+def _translate(
+    result: Mapping[str, Any],
+    pool: str,
+    by_minor: Mapping[int, GpuDevice],
+    profiles: Callable[[str], Sequence[MigProfileInfo]],
+) -> _Device:
+    name = str(result.get("device", ""))
+    where = f"{result.get('pool')}/{name}"
+    request = str(result.get("request", ""))
+    share_id = result.get("shareID") or None
+    if result.get("pool") != pool:
+        raise _Refused(f"device {where} is not in this node's pool {pool}")
+    if result.get("adminAccess"):
+        raise _Refused(f"device {where}: admin access is not supported by the v1 prepare yet")
+    parsed = names.parse(name)
+    missing = _Refused(f"device {show(name)} is not on node {pool} (it has: {_have(by_minor)})")
+    if isinstance(parsed, names.FallbackName):
+        return _Device(request, name, share_id, fallback=True)
+    if isinstance(parsed, names.GpuName):
+        gpu = by_minor.get(parsed.minor)
+        if gpu is None:
+            raise missing
+        share = _share(result.get("consumedCapacity"), gpu, where)
+        return _Device(request, name, share_id, gpu=gpu, share=share)
+    if isinstance(parsed, names.MigName):
+        parent = by_minor.get(parsed.minor)
+        if parent is None:
+            raise missing
+        if result.get("consumedCapacity"):
+            raise _Refused(f"MIG device {where} cannot be allocated as a share")
+        if not parent.mig_enabled:
+            raise _Refused(
+                f"MIG device {show(name)}: GPU {names.gpu_name(parent.minor)} {parent.uuid} "
+                "is not in MIG mode"
+            )
+        profile = next(
+            (p for p in profiles(parent.uuid) if p.gi_profile_id == parsed.profile_id), None
+        )
+        size = (
+            next((z for s, z in profile.placements if s == parsed.start), None) if profile else None
+        )
+        if profile is None or size is None or names.dns_safe(profile.name) != parsed.profile:
+            offered = sorted(
+                names.mig_name(parsed.minor, p.name, p.gi_profile_id, s)
+                for p in profiles(parent.uuid)
+                for s, _ in p.placements
+            )
+            state = "MIG devices: " + ", ".join(offered) if offered else "no MIG devices"
+            raise _Refused(
+                f"MIG device {show(name)} is not on node {pool} (GPU {names.gpu_name(parent.minor)}"
+                f" {parent.uuid} offers {state})"
+            )
+        mig = AllocatedMigDevice(
+            profile=profile.name,
+            parentUUID=parent.uuid,
+            placement=MigPlacement(start=parsed.start, size=size),
+        )
+        return _Device(request, name, share_id, mig=mig)
+    raise missing
+
+
+def _have(by_minor: Mapping[int, GpuDevice]) -> str:
+    return ", ".join(names.gpu_name(m) for m in sorted(by_minor)) or "no GPUs"
+
+
+def _share(consumed: Any, gpu: GpuDevice, where: str) -> GpuShare | None:
+    """The share a result's `consumedCapacity` stands for; None when it took the whole GPU (the
+    default of a request without `capacity.requests`: an exclusive GPU)."""
+    if not consumed:
+        return None
+    if not isinstance(consumed, Mapping):
+        raise _Refused(f"device {where}: consumedCapacity is not a map")
+    whole = gpu.memory_bytes // shares.MiB * shares.MiB  # what the slice offers
+    try:
+        memory = to_bytes(consumed.get(shares.MEMORY, whole))
+        compute = to_bytes(consumed.get(shares.COMPUTE, 100))
+    except ValueError as error:
+        raise _Refused(f"device {where}: consumedCapacity: {error}") from None
+    unknown = sorted(set(consumed) - {shares.MEMORY, shares.COMPUTE})
+    if unknown:
+        raise _Refused(f"device {where}: consumedCapacity of unknown capacity {unknown[0]}")
+    if memory >= whole and compute >= 100:
+        return None
+    try:
+        return GpuShare(compute=compute or None, memory=memory if memory < whole else None)
+    except ValidationError as error:
+        raise _Refused(
+            f"device {where}: consumedCapacity: {describe_validation_error(error)}"
+        ) from None
+
+
+def _entry(claim: ClaimRef, devices: list[_Device], configs: list[_Config]) -> Obj:
+    """The AllocatedDevices entry (as the classic controller writes it in the NAS)."""
+    real = [d for d in devices if not d.fallback]
+    info = {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
+    if not real:  # only the node's cpu-fallback: prepared as the classic optional, no device
+        return {"claimInfo": info, "gpu": {"devices": []}, "optional": True}
+    gpus = [d for d in real if d.gpu is not None]
+    migs = [d for d in real if d.mig is not None]
+    if gpus and migs:
+        raise _Refused(
+            f"whole GPU {gpus[0].device} and MIG device {migs[0].device} in one claim are not "
+            "supported by the v1 prepare (use one claim for each)"
+        )
+    shared = {json.dumps(d.share.dump() if d.share else None): d.share for d in gpus}
+    if len(shared) > 1:
+        raise _Refused(
+            "the GPUs of one claim are all whole or all shares of the same size "
+            f"({', '.join(d.device for d in gpus)} are not)"
+        )
+    share = next(iter(shared.values())) if gpus else None
+    merged = {}
+    for device in real:
+        config = deviceconfig.merge([c.config for c in configs if c.applies(device.request)])
+        merged[device.request] = config
+    if len({json.dumps(c.dump(), sort_keys=True) for c in merged.values()}) > 1:
+        raise _Refused(
+            f"requests {', '.join(sorted(merged))} have different opaque configurations: the v1 "
+            "prepare applies one configuration to all of a claim's devices"
+        )
+    config = next(iter(merged.values()))
+    entry: Obj = {"claimInfo": info}
+    sharing = config.sharing.dump() if config.sharing is not None else None
+    if migs:
+        mig_devices = [d.mig.dump() for d in migs if d.mig is not None]
+        entry["mig"] = {"devices": mig_devices, "sharing": sharing}
+    else:
+        uuids = dict.fromkeys(d.gpu.uuid for d in gpus if d.gpu is not None)
+        entry["gpu"] = {"devices": [{"uuid": u} for u in uuids], "sharing": sharing}
+    if share is None and config.share is not None:
+        share = config.share
+    if share is not None:
+        entry["share"] = share.dump()
+    if config.lifecycle:
+        entry["lifecycle"] = [step.dump() for step in config.lifecycle]
+    return _without_none(entry)
+
+
+def _without_none(obj: Obj) -> Obj:
+    return {
+        k: _without_none(v) if isinstance(v, dict) else v for k, v in obj.items() if v is not None
+    }

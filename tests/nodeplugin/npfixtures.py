@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drasat.nodeplugin import mps, nvml, simnvml, state
+from drasat.nodeplugin import dra, mps, nvml, simnvml, state, v1claims
+from drasat.nodeplugin.gen import dra_v1_pb2
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -134,3 +135,25 @@ def gpu_instances(node: Node, index: int) -> list[tuple[int, int]]:
     """(start, size) of every GPU instance on GPU `index`, straight from the simulator."""
     gpu = node.sim.gpus[index]
     return sorted((gi.start, gi.profile.memory_slices) for gi in gpu.gpu_instances.values())
+
+
+class V1:
+    """The v1 DRAPlugin servicer of a node, called as the kubelet calls it."""
+
+    def __init__(self, node: Node, claims: Claims | None) -> None:
+        self.node = node
+        allocations = v1claims.ClaimAllocations(
+            claims, pool=NODE, gpus=node.state.gpus, profiles=node.lib.mig_profiles
+        )
+        self.service = dra.DraPluginV1(node.state, allocations)
+
+    def prepare(self, *names: tuple[str, str], namespace: str = "default") -> Any:
+        claims = [dra_v1_pb2.Claim(namespace=namespace, name=n, uid=u) for u, n in names]
+        request = dra_v1_pb2.NodePrepareResourcesRequest(claims=claims)
+        return self.service.NodePrepareResources(request, None).claims
+
+    def unprepare(self, *uids: str) -> Any:
+        request = dra_v1_pb2.NodeUnprepareResourcesRequest(
+            claims=[dra_v1_pb2.Claim(namespace="default", name="claim", uid=u) for u in uids]
+        )
+        return self.service.NodeUnprepareResources(request, None).claims

@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from npfixtures import gpu_allocation, gpu_instances, mig_allocation, ref
+from npfixtures import (
+    NODE,
+    V1,
+    Claims,
+    gpu_allocation,
+    gpu_instances,
+    mig_allocation,
+    ref,
+    v1_claim,
+)
 
 from drasat.api.nas import PreparedDevices, PreparedGpus
 from drasat.nodeplugin import checkpoint
@@ -191,3 +200,30 @@ def test_killed_after_the_nas_write_then_a_failing_retry_leaves_no_stale_entry(
     with pytest.raises(ClaimError, match="cannot create MIG"):
         restarted.state.prepare(ref(UID))
     assert UID not in restarted.store.read().spec.preparedClaims
+
+
+@pytest.mark.parametrize("step", [*PREPARE_STEPS, "mps"])
+def test_killed_during_a_v1_mig_prepare(node_factory: Any, step: str) -> None:
+    """The v1 translation adds no step of its own: a v1 claim (a MIG placement device with
+    NVIDIA's MPS config) killed after any step of the preparer is rolled back by the kubelet's
+    retry, which then prepares it once."""
+    node = node_factory("2xA100-40GB,mig=1")
+    claims = Claims()
+    mps = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "MigDeviceConfig",
+        "sharing": {"strategy": "MPS"},
+    }
+    config = {"source": "FromClaim", "opaque": {"driver": "gpu.drasat.io", "parameters": mps}}
+    claims.add(v1_claim(UID, ("mig", NODE, "gpu-1-mig-3g20gb-9-4"), config=[config]))
+    restarted = crash(node, step, lambda: V1(node, claims).prepare((UID, "claim")))
+    v1 = V1(restarted, claims)
+    answer = v1.prepare((UID, "claim"))[UID]
+    assert answer.error == "" and [d.device_name for d in answer.devices] == [
+        "gpu-1-mig-3g20gb-9-4"
+    ]
+    assert gpu_instances(restarted, 1) == [(4, 4)]  # exactly one instance, no orphan
+    assert list(restarted.runner.running) == [f"mps-{UID}"]
+    assert v1.unprepare(UID)[UID].error == ""
+    assert gpu_instances(restarted, 1) == [] and restarted.runner.running == {}
+    assert restarted.state.cdi.claim_uids() == []

@@ -149,7 +149,8 @@ def test_per_claim_errors_and_the_plugin_keeps_serving(served: Any) -> None:
     response = kubelet.prepare("ok", "busy", "overlap", "ghost", "unknown")
     errors = {u: r.error for u, r in response.claims.items()}
     assert errors["ok"] == "" and errors["busy"] == ""
-    assert "NVML_ERROR_INSUFFICIENT_RESOURCES" in errors["overlap"]
+    assert "overlaps MIG device gpu-1-mig-3g20gb-9-0" in errors["overlap"]
+    assert "in use by claim default/claim (busy)" in errors["overlap"]
     assert "GPU-not-here is not on this node" in errors["ghost"]
     assert "not allocated on node" in errors["unknown"]
     assert list(response.claims["overlap"].cdi_devices) == []

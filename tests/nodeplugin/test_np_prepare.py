@@ -76,7 +76,12 @@ def test_mig_overlap_is_a_claim_error_and_nothing_half_made(node_factory: Any) -
     node.allocate(UID, mig_allocation(UID, node.gpu(1), "3g.20gb", 4, 4))
     node.state.prepare(ref(UID))
     node.allocate(UID2, mig_allocation(UID2, node.gpu(1), "2g.10gb", 4, 2))
-    with pytest.raises(ClaimError, match="NVML_ERROR_INSUFFICIENT_RESOURCES"):
+    in_use = (
+        f"MIG 2g.10gb at start 4 size 2 on {node.gpu(1)} overlaps MIG device "
+        r"gpu-1-mig-3g20gb-9-4 \(3g.20gb at start 4 size 4, GPU instance \d+\) "
+        f"in use by claim default/claim \\({UID}\\)"
+    )
+    with pytest.raises(ClaimError, match=in_use):
         node.state.prepare(ref(UID2))
     assert gpu_instances(node, 1) == [(4, 4)]  # only the first claim's instance
     assert node.state.checkpoint.get(UID2) is None

@@ -12,33 +12,11 @@ import json
 from typing import Any
 
 import pytest
-from npfixtures import NODE, Claims, Node, v1_claim
+from npfixtures import NODE, V1, Claims, Node, v1_claim
 
-from drasat.nodeplugin import dra, v1claims
 from drasat.nodeplugin.checkpoint import ClaimStatus
-from drasat.nodeplugin.gen import dra_v1_pb2
 
 CDI_KIND = "k8s.gpu.drasat.io/claim"
-
-
-class V1:
-    """The v1 DRAPlugin servicer of a node, called as the kubelet calls it."""
-
-    def __init__(self, node: Node, claims: Claims | None) -> None:
-        self.node = node
-        allocations = v1claims.ClaimAllocations(claims, pool=NODE, gpus=node.state.gpus)
-        self.service = dra.DraPluginV1(node.state, allocations)
-
-    def prepare(self, *names: tuple[str, str], namespace: str = "default") -> Any:
-        claims = [dra_v1_pb2.Claim(namespace=namespace, name=n, uid=u) for u, n in names]
-        request = dra_v1_pb2.NodePrepareResourcesRequest(claims=claims)
-        return self.service.NodePrepareResources(request, None).claims
-
-    def unprepare(self, *uids: str) -> Any:
-        request = dra_v1_pb2.NodeUnprepareResourcesRequest(
-            claims=[dra_v1_pb2.Claim(namespace="default", name="claim", uid=u) for u in uids]
-        )
-        return self.service.NodeUnprepareResources(request, None).claims
 
 
 @pytest.fixture
@@ -102,10 +80,14 @@ def test_results_of_other_drivers_and_the_classic_service_are_apart(two_t4: Any)
     [
         ({"device": "gpu-7"}, "device gpu-7 is not on node gpu-node-1 (it has: gpu-0, gpu-1)"),
         (
-            {"device": "gpu-0-mig-1g-5gb-19-0"},
-            "MIG device gpu-node-1/gpu-0-mig-1g-5gb-19-0: MIG partitions are not supported",
+            {"device": "gpu-0-mig-1g5gb-19-0"},
+            "MIG device gpu-0-mig-1g5gb-19-0: GPU gpu-0 GPU-",  # ... is not in MIG mode
         ),
-        ({"shareID": "abc", "consumedCapacity": {"memory": "1Gi"}}, "allocated as a share"),
+        ({"device": "cpu-fallback-2"}, "device cpu-fallback-2 is not on node gpu-node-1"),
+        (
+            {"consumedCapacity": {"memory": "1Gi", "engines": "1"}},
+            "device gpu-node-1/gpu-1: consumedCapacity of unknown capacity engines",
+        ),
         ({"adminAccess": True}, "admin access is not supported"),
         ({"pool": "other-node"}, "device other-node/gpu-1 is not in this node's pool gpu-node-1"),
         ({"driver": "gpu.nvidia.com"}, "its allocation has no device of driver gpu.drasat.io"),
@@ -134,14 +116,21 @@ def test_claim_level_problems(two_t4: Any) -> None:
     del unallocated["status"]
     claims.add(unallocated)
     claims.add(v1_claim("someone-else", ("gpu", NODE, "gpu-0"), name="recreated"))
-    config = {"source": "FromClaim", "requests": [], "opaque": {"driver": "gpu.drasat.io"}}
+    config = {
+        "source": "FromClaim",
+        "requests": [],
+        "opaque": {"driver": "gpu.drasat.io", "parameters": {"kind": "GpuConfig"}},
+    }
     claims.add(v1_claim("u6", ("gpu", NODE, "gpu-0"), name="configured", config=[config]))
     answers = v1.prepare(
         ("u4", "pending"), ("u5", "recreated"), ("u6", "configured"), ("u7", "missing")
     )
     assert "default/pending (u4) is not allocated" in answers["u4"].error
     assert "has uid someone-else, not the kubelet's" in answers["u5"].error
-    assert "opaque configuration for gpu.drasat.io" in answers["u6"].error
+    assert (
+        "status.allocation.devices.config[0] (source FromClaim): opaque.parameters: apiVersion "
+        "None kind 'GpuConfig' is not a configuration of this driver"
+    ) in answers["u6"].error
     assert "ResourceClaim default/missing not found" in answers["u7"].error
     assert node.state.checkpoint.records() == []
 

@@ -1,0 +1,328 @@
+"""The v1 prepare of every kind of device and of opaque configuration.
+
+MIG placement devices are created at exactly the placement their name gives; a share
+(`consumedCapacity` below the GPU's whole) gets its limits under MPS; a result that consumed the
+whole GPU is exclusive; `cpu-fallback` prepares to the classic optional claim without devices;
+drasat's GpuConfig and NVIDIA's GpuConfig/MigDeviceConfig become the claim's sharing. All of it
+through the classic preparer: same checkpoint, rollback and idempotence.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from npfixtures import NODE, V1, Claims, Node, gpu_instances, v1_claim
+
+from drasat.nodeplugin.devices import ComputeMode
+
+CDI_KIND = "k8s.gpu.drasat.io/claim"
+MiB = 2**20
+
+
+def _env(node: Node, uid: str) -> dict[str, str]:
+    spec = json.loads((node.config.cdi_root / f"k8s.gpu.drasat.io-claim_{uid}.json").read_text())
+    (device,) = spec["devices"]
+    return dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+
+
+def _devices(answer: Any) -> list[tuple[list[str], str, str, list[str], str]]:
+    return [
+        (list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids), d.share_id)
+        for d in answer.devices
+    ]
+
+
+def _config(parameters: dict[str, Any], source: str = "FromClaim", **more: Any) -> dict[str, Any]:
+    return {
+        "source": source,
+        "opaque": {"driver": "gpu.drasat.io", "parameters": parameters},
+        **more,
+    }
+
+
+@pytest.fixture
+def mig_node(node_factory: Any) -> tuple[Node, Claims, V1]:
+    node = node_factory("2xA100-40GB,mig=1")
+    claims = Claims()
+    return node, claims, V1(node, claims)
+
+
+@pytest.fixture
+def a100(node_factory: Any) -> tuple[Node, Claims, V1]:
+    node = node_factory("2xA100-40GB")
+    claims = Claims()
+    return node, claims, V1(node, claims)
+
+
+def test_mig_devices_are_created_at_the_placements_of_their_names(mig_node: Any) -> None:
+    node, claims, v1 = mig_node
+    names = ["gpu-1-mig-1g5gb-19-6", "gpu-1-mig-3g20gb-9-0", "gpu-1-mig-2g10gb-14-4"]
+    claims.add(v1_claim("m1", *[(f"mig-{i}", NODE, n) for i, n in enumerate(names)]))
+    answer = v1.prepare(("m1", "claim"))["m1"]
+    assert answer.error == ""
+    assert [d[2] for d in _devices(answer)] == names
+    assert gpu_instances(node, 1) == [(0, 4), (4, 2), (6, 1)]
+    prepared = node.store.read().spec.preparedClaims["m1"].mig
+    assert prepared is not None
+    placed = [(d.profile, d.placement.start, d.placement.size) for d in prepared.devices]
+    assert placed == [("1g.5gb", 6, 1), ("3g.20gb", 0, 4), ("2g.10gb", 4, 2)]
+    visible = _env(node, "m1")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert visible == [d.uuid for d in prepared.devices]
+    writes = node.store.writes
+    assert v1.prepare(("m1", "claim"))["m1"] == answer  # idempotent
+    assert node.store.writes == writes
+    assert v1.unprepare("m1")["m1"].error == ""
+    assert gpu_instances(node, 1) == []
+    assert node.state.checkpoint.records() == []
+
+
+def test_a_placement_overlapping_one_in_use_fails_naming_it(mig_node: Any) -> None:
+    node, claims, v1 = mig_node
+    claims.add(v1_claim("m2", ("mig", NODE, "gpu-1-mig-3g20gb-9-4"), name="first"))
+    claims.add(v1_claim("m3", ("mig", NODE, "gpu-1-mig-2g10gb-14-4"), name="second"))
+    assert v1.prepare(("m2", "first"))["m2"].error == ""
+    error = v1.prepare(("m3", "second"))["m3"].error
+    assert "MIG 2g.10gb at start 4 size 2" in error
+    assert "overlaps MIG device gpu-1-mig-3g20gb-9-4 (3g.20gb at start 4 size 4" in error
+    assert "in use by claim default/first (m2)" in error
+    assert gpu_instances(node, 1) == [(4, 4)]
+    assert node.state.checkpoint.get("m3") is None
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu-1-mig-1g5gb-19-7", "MIG device gpu-1-mig-1g5gb-19-7 is not on node gpu-node-1"),
+        ("gpu-1-mig-2g10gb-19-0", "MIG device gpu-1-mig-2g10gb-19-0 is not on node"),
+        ("gpu-0-mig-1g5gb-19-0", "GPU gpu-0 GPU-"),  # ... not in MIG mode
+        ("gpu-5-mig-1g5gb-19-0", "device gpu-5-mig-1g5gb-19-0 is not on node gpu-node-1"),
+    ],
+)
+def test_mig_devices_the_node_does_not_offer(mig_node: Any, device: str, message: str) -> None:
+    node, claims, v1 = mig_node
+    claims.add(v1_claim("m4", ("mig", NODE, device)))
+    error = v1.prepare(("m4", "claim"))["m4"].error
+    assert message in error
+    assert node.state.checkpoint.records() == []
+
+
+def test_whole_gpu_beside_mig_device_in_one_claim_is_refused(mig_node: Any) -> None:
+    _, claims, v1 = mig_node
+    claims.add(v1_claim("m5", ("a", NODE, "gpu-0"), ("b", NODE, "gpu-1-mig-1g5gb-19-0")))
+    error = v1.prepare(("m5", "claim"))["m5"].error
+    assert "whole GPU gpu-0 and MIG device gpu-1-mig-1g5gb-19-0 in one claim" in error
+
+
+def test_shares_get_their_limits_under_mps(a100: Any) -> None:
+    node, claims, v1 = a100
+    for uid, compute, memory in (("s1", "30", "8Gi"), ("s2", "70", "16Gi")):
+        claim = v1_claim(uid, ("share", NODE, "gpu-0"), name=uid)
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        result.update(
+            shareID=f"share-{uid}", consumedCapacity={"memory": memory, "compute": compute}
+        )
+        claims.add(claim)
+    answers = v1.prepare(("s1", "s1"), ("s2", "s2"))
+    assert _devices(answers["s1"]) == [(["share"], NODE, "gpu-0", [f"{CDI_KIND}=s1"], "share-s1")]
+    first, second = node.runner.running["mps-s1"], node.runner.running["mps-s2"]
+    assert first["control"] == [
+        "set_default_active_thread_percentage 30",
+        "set_default_device_pinned_mem_limit 0 8192M",
+    ]
+    assert second["control"][0] == "set_default_active_thread_percentage 70"
+    env = _env(node, "s1")
+    assert env["DRASAT_GPU_SHARE_COMPUTE"] == "30"
+    assert env["DRASAT_GPU_SHARE_MEMORY"] == str(8 * 2**30)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == node.gpu(0)
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
+    done = v1.unprepare("s1", "s2")
+    assert {uid: answer.error for uid, answer in done.items()} == {"s1": "", "s2": ""}
+    assert node.runner.running == {}
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
+
+
+def test_a_result_that_consumed_the_whole_gpu_is_exclusive(a100: Any) -> None:
+    node, claims, v1 = a100
+    whole = node.state.gpus()[0].memory_bytes // MiB * MiB
+    claim = v1_claim("x1", ("gpu", NODE, "gpu-0"))
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    result.update(shareID="abc", consumedCapacity={"memory": str(whole), "compute": "100"})
+    claims.add(claim)
+    answer = v1.prepare(("x1", "claim"))["x1"]
+    assert answer.error == "" and answer.devices[0].share_id == "abc"
+    env = _env(node, "x1")
+    assert "DRASAT_GPU_SHARE_COMPUTE" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
+    assert node.runner.running == {}
+    assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
+
+
+def test_a_share_without_compute_limits_only_memory(a100: Any) -> None:
+    node, claims, v1 = a100
+    claim = v1_claim("s3", ("share", NODE, "gpu-1"))
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    result.update(shareID="x", consumedCapacity={"memory": "4Gi", "compute": "0"})
+    claims.add(claim)
+    assert v1.prepare(("s3", "claim"))["s3"].error == ""
+    assert node.runner.running["mps-s3"]["control"] == [
+        "set_default_device_pinned_mem_limit 0 4096M"
+    ]
+
+
+def test_cpu_fallback_prepares_to_the_optional_claim_without_devices(a100: Any) -> None:
+    node, claims, v1 = a100
+    claims.add(v1_claim("f1", ("gpu-or-cpu/cpu", NODE, "cpu-fallback")))
+    answer = v1.prepare(("f1", "claim"))["f1"]
+    assert _devices(answer) == [(["gpu-or-cpu/cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1"], "")]
+    env = _env(node, "f1")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["DRASAT_GPU_ALLOCATED"] == "false" and env["DRASAT_GPU_COUNT"] == "0"
+    spec = json.loads((node.config.cdi_root / "k8s.gpu.drasat.io-claim_f1.json").read_text())
+    assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
+    assert v1.unprepare("f1")["f1"].error == ""
+    assert list(node.config.cdi_root.glob("*.json")) == []
+
+
+def test_cpu_fallback_beside_a_gpu_adds_nothing(a100: Any) -> None:
+    node, claims, v1 = a100
+    claims.add(v1_claim("f2", ("gpu", NODE, "gpu-1"), ("maybe/cpu", NODE, "cpu-fallback")))
+    answer = v1.prepare(("f2", "claim"))["f2"]
+    assert [d[2] for d in _devices(answer)] == ["gpu-1", "cpu-fallback"]
+    assert _env(node, "f2")["NVIDIA_VISIBLE_DEVICES"] == node.gpu(1)
+
+
+TIME_SLICING_LONG = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+}
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        TIME_SLICING_LONG,
+        {
+            "apiVersion": "gpu.drasat.io/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}},
+        },
+    ],
+)
+def test_time_slicing_config_of_either_group(a100: Any, parameters: dict[str, Any]) -> None:
+    node, claims, v1 = a100
+    claims.add(v1_claim("t1", ("gpu", NODE, "gpu-0"), config=[_config(parameters)]))
+    assert v1.prepare(("t1", "claim"))["t1"].error == ""
+    assert node.sim.gpus[0].time_slice == 3
+    assert v1.unprepare("t1")["t1"].error == ""
+    assert node.sim.gpus[0].time_slice == 0
+
+
+def test_nvidia_mps_config_on_a_mig_device(mig_node: Any) -> None:
+    node, claims, v1 = mig_node
+    mps = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "MigDeviceConfig",
+        "sharing": {
+            "strategy": "MPS",
+            "mpsConfig": {
+                "defaultActiveThreadPercentage": 50,
+                "defaultPinnedDeviceMemoryLimit": "2Gi",
+            },
+        },
+    }
+    claims.add(v1_claim("t2", ("mig", NODE, "gpu-1-mig-1g5gb-19-0"), config=[_config(mps)]))
+    assert v1.prepare(("t2", "claim"))["t2"].error == ""
+    assert node.runner.running["mps-t2"]["control"] == [
+        "set_default_active_thread_percentage 50",
+        "set_default_device_pinned_mem_limit 0 2048M",
+    ]
+    assert "CUDA_MPS_PIPE_DIRECTORY" in _env(node, "t2")
+    assert v1.unprepare("t2")["t2"].error == ""
+    assert node.runner.running == {} and gpu_instances(node, 1) == []
+
+
+def test_the_claims_config_wins_over_the_class_and_applies_to_its_requests(a100: Any) -> None:
+    node, claims, v1 = a100
+    medium = {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Medium"}},
+    }
+    configs = [
+        _config(medium, requests=["other"]),  # not this claim's request: ignored
+        _config(TIME_SLICING_LONG, requests=["gpu"]),  # the claim's, for request gpu
+        _config(medium, source="FromClass"),  # the class's come first, whatever the list order
+    ]
+    claims.add(v1_claim("t3", ("gpu/whole", NODE, "gpu-0"), config=configs))
+    assert v1.prepare(("t3", "claim"))["t3"].error == ""
+    assert node.sim.gpus[0].time_slice == 3  # Long
+
+
+def test_drasat_config_lifecycle_and_share(a100: Any) -> None:
+    node, claims, v1 = a100
+    config = {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "GpuConfig",
+        "share": {"compute": 25},
+        "lifecycle": [{"action": "setPowerLimitWatts", "value": 200}],
+    }
+    claims.add(v1_claim("t4", ("gpu", NODE, "gpu-1"), config=[_config(config)]))
+    assert v1.prepare(("t4", "claim"))["t4"].error == ""
+    assert node.lib.settings(node.gpu(1)).power_limit_watts == 200
+    assert node.runner.running["mps-t4"]["control"] == ["set_default_active_thread_percentage 25"]
+    assert v1.unprepare("t4")["t4"].error == ""
+    assert node.runner.running == {}
+
+
+def test_different_configs_for_the_requests_of_one_claim_are_refused(a100: Any) -> None:
+    _, claims, v1 = a100
+    configs = [_config(TIME_SLICING_LONG, requests=["a"])]
+    claims.add(v1_claim("t5", ("a", NODE, "gpu-0"), ("b", NODE, "gpu-1"), config=configs))
+    error = v1.prepare(("t5", "claim"))["t5"].error
+    assert "requests a, b have different opaque configurations" in error
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "Fair"},
+            },
+            "opaque.parameters.sharing.strategy: Input should be 'TimeSlicing' or 'MPS'",
+        ),
+        (
+            {
+                "apiVersion": "gpu.drasat.io/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 0}},
+            },
+            "opaque.parameters.sharing.mpsConfig.defaultActiveThreadPercentage: Input should be "
+            "greater than or equal to 1",
+        ),
+        (
+            {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuConfig", "sharng": {}},
+            "opaque.parameters.sharng: unknown field",
+        ),
+        (
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainConfig"},
+            "apiVersion 'resource.nvidia.com/v1beta1' kind 'ComputeDomainConfig' is not a "
+            "configuration of this driver",
+        ),
+        ("TimeSlicing", "opaque.parameters: must be an object, not str"),
+    ],
+)
+def test_a_bad_config_fails_the_claim_naming_the_field(
+    a100: Any, parameters: Any, message: str
+) -> None:
+    node, claims, v1 = a100
+    other = {"source": "FromClaim", "opaque": {"driver": "gpu.nvidia.com", "parameters": 1}}
+    claims.add(v1_claim("b1", ("gpu", NODE, "gpu-0"), config=[other, _config(parameters)]))
+    error = v1.prepare(("b1", "claim"))["b1"].error
+    assert "status.allocation.devices.config[1] (source FromClaim): " in error
+    assert message in error
+    assert node.state.checkpoint.records() == []
