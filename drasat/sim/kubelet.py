@@ -21,7 +21,11 @@ in one of two flavours (`DraApi`): `classic`, a kubelet of Kubernetes 1.27–1.3
   `NodeUnprepareResources` for each claim no other pod on the node still uses, then confirms the
   deletion (DELETE with gracePeriodSeconds=0). Releasing the claims (reservedFor) and deleting
   the claims made from templates is not the kubelet's job: the simulated scheduler (as the
-  resourceclaim controller) and the API server's garbage collector do it, as in a cluster.
+  resourceclaim controller) and the API server's garbage collector do it, as in a cluster;
+- **device health** (v1): a plugin that lists `v1.DRAResourceHealth` (or `v1alpha1.…`) is
+  watched through its `NodeWatchResources` stream, and each running pod's
+  `status.containerStatuses[].allocatedResourcesStatus` says the health of its claims' devices,
+  as the 1.37 kubelet computes it (`kubelethealth.py`).
 
 Every pass reads the pods afresh (level-triggered). Passes run when a pod or claim changes, or
 every `resync` seconds. It talks HTTP(S) through `kubeclient` (never the `kubernetes` library),
@@ -33,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -52,7 +57,7 @@ from drasat.nodeplugin.gen import (
 )
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2 as reg_pb2
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from drasat.sim import actor, errors, kubeclient, scheduling
+from drasat.sim import actor, errors, kubeclient, kubelethealth, scheduling
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +150,13 @@ class PodRun:
     device_env: dict[str, dict[str, str]] = field(default_factory=dict)
     #: v1 kubelets: the devices NodePrepareResources listed, by claim UID.
     prepared: dict[str, list[PreparedDevice]] = field(default_factory=dict)
+    #: v1 kubelets: the pod's claim names (spec.resourceClaims[].name) -> claim UID.
+    claim_uids: dict[str, str] = field(default_factory=dict)
+    #: v1 kubelets: the prepared devices with their driver, by claim UID (for their health).
+    claim_devices: dict[str, list[kubelethealth.ClaimDevice]] = field(default_factory=dict)
+    started_at: str = ""
+    #: v1 kubelets: the `containerStatuses` last written (None: not yet).
+    container_statuses: list[Obj] | None = None
 
     def claim_env(self, claim_uid: str) -> dict[str, str]:
         """The environment the devices of one claim give the container."""
@@ -169,6 +181,8 @@ class Plugin:
     registration_socket: str
     #: The DRA service this kubelet calls on it (`v1alpha3`, `v1beta1` or `v1`).
     service: str = "v1alpha3"
+    #: The health service it streams device health on ("": none, or a classic kubelet).
+    health_service: str = ""
 
 
 def _core(
@@ -251,6 +265,7 @@ class Kubelet(actor.WatchDrivenLoop):
         resync: float = 0.5,
         call_timeout: float = 30.0,
         api: DraApi = DraApi.classic,
+        health_retry: float = 5.0,
     ) -> None:
         super().__init__(client, resync=resync)
         self.name = f"sim-kubelet-{node}"
@@ -272,6 +287,16 @@ class Kubelet(actor.WatchDrivenLoop):
         self.reasons: dict[tuple[str, str], str] = {}
         #: Pods this kubelet stopped and cleaned up, with their UID.
         self.stopped: dict[tuple[str, str], str] = {}
+        #: v1: what the plugins' health streams said, and the streams by driver.
+        self.health = kubelethealth.HealthCache()
+        self.health_watches: dict[str, kubelethealth.HealthWatch] = {}
+        self._health_retry = health_retry
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        for watch in list(self.health_watches.values()):
+            watch.stop(timeout)
+        self.health_watches.clear()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -351,6 +376,7 @@ class Kubelet(actor.WatchDrivenLoop):
                 self._stop_pod(uid, (run.namespace, run.name), None)
             else:
                 self._stop_pod(uid, None, None)
+        self._sync_health(present)
         with self._progress:
             self._progress.notify_all()
 
@@ -396,7 +422,22 @@ class Kubelet(actor.WatchDrivenLoop):
             self.refused[str(socket)] = problem
             return
         assert service is not None
-        self.plugins[info.name] = Plugin(info.name, info.endpoint, str(socket), service)
+        health = kubelethealth.health_service_for(info.supported_versions)
+        if self.api is DraApi.classic:
+            health = ""
+        self.plugins[info.name] = Plugin(info.name, info.endpoint, str(socket), service, health)
+        old = self.health_watches.pop(info.name, None)
+        if old is not None:
+            old.stop()
+        if health:
+            self.health_watches[info.name] = kubelethealth.HealthWatch(
+                info.name,
+                info.endpoint,
+                health,
+                self.health,
+                self._changed.set,  # a pass updates the pods' allocatedResourcesStatus
+                retry_s=self._health_retry,
+            ).start()
 
     def _plugin(self, driver: str) -> Plugin:
         plugin = self.plugins.get(driver)
@@ -482,6 +523,7 @@ class Kubelet(actor.WatchDrivenLoop):
         self._attempted[meta["uid"]] = claims  # from here on, a stop unprepares them
         devices: dict[str, list[str]] = {c.uid: [] for c in claims}
         prepared: dict[str, list[PreparedDevice]] = {}
+        claim_devices: dict[str, list[kubelethealth.ClaimDevice]] = {}
         for driver, group in sorted(by_driver.items()):
             answers = self._call(driver, group, prepare=True)
             for claim in group:
@@ -494,16 +536,57 @@ class Kubelet(actor.WatchDrivenLoop):
                 devices[claim.uid].extend(answer.cdi_device_ids)
                 if self.api is DraApi.v1:
                     prepared.setdefault(claim.uid, []).extend(answer.devices)
+                    claim_devices.setdefault(claim.uid, []).extend(
+                        kubelethealth.ClaimDevice(
+                            driver, d.request_names, d.pool_name, d.device_name, d.cdi_device_ids
+                        )
+                        for d in answer.devices
+                    )
         env, missing = cdi_edits(self.cdi_root, [d for ids in devices.values() for d in ids])
         if missing:
             raise Waiting(f"CDI devices {missing} are not defined by any spec in {self.cdi_root}")
         url = _core("pods", meta["namespace"], meta["name"], "status")
-        self._client.merge_patch(url, {"status": _running_status(pod)})
         run = PodRun(meta["namespace"], meta["name"], meta["uid"], claims, devices, env, prepared)
+        status = _running_status(pod)
+        if self.api is DraApi.v1:
+            entries = scheduling.pod_claims(pod)
+            run.claim_uids = {e.name: c.uid for e, c in zip(entries, claims, strict=True)}
+            run.claim_devices = claim_devices
+            run.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            run.container_statuses = self._container_statuses(pod, run)
+            status["containerStatuses"] = run.container_statuses
+        self._client.merge_patch(url, {"status": status})
         with self._progress:
             self._runs[meta["uid"]] = run
         self._note(key, None)
         log.info("kubelet %s: pod %s/%s running with %s", self.node, *key, sorted(env))
+
+    # --- device health (v1) -------------------------------------------------------------------
+
+    def _container_statuses(self, pod: Obj, run: PodRun) -> list[Obj]:
+        return kubelethealth.container_statuses(
+            pod, run.claim_uids, run.claim_devices, self.health, started_at=run.started_at
+        )
+
+    def _sync_health(self, pods: Mapping[str, Obj]) -> None:
+        """Write the running pods' containerStatuses where their devices' health changed."""
+        if self.api is not DraApi.v1:
+            return
+        for uid, run in list(self._runs.items()):
+            pod = pods.get(uid)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                continue
+            statuses = self._container_statuses(pod, run)
+            if statuses == run.container_statuses:
+                continue
+            url = _core("pods", run.namespace, run.name, "status")
+            try:
+                self._client.merge_patch(url, {"status": {"containerStatuses": statuses}})
+            except errors.ApiError as exc:  # the next pass retries
+                log.info("kubelet %s: pod %s/%s status: %s", self.node, run.namespace, run.name,
+                         exc)  # fmt: skip
+                continue
+            run.container_statuses = statuses
 
     # --- stopping -----------------------------------------------------------------------------
 

@@ -223,6 +223,20 @@ def test_two_pods_each_with_one_exclusive_gpu_run_and_clean_up(
         pod = core.read_namespaced_pod(name, kube_namespace)
         assert (pod.spec.node_name, pod.status.phase) == (NODE, "Running")
         assert {c.type for c in pod.status.conditions} >= {"PodScheduled", "Ready"}
+
+        # Device health: the plugin's DRAResourceHealth stream, as the kubelet shows it in the
+        # pod's status (which the real API server validates).
+        def healthy(pod_name: str = name, cdi_id: str = device.cdi_device_ids[0]) -> bool:
+            status = core.read_namespaced_pod(pod_name, kube_namespace).status
+            shown = [
+                (entry.name, [(r.resource_id, r.health) for r in entry.resources])
+                for container in status.container_statuses or []
+                for entry in container.allocated_resources_status or []
+            ]
+            return shown == [("claim:gpu", [(cdi_id, "Healthy")])]
+
+        wait_for(healthy, timeout=30, what=f"{name}'s device to be Healthy")
+    assert kl.plugins["gpu.drasat.io"].health_service == "v1.DRAResourceHealth"
     assert visible["pod1"] != visible["pod2"]
     assert set(visible.values()) == set(gpu_node.uuids.values())
     assert len(gpu_node.cdi_specs) == 2 and len(gpu_node.checkpoint_files) == 2

@@ -1,0 +1,175 @@
+"""The simulated v1 kubelet's device health: it consumes the node plugin's real
+`DRAResourceHealth` stream and makes `allocatedResourcesStatus` as the 1.37 kubelet does."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin.gen import drahealth_v1_pb2 as pb2
+from drasat.nodeplugin.nasstore import MemoryNasStore
+from drasat.nodeplugin.plugin import Config, NodePlugin
+from drasat.sim import kubelethealth
+from drasat.sim.kubelethealth import ClaimDevice, HealthCache
+
+DRIVER = "gpu.drasat.io"
+
+
+def _report(*devices: tuple[str, int, str], timeout: int = 0) -> Any:
+    return pb2.NodeWatchResourcesResponse(
+        devices=[
+            pb2.DeviceHealth(
+                device=pb2.DeviceIdentifier(pool_name="n1", device_name=name),
+                health=health,  # type: ignore[arg-type]
+                message=message,
+                health_check_timeout_seconds=timeout,
+            )
+            for name, health, message in devices
+        ]
+    )
+
+
+def test_health_service_is_picked_as_the_kubelet_does() -> None:
+    both = ["v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"]
+    assert kubelethealth.health_service_for(both) == "v1.DRAResourceHealth"
+    assert kubelethealth.health_service_for(["v1alpha1.DRAResourceHealth"]).startswith("v1alpha1")
+    assert kubelethealth.health_service_for(["v1.DRAPlugin", "1.0.0"]) == ""
+
+
+def test_allocated_resources_status_per_container_claim_and_request() -> None:
+    now = [100.0]
+    cache = HealthCache(clock=lambda: now[0])
+    cache.report(DRIVER, _report(("gpu-0", pb2.UNHEALTHY, "GPU G0: critical XID 48"), timeout=10))
+    cache.report(DRIVER, _report(("gpu-1", pb2.HEALTHY, "")))
+    pod = {
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "x", "resources": {"claims": [{"name": "gpus"}]}},
+                {"name": "b", "resources": {"claims": [{"name": "gpus", "request": "second"}]}},
+                {"name": "c"},
+            ]
+        }
+    }
+    devices = {
+        "uid-1": [
+            ClaimDevice(DRIVER, ("first",), "n1", "gpu-0", ("k8s.gpu.drasat.io/claim=uid-1",)),
+            ClaimDevice(DRIVER, ("second/alt",), "n1", "gpu-1", ()),
+            ClaimDevice(DRIVER, ("second",), "n1", "gpu-7", ()),
+        ]
+    }
+    statuses = kubelethealth.container_statuses(
+        pod, {"gpus": "uid-1"}, devices, cache, started_at="2026-01-01T00:00:00Z"
+    )
+    assert [s["name"] for s in statuses] == ["a", "b", "c"]
+    assert statuses[0]["allocatedResourcesStatus"] == [
+        {
+            "name": "claim:gpus",
+            "resources": [
+                {
+                    "resourceID": "k8s.gpu.drasat.io/claim=uid-1",
+                    "health": "Unhealthy",
+                    "message": "GPU G0: critical XID 48",
+                },
+                {"resourceID": f"{DRIVER}/n1/gpu-1", "health": "Healthy"},
+                {"resourceID": f"{DRIVER}/n1/gpu-7", "health": "Unknown"},  # never reported
+            ],
+        }
+    ]
+    # a request's entry lists its devices only (a subrequest counts as its request)
+    assert statuses[1]["allocatedResourcesStatus"] == [
+        {
+            "name": "claim:gpus/second",
+            "resources": [
+                {"resourceID": f"{DRIVER}/n1/gpu-1", "health": "Healthy"},
+                {"resourceID": f"{DRIVER}/n1/gpu-7", "health": "Unknown"},
+            ],
+        }
+    ]
+    assert "allocatedResourcesStatus" not in statuses[2]
+    now[0] += 11  # gpu-0's own timeout (10 s) passed, gpu-1's default (30 s) not
+    assert cache.get(DRIVER, "n1", "gpu-0") == ("Unknown", "")
+    assert cache.get(DRIVER, "n1", "gpu-1") == ("Healthy", "")
+
+
+def test_every_device_of_a_claim_with_one_cdi_device_shows_once() -> None:
+    """The kubelet keys the entries by resourceID = the device's first CDI id: drasat gives
+    every device of a claim the claim's one CDI device, so a claim shows its first device."""
+    cache = HealthCache()
+    cache.report(DRIVER, _report(("gpu-0", pb2.HEALTHY, ""), ("gpu-1", pb2.UNHEALTHY, "XID 48")))
+    cdi = ("k8s.gpu.drasat.io/claim=u",)
+    devices = {"u": [ClaimDevice(DRIVER, ("g",), "n1", f"gpu-{i}", cdi) for i in (0, 1)]}
+    pod = {"spec": {"containers": [{"name": "a", "resources": {"claims": [{"name": "c"}]}}]}}
+    (status,) = kubelethealth.container_statuses(pod, {"c": "u"}, devices, cache, started_at="")
+    assert status["allocatedResourcesStatus"][0]["resources"] == [
+        {"resourceID": cdi[0], "health": "Healthy"}
+    ]
+
+
+@pytest.fixture
+def plugin() -> Iterator[NodePlugin]:
+    root = Path(tempfile.mkdtemp(prefix="klh-", dir="/tmp"))
+    sim = simnvml.SimulatedNvml("2xA100-40GB,mig=0")
+    config = Config(
+        node_name="n1",
+        cdi_root=root / "cdi",
+        plugin_dir=root / "p",
+        registry_dir=root / "r",
+        state_dir=root / "s",
+        gc_interval_s=0,
+        health_wait_ms=50,
+    )
+    node = NodePlugin(
+        config,
+        lib=nvml.NvmlDeviceLib(sim, run=sim.run),
+        store=MemoryNasStore(node="n1", namespace="drasat"),
+        mps_runner=mps.RecordingRunner(),
+    )
+    node.start()
+    node.sim = sim  # type: ignore[attr-defined]
+    yield node
+    node.stop(grace_s=0)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _until(check: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_watch_follows_the_plugins_stream(plugin: Any) -> None:
+    cache = HealthCache()
+    changes = threading.Event()
+    watch = kubelethealth.HealthWatch(
+        DRIVER,
+        str(plugin.config.dra_socket),
+        "v1.DRAResourceHealth",
+        cache,
+        changes.set,
+        retry_s=0.1,
+    ).start()
+    try:
+        assert _until(lambda: cache.get(DRIVER, "n1", "gpu-0")[0] == "Healthy")
+        mig = "gpu-0-mig-1g5gb-19-0"
+        assert cache.get(DRIVER, "n1", mig)[0] == "Healthy"
+        assert changes.is_set()
+        plugin.sim.inject_xid(plugin.sim.gpus[0].uuid, 48)
+        assert _until(lambda: cache.get(DRIVER, "n1", mig)[0] == "Unhealthy")
+        assert "XID 48" in cache.get(DRIVER, "n1", "gpu-0")[1]
+        assert cache.get(DRIVER, "n1", "gpu-1")[0] == "Healthy"
+        plugin.health_board.close()  # the stream ends: the kubelet forgets the driver's health
+        assert _until(lambda: cache.get(DRIVER, "n1", "gpu-1")[0] == "Unknown")
+    finally:
+        watch.stop()
+    assert watch.reports >= 2
