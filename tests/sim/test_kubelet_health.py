@@ -17,7 +17,8 @@ from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.gen import drahealth_v1_pb2 as pb2
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import kubelethealth
+from drasat.nodeplugin.registration import KubeletApi
+from drasat.sim import kubelet, kubelethealth
 from drasat.sim.kubelethealth import ClaimDevice, HealthCache
 
 DRIVER = "gpu.drasat.io"
@@ -113,6 +114,16 @@ def test_every_device_of_a_claim_with_one_cdi_device_shows_once() -> None:
     ]
 
 
+class _Claims:
+    """The plugin's ResourceClaim reader: what the API server would answer."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.objects[(namespace, name)]
+
+
 @pytest.fixture
 def plugin() -> Iterator[NodePlugin]:
     root = Path(tempfile.mkdtemp(prefix="klh-", dir="/tmp"))
@@ -125,12 +136,14 @@ def plugin() -> Iterator[NodePlugin]:
         state_dir=root / "s",
         gc_interval_s=0,
         health_wait_ms=50,
+        kubelet_api=KubeletApi.structured,
     )
     node = NodePlugin(
         config,
         lib=nvml.NvmlDeviceLib(sim, run=sim.run),
         store=MemoryNasStore(node="n1", namespace="drasat"),
         mps_runner=mps.RecordingRunner(),
+        claim_reader=_Claims(),
     )
     node.start()
     node.sim = sim  # type: ignore[attr-defined]
@@ -173,3 +186,93 @@ def test_the_watch_follows_the_plugins_stream(plugin: Any) -> None:
     finally:
         watch.stop()
     assert watch.reports >= 2
+
+
+class _Api:
+    """The API server as far as the kubelet uses it here: one pod, its claim, status patches."""
+
+    def __init__(self, pod: dict[str, Any], claim: dict[str, Any]) -> None:
+        self.pod = pod
+        self.claim = claim
+        self.patches: list[dict[str, Any]] = []
+
+    def list(self, url: str, **query: str) -> dict[str, Any]:
+        return {"items": [self.pod]}
+
+    def get(self, url: str) -> dict[str, Any]:
+        return self.claim
+
+    def merge_patch(self, url: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append(patch)
+        self.pod.setdefault("status", {}).update(patch["status"])
+        return self.pod
+
+    def close_watches(self) -> None:
+        pass
+
+
+def test_the_v1_kubelet_shows_an_xid_in_the_pods_status(plugin: Any) -> None:
+    """The whole path in one process: the kubelet registers the plugin, prepares the pod's claim
+    over the DRA socket, watches the health stream; an XID on the claim's GPU shows up as
+    Unhealthy in the pod's allocatedResourcesStatus."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default", "name": "claim", "uid": "claim-uid"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-uid"}],
+        },
+    }
+    pod = {
+        "metadata": {"namespace": "default", "name": "p", "uid": "pod-uid"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "ctr", "image": "x", "resources": {"claims": [{"name": "g"}]}}],
+            "resourceClaims": [{"name": "g", "resourceClaimName": "claim"}],
+        },
+    }
+    api = _Api(pod, claim)
+    plugin.claim_reader.objects[("default", "claim")] = claim
+    kl = kubelet.Kubelet(
+        api,  # type: ignore[arg-type]
+        node="n1",
+        registry_dir=plugin.config.registry_dir,
+        cdi_root=plugin.config.cdi_root,
+        api=kubelet.DraApi.v1,
+        health_retry=0.1,
+    )
+    cdi_id = "k8s.gpu.drasat.io/claim=claim-uid"
+
+    def shown() -> list[Any]:
+        kl.run_once()
+        statuses = (api.pod.get("status") or {}).get("containerStatuses") or []
+        return [
+            r
+            for s in statuses
+            for e in s.get("allocatedResourcesStatus", [])
+            for r in e["resources"]
+        ]
+
+    try:
+        assert _until(lambda: shown() == [{"resourceID": cdi_id, "health": "Healthy"}]), (
+            kl.reasons,
+            api.patches,
+        )
+        assert kl.plugins[DRIVER].health_service == "v1.DRAResourceHealth"
+        assert api.pod["status"]["phase"] == "Running"
+        plugin.sim.inject_xid(plugin.sim.gpus[0].uuid, 48)
+        assert _until(lambda: shown()[0]["health"] == "Unhealthy")
+        (resource,) = shown()
+        assert "critical XID 48" in resource["message"]
+        entry = api.pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]
+        assert entry["name"] == "claim:g"
+    finally:
+        kl.stop()
+    assert not [w for w in kl.health_watches.values()]
