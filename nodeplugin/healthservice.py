@@ -148,7 +148,11 @@ class HealthBoard:
                 message = of_parent + _unhealthy_message(uuid, xids.get(uuid))
                 out.append(DeviceReport(device.name, Health.UNHEALTHY, message[:MAX_MESSAGE]))
             elif not self.watching or failed:
-                why = f"GPU health events unavailable: {failed}" if failed else "not watched"
+                why = (
+                    f"GPU health events unavailable: {failed}"
+                    if failed
+                    else "GPU health is not watched (health events off)"
+                )
                 out.append(DeviceReport(device.name, Health.UNKNOWN, why[:MAX_MESSAGE]))
             else:
                 out.append(DeviceReport(device.name, Health.HEALTHY))
