@@ -61,9 +61,10 @@ class Config:
     #: Publish the node's `resource.k8s.io/v1` ResourceSlices (with a structured kubelet API
     #: and API access), so the kube-scheduler allocates from them.
     publish_slices: bool = False
-    #: Publish non-MIG GPUs as shareable (consumable capacity) in the ResourceSlices. Off until
-    #: the v1 prepare takes shares: a shareable GPU's results always carry a shareID.
-    slice_shares: bool = False
+    #: Publish non-MIG GPUs as shareable (consumable capacity) in the ResourceSlices: the v1
+    #: prepare takes shares (MPS limits) and treats a result that consumed the whole GPU (a
+    #: request without capacity.requests) as exclusive.
+    slice_shares: bool = True
 
     @property
     def dra_socket(self) -> Path:

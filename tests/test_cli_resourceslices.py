@@ -19,7 +19,8 @@ def test_yaml_is_what_the_plugin_publishes(capsys: pytest.CaptureFixture[str]) -
     assert main.main(["resourceslices", "--node-name", "n1", "--simulate-gpus", SPEC]) == 0
     printed = list(yaml.safe_load_all(capsys.readouterr().out))
     fleet = SimulatedNvml(SPEC)
-    expected = slices.desired("n1", slices.inventory(NvmlDeviceLib(fleet, run=fleet.run)))
+    lib = NvmlDeviceLib(fleet, run=fleet.run)
+    expected = slices.desired("n1", slices.inventory(lib, shares=True))  # shares by default
     assert printed == expected
     counters, devices = printed
     assert [c["name"] for c in counters["spec"]["sharedCounters"]] == [
@@ -62,6 +63,10 @@ def test_shares_make_non_mig_gpus_shareable(capsys: pytest.CaptureFixture[str]) 
     shareable = [d["name"] for d in devices["spec"]["devices"] if d.get("allowMultipleAllocations")]
     # The T4 and the fallback device; never a GPU in MIG mode or a MIG placement.
     assert shareable == ["gpu-1", "cpu-fallback"]
+    assert main.main([*argv, "--no-shares"]) == 0
+    _, devices = yaml.safe_load_all(capsys.readouterr().out)
+    shareable = [d["name"] for d in devices["spec"]["devices"] if d.get("allowMultipleAllocations")]
+    assert shareable == ["cpu-fallback"]
 
 
 def test_without_nvml_it_says_so_in_one_line(

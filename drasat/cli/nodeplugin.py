@@ -102,10 +102,11 @@ def register(subparsers: Any) -> None:
     )
     add(
         "--shares",
-        action="store_true",
-        default=_env("SHARES", "") not in ("", "0", "false"),
+        action=argparse.BooleanOptionalAction,
+        default=_env("SHARES", "1") not in ("", "0", "false"),
         help="publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
-        "memory, compute %%); off until the v1 prepare takes shares",
+        "memory, compute %%; a claim without capacity.requests still gets the whole GPU); "
+        "default on, --no-shares: whole GPUs only",
     )
     add(
         "--in-memory-nas",

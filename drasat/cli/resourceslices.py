@@ -45,10 +45,10 @@ def register(subparsers: Any) -> None:
     add("-o", "--output", choices=["yaml", "json"], default="yaml", help="format (default yaml)")
     add(
         "--shares",
-        action="store_true",
-        default=_env("SHARES", "") not in ("", "0", "false"),
+        action=argparse.BooleanOptionalAction,
+        default=_env("SHARES", "1") not in ("", "0", "false"),
         help="non-MIG GPUs as shareable devices (consumable capacity: memory, compute %%), as "
-        "the plugin publishes them with --shares",
+        "the plugin publishes them by default (--no-shares: whole GPUs only)",
     )
     add("--no-fallback", action="store_true", help="leave out the cpu-fallback device")
     add(

@@ -214,7 +214,8 @@ def test_the_plugin_publishes_its_slices_and_taints_a_gpu_after_a_critical_xid(
     plugin.publish(ready=False)
     (held,) = api.pool()
     assert [d["name"] for d in held["spec"]["devices"]] == ["gpu-0", "gpu-1", "cpu-fallback"]
-    assert not any("allowMultipleAllocations" in d for d in held["spec"]["devices"][:2])
+    # Shareable by default (consumable capacity); `slice_shares=False` publishes whole GPUs only.
+    assert all(d["allowMultipleAllocations"] for d in held["spec"]["devices"][:2])
     plugin.health.wait_ms = 10
     assert plugin.health.poll() is False  # registers for events
     sim.inject_xid(sim.gpus[1].uuid, 79)  # fallen off the bus
