@@ -8,12 +8,14 @@ Everything cluster-scoped that a helper creates is removed again: the node and i
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import kubernetes
+import yaml
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
@@ -205,3 +207,59 @@ class Workload:
 
         wait_for(gone, 60, 0.2, what="the claims to be deleted")
         self.names.clear()
+
+
+@contextlib.contextmanager
+def applied(api: kubernetes.client.ApiClient, path: pathlib.Path) -> Iterator[list[Obj]]:
+    """Create the file's objects in order; afterwards force-delete its pods and its namespace.
+    Yields the pods as written."""
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    namespaces = [d["metadata"]["name"] for d in documents if d["kind"] == "Namespace"]
+    pods = [d for d in documents if d["kind"] == "Pod"]
+    try:
+        for document in documents:
+            namespace = document["metadata"].get("namespace")
+            if document["kind"] == "Namespace":
+                # An earlier test's namespace of the same name may still be terminating.
+                gone = document["metadata"]["name"]
+                wait_for(lambda n=gone: not _namespace_exists(core, n), 120)
+                core.create_namespace(document)
+                wait_for(lambda n=namespace or document["metadata"]["name"]: _has_sa(core, n))
+            elif document["kind"] == "Pod":
+                core.create_namespaced_pod(namespace, document)
+            else:
+                assert document["apiVersion"] == "resource.k8s.io/v1", document["kind"]
+                plural = {"ResourceClaimTemplate": "resourceclaimtemplates"}.get(
+                    document["kind"], "resourceclaims"
+                )
+                custom.create_namespaced_custom_object(*RESOURCE, namespace, plural, document)
+        yield pods
+    finally:
+        for pod in pods:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(
+                    pod["metadata"]["name"], pod["metadata"]["namespace"], grace_period_seconds=0
+                )
+        for namespace in namespaces:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(namespace)
+
+
+def _namespace_exists(core: Any, namespace: str) -> bool:
+    try:
+        core.read_namespace(namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _has_sa(core: Any, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except ApiException:
+        return False
+    return True

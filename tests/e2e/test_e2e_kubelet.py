@@ -13,21 +13,15 @@ pod unprepares its claim and confirms the deletion.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import signal
 import ssl
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import kubeletkit
 import kubernetes
 import pytest
-from kubecluster import create_fake_node, wait_for
+from kubecluster import wait_for
+from kubeletkit import GpuNode
 from kubernetes.client import ApiException
 
 from drasat.api import resourceslices
@@ -35,7 +29,7 @@ from drasat.controlplane import cluster
 from drasat.nodeplugin import publish
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.simnvml import SimulatedNvml
-from drasat.sim import errors, kubeclient, kubelet
+from drasat.sim import errors, kubeclient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,116 +38,32 @@ NODE = "e2e-kubelet"
 FLEET = "2xT4"
 
 
-@dataclass
-class GpuNode:
-    """The fake node with its plugin process, published slice and simulated kubelet."""
-
-    tmp: Path
-    kubelet: kubelet.Kubelet
-    plugin: subprocess.Popen[bytes]
-    uuids: dict[str, str]  # device name -> GPU UUID
-
-    @property
-    def cdi_specs(self) -> list[Path]:
-        return sorted((self.tmp / "cdi").glob("*.json"))
-
-    @property
-    def checkpoint_files(self) -> list[Path]:
-        return sorted((self.tmp / "state" / "checkpoint" / "claims").glob("*"))
-
-    def plugin_log(self) -> str:
-        return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
-
-
-def _start_plugin(tmp: Path, kubeconfig: Path) -> subprocess.Popen[bytes]:
-    args = [
-        sys.executable, "-m", "drasat", "--log-level", "INFO", "nodeplugin",
-        "--node-name", NODE, "--simulate-gpus", FLEET, "--in-memory-nas",
-        "--kubeconfig", str(kubeconfig), "--kubelet-api", "structured",
-        "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
-        "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
-    ]  # fmt: skip
-    with (tmp / "plugin.log").open("wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    socket = tmp / "r" / "gpu.drasat.io-reg.sock"
-    deadline = time.monotonic() + 60
-    while not socket.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            log_text = (tmp / "plugin.log").read_text(errors="replace")[-4000:]
-            raise AssertionError(f"the node plugin did not start:\n{log_text}")
-        time.sleep(0.1)
-    return process
-
-
-def _stop_plugin(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @pytest.fixture
 def gpu_node(
     request: pytest.FixtureRequest,
     kube_api: kubernetes.client.ApiClient,
     kube_cluster: cluster.Cluster,
 ) -> Iterator[GpuNode]:
-    """The node; `indirect` parametrization gives the minors its slice advertises (default: the
-    plugin's own GPUs)."""
+    """The node with a hand-made slice; `indirect` parametrization gives the minors the slice
+    advertises (default: the plugin's own GPUs)."""
     advertised = getattr(request, "param", None)
+    # The slice the plugin's fleet publishes (the same seed: the same GPU UUIDs).
+    gpus = [publish.gpu_info(g) for g in NvmlDeviceLib(SimulatedNvml(FLEET)).gpus()]
+    if advertised is not None:  # a slice that does not match the node's hardware
+        more = NvmlDeviceLib(SimulatedNvml(f"{max(advertised) + 1}xT4")).gpus()
+        gpus = [publish.gpu_info(g) for g in more if g.minor in advertised]
+
+    def hand_made(node_uid: str) -> list[dict[str, Any]]:
+        return resourceslices.node_slices(NODE, gpus, node_uid=node_uid)
+
     custom = kubernetes.client.CustomObjectsApi(kube_api)
-    tmp = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths stay short
-    node = create_fake_node(kube_api, NODE)
-    plugin: subprocess.Popen[bytes] | None = None
-    sim_kubelet: kubelet.Kubelet | None = None
-    slices: list[dict[str, Any]] = []
-    try:
-        plugin = _start_plugin(tmp, kube_cluster.kubeconfig)
-        # The slice the plugin's fleet publishes (the same seed: the same GPU UUIDs).
-        gpus = [publish.gpu_info(g) for g in NvmlDeviceLib(SimulatedNvml(FLEET)).gpus()]
-        if advertised is not None:  # a slice that does not match the node's hardware
-            more = NvmlDeviceLib(SimulatedNvml(f"{max(advertised) + 1}xT4")).gpus()
-            gpus = [publish.gpu_info(g) for g in more if g.minor in advertised]
-        slices = resourceslices.node_slices(NODE, gpus, node_uid=node.metadata.uid)
-        for body in slices:
-            try:
-                custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)
-            except ApiException as exc:  # 409: the plugin published the same pool itself
-                if exc.status != 409:
-                    raise
+    with kubeletkit.gpu_node(kube_api, kube_cluster, NODE, FLEET, slices=hand_made) as node:
         with contextlib.suppress(ApiException):  # 409: another test made it
             custom.create_cluster_custom_object(
                 *RESOURCE, "deviceclasses", resourceslices.gpu_device_class()
             )
-        client = kubeclient.KubeClient.from_kubeconfig(kube_cluster.kubeconfig)
-        sim_kubelet = kubelet.Kubelet(
-            client,
-            node=NODE,
-            registry_dir=tmp / "r",
-            cdi_root=tmp / "cdi",
-            api=kubelet.DraApi.v1,
-            resync=0.5,
-        ).start()
-        uuids = {resourceslices.gpu_device_name(g.minor): g.uuid for g in gpus}
-        yield GpuNode(tmp, sim_kubelet, plugin, uuids)
-    finally:
-        if sim_kubelet is not None:
-            sim_kubelet.stop()
-        if plugin is not None:
-            _stop_plugin(plugin)
-        with contextlib.suppress(ApiException):
-            kubernetes.client.CoreV1Api(kube_api).delete_node(NODE)
-        for body in slices:
-            with contextlib.suppress(ApiException):  # the garbage collector may have been first
-                custom.delete_cluster_custom_object(
-                    *RESOURCE, "resourceslices", body["metadata"]["name"]
-                )
-        shutil.rmtree(tmp, ignore_errors=True)
+        node.uuids = {resourceslices.gpu_device_name(g.minor): g.uuid for g in gpus}
+        yield node
 
 
 def _template(namespace: str) -> dict[str, Any]:

@@ -4,17 +4,14 @@ kube-scheduler allocates what each README says."""
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 from kubecluster import wait_for
-from kubernetes.client import ApiException
-from slicekit import RESOURCE, GpuNode, device_classes, gpu_node
+from slicekit import RESOURCE, GpuNode, applied, device_classes, gpu_node
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,48 +24,6 @@ Obj = dict[str, Any]
 def classes(kube_api: kubernetes.client.ApiClient) -> Iterator[None]:
     with device_classes(kube_api):
         yield
-
-
-@contextlib.contextmanager
-def applied(api: kubernetes.client.ApiClient, path: pathlib.Path) -> Iterator[list[Obj]]:
-    """Create the file's objects in order; afterwards force-delete its pods and its namespace.
-    Yields the pods as written."""
-    core = kubernetes.client.CoreV1Api(api)
-    custom = kubernetes.client.CustomObjectsApi(api)
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    namespaces = [d["metadata"]["name"] for d in documents if d["kind"] == "Namespace"]
-    pods = [d for d in documents if d["kind"] == "Pod"]
-    try:
-        for document in documents:
-            namespace = document["metadata"].get("namespace")
-            if document["kind"] == "Namespace":
-                core.create_namespace(document)
-                wait_for(lambda n=namespace or document["metadata"]["name"]: _has_sa(core, n))
-            elif document["kind"] == "Pod":
-                core.create_namespaced_pod(namespace, document)
-            else:
-                assert document["apiVersion"] == "resource.k8s.io/v1", document["kind"]
-                custom.create_namespaced_custom_object(
-                    *RESOURCE, namespace, "resourceclaimtemplates", document
-                )
-        yield pods
-    finally:
-        for pod in pods:
-            with contextlib.suppress(ApiException):
-                core.delete_namespaced_pod(
-                    pod["metadata"]["name"], pod["metadata"]["namespace"], grace_period_seconds=0
-                )
-        for namespace in namespaces:
-            with contextlib.suppress(ApiException):
-                core.delete_namespace(namespace)
-
-
-def _has_sa(core: Any, namespace: str) -> bool:
-    try:
-        core.read_namespaced_service_account("default", namespace)
-    except ApiException:
-        return False
-    return True
 
 
 def results_of(api: kubernetes.client.ApiClient, pod: Obj, node: GpuNode) -> list[Obj]:

@@ -1,0 +1,213 @@
+"""Every kind of drasat device end to end on the real v1.37 control plane: the node plugin process
+publishes its node's ResourceSlices (`--resourceslices`), the plain kube-scheduler allocates from
+them (no drasat controller), the simulated v1 kubelet prepares through the plugin's sockets and
+runs the pods. The manifests are `deploy/examples/v1-*`, applied as they are.
+
+- MIG by profile via CEL (NVIDIA's gpu-test4 shape): the four MIG devices are created on the
+  (simulated) GPU at exactly the placements the scheduler allocated;
+- a pair of shares of one GPU (consumable capacity): each pod's limits under MPS; then an
+  exclusive claim on the same, shareable GPU is prepared as a whole GPU;
+- the optional GPU: firstAvailable [gpu, cpu-fallback] on a one-GPU node, one pod gets the GPU,
+  the other runs CPU-only and learns it from its environment;
+- reference case (b): one claim with a TimeSlicing config, reserved by two pods, prepared once.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubeletkit import GpuNode, gpu_node
+from slicekit import RESOURCE, applied, device_classes, unique
+
+from drasat.api.devicemodel import names
+from drasat.controlplane import cluster
+from drasat.nodeplugin.simnvml import SimulatedNvml
+
+pytestmark = pytest.mark.timeout(300)
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "examples"
+GiB = 2**30
+
+#: Memory slices of the A100-40GB profiles the gpu-test4 example asks for.
+SIZE = {"1g5gb": 1, "2g10gb": 2, "3g20gb": 4}
+
+
+@pytest.fixture(scope="module")
+def classes(kube_api: kubernetes.client.ApiClient) -> Iterator[None]:
+    with device_classes(kube_api):
+        yield
+
+
+def _where(pod: dict[str, Any]) -> tuple[str, str]:
+    return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+
+def _mps_control(node: GpuNode, claim_uid: str) -> list[str]:
+    """The MPS control daemon the plugin would run for a claim (its simulated runner's record)."""
+    daemon = json.loads((node.tmp / "state" / "mps" / claim_uid / "would-run.json").read_text())
+    control: list[str] = daemon["control"]
+    return control
+
+
+def _cleaned_up(node: GpuNode) -> None:
+    assert node.cdi_specs == [] and node.checkpoint_files == []
+    assert node.plugin.poll() is None, node.plugin_log()
+
+
+def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, classes: None
+) -> None:
+    with (
+        gpu_node(kube_api, kube_cluster, unique("kl-mig"), "1xA100-40GB,mig=0") as node,
+        applied(kube_api, EXAMPLES / "v1-mig-by-profile/gpu-test4.yaml") as (pod,),
+    ):
+        run = node.wait_running(*_where(pod))
+        (claim,) = run.claims
+        devices = run.prepared[claim.uid]
+        assert [d.request_names for d in devices] == [
+            ("mig-1g-0",),
+            ("mig-1g-1",),
+            ("mig-2g",),
+            ("mig-3g",),
+        ]
+        placements = []
+        for device in devices:
+            parsed = names.parse(device.device_name)
+            assert isinstance(parsed, names.MigName) and parsed.minor == 0, device
+            placements.append((parsed.start, SIZE[parsed.profile]))
+        # The plugin made exactly the GPU instances the scheduler chose, and they tile the GPU.
+        assert node.gpu_instances(0) == sorted(placements)
+        assert sum(size for _, size in placements) == 8
+        visible = run.env["NVIDIA_VISIBLE_DEVICES"].split(",")
+        assert len(set(visible)) == 4 and all(v.startswith("MIG-") for v in visible)
+        node.delete_pods(kube_api, *_where(pod))
+        assert node.gpu_instances(0) == []
+        _cleaned_up(node)
+
+
+def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_whole(
+    kube_api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
+    kube_namespace: str,
+    classes: None,
+) -> None:
+    with (
+        gpu_node(kube_api, kube_cluster, unique("kl-share"), "1xT4", shares=True) as node,
+        applied(kube_api, EXAMPLES / "v1-shared-gpu/shares.yaml") as pods,
+    ):
+        runs = [node.wait_running(*_where(pod)) for pod in pods]
+        for run in runs:
+            (claim,) = run.claims
+            (device,) = run.prepared[claim.uid]
+            assert device.device_name == "gpu-0"
+            env = run.env
+            assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+            assert env["DRASAT_GPU_SHARE_COMPUTE"] == "25"
+            assert env["DRASAT_GPU_SHARE_MEMORY"] == str(4 * GiB)
+            assert "CUDA_MPS_PIPE_DIRECTORY" in env
+            assert _mps_control(node, claim.uid) == [
+                "set_default_active_thread_percentage 25",
+                "set_default_device_pinned_mem_limit 0 4096M",
+            ]
+        namespace = pods[0]["metadata"]["namespace"]
+        node.delete_pods(kube_api, namespace, *(p["metadata"]["name"] for p in pods))
+        _cleaned_up(node)
+
+        # A claim without capacity.requests consumes the whole (shareable) GPU: exclusive.
+        custom = kubernetes.client.CustomObjectsApi(kube_api)
+        template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "whole", "namespace": kube_namespace},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io"}}
+                        ]
+                    }
+                }
+            },
+        }
+        custom.create_namespaced_custom_object(
+            *RESOURCE, kube_namespace, "resourceclaimtemplates", template
+        )
+        pod = {
+            "metadata": {"name": "whole"},
+            "spec": {
+                "containers": [
+                    {"name": "ctr", "image": "ubuntu", "resources": {"claims": [{"name": "g"}]}}
+                ],
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "whole"}],
+            },
+        }
+        core = kubernetes.client.CoreV1Api(kube_api)
+        core.create_namespaced_pod(kube_namespace, pod)
+        run = node.wait_running(kube_namespace, "whole")
+        (claim,) = run.claims
+        (device,) = run.prepared[claim.uid]
+        api_claim = custom.get_namespaced_custom_object(
+            *RESOURCE, kube_namespace, "resourceclaims", claim.name
+        )
+        (result,) = api_claim["status"]["allocation"]["devices"]["results"]
+        assert result["consumedCapacity"]["compute"] == "100" and result["shareID"]
+        assert device.device_name == result["device"] == "gpu-0"
+        env = run.env
+        assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+        assert "DRASAT_GPU_SHARE_COMPUTE" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
+        node.delete_pods(kube_api, kube_namespace, "whole")
+        _cleaned_up(node)
+
+
+def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, classes: None
+) -> None:
+    with (
+        gpu_node(kube_api, kube_cluster, unique("kl-opt"), "1xT4") as node,
+        applied(kube_api, EXAMPLES / "v1-optional-gpu/optional-gpu.yaml") as pods,
+    ):
+        seen = {}
+        for pod in pods:
+            run = node.wait_running(*_where(pod))
+            (claim,) = run.claims
+            (device,) = run.prepared[claim.uid]
+            env = run.env
+            seen[device.request_names] = (
+                device.device_name,
+                env["NVIDIA_VISIBLE_DEVICES"],
+                env["DRASAT_GPU_ALLOCATED"],
+            )
+        assert seen == {
+            ("gpu-or-cpu/gpu",): ("gpu-0", node.uuids["gpu-0"], "true"),
+            ("gpu-or-cpu/cpu",): ("cpu-fallback", "void", "false"),
+        }
+        namespace = pods[0]["metadata"]["namespace"]
+        node.delete_pods(kube_api, namespace, *(p["metadata"]["name"] for p in pods))
+        _cleaned_up(node)
+
+
+def test_reference_case_b_two_pods_time_slice_one_gpu(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, classes: None
+) -> None:
+    with (
+        gpu_node(kube_api, kube_cluster, unique("kl-ts"), "1xT4") as node,
+        applied(kube_api, EXAMPLES / "v1-reference-cases/shared-time-sliced-gpu.yaml") as pods,
+    ):
+        runs = [node.wait_running(*_where(pod)) for pod in pods]
+        (first,), (second,) = (run.claims for run in runs)
+        assert first.uid == second.uid  # one claim, reserved for both pods
+        for run in runs:
+            assert run.env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+        assert len(node.cdi_specs) == 1 and len(node.checkpoint_files) == 1  # prepared once
+        assert SimulatedNvml(node.fleet).gpus[0].time_slice == 3  # Long
+        namespace = pods[0]["metadata"]["namespace"]
+        node.delete_pods(kube_api, namespace, "pod1")
+        assert len(node.cdi_specs) == 1  # pod2 still runs on it
+        node.delete_pods(kube_api, namespace, "pod2")
+        assert SimulatedNvml(node.fleet).gpus[0].time_slice == 0
+        _cleaned_up(node)
