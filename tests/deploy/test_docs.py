@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from drasat.api import claims, cluster, nas, policy, selectors, sharing
+from drasat.api import claims, cluster, deviceconfig, nas, policy, selectors, sharing
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 OBJECTS = REPO / "docs" / "OBJECTS.md"
@@ -55,6 +55,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     cluster.ClusterSpec,
     cluster.ClusterNode,
     cluster.ClusterGpus,
+    deviceconfig.GpuConfig,
 )
 
 
