@@ -304,8 +304,8 @@ def _share(consumed: Any, gpu: GpuDevice, where: str) -> GpuShare | None:
     unknown = sorted(set(consumed) - {shares.MEMORY, shares.COMPUTE})
     if unknown:
         raise _Refused(f"device {where}: consumedCapacity of unknown capacity {unknown[0]}")
-    if memory >= whole and compute >= 100:
-        return None
+    if memory >= whole and (compute >= 100 or compute == 0):
+        return None  # all of it (with no compute asked, no other share fits beside it either)
     try:
         return GpuShare(compute=compute or None, memory=memory if memory < whole else None)
     except ValidationError as error:

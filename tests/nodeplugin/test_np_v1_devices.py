@@ -143,12 +143,13 @@ def test_shares_get_their_limits_under_mps(a100: Any) -> None:
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
 
 
-def test_a_result_that_consumed_the_whole_gpu_is_exclusive(a100: Any) -> None:
+@pytest.mark.parametrize("compute", ["100", "0"])
+def test_a_result_that_consumed_the_whole_gpu_is_exclusive(a100: Any, compute: str) -> None:
     node, claims, v1 = a100
     whole = node.state.gpus()[0].memory_bytes // MiB * MiB
     claim = v1_claim("x1", ("gpu", NODE, "gpu-0"))
     result = claim["status"]["allocation"]["devices"]["results"][0]
-    result.update(shareID="abc", consumedCapacity={"memory": str(whole), "compute": "100"})
+    result.update(shareID="abc", consumedCapacity={"memory": str(whole), "compute": compute})
     claims.add(claim)
     answer = v1.prepare(("x1", "claim"))["x1"]
     assert answer.error == "" and answer.devices[0].share_id == "abc"
