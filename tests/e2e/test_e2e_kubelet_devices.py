@@ -9,7 +9,8 @@ runs the pods. The manifests are `deploy/examples/v1-*`, applied as they are.
   exclusive claim on the same, shareable GPU is prepared as a whole GPU;
 - the optional GPU: firstAvailable [gpu, cpu-fallback] on a one-GPU node, one pod gets the GPU,
   the other runs CPU-only and learns it from its environment;
-- reference case (b): one claim with a TimeSlicing config, reserved by two pods, prepared once.
+- reference case (b): one claim with a TimeSlicing config, reserved by two pods, prepared once;
+- NVIDIA's GpuConfig in a DeviceClass (FromClass) applies; a claim's own config replaces it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubeletkit import GpuNode, gpu_node
 from slicekit import RESOURCE, applied, device_classes, unique
 
 from drasat.api.devicemodel import names
+from drasat.api.devicemodel.classes import device_classes as device_classes_of
 from drasat.controlplane import cluster
 from drasat.nodeplugin.simnvml import SimulatedNvml
 
@@ -211,3 +213,96 @@ def test_reference_case_b_two_pods_time_slice_one_gpu(
         node.delete_pods(kube_api, namespace, "pod2")
         assert SimulatedNvml(node.fleet).gpus[0].time_slice == 0
         _cleaned_up(node)
+
+
+def test_a_class_config_applies_and_the_claims_own_config_wins(
+    kube_api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
+    kube_namespace: str,
+    classes: None,
+) -> None:
+    """NVIDIA's GpuConfig, unchanged, in a DeviceClass (the scheduler copies it into the
+    allocation as FromClass): TimeSlicing Medium for claims of the class; a claim's own config
+    (FromClaim) replaces it."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    core = kubernetes.client.CoreV1Api(kube_api)
+    class_name = f"{unique('medium')}.gpu.drasat.io"
+
+    def nvidia(interval: str) -> dict[str, Any]:
+        return {
+            "opaque": {
+                "driver": "gpu.drasat.io",
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {
+                        "strategy": "TimeSlicing",
+                        "timeSlicingConfig": {"interval": interval},
+                    },
+                },
+            }
+        }
+
+    (gpu_class,) = [c for c in device_classes_of() if c["metadata"]["name"] == "gpu.drasat.io"]
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": class_name},
+        "spec": {"selectors": gpu_class["spec"]["selectors"], "config": [nvidia("Medium")]},
+    }
+    custom.create_cluster_custom_object(*RESOURCE, "deviceclasses", device_class)
+    try:
+        with gpu_node(kube_api, kube_cluster, unique("kl-cfg"), "2xT4") as node:
+            for name, config in (("medium", []), ("short", [nvidia("Short")])):
+                claim = {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": name, "namespace": kube_namespace},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "gpu", "exactly": {"deviceClassName": class_name}}
+                            ],
+                            "config": config,
+                        }
+                    },
+                }
+                custom.create_namespaced_custom_object(
+                    *RESOURCE, kube_namespace, "resourceclaims", claim
+                )
+                pod = {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "ubuntu",
+                                "resources": {"claims": [{"name": "g"}]},
+                            }
+                        ],
+                        "resourceClaims": [{"name": "g", "resourceClaimName": name}],
+                    },
+                }
+                core.create_namespaced_pod(kube_namespace, pod)
+            levels = {}
+            for name in ("medium", "short"):
+                run = node.wait_running(kube_namespace, name)
+                (claim_ref,) = run.claims
+                (device,) = run.prepared[claim_ref.uid]
+                api_claim = custom.get_namespaced_custom_object(
+                    *RESOURCE, kube_namespace, "resourceclaims", name
+                )
+                sources = [
+                    c["source"] for c in api_claim["status"]["allocation"]["devices"]["config"]
+                ]
+                assert sources == (
+                    ["FromClass"] if name == "medium" else ["FromClass", "FromClaim"]
+                )
+                index = int(device.device_name.removeprefix("gpu-"))
+                levels[name] = SimulatedNvml(node.fleet).gpus[index].time_slice
+            assert levels == {"medium": 2, "short": 1}
+            node.delete_pods(kube_api, kube_namespace, "medium", "short")
+            assert [g.time_slice for g in SimulatedNvml(node.fleet).gpus] == [0, 0]
+            _cleaned_up(node)
+    finally:
+        custom.delete_cluster_custom_object(*RESOURCE, "deviceclasses", class_name)
