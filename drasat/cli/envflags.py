@@ -15,3 +15,9 @@ T = TypeVar("T")
 def env(name: str, default: T) -> str | T:
     """$DRASAT_<name> when set, else `default`."""
     return os.environ.get(f"DRASAT_{name}", default)
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The default of an on/off flag: off when $DRASAT_<name> is empty, "0" or "false", on when
+    it is anything else, `default` when it is not set."""
+    return env(name, "1" if default else "") not in ("", "0", "false")

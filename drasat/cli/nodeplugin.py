@@ -12,6 +12,7 @@ from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import env_flag as _env_flag
 from drasat.nodeplugin import app, plugin, registration, state
 
 
@@ -96,14 +97,14 @@ def register(subparsers: Any) -> None:
     add(
         "--resourceslices",
         action="store_true",
-        default=_env("RESOURCESLICES", "") not in ("", "0", "false"),
+        default=_env_flag("RESOURCESLICES"),
         help="publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
         "to allocate from; needs --kubelet-api structured|both and API access",
     )
     add(
         "--shares",
         action=argparse.BooleanOptionalAction,
-        default=_env("SHARES", "1") not in ("", "0", "false"),
+        default=_env_flag("SHARES", default=True),
         help="publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
         "memory, compute %%; a claim without capacity.requests still gets the whole GPU); "
         "default on, --no-shares: whole GPUs only",
@@ -111,7 +112,7 @@ def register(subparsers: Any) -> None:
     add(
         "--in-memory-nas",
         action="store_true",
-        default=_env("IN_MEMORY_NAS", "") not in ("", "0", "false"),
+        default=_env_flag("IN_MEMORY_NAS"),
         help="keep the NodeAllocationState in memory, no API server (testing)",
     )
     p.set_defaults(func=run)

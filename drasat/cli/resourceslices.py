@@ -18,6 +18,7 @@ import yaml
 from drasat.api.devicemodel import classes
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import env_flag as _env_flag
 
 HELP = "print the ResourceSlices the node plugin would publish (resource.k8s.io/v1)"
 
@@ -46,7 +47,7 @@ def register(subparsers: Any) -> None:
     add(
         "--shares",
         action=argparse.BooleanOptionalAction,
-        default=_env("SHARES", "1") not in ("", "0", "false"),
+        default=_env_flag("SHARES", default=True),
         help="non-MIG GPUs as shareable devices (consumable capacity: memory, compute %%), as "
         "the plugin publishes them by default (--no-shares: whole GPUs only)",
     )
