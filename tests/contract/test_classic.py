@@ -11,6 +11,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from classic_objects import SEMANTIC_RULE_CASES, claim
 from contract import Backend, causes, raw, status_of
 from kubernetes.client import ApiException
 
@@ -47,15 +48,6 @@ def classic(request: pytest.FixtureRequest) -> Iterator[Backend]:
         finally:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(namespace)
-
-
-def claim(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1alpha2",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"resourceClassName": "gpu.drasat.io", **spec},
-    }
 
 
 def _create(backend: Backend, plural: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -249,38 +241,7 @@ def test_templates_and_slices_have_no_generation(classic: Backend) -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("plural", "body", "field"),
-    [
-        ("resourceclaims", claim("c", allocationMode="Sometimes"), "spec.allocationMode"),
-        ("resourceclaims", claim("c", resourceClassName="Not A Name"), "spec.resourceClassName"),
-        (
-            "resourceclaims",
-            claim("c", parametersRef={"kind": "GpuClaimParameters"}),
-            "spec.parametersRef.name",
-        ),
-        (
-            "resourceclaimtemplates",
-            {
-                "apiVersion": "resource.k8s.io/v1alpha2",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "t"},
-                "spec": {"spec": {"resourceClassName": "x", "allocationMode": "Later"}},
-            },
-            "spec.spec.allocationMode",
-        ),
-        (
-            "podschedulingcontexts",
-            {
-                "apiVersion": "resource.k8s.io/v1alpha2",
-                "kind": "PodSchedulingContext",
-                "metadata": {"name": "p"},
-                "spec": {"potentialNodes": [f"n{i}" for i in range(129)]},
-            },
-            "spec.potentialNodes",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("plural", "body", "field"), SEMANTIC_RULE_CASES)
 def test_semantic_rules(classic: Backend, plural: str, body: dict[str, Any], field: str) -> None:
     with pytest.raises(ApiException) as caught:
         _create(classic, plural, body)

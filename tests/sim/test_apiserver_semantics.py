@@ -9,6 +9,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from classic_objects import SEMANTIC_RULE_CASES, claim
 from kubernetes.client import ApiException
 
 from drasat.sim import apiserver
@@ -21,15 +22,6 @@ def causes(exc: ApiException) -> dict[str, str]:
     status = json.loads(exc.body)
     assert status["reason"] == "Invalid"
     return {c["field"]: c["message"] for c in status["details"]["causes"]}
-
-
-def claim(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1alpha2",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"resourceClassName": "gpu.drasat.io", **spec},
-    }
 
 
 def create_claim(custom: kubernetes.client.CustomObjectsApi, body: dict[str, Any]) -> Any:
@@ -249,33 +241,7 @@ def test_claim_status_rules(custom: kubernetes.client.CustomObjectsApi) -> None:
 @pytest.mark.parametrize(
     ("plural", "body", "field"),
     [
-        ("resourceclaims", claim("c", allocationMode="Sometimes"), "spec.allocationMode"),
-        ("resourceclaims", claim("c", resourceClassName="Not A Name"), "spec.resourceClassName"),
-        (
-            "resourceclaims",
-            claim("c", parametersRef={"kind": "GpuClaimParameters"}),
-            "spec.parametersRef.name",
-        ),
-        (
-            "resourceclaimtemplates",
-            {
-                "apiVersion": "resource.k8s.io/v1alpha2",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "t"},
-                "spec": {"spec": {"resourceClassName": "x", "allocationMode": "Later"}},
-            },
-            "spec.spec.allocationMode",
-        ),
-        (
-            "podschedulingcontexts",
-            {
-                "apiVersion": "resource.k8s.io/v1alpha2",
-                "kind": "PodSchedulingContext",
-                "metadata": {"name": "p"},
-                "spec": {"potentialNodes": [f"n{i}" for i in range(129)]},
-            },
-            "spec.potentialNodes",
-        ),
+        *SEMANTIC_RULE_CASES,
         (
             "resourceclaims",
             dict(
