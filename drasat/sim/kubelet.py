@@ -124,6 +124,8 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    #: v1 only: the result's share of a multi-allocatable device ("" when none).
+    share_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,13 @@ def _answer(service: str, answer: Any) -> Answer:
     if service == "v1alpha3":
         return Answer(answer.error, tuple(answer.cdi_devices))
     devices = tuple(
-        PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+        PreparedDevice(
+            tuple(d.request_names),
+            d.pool_name,
+            d.device_name,
+            tuple(d.cdi_device_ids),
+            getattr(d, "share_id", ""),  # v1beta1's Device has none
+        )
         for d in answer.devices
     )
     ids = tuple(dict.fromkeys(i for d in devices for i in d.cdi_device_ids))

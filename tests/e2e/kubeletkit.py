@@ -3,9 +3,10 @@
 simulated 1.34+ kubelet (`drasat.sim.kubelet`, flavour v1) calling it over its real sockets.
 
 The node's ResourceSlices are either published by the plugin itself (`--resourceslices`, with
-shareable GPUs by default as the plugin's) or given by the test (hand-made slices, e.g. one that advertises a GPU the
-node lacks). The fleet keeps its hardware state in a file (`state=`), so a test can look at the
-MIG instances the plugin created. Everything started or created is stopped or deleted on exit.
+shareable GPUs by default as the plugin's) or given by the test (hand-made slices, e.g. one that
+advertises a GPU the node lacks). The fleet keeps its hardware state in a file (`state=`), so a
+test can look at the MIG instances the plugin created. Everything started or created is
+stopped or deleted on exit.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
         for run in runs:
             (claim,) = run.claims
             (device,) = run.prepared[claim.uid]
-            assert device.device_name == "gpu-0"
+            assert device.device_name == "gpu-0" and device.share_id
             env = run.env
             assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
             assert env["DRASAT_GPU_SHARE_COMPUTE"] == "25"
@@ -116,6 +116,8 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
                 "set_default_active_thread_percentage 25",
                 "set_default_device_pinned_mem_limit 0 4096M",
             ]
+        share_ids = {run.prepared[run.claims[0].uid][0].share_id for run in runs}
+        assert len(share_ids) == 2  # one share each
         namespace = pods[0]["metadata"]["namespace"]
         node.delete_pods(kube_api, namespace, *(p["metadata"]["name"] for p in pods))
         _cleaned_up(node)
@@ -159,6 +161,7 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
         (result,) = api_claim["status"]["allocation"]["devices"]["results"]
         assert result["consumedCapacity"]["compute"] == "100" and result["shareID"]
         assert device.device_name == result["device"] == "gpu-0"
+        assert device.share_id == result["shareID"]  # the plugin answers the result's shareID
         env = run.env
         assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
         assert "DRASAT_GPU_SHARE_COMPUTE" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
