@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,12 +92,3 @@ def widget(name: str = "", **spec: Any) -> dict[str, Any]:
         "metadata": meta,
         "spec": {"size": 1, **spec},
     }
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)

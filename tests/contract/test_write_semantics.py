@@ -8,7 +8,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from contract import WIDGETS, Backend, causes, eventually, raw, status_of, widget
+from contract import WIDGETS, Backend, causes, raw, status_of, widget
+from kubecluster import wait_for
 from kubernetes.client import ApiException
 
 from drasat.controller import leader
@@ -552,7 +553,7 @@ def test_owner_deletion_cascades_to_dependents(backend: Backend) -> None:
         return "dependent" not in names and not widgets
 
     # The real garbage collector works in the background: give it time.
-    assert eventually(collected, timeout=30)
+    assert wait_for(collected, timeout=30, interval=0.05, what="the dependents collected")
 
 
 def test_drasat_leader_election_on_a_lease(backend: Backend) -> None:
