@@ -21,7 +21,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -95,22 +95,28 @@ def wait_for(check: Any, timeout: float = 30.0, interval: float = 0.1, what: str
         time.sleep(interval)
 
 
+def exists(read: Callable[..., object], *args: Any) -> bool:
+    """Whether `read(*args)` (a client's read_* call) finds its object: False on a 404; any other
+    API error is raised."""
+    try:
+        read(*args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 @pytest.fixture
 def kube_namespace(kube_api: kubernetes.client.ApiClient) -> Iterator[str]:
     core = kubernetes.client.CoreV1Api(kube_api)
     name = f"t-{uuid.uuid4().hex[:10]}"
     core.create_namespace({"metadata": {"name": name}})
 
-    def service_account() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    wait_for(service_account, what=f"the default ServiceAccount of namespace {name}")
+    wait_for(
+        lambda: exists(core.read_namespaced_service_account, "default", name),
+        what=f"the default ServiceAccount of namespace {name}",
+    )
     yield name
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)

@@ -16,7 +16,7 @@ from typing import Any
 
 import kubernetes
 import yaml
-from kubecluster import create_fake_node, wait_for
+from kubecluster import create_fake_node, exists, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import classes
@@ -224,7 +224,7 @@ def applied(api: kubernetes.client.ApiClient, path: pathlib.Path) -> Iterator[li
             if document["kind"] == "Namespace":
                 # An earlier test's namespace of the same name may still be terminating.
                 gone = document["metadata"]["name"]
-                wait_for(lambda n=gone: not _namespace_exists(core, n), 120)
+                wait_for(lambda n=gone: not exists(core.read_namespace, n), 120)
                 core.create_namespace(document)
                 wait_for(lambda n=namespace or document["metadata"]["name"]: _has_sa(core, n))
             elif document["kind"] == "Pod":
@@ -245,16 +245,6 @@ def applied(api: kubernetes.client.ApiClient, path: pathlib.Path) -> Iterator[li
         for namespace in namespaces:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(namespace)
-
-
-def _namespace_exists(core: Any, namespace: str) -> bool:
-    try:
-        core.read_namespace(namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def _has_sa(core: Any, namespace: str) -> bool:

@@ -40,7 +40,7 @@ import kubernetes
 import pytest
 import yaml
 from helm_binary import helm_path, kubectl_path
-from kubecluster import create_fake_node, install_crds, kubectl_env, wait_for
+from kubecluster import create_fake_node, exists, install_crds, kubectl_env, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api import crds
@@ -389,13 +389,7 @@ def _delete_namespace(env: Classic, namespace: str, pods: list[str]) -> None:
         core.delete_namespace(namespace)
 
     def gone() -> bool:
-        try:
-            core.read_namespace(namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
+        return not exists(core.read_namespace, namespace)
 
     try:
         wait_for(gone, timeout=120, interval=0.5, what=f"namespace {namespace} deleted")
