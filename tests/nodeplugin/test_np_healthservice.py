@@ -4,7 +4,6 @@ away ends its stream, and the registration announces the service as the 1.37 kub
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from npfixtures import NODE, Node
+from polling import until
 
 from drasat.nodeplugin import healthservice
 from drasat.nodeplugin.gen import (
@@ -59,15 +59,6 @@ def _watch(channel: grpc.Channel, *, alpha: bool = False) -> Any:
 
 def _by_name(message: Any) -> dict[str, Any]:
     return {d.device.device_name: d for d in message.devices}
-
-
-def _wait_for(predicate: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_first_message_lists_every_device_of_the_pool(plugin: Any) -> None:
@@ -126,21 +117,21 @@ def test_a_client_that_goes_away_ends_its_stream(plugin: Any) -> None:
         next(stream)
     assert board.streams == 3
     streams[0].cancel()
-    assert _wait_for(lambda: board.streams == 2), "the cancelled stream's handler still runs"
+    assert until(lambda: board.streams == 2), "the cancelled stream's handler still runs"
     other = grpc.insecure_channel(f"unix://{node.config.dra_socket}")
     gone = _watch(other)
     next(gone)
     assert board.streams == 3
     other.close()  # the client process dies: its connection goes
-    assert _wait_for(lambda: board.streams == 2)
+    assert until(lambda: board.streams == 2)
     for stream in streams[1:]:
         stream.cancel()
-    assert _wait_for(lambda: board.streams == 0)
+    assert until(lambda: board.streams == 0)
     # the freed worker threads serve new streams
     again = _watch(channel)
     assert _by_name(next(again))["gpu-0"].health == HEALTHY
     again.cancel()
-    assert _wait_for(lambda: board.streams == 0)
+    assert until(lambda: board.streams == 0)
 
 
 def test_streams_beyond_the_limit_are_refused(plugin: Any) -> None:
@@ -154,7 +145,7 @@ def test_streams_beyond_the_limit_are_refused(plugin: Any) -> None:
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     for stream in streams:
         stream.cancel()
-    assert _wait_for(lambda: node.plugin.health_board.streams == 0)
+    assert until(lambda: node.plugin.health_board.streams == 0)
 
 
 def test_plugin_stop_ends_the_stream(plugin: Any) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import until
 
 from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.gen import drahealth_v1_pb2 as pb2
@@ -152,15 +152,6 @@ def plugin() -> Iterator[NodePlugin]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _until(check: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_the_watch_follows_the_plugins_stream(plugin: Any) -> None:
     cache = HealthCache()
     changes = threading.Event()
@@ -173,16 +164,16 @@ def test_the_watch_follows_the_plugins_stream(plugin: Any) -> None:
         retry_s=0.1,
     ).start()
     try:
-        assert _until(lambda: cache.get(DRIVER, "n1", "gpu-0")[0] == "Healthy")
+        assert until(lambda: cache.get(DRIVER, "n1", "gpu-0")[0] == "Healthy")
         mig = "gpu-0-mig-1g5gb-19-0"
         assert cache.get(DRIVER, "n1", mig)[0] == "Healthy"
         assert changes.is_set()
         plugin.sim.inject_xid(plugin.sim.gpus[0].uuid, 48)
-        assert _until(lambda: cache.get(DRIVER, "n1", mig)[0] == "Unhealthy")
+        assert until(lambda: cache.get(DRIVER, "n1", mig)[0] == "Unhealthy")
         assert "XID 48" in cache.get(DRIVER, "n1", "gpu-0")[1]
         assert cache.get(DRIVER, "n1", "gpu-1")[0] == "Healthy"
         plugin.health_board.close()  # the stream ends: the kubelet forgets the driver's health
-        assert _until(lambda: cache.get(DRIVER, "n1", "gpu-1")[0] == "Unknown")
+        assert until(lambda: cache.get(DRIVER, "n1", "gpu-1")[0] == "Unknown")
     finally:
         watch.stop()
     assert watch.reports >= 2
@@ -261,14 +252,14 @@ def test_the_v1_kubelet_shows_an_xid_in_the_pods_status(plugin: Any) -> None:
         ]
 
     try:
-        assert _until(lambda: shown() == [{"resourceID": cdi_id, "health": "Healthy"}]), (
+        assert until(lambda: shown() == [{"resourceID": cdi_id, "health": "Healthy"}]), (
             kl.reasons,
             api.patches,
         )
         assert kl.plugins[DRIVER].health_service == "v1.DRAResourceHealth"
         assert api.pod["status"]["phase"] == "Running"
         plugin.sim.inject_xid(plugin.sim.gpus[0].uuid, 48)
-        assert _until(lambda: shown()[0]["health"] == "Unhealthy")
+        assert until(lambda: shown()[0]["health"] == "Unhealthy")
         (resource,) = shown()
         assert "critical XID 48" in resource["message"]
         entry = api.pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]
