@@ -11,6 +11,7 @@ import pytest
 from helm_binary import kubectl_path
 from kubecluster import create_fake_node, kubectl_env, wait_for
 from kubernetes.client import ApiException
+from slicekit import delete_slice
 
 from drasat.api import resourceslices
 from drasat.controlplane import binaries, cluster
@@ -74,13 +75,7 @@ def gpu_node(kube_api: kubernetes.client.ApiClient) -> Any:
     yield node, slices
     kubernetes.client.CoreV1Api(kube_api).delete_node("e2e-t4")
     for body in slices:
-        try:
-            custom.delete_cluster_custom_object(
-                *RESOURCE, "resourceslices", body["metadata"]["name"]
-            )
-        except ApiException as exc:  # the garbage collector may have been first
-            if exc.status != 404:
-                raise
+        delete_slice(custom, body["metadata"]["name"])
 
 
 def test_real_scheduler_allocates_a_template_claim_from_drasats_slice_and_binds_the_pod(
