@@ -2,7 +2,8 @@
 
 Parsing and field-path errors come from `drasat.loading`; this module adds what a policy file
 needs beyond its model: the one accepted apiVersion, unique reservation names, lifecycle values
-the node plugin can apply, and the policies shipped in the package (`drasat/policies/*.yaml`,
+the node plugin can apply, and the policies shipped in the package (`policies/*.yaml`, installed
+as `drasat.policies`,
 read with importlib.resources so an installed wheel finds them too).
 """
 
@@ -86,7 +87,7 @@ def _bad_value(action: LifecycleActionName, value: str | int) -> str | None:
 
 
 def _shipped_dir() -> Traversable:
-    return importlib.resources.files("drasat") / "policies"
+    return importlib.resources.files("drasat.policies")
 
 
 def shipped_names() -> list[str]:

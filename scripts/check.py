@@ -1,9 +1,10 @@
 """Run every check CI runs, in order, and stop at the first failure.
 
-Used by `make test` (and so by `.ci/run`): format, lint, types, layering, the real control plane's
-binaries (built by scripts/kube-build into their cache when missing; a cold build takes minutes),
-then the test suite, whose real-cluster tests use them. pytest's exit code 5 ("no tests
-collected") is treated as a failure, not a pass.
+Used by `make test` (and so by `.ci/run`): format, lint, types, layering (mypy and import-linter
+through scripts/typecheck.py and scripts/layers.py, which give them each part's folder under its
+`drasat.*` name), the real control plane's binaries (built by scripts/kube-build into their cache
+when missing; a cold build takes minutes), then the test suite, whose real-cluster tests use
+them. pytest's exit code 5 ("no tests collected") is treated as a failure, not a pass.
 """
 
 from __future__ import annotations
@@ -20,17 +21,19 @@ REPO = Path(__file__).resolve().parent.parent
 STEPS: list[tuple[str, list[str]]] = [
     ("format", [str(BIN / "ruff"), "format", "--check", "."]),
     ("lint", [str(BIN / "ruff"), "check", "."]),
-    ("types", [str(BIN / "mypy")]),
-    ("layers", [str(BIN / "lint-imports")]),
+    ("types", [sys.executable, str(REPO / "scripts" / "typecheck.py")]),
+    ("layers", [sys.executable, str(REPO / "scripts" / "layers.py")]),
     ("kube binaries", [str(REPO / "scripts" / "kube-build")]),
-    ("tests", [str(BIN / "pytest"), *sys.argv[1:]]),
+    ("tests", [sys.executable, "-m", "pytest", *sys.argv[1:]]),
 ]
 
 
 def main() -> int:
     for name, command in STEPS:
         started = time.monotonic()
-        print(f"==> {name}: {Path(command[0]).name} {' '.join(command[1:])}")
+        shown = command[1:] if command[0] == sys.executable else command
+        shown = shown[1:] if shown[0] == "-m" else shown
+        print(f"==> {name}: {Path(shown[0]).name} {' '.join(shown[1:])}")
         sys.stdout.flush()
         code = _build_kube() if name == "kube binaries" else subprocess.call(command)
         elapsed = time.monotonic() - started

@@ -6,12 +6,12 @@ its input path here. The loader's limits and message escaping have unit tests be
 
 from __future__ import annotations
 
-import os
 import pathlib
 import time
 from typing import Any
 
 import pytest
+import repo_layout
 
 from drasat import loading, policyfiles
 from drasat.api.errors import InputError, one_line, show
@@ -286,18 +286,15 @@ def test_only_the_loader_parses_yaml() -> None:
     # Every reader of user YAML (the what-if, `policy validate`, the controller's policy file or
     # ConfigMap, the demo) goes through drasat.loading; the two other YAML reads parse files
     # drasat wrote itself.
-    package = pathlib.Path(loading.__file__).parent
-    own_files = {"nodeplugin/mps.py", "sim/kubelet.py"}  # its MPS template, CDI specs it wrote
+    own_modules = {"drasat.nodeplugin.mps", "drasat.sim.kubelet"}  # its MPS template, CDI specs
     readers = set()
-    for folder, _, files in os.walk(package, followlinks=True):  # api/, solver/, … are links
-        for name in files:
-            path = pathlib.Path(folder) / name
-            if path.suffix != ".py" or "/gen/" in str(path):
-                continue
-            text = path.read_text(encoding="utf-8")
-            if any(call in text for call in ("yaml.safe_load", "yaml.load(", "yaml.full_load")):
-                readers.add(str(path.relative_to(package)))
-    assert readers == own_files
+    for module, path in repo_layout.module_files().items():
+        if path.suffix != ".py" or ".gen." in module:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if any(call in text for call in ("yaml.safe_load", "yaml.load(", "yaml.full_load")):
+            readers.add(module)
+    assert readers == own_modules
 
 
 @pytest.mark.slow

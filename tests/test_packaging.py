@@ -59,7 +59,7 @@ def _run(*command: str | pathlib.Path, cwd: pathlib.Path) -> subprocess.Complete
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     work = tmp_path_factory.mktemp("packaging")
     source = work / "src"
-    shutil.copytree(REPO, source, symlinks=True, ignore=_NOT_SOURCE)
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCE)
     out = work / "dist"
     _run(
         sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",

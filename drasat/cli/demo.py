@@ -108,7 +108,7 @@ def register(subparsers: Any) -> None:
 
 
 def _examples_dir() -> Traversable:
-    return importlib.resources.files("drasat") / "examples"
+    return importlib.resources.files("drasat.examples")
 
 
 def example_names() -> list[str]:
