@@ -238,7 +238,7 @@ class Cluster:
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
                 start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=sigterm_on_parent_death if self.die_with_parent else None,
             )
         process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
         _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
@@ -460,8 +460,9 @@ class Cluster:
             time.sleep(0.2)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+def sigterm_on_parent_death() -> None:
+    """A Popen `preexec_fn`: in the child before exec, ask for SIGTERM when the parent dies,
+    even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 

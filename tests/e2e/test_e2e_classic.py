@@ -23,7 +23,6 @@ policy ConfigMap); each node plugin with a token of its ServiceAccount bound to 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import shutil
 import signal
@@ -134,20 +133,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (Linux
-    prctl PR_SET_PDEATHSIG), as the control plane's components do."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 def _drasat(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=cluster.sigterm_on_parent_death,  # as the control plane's components
         )
 
 
