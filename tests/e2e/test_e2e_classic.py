@@ -38,8 +38,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from helm_binary import helm_path, kubectl_path
-from kubecluster import create_fake_node, exists, install_crds, kubectl_env, wait_for
+from chartkit import kubectl_apply, render
+from kubecluster import create_fake_node, exists, install_crds, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api import crds
@@ -53,8 +53,6 @@ EXAMPLES = ROOT / "deploy" / "examples" / "reference-cases"
 DRIVER = "gpu.drasat.io"
 FINALIZER = "gpu.drasat.io/deletion-protection"
 NAMESPACE = "drasat"  # the driver namespace: NodeAllocationStates
-CHART = ROOT / "deploy" / "helm" / "drasat"
-VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"  # served from 1.30
 CHART_KINDS = {
     "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
     "DeviceClassParameters", "ResourceClass",
@@ -167,13 +165,7 @@ def _chart() -> list[dict[str, Any]]:
     """The chart's objects for a 1.30 cluster (release `drasat`), less the workloads run here as
     processes: ServiceAccounts, RBAC, the policy ConfigMap, the ResourceClass with its
     DeviceClassParameters, the node plugins' ValidatingAdmissionPolicy."""
-    done = subprocess.run(
-        [str(helm_path()), "template", "drasat", str(CHART), "--namespace", NAMESPACE,
-         "--kube-version", "1.30.14", "--api-versions", VAP],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] in CHART_KINDS]
+    return [d for d in render(NAMESPACE, "1.30.14") if d["kind"] in CHART_KINDS]
 
 
 def _install(kube: cluster.Cluster, api: kubernetes.client.ApiClient, work: Path) -> None:
@@ -186,12 +178,7 @@ def _install(kube: cluster.Cluster, api: kubernetes.client.ApiClient, work: Path
     except ApiException as exc:  # the cluster lives for the session
         if exc.status != 409:
             raise
-    done = subprocess.run(
-        [str(kubectl_path()), "apply", "-n", NAMESPACE, "-f", "-"],
-        input="\n---\n".join(json.dumps(m) for m in _chart()),
-        env={**kubectl_env(kube), "KUBECACHEDIR": str(work / "kubectl-cache")},
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = kubectl_apply(kube, NAMESPACE, _chart(), work / "kubectl-cache", timeout=120)
     assert done.returncode == 0, done.stderr
 
 

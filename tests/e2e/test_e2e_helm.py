@@ -25,19 +25,14 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
-from helm_binary import helm_path, kubectl_path
-from kubecluster import create_fake_node, install_crds, kubectl_env, wait_for
+from chartkit import CHART, Manifest, kubectl_apply, render
+from helm_binary import helm_path
+from kubecluster import create_fake_node, install_crds, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 
 from drasat.api import crds
 from drasat.controlplane import cluster
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy" / "helm" / "drasat"
-VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
-Manifest = dict[str, Any]
 
 #: Values that reach other template branches; the server checks what they produce (a priority
 #: class, pull secrets, an empty-valued node selector, an inline policy, two replicas).
@@ -64,60 +59,13 @@ CLASSIC_CLASS = {
 }
 
 
-def render(
-    namespace: str, kube_version: str, values: Manifest, tmp: pathlib.Path
-) -> list[Manifest]:
-    """`helm template` of the chart for a cluster of `kube_version` that serves
-    ValidatingAdmissionPolicy (GA since 1.30)."""
-    values_file = tmp / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    done = subprocess.run(
-        [
-            str(helm_path()),
-            "template",
-            "drasat",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--kube-version",
-            kube_version,
-            "--api-versions",
-            VAP,
-            "--values",
-            str(values_file),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
-
-
 def server_dry_run(
     kube_cluster: cluster.Cluster, namespace: str, manifests: list[Manifest], cache: pathlib.Path
 ) -> subprocess.CompletedProcess[str]:
     """`kubectl apply --dry-run=server -o json` of `manifests` in one go. kubectl maps every kind
     before it sends anything, so one unknown kind fails the whole call, naming that kind."""
-    return subprocess.run(
-        [
-            str(kubectl_path()),
-            "apply",
-            "--dry-run=server",
-            "-n",
-            namespace,
-            "-o",
-            "json",
-            "-f",
-            "-",
-        ],
-        input="\n---\n".join(json.dumps(m) for m in manifests),
-        env={**kubectl_env(kube_cluster), "KUBECACHEDIR": str(cache)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return kubectl_apply(
+        kube_cluster, namespace, manifests, cache, "--dry-run=server", "-o", "json"
     )
 
 

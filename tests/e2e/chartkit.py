@@ -1,0 +1,64 @@
+"""drasat's Helm chart on the real control plane: `helm template` of it for a Kubernetes version,
+and `kubectl apply` of the objects (the helm and kubectl of the helm/kubectl wheel)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+from typing import Any
+
+import yaml
+from helm_binary import helm_path, kubectl_path
+from kubecluster import kubectl_env
+
+from drasat.controlplane import cluster
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "drasat"
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"  # served from 1.30
+Manifest = dict[str, Any]
+
+
+def render(
+    namespace: str,
+    kube_version: str,
+    values: Manifest | None = None,
+    tmp: pathlib.Path | None = None,
+) -> list[Manifest]:
+    """`helm template` of the chart (release `drasat`) for a cluster of `kube_version` that
+    serves ValidatingAdmissionPolicy (GA since 1.30), with `values` (written into `tmp`) if
+    given."""
+    command = [
+        str(helm_path()), "template", "drasat", str(CHART), "--namespace", namespace,
+        "--kube-version", kube_version, "--api-versions", VAP,
+    ]  # fmt: skip
+    if values is not None:
+        assert tmp is not None, "values need a tmp dir"
+        values_file = tmp / "values.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        command += ["--values", str(values_file)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def kubectl_apply(
+    kube_cluster: cluster.Cluster,
+    namespace: str,
+    manifests: list[Manifest],
+    cache: pathlib.Path,
+    *flags: str,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl apply <flags> -n <namespace> -f -` of `manifests` in one go, as the cluster
+    administrator, with kubectl's discovery cache in `cache`."""
+    return subprocess.run(
+        [str(kubectl_path()), "apply", *flags, "-n", namespace, "-f", "-"],
+        input="\n---\n".join(json.dumps(m) for m in manifests),
+        env={**kubectl_env(kube_cluster), "KUBECACHEDIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
