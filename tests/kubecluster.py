@@ -137,6 +137,27 @@ def kubectl_env(kube_cluster: cluster.Cluster) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig)}
 
 
+def service_account_token(
+    api: kubernetes.client.ApiClient,
+    namespace: str,
+    account: str,
+    *,
+    bound_pod: tuple[str, str] | None = None,
+    seconds: int = 3600,
+) -> str:
+    """A TokenRequest's token for the ServiceAccount `namespace/account`, valid `seconds`; bound
+    to the pod `bound_pod` (name, uid) if given: the token then carries the pod's node name, as
+    the one the kubelet projects into a DaemonSet pod does."""
+    spec: dict[str, Any] = {"expirationSeconds": seconds}
+    if bound_pod is not None:
+        name, uid = bound_pod
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+    done = kubernetes.client.CoreV1Api(api).create_namespaced_service_account_token(
+        account, namespace, {"spec": spec}
+    )
+    return str(done.status.token)
+
+
 def fake_node(
     name: str,
     *,

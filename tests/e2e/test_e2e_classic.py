@@ -39,7 +39,7 @@ import kubernetes
 import pytest
 import yaml
 from chartkit import kubectl_apply, render
-from kubecluster import create_fake_node, exists, install_crds, wait_for
+from kubecluster import create_fake_node, exists, install_crds, service_account_token, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api import crds
@@ -192,23 +192,6 @@ def _token_kubeconfig(kube: cluster.Cluster, token: str, path: Path) -> Path:
     return path
 
 
-def _service_account_token(
-    api: kubernetes.client.ApiClient, name: str, bound_pod: dict[str, Any] | None = None
-) -> str:
-    """A TokenRequest for the chart's ServiceAccount `name`; bound to `bound_pod` (a pod on a
-    node: the token then carries the node's name, as a DaemonSet pod's does)."""
-    spec: dict[str, Any] = {"expirationSeconds": 3600}
-    if bound_pod is not None:
-        meta = bound_pod["metadata"]
-        spec["boundObjectRef"] = {
-            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]
-        }  # fmt: skip
-    done = kubernetes.client.CoreV1Api(api).create_namespaced_service_account_token(
-        name, NAMESPACE, {"spec": spec}
-    )
-    return str(done.status.token)
-
-
 def _plugin_pod(client: kubeclient.KubeClient, node: str) -> dict[str, Any]:
     """The node plugin's DaemonSet pod on `node` (its ServiceAccount; its token's binding)."""
     body = {
@@ -253,7 +236,10 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
                 resync=0.5,
             ).start()
             kubelets.append(sim)
-            token = _service_account_token(api, PLUGIN_SA, _plugin_pod(client, name))
+            pod = _plugin_pod(client, name)["metadata"]
+            token = service_account_token(
+                api, NAMESPACE, PLUGIN_SA, bound_pod=(pod["name"], pod["uid"])
+            )
             plugin_config = _token_kubeconfig(kube, token, tmp / "kubeconfig")
             plugin = _start_plugin(tmp, name, plugin_config)
             plugins.append(plugin)
@@ -267,7 +253,9 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
         wait_for(no_namespace_terminating, timeout=120, interval=0.5, what="namespaces deleted")
         controller_log = work / "controller.log"
         controller_config = _token_kubeconfig(
-            kube, _service_account_token(api, CONTROLLER_SA), work / "controller.kubeconfig"
+            kube,
+            service_account_token(api, NAMESPACE, CONTROLLER_SA),
+            work / "controller.kubeconfig",
         )
         controller = _drasat(
             # The chart's flags, less the metrics endpoint (a free port is not needed here).

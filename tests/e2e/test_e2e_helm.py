@@ -27,7 +27,7 @@ import kubernetes
 import pytest
 from chartkit import CHART, Manifest, kubectl_apply, render
 from helm_binary import helm_path
-from kubecluster import create_fake_node, install_crds, wait_for
+from kubecluster import create_fake_node, install_crds, service_account_token, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 
@@ -142,22 +142,14 @@ def _account_client(
     """A client authenticated as `account` with a token bound to `pod`, as the kubelet projects
     it into the node plugin's pod (it carries the pod's node name); without `pod`, a token bound
     to nothing (no node name)."""
-    core = kubernetes.client.CoreV1Api(kube_api)
-    request: Manifest = {"spec": {"expirationSeconds": 600}}
-    if pod is not None:
-        request["spec"]["boundObjectRef"] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.metadata.name,
-            "uid": pod.metadata.uid,
-        }
-    token = core.create_namespaced_service_account_token(account, namespace, request)
+    bound = None if pod is None else (pod.metadata.name, pod.metadata.uid)
+    token = service_account_token(kube_api, namespace, account, bound_pod=bound, seconds=600)
     configuration = kubernetes.client.Configuration()
     base = kube_api.configuration
     configuration.host = base.host
     configuration.ssl_ca_cert = base.ssl_ca_cert
     configuration.verify_ssl = base.verify_ssl
-    configuration.api_key = {"authorization": f"Bearer {token.status.token}"}
+    configuration.api_key = {"authorization": f"Bearer {token}"}
     return kubernetes.client.ApiClient(configuration)
 
 
