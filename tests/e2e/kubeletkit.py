@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import drasatprocess
 import kubernetes
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
@@ -88,39 +86,6 @@ class GpuNode:
         )
 
 
-def start_plugin(tmp: Path, node: str, fleet: str, kubeconfig: Path, *extra: str) -> Any:
-    args = [
-        sys.executable, "-m", "drasat", "--log-level", "INFO", "nodeplugin",
-        "--node-name", node, "--simulate-gpus", fleet, "--in-memory-nas",
-        "--kubeconfig", str(kubeconfig), "--kubelet-api", "structured",
-        "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
-        "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
-        *extra,
-    ]  # fmt: skip
-    with (tmp / "plugin.log").open("wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    socket = tmp / "r" / "gpu.drasat.io-reg.sock"
-    deadline = time.monotonic() + 60
-    while not socket.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            log_text = (tmp / "plugin.log").read_text(errors="replace")[-4000:]
-            raise AssertionError(f"the node plugin did not start:\n{log_text}")
-        time.sleep(0.1)
-    return process
-
-
-def stop_plugin(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _node_slices(custom: Any, node: str) -> list[Obj]:
     listed = custom.list_cluster_custom_object(
         *RESOURCE, "resourceslices", field_selector=f"spec.nodeName={node}"
@@ -151,7 +116,10 @@ def gpu_node(
     try:
         extra = [] if slices is not None else ["--resourceslices"]
         extra.append("--shares" if shares else "--no-shares")
-        plugin = start_plugin(tmp, name, stateful, kube_cluster.kubeconfig, *extra)
+        plugin = drasatprocess.start_plugin(
+            tmp, name, "--simulate-gpus", stateful, "--in-memory-nas",
+            "--kubeconfig", str(kube_cluster.kubeconfig), "--kubelet-api", "structured", *extra,
+        )  # fmt: skip
         if slices is not None:
             for body in slices(node.metadata.uid):
                 try:
@@ -185,7 +153,7 @@ def gpu_node(
         if sim_kubelet is not None:
             sim_kubelet.stop()
         if plugin is not None:
-            stop_plugin(plugin)
+            drasatprocess.stop(plugin)
         with contextlib.suppress(ApiException):
             kubernetes.client.CoreV1Api(api).delete_node(name)
         for body in made or _node_slices(custom, name):

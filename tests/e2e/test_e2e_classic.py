@@ -25,9 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import drasatprocess
 import kubernetes
 import pytest
 import yaml
@@ -111,48 +110,11 @@ class Classic:
         return "\n".join(parts)
 
 
-def _started(process: subprocess.Popen[bytes], ready: Any, log: Path, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
-            text = log.read_text(errors="replace")[-4000:]
-            raise AssertionError(f"{what} did not start:\n{text}")
-        time.sleep(0.1)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _drasat(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "drasat", "--log-level", "INFO", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=cluster.sigterm_on_parent_death,  # as the control plane's components
-        )
-
-
 def _start_plugin(tmp: Path, node: str, kubeconfig: Path) -> subprocess.Popen[bytes]:
-    args = [
-        "nodeplugin", "--node-name", node, "--namespace", NAMESPACE,
-        "--simulate-gpus", f"{FLEETS[node]},seed={node}", "--kubeconfig", str(kubeconfig),
-        "--kubelet-api", "classic",
-        "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
-        "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
-    ]  # fmt: skip
-    process = _drasat(args, tmp / "plugin.log")
-    socket = tmp / "r" / f"{DRIVER}-reg.sock"
-    _started(process, socket.exists, tmp / "plugin.log", f"the node plugin of {node}")
-    return process
+    return drasatprocess.start_plugin(
+        tmp, node, "--namespace", NAMESPACE, "--simulate-gpus", f"{FLEETS[node]},seed={node}",
+        "--kubeconfig", str(kubeconfig), "--kubelet-api", "classic",
+    )  # fmt: skip
 
 
 def _create(client: kubeclient.KubeClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -257,7 +219,7 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
             service_account_token(api, NAMESPACE, CONTROLLER_SA),
             work / "controller.kubeconfig",
         )
-        controller = _drasat(
+        controller = drasatprocess.run(
             # The chart's flags, less the metrics endpoint (a free port is not needed here).
             ["controller", "--kubeconfig", str(controller_config), "--namespace", NAMESPACE,
              "--metrics-address", "", "--resync-period", "5", "--workers", "4",
@@ -285,9 +247,9 @@ def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
         for sim in kubelets:
             sim.stop()
         if controller is not None:
-            _stop(controller)
+            drasatprocess.stop(controller)
         for process in plugins:
-            _stop(process)
+            drasatprocess.stop(process)
         for name in created:
             with contextlib.suppress(ApiException):
                 core.delete_node(name)
