@@ -18,7 +18,9 @@ A fleet is written `2xA100-40GB,mig=1` (GPU 1 in MIG mode), `T4x2`, `H100-80GB,A
 with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for benchmarks),
 `driver=`, `cuda=`, and `state=PATH`: the fleet's hardware state (instances, modes) is kept in a
 JSON file, so it outlives a killed plugin process like real GPUs do. It also answers the
-`nvidia-smi compute-policy` time-slice command (`run`).
+`nvidia-smi compute-policy` time-slice command (`run`). It refuses (`AttributeError`) any `nvml*`
+function or `NVML_*` constant that the installed pynvml does not have, so a call that works here
+cannot be a typo or a call pynvml removed (tests/nodeplugin/test_np_pynvml_contract.py).
 """
 
 from __future__ import annotations
@@ -402,6 +404,8 @@ class SimulatedNvml:
     # -- plumbing ----------------------------------------------------------------------------
 
     def __getattribute__(self, name: str) -> Any:
+        if name.startswith(("nvml", "NVML_")) and not hasattr(N, name):
+            raise AttributeError(f"{name}: pynvml has no such function or constant")
         attr = object.__getattribute__(self, name)
         if not name.startswith("nvml"):
             return attr
