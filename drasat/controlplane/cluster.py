@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,17 +493,3 @@ def _http_ok(url: str, *, token: str | None = None, ca: Path | None = None) -> b
             return bool(answer.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-@contextlib.contextmanager
-def running(
-    directory: Path | None = None, bin_dir: Path | None = None, **options: Any
-) -> Iterator[Cluster]:
-    """A cluster for the `with` block, stopped after it (also on errors and interrupts)."""
-    with contextlib.ExitStack() as stack:
-        folder = directory or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        cluster = Cluster.start(directory=folder, bin_dir=bin_dir, **options)
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
