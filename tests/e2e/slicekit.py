@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,10 +167,14 @@ class Workload:
         )
         return name
 
-    def outcome(self, name: str, timeout: float = 60) -> Outcome:
-        """Bound (with the claim's results) or found unschedulable by the scheduler."""
+    def outcome(self, name: str, timeout: float = 60, settle: float = 3.0) -> Outcome:
+        """Bound (with the claim's results), or unschedulable and still so `settle` seconds
+        later: the scheduler retries a pod when claims are deleted, so a first "Unschedulable"
+        can come from devices whose claims (an earlier test's) its cache has not yet dropped."""
+        unschedulable_since: float | None = None
 
         def settled() -> Outcome | None:
+            nonlocal unschedulable_since
             pod = self.core.read_namespaced_pod(name, self.namespace)
             if pod.spec.node_name:
                 claim = self.custom.get_namespaced_custom_object(
@@ -180,7 +185,10 @@ class Workload:
                 )
             for condition in pod.status.conditions or []:
                 if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-                    return Outcome(None, [], condition.message or "")
+                    now = time.monotonic()
+                    unschedulable_since = unschedulable_since or now
+                    if now - unschedulable_since >= settle:
+                        return Outcome(None, [], condition.message or "")
             return None
 
         result: Outcome = wait_for(settled, timeout, 0.2, what=f"the scheduler to decide {name}")
