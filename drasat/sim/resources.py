@@ -10,6 +10,8 @@ from typing import Any
 #: (resource.k8s.io/v1alpha2) was last served by Kubernetes 1.30.
 CLASSIC_SCHEMA_VERSION = "1.30"
 CURRENT_SCHEMA_VERSION = "1.34"
+#: Kinds the 1.34 bundle lacks or has in an older shape (resource.k8s.io/v1 DeviceTaintRule).
+LATEST_SCHEMA_VERSION = "1.37"
 
 _DEFAULT_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -81,7 +83,8 @@ def _builtin(
 
 
 _CLASSIC = (CLASSIC_SCHEMA_VERSION,)
-_CURRENT = (CURRENT_SCHEMA_VERSION,)
+#: resource.k8s.io/v1 as kube-apiserver v1.37 serves it: its 1.34 shape or its 1.37 one.
+_V1_DRA = (CURRENT_SCHEMA_VERSION, LATEST_SCHEMA_VERSION)
 _POD_FIELDS = frozenset({"spec.nodeName", "spec.schedulerName", "status.phase"})
 _EVENT_FIELDS = frozenset(
     {
@@ -120,6 +123,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _builtin("coordination.k8s.io", "v1", "leases", "Lease", generation=False),
     _builtin("apps", "v1", "deployments", "Deployment", status=True),
     _builtin("apps", "v1", "daemonsets", "DaemonSet", status=True),
+    _builtin("apps", "v1", "replicasets", "ReplicaSet", status=True),
+    _builtin("batch", "v1", "jobs", "Job", status=True),
     _builtin(
         "apiextensions.k8s.io",
         "v1",
@@ -184,7 +189,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "deviceclasses",
         "DeviceClass",
         namespaced=False,
-        schemas=_CURRENT,
+        schemas=_V1_DRA,
         returns_object=True,
     ),
     _builtin(
@@ -193,7 +198,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "resourceclaims",
         "ResourceClaim",
         status=True,
-        schemas=_CURRENT,
+        schemas=_V1_DRA,
         generation=False,
         returns_object=True,
     ),
@@ -202,7 +207,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         "v1",
         "resourceclaimtemplates",
         "ResourceClaimTemplate",
-        schemas=_CURRENT,
+        schemas=_V1_DRA,
         generation=False,
         returns_object=True,
     ),
@@ -212,9 +217,18 @@ BUILTINS: tuple[ResourceType, ...] = (
         "resourceslices",
         "ResourceSlice",
         namespaced=False,
-        schemas=_CURRENT,
+        schemas=_V1_DRA,
         fields=frozenset({"spec.nodeName", "spec.driver"}),
         returns_object=True,
+    ),
+    _builtin(
+        "resource.k8s.io",
+        "v1",
+        "devicetaintrules",
+        "DeviceTaintRule",
+        namespaced=False,
+        status=True,
+        schemas=(LATEST_SCHEMA_VERSION,),
     ),
 )
 

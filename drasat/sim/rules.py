@@ -216,6 +216,23 @@ def classic_resource_slice(new: Obj, _old: Obj | None) -> list[Cause]:
     return []
 
 
+#: A device taint's effects (PreferNoSchedule, valid on nodes, is not one), as 1.37 lists them.
+DEVICE_TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+
+
+def device_taint_rule(new: Obj, _old: Obj | None) -> list[Cause]:
+    effect = ((new.get("spec") or {}).get("taint") or {}).get("effect")
+    if effect is None or effect in DEVICE_TAINT_EFFECTS:
+        return []  # a missing effect is the schema's `required` cause
+    supported = ", ".join(json.dumps(e) for e in DEVICE_TAINT_EFFECTS)
+    return [
+        (
+            "spec.taint.effect",
+            f"Unsupported value: {json.dumps(effect)}: supported values: {supported}",
+        )
+    ]
+
+
 _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("v1", "Pod"): pod,
     ("resource.k8s.io/v1alpha2", "ResourceClaim"): resource_claim,
@@ -225,6 +242,7 @@ _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("resource.k8s.io/v1alpha2", "ResourceSlice"): classic_resource_slice,
     ("coordination.k8s.io/v1", "Lease"): lease,
     ("v1", "Event"): event,
+    ("resource.k8s.io/v1", "DeviceTaintRule"): device_taint_rule,
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import functools
 import importlib.resources
 import json
@@ -466,6 +467,13 @@ def _default_device_requests(claim_spec: Any) -> None:
                     entry.setdefault("count", 1)
 
 
+def _default_taint_time(rule_spec: Any) -> None:
+    """A DeviceTaintRule's taint gets `timeAdded` (now) when the writer leaves it out."""
+    taint = rule_spec.get("taint") if isinstance(rule_spec, dict) else None
+    if isinstance(taint, dict) and not taint.get("timeAdded"):
+        taint["timeAdded"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class Validator:
     """Validates writes for the resource types of one server; thread-safe once built."""
 
@@ -503,6 +511,8 @@ class Validator:
             _default_device_requests(obj.get("spec"))
         elif resource.kind == "ResourceClaimTemplate" and resource.version == "v1":
             _default_device_requests((obj.get("spec") or {}).get("spec"))
+        elif resource.kind == "DeviceTaintRule":
+            _default_taint_time(obj.get("spec"))
         return obj
 
     def check(
