@@ -386,11 +386,15 @@ def test_validation_template_explains_bad_combinations(
     assert message in rejected.stderr
 
 
-def test_kubernetes_versions_without_classic_dra_are_refused(render: Render) -> None:
-    for version in ("1.26.0", "1.32.0"):
+def test_kubernetes_versions_without_a_dra_api_drasat_speaks_are_refused(render: Render) -> None:
+    rejected = render(kube_version="1.26.0")  # before DRA: Chart.yaml's kubeVersion
+    assert rejected.returncode != 0
+    assert "chart requires kubeVersion" in rejected.stderr
+    for version in ("1.32.0", "1.33.5"):  # classic DRA removed, resource.k8s.io/v1 not yet GA
         rejected = render(kube_version=version)
         assert rejected.returncode != 0
-        assert "chart requires kubeVersion" in rejected.stderr
+        assert f"Kubernetes v{version} has neither DRA API drasat speaks" in rejected.stderr
+        assert "classic DRA" in rejected.stderr and "removed in 1.32" in rejected.stderr
 
 
 # ---------------------------------------------------------------- RBAC

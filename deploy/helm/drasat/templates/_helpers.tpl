@@ -52,6 +52,41 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default (printf "%s-policy" (include "drasat.fullname" .)) .Values.policy.existingConfigMap }}
 {{- end }}
 
+{{/*
+The DRA mode installed: "v1" (current DRA, resource.k8s.io/v1: DeviceClasses, ResourceSlices; the
+controller writes claims' status.allocation) or "classic" (a control-plane controller negotiating
+through PodSchedulingContexts). `draApi: auto` picks it from the server's version: classic up to
+1.31 (1.32 removed it), v1 from 1.34 (where resource.k8s.io/v1 is GA). 1.32 and 1.33 have neither
+in a form drasat speaks: "none", which validate.yaml turns into an explanation.
+*/}}
+{{- define "drasat.draApi" -}}
+{{- if ne .Values.draApi "auto" }}
+{{- .Values.draApi }}
+{{- else if semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version }}
+{{- "v1" }}
+{{- else if semverCompare "<1.32.0-0" .Capabilities.KubeVersion.Version }}
+{{- "classic" }}
+{{- else }}
+{{- "none" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when drasat's controller runs: classic mode, or v1 mode with allocator=drasat. */}}
+{{- define "drasat.controller.enabled" -}}
+{{- or (eq (include "drasat.draApi" .) "classic") (eq .Values.allocator "drasat") }}
+{{- end }}
+
+{{/* The kubelet API the node plugin registers: classic in classic mode, structured in v1 mode. */}}
+{{- define "drasat.kubeletApi" -}}
+{{- if ne .Values.nodePlugin.kubeletApi "auto" }}
+{{- .Values.nodePlugin.kubeletApi }}
+{{- else if eq (include "drasat.draApi" .) "v1" }}
+{{- "structured" }}
+{{- else }}
+{{- "classic" }}
+{{- end }}
+{{- end }}
+
 {{/* The resource.k8s.io version of the class: v1alpha2 (ResourceClass) or v1alpha3 (DeviceClass). */}}
 {{- define "drasat.resourceApiVersion" -}}
 {{- if ne .Values.resourceClass.apiVersion "auto" }}
