@@ -65,6 +65,12 @@ class Claim:
         return self.request.namespace
 
     @property
+    def names_gpus(self) -> bool:
+        """Whether which GPUs this claim may take depends on their identity (index, uuid or an
+        eligible set), not only on what they are: memo keys must then tell GPUs apart."""
+        return names_gpu(self.selector) or self.request.eligible is not None
+
+    @property
     def ref(self) -> str:
         return f"{self.request.namespace}/{self.request.name}"
 
@@ -168,7 +174,11 @@ def pod_priority(pod: PodRequest, policy: AllocationPolicySpec) -> int:
 
 
 def device_fits(claim: Claim, gpu: GpuSlot) -> bool:
-    """Whether the claim's kind, selector and MIG mode admit this GPU (ignoring what is taken)."""
+    """Whether the claim's kind, selector, eligible set and MIG mode admit this GPU (ignoring
+    what is taken)."""
+    eligible = claim.request.eligible
+    if eligible is not None and gpu.info.uuid not in eligible:
+        return False
     if claim.kind is Kind.mig:
         return gpu.mig_enabled and any(claim.mig_fits(o) for o in gpu.mig_options)
     if gpu.mig_enabled and not claim.allows_mig_gpu:

@@ -151,8 +151,9 @@ def claim_shape(claim: Claim) -> tuple[object, bool]:
     spec = claim.request.gpu or claim.request.mig
     assert spec is not None
     text = spec.model_dump_json(exclude_none=True)
-    names_gpus = '"index"' in text or '"uuid"' in text
-    return (claim.namespace, claim.kind.value, text), names_gpus
+    names_gpus = '"index"' in text or '"uuid"' in text or claim.request.eligible is not None
+    eligible = tuple(sorted(claim.request.eligible or ()))
+    return (claim.namespace, claim.kind.value, text, eligible), names_gpus
 
 
 class _Builder:
@@ -349,6 +350,26 @@ class _Builder:
                     self.m.add(d.var == 0)
                 else:
                     self.m.add_implication(d.var, holder)
+
+    def same_gpu(self) -> None:
+        """Claims sharing a `same_gpu` key use one GPU: each takes a device on a GPU exactly
+        when the first of them does (a MIG claim takes one device, so its literals on one GPU
+        sum to 0 or 1)."""
+        groups: dict[str, list[str]] = {}
+        for uid, claim in self.claims.items():
+            if claim.request.same_gpu is not None:
+                groups.setdefault(claim.request.same_gpu, []).append(uid)
+        for members in groups.values():
+            on = [self._per_gpu(uid) for uid in members]
+            for other in on[1:]:
+                for gpu in set(on[0]) | set(other):
+                    self.m.add(sum(on[0].get(gpu, [])) == sum(other.get(gpu, [])))
+
+    def _per_gpu(self, uid: str) -> dict[tuple[str, int], list[cp_model.IntVar]]:
+        out: dict[tuple[str, int], list[cp_model.IntVar]] = {}
+        for d in self.built.devices.get(uid, []):
+            out.setdefault((d.gpu.node, d.gpu.position), []).append(d.var)
+        return out
 
     def gpu_capacity(self) -> None:
         per_gpu: dict[tuple[str, int], list[DeviceVar]] = {}
@@ -593,6 +614,7 @@ class _Builder:
         self.pod_variables()
         self.claim_variables()
         self.pairing()
+        self.same_gpu()
         self.gpu_capacity()
         self.node_capacity()
         self.budgets()

@@ -87,6 +87,12 @@ class PodShape:
     refs: tuple[str, ...] = ()
 
 
+def _eligible_text(claim: Claim) -> str:
+    eligible = claim.request.eligible
+    text = "" if eligible is None else " eligible=" + ",".join(sorted(eligible))
+    return text if claim.request.same_gpu is None else f"{text} same_gpu={claim.request.same_gpu}"
+
+
 def shape(entry: PodEntry, rules: Rules) -> PodShape:
     claims = []
     # Which GPU is which matters when a selector (a claim's, a reservation's, or a workload
@@ -96,8 +102,8 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         spec = claim.request.gpu or claim.request.mig
         assert spec is not None
         # The spec's fields, serialized (equal text: equal fields); a key, never searched.
-        text = spec.model_dump_json(exclude_none=True)
-        names_gpus = names_gpus or demand.names_gpu(claim.selector)
+        text = spec.model_dump_json(exclude_none=True) + _eligible_text(claim)
+        names_gpus = names_gpus or claim.names_gpus
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid
         paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)

@@ -48,6 +48,13 @@ class ClaimRequest:
     mig: MigDeviceClaimParametersSpec | None = None
     #: From the class's DeviceClassParameters.sharable: may several pods use this claim.
     shareable: bool = True
+    #: The GPUs (by UUID; for a MIG claim its parent GPUs) this claim may use at all, decided by
+    #: the caller from what the solver cannot read (a v1 request's CEL selectors, evaluated on
+    #: the published devices); None: every GPU its selector matches. Intersected with it.
+    eligible: frozenset[str] | None = None
+    #: Claims of one pod with the same key go on one GPU (a v1 claim's MIG devices constrained
+    #: to one parent); None: no such constraint.
+    same_gpu: str | None = None
 
     def __post_init__(self) -> None:
         if (self.gpu is None) == (self.mig is None):

@@ -162,8 +162,10 @@ class Workload:
         if not classes:
             return cls.empty()
         shapes = tuple((k, weights[k]) for k in ranked[: len(classes)])
-        by_uuid = any(_names_uuid(c.claim.selector) for c in classes)
-        by_gpu = any(demand.names_gpu(c.claim.selector) for c in classes)
+        by_uuid = any(
+            _names_uuid(c.claim.selector) or c.claim.request.eligible is not None for c in classes
+        )
+        by_gpu = any(c.claim.names_gpus for c in classes)
         return cls(tuple(classes), covered, cache.intern(shapes), by_uuid, by_gpu)
 
     def __bool__(self) -> bool:

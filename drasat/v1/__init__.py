@@ -1,0 +1,19 @@
+"""`resource.k8s.io/v1` claims placed by drasat's solver: the translation the controller's v1
+mode and the what-if share (never a second copy).
+
+- `cel`: CEL device selectors, evaluated with cel-python on published devices;
+- `devices`: what a node publishes, tied to the solver's terms (drasat's from the NAS through the
+  node plugin's device model; other drivers' read by the caller);
+- `requests`: a claim's requests, alternatives, constraints and configs, or why not;
+- `variants`: the ways a pod's claims can be met, as solver claims, best first;
+- `nodefit`: whether a pod may run on a node (selector, affinity, taints, resources), as
+  kube-scheduler's filters decide it;
+- `results`: placements as `status.allocation` and NAS ledger entries, and back;
+- `allocate`: the rounds of solver calls that place a batch of pods.
+
+Purely computational: no Kubernetes client, no I/O.
+"""
+
+from drasat.v1.allocate import ClaimAllocation, Node, Outcome, PodInput, allocate
+
+__all__ = ["ClaimAllocation", "Node", "Outcome", "PodInput", "allocate"]

@@ -1,0 +1,101 @@
+"""The devices a node publishes, as the allocator sees them: each v1 Device with its driver and
+pool, tied to what the solver models (a whole GPU by UUID, a MIG placement by parent UUID,
+profile and start, the CPU fallback).
+
+drasat's own devices are computed from the node's NAS through the node plugin's device model
+(`drasat.api.devicemodel`), so the controller and the what-if see exactly what the plugin
+publishes; other drivers' slices (NVIDIA's, in the what-if) are read into the same shape by the
+caller. This is a purely computational module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drasat.api.devicemodel import devices as model
+from drasat.api.devicemodel import names, pool
+from drasat.api.devicemodel.inventory import Inventory, profiles_by_gpu
+from drasat.api.groups import DRIVER_NAME
+from drasat.api.nas import NodeAllocationStateSpec
+
+Obj = dict[str, Any]
+
+GPU = model.TYPE_GPU
+MIG = model.TYPE_MIG
+FALLBACK = model.TYPE_FALLBACK
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published device and what it is in the solver's terms."""
+
+    driver: str
+    pool: str
+    device: Obj
+    #: GPU, MIG or FALLBACK.
+    kind: str
+    #: The GPU (whole) or the MIG device's parent; None for the fallback.
+    gpu_uuid: str | None = None
+    profile: str | None = None
+    start: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.device["name"])
+
+    def attribute(self, qualified: str) -> object:
+        """The value of an attribute by qualified name (`gpu.drasat.io/numaNode` or a bare
+        name in the driver's domain); None when the device lacks it."""
+        domain, _, bare = qualified.rpartition("/")
+        attributes = self.device.get("attributes", {})
+        key = bare if domain in ("", self.driver) else qualified
+        value = attributes.get(key)
+        if value is None:
+            return None
+        return next(iter(value.values()), None)
+
+
+def drasat_devices(node: str, nas: NodeAllocationStateSpec) -> list[Published]:
+    """What drasat's node plugin publishes for this NAS (shares and the fallback device on, as
+    the plugin's defaults)."""
+    gpus = nas.gpus()
+    inventory = Inventory(
+        gpus=gpus, mig_profiles=profiles_by_gpu(gpus, nas.mig_profiles()), shares=True
+    )
+    by_minor = {gpu.minor: gpu for gpu in gpus}
+    profiles = {(m.parentProductName, m.giProfileId): m.profile for m in nas.mig_profiles()}
+    out = []
+    for device in pool.all_devices(inventory):
+        parsed = names.parse(device["name"])
+        if isinstance(parsed, names.GpuName):
+            uuid = by_minor[parsed.minor].uuid
+            out.append(Published(DRIVER_NAME, node, device, GPU, uuid))
+        elif isinstance(parsed, names.MigName):
+            parent = by_minor[parsed.minor]
+            profile = profiles[(parent.productName, parsed.profile_id)]
+            out.append(
+                Published(DRIVER_NAME, node, device, MIG, parent.uuid, profile, parsed.start)
+            )
+        else:
+            out.append(Published(DRIVER_NAME, node, device, FALLBACK))
+    return out
+
+
+def index(devices: Iterable[Published]) -> dict[tuple[object, ...], Published]:
+    """Lookup from the solver's terms to a device: ("gpu", uuid), ("mig", parent, profile,
+    start), ("fallback",)."""
+    out: dict[tuple[object, ...], Published] = {}
+    for d in devices:
+        if d.kind == GPU:
+            out[(GPU, d.gpu_uuid)] = d
+        elif d.kind == MIG:
+            out[(MIG, d.gpu_uuid, d.profile, d.start)] = d
+        else:
+            out.setdefault((FALLBACK,), d)
+    return out
+
+
+def kinds(devices: Sequence[Published]) -> set[str]:
+    return {d.kind for d in devices}

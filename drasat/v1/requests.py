@@ -1,0 +1,209 @@
+"""A `resource.k8s.io/v1` ResourceClaim read into what the allocator needs: its requests, each
+request's alternatives (`exactly`, or `firstAvailable` in order of preference) with their
+compiled CEL selectors (the class's, then the request's), counts, capacity requests, and the
+claim's `matchAttribute` constraints and opaque configs.
+
+Everything the solver cannot honour is refused here with the claim and field path named
+(`ClaimError`): a selector that does not compile, `adminAccess`, a `matchAttribute` that names
+an attribute drasat's devices do not have, a bad configuration of our driver. v1beta1/v1beta2
+claims are read into the v1 shape first (`v1_spec`). This is a purely computational module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drasat.api import deviceconfig
+from drasat.api.errors import one_line
+from drasat.api.groups import DRIVER_NAME
+from drasat.api.quantity import to_bytes
+from drasat.v1 import cel
+
+Obj = dict[str, Any]
+
+EXACT_COUNT = "ExactCount"
+ALL = "All"
+
+
+class ClaimError(ValueError):
+    """The claim cannot be allocated as written; the message names the claim and field."""
+
+    def __init__(self, claim: str, field: str, message: str) -> None:
+        self.claim = claim
+        self.field = field
+        super().__init__(one_line(f"ResourceClaim {claim}: {field}: {message}"))
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way to satisfy a request: `exactly`, or one `firstAvailable` entry."""
+
+    #: The result's `request`: `<request>` or `<request>/<subrequest>`.
+    result_name: str
+    device_class: str
+    selectors: tuple[cel.Selector, ...]
+    #: EXACT_COUNT or ALL.
+    mode: str
+    count: int
+    #: Capacity requests by capacity name (`memory` bytes, `compute` percent); empty: none.
+    capacity: tuple[tuple[str, int], ...] = ()
+    #: The class's `spec.config` entries, as written.
+    class_config: tuple[Obj, ...] = ()
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    alternatives: tuple[Alternative, ...]
+
+
+@dataclass(frozen=True)
+class MatchAttribute:
+    """`matchAttribute` over these requests (empty: all of the claim's)."""
+
+    attribute: str
+    requests: tuple[str, ...]
+    field: str
+
+    def covers(self, request: str) -> bool:
+        return not self.requests or request in self.requests
+
+
+@dataclass(frozen=True)
+class Claim:
+    uid: str
+    namespace: str
+    name: str
+    requests: tuple[Request, ...]
+    constraints: tuple[MatchAttribute, ...]
+    #: The claim's `spec.devices.config` entries, as written.
+    config: tuple[Obj, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def v1_spec(spec: Obj) -> Obj:
+    """A claim spec of v1beta1 (a request names its class and count at the top) in the v1
+    shape (under `exactly`); a v1/v1beta2 spec unchanged."""
+    devices = dict(spec.get("devices") or {})
+    requests = []
+    for request in devices.get("requests") or []:
+        if isinstance(request, Mapping) and "deviceClassName" in request:
+            exactly = {k: v for k, v in request.items() if k != "name"}
+            request = {"name": request.get("name"), "exactly": exactly}
+        requests.append(request)
+    if requests:
+        devices["requests"] = requests
+    return {**spec, "devices": devices}
+
+
+def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
+    """The claim's requests and constraints; ClaimError when it cannot be allocated as written."""
+    meta = claim.get("metadata") or {}
+    ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    devices = v1_spec(claim.get("spec") or {}).get("devices") or {}
+    requests = tuple(
+        _request(ref, f"spec.devices.requests[{i}]", r, classes)
+        for i, r in enumerate(devices.get("requests") or [])
+    )
+    names = {r.name for r in requests}
+    constraints = []
+    for i, c in enumerate(devices.get("constraints") or []):
+        where = f"spec.devices.constraints[{i}]"
+        attribute = c.get("matchAttribute")
+        if not attribute:
+            other = next(iter(k for k in c if k != "requests"), "?")
+            raise ClaimError(ref, f"{where}.{other}", "only matchAttribute is supported")
+        covered = tuple(str(r).partition("/")[0] for r in c.get("requests") or [])
+        for name in covered:
+            if name not in names:
+                raise ClaimError(ref, f"{where}.requests", f"no request named {name!r}")
+        constraints.append(MatchAttribute(str(attribute), covered, where))
+    config = []
+    for i, entry in enumerate(devices.get("config") or []):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") == DRIVER_NAME:
+            try:
+                deviceconfig.parse(opaque.get("parameters"))
+            except ValueError as error:
+                raise ClaimError(ref, f"spec.devices.config[{i}].opaque", str(error)) from None
+        config.append(entry)
+    return Claim(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        requests=requests,
+        constraints=tuple(constraints),
+        config=tuple(config),
+    )
+
+
+def _request(ref: str, where: str, request: Obj, classes: Mapping[str, Obj]) -> Request:
+    name = str(request.get("name", ""))
+    if request.get("exactly") is not None:
+        alternative = _alternative(ref, f"{where}.exactly", name, request["exactly"], classes)
+        return Request(name, (alternative,))
+    subrequests = request.get("firstAvailable") or []
+    if not subrequests:
+        raise ClaimError(ref, where, "needs exactly or firstAvailable")
+    return Request(
+        name,
+        tuple(
+            _alternative(
+                ref, f"{where}.firstAvailable[{i}]", f"{name}/{s.get('name', '')}", s, classes
+            )
+            for i, s in enumerate(subrequests)
+        ),
+    )
+
+
+def _alternative(
+    ref: str, where: str, result_name: str, spec: Obj, classes: Mapping[str, Obj]
+) -> Alternative:
+    class_name = str(spec.get("deviceClassName", ""))
+    device_class = classes.get(class_name)
+    if device_class is None:
+        raise ClaimError(ref, f"{where}.deviceClassName", f"DeviceClass {class_name!r} not found")
+    if spec.get("adminAccess"):
+        raise ClaimError(
+            ref, f"{where}.adminAccess", "admin access is not supported by drasat's driver"
+        )
+    selectors = []
+    class_selectors = (device_class.get("spec") or {}).get("selectors") or []
+    for origin, entries in (
+        (f"DeviceClass {class_name} spec.selectors", class_selectors),
+        (f"{where}.selectors", spec.get("selectors") or []),
+    ):
+        for i, entry in enumerate(entries):
+            expression = ((entry or {}).get("cel") or {}).get("expression")
+            if not isinstance(expression, str):
+                raise ClaimError(ref, f"{origin}[{i}]", "only cel selectors are supported")
+            try:
+                selectors.append(cel.compile_selector(expression))
+            except cel.SelectorError as error:
+                raise ClaimError(ref, f"{origin}[{i}].cel.expression", str(error)) from None
+    mode = str(spec.get("allocationMode") or EXACT_COUNT)
+    if mode not in (EXACT_COUNT, ALL):
+        raise ClaimError(ref, f"{where}.allocationMode", f"unknown mode {mode!r}")
+    count = int(spec.get("count") or 1)
+    capacity = []
+    for key, value in ((spec.get("capacity") or {}).get("requests") or {}).items():
+        bare = str(key).rpartition("/")[2]
+        try:
+            capacity.append((bare, to_bytes(value)))
+        except ValueError as error:
+            raise ClaimError(ref, f"{where}.capacity.requests.{key}", str(error)) from None
+    class_config = tuple((device_class.get("spec") or {}).get("config") or [])
+    return Alternative(
+        result_name,
+        class_name,
+        tuple(selectors),
+        mode,
+        count,
+        tuple(sorted(capacity)),
+        class_config,
+    )
