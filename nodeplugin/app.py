@@ -39,12 +39,13 @@ def build(options: Options) -> NodePlugin:
     if options.simulate_gpus:
         fleet = simnvml.SimulatedNvml(options.simulate_gpus)
         log.warning(
-            "SIMULATED GPUs (%s): %d GPU(s); no NVML, no nvidia-smi, no MPS daemon is started",
+            "SIMULATED GPUs (%s): %d GPU(s); no NVML, no nvidia-smi; MPS daemons are the "
+            "stand-in simmps.py",
             options.simulate_gpus,
             len(fleet.gpus),
         )
         lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)
-        runner = mps.RecordingRunner()
+        runner = mps.SimulatedRunner()
     else:
         lib = nvml.NvmlDeviceLib()
         runner = mps.ProcessRunner()

@@ -1,19 +1,37 @@
-"""MPS: one control daemon per claim, described by a jinja2 template and started by a runner.
+"""MPS: one control daemon per GPU (per device set) that holds MPS claims, shared by their clients.
 
-`render` turns validated limits (thread percentage, pinned memory per device) into the daemon's
-description: command, environment (visible devices, pipe and log directories) and the control
-commands sent after start. `ProcessRunner` starts `nvidia-cuda-mps-control -d` on the host;
-`RecordingRunner` (simulation) starts nothing and writes what would run into the claim's directory.
+MPS needs every client of a GPU to reach the one control daemon that owns it (the GPU is in
+EXCLUSIVE_PROCESS mode while the daemon runs, so only its server may open it). `MpsManager` keeps
+one daemon per set of devices under `<state dir>/mps/<name>/`, with `pipe/` (the control FIFO and
+the server's sockets), `log/` and `shm/` (the shared memory clients and server exchange); every
+claim's CDI spec mounts `pipe/` and `shm/` into its containers. The daemon starts with the first
+claim and stops after the last; the claims' own limits reach their clients through their CDI
+environment (`client_env`), so several share claims on one GPU each get their part.
+
+Crash safety: `daemon.json` records the daemon's pid and start time (field 22 of
+`/proc/PID/stat`), so a restarted plugin finds a running daemon and adopts it (the pid alone could
+be a new process reusing the number), and starts a dead one again.
+
+`render` turns a device set into the daemon's description (command, environment) from a jinja2
+template; `ProcessRunner` runs `nvidia-cuda-mps-control -f` on a host, in a private mount
+namespace whose `/dev/shm` is the daemon's `shm/`; `SimulatedRunner` runs the stand-in
+`simmps.py` (same invocations, no GPU), so tests watch real processes start, survive and stop.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,10 +44,16 @@ from drasat.nodeplugin.devices import DeviceError
 
 log = logging.getLogger(__name__)
 
-#: Where containers see the claim's MPS pipe directory.
+#: Where containers see the daemon's pipe directory and its shared memory.
 CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
+CONTAINER_SHM_DIR = "/dev/shm"
 TEMPLATE = "mps-control-daemon.yaml.j2"
-_SAFE = re.compile(r"^[A-Za-z0-9._:/-]+$")
+DESCRIPTION = "daemon.json"
+#: The FIFO a running control daemon has in its pipe directory (what clients open).
+CONTROL_FIFO = "control"
+REAL_PROGRAM = ("nvidia-cuda-mps-control",)
+SIM_PROGRAM = (sys.executable, str(Path(__file__).with_name("simmps.py")))
+_SAFE = re.compile(r"^[A-Za-z0-9._:/+-]+$")
 
 _environment = jinja2.Environment(
     loader=jinja2.PackageLoader("drasat.nodeplugin", "templates"),
@@ -44,6 +68,8 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @dataclass(frozen=True)
 class MpsLimits:
+    """One claim's part of its devices: what its clients may use."""
+
     claim_uid: str
     devices: tuple[str, ...]  # GPU or MIG UUIDs
     thread_percentage: int | None = None
@@ -60,95 +86,414 @@ def _megabytes(n: int) -> str:
     return f"{max(1, -(-n // 2**20))}M"
 
 
-def render(limits: MpsLimits, *, claim_dir: Path) -> dict[str, Any]:
-    """The daemon description of one claim. This is a purely computational function."""
+def client_env(limits: MpsLimits) -> dict[str, str]:
+    """The environment a claim's containers get to use the daemon within the claim's limits
+    (the MPS client reads these when it creates its context). This is a purely computational
+    function."""
     if limits.thread_percentage is not None and not 1 <= limits.thread_percentage <= 100:
         raise ValueError(f"thread percentage {limits.thread_percentage} is not in 1..100")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": CONTAINER_PIPE_DIR}
+    if limits.thread_percentage is not None:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(limits.thread_percentage)
+    if limits.pinned_limit_bytes:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+            f"{index}={_megabytes(n)}" for index, n in sorted(limits.pinned_limit_bytes.items())
+        )
+    return env
+
+
+def daemon_name(devices: tuple[str, ...] | list[str]) -> str:
+    """The daemon of a device set: short (its pipe directory holds UNIX sockets, whose paths
+    must stay under 108 bytes) and the same for the same set in any order."""
+    digest = hashlib.sha256(",".join(sorted(set(devices))).encode()).hexdigest()
+    return f"mps-{digest[:16]}"
+
+
+def render(
+    devices: tuple[str, ...], *, daemon_dir: Path, program: tuple[str, ...]
+) -> dict[str, Any]:
+    """The daemon description of one device set. This is a purely computational function."""
+    if not devices:
+        raise ValueError("an MPS daemon needs at least one device")
     text = _environment.get_template(TEMPLATE).render(
-        claim_uid=_check(limits.claim_uid),
-        devices=[_check(d) for d in limits.devices],
-        pipe_dir=_check(str(claim_dir / "pipe")),
-        log_dir=_check(str(claim_dir / "log")),
-        thread_percentage=limits.thread_percentage,
-        pinned_limits={str(i): _megabytes(b) for i, b in limits.pinned_limit_bytes.items()},
+        name=daemon_name(devices),
+        devices=[_check(d) for d in devices],
+        program=[_check(p) for p in program],
+        pipe_dir=_check(str(daemon_dir / "pipe")),
+        log_dir=_check(str(daemon_dir / "log")),
     )
     loaded: dict[str, Any] = yaml.load(text, Loader=_YamlLoader)  # a safe loader
     return loaded
 
 
-class Runner(Protocol):
-    def start(self, daemon: dict[str, Any], claim_dir: Path) -> None: ...
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat); None once it has
+    exited (gone, or a zombie not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
-    def stop(self, daemon: dict[str, Any], claim_dir: Path) -> None: ...
+
+#: Daemons this process started: reaped when they exit (else they stay zombies and look alive to
+#: nobody, but hold a process slot).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _reap() -> None:
+    with _CHILDREN_LOCK:
+        for pid, child in list(_CHILDREN.items()):
+            if child.poll() is not None:
+                del _CHILDREN[pid]
+
+
+def alive(pid: int, started: str) -> bool:
+    """Whether the process `pid` that started at `started` still runs (not a reused pid)."""
+    _reap()
+    return pid > 0 and start_time(pid) == started
+
+
+class Runner(Protocol):
+    program: tuple[str, ...]
+
+    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int: ...
+
+    def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None: ...
 
 
 class ProcessRunner:
-    """Runs the real `nvidia-cuda-mps-control` daemon on the host."""
+    """Runs MPS control daemons as processes: `<program> -f` (foreground, so its pid is known),
+    stopped with `quit` on the control client's stdin, then SIGTERM, then SIGKILL.
 
-    def start(self, daemon: dict[str, Any], claim_dir: Path) -> None:
+    `private_shm`: run the daemon in its own mount namespace with the daemon directory's `shm/`
+    bound over `/dev/shm` (`unshare`, needs CAP_SYS_ADMIN, as the plugin has on a GPU host), so
+    the server and the clients, which mount the same directory, share their memory."""
+
+    def __init__(
+        self,
+        program: tuple[str, ...] = REAL_PROGRAM,
+        *,
+        private_shm: bool = True,
+        start_timeout_s: float = 10.0,
+        stop_timeout_s: float = 10.0,
+    ) -> None:
+        self.program = program
+        self.private_shm = private_shm
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.die_with_interpreter = False
+
+    def _argv(self, daemon: dict[str, Any], daemon_dir: Path) -> list[str]:
+        command = [str(part) for part in daemon["command"]]
+        if not self.private_shm:
+            return command
+        bind = 'mount --bind "$0" /dev/shm && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
+                str(daemon_dir / "shm"), *command]  # fmt: skip
+
+    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int:
         env = {**os.environ, **daemon["env"]}
-        self._run(daemon["command"], env, None)
-        for command in daemon["control"]:
-            self._run(["nvidia-cuda-mps-control"], env, command)
-
-    def stop(self, daemon: dict[str, Any], claim_dir: Path) -> None:
-        env = {**os.environ, **daemon["env"]}
-        self._run(["nvidia-cuda-mps-control"], env, daemon["stop"])
-
-    @staticmethod
-    def _run(argv: list[str], env: dict[str, str], command: str | None) -> None:
-        text = None if command is None else command + "\n"
+        output = daemon_dir / "log" / "daemon.out"
+        argv = self._argv(daemon, daemon_dir)
         try:
-            subprocess.run(argv, input=text, text=True, env=env, check=True, timeout=30)
+            with open(output, "ab") as sink:
+                child = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # outlives the plugin; a plugin restart adopts it
+                    cwd=daemon_dir,
+                )
+        except OSError as error:
+            raise DeviceError(f"MPS: cannot run {argv[0]}: {error}") from error
+        with _CHILDREN_LOCK:
+            _CHILDREN[child.pid] = child
+        if self.die_with_interpreter:
+            _SIMULATED.add(child.pid)
+        fifo = Path(daemon["env"]["CUDA_MPS_PIPE_DIRECTORY"]) / CONTROL_FIFO
+        deadline = time.monotonic() + self.start_timeout_s
+        while not fifo.exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                child.kill()
+                child.wait()
+                tail = _tail(output)
+                devices = daemon["env"]["CUDA_VISIBLE_DEVICES"]
+                raise DeviceError(
+                    f"MPS: {' '.join(daemon['command'])} for {devices} did not start "
+                    f"(exit {child.returncode}){': ' + tail if tail else ''}"
+                )
+            time.sleep(0.01)
+        return child.pid
+
+    def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None:
+        """Stop the daemon; `pid` 0: its pid is unknown (killed before it was recorded), so only
+        `quit` is sent, through its pipe directory."""
+        if pid and not alive(pid, started):
+            return
+        env = {**os.environ, **daemon["env"]}
+        try:
+            subprocess.run(
+                list(self.program),
+                input=f"{daemon['stop']}\n".encode(),
+                env=env,
+                capture_output=True,
+                timeout=self.stop_timeout_s,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError) as error:
-            raise DeviceError(f"MPS: {' '.join(argv)} {command or ''}: {error}") from error
+            log.warning("MPS %s: %s %s: %s", daemon["name"], self.program[0], daemon["stop"], error)
+        if not pid:
+            return
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None and alive(pid, started):
+                log.warning(
+                    "MPS %s: pid %d did not quit; sending %s", daemon["name"], pid, sig.name
+                )
+                os.kill(pid, sig)
+            deadline = time.monotonic() + self.stop_timeout_s
+            while alive(pid, started) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not alive(pid, started):
+                break
+        _SIMULATED.discard(pid)
 
 
-class RecordingRunner:
-    """Simulation: starts nothing; writes `would-run.json` into the claim's directory."""
+class SimulatedRunner(ProcessRunner):
+    """The simulated fleet's daemons: `simmps.py` processes, no GPU, no mount namespace. They
+    outlive a killed plugin (adoption is tested across restarts) but not this interpreter's
+    normal exit, so test runs leave none behind."""
 
-    def __init__(self) -> None:
-        self.running: dict[str, dict[str, Any]] = {}
+    def __init__(self, *, start_timeout_s: float = 10.0, stop_timeout_s: float = 5.0) -> None:
+        super().__init__(
+            SIM_PROGRAM,
+            private_shm=False,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        self.die_with_interpreter = True
 
-    def start(self, daemon: dict[str, Any], claim_dir: Path) -> None:
-        write_atomic(claim_dir / "would-run.json", json.dumps(daemon, indent=2, sort_keys=True))
-        self.running[daemon["name"]] = daemon
 
-    def stop(self, daemon: dict[str, Any], claim_dir: Path) -> None:
-        self.running.pop(daemon["name"], None)
+#: The simulated runner's name before it ran processes (tests and tools still construct it).
+RecordingRunner = SimulatedRunner
+
+_SIMULATED: set[int] = set()
+
+
+@atexit.register
+def stop_simulated() -> None:
+    """Kill the simulated daemons this interpreter started and that still run."""
+    for pid in list(_SIMULATED):
+        with _CHILDREN_LOCK:
+            child = _CHILDREN.pop(pid, None)
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        _SIMULATED.discard(pid)
+
+
+def _control_env(daemon_dir: Path) -> dict[str, str]:
+    return {
+        "CUDA_MPS_PIPE_DIRECTORY": str(daemon_dir / "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": str(daemon_dir / "log"),
+    }
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return text[-limit:].replace("\n", " | ")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """What `daemon.json` records of a started daemon."""
+
+    name: str
+    devices: tuple[str, ...]
+    pid: int
+    started: str  # /proc start time, clock ticks
+    description: dict[str, Any]
+
+    def running(self) -> bool:
+        return alive(self.pid, self.started)
 
 
 class MpsManager:
-    """Per-claim MPS daemons under `<state dir>/mps/<claim uid>/`."""
+    """The node's MPS daemons under `root`, one per device set, with the claims that use each.
+
+    Thread-safe: one lock orders every start, stop and change of users, so a daemon is never
+    stopped while a claim is between taking it and recording it. The users of each daemon are
+    the checkpoint's (`adopt_users` at start); a daemon on disk without users is stopped by
+    `sweep` (a plugin killed between starting a daemon and recording it)."""
 
     def __init__(self, root: Path, runner: Runner) -> None:
         self.root = root
         self.runner = runner
+        self.lock = threading.RLock()
+        self._users: dict[str, set[str]] = {}
 
-    def claim_dir(self, claim_uid: str) -> Path:
-        return self.root / claim_uid
+    def daemon_dir(self, name: str) -> Path:
+        return self.root / name
 
-    def start(self, limits: MpsLimits) -> Path:
-        claim_dir = self.claim_dir(limits.claim_uid)
-        daemon = render(limits, claim_dir=claim_dir)
-        for sub in ("pipe", "log"):
-            (claim_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o750)
-        write_atomic(claim_dir / "daemon.json", json.dumps(daemon, sort_keys=True))
+    def adopt_users(self, users: dict[str, set[str]]) -> None:
+        """The claims that hold each daemon (by name), as the checkpoint records them."""
+        with self.lock:
+            self._users = {name: set(uids) for name, uids in users.items() if uids}
+
+    def users(self, name: str) -> set[str]:
+        with self.lock:
+            return set(self._users.get(name, ()))
+
+    def read(self, name: str) -> Daemon | None:
+        path = self.daemon_dir(name) / DESCRIPTION
         try:
-            self.runner.start(daemon, claim_dir)
-        except BaseException:
-            shutil.rmtree(claim_dir, ignore_errors=True)
-            raise
-        log.info("MPS daemon %s started for %s", daemon["name"], ", ".join(limits.devices))
-        return claim_dir
+            body = json.loads(path.read_text())
+            return Daemon(
+                name=body["name"],
+                devices=tuple(body["devices"]),
+                pid=int(body["pid"]),
+                started=str(body["started"]),
+                description=body["description"],
+            )
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.error(
+                "MPS daemon record %s is unreadable (%s); treated as not running", path, error
+            )
+            return None
 
-    def stop(self, claim_uid: str) -> None:
-        """Stop the claim's daemon and remove its directory; nothing to do when it is gone."""
-        claim_dir = self.claim_dir(claim_uid)
-        description = claim_dir / "daemon.json"
-        if description.exists():
-            self.runner.stop(json.loads(description.read_text()), claim_dir)
-        shutil.rmtree(claim_dir, ignore_errors=True)
+    def names(self) -> list[str]:
+        """Every daemon directory on disk."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
-    def running(self, claim_uid: str) -> bool:
-        return (self.claim_dir(claim_uid) / "daemon.json").exists()
+    def running(self) -> dict[str, Daemon]:
+        """The daemons that run now, by name."""
+        found = {}
+        for name in self.names():
+            daemon = self.read(name)
+            if daemon is not None and daemon.running():
+                found[name] = daemon
+        return found
+
+    def acquire(self, claim_uid: str, devices: tuple[str, ...]) -> str:
+        """Make `claim_uid` a user of the daemon of `devices` (started, adopted or restarted as
+        needed); the daemon's name. DeviceError when it cannot run or a device already has a
+        daemon of another device set."""
+        name = daemon_name(devices)
+        with self.lock:
+            self._check_overlap(name, devices)
+            users = self._users.setdefault(name, set())
+            users.add(claim_uid)
+            try:
+                self._ensure(name, devices)
+            except BaseException:
+                users.discard(claim_uid)
+                if not users:
+                    self._stop(name)
+                raise
+        return name
+
+    def release(self, claim_uid: str) -> list[str]:
+        """`claim_uid` no longer uses any daemon; stops the daemons it was the last user of (and
+        any other without users). The names stopped."""
+        with self.lock:
+            for users in self._users.values():
+                users.discard(claim_uid)
+            return self.sweep()
+
+    def sweep(self) -> list[str]:
+        """Stop every daemon without users; the names stopped."""
+        with self.lock:
+            stopped = []
+            for name in sorted(set(self.names()) | set(self._users)):
+                if not self._users.get(name):
+                    self._stop(name)
+                    stopped.append(name)
+            return stopped
+
+    def ensure_all(self) -> list[str]:
+        """Every daemon with users runs: adopted when alive, started again when dead. One line
+        per daemon saying which."""
+        lines = []
+        with self.lock:
+            for name, users in sorted(self._users.items()):
+                if not users:
+                    continue
+                daemon = self.read(name)
+                devices = daemon.devices if daemon is not None else ()
+                if not devices:
+                    lines.append(f"MPS daemon {name}: no record of its devices; claims {users}")
+                    continue
+                try:
+                    lines.append(f"MPS daemon {name} ({', '.join(devices)}): "
+                                 f"{self._ensure(name, devices)}")  # fmt: skip
+                except (DeviceError, OSError) as error:
+                    lines.append(f"MPS daemon {name}: cannot start: {error}")
+        return lines
+
+    def _check_overlap(self, name: str, devices: tuple[str, ...]) -> None:
+        for other in self.names():
+            if other == name or not self._users.get(other):
+                continue
+            daemon = self.read(other)
+            shared = set(devices) & set(daemon.devices if daemon is not None else ())
+            if shared:
+                assert daemon is not None
+                holders = ", ".join(sorted(self._users[other]))
+                raise DeviceError(
+                    f"MPS: {', '.join(sorted(shared))} already has an MPS daemon for the device "
+                    f"set {', '.join(daemon.devices)} (claims {holders}); an MPS claim must use "
+                    "the same devices as the other MPS claims on them"
+                )
+
+    def _ensure(self, name: str, devices: tuple[str, ...]) -> str:
+        """'adopted' (it runs), 'started' (first start) or 'restarted' (it had died)."""
+        daemon = self.read(name)
+        if daemon is not None and daemon.running():
+            return "adopted"
+        daemon_dir = self.daemon_dir(name)
+        description = render(devices, daemon_dir=daemon_dir, program=self.runner.program)
+        if daemon is not None:
+            log.warning(
+                "MPS daemon %s (pid %d) is not running; starting it again", name, daemon.pid
+            )
+        for sub in ("pipe", "log", "shm"):
+            (daemon_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o755)
+        # The shared memory and pipes are used by clients of any uid in the containers.
+        (daemon_dir / "shm").chmod(0o1777)
+        (daemon_dir / "pipe" / CONTROL_FIFO).unlink(missing_ok=True)  # a dead daemon's
+        pid = self.runner.start(description, daemon_dir)
+        started = start_time(pid) or ""
+        record = {
+            "name": name,
+            "devices": list(devices),
+            "pid": pid,
+            "started": started,
+            "description": description,
+        }
+        write_atomic(daemon_dir / DESCRIPTION, json.dumps(record, sort_keys=True), mode=0o644)
+        log.info("MPS daemon %s (pid %d) started for %s", name, pid, ", ".join(devices))
+        return "started" if daemon is None else "restarted"
+
+    def _stop(self, name: str) -> None:
+        daemon = self.read(name)
+        daemon_dir = self.daemon_dir(name)
+        if daemon is not None:
+            self.runner.stop(daemon.description, daemon_dir, daemon.pid, daemon.started)
+            log.info("MPS daemon %s (pid %d) stopped", name, daemon.pid)
+        elif (daemon_dir / "pipe" / CONTROL_FIFO).exists():
+            # Started but not recorded (the plugin was killed in between): ask it to quit.
+            unknown = {"name": name, "stop": "quit", "env": _control_env(daemon_dir)}
+            self.runner.stop(unknown, daemon_dir, 0, "")
+        shutil.rmtree(self.daemon_dir(name), ignore_errors=True)
+        self._users.pop(name, None)

@@ -246,6 +246,13 @@ class NodePlugin:
                 continue
             if collected:
                 log.warning("unprepared claims no longer allocated here: %s", ", ".join(collected))
+            try:
+                # A daemon that died between prepares is started again for its claims' clients.
+                for line in self.state.mps.ensure_all():
+                    if not line.endswith(": adopted"):
+                        log.warning("%s", line)
+            except Exception:
+                log.exception("MPS daemons")
 
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stop.set()

@@ -168,6 +168,7 @@ class DeviceState:
         self._locks_lock = threading.Lock()
         self._settings_lock = threading.RLock()
         self._gpus: list[GpuDevice] | None = None
+        self.mps.adopt_users(self._mps_users())
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -194,6 +195,15 @@ class DeviceState:
 
     def _gpu(self, uuid: str) -> GpuDevice | None:
         return next((g for g in self.gpus() if g.uuid == uuid), None)
+
+    def _mps_users(self) -> dict[str, set[str]]:
+        """Daemon name -> the claims whose records hold it."""
+        users: dict[str, set[str]] = {}
+        for record in self.checkpoint.records():
+            for step in record.applied:
+                if step.kind == "mps" and step.path:
+                    users.setdefault(Path(step.path).name, set()).add(record.uid)
+        return users
 
     def _step(self, name: str) -> None:
         for fault in list(self.faults):
@@ -381,9 +391,9 @@ class DeviceState:
         sharing = holder.sharing if holder is not None else None
         gpu_uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
         visible = gpu_uuids + [m.uuid for m in migs]
-        self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
+        mps_env = self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
         self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
-        edits = self._edits(record, allocation, gpu_uuids, migs)
+        edits = self._edits(record, allocation, gpu_uuids, migs, mps_env)
         path = self.cdi.write(record.uid, edits)
         # Saved with the next write (the completion): every rollback removes the claim's spec
         # by its uid, recorded or not.
@@ -432,7 +442,9 @@ class DeviceState:
         sharing: GpuSharing | None,
         gpu_uuids: list[str],
         visible: list[str],
-    ) -> None:
+    ) -> dict[str, str]:
+        """Hold the sharing's settings and start (or join) its MPS daemon; the MPS client
+        environment of the claim ({} without MPS)."""
         share = allocation.share
         strategy = sharing.strategy if sharing is not None else None
         if share is not None and sharing is None:
@@ -445,14 +457,17 @@ class DeviceState:
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.Default.value)
                 self._hold(record, uuid, Setting.timeSlice, level.value)
         elif strategy is SharingStrategy.MPS:
+            limits = _mps_limits(record.uid, allocation, sharing, visible)
+            env = mps.client_env(limits)  # checks the limits before anything is changed
             for uuid in gpu_uuids:
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.ExclusiveProcess.value)
-            limits = _mps_limits(record.uid, allocation, sharing, visible)
-            self.mps.start(limits)
-            claim_dir = str(self.mps.claim_dir(record.uid))
-            # Saved with the next write: every rollback stops the claim's daemon, recorded or not.
-            record.applied.append(AppliedStep(kind="mps", path=claim_dir))
+            name = self.mps.acquire(record.uid, tuple(visible))
+            # Saved with the next write: every rollback releases the claim's daemon, recorded or
+            # not (a daemon nobody holds is stopped by the release and by start-up's sweep).
+            record.applied.append(AppliedStep(kind="mps", path=str(self.mps.daemon_dir(name))))
             self._step("mps")
+            return env
+        return {}
 
     def _apply_lifecycle(
         self, record: ClaimRecord, allocation: AllocatedDevices, gpus: list[str]
@@ -475,6 +490,7 @@ class DeviceState:
         allocation: AllocatedDevices,
         gpu_uuids: list[str],
         migs: list[MigDevice],
+        mps_env: dict[str, str],
     ) -> cdi.ClaimEdits:
         visible = gpu_uuids + [m.uuid for m in migs]
         parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
@@ -492,10 +508,12 @@ class DeviceState:
             "DRASAT_GPU_COUNT": str(len(visible)),
         }
         mounts: list[cdi.Mount] = []
-        if any(s.kind == "mps" for s in record.applied):
-            pipe = self.mps.claim_dir(record.uid) / "pipe"
-            env["CUDA_MPS_PIPE_DIRECTORY"] = mps.CONTAINER_PIPE_DIR
-            mounts.append(cdi.Mount(str(pipe), mps.CONTAINER_PIPE_DIR))
+        daemon = next((Path(s.path) for s in record.applied if s.kind == "mps"), None)
+        if daemon is not None:
+            # Every claim on the GPU reaches the GPU's one daemon: its pipes and its shared memory.
+            env.update(mps_env)
+            mounts.append(cdi.Mount(str(daemon / "pipe"), mps.CONTAINER_PIPE_DIR))
+            mounts.append(cdi.Mount(str(daemon / "shm"), mps.CONTAINER_SHM_DIR))
         if allocation.share is not None:
             if allocation.share.compute is not None:
                 env["DRASAT_GPU_SHARE_COMPUTE"] = str(allocation.share.compute)
@@ -591,7 +609,7 @@ class DeviceState:
         after making it): MIG devices at the planned places, the claim's MPS daemon."""
         self._undo_steps(record)
         self._destroy_unrecorded_migs(record)
-        self.mps.stop(record.uid)
+        self.mps.release(record.uid)
         self.checkpoint.drop(record.uid)
 
     def _undo_steps(self, record: ClaimRecord) -> None:
@@ -599,7 +617,7 @@ class DeviceState:
             if step.kind == "cdi":
                 self.cdi.remove(record.uid)
             elif step.kind == "mps":
-                self.mps.stop(record.uid)
+                self.mps.release(record.uid)
             elif step.kind == "hold":
                 self._release(record.uid, step.gpu, step.setting)
             elif step.kind == "mig":
@@ -737,6 +755,8 @@ class DeviceState:
                     report.append(f"rolled back interrupted prepare of {record.uid}")
             except (ClaimError, DeviceError, OSError, NasError) as error:
                 report.append(f"could not finish {record.uid}: {error}")
+        report.extend(self.mps.ensure_all())
+        report.extend(f"stopped MPS daemon {name}: no claim holds it" for name in self.mps.sweep())
         report.extend(self._handle_orphans())
         report.extend(self._sync_nas())
         for line in report:

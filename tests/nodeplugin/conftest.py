@@ -11,6 +11,15 @@ from typing import Any
 import pytest
 from npfixtures import Node, make_node
 
+from drasat.nodeplugin import mps
+
+
+@pytest.fixture(autouse=True)
+def _no_mps_daemon_left() -> Iterator[None]:
+    """The simulated MPS daemons a test leaves running (claims it never unprepared) end with it."""
+    yield
+    mps.stop_simulated()
+
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:

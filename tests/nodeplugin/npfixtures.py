@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,17 @@ class Node:
 
     def allocate(self, uid: str, allocation: dict[str, Any]) -> None:
         self.store.allocate(uid, allocation)
+
+    def daemons(self) -> dict[str, tuple[str, ...]]:
+        """The MPS daemons running now (real processes): name -> devices."""
+        return {name: d.devices for name, d in self.state.mps.running().items()}
+
+    def mps_limits(self, uid: str) -> dict[str, str]:
+        """The MPS limits in the claim's CDI environment (what its clients get)."""
+        spec = json.loads(self.state.cdi.path(uid).read_text())
+        pairs = (e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        limits = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+        return {k: v for k, v in pairs if k in limits}
 
 
 def make_node(root: Path, fleet: str, **config: Any) -> Node:

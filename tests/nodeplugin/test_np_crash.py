@@ -183,10 +183,10 @@ def test_killed_after_starting_mps(node_factory: Any) -> None:
     node.allocate(UID, gpu_allocation(UID, node.gpu(0), share={"compute": 30}))
     restarted = crash(node, "mps", lambda: node.state.prepare(ref(UID)))
     restarted.state.reconcile()
-    assert restarted.runner.running == {}
-    assert not restarted.state.mps.claim_dir(UID).exists()
+    assert restarted.daemons() == {}
+    assert restarted.state.mps.names() == []  # the daemon nobody held, stopped and removed
     assert restarted.state.prepare(ref(UID)) == [f"k8s.gpu.drasat.io/claim={UID}"]
-    assert set(restarted.runner.running) == {f"mps-{UID}"}
+    assert list(restarted.daemons().values()) == [(node.gpu(0),)]
 
 
 def test_killed_after_the_nas_write_then_a_failing_retry_leaves_no_stale_entry(
@@ -223,7 +223,7 @@ def test_killed_during_a_v1_mig_prepare(node_factory: Any, step: str) -> None:
         "gpu-1-mig-3g20gb-9-4"
     ]
     assert gpu_instances(restarted, 1) == [(4, 4)]  # exactly one instance, no orphan
-    assert list(restarted.runner.running) == [f"mps-{UID}"]
+    assert len(restarted.daemons()) == 1
     assert v1.unprepare(UID)[UID].error == ""
-    assert gpu_instances(restarted, 1) == [] and restarted.runner.running == {}
+    assert gpu_instances(restarted, 1) == [] and restarted.daemons() == {}
     assert restarted.state.cdi.claim_uids() == []

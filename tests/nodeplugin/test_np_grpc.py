@@ -190,10 +190,10 @@ def test_sharing_modes_over_the_socket(served: Any) -> None:
     response = kubelet.prepare("ts", "mps", "share")
     assert {u: r.error for u, r in response.claims.items()} == {"ts": "", "mps": "", "share": ""}
     assert node.sim.gpus[0].time_slice == 2
-    assert set(node.runner.running) == {"mps-mps", "mps-share"}
+    assert sorted(node.daemons().values()) == [(node.gpu(1),)]  # one daemon for both claims
     kubelet.unprepare("ts", "mps", "share")
     assert node.sim.gpus[0].time_slice == 0
-    assert node.runner.running == {}
+    assert node.daemons() == {}
 
 
 def test_64_concurrent_prepares_and_unprepares(served: Any) -> None:

@@ -193,22 +193,25 @@ def test_mps_with_limits(node_factory: Any) -> None:
     node.allocate(UID, gpu_allocation(UID, node.gpu(0), sharing=sharing))
     node.state.prepare(ref(UID))
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
-    daemon = node.runner.running[f"mps-{UID}"]
-    assert daemon["command"] == ["nvidia-cuda-mps-control", "-d"]
-    assert daemon["env"]["CUDA_VISIBLE_DEVICES"] == node.gpu(0)
-    assert daemon["control"] == [
-        "set_default_active_thread_percentage 40",
-        "set_default_device_pinned_mem_limit 0 4096M",
-    ]
-    claim_dir = node.state.mps.claim_dir(UID)
-    assert json.loads((claim_dir / "would-run.json").read_text()) == daemon  # recorded, not run
+    ((name, daemon),) = node.state.mps.running().items()
+    assert daemon.devices == (node.gpu(0),)
+    assert daemon.description["command"][-1] == "-f"  # foreground: the plugin knows its pid
+    assert daemon.description["env"]["CUDA_VISIBLE_DEVICES"] == node.gpu(0)
+    daemon_dir = node.state.mps.daemon_dir(name)
     env = env_of(node, UID)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert node.mps_limits(UID) == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+    }
     mounts = spec_of(node, UID)["devices"][0]["containerEdits"]["mounts"]
-    assert mounts[0]["hostPath"] == str(claim_dir / "pipe")
+    assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
+        (str(daemon_dir / "pipe"), "/tmp/nvidia-mps"),
+        (str(daemon_dir / "shm"), "/dev/shm"),
+    ]
     node.state.unprepare(ref(UID))
-    assert node.runner.running == {}
-    assert not claim_dir.exists()
+    assert node.daemons() == {}
+    assert not daemon_dir.exists()
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
 
 
@@ -219,12 +222,14 @@ def test_share_claims_get_mps_limits_from_the_share(node_factory: Any) -> None:
             uid, gpu_allocation(uid, node.gpu(0), share={"compute": compute, "memory": memory})
         )
         node.state.prepare(ref(uid))
-    first, second = node.runner.running[f"mps-{UID}"], node.runner.running[f"mps-{UID2}"]
-    assert first["control"] == [
-        "set_default_active_thread_percentage 30",
-        "set_default_device_pinned_mem_limit 0 8192M",
-    ]
-    assert second["control"][0] == "set_default_active_thread_percentage 50"
+    assert node.mps_limits(UID) == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8192M",
+    }
+    assert node.mps_limits(UID2) == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=16384M",
+    }
     assert env_of(node, UID)["DRASAT_GPU_SHARE_MEMORY"] == str(8 * 2**30)
     # both hold ExclusiveProcess; it is reset only when the last one goes
     node.state.unprepare(ref(UID))
@@ -402,16 +407,19 @@ def test_nvml_failure_while_planning_is_a_claim_error(node_factory: Any) -> None
         node.state.prepare(ref(UID))
 
 
-def test_mps_daemon_that_cannot_start_rolls_back(node_factory: Any) -> None:
+@pytest.mark.parametrize("private_shm", [False, True], ids=["direct", "unshare"])
+def test_mps_daemon_that_cannot_start_rolls_back(node_factory: Any, private_shm: bool) -> None:
     from drasat.nodeplugin import mps
 
     node = node_factory("T4")
-    node.state.mps.runner = mps.ProcessRunner()  # no nvidia-cuda-mps-control on this machine
+    # No nvidia-cuda-mps-control on this machine: run directly, or (as on a GPU host) inside
+    # `unshare`, which fails or finds no program; either way the prepare names the program.
+    node.state.mps.runner = mps.ProcessRunner(private_shm=private_shm, start_timeout_s=5)
     node.allocate(UID, gpu_allocation(UID, node.gpu(0), sharing={"strategy": "MPS"}))
-    with pytest.raises(ClaimError, match="MPS: nvidia-cuda-mps-control"):
+    with pytest.raises(ClaimError, match=r"MPS: .*nvidia-cuda-mps-control"):
         node.state.prepare(ref(UID))
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
-    assert not node.state.mps.claim_dir(UID).exists()
+    assert node.state.mps.names() == []
     assert node.state.checkpoint.get(UID) is None
 
 

@@ -101,8 +101,8 @@ def _crash(node: Any, step: str, action: Any) -> Any:
 
 
 def _nothing_left(node: Any) -> None:
-    assert node.runner.running == {}
-    assert not node.state.mps.claim_dir(UID).exists()
+    assert node.daemons() == {}
+    assert node.state.mps.names() == []
     assert node.sim.gpus[0].compute_mode == 0  # NVML_COMPUTEMODE_DEFAULT
     assert node.state.checkpoint.data.settings == {}
     assert node.state.cdi.claim_uids() == []
@@ -120,7 +120,7 @@ def test_killed_during_mps_prepare(node_factory: Any, step: str, reconcile: bool
         restarted.state.reconcile()
         _nothing_left(restarted)
     assert restarted.state.prepare(ref(UID)) == [f"k8s.gpu.drasat.io/claim={UID}"]
-    assert set(restarted.runner.running) == {f"mps-{UID}"}
+    assert list(restarted.daemons().values()) == [(node.gpu(0),)]
     assert restarted.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
     restarted.state.unprepare(ref(UID))
     _nothing_left(restarted)

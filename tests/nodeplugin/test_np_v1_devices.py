@@ -126,12 +126,12 @@ def test_shares_get_their_limits_under_mps(a100: Any) -> None:
         claims.add(claim)
     answers = v1.prepare(("s1", "s1"), ("s2", "s2"))
     assert _devices(answers["s1"]) == [(["share"], NODE, "gpu-0", [f"{CDI_KIND}=s1"], "share-s1")]
-    first, second = node.runner.running["mps-s1"], node.runner.running["mps-s2"]
-    assert first["control"] == [
-        "set_default_active_thread_percentage 30",
-        "set_default_device_pinned_mem_limit 0 8192M",
-    ]
-    assert second["control"][0] == "set_default_active_thread_percentage 70"
+    assert list(node.daemons().values()) == [(node.gpu(0),)]  # one daemon for both shares
+    assert node.mps_limits("s1") == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8192M",
+    }
+    assert node.mps_limits("s2")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
     env = _env(node, "s1")
     assert env["DRASAT_GPU_SHARE_COMPUTE"] == "30"
     assert env["DRASAT_GPU_SHARE_MEMORY"] == str(8 * 2**30)
@@ -139,7 +139,7 @@ def test_shares_get_their_limits_under_mps(a100: Any) -> None:
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
     done = v1.unprepare("s1", "s2")
     assert {uid: answer.error for uid, answer in done.items()} == {"s1": "", "s2": ""}
-    assert node.runner.running == {}
+    assert node.daemons() == {}
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
 
 
@@ -155,7 +155,7 @@ def test_a_result_that_consumed_the_whole_gpu_is_exclusive(a100: Any, compute: s
     assert answer.error == "" and answer.devices[0].share_id == "abc"
     env = _env(node, "x1")
     assert "DRASAT_GPU_SHARE_COMPUTE" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
-    assert node.runner.running == {}
+    assert node.daemons() == {}
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
 
 
@@ -166,9 +166,7 @@ def test_a_share_without_compute_limits_only_memory(a100: Any) -> None:
     result.update(shareID="x", consumedCapacity={"memory": "4Gi", "compute": "0"})
     claims.add(claim)
     assert v1.prepare(("s3", "claim"))["s3"].error == ""
-    assert node.runner.running["mps-s3"]["control"] == [
-        "set_default_device_pinned_mem_limit 0 4096M"
-    ]
+    assert node.mps_limits("s3") == {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M"}
 
 
 def test_cpu_fallback_prepares_to_the_optional_claim_without_devices(a100: Any) -> None:
@@ -235,13 +233,16 @@ def test_nvidia_mps_config_on_a_mig_device(mig_node: Any) -> None:
     }
     claims.add(v1_claim("t2", ("mig", NODE, "gpu-1-mig-1g5gb-19-0"), config=[_config(mps)]))
     assert v1.prepare(("t2", "claim"))["t2"].error == ""
-    assert node.runner.running["mps-t2"]["control"] == [
-        "set_default_active_thread_percentage 50",
-        "set_default_device_pinned_mem_limit 0 2048M",
-    ]
+    assert node.mps_limits("t2") == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2048M",
+    }
+    visible = _env(node, "t2")["NVIDIA_VISIBLE_DEVICES"]
+    assert visible.startswith("MIG-")
+    assert list(node.daemons().values()) == [(visible,)]  # the MIG device's own daemon
     assert "CUDA_MPS_PIPE_DIRECTORY" in _env(node, "t2")
     assert v1.unprepare("t2")["t2"].error == ""
-    assert node.runner.running == {} and gpu_instances(node, 1) == []
+    assert node.daemons() == {} and gpu_instances(node, 1) == []
 
 
 def test_the_claims_config_wins_over_the_class_and_applies_to_its_requests(a100: Any) -> None:
@@ -272,9 +273,9 @@ def test_drasat_config_lifecycle_and_share(a100: Any) -> None:
     claims.add(v1_claim("t4", ("gpu", NODE, "gpu-1"), config=[_config(config)]))
     assert v1.prepare(("t4", "claim"))["t4"].error == ""
     assert node.lib.settings(node.gpu(1)).power_limit_watts == 200
-    assert node.runner.running["mps-t4"]["control"] == ["set_default_active_thread_percentage 25"]
+    assert node.mps_limits("t4") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
     assert v1.unprepare("t4")["t4"].error == ""
-    assert node.runner.running == {}
+    assert node.daemons() == {}
 
 
 def test_different_configs_for_the_requests_of_one_claim_are_refused(a100: Any) -> None:

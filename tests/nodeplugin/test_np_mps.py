@@ -1,0 +1,253 @@
+"""MPS per GPU: one control daemon (a real process, the simmps.py stand-in) for every MPS claim on
+a GPU, each claim's limits in its own CDI environment, the daemon stopped after the last claim,
+adopted or restarted by a restarted plugin, and the GPU's compute mode held and restored."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from npfixtures import Node, gpu_allocation, ref
+
+from drasat.nodeplugin import mps
+from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.state import ClaimError
+
+
+def _spec(node: Node, uid: str) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(node.state.cdi.path(uid).read_text())
+    return spec
+
+
+def _mounts(node: Node, uid: str) -> list[tuple[str, str]]:
+    edits = _spec(node, uid)["devices"][0]["containerEdits"]
+    return [(m["hostPath"], m["containerPath"]) for m in edits.get("mounts", [])]
+
+
+def _pid(node: Node) -> int:
+    (daemon,) = node.state.mps.running().values()
+    return daemon.pid
+
+
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if mps.start_time(pid) is None:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+SHARES = (("share-a", 30, "8Gi"), ("share-b", 50, "16Gi"), ("share-c", 20, "4Gi"))
+
+
+def _prepare_shares(node: Node, gpu: int = 0) -> None:
+    for uid, compute, memory in SHARES:
+        node.allocate(
+            uid, gpu_allocation(uid, node.gpu(gpu), share={"compute": compute, "memory": memory})
+        )
+        node.state.prepare(ref(uid))
+
+
+def test_share_claims_on_one_gpu_use_one_daemon_each_with_its_own_limits(
+    node_factory: Any,
+) -> None:
+    node = node_factory("A100-40GB")
+    _prepare_shares(node)
+    ((name, daemon),) = node.state.mps.running().items()
+    assert daemon.devices == (node.gpu(0),)
+    assert node.state.mps.users(name) == {"share-a", "share-b", "share-c"}
+    daemon_dir = node.state.mps.daemon_dir(name)
+    # the daemon is a real process that made its control FIFO and log where clients look
+    assert (daemon_dir / "pipe" / mps.CONTROL_FIFO).exists()
+    assert f"devices {node.gpu(0)}" in (daemon_dir / "log" / "control.log").read_text()
+    for uid, compute, memory in SHARES:
+        mib = {"8Gi": 8192, "16Gi": 16384, "4Gi": 4096}[memory]
+        assert node.mps_limits(uid) == {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(compute),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={mib}M",
+        }
+        # every claim's containers reach the same daemon: same pipes, same shared memory
+        assert _mounts(node, uid) == [
+            (str(daemon_dir / "pipe"), "/tmp/nvidia-mps"),
+            (str(daemon_dir / "shm"), "/dev/shm"),
+        ]
+    assert node.sim.gpus[0].compute_mode == 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+
+
+def test_the_daemon_stops_after_the_last_claim_and_the_compute_mode_returns(
+    node_factory: Any,
+) -> None:
+    node = node_factory("A100-40GB")
+    prohibited = 2  # NVML_COMPUTEMODE_PROHIBITED: a baseline that is not the default
+    node.sim.gpus[0].compute_mode = prohibited
+    _prepare_shares(node)
+    pid = _pid(node)
+    assert node.sim.gpus[0].compute_mode == 3
+    for uid, _, _ in SHARES[:-1]:
+        node.state.unprepare(ref(uid))
+        assert _pid(node) == pid  # still serving the others
+        assert node.sim.gpus[0].compute_mode == 3
+    node.state.unprepare(ref(SHARES[-1][0]))
+    assert _gone(pid)
+    assert node.daemons() == {} and node.state.mps.names() == []
+    assert node.sim.gpus[0].compute_mode == prohibited  # restored, not reset to Default
+
+
+def test_a_restarted_plugin_adopts_the_running_daemon(node_factory: Any) -> None:
+    node = node_factory("A100-40GB")
+    _prepare_shares(node)
+    pid = _pid(node)
+    restarted = node.restart()
+    report = restarted.state.reconcile()
+    assert any(line.endswith(": adopted") for line in report), report
+    assert _pid(restarted) == pid  # the same process, not a new one
+    # a new claim joins it, and the adopted daemon still stops after the last claim
+    restarted.allocate("late", gpu_allocation("late", node.gpu(0), share={"compute": 10}))
+    restarted.state.prepare(ref("late"))
+    assert _pid(restarted) == pid
+    for uid in ["late", *(s[0] for s in SHARES)]:
+        restarted.state.unprepare(ref(uid))
+    assert _gone(pid)
+    assert restarted.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
+
+
+def test_a_restarted_plugin_starts_a_dead_daemon_again(node_factory: Any) -> None:
+    node = node_factory("A100-40GB")
+    _prepare_shares(node)
+    pid = _pid(node)
+    spec_before = _spec(node, "share-a")
+    os.kill(pid, signal.SIGKILL)
+    assert _gone(pid)
+    restarted = node.restart()
+    report = restarted.state.reconcile()
+    assert any(line.endswith(": restarted") for line in report), report
+    new_pid = _pid(restarted)
+    assert new_pid != pid
+    # same daemon directory: the claims' specs (and their running containers' mounts) hold
+    assert _spec(restarted, "share-a") == spec_before
+    for uid, _, _ in SHARES:
+        restarted.state.unprepare(ref(uid))
+    assert _gone(new_pid)
+
+
+def test_a_pid_reused_by_another_process_is_not_taken_for_the_daemon(
+    node_factory: Any,
+) -> None:
+    """The record's start time tells the daemon from a process that got its pid later."""
+    node = node_factory("T4")
+    node.allocate("one", gpu_allocation("one", node.gpu(0), share={"compute": 50}))
+    node.state.prepare(ref("one"))
+    ((name, daemon),) = node.state.mps.running().items()
+    record = node.state.mps.daemon_dir(name) / mps.DESCRIPTION
+    body = json.loads(record.read_text())
+    os.kill(daemon.pid, signal.SIGKILL)
+    assert _gone(daemon.pid)
+    body["pid"] = os.getpid()  # a live process, started at another time
+    record.write_text(json.dumps(body))
+    restarted = node.restart()
+    assert any(line.endswith(": restarted") for line in restarted.state.reconcile())
+    assert _pid(restarted) not in (daemon.pid, os.getpid())
+    restarted.state.unprepare(ref("one"))
+
+
+def test_a_daemon_that_dies_while_serving_is_started_again_for_the_next_claim(
+    node_factory: Any,
+) -> None:
+    node = node_factory("T4")
+    node.allocate("one", gpu_allocation("one", node.gpu(0), share={"compute": 50}))
+    node.state.prepare(ref("one"))
+    pid = _pid(node)
+    os.kill(pid, signal.SIGKILL)
+    assert _gone(pid)
+    node.allocate("two", gpu_allocation("two", node.gpu(0), share={"compute": 50}))
+    node.state.prepare(ref("two"))
+    assert _pid(node) != pid
+    assert node.state.mps.users(next(iter(node.daemons()))) == {"one", "two"}
+    node.state.unprepare(ref("one"))
+    node.state.unprepare(ref("two"))
+    assert node.daemons() == {}
+
+
+def test_gpus_get_a_daemon_each(node_factory: Any) -> None:
+    node = node_factory("T4 x2")
+    for uid, gpu in (("a", 0), ("b", 1), ("c", 0)):
+        node.allocate(uid, gpu_allocation(uid, node.gpu(gpu), share={"compute": 25}))
+        node.state.prepare(ref(uid))
+    assert sorted(node.daemons().values()) == sorted([(node.gpu(0),), (node.gpu(1),)])
+    node.state.unprepare(ref("b"))
+    assert list(node.daemons().values()) == [(node.gpu(0),)]
+    assert node.sim.gpus[1].compute_mode == 0 and node.sim.gpus[0].compute_mode == 3
+
+
+def test_a_claim_whose_devices_overlap_another_daemons_set_is_refused(node_factory: Any) -> None:
+    node = node_factory("T4 x2")
+    node.allocate("one", gpu_allocation("one", node.gpu(0), share={"compute": 50}))
+    node.state.prepare(ref("one"))
+    both = gpu_allocation("both", node.gpu(0), node.gpu(1), sharing={"strategy": "MPS"})
+    node.allocate("both", both)
+    with pytest.raises(ClaimError, match=f"{node.gpu(0)} already has an MPS daemon"):
+        node.state.prepare(ref("both"))
+    assert list(node.daemons().values()) == [(node.gpu(0),)]
+    assert node.sim.gpus[1].compute_mode == 0  # the refused claim changed nothing
+    assert node.state.checkpoint.get("both") is None
+
+
+def test_killed_between_starting_the_daemon_and_recording_it(node_factory: Any) -> None:
+    """The daemon a killed prepare left without a record (no claim holds it) is stopped when
+    start-up rolls the prepare back."""
+    from drasat.nodeplugin.state import Fault
+
+    class Killed(BaseException):
+        pass
+
+    node = node_factory("T4")
+    node.allocate("one", gpu_allocation("one", node.gpu(0), share={"compute": 50}))
+    node.state.faults.append(Fault("mps", Killed()))
+    with pytest.raises(Killed):
+        node.state.prepare(ref("one"))
+    pid = _pid(node)
+    restarted = node.restart()
+    report = restarted.state.reconcile()
+    assert report == ["rolled back interrupted prepare of one"], report
+    assert _gone(pid) and restarted.state.mps.names() == []
+    assert restarted.sim.gpus[0].compute_mode == 0
+
+
+def test_client_env_and_daemon_names_are_pure() -> None:
+    limits = mps.MpsLimits("u", ("GPU-a", "GPU-b"), 35, {1: 3 * 2**30, 0: 1})
+    assert mps.client_env(limits) == {
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "35",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1M,1=3072M",
+    }
+    assert mps.client_env(mps.MpsLimits("u", ("GPU-a",))) == {
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"
+    }
+    with pytest.raises(ValueError, match="thread percentage 0"):
+        mps.client_env(mps.MpsLimits("u", ("GPU-a",), 0))
+    assert mps.daemon_name(("GPU-b", "GPU-a")) == mps.daemon_name(["GPU-a", "GPU-b", "GPU-a"])
+    assert mps.daemon_name(("GPU-a",)) != mps.daemon_name(("GPU-b",))
+    described = mps.render(("GPU-a",), daemon_dir=Path("/d"), program=("nvidia-cuda-mps-control",))
+    assert described["command"] == ["nvidia-cuda-mps-control", "-f"]
+    assert described["env"] == {
+        "CUDA_VISIBLE_DEVICES": "GPU-a",
+        "CUDA_MPS_PIPE_DIRECTORY": "/d/pipe",
+        "CUDA_MPS_LOG_DIRECTORY": "/d/log",
+    }
+    with pytest.raises(ValueError, match="unsafe"):
+        mps.render(("GPU-a; rm -rf /",), daemon_dir=Path("/d"), program=("x",))
+
+
+def test_start_up_stops_a_daemon_no_claim_holds(node_factory: Any) -> None:
+    node = node_factory("T4")
+    name = node.state.mps.acquire("gone", (node.gpu(0),))  # its claim's record is lost
+    pid = _pid(node)
+    report = node.restart().state.reconcile()
+    assert f"stopped MPS daemon {name}: no claim holds it" in report
+    assert _gone(pid) and node.state.mps.names() == []
