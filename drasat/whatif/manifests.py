@@ -212,7 +212,7 @@ class _Compiler:
             self.ignored.append(Ignored(pod.where, f"Pod {pod.key}", "uses no drasat GPU claim"))
             return None
         resolved = self._pair_mig_claims(pod, resolved)
-        cpu, memory = _requests(pod)
+        cpu, memory = resource_requests(pod)
         return CompiledPod(
             pod,
             tuple(resolved),
@@ -261,14 +261,7 @@ class _Compiler:
         return None
 
     def _priority(self, pod: workloads.PodInstance) -> int:
-        if pod.spec.priority is not None:
-            return pod.spec.priority
-        classes = self.inv.priority_classes
-        if pod.spec.priorityClassName is not None:
-            named = classes.get(pod.spec.priorityClassName)
-            return named.obj.value if named is not None else 0
-        default = next((c for c in classes.values() if c.obj.globalDefault), None)
-        return default.obj.value if default is not None else 0
+        return priority_of(pod, self.inv.priority_classes)
 
     def _pair_mig_claims(
         self, pod: workloads.PodInstance, claims: list[PodClaim]
@@ -420,7 +413,21 @@ class _Compiler:
         return None, found.obj.spec, found.where()
 
 
-def _requests(pod: workloads.PodInstance) -> tuple[int, int]:
+def priority_of(
+    pod: workloads.PodInstance,
+    classes: Mapping[str, inventory.Entry[kinds.PriorityClass]],
+) -> int:
+    """`spec.priority`, else the PriorityClass named, else a global default one, else 0."""
+    if pod.spec.priority is not None:
+        return pod.spec.priority
+    if pod.spec.priorityClassName is not None:
+        named = classes.get(pod.spec.priorityClassName)
+        return named.obj.value if named is not None else 0
+    default = next((c for c in classes.values() if c.obj.globalDefault), None)
+    return default.obj.value if default is not None else 0
+
+
+def resource_requests(pod: workloads.PodInstance) -> tuple[int, int]:
     """CPU (millicores) and memory (MiB) the pod requests, as the scheduler counts them.
 
     The containers' sum, or the largest init container when that is more; a resource with a

@@ -48,7 +48,8 @@ def object_uid(kind: str, namespace: str, name: str, given: str | None = None) -
     return str(uuid.uuid5(cluster.UUID_NAMESPACE, f"{kind}/{namespace}/{name}"))
 
 
-def _suffix(seed: str, length: int) -> str:
+def suffix(seed: str, length: int) -> str:
+    """`length` characters of Kubernetes' name-suffix alphabet, derived from `seed`."""
     digest = hashlib.sha256(seed.encode()).digest()
     return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:length])
 
@@ -140,7 +141,7 @@ def _names(obj: kinds.ReplicatedWorkload | kinds.Job) -> list[str]:
     count = _pod_count(obj)
     if obj.kind == "StatefulSet":
         return [f"{name}-{i}" for i in range(count)]
-    prefix = f"{name}-{_suffix(f'{name}/template', 10)}" if obj.kind == "Deployment" else name
+    prefix = f"{name}-{suffix(f'{name}/template', 10)}" if obj.kind == "Deployment" else name
     return _unique_names(prefix, name, count)
 
 
@@ -150,11 +151,11 @@ def _unique_names(prefix: str, seed: str, count: int) -> list[str]:
     names: list[str] = []
     taken: set[str] = set()
     for i in range(count):
-        candidate = f"{prefix}-{_suffix(f'{seed}/{i}', 5)}"
+        candidate = f"{prefix}-{suffix(f'{seed}/{i}', 5)}"
         retry = 0
         while candidate in taken:
             retry += 1
-            candidate = f"{prefix}-{_suffix(f'{seed}/{i}/{retry}', 5)}"
+            candidate = f"{prefix}-{suffix(f'{seed}/{i}/{retry}', 5)}"
         taken.add(candidate)
         names.append(candidate)
     return names
