@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -25,14 +26,17 @@ def render(
     kube_version: str,
     values: Manifest | None = None,
     tmp: pathlib.Path | None = None,
+    api_versions: Sequence[str] = (VAP,),
 ) -> list[Manifest]:
     """`helm template` of the chart (release `drasat`) for a cluster of `kube_version` that
-    serves ValidatingAdmissionPolicy (GA since 1.30), with `values` (written into `tmp`) if
-    given."""
+    serves `api_versions` (by default ValidatingAdmissionPolicy, GA since 1.30: helm's own
+    list names group/versions only, not kinds), with `values` (written into `tmp`) if given."""
     command = [
         str(helm_path()), "template", "drasat", str(CHART), "--namespace", namespace,
-        "--kube-version", kube_version, "--api-versions", VAP,
+        "--kube-version", kube_version,
     ]  # fmt: skip
+    for api in api_versions:
+        command += ["--api-versions", api]
     if values is not None:
         assert tmp is not None, "values need a tmp dir"
         values_file = tmp / "values.yaml"
@@ -62,3 +66,24 @@ def kubectl_apply(
         timeout=timeout,
         check=False,
     )
+
+
+def discovered_api_versions(kube_cluster: cluster.Cluster, cache: pathlib.Path) -> list[str]:
+    """What helm's Capabilities.APIVersions holds for this cluster on `helm install`: every
+    served group/version, and every group/version/Kind of its top-level resources."""
+    env = {**kubectl_env(kube_cluster), "KUBECACHEDIR": str(cache)}
+    kubectl = str(kubectl_path())
+    versions = subprocess.run(
+        [kubectl, "api-versions"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    out = list(versions)
+    for group_version in versions:
+        path = f"/api/{group_version}" if group_version == "v1" else f"/apis/{group_version}"
+        listed = subprocess.run(
+            [kubectl, "get", "--raw", path],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        for resource in json.loads(listed)["resources"]:
+            if "/" not in resource["name"]:  # subresources are not kinds of their own
+                out.append(f"{group_version}/{resource['kind']}")
+    return sorted(set(out))

@@ -1,17 +1,22 @@
 """The Helm chart's objects on the real kube-apiserver v1.37.2.
 
-The chart targets classic DRA (Kubernetes 1.27-1.31; `Chart.yaml` says so in `kubeVersion`), so
-it is rendered for 1.30 and 1.31 the way helm would for such a cluster and each object it renders
-goes to the 1.37 server with `kubectl apply --dry-run=server` (the kubectl of the helm/kubectl
-wheel): every built-in object (RBAC, the ValidatingAdmissionPolicy and its binding, the
-Deployment, DaemonSet, Service, ConfigMap, ServiceAccounts) and drasat's own DeviceClassParameters
-must pass the server's validation and admission, and exactly the classic-DRA class objects
-(resource.k8s.io/v1alpha2 ResourceClass, v1alpha3 DeviceClass), which 1.37 no longer serves, must
-be refused as unknown kinds. docs/INSTALL.md says what this means for installing on 1.32+.
+The chart installs current DRA (`draApi: v1`, resource.k8s.io/v1) on Kubernetes 1.34 and later
+and classic DRA on 1.27-1.31, chosen from the version helm reports. Each rendering goes to the
+1.37 server with `kubectl apply --dry-run=server` (the kubectl of the helm/kubectl wheel):
 
-The node plugin's ValidatingAdmissionPolicy is also installed for real, with the plugin's RBAC,
-and exercised with a pod-bound ServiceAccount token: the real server's CEL decides what the
-simulation of it in tests/deploy/test_helm_chart.py decides.
+- v1, rendered for 1.34, 1.35, 1.36 and 1.37 (default values, non-default ones, and
+  allocator=kube-scheduler): every object, the three DeviceClasses included, must pass the
+  server's validation and admission. The DeviceTaintRule the controller creates is dry-run in
+  each version the server serves it in (v1, v1beta2, v1alpha3), and the chart's check that the
+  cluster serves DeviceTaintRule at all is run against the server's real discovery.
+- classic, rendered for 1.30 and 1.31: every built-in object and drasat's own
+  DeviceClassParameters must pass, and exactly the classic-DRA class objects (v1alpha2
+  ResourceClass, v1alpha3 DeviceClass), which 1.37 no longer serves, are refused as unknown kinds.
+
+docs/INSTALL.md says what this means per Kubernetes version. The node plugin's
+ValidatingAdmissionPolicies (its own node's NAS; in v1 mode its own node's ResourceSlices) are
+also installed for real, with the plugin's RBAC, and exercised with pod-bound ServiceAccount
+tokens: the real server's CEL decides what the simulation in tests/deploy decides.
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ from typing import Any
 
 import kubernetes
 import pytest
-from chartkit import CHART, Manifest, kubectl_apply, render
+from chartkit import CHART, VAP, Manifest, discovered_api_versions, kubectl_apply, render
 from helm_binary import helm_path
 from kubecluster import create_fake_node, install_crds, service_account_token, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 
 from drasat.api import crds
+from drasat.api.devicemodel import classes
 from drasat.controlplane import cluster
 
 #: Values that reach other template branches; the server checks what they produce (a priority
@@ -80,20 +86,6 @@ def drasat_crds(kube_api: kubernetes.client.ApiClient) -> list[Any]:
     return install_crds(kube_api, crds.all_crds())
 
 
-def test_the_chart_renders_nothing_for_1_37() -> None:
-    # helm refuses up front (Chart.yaml kubeVersion) rather than half-installing classic DRA.
-    done = subprocess.run(
-        [str(helm_path()), "template", "drasat", str(CHART), "--kube-version", "1.37.2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "chart requires kubeVersion" in done.stderr
-    assert "incompatible with Kubernetes v1.37.2" in done.stderr
-
-
 @pytest.mark.parametrize("kube_version", sorted(CLASSIC_CLASS))
 @pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
 def test_every_object_the_server_serves_passes_a_server_side_dry_run(
@@ -131,6 +123,118 @@ def test_every_object_the_server_serves_passes_a_server_side_dry_run(
     for stored in answers:
         if stored["metadata"].get("namespace"):
             assert stored["metadata"]["namespace"] == kube_namespace
+
+
+# --- current DRA (resource.k8s.io/v1), 1.34 to 1.37 ----------------------------------------------
+
+#: The Kubernetes versions the chart installs v1 mode on, as helm would report them.
+V1_VERSIONS = ["1.34.0", "1.35.0", "1.36.0", "1.37.2"]
+
+#: v1 values that reach other template branches: no device taint, no shares, both kubelet APIs,
+#: an explicit draApi.
+V1_NON_DEFAULT: Manifest = {
+    **NON_DEFAULT,
+    "draApi": "v1",
+    "controller": {**NON_DEFAULT["controller"], "deviceTaint": False},
+    "nodePlugin": {**NON_DEFAULT["nodePlugin"], "kubeletApi": "both", "shares": False},
+}
+
+#: Kinds every v1 rendering has, and those only allocator=drasat adds.
+V1_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet",
+            "DeviceClass"}  # fmt: skip
+CONTROLLER_KINDS = {"Deployment", "Service", "ConfigMap"}
+
+
+@pytest.mark.parametrize("kube_version", V1_VERSIONS)
+@pytest.mark.parametrize(
+    "values",
+    [{}, V1_NON_DEFAULT, {"allocator": "kube-scheduler"}],
+    ids=["default", "non-default", "kube-scheduler"],
+)
+def test_every_v1_object_passes_a_server_side_dry_run(
+    kube_cluster: cluster.Cluster,
+    kube_namespace: str,
+    drasat_crds: list[Any],
+    tmp_path: pathlib.Path,
+    kube_version: str,
+    values: Manifest,
+) -> None:
+    manifests = render(kube_namespace, kube_version, values, tmp_path)
+    kinds = {m["kind"] for m in manifests}
+    with_controller = values.get("allocator", "drasat") == "drasat"
+    assert kinds == V1_KINDS | (CONTROLLER_KINDS if with_controller else set())
+    # nothing of classic DRA: no class parameters, no v1alpha2/v1alpha3 class
+    assert all(
+        m["apiVersion"] == "resource.k8s.io/v1"
+        for m in manifests
+        if m["apiVersion"].startswith("resource.k8s.io/")
+    )
+    done = server_dry_run(kube_cluster, kube_namespace, manifests, tmp_path / "kube-cache")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    answers = answer["items"] if answer["kind"] == "List" else [answer]
+    assert sorted(_key(a) for a in answers) == sorted(_key(m) for m in manifests)
+    # the classes as the server would store them: drasat's definitions, selectors unchanged
+    stored = {a["metadata"]["name"]: a["spec"] for a in answers if a["kind"] == "DeviceClass"}
+    assert stored == {c["metadata"]["name"]: c["spec"] for c in classes.device_classes()}
+
+
+#: The DeviceTaintRule drasat's controller keeps (`drasat controller --device-taint`), as
+#: docs/INSTALL.md describes it: every device of drasat's driver, NoSchedule.
+TAINT_RULE: Manifest = {
+    "kind": "DeviceTaintRule",
+    "metadata": {"name": "drasat-allocator"},
+    "spec": {
+        "deviceSelector": {"driver": "gpu.drasat.io"},
+        "taint": {"key": "gpu.drasat.io/allocator", "value": "drasat", "effect": "NoSchedule"},
+    },
+}
+
+
+def test_the_device_taint_rule_passes_a_dry_run_in_every_version_served(
+    kube_cluster: cluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
+) -> None:
+    # 1.37 serves it as v1 (GA, on by default) and, with runtime-config (this cluster turns on
+    # every resource.k8s.io version), as v1beta2 (1.36's beta) and v1alpha3 (1.34/1.35's alpha).
+    served = discovered_api_versions(kube_cluster, tmp_path / "kube-cache")
+    versions = [v for v in served if v.endswith("/DeviceTaintRule")]
+    assert versions == [
+        "resource.k8s.io/v1/DeviceTaintRule",
+        "resource.k8s.io/v1alpha3/DeviceTaintRule",
+        "resource.k8s.io/v1beta2/DeviceTaintRule",
+    ]
+    for version in versions:
+        rule = {**TAINT_RULE, "apiVersion": version.removesuffix("/DeviceTaintRule")}
+        done = server_dry_run(kube_cluster, kube_namespace, [rule], tmp_path / "kube-cache")
+        assert done.returncode == 0, f"{version}: {done.stderr}"
+        assert json.loads(done.stdout)["spec"]["taint"]["effect"] == "NoSchedule"
+
+
+def test_the_chart_checks_device_taint_rules_against_the_servers_discovery(
+    kube_cluster: cluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
+) -> None:
+    served = discovered_api_versions(kube_cluster, tmp_path / "kube-cache")
+    assert "resource.k8s.io/v1/DeviceClass" in served and VAP in served
+    # what helm install sees on this server: v1 mode, the controller and its taint
+    manifests = render(kube_namespace, "1.37.2", api_versions=served)
+    assert "Deployment" in {m["kind"] for m in manifests}
+    # the same server without DeviceTaintRule (1.34-1.36 with their gates off): refused, with
+    # the way out
+    untainted = [v for v in served if not v.endswith("/DeviceTaintRule")]
+    helm = [str(helm_path()), "template", "drasat", str(CHART), "-n", kube_namespace]
+    helm += ["--kube-version", "1.36.0"]
+    for version in untainted:
+        helm += ["--api-versions", version]
+    refused = subprocess.run(helm, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode != 0
+    assert "serves no DeviceTaintRule" in refused.stderr
+    assert "allocator=kube-scheduler" in refused.stderr
+    allowed = subprocess.run(
+        [*helm, "--set", "allocator=kube-scheduler"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
 
 
 # --- the node plugin's admission policy, enforced by the real server ------------------------------
@@ -322,3 +426,147 @@ def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_nas(
             assert "cannot delete" in json.loads(caught.value.body)["message"]
     finally:
         core.delete_node(node_a)
+
+
+# --- v1 mode: the node plugin's ResourceSlices, enforced by the real server -----------------------
+
+
+@pytest.fixture
+def installed_v1_plugin_policy(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    drasat_crds: list[Any],
+    tmp_path: pathlib.Path,
+) -> Iterator[tuple[str, str]]:
+    """The chart's v1 node-plugin ServiceAccount, RBAC and both admission policies (NAS and
+    ResourceSlices), created for real with a unique name prefix; the cluster-scoped ones are
+    deleted after. Yields (account, prefix)."""
+    prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
+    manifests = render(kube_namespace, "1.37.2", {"fullnameOverride": prefix}, tmp_path)
+    names = {f"{prefix}-node-plugin", f"{prefix}-node-plugin-own-nas"}
+    names.add(f"{prefix}-node-plugin-own-slices")
+    wanted = [m for m in manifests if m["metadata"]["name"] in names and m["kind"] in PLUGIN_KINDS]
+    assert sorted(m["kind"] for m in wanted) == sorted(
+        [*PLUGIN_KINDS, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    )
+    client = dynamic.DynamicClient(kube_api)
+    created = []
+    try:
+        for manifest in wanted:
+            resource = client.resources.get(
+                api_version=manifest["apiVersion"], kind=manifest["kind"]
+            )
+            namespace = kube_namespace if resource.namespaced else None
+            resource.create(body=manifest, namespace=namespace)
+            created.append((resource, manifest["metadata"]["name"], namespace))
+        yield f"{prefix}-node-plugin", prefix
+    finally:
+        for resource, name, namespace in reversed(created):
+            if namespace is None:
+                try:
+                    resource.delete(name=name)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
+
+def _slice(name: str, node: str, driver: str = "gpu.drasat.io") -> Manifest:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_slices(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    installed_v1_plugin_policy: tuple[str, str],
+) -> None:
+    account, prefix = installed_v1_plugin_policy
+    node_a, node_b = f"{prefix}-node-a", f"{prefix}-node-b"
+    core = kubernetes.client.CoreV1Api(kube_api)
+    admin = dynamic.DynamicClient(kube_api).resources.get(
+        api_version="resource.k8s.io/v1", kind="ResourceSlice"
+    )
+    create_fake_node(kube_api, node_a)
+    create_fake_node(kube_api, node_b)
+    try:
+        pod = core.create_namespaced_pod(
+            kube_namespace,
+            {
+                "metadata": {"name": "plugin"},
+                "spec": {
+                    "nodeName": node_a,
+                    "serviceAccountName": account,
+                    "containers": [{"name": "plugin", "image": "drasat"}],
+                },
+            },
+        )
+        with _account_client(kube_api, kube_namespace, account, pod) as plugin_api:
+            slices = dynamic.DynamicClient(plugin_api).resources.get(
+                api_version="resource.k8s.io/v1", kind="ResourceSlice"
+            )
+
+            def create_as_plugin(body: Manifest) -> ApiException | None:
+                try:
+                    slices.create(body=body)
+                except ApiException as exc:
+                    return exc
+                return None
+
+            # Until the server's policy informer has the policy, a probe may get through:
+            # remove it and try again under a new name until the first refusal.
+            def refused_probe() -> ApiException | None:
+                probe = f"{node_b}-{uuid.uuid4().hex[:4]}"
+                refused = create_as_plugin(_slice(probe, node_b))
+                if refused is None:
+                    admin.delete(name=probe)
+                return refused
+
+            wait_for(refused_probe, what="the admission policy to deny a foreign node's slice")
+            denied = create_as_plugin(_slice(f"{node_b}-gpu", node_b))
+            assert denied is not None and denied.status == 403, denied
+            message = json.loads(denied.body)["message"]
+            assert f'on node "{node_a}" may write only the' in message
+            assert f'ResourceSlices of that node, not one of node "{node_b}"' in message
+
+            other = create_as_plugin(_slice(f"{node_a}-other", node_a, driver="other.example.com"))
+            assert other is not None and other.status == 403
+            assert (
+                "only ResourceSlices of driver gpu.drasat.io" in json.loads(other.body)["message"]
+            )
+
+            # its own node's slice: create, replace, delete, as nodeplugin/slices.py does
+            assert create_as_plugin(_slice(f"{node_a}-gpu", node_a)) is None
+            # (the plugin has no `get`: it lists its node's slices, as the administrator here)
+            held = admin.get(name=f"{node_a}-gpu").to_dict()
+            held["spec"]["pool"]["generation"] = 1
+            slices.replace(body=held)
+            slices.delete(name=f"{node_a}-gpu")
+
+            # another node's slice (written by the administrator) it may not delete
+            admin.create(body=_slice(f"{node_b}-gpu", node_b))
+            with pytest.raises(ApiException) as caught:
+                slices.delete(name=f"{node_b}-gpu")
+            assert caught.value.status == 403
+            assert f'not one of node "{node_b}"' in json.loads(caught.value.body)["message"]
+            admin.delete(name=f"{node_b}-gpu")
+
+            # a token bound to no pod names no node: no slice at all
+            with _account_client(kube_api, kube_namespace, account) as unbound_api:
+                unbound = dynamic.DynamicClient(unbound_api).resources.get(
+                    api_version="resource.k8s.io/v1", kind="ResourceSlice"
+                )
+                with pytest.raises(ApiException) as caught:
+                    unbound.create(body=_slice(f"{node_a}-gpu", node_a))
+                assert caught.value.status == 403
+    finally:
+        core.delete_node(node_a)
+        core.delete_node(node_b)
