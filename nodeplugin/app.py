@@ -6,6 +6,7 @@ logged as a warning at start and marked on every NAS write's log line of the plu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ from types import FrameType
 
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import mps, nvml, registration, simnvml, slices, state, v1claims
+from drasat.nodeplugin import cdi, mps, nvml, registration, simnvml, slices, state, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -35,6 +36,15 @@ class Options:
 
 def build(options: Options) -> NodePlugin:
     config = options.config
+    if not config.driver_root and not options.simulate_gpus:
+        config = dataclasses.replace(config, driver_root="/")  # real GPUs: a host install
+    if not config.driver_root and config.cdi_mode is cdi.CdiMode.drasat:
+        log.warning(
+            "SIMULATED GPUs without --driver-root: CDI specs carry device nodes and environment "
+            "only (no driver libraries, binaries, firmware or hooks; MIG capability nodes only "
+            "where %s/driver/nvidia-caps/mig-minors exists)",
+            config.proc_root,
+        )
     runner: mps.Runner
     if options.simulate_gpus:
         fleet = simnvml.SimulatedNvml(options.simulate_gpus)

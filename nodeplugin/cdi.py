@@ -1,26 +1,62 @@
 """CDI specs: one file per claim in the CDI root (kind `k8s.gpu.drasat.io/claim`).
 
-`claim_spec` computes a spec from what a claim was given (pure: no side effects); `minimum_version`
-is the lowest `cdiVersion` its content needs, by the CDI specification's version rules (0.3.0 is
-the earliest runtimes accept; 0.4.0 added mount `type`; 0.5.0 allowed device names that start with
-a digit and device-node `hostPath`; 0.6.0 added annotations and dots in the class; 0.7.0 added
-`additionalGids` and `intelRdt`). Runtimes cache specs by name, so a claim's device name is its UID.
+A claim's spec has one device, named by the claim's UID (runtimes cache specs by name), whose
+edits are the claim's own (its GPUs' or MIG devices' nodes, environment, MPS mounts), and, at
+the spec level, the driver's edits every GPU container needs (`driver_edits`): control device
+nodes, the driver's libraries, binaries and firmware bound read-only, and the
+`nvidia-cdi-hook` hooks that refresh the container's linker cache and create the links
+applications expect — what NVIDIA's container toolkit puts in its generated specs. They are found
+once per plugin start (`DriverEdits`, `driverfiles.discover`) and the same in every spec.
+
+With `CdiMode.toolkit` the node's own toolkit spec (`nvidia.com/gpu=...`, from `nvidia-ctk cdi
+generate`) provides the GPUs and the driver: the claim's spec keeps only what is the claim's
+(environment, MIG capability nodes, MPS mounts) and the kubelet gets the toolkit's device names
+beside the claim's (`ToolkitDevices`).
+
+`claim_spec` computes a spec (pure: no side effects); `minimum_version` is the lowest
+`cdiVersion` its content needs, by the CDI specification's version rules (0.3.0 is the earliest
+runtimes accept, and already has hooks; 0.4.0 added mount `type`; 0.5.0 allowed device names that
+start with a digit and device-node `hostPath`; 0.6.0 added annotations and dots in the class;
+0.7.0 added `additionalGids` and `intelRdt`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from drasat.nodeplugin import driverfiles
 from drasat.nodeplugin.checkpoint import write_atomic
+from drasat.nodeplugin.driverfiles import DriverFilesError, Roots
+
+log = logging.getLogger(__name__)
 
 VENDOR = "k8s.gpu.drasat.io"
 CLASS = "claim"
 KIND = f"{VENDOR}/{CLASS}"
-#: Device nodes every container with an NVIDIA GPU needs besides its GPUs' own.
+#: Device nodes every container with an NVIDIA GPU needs besides its GPUs' own, listed as they
+#: are when the driver is not discovered (the simulated fleet without a driver root).
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+#: Where the container toolkit installs its hook binary on the host (the toolkit's default).
+HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
+#: The toolkit's options for driver files: read-only, recursive, private (`internal/discover`).
+DRIVER_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
+TOOLKIT_KIND = "nvidia.com/gpu"
+
+
+class CdiMode(StrEnum):
+    """Who puts the driver into containers: drasat's own specs, or the node's toolkit spec."""
+
+    drasat = "drasat"
+    toolkit = "toolkit"
 
 
 @dataclass(frozen=True)
@@ -32,32 +68,132 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class Hook:
+    """An OCI hook the runtime runs (`createContainer`: in the container's mount namespace)."""
+
+    path: str
+    args: tuple[str, ...]
+    hook_name: str = "createContainer"
+    env: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClaimEdits:
-    """What a container using the claim gets: environment, device nodes, mounts."""
+    """What a container using the claim gets: environment, device nodes, mounts, hooks."""
 
     env: dict[str, str] = field(default_factory=dict)
     device_nodes: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
 
 
-def mig_capability_nodes(proc_root: Path, *, minor: int, gi_id: int, ci_id: int) -> list[str]:
-    """The /dev/nvidia-caps nodes a container needs to use one MIG device.
+def driver_edits(
+    files: driverfiles.DriverFiles, *, driver_root: str, hook_path: str = HOOK_PATH
+) -> ClaimEdits:
+    """The spec-level edits of the driver `files` found under `driver_root` (the host's path).
 
-    The driver publishes them as `DeviceFileMinor: N` in
-    `<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>/access` (and `.../ci<ci>/access`);
-    none are returned where the files do not exist (no driver, or the simulated fleet)."""
-    base = proc_root / "driver" / "nvidia" / "capabilities" / f"gpu{minor}" / "mig" / f"gi{gi_id}"
-    nodes = []
-    for access in (base / "access", base / f"ci{ci_id}" / "access"):
-        try:
-            text = access.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
-                nodes.append(f"/dev/nvidia-caps/nvidia-cap{int(value)}")
-    return nodes
+    Hooks are those of `nvidia-ctk cdi generate` (`internal/discover/hooks.go`): the hook binary
+    gets its own name as argv[0], `create-symlinks --link target::link ...` and `update-ldcache
+    --folder <dir> ...` for the folders of the mounted libraries; no hook without a `hook_path`.
+    This is a purely computational function with no side effects."""
+    mounts = tuple(
+        Mount(driverfiles.join(driver_root, p), p, DRIVER_MOUNT_OPTIONS) for p in files.paths()
+    )
+    hooks: list[Hook] = []
+    name = hook_path.rpartition("/")[2]
+    env = ("NVIDIA_CTK_DEBUG=false",)
+    if hook_path and files.links:
+        args = [a for link in files.links for a in ("--link", link)]
+        hooks.append(Hook(hook_path, (name, "create-symlinks", *args), env=env))
+    folders = list(dict.fromkeys(p.rpartition("/")[0] or "/" for p in files.libraries))
+    if hook_path and folders:
+        args = [a for folder in folders for a in ("--folder", folder)]
+        hooks.append(Hook(hook_path, (name, "update-ldcache", *args), env=env))
+    return ClaimEdits(device_nodes=files.control_nodes, mounts=mounts, hooks=tuple(hooks))
+
+
+class DriverEdits:
+    """The driver's part of every claim spec, found once and cached (thread-safe).
+
+    `roots` None: not discovered (the simulated fleet without a driver root): the control nodes
+    are listed unchecked and no driver file is mounted. A failed discovery is an error for the
+    prepare that needed it and is tried again by the next one (a driver container may mount the
+    root later)."""
+
+    def __init__(
+        self,
+        roots: Roots | None,
+        version: Callable[[], str],
+        *,
+        hook_path: str = HOOK_PATH,
+        mode: CdiMode = CdiMode.drasat,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.roots = roots
+        self.proc_root = roots.proc_root if roots is not None else proc_root
+        self.mode = mode
+        self._version = version
+        self._hook_path = hook_path
+        self._lock = threading.Lock()
+        self._edits: ClaimEdits | None = None
+        self.files: driverfiles.DriverFiles | None = None
+
+    @property
+    def discovered(self) -> bool:
+        return self.roots is not None
+
+    def get(self) -> ClaimEdits:
+        """The spec-level edits; DriverFilesError naming what is missing."""
+        if self.mode is CdiMode.toolkit:
+            return ClaimEdits()  # the toolkit's spec has them
+        if self.roots is None:
+            return ClaimEdits(device_nodes=CONTROL_DEVICES)
+        with self._lock:
+            if self._edits is None:
+                files = driverfiles.discover(self.roots, self._version())
+                for note in files.notes:
+                    log.warning("driver files: %s", note)
+                log.warning(
+                    "driver %s under %s: %d libraries (from the %s), %d binaries, %d firmware "
+                    "files, control nodes %s",
+                    files.version,
+                    self.roots.driver_root,
+                    len(files.libraries),
+                    files.found_in,
+                    len(files.binaries),
+                    len(files.firmware),
+                    ", ".join(files.control_nodes),
+                )
+                self.files = files
+                self._edits = driver_edits(
+                    files, driver_root=self.roots.driver_root, hook_path=self._hook_path
+                )
+            return self._edits
+
+    def gpu_nodes(self, minor: int) -> list[str]:
+        """A whole GPU's device node (checked present when discovered; the toolkit's device
+        carries it in toolkit mode)."""
+        if self.mode is CdiMode.toolkit:
+            return []
+        if self.roots is None:
+            return [f"/dev/nvidia{minor}"]
+        return [driverfiles.gpu_node(self.roots, minor)]
+
+    def mig_nodes(self, *, minor: int, gi_id: int, ci_id: int) -> list[str]:
+        """A MIG device's capability nodes, located from `<proc>/driver/nvidia-caps/mig-minors`
+        and checked present under the dev root. Without discovery (the simulated fleet, which
+        has no such file unless a test writes one) they are located where the file exists and
+        not checked."""
+        if self.roots is not None:
+            return driverfiles.mig_capability_nodes(
+                self.roots, minor=minor, gi_id=gi_id, ci_id=ci_id
+            )
+        roots = Roots(proc_root=self.proc_root)
+        if not Path(driverfiles.join(self.proc_root, driverfiles.MIG_MINORS)).exists():
+            return []
+        return driverfiles.mig_capability_nodes(
+            roots, minor=minor, gi_id=gi_id, ci_id=ci_id, check_nodes=False
+        )
 
 
 def device_id(claim_uid: str) -> str:
@@ -69,29 +205,54 @@ def spec_file_name(claim_uid: str) -> str:
     return f"{VENDOR}-{CLASS}_{claim_uid}.json"
 
 
-def claim_spec(claim_uid: str, edits: ClaimEdits, *, driver_root: str = "/") -> dict[str, Any]:
-    """The CDI spec of one claim. This is a purely computational function with no side effects."""
-    root = driver_root.rstrip("/")
+def claim_spec(
+    claim_uid: str,
+    edits: ClaimEdits,
+    *,
+    driver_root: str = "/",
+    common: ClaimEdits | None = None,
+) -> dict[str, Any]:
+    """The CDI spec of one claim: `edits` on its device, `common` (the driver's) at the spec
+    level; device nodes get `hostPath` under `driver_root` (the dev root) unless it is `/`.
+    This is a purely computational function with no side effects."""
+    container_edits = _container_edits(edits, driver_root, with_env=True)
+    spec: dict[str, Any] = {
+        "cdiVersion": "",
+        "kind": KIND,
+        "devices": [{"name": claim_uid, "containerEdits": container_edits}],
+    }
+    shared = _container_edits(common, driver_root) if common is not None else {}
+    if shared:
+        spec["containerEdits"] = shared
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def _container_edits(edits: ClaimEdits, dev_root: str, *, with_env: bool = False) -> dict[str, Any]:
+    root = dev_root.rstrip("/")
     nodes = []
     for path in edits.device_nodes:
         node: dict[str, Any] = {"path": path}
         if root:
             node["hostPath"] = f"{root}{path}"
         nodes.append(node)
-    container_edits: dict[str, Any] = {
-        "env": [f"{k}={v}" for k, v in sorted(edits.env.items())],
-    }
+    out: dict[str, Any] = {}
+    if with_env or edits.env:
+        out["env"] = [f"{k}={v}" for k, v in sorted(edits.env.items())]
     if nodes:
-        container_edits["deviceNodes"] = nodes
+        out["deviceNodes"] = nodes
     if edits.mounts:
-        container_edits["mounts"] = [_mount(m) for m in edits.mounts]
-    spec: dict[str, Any] = {
-        "cdiVersion": "",
-        "kind": KIND,
-        "devices": [{"name": claim_uid, "containerEdits": container_edits}],
-    }
-    spec["cdiVersion"] = minimum_version(spec)
-    return spec
+        out["mounts"] = [_mount(m) for m in edits.mounts]
+    if edits.hooks:
+        out["hooks"] = [_hook(h) for h in edits.hooks]
+    return out
+
+
+def _hook(hook: Hook) -> dict[str, Any]:
+    out: dict[str, Any] = {"hookName": hook.hook_name, "path": hook.path, "args": list(hook.args)}
+    if hook.env:
+        out["env"] = list(hook.env)
+    return out
 
 
 def _mount(mount: Mount) -> dict[str, Any]:
@@ -124,21 +285,57 @@ def minimum_version(spec: dict[str, Any]) -> str:
 
 
 class CdiWriter:
-    """Writes and removes claim spec files in the CDI root (default /var/run/cdi)."""
+    """Writes and removes claim spec files in the CDI root (default /var/run/cdi).
 
-    def __init__(self, root: Path, *, driver_root: str = "/") -> None:
+    `driver_root`: the host's dev root, the prefix of device nodes' `hostPath`; `driver`: the
+    driver's part of every spec (none: the control nodes only, as without discovery)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        driver_root: str = "/",
+        driver: DriverEdits | None = None,
+        toolkit: ToolkitDevices | None = None,
+    ) -> None:
         self.root = root
         self.driver_root = driver_root
+        self.driver = driver or DriverEdits(None, lambda: "")
+        self.toolkit = toolkit
 
     def path(self, claim_uid: str) -> Path:
         return self.root / spec_file_name(claim_uid)
 
+    def spec(self, claim_uid: str, edits: ClaimEdits) -> dict[str, Any]:
+        """The claim's spec; DriverFilesError when the driver's files cannot be found."""
+        # A claim without device nodes has no GPU (an optional claim that got none): it runs
+        # CPU-only and gets nothing of the driver.
+        common = self.driver.get() if edits.device_nodes else None
+        if common is not None and self.driver.mode is CdiMode.drasat and not self.driver.discovered:
+            # Undiscovered: the control nodes were the claim's own, as before discovery existed.
+            edits = ClaimEdits(
+                env=edits.env,
+                device_nodes=(*common.device_nodes, *edits.device_nodes),
+                mounts=edits.mounts,
+                hooks=edits.hooks,
+            )
+            common = None
+        return claim_spec(claim_uid, edits, driver_root=self.driver_root, common=common)
+
     def write(self, claim_uid: str, edits: ClaimEdits) -> Path:
+        spec = self.spec(claim_uid, edits)
         self.root.mkdir(parents=True, exist_ok=True)
-        spec = claim_spec(claim_uid, edits, driver_root=self.driver_root)
         path = self.path(claim_uid)
         write_atomic(path, json.dumps(spec, indent=2) + "\n", mode=0o644)
         return path
+
+    def device_ids(self, claim_uid: str, gpu_minors: Iterable[int]) -> list[str]:
+        """The CDI ids the kubelet passes on: the claim's device, and in toolkit mode the
+        toolkit's device of each GPU (a MIG device's parent) the claim uses."""
+        ids = [device_id(claim_uid)]
+        if self.toolkit is not None and self.driver.mode is CdiMode.toolkit:
+            ids += [self.toolkit.device_id(m) for m in dict.fromkeys(gpu_minors)]
+        return ids
 
     def remove(self, claim_uid: str) -> None:
         self.path(claim_uid).unlink(missing_ok=True)
@@ -149,3 +346,63 @@ class CdiWriter:
             p.name.removeprefix(prefix).removesuffix(suffix)
             for p in self.root.glob(f"{prefix}*{suffix}")
         )
+
+
+class ToolkitDevices:
+    """The GPUs of the node's NVIDIA container toolkit spec (kind `nvidia.com/gpu`), by minor.
+
+    The toolkit names devices by index, UUID or both (`--device-name-strategy`); each whole-GPU
+    device carries its `/dev/nvidia<minor>` node and no `/dev/nvidia-caps` node, which is how a
+    minor is matched to a name whatever the strategy (a UUID name preferred). The spec files are
+    read when a device is first asked for and again when a minor is not found (the toolkit may
+    regenerate them)."""
+
+    def __init__(self, spec_dirs: Iterable[Path]) -> None:
+        self.spec_dirs = tuple(spec_dirs)
+        self._by_minor: dict[int, str] = {}
+
+    def read(self) -> dict[int, str]:
+        by_minor: dict[int, list[str]] = {}
+        for folder in self.spec_dirs:
+            for path in sorted([*folder.glob("*.json"), *folder.glob("*.yaml")]):
+                for name, minor in _toolkit_gpus(path):
+                    by_minor.setdefault(minor, []).append(name)
+        self._by_minor = {
+            minor: sorted(names, key=lambda n: (not n.startswith("GPU-"), n))[0]
+            for minor, names in by_minor.items()
+        }
+        return dict(self._by_minor)
+
+    def device_id(self, minor: int) -> str:
+        if minor not in self._by_minor:
+            self.read()
+        if minor not in self._by_minor:
+            folders = ", ".join(str(f) for f in self.spec_dirs)
+            raise DriverFilesError(
+                f"no {TOOLKIT_KIND} device with /dev/nvidia{minor} in the CDI specs in {folders} "
+                "(cdi mode toolkit: generate them with `nvidia-ctk cdi generate`)"
+            )
+        return f"{TOOLKIT_KIND}={self._by_minor[minor]}"
+
+
+def _toolkit_gpus(path: Path) -> list[tuple[str, int]]:
+    try:  # JSON is YAML: one reader for the toolkit's .json and .yaml specs
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        log.warning("skipping CDI spec %s: %s", path, error)
+        return []
+    if not isinstance(spec, dict) or spec.get("kind") != TOOLKIT_KIND:
+        return []
+    found = []
+    for device in spec.get("devices") or []:
+        nodes = [
+            str(n.get("path", ""))
+            for n in (device.get("containerEdits") or {}).get("deviceNodes") or []
+            if isinstance(n, dict)
+        ]
+        if any(n.startswith("/dev/nvidia-caps") for n in nodes):
+            continue  # a MIG device
+        minors = [int(n[len("/dev/nvidia") :]) for n in nodes if n[len("/dev/nvidia") :].isdigit()]
+        if len(minors) == 1 and str(device.get("name", "")) != "all":
+            found.append((str(device["name"]), minors[0]))
+    return found

@@ -25,6 +25,7 @@ from drasat.nodeplugin import (
     cdi,
     checkpoint,
     dra,
+    driverfiles,
     health,
     healthservice,
     mps,
@@ -47,10 +48,22 @@ class Config:
     cdi_root: Path = Path("/var/run/cdi")
     plugin_dir: Path = Path("/var/lib/kubelet/plugins")
     registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    driver_root: str = "/"
+    #: The host's driver root (CDI `hostPath` prefix of the driver's files). "": none given,
+    #: the driver's files are not discovered (only the simulated fleet runs so: `app.build`
+    #: makes it `/` for NVML).
+    driver_root: str = ""
     dev_root: str = ""  # host prefix of device nodes in CDI specs; "": the driver root
+    #: Where this process reads the driver root and the dev root ("": at their host paths; the
+    #: Helm chart mounts the driver root at /driver-root and the host's /dev at /dev).
+    driver_root_mount: str = ""
+    dev_root_mount: str = ""
+    #: `drasat`: the claim specs carry the driver's files; `toolkit`: the node's NVIDIA container
+    #: toolkit spec (`nvidia.com/gpu`) does, and the kubelet gets its device names too.
+    cdi_mode: cdi.CdiMode = cdi.CdiMode.drasat
+    cdi_hook_path: str = cdi.HOOK_PATH  # the host's nvidia-cdi-hook ("": no hooks)
+    toolkit_spec_dirs: tuple[Path, ...] = (Path("/etc/cdi"), Path("/var/run/cdi"))
     state_dir: Path = Path("/var/lib/drasat")
-    proc_root: Path = Path("/proc")  # where /proc/driver/nvidia/capabilities is read
+    proc_root: Path = Path("/proc")  # where /proc/driver/nvidia-caps/mig-minors is read
     kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
     orphans: state.OrphanPolicy = state.OrphanPolicy.destroy
     gc_interval_s: float = 60.0
@@ -113,7 +126,12 @@ class NodePlugin:
             lib=lib,
             store=store,
             checkpoint=checkpoint.Checkpoint(config.state_dir),
-            cdi=cdi.CdiWriter(config.cdi_root, driver_root=config.dev_root or config.driver_root),
+            cdi=cdi.CdiWriter(
+                config.cdi_root,
+                driver_root=config.dev_root or config.driver_root,
+                driver=self._driver_edits(config),
+                toolkit=cdi.ToolkitDevices(config.toolkit_spec_dirs),
+            ),
             mps=mps.MpsManager(config.state_dir / "mps", mps_runner),
             orphans=config.orphans,
             proc_root=config.proc_root,
@@ -130,6 +148,30 @@ class NodePlugin:
         self._stop = threading.Event()
         self._started = False
         self._gc: threading.Thread | None = None
+
+    def _driver_edits(self, config: Config) -> cdi.DriverEdits:
+        """The driver's part of every claim spec, found once, at the version NVML reports."""
+        roots = None
+        if config.driver_root:
+            roots = driverfiles.Roots(
+                driver_root=config.driver_root,
+                dev_root=config.dev_root,
+                driver_mount=config.driver_root_mount,
+                dev_mount=config.dev_root_mount,
+                proc_root=str(config.proc_root),
+            )
+
+        def version() -> str:
+            gpus = self.state.gpus()
+            return gpus[0].driver_version if gpus else ""
+
+        return cdi.DriverEdits(
+            roots,
+            version,
+            hook_path=config.cdi_hook_path,
+            mode=config.cdi_mode,
+            proc_root=str(config.proc_root),
+        )
 
     def publish(self, *, ready: bool | None = None) -> NodeAllocationState:
         """Write allocatableDevices (with health) and the status (None: Ready once serving)."""
@@ -187,6 +229,10 @@ class NodePlugin:
         is unreachable; later status writes that fail are logged, not fatal."""
         self._started = True
         self._publish_first()
+        try:  # found now, so a wrong driver root shows at start, not only at the first claim
+            self.state.cdi.driver.get()
+        except driverfiles.DriverFilesError as error:
+            log.error("CDI specs: %s; GPU claims fail to prepare until it is fixed", error)
         report = self.state.reconcile()
         _socket_dir(self.config.dra_socket.parent, 0o750)
         _socket_dir(self.config.registry_dir, 0o750)

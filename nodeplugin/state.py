@@ -394,6 +394,9 @@ class DeviceState:
         mps_env = self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
         self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
         edits = self._edits(record, allocation, gpu_uuids, migs, mps_env)
+        # Resolved before anything is written (cdi mode toolkit: the toolkit's device names).
+        parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
+        device_ids = self.cdi.device_ids(record.uid, [g.minor for g in parents if g])
         path = self.cdi.write(record.uid, edits)
         # Saved with the next write (the completion): every rollback removes the claim's spec
         # by its uid, recorded or not.
@@ -403,7 +406,7 @@ class DeviceState:
         self.store.set_prepared(record.uid, prepared)
         self._step("nas")
         record.status = ClaimStatus.PrepareCompleted
-        record.cdi_devices = [cdi.device_id(record.uid)]
+        record.cdi_devices = device_ids
         self.checkpoint.put(record)
         log.info("claim %s/%s (%s) prepared", record.namespace, record.name, record.uid)
         return list(record.cdi_devices)
@@ -494,13 +497,15 @@ class DeviceState:
     ) -> cdi.ClaimEdits:
         visible = gpu_uuids + [m.uuid for m in migs]
         parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
-        nodes = [f"/dev/nvidia{g.minor}" for g in dict.fromkeys(parents) if g is not None]
+        # Checked present on the host: a missing node fails the prepare, naming it.
+        driver = self.cdi.driver
+        nodes = [
+            n for g in dict.fromkeys(parents) if g is not None for n in driver.gpu_nodes(g.minor)
+        ]
         for mig in migs:
             parent = self._gpu(mig.parent_uuid)
             assert parent is not None  # checked when planned
-            nodes += cdi.mig_capability_nodes(
-                self.proc_root, minor=parent.minor, gi_id=mig.gi_id, ci_id=mig.ci_id
-            )
+            nodes += driver.mig_nodes(minor=parent.minor, gi_id=mig.gi_id, ci_id=mig.ci_id)
         env = {
             "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
             "DRASAT_CLAIM_UID": record.uid,
@@ -521,9 +526,8 @@ class DeviceState:
                 env["DRASAT_GPU_SHARE_MEMORY"] = str(to_bytes(allocation.share.memory))
         if not visible:
             return cdi.ClaimEdits(env=env)
-        return cdi.ClaimEdits(
-            env=env, device_nodes=(*cdi.CONTROL_DEVICES, *nodes), mounts=tuple(mounts)
-        )
+        # The control nodes and the driver's files are every spec's (cdi.CdiWriter adds them).
+        return cdi.ClaimEdits(env=env, device_nodes=tuple(nodes), mounts=tuple(mounts))
 
     # -- per-GPU settings (reference-counted holds) ------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
 from drasat.cli.envflags import env_flag as _env_flag
-from drasat.nodeplugin import app, plugin, registration, state
+from drasat.nodeplugin import app, cdi, plugin, registration, state
 
 
 def register(subparsers: Any) -> None:
@@ -51,14 +51,48 @@ def register(subparsers: Any) -> None:
     )
     add(
         "--driver-root",
-        default=_env("DRIVER_ROOT", "/"),
-        help="where the NVIDIA driver is installed on the host (CDI hostPath prefix; default /)",
+        default=_env("DRIVER_ROOT", ""),
+        help="where the NVIDIA driver is installed on the host: its libraries, binaries and "
+        "firmware go into the CDI specs under this hostPath (default /; with --simulate-gpus: "
+        "none, the specs carry device nodes and environment only)",
     )
     add(
         "--dev-root",
         default=_env("DEV_ROOT", ""),
         help="host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the "
         "driver root)",
+    )
+    add(
+        "--container-driver-root",
+        default=_env("CONTAINER_DRIVER_ROOT", ""),
+        help="where this process reads the driver root, e.g. /driver-root in the Helm chart's "
+        "pod (default: the driver root's host path)",
+    )
+    add(
+        "--container-dev-root",
+        default=_env("CONTAINER_DEV_ROOT", ""),
+        help="where this process reads the dev root's dev/ nodes (default: the dev root)",
+    )
+    add(
+        "--cdi-mode",
+        choices=[m.value for m in cdi.CdiMode],
+        default=_env("CDI_MODE", "drasat"),
+        help="drasat: claim specs carry the driver's files and hooks (default); toolkit: the "
+        "node's NVIDIA container toolkit spec (nvidia.com/gpu) does, and the kubelet gets its "
+        "device names beside the claim's",
+    )
+    add(
+        "--cdi-hook-path",
+        default=_env("CDI_HOOK_PATH", cdi.HOOK_PATH),
+        help=f"the host's nvidia-cdi-hook for the specs' hooks (default {cdi.HOOK_PATH}; "
+        "'': no hooks)",
+    )
+    add(
+        "--toolkit-spec-dir",
+        action="append",
+        default=None,
+        help="with --cdi-mode toolkit: a folder of the toolkit's CDI specs (repeatable; default "
+        "/etc/cdi and /var/run/cdi)",
     )
     add(
         "--state-dir",
@@ -129,6 +163,13 @@ def options(args: argparse.Namespace) -> app.Options:
         registry_dir=Path(args.kubelet_registry_dir),
         driver_root=args.driver_root,
         dev_root=args.dev_root,
+        driver_root_mount=args.container_driver_root,
+        dev_root_mount=args.container_dev_root,
+        cdi_mode=cdi.CdiMode(args.cdi_mode),
+        cdi_hook_path=args.cdi_hook_path,
+        toolkit_spec_dirs=tuple(
+            Path(d) for d in args.toolkit_spec_dir or ("/etc/cdi", "/var/run/cdi")
+        ),
         state_dir=Path(args.state_dir),
         kubelet_api=registration.KubeletApi(args.kubelet_api),
         orphans=state.OrphanPolicy(args.orphan_mig),

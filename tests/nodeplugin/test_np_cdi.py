@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import fakedriver
 import jsonschema
 import pytest
 from npfixtures import gpu_allocation, mig_allocation, ref
@@ -52,7 +53,30 @@ _EDITS = {
                 },
             },
         },
-        "hooks": {"type": "array"},
+        "hooks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["hookName", "path"],
+                "properties": {
+                    "hookName": {
+                        "enum": [
+                            "prestart",
+                            "createRuntime",
+                            "createContainer",
+                            "startContainer",
+                            "poststart",
+                            "poststop",
+                        ]
+                    },
+                    "path": {"type": "string", "pattern": "^/"},
+                    "args": _STRINGS,
+                    "env": {"type": "array", "items": {"type": "string", "pattern": "^[^=]+=.*$"}},
+                    "timeout": {"type": "integer"},
+                },
+            },
+        },
         "additionalGids": {"type": "array", "items": {"type": "integer"}},
         "intelRdt": {"type": "object"},
     },
@@ -99,8 +123,9 @@ def test_schema_rejects_a_broken_spec() -> None:
 
 
 @pytest.mark.parametrize("kind", ["exclusive", "mig", "mps"])
-def test_prepared_specs_are_valid(node_factory: Any, kind: str) -> None:
-    node = node_factory("2xA100-40GB,mig=1", driver_root="/run/nvidia/driver")
+def test_prepared_specs_are_valid(node_factory: Any, short_tmp: Any, kind: str) -> None:
+    root = fakedriver.make(short_tmp / "driver")
+    node = node_factory("2xA100-40GB,mig=1", driver_root=str(root), proc_root=root / "proc")
     if kind == "mig":
         node.allocate(UID, mig_allocation(UID, node.gpu(1), "2g.10gb", 2, 2))
     else:
@@ -116,8 +141,12 @@ def test_prepared_specs_are_valid(node_factory: Any, kind: str) -> None:
     assert [d["name"] for d in spec["devices"]] == [UID]
     # a uid starting with a digit and hostPath both need 0.5.0
     assert spec["cdiVersion"] == "0.5.0"
-    host_paths = [n["hostPath"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
-    assert "/run/nvidia/driver/dev/nvidiactl" in host_paths
+    host_paths = [n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]]
+    assert f"{root}/dev/nvidiactl" in host_paths
+    assert {h["args"][1] for h in spec["containerEdits"]["hooks"]} == {
+        "create-symlinks",
+        "update-ldcache",
+    }
 
 
 def test_one_file_per_claim(node_factory: Any) -> None:
@@ -164,11 +193,12 @@ def test_letter_uid_without_host_paths_is_0_3_0() -> None:
 
 
 def test_mig_capability_nodes_from_proc(node_factory: Any, short_tmp: Any) -> None:
+    """Without a driver root (the simulated fleet) the capability nodes are still located where
+    the proc file exists, as NVIDIA's tooling reads it (not checked under a dev root)."""
     proc = short_tmp / "proc"
-    base = proc / "driver" / "nvidia" / "capabilities" / "gpu1" / "mig" / "gi1"
-    (base / "ci0").mkdir(parents=True)
-    (base / "access").write_text("DeviceFileMinor: 21\nDeviceFileMode: 292\n")
-    (base / "ci0" / "access").write_text("DeviceFileMinor: 22\nDeviceFileMode: 292\n")
+    minors = proc / "driver" / "nvidia-caps" / "mig-minors"
+    minors.parent.mkdir(parents=True)
+    minors.write_text("config 1\nmonitor 2\ngpu1/gi1/access 21\ngpu1/gi1/ci0/access 22\n")
     node = node_factory("2xA100-40GB,mig=1", proc_root=proc)
     node.allocate(UID, mig_allocation(UID, node.gpu(1), "7g.40gb", 0, 8))
     node.state.prepare(ref(UID))
