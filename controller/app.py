@@ -20,6 +20,9 @@ from drasat.controller.controller import Config, Controller, Solve, default_solv
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
+from drasat.controller.v1controller import V1Config, V1Controller
+from drasat.kube import errors
+from drasat.kube import resources as r
 from drasat.kube.client import Api, KubeClient, load_configuration
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,11 @@ class Options:
     retry_period_s: float = 2.0
     resync_s: float = 30.0
     hold_ttl_s: float = 30.0
+    #: auto (v1 when the server serves resource.k8s.io/v1 DeviceClasses), v1 or classic.
+    dra_api: str = "auto"
+    device_taint: bool = True
+    batch_window_s: float = 0.2
+    batch_max: int = 64
 
 
 def default_identity() -> str:
@@ -71,7 +79,50 @@ class App:
                 retry_period_s=options.retry_period_s,
             )
             self.elector = leader.LeaderElector(self.api, config, on_change=self._on_leading)
-        self.controller = Controller(
+        self.dra_api = self._dra_api()
+        log.info("DRA API: %s (--dra-api %s)", self.dra_api, options.dra_api)
+        self.controller: Controller | V1Controller
+        if self.dra_api == "v1":
+            self.controller = V1Controller(
+                self.api,
+                V1Config(
+                    namespace=options.namespace,
+                    batch_window_s=options.batch_window_s,
+                    batch_max=options.batch_max,
+                    resync_s=min(options.resync_s, 10.0),
+                    device_taint=options.device_taint,
+                ),
+                policy=self.policy.current,
+                poll_policy=self.policy.poll,
+                metrics=self.metrics,
+                solve=solve,
+                may_write=self._may_write,
+            )
+        else:
+            self.controller = self._classic(solve)
+        self.server: Any = None
+        self._done = threading.Event()
+        self._started = False
+
+    def _dra_api(self) -> str:
+        """auto: classic where the server still serves classic DRA (v1alpha2, Kubernetes <=
+        1.31, and the simulated API server), else v1 where it serves resource.k8s.io/v1."""
+        if self.options.dra_api != "auto":
+            return self.options.dra_api
+        for resource, answer in (
+            (r.POD_SCHEDULING_CONTEXTS, "classic"),
+            (r.DEVICE_CLASSES_V1, "v1"),
+        ):
+            try:
+                self.api.list(resource, namespace="default" if resource.namespaced else None)
+            except errors.NotFound:
+                continue
+            return answer
+        return "classic"
+
+    def _classic(self, solve: Solve) -> Controller:
+        options = self.options
+        return Controller(
             self.api,
             Config(
                 namespace=options.namespace,
@@ -85,9 +136,6 @@ class App:
             solve=solve,
             may_write=self._may_write,
         )
-        self.server: Any = None
-        self._done = threading.Event()
-        self._started = False
 
     def _policy_source(self) -> PolicySource:
         def counted(result: str) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import env_flag
 
 if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help
     from drasat.controller import app
@@ -21,9 +22,11 @@ if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it ru
 def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "controller",
-        help="run the central controller (classic DRA)",
-        description="Watch ResourceClaims and PodSchedulingContexts of driver gpu.drasat.io, "
-        "place claims with the solver, record them in NodeAllocationState and claim status.",
+        help="run the central controller (v1 or classic DRA)",
+        description="Place ResourceClaims of driver gpu.drasat.io with the solver and record "
+        "them in NodeAllocationState and claim status: on current Kubernetes (v1) for pending "
+        "pods in batches that kube-scheduler then binds; on classic DRA through "
+        "PodSchedulingContexts.",
     )
     p.add_argument(
         "--kubeconfig",
@@ -106,6 +109,33 @@ def register(subparsers: Any) -> None:
         help="seconds a tentative device choice is held for a negotiating pod",
     )
     p.add_argument(
+        "--dra-api",
+        choices=["auto", "v1", "classic"],
+        default=_env("DRA_API", "auto"),
+        help="which DRA to serve: v1 (resource.k8s.io/v1, Kubernetes 1.34+: drasat allocates, "
+        "kube-scheduler binds), classic (v1alpha2, <= 1.31), or auto from what the API server "
+        "serves (default auto)",
+    )
+    p.add_argument(
+        "--device-taint",
+        action=argparse.BooleanOptionalAction,
+        default=env_flag("DEVICE_TAINT", True),
+        help="v1: keep a DeviceTaintRule that taints every gpu.drasat.io device NoSchedule, so "
+        "kube-scheduler's own allocator leaves them to drasat (default on)",
+    )
+    p.add_argument(
+        "--batch-window",
+        type=float,
+        default=_env("BATCH_WINDOW", 0.2),
+        help="v1: seconds a cycle waits to gather pods that arrive together (default 0.2)",
+    )
+    p.add_argument(
+        "--batch-max",
+        type=int,
+        default=_env("BATCH_MAX", 64),
+        help="v1: most pods placed together in one solver call (default 64)",
+    )
+    p.add_argument(
         "--log-format",
         choices=["text", "json"],
         default=_env("LOG_FORMAT", "text"),
@@ -120,6 +150,10 @@ def options(args: argparse.Namespace) -> app.Options:
 
     if args.workers < 1:
         raise InputError("--workers must be at least 1")
+    if args.batch_max < 1:
+        raise InputError("--batch-max must be at least 1")
+    if not 0 <= args.batch_window <= 60:
+        raise InputError("--batch-window must be between 0 and 60 seconds")
     if not args.renew_deadline < args.lease_duration:
         raise InputError("--renew-deadline must be shorter than --lease-duration")
     return app.Options(
@@ -140,6 +174,10 @@ def options(args: argparse.Namespace) -> app.Options:
         retry_period_s=args.retry_period,
         resync_s=args.resync_period,
         hold_ttl_s=args.hold_ttl,
+        dra_api=args.dra_api,
+        device_taint=args.device_taint,
+        batch_window_s=args.batch_window,
+        batch_max=args.batch_max,
     )
 
 

@@ -73,6 +73,10 @@ POD_SCHEDULING_CONTEXTS = Resource(
 # Current DRA (Kubernetes 1.34+).
 DRA_V1 = "v1"
 RESOURCE_CLAIMS_V1 = Resource(DRA_GROUP, DRA_V1, "resourceclaims", "ResourceClaim")
+DEVICE_CLASSES_V1 = Resource(DRA_GROUP, DRA_V1, "deviceclasses", "DeviceClass", namespaced=False)
+DEVICE_TAINT_RULES_V1 = Resource(
+    DRA_GROUP, DRA_V1, "devicetaintrules", "DeviceTaintRule", namespaced=False
+)
 
 
 def nas(group: str = groups.NAS_GROUP) -> Resource:

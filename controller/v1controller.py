@@ -1,0 +1,564 @@
+"""The v1 allocation loop: drasat's controller places `resource.k8s.io/v1` claims with the solver
+and kube-scheduler binds the pods.
+
+One thread runs cycles; informers wake it. A cycle:
+
+1. settles the ledger (the NAS `allocatedClaims`) with the claims, whose status is the truth:
+   entries of claims that are gone, no longer allocated (the scheduler's PostFilter or the
+   resourceclaim controller cleared them) or allocated elsewhere are removed; allocated claims
+   missing from the ledger are written back (a restart, a lost write); a claim being deleted
+   loses our finalizer once nothing holds it. A deallocation of a claim this process wrote marks
+   the node unsuitable for the claim's pods for `unsuitable_ttl_s`, with the scheduler's reason;
+2. gathers the pending pods with unallocated claims of ours (after a short window, at most
+   `batch_max`) and places them together in one `drasat.v1.allocate` call;
+3. writes each placed claim: our finalizer, the ledger entry (re-checked against the fresh NAS:
+   never a device to two claims), then `status.allocation` (optimistic concurrency: a claim
+   changed meanwhile is left to the next cycle; one allocated by someone else meanwhile gets its
+   ledger entry removed again);
+4. tells the pods that fit nowhere why, with a Warning Event on the pod and its claims (the same
+   text once per `EventRecorder` ttl).
+
+With `device_taint`, a DeviceTaintRule taints every device of our driver NoSchedule, so
+kube-scheduler's own allocator never hands them out; this controller's allocations are honoured
+as the scheduler does not look at taints for an allocated claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from drasat import v1
+from drasat.api.groups import DRIVER_NAME
+from drasat.api.nas import AllocatedDevices
+from drasat.api.policy import AllocationPolicySpec
+from drasat.controller import allocation, nodes, v1inputs
+from drasat.controller.metrics import Metrics
+from drasat.kube import errors, informer
+from drasat.kube import nas as nas_api
+from drasat.kube import resources as r
+from drasat.kube.client import Api, Obj
+from drasat.kube.events import EventRecorder
+from drasat.solver import Mode, Problem, Solution, SolveParams
+from drasat.solver.cache import SolverCache
+
+log = logging.getLogger(__name__)
+
+Solve = Callable[[Problem, SolveParams], Solution]
+
+TAINT_RULE = "drasat-allocator"
+TAINT_KEY = f"{DRIVER_NAME}/allocator"
+TAINT_VALUE = "drasat"
+REASON_REFUSED = "NotAllocatable"
+
+
+def taint_rule() -> Obj:
+    """The DeviceTaintRule that keeps kube-scheduler's allocator off every device of ours."""
+    return {
+        "apiVersion": r.DEVICE_TAINT_RULES_V1.api_version,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": TAINT_RULE, "labels": {"app.kubernetes.io/managed-by": "drasat"}},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER_NAME},
+            "taint": {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class V1Config:
+    namespace: str = "drasat"
+    #: How long a cycle waits after the first event, to gather pods that arrive together.
+    batch_window_s: float = 0.2
+    #: The most pods one cycle places (the rest go to the next cycle).
+    batch_max: int = 64
+    #: A cycle runs at least this often (settles the ledger, retries the refused).
+    resync_s: float = 10.0
+    #: How long a node stays unsuitable for a pod after the scheduler gave its claim back.
+    unsuitable_ttl_s: float = 60.0
+    device_taint: bool = True
+    policy_poll_s: float = 5.0
+    nas_attempts: int = 8
+    watch_timeout_s: int = 30
+    component: str = "drasat-controller"
+    #: Solver mode of a cycle: batch places the cycle's pods in one model.
+    mode: Mode = Mode.batch
+    time_limit_s: float | None = None
+
+
+@dataclass
+class _Written:
+    """A claim this process allocated: where, and the status version it wrote."""
+
+    node: str
+    version: str
+    pods: set[str] = field(default_factory=set)
+
+
+def _newer(a: str, b: str) -> bool:
+    try:
+        return int(a) > int(b)
+    except ValueError:
+        return a != b
+
+
+class V1Controller:
+    def __init__(
+        self,
+        api: Api,
+        config: V1Config | None = None,
+        *,
+        policy: Callable[[], AllocationPolicySpec] = AllocationPolicySpec,
+        poll_policy: Callable[[], bool] = lambda: False,
+        metrics: Metrics | None = None,
+        solve: Solve | None = None,
+        may_write: Callable[[], bool] = lambda: True,
+        recorder: EventRecorder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.config = config or V1Config()
+        self._policy = policy
+        self._poll_policy = poll_policy
+        self.metrics = metrics or Metrics()
+        self._solve = solve
+        self._may_write = may_write
+        self._clock = clock
+        self.recorder = recorder or EventRecorder(api, component=self.config.component)
+        self.solver_cache = SolverCache()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._written: dict[str, _Written] = {}
+        self._nas_written: dict[str, Obj] = {}
+        #: pod key -> node -> (until, reason).
+        self._unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
+        #: pod key -> the last explanation (what `drasat explain` would print).
+        self.explanations: dict[str, str] = {}
+        self.cycles = 0
+        timeout = self.config.watch_timeout_s
+
+        def make(resource: r.Resource, **kw: Any) -> informer.Informer:
+            return informer.Informer(
+                api, resource, handler=self._on_event, watch_timeout_s=timeout, **kw
+            )
+
+        self.claims = make(r.RESOURCE_CLAIMS_V1)
+        self.classes = make(r.DEVICE_CLASSES_V1)
+        self.pods = make(r.PODS)
+        self.nodes = make(r.NODES)
+        self.nas = make(r.NAS, namespace=self.config.namespace)
+        self._informers = [self.classes, self.nodes, self.nas, self.claims, self.pods]
+
+    # Life cycle.
+    def start(self, *, sync_timeout_s: float = 30.0) -> None:
+        self._poll_policy()
+        if self.config.device_taint:
+            self.ensure_taint_rule()
+        for inf in self._informers:
+            inf.start()
+        for inf in self._informers:
+            if not inf.wait_synced(sync_timeout_s):
+                log.warning("%s not synced after %.0fs", inf.resource.plural, sync_timeout_s)
+        self._thread = threading.Thread(target=self._loop, name="v1-cycles", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for inf in self._informers:
+            inf.stop_soon()
+        for inf in self._informers:
+            inf.stop()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @property
+    def ready(self) -> bool:
+        return all(inf.synced for inf in self._informers)
+
+    def _on_event(self, kind: str, obj: Obj) -> None:
+        self._wake.set()
+
+    def ensure_taint_rule(self) -> None:
+        """Create or restore the DeviceTaintRule; a server without the kind is logged, not
+        fatal (kube-scheduler may then allocate our devices first: docs/INSTALL.md)."""
+        wanted = taint_rule()
+        try:
+            current = self.api.get(r.DEVICE_TAINT_RULES_V1, TAINT_RULE)
+        except errors.NotFound:
+            try:
+                self.api.create(r.DEVICE_TAINT_RULES_V1, wanted)
+                log.info("created DeviceTaintRule %s (%s:NoSchedule on every %s device)",
+                         TAINT_RULE, TAINT_KEY, DRIVER_NAME)  # fmt: skip
+            except errors.KubeError as error:
+                log.error("cannot create DeviceTaintRule %s: %s", TAINT_RULE, error)
+            return
+        except errors.KubeError as error:
+            log.error(
+                "cannot read DeviceTaintRule %s (%s): kube-scheduler's allocator may take "
+                "drasat's devices; see docs/INSTALL.md", TAINT_RULE, error,
+            )  # fmt: skip
+            return
+        if current.get("spec", {}).get("taint", {}).get("key") != TAINT_KEY or (
+            current.get("spec", {}).get("deviceSelector") != wanted["spec"]["deviceSelector"]
+        ):
+            current["spec"] = wanted["spec"]
+            self.api.replace(r.DEVICE_TAINT_RULES_V1, current)
+            log.warning("restored DeviceTaintRule %s", TAINT_RULE)
+
+    def _loop(self) -> None:
+        last_policy = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(self.config.resync_s)
+            if self._stop.is_set():
+                return
+            time.sleep(self.config.batch_window_s)
+            self._wake.clear()
+            now = self._clock()
+            if now - last_policy >= self.config.policy_poll_s:
+                last_policy = now
+                try:
+                    self._poll_policy()
+                except Exception:
+                    log.exception("policy poll failed")
+            if not self._may_write():
+                continue
+            try:
+                more = self.cycle()
+            except Exception:  # one bad cycle never stops the loop
+                log.exception("allocation cycle failed; retrying")
+                more = True
+                self._stop.wait(1.0)
+            if more:
+                self._wake.set()
+
+    # One cycle.
+    def snapshot(self) -> v1inputs.Snapshot:
+        claims = {informer.key_of(c): c for c in self.claims.items()}
+        parsed = {}
+        for obj in self.nas.items():
+            name = str(obj["metadata"]["name"])
+            mine = self._nas_written.get(name)
+            if mine is not None:
+                if _newer(str(mine["metadata"].get("resourceVersion", "")),
+                          str(obj["metadata"].get("resourceVersion", ""))):  # fmt: skip
+                    obj = mine
+                else:
+                    del self._nas_written[name]
+            found = nodes.parse(obj)
+            parsed[found.node.name] = found
+        now = self._clock()
+        unsuitable: dict[str, dict[str, str]] = {}
+        for pod, by_node in list(self._unsuitable.items()):
+            live = {n: why for n, (until, why) in by_node.items() if until > now}
+            if live:
+                unsuitable[pod] = live
+            else:
+                del self._unsuitable[pod]
+        return v1inputs.Snapshot(
+            pods=self.pods.items(),
+            claims=claims,
+            classes=v1inputs.our_classes(self.classes.items()),
+            nodes={str(n["metadata"]["name"]): n for n in self.nodes.items()},
+            nas=parsed,
+            unsuitable=unsuitable,
+        )
+
+    def cycle(self) -> bool:
+        """One cycle; True when pods were left for the next one (the batch cap)."""
+        self.cycles += 1
+        snapshot = self.snapshot()
+        if self.settle(snapshot):
+            snapshot = self.snapshot()
+        pending, waiting = v1inputs.pending_pods(snapshot, limit=self.config.batch_max)
+        self.metrics.pending_claims.set(sum(len(p.claims) for p in pending))
+        for key, why in waiting.items():
+            log.debug("%s waits: %s", key, why)
+        if not pending:
+            return False
+        self._place(snapshot, pending)
+        return len(pending) >= self.config.batch_max
+
+    def _place(self, snapshot: v1inputs.Snapshot, pending: list[v1inputs.Pending]) -> None:
+        params = SolveParams(
+            mode=self.config.mode,
+            time_limit_s=self.config.time_limit_s,
+            cache=self.solver_cache,
+        )
+        started = time.perf_counter()
+        outcome = v1.allocate(
+            v1inputs.node_inputs(snapshot),
+            [p.input for p in pending],
+            snapshot.classes,
+            policy=self._policy(),
+            params=params,
+            solve=self._solve,
+        )
+        elapsed = time.perf_counter() - started
+        self.metrics.solver_seconds.labels("v1-cycle").observe(elapsed)
+        for solution in outcome.solutions:
+            self.metrics.solves.labels("v1-cycle", solution.status.value).inc()
+        log.info(
+            "cycle %d: %d pods, %d placed, %d refused in %.3fs (%s)",
+            self.cycles, len(pending), len(outcome.placed), len(outcome.refused), elapsed,
+            ", ".join(s.optimality_text() for s in outcome.solutions) or "no solve",
+        )  # fmt: skip
+        by_key = {p.input.key: p for p in pending}
+        for pod_key, node in outcome.placed.items():
+            item = by_key[pod_key]
+            mine = [outcome.allocations[c["metadata"]["uid"]] for c in item.claims
+                    if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
+            try:
+                self._write(item, node, mine, snapshot)
+                self.explanations.pop(pod_key, None)
+            except errors.KubeError as error:
+                log.info("%s: write on %s not done (%s); next cycle", pod_key, node, error)
+                self.metrics.failures.labels("Conflict").inc()
+                self._wake.set()
+        for pod_key, reasons in outcome.refused.items():
+            self._refused(by_key[pod_key], reasons)
+
+    def _write(
+        self,
+        item: v1inputs.Pending,
+        node: str,
+        claims: list[v1.ClaimAllocation],
+        snapshot: v1inputs.Snapshot,
+    ) -> None:
+        by_uid = {c["metadata"]["uid"]: c for c in item.claims}
+        for placed in claims:
+            by_uid[placed.uid] = self._ensure_finalizer(by_uid[placed.uid])
+        ledger: dict[str, AllocatedDevices] = {}
+        for placed in claims:
+            ledger.update(placed.ledger)
+        self._add_to_ledger(node, ledger)
+        for placed in claims:
+            self._write_status(by_uid[placed.uid], placed, item)
+
+    def _ensure_finalizer(self, claim: Obj) -> Obj:
+        if allocation.has_finalizer(claim):
+            return claim
+        meta = claim["metadata"]
+        patch = {
+            "metadata": {
+                "finalizers": allocation.finalizers_with(claim),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        return self.api.patch(
+            r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"]
+        )
+
+    def _add_to_ledger(self, node: str, ledger: Mapping[str, AllocatedDevices]) -> None:
+        def mutate(obj: Obj) -> Obj | None:
+            fresh = nodes.parse(obj).node.nas.allocatedClaims
+            for key, entry in ledger.items():
+                if key in fresh:
+                    continue
+                # Shares beside shares are the solver's to count (compute and memory sums);
+                # anything else touching the same GPU or MIG slices is a clash.
+                others = {
+                    k: v
+                    for k, v in fresh.items()
+                    if v.claimInfo.uid != entry.claimInfo.uid
+                    and not (v.share is not None and entry.share is not None)
+                }
+                clash = allocation.conflicts(others, entry)
+                if clash:
+                    raise errors.Conflict(
+                        f"devices of {key} on {node} are held by {', '.join(clash)}", status=409
+                    )
+            return allocation.nas_with(obj, dict(ledger))
+
+        written = nas_api.update(
+            self.api,
+            namespace=self.config.namespace,
+            node=node,
+            mutate=mutate,
+            attempts=self.config.nas_attempts,
+            on_conflict=self.metrics.nas_conflicts.inc,
+        )
+        self._remember_nas(written)
+
+    def _write_status(self, claim: Obj, placed: v1.ClaimAllocation, item: v1inputs.Pending) -> None:
+        meta = claim["metadata"]
+        for _ in range(3):
+            if v1inputs.is_allocated(claim):
+                if v1inputs.allocated_node(claim) != placed.node:
+                    self._remove_from_ledger(placed.node, set(placed.ledger))
+                    there = v1inputs.allocated_node(claim)
+                    ref = v1inputs.claim_ref(claim)
+                    log.warning(
+                        "%s was allocated on %s meanwhile; ledger entry removed", ref, there
+                    )
+                return
+            body = dict(claim)
+            body["status"] = {**(claim.get("status") or {}), "allocation": placed.allocation}
+            try:
+                written = self.api.replace_status(r.RESOURCE_CLAIMS_V1, body)
+            except errors.Conflict:
+                claim = self.api.get(
+                    r.RESOURCE_CLAIMS_V1, meta["name"], namespace=meta["namespace"]
+                )
+                if claim["metadata"].get("uid") != meta.get("uid"):
+                    self._remove_from_ledger(placed.node, set(placed.ledger))
+                    return
+                continue
+            version = str(written["metadata"].get("resourceVersion", ""))
+            self._written[placed.uid] = _Written(placed.node, version, {item.input.key})
+            self.metrics.allocations.inc()
+            where = {"claim": v1inputs.claim_ref(claim), "uid": placed.uid, "node": placed.node}
+            log.info("allocated %s on %s for %s", where["claim"], placed.node, item.input.key,
+                     extra=where)  # fmt: skip
+            return
+        raise errors.Conflict(f"{v1inputs.claim_ref(claim)} kept changing", status=409)
+
+    def _refused(self, item: v1inputs.Pending, reasons: tuple[str, ...]) -> None:
+        text = explanation(item, reasons)
+        self.explanations[item.input.key] = text
+        self.metrics.failures.labels("Unsuitable").inc()
+        self.recorder.warning(item.pod, REASON_REFUSED, text)
+        for claim in item.claims:
+            self.recorder.warning(claim, REASON_REFUSED, f"pod {item.input.key}: {text}")
+
+    # The ledger.
+    def settle(self, snapshot: v1inputs.Snapshot) -> bool:
+        """Bring the ledger in line with the claims' status; True when anything was written."""
+        by_uid = {str(c["metadata"].get("uid")): c for c in snapshot.claims.values()}
+        changed = False
+        for name, parsed in snapshot.nas.items():
+            stale: set[str] = set()
+            for key, entry in parsed.node.nas.allocatedClaims.items():
+                uid = entry.claimInfo.uid
+                claim = by_uid.get(uid)
+                if self._holds(claim, uid, name):
+                    continue
+                stale.add(key)
+                self._given_back(uid, name, claim, snapshot)
+            if stale:
+                self._remove_from_ledger(name, stale)
+                self.metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
+                changed = True
+        for claim in by_uid.values():
+            if not v1inputs.is_ours(claim, snapshot.classes):
+                continue
+            if v1inputs.is_allocated(claim):
+                changed |= self._restore(claim, snapshot)
+            if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
+                changed |= self._release(claim, snapshot)
+        return changed
+
+    def _holds(self, claim: Obj | None, uid: str, node: str) -> bool:
+        """Whether a ledger entry on `node` for claim `uid` is still held."""
+        written = self._written.get(uid)
+        if claim is None:
+            return False
+        version = str(claim["metadata"].get("resourceVersion", ""))
+        if written is not None and written.node == node and _newer(written.version, version):
+            return True  # the cache has not seen our status write yet
+        if not v1inputs.is_allocated(claim):
+            return False
+        return v1inputs.allocated_node(claim) == node and _ours(claim)
+
+    def _given_back(
+        self, uid: str, node: str, claim: Obj | None, snapshot: v1inputs.Snapshot
+    ) -> None:
+        """A claim this process allocated lost its allocation while it still exists: the
+        scheduler could not bind its pods there. Remember that node for those pods."""
+        written = self._written.pop(uid, None)
+        if written is None or claim is None or claim["metadata"].get("deletionTimestamp"):
+            return
+        for pod_key in written.pods:
+            reason = _scheduler_reason(snapshot, pod_key)
+            until = self._clock() + self.config.unsuitable_ttl_s
+            self._unsuitable.setdefault(pod_key, {})[node] = (until, reason)
+            log.info("%s: claim %s was given back on %s (%s); trying elsewhere",
+                     pod_key, v1inputs.claim_ref(claim), node, reason)  # fmt: skip
+
+    def _restore(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+        node, entries = v1inputs.ledger_of(claim, snapshot)
+        parsed = snapshot.nas.get(node or "")
+        if node is None or parsed is None or not entries:
+            return False
+        missing = {k: v for k, v in entries.items() if k not in parsed.node.nas.allocatedClaims}
+        if not missing:
+            return False
+        self._add_to_ledger(node, missing)
+        self.metrics.repairs.labels("nas-rewritten").inc()
+        log.info("ledger of %s: restored %s from its status", node, v1inputs.claim_ref(claim))
+        return True
+
+    def _release(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+        """A claim being deleted: once no pod holds it, its ledger entries go, then our
+        finalizer."""
+        if v1inputs.reserved_pods(claim):
+            return False
+        uid = str(claim["metadata"].get("uid"))
+        for name, parsed in snapshot.nas.items():
+            keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid == uid}
+            if keys:
+                self._remove_from_ledger(name, keys)
+        meta = claim["metadata"]
+        patch = {
+            "metadata": {
+                "finalizers": allocation.finalizers_without(claim),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        try:
+            self.api.patch(r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"])
+        except (errors.NotFound, errors.Conflict):
+            return False
+        self._written.pop(uid, None)
+        log.info("released %s", v1inputs.claim_ref(claim))
+        return True
+
+    def _remove_from_ledger(self, node: str, keys: set[str]) -> None:
+        try:
+            written = nas_api.update(
+                self.api,
+                namespace=self.config.namespace,
+                node=node,
+                mutate=lambda obj: allocation.nas_without(obj, keys),
+                attempts=self.config.nas_attempts,
+                on_conflict=self.metrics.nas_conflicts.inc,
+            )
+        except errors.NotFound:
+            return
+        self._remember_nas(written)
+
+    def _remember_nas(self, obj: Obj) -> None:
+        """Our own NAS writes count from the moment they are written, not when the informer
+        sees them: the next cycle must not hand out a device this one just wrote down."""
+        self._nas_written[str(obj["metadata"]["name"])] = obj
+
+
+def _ours(claim: Obj) -> bool:
+    allocation_status = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation_status.get("devices") or {}).get("results") or []
+    return any(result.get("driver") == DRIVER_NAME for result in results)
+
+
+def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:
+    pod = next((p for p in snapshot.pods if v1inputs.pod_key(p) == pod_key), None)
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "unschedulable")
+    return "the scheduler gave the claim back"
+
+
+def explanation(item: v1inputs.Pending, reasons: tuple[str, ...]) -> str:
+    """Why a pod fits nowhere: the solver's reasons, then the nodes left out before solving."""
+    parts = list(dict.fromkeys(reasons))
+    by_reason: dict[str, list[str]] = {}
+    for node, why in sorted(item.excluded.items()):
+        by_reason.setdefault(why, []).append(node)
+    for why, found in by_reason.items():
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        parts.append(f"{why} (node {shown})")
+    return "; ".join(parts) or "no node with drasat's devices"
