@@ -1,23 +1,26 @@
-"""The `--cluster` input: NodeAllocationState objects (ours or NVIDIA's) or a compact `Cluster`.
+"""The `--cluster` input: NodeAllocationState objects (ours or NVIDIA's), a compact `Cluster`, or
+ResourceSlices and Nodes (`resource.k8s.io/v1`, drasat's or NVIDIA's driver; `v1cluster`).
 
-`kubectl get nas -A -o yaml` prints a `List`; hand-written files are multi-document YAML; both may
-be mixed with compact descriptions, which the catalog expands. A NodeAllocationState whose status
-is NotReady makes its node unsuitable for every claim; one without a status is taken as Ready
+`kubectl get nas -A -o yaml` and `kubectl get resourceslices,nodes -o yaml` print a `List`;
+hand-written files are multi-document YAML; all may be mixed with compact descriptions, which the
+catalog expands. A NodeAllocationState whose status is NotReady (or a Node whose Ready condition
+is not True) makes its node unsuitable for every claim; one without a status is taken as Ready
 (hand-written objects rarely carry one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from drasat import loading
 from drasat.api import catalog, cluster, groups, limits
 from drasat.api.errors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
-from drasat.whatif import inventory
+from drasat.v1 import devices as v1devices
+from drasat.whatif import inventory, v1cluster
 from drasat.whatif.inventory import Ignored
 
 M = TypeVar("M", NodeAllocationState, cluster.Cluster)
@@ -29,6 +32,21 @@ class ClusterNodes:
     nas: tuple[NodeAllocationState, ...]
     states: tuple[NodeState, ...]
     ignored: tuple[Ignored, ...]
+    #: Devices of nodes read from ResourceSlices, as their driver published them, by node
+    #: (other nodes publish what drasat's node plugin would: `published`).
+    #: (node -> drasat's device name -> device; `api.devicemodel.names`).
+    devices: Mapping[str, Mapping[str, v1devices.Published]] = field(default_factory=dict)
+    #: The Node objects given, by name.
+    node_objects: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    #: Counter sets of the slices read: (driver, pool, set) -> counter -> value.
+    counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]] = field(default_factory=dict)
+
+    def published(self, node: str) -> tuple[v1devices.Published, ...]:
+        """What the node publishes: the slices read, or drasat's device model of its NAS."""
+        if node in self.devices:
+            return tuple(self.devices[node].values())
+        state = next(s for s in self.states if s.name == node)
+        return tuple(v1devices.drasat_devices(node, state.nas))
 
     def offered_profiles(self) -> frozenset[str]:
         """MIG profiles published by a node or offered by the catalog for a GPU in the cluster."""
@@ -81,7 +99,11 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
     found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []
     ignored: list[Ignored] = []
     most = loading.env_limit("DRASAT_MAX_NODES", limits.MAX_NODES)
+    v1 = v1cluster.load(documents)
+    ignored.extend(v1.ignored)
     for document in documents:
+        if v1cluster.is_v1_cluster_document(document.data):
+            continue
         api_version = str(document.data.get("apiVersion", ""))
         kind = document.data.get("kind")
         group = groups.group_of(api_version)
@@ -105,15 +127,30 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
         else:
             what = where.removeprefix(f"{document.where}: ")
             ignored.append(Ignored(document.where, what, "not a NodeAllocationState or Cluster"))
-    if not found:
+    if not found and not v1.nodes:
         where = source or (documents[0].source if documents else "--cluster")
         raise InputError(
-            "no nodes: expected NodeAllocationState objects or a Cluster description",
+            "no nodes: expected NodeAllocationState objects, a Cluster description, or "
+            "ResourceSlices and Nodes (kubectl get resourceslices,nodes -o yaml)",
             where=where,
         )
+    _check_total(len(found) + len(v1.nodes), most, source or "--cluster")
+    found += [(f"node {n.name} (from ResourceSlices)", n.nas, None) for n in v1.nodes]
     _check_unique([(w, n) for w, n, _ in found])
-    states = tuple(_state(nas, expanded) for _, nas, expanded in found)
-    return ClusterNodes(tuple(n for _, n, _ in found), states, tuple(ignored))
+    read = {n.name: n for n in v1.nodes}
+    states = tuple(
+        read[nas.metadata.name].state if expanded is None and nas.metadata.name in read
+        else _state(nas, expanded)
+        for _, nas, expanded in found
+    )  # fmt: skip
+    return ClusterNodes(
+        tuple(n for _, n, _ in found),
+        states,
+        tuple(ignored),
+        devices={n.name: n.devices for n in v1.nodes},
+        node_objects={n.name: n.node for n in v1.nodes if n.node is not None},
+        counter_sets=v1.counter_sets,
+    )
 
 
 def _check_total(nodes: int, most: int, where: str) -> None:

@@ -30,7 +30,7 @@ other drivers' slices are listed as ignored. This is a purely computational modu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +52,7 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.solver.problem import NodeState
+from drasat.v1.devices import FALLBACK, GPU, MIG, Published
 from drasat.whatif import v1kinds
 from drasat.whatif.inventory import Ignored, located
 
@@ -71,24 +72,6 @@ MiB = 2**20
 
 
 @dataclass(frozen=True)
-class SourceDevice:
-    """A device as its driver published it."""
-
-    driver: str
-    pool: str
-    name: str
-    #: The device in v1's shape (attributes, capacity, counters, taints), for CEL and output.
-    device: Obj
-    #: What it is in the solver's terms: `gpu` (whole), `mig` or `cpu-fallback`
-    #: (`api.devicemodel.devices.TYPE_*`); the GPU's UUID (a MIG device's parent's), and a MIG
-    #: device's profile and first memory slice.
-    kind: str = devices.TYPE_GPU
-    gpu_uuid: str | None = None
-    profile: str | None = None
-    start: int | None = None
-
-
-@dataclass(frozen=True)
 class V1Node:
     name: str
     nas: NodeAllocationState
@@ -96,7 +79,7 @@ class V1Node:
     #: The Node object when one was given.
     node: Obj | None
     #: drasat's device name (`api.devicemodel.names`) -> the device it stands for.
-    devices: Mapping[str, SourceDevice]
+    devices: Mapping[str, Published]
 
 
 @dataclass(frozen=True)
@@ -105,14 +88,6 @@ class V1Cluster:
     ignored: tuple[Ignored, ...] = ()
     #: (driver, pool, counter set name) -> counter -> value, for checks of an allocation.
     counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]] = field(default_factory=dict)
-
-    def locate(self, driver: str, pool_name: str, device: str) -> tuple[str, str] | None:
-        """(node, drasat's device name) of a published device; None when there is none."""
-        for node in self.nodes:
-            for name, source in node.devices.items():
-                if (source.driver, source.pool, source.name) == (driver, pool_name, device):
-                    return node.name, name
-        return None
 
 
 def is_v1_cluster_document(data: Mapping[str, Any]) -> bool:
@@ -275,14 +250,22 @@ def _healthy(device: v1kinds.Device) -> bool:
 
 
 def _dump(device: v1kinds.Device) -> Obj:
-    return device.model_dump(mode="json", by_alias=True, exclude_none=True)
+    """The device as a dict, its capacities and counters as plain integers (`4864Mi` ->
+    `5100273664`), the form drasat's device model writes."""
+    out = device.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for name, quantity in device.capacity.items():
+        out["capacity"][name]["value"] = str(quantity.amount)
+    for i, consumption in enumerate(device.consumesCounters or []):
+        for name, quantity in consumption.counters.items():
+            out["consumesCounters"][i]["counters"][name]["value"] = str(quantity.amount)
+    return out
 
 
 @dataclass
 class _Mig:
     """One MIG device read from a slice."""
 
-    source: SourceDevice
+    source: Published
     parent_uuid: str
     minor: int
     profile: str
@@ -299,7 +282,7 @@ class _NodeReader:
         self.node = node
         self.gpus: dict[str, GpuInfo] = {}
         self.migs: list[_Mig] = []
-        self.sources: dict[str, SourceDevice] = {}
+        self.sources: dict[str, Published] = {}
         self.ignored: list[Ignored] = []
         self.where: dict[str, str] = {}
 
@@ -327,14 +310,14 @@ class _NodeReader:
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
     ) -> None:
         driver = found.driver
-        source = SourceDevice(driver, found.name, device.name, _dump(device))
+        source = Published(driver, found.name, _dump(device), kind="")
         kind = _text(device, driver, "type")
         if kind == devices.TYPE_GPU:
             self._gpu(source, device, driver, where)
         elif kind == devices.TYPE_MIG:
             self.migs.append(self._mig(source, device, driver, counter_sets))
         elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
-            self._source(names.CPU_FALLBACK, replace(source, kind=kind), where)
+            self._source(names.CPU_FALLBACK, replace(source, kind=FALLBACK), where)
         elif kind == "vfio":
             self.ignored.append(
                 Ignored(where, f"device {device.name}", "VFIO passthrough is not supported")
@@ -344,13 +327,13 @@ class _NodeReader:
                 Ignored(where, f"device {device.name}", f"type {show(kind)} is not modelled")
             )
 
-    def _source(self, name: str, source: SourceDevice, where: str) -> None:
+    def _source(self, name: str, source: Published, where: str) -> None:
         if name in self.sources:
             raise ValueError(f"the same device as {self.where[name]}")
         self.sources[name] = source
         self.where[name] = where
 
-    def _gpu(self, source: SourceDevice, device: v1kinds.Device, driver: str, where: str) -> None:
+    def _gpu(self, source: Published, device: v1kinds.Device, driver: str, where: str) -> None:
         parsed = names.parse(device.name)
         minor = _int(device, driver, "minor")
         if minor is None:
@@ -377,11 +360,11 @@ class _NodeReader:
             **_product(device, driver),
         )
         self.gpus[uuid] = gpu
-        self._source(names.gpu_name(minor), replace(source, gpu_uuid=uuid), where)
+        self._source(names.gpu_name(minor), replace(source, kind=GPU, gpu_uuid=uuid), where)
 
     def _mig(
         self,
-        source: SourceDevice,
+        source: Published,
         device: v1kinds.Device,
         driver: str,
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
@@ -405,9 +388,7 @@ class _NodeReader:
             raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
         memory = device.capacity["memory"].amount if "memory" in device.capacity else 0
         return _Mig(
-            source=replace(
-                source, kind=devices.TYPE_MIG, gpu_uuid=parent, profile=profile, start=start
-            ),
+            source=replace(source, kind=MIG, gpu_uuid=parent, profile=profile, start=start),
             parent_uuid=parent,
             minor=minor,
             profile=profile,
@@ -542,14 +523,12 @@ def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> N
     (None: unconstrained and Ready)."""
     if node is None:
         return NodeState(name=nas.metadata.name, nas=nas.spec)
-    spec = node.get("spec") if isinstance(node.get("spec"), dict) else {}
     status = node.get("status") if isinstance(node.get("status"), dict) else {}
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     if not isinstance(allocatable, dict):
         raise InputError("status.allocatable: must be a mapping", where=where)
+    # Cordons, taints, selectors and pod counts are per pod: `drasat.v1.nodefit` decides them.
     reason = ""
-    if spec.get("unschedulable"):
-        reason = "the Node is cordoned (spec.unschedulable)"
     for condition in status.get("conditions") or []:
         ready = isinstance(condition, dict) and condition.get("type") == "Ready"
         if ready and condition.get("status") != "True":
@@ -570,36 +549,6 @@ def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> N
         memory_mib=memory,
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
     )
-
-
-def untolerated_taint(node: Obj | None, tolerations: Iterable[Any]) -> str | None:
-    """The first NoSchedule/NoExecute taint of a Node that none of a pod's tolerations
-    tolerates, as `key=value:Effect`; None when the pod may run there. Pure."""
-    spec = node.get("spec") if node and isinstance(node.get("spec"), dict) else {}
-    given = [t for t in tolerations if isinstance(t, Mapping)]
-    for taint in spec.get("taints") or []:
-        if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
-            continue
-        if not any(_tolerates(t, taint) for t in given):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"{taint.get('key')}{value}:{taint.get('effect')}"
-    return None
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' ToleratesTaint: effect empty or equal; key empty (with Exists) or equal;
-    Exists ignores the value, Equal (the default) compares it."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 # The compact and NAS forms, in v1 terms.

@@ -116,6 +116,11 @@ class V1Pod:
     def key(self) -> str:
         return self.instance.key
 
+    def pending(self) -> tuple[V1Claim, ...]:
+        """Its claims without an allocation (a claim shared with another pod appears once per
+        pod)."""
+        return tuple(c for _, c in self.claims if not allocated(c.obj))
+
 
 @dataclass(frozen=True)
 class V1Workload:
@@ -125,6 +130,15 @@ class V1Workload:
     #: The DeviceClasses by name: the built-in ones, replaced by those of the manifests.
     classes: Mapping[str, Obj]
     ignored: tuple[Ignored, ...] = ()
+    #: Every pod of the input bound to a node (`spec.nodeName`), with or without claims: what
+    #: already uses the node's CPU, memory and pod slots.
+    bound: tuple[Obj, ...] = ()
+
+
+def allocated(claim: Mapping[str, Any]) -> bool:
+    """Whether a ResourceClaim's status holds an allocation."""
+    status = claim.get("status")
+    return isinstance(status, Mapping) and bool(status.get("allocation"))
 
 
 def is_v1_document(data: Mapping[str, Any]) -> bool:
@@ -174,7 +188,9 @@ def compile_v1(
                     "used by no pod in the manifests",
                 )
             )
-    return V1Workload(tuple(pods), dict(compiler.used), classes, tuple(ignored))
+    return V1Workload(
+        tuple(pods), dict(compiler.used), classes, tuple(ignored), tuple(compiler.bound)
+    )
 
 
 def _as_v1(data: Obj) -> Obj:
@@ -402,6 +418,7 @@ class _Compiler:
     used: dict[str, V1Claim] = field(default_factory=dict)
     ignored: list[Ignored] = field(default_factory=list)
     checked: set[str] = field(default_factory=set)
+    bound: list[Obj] = field(default_factory=list)
 
     def pods(self, entries: list[inventory.Entry[Any]]) -> list[V1Pod]:
         for position, child in workloads.with_children(entries).items():
@@ -421,6 +438,10 @@ class _Compiler:
         out = []
         for instance in workloads.expand(entries):
             status = statuses.get((instance.namespace, instance.name), {})
+            if instance.spec.nodeName:
+                self.bound.append(
+                    {"spec": _dump(instance.spec), "status": {"phase": instance.phase}}
+                )
             pod = self._pod(instance, status if instance.owner == "" else {})
             if pod is not None:
                 out.append(pod)

@@ -1,0 +1,198 @@
+"""A what-if run on `resource.k8s.io/v1` manifests: the cluster's nodes and published devices,
+the pods with the claims they still need, then `drasat.v1.allocate` (the translation the
+controller uses) over them.
+
+Inputs are made here and nowhere else: each node's published devices (the slices read, or what
+drasat's node plugin would publish for a NAS or compact node), its CPU and memory left after the
+pods already bound to it (`drasat.v1.nodefit`), the claims that already hold an allocation
+entered in the node's ledger (so their devices are taken), and each pod's candidate nodes (the
+scheduler's filters before DynamicResources on the Node objects given; without Node objects,
+`spec.nodeName` and `spec.nodeSelector` on the node's labels).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drasat.api.groups import DRIVER_NAME
+from drasat.api.nas import AllocatedDevices
+from drasat.api.policy import AllocationPolicySpec
+from drasat.solver.problem import Problem, Solution, SolveParams
+from drasat.v1 import Node, Outcome, PodInput, allocate, nodefit, results
+from drasat.whatif import nodes, v1manifests
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Solve = Callable[[Problem, SolveParams], Solution]
+
+
+@dataclass(frozen=True)
+class V1Result:
+    cluster: nodes.ClusterNodes
+    workload: v1manifests.V1Workload
+    outcome: Outcome
+    #: Pods no node admits before devices are considered: pod key -> why, per node.
+    blocked: Mapping[str, tuple[str, ...]]
+    solver_error: str | None = None
+
+
+def in_drasat_terms(claim: Obj, cluster: nodes.ClusterNodes) -> Obj:
+    """The claim with its allocation's results renamed to drasat's devices (driver
+    gpu.drasat.io, pool = node): how a result of NVIDIA's driver finds its GPU. Pure."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    found = (allocation.get("devices") or {}).get("results") or []
+    renamed = []
+    for result in found:
+        key = (result.get("driver"), result.get("pool"), result.get("device"))
+        place = _locate(cluster, key)
+        if place is not None:
+            node, name = place
+            result = {**result, "driver": DRIVER_NAME, "pool": node, "device": name}
+        renamed.append(result)
+    devices = {**(allocation.get("devices") or {}), "results": renamed}
+    status = {**claim["status"], "allocation": {**allocation, "devices": devices}}
+    return {**claim, "status": status}
+
+
+def _locate(cluster: nodes.ClusterNodes, key: tuple[Any, Any, Any]) -> tuple[str, str] | None:
+    """(node, drasat's device name) of a device published by a slice that was read."""
+    for node, published in cluster.devices.items():
+        for name, device in published.items():
+            if (device.driver, device.pool, device.name) == key:
+                return node, name
+    return None
+
+
+def node_inputs(cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload) -> list[Node]:
+    """Each node: capacity left after its bound pods, existing allocations in its ledger, and
+    its published devices."""
+    bound: dict[str, list[Obj]] = {}
+    for pod in workload.bound:
+        bound.setdefault(str(pod["spec"]["nodeName"]), []).append(pod)
+    ledgers: dict[str, dict[str, AllocatedDevices]] = {}
+    states = {s.name: s for s in cluster.states}
+    for claim in workload.claims.values():
+        if not v1manifests.allocated(claim.obj):
+            continue
+        renamed = in_drasat_terms(claim.obj, cluster)
+        for name, state in states.items():
+            entries = results.ledger_from_status(_only_pool(renamed, name), state.nas)
+            ledgers.setdefault(name, {}).update(entries)
+    out = []
+    for state in cluster.states:
+        node = cluster.node_objects.get(state.name)
+        if node is not None:
+            capacity = nodefit.capacity(node, bound.get(state.name, []))
+            state = dataclasses.replace(
+                state,
+                used_cpu_milli=capacity.used_cpu_milli,
+                used_memory_mib=capacity.used_memory_mib,
+            )
+        if ledgers.get(state.name):
+            allocated = {**state.nas.allocatedClaims, **ledgers[state.name]}
+            nas = state.nas.model_copy(update={"allocatedClaims": allocated})
+            state = dataclasses.replace(state, nas=nas)
+        out.append(Node(state, cluster.published(state.name)))
+    return out
+
+
+def _only_pool(claim: Obj, pool: str) -> Obj:
+    """The claim with only the results of one node's drasat pool."""
+    allocation = claim["status"]["allocation"]
+    found = [r for r in allocation["devices"].get("results") or [] if r.get("pool") == pool]
+    devices = {**allocation["devices"], "results": found}
+    return {
+        **claim,
+        "status": {**claim["status"], "allocation": {**allocation, "devices": devices}},
+    }
+
+
+def pod_inputs(
+    cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload
+) -> tuple[list[PodInput], dict[str, tuple[str, ...]]]:
+    """The pods with claims still to allocate, each with its candidate nodes; and the pods no
+    node admits, with each node's reason."""
+    out: list[PodInput] = []
+    blocked: dict[str, tuple[str, ...]] = {}
+    for pod in workload.pods:
+        pending = pod.pending()
+        if not pending:
+            continue
+        allowed, reasons = _candidates(pod, cluster)
+        if allowed == ():
+            blocked[pod.key] = reasons
+            continue
+        out.append(
+            PodInput(
+                key=pod.key,
+                namespace=pod.instance.namespace,
+                claims=tuple(c.obj for c in pending),
+                priority=pod.priority,
+                cpu_milli=pod.cpu_milli,
+                memory_mib=pod.memory_mib,
+                candidate_nodes=allowed,
+            )
+        )
+    return out, blocked
+
+
+def _candidates(
+    pod: v1manifests.V1Pod, cluster: nodes.ClusterNodes
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    spec = pod.instance.spec
+    if not cluster.node_objects:
+        allowed = nodes.matching_nodes(
+            cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
+        )
+        wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
+        wanted += [f"{k}={v}" for k, v in (spec.nodeSelector or {}).items()]
+        return allowed, (f"no node matches the pod's {', '.join(wanted)}",)
+    kept: list[str] = []
+    reasons: list[str] = []
+    for state in cluster.states:
+        node = cluster.node_objects.get(state.name)
+        why = nodefit.unfit(pod.obj, node) if node is not None else None
+        if why is None and node is None:
+            allowed = nodes.matching_nodes(
+                [state], node_name=spec.nodeName, node_selector=spec.nodeSelector
+            )
+            why = (
+                None
+                if allowed is None or allowed
+                else "no Node object and nodeName/nodeSelector do not match"
+            )
+        if why is None:
+            kept.append(state.name)
+        else:
+            reasons.append(f"{state.name}: {why}")
+    return tuple(kept), tuple(reasons)
+
+
+def run_v1(
+    cluster: nodes.ClusterNodes,
+    workload: v1manifests.V1Workload,
+    *,
+    policy: AllocationPolicySpec,
+    params: SolveParams,
+    solve: Solve,
+) -> V1Result:
+    """Allocate the pods' pending claims. A solver that raises is reported, not raised."""
+    node_list = node_inputs(cluster, workload)
+    pods, blocked = pod_inputs(cluster, workload)
+    error = None
+    try:
+        outcome = allocate(
+            node_list, pods, workload.classes, policy=policy, params=params, solve=solve
+        )
+    except Exception as failure:  # a solver bug must still end in a report, not a traceback
+        log.debug("allocation failed", exc_info=True)
+        error = f"solver failed: {type(failure).__name__}: {failure}"
+        outcome = Outcome(refused={p.key: (error,) for p in pods})
+    for key, reasons in blocked.items():
+        outcome.refused[key] = ("no node admits the pod: " + "; ".join(reasons),)
+    return V1Result(cluster, workload, outcome, blocked, error)
