@@ -23,6 +23,7 @@ from drasat.api.errors import InputError
 #: Subcommand modules of drasat.cli -> their one-line help. Each module has
 #: `register(subparsers)`, which adds its parser (with this help) and sets `func` on it.
 SUBCOMMANDS: dict[str, str] = {
+    "cdi-spec": "print the CDI spec the node plugin would write for a claim of one device",
     "controller": "run the central controller (classic DRA)",
     "crds": "print the CustomResourceDefinitions (generated from the API models)",
     "demo": "run the whole system in one process on an example and watch it work",
@@ -55,7 +56,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, text in SUBCOMMANDS.items():
         if only is None or name == only:
-            module = importlib.import_module(f"drasat.cli.{name}")
+            module = importlib.import_module(f"drasat.cli.{name.replace('-', '')}")
             module.register(subparsers)
         else:
             subparsers.add_parser(name, help=text)
