@@ -10,6 +10,7 @@ is not True) makes its node unsuitable for every claim; one without a status is 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -134,20 +135,25 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
             "ResourceSlices and Nodes (kubectl get resourceslices,nodes -o yaml)",
             where=where,
         )
-    _check_total(len(found) + len(v1.nodes), most, source or "--cluster")
-    found += [(f"node {n.name} (from ResourceSlices)", n.nas, None) for n in v1.nodes]
+    described = {nas.metadata.name for _, nas, _ in found}
+    # A Node without slices beside a NAS or compact node of its name adds what NAS lacks
+    # (`kubectl get nas,nodes`): CPU, memory, labels, taints.
+    extra = {n.name: n.node for n in v1.nodes if not n.devices and n.name in described}
+    v1_nodes = [n for n in v1.nodes if n.name not in extra]
+    _check_total(len(found) + len(v1_nodes), most, source or "--cluster")
+    found += [(f"node {n.name} (from ResourceSlices)", n.nas, None) for n in v1_nodes]
     _check_unique([(w, n) for w, n, _ in found])
-    read = {n.name: n for n in v1.nodes}
+    read = {n.name: n for n in v1_nodes}
     states = tuple(
         read[nas.metadata.name].state if expanded is None and nas.metadata.name in read
-        else _state(nas, expanded)
+        else _state(nas, expanded, extra.get(nas.metadata.name))
         for _, nas, expanded in found
     )  # fmt: skip
     return ClusterNodes(
         tuple(n for _, n, _ in found),
         states,
         tuple(ignored),
-        devices={n.name: n.devices for n in v1.nodes},
+        devices={n.name: n.devices for n in v1_nodes},
         node_objects={n.name: n.node for n in v1.nodes if n.node is not None},
         counter_sets=v1.counter_sets,
     )
@@ -186,7 +192,25 @@ def _check_unique(found: list[tuple[str, NodeAllocationState]]) -> None:
         seen[name] = where
 
 
-def _state(nas: NodeAllocationState, expanded: cluster.ExpandedNode | None) -> NodeState:
+def _state(
+    nas: NodeAllocationState,
+    expanded: cluster.ExpandedNode | None,
+    node: dict[str, Any] | None = None,
+) -> NodeState:
+    if node is not None:
+        state = v1cluster.node_state(nas, node)
+        if expanded is not None:
+            state = dataclasses.replace(
+                state,
+                cpu_milli=expanded.cpu_milli if state.cpu_milli is None else state.cpu_milli,
+                memory_mib=expanded.memory_mib if state.memory_mib is None else state.memory_mib,
+                labels=tuple(sorted({**expanded.labels, **dict(state.labels)}.items())),
+            )
+        if nas.status is NasStatus.NotReady:
+            state = dataclasses.replace(
+                state, ready=False, unready_reason="NodeAllocationState status is NotReady"
+            )
+        return state
     ready = nas.status is not NasStatus.NotReady
     return NodeState(
         name=nas.metadata.name,

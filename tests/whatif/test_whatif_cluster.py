@@ -105,20 +105,25 @@ def test_nas_list_of_both_groups_with_not_ready_and_existing_claims() -> None:
     assert loaded.offered_profiles() == frozenset()
 
 
-def test_compact_and_nas_mix_and_other_kinds_are_ignored() -> None:
+def test_compact_and_nas_mix_and_a_node_adds_to_its_nas() -> None:
     text = (
         NAS
         + "---\n"
         + (
             "apiVersion: whatif.drasat.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
             "spec: {nodes: [{name: extra, gpus: [{product: A100-40GB, mig: true}]}]}\n"
-            "---\napiVersion: v1\nkind: Node\nmetadata: {name: extra}\n"
+            "---\napiVersion: v1\nkind: Node\nmetadata: {name: extra, labels: {zone: a}}\n"
+            "status: {allocatable: {cpu: 8, memory: 1Gi}}\n"
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
         )
     )
     loaded = nodes.load(loading.parse_documents(text, "mixed.yaml"))
     assert [s.name for s in loaded.states] == ["nvidia-node", "broken", "extra"]
     assert "3g.20gb" in loaded.offered_profiles()
-    assert [i.what for i in loaded.ignored] == ["Node extra"]
+    # The Node of a compact node adds its CPU, memory and labels (kubectl get nas,nodes).
+    extra = loaded.states[2]
+    assert (extra.cpu_milli, extra.memory_mib, dict(extra.labels)) == (8000, 1024, {"zone": "a"})
+    assert [i.what for i in loaded.ignored] == ["ConfigMap x"]
 
 
 @pytest.mark.parametrize(
@@ -141,7 +146,7 @@ def test_compact_and_nas_mix_and_other_kinds_are_ignored() -> None:
             "spec: {nodes: [{name: x}]}\n",
             "c.yaml: document 2: Cluster b: node 'x' is also described at c.yaml: document 1",
         ),
-        ("apiVersion: v1\nkind: Node\nmetadata: {name: a}\n", "c.yaml: no nodes"),
+        ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", "c.yaml: no nodes"),
     ],
 )
 def test_bad_cluster_files(text: str, message: str) -> None:
