@@ -16,7 +16,10 @@ from drasat.sim import errors, kubeclient
 
 Obj = dict[str, Any]
 
-#: What is made on a pod's behalf and owned by it: claims from templates, scheduling contexts.
+#: resource.k8s.io/v1 claims, made from templates by the resourceclaim controller.
+V1_CLAIMS = ("resource.k8s.io", "v1", "resourceclaims")
+#: What the classic DRA flow makes on a pod's behalf and owns by it: claims from templates,
+#: scheduling contexts.
 DEPENDENTS = (
     ("resource.k8s.io", "v1alpha2", "resourceclaims"),
     ("resource.k8s.io", "v1alpha2", "podschedulingcontexts"),
@@ -31,13 +34,19 @@ def orphaned(obj: Obj, pod_uids: set[str]) -> bool:
     )
 
 
-def collect(client: kubeclient.KubeClient, namespaces: Iterable[str]) -> list[str]:
-    """Delete the pod-owned dependents whose pods are gone; `plural namespace/name` of each."""
+def collect(
+    client: kubeclient.KubeClient,
+    namespaces: Iterable[str],
+    *,
+    dependents: Iterable[tuple[str, str, str]] = DEPENDENTS,
+) -> list[str]:
+    """Delete the pod-owned dependents (group, version, plural) whose pods are gone;
+    `plural namespace/name` of each."""
     deleted = []
     for namespace in sorted(set(namespaces)):
         pods = client.list(kubeclient.path("", "v1", "pods", namespace=namespace))["items"]
         uids = {str(p["metadata"]["uid"]) for p in pods}
-        for group, version, plural in DEPENDENTS:
+        for group, version, plural in dependents:
             url = kubeclient.path(group, version, plural, namespace=namespace)
             for obj in client.list(url)["items"]:
                 if not orphaned(obj, uids) or obj["metadata"].get("deletionTimestamp"):

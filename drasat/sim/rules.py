@@ -156,6 +156,39 @@ def resource_claim(new: Obj, old: Obj | None) -> list[Cause]:
     return causes
 
 
+def resource_claim_v1(new: Obj, old: Obj | None) -> list[Cause]:
+    """resource.k8s.io/v1 claim invariants as 1.37 checks them (its words, per tests/contract)."""
+    causes: list[Cause] = []
+    if old is not None and new.get("spec") != old.get("spec"):
+        causes.append(("spec", "field is immutable"))
+    status = new.get("status") or {}
+    allocation = status.get("allocation")
+    reserved = status.get("reservedFor") or []
+    if reserved and not allocation:
+        causes.append(
+            ("status.reservedFor", "Forbidden: may not be specified when `allocated` is not set")
+        )
+    old_status = (old or {}).get("status") or {}
+    if reserved and allocation and new["metadata"].get("deletionTimestamp"):
+        before = {json.dumps(r, sort_keys=True) for r in old_status.get("reservedFor") or []}
+        if any(json.dumps(r, sort_keys=True) not in before for r in reserved):
+            causes.append(
+                (
+                    "status.reservedFor",
+                    "Forbidden: new entries may not be added while `deallocationRequested` or "
+                    "`deletionTimestamp` are set",
+                )
+            )
+    old_allocation = old_status.get("allocation")
+    if old_allocation and allocation and allocation != old_allocation:
+        # kube-scheduler 1.37 (DRADeviceBindingConditions) adds allocationTimestamp to an
+        # allocation without one when it reserves the claim, and meets exactly this refusal.
+        causes.append(
+            ("status.allocation", "Invalid value: null: field cannot be modified once set")
+        )
+    return causes
+
+
 def resource_class(new: Obj, old: Obj | None) -> list[Cause]:
     causes = _subdomain("driverName", new.get("driverName"))
     return causes + _parameters_ref("parametersRef", new.get("parametersRef"))
@@ -243,6 +276,7 @@ _RULES: dict[tuple[str, str], Callable[[Obj, Obj | None], list[Cause]]] = {
     ("coordination.k8s.io/v1", "Lease"): lease,
     ("v1", "Event"): event,
     ("resource.k8s.io/v1", "DeviceTaintRule"): device_taint_rule,
+    ("resource.k8s.io/v1", "ResourceClaim"): resource_claim_v1,
 }
 
 

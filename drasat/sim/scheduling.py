@@ -129,3 +129,107 @@ def owner_reference(pod: Mapping[str, Any]) -> Obj:
 def pod_reference(pod: Mapping[str, Any]) -> Obj:
     """A ResourceClaimConsumerReference for status.reservedFor."""
     return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+
+
+# --- resource.k8s.io/v1: what kube-scheduler's node filters and DRA plugin decide -------------
+
+#: ResourceClaimReservedForMaxSize of resource.k8s.io/v1: at most this many consumers.
+RESERVED_FOR_MAX = 256
+#: The resourceclaim controller's annotation on a claim it made from a template.
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+def status_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
+    """pod.status.resourceClaimStatuses by pod claim name (None: no claim is needed)."""
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return {s["name"]: s.get("resourceClaimName") for s in statuses if s.get("name")}
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key")
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def pod_fits_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """kube-scheduler's filters before DynamicResources, as far as the simulator knows nodes:
+    NodeUnschedulable, NodeName, TaintToleration (NoSchedule, NoExecute), NodeAffinity
+    (nodeSelector and required node affinity). No resource fit: simulated nodes have no
+    allocatable cpu/memory."""
+    spec = pod.get("spec") or {}
+    meta = node.get("metadata") or {}
+    node_spec = node.get("spec") or {}
+    tolerations = spec.get("tolerations") or []
+    if node_spec.get("unschedulable") and not _tolerates(
+        tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    ):
+        return False
+    if spec.get("nodeName") and spec["nodeName"] != meta.get("name"):
+        return False
+    for taint in node_spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+            tolerations, taint
+        ):
+            return False
+    labels = meta.get("labels") or {}
+    wanted = spec.get("nodeSelector") or {}
+    if any(labels.get(key) != value for key, value in wanted.items()):
+        return False
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return node_selector_matches(affinity, node)
+
+
+@dataclasses.dataclass(frozen=True)
+class Filtered:
+    """What the filters found for one pod whose claims are all allocated."""
+
+    #: Nodes (by name, sorted) where the pod and every claim's allocation fit.
+    nodes: list[str]
+    #: Indexes of claims whose allocation's nodeSelector did not match some node that passed
+    #: the pod's own filters (kube-scheduler's `unavailableClaims`, PostFilter's candidates).
+    unavailable: list[int]
+
+
+def filter_nodes(
+    pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]
+) -> Filtered:
+    """The nodes a pod with allocated claims may go to. As in kube-scheduler, the claims'
+    `status.allocation.nodeSelector` is only checked on nodes that pass the earlier filters, so
+    a claim counts as unavailable only where the pod could otherwise run."""
+    fitting: list[str] = []
+    unavailable: set[int] = set()
+    for node in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
+        if not pod_fits_node(pod, node):
+            continue
+        missing = {
+            index
+            for index, claim in enumerate(claims)
+            if not node_selector_matches(
+                ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector"), node
+            )
+        }
+        unavailable |= missing
+        if not missing:
+            fitting.append(str(node["metadata"]["name"]))
+    return Filtered(fitting, sorted(unavailable))
+
+
+def reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return any(r.get("uid") == pod["metadata"]["uid"] for r in reserved)
+
+
+def can_deallocate(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """PostFilter may deallocate a claim reserved for nobody, or only for this pod."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return not reserved or (len(reserved) == 1 and reserved[0].get("uid") == pod["metadata"]["uid"])

@@ -112,3 +112,94 @@ def test_replicaset_and_job_crud(backend: Backend) -> None:
     assert got.metadata.uid == job.metadata.uid
     apps.delete_namespaced_replica_set("rs", ns)
     batch.delete_namespaced_job("job", ns, propagation_policy="Background")
+
+
+def _v1_claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.test.drasat.io"}}]
+            }
+        },
+    }
+
+
+def _allocation(node: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": "gpu.test.drasat.io", "pool": node, "device": "gpu-0"}
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+        **extra,
+    }
+
+
+def _refusal(call: Any) -> tuple[str, list[tuple[str, str, str]]]:
+    try:
+        call()
+    except kubernetes.client.ApiException as exc:
+        assert exc.status == 422, exc.body
+        status = json.loads(exc.body)
+        causes = [(c["field"], c["reason"], c["message"]) for c in status["details"]["causes"]]
+        return status["message"], causes
+    raise AssertionError("the write was accepted")
+
+
+def test_resource_claim_v1_status_rules(backend: Backend) -> None:
+    """What drasat's controller and the schedulers meet when they write a v1 claim's status."""
+    custom, ns = backend.custom, backend.namespace
+    custom.create_namespaced_custom_object(*RESOURCE_V1, ns, "resourceclaims", _v1_claim("c"))
+
+    def status(body: dict[str, Any]) -> Any:
+        return custom.patch_namespaced_custom_object_status(
+            *RESOURCE_V1, ns, "resourceclaims", "c", {"status": body}
+        )
+
+    consumer = {"resource": "pods", "name": "p", "uid": "a1b2c3d4-0000-4000-8000-000000000001"}
+    message, causes = _refusal(lambda: status({"reservedFor": [consumer]}))
+    assert causes == [
+        (
+            "status.reservedFor",
+            "FieldValueForbidden",
+            "Forbidden: may not be specified when `allocated` is not set",
+        )
+    ]
+    assert message.startswith('ResourceClaim.resource.k8s.io "c" is invalid: status.reservedFor')
+    status({"allocation": _allocation("n1", allocationTimestamp="2026-01-02T03:04:05Z")})
+    # Adding a field (what kube-scheduler 1.37 does with allocationTimestamp) is a modification.
+    _, causes = _refusal(lambda: status({"allocation": {"devices": {"results": []}}}))
+    assert causes == [
+        (
+            "status.allocation",
+            "FieldValueInvalid",
+            "Invalid value: null: field cannot be modified once set",
+        )
+    ]
+    reserved = status({"reservedFor": [consumer]})
+    assert reserved["status"]["reservedFor"] == [consumer]
+    cleared = status({"allocation": None, "reservedFor": None})
+    assert not cleared["status"].get("allocation") and not cleared["status"].get("reservedFor")
+    # The spec cannot change.
+    _, causes = _refusal(
+        lambda: custom.patch_namespaced_custom_object(
+            *RESOURCE_V1,
+            ns,
+            "resourceclaims",
+            "c",
+            {
+                "spec": {
+                    "devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "y"}}]}
+                }
+            },
+        )
+    )
+    assert [(f, r) for f, r, _ in causes] == [("spec", "FieldValueInvalid")]
