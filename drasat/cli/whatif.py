@@ -35,14 +35,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cluster",
         metavar="FILE",
-        help="NodeAllocationState objects (kubectl get nas -A -o yaml) or a compact Cluster "
-        "description (default: the embedded example cluster)",
+        help="ResourceSlices and Nodes (kubectl get resourceslices,nodes -o yaml; drasat's or "
+        "NVIDIA's gpu.nvidia.com driver), NodeAllocationState objects (kubectl get nas -A -o "
+        "yaml) or a compact Cluster description (default: the embedded example cluster)",
     )
     parser.add_argument(
         "--from-cluster",
         action="store_true",
-        help="read the NodeAllocationStates, classes, claims and parameters of the cluster the "
-        "kubeconfig points at (read only: nothing is written) instead of --cluster",
+        help="read the cluster the kubeconfig points at instead of --cluster, read only: "
+        "ResourceSlices, Nodes, DeviceClasses, ResourceClaims, templates and Pods of a "
+        "resource.k8s.io/v1 cluster, else the NodeAllocationStates, classes, claims and "
+        "parameters of a classic one",
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="with --from-cluster (default: "
                         "$KUBECONFIG, in-cluster config, then ~/.kube/config)")  # fmt: skip
@@ -56,6 +59,12 @@ def register(subparsers: Any) -> None:
         default=[],
         help="manifests you would kubectl apply: a file, a directory or '-' for standard input "
         "(repeatable; default: the embedded example workload)",
+    )
+    parser.add_argument(
+        "--skip-unsupported",
+        action="store_true",
+        help="leave out the manifest files that ask for what drasat does not support (VFIO "
+        "passthrough, IMEX channels, ComputeDomains) and place the rest, instead of exit 2",
     )
     parser.add_argument(
         "--policy",
@@ -104,10 +113,12 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
         return None
     from drasat.kube import snapshot
     from drasat.kube.errors import KubeError
+    from drasat.whatif import v1live
 
     try:
         api = snapshot.connect(args.kubeconfig, args.context)
-        return snapshot.read_cluster_documents(api)
+        found = v1live.read_documents(api)
+        return found if found is not None else snapshot.read_cluster_documents(api)
     except KubeError as error:
         raise InputError(f"cannot read the cluster: {error}", where="--from-cluster") from None
 
@@ -121,12 +132,45 @@ def main(args: argparse.Namespace) -> int:
         manifest_files=args.manifests,
         policy=args.policy,
         live=_live_documents(args),
+        skip_unsupported=args.skip_unsupported,
     )
     mode = Mode(args.mode)
+    if run.is_v1(inputs):
+        return _main_v1(args, inputs, mode)
     # Per-node reasons cost a solve per node; only the wide table of online mode shows them.
     per_node = mode is Mode.online and args.output == "wide"
     result = run.run(inputs, mode=mode, solve=_solver(), node_feasibility=per_node)
     text = render(result, args.output)
+    _write(args, text)
+    if result.solver_error:
+        print(f"error: {result.solver_error}", file=sys.stderr)
+        return 1
+    if args.fail_on_unplaced and result.summary.pods_unplaced:
+        print(f"{result.summary.pods_unplaced} pod(s) not placed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _main_v1(args: argparse.Namespace, inputs: run.Inputs, mode: Any) -> int:
+    from drasat.whatif import run, v1output
+
+    if args.output == "html":
+        raise InputError(
+            "-o html does not draw v1 claims yet: use table, wide, yaml or json", where="-o"
+        )
+    result = run.run_v1(inputs, mode=mode, solve=_solver())
+    _write(args, v1output.render(result, args.output))
+    if result.solver_error:
+        print(f"error: {result.solver_error}", file=sys.stderr)
+        return 1
+    unplaced = len(result.outcome.refused)
+    if args.fail_on_unplaced and unplaced:
+        print(f"{unplaced} pod(s) not placed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -135,10 +179,3 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    if result.solver_error:
-        print(f"error: {result.solver_error}", file=sys.stderr)
-        return 1
-    if args.fail_on_unplaced and result.summary.pods_unplaced:
-        print(f"{result.summary.pods_unplaced} pod(s) not placed", file=sys.stderr)
-        return 1
-    return 0

@@ -17,7 +17,8 @@ from drasat.api import groups
 from drasat.api.errors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
-from drasat.whatif import manifests, nodes, report
+from drasat.v1 import nodefit
+from drasat.whatif import manifests, nodes, report, v1cluster, v1manifests, v1run
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ class Inputs:
     cluster_source: str = "--cluster"
     #: The manifests are the embedded example (no -f): an error in them is the cluster's misfit.
     manifests_embedded: bool = False
+    #: Leave out the files of v1 manifests that ask for what drasat does not support (VFIO,
+    #: IMEX, ComputeDomains) instead of refusing the run.
+    skip_unsupported: bool = False
 
 
 def embedded(name: str) -> list[loading.Document]:
@@ -52,6 +56,7 @@ def read_inputs(
     manifest_files: Sequence[str],
     policy: str | None,
     live: Sequence[loading.Document] | None = None,
+    skip_unsupported: bool = False,
 ) -> Inputs:
     """The run's input files; the embedded default stands in for what is not given.
 
@@ -66,9 +71,15 @@ def read_inputs(
     paths = [p for given in manifest_files for p in _manifest_paths(given)]
     files = [d for path in paths for d in loading.read_documents(path)]
     if live is not None:
-        nas = [d for d in live if d.data.get("kind") == groups.NODE_ALLOCATION_STATE]
-        rest = [d for d in live if d.data.get("kind") != groups.NODE_ALLOCATION_STATE]
-        return Inputs(nas, rest + files, _policy(policy).spec, cluster_source="--from-cluster")
+        nodes_of = [d for d in live if _describes_nodes(d)]
+        rest = [d for d in live if not _describes_nodes(d)]
+        return Inputs(
+            nodes_of,
+            rest + files,
+            _policy(policy).spec,
+            cluster_source="--from-cluster",
+            skip_unsupported=skip_unsupported,
+        )
     cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
     manifest_docs = files if manifest_files else embedded(DEFAULT_MANIFESTS)
     source = cluster or f"<embedded>/{DEFAULT_CLUSTER}"
@@ -78,6 +89,15 @@ def read_inputs(
         _policy(policy).spec,
         cluster_source=source,
         manifests_embedded=not manifest_files,
+        skip_unsupported=skip_unsupported,
+    )
+
+
+def _describes_nodes(document: loading.Document) -> bool:
+    """NodeAllocationStates, ResourceSlices and Nodes describe the cluster's nodes."""
+    data = document.data
+    return data.get("kind") == groups.NODE_ALLOCATION_STATE or v1cluster.is_v1_cluster_document(
+        data
     )
 
 
@@ -99,6 +119,21 @@ def _manifest_paths(given: str) -> list[str]:
     if not found:
         raise InputError("directory holds no .yaml, .yml or .json file", where=given)
     return [str(p) for p in found]
+
+
+def is_v1(inputs: Inputs) -> bool:
+    """The manifests are `resource.k8s.io/v1` (or v1beta1/v1beta2) claims: the v1 run."""
+    return v1manifests.uses_v1(inputs.manifests)
+
+
+def run_v1(inputs: Inputs, *, mode: Mode, solve: Solve) -> v1run.V1Result:
+    """The v1 run: the claims of the manifests placed by `drasat.v1.allocate`. Raises
+    InputError on bad input (`v1manifests.Unsupported` for what drasat does not do)."""
+    cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
+    workload = v1manifests.compile_v1(inputs.manifests, skip_unsupported=inputs.skip_unsupported)
+    return v1run.run_v1(
+        cluster, workload, policy=inputs.policy, params=SolveParams(mode=mode), solve=solve
+    )
 
 
 def run(
@@ -149,6 +184,11 @@ def _constrain_nodes(
         allowed = nodes.matching_nodes(
             cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
         )
+        if cluster.node_objects:  # Nodes given: the scheduler's filters (taints, cordons, ...)
+            allowed, refusals = _admitting(pod, cluster, allowed)
+            if allowed == () and pod.blocked is None:
+                pods.append(replace(pod, candidate_nodes=allowed, blocked=refusals))
+                continue
         blocked = pod.blocked
         if allowed == () and blocked is None:
             wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
@@ -156,3 +196,22 @@ def _constrain_nodes(
             blocked = f"no node matches the pod's {', '.join(wanted)}"
         pods.append(replace(pod, candidate_nodes=allowed, blocked=blocked))
     return replace(workload, pods=tuple(pods))
+
+
+def _admitting(
+    pod: manifests.CompiledPod, cluster: nodes.ClusterNodes, allowed: tuple[str, ...] | None
+) -> tuple[tuple[str, ...], str]:
+    """The nodes among `allowed` whose Node object (when given) admits the pod, and why none
+    does."""
+    obj = {"spec": pod.pod.spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    kept, reasons = [], []
+    for state in cluster.states:
+        if allowed is not None and state.name not in allowed:
+            continue
+        node = cluster.node_objects.get(state.name)
+        why = nodefit.unfit(obj, node) if node is not None else None
+        if why is None:
+            kept.append(state.name)
+        else:
+            reasons.append(f"{state.name}: {why}")
+    return tuple(kept), "no node admits the pod: " + "; ".join(reasons or ["no node matches"])
