@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate clean
+.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate gpu-check clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ e2e: $(STAMP)
 kube:
 	scripts/kube-build
 	scripts/kube-build classic
+
+## gpu-check: on a machine with NVIDIA GPUs, read-only: discovery through the real pynvml, the
+## ResourceSlices, GPU 0's CDI spec with its paths checked, nvidia-smi (and a CUDA sample when
+## nvcc is there) run with only the spec's environment; a verdict table (exit 77: no GPU here)
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
