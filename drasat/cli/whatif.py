@@ -118,7 +118,12 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
     try:
         api = snapshot.connect(args.kubeconfig, args.context)
         found = v1live.read_documents(api)
-        return found if found is not None else snapshot.read_cluster_documents(api)
+        if found is not None and any(d.data["kind"] == "ResourceSlice" for d in found):
+            return found
+        # No v1 devices: a classic cluster (NodeAllocationStates), if it has any.
+        classic = snapshot.read_cluster_documents(api)
+        has_nas = any(d.data.get("kind") == "NodeAllocationState" for d in classic)
+        return classic if found is None or has_nas else found
     except KubeError as error:
         raise InputError(f"cannot read the cluster: {error}", where="--from-cluster") from None
 
