@@ -320,7 +320,8 @@ class CdiWriter:
                 hooks=edits.hooks,
             )
             common = None
-        return claim_spec(claim_uid, edits, driver_root=self.driver_root, common=common)
+        dev_root = self.driver.roots.host_dev_root if self.driver.roots else self.driver_root
+        return claim_spec(claim_uid, edits, driver_root=dev_root, common=common)
 
     def write(self, claim_uid: str, edits: ClaimEdits) -> Path:
         spec = self.spec(claim_uid, edits)

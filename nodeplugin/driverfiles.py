@@ -85,17 +85,25 @@ class DriverFilesError(DeviceError):
 @dataclass(frozen=True)
 class Roots:
     """Where the driver's files are: `driver_root`/`dev_root` as the host (and so the container
-    runtime) sees them, `*_mount` where this process reads them ("" = the same path)."""
+    runtime) sees them, `*_mount` where this process reads them ("" = the same path).
+
+    Without a `dev_root`, the device nodes are the driver root's when it has `dev/nvidiactl` (a
+    driver container's root), else the host's `/dev`, as NVIDIA's DRA driver decides."""
 
     driver_root: str = "/"
-    dev_root: str = ""  # "": the driver root
+    dev_root: str = ""
     driver_mount: str = ""
     dev_mount: str = ""
     proc_root: str = "/proc"
 
+    def _dev_in_driver_root(self) -> bool:
+        return (self.read_driver_root / REQUIRED_CONTROL_NODE.lstrip("/")).exists()
+
     @property
     def host_dev_root(self) -> str:
-        return self.dev_root or self.driver_root
+        if self.dev_root:
+            return self.dev_root
+        return self.driver_root if self._dev_in_driver_root() else "/"
 
     @property
     def read_driver_root(self) -> Path:
@@ -105,7 +113,9 @@ class Roots:
     def read_dev_root(self) -> Path:
         if self.dev_mount:
             return Path(self.dev_mount)
-        return Path(self.dev_root) if self.dev_root else self.read_driver_root
+        if self.dev_root:
+            return Path(self.dev_root)
+        return self.read_driver_root if self._dev_in_driver_root() else Path("/")
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,8 @@ def test_a_root_without_the_driver_names_what_is_missing(
 ) -> None:
     empty = tmp_path / "empty"
     (empty / "dev").mkdir(parents=True)
-    (empty / "dev/nvidia0").write_text("")
+    for node in ("nvidia0", "nvidiactl"):
+        (empty / "dev" / node).write_text("")
     code, _, err = _run(capsys, "--simulate-gpus", "T4", "--driver-root", str(empty))
     assert code == 2
     assert f"error: driver root {empty}: no libcuda.so.{VERSION} and no libnvidia-ml.so" in err

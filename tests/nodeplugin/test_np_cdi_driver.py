@@ -169,10 +169,22 @@ def test_another_driver_version_fails_naming_the_libraries(
 def test_no_control_node_fails(node_factory: Any, short_tmp: Path) -> None:
     root = fakedriver.make(short_tmp / "drv")
     (root / "dev/nvidiactl").unlink()
-    node = _node(node_factory, root)
+    node = _node(node_factory, root, dev_root=str(root))
     node.allocate(UID, gpu_allocation(UID, node.gpu(0)))
     with pytest.raises(state.ClaimError, match=f"dev root {root}: no /dev/nvidiactl"):
         node.state.prepare(ref(UID))
+
+
+def test_the_dev_root_defaults_to_the_driver_roots_only_with_its_nodes(short_tmp: Path) -> None:
+    """A driver container's root has its dev/ nodes; a host install's are in the host's /dev."""
+    root = fakedriver.make(short_tmp / "drv")
+    with_nodes = driverfiles.Roots("/run/nvidia/driver", driver_mount=str(root))
+    assert (with_nodes.host_dev_root, with_nodes.read_dev_root) == ("/run/nvidia/driver", root)
+    shutil.rmtree(root / "dev")
+    without = driverfiles.Roots("/run/nvidia/driver", driver_mount=str(root))
+    assert (without.host_dev_root, without.read_dev_root) == ("/", Path("/"))
+    given = driverfiles.Roots("/run/nvidia/driver", dev_root="/host", dev_mount="/mnt/host")
+    assert (given.host_dev_root, given.read_dev_root) == ("/host", Path("/mnt/host"))
 
 
 def test_a_cpu_only_claim_gets_nothing_of_the_driver(node_factory: Any, short_tmp: Path) -> None:
@@ -198,7 +210,7 @@ def test_discovered_once_and_retried_after_a_failure(
 
     monkeypatch.setattr(driverfiles, "discover", counting)
     (root / "dev/nvidiactl").rename(root / "dev/away")
-    node = _node(node_factory, root, fleet="T4 x3")
+    node = _node(node_factory, root, fleet="T4 x3", dev_root=str(root))
     node.allocate("a", gpu_allocation("a", node.gpu(0)))
     with pytest.raises(state.ClaimError, match="no /dev/nvidiactl"):
         node.state.prepare(ref("a"))
