@@ -161,12 +161,32 @@ class PreparedDevices(Spec):
     mig: PreparedMigDevices | None = None
 
 
+class OrphanMigDevice(Spec):
+    """A MIG device (GPU instance) on the node that no claim prepared there owns."""
+
+    parentUUID: str
+    giId: int = Field(ge=0, description="GPU instance id.")
+    profile: str = Field("", description="MIG profile; empty when the GPU does not list it.")
+    placement: MigPlacement
+    createdByDrasat: bool = Field(
+        False,
+        description="The node plugin made it (its checkpoint says so) for a claim since gone.",
+    )
+
+
 class NodeAllocationStateSpec(Spec):
     allocatableDevices: list[AllocatableDevice] = Field(
         default_factory=list, max_length=limits.MAX_NODE_DEVICES
     )
     allocatedClaims: dict[str, AllocatedDevices] = Field(default_factory=dict)
     preparedClaims: dict[str, PreparedDevices] = Field(default_factory=dict)
+    # drasat addition, written by the node plugin
+    orphanMigDevices: list[OrphanMigDevice] = Field(
+        default_factory=list,
+        max_length=limits.MAX_NODE_DEVICES,
+        description="MIG devices the node plugin found that no prepared claim owns and that it "
+        "kept (its --orphan-mig policy); their memory slices are not free for new claims.",
+    )
 
     def gpus(self) -> list[GpuInfo]:
         return [d.gpu for d in self.allocatableDevices if d.gpu is not None]

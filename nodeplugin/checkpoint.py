@@ -6,8 +6,13 @@ is moved aside (and logged) instead of stopping the plugin. Per-GPU settings tha
 may hold at once (compute mode, time-slice, power, clocks, persistence) live in a ledger with the
 value they had before the first holder changed them. The ledger is not a file of its own: every
 holder's record carries its hold (setting, value, baseline), and the ledger is rebuilt from the
-records at load, so holding a setting costs the claim's own write only. (A `settings.json` left
-by an earlier version is read once, folded into the records, and removed.)
+records at load, so holding a setting costs the claim's own write only; the hold is written
+before the setting is changed, so its baseline is on disk before the GPU leaves it. (A
+`settings.json` left by an earlier version is read once, folded into the records, and removed.)
+
+`created-migs.json` marks the MIG devices the plugin makes, by placement, before it makes them
+and until they are destroyed: a MIG device found at start that no claim owns is the plugin's own
+(for `--orphan-mig=destroy-own`) only when it is marked there, so another tenant's never is.
 """
 
 from __future__ import annotations
@@ -93,6 +98,23 @@ class SettingHold(_Model):
     holders: list[str] = Field(default_factory=list)
 
 
+class CreatedMig(_Model):
+    """A MIG device the plugin makes (or made) for a claim, by where it is."""
+
+    claim: str
+    gpu: str
+    start: int
+    gi_profile_id: int
+    profile: str = ""
+
+    def key(self) -> str:
+        return _mig_key(self.gpu, self.start, self.gi_profile_id)
+
+
+def _mig_key(gpu: str, start: int, gi_profile_id: int) -> str:
+    return f"{gpu}/{start}/{gi_profile_id}"
+
+
 class CheckpointData(_Model):
     version: int = VERSION
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
@@ -113,12 +135,14 @@ class Checkpoint:
         self.root = state_dir / "checkpoint"
         self.claims_dir = self.root / "claims"
         self.settings_path = self.root / "settings.json"
+        self.migs_path = self.root / "created-migs.json"
         self.durable = durable
         self.lock = threading.RLock()
         self._paths: dict[str, Path] = {}
         self._file_locks = [threading.Lock() for _ in range(64)]
         self.claims_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self._load()
+        self.created_migs = self._load_created_migs()
 
     def _load(self) -> CheckpointData:
         data = CheckpointData()
@@ -135,6 +159,54 @@ class Checkpoint:
         self._migrate_settings_file(data)
         data.settings = ledger(data.claims.values())
         return data
+
+    def _load_created_migs(self) -> dict[str, CreatedMig]:
+        body = _read(self.migs_path)
+        if body is None:
+            return {}
+        try:
+            entries = [CreatedMig.model_validate(e) for e in body]
+        except (ValidationError, TypeError) as error:
+            _move_aside(self.migs_path, str(error))
+            return {}
+        return {e.key(): e for e in entries}
+
+    def mark_created(self, entries: Iterable[CreatedMig]) -> None:
+        """Mark MIG devices as the plugin's own before they are made (one write)."""
+        with self.lock:
+            new = {e.key(): e for e in entries}
+            if all(self.created_migs.get(k) == e for k, e in new.items()):
+                return
+            self.created_migs.update(new)
+            self._write_created_migs()
+
+    def unmark_created(self, claim: str) -> None:
+        """Forget the MIG devices made for `claim` (destroyed, or never made)."""
+        with self.lock:
+            gone = [k for k, e in self.created_migs.items() if e.claim == claim]
+            if not gone:
+                return
+            for key in gone:
+                del self.created_migs[key]
+            self._write_created_migs()
+
+    def forget_created(self, gpu: str, start: int, gi_profile_id: int) -> None:
+        """Forget one MIG device's mark (it was destroyed)."""
+        with self.lock:
+            if self.created_migs.pop(_mig_key(gpu, start, gi_profile_id), None) is not None:
+                self._write_created_migs()
+
+    def created(self, gpu: str, start: int, gi_profile_id: int) -> CreatedMig | None:
+        """The mark of the MIG device at this placement, when the plugin made it."""
+        with self.lock:
+            return self.created_migs.get(_mig_key(gpu, start, gi_profile_id))
+
+    def _write_created_migs(self) -> None:
+        if not self.created_migs:
+            self.migs_path.unlink(missing_ok=True)
+            return
+        body = [e.model_dump(mode="json") for _, e in sorted(self.created_migs.items())]
+        self._write(self.migs_path, body)
 
     def _migrate_settings_file(self, data: CheckpointData) -> None:
         """Fold an earlier version's `settings.json` into its holders' records, then remove it."""

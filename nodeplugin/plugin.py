@@ -65,7 +65,7 @@ class Config:
     state_dir: Path = Path("/var/lib/drasat")
     proc_root: Path = Path("/proc")  # where /proc/driver/nvidia-caps/mig-minors is read
     kubelet_api: registration.KubeletApi = registration.KubeletApi.classic
-    orphans: state.OrphanPolicy = state.OrphanPolicy.destroy
+    orphans: state.OrphanPolicy = state.OrphanPolicy.report
     gc_interval_s: float = 60.0
     health_events: bool = True
     health_wait_ms: int = 1000  # one NVML event wait; also how long a stop may wait for it
@@ -299,6 +299,11 @@ class NodePlugin:
                         log.warning("%s", line)
             except Exception:
                 log.exception("MPS daemons")
+            try:
+                for line in self.state.refresh_orphans():
+                    log.warning("%s", line)
+            except Exception:
+                log.exception("orphan MIG devices")
 
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stop.set()

@@ -15,7 +15,14 @@ Unprepare undoes the record in reverse, removes the CDI spec and the NAS entry, 
 GPUs are back at their baseline (no MIG device of the claim left, released settings restored);
 when verification fails the record is kept, the claim gets an error, and the next call retries.
 Per-GPU settings are reference-counted: a second claim on a GPU may hold the same value, a
-different value is refused, and the baseline returns when the last holder lets go.
+different value is refused, and the baseline returns when the last holder lets go. The first
+holder's record, with the baseline, is written before the setting is changed, so a restart at any
+point knows the value to restore.
+
+Start-up (`reconcile`) finishes interrupted work, adopts or restarts MPS daemons, and looks for
+MIG devices no claim owns: by default it only reports them (a log line and the NAS
+`spec.orphanMigDevices`, which the allocator treats as taken); `destroy-own` destroys those the
+checkpoint marks as made by the plugin, `destroy-all` every one.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from drasat.api.nas import (
     ClaimInfo,
     MigPlacement,
     NodeAllocationState,
+    OrphanMigDevice,
     PreparedDevices,
     PreparedGpu,
     PreparedGpus,
@@ -51,12 +59,19 @@ from drasat.api.policy import LifecycleActionName
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
-from drasat.nodeplugin.checkpoint import AppliedStep, ClaimRecord, ClaimStatus, PlannedMig
+from drasat.nodeplugin.checkpoint import (
+    AppliedStep,
+    ClaimRecord,
+    ClaimStatus,
+    CreatedMig,
+    PlannedMig,
+)
 from drasat.nodeplugin.devices import (
     ComputeMode,
     DeviceError,
     DeviceLib,
     GpuDevice,
+    GpuInstance,
     MigDevice,
     MigProfileInfo,
 )
@@ -117,8 +132,20 @@ class Setting(StrEnum):
 
 
 class OrphanPolicy(StrEnum):
-    destroy = "destroy"
+    """What start-up does with MIG devices that no claim prepared here owns (`--orphan-mig`)."""
+
+    #: keep every one; a log line and an entry in the NAS `spec.orphanMigDevices` each
     report = "report"
+    #: destroy those the checkpoint marks as made by this plugin; report the others
+    destroy_own = "destroy-own"
+    #: destroy every one, other tenants' too
+    destroy_all = "destroy-all"
+
+    @classmethod
+    def parse(cls, text: str) -> OrphanPolicy:
+        """The policy a flag names; `destroy`, its earlier spelling that destroyed every orphan,
+        still means destroy-all."""
+        return cls.destroy_all if text == "destroy" else cls(text)
 
 
 @dataclass(frozen=True)
@@ -151,7 +178,7 @@ class DeviceState:
         checkpoint: checkpoint.Checkpoint,
         cdi: cdi.CdiWriter,
         mps: mps.MpsManager,
-        orphans: OrphanPolicy = OrphanPolicy.destroy,
+        orphans: OrphanPolicy = OrphanPolicy.report,
         proc_root: Path = Path("/proc"),
     ) -> None:
         self.lib = lib
@@ -413,6 +440,19 @@ class DeviceState:
 
     def _create_migs(self, record: ClaimRecord) -> list[MigDevice]:
         created = []
+        if record.planned_migs:
+            # Marked before they exist: a device found later that no claim owns is the plugin's
+            # own only if marked, whatever became of the claim's record.
+            self.checkpoint.mark_created(
+                CreatedMig(
+                    claim=record.uid,
+                    gpu=p.parent_uuid,
+                    start=p.start,
+                    gi_profile_id=p.gi_profile_id,
+                    profile=p.profile,
+                )
+                for p in record.planned_migs
+            )
         for plan in record.planned_migs:
             try:
                 device = self.lib.create_mig_device(
@@ -532,31 +572,44 @@ class DeviceState:
     # -- per-GPU settings (reference-counted holds) ------------------------------------------
 
     def _hold(self, record: ClaimRecord, gpu: str, setting: Setting, value: SettingValue) -> None:
-        with self._settings_lock, self.checkpoint.lock:
-            ledger = self.checkpoint.data.settings.setdefault(gpu, {})
-            hold = ledger.get(setting.value)
-            if hold is not None and hold.value != value and hold.holders:
-                if hold.holders != [record.uid]:
-                    raise ClaimError(
-                        f"GPU {gpu}: {setting.value} is {hold.value} for claim(s) "
-                        f"{', '.join(hold.holders)}; this claim needs {value}"
-                    )
-                # The claim's own later step wins: a policy lifecycle action applied after the
-                # claim's sharing setup (e.g. ExclusiveProcess over time-slicing's Default).
+        with self._settings_lock:
+            with self.checkpoint.lock:
+                ledger = self.checkpoint.data.settings.setdefault(gpu, {})
+                hold = ledger.get(setting.value)
+                change = True
+                if hold is not None and hold.value != value and hold.holders:
+                    if hold.holders != [record.uid]:
+                        raise ClaimError(
+                            f"GPU {gpu}: {setting.value} is {hold.value} for claim(s) "
+                            f"{', '.join(hold.holders)}; this claim needs {value}"
+                        )
+                    # The claim's own later step wins: a policy lifecycle action applied after
+                    # the claim's sharing setup (e.g. ExclusiveProcess over time-slicing's Default).
+                    hold.value = value
+                elif hold is None or not hold.holders:
+                    baseline = self._read_setting(gpu, setting)
+                    hold = checkpoint.SettingHold(baseline=baseline, value=value)
+                    ledger[setting.value] = hold
+                else:
+                    change = False  # held at this value already: joining changes nothing
+                if record.uid not in hold.holders:
+                    hold.holders.append(record.uid)
+                step = AppliedStep(
+                    kind="hold",
+                    gpu=gpu,
+                    setting=setting,
+                    baseline=hold.baseline,
+                    value=value,
+                )
+            if change:
+                # The hold, with the baseline, is on disk before the GPU leaves the baseline: a
+                # crash in between leaves a record whose undo writes the baseline back. (Under
+                # the settings lock, so no other claim joins a value not yet written.)
+                self._record_step(record, step, "hold")
                 self._write_setting(gpu, setting, value)
-                hold.value = value
-            if hold is None or not hold.holders:
-                baseline = self._read_setting(gpu, setting)
-                self._write_setting(gpu, setting, value)
-                hold = checkpoint.SettingHold(baseline=baseline, value=value)
-                ledger[setting.value] = hold
-            if record.uid not in hold.holders:
-                hold.holders.append(record.uid)
-            step = AppliedStep(
-                kind="hold", gpu=gpu, setting=setting, baseline=hold.baseline, value=value
-            )
-        # The record is the ledger's persistence (rebuilt from the records at start); it is the
-        # claim's own file, written outside the shared locks.
+                return
+        # The record is the ledger's persistence (rebuilt from the records at start); joining
+        # writes the claim's own file only, outside the shared locks.
         self._record_step(record, step, "hold")
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
@@ -615,6 +668,7 @@ class DeviceState:
         self._destroy_unrecorded_migs(record)
         self.mps.release(record.uid)
         self.checkpoint.drop(record.uid)
+        self.checkpoint.unmark_created(record.uid)
 
     def _undo_steps(self, record: ClaimRecord) -> None:
         for step in reversed(list(record.applied)):
@@ -692,6 +746,7 @@ class DeviceState:
         self._remove_prepared(record.uid)
         self._verify_baseline(record, migs, holds)
         self.checkpoint.drop(record.uid)
+        self.checkpoint.unmark_created(record.uid)
         log.info("claim %s unprepared", claim)
 
     def _remove_prepared(self, uid: str) -> None:
@@ -781,25 +836,90 @@ class DeviceState:
                 )
         return lines
 
-    def _handle_orphans(self) -> list[str]:
+    def _unowned_instances(self) -> list[tuple[GpuDevice, GpuInstance]]:
+        """GPU instances no claim's record owns or plans (an in-flight prepare's are planned
+        before they are made)."""
         owned = self._owned_migs(besides="")
-        lines = []
+        planned = {
+            (p.parent_uuid, p.start, p.gi_profile_id)
+            for r in self.checkpoint.records()
+            for p in r.planned_migs
+            if r.status is not ClaimStatus.PrepareCompleted
+        }
+        found = []
         for gpu in self.gpus():
             if not gpu.mig_enabled:
                 continue
             for gi in self.lib.gpu_instances(gpu.uuid):
-                if (gpu.uuid, gi.gi_id) in owned:
+                if (gpu.uuid, gi.gi_id) in owned or (
+                    gpu.uuid,
+                    gi.start,
+                    gi.profile_id,
+                ) in planned:
                     continue
-                what = f"orphan GPU instance {gi.gi_id} (start {gi.start}) on {gpu.uuid}"
-                if self.orphans is OrphanPolicy.report:
-                    lines.append(f"{what} (kept)")
-                    continue
-                try:
-                    self.lib.destroy_mig_device(gpu.uuid, gi_id=gi.gi_id, ci_id=None)
-                    lines.append(f"destroyed {what}")
-                except DeviceError as error:
-                    lines.append(f"{what}: cannot destroy: {error}")
+                found.append((gpu, gi))
+        return found
+
+    def _orphan_entry(self, gpu: GpuDevice, gi: GpuInstance) -> OrphanMigDevice:
+        profiles = {p.gi_profile_id: p.name for p in self.lib.mig_profiles(gpu.uuid)}
+        mark = self.checkpoint.created(gpu.uuid, gi.start, gi.profile_id)
+        return OrphanMigDevice(
+            parentUUID=gpu.uuid,
+            giId=gi.gi_id,
+            profile=profiles.get(gi.profile_id, ""),
+            placement=MigPlacement(start=gi.start, size=gi.size),
+            createdByDrasat=mark is not None,
+        )
+
+    def _handle_orphans(self) -> list[str]:
+        """Apply the orphan policy to every MIG device no claim owns; report those kept."""
+        lines = []
+        kept = []
+        for gpu, gi in self._unowned_instances():
+            entry = self._orphan_entry(gpu, gi)
+            mark = self.checkpoint.created(gpu.uuid, gi.start, gi.profile_id)
+            what = (
+                f"orphan MIG device {entry.profile or f'profile {gi.profile_id}'} "
+                f"(GPU instance {gi.gi_id}, start {gi.start} size {gi.size}) on {gpu.uuid}, "
+                + (f"made by drasat for claim {mark.claim}" if mark else "not made by drasat")
+            )
+            destroy = self.orphans is OrphanPolicy.destroy_all or (
+                self.orphans is OrphanPolicy.destroy_own and mark is not None
+            )
+            if not destroy:
+                lines.append(f"{what}: kept (--orphan-mig={self.orphans.value})")
+                kept.append(entry)
+                continue
+            try:
+                self.lib.destroy_mig_device(gpu.uuid, gi_id=gi.gi_id, ci_id=None)
+            except DeviceError as error:
+                lines.append(f"{what}: cannot destroy: {error}")
+                kept.append(entry)
+                continue
+            lines.append(f"destroyed {what}")
+            if mark is not None:
+                self.checkpoint.forget_created(gpu.uuid, gi.start, gi.profile_id)
+        lines.extend(self._report_orphans(kept))
         return lines
+
+    def refresh_orphans(self) -> list[str]:
+        """Bring the NAS `spec.orphanMigDevices` up to date (destroys nothing): devices destroyed
+        by hand since start-up leave it, so their slices are free again."""
+        kept = [self._orphan_entry(gpu, gi) for gpu, gi in self._unowned_instances()]
+        return self._report_orphans(kept)
+
+    def _report_orphans(self, kept: list[OrphanMigDevice]) -> list[str]:
+        def mutate(nas: NodeAllocationState) -> bool:
+            if nas.spec.orphanMigDevices == kept:
+                return False
+            nas.spec.orphanMigDevices = kept
+            return True
+
+        try:
+            self.store.update(mutate)
+        except NasError as error:
+            return [f"cannot report orphan MIG devices in the NAS: {error}"]
+        return []
 
     def _sync_nas(self) -> list[str]:
         done = {

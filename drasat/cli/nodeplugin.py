@@ -113,9 +113,12 @@ def register(subparsers: Any) -> None:
     )
     add(
         "--orphan-mig",
-        choices=[o.value for o in state.OrphanPolicy],
-        default=_env("ORPHAN_MIG", "destroy"),
-        help="MIG devices no prepared claim owns, found at start: destroy or report",
+        choices=[*(o.value for o in state.OrphanPolicy), "destroy"],
+        default=_env("ORPHAN_MIG", "report"),
+        help="MIG devices no prepared claim owns, found at start: report them (default; a log "
+        "line and the NAS spec.orphanMigDevices, kept out of allocations), destroy-own (destroy "
+        "those this plugin made, as its checkpoint marks them) or destroy-all (every one, other "
+        "tenants' too; `destroy` is an older spelling of it)",
     )
     add(
         "--gc-interval",
@@ -172,7 +175,7 @@ def options(args: argparse.Namespace) -> app.Options:
         ),
         state_dir=Path(args.state_dir),
         kubelet_api=registration.KubeletApi(args.kubelet_api),
-        orphans=state.OrphanPolicy(args.orphan_mig),
+        orphans=state.OrphanPolicy.parse(args.orphan_mig),
         gc_interval_s=args.gc_interval,
         publish_slices=args.resourceslices,
         slice_shares=args.shares,

@@ -19,7 +19,7 @@ from npfixtures import (
 
 from drasat.api.nas import PreparedDevices, PreparedGpus
 from drasat.nodeplugin import checkpoint
-from drasat.nodeplugin.state import ClaimError, ClaimRef, Fault, OrphanPolicy
+from drasat.nodeplugin.state import ClaimError, ClaimRef, Fault
 
 UID = "c0ffee00-0000-4000-8000-000000000001"
 
@@ -110,26 +110,6 @@ def test_reconcile_syncs_nas_prepared_claims(node_factory: Any) -> None:
     report = node.restart().state.reconcile()
     assert set(node.store.read().spec.preparedClaims) == {UID}
     assert "restored preparedClaims entry" in " ".join(report)
-
-
-@pytest.mark.parametrize("policy", [OrphanPolicy.destroy, OrphanPolicy.report])
-def test_orphan_mig_devices(node_factory: Any, policy: OrphanPolicy) -> None:
-    node = node_factory("2xA100-40GB,mig=1", orphans=policy)
-    node.allocate(UID, mig_allocation(UID, node.gpu(1), "3g.20gb", 0, 4))
-    node.state.prepare(ref(UID))
-    node.lib.create_mig_device(node.gpu(1), gi_profile_id=19, start=6)  # belongs to nobody
-    report = node.restart().state.reconcile()
-    expected = [(0, 4)] if policy is OrphanPolicy.destroy else [(0, 4), (6, 1)]
-    assert gpu_instances(node, 1) == expected
-    assert any("orphan GPU instance" in line for line in report)
-
-
-def test_orphan_that_cannot_be_destroyed_is_reported_not_fatal(node_factory: Any) -> None:
-    node = node_factory("2xA100-40GB,mig=1")
-    orphan = node.lib.create_mig_device(node.gpu(1), gi_profile_id=19, start=1)
-    node.sim.set_processes(orphan.uuid, 1)
-    report = node.restart().state.reconcile()
-    assert any("cannot destroy" in line and "NVML_ERROR_IN_USE" in line for line in report)
 
 
 def test_corrupt_checkpoint_is_moved_aside(node_factory: Any) -> None:

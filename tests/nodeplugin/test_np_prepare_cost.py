@@ -40,8 +40,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     [
         # recorded, completed | unprepare started
         ("gpu", 2, 1),
-        # recorded, MIG recorded, completed | started, MIG destroyed
-        ("mig", 3, 2),
+        # recorded, MIG marked as the plugin's (created-migs.json), MIG recorded, completed |
+        # started, MIG destroyed (the mark file, empty then, is removed: no write)
+        ("mig", 4, 2),
         # recorded, hold, completed | started (the ledger lives in the records)
         ("mps", 3, 1),
         # recorded, 2 holds, completed | started
