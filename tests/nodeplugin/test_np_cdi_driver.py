@@ -385,3 +385,22 @@ def test_toolkit_mode_without_the_toolkits_device_fails(node_factory: Any, short
     with pytest.raises(state.ClaimError, match=r"no nvidia.com/gpu device with /dev/nvidia1"):
         node.state.prepare(ref(UID))
     assert node.state.cdi.claim_uids() == []
+
+
+def test_toolkit_mode_mig_device(node_factory: Any, short_tmp: Path) -> None:
+    """A MIG device made at prepare is in no toolkit spec: the kubelet gets its parent GPU's
+    toolkit device (its node and the driver) and the claim's spec its capability nodes."""
+    root = fakedriver.make(short_tmp / "drv")
+    folder = short_tmp / "etc-cdi"
+    node = _node(node_factory, root, cdi_mode=cdi.CdiMode.toolkit, toolkit_spec_dirs=(folder,))
+    _toolkit_spec(folder, [node.gpu(0), node.gpu(1)])
+    node.allocate(UID, mig_allocation(UID, node.gpu(1), "7g.40gb", 0, 8))
+    ids = node.state.prepare(ref(UID))
+    assert ids == [f"k8s.gpu.drasat.io/claim={UID}", f"nvidia.com/gpu={node.gpu(1)}"]
+    spec = _spec(node)
+    assert "containerEdits" not in spec
+    paths = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert paths == [
+        f"/dev/nvidia-caps/nvidia-cap{fakedriver.cap_minor(1, 1)}",
+        f"/dev/nvidia-caps/nvidia-cap{fakedriver.cap_minor(1, 1, 0)}",
+    ]
