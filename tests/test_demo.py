@@ -11,8 +11,10 @@ import re
 
 import pytest
 
+from drasat import loading
 from drasat.cli import demo
 from drasat.cli.main import main
+from drasat.sim import apply
 
 pytestmark = pytest.mark.timeout(120)
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -232,3 +234,97 @@ def test_bad_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: pathl
 def test_every_shipped_example_is_offered() -> None:
     names = demo.example_names()
     assert "reference-cases" in names and "dynamic-mig" in names and "clusters" not in names
+
+
+WORKLOADS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: gpu.drasat.io/v1alpha1
+kind: GpuClaimParameters
+metadata: {namespace: apps, name: GPUS}
+spec: {count: COUNT}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {namespace: apps, name: gpu}
+spec:
+  spec:
+    resourceClassName: gpu.drasat.io
+    parametersRef: {apiGroup: gpu.drasat.io, kind: GpuClaimParameters, name: GPUS}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {namespace: apps, name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: ctr, image: busybox, resources: {claims: [{name: gpu}]}}]
+      resourceClaims: [{name: gpu, source: {resourceClaimTemplateName: gpu}}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {namespace: apps, name: train}
+spec:
+  completions: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: ctr, image: busybox}]
+"""
+
+
+def test_a_deployment_and_a_job_run_their_pods(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "workloads.yaml"
+    manifest.write_text(WORKLOADS.replace("GPUS", "one").replace("COUNT", "1"))
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "30")
+    assert code == 0, out
+    assert "Deployment apps/web: 2 of 2 pod(s) created" in out
+    assert "Job apps/train: 1 of 1 pod(s) created" in out
+    running = _pods(out)
+    web = [p for p in running if p.startswith("apps/web-")]
+    train = [p for p in running if p.startswith("apps/train-")]
+    assert len(web) == 2 and len(train) == 1, out
+    # Each replica got a GPU of its own from its own claim.
+    assert len({_visible(running, p) for p in web}) == 2
+    assert out.rstrip().endswith("== demo ok: 3 pods ran; every device was cleaned up")
+
+
+def test_a_deployment_that_runs_fewer_pods_fails_naming_the_manifest(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "greedy.yaml"
+    manifest.write_text(WORKLOADS.replace("GPUS", "eight").replace("COUNT", "8"))
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20")
+    assert code == 1, out
+    # The Job's pod (no GPU) runs; neither replica of the Deployment gets 8 GPUs.
+    assert out.rstrip().endswith(
+        f"== demo FAILED: {manifest}: document 4: Deployment apps/web asks for 2 pod(s), 0 ran "
+        "(2 created)"
+    ), out
+    # --allow-pending shows the refusal instead of failing; the counts are still checked.
+    code, out = _run(capsys, "-f", str(manifest), "--timeout", "20", "--allow-pending")
+    assert code == 0, out
+
+
+def test_a_workload_without_pods_is_a_shortfall() -> None:
+    body = {
+        "kind": "Deployment",
+        "metadata": {"namespace": "ns", "name": "web", "uid": "u1"},
+        "spec": {"replicas": 3},
+    }
+    document = loading.Document("app.yaml", 2, body)
+    workload = demo.Workload(apply.Applied(document, body, True), demo.wanted_pods(body) or 0)
+    assert demo.shortfalls([workload], {}, {}, allow_pending=True) == [
+        "app.yaml: document 2: Deployment ns/web asks for 3 pod(s), 0 ran (0 created)"
+    ]
+    assert demo.wanted_pods({"kind": "Job", "spec": {"parallelism": 4, "completions": 2}}) == 2
+    assert demo.wanted_pods({"kind": "Job", "spec": {}}) == 1
+    assert demo.wanted_pods({"kind": "Deployment", "spec": {}}) == 1
+    assert demo.wanted_pods({"kind": "Pod"}) is None

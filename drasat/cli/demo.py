@@ -10,6 +10,10 @@ Manifests: the two reference cases (default), `--example NAME` (a folder of the 
 examples, on the examples' lab cluster), `-f FILE|DIR`. An AllocationPolicy among them becomes
 the policy ConfigMap, as `helm install --set policy...` would make it.
 
+Pods of Deployments, ReplicaSets and Jobs are made by the simulated controller manager and
+counted: a workload that ran fewer pods than it asks for (`replicas`; a Job's `parallelism`, at
+most `completions`) fails the demo with a line naming its manifest and the counts.
+
 Exit codes: 0 every pod ran and every node was cleaned up; 1 some step failed (the last line says
 which); 2 bad input.
 """
@@ -228,6 +232,72 @@ class PodOutcome:
     reason: str = ""  # why it did not run
 
 
+@dataclass(frozen=True)
+class Workload:
+    """An applied object whose pods a controller makes, and how many it asks for."""
+
+    applied: apply.Applied
+    wanted: int
+
+    @property
+    def key(self) -> Key:
+        meta = self.applied.object["metadata"]
+        return str(meta["namespace"]), str(meta["name"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.applied.object["metadata"]["uid"])
+
+    @property
+    def ref(self) -> str:
+        return f"{self.applied.document.where}: {self.applied.ref}"
+
+
+def wanted_pods(obj: Obj) -> int | None:
+    """Pods a workload runs at once, as the what-if counts them: Deployment and ReplicaSet
+    `replicas` (1), Job `parallelism` (1) but never more than `completions` (the demo's
+    containers never exit, so a Job's later completions would never start); None for other
+    kinds."""
+    spec = obj.get("spec") or {}
+    kind = obj.get("kind")
+    if kind in ("Deployment", "ReplicaSet"):
+        return int(spec.get("replicas", 1))
+    if kind == "Job":
+        count = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        return count if completions is None else min(count, int(completions))
+    return None
+
+
+def shortfalls(
+    workloads: Iterable[Workload],
+    pods_of: dict[str, list[Key]],
+    outcomes: dict[Key, PodOutcome],
+    *,
+    allow_pending: bool,
+) -> list[str]:
+    """One line per workload that ran fewer pods than it asks for, naming its manifest and the
+    counts. With `allow_pending`, a pod that was created and refused (a Warning, not a
+    timeout) counts as shown; a pod never created never does."""
+    lines = []
+    for workload in workloads:
+        made = pods_of.get(workload.uid, [])
+        ran = sum(1 for k in made if k in outcomes and outcomes[k].run is not None)
+        refused = sum(
+            1
+            for k in made
+            if k in outcomes
+            and outcomes[k].run is None
+            and not outcomes[k].reason.startswith("timed out")
+        )
+        shown = ran + (refused if allow_pending else 0)
+        if shown < workload.wanted:
+            lines.append(
+                f"{workload.ref} asks for {workload.wanted} pod(s), {ran} ran ({len(made)} created)"
+            )
+    return lines
+
+
 @dataclass
 class Demo:
     cluster: democluster.DemoCluster
@@ -372,6 +442,40 @@ class Demo:
                 reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
         return "; ".join(reasons) or "nothing happened to it"
 
+    def workload_pods(self, workloads: list[Workload]) -> dict[str, list[Key]]:
+        """Wait (at most the timeout) until the controllers made every workload's pods; the
+        pods of each workload by its uid (a Deployment's through its ReplicaSets)."""
+        if not workloads:
+            return {}
+        self.out.phase(f"waiting for the pods of {len(workloads)} workload(s)")
+        namespaces = sorted({w.key[0] for w in workloads})
+
+        def owned() -> dict[str, list[Key]]:
+            found: dict[str, list[Key]] = {}
+            for ns in namespaces:
+                sets = self.client.list(kubeclient.path("apps", "v1", "replicasets", namespace=ns))
+                parent = {s["metadata"]["uid"]: _controller_uid(s) for s in sets["items"]}
+                pods = self.client.list(kubeclient.path("", "v1", "pods", namespace=ns))["items"]
+                for pod in pods:
+                    owner = _controller_uid(pod)
+                    key = (ns, str(pod["metadata"]["name"]))
+                    for uid in {owner, parent.get(owner)} - {None}:
+                        found.setdefault(str(uid), []).append(key)
+            return found
+
+        def complete() -> dict[str, list[Key]] | None:
+            found = owned()
+            if all(len(found.get(w.uid, [])) >= w.wanted for w in workloads):
+                return found
+            return None
+
+        found = self.until(complete) or owned()
+        for workload in workloads:
+            made = sorted(found.get(workload.uid, []))
+            self.out(f"{workload.applied.ref}: {len(made)} of {workload.wanted} pod(s) created")
+            found[workload.uid] = made
+        return found
+
     def show_allocations(self) -> None:
         self.out.phase("allocations (NodeAllocationState)")
         for node in sorted(self.cluster.nodes, key=lambda n: n.name):
@@ -403,13 +507,21 @@ class Demo:
             for line in _table(rows):
                 self.out(line)
 
-    def delete(self, pods: list[Key], claims: list[Key], ran: set[Key]) -> None:
+    def delete(
+        self, pods: list[Key], claims: list[Key], ran: set[Key], owners: Sequence[str] = ()
+    ) -> None:
+        """Delete the workloads (`owners`: their URLs; their pods go with them), the pods and
+        the claims, and report what is left."""
         namespaces = sorted({k[0] for k in pods} | {k[0] for k in claims})
         existing = sorted(
             (c["metadata"]["namespace"], c["metadata"]["name"])
             for ns in namespaces
             for c in self._claims(ns)
         )
+        if owners:
+            self.out.phase("deleting workloads")
+            for url in owners:  # first, or their controllers would replace the pods
+                self._delete(url)
         self.out.phase("deleting pods")
         for key in sorted(pods):
             self._delete(kubeclient.path("", "v1", "pods", namespace=key[0], name=key[1]))
@@ -501,6 +613,13 @@ class Demo:
 _CLAIMS = ("resource.k8s.io", "v1alpha2", "resourceclaims")
 
 
+def _controller_uid(obj: Obj) -> str | None:
+    for owner in obj["metadata"].get("ownerReferences") or []:
+        if owner.get("controller"):
+            return str(owner.get("uid"))
+    return None
+
+
 def devices_text(entry: AllocatedDevices, index: dict[str, int]) -> str:
     parts = []
     if entry.gpu is not None:
@@ -575,16 +694,33 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
             applied += demo.apply(title, [d for d in docs if id(d) in kept])
         pods = _pods(applied, "Pod")
         claims = _pods(applied, "ResourceClaim")
-        outcomes = demo.wait_pods(pods)
+        workloads = [
+            Workload(a, n)
+            for a in applied
+            if a.created and (n := wanted_pods(a.object)) is not None
+        ]
+        pods_of = demo.workload_pods(workloads)
+        made = sorted({k for w in workloads for k in pods_of.get(w.uid, [])})
+        outcomes = demo.wait_pods(pods + made)
         demo.show_allocations()
         ran = {k for k, o in outcomes.items() if o.run is not None}
-        demo.delete(pods, claims, ran)
+        known = apply.kinds(crds.all_crds())
+        owners = [
+            apply.url(
+                known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))], *w.key
+            )
+            for w in workloads
+        ]
+        demo.delete(pods + made, claims, ran, owners)
         demo.check_cleanup()
-        stuck = [o for o in outcomes.values() if o.run is None]
+        stuck = [o for o in outcomes.values() if o.run is None and o.key not in made]
         for outcome in sorted(stuck, key=lambda o: o.key):
             if args.allow_pending and not outcome.reason.startswith("timed out"):
                 continue
             demo.failures.insert(0, f"pod {outcome.key[0]}/{outcome.key[1]} did not run")
+        short = shortfalls(workloads, pods_of, outcomes, allow_pending=args.allow_pending)
+        demo.failures[:0] = short
+        stuck = [o for o in outcomes.values() if o.run is None]
     if demo.failures:
         out(f"== demo FAILED: {'; '.join(demo.failures)}")
         return 1

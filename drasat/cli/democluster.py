@@ -5,8 +5,9 @@ the cluster simulated.
 drasat's CRDs; what `helm install` and the cluster would hold (the namespace, the ResourceClass
 `gpu.drasat.io` with its DeviceClassParameters, the policy ConfigMap, one Node per node); a node
 plugin per node (simulated NVML fleet, real gRPC unix sockets, CDI specs and checkpoints in a
-temporary directory); the controller; the simulated scheduler; a simulated kubelet per node. On
-exit everything stops in reverse order and the temporary directory is removed, also after an error.
+temporary directory); the controller; the simulated scheduler and controller manager (pods of
+Deployments and Jobs); a simulated kubelet per node. On exit everything stops in reverse order
+and the temporary directory is removed, also after an error.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from drasat.kube.client import configuration_for
 from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, kubeclient, kubelet, scheduler
+from drasat.sim import apiserver, controllers, kubeclient, kubelet, scheduler
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class DemoCluster:
         self.client = kubeclient.KubeClient(server.url)
         self.nodes: list[SimNode] = []
         self.scheduler: scheduler.Scheduler | None = None
+        self.controller_manager: controllers.ControllerManager | None = None
         self._official: list[OfficialClient] = []
         self._controller_stop = threading.Event()
         self._controller: threading.Thread | None = None
@@ -111,8 +113,13 @@ class DemoCluster:
                 demo._install(cluster, policy_text)
                 demo._start_nodes(cluster)
                 demo._start_controller()
+                # The demo's only scheduler: it also binds pods without claims.
                 demo.scheduler = scheduler.Scheduler(
-                    kubeclient.KubeClient(server.url), resync=0.5
+                    kubeclient.KubeClient(server.url), resync=0.5, plain_pods=True
+                ).start()
+                # Pods of Deployments and Jobs; the classic scheduler makes classic claims.
+                demo.controller_manager = controllers.ControllerManager(
+                    kubeclient.KubeClient(server.url), resync=0.5, claims=False
                 ).start()
                 for node in demo.nodes:
                     node.kubelet = kubelet.Kubelet(
@@ -221,6 +228,8 @@ class DemoCluster:
         steps: list[tuple[str, Any]] = [
             *((f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet),
         ]
+        if self.controller_manager is not None:
+            steps.append(("controller manager", self.controller_manager.stop))
         if self.scheduler is not None:
             steps.append(("scheduler", self.scheduler.stop))
         steps.append(("controller", self._stop_controller))
