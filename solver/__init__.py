@@ -10,7 +10,9 @@ never changing an answer (`cache`).
 What it decides (the modules say why):
 
 - devices (`inventory`): healthy GPUs of ready nodes; existing allocatedClaims are facts (GPUs
-  held whole, share sums, occupied MIG slices) and are never moved;
+  held whole, share sums, occupied MIG slices) and are never moved; claims still in
+  preparedClaims without an allocation (being torn down) and reported orphan MIG devices are
+  busy too;
 - claims (`demand`): whole GPUs by count and selector, on non-MIG GPUs unless the selector asks
   for `migEnabled: true`; MIG by profile or by needs (least waste), at a NAS placement on a
   MIG-enabled GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim of

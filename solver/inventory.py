@@ -4,6 +4,12 @@ A purely computational module: a NodeState (NAS snapshot) becomes a NodeView of 
 holding what is already taken on that GPU (held whole, share sums, occupied MIG memory slices) and
 the MIG placements its product offers. Existing allocations are facts here; nothing moves them.
 
+Taken is what `allocatedClaims` holds, and also what the node still has in use without an
+allocation: claims in `preparedClaims` that are no longer (or never were, v1 claims) in
+`allocatedClaims` — their devices are being torn down, or held by the kubelet's own claims — and
+MIG devices the node plugin reported as orphans (`orphanMigDevices`). A prepared GPU entry does
+not say whether it was a share, so its GPU counts as held whole until the plugin removes it.
+
 Views are memoized in the caller's SolverCache per node, for the identity of its latest
 NodeState (NodeState and its NAS are treated as immutable snapshots), because the online mode
 sees the same hundreds of nodes on every decision.
@@ -17,7 +23,14 @@ from dataclasses import dataclass, field
 
 from drasat.api import catalog
 from drasat.api.claims import GpuShare
-from drasat.api.nas import AllocatedDevices, GpuInfo, Health, MigInfo
+from drasat.api.nas import (
+    AllocatedDevices,
+    GpuInfo,
+    Health,
+    MigInfo,
+    NodeAllocationStateSpec,
+    PreparedDevices,
+)
 from drasat.api.quantity import to_bytes
 from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.problem import NodeState
@@ -241,6 +254,35 @@ def _record(taken: dict[str, _Taken], uid: str, claim: AllocatedDevices) -> None
             slot.media = slot.media or mig.profile.endswith("+me")
 
 
+def _record_prepared(taken: dict[str, _Taken], uid: str, prepared: PreparedDevices) -> None:
+    """A prepared claim without an allocation: its GPUs held whole, its MIG slices occupied."""
+    if prepared.gpu is not None:
+        for device in prepared.gpu.devices:
+            slot = taken.setdefault(device.uuid, _Taken())
+            slot.held_whole = True
+            slot.holders.append(uid)
+    if prepared.mig is not None:
+        for mig in prepared.mig.devices:
+            slot = taken.setdefault(mig.parentUUID, _Taken())
+            slot.occupied.update(range(mig.placement.start, mig.placement.end))
+            slot.media = slot.media or mig.profile.endswith("+me")
+
+
+def _taken(nas: NodeAllocationStateSpec) -> dict[str, _Taken]:
+    """GPU uuid -> what is taken of it: allocations, prepared claims without one, orphans."""
+    taken: dict[str, _Taken] = {}
+    for uid, claim in nas.allocatedClaims.items():
+        _record(taken, uid, claim)
+    for uid, prepared in nas.preparedClaims.items():
+        if uid not in nas.allocatedClaims:
+            _record_prepared(taken, uid, prepared)
+    for orphan in nas.orphanMigDevices:
+        slot = taken.setdefault(orphan.parentUUID, _Taken())
+        slot.occupied.update(range(orphan.placement.start, orphan.placement.end))
+        slot.media = slot.media or orphan.profile.endswith("+me")
+    return taken
+
+
 def _namespace_use(claims: dict[str, AllocatedDevices]) -> dict[str, NamespaceUse]:
     use: dict[str, NamespaceUse] = {}
     for claim in claims.values():
@@ -257,9 +299,7 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
     """The node's free state. Pure; `cache` numbers its memo keys (see cache.py)."""
     intern = fresh(cache).intern
     nas = node.nas
-    taken: dict[str, _Taken] = {}
-    for uid, claim in nas.allocatedClaims.items():
-        _record(taken, uid, claim)
+    taken = _taken(nas)
     options = _mig_options(nas.mig_profiles())
     option_ids = {product: intern(o) for product, o in options.items()}
     gpus: list[GpuSlot] = []

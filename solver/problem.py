@@ -24,7 +24,8 @@ class NodeState:
     """One node as the solver sees it."""
 
     name: str
-    #: allocatableDevices + allocatedClaims (existing, never moved). preparedClaims are ignored.
+    #: allocatableDevices + allocatedClaims (existing, never moved); preparedClaims without an
+    #: allocation and orphanMigDevices count as busy (inventory).
     nas: NodeAllocationStateSpec
     #: False: the node is unsuitable for every claim (NAS missing or NotReady).
     ready: bool = True
