@@ -87,3 +87,25 @@ def discovered_api_versions(kube_cluster: cluster.Cluster, cache: pathlib.Path) 
             if "/" not in resource["name"]:  # subresources are not kinds of their own
                 out.append(f"{group_version}/{resource['kind']}")
     return sorted(set(out))
+
+
+def account_kubeconfig(
+    kube_cluster: cluster.Cluster, token: str, path: pathlib.Path
+) -> pathlib.Path:
+    """A kubeconfig at `path` for the cluster's server and CA that authenticates with `token` (a
+    ServiceAccount's): a drasat process started with it has exactly the RBAC that account has."""
+    admin = yaml.safe_load(kube_cluster.kubeconfig.read_text())
+    context = {"cluster": admin["clusters"][0]["name"], "user": "account"}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": admin["clusters"][:1],
+                "users": [{"name": "account", "user": {"token": token}}],
+                "contexts": [{"name": "account", "context": context}],
+                "current-context": "account",
+            }
+        )
+    )
+    return path

@@ -21,6 +21,7 @@ tokens: the real server's CEL decides what the simulation in tests/deploy decide
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import subprocess
@@ -28,9 +29,18 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import drasatprocess
 import kubernetes
 import pytest
-from chartkit import CHART, VAP, Manifest, discovered_api_versions, kubectl_apply, render
+from chartkit import (
+    CHART,
+    VAP,
+    Manifest,
+    account_kubeconfig,
+    discovered_api_versions,
+    kubectl_apply,
+    render,
+)
 from helm_binary import helm_path
 from kubecluster import create_fake_node, install_crds, service_account_token, wait_for
 from kubernetes import dynamic
@@ -570,3 +580,167 @@ def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_slices(
     finally:
         core.delete_node(node_a)
         core.delete_node(node_b)
+
+
+# --- v1 mode: drasat's two programs with nothing but the chart's RBAC and policies ----------------
+
+#: What the chart installs that the programs' permissions are made of (no workloads, no classes:
+#: the programs run here as processes, and the DeviceClasses are cluster-wide names others use).
+ACCESS_KINDS = {
+    "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
+FORBIDDEN = ("Forbidden", "forbidden", " 403")
+
+
+def _args(container: Manifest, env: dict[str, str]) -> list[str]:
+    return [a.replace("$(POD_NAMESPACE)", env["POD_NAMESPACE"]) for a in container["args"]]
+
+
+def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
+    kube_api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
+    kube_namespace: str,
+    drasat_crds: list[Any],
+    tmp_path: pathlib.Path,
+) -> None:
+    """The v1 controller and a node plugin, each authenticated as the chart's ServiceAccount (the
+    plugin with a token bound to a pod on its node, as the kubelet projects it), started with the
+    chart's own arguments: the controller leads through its Lease, reads its policy and creates
+    its DeviceTaintRule, the plugin publishes its NAS and ResourceSlices, and neither is refused
+    anything on the way."""
+    prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
+    values = {"fullnameOverride": prefix, "controller": {"leaderElection": {"leaseName": prefix}}}
+    manifests = render(kube_namespace, "1.37.2", values, tmp_path)
+    client = dynamic.DynamicClient(kube_api)
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    node = f"{prefix}-node"
+    created: list[tuple[Any, str]] = []
+    processes: list[Any] = []
+    try:
+        for manifest in (m for m in manifests if m["kind"] in ACCESS_KINDS):
+            resource = client.resources.get(
+                api_version=manifest["apiVersion"], kind=manifest["kind"]
+            )
+            namespace = kube_namespace if resource.namespaced else None
+            resource.create(body=manifest, namespace=namespace)
+            if namespace is None:
+                created.append((resource, manifest["metadata"]["name"]))
+        create_fake_node(kube_api, node)
+        env = {"POD_NAMESPACE": kube_namespace}
+
+        # the controller, as its Deployment runs it (metrics off: no port to share)
+        controller_args = _args(_container_of(manifests, "Deployment"), env)
+        controller_args = [a for a in controller_args if not a.startswith("--metrics-address")]
+        controller_token = service_account_token(
+            kube_api, kube_namespace, f"{prefix}-controller", seconds=600
+        )
+        controller_config = account_kubeconfig(
+            kube_cluster, controller_token, tmp_path / "controller.kubeconfig"
+        )
+        controller_log = tmp_path / "controller.log"
+        processes.append(
+            drasatprocess.run(
+                [*controller_args, "--metrics-address", "", "--kubeconfig", str(controller_config)],
+                controller_log,
+            )
+        )
+
+        # a node plugin on `node`, with its DaemonSet's API flags and a simulated GPU
+        pod = core.create_namespaced_pod(
+            kube_namespace,
+            {
+                "metadata": {"name": "plugin"},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": f"{prefix}-node-plugin",
+                    "containers": [{"name": "plugin", "image": "drasat"}],
+                },
+            },
+        )
+        plugin_token = service_account_token(
+            kube_api, kube_namespace, f"{prefix}-node-plugin",
+            bound_pod=(pod.metadata.name, pod.metadata.uid), seconds=600,
+        )  # fmt: skip
+        plugin_config = account_kubeconfig(
+            kube_cluster, plugin_token, tmp_path / "plugin.kubeconfig"
+        )
+        wanted = ("--namespace=", "--kubelet-api=", "--resourceslices", "--shares", "--no-shares")
+        plugin_args = [
+            a for a in _args(_container_of(manifests, "DaemonSet"), env) if a.startswith(wanted)
+        ]
+        assert "--resourceslices" in plugin_args and "--kubelet-api=structured" in plugin_args
+        plugin_dir = tmp_path / "plugin"
+        plugin_dir.mkdir()
+        processes.append(
+            drasatprocess.start_plugin(
+                plugin_dir,
+                node,
+                *plugin_args,
+                "--simulate-gpus",
+                "2xA100-40GB",
+                "--kubeconfig",
+                str(plugin_config),
+            )
+        )
+
+        def taint_rule() -> Any:
+            try:
+                return custom.get_cluster_custom_object(
+                    "resource.k8s.io", "v1", "devicetaintrules", "drasat-allocator"
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        def logs() -> str:
+            plugin_log = (plugin_dir / "plugin.log").read_text(errors="replace")
+            return f"controller:\n{controller_log.read_text(errors='replace')[-3000:]}\n" + (
+                f"plugin:\n{plugin_log[-3000:]}"
+            )
+
+        rule = wait_for(taint_rule, timeout=60, what=f"the DeviceTaintRule\n{logs()}")
+        assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+        lease = kubernetes.client.CoordinationV1Api(kube_api)
+        wait_for(
+            lambda: lease.read_namespaced_lease(prefix, kube_namespace).spec.holder_identity,
+            timeout=60,
+            what=f"the controller to lead\n{logs()}",
+        )
+        slices = dynamic.DynamicClient(kube_api).resources.get(
+            api_version="resource.k8s.io/v1", kind="ResourceSlice"
+        )
+
+        def published() -> list[Any]:
+            found = slices.get(field_selector=f"spec.nodeName={node}").items
+            return [s for s in found if s.spec.driver == "gpu.drasat.io"]
+
+        wait_for(published, timeout=60, what=f"the plugin's ResourceSlices\n{logs()}")
+        nas = ("nas.gpu.drasat.io", "v1alpha1", kube_namespace, "nodeallocationstates", node)
+        assert custom.get_namespaced_custom_object(*nas)["spec"]["allocatableDevices"]
+        text = logs()
+        assert not [word for word in FORBIDDEN if word in text], text
+    finally:
+        for process in processes:
+            drasatprocess.stop(process)
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(
+                "resource.k8s.io", "v1", "devicetaintrules", "drasat-allocator"
+            )
+        with contextlib.suppress(ApiException):
+            core.delete_node(node)
+        with contextlib.suppress(ApiException):  # the plugin leaves its slices when it stops
+            client.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").delete(
+                field_selector=f"spec.nodeName={node}"
+            )
+        for resource, name in reversed(created):
+            with contextlib.suppress(ApiException):
+                resource.delete(name=name)
+
+
+def _container_of(manifests: list[Manifest], kind: str) -> Manifest:
+    (workload,) = [m for m in manifests if m["kind"] == kind]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    return container
