@@ -124,7 +124,9 @@ def load(documents: Sequence[loading.Document]) -> V1Cluster:
         if document.data["kind"] == "Node":
             name = _node_name(document, where)
             if name in node_objects:
-                raise InputError(f"node {name!r} is also given at {node_objects[name][0]}", where)
+                raise InputError(
+                    f"node {name!r} is also given at {node_objects[name][0]}", where=where
+                )
             node_objects[name] = (where, document.data)
             continue
         found = _validate(v1kinds.ResourceSlice, v1kinds.to_v1(document.data), where)
@@ -518,12 +520,16 @@ def _compute_slices(profile: str) -> int | None:
 # Nodes.
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> NodeState:
     """The solver's node: devices from the NAS, CPU, memory, labels and readiness from the Node
     (None: unconstrained and Ready)."""
     if node is None:
         return NodeState(name=nas.metadata.name, nas=nas.spec)
-    status = node.get("status") if isinstance(node.get("status"), dict) else {}
+    status = _mapping(node.get("status"))
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     if not isinstance(allocatable, dict):
         raise InputError("status.allocatable: must be a mapping", where=where)
@@ -538,8 +544,7 @@ def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> N
         memory = to_bytes(allocatable["memory"]) // MiB if "memory" in allocatable else None
     except (ValueError, TypeError) as error:
         raise InputError(f"status.allocatable: {error}", where=where) from None
-    metadata = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
-    labels = metadata.get("labels") or {}
+    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
     return NodeState(
         name=nas.metadata.name,
         nas=nas.spec,

@@ -192,11 +192,14 @@ class DeviceClaim(Strict):
             if names.count(name) > 1:
                 raise ValueError(f"requests: request name {name!r} is used twice")
         known = set(names) | {a for r in self.requests for a, _ in r.alternatives()}
-        for group, entries in (("constraints", self.constraints), ("config", self.config)):
-            for index, entry in enumerate(entries or []):
-                for name in entry.requests or []:
-                    if name not in known:
-                        raise ValueError(f"{group}[{index}].requests: no request named {name!r}")
+        listed: list[tuple[str, list[str] | None]] = [
+            (f"constraints[{i}]", c.requests) for i, c in enumerate(self.constraints or [])
+        ]
+        listed += [(f"config[{i}]", c.requests) for i, c in enumerate(self.config or [])]
+        for path, requests in listed:
+            for name in requests or []:
+                if name not in known:
+                    raise ValueError(f"{path}.requests: no request named {name!r}")
         return self
 
 

@@ -370,7 +370,8 @@ def _index_skipped(index: _Index, skipped: Sequence[tuple[loading.Document, str]
     for document, reason in skipped:
         data = document.data
         index.ignored.append(Ignored(document.where, document.describe(None), reason))
-        metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        found = data.get("metadata")
+        metadata: dict[str, Any] = found if isinstance(found, dict) else {}
         namespace = metadata.get("namespace") or inventory.DEFAULT_NAMESPACE
         key = (str(namespace), str(metadata.get("name", "")))
         if data.get("kind") == "ResourceClaim":
