@@ -1,5 +1,6 @@
 """`python -m drasat.sim`: serve the simulated API server (with drasat's CRDs) and optionally the
-simulated scheduler until interrupted, for manual runs of the controller, what-if or helm.
+simulated classic scheduler (`--scheduler`) or the v1 scheduler and controller manager (`--v1`)
+until interrupted, for manual runs of the controller, what-if or helm.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Sequence
 
 from drasat.api import crds
-from drasat.sim import apiserver, kubeclient, scheduler
+from drasat.sim import actor, apiserver, controllers, kubeclient, scheduler, v1scheduler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,6 +24,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scheduler", action="store_true", help="also run the simulated classic DRA scheduler"
     )
+    parser.add_argument(
+        "--v1",
+        action="store_true",
+        help="also run the simulated v1 scheduler (honours allocations, allocates nothing) and "
+        "controller manager (claims from templates, Deployments, Jobs)",
+    )
     args = parser.parse_args(argv)
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -30,13 +37,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
         if args.kubeconfig is not None:
             server.write_kubeconfig(args.kubeconfig)
-        sim = scheduler.Scheduler(kubeclient.KubeClient(server.url)) if args.scheduler else None
-        if sim is not None:
-            sim.start()
+        loops: list[actor.WatchDrivenLoop] = []
+        if args.scheduler:
+            loops.append(scheduler.Scheduler(kubeclient.KubeClient(server.url)))
+        if args.v1:
+            loops.append(v1scheduler.V1Scheduler(kubeclient.KubeClient(server.url)))
+            loops.append(controllers.ControllerManager(kubeclient.KubeClient(server.url)))
+        for loop in loops:
+            loop.start()
         print(server.url, flush=True)
         done.wait()
-        if sim is not None:
-            sim.stop()
+        for loop in reversed(loops):
+            loop.stop()
     return 0
 
 
