@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=None,
         help="with --cdi-mode toolkit: a folder of the toolkit's CDI specs (repeatable; default "
-        "/etc/cdi and /var/run/cdi)",
+        "$DRASAT_TOOLKIT_SPEC_DIR, colon-separated, else /etc/cdi and /var/run/cdi)",
     )
     add(
         "--state-dir",
@@ -171,7 +171,10 @@ def options(args: argparse.Namespace) -> app.Options:
         cdi_mode=cdi.CdiMode(args.cdi_mode),
         cdi_hook_path=args.cdi_hook_path,
         toolkit_spec_dirs=tuple(
-            Path(d) for d in args.toolkit_spec_dir or ("/etc/cdi", "/var/run/cdi")
+            Path(d)
+            for d in args.toolkit_spec_dir
+            or _env("TOOLKIT_SPEC_DIR", "/etc/cdi:/var/run/cdi").split(":")
+            if d
         ),
         state_dir=Path(args.state_dir),
         kubelet_api=registration.KubeletApi(args.kubelet_api),
