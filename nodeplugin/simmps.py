@@ -63,7 +63,7 @@ def daemon() -> int:
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo, 0o600)
         while not stop and pipe.is_dir():
-            time.sleep(0.05)
+            time.sleep(0.1)
         why = "quit" if stop else "pipe directory removed"
         log.write(f"[{_now()}] Shutdown ({why})\n")
         for name in (CONTROL, PID_FILE):

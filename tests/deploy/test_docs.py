@@ -42,6 +42,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     nas.PreparedGpus,
     nas.PreparedMigDevices,
     nas.PreparedMigDevice,
+    nas.OrphanMigDevice,
     policy.AllocationPolicySpec,
     policy.ObjectiveTerm,
     policy.WorkloadShape,
