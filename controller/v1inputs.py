@@ -169,7 +169,7 @@ def pending_pods(
             continue
         pinned = {allocated_node(c) for c in ours if is_allocated(c)}
         excluded = _excluded(pod, snapshot, bound, pinned)
-        candidates = tuple(n for n in snapshot.nas if n not in excluded)
+        candidates = tuple(n for n in snapshot.nas if n not in excluded and n in snapshot.nodes)
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         item = PodInput(key, namespace, todo, priority, cpu, memory, candidates)
@@ -214,22 +214,24 @@ def _excluded(
 
 
 def node_inputs(snapshot: Snapshot) -> list[Node]:
-    """Every node with a NAS of ours: its solver state (with cpu/memory from the Node and the
-    pods bound there) and the devices its plugin publishes."""
+    """Every node with a NAS of ours and a Node object (a NAS left behind by a deleted node is
+    not a node): its solver state (with cpu/memory from the Node and the pods bound there) and
+    the devices its plugin publishes."""
     bound = _bound_by_node(snapshot.pods)
     out = []
     for name, parsed in sorted(snapshot.nas.items()):
         state: NodeState = parsed.node
         node = snapshot.nodes.get(name)
-        if node is not None:
-            capacity = nodefit.capacity(node, bound.get(name, []))
-            state = dataclasses.replace(
-                state,
-                cpu_milli=capacity.cpu_milli,
-                memory_mib=capacity.memory_mib,
-                used_cpu_milli=capacity.used_cpu_milli,
-                used_memory_mib=capacity.used_memory_mib,
-            )
+        if node is None:
+            continue
+        capacity = nodefit.capacity(node, bound.get(name, []))
+        state = dataclasses.replace(
+            state,
+            cpu_milli=capacity.cpu_milli,
+            memory_mib=capacity.memory_mib,
+            used_cpu_milli=capacity.used_cpu_milli,
+            used_memory_mib=capacity.used_memory_mib,
+        )
         published = tuple(devices.drasat_devices(name, state.nas)) if state.ready else ()
         out.append(Node(state, published))
     return out

@@ -14,9 +14,10 @@ from drasat.api.groups import DRIVER_NAME
 from drasat.controlplane import cluster
 
 
-def run(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """`python -m drasat --log-level INFO ARGS`, its output in `log`."""
-    with log.open("wb") as out:
+def run(args: list[str], log: Path, *, append: bool = False) -> subprocess.Popen[bytes]:
+    """`python -m drasat --log-level INFO ARGS`, its output in `log` (after what it holds, with
+    `append`: a restarted process)."""
+    with log.open("ab" if append else "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", *args],
             stdout=out,

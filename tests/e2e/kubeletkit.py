@@ -26,6 +26,7 @@ from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import names
+from drasat.api.groups import NAS_GROUP, VERSION
 from drasat.controlplane import cluster
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.simnvml import SimulatedNvml
@@ -103,9 +104,12 @@ def gpu_node(
     *,
     slices: Callable[[str], list[Obj]] | None = None,
     shares: bool = True,
+    nas_namespace: str | None = None,
 ) -> Iterator[GpuNode]:
     """The node `name` with the plugin on `fleet`. Its slices: `slices(node uid)` created by the
-    test, or (None) the plugin's own (`--resourceslices`; shareable GPUs unless not `shares`)."""
+    test, or (None) the plugin's own (`--resourceslices`; shareable GPUs unless not `shares`).
+    Its NodeAllocationState: in memory, or (`nas_namespace`) published there for drasat's
+    controller."""
     custom = kubernetes.client.CustomObjectsApi(api)
     tmp = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths stay short
     stateful = f"{fleet},state={tmp / 'fleet.json'}"
@@ -116,8 +120,9 @@ def gpu_node(
     try:
         extra = [] if slices is not None else ["--resourceslices"]
         extra.append("--shares" if shares else "--no-shares")
+        nas = ["--namespace", nas_namespace] if nas_namespace else ["--in-memory-nas"]
         plugin = drasatprocess.start_plugin(
-            tmp, name, "--simulate-gpus", stateful, "--in-memory-nas",
+            tmp, name, "--simulate-gpus", stateful, *nas,
             "--kubeconfig", str(kube_cluster.kubeconfig), "--kubelet-api", "structured", *extra,
         )  # fmt: skip
         if slices is not None:
@@ -156,6 +161,11 @@ def gpu_node(
             drasatprocess.stop(plugin)
         with contextlib.suppress(ApiException):
             kubernetes.client.CoreV1Api(api).delete_node(name)
+        if nas_namespace:
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(
+                    NAS_GROUP, VERSION, nas_namespace, "nodeallocationstates", name
+                )
         for body in made or _node_slices(custom, name):
             with contextlib.suppress(ApiException):  # the garbage collector may have been first
                 custom.delete_cluster_custom_object(

@@ -1,0 +1,132 @@
+"""drasat's controller allocates current-DRA claims on the real control plane (issue 15).
+
+kube-apiserver, kube-scheduler and kube-controller-manager v1.37 are real; drasat's controller
+and node plugins are the real processes (simulated GPUs); simulated kubelets run the pods. The
+controller's DeviceTaintRule keeps kube-scheduler's own allocator off drasat's devices, so every
+allocation checked here is drasat's (`allockit.consistent` asserts it after each test, with no
+device held twice and the NAS ledger agreeing with the claims).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import allockit
+import kubernetes
+import pytest
+from kubeletkit import gpu_node
+from slicekit import applied, unique
+
+from drasat.api.devicemodel import names
+from drasat.controlplane import cluster
+
+pytestmark = pytest.mark.timeout(400)
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+@pytest.fixture(scope="module")
+def allocator(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+) -> Iterator[allockit.Allocator]:
+    with allockit.allocator(kube_api, kube_cluster) as found:
+        yield found
+
+
+def _node(api: Any, kube: cluster.Cluster, prefix: str, fleet: str) -> Any:
+    return gpu_node(api, kube, unique(prefix), fleet, nas_namespace=allockit.NAMESPACE)
+
+
+def _where(pod: dict[str, Any]) -> tuple[str, str]:
+    return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+
+def _manifest(tmp: pathlib.Path, text: str) -> pathlib.Path:
+    path = tmp / "app.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _devices(run: Any) -> list[str]:
+    return [d.device_name for claim in run.claims for d in run.prepared[claim.uid]]
+
+
+def test_two_pods_each_get_their_own_gpu(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    manifest = _manifest(
+        tmp_path,
+        """
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: v1-exclusive}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {namespace: v1-exclusive, name: one-gpu}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {name: gpu, exactly: {deviceClassName: gpu.drasat.io}}
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {namespace: v1-exclusive, name: pod1}
+        spec:
+          containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {namespace: v1-exclusive, name: pod2}
+        spec:
+          containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+        """,
+    )
+    with (
+        _node(kube_api, kube_cluster, "v1x", "2xT4") as node,
+        applied(kube_api, manifest) as pods,
+    ):
+        runs = [node.wait_running(*_where(p)) for p in pods]
+        devices = [_devices(run) for run in runs]
+        assert sorted(d for found in devices for d in found) == ["gpu-0", "gpu-1"]
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, "v1-exclusive", "pod1", "pod2")
+    allockit.consistent(kube_api, allocator)
+
+
+def test_two_pods_share_one_time_sliced_gpu(
+    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+) -> None:
+    with (
+        _node(kube_api, kube_cluster, "v1ts", "1xT4") as node,
+        applied(kube_api, EXAMPLES / "v1-reference-cases/shared-time-sliced-gpu.yaml") as pods,
+    ):
+        runs = [node.wait_running(*_where(p)) for p in pods]
+        assert [_devices(run) for run in runs] == [["gpu-0"], ["gpu-0"]]
+        assert runs[0].claims[0].uid == runs[1].claims[0].uid
+        allockit.consistent(kube_api, allocator)
+
+
+def test_gpu_test4_mig_devices_of_one_parent(
+    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+) -> None:
+    with (
+        _node(kube_api, kube_cluster, "v1mig", "1xA100-40GB,mig=0") as node,
+        applied(kube_api, EXAMPLES / "v1-mig-by-profile/gpu-test4.yaml") as (pod,),
+    ):
+        run = node.wait_running(*_where(pod))
+        parsed = [names.parse(d) for d in _devices(run)]
+        assert all(isinstance(p, names.MigName) and p.minor == 0 for p in parsed)
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, *_where(pod))
+        assert node.gpu_instances(0) == []
+    allockit.consistent(kube_api, allocator)
