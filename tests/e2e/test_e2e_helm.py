@@ -45,6 +45,7 @@ from helm_binary import helm_path
 from kubecluster import create_fake_node, install_crds, service_account_token, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
+from slicekit import device_classes
 
 from drasat.api import crds
 from drasat.api.devicemodel import classes
@@ -607,8 +608,10 @@ def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
     """The v1 controller and a node plugin, each authenticated as the chart's ServiceAccount (the
     plugin with a token bound to a pod on its node, as the kubelet projects it), started with the
     chart's own arguments: the controller leads through its Lease, reads its policy and creates
-    its DeviceTaintRule, the plugin publishes its NAS and ResourceSlices, and neither is refused
-    anything on the way."""
+    its DeviceTaintRule, the plugin publishes its NAS and ResourceSlices; the controller then
+    places a claim (finalizer, status.allocation, which 1.37 also authorizes on
+    resourceclaims/binding), tells a pod that fits nowhere why (an Event), and releases the
+    claim when its pod is gone; neither program is refused anything on the way."""
     prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
     values = {"fullnameOverride": prefix, "controller": {"leaderElection": {"leaseName": prefix}}}
     manifests = render(kube_namespace, "1.37.2", values, tmp_path)
@@ -720,6 +723,8 @@ def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
         wait_for(published, timeout=60, what=f"the plugin's ResourceSlices\n{logs()}")
         nas = ("nas.gpu.drasat.io", "v1alpha1", kube_namespace, "nodeallocationstates", node)
         assert custom.get_namespaced_custom_object(*nas)["spec"]["allocatableDevices"]
+        with device_classes(kube_api):
+            _allocate_and_release(kube_api, kube_namespace, node, logs)
         text = logs()
         assert not [word for word in FORBIDDEN if word in text], text
     finally:
@@ -744,3 +749,68 @@ def _container_of(manifests: list[Manifest], kind: str) -> Manifest:
     (workload,) = [m for m in manifests if m["kind"] == kind]
     (container,) = workload["spec"]["template"]["spec"]["containers"]
     return container
+
+
+def _claim(name: str, count: int) -> Manifest:
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io", "count": count}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def _pod(name: str, claim: str, node: str) -> Manifest:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+            "containers": [
+                {"name": "app", "image": "app", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+        },
+    }
+
+
+def _allocate_and_release(
+    kube_api: kubernetes.client.ApiClient, namespace: str, node: str, logs: Any
+) -> None:
+    """One claim placed by drasat and bound by kube-scheduler on `node` (two simulated GPUs), one
+    that fits nowhere (three GPUs), then both pods gone and the claims released and deleted."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    claims = ("resource.k8s.io", "v1", namespace, "resourceclaims")
+    custom.create_namespaced_custom_object(*claims[:3], "resourceclaims", _claim("one", 1))
+    custom.create_namespaced_custom_object(*claims[:3], "resourceclaims", _claim("three", 3))
+    core.create_namespaced_pod(namespace, _pod("fits", "one", node))
+    core.create_namespaced_pod(namespace, _pod("too-big", "three", node))
+
+    def placed() -> Any:
+        claim = custom.get_namespaced_custom_object(*claims, "one")
+        pod = core.read_namespaced_pod("fits", namespace)
+        return claim if claim.get("status", {}).get("allocation") and pod.spec.node_name else None
+
+    claim = wait_for(placed, timeout=60, what=f"the claim placed and its pod bound\n{logs()}")
+    assert "gpu.drasat.io/deletion-protection" in claim["metadata"]["finalizers"]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == ("gpu.drasat.io", node)
+
+    def refused() -> bool:
+        events = core.list_namespaced_event(namespace).items
+        return any(e.reason == "NotAllocatable" and e.involved_object.name == "too-big"
+                   for e in events)  # fmt: skip
+
+    wait_for(refused, timeout=60, what=f"drasat's Event on the pod that fits nowhere\n{logs()}")
+    for pod in ("fits", "too-big"):  # no kubelet on the node: delete at once
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    for name in ("one", "three"):
+        custom.delete_namespaced_custom_object(*claims, name)
+
+    def released() -> bool:
+        left = custom.list_namespaced_custom_object(*claims)["items"]
+        return not left
+
+    # the controller deallocates "one" once its pod is gone and drops its finalizer
+    wait_for(released, timeout=60, what=f"both claims deleted\n{logs()}")
