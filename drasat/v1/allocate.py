@@ -257,7 +257,9 @@ def _record(
             if entry is None:
                 continue  # placed for another pod of this claim already
             found.extend(results.device_results(option, entry, lookup))
-            ledger[uid] = entry
+            # The solver names the entry after its own claim (`<uid>/<request>`); the ledger
+            # names the ResourceClaim, as the classic one does.
+            ledger[uid] = entry.model_copy(update={"claimInfo": results.claim_info(claim)})
         if not found:
             continue
         config = results.configs(claim.config, _class_configs(entries))

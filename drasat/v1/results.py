@@ -32,6 +32,7 @@ from drasat.api.nas import (
 from drasat.api.quantity import to_bytes
 from drasat.v1 import devices
 from drasat.v1.devices import Published
+from drasat.v1.requests import Claim
 from drasat.v1.variants import Option
 
 Obj = dict[str, Any]
@@ -122,9 +123,13 @@ def allocation(node: str, results: list[Obj], config: list[Obj]) -> Obj:
     return {"devices": devices_status, "nodeSelector": node_selector(node)}
 
 
+def claim_info(claim: Claim) -> ClaimInfo:
+    return ClaimInfo(namespace=claim.namespace, name=claim.name, uid=claim.uid)
+
+
 def fallback_entry(option: Option) -> AllocatedDevices:
     """The ledger entry of a request met by the CPU fallback: no GPU, marked optional."""
-    info = ClaimInfo(namespace=option.claim.namespace, name=option.claim.name, uid=option.claim.uid)
+    info = claim_info(option.claim)
     return AllocatedDevices(claimInfo=info, gpu=AllocatedGpus(devices=[]), optional=True)
 
 

@@ -1,0 +1,209 @@
+"""drasat.v1: v1 claims placed by the solver, exact answers on small clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
+
+from drasat import v1
+from drasat.v1 import results
+
+
+def _results(outcome: v1.Outcome, name: str) -> list[dict[str, Any]]:
+    found = next(a for a in outcome.allocations.values() if a.name == name)
+    return list(found.allocation["devices"]["results"])
+
+
+def _devices(outcome: v1.Outcome, name: str) -> list[str]:
+    return [r["device"] for r in _results(outcome, name)]
+
+
+def test_two_exclusive_claims_get_two_gpus_named_as_published() -> None:
+    nodes = [node("a", "T4", 2)]
+    out = v1.allocate(
+        nodes,
+        [pod("p1", claim("c1", {"gpu": exactly()})), pod("p2", claim("c2", {"gpu": exactly()}))],
+        CLASSES,
+    )
+    assert out.placed == {"default/p1": "a", "default/p2": "a"}
+    assert sorted(_devices(out, "c1") + _devices(out, "c2")) == ["gpu-0", "gpu-1"]
+    (result,) = _results(out, "c1")
+    assert (
+        result["request"] == "gpu" and result["driver"] == "gpu.drasat.io" and result["pool"] == "a"
+    )
+    allocation = next(iter(out.allocations.values())).allocation
+    assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["a"]
+    assert set(out.allocations["uid-c1"].ledger) == {"uid-c1/gpu"}
+
+
+def test_a_cel_selector_on_product_and_memory_picks_the_a100_node() -> None:
+    nodes = [node("t4", "T4", 1), node("a100", "A100-40GB", 1)]
+    big = exactly(
+        GPU,
+        attr("productName") + '.matches("A100")',
+        'device.capacity["gpu.drasat.io"].memory.isGreaterThan(quantity("30Gi"))',
+    )
+    out = v1.allocate(nodes, [pod("p", claim("c", {"gpu": big}))], CLASSES)
+    assert out.placed == {"default/p": "a100"}
+
+
+def test_first_available_falls_back_to_the_cpu_device_when_gpus_run_out() -> None:
+    optional = {
+        "firstAvailable": [
+            {"name": "gpu", "deviceClassName": GPU},
+            {"name": "cpu", "deviceClassName": FALLBACK},
+        ]
+    }
+    out = v1.allocate(
+        [node("a", "T4", 1)],
+        [pod("p1", claim("c1", {"opt": optional})), pod("p2", claim("c2", {"opt": optional}))],
+        CLASSES,
+    )
+    requests = sorted(r["request"] for c in ("c1", "c2") for r in _results(out, c))
+    assert requests == ["opt/cpu", "opt/gpu"]
+    assert sorted(_devices(out, "c1") + _devices(out, "c2")) == ["cpu-fallback", "gpu-0"]
+
+
+def test_two_shares_sit_on_one_gpu_with_their_consumed_capacity() -> None:
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    out = v1.allocate(
+        [node("a", "T4", 1)],
+        [pod("p1", claim("c1", {"s": share})), pod("p2", claim("c2", {"s": share}))],
+        CLASSES,
+    )
+    for name in ("c1", "c2"):
+        (result,) = _results(out, name)
+        assert result["device"] == "gpu-0"
+        assert result["consumedCapacity"] == {"memory": str(4 * 2**30), "compute": "25"}
+    assert _results(out, "c1")[0]["shareID"] != _results(out, "c2")[0]["shareID"]
+
+
+def test_an_exclusive_claim_does_not_share_a_gpu_with_a_share() -> None:
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    out = v1.allocate(
+        [node("a", "T4", 1)],
+        [pod("p1", claim("c1", {"s": share})), pod("p2", claim("c2", {"g": exactly()}))],
+        CLASSES,
+    )
+    assert len(out.placed) == 1 and len(out.refused) == 1
+
+
+def _profile(name: str) -> dict[str, Any]:
+    return exactly(MIG, attr("profile") + f' == "{name}"')
+
+
+def test_gpu_test4_puts_four_mig_devices_on_one_parent_beside_another_pod() -> None:
+    four = claim(
+        "four",
+        {
+            "a": _profile("1g.5gb"),
+            "b": _profile("1g.5gb"),
+            "c": _profile("2g.10gb"),
+            "d": _profile("3g.20gb"),
+        },
+        constraints=[{"matchAttribute": "gpu.drasat.io/parentUUID"}],
+    )
+    out = v1.allocate(
+        [node("m", "A100-40GB", 2, mig=True)],
+        [pod("small", claim("s", {"m": _profile("3g.20gb")})), pod("big", four)],
+        CLASSES,
+    )
+    assert set(out.placed) == {"default/small", "default/big"}
+    parents = {d.split("-mig-")[0] for d in _devices(out, "four")}
+    assert len(parents) == 1  # one parent GPU for the four devices
+    assert len(_devices(out, "four")) == 4
+
+
+def test_numa_match_attribute_keeps_two_gpus_on_one_numa_node() -> None:
+    two = claim(
+        "two", {"g": exactly(count=2)}, constraints=[{"matchAttribute": "gpu.drasat.io/numaNode"}]
+    )
+    out = v1.allocate([node("a", "T4", 4, numa=[0, 1, 0, 1])], [pod("p", two)], CLASSES)
+    minors = sorted(int(d.split("-")[1]) for d in _devices(out, "two"))
+    assert minors in ([0, 2], [1, 3])
+
+
+def test_allocation_mode_all_takes_every_matching_gpu_of_the_node() -> None:
+    out = v1.allocate(
+        [node("a", "T4", 3)], [pod("p", claim("c", {"g": exactly(allocationMode="All")}))], CLASSES
+    )
+    assert sorted(_devices(out, "c")) == ["gpu-0", "gpu-1", "gpu-2"]
+
+
+@pytest.mark.parametrize(
+    ("request_spec", "expected"),
+    [
+        (
+            exactly(GPU, "device.attributes["),
+            "spec.devices.requests[0].exactly.selectors[0].cel.expression",
+        ),
+        (exactly(GPU, adminAccess=True), "spec.devices.requests[0].exactly.adminAccess"),
+        (exactly("no-such-class"), "spec.devices.requests[0].exactly.deviceClassName"),
+    ],
+)
+def test_claims_that_cannot_be_allocated_are_refused_naming_the_field(
+    request_spec: dict[str, Any], expected: str
+) -> None:
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"gpu": request_spec}))], CLASSES)
+    (reason,) = out.refused["default/p"]
+    assert reason.startswith("ResourceClaim default/c: " + expected), reason
+
+
+def test_a_selector_that_matches_nothing_is_explained() -> None:
+    wanted = exactly(GPU, attr("productName") + ' == "H100"')
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"gpu": wanted}))], CLASSES)
+    (reason,) = out.refused["default/p"]
+    assert "no published device matches request gpu" in reason
+
+
+def test_class_and_claim_configs_are_copied_in_order() -> None:
+    classes = dict(CLASSES)
+    opaque = {
+        "driver": "gpu.drasat.io",
+        "parameters": {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuConfig"},
+    }
+    classes[GPU] = {
+        **CLASSES[GPU],
+        "spec": {**CLASSES[GPU]["spec"], "config": [{"opaque": opaque}]},
+    }
+    out = v1.allocate(
+        [node("a", "T4", 1)],
+        [pod("p", claim("c", {"gpu": exactly()}, config=[{"opaque": opaque}]))],
+        classes,
+    )
+    config = out.allocations["uid-c"].allocation["devices"]["config"]
+    assert [c["source"] for c in config] == ["FromClass", "FromClaim"]
+    assert config[0]["requests"] == ["gpu"]
+
+
+def test_the_ledger_read_back_from_status_is_the_one_written() -> None:
+    nodes = [node("m", "A100-40GB", 1, mig=True), node("a", "T4", 2)]
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    pods = [
+        pod("p1", claim("c1", {"m": _profile("2g.10gb")})),
+        pod("p2", claim("c2", {"s": share})),
+        pod("p3", claim("c3", {"g": exactly()})),
+    ]
+    out = v1.allocate(nodes, pods, CLASSES)
+    by_node = {n.state.name: n.state.nas for n in nodes}
+    for placed in out.allocations.values():
+        written = claim(placed.name, {})
+        written["status"] = {"allocation": placed.allocation}
+        read = results.ledger_from_status(written, by_node[placed.node])
+        assert {k: _what(v) for k, v in read.items()} == {
+            k: _what(v) for k, v in placed.ledger.items()
+        }
+
+
+def _what(entry: Any) -> tuple[object, ...]:
+    """What an entry holds (devices, placements, share), not how it shares them."""
+    gpus = tuple(d.uuid for d in entry.gpu.devices) if entry.gpu else ()
+    migs = (
+        tuple((m.parentUUID, m.profile, m.placement.start) for m in entry.mig.devices)
+        if entry.mig
+        else ()
+    )
+    share = (entry.share.compute, entry.share.memory) if entry.share else None
+    return gpus, migs, share, entry.claimInfo.uid
