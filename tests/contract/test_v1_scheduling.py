@@ -294,3 +294,32 @@ def test_an_allocation_without_timestamp_never_binds(
     claim = _get_claim(backend, "c")
     assert not claim["status"].get("reservedFor")
     assert "allocationTimestamp" not in claim["status"]["allocation"]
+
+
+@pytest.mark.usefixtures("control_plane")
+def test_a_no_schedule_device_taint_does_not_stop_an_allocated_claim(
+    backend: Backend, nodes: tuple[str, str]
+) -> None:
+    """A NoSchedule device taint keeps a scheduler from allocating the device; a claim that is
+    already allocated to it still gets its pod bound (only NoExecute evicts)."""
+    a, _ = nodes
+    ns, core, custom = backend.namespace, backend.core, backend.custom
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"{ns}-maintenance"},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": a},
+            "taint": {"key": "test.drasat.io/maintenance", "effect": "NoSchedule"},
+        },
+    }
+    custom.create_cluster_custom_object(*RESOURCE_V1, "devicetaintrules", rule)
+    try:
+        _allocated_claim(backend, "c", a)
+        core.create_namespaced_pod(ns, _pod("p", ns, [{"name": "gpu", "resourceClaimName": "c"}]))
+        bound = wait_for(
+            lambda: core.read_namespaced_pod("p", ns).spec.node_name, timeout=30, what="bound"
+        )
+        assert bound == a
+    finally:
+        custom.delete_cluster_custom_object(*RESOURCE_V1, "devicetaintrules", f"{ns}-maintenance")
