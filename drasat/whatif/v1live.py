@@ -16,6 +16,7 @@ from drasat import loading
 from drasat.kube import errors
 from drasat.kube.client import Api, Obj
 from drasat.kube.resources import NODES, PODS, Resource
+from drasat.whatif import v1manifests
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,9 @@ def read(api: Api) -> list[Obj] | None:
     return out
 
 
-def read_documents(api: Api, *, source: str = "cluster") -> list[loading.Document] | None:
+def read_documents(
+    api: Api, *, source: str = v1manifests.LIVE_SOURCE
+) -> list[loading.Document] | None:
     """`read` as loader Documents (numbered in reading order), so they go through the same
     validation and field-path errors as files."""
     found = read(api)

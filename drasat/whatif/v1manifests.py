@@ -39,6 +39,8 @@ Obj = dict[str, Any]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+#: The source name of documents read from a live cluster (`--from-cluster`).
+LIVE_SOURCE = "cluster"
 #: The annotation the resourceclaim controller puts on claims it makes from templates.
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 #: `generateName` is cut so the name with its 5 random characters stays a DNS label (63).
@@ -469,8 +471,15 @@ class _Compiler:
             self.ignored.append(Ignored(pod.where, f"Pod {pod.key}", "uses no ResourceClaim"))
             return None
         for _, claim in claims:
+            missing = self._missing_class(claim)
+            if missing is not None and claim.where.startswith(f"{LIVE_SOURCE}: "):
+                # A live cluster's object the user did not write: the pod is listed, not fatal.
+                self.ignored.append(Ignored(pod.where, f"Pod {pod.key}", missing))
+                return None
+            if missing is not None:
+                raise InputError(missing, where=claim.where)
+        for _, claim in claims:
             self.used.setdefault(claim.key, claim)
-            self._check_classes(claim)
         cpu, memory = manifests.resource_requests(pod)
         return V1Pod(
             pod,
@@ -523,11 +532,10 @@ class _Compiler:
             )
         return _claim(found)
 
-    def _check_classes(self, claim: V1Claim) -> None:
-        """Every request names a DeviceClass that exists (built in or in the manifests)."""
+    def _missing_class(self, claim: V1Claim) -> str | None:
+        """The first request that names no DeviceClass (built in or in the manifests)."""
         if claim.key in self.checked:
-            return
-        self.checked.add(claim.key)
+            return None
         prefix = "spec.spec" if claim.template else "spec"
         requests = claim.obj["spec"]["devices"].get("requests") or []
         for i, request in enumerate(requests):
@@ -541,11 +549,12 @@ class _Compiler:
                 name = option["deviceClassName"]
                 if name not in self.classes:
                     known = ", ".join(sorted(self.classes))
-                    raise InputError(
+                    return (
                         f"{prefix}.devices.requests[{i}].{path}.deviceClassName: no DeviceClass "
-                        f"{show(name)} (in the manifests or built in: {known})",
-                        where=claim.where,
+                        f"{show(name)} (in the manifests or built in: {known})"
                     )
+        self.checked.add(claim.key)
+        return None
 
 
 def _claim(entry: inventory.Entry[v1kinds.ResourceClaim]) -> V1Claim:

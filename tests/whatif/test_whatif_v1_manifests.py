@@ -3,6 +3,7 @@ opaque configs, NVIDIA's quickstart shapes, what drasat does not support, and th
 
 from __future__ import annotations
 
+import json
 import pathlib
 import textwrap
 from typing import TYPE_CHECKING, Any
@@ -532,3 +533,75 @@ def test_existing_allocations_of_nvidia_devices_take_their_gpu() -> None:
     (allocation,) = result.outcome.allocations.values()
     assert allocation.node == "nv-t4"
     assert [r["device"] for r in allocation.allocation["devices"]["results"]] == ["gpu-1"]
+
+
+def test_a_live_claim_of_a_missing_class_leaves_its_pod_out_instead_of_failing() -> None:
+    text = """
+    apiVersion: resource.k8s.io/v1
+    kind: ResourceClaim
+    metadata: {namespace: ml, name: nic, uid: u1}
+    spec:
+      devices:
+        requests: [{name: nic, exactly: {deviceClassName: dra.net}}]
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata: {namespace: ml, name: router}
+    spec:
+      containers: [{name: c}]
+      resourceClaims: [{name: nic, resourceClaimName: nic}]
+    """
+    documents = parse(text, v1manifests.LIVE_SOURCE)
+    workload = v1manifests.compile_v1(documents)
+    assert workload.pods == () and workload.claims == {}
+    reasons = {i.what: i.reason for i in workload.ignored}
+    assert reasons["Pod ml/router"].startswith(
+        "spec.devices.requests[0].exactly.deviceClassName: no DeviceClass dra.net"
+    )
+    with pytest.raises(InputError, match=r"no DeviceClass dra\.net"):
+        v1manifests.compile_v1(parse(text))  # the same written by the user is bad input
+
+
+LAB = str(REPO / "deploy/examples/clusters/lab.yaml")
+
+
+def _table(run_cli: RunCli, *argv: str) -> list[list[str]]:
+    result = run_cli(*argv)
+    assert result.code == 0, result.err
+    lines = result.out.split("\n\n", 1)[0].splitlines()[1:]
+    return [line.split(None, 3) for line in lines]
+
+
+def test_drasats_v1_examples_on_the_compact_lab_cluster(run_cli: RunCli) -> None:
+    examples = REPO / "deploy/examples"
+    # Two shares of one GPU by consumable capacity: one node, the same GPU, 4Gi and 25% each.
+    rows = _table(run_cli, "--cluster", LAB, "-f", str(examples / "v1-shared-gpu"))
+    assert len(rows) == 2 and rows[0][2] == rows[1][2]
+    assert rows[0][3].split(" (")[0] == rows[1][3].split(" (")[0]
+    assert all("compute 25, memory 4294967296" in r[3] for r in rows)
+    # gpu-test4's shape: four MIG devices of one parent GPU, no two overlapping.
+    ((_, _, node, devices),) = _table(
+        run_cli, "--cluster", LAB, "-f", str(examples / "v1-mig-by-profile")
+    )
+    names = [part.split(": ")[1] for part in devices.split("; ")]
+    assert node == "a100-node" and len({n.split("-mig-")[0] for n in names}) == 1
+    profiles = sorted(n.split("-")[3] for n in names)
+    assert profiles == ["1g5gb", "1g5gb", "2g10gb", "3g20gb"]
+
+
+def test_classic_manifests_on_slices_honour_the_nodes_taints(run_cli: RunCli) -> None:
+    classic = str(REPO / "deploy/examples/reference-cases/exclusive-gpus.yaml")
+    result = run_cli("--cluster", NVIDIA_SLICES, "-f", classic)
+    assert result.code == 0, result.err
+    assert result.out.count("untolerated taint nvidia.com/gpu=present:NoSchedule") >= 2
+
+
+def test_v1_output_forms(run_cli: RunCli, write_yaml: WriteYaml) -> None:
+    app = write_yaml("app.yaml", TEMPLATE)
+    result = run_cli("--cluster", NVIDIA_SLICES, "-f", app, "-o", "html")
+    assert result.code == 2 and "-o: -o html does not draw v1 claims yet" in result.err
+    result = run_cli("--cluster", NVIDIA_SLICES, "-f", app, "-o", "json", "--fail-on-unplaced")
+    assert result.code == 1 and result.err == "1 pod(s) not placed\n"
+    (claim,) = json.loads(result.out)["items"]
+    reason = claim["metadata"]["annotations"]["whatif.drasat.io/reason"]
+    assert reason.startswith("no node admits the pod: nv-t4: untolerated taint")
