@@ -97,7 +97,8 @@ def driver_edits(
     --folder <dir> ...` for the folders of the mounted libraries; no hook without a `hook_path`.
     This is a purely computational function with no side effects."""
     mounts = tuple(
-        Mount(driverfiles.join(driver_root, p), p, DRIVER_MOUNT_OPTIONS) for p in files.paths()
+        Mount(driverfiles.join(driver_root, files.sources.get(p, p)), p, DRIVER_MOUNT_OPTIONS)
+        for p in files.paths()
     )
     hooks: list[Hook] = []
     name = hook_path.rpartition("/")[2]

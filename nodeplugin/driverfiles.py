@@ -132,6 +132,9 @@ class DriverFiles:
     links: tuple[str, ...] = ()
     #: Where the libraries were found: "lib dirs" or "ldcache".
     found_in: str = "lib dirs"
+    #: Container path -> the file's path in the root where they differ (a binary that is a
+    #: link: the container sees it where PATH finds it, the runtime binds the file it names).
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def paths(self) -> list[str]:
@@ -321,11 +324,14 @@ def discover(roots: Roots, version: str, *, kernel_release: str | None = None) -
             f"{looked} and {LDCACHE} under the root). Is --driver-root the driver's root?"
         )
     binaries = []
+    sources = {}
     for name in BINARIES:
         for folder in BIN_DIRS:
             real = _in_root(root, f"{folder}/{name}")
             if real is not None and real.is_file() and os.access(real, os.X_OK):
-                binaries.append(_container_path(root, real))
+                binaries.append(f"{folder}/{name}")  # where PATH finds it, as the toolkit
+                if _container_path(root, real) != binaries[-1]:
+                    sources[binaries[-1]] = _container_path(root, real)
                 break
     release = kernel_release if kernel_release is not None else os.uname().release
     firmware = [
@@ -354,6 +360,7 @@ def discover(roots: Roots, version: str, *, kernel_release: str | None = None) -
         links=tuple(_links(root, libraries, version)),
         found_in=found_in,
         notes=tuple(notes),
+        sources=sources,
     )
 
 

@@ -271,6 +271,23 @@ def test_absolute_links_resolve_inside_the_root(short_tmp: Path) -> None:
         driverfiles.discover(driverfiles.Roots(str(root)), VERSION)
 
 
+def test_a_linked_binary_is_mounted_where_path_finds_it(short_tmp: Path) -> None:
+    """/usr/bin/nvidia-smi linking into the driver's own folder (absolute, inside the root): the
+    container gets /usr/bin/nvidia-smi, bound from the file the link names in the root."""
+    root = fakedriver.make(short_tmp / "drv")
+    real = root / "opt/nvidia/bin/nvidia-smi"
+    real.parent.mkdir(parents=True)
+    (root / "usr/bin/nvidia-smi").rename(real)
+    os.symlink("/opt/nvidia/bin/nvidia-smi", root / "usr/bin/nvidia-smi")
+    files = driverfiles.discover(
+        driverfiles.Roots("/run/nvidia/driver", driver_mount=str(root)), VERSION
+    )
+    assert "/usr/bin/nvidia-smi" in files.binaries
+    edits = cdi.driver_edits(files, driver_root="/run/nvidia/driver")
+    (smi,) = [m for m in edits.mounts if m.container_path == "/usr/bin/nvidia-smi"]
+    assert smi.host_path == "/run/nvidia/driver/opt/nvidia/bin/nvidia-smi"
+
+
 @pytest.mark.parametrize("old_format", [False, True])
 def test_libraries_outside_the_standard_dirs_come_from_the_ldcache(
     short_tmp: Path, old_format: bool
