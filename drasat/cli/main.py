@@ -24,7 +24,8 @@ from drasat.api.errors import InputError
 #: `register(subparsers)`, which adds its parser (with this help) and sets `func` on it.
 SUBCOMMANDS: dict[str, str] = {
     "cdi-spec": "print the CDI spec the node plugin would write for a claim of one device",
-    "controller": "run the central controller (classic DRA)",
+    "controller": "run the central controller (v1 or classic DRA)",
+    "explain": "explain where drasat would place a pending pod's claims, or why nowhere (v1)",
     "crds": "print the CustomResourceDefinitions (generated from the API models)",
     "demo": "run the whole system in one process on an example and watch it work",
     "nodeplugin": "run the kubelet DRA plugin of this node",

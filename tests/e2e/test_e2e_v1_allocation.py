@@ -10,6 +10,8 @@ device held twice and the NAS ledger agreeing with the claims).
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import allockit
 import kubernetes
 import pytest
+from kubecluster import wait_for
 from kubeletkit import gpu_node
 from slicekit import applied, unique
 
@@ -130,3 +133,106 @@ def test_gpu_test4_mig_devices_of_one_parent(
         node.delete_pods(kube_api, *_where(pod))
         assert node.gpu_instances(0) == []
     allockit.consistent(kube_api, allocator)
+
+
+def test_a_pod_that_fits_nowhere_is_explained_and_waits(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    manifest = _manifest(
+        tmp_path,
+        """
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: v1-nowhere}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaim
+        metadata: {namespace: v1-nowhere, name: h100}
+        spec:
+          devices:
+            requests:
+            - name: gpu
+              exactly:
+                deviceClassName: gpu.drasat.io
+                selectors:
+                - cel: {expression: 'device.attributes["gpu.drasat.io"].productName == "H100"'}
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {namespace: v1-nowhere, name: wants-h100}
+        spec:
+          containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+          resourceClaims: [{name: gpu, resourceClaimName: h100}]
+        """,
+    )
+    core = kubernetes.client.CoreV1Api(kube_api)
+    with _node(kube_api, kube_cluster, "v1no", "1xT4"), applied(kube_api, manifest):
+
+        def warned() -> list[str]:
+            events = core.list_namespaced_event("v1-nowhere").items
+            return [e.message for e in events if e.reason == "NotAllocatable"]
+
+        wait_for(lambda: warned(), timeout=60, what="the controller's Warning event")
+        assert any("no published device matches request gpu" in m for m in warned())
+        done = subprocess.run(
+            [sys.executable, "-m", "drasat", "explain", "wants-h100", "-n", "v1-nowhere",
+             "--kubeconfig", str(kube_cluster.kubeconfig)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "fits nowhere" in done.stdout and "request gpu" in done.stdout, done.stdout
+        pod = core.read_namespaced_pod("wants-h100", "v1-nowhere")
+        assert not pod.spec.node_name
+        allockit.consistent(kube_api, allocator)
+
+
+def test_the_controller_restarted_mid_flight_rebuilds_from_claim_status(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    pods = "\n".join(
+        f"""
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: v1-restart, name: pod{i}}}
+        spec:
+          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+          resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]"""
+        for i in range(4)
+    )
+    manifest = _manifest(
+        tmp_path,
+        """
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: v1-restart}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {namespace: v1-restart, name: one-gpu}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {name: gpu, exactly: {deviceClassName: gpu.drasat.io}}"""
+        + pods,
+    )
+    with _node(kube_api, kube_cluster, "v1rs", "4xT4") as node, applied(kube_api, manifest) as made:
+        node.wait_running(*_where(made[0]))
+        allocator.restart()  # some pods may be placed, some not yet
+        runs = [node.wait_running(*_where(p)) for p in made]
+        assert sorted(d for run in runs for d in _devices(run)) == [
+            "gpu-0",
+            "gpu-1",
+            "gpu-2",
+            "gpu-3",
+        ]
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, "v1-restart", "pod0", "pod1")
+        allockit.consistent(kube_api, allocator)
