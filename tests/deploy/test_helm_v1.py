@@ -285,16 +285,6 @@ def test_v1_node_plugin_flags_are_accepted_by_drasat(render: Render) -> None:
     assert config.kubelet_api.value == "both" and config.slice_shares
 
 
-def _controller_knows_v1() -> bool:
-    controller = main.build_parser()._subparsers._group_actions[0].choices["controller"]  # type: ignore[union-attr]
-    return "--dra-api" in controller._option_string_actions
-
-
-@pytest.mark.xfail(
-    not _controller_knows_v1(),
-    reason="`drasat controller --dra-api/--device-taint` (issue 15, the v1 controller) not landed",
-    strict=True,
-)
 @pytest.mark.parametrize("taint", [True, False])
 def test_v1_controller_flags_are_accepted_by_drasat(
     render: Render, tmp_path: pathlib.Path, taint: bool
