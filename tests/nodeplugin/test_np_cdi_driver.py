@@ -16,6 +16,8 @@ import fakedriver
 import jsonschema
 import pytest
 from fakedriver import LIBDIR, VERSION
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from npfixtures import gpu_allocation, mig_allocation, ref
 from test_np_cdi import CDI_SCHEMA
 
@@ -333,6 +335,20 @@ def test_ldcache_reader_agrees_with_ldconfig() -> None:
         if " => " in line and arch in line
     }
     assert expected and set(paths) == expected
+
+
+_SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    paths=st.lists(st.lists(_SEGMENT, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p))),
+    old_format=st.booleans(),
+)
+def test_ldcache_reader_reads_what_was_written(paths: list[str], old_format: bool) -> None:
+    """Any list of paths written as glibc lays the cache out comes back in order, each once."""
+    data = fakedriver.ldcache(paths, old_format=old_format)
+    assert driverfiles.read_ldcache(data) == list(dict.fromkeys(paths))
 
 
 def test_ldcache_reader_refuses_other_files() -> None:
