@@ -14,6 +14,12 @@ the listed state, run together by `ControllerManager` (a watch-driven loop, like
   (`resource.kubernetes.io/delete-protection`) is deallocated and loses the finalizer (claims
   allocated by drasat's controller lack it and are left to drasat); a template's claim with no
   consumer whose pod is done or replaced is deleted.
+- **device-taint-eviction** (1.37's `pkg/controller/devicetainteviction`): a scheduled pod whose
+  reserved, allocated claim uses a device with a `NoExecute` taint (the device's own in its
+  ResourceSlice, or a DeviceTaintRule's on a device a slice publishes) that the allocation result's
+  tolerations do not tolerate gets the `DisruptionTarget` condition (`DeletionByDeviceTaintManager`)
+  and is deleted (uid precondition) once `timeAdded` plus the shortest matching
+  `tolerationSeconds` has passed. No Events, no DeviceTaintRule status.
 - **garbage collector**: claims whose owning pods are all gone are deleted (`garbage.collect`; the
   simulated API server cascades deletes itself).
 - **deployment** (`apps/v1`): one ReplicaSet per pod template, named `<deployment>-<hash>` with the
@@ -39,7 +45,8 @@ import datetime
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drasat.sim import actor, errors, garbage, kubeclient, scheduling
@@ -208,6 +215,96 @@ def job_finished(job: Mapping[str, Any], succeeded: int, failed: int) -> str | N
     return None
 
 
+# --- device taint eviction ----------------------------------------------------------------------
+
+#: The condition the device taint eviction controller puts on a pod before deleting it.
+EVICTION_CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByDeviceTaintManager",
+    "message": "Device Taint manager: deleting due to NoExecute taint",
+}
+
+DeviceId = tuple[str, str, str]
+
+
+def _rule_selects(selector: Mapping[str, Any] | None, device: DeviceId) -> bool:
+    """A DeviceTaintRule's deviceSelector: every field given must match; none given: all match;
+    no selector at all: nothing."""
+    if selector is None:
+        return False
+    driver, pool, name = device
+    wanted = {"driver": driver, "pool": pool, "device": name}
+    return all(selector.get(k) in (None, v) for k, v in wanted.items())
+
+
+def device_taints(
+    slices: Sequence[Mapping[str, Any]], rules: Sequence[Mapping[str, Any]]
+) -> dict[DeviceId, list[Obj]]:
+    """The taints of every device the ResourceSlices publish: its own and those of the
+    DeviceTaintRules selecting it (a rule taints only devices that exist)."""
+    taints: dict[DeviceId, list[Obj]] = {}
+    for piece in slices:
+        spec = piece.get("spec") or {}
+        pool = str((spec.get("pool") or {}).get("name"))
+        for device in spec.get("devices") or []:
+            key = (str(spec.get("driver")), pool, str(device.get("name")))
+            taints.setdefault(key, []).extend(dict(t) for t in device.get("taints") or [])
+    for rule in rules:
+        spec = rule.get("spec") or {}
+        for key, found in taints.items():
+            if spec.get("taint") and _rule_selects(spec.get("deviceSelector"), key):
+                found.append(dict(spec["taint"]))
+    return taints
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """A DeviceToleration against a DeviceTaint (key, operator Exists/Equal, value, effect)."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    key = toleration.get("key")
+    if key and key != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(key) and toleration.get("value", "") == taint.get("value", "")
+
+
+def seconds_of(stamp: str | None) -> float:
+    """An RFC 3339 time (`2026-01-01T00:00:00Z`) as seconds since the epoch; 0 when missing."""
+    if not stamp:
+        return 0.0
+    parsed = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return parsed.timestamp()
+
+
+def eviction_time(
+    claim: Mapping[str, Any], taints: Mapping[DeviceId, Sequence[Mapping[str, Any]]]
+) -> float | None:
+    """When the pods of an allocated claim must go (seconds since the epoch): the earliest
+    `timeAdded` of a NoExecute taint on an allocated device, plus the shortest
+    `tolerationSeconds` of the result's tolerations that match it; a matching toleration without
+    seconds tolerates it forever. None: no such taint."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    earliest: float | None = None
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        device = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+        for taint in taints.get(device, ()):
+            if taint.get("effect") != "NoExecute":
+                continue
+            matching = [
+                t
+                for t in result.get("tolerations") or []
+                if t.get("effect") in (None, "", "NoExecute") and tolerates(t, taint)
+            ]
+            if any(t.get("tolerationSeconds") is None for t in matching):
+                continue  # tolerated forever
+            delay = min((max(0, int(t["tolerationSeconds"])) for t in matching), default=0)
+            at = seconds_of(taint.get("timeAdded")) + delay
+            earliest = at if earliest is None else min(earliest, at)
+    return earliest
+
+
 # --- the loop ---------------------------------------------------------------------------------
 
 
@@ -218,9 +315,16 @@ class ControllerManager(actor.WatchDrivenLoop):
     name = "sim-controller-manager"
 
     def __init__(
-        self, client: kubeclient.KubeClient, *, resync: float = 1.0, claims: bool = True
+        self,
+        client: kubeclient.KubeClient,
+        *,
+        resync: float = 1.0,
+        claims: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(client, resync=resync)
+        #: Wall-clock seconds, compared with taints' `timeAdded` (a fake one in tests).
+        self._clock = clock
         self._claims_on = claims
         self._lock = threading.Lock()
         #: Why a pod's claim could not be created ((namespace, pod) -> message).
@@ -229,12 +333,18 @@ class ControllerManager(actor.WatchDrivenLoop):
     def watched(self) -> list[tuple[str, Mapping[str, str]]]:
         urls = [_core("pods"), _apps("deployments"), _apps("replicasets"), _jobs()]
         if self._claims_on:
-            urls.append(_claims())
+            res = ("resource.k8s.io", "v1")
+            urls += [
+                _claims(),
+                kubeclient.path(*res, "resourceslices"),
+                kubeclient.path(*res, "devicetaintrules"),
+            ]
         return [(url, {}) for url in urls]
 
     def run_once(self) -> None:
         if self._claims_on:
             self.sync_claims()
+            self.evict_for_device_taints()
         self.sync_deployments()
         self.sync_replicasets()
         self.sync_jobs()
@@ -383,6 +493,60 @@ class ControllerManager(actor.WatchDrivenLoop):
             except errors.ApiError as exc:
                 if exc.code != 404:
                     raise
+
+    # --- device taint eviction controller -----------------------------------------------------
+
+    def evict_for_device_taints(self) -> None:
+        """Delete scheduled pods whose reserved, allocated claims use a device with a NoExecute
+        taint they do not tolerate, once its time has come (after a DisruptionTarget condition)."""
+        res = ("resource.k8s.io", "v1")
+        slices = self._client.list(kubeclient.path(*res, "resourceslices"))["items"]
+        rules = self._client.list(kubeclient.path(*res, "devicetaintrules"))["items"]
+        taints = device_taints(slices, rules)
+        if not any(t.get("effect") == "NoExecute" for found in taints.values() for t in found):
+            return
+        claims = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c
+            for c in self._client.list(_claims())["items"]
+        }
+        now = self._clock()
+        for pod in self._client.list(_core("pods"))["items"]:
+            meta = pod["metadata"]
+            if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
+                continue
+            statuses = scheduling.status_claim_names(pod)
+            due = False
+            for entry in scheduling.pod_claims(pod):
+                name = entry.claim_name or statuses.get(entry.name)
+                claim = claims.get((meta["namespace"], str(name))) if name else None
+                if claim is None or not scheduling.reserved_for(claim, pod):
+                    continue
+                at = eviction_time(claim, taints)
+                due = due or (at is not None and at <= now)
+            if due:
+                self._catch(self._evict, pod)
+
+    def _evict(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        conditions = [
+            c
+            for c in (pod.get("status") or {}).get("conditions") or []
+            if c.get("type") != "DisruptionTarget"
+        ]
+        condition = {**EVICTION_CONDITION, "lastTransitionTime": _now()}
+        url = _core("pods", meta["namespace"], meta["name"])
+        self._client.merge_patch(
+            f"{url}/status", {"status": {"conditions": [*conditions, condition]}}
+        )
+        self._client.request(
+            "DELETE",
+            url,
+            body={
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "preconditions": {"uid": meta["uid"]},
+            },
+        )
 
     # --- workloads ------------------------------------------------------------------------------
 

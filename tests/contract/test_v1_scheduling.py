@@ -323,3 +323,66 @@ def test_a_no_schedule_device_taint_does_not_stop_an_allocated_claim(
         assert bound == a
     finally:
         custom.delete_cluster_custom_object(*RESOURCE_V1, "devicetaintrules", f"{ns}-maintenance")
+
+
+@pytest.mark.usefixtures("control_plane")
+def test_a_no_execute_device_taint_evicts_the_pod(backend: Backend, nodes: tuple[str, str]) -> None:
+    """A NoExecute DeviceTaintRule on a device a ResourceSlice publishes evicts the pods of the
+    claims allocated to it: DisruptionTarget condition, then deletion."""
+    a, _ = nodes
+    ns, core, custom = backend.namespace, backend.core, backend.custom
+    piece = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{ns}-slice"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": a,
+            "pool": {"name": a, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+    custom.create_cluster_custom_object(*RESOURCE_V1, "resourceslices", piece)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"{ns}-broken"},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": a, "device": "gpu-0"},
+            "taint": {"key": "test.drasat.io/broken", "effect": "NoExecute"},
+        },
+    }
+    if backend.server is not None:  # as on the real server: a pod on a node is only marked
+        backend.server.api.graceful_pod_deletion = True
+    try:
+        _allocated_claim(backend, "c", a)
+        pod = core.create_namespaced_pod(
+            ns, _pod("p", ns, [{"name": "gpu", "resourceClaimName": "c"}])
+        )
+        wait_for(lambda: core.read_namespaced_pod("p", ns).spec.node_name, what="bound")
+        custom.create_cluster_custom_object(*RESOURCE_V1, "devicetaintrules", rule)
+
+        def evicted() -> Any:
+            try:
+                now = core.read_namespaced_pod("p", ns)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return "gone"
+                raise
+            # A pod on a node waits for its kubelet (none here) to finish the deletion.
+            return now.metadata.deletion_timestamp and now
+
+        found = wait_for(evicted, timeout=30, what="the pod evicted")
+        assert found != "gone" and found.metadata.uid == pod.metadata.uid
+        (condition,) = [c for c in found.status.conditions if c.type == "DisruptionTarget"]
+        assert (condition.status, condition.reason, condition.message) == (
+            "True",
+            "DeletionByDeviceTaintManager",
+            "Device Taint manager: deleting due to NoExecute taint",
+        )
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(*RESOURCE_V1, "devicetaintrules", f"{ns}-broken")
+        custom.delete_cluster_custom_object(*RESOURCE_V1, "resourceslices", f"{ns}-slice")
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_pod("p", ns, grace_period_seconds=0)

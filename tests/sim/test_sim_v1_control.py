@@ -431,3 +431,115 @@ def test_a_missing_template_is_a_reason(client: kubeclient.KubeClient) -> None:
     sched = v1scheduler.V1Scheduler(client)
     sched.run_once()
     assert "to be created from template 'nope'" in sched.reasons[("default", "p")]
+
+
+# --- device taint eviction ------------------------------------------------------------------------
+
+
+def _slice(driver: str, pool: str, *devices: Obj) -> Obj:
+    return {"spec": {"driver": driver, "pool": {"name": pool}, "devices": list(devices)}}
+
+
+def test_device_taints_merge_slices_and_rules() -> None:
+    slices = [
+        _slice("d.io", "n1", {"name": "g0", "taints": [{"key": "own", "effect": "NoSchedule"}]}),
+        _slice("d.io", "n2", {"name": "g0"}),
+        _slice("other.io", "n1", {"name": "g0"}),
+    ]
+    everything = {"spec": {"deviceSelector": {}, "taint": {"key": "all", "effect": "None"}}}
+    one_pool = {
+        "spec": {
+            "deviceSelector": {"driver": "d.io", "pool": "n2"},
+            "taint": {"key": "pool", "effect": "NoExecute"},
+        }
+    }
+    no_selector = {"spec": {"taint": {"key": "never", "effect": "NoExecute"}}}
+    taints = controllers.device_taints(slices, [everything, one_pool, no_selector])
+    keys = {device: [t["key"] for t in found] for device, found in taints.items()}
+    assert keys == {
+        ("d.io", "n1", "g0"): ["own", "all"],
+        ("d.io", "n2", "g0"): ["all", "pool"],
+        ("other.io", "n1", "g0"): ["all"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"operator": "Exists"}, True),
+        ({"key": "k", "operator": "Exists"}, True),
+        ({"key": "k", "operator": "Equal", "value": "v"}, True),
+        ({"key": "k", "value": "v"}, True),  # operator defaults to Equal
+        ({"key": "k", "operator": "Equal", "value": "w"}, False),
+        ({"key": "x", "operator": "Exists"}, False),
+        ({"operator": "Exists", "effect": "NoSchedule"}, False),
+        ({"operator": "Exists", "effect": "NoExecute"}, True),
+    ],
+)
+def test_tolerates(toleration: Obj, tolerated: bool) -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoExecute"}
+    assert controllers.tolerates(toleration, taint) is tolerated
+
+
+def test_eviction_time_is_the_earliest_untolerated_no_execute_taint() -> None:
+    device = ("d.io", "n1", "g0")
+
+    def claim(*tolerations: Obj) -> Obj:
+        result = {"driver": "d.io", "pool": "n1", "device": "g0", "tolerations": list(tolerations)}
+        return {"status": {"allocation": {"devices": {"results": [result]}}}}
+
+    taints = {
+        device: [
+            {"key": "a", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:10Z"},
+            {"key": "b", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:20Z"},
+            {"key": "c", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"},
+        ]
+    }
+    base = controllers.seconds_of("2026-01-01T00:00:00Z")
+    assert controllers.eviction_time(claim(), taints) == base + 10
+    # `a` tolerated forever: `b` decides.
+    assert controllers.eviction_time(claim({"key": "a", "operator": "Exists"}), taints) == base + 20
+    # `a` tolerated for 30 s: still earlier than nothing, later than `b`.
+    limited = {"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+    assert controllers.eviction_time(claim(limited), taints) == base + 20
+    everything = {"operator": "Exists"}
+    assert controllers.eviction_time(claim(everything), taints) is None
+    assert controllers.eviction_time(claim(), {}) is None
+
+
+def test_a_pod_is_evicted_only_when_its_time_has_come(client: kubeclient.KubeClient) -> None:
+    client.create(kubeclient.path("", "v1", "nodes"), {"metadata": {"name": "n1"}})
+    client.create(
+        kubeclient.path(*V1, "resourceslices"),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "n1-d"},
+            "spec": {
+                "driver": "d.io",
+                "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "g0"}],
+            },
+        },
+    )
+    _claim(client, "c", "n1")
+    _pod(client, "p", [{"name": "g", "resourceClaimName": "c"}])
+    v1scheduler.V1Scheduler(client).run_once()
+    client.create(
+        kubeclient.path(*V1, "devicetaintrules"),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "later"},
+            "spec": {
+                "deviceSelector": {"driver": "d.io"},
+                "taint": {"key": "k", "effect": "NoExecute", "timeAdded": "2026-01-01T00:01:00Z"},
+            },
+        },
+    )
+    minute = controllers.seconds_of("2026-01-01T00:01:00Z")
+    controllers.ControllerManager(client, clock=lambda: minute - 1).run_once()
+    assert [p["metadata"]["name"] for p in _pods(client)] == ["p"]
+    controllers.ControllerManager(client, clock=lambda: minute).run_once()
+    assert _pods(client) == []
