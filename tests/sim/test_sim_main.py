@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import kubernetes
 
@@ -49,6 +50,55 @@ def test_module_serves_until_terminated(tmp_path: pathlib.Path) -> None:
         with kubernetes.client.ApiClient(configuration) as client:
             version = kubernetes.client.VersionApi(client).get_code()
         assert version.minor == "30"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_module_runs_the_v1_scheduler_and_controller_manager(tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "drasat.sim", "--kubeconfig", str(kubeconfig), "--v1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        lines.get(timeout=60)
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(
+            config_file=str(kubeconfig), client_configuration=configuration
+        )
+        with kubernetes.client.ApiClient(configuration) as client:
+            core = kubernetes.client.CoreV1Api(client)
+            apps = kubernetes.client.AppsV1Api(client)
+            core.create_node({"metadata": {"name": "n1"}})
+            template = {
+                "metadata": {"labels": {"app": "w"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }
+            apps.create_namespaced_deployment(
+                "default",
+                {
+                    "metadata": {"name": "web"},
+                    "spec": {
+                        "replicas": 2,
+                        "selector": {"matchLabels": {"app": "w"}},
+                        "template": template,
+                    },
+                },
+            )
+
+            def bound() -> list[str]:
+                pods = core.list_namespaced_pod("default").items
+                return [p.spec.node_name for p in pods if p.spec.node_name]
+
+            deadline = time.monotonic() + 30
+            while len(bound()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert bound() == ["n1", "n1"]
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
