@@ -115,6 +115,39 @@ class Container(Open):
     resources: Resources | None = None
 
 
+class Toleration(Open):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+    tolerationSeconds: int | None = None
+
+
+class NodeSelectorRequirement(Open):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(Open):
+    matchExpressions: list[NodeSelectorRequirement] | None = None
+    matchFields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(Open):
+    nodeSelectorTerms: list[NodeSelectorTerm] = Field(default_factory=list)
+
+
+class NodeAffinity(Open):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(Open):
+    """Only node affinity is read (the scheduler's filters, `drasat.v1.nodefit`)."""
+
+    nodeAffinity: NodeAffinity | None = None
+
+
 class PodSpec(Open):
     containers: list[Container] = Field(default_factory=list)
     initContainers: list[Container] = Field(default_factory=list)
@@ -125,6 +158,8 @@ class PodSpec(Open):
     priorityClassName: str | None = None
     nodeName: str | None = None
     nodeSelector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    affinity: Affinity | None = None
 
 
 class Pod(Object):

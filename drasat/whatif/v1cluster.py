@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from drasat import loading
 from drasat.api import catalog, limits
@@ -57,6 +57,7 @@ from drasat.whatif import v1kinds
 from drasat.whatif.inventory import Ignored, located
 
 Obj = dict[str, Any]
+M = TypeVar("M", v1kinds.ResourceSlice, v1kinds.Node)
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 DRIVERS = (DRIVER_NAME, NVIDIA_DRIVER)
@@ -123,6 +124,7 @@ def load(documents: Sequence[loading.Document]) -> V1Cluster:
         where = located(document, "")
         if document.data["kind"] == "Node":
             name = _node_name(document, where)
+            _validate(v1kinds.Node, document.data, where)
             if name in node_objects:
                 raise InputError(
                     f"node {name!r} is also given at {node_objects[name][0]}", where=where
@@ -175,7 +177,7 @@ def _node_name(document: loading.Document, where: str) -> str:
     return name
 
 
-def _validate(model: type[v1kinds.ResourceSlice], data: Obj, where: str) -> v1kinds.ResourceSlice:
+def _validate(model: type[M], data: Obj, where: str) -> M:
     try:
         return loading.validate(model, loading.Document("", 0, data))
     except InputError as error:

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drasat.api import limits
-from drasat.api.base import Object, Spec
+from drasat.api.base import Object, ObjectMeta, Spec
 from drasat.api.quantity import to_bytes
 
 Obj = dict[str, Any]
@@ -327,3 +327,39 @@ class ResourceSliceSpec(Open):
 
 class ResourceSlice(Object):
     spec: ResourceSliceSpec
+
+
+# Nodes: what the scheduler's filters and the node's capacity read.
+
+
+class NodeTaint(Open):
+    key: str
+    value: str | None = None
+    effect: str
+
+
+class NodeSpec(Open):
+    taints: list[NodeTaint] | None = None
+    unschedulable: bool | None = None
+
+
+class NodeCondition(Open):
+    type: str
+    status: str
+    reason: str | None = None
+
+
+class NodeStatus(Open):
+    allocatable: dict[str, int | str] | None = None
+    capacity: dict[str, int | str] | None = None
+    conditions: list[NodeCondition] | None = None
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)

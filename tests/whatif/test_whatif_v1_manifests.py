@@ -605,3 +605,38 @@ def test_v1_output_forms(run_cli: RunCli, write_yaml: WriteYaml) -> None:
     (claim,) = json.loads(result.out)["items"]
     reason = claim["metadata"]["annotations"]["whatif.drasat.io/reason"]
     assert reason.startswith("no node admits the pod: nv-t4: untolerated taint")
+
+
+@pytest.mark.parametrize(
+    ("node", "pod_extra", "message"),
+    [
+        (
+            "spec: {taints: [x]}",
+            "",
+            "cluster.yaml: document 1: Node n: spec.taints[0]: Input should be a valid dictionary",
+        ),
+        (
+            "metadata: {name: n, labels: {zone: 1}}",
+            "",
+            "cluster.yaml: document 1: Node n: metadata.labels.zone: Input should be a valid "
+            "string",
+        ),
+        (
+            "spec: {}",
+            "  affinity: {nodeAffinity: yes}\n",
+            "app.yaml: document 2: Pod ml/trainer: spec.affinity.nodeAffinity: Input should be a "
+            "valid dictionary",
+        ),
+    ],
+)
+def test_bad_nodes_and_pod_scheduling_fields_are_exit_2(
+    run_cli: RunCli, write_yaml: WriteYaml, node: str, pod_extra: str, message: str
+) -> None:
+    metadata = "" if node.startswith("metadata") else "metadata: {name: n}\n"
+    cluster_file = write_yaml("cluster.yaml", f"apiVersion: v1\nkind: Node\n{metadata}{node}\n")
+    app = write_yaml(
+        "app.yaml", TEMPLATE.replace("  resourceClaims:", pod_extra + "  resourceClaims:")
+    )
+    result = run_cli("--cluster", cluster_file, "-f", app)
+    assert result.code == 2
+    assert message in result.err and result.err.count("\n") == 1
