@@ -204,3 +204,16 @@ def test_a_crash_after_the_setting_is_written_restores_it_at_start(node_factory:
     assert node.sim.gpus[0].compute_mode == 3  # EXCLUSIVE_PROCESS
     node.restart().state.reconcile()
     assert node.sim.gpus[0].compute_mode == 2
+
+
+def test_a_corrupt_mark_file_is_moved_aside_and_nothing_counts_as_the_plugins(
+    node_factory: Any,
+) -> None:
+    node = _node_with_orphans(node_factory, OrphanPolicy.destroy_own)
+    path = node.state.checkpoint.migs_path
+    path.write_text('{"checksum": "0", "data": []}')
+    restarted = node.restart()
+    assert path.with_suffix(".corrupt").exists()
+    restarted.state.reconcile()
+    # without its marks the plugin cannot tell its own orphan from another tenant's: both stay
+    assert gpu_instances(node, 1) == [(0, 4), (5, 1), (6, 1)]
