@@ -32,6 +32,7 @@ from drasat.solver import (
     NodeState,
     PodRequest,
     Problem,
+    Solution,
     SolveParams,
     SolverCache,
     solve,
@@ -179,7 +180,7 @@ class DrasatOnline(Policy):
             nodes=tuple(self.states), pods=requests, policy=self.policy, workload=self.shapes
         )
         began = time.perf_counter()
-        solution = solve(problem, SolveParams(mode=Mode.online, explain=False, cache=self.cache))
+        solution = self.solve_chunk(problem)
         self.solver_s.append((stop - start, time.perf_counter() - began))
         for p in range(start, stop):
             self.decided[p] = None
@@ -200,6 +201,10 @@ class DrasatOnline(Policy):
                 used_cpu_milli=state.used_cpu_milli + int(pods.cpu_milli[p]),
                 used_memory_mib=state.used_memory_mib + int(pods.memory_mib[p]),
             )
+
+    def solve_chunk(self, problem: Problem) -> Solution:
+        """One solver call over the chunk's pods: online, each decision final before the next."""
+        return solve(problem, SolveParams(mode=Mode.online, explain=False, cache=self.cache))
 
     def decision(self, cluster: Cluster, pods: Pods, p: int) -> _Decided | None:
         if p not in self.decided:

@@ -1,7 +1,7 @@
 """Packing quality on the Alibaba openb trace: drasat against the FGD paper's baselines.
 
     python -m bench.openb --traces DIR [--pod-list default ...] [--policies FGD,BestFit,...]
-                          [--seeds 42-51] [--out DIR]
+                          [--seeds 42-51] [--window 1 8 64] [--out DIR]
 
 Replays each pod list as the FGD authors' simulator does (see bench/openb_trace.py), once per
 policy and seed, and writes: curves.csv (allocation and fragmentation at every arrived-demand
@@ -56,13 +56,27 @@ def parse_seeds(text: str) -> list[int]:
 PolicyFactory = Callable[[], openb_sim.Policy]
 
 
-def policy_factories(names: Sequence[str], *, random_ties: bool) -> dict[str, PolicyFactory]:
-    """Name -> constructor; drasat's policies are imported only when asked for."""
+def policy_factories(
+    names: Sequence[str],
+    *,
+    random_ties: bool,
+    windows: Sequence[int] = (),
+    batch_seconds: float | None = None,
+) -> dict[str, PolicyFactory]:
+    """Name -> constructor; drasat's policies are imported only when asked for. With `windows`,
+    each drasat policy runs through the controller's batch path once per window size
+    (`drasat@w8`, bench/controller_batch.py) instead of online."""
     factories: dict[str, PolicyFactory] = {}
     for name in names:
         if name in openb_sim.BASELINES:
             cls = openb_sim.BASELINES[name]
             factories[name] = lambda cls=cls: cls(random_ties=random_ties)  # type: ignore[misc]
+        elif name.startswith("drasat") and (windows or "@" in name):
+            from bench import controller_batch
+
+            windowed = [name] if "@" in name else [f"{name}@w{k}" for k in windows]
+            for each in windowed:
+                factories[each] = controller_batch.factory(each, time_limit_s=batch_seconds)
         elif name.startswith("drasat"):
             from bench import drasat_policy
 
@@ -268,6 +282,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="first",
         help="equal scores: first node in order (matches the published figures) or random",
     )
+    parser.add_argument(
+        "--window",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="K",
+        help="drasat's policies through the controller's batch path, K arrivals per solver call "
+        "(named drasat@wK); without it they run online",
+    )
+    parser.add_argument(
+        "--batch-seconds",
+        type=float,
+        default=None,
+        help="time limit of one batch call (default: the policy's timeLimitSeconds)",
+    )
+    parser.add_argument(
+        "--batch-solver",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the cycle solve to use instead of the solver's batch mode (the controller's)",
+    )
     parser.add_argument("--max-pods", type=int, default=0, help="truncate each replay (smoke)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/openb"))
     parser.add_argument("--no-plot", action="store_true")
@@ -287,7 +322,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         return report(args)
     lists = list(POD_LISTS) if args.pod_list == ["all"] else args.pod_list
-    factories = policy_factories(args.policies.split(","), random_ties=args.ties == "random")
+    if any(k < 1 for k in args.window):
+        raise SystemExit(f"--window {args.window}: window sizes are positive integers")
+    if args.batch_solver:
+        from bench import controller_batch
+
+        controller_batch.set_batch_solver(controller_batch.load_batch_solver(args.batch_solver))
+    factories = policy_factories(
+        args.policies.split(","),
+        random_ties=args.ties == "random",
+        windows=args.window,
+        batch_seconds=args.batch_seconds,
+    )
     nodes = openb_trace.read_nodes(args.traces / NODE_LIST)
     published = openb_trace.published_figures(args.traces / "README.md")
     args.out.mkdir(parents=True, exist_ok=True)
