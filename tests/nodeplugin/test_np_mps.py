@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from npfixtures import Node, gpu_allocation, ref
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from npfixtures import Node, gpu_allocation, make_node, ref
 
 from drasat.nodeplugin import mps
 from drasat.nodeplugin.devices import ComputeMode
@@ -251,3 +255,82 @@ def test_start_up_stops_a_daemon_no_claim_holds(node_factory: Any) -> None:
     report = node.restart().state.reconcile()
     assert f"stopped MPS daemon {name}: no claim holds it" in report
     assert _gone(pid) and node.state.mps.names() == []
+
+
+def test_parallel_share_prepares_start_one_daemon(node_factory: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    node = node_factory("T4 x2")
+    uids = [f"p{i}" for i in range(12)]
+    for i, uid in enumerate(uids):
+        node.allocate(uid, gpu_allocation(uid, node.gpu(i % 2), share={"compute": 10}))
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda uid: node.state.prepare(ref(uid)), uids))
+    assert sorted(node.daemons().values()) == sorted([(node.gpu(0),), (node.gpu(1),)])
+    assert len(node.state.mps.names()) == 2  # no second daemon folder for a GPU, even briefly
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda uid: node.state.unprepare(ref(uid)), uids))
+    assert node.daemons() == {} and node.state.mps.names() == []
+    assert [g.compute_mode for g in node.sim.gpus] == [0, 0]
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("prepare"), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.just("unprepare"), st.integers(0, 2), st.just(0)),
+        st.tuples(st.just("kill"), st.integers(0, 1), st.just(0)),
+        st.tuples(st.just("restart"), st.just(0), st.just(0)),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=20, deadline=None)
+@given(ops=_OPS)
+@example(
+    ops=[
+        ("prepare", 0, 0),
+        ("prepare", 1, 0),
+        ("restart", 0, 0),
+        ("unprepare", 0, 0),
+        ("kill", 0, 0),
+        ("prepare", 2, 1),
+        ("unprepare", 1, 0),
+    ]
+)
+def test_daemons_run_exactly_for_gpus_with_mps_claims(ops: list[Any]) -> None:
+    """Whatever the order of prepares, unprepares, killed daemons and plugin restarts (each
+    followed by start-up's reconcile), after every step a daemon runs for exactly the GPUs that
+    have a prepared MPS claim, and a GPU is in EXCLUSIVE_PROCESS exactly then."""
+    root = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))  # short: UNIX socket paths
+    node = make_node(root, "T4 x2")
+    prepared: dict[str, int] = {}  # claim -> GPU index
+    try:
+        for op, claim, gpu in ops:
+            uid = f"c{claim}"
+            if op == "prepare" and uid not in prepared:
+                node.allocate(uid, gpu_allocation(uid, node.gpu(gpu), share={"compute": 10}))
+                node.state.prepare(ref(uid))
+                prepared[uid] = gpu
+            elif op == "unprepare" and uid in prepared:
+                node.state.unprepare(ref(uid))
+                node.store.deallocate(uid)
+                del prepared[uid]
+            elif op == "kill":
+                for daemon in node.state.mps.running().values():
+                    if daemon.devices == (node.gpu(claim),):
+                        os.kill(daemon.pid, signal.SIGKILL)
+                        assert _gone(daemon.pid)
+                node = node.restart()
+                node.state.reconcile()
+            elif op == "restart":
+                node = node.restart()
+                node.state.reconcile()
+            in_use = {node.gpu(g) for g in prepared.values()}
+            assert {d for ds in node.daemons().values() for d in ds} == in_use
+            assert len(node.daemons()) == len(in_use)
+            modes = {g.uuid: g.compute_mode for g in node.sim.gpus}
+            assert {u for u, m in modes.items() if m == 3} == in_use
+    finally:
+        mps.stop_simulated()
+        shutil.rmtree(root, ignore_errors=True)
