@@ -124,6 +124,15 @@ def pod_inputs(
         if not pending:
             continue
         allowed, reasons = _candidates(pod, cluster)
+        held = {
+            node
+            for _, claim in pod.claims
+            if v1manifests.allocated(claim.obj)
+            for node in _allocated_nodes(claim.obj, cluster)
+        }
+        if held:  # a claim allocated already ties the pod to its node
+            allowed = tuple(n for n in (allowed or [s.name for s in cluster.states]) if n in held)
+            reasons = (*reasons, f"its allocated claims are on {', '.join(sorted(held))}")
         if allowed == ():
             blocked[pod.key] = reasons
             continue
@@ -139,6 +148,14 @@ def pod_inputs(
             )
         )
     return out, blocked
+
+
+def _allocated_nodes(claim: Obj, cluster: nodes.ClusterNodes) -> set[str]:
+    """The nodes an allocated claim's devices are on (their pools, in drasat's terms)."""
+    names = {s.name for s in cluster.states}
+    renamed = in_drasat_terms(claim, cluster)
+    found = renamed["status"]["allocation"].get("devices", {}).get("results") or []
+    return {str(r.get("pool")) for r in found if r.get("pool") in names}
 
 
 def _candidates(

@@ -640,3 +640,30 @@ def test_bad_nodes_and_pod_scheduling_fields_are_exit_2(
     result = run_cli("--cluster", cluster_file, "-f", app)
     assert result.code == 2
     assert message in result.err and result.err.count("\n") == 1
+
+
+def test_a_pod_with_an_allocated_claim_is_tied_to_its_node() -> None:
+    from drasat.whatif import nodes
+
+    text = """
+    apiVersion: resource.k8s.io/v1
+    kind: ResourceClaim
+    metadata: {namespace: ml, name: held, uid: held-uid}
+    spec:
+      devices:
+        requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+    status:
+      allocation:
+        devices:
+          results: [{request: gpu, driver: gpu.nvidia.com, pool: nv-a100, device: gpu-0}]
+    """
+    pod = TEMPLATE.replace(
+        "  - {name: gpu, resourceClaimTemplateName: one-gpu}\n",
+        "  - {name: gpu, resourceClaimTemplateName: one-gpu}\n"
+        "  - {name: old, resourceClaimName: held}\n",
+    ).replace("  resourceClaims:", "  tolerations: [{operator: Exists}]\n  resourceClaims:")
+    workload = compile_text(pod + "---\n" + textwrap.dedent(text))
+    cluster = nodes.load(loading.read_documents(NVIDIA_SLICES))
+    (found,), blocked = v1run.pod_inputs(cluster, workload)
+    assert found.candidate_nodes == ("nv-a100",) and blocked == {}
+    assert [c["metadata"]["name"] for c in found.claims] == [workload.pods[0].claims[0][1].name]
