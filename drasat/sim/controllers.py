@@ -1,19 +1,18 @@
 """A simulated kube-controller-manager: the controllers a DRA demo needs, each a pure function of
 the listed state, run together by `ControllerManager` (a watch-driven loop, like the scheduler).
 
-- **resourceclaim** (`resource.k8s.io/v1`, as 1.37's `pkg/controller/resourceclaim`): for each pod
-  that is not being deleted, a claim per `spec.resourceClaims[].resourceClaimTemplateName` entry
+- **resourceclaim** (`resource.k8s.io/v1`, as 1.37's `pkg/controller/resourceclaim`): for each
+  pod that is not being deleted or done, a claim per `resourceClaimTemplateName` entry
   (`generateName: <pod>-<entry>-`, both parts cut in proportion to fit 57 characters; the
   template's labels and annotations plus `resource.kubernetes.io/pod-claim-name: <entry>`; the
   pod as controlling owner, without blockOwnerDeletion; the template's spec), recorded in
-  `pod.status.resourceClaimStatuses`;
-  a claim the pod already owns with that annotation is reused. A scheduled pod's allocated claims
-  are reserved for it if they are not yet. `status.reservedFor` loses pods that are gone, were
-  replaced (another uid) or are done (Succeeded/Failed, or deleted before being scheduled); a
-  claim left with no consumer that carries the scheduler's finalizer
-  (`resource.kubernetes.io/delete-protection`) is deallocated and loses the finalizer (claims
-  allocated by drasat's controller lack it and are left to drasat); a template's claim with no
-  consumer whose pod is done or replaced is deleted.
+  `pod.status.resourceClaimStatuses`; a claim the pod already owns with that annotation is
+  reused. A scheduled pod's allocated claims are reserved for it if they are not yet.
+  `status.reservedFor` loses pods that are gone, were replaced (another uid) or are done
+  (Succeeded/Failed, or deleted before being scheduled); a claim left with no consumer that
+  carries the scheduler's finalizer (`resource.kubernetes.io/delete-protection`) is deallocated
+  and loses the finalizer (claims allocated by drasat's controller lack it and are left to
+  drasat); a template's claim with no consumer whose pod is done or replaced is deleted.
 - **device-taint-eviction** (1.37's `pkg/controller/devicetainteviction`): a scheduled pod whose
   reserved, allocated claim uses a device with a `NoExecute` taint (the device's own in its
   ResourceSlice, or a DeviceTaintRule's on a device a slice publishes) that the allocation result's
@@ -360,7 +359,8 @@ class ControllerManager(actor.WatchDrivenLoop):
         for pod in pods:
             by_ns.setdefault(pod["metadata"]["namespace"], {})[pod["metadata"]["name"]] = pod
         for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
+            # A pod being deleted or done needs no claims (upstream: podNeedsClaims).
+            if not pod["metadata"].get("deletionTimestamp") and not pod_done(pod):
                 self._catch(self._sync_pod, pod, claims)
         for claim in claims:
             self._catch(self._sync_claim, claim, by_ns.get(claim["metadata"]["namespace"], {}))

@@ -543,3 +543,26 @@ def test_a_pod_is_evicted_only_when_its_time_has_come(client: kubeclient.KubeCli
     assert [p["metadata"]["name"] for p in _pods(client)] == ["p"]
     controllers.ControllerManager(client, clock=lambda: minute).run_once()
     assert _pods(client) == []
+
+
+def test_a_finished_pod_gets_no_claim(client: kubeclient.KubeClient) -> None:
+    client.create(
+        kubeclient.path(*V1, "resourceclaimtemplates", namespace="default"),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "t"},
+            "spec": {
+                "spec": {
+                    "devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "x"}}]}
+                }
+            },
+        },
+    )
+    _pod(client, "done", [{"name": "g", "resourceClaimTemplateName": "t"}], schedulerName="none")
+    client.merge_patch(
+        kubeclient.path("", "v1", "pods", namespace="default", name="done", subresource="status"),
+        {"status": {"phase": "Succeeded"}},
+    )
+    controllers.ControllerManager(client).run_once()
+    assert client.list(kubeclient.path(*V1, "resourceclaims", namespace="default"))["items"] == []
