@@ -11,11 +11,20 @@ that differs from online placement. K = 1 is a one-pod batch solve per arrival.
 controller exists it is `drasat.solver.solve` in batch mode with the policy's budget; when the
 controller exposes its own cycle function, `set_batch_solver` (or `--batch-solver
 module:function` on the command line) swaps it in and nothing else changes.
+
+    python -m bench.controller_batch RESULT_FOLDER... [--plot PNG]
+
+merges bench.openb result folders into the table of each window against FGD.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import importlib
+import math
+import pathlib
+import sys
 from collections.abc import Callable
 
 from bench.drasat_policy import LOCAL, POLICIES, DrasatOnline
@@ -100,3 +109,123 @@ def factory(name: str, *, time_limit_s: float | None = None) -> Callable[[], Pol
     return lambda: DrasatWindow(
         name, POLICIES[policy], window=window, target=target, time_limit_s=time_limit_s
     )
+
+
+# --- the report: windows against FGD -------------------------------------------------------
+
+#: The issue's target: at least 10% fewer unallocated GPUs than FGD at 100% arrival.
+TARGET = 0.9
+
+
+def read_summaries(folders: list[pathlib.Path]) -> list[dict[str, str]]:
+    """The rows of each folder's summary.csv (bench.openb's), later folders overriding
+    earlier ones for the same pod list and policy."""
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for folder in folders:
+        if not (folder / "summary.csv").is_file():
+            raise SystemExit(f"{folder}: no summary.csv there (not a bench.openb result folder)")
+        with (folder / "summary.csv").open(newline="") as f:
+            for row in csv.DictReader(f):
+                rows[(row["pod_list"], row["policy"])] = row
+    return list(rows.values())
+
+
+def window_of(policy: str) -> int | None:
+    """The window of `drasat@wK`; 1 for online `drasat` (each pod decided alone); None for
+    anything else."""
+    if WINDOW_MARK in policy:
+        return parse_name(policy)[1]
+    return 1 if policy == "drasat" else None
+
+
+def _window_columns(rows: list[dict[str, str]]) -> list[str]:
+    """drasat's policies by window: online `drasat` first, then `drasat@w1`, `@w8`, ..."""
+    return sorted(
+        {r["policy"] for r in rows if window_of(r["policy"]) is not None},
+        key=lambda p: (window_of(p) or 0, WINDOW_MARK in p),
+    )
+
+
+def window_table(rows: list[dict[str, str]]) -> str:
+    """Markdown: per pod list, FGD's unallocated GPUs at 100% and each window's, relative to
+    FGD, against the target."""
+    lists = list(dict.fromkeys(r["pod_list"] for r in rows))
+    columns = _window_columns(rows)
+    head = ["pod list", "FGD unallocated @100", "target (≤ 0.9 × FGD)"]
+    for policy in columns:
+        head += [f"{policy} unallocated", "vs FGD", "s per replay"]
+    head += ["target met at"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for pod_list in lists:
+        mine = {r["policy"]: r for r in rows if r["pod_list"] == pod_list}
+        if "FGD" not in mine:
+            continue
+        fgd = float(mine["FGD"]["unallocated_at_100"])
+        cells = [pod_list, f"{fgd:.2f}", f"{TARGET * fgd:.2f}"]
+        met = []
+        for policy in columns:
+            row = mine.get(policy)
+            if row is None:
+                cells += ["not run", "", ""]
+                continue
+            value = float(row["unallocated_at_100"])
+            change = (value - fgd) / fgd * 100 if fgd else math.nan
+            cells += [f"{value:.2f}", f"{change:+.1f}%", row.get("wall_s_per_replay", "")]
+            if value <= TARGET * fgd:
+                met.append(policy)
+        cells.append(", ".join(met) or "**missed**")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_windows(rows: list[dict[str, str]], path: pathlib.Path) -> None:
+    """Bars: unallocated GPUs at 100% per pod list, FGD and each window, the target as ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lists = [
+        p
+        for p in dict.fromkeys(r["pod_list"] for r in rows)
+        if any(r["pod_list"] == p and r["policy"] == "FGD" for r in rows)
+    ]
+    policies = ["FGD", *_window_columns(rows)]
+    value = {(r["pod_list"], r["policy"]): float(r["unallocated_at_100"]) for r in rows}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(lists)), 4.5))
+    width = 0.8 / len(policies)
+    for i, policy in enumerate(policies):
+        xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(lists))]
+        ys = [value.get((p, policy), math.nan) for p in lists]
+        ax.bar(xs, ys, width, label=policy)
+    for j, p in enumerate(lists):
+        target = TARGET * value[(p, "FGD")]
+        ax.plot([j - 0.45, j + 0.45], [target, target], color="black", linewidth=1, linestyle="--")
+    ax.set_xticks(range(len(lists)), lists, rotation=20)
+    ax.set_ylabel("unallocated GPUs at 100% arrival (% of cluster)")
+    ax.set_title("openb: drasat through the controller's batch path vs FGD (dashed: 0.9 × FGD)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.controller_batch",
+        description="Merge bench.openb result folders (FGD, drasat, drasat@wK) into the "
+        "window table against FGD and its plot.",
+    )
+    parser.add_argument("folders", nargs="+", type=pathlib.Path)
+    parser.add_argument("--plot", type=pathlib.Path, default=None)
+    args = parser.parse_args(argv)
+    rows = read_summaries(args.folders)
+    print(window_table(rows), end="")
+    if args.plot:
+        plot_windows(rows, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -142,5 +142,15 @@ def test_command_runs_each_window(tmp_path: pathlib.Path) -> None:
     assert openb.main([*argv, "--no-plot"]) == 0
     rows = list(csv.DictReader((result / "summary.csv").open()))
     assert [r["policy"] for r in rows] == ["FGD", "drasat@w1", "drasat@w8"]
+    table_png = tmp_path / "windows.png"
+    assert controller_batch.main([str(result), "--plot", str(table_png)]) == 0
+    assert table_png.stat().st_size > 0
+    table = controller_batch.window_table(controller_batch.read_summaries([result]))
+    header, _, row = table.splitlines()
+    assert header.split(" | ")[3:9:3] == ["drasat@w1 unallocated", "drasat@w8 unallocated"]
+    fgd = {r["policy"]: r for r in rows}["FGD"]["unallocated_at_100"]
+    assert row.startswith(f"| default | {float(fgd):.2f} | {0.9 * float(fgd):.2f} |")
+    with pytest.raises(SystemExit, match=r"no summary\.csv"):
+        controller_batch.main([str(tmp_path / "nothing")])
     with pytest.raises(SystemExit, match="positive"):
         openb.main(["--traces", str(tmp_path), "--policies", "drasat", "--window", "0"])
