@@ -334,3 +334,23 @@ def test_daemons_run_exactly_for_gpus_with_mps_claims(ops: list[Any]) -> None:
     finally:
         mps.stop_simulated()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_running_plugin_starts_a_daemon_that_died_again(node_factory: Any) -> None:
+    """The garbage-collection loop checks the daemons: one killed between prepares comes back
+    for its claims' clients without waiting for a prepare or a restart."""
+    node = node_factory("T4", gc_interval_s=0.05)
+    node.plugin.start()
+    try:
+        node.allocate("one", gpu_allocation("one", node.gpu(0), share={"compute": 50}))
+        node.state.prepare(ref("one"))
+        pid = _pid(node)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not node.daemons():
+            time.sleep(0.05)
+        assert _pid(node) != pid
+        node.state.unprepare(ref("one"))
+        assert node.daemons() == {}
+    finally:
+        node.plugin.stop(grace_s=0)

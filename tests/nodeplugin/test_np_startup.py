@@ -6,6 +6,7 @@ and come back after a restart."""
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import pytest
@@ -217,3 +218,22 @@ def test_a_corrupt_mark_file_is_moved_aside_and_nothing_counts_as_the_plugins(
     restarted.state.reconcile()
     # without its marks the plugin cannot tell its own orphan from another tenant's: both stay
     assert gpu_instances(node, 1) == [(0, 4), (5, 1), (6, 1)]
+
+
+def test_the_running_plugin_keeps_the_orphan_report_current(node_factory: Any) -> None:
+    node = node_factory("2xA100-40GB,mig=1", gc_interval_s=0.05)
+    node.plugin.start()
+    try:
+        orphan = node.lib.create_mig_device(node.gpu(1), gi_profile_id=19, start=4)
+
+        def wait_for(count: int) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and len(_orphans(node)) != count:
+                time.sleep(0.05)
+            assert len(_orphans(node)) == count
+
+        wait_for(1)  # made after start-up: the loop reports it
+        node.lib.destroy_mig_device(node.gpu(1), gi_id=orphan.gi_id, ci_id=None)
+        wait_for(0)  # gone: its slices are free again
+    finally:
+        node.plugin.stop(grace_s=0)
