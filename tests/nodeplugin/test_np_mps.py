@@ -346,6 +346,7 @@ def test_the_running_plugin_starts_a_daemon_that_died_again(node_factory: Any) -
         node.state.prepare(ref("one"))
         pid = _pid(node)
         os.kill(pid, signal.SIGKILL)
+        assert _gone(pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not node.daemons():
             time.sleep(0.05)
