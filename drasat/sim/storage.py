@@ -10,6 +10,7 @@ import collections
 import copy
 import dataclasses
 import datetime
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +33,12 @@ class Event:
     namespace: str
     obj: Obj
     old: Obj | None = None
+
+
+#: generateName: names of at most 63 characters, the last 5 random from this alphabet.
+_NAME_MAX = 63
+_NAME_RANDOM = 5
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def _now() -> str:
@@ -150,8 +157,11 @@ class Store:
             return self._commit(rt, "ADDED", namespace, name, new, None)
 
     def _generate_name(self, rt: resources.ResourceType, namespace: str, prefix: str) -> str:
+        # As apiserver's SimpleNameGenerator: the prefix cut to 58 characters, then 5 characters
+        # of utilrand's alphabet (no vowels, no look-alikes).
         while True:
-            name = prefix + uuid.uuid4().hex[:5]
+            suffix = "".join(random.choice(_NAME_ALPHABET) for _ in range(_NAME_RANDOM))
+            name = prefix[: _NAME_MAX - _NAME_RANDOM] + suffix
             if (namespace, name) not in self._objects[rt.store_key]:
                 return name
 
