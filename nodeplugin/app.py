@@ -58,7 +58,9 @@ def build(options: Options) -> NodePlugin:
         runner = mps.SimulatedRunner()
     else:
         lib = nvml.NvmlDeviceLib()
-        runner = mps.ProcessRunner()
+        # The host's MPS binaries, chrooted into the host's root where the plugin sees it.
+        host_root = config.driver_root_mount if config.driver_root == "/" else ""
+        runner = mps.ProcessRunner(root=host_root)
     store: NasStore
     api: kube_client.KubeClient | None = None
     if not options.in_memory_nas or options.kubeconfig:

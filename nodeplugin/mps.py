@@ -170,29 +170,49 @@ class ProcessRunner:
 
     `private_shm`: run the daemon in its own mount namespace with the daemon directory's `shm/`
     bound over `/dev/shm` (`unshare`, needs CAP_SYS_ADMIN, as the plugin has on a GPU host), so
-    the server and the clients, which mount the same directory, share their memory."""
+    the server and the clients, which mount the same directory, share their memory.
+
+    `root`: run the programs `chroot`ed into this folder, where the plugin sees the host's root
+    (the chart mounts it at /driver-root): the host's `nvidia-cuda-mps-control` then finds its
+    `nvidia-cuda-mps-server` and libraries as on the host, as NVIDIA's device plugin runs it. Only
+    for a driver installed on the host (driver root `/`): the daemon folders under the state
+    directory are at the same paths inside."""
 
     def __init__(
         self,
         program: tuple[str, ...] = REAL_PROGRAM,
         *,
         private_shm: bool = True,
+        root: str = "",
         start_timeout_s: float = 10.0,
         stop_timeout_s: float = 10.0,
     ) -> None:
         self.program = program
         self.private_shm = private_shm
+        self.root = root
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.die_with_interpreter = False
 
     def _argv(self, daemon: dict[str, Any], daemon_dir: Path) -> list[str]:
+        """The daemon's command line. Every wrapper `exec`s the next, so the pid the plugin
+        records is the daemon's own."""
         command = [str(part) for part in daemon["command"]]
         if not self.private_shm:
-            return command
-        bind = 'mount --bind "$0" /dev/shm && exec "$@"'
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
-                str(daemon_dir / "shm"), *command]  # fmt: skip
+            return self._rooted(command)
+        shm = str(daemon_dir / "shm")
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+        if not self.root:
+            return [*unshare, 'mount --bind "$0" /dev/shm && exec "$@"', shm, *command]
+        script = 'mount --bind "$0" "$1/dev/shm" && exec chroot "$@"'
+        return [*unshare, script, shm, self.root, *command]
+
+    def _rooted(self, argv: list[str]) -> list[str]:
+        return ["chroot", self.root, *argv] if self.root else argv
+
+    def control_argv(self) -> list[str]:
+        """The control client's command line (commands go to its stdin)."""
+        return self._rooted(list(self.program))
 
     def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int:
         env = {**os.environ, **daemon["env"]}
@@ -238,7 +258,7 @@ class ProcessRunner:
         env = {**os.environ, **daemon["env"]}
         try:
             subprocess.run(
-                list(self.program),
+                self.control_argv(),
                 input=f"{daemon['stop']}\n".encode(),
                 env=env,
                 capture_output=True,

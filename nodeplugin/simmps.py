@@ -14,7 +14,9 @@ milliseconds) with the two invocations the node plugin uses of the real one:
   fails as the real one does.
 
 So tests check the lifecycle of a real process: started once per device set, found again by pid
-and start time after a plugin restart, restarted when dead, stopped after the last claim.
+and start time after a plugin restart, restarted when dead, stopped after the last claim. With
+`DRASAT_SIMMPS_SHM_PROBE=NAME` the daemon also creates `/dev/shm/NAME` (as the real server puts
+its shared memory there), so a test can see which `/dev/shm` the daemon was given.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ def daemon() -> int:
         (pipe / PID_FILE).write_text(f"{os.getpid()}\n")
         fifo = pipe / CONTROL
         fifo.unlink(missing_ok=True)
+        probe = os.environ.get("DRASAT_SIMMPS_SHM_PROBE", "")
+        if probe:
+            Path("/dev/shm", probe).write_text(f"{os.getpid()}\n")
         os.mkfifo(fifo, 0o600)
         while not stop and pipe.is_dir():
             time.sleep(0.1)

@@ -355,3 +355,48 @@ def test_the_running_plugin_starts_a_daemon_that_died_again(node_factory: Any) -
         assert node.daemons() == {}
     finally:
         node.plugin.stop(grace_s=0)
+
+
+def _unshare_works() -> bool:
+    import subprocess
+
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.parametrize("root", ["", "/"], ids=["direct", "chroot"])
+def test_the_real_runner_gives_the_daemon_its_own_shared_memory_folder(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, root: str
+) -> None:
+    """The wrapper a GPU node runs (a private mount namespace whose /dev/shm is the daemon's
+    shm/, optionally chrooted into the host root), run here with the stand-in as the program:
+    what the daemon puts in /dev/shm lands in the folder the claims' containers mount."""
+    if not _unshare_works():
+        pytest.skip("unshare --mount is not permitted here (needs CAP_SYS_ADMIN)")
+    monkeypatch.setenv("DRASAT_SIMMPS_SHM_PROBE", "drasat-probe")
+    runner = mps.ProcessRunner(mps.SIM_PROGRAM, root=root, start_timeout_s=10)
+    manager = mps.MpsManager(short_tmp / "mps", runner)
+    name = manager.acquire("claim", ("GPU-x",))
+    daemon = manager.read(name)
+    assert daemon is not None and daemon.running()
+    shm = manager.daemon_dir(name) / "shm"
+    assert (shm / "drasat-probe").read_text().strip() == str(daemon.pid)  # the daemon's own pid
+    assert not Path("/dev/shm/drasat-probe").exists()  # not the plugin's /dev/shm
+    assert manager.release("claim") == [name]
+    assert _gone(daemon.pid)
+
+
+def test_the_real_runners_command_lines() -> None:
+    described = mps.render(("GPU-a",), daemon_dir=Path("/s/d"), program=mps.REAL_PROGRAM)
+    host = mps.ProcessRunner(root="/driver-root")
+    assert host._argv(described, Path("/s/d")) == [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c",
+        'mount --bind "$0" "$1/dev/shm" && exec chroot "$@"',
+        "/s/d/shm", "/driver-root", "nvidia-cuda-mps-control", "-f",
+    ]  # fmt: skip
+    assert host.control_argv() == ["chroot", "/driver-root", "nvidia-cuda-mps-control"]
+    plain = mps.ProcessRunner(private_shm=False)
+    assert plain._argv(described, Path("/s/d")) == ["nvidia-cuda-mps-control", "-f"]
+    assert plain.control_argv() == ["nvidia-cuda-mps-control"]
