@@ -6,7 +6,8 @@ and `device.capacity` as maps from a domain (`gpu.drasat.io`, `resource.kubernet
 unqualified names, and `device.allowMultipleAllocations`. Kubernetes' CEL library parts that
 selectors use are provided: `quantity(s)` with `compareTo`, `isGreaterThan`, `isLessThan`,
 `asInteger`, `isInteger`; `semver(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `major`,
-`minor`, `patch`; version attributes are semvers, capacities quantities.
+`minor`, `patch`; the string functions `lowerAscii`, `upperAscii`, `trim`, `indexOf`,
+`lastIndexOf`, `replace`, `split`; version attributes are semvers, capacities quantities.
 
 As upstream: an expression that does not compile is the claim's error (reported, never raised
 to the caller's caller); one that fails to evaluate on a device (a missing attribute, a type
@@ -92,7 +93,27 @@ def _part(index: int) -> Any:
     return part
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise celpy.CELEvalError(f"not a string: {value!r}")
+    return value
+
+
+#: Kubernetes' CEL string library (the part selectors use).
+_STRINGS: dict[str, Any] = {
+    "lowerAscii": lambda s: celtypes.StringType(_text(s).lower()),
+    "upperAscii": lambda s: celtypes.StringType(_text(s).upper()),
+    "trim": lambda s: celtypes.StringType(_text(s).strip()),
+    "indexOf": lambda s, sub: celtypes.IntType(_text(s).find(_text(sub))),
+    "lastIndexOf": lambda s, sub: celtypes.IntType(_text(s).rfind(_text(sub))),
+    "replace": lambda s, old, new: celtypes.StringType(_text(s).replace(_text(old), _text(new))),
+    "split": lambda s, sep: celtypes.ListType(
+        [celtypes.StringType(p) for p in _text(s).split(_text(sep))]
+    ),
+}
+
 FUNCTIONS: dict[str, Any] = {
+    **_STRINGS,
     "quantity": _quantity,
     "semver": _semver,
     "compareTo": _compare_to,
@@ -211,7 +232,7 @@ class Selector:
 
 def _short(error: Exception) -> str:
     text = str(error.args[0]) if error.args else str(error)
-    return text.splitlines()[0][:200]
+    return text.splitlines()[0].partition(" (in activation")[0][:200]
 
 
 _ENVIRONMENT = celpy.Environment()

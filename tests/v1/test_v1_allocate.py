@@ -207,3 +207,18 @@ def _what(entry: Any) -> tuple[object, ...]:
     )
     share = (entry.share.compute, entry.share.memory) if entry.share else None
     return gpus, migs, share, entry.claimInfo.uid
+
+
+def test_nvidias_gpu_test6_selector_with_string_functions_picks_even_a100s() -> None:
+    even_a100 = exactly(
+        GPU,
+        "device.attributes['gpu.drasat.io'].productName.lowerAscii().matches('^.*a100.*$') && "
+        "device.attributes['gpu.drasat.io'].index % 2 == 0",
+    )
+    pods = [pod(f"p{i}", claim(f"c{i}", {"gpu": even_a100})) for i in range(3)]
+    out = v1.allocate([node("a", "A100-40GB", 4)], pods, CLASSES)
+    held = [
+        r["device"] for a in out.allocations.values() for r in a.allocation["devices"]["results"]
+    ]
+    assert sorted(held) == ["gpu-0", "gpu-2"]
+    assert len(out.refused) == 1
