@@ -25,6 +25,7 @@ as the scheduler does not look at taints for an allocated claim.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import threading
@@ -57,10 +58,10 @@ TAINT_VALUE = "drasat"
 REASON_REFUSED = "NotAllocatable"
 
 
-def taint_rule() -> Obj:
+def taint_rule(resource: r.Resource = r.DEVICE_TAINT_RULES_V1) -> Obj:
     """The DeviceTaintRule that keeps kube-scheduler's allocator off every device of ours."""
     return {
-        "apiVersion": r.DEVICE_TAINT_RULES_V1.api_version,
+        "apiVersion": resource.api_version,
         "kind": "DeviceTaintRule",
         "metadata": {"name": TAINT_RULE, "labels": {"app.kubernetes.io/managed-by": "drasat"}},
         "spec": {
@@ -186,31 +187,52 @@ class V1Controller:
         self._wake.set()
 
     def ensure_taint_rule(self) -> None:
-        """Create or restore the DeviceTaintRule; a server without the kind is logged, not
-        fatal (kube-scheduler may then allocate our devices first: docs/INSTALL.md)."""
-        wanted = taint_rule()
+        """Create or restore the DeviceTaintRule, in the newest version the server serves (v1
+        from 1.37; v1beta2 and v1alpha3 behind the DRADeviceTaintRules gate before); a server
+        without the kind is logged, not fatal (kube-scheduler may then allocate our devices
+        first: docs/INSTALL.md)."""
+        resource = self._taint_rules()
+        if resource is None:
+            log.error(
+                "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or "
+                "v1alpha3): kube-scheduler's allocator may take drasat's devices before this "
+                "controller does; see docs/INSTALL.md"
+            )
+            return
+        wanted = taint_rule(resource)
         try:
-            current = self.api.get(r.DEVICE_TAINT_RULES_V1, TAINT_RULE)
+            current = self.api.get(resource, TAINT_RULE)
         except errors.NotFound:
             try:
-                self.api.create(r.DEVICE_TAINT_RULES_V1, wanted)
-                log.info("created DeviceTaintRule %s (%s:NoSchedule on every %s device)",
-                         TAINT_RULE, TAINT_KEY, DRIVER_NAME)  # fmt: skip
+                self.api.create(resource, wanted)
+                log.info("created DeviceTaintRule %s (%s, %s:NoSchedule on every %s device)",
+                         TAINT_RULE, resource.api_version, TAINT_KEY, DRIVER_NAME)  # fmt: skip
             except errors.KubeError as error:
                 log.error("cannot create DeviceTaintRule %s: %s", TAINT_RULE, error)
             return
         except errors.KubeError as error:
-            log.error(
-                "cannot read DeviceTaintRule %s (%s): kube-scheduler's allocator may take "
-                "drasat's devices; see docs/INSTALL.md", TAINT_RULE, error,
-            )  # fmt: skip
+            log.error("cannot read DeviceTaintRule %s: %s", TAINT_RULE, error)
             return
-        if current.get("spec", {}).get("taint", {}).get("key") != TAINT_KEY or (
-            current.get("spec", {}).get("deviceSelector") != wanted["spec"]["deviceSelector"]
+        spec = current.get("spec") or {}
+        if (spec.get("taint") or {}).get("key") != TAINT_KEY or (
+            spec.get("deviceSelector") != wanted["spec"]["deviceSelector"]
         ):
             current["spec"] = wanted["spec"]
-            self.api.replace(r.DEVICE_TAINT_RULES_V1, current)
+            self.api.replace(resource, current)
             log.warning("restored DeviceTaintRule %s", TAINT_RULE)
+
+    def _taint_rules(self) -> r.Resource | None:
+        for version in ("v1", "v1beta2", "v1alpha3"):
+            resource = dataclasses.replace(r.DEVICE_TAINT_RULES_V1, version=version)
+            try:
+                self.api.list(resource)
+            except errors.NotFound:
+                continue
+            except errors.KubeError as error:
+                log.error("cannot list DeviceTaintRules (%s): %s", resource.api_version, error)
+                return None
+            return resource
+        return None
 
     def _loop(self) -> None:
         last_policy = 0.0
