@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.controller import nodes
+from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
 from drasat.v1 import Node, PodInput, devices, nodefit, results
 
@@ -121,7 +121,7 @@ class Snapshot:
     claims: Mapping[str, Obj]  # namespace/name -> claim
     classes: Mapping[str, Obj]  # ours, by name
     nodes: Mapping[str, Obj]  # Node objects by name
-    nas: Mapping[str, nodes.ParsedNas]  # by node name
+    nas: Mapping[str, nas_nodes.ParsedNas]  # by node name
     #: pod key -> nodes found unsuitable lately, with the scheduler's reason.
     unsuitable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 

@@ -248,11 +248,12 @@ def _record(
         claim = entries[0][0].claim
         found: list[Obj] = []
         ledger: dict[str, AllocatedDevices] = {}
-        for option, uid in entries:
-            if uid is None:
+        for option, solver_uid in entries:
+            if solver_uid is None:
                 found.extend(results.device_results(option, None, lookup))
                 ledger[f"{claim_uid}/{option.request}"] = results.fallback_entry(option)
                 continue
+            uid = solver_uid
             entry = placed.get(uid)
             if entry is None:
                 continue  # placed for another pod of this claim already

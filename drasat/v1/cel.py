@@ -26,6 +26,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
 from drasat.api.quantity import to_bytes
 from drasat.api.selectors import parse_version
@@ -56,14 +57,14 @@ def _quantity(text: Any) -> QuantityValue:
     try:
         return QuantityValue(to_bytes(str(text)))
     except ValueError as error:
-        raise celpy.CELEvalError(str(error)) from None
+        raise CELEvalError(str(error)) from None
 
 
 def _semver(text: Any) -> SemverValue:
     try:
         parse_version(str(text))
     except ValueError as error:
-        raise celpy.CELEvalError(str(error)) from None
+        raise CELEvalError(str(error)) from None
     return SemverValue(str(text))
 
 
@@ -72,7 +73,7 @@ def _key(value: Any) -> tuple[int, ...] | int:
         return value.parts()
     if isinstance(value, int):
         return int(value)
-    raise celpy.CELEvalError(f"not a quantity or semver: {value!r}")
+    raise CELEvalError(f"not a quantity or semver: {value!r}")
 
 
 def _compare_to(a: Any, b: Any) -> celtypes.IntType:
@@ -87,7 +88,7 @@ def _part(index: int) -> Any:
     def part(version: Any) -> celtypes.IntType:
         parts = _key(version)
         if not isinstance(parts, tuple):
-            raise celpy.CELEvalError("not a semver")
+            raise CELEvalError("not a semver")
         return celtypes.IntType(parts[index] if index < len(parts) else 0)
 
     return part
@@ -95,7 +96,7 @@ def _part(index: int) -> Any:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str):
-        raise celpy.CELEvalError(f"not a string: {value!r}")
+        raise CELEvalError(f"not a string: {value!r}")
     return value
 
 
@@ -214,10 +215,10 @@ class Selector:
     def _evaluate(self, driver: str, device: Obj) -> bool:
         try:
             result = self._program.evaluate(activation(driver, device))
-        except celpy.CELEvalError as error:
+        except CELEvalError as error:
             self._remember(error)
             return False
-        if isinstance(result, celpy.CELEvalError):
+        if isinstance(result, CELEvalError):
             self._remember(result)
             return False
         if not isinstance(result, celtypes.BoolType):

@@ -15,9 +15,11 @@ everyone's first choice, at most `MAX_VARIANTS`. This is a purely computational 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from drasat.api.claims import (
     GpuClaimParametersSpec,
@@ -208,9 +210,8 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     ]
 
 
-def _with(base: Option, **changes: object) -> Option:
-    values = {**base.__dict__, **changes}
-    return Option(**values)  # type: ignore[arg-type]
+def _with(base: Option, **changes: Any) -> Option:
+    return dataclasses.replace(base, **changes)
 
 
 # -- constraints ---------------------------------------------------------------------------------
@@ -276,11 +277,14 @@ def claim_variants(claim: Claim, catalog: Devices) -> list[list[Option]]:
     best first."""
     out: list[tuple[int, list[Option]]] = []
     for plan_rank, plan in enumerate(_plans(claim, catalog)):
-        per_request = []
+        per_request: list[list[Option]] = []
         for i, request in enumerate(claim.requests):
             values = [(c, v) for c, v in plan.values if c.covers(request.name)]
 
-            def restrict(found: Sequence[Published], values=values) -> list[Published]:
+            def restrict(
+                found: Sequence[Published],
+                values: list[tuple[MatchAttribute, object]] = values,
+            ) -> list[Published]:
                 out_found = list(found)
                 for constraint, value in values:
                     out_found = _by_value(out_found, constraint.attribute, value)
