@@ -109,7 +109,8 @@ class _Pool:
     generation: int
     count: int
     node: str | None
-    slices: list[tuple[str, v1kinds.ResourceSlice]] = field(default_factory=list)
+    #: (where, validated slice, the slice in v1's shape as given).
+    slices: list[tuple[str, v1kinds.ResourceSlice, Obj]] = field(default_factory=list)
 
 
 def load(documents: Sequence[loading.Document]) -> V1Cluster:
@@ -131,8 +132,9 @@ def load(documents: Sequence[loading.Document]) -> V1Cluster:
                 )
             node_objects[name] = (where, document.data)
             continue
-        found = _validate(v1kinds.ResourceSlice, v1kinds.to_v1(document.data), where)
-        _add_slice(pools, ignored, document, where, found)
+        data = v1kinds.to_v1(document.data)
+        found = _validate(v1kinds.ResourceSlice, data, where)
+        _add_slice(pools, ignored, document, where, found, data)
     per_node: dict[str, list[_Pool]] = {}
     for found_pool in pools.values():
         _check_complete(found_pool)
@@ -190,6 +192,7 @@ def _add_slice(
     document: loading.Document,
     where: str,
     found: v1kinds.ResourceSlice,
+    data: Obj,
 ) -> None:
     spec = found.spec
     what = where.removeprefix(f"{document.where}: ")
@@ -215,7 +218,7 @@ def _add_slice(
             )
         known.node = spec.nodeName
     known.count = spec.pool.resourceSliceCount
-    known.slices.append((where, found))
+    known.slices.append((where, found, data))
 
 
 def _check_complete(found: _Pool) -> None:
@@ -253,15 +256,25 @@ def _healthy(device: v1kinds.Device) -> bool:
     return not any(t.effect in BLOCKING_EFFECTS for t in device.taints or [])
 
 
-def _dump(device: v1kinds.Device) -> Obj:
-    """The device as a dict, its capacities and counters as plain integers (`4864Mi` ->
-    `5100273664`), the form drasat's device model writes."""
-    out = device.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for name, quantity in device.capacity.items():
-        out["capacity"][name]["value"] = str(quantity.amount)
-    for i, consumption in enumerate(device.consumesCounters or []):
-        for name, quantity in consumption.counters.items():
-            out["consumesCounters"][i]["counters"][name]["value"] = str(quantity.amount)
+def _published(device: v1kinds.Device, raw: Obj) -> Obj:
+    """The device as given (v1's shape), its capacities and counters as plain integers
+    (`4864Mi` -> `5100273664`), the form drasat's device model writes."""
+    out = dict(raw)
+    if device.capacity:
+        out["capacity"] = {
+            name: {**raw["capacity"][name], "value": str(q.amount)}
+            if isinstance(raw["capacity"][name], dict)
+            else {"value": str(q.amount)}
+            for name, q in device.capacity.items()
+        }
+    if device.consumesCounters:
+        out["consumesCounters"] = [
+            {
+                "counterSet": c.counterSet,
+                "counters": {n: {"value": str(q.amount)} for n, q in c.counters.items()},
+            }
+            for c in device.consumesCounters
+        ]
     return out
 
 
@@ -293,16 +306,17 @@ class _NodeReader:
     def read_pool(
         self, found: _Pool, counter_sets: dict[tuple[str, str, str], dict[str, int]]
     ) -> None:
-        for _where, item in found.slices:
+        for _where, item, _ in found.slices:
             for counter_set in item.spec.sharedCounters or []:
                 counter_sets[(found.driver, found.name, counter_set.name)] = {
                     k: q.amount for k, q in counter_set.counters.items()
                 }
-        for where, item in found.slices:
+        for where, item, data in found.slices:
             for index, device in enumerate(item.spec.devices):
+                raw = data["spec"]["devices"][index]
                 path = f"spec.devices[{index}] ({device.name})"
                 try:
-                    self._device(found, device, f"{where}: {path}", counter_sets)
+                    self._device(found, device, raw, f"{where}: {path}", counter_sets)
                 except ValueError as error:
                     raise InputError(f"{path}: {error}", where=where) from None
 
@@ -310,11 +324,12 @@ class _NodeReader:
         self,
         found: _Pool,
         device: v1kinds.Device,
+        raw: Obj,
         where: str,
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
     ) -> None:
         driver = found.driver
-        source = Published(driver, found.name, _dump(device), kind="")
+        source = Published(driver, found.name, _published(device, raw), kind="")
         kind = _text(device, driver, "type")
         if kind == devices.TYPE_GPU:
             self._gpu(source, device, driver, where)

@@ -15,10 +15,11 @@ fields under `basic`; `v1beta2` is v1's shape. This is a purely computational mo
 from __future__ import annotations
 
 import copy
+import functools
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta, Spec
@@ -52,12 +53,13 @@ MAX_COUNTER_SETS = 8
 
 
 def to_v1(data: Obj) -> Obj:
-    """A claim, template, class or slice of any read version, in v1's shape (a copy). Pure."""
-    out = copy.deepcopy(data)
-    version = str(out.get("apiVersion", ""))
-    out["apiVersion"] = V1
+    """A claim, template, class or slice of any read version, in v1's shape (a copy where it
+    changes; v1 and v1beta2 share the rest with `data`). Pure."""
+    version = str(data.get("apiVersion", ""))
     if version != f"{GROUP}/v1beta1":
-        return out
+        return {**data, "apiVersion": V1}
+    out = copy.deepcopy(data)
+    out["apiVersion"] = V1
     kind = out.get("kind")
     spec = out.get("spec")
     if kind == "ResourceClaimTemplate" and isinstance(spec, dict):
@@ -244,17 +246,13 @@ class DeviceClass(Object):
 
 
 class DeviceAttribute(Strict):
+    """One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
+    exactly one: once per device, not per attribute, as slices hold thousands)."""
+
     int_: int | None = Field(None, alias="int")
     bool_: bool | None = Field(None, alias="bool")
     string: str | None = None
     version: str | None = None
-
-    @model_validator(mode="after")
-    def _one_value(self) -> DeviceAttribute:
-        given = [v for v in (self.int_, self.bool_, self.string, self.version) if v is not None]
-        if len(given) != 1:
-            raise ValueError("exactly one of int, bool, string or version must be set")
-        return self
 
     @property
     def value(self) -> int | bool | str:
@@ -264,18 +262,22 @@ class DeviceAttribute(Strict):
         raise AssertionError("validated: one value")  # pragma: no cover
 
 
+#: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).
+_bytes = functools.lru_cache(maxsize=4096, typed=True)(to_bytes)
+
+
 class Quantity(Open):
-    value: int | str
+    value: StrictInt | str
 
     @field_validator("value")
     @classmethod
     def _quantity(cls, value: int | str) -> int | str:
-        to_bytes(value)
+        _bytes(value)
         return value
 
     @property
     def amount(self) -> int:
-        return to_bytes(self.value)
+        return _bytes(self.value)
 
 
 class CounterConsumption(Strict):
@@ -296,6 +298,20 @@ class Device(Open):
     consumesCounters: list[CounterConsumption] | None = None
     taints: list[DeviceTaint] | None = None
     allowMultipleAllocations: bool | None = None
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _one_value_each(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, attribute in value.items():
+                if (
+                    isinstance(attribute, dict)
+                    and sum(v is not None for v in attribute.values()) != 1
+                ):
+                    raise ValueError(
+                        f"{name}: exactly one of int, bool, string or version must be set"
+                    )
+        return value
 
     @field_validator("capacity", mode="before")
     @classmethod

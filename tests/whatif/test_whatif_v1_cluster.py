@@ -336,7 +336,7 @@ def test_a_node_that_is_not_ready_is_unsuitable() -> None:
         ),
         (
             lambda s: s["spec"]["devices"][0]["attributes"].update(type={"int": 1, "string": "x"}),
-            "spec.devices[0].attributes.type: exactly one of int, bool, string or version must "
+            "spec.devices[0].attributes: type: exactly one of int, bool, string or version must "
             "be set",
         ),
     ],
