@@ -71,9 +71,7 @@ def _locate(cluster: nodes.ClusterNodes, key: tuple[Any, Any, Any]) -> tuple[str
 def node_inputs(cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload) -> list[Node]:
     """Each node: capacity left after its bound pods, existing allocations in its ledger, and
     its published devices."""
-    bound: dict[str, list[Obj]] = {}
-    for pod in workload.bound:
-        bound.setdefault(str(pod["spec"]["nodeName"]), []).append(pod)
+    bound = _bound(workload)
     ledgers: dict[str, dict[str, AllocatedDevices]] = {}
     states = {s.name: s for s in cluster.states}
     for claim in workload.claims.values():
@@ -101,6 +99,14 @@ def node_inputs(cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload) -
     return out
 
 
+def _bound(workload: v1manifests.V1Workload) -> dict[str, list[Obj]]:
+    """node -> the input's pods bound to it."""
+    out: dict[str, list[Obj]] = {}
+    for pod in workload.bound:
+        out.setdefault(str(pod["spec"]["nodeName"]), []).append(pod)
+    return out
+
+
 def _only_pool(claim: Obj, pool: str) -> Obj:
     """The claim with only the results of one node's drasat pool."""
     allocation = claim["status"]["allocation"]
@@ -119,11 +125,12 @@ def pod_inputs(
     node admits, with each node's reason."""
     out: list[PodInput] = []
     blocked: dict[str, tuple[str, ...]] = {}
+    bound = _bound(workload)
     for pod in workload.pods:
         pending = pod.pending()
         if not pending:
             continue
-        allowed, reasons = _candidates(pod, cluster)
+        allowed, reasons = _candidates(pod, cluster, bound)
         held = {
             node
             for _, claim in pod.claims
@@ -159,7 +166,7 @@ def _allocated_nodes(claim: Obj, cluster: nodes.ClusterNodes) -> set[str]:
 
 
 def _candidates(
-    pod: v1manifests.V1Pod, cluster: nodes.ClusterNodes
+    pod: v1manifests.V1Pod, cluster: nodes.ClusterNodes, bound: Mapping[str, list[Obj]]
 ) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     spec = pod.instance.spec
     if not cluster.node_objects:
@@ -174,6 +181,8 @@ def _candidates(
     for state in cluster.states:
         node = cluster.node_objects.get(state.name)
         why = nodefit.unfit(pod.obj, node) if node is not None else None
+        if why is None and node is not None:
+            why = nodefit.full(nodefit.capacity(node, bound.get(state.name, [])))
         if why is None and node is None:
             allowed = nodes.matching_nodes(
                 [state], node_name=spec.nodeName, node_selector=spec.nodeSelector

@@ -667,3 +667,26 @@ def test_a_pod_with_an_allocated_claim_is_tied_to_its_node() -> None:
     (found,), blocked = v1run.pod_inputs(cluster, workload)
     assert found.candidate_nodes == ("nv-a100",) and blocked == {}
     assert [c["metadata"]["name"] for c in found.claims] == [workload.pods[0].claims[0][1].name]
+
+
+def test_a_node_that_runs_its_most_pods_admits_no_more(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    node = """
+    apiVersion: v1
+    kind: Node
+    metadata: {name: n}
+    status: {allocatable: {cpu: "8", memory: 8Gi, pods: "1"}}
+    """
+    cluster_file = write_yaml("nodes.yaml", node)
+    running = """
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata: {namespace: ml, name: other}
+    spec: {nodeName: n, containers: [{name: c}]}
+    """
+    app = write_yaml("app.yaml", TEMPLATE + textwrap.dedent(running))
+    result = run_cli("--cluster", cluster_file, "-f", app, "-o", "wide")
+    assert result.code == 0, result.err
+    assert "not placed: no node admits the pod: n: node already runs its 1 pods" in result.out
