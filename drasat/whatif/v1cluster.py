@@ -57,12 +57,15 @@ from drasat.whatif import v1kinds
 from drasat.whatif.inventory import Ignored, located
 
 Obj = dict[str, Any]
-M = TypeVar("M", v1kinds.ResourceSlice, v1kinds.Node)
+M = TypeVar("M", v1kinds.ResourceSlice, v1kinds.Node, v1kinds.DeviceTaintRule)
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 DRIVERS = (DRIVER_NAME, NVIDIA_DRIVER)
 #: Device taint effects that keep new allocations off a device (`None` only informs).
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+#: The taint drasat's controller puts on all of its devices (a DeviceTaintRule) so that
+#: kube-scheduler's own allocator leaves them to drasat: not a health problem to drasat.
+OWN_ALLOCATOR_TAINT = f"{DRIVER_NAME}/allocator"
 #: NVIDIA's MIG device names: `gpu-<minor>-mig-<profile>-<profileID>-<start>` (the profile
 #: part is NVIDIA's own DNS form, `1g10gb-me` for `1g.10gb+me`).
 _NVIDIA_MIG = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
@@ -92,9 +95,9 @@ class V1Cluster:
 
 
 def is_v1_cluster_document(data: Mapping[str, Any]) -> bool:
-    """A ResourceSlice of any read version, or a core Node."""
+    """A ResourceSlice or DeviceTaintRule of a read version, or a core Node."""
     kind, version = data.get("kind"), data.get("apiVersion")
-    return (kind == "ResourceSlice" and version in v1kinds.VERSIONS) or (
+    return (kind in ("ResourceSlice", "DeviceTaintRule") and version in v1kinds.VERSIONS) or (
         kind == "Node" and version == "v1"
     )
 
@@ -119,10 +122,16 @@ def load(documents: Sequence[loading.Document]) -> V1Cluster:
     node_objects: dict[str, tuple[str, Obj]] = {}
     pools: dict[tuple[str, str], _Pool] = {}
     ignored: list[Ignored] = []
+    rules: list[v1kinds.DeviceTaintRule] = []
     for document in documents:
         if not is_v1_cluster_document(document.data):
             continue
         where = located(document, "")
+        if document.data["kind"] == "DeviceTaintRule":
+            rule = _validate(v1kinds.DeviceTaintRule, v1kinds.to_v1(document.data), where)
+            if rule.spec.taint.key != OWN_ALLOCATOR_TAINT and rule.spec.deviceSelector:
+                rules.append(rule)
+            continue
         if document.data["kind"] == "Node":
             name = _node_name(document, where)
             _validate(v1kinds.Node, document.data, where)
@@ -163,7 +172,7 @@ def load(documents: Sequence[loading.Document]) -> V1Cluster:
     built = []
     for name in names_in_order:
         where, node = node_objects.get(name, ("", None))
-        reader = _NodeReader(name)
+        reader = _NodeReader(name, rules)
         for found_pool in per_node.get(name, []):
             reader.read_pool(found_pool, counter_sets)
         ignored.extend(reader.ignored)
@@ -252,8 +261,13 @@ def _int(device: v1kinds.Device, driver: str, name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _healthy(device: v1kinds.Device) -> bool:
-    return not any(t.effect in BLOCKING_EFFECTS for t in device.taints or [])
+def _healthy(device: v1kinds.Device, ruled: bool = False) -> bool:
+    """No taint that keeps allocations off it: its own (drasat's allocator taint aside) or,
+    `ruled`, a DeviceTaintRule's."""
+    own = any(
+        t.effect in BLOCKING_EFFECTS and t.key != OWN_ALLOCATOR_TAINT for t in device.taints or []
+    )
+    return not (own or ruled)
 
 
 def _published(device: v1kinds.Device, raw: Obj) -> Obj:
@@ -295,8 +309,9 @@ class _Mig:
 
 
 class _NodeReader:
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, rules: Sequence[v1kinds.DeviceTaintRule] = ()) -> None:
         self.node = node
+        self.rules = rules
         self.gpus: dict[str, GpuInfo] = {}
         self.migs: list[_Mig] = []
         self.sources: dict[str, Published] = {}
@@ -330,11 +345,17 @@ class _NodeReader:
     ) -> None:
         driver = found.driver
         source = Published(driver, found.name, _published(device, raw), kind="")
+        ruled = any(
+            r.spec.taint.effect in BLOCKING_EFFECTS
+            and r.spec.deviceSelector is not None
+            and r.spec.deviceSelector.selects(driver, found.name, device.name)
+            for r in self.rules
+        )
         kind = _text(device, driver, "type")
         if kind == devices.TYPE_GPU:
-            self._gpu(source, device, driver, where)
+            self._gpu(source, device, driver, where, ruled)
         elif kind == devices.TYPE_MIG:
-            self.migs.append(self._mig(source, device, driver, counter_sets))
+            self.migs.append(self._mig(source, device, driver, counter_sets, ruled))
         elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
             self._source(names.CPU_FALLBACK, replace(source, kind=FALLBACK), where)
         elif kind == "vfio":
@@ -352,7 +373,9 @@ class _NodeReader:
         self.sources[name] = source
         self.where[name] = where
 
-    def _gpu(self, source: Published, device: v1kinds.Device, driver: str, where: str) -> None:
+    def _gpu(
+        self, source: Published, device: v1kinds.Device, driver: str, where: str, ruled: bool
+    ) -> None:
         parsed = names.parse(device.name)
         minor = _int(device, driver, "minor")
         if minor is None:
@@ -375,7 +398,7 @@ class _NodeReader:
             memoryBytes=device.capacity["memory"].amount,
             pciBusID=_text(device, driver, devices.PCI_BUS_ID) or None,
             numaNode=_int(device, driver, "numaNode"),
-            health=Health.Healthy if _healthy(device) else Health.Unhealthy,
+            health=Health.Healthy if _healthy(device, ruled) else Health.Unhealthy,
             **_product(device, driver),
         )
         self.gpus[uuid] = gpu
@@ -387,6 +410,7 @@ class _NodeReader:
         device: v1kinds.Device,
         driver: str,
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
+        ruled: bool,
     ) -> _Mig:
         parent = _text(device, driver, "parentUUID")
         profile = _text(device, driver, "profile")
@@ -416,7 +440,7 @@ class _NodeReader:
             size=size,
             memory=memory,
             product=_product(device, driver),
-            healthy=_healthy(device),
+            healthy=_healthy(device, ruled),
         )
 
     def finish(self, node: Obj | None, where: str) -> V1Node:

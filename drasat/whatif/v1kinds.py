@@ -379,3 +379,27 @@ class Node(BaseModel):
     metadata: ObjectMeta
     spec: NodeSpec = Field(default_factory=NodeSpec)
     status: NodeStatus = Field(default_factory=NodeStatus)
+
+
+# DeviceTaintRules: taints put on published devices by selector (1.37: resource.k8s.io/v1).
+
+
+class DeviceTaintSelector(Open):
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        """Every field given must match; none given: every device."""
+        wanted = ((self.driver, driver), (self.pool, pool), (self.device, device))
+        return all(given in (None, actual) for given, actual in wanted)
+
+
+class DeviceTaintRuleSpec(Open):
+    deviceSelector: DeviceTaintSelector | None = None
+    taint: NodeTaint
+
+
+class DeviceTaintRule(Object):
+    spec: DeviceTaintRuleSpec
+    status: dict[str, Any] | None = None

@@ -1,7 +1,7 @@
 """`--from-cluster` on a `resource.k8s.io/v1` cluster: what the v1 what-if reads, listed through
 drasat.kube and never written.
 
-ResourceSlices and Nodes describe the cluster; DeviceClasses, ResourceClaims,
+ResourceSlices, DeviceTaintRules and Nodes describe the cluster; DeviceClasses, ResourceClaims,
 ResourceClaimTemplates and Pods come before the `-f` manifests, so the answer is "what if I apply
 these now": existing allocations stay and take their devices, and pods whose claims are
 allocated already are not placed again. A server that does not serve `resource.k8s.io/v1`
@@ -27,8 +27,20 @@ RESOURCE_CLAIMS = Resource(GROUP, VERSION, "resourceclaims", "ResourceClaim")
 RESOURCE_CLAIM_TEMPLATES = Resource(
     GROUP, VERSION, "resourceclaimtemplates", "ResourceClaimTemplate"
 )
+#: v1 from Kubernetes 1.37; an older server lacks it (read when served).
+DEVICE_TAINT_RULES = Resource(
+    GROUP, VERSION, "devicetaintrules", "DeviceTaintRule", namespaced=False
+)
 #: In reading order: the cluster first, then what the manifests would sit beside.
-KINDS = (RESOURCE_SLICES, NODES, DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, PODS)
+KINDS = (
+    RESOURCE_SLICES,
+    DEVICE_TAINT_RULES,
+    NODES,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    PODS,
+)
 
 
 def read(api: Api) -> list[Obj] | None:
@@ -42,6 +54,8 @@ def read(api: Api) -> list[Obj] | None:
             if resource is RESOURCE_SLICES:
                 log.info("%s: not served, reading the classic objects", resource.api_version)
                 return None
+            if resource is DEVICE_TAINT_RULES:
+                continue
             raise
         for item in listed.items:
             metadata = dict(item.get("metadata") or {})

@@ -374,3 +374,27 @@ def test_the_example_drasat_dump_is_what_the_plugin_publishes() -> None:
         names = sorted(d["name"] for devices in published for d in devices)
         assert sorted(d.name for d in read.published(state.name)) == names
     assert copy.deepcopy(read.node_objects)["nv-a100"]["metadata"]["name"] == "nv-a100"
+
+
+def test_device_taint_rules_make_the_devices_they_select_unhealthy() -> None:
+    def rule(name: str, selector: dict[str, str], key: str, effect: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name},
+            "spec": {"deviceSelector": selector, "taint": {"key": key, "effect": effect}},
+        }
+
+    read = v1cluster.load(
+        docs(
+            nv_slice("n", [nv_t4(0), nv_t4(1, "GPU-1"), nv_t4(2, "GPU-2")]),
+            rule(
+                "broken", {"driver": "gpu.nvidia.com", "device": "gpu-1"}, "ops/broken", "NoExecute"
+            ),
+            rule("note", {"device": "gpu-2"}, "ops/note", "None"),
+            # drasat's controller taints all of its devices to keep kube-scheduler off them.
+            rule("own", {"driver": "gpu.nvidia.com"}, "gpu.drasat.io/allocator", "NoSchedule"),
+        )
+    )
+    health = [g.health for g in read.nodes[0].nas.spec.gpus()]
+    assert health == [Health.Healthy, Health.Unhealthy, Health.Healthy]
