@@ -19,7 +19,7 @@ def render(report: Report, *, wide: bool = False) -> str:
         # Allocated without devices (an optional claim, CPU-only): nothing to share.
         if not (entry.gpu and entry.gpu.devices) and not (entry.mig and entry.mig.devices):
             users[key] = 0
-    lines = _columns(
+    lines = columns(
         [header, *(_cells(r, wide=wide, users=users.get(r.claim.key, 1)) for r in report.rows)]
     )
     if wide:
@@ -91,7 +91,7 @@ def _sharing(row: Row, users: int) -> str:
     return access.label(sharing, share, users if request.shareable else 1)
 
 
-def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned columns two spaces apart; the last column is not padded."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return [

@@ -62,7 +62,7 @@ def render_table(result: V1Result, *, wide: bool = False) -> str:
     if wide:
         header.insert(2, "RESOURCECLAIM")
     found = rows(result, wide=wide)
-    lines = table._columns([header, *found])
+    lines = table.columns([header, *found])
     placed = sum(1 for p in result.workload.pods if p.key in result.outcome.placed)
     lines.append("")
     lines.append(f"pods: {placed} placed, {len(result.outcome.refused)} not placed")
