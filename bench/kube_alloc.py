@@ -704,15 +704,37 @@ def churn(
     for e in events:
         name = f"c{e.id:05d}"
         kind = _churn_name(e.product, e.profile, e.memory_gib, e.compute)
-        at = e.arrival * args.churn_lifetime
+        at, leaves = e.arrival * args.churn_lifetime, e.departure * args.churn_lifetime
         timeline.append((at, 0, "create", name, kind))
-        timeline.append((at + args.patience, 1, "verdict", name, kind))
-        timeline.append((e.departure * args.churn_lifetime, 2, "depart", name, kind))
+        # A claim whose lifetime ends within the patience is judged when it leaves.
+        timeline.append((min(at + args.patience, leaves), 1, "verdict", name, kind))
+        timeline.append((leaves, 2, "depart", name, kind))
     timeline.sort()
 
     def delete(name: str) -> None:
         with contextlib.suppress(ApiException):
             core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+    served: dict[str, dict[str, int]] = {}
+    recorded: dict[str, concurrent.futures.Future[None]] = {}
+    served_lock = threading.Lock()
+    custom = kubernetes.client.CustomObjectsApi(api)
+
+    def record_served(name: str, kind: str) -> None:
+        """Which MIG profile the allocator gave an accepted claim (by needs: any that covers)."""
+        with contextlib.suppress(ApiException):
+            statuses = core.read_namespaced_pod(name, ns).status.resource_claim_statuses or []
+            for status in statuses:
+                claim = custom.get_namespaced_custom_object(
+                    *RESOURCE, ns, "resourceclaims", status.resource_claim_name
+                )
+                allocation = (claim.get("status") or {}).get("allocation") or {}
+                for result in allocation.get("devices", {}).get("results", []):
+                    device = fleet.devices.get((result["pool"], result["device"]), {})
+                    profile = device.get("attributes", {}).get("profile", {}).get("string", "?")
+                    with served_lock:
+                        counts = served.setdefault(kind, {})
+                        counts[profile] = counts.get(profile, 0) + 1
 
     say(f"churn: {len(events)} claims on {len(churn_nodes)} MIG nodes")
     pool = concurrent.futures.ThreadPoolExecutor(args.clients)
@@ -733,12 +755,16 @@ def churn(
                 if name in watch.bound:
                     accepted.add(name)
                     kinds[kind][1] += 1
+                    recorded[name] = pool.submit(record_served, name, kind)
                 else:
                     refused.add(name)
                     pool.submit(delete, name)
             elif name in accepted:
-                pool.submit(delete, name)
+                # After its record (submitted earlier, so never queued behind this one).
+                pool.submit(lambda n=name: (recorded[n].result(), delete(n)))
         pool.shutdown(wait=True)
+        # Bound after their verdict, before their deletion took effect: refused for latency.
+        late = sum(1 for n in refused if n in watch.bound)
         wall = time.monotonic() - start
         latencies = [watch.bound[n] - created[n] for n in accepted if n in watch.bound]
     finally:
@@ -751,11 +777,15 @@ def churn(
         "accepted": len(accepted),
         "accepted_share": round(len(accepted) / max(1, len(events)), 4),
         "refused": len(refused),
+        "refused_then_bound": late,
         "latency_p50_s": round(_percentile(latencies, 50), 3),
         "latency_p99_s": round(_percentile(latencies, 99), 3),
         "wall_s": round(wall, 1),
         "schedule_lag_max_s": round(lag, 2),
-        "by_kind": {k: {"claims": v[0], "accepted": v[1]} for k, v in sorted(kinds.items())},
+        "by_kind": {
+            k: {"claims": v[0], "accepted": v[1], "served": served.get(k, {})}
+            for k, v in sorted(kinds.items())
+        },
     }
 
 
@@ -777,9 +807,10 @@ def run_allocator(
     say(f"{name}: started")
     out: Obj = {"allocator": name, "status": "ran"}
     try:
-        with namespace(api, f"{run}-{name}-fill") as ns:
-            out["fill"] = fill(api, kubeconfig, ns, fleet, args)
-        if args.churn_claims and args.churn_nodes:
+        if "fill" in args.phases:
+            with namespace(api, f"{run}-{name}-fill") as ns:
+                out["fill"] = fill(api, kubeconfig, ns, fleet, args)
+        if "churn" in args.phases and args.churn_claims and args.churn_nodes:
             with namespace(api, f"{run}-{name}-churn") as ns:
                 out["churn"] = churn(api, kubeconfig, ns, fleet, args)
     finally:
@@ -862,7 +893,7 @@ def summary(results: Obj) -> str:
         if a["status"] != "ran":
             lines.append(head + f"| {a['status']} | | | | | | |")
             continue
-        f = a["fill"]
+        f = a.get("fill")
         c = a.get("churn")
         churn_cells = (
             f"{c['accepted']} ({c['claims']}; {100 * c['accepted_share']:.1f}%) "
@@ -870,13 +901,14 @@ def summary(results: Obj) -> str:
             if c
             else "— | —"
         )
-        lines.append(
-            head + f"| {f['pods']} | {f['bound']} | {f['bound_per_s']} | "
+        fill_cells = (
+            f"| {f['pods']} | {f['bound']} | {f['bound_per_s']} | "
             f"{f['latency_p50_s']} / {f['latency_p99_s']} | "
             f"{100 * f['allocated_share']:.1f}% ({f['allocated_gpus']:g} of {results['gpus']}) | "
-            + churn_cells
-            + " |"
+            if f
+            else "| — | — | — | — | — | "
         )
+        lines.append(head + fill_cells + churn_cells + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -902,6 +934,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"comma-separated, run in this order: {', '.join(ALLOCATORS)}",
     )
     parser.add_argument("--drasat-namespace", default="drasat")
+    parser.add_argument("--phases", default="fill,churn", help="fill, churn or both")
     parser.add_argument(
         "--settle",
         type=float,
@@ -927,6 +960,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.allocators = [a for a in args.allocators.split(",") if a]
+    args.phases = [p for p in args.phases.split(",") if p]
+    if not args.phases or set(args.phases) - {"fill", "churn"}:
+        parser.error(f"--phases {','.join(args.phases)}: fill, churn or both")
     unknown = [a for a in args.allocators if a not in ALLOCATORS]
     if unknown:
         parser.error(f"unknown allocator(s) {', '.join(unknown)}; known: {', '.join(ALLOCATORS)}")

@@ -93,7 +93,7 @@ def test_harness_on_the_real_control_plane(
 ) -> None:
     argv = ["--kubeconfig", str(kube_cluster.kubeconfig), "--nodes", "2", "--pods", "2"]
     argv += ["--allocators", "kube", "--settle", "5", "--churn-nodes", "2"]
-    argv += ["--churn-claims", "4", "--churn-lifetime", "1", "--churn-load", "0.2"]
+    argv += ["--churn-claims", "4", "--churn-lifetime", "10", "--churn-load", "0.2"]
     argv += ["--patience", "30", "--out", str(tmp_path), "--run", "kbsmoke"]
     assert kube_alloc.main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
@@ -108,6 +108,12 @@ def test_harness_on_the_real_control_plane(
     churn = kube["churn"]
     assert churn["claims"] == 4 and churn["accepted"] + churn["refused"] == 4
     assert churn["accepted"] >= 1
+    # Each accepted claim's MIG device was read back: a profile the request allows.
+    served = {k: v["served"] for k, v in churn["by_kind"].items()}
+    assert sum(sum(v.values()) for v in served.values()) == churn["accepted"]
+    for kind, profiles in served.items():
+        if not kind.startswith("needs-"):
+            assert {p.replace(".", "") for p in profiles} <= {kind.split("-", 2)[2]}, profiles
     assert "| kube | 2 × 8 = 16 | 2 | 2 |" in (tmp_path / "summary.md").read_text()
     # The run leaves nothing behind: nodes, slices, namespaces.
     api = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
