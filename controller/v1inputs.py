@@ -216,14 +216,19 @@ def _excluded(
 def node_inputs(snapshot: Snapshot) -> list[Node]:
     """Every node with a NAS of ours and a Node object (a NAS left behind by a deleted node is
     not a node): its solver state (with cpu/memory from the Node and the pods bound there) and
-    the devices its plugin publishes."""
+    the devices its plugin publishes. A node reporting a GPU UUID an earlier node (by name)
+    reports is left out: one GPU cannot be on two nodes, and the rest of the cluster must still
+    be allocated."""
     bound = _bound_by_node(snapshot.pods)
     out = []
+    seen: set[str] = set()
     for name, parsed in sorted(snapshot.nas.items()):
         state: NodeState = parsed.node
         node = snapshot.nodes.get(name)
-        if node is None:
+        uuids = {gpu.uuid for gpu in state.nas.gpus()}
+        if node is None or uuids & seen:
             continue
+        seen |= uuids
         capacity = nodefit.capacity(node, bound.get(name, []))
         state = dataclasses.replace(
             state,

@@ -9,6 +9,7 @@ device held twice and the NAS ledger agreeing with the claims).
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import allockit
 import kubernetes
 import pytest
 import yaml
-from kubecluster import wait_for
+from kubecluster import create_fake_node, wait_for
 from kubeletkit import gpu_node
 from slicekit import applied, unique
 
@@ -298,3 +299,69 @@ def test_nvidias_quickstart_specs_with_drasats_class_names_run(
         for pod in pods:
             node.wait_running(*_where(pod), timeout=60)
         allockit.consistent(kube_api, allocator)
+
+
+def test_a_claim_the_scheduler_gives_back_is_placed_on_another_node(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    # drasat does not model inter-pod anti-affinity: it allocates on the only GPU node, where
+    # kube-scheduler's Filter refuses the pod; as a node without GPUs would take the pod but
+    # for the claim's node selector, PostFilter gives the claim back. The controller must then
+    # leave that node alone and place the claim on the next GPU node.
+    core = kubernetes.client.CoreV1Api(kube_api)
+    plain = unique("v1gb-plain")
+    create_fake_node(kube_api, plain)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(core.delete_node, plain)
+        first = cleanup.enter_context(_node(kube_api, kube_cluster, "v1gb", "1xT4"))
+        manifest = _manifest(
+            tmp_path,
+            f"""
+            apiVersion: v1
+            kind: Namespace
+            metadata: {{name: v1-given-back}}
+            ---
+            apiVersion: v1
+            kind: Pod
+            metadata: {{namespace: v1-given-back, name: blocker, labels: {{app: blocker}}}}
+            spec:
+              nodeName: {first.name}
+              containers: [{{name: c, image: x}}]
+            ---
+            apiVersion: resource.k8s.io/v1
+            kind: ResourceClaim
+            metadata: {{namespace: v1-given-back, name: gpu}}
+            spec:
+              devices:
+                requests:
+                - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}
+            ---
+            apiVersion: v1
+            kind: Pod
+            metadata: {{namespace: v1-given-back, name: apart}}
+            spec:
+              affinity:
+                podAntiAffinity:
+                  requiredDuringSchedulingIgnoredDuringExecution:
+                  - labelSelector: {{matchLabels: {{app: blocker}}}}
+                    topologyKey: kubernetes.io/hostname
+              containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+              resourceClaims: [{{name: gpu, resourceClaimName: gpu}}]
+            """,
+        )
+        with applied(kube_api, manifest):
+            wait_for(
+                lambda: f"was given back on {first.name}" in allocator.text(),
+                timeout=90,
+                what="kube-scheduler to give the claim back",
+            )
+            with _node(kube_api, kube_cluster, "v1gb2", "1xT4,seed=second") as second:
+                run = second.wait_running("v1-given-back", "apart")
+                assert _devices(run) == ["gpu-0"]
+                assert (
+                    core.read_namespaced_pod("apart", "v1-given-back").spec.node_name == second.name
+                )
+                allockit.consistent(kube_api, allocator)
