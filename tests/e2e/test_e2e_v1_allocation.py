@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import allockit
+import drasatprocess
 import kubernetes
 import pytest
 import yaml
@@ -365,3 +366,84 @@ def test_a_claim_the_scheduler_gives_back_is_placed_on_another_node(
                     core.read_namespaced_pod("apart", "v1-given-back").spec.node_name == second.name
                 )
                 allockit.consistent(kube_api, allocator)
+
+
+def _pods_manifest(tmp: pathlib.Path, namespace: str, names: list[str]) -> pathlib.Path:
+    pods = "".join(
+        f"""
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: {namespace}, name: {name}}}
+        spec:
+          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+          resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]"""
+        for name in names
+    )
+    return _manifest(
+        tmp,
+        f"""
+        apiVersion: v1
+        kind: Namespace
+        metadata: {{name: {namespace}}}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {{namespace: {namespace}, name: one-gpu}}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}"""
+        + pods,
+    )
+
+
+def test_two_replicas_one_leads_and_the_other_takes_over(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    elect = [
+        "--leader-elect",
+        "--lease-duration",
+        "4",
+        "--renew-deadline",
+        "3",
+        "--retry-period",
+        "1",
+    ]
+    allocator.restart(*elect, "--leader-election-identity", "one")
+    # The second replica logs into the same file: `consistent` reads every allocation written.
+    second = allockit.start(
+        kube_cluster.kubeconfig, allocator.log, *elect, "--leader-election-identity", "two"
+    )
+    try:
+        first_pods = _pods_manifest(tmp_path, "v1-replicas", ["a", "b"])
+        with (
+            _node(kube_api, kube_cluster, "v1ha", "4xT4") as node,
+            applied(kube_api, first_pods) as made,
+        ):
+            runs = [node.wait_running(*_where(p)) for p in made]
+            assert len({d for run in runs for d in _devices(run)}) == 2
+            allockit.consistent(kube_api, allocator)
+            lease = kubernetes.client.CoordinationV1Api(kube_api).read_namespaced_lease(
+                "drasat-controller", allockit.NAMESPACE
+            )
+            leader, survivor = (
+                (allocator.process, second)
+                if lease.spec.holder_identity == "one"
+                else (second, allocator.process)
+            )
+            drasatprocess.stop(leader)  # the follower must take over
+            more = tmp_path / "more"
+            more.mkdir()
+            with applied(kube_api, _pods_manifest(more, "v1-replicas-2", ["c", "d"])) as later:
+                runs += [node.wait_running(*_where(p), timeout=90) for p in later]
+                assert len({d for run in runs for d in _devices(run)}) == 4
+                allockit.consistent(kube_api, allocator)
+            assert survivor.poll() is None
+    finally:
+        drasatprocess.stop(second)
+        allocator.restart()
