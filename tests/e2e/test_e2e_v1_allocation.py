@@ -447,3 +447,73 @@ def test_two_replicas_one_leads_and_the_other_takes_over(
     finally:
         drasatprocess.stop(second)
         allocator.restart()
+
+
+def test_an_optional_gpu_falls_back_to_the_cpu_device_when_the_gpu_is_taken(
+    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+) -> None:
+    with (
+        _node(kube_api, kube_cluster, "v1opt", "1xT4") as node,
+        applied(kube_api, EXAMPLES / "v1-optional-gpu/optional-gpu.yaml") as pods,
+    ):
+        runs = [node.wait_running(*_where(p)) for p in pods]
+        assert sorted(d for run in runs for d in _devices(run)) == ["cpu-fallback", "gpu-0"]
+        allockit.consistent(kube_api, allocator)
+
+
+def test_two_shares_are_placed_on_one_gpu(
+    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+) -> None:
+    with (
+        _node(kube_api, kube_cluster, "v1sh", "2xT4") as node,
+        applied(kube_api, EXAMPLES / "v1-shared-gpu/shares.yaml") as pods,
+    ):
+        runs = [node.wait_running(*_where(p)) for p in pods]
+        # drasat packs the two shares onto one GPU and leaves the other whole
+        assert [_devices(run) for run in runs] in ([["gpu-0"], ["gpu-0"]], [["gpu-1"], ["gpu-1"]])
+        for run in runs:
+            assert run.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        allockit.consistent(kube_api, allocator)
+
+
+def test_a_pod_goes_to_the_node_with_cpu_left(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    manifest = _manifest(
+        tmp_path,
+        """
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: v1-cpu}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {namespace: v1-cpu, name: one-gpu}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {name: gpu, exactly: {deviceClassName: gpu.drasat.io}}
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {namespace: v1-cpu, name: big}
+        spec:
+          containers:
+          - {name: c, image: x, resources: {requests: {cpu: "8"}, claims: [{name: gpu}]}}
+          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+        """,
+    )
+    core = kubernetes.client.CoreV1Api(kube_api)
+    with (
+        _node(kube_api, kube_cluster, "v1cpu-a", "2xT4") as small,
+        _node(kube_api, kube_cluster, "v1cpu-b", "1xT4,seed=cpu-b") as large,
+    ):
+        core.patch_node_status(small.name, {"status": {"allocatable": {"cpu": "2"}}})
+        with applied(kube_api, manifest):
+            run = large.wait_running("v1-cpu", "big")
+            assert _devices(run) == ["gpu-0"]
+            allockit.consistent(kube_api, allocator)
