@@ -279,7 +279,7 @@ def test_a_100000_replica_deployment_gets_distinct_pod_names() -> None:
     names = workloads._unique_names("web-abcdefghij", "web", 100_000)
     assert len(set(names)) == 100_000
     # The first names are those Kubernetes-like names the what-if always gave.
-    assert names[0] == f"web-abcdefghij-{workloads._suffix('web/0', 5)}"
+    assert names[0] == f"web-abcdefghij-{workloads.suffix('web/0', 5)}"
 
 
 def test_only_the_loader_parses_yaml() -> None:

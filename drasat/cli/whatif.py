@@ -159,10 +159,6 @@ def main(args: argparse.Namespace) -> int:
 def _main_v1(args: argparse.Namespace, inputs: run.Inputs, mode: Any) -> int:
     from drasat.whatif import run, v1output
 
-    if args.output == "html":
-        raise InputError(
-            "-o html does not draw v1 claims yet: use table, wide, yaml or json", where="-o"
-        )
     result = run.run_v1(inputs, mode=mode, solve=_solver())
     _write(args, v1output.render(result, args.output))
     if result.solver_error:

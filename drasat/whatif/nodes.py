@@ -131,7 +131,7 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
     if not found and not v1.nodes:
         where = source or (documents[0].source if documents else "--cluster")
         raise InputError(
-            "no nodes: expected NodeAllocationState objects, a Cluster description, or "
+            "no nodes: expected NodeAllocationState objects or a Cluster description, or "
             "ResourceSlices and Nodes (kubectl get resourceslices,nodes -o yaml)",
             where=where,
         )

@@ -4,11 +4,12 @@ devices as their driver named them, and `yaml`/`json` as a `v1` List of the Reso
 
 A claim that already held an allocation is shown as `(already allocated)`; a pod that was not
 placed shows why (the reason of the pod, on its first claim's row only). Unplaced claims carry
-the annotation `whatif.drasat.io/reason`.
+the annotation `whatif.drasat.io/reason`. `html` is the wide table on a self-contained page.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -96,9 +97,21 @@ def claims(result: V1Result) -> list[Obj]:
     return out
 
 
+def render_html(result: V1Result) -> str:
+    """A self-contained page holding the wide table (MIG and share drawings are the classic
+    output's for now)."""
+    body = html.escape(render_table(result, wide=True))
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>drasat what-if (v1)'
+        f"</title></head>\n<body><pre>{body}</pre></body></html>\n"
+    )
+
+
 def render(result: V1Result, output: str) -> str:
     if output in ("table", "wide"):
         return render_table(result, wide=output == "wide")
+    if output == "html":
+        return render_html(result)
     listing = {"apiVersion": "v1", "kind": "List", "items": claims(result)}
     if output == "json":
         return json.dumps(listing, indent=2) + "\n"
