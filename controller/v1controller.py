@@ -157,7 +157,9 @@ class V1Controller:
         self._informers = [self.classes, self.nodes, self.nas, self.claims, self.pods]
 
     # Life cycle.
-    def start(self, *, sync_timeout_s: float = 30.0) -> None:
+    def start(self, *, sync_timeout_s: float = 30.0, cycles: bool = True) -> None:
+        """Start the informers and (`cycles`) the cycle thread; without it the caller runs
+        `cycle()` itself (tests, one step at a time)."""
         self._poll_policy()
         if self.config.device_taint:
             self.ensure_taint_rule()
@@ -166,6 +168,8 @@ class V1Controller:
         for inf in self._informers:
             if not inf.wait_synced(sync_timeout_s):
                 log.warning("%s not synced after %.0fs", inf.resource.plural, sync_timeout_s)
+        if not cycles:
+            return
         self._thread = threading.Thread(target=self._loop, name="v1-cycles", daemon=True)
         self._thread.start()
 

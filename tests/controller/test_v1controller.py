@@ -1,0 +1,211 @@
+"""The v1 controller's cycle, step by step, on the in-process API server (which serves the v1
+kinds): placement and what is written, the ledger settled with claim status (a claim given back,
+a lost NAS, a deleted claim), refusals as events, the DeviceTaintRule."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from ctl_cluster import NS, add_node, t4
+
+from drasat.api.devicemodel import classes
+from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
+from drasat.kube import resources as r
+from drasat.kube.client import KubeClient, configuration_for
+from drasat.sim import apiserver
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def server() -> Iterator[apiserver.ApiServer]:
+    from drasat.api import crds
+
+    with apiserver.ApiServer.running(crds=crds.all_crds()) as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: apiserver.ApiServer) -> Iterator[KubeClient]:
+    client = KubeClient(configuration_for(server.url), request_timeout=10)
+    for body in classes.device_classes():
+        client.create(r.DEVICE_CLASSES_V1, body)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def controller(api: KubeClient) -> Iterator[Callable[[], V1Controller]]:
+    made: list[V1Controller] = []
+
+    def make() -> V1Controller:
+        found = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, unsuitable_ttl_s=60))
+        found.start(sync_timeout_s=10, cycles=False)
+        made.append(found)
+        return found
+
+    yield make
+    for found in made:
+        found.stop()
+
+
+def _node(api: KubeClient, name: str, gpus: int) -> None:
+    api.create(
+        r.NODES,
+        {
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+        },
+    )
+    add_node(api, name, [t4(i) for i in range(gpus)])
+
+
+def _claim(api: KubeClient, name: str) -> Obj:
+    body = {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io"}}]
+            }
+        },
+    }
+    return api.create(r.RESOURCE_CLAIMS_V1, body, namespace="default")
+
+
+def _pod(api: KubeClient, name: str, claim: str) -> Obj:
+    body = {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+    return api.create(r.PODS, body, namespace="default")
+
+
+def _settled(controller: V1Controller, check: Callable[[], Any], timeout: float = 10) -> Any:
+    """Run cycles until `check()` holds (the informers catch up between them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        controller.cycle()
+        found = check()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _ledger(api: KubeClient, node: str) -> dict[str, Obj]:
+    spec = api.get(r.NAS, node, namespace=NS).get("spec") or {}
+    return dict(spec.get("allocatedClaims") or {})
+
+
+def _status(api: KubeClient, name: str) -> Obj:
+    return api.get(r.RESOURCE_CLAIMS_V1, name, namespace="default").get("status") or {}
+
+
+def test_places_claims_and_writes_ledger_status_and_taint_rule(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 2)
+    for i in (1, 2):
+        _claim(api, f"c{i}")
+        _pod(api, f"p{i}", f"c{i}")
+    ctl = controller()
+    assert api.get(r.DEVICE_TAINT_RULES_V1, TAINT_RULE)["spec"]["taint"]["effect"] == "NoSchedule"
+    assert _settled(ctl, lambda: all(_status(api, c).get("allocation") for c in ("c1", "c2")))
+    devices = set()
+    for name in ("c1", "c2"):
+        allocation = _status(api, name)["allocation"]
+        assert allocation["allocationTimestamp"]
+        assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+            "n1"
+        ]
+        (result,) = allocation["devices"]["results"]
+        devices.add(result["device"])
+    assert devices == {"gpu-0", "gpu-1"}
+    uids = {
+        api.get(r.RESOURCE_CLAIMS_V1, c, namespace="default")["metadata"]["uid"]
+        for c in ("c1", "c2")
+    }
+    assert {e["claimInfo"]["uid"] for e in _ledger(api, "n1").values()} == uids
+
+
+def test_a_claim_given_back_leaves_the_ledger_and_its_node_for_a_while(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    claim = api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    claim["status"] = {}  # what kube-scheduler's PostFilter does
+    api.replace_status(r.RESOURCE_CLAIMS_V1, claim)
+    assert _settled(ctl, lambda: not _ledger(api, "n1"))
+    assert "default/p1" in ctl._unsuitable
+    assert not _status(api, "c1").get("allocation")  # not placed on n1 again
+    assert "lately" in ctl.explanations["default/p1"]
+
+
+def test_a_lost_ledger_is_rebuilt_from_claim_status(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _ledger(api, "n1"))
+    written = _ledger(api, "n1")
+    ctl.stop()
+    nas = api.get(r.NAS, "n1", namespace=NS)
+    nas["spec"]["allocatedClaims"] = {}
+    api.replace(r.NAS, nas)
+    restarted = controller()
+    assert _settled(restarted, lambda: _ledger(api, "n1"))
+    # The same devices; how they are shared lives in the claim's configs, not in its status.
+    assert _devices_of(_ledger(api, "n1")) == _devices_of(written)
+
+
+def _devices_of(ledger: dict[str, Obj]) -> dict[str, Obj]:
+    return {k: {**e, "gpu": {"devices": e["gpu"]["devices"]}} for k, e in ledger.items()}
+
+
+def test_a_deleted_claim_leaves_the_ledger_and_loses_the_finalizer(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    pod = _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _ledger(api, "n1"))
+    api.delete(r.PODS, pod["metadata"]["name"], namespace="default")
+    api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+
+    def gone() -> bool:
+        try:
+            api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+        except Exception:
+            return not _ledger(api, "n1")
+        return False
+
+    assert _settled(ctl, gone)
+
+
+def test_a_pod_that_fits_nowhere_gets_a_warning_event(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    for i in (1, 2):
+        _claim(api, f"c{i}")
+        _pod(api, f"p{i}", f"c{i}")
+    ctl = controller()
+
+    def warned() -> list[str]:
+        events = api.list(r.EVENTS, namespace="default").items
+        return [e["message"] for e in events if e.get("reason") == "NotAllocatable"]
+
+    found = _settled(ctl, warned)
+    assert found and any("needs 1 GPU" in m or "GPU" in m for m in found), found
