@@ -9,6 +9,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from drasat.v1 import nodefit
+
 Obj = dict[str, Any]
 
 #: Kubernetes caps PodSchedulingContext node lists at 128 entries.
@@ -43,42 +45,8 @@ def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
     return found
 
 
-def _requirement(expression: Mapping[str, Any], value: str | None) -> bool:
-    operator = expression.get("operator")
-    values = expression.get("values") or []
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
-
-def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
-    """A v1 NodeSelector: terms are ORed, expressions and fields within a term ANDed."""
-    if not selector:
-        return True
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name")}
-    for term in selector.get("nodeSelectorTerms") or []:
-        expressions = term.get("matchExpressions") or []
-        by_field = term.get("matchFields") or []
-        if not expressions and not by_field:
-            continue
-        if all(_requirement(e, labels.get(e.get("key"))) for e in expressions) and all(
-            _requirement(f, fields.get(f.get("key"))) for f in by_field
-        ):
-            return True
-    return False
+#: One implementation of kube-scheduler's node filters, shared with drasat's controller.
+node_selector_matches = nodefit.node_selector_matches
 
 
 def candidate_nodes(
@@ -145,48 +113,12 @@ def status_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
     return {s["name"]: s.get("resourceClaimName") for s in statuses if s.get("name")}
 
 
-def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    for toleration in tolerations:
-        effect = toleration.get("effect")
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key")
-        if toleration.get("operator") == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
 def pod_fits_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """kube-scheduler's filters before DynamicResources, as far as the simulator knows nodes:
     NodeUnschedulable, NodeName, TaintToleration (NoSchedule, NoExecute), NodeAffinity
-    (nodeSelector and required node affinity). No resource fit: simulated nodes have no
-    allocatable cpu/memory."""
-    spec = pod.get("spec") or {}
-    meta = node.get("metadata") or {}
-    node_spec = node.get("spec") or {}
-    tolerations = spec.get("tolerations") or []
-    if node_spec.get("unschedulable") and not _tolerates(
-        tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-    ):
-        return False
-    if spec.get("nodeName") and spec["nodeName"] != meta.get("name"):
-        return False
-    for taint in node_spec.get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
-            tolerations, taint
-        ):
-            return False
-    labels = meta.get("labels") or {}
-    wanted = spec.get("nodeSelector") or {}
-    if any(labels.get(key) != value for key, value in wanted.items()):
-        return False
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    return node_selector_matches(affinity, node)
+    (nodeSelector and required node affinity); `drasat.v1.nodefit.unfit`, the controller's
+    own. No resource fit: simulated nodes have no allocatable cpu/memory."""
+    return nodefit.unfit(pod, node) is None
 
 
 @dataclasses.dataclass(frozen=True)
