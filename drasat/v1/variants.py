@@ -29,6 +29,7 @@ from drasat.api.claims import (
     Topology,
 )
 from drasat.api.devicemodel import shares
+from drasat.api.quantity import to_bytes
 from drasat.solver import ClaimRequest
 from drasat.v1 import devices
 from drasat.v1.devices import Published
@@ -156,7 +157,9 @@ def _gpu_options(base: Option, gpus: list[Published], numa: bool) -> list[Option
         # No memory asked: the published default, all of it; one option per memory size.
         sizes: dict[int, set[str]] = {}
         for d in gpus:
-            memory = int(str(d.device.get("capacity", {}).get(shares.MEMORY, {}).get("value", 0)))
+            memory = to_bytes(
+                str(d.device.get("capacity", {}).get(shares.MEMORY, {}).get("value", 0))
+            )
             sizes.setdefault(memory, set()).add(str(d.gpu_uuid))
         return [
             _with(
@@ -196,7 +199,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
 
     def size(profile: str) -> tuple[int, str]:
         memory = by_profile[profile][0].device.get("capacity", {}).get("memory", {})
-        return int(str(memory.get("value", 0))), profile
+        return to_bytes(str(memory.get("value", 0))), profile
 
     return [
         _with(

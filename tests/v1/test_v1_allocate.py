@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -222,3 +223,21 @@ def test_nvidias_gpu_test6_selector_with_string_functions_picks_even_a100s() -> 
     ]
     assert sorted(held) == ["gpu-0", "gpu-2"]
     assert len(out.refused) == 1
+
+
+def test_capacities_written_as_quantities_are_read() -> None:
+    # NVIDIA's slices write memory as `40Gi`; drasat's as bytes.
+    spec = node("a", "T4", 1)
+    devices = []
+    for published in spec.devices:
+        device = dict(published.device)
+        if "capacity" in device:
+            device["capacity"] = {
+                k: {**v, "value": "15Gi"} if k == "memory" else v
+                for k, v in device["capacity"].items()
+            }
+        devices.append(dataclasses.replace(published, device=device))
+    quantity_node = v1.Node(spec.state, tuple(devices))
+    share = exactly(GPU, capacity={"requests": {"compute": "50"}})
+    out = v1.allocate([quantity_node], [pod("p", claim("c", {"s": share}))], CLASSES)
+    assert out.placed == {"default/p": "a"}
