@@ -31,8 +31,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from drasat import loading
+from drasat.api.errors import InputError
 from drasat.nodeplugin import driverfiles
 from drasat.nodeplugin.checkpoint import write_atomic
 from drasat.nodeplugin.driverfiles import DriverFilesError, Roots
@@ -388,11 +388,12 @@ class ToolkitDevices:
 
 
 def _toolkit_gpus(path: Path) -> list[tuple[str, int]]:
-    try:  # JSON is YAML: one reader for the toolkit's .json and .yaml specs
-        spec = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+    try:  # JSON is YAML: the hardened loader reads the toolkit's .json and .yaml specs
+        documents = loading.parse_documents(path.read_text(), str(path))
+    except (OSError, InputError) as error:
         log.warning("skipping CDI spec %s: %s", path, error)
         return []
+    spec = documents[0].data if len(documents) == 1 else None
     if not isinstance(spec, dict) or spec.get("kind") != TOOLKIT_KIND:
         return []
     found = []
