@@ -60,43 +60,44 @@ def _devices(run: Any) -> list[str]:
     return [d.device_name for claim in run.claims for d in run.prepared[claim.uid]]
 
 
+def _pods_manifest(tmp: pathlib.Path, namespace: str, names: list[str]) -> pathlib.Path:
+    pods = "".join(
+        f"""
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: {namespace}, name: {name}}}
+        spec:
+          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+          resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]"""
+        for name in names
+    )
+    return _manifest(
+        tmp,
+        f"""
+        apiVersion: v1
+        kind: Namespace
+        metadata: {{name: {namespace}}}
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {{namespace: {namespace}, name: one-gpu}}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}"""
+        + pods,
+    )
+
+
 def test_two_pods_each_get_their_own_gpu(
     kube_api: Any,
     kube_cluster: cluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
-    manifest = _manifest(
-        tmp_path,
-        """
-        apiVersion: v1
-        kind: Namespace
-        metadata: {name: v1-exclusive}
-        ---
-        apiVersion: resource.k8s.io/v1
-        kind: ResourceClaimTemplate
-        metadata: {namespace: v1-exclusive, name: one-gpu}
-        spec:
-          spec:
-            devices:
-              requests:
-              - {name: gpu, exactly: {deviceClassName: gpu.drasat.io}}
-        ---
-        apiVersion: v1
-        kind: Pod
-        metadata: {namespace: v1-exclusive, name: pod1}
-        spec:
-          containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
-          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
-        ---
-        apiVersion: v1
-        kind: Pod
-        metadata: {namespace: v1-exclusive, name: pod2}
-        spec:
-          containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
-          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
-        """,
-    )
+    manifest = _pods_manifest(tmp_path, "v1-exclusive", ["pod1", "pod2"])
     with (
         _node(kube_api, kube_cluster, "v1x", "2xT4") as node,
         applied(kube_api, manifest) as pods,
@@ -198,34 +199,7 @@ def test_the_controller_restarted_mid_flight_rebuilds_from_claim_status(
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
-    pods = "\n".join(
-        f"""
-        ---
-        apiVersion: v1
-        kind: Pod
-        metadata: {{namespace: v1-restart, name: pod{i}}}
-        spec:
-          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
-          resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]"""
-        for i in range(4)
-    )
-    manifest = _manifest(
-        tmp_path,
-        """
-        apiVersion: v1
-        kind: Namespace
-        metadata: {name: v1-restart}
-        ---
-        apiVersion: resource.k8s.io/v1
-        kind: ResourceClaimTemplate
-        metadata: {namespace: v1-restart, name: one-gpu}
-        spec:
-          spec:
-            devices:
-              requests:
-              - {name: gpu, exactly: {deviceClassName: gpu.drasat.io}}"""
-        + pods,
-    )
+    manifest = _pods_manifest(tmp_path, "v1-restart", [f"pod{i}" for i in range(4)])
     with _node(kube_api, kube_cluster, "v1rs", "4xT4") as node, applied(kube_api, manifest) as made:
         node.wait_running(*_where(made[0]))
         allocator.restart()  # some pods may be placed, some not yet
@@ -366,37 +340,6 @@ def test_a_claim_the_scheduler_gives_back_is_placed_on_another_node(
                     core.read_namespaced_pod("apart", "v1-given-back").spec.node_name == second.name
                 )
                 allockit.consistent(kube_api, allocator)
-
-
-def _pods_manifest(tmp: pathlib.Path, namespace: str, names: list[str]) -> pathlib.Path:
-    pods = "".join(
-        f"""
-        ---
-        apiVersion: v1
-        kind: Pod
-        metadata: {{namespace: {namespace}, name: {name}}}
-        spec:
-          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
-          resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]"""
-        for name in names
-    )
-    return _manifest(
-        tmp,
-        f"""
-        apiVersion: v1
-        kind: Namespace
-        metadata: {{name: {namespace}}}
-        ---
-        apiVersion: resource.k8s.io/v1
-        kind: ResourceClaimTemplate
-        metadata: {{namespace: {namespace}, name: one-gpu}}
-        spec:
-          spec:
-            devices:
-              requests:
-              - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}"""
-        + pods,
-    )
 
 
 def test_two_replicas_one_leads_and_the_other_takes_over(
