@@ -1,7 +1,9 @@
 """`drasat demo` runs the whole system in this process and exits 0 only when every step worked.
 
 Each test runs the real command in-process (`drasat.cli.main.main`) and reads its output as a
-user would: pods Running with the GPUs their containers see, the NAS view, the cleanup.
+user would: pods Running with the GPUs their containers see, the allocations, the cleanup. The
+v1 flow (the default) is tested first; `_run` runs the classic flow (`--classic`). The v1 flow on
+the real control plane (`--kube-bin`) is tests/e2e/test_e2e_demo.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ _LOG = re.compile(r"^  log \[(\S+)\]: (.*)$")
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """The classic flow."""
+    code = main(["demo", "--classic", *argv])
+    return code, capsys.readouterr().out
+
+
+def _run_v1(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(["demo", *argv])
     return code, capsys.readouterr().out
 
@@ -40,6 +48,8 @@ def _pods(out: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
         elif (match := _LOG.match(line)) and current:
             env = dict(item.split("=", 1) for item in match.group(2).split())
             pods[current][1][match.group(1)] = env
+        elif line.startswith("  claim ") and current:
+            continue  # v1: the claim's prepared devices, between Running and the log
         else:
             current = ""
     return pods
@@ -50,7 +60,142 @@ def _visible(pods: dict[str, tuple[str, dict[str, dict[str, str]]]], pod: str) -
     return env["NVIDIA_VISIBLE_DEVICES"]
 
 
-def test_the_default_demo_runs_both_reference_cases(capsys: pytest.CaptureFixture[str]) -> None:
+#: An allocation row of the v1 flow: CLAIM NODE DEVICES GPU NAS-SHARING TIME-SLICE RESERVED-FOR.
+_ROW = re.compile(r"^  (\S+/\S+) +(\S+) +(\S+) +(GPU \d+ \(\S+\)) +(.+?) +(\w+) +(\S+)$")
+
+
+def test_the_default_demo_runs_both_reference_cases_on_v1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out = _run_v1(capsys)
+    assert code == 0, out
+    pods = _pods(out)
+    assert set(pods) == {
+        "gpu-test1-v1/pod1", "gpu-test1-v1/pod2", "gpu-test2-v1/pod1", "gpu-test2-v1/pod2",
+    }  # fmt: skip
+    rows = {m.group(1): m.groups()[1:] for line in out.splitlines() if (m := _ROW.match(line))}
+    # Case (a): two pods, a claim each from the template, each its own whole GPU, exclusive.
+    first, second = _visible(pods, "gpu-test1-v1/pod1"), _visible(pods, "gpu-test1-v1/pod2")
+    assert first.startswith("GPU-") and second.startswith("GPU-") and first != second
+    own = {k: v for k, v in rows.items() if k.startswith("gpu-test1-v1/")}
+    assert sorted(v[-1] for v in own.values()) == ["pod1", "pod2"], out
+    assert all(v[3] == "exclusive" and v[4] == "Default" for v in own.values()), out
+    assert len({(v[0], v[1]) for v in own.values()}) == 2  # two devices
+    # Case (b): one claim named by both pods, one GPU, time-sliced Long on the hardware.
+    assert set(pods["gpu-test2-v1/pod1"][1]) == set(pods["gpu-test2-v1/pod2"][1]) == {"shared-gpu"}
+    assert _visible(pods, "gpu-test2-v1/pod1") == _visible(pods, "gpu-test2-v1/pod2")
+    assert pods["gpu-test2-v1/pod1"][0] == pods["gpu-test2-v1/pod2"][0]
+    node, device, _gpu, sharing, time_slice, reserved = rows["gpu-test2-v1/shared-gpu"]
+    assert node == pods["gpu-test2-v1/pod1"][0] and reserved == "pod1,pod2"
+    assert sharing.startswith("time-sliced") and time_slice == "Long", out
+    assert f"  claim shared-gpu: {node}/{device}" in out
+    # The shared GPU is neither of the exclusive ones.
+    assert (node, device) not in {(v[0], v[1]) for v in own.values()}
+    phases = [line for line in out.splitlines() if line.startswith("== ")]
+    assert [p.split()[1] for p in phases] == [
+        "cluster", "applying", "waiting", "allocations", "deleting", "deleting", "cleanup", "took",
+        "demo",
+    ]  # fmt: skip
+    assert "claim gpu-test2-v1/shared-gpu  deallocated and gone (deleted with its manifest)" in out
+    made = re.findall(
+        r"^claim gpu-test1-v1/pod\d-gpu-\S+  deallocated and gone \(made for its "
+        r"pod, deleted with it\)$",
+        out,
+        re.MULTILINE,
+    )
+    assert len(made) == 2, out
+    cleanup = [line for line in out.splitlines() if line.startswith("node ") and "CDI" in line]
+    assert len(cleanup) == 3 and all(line.endswith("MIG devices  ok") for line in cleanup)
+    assert all(" 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices" in c for c in cleanup)
+    assert out.rstrip().endswith(
+        "== demo ok (simulated API server): 4 pods ran; every device was cleaned up"
+    )
+
+
+V1_WORKLOADS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {namespace: apps, name: gpu}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.drasat.io, allocationMode: ExactCount, count: COUNT}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {namespace: apps, name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: ctr, image: busybox, resources: {claims: [{name: gpu}]}}]
+      resourceClaims: [{name: gpu, resourceClaimTemplateName: gpu}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {namespace: apps, name: train}
+spec:
+  completions: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: ctr, image: busybox}]
+"""
+
+
+def test_v1_workloads_run_their_pods_or_fail_naming_the_manifest(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "workloads.yaml"
+    manifest.write_text(V1_WORKLOADS.replace("COUNT", "1"))
+    code, out = _run_v1(capsys, "-f", str(manifest), "--timeout", "30")
+    assert code == 0, out
+    assert "Deployment apps/web: 2 of 2 pod(s) created" in out
+    assert "Job apps/train: 1 of 1 pod(s) created" in out
+    running = _pods(out)
+    web = [p for p in running if p.startswith("apps/web-")]
+    assert len(web) == 2 and len([p for p in running if p.startswith("apps/train-")]) == 1
+    assert len({_visible(running, p) for p in web}) == 2  # a claim, and a GPU, per replica
+    assert out.rstrip().endswith("3 pods ran; every device was cleaned up")
+    # Eight GPUs per replica: no node has them; drasat's controller says so on each pod.
+    manifest.write_text(V1_WORKLOADS.replace("COUNT", "8"))
+    code, out = _run_v1(capsys, "-f", str(manifest), "--timeout", "20")
+    assert code == 1, out
+    assert re.search(r"pod apps/web-\S+  stays Pending: Warning NotAllocatable: ", out), out
+    assert out.rstrip().endswith(
+        f"== demo FAILED: {manifest}: document 3: Deployment apps/web asks for 2 pod(s), 0 ran "
+        "(2 created)"
+    ), out
+    code, out = _run_v1(capsys, "-f", str(manifest), "--timeout", "20", "--allow-pending")
+    assert code == 0, out
+    assert "1 pods ran, 2 stayed Pending; every device was cleaned up" in out
+
+
+def test_v1_flow_refuses_classic_objects_and_bad_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "classic.yaml"
+    manifest.write_text(IMPOSSIBLE)
+    assert main(["demo", "-f", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "document 2: GpuClaimParameters too-big/eight: GpuClaimParameters of " in err
+    assert "run it with drasat demo --classic" in err
+    assert main(["demo", "--kube-bin", str(tmp_path / "no-such-dir")]) == 2
+    err = capsys.readouterr().err
+    assert "--kube-bin" in err and "no etcd" in err, err
+    assert main(["demo", "--classic", "--kube-bin", str(tmp_path)]) == 2
+    assert "the real control plane runs the v1 flow only" in capsys.readouterr().err
+
+
+def test_the_classic_demo_runs_both_reference_cases(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(capsys)
     assert code == 0, out
     pods = _pods(out)
@@ -213,7 +358,7 @@ def test_a_mig_profile_the_gpus_do_not_offer_fails_naming_it(
     manifest = tmp_path / "wrong-profile.yaml"
     manifest.write_text(text.replace("profile: 3g.20gb", "profile: 3g.40gb"))  # an A100-80GB one
     # Rejected before anything starts, with the very line the what-if prints for it.
-    assert main(["demo", "-f", str(manifest)]) == 2
+    assert main(["demo", "--classic", "-f", str(manifest)]) == 2
     demo_error = capsys.readouterr().err.strip()
     assert main(["whatif", "-f", str(manifest)]) == 2
     whatif_error = capsys.readouterr().err.strip()
@@ -221,12 +366,15 @@ def test_a_mig_profile_the_gpus_do_not_offer_fails_naming_it(
     assert "spec.profile: no GPU in the cluster offers MIG profile '3g.40gb'" in demo_error
 
 
-def test_bad_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
-    assert main(["demo", "--example", "no-such-example"]) == 2
+@pytest.mark.parametrize("flow", [[], ["--classic"]], ids=["v1", "classic"])
+def test_bad_input_is_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, flow: list[str]
+) -> None:
+    assert main(["demo", *flow, "--example", "no-such-example"]) == 2
     assert "no such example" in capsys.readouterr().err
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
-    assert main(["demo", "-f", str(wrong)]) == 2
+    assert main(["demo", *flow, "-f", str(wrong)]) == 2
     err = capsys.readouterr().err
     assert "document 1: Gadget g: the API server does not serve Gadget of example.com/v1" in err
 

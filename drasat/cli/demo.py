@@ -1,7 +1,11 @@
 """`drasat demo`: the whole system in one process on an embedded example, watched like kubectl.
 
-It starts the in-process API server, the controller, a node plugin per simulated node (simulated
-NVML, real gRPC sockets), the simulated scheduler and a simulated kubelet per node
+By default it runs current Kubernetes' DRA (`resource.k8s.io/v1`) on the v1 reference cases:
+`drasat.cli.demov1`, on the simulated API server or, with `--kube-bin DIR`, on the real control
+plane. `--classic` runs classic DRA (`resource.k8s.io/v1alpha2`) as described here.
+
+The classic demo starts the in-process API server, the controller, a node plugin per simulated
+node (simulated NVML, real gRPC sockets), the simulated scheduler and a simulated kubelet per node
 (`drasat.cli.democluster`), applies the manifests, and prints each pod going Pending -> Running
 with its "log" (the environment its container gets from the CDI spec), the NodeAllocationState
 view, then deletes the pods and claims and checks every node is clean again.
@@ -47,6 +51,8 @@ from drasat.whatif import manifests as whatif_manifests
 from drasat.whatif import nodes as whatif_nodes
 
 DEFAULT_EXAMPLE = "reference-cases"
+#: The v1 flow's default: the two reference cases in `resource.k8s.io/v1` terms.
+V1_EXAMPLE = "v1-reference-cases"
 #: The examples' own cluster (what their READMEs show), used with --example.
 EXAMPLES_CLUSTER = "clusters/lab.yaml"
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -54,9 +60,9 @@ SUFFIXES = (".yaml", ".yml", ".json")
 #: counts as stuck (a few controller resyncs: a transient Warning does not end the wait).
 SETTLE_S = 2.5
 POLL_S = 0.05
-#: Loggers whose WARNINGs the demo shows itself (Events) or that are meant for an operator
-#: (the plugin's sockets).
-_QUIET = ("drasat.nodeplugin.plugin", "drasat.kube.events")
+#: Loggers whose WARNINGs the demo shows itself (Events), that are meant for an operator (the
+#: plugin's sockets), or that retry on their own (a watch the server ended, reopened).
+_QUIET = ("drasat.nodeplugin.plugin", "drasat.kube.events", "urllib3.connectionpool")
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -99,6 +105,19 @@ def register(subparsers: Any) -> None:
         default=60.0,
         metavar="SECONDS",
         help="the longest any one step may wait (default: 60)",
+    )
+    parser.add_argument(
+        "--classic",
+        action="store_true",
+        help="run classic DRA (resource.k8s.io/v1alpha2, Kubernetes <= 1.31) with the classic "
+        f"examples (default: {DEFAULT_EXAMPLE}) instead of the v1 flow (default: {V1_EXAMPLE})",
+    )
+    parser.add_argument(
+        "--kube-bin",
+        metavar="DIR",
+        help="run the v1 demo on the real control plane: etcd, kube-apiserver, kube-scheduler "
+        "and kube-controller-manager from DIR (scripts/kube-build fills "
+        "~/.cache/drasat/kube-v1.37.2), started in a temporary folder and stopped at the end",
     )
     parser.add_argument(
         "--allow-pending",
@@ -298,6 +317,46 @@ def shortfalls(
     return lines
 
 
+def workload_pods(
+    client: kubeclient.KubeClient,
+    out: Out,
+    until: Callable[[Callable[[], Any]], Any],
+    workloads: list[Workload],
+) -> dict[str, list[Key]]:
+    """Wait (`until`: at most the demo's timeout) until the controllers made every workload's
+    pods; the pods of each workload by its uid (a Deployment's through its ReplicaSets)."""
+    if not workloads:
+        return {}
+    out.phase(f"waiting for the pods of {len(workloads)} workload(s)")
+    namespaces = sorted({w.key[0] for w in workloads})
+
+    def owned() -> dict[str, list[Key]]:
+        found: dict[str, list[Key]] = {}
+        for ns in namespaces:
+            sets = client.list(kubeclient.path("apps", "v1", "replicasets", namespace=ns))
+            parent = {s["metadata"]["uid"]: _controller_uid(s) for s in sets["items"]}
+            pods = client.list(kubeclient.path("", "v1", "pods", namespace=ns))["items"]
+            for pod in pods:
+                owner = _controller_uid(pod)
+                key = (ns, str(pod["metadata"]["name"]))
+                for uid in {owner, parent.get(owner)} - {None}:
+                    found.setdefault(str(uid), []).append(key)
+        return found
+
+    def complete() -> dict[str, list[Key]] | None:
+        found = owned()
+        if all(len(found.get(w.uid, [])) >= w.wanted for w in workloads):
+            return found
+        return None
+
+    found = until(complete) or owned()
+    for workload in workloads:
+        made = sorted(found.get(workload.uid, []))
+        out(f"{workload.applied.ref}: {len(made)} of {workload.wanted} pod(s) created")
+        found[workload.uid] = made
+    return found
+
+
 @dataclass
 class Demo:
     cluster: democluster.DemoCluster
@@ -443,38 +502,7 @@ class Demo:
         return "; ".join(reasons) or "nothing happened to it"
 
     def workload_pods(self, workloads: list[Workload]) -> dict[str, list[Key]]:
-        """Wait (at most the timeout) until the controllers made every workload's pods; the
-        pods of each workload by its uid (a Deployment's through its ReplicaSets)."""
-        if not workloads:
-            return {}
-        self.out.phase(f"waiting for the pods of {len(workloads)} workload(s)")
-        namespaces = sorted({w.key[0] for w in workloads})
-
-        def owned() -> dict[str, list[Key]]:
-            found: dict[str, list[Key]] = {}
-            for ns in namespaces:
-                sets = self.client.list(kubeclient.path("apps", "v1", "replicasets", namespace=ns))
-                parent = {s["metadata"]["uid"]: _controller_uid(s) for s in sets["items"]}
-                pods = self.client.list(kubeclient.path("", "v1", "pods", namespace=ns))["items"]
-                for pod in pods:
-                    owner = _controller_uid(pod)
-                    key = (ns, str(pod["metadata"]["name"]))
-                    for uid in {owner, parent.get(owner)} - {None}:
-                        found.setdefault(str(uid), []).append(key)
-            return found
-
-        def complete() -> dict[str, list[Key]] | None:
-            found = owned()
-            if all(len(found.get(w.uid, [])) >= w.wanted for w in workloads):
-                return found
-            return None
-
-        found = self.until(complete) or owned()
-        for workload in workloads:
-            made = sorted(found.get(workload.uid, []))
-            self.out(f"{workload.applied.ref}: {len(made)} of {workload.wanted} pod(s) created")
-            found[workload.uid] = made
-        return found
+        return workload_pods(self.client, self.out, self.until, workloads)
 
     def show_allocations(self) -> None:
         self.out.phase("allocations (NodeAllocationState)")
@@ -643,10 +671,12 @@ def sharing_text(entry: AllocatedDevices, users: int = 1) -> str:
     return access.label(sharing, entry.share, users)
 
 
-def _sources(args: argparse.Namespace) -> list[tuple[str, list[loading.Document]]]:
+def _sources(
+    args: argparse.Namespace, default: str = DEFAULT_EXAMPLE
+) -> list[tuple[str, list[loading.Document]]]:
     examples: list[str] = list(args.example)
     if not examples and not args.manifests:
-        examples = [DEFAULT_EXAMPLE]
+        examples = [default]
     sources = [(name, example_documents(name)) for name in examples]
     sources += [(given, _file_documents(given)) for given in args.manifests]
     return sources
@@ -680,9 +710,17 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     out = Out(stream)
     if args.timeout <= 0:
         raise InputError("--timeout must be positive", where="--timeout")
-    sources = _sources(args)
+    classic = getattr(args, "classic", False)
+    if classic and getattr(args, "kube_bin", None) is not None:
+        raise InputError("the real control plane runs the v1 flow only", where="--kube-bin")
+    sources = _sources(args, DEFAULT_EXAMPLE if classic else V1_EXAMPLE)
     cluster, source = read_cluster(args.cluster, examples=bool(args.example))
     documents, policy_text, policy_name = split_policy([d for _, s in sources for d in s])
+    if not classic:
+        from drasat.cli import demov1  # it builds on this module
+
+        policy = (documents, policy_text, policy_name)
+        return demov1.run(args, stream, sources, cluster, source, policy)
     check_manifests(cluster, source, documents)
     kept = {id(d) for d in documents}
     with democluster.DemoCluster.running(cluster, policy_text=policy_text) as demo_cluster:
