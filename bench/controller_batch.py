@@ -57,6 +57,11 @@ def set_batch_solver(function: BatchSolver) -> None:
     _batch_solver = function
 
 
+def batch_solve(problem: Problem, cache: SolverCache, time_limit_s: float | None) -> Solution:
+    """One cycle solve with the current batch solver."""
+    return _batch_solver(problem, cache, time_limit_s)
+
+
 def load_batch_solver(spec: str) -> BatchSolver:
     """`package.module:function` -> that function (for `--batch-solver`)."""
     module, _, name = spec.partition(":")
@@ -87,7 +92,7 @@ class DrasatWindow(DrasatOnline):
         self.time_limit_s = time_limit_s
 
     def solve_chunk(self, problem: Problem) -> Solution:
-        return _batch_solver(problem, self.cache, self.time_limit_s)
+        return batch_solve(problem, self.cache, self.time_limit_s)
 
 
 def parse_name(name: str) -> tuple[str, int]:
