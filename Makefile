@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-## demo: the whole system in one process (API server, controller, node plugins with simulated
-## GPUs, scheduler, kubelets) on the two reference cases
+## demo: the whole system in one process (API server, scheduler, controller manager, drasat's v1
+## controller, node plugins with simulated GPUs, kubelets) on the two reference cases in
+## resource.k8s.io/v1 (drasat demo --classic: classic DRA; --kube-bin DIR: the real control plane)
 demo: $(STAMP)
 	$(BIN)/drasat demo
 

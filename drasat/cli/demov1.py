@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import pathlib
 import shutil
@@ -99,6 +100,9 @@ class V1Cluster:
     ) -> None:
         self.client = client
         self.kind = kind
+        #: The real control plane (its controller manager makes ServiceAccounts; the
+        #: simulated one does not, nor does the simulated API server ask for them).
+        self.real_control_plane = not kind.startswith("simulated")
         self._new_official = official
         self.nodes: list[democluster.SimNode] = []
         self.scheduler: v1scheduler.V1Scheduler | None = None
@@ -448,11 +452,11 @@ class V1Demo:
         known = apply.kinds(crds.all_crds())
         first = [d for d in documents if d.data.get("kind") == "Namespace"]
         applied = apply.apply(self.client, first, known=known)
-        if self.cluster.scheduler is None:  # a real kube-controller-manager makes them
+        if self.cluster.real_control_plane:  # kube-controller-manager makes them
             for item in applied:
                 name = str(item.object["metadata"]["name"])
                 url = _core("serviceaccounts", name, "default")
-                if not self.until(lambda u=url: self.cluster.get_object(u) is not None):
+                if not self.until(functools.partial(self._exists, url)):
                     raise DemoError(f"namespace {name}: no default ServiceAccount was made")
         applied += apply.apply(
             self.client, [d for d in documents if d.data.get("kind") != "Namespace"], known=known
@@ -460,6 +464,9 @@ class V1Demo:
         for item in applied:
             self.out(f"{item.ref} {'created' if item.created else 'unchanged'}")
         return applied
+
+    def _exists(self, url: str) -> bool:
+        return self.cluster.get_object(url) is not None
 
     def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
         self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
@@ -572,16 +579,16 @@ class V1Demo:
                 for r in status.get("reservedFor") or []
                 if r.get("resource") == "pods"
             )
-            node = str(results[0].get("pool")) if results else "-"
+            pool = str(results[0].get("pool")) if results else "-"
             found = ledger.get(str(meta["uid"]))
             rows.append(
                 [
                     f"{meta['namespace']}/{meta['name']}",
-                    node,
+                    pool,
                     ",".join(str(r.get("device")) for r in results) or "not allocated",
                     devices_text(found[0], found[1]) if found else "-",
                     sharing_text(found[0], len(pods)) if found else "-",
-                    ",".join(sorted({slices_of.get((node, u), "?") for u in _gpu_uuids(found[0])}))
+                    ",".join(sorted({slices_of.get((pool, u), "?") for u in _gpu_uuids(found[0])}))
                     if found
                     else "-",
                     ",".join(pods) or "-",
