@@ -8,6 +8,7 @@ fill by their compute (or memory) fraction. A claim has the same colour everywhe
 from __future__ import annotations
 
 import importlib.resources
+from typing import Any
 
 import jinja2
 
@@ -17,6 +18,12 @@ TEMPLATE = "report.html.j2"
 
 
 def render(result: report.Report, *, title: str = "drasat what-if") -> str:
+    return render_page(result, title=title)
+
+
+def render_page(result: Any, *, title: str, solver_note: str | None = None) -> str:
+    """The page of anything shaped as a `report.Report` (the v1 what-if's page is one):
+    `solver_note`, when given, replaces the solver card's mode, meaning and bound."""
     source = (importlib.resources.files("drasat.whatif") / TEMPLATE).read_text(encoding="utf-8")
     environment = jinja2.Environment(
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
@@ -26,6 +33,7 @@ def render(result: report.Report, *, title: str = "drasat what-if") -> str:
         title=title,
         report=result,
         summary=result.summary,
+        solver_note=solver_note,
         percent=_percent,
     )
 

@@ -1,74 +1,383 @@
-"""Output of a v1 what-if run (first version): `table`/`wide` rows per pod claim with the
-devices as their driver named them, and `yaml`/`json` as a `v1` List of the ResourceClaims with
-`status.allocation` as `drasat.v1.allocate` writes it (the scheduler's form).
+"""Output of a v1 what-if run.
 
-A claim that already held an allocation is shown as `(already allocated)`; a pod that was not
-placed shows why (the reason of the pod, on its first claim's row only). Unplaced claims carry
-the annotation `whatif.drasat.io/reason`. `html` is the wide table on a self-contained page.
+`table`/`wide`: one row per pod claim with its node and, per result, the request's name and the
+device as its driver named it (`gpu-0`, `gpu-0-mig-1g5gb-19-0`), then what it is: a MIG
+device's profile and placement on its GPU, a share's compute and memory, the CPU fallback. The
+wide table adds the ResourceClaim, the GPUs' UUIDs and the sharing (the strategy the
+allocation's opaque configs set, and how many pods use the claim). A pod that was not placed
+says so on its rows; why is told once per pod below the table (the reason names the claim, the
+request and the nodes; the wide table adds what each request asks for: class, selectors,
+constraints). Then the summary and the solver's status with what it proves.
+
+`yaml`/`json`: a `v1` List of each node's NodeAllocationState (its ledger: the claims already
+allocated in the input and the new ones, in drasat's terms), then every ResourceClaim a pod
+uses with `status.allocation` as the controller writes it (`drasat.v1.results`: results with
+request, driver, pool, device, consumedCapacity and shareID; configs; nodeSelector; the
+controller's `allocationTimestamp` is left out so two runs diff cleanly). Every claim carries
+the annotation `whatif.drasat.io/solver`; one of a pod not placed also
+`whatif.drasat.io/reason`. The claims' specs are unchanged, so `kubectl apply --dry-run=server`
+accepts them.
+
+`html`: the classic report page (`html`): each node's GPUs as bars with MIG devices at their
+placements and shares by their compute, drawn from the ledger, and the wide table.
 """
 
 from __future__ import annotations
 
-import html
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from drasat.whatif import table, v1manifests
+from drasat.api.devicemodel import shares
+from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
+from drasat.api.quantity import to_bytes
+from drasat.solver.problem import Solution, Status
+from drasat.v1.devices import FALLBACK, MIG, Published
+from drasat.whatif import html, report, table, v1manifests, v1run
 from drasat.whatif.v1run import V1Result
 
 Obj = dict[str, Any]
 
 REASON_ANNOTATION = "whatif.drasat.io/reason"
+SOLVER_ANNOTATION = "whatif.drasat.io/solver"
+
+#: Weakest first: the status of a run of several rounds is its weakest round's.
+_STRENGTH = (
+    Status.MODEL_INVALID,
+    Status.UNKNOWN,
+    Status.INFEASIBLE,
+    Status.FEASIBLE,
+    Status.PER_POD_OPTIMAL,
+    Status.OPTIMAL,
+)
 
 
-def _devices(allocation: Obj) -> str:
-    parts = []
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        text = f"{result.get('request')}: {result.get('device')}"
-        consumed = result.get("consumedCapacity")
-        if consumed:
-            text += " (" + ", ".join(f"{k} {v}" for k, v in sorted(consumed.items())) + ")"
-        parts.append(text)
-    return "; ".join(parts) or "none"
+# --- what each result is ------------------------------------------------------------------------
 
 
-def rows(result: V1Result, *, wide: bool) -> list[list[str]]:
+@dataclass(frozen=True)
+class _Devices:
+    """Every published device of the cluster by (driver, pool, name), and each GPU by UUID."""
+
+    published: Mapping[tuple[str, str, str], Published]
+    gpus: Mapping[str, GpuInfo]
+
+    @classmethod
+    def of(cls, result: V1Result) -> _Devices:
+        published = {
+            (d.driver, d.pool, d.name): d
+            for state in result.cluster.states
+            for d in result.cluster.published(state.name)
+        }
+        gpus = {g.uuid: g for state in result.cluster.states for g in state.nas.gpus()}
+        return cls(published, gpus)
+
+    def describe(self, found: Obj, *, wide: bool) -> str:
+        """`req: device (what it is)`."""
+        name = str(found.get("device"))
+        text = f"{found.get('request')}: {name}"
+        device = self.published.get((str(found.get("driver")), str(found.get("pool")), name))
+        if device is None:
+            return text
+        if device.kind == FALLBACK:
+            return f"{text} (CPU only, no GPU)"
+        gpu = self.gpus.get(device.gpu_uuid or "")
+        on = f"GPU {gpu.index}" if gpu is not None else str(device.gpu_uuid)
+        if wide and gpu is not None:
+            on += f" {gpu.uuid}"
+        if device.kind == MIG:
+            return f"{text} ({device.profile}@{device.start} on {on})"
+        share = _share(found.get("consumedCapacity") or {}, gpu)
+        if share:
+            return f"{text} (share {share} of {on})"
+        return f"{text} ({on})" if wide else text
+
+
+def _share(consumed: Mapping[str, Any], gpu: GpuInfo | None) -> str:
+    """`25%, 4Gi` for a part of a GPU; empty for all of it (a whole GPU on a shareable device)."""
+    if not consumed:
+        return ""
+    memory = to_bytes(str(consumed.get(shares.MEMORY, "0")))
+    compute = int(to_bytes(str(consumed.get(shares.COMPUTE, "0"))))
+    whole = gpu is not None and memory >= gpu.memoryBytes // shares.MiB * shares.MiB
+    if compute >= 100 and whole:
+        return ""
+    return ", ".join(p for p in (f"{compute}%" if compute else "", _bytes(memory)) if p)
+
+
+def _bytes(count: int) -> str:
+    if not count:
+        return ""
+    for unit, size in (("Gi", 2**30), ("Mi", 2**20)):
+        if count % size == 0:
+            return f"{count // size}{unit}"
+    return str(count)
+
+
+def _allocation(result: V1Result, claim: v1manifests.V1Claim) -> tuple[Obj | None, bool]:
+    """(status.allocation after the run, whether the input held it already)."""
+    if v1manifests.allocated(claim.obj):
+        return claim.obj["status"]["allocation"], True
+    found = result.outcome.allocations.get(str(claim.obj["metadata"]["uid"]))
+    return (found.allocation if found is not None else None), False
+
+
+def _node_of(allocation: Obj) -> str:
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return "-"
+
+
+def _sharing(allocation: Obj, users: int) -> str:
+    """The sharing strategies the opaque configs set, and the pods that use the claim."""
+    strategies = []
+    for config in (allocation.get("devices") or {}).get("config") or []:
+        parameters = (config.get("opaque") or {}).get("parameters") or {}
+        strategy = (parameters.get("sharing") or {}).get("strategy")
+        if strategy and strategy not in strategies:
+            strategies.append(str(strategy))
+    pods = f"{users} pod{'s' if users != 1 else ''}"
+    return f"{', '.join(strategies)}, {pods}" if strategies else pods
+
+
+# --- rows -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One entry of a pod's spec.resourceClaims; shaped as the HTML template reads it."""
+
+    pod: str
+    pod_claim: str
+    claim: v1manifests.V1Claim
+    node: str | None
+    devices: str
+    devices_wide: str
+    sharing: str
+    reason: str | None
+    existing: bool = False
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None
+
+
+def rows(result: V1Result) -> list[Row]:
     outcome = result.outcome
-    out: list[list[str]] = []
+    described = _Devices.of(result)
+    users = _users(result)
+    out: list[Row] = []
     for pod in result.workload.pods:
-        reasons = outcome.refused.get(pod.key)
-        for index, (pod_claim, claim) in enumerate(pod.claims):
-            uid = str(claim.obj["metadata"]["uid"])
-            node = outcome.placed.get(pod.key, "-")
-            if v1manifests.allocated(claim.obj):
-                devices = "(already allocated) " + _devices(claim.obj["status"]["allocation"])
-            elif uid in outcome.allocations:
-                devices = _devices(outcome.allocations[uid].allocation)
-                node = outcome.allocations[uid].node
-            elif reasons:
-                devices = "not placed: " + ("; ".join(reasons) if index == 0 else "(as above)")
-            else:
-                devices = "-"
-            cells = [pod.key, pod_claim, node, devices]
-            if wide:
-                cells.insert(2, claim.name)
-            out.append(cells)
+        refused = outcome.refused.get(pod.key)
+        for pod_claim, claim in pod.claims:
+            allocation, existing = _allocation(result, claim)
+            if allocation is None or (refused and not existing):
+                reason = "see below" if refused else "not allocated"
+                out.append(Row(pod.key, pod_claim, claim, None, "-", "-", "-", reason))
+                continue
+            found = (allocation.get("devices") or {}).get("results") or []
+            out.append(
+                Row(
+                    pod.key,
+                    pod_claim,
+                    claim,
+                    _node_of(allocation),
+                    "; ".join(described.describe(r, wide=False) for r in found) or "none",
+                    "; ".join(described.describe(r, wide=True) for r in found) or "none",
+                    _sharing(allocation, users.get(claim.key, 1)),
+                    None,
+                    existing,
+                )
+            )
     return out
+
+
+def _users(result: V1Result) -> dict[str, int]:
+    """claim key -> the placed (or bound) pods that use it."""
+    out: dict[str, int] = {}
+    for pod in result.workload.pods:
+        if pod.key in result.outcome.refused:
+            continue
+        for _, claim in pod.claims:
+            out[claim.key] = out.get(claim.key, 0) + 1
+    return out
+
+
+def _cells(row: Row, *, wide: bool) -> list[str]:
+    devices = row.devices_wide if wide else row.devices
+    if row.existing:
+        devices += " (already allocated)"
+    if not row.placed:
+        devices = f"not placed ({row.reason})"
+    if not wide:
+        return [row.pod, row.pod_claim, row.node or "-", devices]
+    return [row.pod, row.pod_claim, row.claim.name, row.node or "-", devices, row.sharing]
+
+
+def _asks(claim: v1manifests.V1Claim, classes: Mapping[str, Obj]) -> list[str]:
+    """What each request of a claim asks for: class, the class's and its own selectors, count;
+    then the constraints."""
+    spec = claim.obj["spec"]["devices"]
+    lines = []
+    for request in spec.get("requests") or []:
+        entries = [(str(request["name"]), request["exactly"])] if request.get("exactly") else []
+        entries += [
+            (f"{request['name']}/{sub.get('name')}", sub)
+            for sub in request.get("firstAvailable") or []
+        ]
+        for name, entry in entries:
+            class_name = str(entry.get("deviceClassName"))
+            device_class = classes.get(class_name) or {}
+            found = [
+                *((device_class.get("spec") or {}).get("selectors") or []),
+                *(entry.get("selectors") or []),
+            ]
+            selectors = [
+                s["cel"]["expression"] for s in found if (s.get("cel") or {}).get("expression")
+            ]
+            text = f"request {name}: class {class_name}"
+            mode = entry.get("allocationMode", "ExactCount")
+            text += ", all matching" if mode == "All" else f", count {entry.get('count', 1)}"
+            asked = (entry.get("capacity") or {}).get("requests")
+            if asked:
+                text += ", capacity " + ", ".join(f"{k} {v}" for k, v in sorted(asked.items()))
+            if selectors:
+                text += ", selectors " + " && ".join(f"({s})" for s in selectors)
+            lines.append(text)
+    for constraint in spec.get("constraints") or []:
+        over = ", ".join(constraint.get("requests") or []) or "all requests"
+        for kind in ("matchAttribute", "distinctAttribute"):
+            if constraint.get(kind):
+                lines.append(f"constraint {kind} {constraint[kind]} over {over}")
+    return lines
+
+
+def unplaced_lines(result: V1Result, *, wide: bool) -> list[str]:
+    """One line per pod not placed, with why; the wide table adds what its claims ask for."""
+    lines: list[str] = []
+    for pod in result.workload.pods:
+        reasons = result.outcome.refused.get(pod.key)
+        if not reasons:
+            continue
+        lines.append(f"{pod.key} not placed: {'; '.join(reasons)}")
+        if wide:
+            for claim in pod.pending():
+                lines.extend(
+                    f"  {claim.key} {line}" for line in _asks(claim, result.workload.classes)
+                )
+    return ["", *lines] if lines else []
+
+
+# --- solver status -------------------------------------------------------------------------------
+
+
+def solver_text(solutions: Sequence[Solution], *, refused: bool = False) -> str:
+    """The status and what it proves. `allocate` solves in rounds (round r: the pods still
+    unplaced with their r-th choice of devices, over what earlier rounds left), so only one
+    round's status speaks for the whole set; with more, the weakest round's is given with each
+    round's, and that the set over all rounds is not proven optimal."""
+    if not solutions:
+        return "not run (" + ("no pod reached it" if refused else "no claim to allocate") + ")"
+    if len(solutions) == 1:
+        found = solutions[0]
+        return (
+            f"{found.status.value} ({found.status.meaning}, each pod with its first choice of "
+            f"devices); {found.bound_text()}; {found.wall_time_s * 1000:.0f} ms"
+        )
+    weakest = min((s.status for s in solutions), key=_STRENGTH.index)
+    rounds = ", ".join(f"{i + 1}: {s.status.value}" for i, s in enumerate(solutions))
+    total = sum(s.wall_time_s for s in solutions) * 1000
+    return (
+        f"{weakest.value} in {len(solutions)} rounds ({rounds}); each round {weakest.meaning} "
+        f"for the pods it placed, given the rounds before it; the set is not proven optimal "
+        f"over every pod's alternatives; {total:.0f} ms"
+    )
+
+
+# --- the ledger ----------------------------------------------------------------------------------
+
+
+def ledgers(result: V1Result) -> dict[str, dict[str, AllocatedDevices]]:
+    """node -> its NAS allocatedClaims after the run: the input's (allocated claims included)
+    and the new allocations."""
+    out = {
+        node.state.name: dict(node.state.nas.allocatedClaims)
+        for node in v1run.node_inputs(result.cluster, result.workload)
+    }
+    for placed in result.outcome.allocations.values():
+        out.setdefault(placed.node, {}).update(placed.ledger)
+    return out
+
+
+def node_states(result: V1Result) -> list[NodeAllocationState]:
+    """Each node's NodeAllocationState with the ledger after the run."""
+    found = ledgers(result)
+    out = []
+    for nas in result.cluster.nas:
+        claims = found.get(nas.metadata.name, dict(nas.spec.allocatedClaims))
+        spec = nas.spec.model_copy(update={"allocatedClaims": claims})
+        out.append(nas.model_copy(update={"spec": spec}))
+    return out
+
+
+# --- renderers ------------------------------------------------------------------------------------
+
+
+def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> report.Summary:
+    used: set[str] = set()
+    slices_used = 0
+    for nas in states:
+        for entry in nas.spec.allocatedClaims.values():
+            if entry.gpu is not None:
+                used.update(d.uuid for d in entry.gpu.devices)
+            if entry.mig is not None:
+                used.update(d.parentUUID for d in entry.mig.devices)
+                slices_used += sum(d.placement.size for d in entry.mig.devices)
+    gpus = [(g, n) for n in states for g in n.spec.gpus()]
+    solutions = result.outcome.solutions
+    weakest = (
+        min((s.status for s in solutions), key=_STRENGTH.index) if solutions else Status.UNKNOWN
+    )
+    existing = sum(1 for c in result.workload.claims.values() if v1manifests.allocated(c.obj))
+    return report.Summary(
+        nodes=len(states),
+        nodes_not_ready=sum(1 for s in result.cluster.states if not s.ready),
+        gpus_total=len(gpus),
+        gpus_used=sum(1 for g, _ in gpus if g.uuid in used),
+        mig_slices_total=sum(report.mig_slices(g, n) for g, n in gpus if g.migEnabled),
+        mig_slices_used=slices_used,
+        pods_placed=len(result.workload.pods) - len(result.outcome.refused),
+        pods_unplaced=len(result.outcome.refused),
+        allocations_new=len(result.outcome.allocations),
+        allocations_existing=existing,
+        status=weakest.value,
+        objective=sum(s.objective for s in solutions),
+        best_bound=solutions[0].best_bound if len(solutions) == 1 else None,
+        gap=solutions[0].gap if len(solutions) == 1 else None,
+        wall_time_s=sum(s.wall_time_s for s in solutions),
+        mode="v1",
+        meaning=weakest.meaning,
+    )
 
 
 def render_table(result: V1Result, *, wide: bool = False) -> str:
     header = ["POD", "CLAIM", "NODE", "DEVICES"]
     if wide:
-        header.insert(2, "RESOURCECLAIM")
-    found = rows(result, wide=wide)
-    lines = table.columns([header, *found])
-    placed = sum(1 for p in result.workload.pods if p.key in result.outcome.placed)
+        header = ["POD", "CLAIM", "RESOURCECLAIM", "NODE", "DEVICES", "SHARING"]
+    lines = table.columns([header, *(_cells(r, wide=wide) for r in rows(result))])
+    lines.extend(unplaced_lines(result, wide=wide))
+    summary = _summary(result, node_states(result))
     lines.append("")
-    lines.append(f"pods: {placed} placed, {len(result.outcome.refused)} not placed")
-    for solution in result.outcome.solutions:
-        lines.append(f"solver: {solution.status.value}")
+    lines.extend(table.summary_lines(summary)[:2])
+    lines.append(
+        f"solver: {solver_text(result.outcome.solutions, refused=bool(result.outcome.refused))}"
+    )
     if result.solver_error:
         lines.append(result.solver_error)
     lines.extend(table.ignored_lines(result.workload.ignored, wide=wide))
@@ -85,25 +394,73 @@ def claims(result: V1Result) -> list[Obj]:
         if pod.key in result.outcome.refused
         for _, claim in pod.claims
     }
+    solver = solver_text(result.outcome.solutions, refused=bool(result.outcome.refused))
     for claim in result.workload.claims.values():
         obj = json.loads(json.dumps(claim.obj))
+        annotations = obj["metadata"].setdefault("annotations", {})
+        annotations[SOLVER_ANNOTATION] = solver
         uid = str(obj["metadata"]["uid"])
         if uid in result.outcome.allocations:
             obj.setdefault("status", {})["allocation"] = result.outcome.allocations[uid].allocation
         elif claim.key in reasons and not v1manifests.allocated(obj):
-            annotations = obj["metadata"].setdefault("annotations", {})
             annotations[REASON_ANNOTATION] = reasons[claim.key]
         out.append(obj)
     return out
 
 
+def as_list(result: V1Result) -> Obj:
+    """The NodeAllocationStates, then the claims, as one `v1` List."""
+    items: list[Obj] = [nas.dump() for nas in node_states(result)]
+    items.extend(claims(result))
+    return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
+
+
+@dataclass(frozen=True)
+class _Page:
+    """What the report template reads, for a v1 run."""
+
+    rows: tuple[Row, ...]
+    nodes: tuple[report.NodeView, ...]
+    colours: dict[str, str]
+    ignored: tuple[Any, ...]
+    claims: tuple[v1manifests.V1Claim, ...]
+    solver_error: str | None
+    summary: report.Summary
+
+    @property
+    def workload(self) -> _Page:  # the template counts `report.workload.claims`
+        return self
+
+
 def render_html(result: V1Result) -> str:
-    """A self-contained page holding the wide table (MIG and share drawings are the classic
-    output's for now)."""
-    body = html.escape(render_table(result, wide=True))
-    return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>drasat what-if (v1)'
-        f"</title></head>\n<body><pre>{body}</pre></body></html>\n"
+    """The classic report page: GPU bars from the ledger (MIG placements, shares), the rows."""
+    states = node_states(result)
+    keys = list(result.workload.claims)
+    colours = dict(zip(keys, report.palette(len(keys)), strict=True))
+    names = {}
+    for placed in result.outcome.allocations.values():
+        for entry in placed.ledger:
+            names[entry] = f"{placed.namespace}/{placed.name}"
+    existing = {
+        key
+        for node in v1run.node_inputs(result.cluster, result.workload)
+        for key in node.state.nas.allocatedClaims
+    }
+    # report's legend and node view: the same bars as the classic page, from the same ledger.
+    legend = report._Legend(names, colours, _users(result), existing)
+    page = _Page(
+        rows=tuple(rows(result)),
+        nodes=tuple(report._node_view(nas, legend) for nas in states),
+        colours=colours,
+        ignored=(*result.cluster.ignored, *result.workload.ignored),
+        claims=tuple(result.workload.claims.values()),
+        solver_error=result.solver_error,
+        summary=_summary(result, states),
+    )
+    return html.render_page(
+        page,
+        title="drasat what-if (v1)",
+        solver_note=solver_text(result.outcome.solutions, refused=bool(result.outcome.refused)),
     )
 
 
@@ -112,7 +469,7 @@ def render(result: V1Result, output: str) -> str:
         return render_table(result, wide=output == "wide")
     if output == "html":
         return render_html(result)
-    listing = {"apiVersion": "v1", "kind": "List", "items": claims(result)}
+    listing = as_list(result)
     if output == "json":
         return json.dumps(listing, indent=2) + "\n"
     return yaml.safe_dump(listing, sort_keys=False, width=100)
