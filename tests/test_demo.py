@@ -112,6 +112,24 @@ def test_the_default_demo_runs_both_reference_cases_on_v1(
     )
 
 
+def test_v1_mig_devices_are_made_for_the_claim_and_destroyed_after(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out = _run_v1(capsys, "--example", "v1-mig-by-profile")
+    assert code == 0, out
+    pods = _pods(out)
+    assert list(pods) == ["gpu-test4-v1/pod"] and pods["gpu-test4-v1/pod"][0] == "a100-node"
+    visible = _visible(pods, "gpu-test4-v1/pod").split(",")
+    assert len(visible) == 4 and all(v.startswith("MIG-") for v in visible)
+    # Four MIG devices of one GPU, on disjoint memory slices, listed by the NAS ledger.
+    placements = re.findall(r"MIG (\S+) on GPU (\d) \(slices (\d)-(\d)\)", out)
+    assert sorted(p[0] for p in placements) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"], out
+    assert len({p[1] for p in placements}) == 1
+    taken = [s for p in placements for s in range(int(p[2]), int(p[3]) + 1)]
+    assert len(taken) == len(set(taken)) == 8
+    assert "node a100-node: 0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok" in out
+
+
 V1_WORKLOADS = """
 apiVersion: v1
 kind: Namespace

@@ -39,7 +39,7 @@ from drasat.api.cluster import Cluster
 from drasat.api.devicemodel import classes
 from drasat.api.errors import InputError
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import NodeAllocationState
+from drasat.api.nas import AllocatedDevices, NodeAllocationState
 from drasat.cli import democluster
 from drasat.cli.demo import (
     POLL_S,
@@ -554,14 +554,16 @@ class V1Demo:
         the node's NAS ledger says it gets (exclusive, time-sliced, MPS, a share) and the
         time-slice its GPUs are set to now (the simulated hardware, as the plugin left it)."""
         self.out.phase("allocations (ResourceClaim status, NodeAllocationState)")
-        ledger: dict[str, tuple[Any, dict[str, int]]] = {}
+        # The ledger names an entry `<claim uid>/<request>`: a claim may have several.
+        ledger: dict[str, list[tuple[AllocatedDevices, dict[str, int]]]] = {}
         for node in self.cluster.nodes:
             nas = self.cluster.nas(node.name)
             if nas is None:
                 continue
             index = {d.gpu.uuid: d.gpu.index for d in nas.spec.allocatableDevices if d.gpu}
-            for entry in nas.spec.allocatedClaims.values():
-                ledger[entry.claimInfo.uid] = (entry, index)
+            for key in sorted(nas.spec.allocatedClaims):
+                entry = nas.spec.allocatedClaims[key]
+                ledger.setdefault(entry.claimInfo.uid, []).append((entry, index))
         slices_of = {
             (node.name, gpu.uuid): _TIME_SLICES[gpu.time_slice]
             for node in self.cluster.nodes
@@ -580,17 +582,16 @@ class V1Demo:
                 if r.get("resource") == "pods"
             )
             pool = str(results[0].get("pool")) if results else "-"
-            found = ledger.get(str(meta["uid"]))
+            found = ledger.get(str(meta["uid"]), [])
+            uuids = {u for entry, _ in found for u in _gpu_uuids(entry)}
             rows.append(
                 [
                     f"{meta['namespace']}/{meta['name']}",
                     pool,
                     ",".join(str(r.get("device")) for r in results) or "not allocated",
-                    devices_text(found[0], found[1]) if found else "-",
-                    sharing_text(found[0], len(pods)) if found else "-",
-                    ",".join(sorted({slices_of.get((pool, u), "?") for u in _gpu_uuids(found[0])}))
-                    if found
-                    else "-",
+                    ", ".join(devices_text(entry, index) for entry, index in found) or "-",
+                    ", ".join(dict.fromkeys(sharing_text(e, len(pods)) for e, _ in found)) or "-",
+                    ",".join(sorted({slices_of.get((pool, u), "?") for u in uuids})) or "-",
                     ",".join(pods) or "-",
                 ]
             )
@@ -675,7 +676,7 @@ class V1Demo:
 _TIME_SLICES = ("Default", "Short", "Medium", "Long")
 
 
-def _gpu_uuids(entry: Any) -> list[str]:
+def _gpu_uuids(entry: AllocatedDevices) -> list[str]:
     """The GPUs (MIG devices: their parents) of a ledger entry."""
     uuids = [g.uuid for g in entry.gpu.devices] if entry.gpu is not None else []
     uuids += [m.parentUUID for m in entry.mig.devices] if entry.mig is not None else []
