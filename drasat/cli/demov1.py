@@ -27,10 +27,12 @@ import functools
 import logging
 import pathlib
 import shutil
+import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any, TextIO
 
 from drasat import loading
@@ -691,6 +693,20 @@ def _keys(applied: Sequence[apply.Applied], kind: str) -> list[Key]:
     )
 
 
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _terminate_unwinds() -> Any:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every part is stopped and the
+    temporary folder (the control plane's etcd data) removed; the previous handler, or None
+    where this thread may not set one (not the main thread)."""
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:
+        return None
+
+
 def check_v1(documents: Sequence[loading.Document]) -> None:
     """Before anything starts: classic DRA objects are for `--classic` (say so), and a kind
     neither server would serve is refused as `apply` would refuse it later."""
@@ -726,6 +742,7 @@ def run(
         except binaries.MissingBinaries as error:
             raise InputError(str(error), where="--kube-bin") from None
     kept = {id(d) for d in documents}
+    previous = _terminate_unwinds()
     began = time.monotonic()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="drasat-demo-"))  # short unix socket paths
     ran: set[Key] = set()
@@ -789,6 +806,8 @@ def run(
         return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     total = time.monotonic() - began
     out(f"== took {total:.1f}s: start-up {startup}; pods applied to running {ran_s:.1f}s")
     if demo.failures:
