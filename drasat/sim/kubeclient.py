@@ -106,7 +106,10 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Obj:
         """Send one request; the decoded JSON answer, or ApiError from the server's Status."""
-        data = json.dumps(body).encode() if body is not None else None
+        # Compact, as kubectl and client-go send it: kube-apiserver keeps opaque parameters
+        # (RawExtension) byte for byte, and a later JSON metadata change of an object created
+        # with spaces there is refused as a spec change.
+        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         headers = self._headers({"Content-Type": content_type} if data is not None else {})
         connection = self._connection()
         target = self._prefix + _with_query(url_path, query)
