@@ -18,7 +18,8 @@ Unknown fields, kinds and versions are errors with the field's path. This is a p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -98,3 +99,40 @@ def merge(configs: list[DeviceConfig]) -> GpuConfig:
             if config.lifecycle is not None:
                 merged.lifecycle = config.lifecycle
     return merged
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One opaque configuration of a driver from an allocation, and the requests it is for."""
+
+    where: str  # its place in the claim's status, for errors
+    requests: tuple[str, ...]  # empty: all requests
+    config: DeviceConfig
+
+    def applies(self, request: str) -> bool:
+        """A firstAvailable result names `<request>/<subrequest>`; a config may name either."""
+        main = request.split("/", 1)[0]
+        return not self.requests or request in self.requests or main in self.requests
+
+
+def applied(items: Sequence[Mapping[str, Any]], driver: str) -> list[Applied]:
+    """The opaque configurations of `status.allocation.devices.config` for `driver`, the class's
+    before the claim's (the API's order: later ones win); ValueError naming the entry."""
+    found = []
+    for index, item in enumerate(items):
+        opaque = item.get("opaque") or {}
+        if opaque.get("driver") != driver:
+            continue  # another driver's
+        where = f"status.allocation.devices.config[{index}] (source {item.get('source')})"
+        try:
+            config = parse(opaque.get("parameters"))
+        except ValueError as error:
+            raise ValueError(f"{where}: opaque.{error}") from None
+        requests = tuple(str(r) for r in item.get("requests") or ())
+        found.append((item.get("source") != "FromClass", index, Applied(where, requests, config)))
+    return [entry for _, _, entry in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def for_request(configs: Sequence[Applied], request: str) -> GpuConfig:
+    """What applies to the devices of one result's `request`, merged."""
+    return merge([c.config for c in configs if c.applies(request)])

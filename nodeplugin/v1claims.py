@@ -157,7 +157,10 @@ def allocation_from_claim(
     if not ours:
         raise ClaimError(f"claim {claim}: its allocation has no device of driver {driver}")
     try:
-        configs = _configs(devices.get("config") or [], driver)
+        try:
+            configs = deviceconfig.applied(devices.get("config") or [], driver)
+        except ValueError as error:
+            raise _Refused(str(error)) from None
         by_minor = {gpu.minor: gpu for gpu in gpus}
         translated = [_translate(r, pool, by_minor, profiles) for r in ours]
         entry = _entry(claim, translated, configs)
@@ -173,41 +176,6 @@ def allocation_from_claim(
 
 class _Refused(Exception):
     """Something of the claim this node cannot prepare (the message names it)."""
-
-
-@dataclass(frozen=True)
-class _Config:
-    """One opaque configuration of ours from the allocation."""
-
-    where: str  # its place in the claim, for errors
-    requests: tuple[str, ...]  # empty: all requests
-    config: deviceconfig.DeviceConfig
-
-    def applies(self, request: str) -> bool:
-        # A firstAvailable result names `<request>/<subrequest>`; a config may name either.
-        return not self.requests or request in self.requests or _main(request) in self.requests
-
-
-def _main(request: str) -> str:
-    return request.split("/", 1)[0]
-
-
-def _configs(items: Sequence[Mapping[str, Any]], driver: str) -> list[_Config]:
-    """The opaque configurations for `driver`, the class's before the claim's (the API's order:
-    later ones win)."""
-    found = []
-    for index, item in enumerate(items):
-        opaque = item.get("opaque") or {}
-        if opaque.get("driver") != driver:
-            continue  # another driver's
-        where = f"status.allocation.devices.config[{index}] (source {item.get('source')})"
-        try:
-            config = deviceconfig.parse(opaque.get("parameters"))
-        except ValueError as error:
-            raise _Refused(f"{where}: opaque.{error}") from None
-        requests = tuple(str(r) for r in item.get("requests") or ())
-        found.append((item.get("source") != "FromClass", index, _Config(where, requests, config)))
-    return [config for _, _, config in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
 @dataclass(frozen=True)
@@ -314,7 +282,7 @@ def _share(consumed: Any, gpu: GpuDevice, where: str) -> GpuShare | None:
         ) from None
 
 
-def _entry(claim: ClaimRef, devices: list[_Device], configs: list[_Config]) -> Obj:
+def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.Applied]) -> Obj:
     """The AllocatedDevices entry (as the classic controller writes it in the NAS)."""
     real = [d for d in devices if not d.fallback]
     info = {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
@@ -336,8 +304,7 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[_Config]) -> O
     share = next(iter(shared.values())) if gpus else None
     merged = {}
     for device in real:
-        config = deviceconfig.merge([c.config for c in configs if c.applies(device.request)])
-        merged[device.request] = config
+        merged[device.request] = deviceconfig.for_request(configs, device.request)
     if len({json.dumps(c.dump(), sort_keys=True) for c in merged.values()}) > 1:
         raise _Refused(
             f"requests {', '.join(sorted(merged))} have different opaque configurations: the v1 "

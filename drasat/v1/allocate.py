@@ -264,6 +264,7 @@ def _record(
         if not found:
             continue
         config = results.configs(claim.config, _class_configs(entries))
+        ledger = results.with_configs(ledger, config)
         outcome.allocations[claim_uid] = ClaimAllocation(
             uid=claim_uid,
             namespace=claim.namespace,

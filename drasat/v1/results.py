@@ -17,6 +17,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from drasat.api import deviceconfig
 from drasat.api.devicemodel import names, shares
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import (
@@ -123,6 +124,32 @@ def allocation(node: str, results: list[Obj], config: list[Obj]) -> Obj:
     return {"devices": devices_status, "nodeSelector": node_selector(node)}
 
 
+def with_configs(
+    ledger: Mapping[str, AllocatedDevices], config: Sequence[Obj]
+) -> dict[str, AllocatedDevices]:
+    """The ledger entries with the sharing and lifecycle the claim's and class's opaque configs
+    of our driver give each request (the node plugin prepares by the same rule,
+    `deviceconfig.for_request`), so the NAS says how each device is shared."""
+    try:
+        applied = deviceconfig.applied(config, DRIVER_NAME)
+    except ValueError:
+        return dict(ledger)  # read already when the claim was; the node plugin reports it
+    out = {}
+    for key, entry in ledger.items():
+        # `<claim uid>/<request>[#i]`: the request (a config names it, not a subrequest)
+        request = key.partition("/")[2].partition("#")[0]
+        merged = deviceconfig.for_request(applied, request)
+        update: dict[str, Any] = {}
+        if merged.sharing is not None and entry.gpu is not None:
+            update["gpu"] = entry.gpu.model_copy(update={"sharing": merged.sharing})
+        if merged.sharing is not None and entry.mig is not None:
+            update["mig"] = entry.mig.model_copy(update={"sharing": merged.sharing})
+        if merged.lifecycle:
+            update["lifecycle"] = list(merged.lifecycle)
+        out[key] = entry.model_copy(update=update) if update else entry
+    return out
+
+
 def claim_info(claim: Claim) -> ClaimInfo:
     return ClaimInfo(namespace=claim.namespace, name=claim.name, uid=claim.uid)
 
@@ -143,9 +170,8 @@ def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, Al
     info = ClaimInfo(
         namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), uid=uid
     )
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-        "results"
-    ) or []
+    allocated = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    results = allocated.get("results") or []
     by_minor = {gpu.minor: gpu for gpu in nas.gpus()}
     migs = {(m.parentProductName, m.giProfileId): m for m in nas.mig_profiles()}
     out: dict[str, AllocatedDevices] = {}
@@ -184,7 +210,7 @@ def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, Al
             out[f"{key}#{i}"] = AllocatedDevices(
                 claimInfo=info, mig=AllocatedMigDevices(devices=[device])
             )
-    return out
+    return with_configs(out, allocated.get("config") or [])
 
 
 def _share_of(result: Obj, gpu_memory: int) -> Any:

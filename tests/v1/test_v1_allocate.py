@@ -241,3 +241,23 @@ def test_capacities_written_as_quantities_are_read() -> None:
     share = exactly(GPU, capacity={"requests": {"compute": "50"}})
     out = v1.allocate([quantity_node], [pod("p", claim("c", {"s": share}))], CLASSES)
     assert out.placed == {"default/p": "a"}
+
+
+def test_the_ledger_says_how_each_device_is_shared_as_the_configs_say() -> None:
+    time_sliced = {
+        "driver": "gpu.drasat.io",
+        "parameters": {
+            "apiVersion": "gpu.drasat.io/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}},
+        },
+    }
+    written = claim("c", {"gpu": exactly()}, config=[{"opaque": time_sliced}])
+    nodes = [node("a", "T4", 1)]
+    out = v1.allocate(nodes, [pod("p", written)], CLASSES)
+    (entry,) = out.allocations["uid-c"].ledger.values()
+    assert entry.gpu is not None and entry.gpu.sharing is not None
+    assert entry.gpu.sharing.timeSlicingConfig.timeSlice == "Long"
+    written["status"] = {"allocation": out.allocations["uid-c"].allocation}
+    (read,) = results.ledger_from_status(written, nodes[0].state.nas).values()
+    assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
