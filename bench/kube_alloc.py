@@ -574,6 +574,20 @@ def check_no_double_allocation(claims: Sequence[Obj], fleet: Fleet) -> list[str]
     return problems
 
 
+def shares_given_whole_gpus(claims: Sequence[Obj]) -> int:
+    """Claims that asked for a share (capacity requests) and were given a device without
+    consumed capacity: a GPU that cannot be shared (one in MIG mode), held whole."""
+    count = 0
+    for claim in claims:
+        requests = claim.get("spec", {}).get("devices", {}).get("requests", [])
+        if not any((r.get("exactly") or {}).get("capacity") for r in requests):
+            continue
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = allocation.get("devices", {}).get("results", [])
+        count += any(not r.get("consumedCapacity") for r in results)
+    return count
+
+
 def allocated_gpus(claims: Sequence[Obj], fleet: Fleet) -> float:
     total = 0.0
     for claim in claims:
@@ -583,6 +597,10 @@ def allocated_gpus(claims: Sequence[Obj], fleet: Fleet) -> float:
             if device is not None:
                 total += gpu_equivalents(device, result)
     return total
+
+
+def _name(i: int, shape: Shape) -> str:
+    return f"p{i:05d}-{shape.name}"
 
 
 def fill(
@@ -605,7 +623,7 @@ def fill(
 
     def create(item: tuple[int, Shape]) -> None:
         i, shape = item
-        name = f"p{i:05d}-{shape.name}"
+        name = _name(i, shape)
         began = time.monotonic()
         try:
             core.create_namespaced_pod(ns, pod(name, shape.name))
@@ -654,6 +672,9 @@ def fill(
         "demand_gpus": round(sum(s.gpus for s in chosen), 2),
         "allocated_gpus": round(allocated, 2),
         "allocated_share": round(allocated / fleet.gpus, 4),
+        # What the bound pods asked for; above it, allocated counts GPUs held beyond the ask.
+        "served_gpus": round(sum(s.gpus for i, s in enumerate(chosen) if _name(i, s) in bound), 2),
+        "shares_on_whole_gpus": shares_given_whole_gpus(claims),
         "by_shape": {k: {"pods": v[0], "bound": v[1]} for k, v in sorted(by_shape.items())},
         "double_allocations": check_no_double_allocation(claims, fleet),
     }
@@ -885,7 +906,7 @@ def bench(args: argparse.Namespace) -> Obj:
 def summary(results: Obj) -> str:
     lines = [
         "| allocator | nodes × GPUs | pods | bound | bound/s | creation→bound p50 / p99 s "
-        "| GPUs allocated when full | churn: accepted (of claims) | churn p50 / p99 s |",
+        "| GPUs allocated when full (asked by the bound pods) | churn: accepted (of claims) | churn p50 / p99 s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for a in results["allocators"]:
@@ -904,7 +925,9 @@ def summary(results: Obj) -> str:
         fill_cells = (
             f"| {f['pods']} | {f['bound']} | {f['bound_per_s']} | "
             f"{f['latency_p50_s']} / {f['latency_p99_s']} | "
-            f"{100 * f['allocated_share']:.1f}% ({f['allocated_gpus']:g} of {results['gpus']}) | "
+            f"{100 * f['allocated_share']:.1f}% ({f['allocated_gpus']:g} of {results['gpus']}; "
+            f"asked {f.get('served_gpus', '?')}; whole GPUs to shares "
+            f"{f.get('shares_on_whole_gpus', '?')}) | "
             if f
             else "| — | — | — | — | — | "
         )
