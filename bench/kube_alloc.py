@@ -906,7 +906,8 @@ def bench(args: argparse.Namespace) -> Obj:
 def summary(results: Obj) -> str:
     lines = [
         "| allocator | nodes × GPUs | pods | bound | bound/s | creation→bound p50 / p99 s "
-        "| GPUs allocated when full (asked by the bound pods) | churn: accepted (of claims) | churn p50 / p99 s |",
+        "| GPUs allocated when full (asked by the bound pods) "
+        "| churn: accepted (of claims) | churn p50 / p99 s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for a in results["allocators"]:
