@@ -277,27 +277,32 @@ def unplaced_lines(result: V1Result, *, wide: bool) -> list[str]:
 # --- solver status -------------------------------------------------------------------------------
 
 
-def solver_text(solutions: Sequence[Solution], *, refused: bool = False) -> str:
-    """The status and what it proves. `allocate` solves in rounds (round r: the pods still
-    unplaced with their r-th choice of devices, over what earlier rounds left), so only one
-    round's status speaks for the whole set; with more, the weakest round's is given with each
-    round's, and that the set over all rounds is not proven optimal."""
+def solver_text(
+    solutions: Sequence[Solution], *, refused: bool = False, timing: bool = True
+) -> str:
+    """The status and what it proves, and the time taken unless `timing` is False (the claims'
+    annotation leaves it out, so two runs diff on what differs).
+
+    `allocate` solves in rounds (round r: the pods still unplaced with their r-th choice of
+    devices, over what earlier rounds left), so one round's status speaks for the whole set;
+    with more, the weakest round's is given with each round's, and that the set over all rounds
+    is not proven optimal."""
     if not solutions:
         return "not run (" + ("no pod reached it" if refused else "no claim to allocate") + ")"
     if len(solutions) == 1:
         found = solutions[0]
         return (
             f"{found.status.value} ({found.status.meaning}, each pod with its first choice of "
-            f"devices); {found.bound_text()}; {found.wall_time_s * 1000:.0f} ms"
-        )
+            f"devices); {found.bound_text()}"
+        ) + (f"; {found.wall_time_s * 1000:.0f} ms" if timing else "")
     weakest = min((s.status for s in solutions), key=_STRENGTH.index)
     rounds = ", ".join(f"{i + 1}: {s.status.value}" for i, s in enumerate(solutions))
     total = sum(s.wall_time_s for s in solutions) * 1000
     return (
         f"{weakest.value} in {len(solutions)} rounds ({rounds}); each round {weakest.meaning} "
         f"for the pods it placed, given the rounds before it; the set is not proven optimal "
-        f"over every pod's alternatives; {total:.0f} ms"
-    )
+        f"over every pod's alternatives"
+    ) + (f"; {total:.0f} ms" if timing else "")
 
 
 # --- the ledger ----------------------------------------------------------------------------------
@@ -394,7 +399,9 @@ def claims(result: V1Result) -> list[Obj]:
         if pod.key in result.outcome.refused
         for _, claim in pod.claims
     }
-    solver = solver_text(result.outcome.solutions, refused=bool(result.outcome.refused))
+    solver = solver_text(
+        result.outcome.solutions, refused=bool(result.outcome.refused), timing=False
+    )
     for claim in result.workload.claims.values():
         obj = json.loads(json.dumps(claim.obj))
         annotations = obj["metadata"].setdefault("annotations", {})
