@@ -24,6 +24,7 @@ placements and shares by their compute, drawn from the ledger, and the wide tabl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -455,8 +456,15 @@ def render_html(result: V1Result) -> str:
     }
     # report's legend and node view: the same bars as the classic page, from the same ledger.
     legend = report._Legend(names, colours, _users(result), existing)
+    refused = result.outcome.refused
     page = _Page(
-        rows=tuple(rows(result)),
+        # The page has no "below": an unplaced row carries its pod's reason.
+        rows=tuple(
+            dataclasses.replace(row, reason="; ".join(refused[row.pod]))
+            if not row.placed and row.pod in refused
+            else row
+            for row in rows(result)
+        ),
         nodes=tuple(report._node_view(nas, legend) for nas in states),
         colours=colours,
         ignored=(*result.cluster.ignored, *result.workload.ignored),

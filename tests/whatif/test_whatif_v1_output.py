@@ -505,6 +505,66 @@ def test_random_clusters_and_claims_pass_the_checker(
     assert len(on) == len(v1checker.allocated(claims))
 
 
+HELD = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ml, name: held}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+status:
+  allocation:
+    devices:
+      results: [{request: gpu, driver: gpu.nvidia.com, pool: nv-t4, device: gpu-0}]
+    nodeSelector:
+      nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [nv-t4]}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: running}
+spec:
+  nodeName: nv-t4
+  tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+  containers: [{name: c, resources: {claims: [{name: g}]}}]
+  resourceClaims: [{name: g, resourceClaimName: held}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ml, name: new}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: next}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+  containers: [{name: c, resources: {claims: [{name: g}]}}]
+  resourceClaims: [{name: g, resourceClaimName: new}]
+"""
+
+
+def test_claims_allocated_in_the_input_keep_their_devices(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    cluster, checked, _ = _nvidia()
+    app = write_yaml("app.yaml", HELD)
+    claims, listing = _placed(run_cli, cluster, checked, app)
+    # The checker sees both: gpu-0 held, the new claim on the other healthy T4.
+    results = {c["metadata"]["name"]: _results(c) for c in claims}
+    assert [r["device"] for r in results["held"]] == ["gpu-0"]
+    assert [r["device"] for r in results["new"]] == ["gpu-1"]
+    ledger = next(i for i in listing["items"] if i["metadata"]["name"] == "nv-t4")
+    held = sorted(e["claimInfo"]["name"] for e in ledger["spec"]["allocatedClaims"].values())
+    assert held == ["held", "new"]
+    table = run_cli("--cluster", cluster, "-f", app).out
+    assert "ml/running  g      nv-t4  gpu: gpu-0 (already allocated)" in table
+    assert "claims: 1 allocated, 1 already in the cluster" in table
+    page = run_cli("--cluster", cluster, "-f", app, "-o", "html").out
+    assert re.search(r'class="seg existing" title="ml/held \(already allocated\)"', page)
+
+
 # -- what the table, wide and html say -------------------------------------------------------------
 
 TWO_CLAIMS = """
