@@ -52,6 +52,7 @@ class Options:
     device_taint: bool = True
     batch_window_s: float = 0.2
     batch_max: int = 64
+    cycle_time_limit_s: float = 1.0
 
 
 def default_identity() -> str:
@@ -89,6 +90,7 @@ class App:
                     namespace=options.namespace,
                     batch_window_s=options.batch_window_s,
                     batch_max=options.batch_max,
+                    time_limit_s=options.cycle_time_limit_s,
                     resync_s=min(options.resync_s, 10.0),
                     device_taint=options.device_taint,
                 ),

@@ -87,9 +87,11 @@ class V1Config:
     nas_attempts: int = 8
     watch_timeout_s: int = 30
     component: str = "drasat-controller"
-    #: Solver mode of a cycle: batch places the cycle's pods in one model.
+    #: Solver mode of a cycle: batch places the cycle's pods in one model, warm-started from
+    #: the online placement, so a cut-off solve is never worse than placing pod by pod.
     mode: Mode = Mode.batch
-    time_limit_s: float | None = None
+    #: A cycle's solve budget (the batch solve stops here, FEASIBLE; pods wait for it).
+    time_limit_s: float | None = 1.0
 
 
 @dataclass

@@ -136,6 +136,13 @@ def register(subparsers: Any) -> None:
         help="v1: most pods placed together in one solver call (default 64)",
     )
     p.add_argument(
+        "--cycle-time-limit",
+        type=float,
+        default=_env("CYCLE_TIME_LIMIT", 1.0),
+        help="v1: seconds one cycle's batch solve may take; it is warm-started from placing the "
+        "pods one by one, so stopping early never places fewer (default 1)",
+    )
+    p.add_argument(
         "--log-format",
         choices=["text", "json"],
         default=_env("LOG_FORMAT", "text"),
@@ -152,6 +159,8 @@ def options(args: argparse.Namespace) -> app.Options:
         raise InputError("--workers must be at least 1")
     if args.batch_max < 1:
         raise InputError("--batch-max must be at least 1")
+    if not 0 < args.cycle_time_limit <= 600:
+        raise InputError("--cycle-time-limit must be more than 0 and at most 600 seconds")
     if not 0 <= args.batch_window <= 60:
         raise InputError("--batch-window must be between 0 and 60 seconds")
     if not args.renew_deadline < args.lease_duration:
@@ -178,6 +187,7 @@ def options(args: argparse.Namespace) -> app.Options:
         device_taint=args.device_taint,
         batch_window_s=args.batch_window,
         batch_max=args.batch_max,
+        cycle_time_limit_s=args.cycle_time_limit,
     )
 
 

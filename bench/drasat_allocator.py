@@ -1,0 +1,137 @@
+"""drasat's v1 controller as allocator B of `bench.kube_alloc`, on a fleet of fake nodes.
+
+The fake nodes run no node plugin, so what the plugins would publish besides their
+ResourceSlices — each node's NodeAllocationState — is read back from those slices (the what-if's
+reader, `drasat.whatif.v1cluster`: the same device model both ways) and created Ready in the
+controller's namespace. Then the real `drasat controller --dra-api v1` process starts with the
+bench's kubeconfig; `start` returns once its DeviceTaintRule exists. `stop` ends the process and
+removes the rule and the NodeAllocationStates, so allocator A runs on untainted devices again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+from kubernetes.client import ApiException
+
+from drasat import loading
+from drasat.api import crds
+from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
+from drasat.whatif import v1cluster
+
+RESOURCE = ("resource.k8s.io", "v1")
+TAINT_RULE = "drasat-allocator"
+
+
+@dataclass
+class DrasatController:
+    process: subprocess.Popen[bytes]
+    api: Any
+    namespace: str
+    nodes: list[str]
+    log: pathlib.Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        custom = kubernetes.client.CustomObjectsApi(self.api)
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(*RESOURCE, "devicetaintrules", TAINT_RULE)
+        for name in self.nodes:
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(
+                    NAS_GROUP, VERSION, self.namespace, "nodeallocationstates", name
+                )
+        self.api.close()
+
+
+def _install_crds(api: Any) -> None:
+    extensions = kubernetes.client.ApiextensionsV1Api(api)
+    for crd in crds.all_crds():
+        with contextlib.suppress(ApiException):
+            extensions.create_custom_resource_definition(crd)
+    deadline = time.monotonic() + 60
+    for crd in crds.all_crds():
+        while True:
+            found = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+            if any(
+                c.type == "Established" and c.status == "True"
+                for c in found.status.conditions or []
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {crd['metadata']['name']} not established")
+            time.sleep(0.2)
+
+
+def _node_states(api: Any, namespace: str) -> list[str]:
+    """Create each fleet node's NodeAllocationState from its slices; the node names."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+    listed = custom.list_cluster_custom_object(*RESOURCE, "resourceslices")["items"]
+    ours = [s for s in listed if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
+    documents = [
+        loading.Document(
+            "resourceslices",
+            i + 1,
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **s},
+        )
+        for i, s in enumerate(ours)
+    ]
+    cluster = v1cluster.load(documents)
+    names = []
+    for node in cluster.nodes:
+        body = node.nas.model_copy(update={"status": "Ready"}).dump()
+        body["metadata"] = {"name": node.name, "namespace": namespace}
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(
+                NAS_GROUP, VERSION, namespace, "nodeallocationstates", node.name
+            )
+        # The NAS has no status subresource: its `status: Ready` is written with it.
+        custom.create_namespaced_custom_object(
+            NAS_GROUP, VERSION, namespace, "nodeallocationstates", body
+        )
+        names.append(node.name)
+    return names
+
+
+def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
+    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    _install_crds(api)
+    with contextlib.suppress(ApiException):
+        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    nodes = _node_states(api, namespace)
+    log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-")) / "controller.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",
+             "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--metrics-address", "",
+             "--kube-api-qps", "0"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    handle = DrasatController(process, api, namespace, nodes, log)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            custom.get_cluster_custom_object(*RESOURCE, "devicetaintrules", TAINT_RULE)
+            break
+        except ApiException:
+            if process.poll() is not None or time.monotonic() > deadline:
+                handle.stop()
+                raise RuntimeError(
+                    f"drasat's controller did not start:\n{log.read_text()[-3000:]}"
+                ) from None
+            time.sleep(0.2)
+    return handle
