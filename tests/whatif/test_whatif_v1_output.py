@@ -91,6 +91,7 @@ def drasat_classes() -> str:
 
 
 DRASAT_FLEET = {"t4": "3xT4", "a100": "1xA100-40GB,mig=0"}
+DRASAT_CLASSES = drasat_classes()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +101,7 @@ def drasat_cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     slices = drasat_slices(DRASAT_FLEET)
     path = folder / "slices.yaml"
     path.write_text(slices, encoding="utf-8")
-    return str(path), slices + "---\n" + drasat_classes()
+    return str(path), slices + "---\n" + DRASAT_CLASSES
 
 
 def _placed(run_cli: RunCli, cluster: str, checked: str, *files: str) -> tuple[list[Obj], Obj]:
@@ -563,6 +564,74 @@ def test_claims_allocated_in_the_input_keep_their_devices(
     assert "claims: 1 allocated, 1 already in the cluster" in table
     page = run_cli("--cluster", cluster, "-f", app, "-o", "html").out
     assert re.search(r'class="seg existing" title="ml/held \(already allocated\)"', page)
+
+
+FLEETS = ("1xT4", "2xT4", "1xA100-40GB,mig=0", "1xA100-40GB", "1xT4,1xA100-40GB,mig=1")
+
+
+def _drasat_request(shape: tuple[str, int, int]) -> Obj:
+    kind, memory, compute = shape
+    if kind == "mig":
+        profile = "device.attributes['gpu.drasat.io'].profile == '1g.5gb'"
+        return {"deviceClassName": "mig.drasat.io", "selectors": [{"cel": {"expression": profile}}]}
+    if kind == "share":
+        asked = {"memory": f"{memory}Gi", "compute": str(compute)}
+        return {"deviceClassName": "gpu.drasat.io", "capacity": {"requests": asked}}
+    return {"deviceClassName": "gpu.drasat.io", "count": 2 if kind == "two" else 1}
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    fleet=st.lists(st.sampled_from(FLEETS), min_size=1, max_size=2),
+    shapes=st.lists(
+        st.tuples(
+            st.sampled_from(["whole", "two", "share", "mig"]),
+            st.integers(1, 9),
+            st.integers(5, 70),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_random_drasat_fleets_and_shares_pass_the_checker(
+    run_cli: RunCli,
+    write_yaml: WriteYaml,
+    fleet: list[str],
+    shapes: list[tuple[str, int, int]],
+) -> None:
+    slices = drasat_slices({f"n{i}": gpus for i, gpus in enumerate(fleet)})
+    cluster = write_yaml("random-drasat.yaml", slices)
+    docs: list[Obj] = []
+    for i, shape in enumerate(shapes):
+        request = {"name": "r", "exactly": _drasat_request(shape)}
+        docs.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"namespace": "d", "name": f"c{i}"},
+                "spec": {"devices": {"requests": [request]}},
+            }
+        )
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"namespace": "d", "name": f"p{i}"},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"claims": [{"name": "x"}]}}],
+                    "resourceClaims": [{"name": "x", "resourceClaimName": f"c{i}"}],
+                },
+            }
+        )
+    app = write_yaml("random-drasat-app.yaml", "---\n".join(yaml.safe_dump(d) for d in docs))
+    claims, _ = _placed(run_cli, cluster, slices + "---\n" + DRASAT_CLASSES, app)
+    for claim in claims:
+        if not v1checker.allocated([claim]):
+            assert claim["metadata"]["annotations"]["whatif.drasat.io/reason"]
 
 
 # -- what the table, wide and html say -------------------------------------------------------------
