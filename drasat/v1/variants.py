@@ -30,6 +30,7 @@ from drasat.api.claims import (
 )
 from drasat.api.devicemodel import shares
 from drasat.api.quantity import to_bytes
+from drasat.api.selectors import GpuSelector
 from drasat.solver import ClaimRequest
 from drasat.v1 import devices
 from drasat.v1.devices import Published
@@ -62,6 +63,9 @@ class Option:
     numa: bool = False
     #: MIG devices with the same key go on one parent GPU (the solver's `same_gpu`).
     same_gpu: str | None = None
+    #: Whole GPUs: some eligible GPU is MIG-enabled (published whole, consuming all its
+    #: counters), so the solver must not keep whole claims off MIG-enabled GPUs.
+    mig_gpus: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,11 +181,20 @@ def _gpu_options(base: Option, gpus: list[Published], numa: bool) -> list[Option
         by_count: dict[int, set[str]] = {}
         for node, uuids in per_node.items():
             by_count.setdefault(len(uuids), set()).add(node)
+        mig_gpus = any(d.attribute("migEnabled") is True for d in gpus)
         return [
-            _with(base, count=n, eligible=eligible, nodes=frozenset(nodes), numa=numa)
+            _with(
+                base,
+                count=n,
+                eligible=eligible,
+                nodes=frozenset(nodes),
+                numa=numa,
+                mig_gpus=mig_gpus,
+            )
             for n, nodes in sorted(by_count.items(), reverse=True)
         ]
-    return [_with(base, count=alternative.count, eligible=eligible, numa=numa)]
+    mig_gpus = any(d.attribute("migEnabled") is True for d in gpus)
+    return [_with(base, count=alternative.count, eligible=eligible, numa=numa, mig_gpus=mig_gpus)]
 
 
 def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
@@ -338,7 +351,18 @@ def solver_claims(options: Sequence[Option]) -> tuple[list[ClaimRequest], dict[s
             topology = (
                 Topology(sameNUMANode=Requirement.Required) if o.numa and o.count > 1 else None
             )
-            spec = GpuClaimParametersSpec(count=o.count, share=o.share, topology=topology)
+            # The solver keeps whole claims off MIG-enabled GPUs unless the selector names
+            # `migEnabled: true` somewhere; v1 publishes those GPUs whole too, and the eligible
+            # set already says which GPUs the request admits.
+            either = GpuSelector(
+                orExpression=[GpuSelector(migEnabled=True), GpuSelector(migEnabled=False)]
+            )
+            spec = GpuClaimParametersSpec(
+                count=o.count,
+                share=o.share,
+                topology=topology,
+                selector=either if o.mig_gpus and o.share is None else None,
+            )
             uid = f"{o.claim.uid}/{o.request}"
             claims.append(
                 ClaimRequest(uid, o.claim.namespace, label, gpu=spec, eligible=o.eligible)

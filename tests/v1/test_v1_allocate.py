@@ -261,3 +261,17 @@ def test_the_ledger_says_how_each_device_is_shared_as_the_configs_say() -> None:
     written["status"] = {"allocation": out.allocations["uid-c"].allocation}
     (read,) = results.ledger_from_status(written, nodes[0].state.nas).values()
     assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
+
+
+def test_a_whole_gpu_request_may_take_a_mig_enabled_gpu_published_whole() -> None:
+    out = v1.allocate(
+        [node("m", "A100-40GB", 1, mig=True)], [pod("p", claim("c", {"g": exactly()}))], CLASSES
+    )
+    assert _devices(out, "c") == ["gpu-0"]
+    # ... and then none of its MIG devices is free
+    out = v1.allocate(
+        [node("m", "A100-40GB", 1, mig=True)],
+        [pod("p", claim("c", {"g": exactly()})), pod("q", claim("d", {"m": _profile("1g.5gb")}))],
+        CLASSES,
+    )
+    assert len(out.placed) == 1
