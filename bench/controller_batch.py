@@ -158,7 +158,8 @@ def window_table(rows: list[dict[str, str]]) -> str:
     columns = _window_columns(rows)
     head = ["pod list", "FGD unallocated @100", "target (≤ 0.9 × FGD)"]
     for policy in columns:
-        head += [f"{policy} unallocated", "vs FGD", "s per replay"]
+        label = "drasat online (K = 1)" if policy == "drasat" else policy
+        head += [f"{label} unallocated", "vs FGD", "s per replay"]
     head += ["target met at"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for pod_list in lists:
