@@ -25,6 +25,7 @@ from kubernetes.client import ApiException
 from drasat import loading
 from drasat.api import crds
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
+from drasat.api.nas import NasStatus
 from drasat.whatif import v1cluster
 
 RESOURCE = ("resource.k8s.io", "v1")
@@ -92,7 +93,7 @@ def _node_states(api: Any, namespace: str) -> list[str]:
     cluster = v1cluster.load(documents)
     names = []
     for node in cluster.nodes:
-        body = node.nas.model_copy(update={"status": "Ready"}).dump()
+        body = node.nas.model_copy(update={"status": NasStatus.Ready}).dump()
         body["metadata"] = {"name": node.name, "namespace": namespace}
         with contextlib.suppress(ApiException):
             custom.delete_namespaced_custom_object(

@@ -242,10 +242,12 @@ def start_kube_scheduler(kubeconfig: pathlib.Path, namespace: str) -> Handle:
 
 
 def start_drasat(kubeconfig: pathlib.Path, namespace: str) -> Handle:
-    """Allocator B: drasat's v1 controller (`drasat controller --dra-api v1 --kubeconfig K
-    --namespace NS --device-taint`), running until `stop()`; ready (informers synced, its
-    DeviceTaintRule in place) when this returns, and its taint rule gone after `stop()`."""
-    raise NotImplementedError("drasat v1 controller not yet available")
+    """Allocator B: drasat's v1 controller (`drasat controller --dra-api v1`), running until
+    `stop()`; its DeviceTaintRule in place when this returns and gone after `stop()`
+    (`bench.drasat_allocator`)."""
+    from bench import drasat_allocator
+
+    return drasat_allocator.start(kubeconfig, namespace)
 
 
 ALLOCATORS: dict[str, Allocator] = {"kube": start_kube_scheduler, "drasat": start_drasat}

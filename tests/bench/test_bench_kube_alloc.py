@@ -86,26 +86,22 @@ def test_percentile_is_nearest_rank() -> None:
     assert kube_alloc._percentile([], 50) != kube_alloc._percentile([], 50)  # NaN
 
 
-def test_drasat_allocator_is_reported_not_run_until_it_exists() -> None:
-    args = kube_alloc.parse_args(["--allocators", "drasat"])
-    fleet = kube_alloc.Fleet([], {}, 0, 0.0, 0)
-    result = kube_alloc.run_allocator("drasat", None, pathlib.Path("k"), fleet, args, "r")  # type: ignore[arg-type]
-    assert result["status"].startswith("not run: ")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_harness_on_the_real_control_plane(
     kube_cluster: cluster.Cluster, tmp_path: pathlib.Path
 ) -> None:
     argv = ["--kubeconfig", str(kube_cluster.kubeconfig), "--nodes", "2", "--pods", "2"]
-    argv += ["--allocators", "kube", "--settle", "5", "--churn-nodes", "2"]
+    argv += ["--allocators", "kube,drasat", "--settle", "5", "--churn-nodes", "2"]
     argv += ["--churn-claims", "4", "--churn-lifetime", "10", "--churn-load", "0.2"]
     argv += ["--patience", "30", "--out", str(tmp_path), "--run", "kbsmoke"]
     assert kube_alloc.main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["gpus"] == 16 and data["mig_nodes"] == 2
-    (kube,) = data["allocators"]
+    kube, drasat = data["allocators"]
+    assert (kube["allocator"], drasat["allocator"]) == ("kube", "drasat")
+    assert drasat["status"] == "ran" and drasat["fill"]["bound"] == 2
+    assert drasat["fill"]["double_allocations"] == []
     fill = kube["fill"]
     assert (fill["pods"], fill["bound"], fill["create_errors"]) == (2, 2, [])
     # Every pod bound: what is allocated is exactly what was asked.
