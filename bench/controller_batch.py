@@ -203,7 +203,7 @@ def plot_windows(rows: list[dict[str, str]], path: pathlib.Path) -> None:
     for i, policy in enumerate(policies):
         xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(lists))]
         ys = [value.get((p, policy), math.nan) for p in lists]
-        ax.bar(xs, ys, width, label=policy)
+        ax.bar(xs, ys, width, label="drasat online (K = 1)" if policy == "drasat" else policy)
     for j, p in enumerate(lists):
         target = TARGET * value[(p, "FGD")]
         ax.plot([j - 0.45, j + 0.45], [target, target], color="black", linewidth=1, linestyle="--")
