@@ -33,9 +33,13 @@ from drasat.api.selectors import parse_version
 
 Obj = dict[str, Any]
 
-#: Attributes that tell equal devices apart; an expression naming one is evaluated per device.
-_IDENTITY = ("uuid", "index", "minor", "pciBusID", "parent", "placement", "name")
-_IDENTITY_RE = re.compile("|".join(_IDENTITY), re.IGNORECASE)
+#: Attributes that tell equal devices apart (drasat's and NVIDIA's names); an expression that
+#: names one is evaluated per device, the others once per kind of device.
+_IDENTITY = frozenset(
+    {"uuid", "index", "minor", "pciBusID", "parentUUID", "parentMinor", "parentIndex",
+     "placementStart", "placementSize", "pcieRoot"}
+)  # fmt: skip
+_IDENTITY_RE = re.compile(r"\b(" + "|".join(sorted(_IDENTITY)) + r")\b")
 
 
 class SelectorError(ValueError):
@@ -182,7 +186,7 @@ def _kind_key(driver: str, device: Obj) -> tuple[object, ...]:
         sorted(
             (k, str(v))
             for k, v in device.get("attributes", {}).items()
-            if not _IDENTITY_RE.search(k)
+            if k.rpartition("/")[2] not in _IDENTITY
         )
     )
     capacity = tuple(
