@@ -24,6 +24,7 @@ from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import Api, KubeClient, load_configuration
+from drasat.solver import Mode
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Options:
     batch_window_s: float = 0.2
     batch_max: int = 64
     cycle_time_limit_s: float = 1.0
+    cycle_mode: str = "online"
 
 
 def default_identity() -> str:
@@ -91,6 +93,7 @@ class App:
                     batch_window_s=options.batch_window_s,
                     batch_max=options.batch_max,
                     time_limit_s=options.cycle_time_limit_s,
+                    mode=Mode(options.cycle_mode),
                     resync_s=min(options.resync_s, 10.0),
                     device_taint=options.device_taint,
                 ),

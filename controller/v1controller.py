@@ -87,9 +87,11 @@ class V1Config:
     nas_attempts: int = 8
     watch_timeout_s: int = 30
     component: str = "drasat-controller"
-    #: Solver mode of a cycle: batch places the cycle's pods in one model, warm-started from
-    #: the online placement, so a cut-off solve is never worse than placing pod by pod.
-    mode: Mode = Mode.batch
+    #: Solver mode of a cycle: online places the cycle's pods one by one, each proven the best
+    #: of its nodes given those before it; batch puts them in one model, warm-started from the
+    #: online placement. Online is the default: on the openb trace a batch of 64 placed the same
+    #: pods as online wherever they all fit, at seconds per call (docs/PERFORMANCE.md §5).
+    mode: Mode = Mode.online
     #: A cycle's solve budget (the batch solve stops here, FEASIBLE; pods wait for it).
     time_limit_s: float | None = 1.0
 

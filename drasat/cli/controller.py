@@ -136,6 +136,13 @@ def register(subparsers: Any) -> None:
         help="v1: most pods placed together in one solver call (default 64)",
     )
     p.add_argument(
+        "--cycle-mode",
+        choices=["online", "batch"],
+        default=_env("CYCLE_MODE", "online"),
+        help="v1: place a cycle's pods one by one (online, each proven best given those before "
+        "it) or in one batch model (slower; see docs/PERFORMANCE.md) (default online)",
+    )
+    p.add_argument(
         "--cycle-time-limit",
         type=float,
         default=_env("CYCLE_TIME_LIMIT", 1.0),
@@ -188,6 +195,7 @@ def options(args: argparse.Namespace) -> app.Options:
         batch_window_s=args.batch_window,
         batch_max=args.batch_max,
         cycle_time_limit_s=args.cycle_time_limit,
+        cycle_mode=args.cycle_mode,
     )
 
 
