@@ -145,6 +145,8 @@ class V1Controller:
         self._unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
         #: pod key -> the last explanation (what `drasat explain` would print).
         self.explanations: dict[str, str] = {}
+        #: pod key -> when it was last refused (orders the next cycles' pods).
+        self._refused_at: dict[str, float] = {}
         self.cycles = 0
         timeout = self.config.watch_timeout_s
 
@@ -301,21 +303,36 @@ class V1Controller:
         )
 
     def cycle(self) -> bool:
-        """One cycle; True when pods were left for the next one (the batch cap)."""
+        """One cycle; True when pods not tried yet were left for the next one (the cap).
+
+        Pods refused before go after those not tried yet, the longest-refused first: a cap
+        full of pods that fit nowhere never keeps a new pod waiting. A cycle that placed
+        nothing and left only refused pods waits for the next event or resync."""
         self.cycles += 1
         snapshot = self.snapshot()
         if self.settle(snapshot):
             snapshot = self.snapshot()
-        pending, waiting = v1inputs.pending_pods(snapshot, limit=self.config.batch_max)
-        self.metrics.pending_claims.set(sum(len(p.claims) for p in pending))
+        everyone, waiting = v1inputs.pending_pods(snapshot)
+        self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
+        live = {p.input.key for p in everyone}
+        self._refused_at = {k: t for k, t in self._refused_at.items() if k in live}
+        ordered = sorted(
+            enumerate(everyone),
+            key=lambda item: (self._refused_at.get(item[1].input.key, 0.0), item[0]),
+        )
+        pending = [p for _, p in ordered[: self.config.batch_max]]
         if not pending:
             return False
-        self._place(snapshot, pending)
-        return len(pending) >= self.config.batch_max
+        placed = self._place(snapshot, pending)
+        chosen = {p.input.key for p in pending}
+        left = [p.input.key for p in everyone if p.input.key not in chosen]
+        untried = any(key not in self._refused_at for key in left)
+        return untried or (placed > 0 and bool(left))
 
-    def _place(self, snapshot: v1inputs.Snapshot, pending: list[v1inputs.Pending]) -> None:
+    def _place(self, snapshot: v1inputs.Snapshot, pending: list[v1inputs.Pending]) -> int:
+        """Place the pods and write; how many were placed."""
         params = SolveParams(
             mode=self.config.mode,
             time_limit_s=self.config.time_limit_s,
@@ -351,8 +368,13 @@ class V1Controller:
                 log.info("%s: write on %s not done (%s); next cycle", pod_key, node, error)
                 self.metrics.failures.labels("Conflict").inc()
                 self._wake.set()
+        now = self._clock()
         for pod_key, reasons in outcome.refused.items():
+            self._refused_at[pod_key] = now
             self._refused(by_key[pod_key], reasons)
+        for pod_key in outcome.placed:
+            self._refused_at.pop(pod_key, None)
+        return len(outcome.placed)
 
     def _write(
         self,

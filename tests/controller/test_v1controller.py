@@ -209,3 +209,30 @@ def test_a_pod_that_fits_nowhere_gets_a_warning_event(
 
     found = _settled(ctl, warned)
     assert found and any("needs 1 GPU" in m or "GPU" in m for m in found), found
+
+
+H100 = 'device.attributes["gpu.drasat.io"].productName == "H100"'
+
+
+def test_pods_that_fit_nowhere_never_keep_a_new_pod_waiting(api: KubeClient) -> None:
+    # A cap of 2 full of pods asking for an H100 the cluster lacks: the new pod still goes.
+    _node(api, "n1", 1)
+    for i in (1, 2):
+        body = {
+            "metadata": {"name": f"h{i}", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.drasat.io",
+                "selectors": [{"cel": {"expression": H100}}],
+            }}]}},
+        }  # fmt: skip
+        api.create(r.RESOURCE_CLAIMS_V1, body, namespace="default")
+        _pod(api, f"wants-h100-{i}", f"h{i}")
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, batch_max=2))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        assert _settled(ctl, lambda: len(ctl._refused_at) == 2)
+        _claim(api, "c1")
+        _pod(api, "late", "c1")
+        assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    finally:
+        ctl.stop()
