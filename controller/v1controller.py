@@ -198,31 +198,40 @@ class V1Controller:
 
     def ensure_taint_rule(self) -> None:
         """Create or restore the DeviceTaintRule, in the newest version the server serves (v1
-        from 1.37; v1beta2 and v1alpha3 behind the DRADeviceTaintRules gate before); a server
-        without the kind is logged, not fatal (kube-scheduler may then allocate our devices
-        first: docs/INSTALL.md)."""
-        resource = self._taint_rules()
-        if resource is None:
-            log.error(
-                "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or "
-                "v1alpha3): kube-scheduler's allocator may take drasat's devices before this "
-                "controller does; see docs/INSTALL.md"
-            )
-            return
+        from 1.37; v1beta2 and v1alpha3 behind the DRADeviceTaintRules gate before). Only get,
+        create and update are used (the chart grants no more): a version the server does not
+        serve answers 404 to both get and create. A server without the kind is logged, not
+        fatal (kube-scheduler may then allocate our devices first: docs/INSTALL.md)."""
+        for version in ("v1", "v1beta2", "v1alpha3"):
+            resource = dataclasses.replace(r.DEVICE_TAINT_RULES_V1, version=version)
+            try:
+                if self._ensure_taint_rule(resource):
+                    return
+            except errors.KubeError as error:
+                log.error("cannot keep DeviceTaintRule %s (%s): %s",
+                          TAINT_RULE, resource.api_version, error)  # fmt: skip
+                return
+        log.error(
+            "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or v1alpha3): "
+            "kube-scheduler's allocator may take drasat's devices before this controller does; "
+            "see docs/INSTALL.md"
+        )
+
+    def _ensure_taint_rule(self, resource: r.Resource) -> bool:
+        """Whether the server serves this version (and the rule is now as wanted there)."""
         wanted = taint_rule(resource)
         try:
             current = self.api.get(resource, TAINT_RULE)
         except errors.NotFound:
             try:
                 self.api.create(resource, wanted)
-                log.info("created DeviceTaintRule %s (%s, %s:NoSchedule on every %s device)",
-                         TAINT_RULE, resource.api_version, TAINT_KEY, DRIVER_NAME)  # fmt: skip
-            except errors.KubeError as error:
-                log.error("cannot create DeviceTaintRule %s: %s", TAINT_RULE, error)
-            return
-        except errors.KubeError as error:
-            log.error("cannot read DeviceTaintRule %s: %s", TAINT_RULE, error)
-            return
+            except errors.AlreadyExists:
+                return True
+            except errors.NotFound:
+                return False  # this version is not served
+            log.info("created DeviceTaintRule %s (%s, %s:NoSchedule on every %s device)",
+                     TAINT_RULE, resource.api_version, TAINT_KEY, DRIVER_NAME)  # fmt: skip
+            return True
         spec = current.get("spec") or {}
         if (spec.get("taint") or {}).get("key") != TAINT_KEY or (
             spec.get("deviceSelector") != wanted["spec"]["deviceSelector"]
@@ -230,19 +239,7 @@ class V1Controller:
             current["spec"] = wanted["spec"]
             self.api.replace(resource, current)
             log.warning("restored DeviceTaintRule %s", TAINT_RULE)
-
-    def _taint_rules(self) -> r.Resource | None:
-        for version in ("v1", "v1beta2", "v1alpha3"):
-            resource = dataclasses.replace(r.DEVICE_TAINT_RULES_V1, version=version)
-            try:
-                self.api.list(resource)
-            except errors.NotFound:
-                continue
-            except errors.KubeError as error:
-                log.error("cannot list DeviceTaintRules (%s): %s", resource.api_version, error)
-                return None
-            return resource
-        return None
+        return True
 
     def _loop(self) -> None:
         last_policy = 0.0
