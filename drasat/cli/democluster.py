@@ -17,7 +17,7 @@ import logging
 import pathlib
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,15 +235,25 @@ class DemoCluster:
         steps.append(("controller", self._stop_controller))
         steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
         steps.extend(("API client", c.close) for c in self._official)
-        for what, stop in steps:
-            try:
-                stop()
-            except Exception:
-                log.exception("stopping the %s failed", what)
+        stop_parts(steps)
 
     def _stop_controller(self) -> None:
-        self._controller_stop.set()
-        if self._controller is not None:
-            self._controller.join(15)
-            if self._controller.is_alive():
-                log.error("the controller did not stop within 15s")
+        stop_thread(self._controller_stop, self._controller, "the controller")
+
+
+def stop_parts(steps: Sequence[tuple[str, Callable[[], Any]]]) -> None:
+    """Run each stop in order; one that fails is logged and the next still runs."""
+    for what, stop in steps:
+        try:
+            stop()
+        except Exception:
+            log.exception("stopping the %s failed", what)
+
+
+def stop_thread(stop: threading.Event, thread: threading.Thread | None, what: str) -> None:
+    """Signal a part's thread to stop and wait up to 15 s for it."""
+    stop.set()
+    if thread is not None:
+        thread.join(15)
+        if thread.is_alive():
+            log.error("%s did not stop within 15s", what)

@@ -386,18 +386,10 @@ class V1Cluster:
         steps.append(("controller", self._stop_controller))
         steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
         steps.extend(("API client", c.close) for c in self._clients)
-        for what, stop in steps:
-            try:
-                stop()
-            except Exception:
-                log.exception("stopping the %s failed", what)
+        democluster.stop_parts(steps)
 
     def _stop_controller(self) -> None:
-        self._controller_stop.set()
-        if self._controller is not None:
-            self._controller.join(15)
-            if self._controller.is_alive():
-                log.error("the controller did not stop within 15s")
+        democluster.stop_thread(self._controller_stop, self._controller, "the controller")
 
 
 class DemoError(Exception):
