@@ -194,6 +194,11 @@ class DeviceState:
         self._claim_locks: dict[str, tuple[threading.Lock, int]] = {}
         self._locks_lock = threading.Lock()
         self._settings_lock = threading.RLock()
+        #: MIG placements of prepares in flight, by claim, from the overlap check until the
+        #: prepare ends: two prepares of one placement cannot both pass the check and then
+        #: undo each other's device.
+        self._mig_lock = threading.Lock()
+        self._reserved: dict[str, list[PlannedMig]] = {}
         self._gpus: list[GpuDevice] | None = None
         self.mps.adopt_users(self._mps_users())
 
@@ -269,13 +274,28 @@ class DeviceState:
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
         allocation, source = (given, "claim") if given is not None else self._allocation(claim)
+        namespace = claim.namespace or allocation.claimInfo.namespace
+        name = claim.name or allocation.claimInfo.name
+        planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), allocation)
+        try:  # the placements stay reserved until the prepare is done or undone
+            return self._prepare_planned(claim, allocation, source, planned)
+        finally:
+            self._unreserve(claim.uid)
+
+    def _prepare_planned(
+        self,
+        claim: ClaimRef,
+        allocation: AllocatedDevices,
+        source: str,
+        planned: list[PlannedMig],
+    ) -> list[str]:
         record = ClaimRecord(
             uid=claim.uid,
             namespace=claim.namespace or allocation.claimInfo.namespace,
             name=claim.name or allocation.claimInfo.name,
             status=ClaimStatus.PrepareStarted,
             allocation=allocation.dump(),
-            planned_migs=self._plan_migs(allocation),
+            planned_migs=planned,
             source=source,
         )
         self._check_gpus(allocation)
@@ -344,7 +364,20 @@ class DeviceState:
                 known = ", ".join(g.uuid for g in self.gpus()) or "none"
                 raise ClaimError(f"allocated GPU {uuid} is not on this node (it has: {known})")
 
-    def _plan_migs(self, allocation: AllocatedDevices) -> list[PlannedMig]:
+    def _plan_migs(self, claim: ClaimRef, allocation: AllocatedDevices) -> list[PlannedMig]:
+        """The claim's MIG devices resolved against NVML, checked free and reserved for it (the
+        caller unreserves them when the prepare ends)."""
+        with self._mig_lock:
+            planned = self._resolve_migs(claim, allocation)
+            if planned:
+                self._reserved[claim.uid] = planned
+            return planned
+
+    def _unreserve(self, uid: str) -> None:
+        with self._mig_lock:
+            self._reserved.pop(uid, None)
+
+    def _resolve_migs(self, claim: ClaimRef, allocation: AllocatedDevices) -> list[PlannedMig]:
         planned = []
         for device in allocation.mig.devices if allocation.mig else []:
             parent = self._gpu(device.parentUUID)
@@ -365,7 +398,7 @@ class DeviceState:
                     f"MIG {device.profile} cannot be placed at start {where[0]} size {where[1]} "
                     f"on {parent.uuid} (possible: {list(profile.placements)})"
                 )
-            self._check_free(parent, device.profile, where, profiles)
+            self._check_free(claim, parent, device.profile, where, profiles)
             planned.append(
                 PlannedMig(
                     parent_uuid=parent.uuid,
@@ -379,17 +412,30 @@ class DeviceState:
 
     def _check_free(
         self,
+        claim: ClaimRef,
         parent: GpuDevice,
         profile: str,
         where: tuple[int, int],
         profiles: dict[str, MigProfileInfo],
     ) -> None:
-        """ClaimError naming the MIG device in use on the GPU (and its claim) that the placement
-        overlaps. (Two devices of one claim that overlap are NVML's error at the second create,
-        which rolls back the first.)"""
+        """ClaimError naming the MIG device in use on the GPU (and its claim), or the placement
+        another prepare in flight reserved, that the placement overlaps. (Two devices of one
+        claim that overlap are NVML's error at the second create, which rolls back the first.)
+        Called under the MIG lock."""
         start, end = where[0], where[0] + where[1]
         by_id = {p.gi_profile_id: p.name for p in profiles.values()}
         what = f"MIG {profile} at start {start} size {where[1]} on {parent.uuid}"
+        for uid, plans in self._reserved.items():
+            for plan in plans:
+                if uid == claim.uid or plan.parent_uuid != parent.uuid:
+                    continue
+                if plan.start < end and start < plan.start + plan.size:
+                    record = self.checkpoint.get(uid)
+                    holder = f"claim {record.namespace}/{record.name} ({uid})" if record else uid
+                    raise ClaimError(
+                        f"{what} overlaps MIG {plan.profile} at start {plan.start} size "
+                        f"{plan.size}, being prepared for {holder}"
+                    )
         owners = {
             (s.gpu, s.gi_id): r
             for r in self.checkpoint.records()
@@ -576,6 +622,7 @@ class DeviceState:
             with self.checkpoint.lock:
                 ledger = self.checkpoint.data.settings.setdefault(gpu, {})
                 hold = ledger.get(setting.value)
+                before = hold.model_copy(deep=True) if hold is not None else None
                 change = True
                 if hold is not None and hold.value != value and hold.holders:
                     if hold.holders != [record.uid]:
@@ -606,11 +653,40 @@ class DeviceState:
                 # crash in between leaves a record whose undo writes the baseline back. (Under
                 # the settings lock, so no other claim joins a value not yet written.)
                 self._record_step(record, step, "hold")
-                self._write_setting(gpu, setting, value)
+                try:
+                    self._write_setting(gpu, setting, value)
+                except Exception:
+                    held = before is not None and bool(before.holders)
+                    restore = before.value if before is not None and held else hold.baseline
+                    self._withdraw_hold(gpu, setting, before, restore)
+                    raise
                 return
         # The record is the ledger's persistence (rebuilt from the records at start); joining
         # writes the claim's own file only, outside the shared locks.
         self._record_step(record, step, "hold")
+
+    def _withdraw_hold(
+        self,
+        gpu: str,
+        setting: Setting,
+        before: checkpoint.SettingHold | None,
+        restore: SettingValue,
+    ) -> None:
+        """A hold whose write failed goes back to what the ledger had before (under the settings
+        lock, so no other claim joins a value the GPU does not have), and the GPU to `restore`
+        (the write may have got part of the way)."""
+        with self.checkpoint.lock:
+            ledger = self.checkpoint.data.settings.setdefault(gpu, {})
+            if before is None or not before.holders:
+                ledger.pop(setting.value, None)
+            else:
+                ledger[setting.value] = before
+            if not ledger:
+                self.checkpoint.data.settings.pop(gpu, None)
+        try:
+            self._write_setting(gpu, setting, restore)
+        except DeviceError as error:
+            log.error("GPU %s: cannot set %s back after a failed write: %s", gpu, setting, error)
 
     def _release(self, uid: str, gpu: str, setting: str) -> None:
         with self._settings_lock, self.checkpoint.lock:
@@ -708,8 +784,14 @@ class DeviceState:
         }
 
     def _destroy_unrecorded_migs(self, record: ClaimRecord) -> None:
+        """Destroy the MIG devices at the claim's planned placements that it made but did not
+        record (a crash in between): only those marked as made for this claim, never another
+        claim's device at the same place."""
         owned = self._owned_migs(besides=record.uid)
         for plan in record.planned_migs:
+            mark = self.checkpoint.created(plan.parent_uuid, plan.start, plan.gi_profile_id)
+            if mark is None or mark.claim != record.uid:
+                continue
             for gi in self.lib.gpu_instances(plan.parent_uuid):
                 at_plan = (gi.start, gi.profile_id) == (plan.start, plan.gi_profile_id)
                 if at_plan and (plan.parent_uuid, gi.gi_id) not in owned:
