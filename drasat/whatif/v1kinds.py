@@ -3,8 +3,8 @@
 
 Claims, templates and DeviceClasses are checked strictly where placement depends on them (a
 mistyped `deviceClassName` or `matchAttribute` would silently change the answer, as `kubectl
-apply` would refuse it); ResourceSlices and status are read leniently beyond the fields the
-device model uses, so a newer driver's or server's extra fields do not stop a run.
+apply` would refuse it); status is read leniently, as are ResourceSlices and DeviceTaintRules,
+whose models live in `drasat.v1.slicekinds` (the controller reads them too).
 
 Conversion (`to_v1`) follows the API's own: `v1beta1` requests carry the exact request's fields
 (`deviceClassName`, `selectors`, `allocationMode`, `count`, `adminAccess`, `tolerations`,
@@ -15,15 +15,16 @@ fields under `basic`; `v1beta2` is v1's shape. This is a purely computational mo
 from __future__ import annotations
 
 import copy
-import functools
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drasat.api import limits
-from drasat.api.base import Object, ObjectMeta, Spec
+from drasat.api.base import Object, ObjectMeta
 from drasat.api.quantity import to_bytes
+from drasat.v1 import slicekinds
+from drasat.v1.slicekinds import Open, Strict
 
 Obj = dict[str, Any]
 
@@ -48,8 +49,6 @@ MAX_SELECTORS = 32
 MAX_CONSTRAINTS = 32
 MAX_CONFIGS = 32
 MAX_CEL = 10 * 1024
-MAX_DEVICES_PER_SLICE = 128
-MAX_COUNTER_SETS = 8
 
 
 def to_v1(data: Obj) -> Obj:
@@ -76,16 +75,6 @@ def to_v1(data: Obj) -> Obj:
             if isinstance(device, dict) and isinstance(device.get("basic"), dict):
                 device.update(device.pop("basic"))
     return out
-
-
-class Strict(Spec):
-    """A v1 struct checked field by field (unknown fields refused, as the API server does)."""
-
-
-class Open(BaseModel):
-    """A v1 struct of which only some fields matter here; the rest are kept unchecked."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 class CELSelector(Strict):
@@ -242,109 +231,6 @@ class DeviceClass(Object):
     spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
 
 
-# ResourceSlices: lenient beyond what the device model reads.
-
-
-class DeviceAttribute(Strict):
-    """One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
-    exactly one: once per device, not per attribute, as slices hold thousands)."""
-
-    int_: int | None = Field(None, alias="int")
-    bool_: bool | None = Field(None, alias="bool")
-    string: str | None = None
-    version: str | None = None
-
-    @property
-    def value(self) -> int | bool | str:
-        for value in (self.int_, self.bool_, self.string, self.version):
-            if value is not None:
-                return value
-        raise AssertionError("validated: one value")  # pragma: no cover
-
-
-#: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).
-_bytes = functools.lru_cache(maxsize=4096, typed=True)(to_bytes)
-
-
-class Quantity(Open):
-    value: StrictInt | str
-
-    @field_validator("value")
-    @classmethod
-    def _quantity(cls, value: int | str) -> int | str:
-        _bytes(value)
-        return value
-
-    @property
-    def amount(self) -> int:
-        return _bytes(self.value)
-
-
-class CounterConsumption(Strict):
-    counterSet: str
-    counters: dict[str, Quantity]
-
-
-class DeviceTaint(Open):
-    key: str
-    value: str | None = None
-    effect: str
-
-
-class Device(Open):
-    name: str = Field(min_length=1, max_length=limits.MAX_NAMESPACE)
-    attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
-    capacity: dict[str, Quantity] = Field(default_factory=dict)
-    consumesCounters: list[CounterConsumption] | None = None
-    taints: list[DeviceTaint] | None = None
-    allowMultipleAllocations: bool | None = None
-
-    @field_validator("attributes", mode="before")
-    @classmethod
-    def _one_value_each(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            for name, attribute in value.items():
-                if (
-                    isinstance(attribute, dict)
-                    and sum(v is not None for v in attribute.values()) != 1
-                ):
-                    raise ValueError(
-                        f"{name}: exactly one of int, bool, string or version must be set"
-                    )
-        return value
-
-    @field_validator("capacity", mode="before")
-    @classmethod
-    def _bare_quantities(cls, value: Any) -> Any:
-        # v1alpha3 (1.31) wrote a capacity as a bare quantity; later versions as {value}.
-        if isinstance(value, dict):
-            return {k: {"value": v} if isinstance(v, int | str) else v for k, v in value.items()}
-        return value
-
-
-class CounterSet(Strict):
-    name: str
-    counters: dict[str, Quantity]
-
-
-class ResourcePool(Strict):
-    name: str = Field(min_length=1, max_length=limits.MAX_NAME)
-    generation: int = Field(0, ge=0)
-    resourceSliceCount: int = Field(1, ge=1)
-
-
-class ResourceSliceSpec(Open):
-    driver: str = Field(min_length=1, max_length=limits.MAX_NAME)
-    pool: ResourcePool
-    nodeName: str | None = None
-    devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
-    sharedCounters: list[CounterSet] | None = Field(None, max_length=MAX_COUNTER_SETS)
-
-
-class ResourceSlice(Object):
-    spec: ResourceSliceSpec
-
-
 # Nodes: what the scheduler's filters and the node's capacity read.
 
 
@@ -381,25 +267,10 @@ class Node(BaseModel):
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 
-# DeviceTaintRules: taints put on published devices by selector (1.37: resource.k8s.io/v1).
+# ResourceSlices and DeviceTaintRules: the controller reads them too (`drasat.v1.slicekinds`).
 
-
-class DeviceTaintSelector(Open):
-    driver: str | None = None
-    pool: str | None = None
-    device: str | None = None
-
-    def selects(self, driver: str, pool: str, device: str) -> bool:
-        """Every field given must match; none given: every device."""
-        wanted = ((self.driver, driver), (self.pool, pool), (self.device, device))
-        return all(given in (None, actual) for given, actual in wanted)
-
-
-class DeviceTaintRuleSpec(Open):
-    deviceSelector: DeviceTaintSelector | None = None
-    taint: NodeTaint
-
-
-class DeviceTaintRule(Object):
-    spec: DeviceTaintRuleSpec
-    status: dict[str, Any] | None = None
+MAX_DEVICES_PER_SLICE = slicekinds.MAX_DEVICES_PER_SLICE
+MAX_COUNTER_SETS = slicekinds.MAX_COUNTER_SETS
+Device = slicekinds.Device
+ResourceSlice = slicekinds.ResourceSlice
+DeviceTaintRule = slicekinds.DeviceTaintRule

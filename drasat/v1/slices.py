@@ -1,0 +1,612 @@
+"""The devices a node publishes, read from its ResourceSlices: one NodeAllocationState-shaped
+inventory per node (what the solver models) with the way back to each published device.
+
+The controller and the what-if read slices here and nowhere else: the controller the slices of
+drasat's driver as the API server serves them (the source kube-scheduler reads), the what-if
+those of a file or a live cluster, drasat's or NVIDIA's.
+
+Pools are read as upstream's allocator reads them (`structured.GatherPools`): per (driver, pool
+name), only the highest generation counts, and a pool missing some of its `resourceSliceCount`
+slices is not used (its devices are not all known yet: the driver is publishing).
+
+Devices of two drivers become drasat's model (`drasat.api.nas`):
+
+- drasat's `gpu.drasat.io`: the device model's own names and attributes (`api.devicemodel`):
+  `gpu-<minor>` whole GPUs, `gpu-<minor>-mig-<profile>-<id>-<start>` MIG placements with
+  `placementStart`/`placementSize`, `cpu-fallback`;
+- NVIDIA's `gpu.nvidia.com`: `gpu-<minor>` (attributes `uuid`, `productName`, `brand`,
+  `architecture`, versions, `resource.kubernetes.io/pciBusID`; `index` and `minor` where an
+  older driver publishes them; capacity `memory`), MIG devices `gpu-<minor>-mig-<profile>-<id>-
+  <start>` (`parentUUID`, `profile`; capacity `memory` and engines) whose memory slices are
+  capacities `memorySlice<i>` (static MIG, devices that exist) or counters `memory-slice-<i>`
+  of the GPU's counter set `gpu-<minor>-counter-set` (dynamic MIG). A MIG-enabled GPU that
+  NVIDIA does not publish whole (static MIG) is built from its MIG devices' parent attributes.
+
+Each whole GPU is a `GpuInfo`, MIG placements become one `MigInfo` per product and profile with
+the placements published. A device taint with effect NoSchedule or NoExecute (its own, or a
+DeviceTaintRule's: `gpu.nvidia.com/xid`, `gpu.drasat.io/gpu-lost`, ...) makes its GPU Unhealthy,
+so nothing new is allocated on it; drasat's allocator taint (`gpu.drasat.io/allocator`, put on
+every device of drasat's by the DeviceTaintRule of drasat's own controller, to keep
+kube-scheduler's allocator away) is not a health problem to drasat. Every device keeps its source
+(driver, pool, name, the published device), found by drasat's device name, so output can name
+NVIDIA's devices and selectors are evaluated on what was published.
+
+This is a purely computational module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from drasat.api import catalog
+from drasat.api.base import ObjectMeta
+from drasat.api.cluster import cpu_millis
+from drasat.api.devicemodel import devices, names
+from drasat.api.errors import InputError, describe_validation_error, show
+from drasat.api.groups import DRIVER_NAME
+from drasat.api.nas import (
+    AllocatableDevice,
+    GpuInfo,
+    Health,
+    MigInfo,
+    MigPlacement,
+    NodeAllocationState,
+    NodeAllocationStateSpec,
+)
+from drasat.api.quantity import to_bytes
+from drasat.solver.problem import NodeState
+from drasat.v1.devices import FALLBACK, GPU, MIG, Published
+from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice
+
+Obj = dict[str, Any]
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+DRIVERS = (DRIVER_NAME, NVIDIA_DRIVER)
+#: Device taint effects that keep new allocations off a device (`None` only informs).
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+#: The taint drasat's controller puts on all of its devices (a DeviceTaintRule) so that
+#: kube-scheduler's own allocator leaves them to drasat: not a health problem to drasat.
+OWN_ALLOCATOR_TAINT = f"{DRIVER_NAME}/allocator"
+#: NVIDIA's MIG device names: `gpu-<minor>-mig-<profile>-<profileID>-<start>` (the profile
+#: part is NVIDIA's own DNS form, `1g10gb-me` for `1g.10gb+me`).
+_NVIDIA_MIG = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+_STATIC_SLICE = re.compile(r"^memorySlice(\d+)$")
+_COUNTER_SLICE = re.compile(r"^memory-slice-(\d+)$")
+_COMPUTE = re.compile(r"^(\d+)g\.")
+MiB = 2**20
+
+#: (driver, pool, counter set name) -> counter -> value.
+CounterSets = dict[tuple[str, str, str], dict[str, int]]
+
+
+@dataclass(frozen=True)
+class V1Node:
+    name: str
+    nas: NodeAllocationState
+    state: NodeState
+    #: The Node object when one was given.
+    node: Obj | None
+    #: drasat's device name (`api.devicemodel.names`) -> the device it stands for.
+    devices: Mapping[str, Published]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something published that is not read, and why (`where`: the input it came from)."""
+
+    where: str
+    what: str
+    reason: str
+
+
+# Pools.
+
+
+@dataclass
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    count: int
+    node: str | None
+    #: (where, validated slice, the slice in v1's shape as given).
+    slices: list[tuple[str, ResourceSlice, Obj]] = field(default_factory=list)
+
+    def incomplete(self) -> str | None:
+        """Why the pool cannot be used yet (some of its slices are missing), or None."""
+        if len(self.slices) == self.count:
+            return None
+        return (
+            f"pool {self.name!r} of driver {self.driver} generation {self.generation} has "
+            f"{len(self.slices)} of its {self.count} slices (spec.pool.resourceSliceCount): "
+            "its devices are not all known"
+        )
+
+
+def add_slice(
+    pools: dict[tuple[str, str], Pool],
+    skipped: list[Skipped],
+    found: ResourceSlice,
+    data: Obj,
+    *,
+    where: str,
+    source: str,
+    what: str,
+) -> None:
+    """Put one validated slice in its pool: a newer generation replaces the pool read so far,
+    an older one is skipped, as is a driver that is not a GPU driver. Raises InputError when
+    two slices of one pool name different nodes."""
+    spec = found.spec
+    if spec.driver not in DRIVERS:
+        skipped.append(Skipped(source, what, f"driver {spec.driver} is not a GPU driver"))
+        return
+    key = (spec.driver, spec.pool.name)
+    known = pools.get(key)
+    if known is None or spec.pool.generation > known.generation:
+        known = Pool(
+            spec.driver, spec.pool.name, spec.pool.generation, spec.pool.resourceSliceCount, None
+        )
+        pools[key] = known
+    elif spec.pool.generation < known.generation:
+        skipped.append(Skipped(source, what, "an older generation of its pool"))
+        return
+    if spec.nodeName:
+        if known.node not in (None, spec.nodeName):
+            raise InputError(
+                f"spec.nodeName: {show(spec.nodeName)}, but pool {spec.pool.name!r} is on node "
+                f"{known.node!r}",
+                where=where,
+            )
+        known.node = spec.nodeName
+    known.count = spec.pool.resourceSliceCount
+    known.slices.append((where, found, data))
+
+
+# One node's devices.
+
+
+def _attribute(device: Device, driver: str, name: str) -> int | bool | str | None:
+    """An attribute by its short name or qualified in the driver's domain."""
+    for key in (name, f"{driver}/{name}"):
+        if key in device.attributes:
+            return device.attributes[key].value
+    return None
+
+
+def _text(device: Device, driver: str, name: str) -> str:
+    value = _attribute(device, driver, name)
+    return value if isinstance(value, str) else ""
+
+
+def _int(device: Device, driver: str, name: str) -> int | None:
+    value = _attribute(device, driver, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _healthy(device: Device, ruled: bool = False) -> bool:
+    """No taint that keeps allocations off it: its own (drasat's allocator taint aside) or,
+    `ruled`, a DeviceTaintRule's."""
+    own = any(
+        t.effect in BLOCKING_EFFECTS and t.key != OWN_ALLOCATOR_TAINT for t in device.taints or []
+    )
+    return not (own or ruled)
+
+
+def _published(device: Device, raw: Obj) -> Obj:
+    """The device as given (v1's shape), its capacities and counters as plain integers
+    (`4864Mi` -> `5100273664`), the form drasat's device model writes."""
+    out = dict(raw)
+    if device.capacity:
+        out["capacity"] = {
+            name: {**raw["capacity"][name], "value": str(q.amount)}
+            if isinstance(raw["capacity"][name], dict)
+            else {"value": str(q.amount)}
+            for name, q in device.capacity.items()
+        }
+    if device.consumesCounters:
+        out["consumesCounters"] = [
+            {
+                "counterSet": c.counterSet,
+                "counters": {n: {"value": str(q.amount)} for n, q in c.counters.items()},
+            }
+            for c in device.consumesCounters
+        ]
+    return out
+
+
+@dataclass
+class _Mig:
+    """One MIG device read from a slice."""
+
+    source: Published
+    parent_uuid: str
+    minor: int
+    profile: str
+    profile_id: int
+    start: int
+    size: int
+    memory: int
+    product: dict[str, Any]
+    healthy: bool
+
+
+class NodeReader:
+    """Reads the pools of one node, then `finish` gives its inventory."""
+
+    def __init__(self, node: str, rules: Sequence[DeviceTaintRule] = ()) -> None:
+        self.node = node
+        self.rules = rules
+        self.gpus: dict[str, GpuInfo] = {}
+        self.migs: list[_Mig] = []
+        self.sources: dict[str, Published] = {}
+        self.skipped: list[Skipped] = []
+        self.where: dict[str, str] = {}
+
+    def read_pool(self, found: Pool, counter_sets: CounterSets) -> None:
+        """Raises InputError naming the slice and the device's field."""
+        for _where, item, _ in found.slices:
+            for counter_set in item.spec.sharedCounters or []:
+                counter_sets[(found.driver, found.name, counter_set.name)] = {
+                    k: q.amount for k, q in counter_set.counters.items()
+                }
+        for where, item, data in found.slices:
+            for index, device in enumerate(item.spec.devices):
+                raw = data["spec"]["devices"][index]
+                path = f"spec.devices[{index}] ({device.name})"
+                try:
+                    self._device(found, device, raw, f"{where}: {path}", counter_sets)
+                except ValueError as error:
+                    raise InputError(f"{path}: {error}", where=where) from None
+
+    def _device(
+        self,
+        found: Pool,
+        device: Device,
+        raw: Obj,
+        where: str,
+        counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
+    ) -> None:
+        driver = found.driver
+        source = Published(driver, found.name, _published(device, raw), kind="")
+        ruled = any(
+            r.spec.taint.effect in BLOCKING_EFFECTS
+            and r.spec.deviceSelector is not None
+            and r.spec.deviceSelector.selects(driver, found.name, device.name)
+            for r in self.rules
+        )
+        kind = _text(device, driver, "type")
+        if kind == devices.TYPE_GPU:
+            self._gpu(source, device, driver, where, ruled)
+        elif kind == devices.TYPE_MIG:
+            self.migs.append(self._mig(source, device, driver, counter_sets, ruled))
+        elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
+            self._source(names.CPU_FALLBACK, replace(source, kind=FALLBACK), where)
+        elif kind == "vfio":
+            self.skipped.append(
+                Skipped(where, f"device {device.name}", "VFIO passthrough is not supported")
+            )
+        else:
+            self.skipped.append(
+                Skipped(where, f"device {device.name}", f"type {show(kind)} is not modelled")
+            )
+
+    def _source(self, name: str, source: Published, where: str) -> None:
+        if name in self.sources:
+            raise ValueError(f"the same device as {self.where[name]}")
+        self.sources[name] = source
+        self.where[name] = where
+
+    def _gpu(self, source: Published, device: Device, driver: str, where: str, ruled: bool) -> None:
+        parsed = names.parse(device.name)
+        minor = _int(device, driver, "minor")
+        if minor is None:
+            if not isinstance(parsed, names.GpuName):
+                raise ValueError("name: not gpu-<minor>, and no minor attribute")
+            minor = parsed.minor
+        uuid = _text(device, driver, "uuid")
+        if not uuid:
+            raise ValueError("attributes.uuid: missing")
+        if uuid in self.gpus:
+            raise ValueError(f"GPU {uuid} is published twice on node {self.node}")
+        if "memory" not in device.capacity:
+            raise ValueError("capacity.memory: missing")
+        index = _int(device, driver, "index")
+        gpu = GpuInfo(
+            index=minor if index is None else index,
+            uuid=uuid,
+            minor=minor,
+            migEnabled=bool(_attribute(device, driver, "migEnabled")),
+            memoryBytes=device.capacity["memory"].amount,
+            pciBusID=_text(device, driver, devices.PCI_BUS_ID) or None,
+            numaNode=_int(device, driver, "numaNode"),
+            health=Health.Healthy if _healthy(device, ruled) else Health.Unhealthy,
+            **_product(device, driver),
+        )
+        self.gpus[uuid] = gpu
+        self._source(names.gpu_name(minor), replace(source, kind=GPU, gpu_uuid=uuid), where)
+
+    def _mig(
+        self,
+        source: Published,
+        device: Device,
+        driver: str,
+        counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
+        ruled: bool,
+    ) -> _Mig:
+        parent = _text(device, driver, "parentUUID")
+        profile = _text(device, driver, "profile")
+        if not parent or not profile:
+            raise ValueError("attributes: a MIG device names its parentUUID and profile")
+        minor, profile_id, start = _mig_numbers(device, driver)
+        size = _placement_size(device, driver, start)
+        if size is None:
+            known = catalog.product_for_name(_text(device, driver, "productName"))
+            found = known.profile(profile) if known else None
+            if found is None:
+                raise ValueError(
+                    "cannot tell which memory slices it uses (no placementSize attribute, "
+                    "memorySlice<i> capacities or memory-slice-<i> counters)"
+                )
+            size = found.memory_slices
+        if start + size > 8:
+            raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
+        memory = device.capacity["memory"].amount if "memory" in device.capacity else 0
+        return _Mig(
+            source=replace(source, kind=MIG, gpu_uuid=parent, profile=profile, start=start),
+            parent_uuid=parent,
+            minor=minor,
+            profile=profile,
+            profile_id=profile_id,
+            start=start,
+            size=size,
+            memory=memory,
+            product=_product(device, driver),
+            healthy=_healthy(device, ruled),
+        )
+
+    def finish(self, node: Obj | None, where: str = "") -> V1Node:
+        """The node's NAS and NodeState, once every pool is read."""
+        for mig in self.migs:
+            self._parent_of(mig)
+        by_key: dict[tuple[str, str], MigInfo] = {}
+        for mig in sorted(self.migs, key=lambda m: (m.profile_id, m.profile, m.start)):
+            parent = self.gpus[mig.parent_uuid]
+            key = (parent.productName, mig.profile)
+            info = by_key.setdefault(
+                key,
+                MigInfo(
+                    profile=mig.profile,
+                    parentProductName=parent.productName,
+                    placements=[],
+                    giProfileId=mig.profile_id,
+                    memoryBytes=mig.memory or None,
+                    computeSlices=_compute_slices(mig.profile),
+                ),
+            )
+            placement = MigPlacement(start=mig.start, size=mig.size)
+            if placement not in info.placements:
+                info.placements.append(placement)
+            name = names.mig_name(mig.minor, mig.profile, mig.profile_id, mig.start)
+            self._source(name, mig.source, f"{mig.source.pool}/{mig.source.name}")
+        gpus = sorted(self.gpus.values(), key=lambda g: g.minor)
+        nas = NodeAllocationState(
+            metadata=ObjectMeta(name=self.node),
+            spec=NodeAllocationStateSpec(
+                allocatableDevices=[AllocatableDevice(gpu=g) for g in gpus]
+                + [AllocatableDevice(mig=m) for m in by_key.values()]
+            ),
+        )
+        return V1Node(self.node, nas, node_state(nas, node, where), node, dict(self.sources))
+
+    def _parent_of(self, mig: _Mig) -> None:
+        """Mark the parent MIG-enabled, or build it from the MIG device when NVIDIA does not
+        publish it whole (static MIG)."""
+        gpu = self.gpus.get(mig.parent_uuid)
+        healthy = gpu.health is Health.Healthy if gpu else True
+        healthy = healthy and mig.healthy
+        if gpu is None:
+            memory = 0
+            product = catalog.product_for_name(str(mig.product.get("productName", "")))
+            if product is not None:
+                memory = product.memory_bytes
+            gpu = GpuInfo(
+                index=mig.minor, uuid=mig.parent_uuid, minor=mig.minor, memoryBytes=memory,
+                **mig.product,
+            )  # fmt: skip
+        self.gpus[mig.parent_uuid] = gpu.model_copy(
+            update={
+                "migEnabled": True,
+                "health": Health.Healthy if healthy else Health.Unhealthy,
+            }
+        )
+
+
+def _product(device: Device, driver: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"productName": _text(device, driver, "productName")}
+    if not out["productName"]:
+        raise ValueError("attributes.productName: missing")
+    for name in ("brand", "architecture"):
+        if value := _text(device, driver, name):
+            out[name] = value
+    for name in ("cudaComputeCapability", "driverVersion", "cudaDriverVersion"):
+        if value := _text(device, driver, name):
+            out[name] = _short_version(value)
+    return out
+
+
+def _short_version(version: str) -> str:
+    """`8.0.0` -> `8.0` for a compute capability: the NAS holds NVML's spelling; the version
+    compare of selectors reads both alike."""
+    parts = version.split(".")
+    while len(parts) > 2 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _mig_numbers(device: Device, driver: str) -> tuple[int, int, int]:
+    """(parent minor, GPU-instance profile id, placement start) of a MIG device."""
+    parsed = names.parse(device.name)
+    if isinstance(parsed, names.MigName):
+        minor, profile_id, start = parsed.minor, parsed.profile_id, parsed.start
+    elif match := _NVIDIA_MIG.match(device.name):
+        minor, profile_id, start = int(match[1]), int(match[3]), int(match[4])
+    else:
+        raise ValueError("name: not gpu-<minor>-mig-<profile>-<profileID>-<start>")
+    for attribute, value in (("parentMinor", minor), ("placementStart", start)):
+        given = _int(device, driver, attribute)
+        if given is not None and given != value:
+            raise ValueError(f"attributes.{attribute}: {given}, but the name says {value}")
+    return minor, profile_id, start
+
+
+def _placement_size(device: Device, driver: str, start: int) -> int | None:
+    if (size := _int(device, driver, "placementSize")) is not None:
+        return size
+    slices = [int(m[1]) for k in device.capacity if (m := _STATIC_SLICE.match(k))]
+    for consumption in device.consumesCounters or []:
+        slices += [int(m[1]) for k in consumption.counters if (m := _COUNTER_SLICE.match(k))]
+    if not slices:
+        return None
+    if sorted(slices) != list(range(start, start + len(slices))):
+        raise ValueError(
+            f"memory slices {sorted(slices)} are not consecutive from the placement start {start}"
+        )
+    return len(slices)
+
+
+def _compute_slices(profile: str) -> int | None:
+    match = _COMPUTE.match(profile)
+    return int(match[1]) if match else None
+
+
+# Nodes.
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> NodeState:
+    """The solver's node: devices from the NAS, CPU, memory, labels and readiness from the Node
+    (None: unconstrained and Ready)."""
+    if node is None:
+        return NodeState(name=nas.metadata.name, nas=nas.spec)
+    status = _mapping(node.get("status"))
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    if not isinstance(allocatable, dict):
+        raise InputError("status.allocatable: must be a mapping", where=where)
+    # Cordons, taints, selectors and pod counts are per pod: `drasat.v1.nodefit` decides them.
+    reason = ""
+    for condition in status.get("conditions") or []:
+        ready = isinstance(condition, dict) and condition.get("type") == "Ready"
+        if ready and condition.get("status") != "True":
+            reason = reason or f"the Node is not Ready ({condition.get('reason') or '?'})"
+    try:
+        cpu = cpu_millis(allocatable["cpu"]) if "cpu" in allocatable else None
+        memory = to_bytes(allocatable["memory"]) // MiB if "memory" in allocatable else None
+    except (ValueError, TypeError) as error:
+        raise InputError(f"status.allocatable: {error}", where=where) from None
+    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+    return NodeState(
+        name=nas.metadata.name,
+        nas=nas.spec,
+        ready=not reason,
+        unready_reason=reason,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+    )
+
+
+# The published inventory of a live cluster (the controller's view).
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """What one node publishes of one driver, as read from the API server's slices."""
+
+    node: str
+    #: Its inventory; None when its slices cannot be used (`problem` says why).
+    read: V1Node | None
+    problem: str = ""
+    #: Pools left out (incomplete) and devices not modelled, for a log line.
+    notes: tuple[str, ...] = ()
+
+
+def read_node(node: str, found: Sequence[Obj], *, driver: str = DRIVER_NAME) -> NodeDevices:
+    """One node's devices of `driver` from its slices (v1 objects as served): the complete pools
+    of their newest generation. Never raises: a slice that does not validate, or a device the
+    model cannot read, makes the node's devices unusable, with the reason."""
+    pools: dict[tuple[str, str], Pool] = {}
+    skipped: list[Skipped] = []
+    for obj in found:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        where = f"ResourceSlice {name}"
+        envelope = {k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+        try:
+            parsed = ResourceSlice.model_validate(envelope)
+            add_slice(pools, skipped, parsed, obj, where=where, source=where, what=where)
+        except ValidationError as error:
+            return NodeDevices(node, None, f"{where}: {describe_validation_error(error)}")
+        except InputError as error:
+            return NodeDevices(node, None, str(error))
+    notes = [f"{s.what}: {s.reason}" for s in skipped]
+    complete = []
+    for pool in pools.values():
+        why = pool.incomplete()
+        if why is None:
+            complete.append(pool)
+        else:
+            notes.append(why)
+    if not complete:
+        problem = "; ".join(notes) or f"it publishes no ResourceSlice of {driver}"
+        return NodeDevices(node, None, problem, tuple(notes))
+    reader = NodeReader(node)
+    try:
+        for pool in complete:
+            reader.read_pool(pool, {})
+        read = reader.finish(None)
+    except InputError as error:
+        return NodeDevices(node, None, str(error), tuple(notes))
+    notes += [f"{s.what}: {s.reason}" for s in reader.skipped]
+    return NodeDevices(node, read, "", tuple(notes))
+
+
+class Reader:
+    """`read_node` for every node, remembering each node's answer while its slices are the
+    same (a cycle reads every node; slices change rarely). Keeps no I/O, only memory."""
+
+    def __init__(self, driver: str = DRIVER_NAME) -> None:
+        self.driver = driver
+        self._known: dict[str, tuple[tuple[tuple[str, str], ...], NodeDevices]] = {}
+
+    def read(self, found: Iterable[Obj]) -> dict[str, NodeDevices]:
+        """node name -> its devices, for every node with a slice of the driver (slices not
+        local to one node are not read: drasat's plugin publishes per node)."""
+        by_node: dict[str, list[Obj]] = {}
+        for obj in found:
+            spec = obj.get("spec") or {}
+            if spec.get("driver") == self.driver and spec.get("nodeName"):
+                by_node.setdefault(str(spec["nodeName"]), []).append(obj)
+        out = {}
+        for node, objs in sorted(by_node.items()):
+            key = tuple(sorted(_version(o) for o in objs))
+            known = self._known.get(node)
+            if known is not None and known[0] == key and all(v for _, v in key):
+                out[node] = known[1]
+                continue
+            out[node] = read_node(node, objs, driver=self.driver)
+            self._known[node] = (key, out[node])
+        for node in set(self._known) - set(out):
+            del self._known[node]
+        return out
+
+
+def _version(obj: Obj) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("name", "")), str(metadata.get("resourceVersion") or "")
