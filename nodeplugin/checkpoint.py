@@ -13,6 +13,17 @@ before the setting is changed, so its baseline is on disk before the GPU leaves 
 `created-migs.json` marks the MIG devices the plugin makes, by placement, before it makes them
 and until they are destroyed: a MIG device found at start that no claim owns is the plugin's own
 (for `--orphan-mig=destroy-own`) only when it is marked there, so another tenant's never is.
+
+Reading is confined per entry: a claim file that cannot be read (truncated, bad checksum, not a
+record, a directory, EACCES, EIO) costs that entry only. It is listed in `unreadable` (with the
+claim's uid when it can be told: the file is named after a hash of the uid, and a damaged file
+often still holds it), left in place when the read failed (a later start reads it again) or moved
+to `<name>.corrupt` when its content is bad, and kept there for an operator: a `.corrupt` file is
+listed again at every start until it is removed, because what the claim did to the node (an MPS
+daemon, a compute mode, a MIG device) outlives its record. Earlier formats are migrated: the
+single `checkpoint.json` of the first version (split into claim files, then kept as
+`checkpoint.json.migrated`), and `settings.json` (its holds, baselines included, folded into the
+holders' records).
 """
 
 from __future__ import annotations
@@ -21,8 +32,10 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,6 +47,8 @@ from drasat.api.nas import AllocatedDevices
 log = logging.getLogger(__name__)
 
 VERSION = 1
+#: The first version's single checkpoint file (in the state directory), migrated at load.
+LEGACY_FILE = "checkpoint.json"
 
 
 class ClaimStatus(StrEnum):
@@ -122,6 +137,30 @@ class CheckpointData(_Model):
     settings: dict[str, dict[str, SettingHold]] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A checkpoint entry that could not be read, and where it is kept for an operator."""
+
+    path: Path  # where it is now: in place (the read failed) or moved aside (`.corrupt`)
+    why: str
+    uid: str = ""  # the claim it belongs to, when it can be told ("": unknown)
+    kind: str = "claim"  # "claim" | "claims" (the directory) | "created-migs" | "settings"
+
+    def describe(self) -> str:
+        whose = f"claim {self.uid}" if self.uid else f"a {self.kind} entry"
+        return f"checkpoint entry {self.path} of {whose} is unreadable ({self.why})"
+
+
+#: A claim file's name: the first 32 hex digits of the SHA-256 of the claim's uid.
+def claim_file_stem(uid: str) -> str:
+    return hashlib.sha256(uid.encode()).hexdigest()[:32]
+
+
+#: The uid of a claim record, from its text (the allocation's claimInfo comes first in the sorted
+#: JSON, so a truncated file usually still has it).
+_UID_IN_TEXT = re.compile(r'"uid": "([A-Za-z0-9][A-Za-z0-9._-]{0,127})"')
+
+
 class Checkpoint:
     """The checkpoint of one state directory: one file per claim; the settings ledger in memory.
 
@@ -136,40 +175,143 @@ class Checkpoint:
         self.claims_dir = self.root / "claims"
         self.settings_path = self.root / "settings.json"
         self.migs_path = self.root / "created-migs.json"
+        self.legacy_path = state_dir / LEGACY_FILE
         self.durable = durable
         self.lock = threading.RLock()
         self._paths: dict[str, Path] = {}
         self._file_locks = [threading.Lock() for _ in range(64)]
+        #: Entries that could not be read, kept for an operator (see the module docstring).
+        self.unreadable: list[Unreadable] = []
+        #: Holds of an earlier `settings.json` none of whose holders has a record: the setting
+        #: is still changed on the GPU; start-up sets its baseline back.
+        self.orphan_holds: list[tuple[str, str, SettingHold]] = []
         self.claims_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.data = self._load()
         self.created_migs = self._load_created_migs()
 
     def _load(self) -> CheckpointData:
         data = CheckpointData()
-        for path in sorted(self.claims_dir.glob("*.json")):
-            body = _read(path)
-            if body is None:
-                continue
-            try:
-                record = ClaimRecord.model_validate(body)
-            except ValidationError as error:
-                _move_aside(path, str(error))
-                continue
-            data.claims[record.uid] = record
+        self._migrate_legacy_file()
+        try:
+            entries = sorted(self.claims_dir.iterdir())
+        except OSError as error:
+            self._unreadable(Unreadable(self.claims_dir, _os_error(error), kind="claims"))
+            entries = []
+        for path in entries:
+            if path.suffix == ".corrupt":
+                self._unreadable(self._kept_aside(path))
+            elif path.suffix == ".json" and not path.name.startswith("."):
+                record = self._load_claim(path)
+                if record is not None:
+                    data.claims[record.uid] = record
         self._migrate_settings_file(data)
         data.settings = ledger(data.claims.values())
         return data
 
+    def _load_claim(self, path: Path) -> ClaimRecord | None:
+        """One claim file's record; None when it cannot be read (listed in `unreadable`)."""
+        try:
+            text = path.read_text()
+        except OSError as error:  # a directory, EACCES, EIO: left in place, read again next time
+            self._unreadable(Unreadable(path, _os_error(error), _uid_of(path, "")))
+            return None
+        try:
+            return ClaimRecord.model_validate(_unwrap(text))
+        except (ValueError, KeyError, TypeError) as error:  # ValidationError is a ValueError
+            uid = _uid_of(path, text)
+            self._unreadable(Unreadable(_move_aside(path, _why(error)), _why(error), uid))
+            return None
+
+    def _kept_aside(self, path: Path) -> Unreadable:
+        """A `.corrupt` claim file an earlier start moved aside: still the operator's to clear."""
+        try:
+            text = path.read_text()
+        except OSError:
+            text = ""
+        return Unreadable(path, "moved aside by an earlier start", _uid_of(path, text))
+
+    def _unreadable(self, entry: Unreadable) -> None:
+        self.unreadable.append(entry)
+        log.error("%s; kept for an operator", entry.describe())
+
+    def identify(self, uids: Iterable[str]) -> None:
+        """Name the claims of unreadable entries whose file names match one of `uids` (claims
+        known elsewhere: the NAS, CDI specs, MIG marks)."""
+        with self.lock:
+            stems = {claim_file_stem(uid): uid for uid in uids}
+            self.unreadable = [
+                e if e.uid or e.kind != "claim" else _with_uid(e, stems.get(_stem(e.path), ""))
+                for e in self.unreadable
+            ]
+
+    def quarantined(self, uid: str) -> Unreadable | None:
+        """The unreadable entry of this claim while it is kept (an operator removing the file
+        lifts it)."""
+        with self.lock:
+            stem = claim_file_stem(uid)
+            for entry in list(self.unreadable):
+                if entry.kind != "claim" or (entry.uid != uid and _stem(entry.path) != stem):
+                    continue
+                if not _exists(entry.path):
+                    self.unreadable.remove(entry)
+                    log.warning("%s: removed by an operator; no longer kept", entry.describe())
+                    continue
+                return entry
+            return None
+
+    def unknown_entries(self) -> list[Unreadable]:
+        """Unreadable entries of claims that cannot be named (nothing of the node can be taken
+        for nobody's while they exist)."""
+        with self.lock:
+            return [e for e in self.unreadable if e.kind in ("claim", "claims") and not e.uid]
+
     def _load_created_migs(self) -> dict[str, CreatedMig]:
-        body = _read(self.migs_path)
+        body = self._read_entry(self.migs_path, "created-migs")
         if body is None:
             return {}
         try:
             entries = [CreatedMig.model_validate(e) for e in body]
         except (ValidationError, TypeError) as error:
-            _move_aside(self.migs_path, str(error))
+            self._unreadable(
+                Unreadable(
+                    _move_aside(self.migs_path, _why(error)), _why(error), kind="created-migs"
+                )
+            )
             return {}
         return {e.key(): e for e in entries}
+
+    def _read_entry(self, path: Path, kind: str) -> Any:
+        """A file's checked body; None when missing or unreadable (listed, moved aside when its
+        content is bad)."""
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self._unreadable(Unreadable(path, _os_error(error), kind=kind))
+            return None
+        try:
+            return _unwrap(text)
+        except (ValueError, KeyError, TypeError) as error:
+            self._unreadable(Unreadable(_move_aside(path, _why(error)), _why(error), kind=kind))
+            return None
+
+    def _migrate_legacy_file(self) -> None:
+        """Split the first version's single `checkpoint.json` into claim files (its settings
+        ledger becomes a `settings.json`, folded in next), then keep it as `.migrated`."""
+        body = self._read_entry(self.legacy_path, "legacy")
+        if body is None:
+            return
+        claims = body.get("claims") if isinstance(body, dict) else None
+        settings = body.get("settings") if isinstance(body, dict) else None
+        for uid, raw in (claims or {}).items():
+            path = self._claim_path(str(uid))
+            if not path.exists():  # a newer record of the claim wins
+                self._write(path, raw)
+        if settings and not self.settings_path.exists():
+            self._write(self.settings_path, settings)
+        os.replace(self.legacy_path, self.legacy_path.with_name(LEGACY_FILE + ".migrated"))
+        log.warning("checkpoint: migrated %s (%d claims)", self.legacy_path, len(claims or {}))
 
     def mark_created(self, entries: Iterable[CreatedMig]) -> None:
         """Mark MIG devices as the plugin's own before they are made (one write)."""
@@ -209,25 +351,41 @@ class Checkpoint:
         self._write(self.migs_path, body)
 
     def _migrate_settings_file(self, data: CheckpointData) -> None:
-        """Fold an earlier version's `settings.json` into its holders' records, then remove it."""
-        body = _read(self.settings_path)
+        """Fold an earlier version's `settings.json` into its holders' records, then remove it.
+
+        Each holder's hold step gets the ledger's baseline and value (the earliest format kept
+        the baseline in the ledger only); a holder whose record lacks the step (the version
+        before this one wrote the ledger first, then the record) gets one. A hold none of whose
+        holders has a record is kept in `orphan_holds`, for start-up to restore."""
+        body = self._read_entry(self.settings_path, "settings")
         if body is None:
             return
         try:
             legacy = CheckpointData.model_validate({"settings": body}).settings
         except ValidationError as error:
-            _move_aside(self.settings_path, str(error))
+            why = _why(error)
+            self._unreadable(Unreadable(_move_aside(self.settings_path, why), why, kind="settings"))
             return
+        changed: set[str] = set()
         for gpu, holds in legacy.items():
             for setting, hold in holds.items():
-                for uid in hold.holders:
-                    record = data.claims.get(uid)
-                    if record is None:
-                        continue
-                    for step in record.applied:
-                        if (step.kind, step.gpu, step.setting) == ("hold", gpu, setting):
-                            step.value = hold.value
-                    self._write(self._claim_path(uid), record.model_dump(mode="json"))
+                holders = [data.claims[u] for u in hold.holders if u in data.claims]
+                if not holders:
+                    self.orphan_holds.append((gpu, setting, hold))
+                for record in holders:
+                    steps = [
+                        s
+                        for s in record.applied
+                        if (s.kind, s.gpu, s.setting) == ("hold", gpu, setting)
+                    ]
+                    if not steps:
+                        steps = [AppliedStep(kind="hold", gpu=gpu, setting=setting)]
+                        record.applied.append(steps[0])
+                    for step in steps:
+                        step.baseline, step.value = hold.baseline, hold.value
+                    changed.add(record.uid)
+        for uid in sorted(changed):
+            self._write(self._claim_path(uid), data.claims[uid].model_dump(mode="json"))
         self.settings_path.unlink(missing_ok=True)
 
     def _write(self, path: Path, body: Any) -> None:
@@ -236,7 +394,7 @@ class Checkpoint:
     def _claim_path(self, uid: str) -> Path:
         path = self._paths.get(uid)
         if path is None:
-            path = self.claims_dir / f"{hashlib.sha256(uid.encode()).hexdigest()[:32]}.json"
+            path = self.claims_dir / f"{claim_file_stem(uid)}.json"
             self._paths[uid] = path
         return path
 
@@ -302,25 +460,65 @@ def ledger(records: Iterable[ClaimRecord]) -> dict[str, dict[str, SettingHold]]:
     return settings
 
 
-def _read(path: Path) -> Any:
-    """The body of a checkpoint file; None when missing or corrupt (moved aside, logged)."""
+def _unwrap(text: str) -> Any:
+    """The checked body of a checkpoint file's text; ValueError/KeyError/TypeError when not."""
+    envelope = json.loads(text)
+    body = envelope["data"]
+    if envelope.get("checksum") != _checksum(body):
+        raise ValueError("checksum mismatch")
+    return body
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return f"not a checkpoint record: {error.error_count()} error(s), first: " + str(
+            error.errors()[0].get("msg", "")
+        )
+    return f"{type(error).__name__}: {error}"
+
+
+def _os_error(error: OSError) -> str:
+    return f"{type(error).__name__}: {error.strerror or error}"
+
+
+def _stem(path: Path) -> str:
+    return path.name.split(".", 1)[0]
+
+
+def _uid_of(path: Path, text: str) -> str:
+    """The claim uid a damaged record still names, when its file name agrees ("" otherwise)."""
+    for match in _UID_IN_TEXT.finditer(text):
+        if claim_file_stem(match.group(1)) == _stem(path):
+            return match.group(1)
+    return ""
+
+
+def _with_uid(entry: Unreadable, uid: str) -> Unreadable:
+    return Unreadable(entry.path, entry.why, uid, entry.kind) if uid else entry
+
+
+def _exists(path: Path) -> bool:
     try:
-        envelope = json.loads(path.read_text())
-        body = envelope["data"]
-        if envelope.get("checksum") != _checksum(body):
-            raise ValueError("checksum mismatch")
-        return body
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError) as error:
-        _move_aside(path, str(error))
-        return None
+        return path.exists() or path.is_symlink()
+    except OSError:
+        return True  # cannot tell: still kept
 
 
-def _move_aside(path: Path, why: str) -> None:
+def _move_aside(path: Path, why: str) -> Path:
+    """Move a file with bad content to `<name>.corrupt` (kept for an operator); where it is now
+    (in place when it cannot be moved)."""
     aside = path.with_suffix(".corrupt")
-    os.replace(path, aside)
+    count = 0
+    while aside.exists():  # an earlier one of the same entry stays too
+        count += 1
+        aside = path.with_suffix(f".{count}.corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError as error:
+        log.error("checkpoint file %s (%s) cannot be moved aside: %s", path, why, error)
+        return path
     log.error("checkpoint file %s is unreadable (%s); moved to %s", path, why, aside)
+    return aside
 
 
 def _checksum(body: Any) -> str:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from drasat.api.errors import describe_validation_error
 from drasat.api.nas import AllocatedDevices, NodeAllocationState, PreparedDevices
 from drasat.kube import errors as kube_errors
+from drasat.kube import events as kube_events
 from drasat.kube import nas as kube_nas
 from drasat.kube import resources as kube_resources
 from drasat.kube.client import Api
@@ -48,6 +49,11 @@ class NasStore(Protocol):
 
     def set_prepared(self, uid: str, prepared: PreparedDevices | None) -> bool:
         """Write (or, for None, remove) `spec.preparedClaims[uid]`; False when already so."""
+        ...
+
+    def warn(self, reason: str, message: str) -> None:
+        """A Warning Event on the NAS (what an operator of the node must look at); never
+        raises."""
         ...
 
 
@@ -98,6 +104,8 @@ class MemoryNasStore:
         self.namespace = namespace
         self.obj = copy.deepcopy(obj) if obj is not None else None
         self.writes = 0
+        #: The Warning Events written on the NAS: (reason, message).
+        self.events: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
     def read(self) -> NodeAllocationState:
@@ -135,6 +143,10 @@ class MemoryNasStore:
             self.writes += changed
             return changed
 
+    def warn(self, reason: str, message: str) -> None:
+        with self._lock:
+            self.events.append((reason, message))
+
     def allocate(self, uid: str, allocation: dict[str, Any]) -> None:
         """Test helper: what the controller does (write spec.allocatedClaims[uid])."""
         with self._lock:
@@ -155,6 +167,13 @@ class KubeNasStore:
         self.node = node
         self.namespace = namespace
         self.node_uid = node_uid
+        self.recorder = kube_events.EventRecorder(api, component="drasat-nodeplugin", instance=node)
+
+    def warn(self, reason: str, message: str) -> None:
+        ref = kube_nas.new(namespace=self.namespace, node=self.node)
+        with contextlib.suppress(kube_errors.KubeError):  # its uid: the Event shows with it
+            ref = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+        self.recorder.warning(ref, reason, message)
 
     def read(self) -> NodeAllocationState:
         where = f"NodeAllocationState {self.namespace}/{self.node}"

@@ -59,6 +59,7 @@ from drasat.api.policy import LifecycleActionName
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
+from drasat.nodeplugin import metrics as nodemetrics
 from drasat.nodeplugin.checkpoint import (
     AppliedStep,
     ClaimRecord,
@@ -180,8 +181,11 @@ class DeviceState:
         mps: mps.MpsManager,
         orphans: OrphanPolicy = OrphanPolicy.report,
         proc_root: Path = Path("/proc"),
+        metrics: nodemetrics.Metrics | None = None,
     ) -> None:
         self.lib = lib
+        self.metrics = metrics or nodemetrics.Metrics()
+        self.metrics.count_unreadable(lambda: len(checkpoint.unreadable))
         self.proc_root = proc_root
         self.store = store
         self.checkpoint = checkpoint
@@ -265,7 +269,19 @@ class DeviceState:
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
 
+    def _check_readable(self, claim: ClaimRef) -> None:
+        """ClaimError while the claim's checkpoint entry is unreadable and kept for an operator:
+        what the claim set up here is unknown, so it is neither prepared again nor undone."""
+        entry = self.checkpoint.quarantined(claim.uid)
+        if entry is not None:
+            raise ClaimError(
+                f"claim {claim}: {entry.describe()}; what it set up on this node (MIG devices, "
+                "settings, MPS daemon) is left as it is until an operator checks it and removes "
+                "the file"
+            )
+
     def _prepare_claim(self, claim: ClaimRef, given: AllocatedDevices | None) -> list[str]:
+        self._check_readable(claim)
         record = self.checkpoint.get(claim.uid)
         if record is not None and record.status is ClaimStatus.PrepareCompleted:
             return list(record.cdi_devices)
@@ -814,6 +830,7 @@ class DeviceState:
                 raise ClaimError(f"unprepare {claim}: {error}") from error
 
     def _unprepare_claim(self, claim: ClaimRef) -> None:
+        self._check_readable(claim)
         record = self.checkpoint.get(claim.uid)
         if record is None:
             self.cdi.remove(claim.uid)
@@ -881,7 +898,8 @@ class DeviceState:
         """Finish interrupted work, adopt MIG devices of prepared claims, handle orphans.
 
         Never raises for what it finds: returns what it did or reports, one line each."""
-        report = []
+        report = self._report_unreadable()
+        report.extend(self._restore_orphan_holds())
         for record in self.checkpoint.records():
             if record.status is ClaimStatus.PrepareCompleted:
                 report.extend(self._check_adopted(record))
@@ -897,12 +915,72 @@ class DeviceState:
             except (ClaimError, DeviceError, OSError, NasError) as error:
                 report.append(f"could not finish {record.uid}: {error}")
         report.extend(self.mps.ensure_all())
-        report.extend(f"stopped MPS daemon {name}: no claim holds it" for name in self.mps.sweep())
+        if self._kept_claims():
+            report.append(
+                "MPS daemons no claim holds are kept: a claim whose checkpoint entry is "
+                "unreadable may use one"
+            )
+        else:
+            report.extend(
+                f"stopped MPS daemon {name}: no claim holds it" for name in self.mps.sweep()
+            )
         report.extend(self._handle_orphans())
         report.extend(self._sync_nas())
         for line in report:
             log.warning("reconcile: %s", line)
         return report
+
+    def _kept_claims(self) -> bool:
+        return any(e.kind in ("claim", "claims") for e in self.checkpoint.unreadable)
+
+    def _report_unreadable(self) -> list[str]:
+        """Name the claims of unreadable checkpoint entries where something else knows them (the
+        NAS, CDI specs, MIG marks), then report each entry: a line, a Warning Event on the NAS,
+        the metric."""
+        if not self.checkpoint.unreadable:
+            return []
+        known: set[str] = set(self.cdi.claim_uids())
+        known.update(mark.claim for mark in self.checkpoint.created_migs.values())
+        try:
+            spec = self.store.read().spec
+            known.update(spec.preparedClaims)
+            known.update(spec.allocatedClaims)
+        except NasError as error:
+            log.warning("cannot read the NAS to name unreadable checkpoint entries: %s", error)
+        self.checkpoint.identify(known)
+        lines = []
+        for entry in self.checkpoint.unreadable:
+            self.metrics.checkpoint_read_failures.labels(entry.kind).inc()
+            line = f"{entry.describe()}; kept for an operator"
+            if entry.kind in ("claim", "claims"):
+                line += (
+                    ": its claim is neither prepared again nor unprepared, and nothing it may "
+                    "hold (MPS daemons, MIG devices, preparedClaims entries) is taken for "
+                    "nobody's, until the file is removed"
+                )
+            self.store.warn("CheckpointEntryUnreadable", line)
+            lines.append(line)
+        return lines
+
+    def _restore_orphan_holds(self) -> list[str]:
+        """Set back the settings an earlier version's ledger held for claims with no record."""
+        lines = []
+        for gpu, setting, hold in self.checkpoint.orphan_holds:
+            with self._settings_lock, self.checkpoint.lock:
+                held = self.checkpoint.data.settings.get(gpu, {}).get(setting)
+                if held is not None and held.holders:
+                    continue
+                try:
+                    self._write_setting(gpu, Setting(setting), hold.baseline)
+                except (DeviceError, ValueError) as error:
+                    lines.append(f"cannot restore {setting} of {gpu} to {hold.baseline}: {error}")
+                    continue
+            lines.append(
+                f"restored {setting} of {gpu} to its baseline {hold.baseline} (held for "
+                f"{', '.join(hold.holders)} in an earlier version's ledger, no record left)"
+            )
+        self.checkpoint.orphan_holds.clear()
+        return lines
 
     def _check_adopted(self, record: ClaimRecord) -> list[str]:
         """A prepared claim keeps its MIG devices; say so when one has gone (e.g. a GPU reset)."""
@@ -968,6 +1046,11 @@ class DeviceState:
             destroy = self.orphans is OrphanPolicy.destroy_all or (
                 self.orphans is OrphanPolicy.destroy_own and mark is not None
             )
+            keeper = self._kept_owner(mark)
+            if destroy and keeper:
+                lines.append(f"{what}: kept ({keeper})")
+                kept.append(entry)
+                continue
             if not destroy:
                 lines.append(f"{what}: kept (--orphan-mig={self.orphans.value})")
                 kept.append(entry)
@@ -983,6 +1066,16 @@ class DeviceState:
                 self.checkpoint.forget_created(gpu.uuid, gi.start, gi.profile_id)
         lines.extend(self._report_orphans(kept))
         return lines
+
+    def _kept_owner(self, mark: CreatedMig | None) -> str:
+        """Why a MIG device no record owns may still be a claim's ("" when it cannot be): its
+        claim's checkpoint entry, or one whose claim is unknown, is unreadable."""
+        if mark is not None and self.checkpoint.quarantined(mark.claim) is not None:
+            return f"the checkpoint entry of claim {mark.claim} is unreadable"
+        unknown = self.checkpoint.unknown_entries()
+        if unknown:
+            return f"{len(unknown)} unreadable checkpoint entries of unknown claims"
+        return ""
 
     def refresh_orphans(self) -> list[str]:
         """Bring the NAS `spec.orphanMigDevices` up to date (destroys nothing): devices destroyed
@@ -1008,11 +1101,15 @@ class DeviceState:
             r.uid: r for r in self.checkpoint.records() if r.status is ClaimStatus.PrepareCompleted
         }
         lines: list[str] = []
+        # An unreadable entry's claim keeps its entry; when one cannot be named, every entry stays.
+        keep_all = bool(self.checkpoint.unknown_entries())
 
         def mutate(nas: NodeAllocationState) -> bool:
             lines.clear()
             prepared = nas.spec.preparedClaims
             for uid in [u for u in prepared if u not in done]:
+                if keep_all or self.checkpoint.quarantined(uid) is not None:
+                    continue
                 del prepared[uid]
                 lines.append(f"removed stale preparedClaims entry {uid}")
             for uid, record in done.items():
