@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate gpu-check clean
+.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate gpu-check mutation clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ kube:
 ## nvcc is there) run with only the spec's environment; a verdict table (exit 77: no GPU here)
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py
+
+## mutation: mutation testing of the v1 translation (cosmic-ray, 300 sampled mutants of
+## drasat/v1/{cel,requests,variants,results}.py and controller/v1inputs.py against their fast
+## tests, in a copy of HEAD under build/mutation); not part of `make test`: about 35 min
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

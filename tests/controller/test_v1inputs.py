@@ -1,0 +1,284 @@
+"""drasat.controller.v1inputs: what the v1 allocation loop decides from, exact answers on small
+snapshots (which claims are drasat's, which pods are pending and where they may go, the nodes'
+states and the ledger a claim's status stands for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checker import make_node
+
+from drasat.api.devicemodel import classes
+from drasat.api.groups import DRIVER_NAME
+from drasat.controller import nodes as nas_nodes
+from drasat.controller import v1inputs
+from drasat.v1 import results
+
+Obj = dict[str, Any]
+
+OURS = v1inputs.our_classes(classes.device_classes())
+OTHER_CLASS = {
+    "metadata": {"name": "other-gpu"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+}
+
+
+def claim(name: str, *requests: Obj, uid: str | None = None, **status: Any) -> Obj:
+    written: Obj = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}"},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+    if status:
+        written["status"] = status
+    return written
+
+
+def exactly(device_class: str = classes.GPU_CLASS, **fields: Any) -> Obj:
+    return {"name": "gpu", "exactly": {"deviceClassName": device_class, **fields}}
+
+
+def on_node(node: str, *results_: Obj) -> Obj:
+    """A `status.allocation` on `node`, as drasat and kube-scheduler write it."""
+    return {"devices": {"results": list(results_)}, "nodeSelector": results.node_selector(node)}
+
+
+def result(device: str, pool: str, request: str = "gpu", driver: str = DRIVER_NAME) -> Obj:
+    return {"request": request, "driver": driver, "pool": pool, "device": device}
+
+
+def pod(name: str, *claims: str, created: str = "2026-01-01T00:00:00Z", **spec: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": f"pod-{name}",
+                     "creationTimestamp": created},
+        "spec": {"resourceClaims": [{"name": f"r{i}", "resourceClaimName": c}
+                                    for i, c in enumerate(claims)], **spec},
+        "status": {"phase": "Pending"},
+    }  # fmt: skip
+
+
+def containers(cpu: str, memory: str) -> list[Obj]:
+    return [{"name": "x", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+
+
+def kube_node(name: str, **spec: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": spec,
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+    }
+
+
+def snapshot(
+    pods: list[Obj], claims: list[Obj], names: tuple[str, ...] = ("a", "b"), **fields: Any
+) -> v1inputs.Snapshot:
+    nas = {n: nas_nodes.ParsedNas(make_node(n, "T4", 2), "1") for n in names}
+    return v1inputs.Snapshot(
+        pods=pods,
+        claims={v1inputs.claim_ref(c): c for c in claims},
+        classes=OURS,
+        nodes=fields.pop("nodes", {n: kube_node(n) for n in names}),
+        nas=nas,
+        **fields,
+    )
+
+
+# -- which claims are drasat's --------------------------------------------------------------------
+
+
+def test_our_classes_are_the_ones_whose_selectors_name_drasats_driver() -> None:
+    found = v1inputs.our_classes([*classes.device_classes(), OTHER_CLASS])
+    assert set(found) == {c["metadata"]["name"] for c in classes.device_classes()}
+    assert "other-gpu" not in found and classes.GPU_CLASS in found
+
+
+def test_a_claim_is_ours_only_when_a_request_names_one_of_our_classes() -> None:
+    assert v1inputs.is_ours(claim("c", exactly()), OURS)
+    assert not v1inputs.is_ours(claim("c", exactly("other-gpu")), OURS)
+    assert not v1inputs.is_ours(claim("c"), OURS)
+    # one request of ours among others is enough
+    assert v1inputs.is_ours(claim("c", exactly("other-gpu"), exactly()), OURS)
+
+
+def test_a_claim_is_ours_by_a_first_available_entry_or_a_v1beta1_request() -> None:
+    entries = [
+        {"name": "x", "deviceClassName": "other-gpu"},
+        {"name": "y", "deviceClassName": classes.MIG_CLASS},
+    ]
+    first = {"name": "gpu", "firstAvailable": entries}
+    assert v1inputs.is_ours(claim("c", first), OURS)
+    v1beta1 = {"name": "gpu", "deviceClassName": classes.GPU_CLASS}
+    assert v1inputs.is_ours(claim("c", v1beta1), OURS)
+    assert not v1inputs.is_ours(claim("c", {"name": "gpu", "deviceClassName": "other-gpu"}), OURS)
+
+
+def test_allocated_claims_and_the_node_their_selector_names() -> None:
+    allocated = claim("c", exactly(), allocation=on_node("a", result("gpu-0", "a")))
+    assert v1inputs.is_allocated(allocated)
+    assert v1inputs.allocated_node(allocated) == "a"
+    assert not v1inputs.is_allocated(claim("c", exactly()))
+    assert v1inputs.allocated_node(claim("c", exactly())) is None
+    assert not v1inputs.is_allocated(claim("c", exactly(), allocation={}))
+
+
+def test_the_allocated_node_is_read_from_a_hostname_expression_and_only_when_it_is_one() -> None:
+    def selected(requirement: Obj, kind: str = "matchExpressions") -> str | None:
+        selector = {"nodeSelectorTerms": [{kind: [requirement]}]}
+        return v1inputs.allocated_node(claim("c", allocation={"nodeSelector": selector}))
+
+    hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["b"]}
+    assert selected(hostname) == "b"
+    assert selected({**hostname, "values": ["a", "b"]}) is None
+    assert selected({**hostname, "key": "zone"}) is None
+    assert (
+        selected({"key": "metadata.name", "operator": "In", "values": ["a"]}, "matchFields") == "a"
+    )
+
+
+def test_claim_ref_reserved_pods_and_pod_key() -> None:
+    reserved = claim("c", reservedFor=[{"uid": "p1"}, {"uid": "p2"}])
+    assert v1inputs.claim_ref(reserved) == "default/c"
+    assert v1inputs.reserved_pods(reserved) == {"p1", "p2"}
+    assert v1inputs.reserved_pods(claim("c")) == set()
+    assert v1inputs.pod_key(pod("p")) == "default/p"
+
+
+# -- pods ------------------------------------------------------------------------------------------
+
+
+def test_a_pod_is_pending_until_bound_deleted_or_finished() -> None:
+    assert v1inputs.is_pending(pod("p"))
+    assert v1inputs.is_pending({"metadata": {}, "spec": {}})  # no status yet: Pending
+    assert not v1inputs.is_pending(pod("p", nodeName="a"))
+    deleting = pod("p")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+    assert not v1inputs.is_pending(deleting)
+    assert not v1inputs.is_pending({**pod("p"), "status": {"phase": "Running"}})
+
+
+def test_pod_claim_names_in_spec_order_with_templates_by_their_status() -> None:
+    p = pod("p", "direct")
+    p["spec"]["resourceClaims"] += [
+        {"name": "t1", "resourceClaimTemplateName": "tmpl"},
+        {"name": "t2", "resourceClaimTemplateName": "tmpl"},
+    ]
+    p["status"]["resourceClaimStatuses"] = [{"name": "t1", "resourceClaimName": "p-t1-abc"}]
+    assert v1inputs.pod_claim_names(p) == ["direct", "p-t1-abc", None]
+    assert v1inputs.pod_claim_names({"spec": {}}) == []
+
+
+def test_pending_pods_oldest_first_up_to_the_limit_with_their_inputs() -> None:
+    pods = [
+        pod("late", "c3", created="2026-01-01T00:00:03Z"),
+        pod("early", "c1", created="2026-01-01T00:00:01Z", priority=7),
+        pod("middle", "c2", created="2026-01-01T00:00:02Z"),
+    ]
+    pods[1]["spec"]["containers"] = containers("500m", "1Gi")
+    claims = [claim(c, exactly()) for c in ("c1", "c2", "c3")]
+    found, waiting = v1inputs.pending_pods(snapshot(pods, claims))
+    assert [p.input.key for p in found] == ["default/early", "default/middle", "default/late"]
+    assert waiting == {}
+    first = found[0].input
+    assert (first.namespace, first.priority, first.cpu_milli, first.memory_mib) == (
+        "default", 7, 500, 1024)  # fmt: skip
+    assert first.candidate_nodes == ("a", "b")
+    assert [c["metadata"]["name"] for c in first.claims] == ["c1"]
+    assert found[0].claims == first.claims and found[0].excluded == {}
+    limited, _ = v1inputs.pending_pods(snapshot(pods, claims), limit=2)
+    assert [p.input.key for p in limited] == ["default/early", "default/middle"]
+
+
+def test_pods_wait_for_their_claims_and_pods_with_nothing_of_ours_are_left_alone() -> None:
+    template = pod("templ")
+    template["spec"]["resourceClaims"] = [{"name": "t", "resourceClaimTemplateName": "x"}]
+    pods = [
+        template,
+        pod("missing", "nowhere"),
+        pod("no-claims"),
+        pod("theirs", "other"),
+        pod("done", "allocated"),
+        pod("bound", "c1", nodeName="a"),
+    ]
+    claims = [
+        claim("other", exactly("other-gpu")),
+        claim("allocated", exactly(), allocation=on_node("a", result("gpu-0", "a"))),
+        claim("c1", exactly()),
+    ]
+    found, waiting = v1inputs.pending_pods(snapshot(pods, claims))
+    assert found == []
+    assert set(waiting) == {"default/templ", "default/missing"}
+    assert "template" in waiting["default/templ"]
+    assert "does not exist" in waiting["default/missing"]
+
+
+def test_an_allocated_claim_of_the_pod_pins_it_to_that_node() -> None:
+    claims = [
+        claim("held", exactly(), allocation=on_node("a", result("gpu-0", "a"))),
+        claim("new", exactly()),
+    ]
+    (found,), _ = v1inputs.pending_pods(snapshot([pod("p", "held", "new")], claims))
+    assert found.input.candidate_nodes == ("a",)
+    assert [c["metadata"]["name"] for c in found.claims] == ["new"]
+    assert set(found.excluded) == {"b"} and "allocated on a" in found.excluded["b"]
+
+
+def test_nodes_the_pod_may_not_use_are_excluded_with_the_reason() -> None:
+    tainted = kube_node("b", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}])
+    full = kube_node("c")
+    full["status"]["allocatable"]["pods"] = "1"
+    nodes = {"a": kube_node("a"), "b": tainted, "c": full}  # d has a NAS but no Node object
+    bound = pod("running", nodeName="c")
+    bound["status"]["phase"] = "Running"
+    unsuitable = {"default/p": {"a": "GPUs gone"}}
+    snap = snapshot([pod("p", "c1"), bound], [claim("c1", exactly())], ("a", "b", "c", "d"),
+                    nodes=nodes, unsuitable=unsuitable)  # fmt: skip
+    (found,), _ = v1inputs.pending_pods(snap)
+    assert found.input.candidate_nodes == ()
+    assert set(found.excluded) == {"a", "b", "c", "d"}
+    assert "GPUs gone" in found.excluded["a"]
+    assert "untolerated taint k=v:NoSchedule" in found.excluded["b"]
+    assert "its 1 pods" in found.excluded["c"]
+    assert found.excluded["d"] == "no Node object"
+
+
+# -- nodes and the ledger --------------------------------------------------------------------------
+
+
+def test_node_inputs_take_capacity_from_the_node_and_its_bound_pods() -> None:
+    bound = pod("running", nodeName="b")
+    bound["spec"]["containers"] = containers("1", "2Gi")
+    snap = snapshot([bound], [], ("a", "b", "gone"), nodes={n: kube_node(n) for n in ("a", "b")})
+    found = v1inputs.node_inputs(snap)
+    assert [n.state.name for n in found] == ["a", "b"]
+    a, b = found
+    assert (a.state.cpu_milli, a.state.memory_mib, a.state.used_cpu_milli) == (8000, 32768, 0)
+    assert (b.state.used_cpu_milli, b.state.used_memory_mib) == (1000, 2048)
+    assert [d.name for d in a.devices if d.kind == "gpu"] == ["gpu-0", "gpu-1"]
+
+
+def test_a_node_repeating_another_nodes_gpu_is_left_out_and_an_unready_one_publishes_nothing() -> (
+    None
+):
+    twin = make_node("a", "T4", 2)  # the same UUIDs as node a's
+    unready = make_node("c", "T4", 1, ready=False)
+    snap = snapshot([], [], ("a", "c"))
+    snap.nas = {**snap.nas, "b": nas_nodes.ParsedNas(twin, "1"),
+                "c": nas_nodes.ParsedNas(unready, "1")}  # fmt: skip
+    snap.nodes = {n: kube_node(n) for n in ("a", "b", "c")}
+    found = {n.state.name: n for n in v1inputs.node_inputs(snap)}
+    assert set(found) == {"a", "c"}
+    assert found["c"].devices == () and found["a"].devices != ()
+
+
+def test_ledger_of_a_claim_is_what_its_status_names_on_its_node() -> None:
+    snap = snapshot([], [])
+    gpu1 = next(g for g in snap.nas["a"].node.nas.gpus() if g.minor == 1)
+    held = claim("c", exactly(), allocation=on_node("a", result("gpu-1", "a")))
+    node, entries = v1inputs.ledger_of(held, snap)
+    assert node == "a"
+    assert list(entries) == ["uid-c/gpu"]
+    entry = entries["uid-c/gpu"]
+    assert entry.gpu is not None and [g.uuid for g in entry.gpu.devices] == [gpu1.uuid]
+    assert entry.claimInfo.name == "c" and entry.claimInfo.uid == "uid-c"
+    assert v1inputs.ledger_of(claim("c", exactly()), snap) == (None, {})
+    elsewhere = claim("c", exactly(), allocation=on_node("z", result("gpu-1", "z")))
+    assert v1inputs.ledger_of(elsewhere, snap) == ("z", {})
