@@ -14,6 +14,14 @@ parameters as one of:
   onto the same GpuSharing.
 
 Unknown fields, kinds and versions are errors with the field's path. This is a pure module.
+
+Who may set what (the tenant isolation rule, docs/NODEPLUGIN.md "Isolation"): `lifecycle` is
+device initialisation (power limit, locked clocks, compute mode, time-slice, persistence), which
+NVML applies to the whole physical GPU, so it is the cluster's to decide: a DeviceClass's config
+(`source: FromClass`) or the AllocationPolicy, never a claim's own config (`refused_fields`
+names such an entry, and `for_request` leaves a claim's lifecycle out). `sharing` and `share`
+are how the claim's own pods share its own devices; the node plugin still refuses the parts of
+them that would change a GPU the claim does not hold alone.
 """
 
 from __future__ import annotations
@@ -34,6 +42,10 @@ from drasat.api.sharing import GpuSharing
 DRASAT_CONFIG_API_VERSION = "gpu.drasat.io/v1alpha1"
 #: NVIDIA's current driver's opaque configuration (accepted unchanged).
 NVIDIA_CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
+#: Fields only the cluster (a DeviceClass config, the policy) may set: GPU-wide device settings.
+CLUSTER_ONLY_FIELDS = ("lifecycle",)
+#: The `source` of a DeviceClass's configuration in an allocation (the API's value).
+FROM_CLASS = "FromClass"
 
 
 class GpuConfig(Spec):
@@ -86,17 +98,19 @@ def parse(parameters: Any) -> DeviceConfig:
         raise ValueError(describe_validation_error(error, prefix=("parameters",))) from None
 
 
-def merge(configs: list[DeviceConfig]) -> GpuConfig:
+def merge(configs: list[DeviceConfig], *, from_class: list[bool] | None = None) -> GpuConfig:
     """The configurations that apply to one device, in the API's order (the class's, then the
-    claim's): each set field of a later one replaces the earlier one's."""
+    claim's): each set field of a later one replaces the earlier one's. With `from_class` (one
+    flag per configuration), a field of CLUSTER_ONLY_FIELDS is taken from the class's only."""
     merged = GpuConfig()
-    for config in configs:
+    for index, config in enumerate(configs):
+        cluster = from_class is None or from_class[index]
         if config.sharing is not None:
             merged.sharing = config.sharing
         if isinstance(config, GpuConfig):
             if config.share is not None:
                 merged.share = config.share
-            if config.lifecycle is not None:
+            if config.lifecycle is not None and cluster:
                 merged.lifecycle = config.lifecycle
     return merged
 
@@ -108,6 +122,14 @@ class Applied:
     where: str  # its place in the claim's status, for errors
     requests: tuple[str, ...]  # empty: all requests
     config: DeviceConfig
+    from_class: bool = False  # the DeviceClass's (the cluster's), not the claim's own
+
+    def refused_fields(self) -> list[str]:
+        """The fields of CLUSTER_ONLY_FIELDS a claim's own configuration sets (none for a
+        class's): each is an error for the claim, naming this entry."""
+        if self.from_class or not isinstance(self.config, GpuConfig):
+            return []
+        return [f for f in CLUSTER_ONLY_FIELDS if getattr(self.config, f)]
 
     def applies(self, request: str) -> bool:
         """A firstAvailable result names `<request>/<subrequest>`; a config may name either."""
@@ -115,24 +137,48 @@ class Applied:
         return not self.requests or request in self.requests or main in self.requests
 
 
-def applied(items: Sequence[Mapping[str, Any]], driver: str) -> list[Applied]:
-    """The opaque configurations of `status.allocation.devices.config` for `driver`, the class's
-    before the claim's (the API's order: later ones win); ValueError naming the entry."""
+def applied(
+    items: Sequence[Mapping[str, Any]],
+    driver: str,
+    *,
+    path: str = "status.allocation.devices.config",
+) -> list[Applied]:
+    """The opaque configurations of `status.allocation.devices.config` (or of a claim's
+    `spec.devices.config`, at `path`: all the claim's own) for `driver`, the class's before the
+    claim's (the API's order: later ones win); ValueError naming the entry."""
     found = []
     for index, item in enumerate(items):
         opaque = item.get("opaque") or {}
         if opaque.get("driver") != driver:
             continue  # another driver's
-        where = f"status.allocation.devices.config[{index}] (source {item.get('source')})"
+        source = item.get("source")
+        where = f"{path}[{index}]" + (f" (source {source})" if source else "")
         try:
             config = parse(opaque.get("parameters"))
         except ValueError as error:
             raise ValueError(f"{where}: opaque.{error}") from None
         requests = tuple(str(r) for r in item.get("requests") or ())
-        found.append((item.get("source") != "FromClass", index, Applied(where, requests, config)))
+        from_class = item.get("source") == FROM_CLASS
+        entry = Applied(where, requests, config, from_class)
+        found.append((not from_class, index, entry))
     return [entry for _, _, entry in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
+def refusals(configs: Sequence[Applied]) -> list[str]:
+    """Why the claim's own configurations may not be applied, one line per field set where only
+    the cluster may set it (empty when none is). This is a purely computational function."""
+    return [
+        f"{c.where}: opaque.parameters.{field}: device initialisation (power limit, clocks, "
+        "compute mode, time-slice, persistence) is the cluster's to set, in a DeviceClass's "
+        "config or the AllocationPolicy, not in a claim's own config: every such setting changes "
+        "the whole GPU"
+        for c in configs
+        for field in c.refused_fields()
+    ]
+
+
 def for_request(configs: Sequence[Applied], request: str) -> GpuConfig:
-    """What applies to the devices of one result's `request`, merged."""
-    return merge([c.config for c in configs if c.applies(request)])
+    """What applies to the devices of one result's `request`, merged; a claim's own `lifecycle`
+    is never part of it (see `refusals`)."""
+    chosen = [c for c in configs if c.applies(request)]
+    return merge([c.config for c in chosen], from_class=[c.from_class for c in chosen])

@@ -577,6 +577,12 @@ class DeviceState:
     def _apply_lifecycle(
         self, record: ClaimRecord, allocation: AllocatedDevices, gpus: list[str]
     ) -> None:
+        """Device initialisation: the class's config or the policy's init actions (a claim's own
+        is refused before it gets here, `deviceconfig.refusals`). Every action changes the whole
+        GPU, so it runs only on the GPUs the claim holds whole and alone; on the parent of a MIG
+        slice or a GPU with shares, where other tenants' work runs, it is not applied (a log
+        line says so) and holds nothing, so it never blocks another claim either."""
+        settings = []
         for step in allocation.lifecycle or []:
             try:
                 action = LifecycleActionName(step.action)
@@ -585,9 +591,39 @@ class DeviceState:
                 raise ClaimError(
                     f"lifecycle action {step.action!r} is not in the fixed vocabulary ({known})"
                 ) from None
-            setting, value = _lifecycle_setting(action, step.value)
-            for uuid in dict.fromkeys(gpus):
+            settings.append(_lifecycle_setting(action, step.value))
+        if not settings:
+            return
+        alone = self._held_alone(record, allocation)
+        skipped = [uuid for uuid in dict.fromkeys(gpus) if uuid not in alone]
+        if skipped:
+            log.warning(
+                "claim %s/%s (%s): lifecycle %s not applied to %s: the claim does not hold the "
+                "GPU whole and alone (a MIG slice, a share, or another claim on it)",
+                record.namespace,
+                record.name,
+                record.uid,
+                ", ".join(step.action for step in allocation.lifecycle or []),
+                ", ".join(skipped),
+            )
+        for setting, value in settings:
+            for uuid in alone:
                 self._hold(record, uuid, setting, value)
+
+    def _held_alone(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
+        """The GPUs the claim holds whole and alone: its whole GPUs, none when it is a share or
+        holds MIG devices, less any GPU another claim prepared here uses."""
+        if allocation.share is not None or allocation.mig is not None or allocation.gpu is None:
+            return []
+        others = set()
+        for other in self.checkpoint.records():
+            if other.uid == record.uid:
+                continue
+            held = other.allocated()
+            others.update(d.uuid for d in (held.gpu.devices if held.gpu else []))
+            others.update(d.parentUUID for d in (held.mig.devices if held.mig else []))
+        uuids = dict.fromkeys(d.uuid for d in allocation.gpu.devices)
+        return [uuid for uuid in uuids if uuid not in others]
 
     def _edits(
         self,

@@ -21,6 +21,11 @@ GpuConfig/MigDeviceConfig), the class's then the claim's, for all requests or th
 becomes the entry's `sharing`, `share` and `lifecycle`. Admin access, a device the node does not
 have, a bad configuration and combinations one entry cannot hold (whole GPUs beside MIG devices,
 different configurations or share sizes in one claim) are refused with an error naming them.
+
+Tenant isolation (docs/NODEPLUGIN.md "Isolation"): a claim's own config may not carry
+`lifecycle` (device initialisation is the cluster's: `deviceconfig.refusals`), and a share may
+not ask for time-slicing (a GPU-wide setting); both are refused naming the entry or the device.
+The preparer applies even the class's lifecycle only to GPUs the claim holds whole and alone.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from drasat.api.errors import describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices, AllocatedMigDevice, MigPlacement
 from drasat.api.quantity import to_bytes
+from drasat.api.sharing import SharingStrategy
 from drasat.kube import errors as kube_errors
 from drasat.kube import resources
 from drasat.kube.client import Api
@@ -161,6 +167,9 @@ def allocation_from_claim(
             configs = deviceconfig.applied(devices.get("config") or [], driver)
         except ValueError as error:
             raise _Refused(str(error)) from None
+        refused = deviceconfig.refusals(configs)
+        if refused:
+            raise _Refused("; ".join(refused))
         by_minor = {gpu.minor: gpu for gpu in gpus}
         translated = [_translate(r, pool, by_minor, profiles) for r in ours]
         entry = _entry(claim, translated, configs)
@@ -311,6 +320,16 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.A
             "prepare applies one configuration to all of a claim's devices"
         )
     config = next(iter(merged.values()))
+    timesliced = (
+        config.sharing is not None and config.sharing.strategy is SharingStrategy.TimeSlicing
+    )
+    if share is not None and timesliced:
+        shared = next(d.device for d in gpus if d.share is not None)
+        raise _Refused(
+            f"device {shared} is a share of its GPU: a share runs under MPS, which enforces its "
+            "limits; sharing strategy TimeSlicing would set the time-slice of the whole GPU, "
+            "which other claims use too"
+        )
     entry: Obj = {"claimInfo": info}
     sharing = config.sharing.dump() if config.sharing is not None else None
     if migs:

@@ -262,18 +262,25 @@ def test_the_claims_config_wins_over_the_class_and_applies_to_its_requests(a100:
     assert node.sim.gpus[0].time_slice == 3  # Long
 
 
-def test_drasat_config_lifecycle_and_share(a100: Any) -> None:
+@pytest.mark.parametrize("share", [None])
+def test_drasat_config_class_lifecycle_and_claim_share(a100: Any, share: Any) -> None:
+    # Lifecycle is the cluster's (the class's config; a claim's own is refused, test_np_isolation)
+    # and applies to a GPU held whole and alone; a claim that asks to run as a share (its own
+    # `share` limits, under MPS) gets none of it, as every share.
     node, claims, v1 = a100
-    config = {
-        "apiVersion": "gpu.drasat.io/v1alpha1",
-        "kind": "GpuConfig",
-        "share": {"compute": 25},
-        "lifecycle": [{"action": "setPowerLimitWatts", "value": 200}],
-    }
-    claims.add(v1_claim("t4", ("gpu", NODE, "gpu-1"), config=[_config(config)]))
+    drasat = {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuConfig"}
+    lifecycle = {**drasat, "lifecycle": [{"action": "setPowerLimitWatts", "value": 200}]}
+    configs = [_config(lifecycle, source="FromClass")]
+    if share is not None:
+        configs.append(_config({**drasat, "share": share}))
+    claims.add(v1_claim("t4", ("gpu", NODE, "gpu-1"), config=configs))
     assert v1.prepare(("t4", "claim"))["t4"].error == ""
-    assert node.lib.settings(node.gpu(1)).power_limit_watts == 200
-    assert node.mps_limits("t4") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
+    power = node.lib.settings(node.gpu(1)).power_limit_watts
+    assert power == (200 if share is None else 300)
+    if share is not None:
+        (name,) = node.daemons()
+        assert node.state.mps.query(name, "get_default_active_thread_percentage") == "25"
+        assert node.mps_limits("t4") == {}  # the daemon holds the limit, not the environment
     assert v1.unprepare("t4")["t4"].error == ""
     assert node.daemons() == {}
 
