@@ -7,6 +7,7 @@ A purely computational module: functions from dicts and models to new dicts; the
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 from drasat.api import groups, handles
@@ -154,6 +155,32 @@ def conflicts(existing: dict[str, AllocatedDevices], devices: AllocatedDevices) 
         if clash:
             out.append(uid)
     return out
+
+
+def device_ids(entries: Iterable[AllocatedDevices]) -> frozenset[tuple[object, ...]]:
+    """The devices ledger entries name: whole GPUs or shares by uuid, MIG devices by parent and
+    placement (to compare a ledger with a claim's status by devices, not by keys)."""
+    out: set[tuple[object, ...]] = set()
+    for entry in entries:
+        for gpu in entry.gpu.devices if entry.gpu else []:
+            out.add(("gpu", gpu.uuid))
+        for mig in entry.mig.devices if entry.mig else []:
+            out.add(("mig", mig.parentUUID, mig.placement.start, mig.placement.size))
+    return frozenset(out)
+
+
+def gpus_touched(entry: AllocatedDevices) -> set[str]:
+    """The GPU uuids an entry uses in any way (whole, shared, or a MIG device's parent)."""
+    found = {d.uuid for d in entry.gpu.devices} if entry.gpu else set()
+    return found | ({m.parentUUID for m in entry.mig.devices} if entry.mig else set())
+
+
+def exclusive_clash(a: AllocatedDevices, b: AllocatedDevices) -> bool:
+    """Whether two entries of different claims cannot both hold their devices: any use of one
+    GPU by both, except shares beside shares (the solver counts their sums)."""
+    if a.share is not None and b.share is not None:
+        return False
+    return bool(conflicts({"other": b}, a))
 
 
 # Pods.

@@ -50,6 +50,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.faults = Counter(
+            f"{PREFIX}_isolated_faults",
+            "Faults confined to the pod, claim or node that caused them while the cycle went on, "
+            "by kind (AllocatorError, LedgerConflict, DeviceClash, WriteFailed, SettleFailed).",
+            ["kind"],
+            registry=r,
+        )
         self.leader = Gauge(f"{PREFIX}_leader", "1 while this replica leads.", registry=r)
         self.policy_reloads = Counter(
             f"{PREFIX}_policy_reloads",

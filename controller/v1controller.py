@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME
@@ -47,15 +47,26 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
+from drasat.v1 import results
 
 log = logging.getLogger(__name__)
 
 Solve = Callable[[Problem, SolveParams], Solution]
+T = TypeVar("T")
 
 TAINT_RULE = "drasat-allocator"
-TAINT_KEY = f"{DRIVER_NAME}/allocator"
-TAINT_VALUE = "drasat"
+TAINT_KEY = v1inputs.ALLOCATOR_TAINT["key"]
+TAINT_VALUE = v1inputs.ALLOCATOR_TAINT["value"]
 REASON_REFUSED = "NotAllocatable"
+REASON_CLASH = "DeviceClash"
+
+
+class LeaseLost(Exception):
+    """This replica stopped leading in the middle of a cycle: nothing more is written."""
+
+
+class LedgerConflict(errors.Conflict):
+    """A device the solver chose is held by another claim (the fresh NAS or a claim's status)."""
 
 
 def taint_rule(resource: r.Resource = r.DEVICE_TAINT_RULES_V1) -> Obj:
@@ -147,6 +158,9 @@ class V1Controller:
         self.explanations: dict[str, str] = {}
         #: pod key -> when it was last refused (orders the next cycles' pods).
         self._refused_at: dict[str, float] = {}
+        #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
+        self._clashes_reported: set[tuple[str, ...]] = set()
+        self._clashes_seen: set[tuple[str, ...]] = set()
         self.cycles = 0
         timeout = self.config.watch_timeout_s
 
@@ -173,7 +187,9 @@ class V1Controller:
             inf.start()
         for inf in self._informers:
             if not inf.wait_synced(sync_timeout_s):
-                log.warning("%s not synced after %.0fs", inf.resource.plural, sync_timeout_s)
+                # No cycle runs until it has: an empty claim cache would empty the ledger.
+                log.warning("%s not synced after %.0fs; cycles wait for it",
+                            inf.resource.plural, sync_timeout_s)  # fmt: skip
         if not cycles:
             return
         self._thread = threading.Thread(target=self._loop, name="v1-cycles", daemon=True)
@@ -256,7 +272,7 @@ class V1Controller:
                     self._poll_policy()
                 except Exception:
                     log.exception("policy poll failed")
-            if not self._may_write():
+            if not self._may_write() or not self.ready:
                 continue
             try:
                 more = self.cycle()
@@ -304,8 +320,23 @@ class V1Controller:
 
         Pods refused before go after those not tried yet, the longest-refused first: a cap
         full of pods that fit nowhere never keeps a new pod waiting. A cycle that placed
-        nothing and left only refused pods waits for the next event or resync."""
+        nothing and left only refused pods waits for the next event or resync.
+
+        No cycle runs before every informer has synced (an empty claim cache would empty the
+        ledger), and each write first checks that this replica still leads: a cycle that lost
+        the lease stops where it is."""
+        if not self.ready:
+            log.info("informers not synced yet: no cycle")
+            return False
         self.cycles += 1
+        try:
+            return self._cycle()
+        except LeaseLost:
+            log.warning("cycle %d: this replica stopped leading; nothing more is written",
+                        self.cycles)  # fmt: skip
+            return False
+
+    def _cycle(self) -> bool:
         snapshot = self.snapshot()
         if self.settle(snapshot):
             snapshot = self.snapshot()
@@ -336,14 +367,17 @@ class V1Controller:
             cache=self.solver_cache,
         )
         started = time.perf_counter()
-        outcome = v1.allocate(
-            v1inputs.node_inputs(snapshot),
-            [p.input for p in pending],
-            snapshot.classes,
-            policy=self._policy(),
-            params=params,
-            solve=self._solve,
-        )
+        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot))
+        policy = self._policy()
+        try:
+            outcome = v1.allocate(
+                nodes, [p.input for p in pending], snapshot.classes,
+                policy=policy, params=params, solve=self._solve,
+            )  # fmt: skip
+        except Exception as error:
+            log.warning("cycle %d: the allocator failed on %d pods together (%s); placing them "
+                        "one at a time", self.cycles, len(pending), _short(error))  # fmt: skip
+            outcome = self._one_at_a_time(nodes, pending, snapshot, policy, params)
         elapsed = time.perf_counter() - started
         self.metrics.solver_seconds.labels("v1-cycle").observe(elapsed)
         for solution in outcome.solutions:
@@ -361,9 +395,19 @@ class V1Controller:
             try:
                 self._write(item, node, mine, snapshot)
                 self.explanations.pop(pod_key, None)
-            except errors.KubeError as error:
+            except LeaseLost:
+                raise
+            except LedgerConflict as error:
+                self._fault("LedgerConflict", f"pod {pod_key}: not allocated on {node}: {error}",
+                            [item.pod, *item.claims])  # fmt: skip
+                self._wake.set()
+            except errors.Conflict as error:  # optimistic concurrency: the next cycle retries
                 log.info("%s: write on %s not done (%s); next cycle", pod_key, node, error)
                 self.metrics.failures.labels("Conflict").inc()
+                self._wake.set()
+            except Exception as error:
+                self._fault("WriteFailed", f"pod {pod_key}: allocation on {node} not written: "
+                            f"{_short(error)}", [item.pod, *item.claims])  # fmt: skip
                 self._wake.set()
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
@@ -373,6 +417,45 @@ class V1Controller:
             self._refused_at.pop(pod_key, None)
         return len(outcome.placed)
 
+    def _one_at_a_time(
+        self,
+        nodes: list[v1.Node],
+        pending: list[v1inputs.Pending],
+        snapshot: v1inputs.Snapshot,
+        policy: AllocationPolicySpec,
+        params: SolveParams,
+    ) -> v1.Outcome:
+        """Each pod alone, over the nodes as the pods before it left them; a pod whose call
+        raises is refused with the allocator's error (the others still go)."""
+        outcome = v1.Outcome()
+        for item in pending:
+            try:
+                found = v1.allocate(
+                    nodes, [item.input], snapshot.classes,
+                    policy=policy, params=params, solve=self._solve,
+                )  # fmt: skip
+            except Exception as error:
+                why = f"the allocator failed on this pod: {_short(error)}"
+                self.metrics.faults.labels("AllocatorError").inc()
+                log.warning("%s: %s", item.input.key, why, exc_info=log.isEnabledFor(logging.DEBUG))
+                outcome.refused[item.input.key] = (why,)
+                continue
+            outcome.solutions.extend(found.solutions)
+            outcome.refused.update(found.refused)
+            outcome.placed.update(found.placed)
+            outcome.allocations.update(found.allocations)
+            if found.placed:
+                nodes = [_with_placed(n, found, item.input) for n in nodes]
+        return outcome
+
+    def _fault(self, kind: str, text: str, objects: list[Obj]) -> None:
+        """A fault confined to what caused it: a metric by kind, one log line, a Warning Event
+        on each object."""
+        self.metrics.faults.labels(kind).inc()
+        log.warning("%s: %s", kind, text)
+        for obj in objects:
+            self.recorder.warning(obj, kind, text)
+
     def _write(
         self,
         item: v1inputs.Pending,
@@ -381,18 +464,49 @@ class V1Controller:
         snapshot: v1inputs.Snapshot,
     ) -> None:
         by_uid = {c["metadata"]["uid"]: c for c in item.claims}
-        for placed in claims:
-            by_uid[placed.uid] = self._ensure_finalizer(by_uid[placed.uid])
         ledger: dict[str, AllocatedDevices] = {}
         for placed in claims:
             ledger.update(placed.ledger)
+        self._check_statuses(node, ledger, snapshot)
+        for placed in claims:
+            by_uid[placed.uid] = self._ensure_finalizer(by_uid[placed.uid])
         self._add_to_ledger(node, ledger)
         for placed in claims:
             self._write_status(by_uid[placed.uid], placed, item)
 
+    def _guard(self) -> None:
+        """Before every write: this replica must still lead."""
+        if not self._may_write():
+            raise LeaseLost
+
+    def _check_statuses(
+        self, node: str, ledger: Mapping[str, AllocatedDevices], snapshot: v1inputs.Snapshot
+    ) -> None:
+        """The devices about to be written are held by no claim whose status changed since the
+        snapshot (another allocator's decision the solve did not see); raises LedgerConflict.
+        The API server accepts two claims naming one device, so a decision of the same instant
+        can still slip through: `_clashes` repairs those."""
+        uids = {e.claimInfo.uid for e in ledger.values()}
+        parsed = snapshot.nas.get(node)
+        if parsed is None:
+            return
+        for claim in self.claims.items():
+            if snapshot.claims.get(informer.key_of(claim)) is claim:
+                continue  # unchanged: the solve counted it
+            if claim["metadata"].get("uid") in uids or v1inputs.allocated_node(claim) != node:
+                continue
+            held = results.ledger_from_status(claim, parsed.node.nas)
+            for key, entry in ledger.items():
+                if any(allocation.exclusive_clash(entry, h) for h in held.values()):
+                    raise LedgerConflict(
+                        f"devices of {key} on {node} are held by {v1inputs.claim_ref(claim)}",
+                        status=409,
+                    )
+
     def _ensure_finalizer(self, claim: Obj) -> Obj:
         if allocation.has_finalizer(claim):
             return claim
+        self._guard()
         meta = claim["metadata"]
         patch = {
             "metadata": {
@@ -413,26 +527,29 @@ class V1Controller:
                         "its status alone", v1inputs.claim_ref(claim), error)  # fmt: skip
             return claim
 
-    def _add_to_ledger(self, node: str, ledger: Mapping[str, AllocatedDevices]) -> None:
+    def _add_to_ledger(
+        self, node: str, ledger: Mapping[str, AllocatedDevices], *, check: bool = True
+    ) -> None:
+        """Add entries to the node's ledger. `check` (a new allocation): a device another claim
+        holds in the fresh ledger raises LedgerConflict. A claim's status written back is the
+        truth and is never refused (`_clashes` reports and repairs overlaps)."""
+
         def mutate(obj: Obj) -> Obj | None:
             fresh = nodes.parse(obj).node.nas.allocatedClaims
-            for key, entry in ledger.items():
+            for key, entry in ledger.items() if check else ():
                 if key in fresh:
                     continue
                 # Shares beside shares are the solver's to count (compute and memory sums);
                 # anything else touching the same GPU or MIG slices is a clash.
-                others = {
-                    k: v
-                    for k, v in fresh.items()
-                    if v.claimInfo.uid != entry.claimInfo.uid
-                    and not (v.share is not None and entry.share is not None)
-                }
-                clash = allocation.conflicts(others, entry)
+                clash = [k for k, v in fresh.items() if v.claimInfo.uid != entry.claimInfo.uid
+                         and allocation.exclusive_clash(entry, v)]  # fmt: skip
                 if clash:
-                    raise errors.Conflict(
+                    raise LedgerConflict(
                         f"devices of {key} on {node} are held by {', '.join(clash)}", status=409
                     )
             return allocation.nas_with(obj, dict(ledger))
+
+        self._guard()
 
         written = nas_api.update(
             self.api,
@@ -462,6 +579,7 @@ class V1Controller:
             # API server refuses that change of a set allocation: the allocator stamps it.
             stamped = {**placed.allocation, "allocationTimestamp": _now()}
             body["status"] = {**(claim.get("status") or {}), "allocation": stamped}
+            self._guard()
             try:
                 written = self.api.replace_status(r.RESOURCE_CLAIMS_V1, body)
             except errors.Conflict:
@@ -503,18 +621,119 @@ class V1Controller:
                     continue
                 stale.add(key)
                 self._given_back(uid, name, claim, snapshot)
-            if stale:
-                self._remove_from_ledger(name, stale)
+            if stale and self._confined(f"ledger of {name}", [], self._remove_stale, name, stale):
                 self.metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
         for claim in by_uid.values():
-            if not v1inputs.is_ours(claim, snapshot.classes):
+            # Ours by finalizer, by status or by class: a claim whose DeviceClass was deleted
+            # is still released.
+            if not v1inputs.settles(claim, snapshot.classes):
                 continue
-            if v1inputs.is_allocated(claim):
-                changed |= self._restore(claim, snapshot)
+            ref = v1inputs.claim_ref(claim)
+            if v1inputs.names_our_driver(claim):
+                changed |= bool(self._confined(ref, [claim], self._restore, claim, snapshot))
             if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
-                changed |= self._release(claim, snapshot)
+                changed |= bool(self._confined(ref, [claim], self._release, claim, snapshot))
+        changed |= self._clashes(snapshot)
         return changed
+
+    def _clashes(self, snapshot: v1inputs.Snapshot) -> bool:
+        """Allocated claims whose statuses name one device (two allocators deciding at the same
+        instant, a stale replica, an admin): reported with an Event on both claims, and
+        repaired where one is not reserved yet: it gives its devices back (its allocation is
+        cleared, as kube-scheduler's PostFilter does), the one drasat wrote first if both are
+        unreserved. Never raises: a clash blocks nothing else. True when anything was written."""
+        changed = False
+        gave_back: set[str] = set()
+        self._clashes_seen = set()
+        for node, held in sorted(v1inputs.status_entries(snapshot).items()):
+            by_gpu: dict[str, list[str]] = {}
+            for uid, (_, entries) in held.items():
+                for entry in entries.values():
+                    for gpu in allocation.gpus_touched(entry):
+                        by_gpu.setdefault(gpu, []).append(uid)
+            pairs: set[tuple[str, str]] = set()
+            for uids in by_gpu.values():
+                distinct = sorted(set(uids))
+                pairs.update((a, b) for i, a in enumerate(distinct) for b in distinct[i + 1 :])
+            for a, b in sorted(pairs):
+                if a in gave_back or b in gave_back:
+                    continue
+                (claim_a, entries_a), (claim_b, entries_b) = held[a], held[b]
+                if not any(allocation.exclusive_clash(x, y) for x in entries_a.values()
+                           for y in entries_b.values()):  # fmt: skip
+                    continue
+                giver = self._confined(
+                    f"clash on {node}", [claim_a, claim_b],
+                    self._repair_clash, node, claim_a, claim_b, held,
+                )  # fmt: skip
+                if giver:
+                    gave_back.add(giver)
+                    changed = True
+        self._clashes_reported = self._clashes_seen
+        return changed
+
+    def _repair_clash(
+        self, node: str, a: Obj, b: Obj, held: Mapping[str, tuple[Obj, Mapping[str, Any]]]
+    ) -> str | None:
+        """Report one clash and give one claim's devices back if possible; its uid, or None."""
+        refs = f"{v1inputs.claim_ref(a)} and {v1inputs.claim_ref(b)}"
+        unreserved = [c for c in (a, b) if not v1inputs.reserved_pods(c)]
+        if not unreserved:
+            pair = (node, *sorted((str(a["metadata"].get("uid")), str(b["metadata"].get("uid")))))
+            self._clashes_seen.add(pair)
+            if pair not in self._clashes_reported:  # reported once while it lasts
+                text = (f"claims {refs} both hold a device on {node} and both are reserved by "
+                        "pods: not repaired (delete one of the pods)")  # fmt: skip
+                self._fault(REASON_CLASH, text, [a, b])
+            return None
+        # Prefer giving back the one drasat wrote: the other allocator's claim keeps its device.
+        giver = min(unreserved, key=lambda c: (not self._wrote(c), v1inputs.claim_ref(c)))
+        other = b if giver is a else a
+        meta = giver["metadata"]
+        status = {k: v for k, v in (giver.get("status") or {}).items() if k != "allocation"}
+        self._guard()
+        try:
+            self.api.replace_status(r.RESOURCE_CLAIMS_V1, {**giver, "status": status})
+        except (errors.Conflict, errors.NotFound) as error:
+            log.info("clash of %s on %s: %s changed meanwhile (%s); next cycle",
+                     refs, node, v1inputs.claim_ref(giver), error)  # fmt: skip
+            return None
+        uid = str(meta.get("uid"))
+        self._written.pop(uid, None)  # given back by us, not by the scheduler: no unsuitable node
+        keys = set(held[uid][1]) if uid in held else set()
+        keys |= {k for k, e in self._ledger_of(node).items() if e.claimInfo.uid == uid}
+        if keys:
+            self._remove_from_ledger(node, keys)
+        text = (f"claims {v1inputs.claim_ref(giver)} and {v1inputs.claim_ref(other)} both held a "
+                f"device on {node}; {v1inputs.claim_ref(giver)}, not reserved yet, gave its "
+                "allocation back and will be allocated again")  # fmt: skip
+        self._fault(REASON_CLASH, text, [giver, other])
+        return uid
+
+    def _wrote(self, claim: Obj) -> bool:
+        """Whether drasat allocated the claim (this process, or one before it: our finalizer)."""
+        uid = str(claim["metadata"].get("uid"))
+        return uid in self._written or allocation.has_finalizer(claim)
+
+    def _ledger_of(self, node: str) -> Mapping[str, AllocatedDevices]:
+        obj = self._nas_written.get(node) or next(
+            (o for o in self.nas.items() if o["metadata"].get("name") == node), None
+        )
+        return nodes.parse(obj).node.nas.allocatedClaims if obj is not None else {}
+
+    def _confined(
+        self, what: str, objects: list[Obj], action: Callable[..., T], *args: Any
+    ) -> T | None:
+        """Run one object's settle step; a failure is that object's alone (the settle goes on
+        with the others)."""
+        try:
+            return action(*args)
+        except LeaseLost:
+            raise
+        except Exception as error:
+            self._fault("SettleFailed", f"{what}: {_short(error)}", objects)
+            return None
 
     def _holds(self, claim: Obj | None, uid: str, node: str) -> bool:
         """Whether a ledger entry on `node` for claim `uid` is still held."""
@@ -526,7 +745,7 @@ class V1Controller:
             return True  # the cache has not seen our status write yet
         if not v1inputs.is_allocated(claim):
             return False
-        return v1inputs.allocated_node(claim) == node and _ours(claim)
+        return v1inputs.allocated_node(claim) == node and v1inputs.names_our_driver(claim)
 
     def _given_back(
         self, uid: str, node: str, claim: Obj | None, snapshot: v1inputs.Snapshot
@@ -544,17 +763,58 @@ class V1Controller:
                      pod_key, v1inputs.claim_ref(claim), node, reason)  # fmt: skip
 
     def _restore(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+        """The claim's ledger entries on its node, by the devices its status names (whoever
+        allocated it): missing ones are written back; entries naming other devices (the claim
+        was given back and allocated again between cycles) are replaced."""
+        uid = str(claim["metadata"].get("uid"))
+        written = self._written.get(uid)
+        version = str(claim["metadata"].get("resourceVersion", ""))
+        if written is not None and _newer(written.version, version):
+            return False  # the cache has not seen our own status write yet
         node, entries = v1inputs.ledger_of(claim, snapshot)
         parsed = snapshot.nas.get(node or "")
         if node is None or parsed is None or not entries:
             return False
-        missing = {k: v for k, v in entries.items() if k not in parsed.node.nas.allocatedClaims}
-        if not missing:
+        ledger = parsed.node.nas.allocatedClaims
+        current = {k: e for k, e in ledger.items() if e.claimInfo.uid == uid}
+        if allocation.device_ids(current.values()) == allocation.device_ids(entries.values()):
+            missing = {k: v for k, v in entries.items() if k not in ledger}
+            if not missing or current:
+                return False
+        ref = v1inputs.claim_ref(claim)
+        if current and len(_devices_named(entries)) < len(v1inputs.our_results(claim)):
+            # Some result names a device this node's NAS does not list: keep what is there
+            # rather than drop devices the claim may hold.
+            log.info("ledger of %s: %s names devices the node does not list", node, ref)
             return False
-        self._add_to_ledger(node, missing)
-        self.metrics.repairs.labels("nas-rewritten").inc()
-        log.info("ledger of %s: restored %s from its status", node, v1inputs.claim_ref(claim))
+        self._replace_in_ledger(node, uid, entries)
+        kind = "nas-corrected" if current else "nas-rewritten"
+        self.metrics.repairs.labels(kind).inc()
+        log.info("ledger of %s: %s %s from its status", node,
+                 "corrected" if current else "restored", ref)  # fmt: skip
         return True
+
+    def _replace_in_ledger(
+        self, node: str, uid: str, entries: Mapping[str, AllocatedDevices]
+    ) -> None:
+        """The claim's entries on the node become `entries` (a status written back)."""
+
+        def mutate(obj: Obj) -> Obj | None:
+            claims = (obj.get("spec") or {}).get("allocatedClaims") or {}
+            mine = {k for k, e in claims.items() if (e.get("claimInfo") or {}).get("uid") == uid}
+            cleared = allocation.nas_without(obj, mine) or obj
+            return allocation.nas_with(cleared, dict(entries)) or (cleared if mine else None)
+
+        self._guard()
+        written = nas_api.update(
+            self.api,
+            namespace=self.config.namespace,
+            node=node,
+            mutate=mutate,
+            attempts=self.config.nas_attempts,
+            on_conflict=self.metrics.nas_conflicts.inc,
+        )
+        self._remember_nas(written)
 
     def _release(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
         """A claim being deleted: once no pod holds it, its ledger entries go, then our
@@ -573,6 +833,7 @@ class V1Controller:
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }
+        self._guard()
         try:
             self.api.patch(r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"])
         except (errors.NotFound, errors.Conflict, errors.Invalid):
@@ -581,7 +842,12 @@ class V1Controller:
         log.info("released %s", v1inputs.claim_ref(claim))
         return True
 
+    def _remove_stale(self, node: str, keys: set[str]) -> bool:
+        self._remove_from_ledger(node, keys)
+        return True
+
     def _remove_from_ledger(self, node: str, keys: set[str]) -> None:
+        self._guard()
         try:
             written = nas_api.update(
                 self.api,
@@ -601,14 +867,40 @@ class V1Controller:
         self._nas_written[str(obj["metadata"]["name"])] = obj
 
 
+def _devices_named(entries: Mapping[str, AllocatedDevices]) -> list[object]:
+    """One item per device the entries name (a CPU fallback entry counts as its device)."""
+    out: list[object] = []
+    for entry in entries.values():
+        gpus = entry.gpu.devices if entry.gpu else []
+        migs = entry.mig.devices if entry.mig else []
+        out.extend([*gpus, *migs] or ([entry] if entry.optional else []))
+    return out
+
+
+def _short(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return f"{type(error).__name__}: {text}" if not isinstance(error, errors.KubeError) else text
+
+
+def _with_placed(node: v1.Node, outcome: v1.Outcome, pod: v1.PodInput) -> v1.Node:
+    """The node with a pod just placed there: its claims' ledger entries and its cpu/memory."""
+    mine = [a for a in outcome.allocations.values() if a.node == node.state.name]
+    if not mine:
+        return node
+    entries = dict(node.state.nas.allocatedClaims)
+    for placed in mine:
+        entries.update(placed.ledger)
+    state = dataclasses.replace(
+        node.state,
+        nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+        used_cpu_milli=node.state.used_cpu_milli + pod.cpu_milli,
+        used_memory_mib=node.state.used_memory_mib + pod.memory_mib,
+    )
+    return dataclasses.replace(node, state=state)
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ours(claim: Obj) -> bool:
-    allocation_status = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation_status.get("devices") or {}).get("results") or []
-    return any(result.get("driver") == DRIVER_NAME for result in results)
 
 
 def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:

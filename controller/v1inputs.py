@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drasat.api.groups import DRIVER_NAME
+from drasat.controller import allocation
 from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
 from drasat.v1 import Node, PodInput, devices, nodefit, results
+from drasat.v1.requests import v1_spec
 
 Obj = dict[str, Any]
 
@@ -79,6 +81,49 @@ def _class_names(claim: Obj) -> set[str]:
 
 def is_ours(claim: Obj, ours: Mapping[str, Obj]) -> bool:
     return bool(_class_names(claim) & set(ours))
+
+
+#: The taint drasat's DeviceTaintRule puts on every device of its driver (`v1controller`).
+ALLOCATOR_TAINT = {"key": f"{DRIVER_NAME}/allocator", "value": "drasat", "effect": "NoSchedule"}
+
+
+def tolerates_allocator_taint(claim: Obj) -> bool:
+    """Whether a request of the claim (any `exactly` or `firstAvailable` alternative) tolerates
+    the allocator taint: kube-scheduler's allocator may then hand it drasat's devices, so the
+    claim is the scheduler's and drasat leaves it alone (one allocator per claim)."""
+    spec = v1_spec(claim.get("spec") or {})
+    for request in (spec.get("devices") or {}).get("requests") or []:
+        alternatives = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
+        for alternative in alternatives:
+            tolerations = alternative.get("tolerations") or []
+            if tolerations and nodefit.tolerates(tolerations, ALLOCATOR_TAINT):
+                return True
+    return False
+
+
+def allocates(claim: Obj, ours: Mapping[str, Obj]) -> bool:
+    """Whether drasat allocates the claim: it names a class of ours and does not tolerate the
+    allocator taint (then it is kube-scheduler's)."""
+    return is_ours(claim, ours) and not tolerates_allocator_taint(claim)
+
+
+def names_our_driver(claim: Obj) -> bool:
+    """Whether the claim's `status.allocation` has a result of drasat's driver (whoever wrote
+    it)."""
+    return bool(our_results(claim))
+
+
+def our_results(claim: Obj) -> list[Obj]:
+    allocated = (claim.get("status") or {}).get("allocation") or {}
+    found = (allocated.get("devices") or {}).get("results") or []
+    return [r for r in found if isinstance(r, Mapping) and r.get("driver") == DRIVER_NAME]
+
+
+def settles(claim: Obj, ours: Mapping[str, Obj]) -> bool:
+    """Whether the claim's ledger entries and finalizer are drasat's to keep: it carries our
+    finalizer, its status names our driver, or its class is ours. Not the class alone: a claim
+    whose DeviceClass was deleted keeps its devices and finalizer until it is released."""
+    return allocation.has_finalizer(claim) or names_our_driver(claim) or is_ours(claim, ours)
 
 
 def pod_key(pod: Obj) -> str:
@@ -159,15 +204,28 @@ def pending_pods(
         if None in names:
             waiting[key] = "a claim from a template is not created yet"
             continue
-        claims = [snapshot.claims.get(f"{namespace}/{n}") for n in names]
-        if any(c is None for c in claims):
+        found = [snapshot.claims.get(f"{namespace}/{n}") for n in names]
+        claims = [c for c in found if c is not None]
+        if len(claims) < len(found):
             waiting[key] = "a claim it names does not exist"
             continue
-        ours = [c for c in claims if c is not None and is_ours(c, snapshot.classes)]
-        todo = tuple(c for c in ours if not is_allocated(c))
+        todo = tuple(c for c in claims if allocates(c, snapshot.classes) and not is_allocated(c))
         if not todo:
+            theirs = next((c for c in claims if is_ours(c, snapshot.classes)
+                           and not is_allocated(c)), None)  # fmt: skip
+            if theirs is not None:
+                waiting[key] = (f"claim {claim_ref(theirs)} tolerates drasat's allocator taint: "
+                                "kube-scheduler allocates it")  # fmt: skip
             continue
-        pinned = {allocated_node(c) for c in ours if is_allocated(c)}
+        gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        if gates:
+            # kube-scheduler does not consider a gated pod: devices given now would sit idle.
+            names_of = ", ".join(str(g.get("name", "")) for g in gates)
+            waiting[key] = f"it has scheduling gates ({names_of})"
+            continue
+        # Every allocated claim of the pod, of any driver, pins it to the nodes its
+        # allocation's node selector selects.
+        pinned = [c for c in claims if is_allocated(c)]
         excluded = _excluded(pod, snapshot, bound, pinned)
         candidates = tuple(n for n in snapshot.nas if n not in excluded and n in snapshot.nodes)
         cpu, memory = nodefit.requests(pod)
@@ -177,6 +235,13 @@ def pending_pods(
         if limit is not None and len(out) >= limit:
             break
     return out, waiting
+
+
+def _selects(claim: Obj, node: Obj) -> bool:
+    """Whether an allocated claim may be used on the node (its allocation's node selector; none:
+    every node)."""
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+    return nodefit.node_selector_matches(selector, node)
 
 
 def _bound_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
@@ -189,7 +254,7 @@ def _bound_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
 
 
 def _excluded(
-    pod: Obj, snapshot: Snapshot, bound: Mapping[str, list[Obj]], pinned: set[str | None]
+    pod: Obj, snapshot: Snapshot, bound: Mapping[str, list[Obj]], pinned: Sequence[Obj]
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     lately = snapshot.unsuitable.get(pod_key(pod), {})
@@ -198,9 +263,11 @@ def _excluded(
         if node is None:
             out[name] = "no Node object"
             continue
-        if pinned and name not in pinned:
-            out[name] = "another claim of the pod is allocated on " + ", ".join(
-                sorted(str(p) for p in pinned)
+        elsewhere = next((c for c in pinned if not _selects(c, node)), None)
+        if elsewhere is not None:
+            there = allocated_node(elsewhere)
+            out[name] = f"claim {claim_ref(elsewhere)} of the pod is allocated " + (
+                f"on {there}" if there else "on other nodes"
             )
             continue
         reason = nodefit.unfit(pod, node) or nodefit.full(
@@ -249,3 +316,46 @@ def ledger_of(claim: Obj, snapshot: Snapshot) -> tuple[str | None, dict[str, Any
     if node is None or parsed is None:
         return node, {}
     return node, results.ledger_from_status(claim, parsed.node.nas)
+
+
+def status_entries(snapshot: Snapshot) -> dict[str, dict[str, tuple[Obj, dict[str, Any]]]]:
+    """node -> claim uid -> (claim, the ledger entries its status stands for there), for every
+    allocated claim with a result of drasat's driver, whoever allocated it."""
+    out: dict[str, dict[str, tuple[Obj, dict[str, Any]]]] = {}
+    for claim in snapshot.claims.values():
+        if not names_our_driver(claim):
+            continue
+        node, entries = ledger_of(claim, snapshot)
+        if node is not None and entries:
+            uid = str((claim.get("metadata") or {}).get("uid", ""))
+            out.setdefault(node, {})[uid] = (claim, entries)
+    return out
+
+
+def with_status_holds(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with every allocated claim's devices held in its node's state, as the claim's
+    status names them: a claim allocated by kube-scheduler (or written back by anyone) holds its
+    devices from the moment the informer sees it, not one ledger settle later, and a ledger entry
+    naming other devices than the status never makes the status's devices look free."""
+    by_node = status_entries(snapshot)
+    nas = dict(snapshot.nas)
+    for node, held in by_node.items():
+        parsed = nas.get(node)
+        if parsed is None:
+            continue
+        ledger = parsed.node.nas.allocatedClaims
+        extra: dict[str, Any] = {}
+        for uid, (_, entries) in held.items():
+            in_ledger = [e for e in ledger.values() if e.claimInfo.uid == uid]
+            if allocation.device_ids(in_ledger) == allocation.device_ids(entries.values()):
+                continue
+            for key, entry in entries.items():
+                extra[nas_nodes.HELD_PREFIX + key] = entry
+        if extra:
+            state = parsed.node
+            claims = {**ledger, **extra}
+            state = dataclasses.replace(
+                state, nas=state.nas.model_copy(update={"allocatedClaims": claims})
+            )
+            nas[node] = dataclasses.replace(parsed, node=state)
+    return dataclasses.replace(snapshot, nas=nas)
