@@ -46,6 +46,7 @@ from drasat.solver.cache import SolverCache
 from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
+    DeviceConstraint,
     Mode,
     NodeState,
     PodPlacement,
@@ -59,6 +60,7 @@ from drasat.solver.problem import (
 
 __all__ = [
     "ClaimRequest",
+    "DeviceConstraint",
     "Mode",
     "NodeState",
     "PodPlacement",

@@ -68,7 +68,13 @@ class Claim:
     def names_gpus(self) -> bool:
         """Whether which GPUs this claim may take depends on their identity (index, uuid or an
         eligible set), not only on what they are: memo keys must then tell GPUs apart."""
-        return names_gpu(self.selector) or self.request.eligible is not None
+        request = self.request
+        return (
+            names_gpu(self.selector)
+            or request.eligible is not None
+            or request.placements is not None
+            or bool(request.constraints)
+        )
 
     @property
     def ref(self) -> str:
@@ -83,6 +89,11 @@ class Claim:
         if self.need_compute_slices:
             needs.append(f"computeSlices>={self.need_compute_slices}")
         return "MIG " + " ".join(needs)
+
+    def placement_allowed(self, gpu: GpuSlot, option: MigOption) -> bool:
+        """Whether the caller's eligible placements (if any) admit this one on this GPU."""
+        placements = self.request.placements
+        return placements is None or (gpu.info.uuid, option.start) in placements
 
     def mig_fits(self, option: MigOption) -> bool:
         """Whether the profile at this placement is one this claim may take."""
@@ -180,7 +191,9 @@ def device_fits(claim: Claim, gpu: GpuSlot) -> bool:
     if eligible is not None and gpu.info.uuid not in eligible:
         return False
     if claim.kind is Kind.mig:
-        return gpu.mig_enabled and any(claim.mig_fits(o) for o in gpu.mig_options)
+        return gpu.mig_enabled and any(
+            claim.mig_fits(o) and claim.placement_allowed(gpu, o) for o in gpu.mig_options
+        )
     if gpu.mig_enabled and not claim.allows_mig_gpu:
         return False
     return claim.selector is None or claim.selector.matches(gpu.info)

@@ -40,7 +40,7 @@ from drasat.api.claims import Requirement
 from drasat.solver import costs, demand, reasons
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
-from drasat.solver.problem import PodRequest
+from drasat.solver.problem import DeviceConstraint, DeviceKey, PodRequest
 from drasat.solver.rules import Rules
 
 
@@ -134,7 +134,11 @@ def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
 
 def free_options(claim: Claim, gpu: GpuSlot) -> list[MigOption]:
     partner = claim.paired_with
-    return [o for o in gpu.mig_options if claim.mig_fits(o) and gpu.option_free(o, partner)]
+    return [
+        o
+        for o in gpu.mig_options
+        if claim.mig_fits(o) and claim.placement_allowed(gpu, o) and gpu.option_free(o, partner)
+    ]
 
 
 def _free_ways(claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
@@ -153,7 +157,10 @@ def claim_shape(claim: Claim) -> tuple[object, bool]:
     text = spec.model_dump_json(exclude_none=True)
     names_gpus = '"index"' in text or '"uuid"' in text or claim.request.eligible is not None
     eligible = tuple(sorted(claim.request.eligible or ()))
-    return (claim.namespace, claim.kind.value, text, eligible), names_gpus
+    placements = claim.request.placements
+    names_gpus = names_gpus or placements is not None
+    where = None if placements is None else tuple(sorted(placements))
+    return (claim.namespace, claim.kind.value, text, eligible, where), names_gpus
 
 
 class _Builder:
@@ -292,7 +299,9 @@ class _Builder:
         if spec.sameNUMANode is not None:
             groups: dict[object, list[DeviceVar]] = {}
             for d in vars_here:
-                key = d.gpu.info.numaNode if d.gpu.info.numaNode is not None else ("gpu", d.gpu)
+                # A GPU without a NUMA node is a group of its own (GpuSlot is not hashable).
+                numa = d.gpu.info.numaNode
+                key = numa if numa is not None else ("gpu", d.gpu.node, d.gpu.position)
                 groups.setdefault(key, []).append(d)
             used = []
             for number, members in enumerate(groups.values()):
@@ -364,6 +373,67 @@ class _Builder:
             for other in on[1:]:
                 for gpu in set(on[0]) | set(other):
                     self.m.add(sum(on[0].get(gpu, [])) == sum(other.get(gpu, [])))
+
+    def device_constraints(self) -> None:
+        """Claims sharing a DeviceConstraint key: on their node, the devices they take have one
+        value (match) or pairwise different values (distinct); a device without a value is
+        never taken."""
+        groups: dict[str, list[tuple[Claim, DeviceConstraint]]] = {}
+        for claim in self.claims.values():
+            for constraint in claim.request.constraints:
+                groups.setdefault(constraint.key, []).append((claim, constraint))
+        for key, members in groups.items():
+            per_node = self._valued(members)
+            first, constraint = members[0]
+            literal = self.rule(("claim ", reasons.ClaimId(first.uid), f": {constraint.label}"))
+            for node, by_value in per_node.items():
+                if constraint.distinct:
+                    self._distinct(by_value, literal)
+                else:
+                    self._one_value(f"{key}_{node}", by_value, literal)
+
+    def _valued(
+        self, members: Sequence[tuple[Claim, DeviceConstraint]]
+    ) -> dict[str, dict[str, list[cp_model.IntVar]]]:
+        """node -> value -> the members' device literals with that value; literals of devices
+        without a value are fixed to 0."""
+        out: dict[str, dict[str, list[cp_model.IntVar]]] = {}
+        for claim, constraint in members:
+            values = constraint.value_of()
+            for d in self.built.devices.get(claim.uid, []):
+                value = values.get(device_key(d))
+                if value is None:
+                    self.m.add(d.var == 0)
+                    continue
+                out.setdefault(d.gpu.node, {}).setdefault(value, []).append(d.var)
+        return out
+
+    def _distinct(
+        self, by_value: dict[str, list[cp_model.IntVar]], literal: cp_model.IntVar | None
+    ) -> None:
+        for literals in by_value.values():
+            if len(literals) > 1:
+                c = self.m.add(cp_model.LinearExpr.sum(literals) <= 1)
+                if literal is not None:
+                    c.only_enforce_if(literal)
+
+    def _one_value(
+        self,
+        tag: str,
+        by_value: dict[str, list[cp_model.IntVar]],
+        literal: cp_model.IntVar | None,
+    ) -> None:
+        if len(by_value) < 2:
+            return
+        chosen = []
+        for number, literals in enumerate(by_value.values()):
+            value = self.m.new_bool_var(f"value_{tag}_{number}")
+            for d in literals:
+                self.m.add_implication(d, value)
+            chosen.append(value)
+        c = self.m.add(cp_model.LinearExpr.sum(chosen) <= 1)
+        if literal is not None:
+            c.only_enforce_if(literal)
 
     def _per_gpu(self, uid: str) -> dict[tuple[str, int], list[cp_model.IntVar]]:
         out: dict[tuple[str, int], list[cp_model.IntVar]] = {}
@@ -615,6 +685,7 @@ class _Builder:
         self.claim_variables()
         self.pairing()
         self.same_gpu()
+        self.device_constraints()
         self.gpu_capacity()
         self.node_capacity()
         self.budgets()
@@ -631,6 +702,13 @@ def _slice_groups(migs: list[DeviceVar]) -> dict[int, list[cp_model.IntVar]]:
         for t in d.option.slices():
             groups.setdefault(t, []).append(d.var)
     return groups
+
+
+def device_key(d: DeviceVar) -> DeviceKey:
+    """The device a literal takes, as DeviceConstraint names it."""
+    if d.option is None:
+        return (d.gpu.info.uuid, None, None)
+    return (d.gpu.info.uuid, d.option.profile, d.option.start)
 
 
 def _need(entry: PodEntry, resource: str) -> int:

@@ -88,9 +88,14 @@ class PodShape:
 
 
 def _eligible_text(claim: Claim) -> str:
-    eligible = claim.request.eligible
+    request = claim.request
+    eligible = request.eligible
     text = "" if eligible is None else " eligible=" + ",".join(sorted(eligible))
-    return text if claim.request.same_gpu is None else f"{text} same_gpu={claim.request.same_gpu}"
+    if request.placements is not None:
+        text += " placements=" + ",".join(f"{u}@{s}" for u, s in sorted(request.placements))
+    if request.constraints:
+        text += f" constraints={request.constraints!r}"
+    return text if request.same_gpu is None else f"{text} same_gpu={request.same_gpu}"
 
 
 def shape(entry: PodEntry, rules: Rules) -> PodShape:
@@ -263,6 +268,8 @@ def _enumerable(entry: PodEntry, rules: Rules) -> bool:
         return False
     if claim.paired_with is not None:
         return False  # its GPU claim is allocated already: the model pins it to that GPU
+    if claim.request.constraints:
+        return False  # the model reads the devices' values
     return not rules.reservation_budgets(claim.namespace)
 
 

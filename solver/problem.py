@@ -38,6 +38,32 @@ class NodeState:
     labels: tuple[tuple[str, str], ...] = ()
 
 
+#: A device in the solver's terms: (GPU uuid, None, None) for a whole GPU or a share, (parent
+#: uuid, profile, start) for a MIG placement.
+DeviceKey = tuple[str, str | None, int | None]
+
+
+@dataclass(frozen=True)
+class DeviceConstraint:
+    """A constraint over the devices several claims of one pod take (a v1 claim's
+    `matchAttribute` or `distinctAttribute`, or one request's devices being distinct): the
+    claims with the same `key` form one group, and every device they take has a value here.
+
+    match: every device the group takes has the same value; distinct: no two have the same.
+    A device without a value is never taken by a claim of the group (upstream: a device
+    without the attribute fails the constraint)."""
+
+    key: str
+    distinct: bool
+    #: This claim's devices and their values (compared for equality only), sorted.
+    values: tuple[tuple[DeviceKey, str], ...]
+    #: The constraint in user terms, for explanations (`matchAttribute gpu.drasat.io/uuid`).
+    label: str = ""
+
+    def value_of(self) -> dict[DeviceKey, str]:
+        return dict(self.values)
+
+
 @dataclass(frozen=True)
 class ClaimRequest:
     """A ResourceClaim of ours with its resolved parameters: exactly one of gpu or mig."""
@@ -56,6 +82,11 @@ class ClaimRequest:
     #: Claims of one pod with the same key go on one GPU (a v1 claim's MIG devices constrained
     #: to one parent); None: no such constraint.
     same_gpu: str | None = None
+    #: A MIG claim: the (parent GPU UUID, start) placements it may take, decided by the caller
+    #: (a v1 request's selectors on the MIG devices' own attributes); None: every placement.
+    placements: frozenset[tuple[str, int]] | None = None
+    #: Constraints with other claims of the pod on the devices taken (see DeviceConstraint).
+    constraints: tuple[DeviceConstraint, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.gpu is None) == (self.mig is None):

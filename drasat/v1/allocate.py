@@ -6,7 +6,12 @@ rounds: round r gives every pod still unplaced its r-th variant (its first choic
 solves those pods together in one solver call, over the nodes as the earlier rounds left them.
 So a pod's first choices compete for the devices before anyone's second choice, and each round
 is one exact solve, not a device-by-device search. The solver's placements become each claim's
-`status.allocation` and ledger entries (`results`). This is a purely computational module.
+`status.allocation` and ledger entries (`results`).
+
+One pod never stops the others: an unexpected error reading a pod's claims or writing its
+allocation refuses that pod; a solver call that raises is split in halves, solved apart, down to
+the pods that make it raise, which are refused (`Outcome.failed`). This is a purely
+computational module.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drasat.api.errors import one_line
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import NodeState, PodRequest, Problem, Solution, SolveParams
@@ -71,6 +77,14 @@ class Outcome:
     refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Every round's solution (status, bound, time).
     solutions: list[Solution] = field(default_factory=list)
+    #: pod key -> the error that refused it (also in `refused`): drasat's fault, not the
+    #: pod's request; the caller reports it as such.
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, pod: str, doing: str, error: Exception) -> None:
+        text = one_line(f"internal error {doing}: {type(error).__name__}: {error}")
+        self.failed[pod] = text
+        self.refused[pod] = (text,)
 
 
 def claim_key(claim: Obj) -> str:
@@ -86,52 +100,122 @@ def allocate(
     params: SolveParams | None = None,
     solve: Solve | None = None,
 ) -> Outcome:
-    """Place the pods' claims; pods that fit nowhere are refused with the solver's reasons."""
+    """Place the pods' claims; pods that fit nowhere are refused with the solver's reasons.
+
+    One pod never stops the others: an error while reading its claims, in a solver call that
+    holds it, or while writing its allocation refuses that pod (`Outcome.failed` says which)
+    and the rest are placed as if it were not there."""
     from drasat.solver import solve as default_solve
 
-    run = solve or default_solve
-    params = params or SolveParams()
-    policy = policy or AllocationPolicySpec()
-    outcome = Outcome()
+    run = _Round(
+        states={n.state.name: n.state for n in nodes},
+        lookup={n.state.name: devices.index(n.devices) for n in nodes},
+        by_key={p.key: p for p in pods},
+        policy=policy or AllocationPolicySpec(),
+        params=params or SolveParams(),
+        solve=solve or default_solve,
+    )
     catalog = Devices({n.state.name: n.devices for n in nodes})
-    lookup = {n.state.name: devices.index(n.devices) for n in nodes}
-    states = {n.state.name: n.state for n in nodes}
-    pending: dict[str, list[list[Option]]] = {}
-    by_key = {p.key: p for p in pods}
-    read: dict[str, Claim] = {}
-    for pod in pods:
-        try:
-            pending[pod.key] = _pod_variants(pod, classes, catalog, read)
-        except ClaimError as error:
-            outcome.refused[pod.key] = (str(error),)
-            continue
-        if not pending[pod.key]:
-            outcome.refused[pod.key] = (_no_device(pod, read),)
-            del pending[pod.key]
+    pending = _read_pods(pods, classes, catalog, run.outcome)
     for round_number in range(MAX_VARIANTS):
         todo = {k: v[round_number] for k, v in pending.items() if round_number < len(v)}
         if not todo:
             break
-        solution, variants = _solve_round(todo, by_key, states, policy, params, run)
-        outcome.solutions.append(solution)
-        for placement in solution.placements:
-            options, meaning = variants[placement.pod]
-            _record(
-                outcome,
-                placement.pod,
-                placement.node,
-                options,
-                meaning,
-                placement.allocations,
-                lookup[placement.node],
-            )
-            states[placement.node] = _with_ledger(states[placement.node], outcome, placement.pod)
-            pending.pop(placement.pod, None)
-        for rejection in solution.unplaced:
-            outcome.refused[rejection.pod] = rejection.reasons
+        run.place(todo)
+        for key in run.outcome.placed:
+            pending.pop(key, None)
+        for key in run.outcome.failed:
+            pending.pop(key, None)
+    outcome = run.outcome
     for key in outcome.placed:
         outcome.refused.pop(key, None)
     return outcome
+
+
+def _read_pods(
+    pods: Sequence[PodInput], classes: Mapping[str, Obj], catalog: Devices, outcome: Outcome
+) -> dict[str, list[list[Option]]]:
+    """Each pod's variants, best first; pods that cannot be placed as written are refused."""
+    pending: dict[str, list[list[Option]]] = {}
+    read: dict[str, Claim] = {}
+    for pod in pods:
+        try:
+            pending[pod.key] = _pod_variants(pod, classes, catalog, read)
+        except (ClaimError, _NoDevice) as error:
+            outcome.refused[pod.key] = (str(error),)
+        except Exception as error:  # one pod's bad input never stops the others
+            outcome.fail(pod.key, "reading its claims", error)
+    return pending
+
+
+class _NoDevice(Exception):
+    """No published device matches some request of the claim."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(f"claim {claim.ref}: {_no_device(claim)}")
+
+
+@dataclass
+class _Round:
+    """The nodes as the placements so far left them, and the outcome being written."""
+
+    states: dict[str, NodeState]
+    lookup: Mapping[str, Mapping[tuple[object, ...], Published]]
+    by_key: Mapping[str, PodInput]
+    policy: AllocationPolicySpec
+    params: SolveParams
+    solve: Solve
+    outcome: Outcome = field(default_factory=lambda: Outcome())
+
+    def place(self, todo: Mapping[str, list[Option]]) -> None:
+        """Solve these pods together; when the solver raises, solve each half apart, down to
+        the pods that make it raise, which are refused."""
+        groups = [list(todo)]
+        while groups:
+            keys = groups.pop(0)
+            try:
+                solution, variants = _solve_round(
+                    {k: todo[k] for k in keys},
+                    self.by_key,
+                    self.states,
+                    self.policy,
+                    self.params,
+                    self.solve,
+                )
+            except Exception as error:
+                if len(keys) == 1:
+                    self.outcome.fail(keys[0], "solving", error)
+                else:
+                    half = len(keys) // 2
+                    groups[:0] = [keys[:half], keys[half:]]
+                continue
+            self.record(solution, variants)
+
+    def record(
+        self, solution: Solution, variants: Mapping[str, tuple[list[Option], dict[str, Option]]]
+    ) -> None:
+        outcome = self.outcome
+        outcome.solutions.append(solution)
+        for placement in solution.placements:
+            options, meaning = variants[placement.pod]
+            try:
+                _record(
+                    outcome,
+                    placement.pod,
+                    placement.node,
+                    options,
+                    meaning,
+                    placement.allocations,
+                    self.lookup[placement.node],
+                )
+            except Exception as error:
+                outcome.placed.pop(placement.pod, None)
+                outcome.fail(placement.pod, "writing its allocation", error)
+                continue
+            node = placement.node
+            self.states[node] = _with_ledger(self.states[node], outcome, placement.pod)
+        for rejection in solution.unplaced:
+            outcome.refused[rejection.pod] = rejection.reasons
 
 
 def _pod_variants(
@@ -142,9 +226,10 @@ def _pod_variants(
         uid = claim_key(obj)
         if uid not in read:
             read[uid] = read_claim(obj, classes)
-        per_claim.append(claim_variants(read[uid], catalog))
-        if not per_claim[-1]:
-            return []
+        found = claim_variants(read[uid], catalog)
+        if not found:
+            raise _NoDevice(read[uid])
+        per_claim.append(results.preparable(read[uid], found))
     combos: list[tuple[int, list[Option]]] = []
     _combine(per_claim, 0, [], 0, combos)
     combos.sort(key=lambda item: item[0])
@@ -167,21 +252,21 @@ def _combine(
         _combine(per_claim, i + 1, prefix + options, rank + k, out)
 
 
-def _no_device(pod: PodInput, read: Mapping[str, Claim]) -> str:
+def _no_device(claim: Claim) -> str:
+    """Why the claim has no way to be met: its requests and their classes, with the first
+    selector error; with constraints, that their attributes are needed too."""
     parts = []
-    for obj in pod.claims:
-        claim = read.get(claim_key(obj))
-        if claim is None:
-            continue
-        for request in claim.requests:
-            for alternative in request.alternatives:
-                errors = [s.error for s in alternative.selectors if s.error]
-                text = f"request {alternative.result_name} (class {alternative.device_class})"
-                if errors:
-                    text += f": {errors[0]}"
-                parts.append(text)
-        return f"claim {claim.ref}: no published device matches " + "; ".join(parts)
-    return "no published device matches the pod's claims"
+    for request in claim.requests:
+        for alternative in request.alternatives:
+            errors = [s.error for s in alternative.selectors if s.error]
+            text = f"request {alternative.result_name} (class {alternative.device_class})"
+            if errors:
+                text += f": {errors[0]}"
+            parts.append(text)
+    text = "no published device matches " + "; ".join(parts)
+    if claim.constraints:
+        text += " with the attributes of " + ", ".join(c.label for c in claim.constraints)
+    return text
 
 
 def _solve_round(
@@ -248,10 +333,13 @@ def _record(
         claim = entries[0][0].claim
         found: list[Obj] = []
         ledger: dict[str, AllocatedDevices] = {}
+        result_names: dict[str, str] = {}
         for option, solver_uid in entries:
             if solver_uid is None:
                 found.extend(results.device_results(option, None, lookup))
-                ledger[f"{claim_uid}/{option.request}"] = results.fallback_entry(option)
+                key = f"{claim_uid}/{option.request}"
+                ledger[key] = results.fallback_entry(option)
+                result_names[key] = option.alternative.result_name
                 continue
             uid = solver_uid
             entry = placed.get(uid)
@@ -261,10 +349,11 @@ def _record(
             # The solver names the entry after its own claim (`<uid>/<request>`); the ledger
             # names the ResourceClaim, as the classic one does.
             ledger[uid] = entry.model_copy(update={"claimInfo": results.claim_info(claim)})
+            result_names[uid] = option.alternative.result_name
         if not found:
             continue
-        config = results.configs(claim.config, _class_configs(entries))
-        ledger = results.with_configs(ledger, config)
+        config = results.configs(claim.config, results.class_configs([o for o, _ in entries]))
+        ledger = results.with_configs(ledger, config, result_names)
         outcome.allocations[claim_uid] = ClaimAllocation(
             uid=claim_uid,
             namespace=claim.namespace,
@@ -273,22 +362,6 @@ def _record(
             allocation=results.allocation(node, found, config),
             ledger=ledger,
         )
-
-
-def _class_configs(
-    entries: Sequence[tuple[Option, str | None]],
-) -> list[tuple[str, list[str], Obj]]:
-    out: list[tuple[str, list[str], Obj]] = []
-    seen: dict[str, tuple[list[str], tuple[Obj, ...]]] = {}
-    for option, _ in entries:
-        alternative = option.alternative
-        names, _configs = seen.setdefault(alternative.device_class, ([], alternative.class_config))
-        if alternative.result_name not in names:
-            names.append(alternative.result_name)
-    for class_name, (requests_using, class_config) in seen.items():
-        for config in class_config:
-            out.append((class_name, requests_using, config))
-    return out
 
 
 def _with_ledger(state: NodeState, outcome: Outcome, pod: str) -> NodeState:

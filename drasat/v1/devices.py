@@ -45,16 +45,24 @@ class Published:
     def name(self) -> str:
         return str(self.device["name"])
 
-    def attribute(self, qualified: str) -> object:
-        """The value of an attribute by qualified name (`gpu.drasat.io/numaNode` or a bare
-        name in the driver's domain); None when the device lacks it."""
+    def typed(self, qualified: str) -> tuple[str, object] | None:
+        """An attribute's type and value by qualified name, looked up as upstream's allocator
+        does: the qualified name itself, then (in the driver's own domain) the bare name; None
+        when the device lacks it. A bare name is read in the driver's domain."""
+        attributes = self.device.get("attributes") or {}
+        found = attributes.get(qualified)
         domain, _, bare = qualified.rpartition("/")
-        attributes = self.device.get("attributes", {})
-        key = bare if domain in ("", self.driver) else qualified
-        value = attributes.get(key)
-        if value is None:
+        if found is None and domain in ("", self.driver):
+            found = attributes.get(bare)
+        if not isinstance(found, dict) or not found:
             return None
-        return next(iter(value.values()), None)
+        kind, value = next(iter(found.items()))
+        return str(kind), value
+
+    def attribute(self, qualified: str) -> object:
+        """The value of an attribute by qualified name; None when the device lacks it."""
+        found = self.typed(qualified)
+        return None if found is None else found[1]
 
 
 def drasat_devices(node: str, nas: NodeAllocationStateSpec) -> list[Published]:

@@ -4,8 +4,9 @@ compiled CEL selectors (the class's, then the request's), counts, capacity reque
 claim's `matchAttribute` constraints and opaque configs.
 
 Everything the solver cannot honour is refused here with the claim and field path named
-(`ClaimError`): a selector that does not compile, `adminAccess`, a `matchAttribute` that names
-an attribute drasat's devices do not have, a bad configuration of our driver. v1beta1/v1beta2
+(`ClaimError`): a selector that does not compile, `adminAccess`, a constraint other than
+`matchAttribute`/`distinctAttribute` or naming no request of the claim, a bad configuration of
+our driver. v1beta1/v1beta2
 claims are read into the v1 shape first (`v1_spec`). This is a purely computational module.
 """
 
@@ -60,15 +61,23 @@ class Request:
 
 
 @dataclass(frozen=True)
-class MatchAttribute:
-    """`matchAttribute` over these requests (empty: all of the claim's)."""
+class AttributeConstraint:
+    """`matchAttribute` (or `distinctAttribute`) over these requests (empty: all of the
+    claim's); an entry names a request (all its subrequests) or one `<request>/<subrequest>`."""
 
     attribute: str
     requests: tuple[str, ...]
     field: str
+    distinct: bool = False
 
-    def covers(self, request: str) -> bool:
-        return not self.requests or request in self.requests
+    def covers(self, request: str, result_name: str) -> bool:
+        """Whether it covers the devices of this request's alternative (`result_name`)."""
+        return not self.requests or request in self.requests or result_name in self.requests
+
+    @property
+    def label(self) -> str:
+        kind = "distinctAttribute" if self.distinct else "matchAttribute"
+        return f"{kind} {self.attribute}"
 
 
 @dataclass(frozen=True)
@@ -77,7 +86,7 @@ class Claim:
     namespace: str
     name: str
     requests: tuple[Request, ...]
-    constraints: tuple[MatchAttribute, ...]
+    constraints: tuple[AttributeConstraint, ...]
     #: The claim's `spec.devices.config` entries, as written.
     config: tuple[Obj, ...]
 
@@ -110,19 +119,10 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         _request(ref, f"spec.devices.requests[{i}]", r, classes)
         for i, r in enumerate(devices.get("requests") or [])
     )
-    names = {r.name for r in requests}
-    constraints = []
-    for i, c in enumerate(devices.get("constraints") or []):
-        where = f"spec.devices.constraints[{i}]"
-        attribute = c.get("matchAttribute")
-        if not attribute:
-            other = next(iter(k for k in c if k != "requests"), "?")
-            raise ClaimError(ref, f"{where}.{other}", "only matchAttribute is supported")
-        covered = tuple(str(r).partition("/")[0] for r in c.get("requests") or [])
-        for name in covered:
-            if name not in names:
-                raise ClaimError(ref, f"{where}.requests", f"no request named {name!r}")
-        constraints.append(MatchAttribute(str(attribute), covered, where))
+    constraints = tuple(
+        _constraint(ref, f"spec.devices.constraints[{i}]", c, requests)
+        for i, c in enumerate(devices.get("constraints") or [])
+    )
     config = []
     for i, entry in enumerate(devices.get("config") or []):
         opaque = entry.get("opaque") or {}
@@ -137,9 +137,28 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         requests=requests,
-        constraints=tuple(constraints),
+        constraints=constraints,
         config=tuple(config),
     )
+
+
+def _constraint(
+    ref: str, where: str, constraint: Obj, requests: tuple[Request, ...]
+) -> AttributeConstraint:
+    match, distinct = constraint.get("matchAttribute"), constraint.get("distinctAttribute")
+    if not match and not distinct:
+        other = next(iter(k for k in constraint if k != "requests"), "?")
+        raise ClaimError(
+            ref, f"{where}.{other}", "only matchAttribute and distinctAttribute are supported"
+        )
+    names = {r.name for r in requests} | {
+        a.result_name for r in requests for a in r.alternatives if "/" in a.result_name
+    }
+    covered = tuple(str(r) for r in constraint.get("requests") or [])
+    for name in covered:
+        if name not in names:
+            raise ClaimError(ref, f"{where}.requests", f"no request named {name!r}")
+    return AttributeConstraint(str(match or distinct), covered, where, distinct=not match)
 
 
 def _request(ref: str, where: str, request: Obj, classes: Mapping[str, Obj]) -> Request:

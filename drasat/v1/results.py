@@ -8,11 +8,17 @@ stable); the class's then the claim's opaque configs; a `nodeSelector` naming th
 ledger entry per solver claim is the NAS `allocatedClaims` entry, as in classic mode.
 
 `ledger_from_status` reads a claim's status back into ledger entries (a restart rebuilds the NAS
-from the claims: for v1 the claim status is the truth). This is a purely computational module.
+from the claims: for v1 the claim status is the truth).
+
+`preparable` keeps the variants of a claim that drasat's node plugin can prepare (one NAS entry
+per claim: whole GPUs, shares of one size or MIG devices, one configuration); a claim with none
+is refused with a ClaimError naming the request, never allocated. This is a purely computational
+module.
 """
 
 from __future__ import annotations
 
+import json
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +39,7 @@ from drasat.api.nas import (
 from drasat.api.quantity import to_bytes
 from drasat.v1 import devices
 from drasat.v1.devices import Published
-from drasat.v1.requests import Claim
+from drasat.v1.requests import Claim, ClaimError
 from drasat.v1.variants import Option
 
 Obj = dict[str, Any]
@@ -117,6 +123,22 @@ def configs(
     return out
 
 
+def class_configs(options: Sequence[Option]) -> list[tuple[str, list[str], Obj]]:
+    """(class, the results' requests that used it, config) for each class config of the
+    classes the options use, classes in order of first use."""
+    seen: dict[str, tuple[list[str], tuple[Obj, ...]]] = {}
+    for option in options:
+        alternative = option.alternative
+        names, _ = seen.setdefault(alternative.device_class, ([], alternative.class_config))
+        if alternative.result_name not in names:
+            names.append(alternative.result_name)
+    return [
+        (class_name, requests_using, config)
+        for class_name, (requests_using, class_config) in seen.items()
+        for config in class_config
+    ]
+
+
 def allocation(node: str, results: list[Obj], config: list[Obj]) -> Obj:
     devices_status: Obj = {"results": results}
     if config:
@@ -125,20 +147,21 @@ def allocation(node: str, results: list[Obj], config: list[Obj]) -> Obj:
 
 
 def with_configs(
-    ledger: Mapping[str, AllocatedDevices], config: Sequence[Obj]
+    ledger: Mapping[str, AllocatedDevices],
+    config: Sequence[Obj],
+    result_names: Mapping[str, str],
 ) -> dict[str, AllocatedDevices]:
     """The ledger entries with the sharing and lifecycle the claim's and class's opaque configs
-    of our driver give each request (the node plugin prepares by the same rule,
-    `deviceconfig.for_request`), so the NAS says how each device is shared."""
+    of our driver give each entry's result request (`result_names`, by ledger key: `req` or
+    `req/sub`; the node plugin prepares by the same rule, `deviceconfig.for_request`), so the
+    NAS says how each device is shared."""
     try:
         applied = deviceconfig.applied(config, DRIVER_NAME)
     except ValueError:
         return dict(ledger)  # read already when the claim was; the node plugin reports it
     out = {}
     for key, entry in ledger.items():
-        # `<claim uid>/<request>[#i]`: the request (a config names it, not a subrequest)
-        request = key.partition("/")[2].partition("#")[0]
-        merged = deviceconfig.for_request(applied, request)
+        merged = deviceconfig.for_request(applied, result_names[key])
         update: dict[str, Any] = {}
         if merged.sharing is not None and entry.gpu is not None:
             update["gpu"] = entry.gpu.model_copy(update={"sharing": merged.sharing})
@@ -148,6 +171,100 @@ def with_configs(
             update["lifecycle"] = list(merged.lifecycle)
         out[key] = entry.model_copy(update=update) if update else entry
     return out
+
+
+# -- what the node plugin prepares -----------------------------------------------------------
+
+
+def preparable(claim: Claim, variants: Sequence[Sequence[Option]]) -> list[list[Option]]:
+    """The claim's variants whose allocation drasat's node plugin can prepare (it puts one
+    claim's devices in one NAS entry: whole GPUs, shares of one size or MIG devices, with one
+    configuration); ClaimError naming the request when none is, so the claim is refused
+    rather than allocated and never prepared."""
+    kept = []
+    first: ClaimError | None = None
+    for options in variants:
+        error = unpreparable(claim, options)
+        if error is None:
+            kept.append(list(options))
+        elif first is None:
+            first = error
+    if not kept and first is not None:
+        raise first
+    return kept
+
+
+def unpreparable(claim: Claim, options: Sequence[Option]) -> ClaimError | None:
+    """Why the node plugin could not prepare the claim allocated by these options; None: it
+    can. The CPU fallback is prepared as no device and mixes with anything."""
+    real = [o for o in options if o.kind != devices.FALLBACK]
+    if not real:
+        return None
+    kinds = {_shape(o) for o in real}
+    if len(kinds) > 1:
+        other = next(o for o in real if _shape(o) != _shape(real[0]))
+        return _refusal(
+            claim,
+            other,
+            f"{_describe(real[0])} and {_describe(other)} in one claim cannot be prepared by "
+            "drasat's node plugin (use one claim for each)",
+        )
+    return _config_conflict(claim, real)
+
+
+def _shape(option: Option) -> tuple[str, str]:
+    """What one NAS entry holds: MIG devices, whole GPUs, or shares of one size."""
+    if option.kind == devices.MIG:
+        return ("mig", "")
+    if option.share is None:
+        return ("whole", "")
+    return ("share", option.share.model_dump_json())
+
+
+def _describe(option: Option) -> str:
+    kind, _ = _shape(option)
+    what = {"mig": "MIG devices", "whole": "whole GPUs"}.get(kind, "")
+    if kind == "share":
+        assert option.share is not None
+        what = f"shares ({_share_text(option.share)})"
+    return f"{what} of request {option.alternative.result_name}"
+
+
+def _share_text(share: Any) -> str:
+    parts = []
+    if share.memory is not None:
+        parts.append(f"memory {share.memory}")
+    if share.compute is not None:
+        parts.append(f"compute {share.compute}")
+    return ", ".join(parts)
+
+
+def _config_conflict(claim: Claim, real: Sequence[Option]) -> ClaimError | None:
+    config = configs(claim.config, class_configs(real))
+    try:
+        applied = deviceconfig.applied(config, DRIVER_NAME)
+    except ValueError:
+        return None  # a class's config the plugin reports itself (the claim's were read)
+    merged = {
+        o.alternative.result_name: deviceconfig.for_request(applied, o.alternative.result_name)
+        for o in real
+    }
+    texts = {name: json.dumps(c.dump(), sort_keys=True) for name, c in merged.items()}
+    if len(set(texts.values())) < 2:
+        return None
+    first = real[0].alternative.result_name
+    other = next(o for o in real if texts[o.alternative.result_name] != texts[first])
+    return _refusal(
+        claim,
+        other,
+        f"requests {first} and {other.alternative.result_name} have different opaque "
+        "configurations; drasat's node plugin applies one to all of a claim's devices",
+    )
+
+
+def _refusal(claim: Claim, option: Option, message: str) -> ClaimError:
+    index = next(i for i, r in enumerate(claim.requests) if r.name == option.request)
+    return ClaimError(claim.ref, f"spec.devices.requests[{index}]", message)
 
 
 def claim_info(claim: Claim) -> ClaimInfo:
@@ -162,55 +279,105 @@ def fallback_entry(option: Option) -> AllocatedDevices:
 
 def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, AllocatedDevices]:
     """The ledger entries a claim's status.allocation stands for on the node whose NAS is given,
-    keyed as `allocate` keys them (`<uid>/<request>`; MIG devices `#<i>`). Results of other
-    drivers or pools are skipped; a device the node does not have is skipped too (the caller
-    compares counts to notice)."""
+    keyed as `allocate` keys them (`<uid>/<request>`; MIG devices and a request's several
+    shares `#<i>`). Results of other drivers or pools are skipped; a device the node does not
+    have is skipped too (the caller compares counts to notice)."""
     meta = claim.get("metadata") or {}
     uid = str(meta.get("uid", ""))
     info = ClaimInfo(
         namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), uid=uid
     )
     allocated = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-    results = allocated.get("results") or []
-    by_minor = {gpu.minor: gpu for gpu in nas.gpus()}
-    migs = {(m.parentProductName, m.giProfileId): m for m in nas.mig_profiles()}
-    out: dict[str, AllocatedDevices] = {}
-    counters: dict[str, int] = {}
-    for result in results:
-        if result.get("driver") != DRIVER_NAME:
-            continue
-        request = str(result.get("request", "")).partition("/")[0]
+    ours = [r for r in allocated.get("results") or [] if r.get("driver") == DRIVER_NAME]
+    shares_per_request: dict[str, int] = {}
+    for result in ours:
+        if _result_share(result, nas) is not None:
+            request = _request_of(result)
+            shares_per_request[request] = shares_per_request.get(request, 0) + 1
+    reader = _StatusReader(info, nas, shares_per_request)
+    for result in ours:
+        reader.add(result)
+    return with_configs(reader.out, allocated.get("config") or [], reader.result_names)
+
+
+def _request_of(result: Obj) -> str:
+    return str(result.get("request", "")).partition("/")[0]
+
+
+def _result_share(result: Obj, nas: NodeAllocationStateSpec) -> Any:
+    parsed = names.parse(str(result.get("device", "")))
+    if not isinstance(parsed, names.GpuName):
+        return None
+    gpu = next((g for g in nas.gpus() if g.minor == parsed.minor), None)
+    return None if gpu is None else _share_of(result, gpu.memoryBytes)
+
+
+class _StatusReader:
+    """Ledger entries from a claim's results, one result at a time (`ledger_from_status`)."""
+
+    def __init__(
+        self, info: ClaimInfo, nas: NodeAllocationStateSpec, shares_per_request: Mapping[str, int]
+    ) -> None:
+        self.info = info
+        self.by_minor = {gpu.minor: gpu for gpu in nas.gpus()}
+        self.migs = {(m.parentProductName, m.giProfileId): m for m in nas.mig_profiles()}
+        self.shares_per_request = shares_per_request
+        self.out: dict[str, AllocatedDevices] = {}
+        self.result_names: dict[str, str] = {}
+        self.counters: dict[str, int] = {}
+
+    def _next(self, key: str) -> str:
+        i = self.counters.get(key, 0)
+        self.counters[key] = i + 1
+        return f"{key}#{i}"
+
+    def add(self, result: Obj) -> None:
+        key = f"{self.info.uid}/{_request_of(result)}"
         parsed = names.parse(str(result.get("device", "")))
-        key = f"{uid}/{request}"
         if isinstance(parsed, names.FallbackName):
-            out[key] = AllocatedDevices(
-                claimInfo=info, gpu=AllocatedGpus(devices=[]), optional=True
+            self._put(
+                key,
+                result,
+                AllocatedDevices(claimInfo=self.info, gpu=AllocatedGpus(devices=[]), optional=True),
             )
-        elif isinstance(parsed, names.GpuName) and parsed.minor in by_minor:
-            entry = out.get(key) or AllocatedDevices(claimInfo=info, gpu=AllocatedGpus())
-            assert entry.gpu is not None
-            entry.gpu.devices.append(AllocatedGpu(uuid=by_minor[parsed.minor].uuid))
-            share = _share_of(result, by_minor[parsed.minor].memoryBytes)
-            if share is not None:
-                entry.share = share
-            out[key] = entry
-        elif isinstance(parsed, names.MigName) and parsed.minor in by_minor:
-            gpu = by_minor[parsed.minor]
-            mig = migs.get((gpu.productName, parsed.profile_id))
-            if mig is None:
-                continue
-            size = next((p.size for p in mig.placements if p.start == parsed.start), 1)
-            i = counters.get(key, 0)
-            counters[key] = i + 1
-            device = AllocatedMigDevice(
-                profile=mig.profile,
-                parentUUID=gpu.uuid,
-                placement=MigPlacement(start=parsed.start, size=size),
+        elif isinstance(parsed, names.GpuName) and parsed.minor in self.by_minor:
+            self._gpu(key, result, self.by_minor[parsed.minor])
+        elif isinstance(parsed, names.MigName) and parsed.minor in self.by_minor:
+            self._mig(key, result, parsed)
+
+    def _put(self, key: str, result: Obj, entry: AllocatedDevices) -> None:
+        self.out[key] = entry
+        self.result_names[key] = str(result.get("request", ""))
+
+    def _gpu(self, key: str, result: Obj, gpu: Any) -> None:
+        share = _share_of(result, gpu.memoryBytes)
+        device = AllocatedGpu(uuid=gpu.uuid)
+        if share is not None and self.shares_per_request.get(_request_of(result), 0) > 1:
+            entry = AllocatedDevices(
+                claimInfo=self.info, gpu=AllocatedGpus(devices=[device]), share=share
             )
-            out[f"{key}#{i}"] = AllocatedDevices(
-                claimInfo=info, mig=AllocatedMigDevices(devices=[device])
-            )
-    return with_configs(out, allocated.get("config") or [])
+            self._put(self._next(key), result, entry)
+            return
+        entry = self.out.get(key) or AllocatedDevices(claimInfo=self.info, gpu=AllocatedGpus())
+        assert entry.gpu is not None
+        entry.gpu.devices.append(device)
+        if share is not None:
+            entry.share = share
+        self._put(key, result, entry)
+
+    def _mig(self, key: str, result: Obj, parsed: names.MigName) -> None:
+        gpu = self.by_minor[parsed.minor]
+        mig = self.migs.get((gpu.productName, parsed.profile_id))
+        if mig is None:
+            return
+        size = next((p.size for p in mig.placements if p.start == parsed.start), 1)
+        device = AllocatedMigDevice(
+            profile=mig.profile,
+            parentUUID=gpu.uuid,
+            placement=MigPlacement(start=parsed.start, size=size),
+        )
+        entry = AllocatedDevices(claimInfo=self.info, mig=AllocatedMigDevices(devices=[device]))
+        self._put(self._next(key), result, entry)
 
 
 def _share_of(result: Obj, gpu_memory: int) -> Any:

@@ -4,10 +4,14 @@ Each request of a claim offers options: its alternatives (`exactly`, or each `fi
 entry in order), each split by the kind of device its selectors match (whole GPUs, then MIG
 devices by profile, smallest first, then the CPU fallback), `allocationMode: All` split by how
 many devices a node has, a share that leaves memory out split by GPU memory size (what it leaves
-out it takes whole, as the published capacity's default says). A claim's `matchAttribute`
-constraints are honoured in the solver where it can (`numaNode` within one request: topology
-sameNUMANode Required; MIG devices on one parent GPU: the solver's `same_gpu`) and otherwise
-by splitting the devices by the attribute's value.
+out it takes whole, as the published capacity's default says). An option carries the very
+devices it may use (selectors evaluated per device, MIG placements included), so the solver
+never takes a device the request's selectors reject.
+
+A claim's `matchAttribute` and `distinctAttribute` constraints go to the solver as
+DeviceConstraints over the devices' values of the attribute, evaluated on the devices it
+chooses, as upstream's allocator evaluates them: a device without the attribute is never used
+for a request the constraint covers. A request's several shares take distinct devices.
 
 A pod's variants are the combinations of its requests' options, ordered by how far they are from
 everyone's first choice, at most `MAX_VARIANTS`. This is a purely computational module.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,24 +29,18 @@ from drasat.api.claims import (
     GpuClaimParametersSpec,
     GpuShare,
     MigDeviceClaimParametersSpec,
-    Requirement,
-    Topology,
 )
 from drasat.api.devicemodel import shares
 from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector
-from drasat.solver import ClaimRequest
+from drasat.solver import ClaimRequest, DeviceConstraint
+from drasat.solver.problem import DeviceKey
 from drasat.v1 import devices
 from drasat.v1.devices import Published
-from drasat.v1.requests import ALL, Alternative, Claim, ClaimError, MatchAttribute
+from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim, ClaimError
 
 #: The most variants tried for one pod; the rest are not (said in the refusal).
 MAX_VARIANTS = 16
-#: The most values of one matchAttribute that are tried.
-MAX_VALUES = 8
-
-_SAME_GPU = ("parentUUID", "uuid", "parentMinor", "parentIndex")
-_NUMA = "numaNode"
 
 
 @dataclass(frozen=True)
@@ -56,16 +54,33 @@ class Option:
     count: int = 1
     profile: str | None = None
     share: GpuShare | None = None
-    #: GPU UUIDs (MIG: parents) the option may use.
-    eligible: frozenset[str] = frozenset()
-    #: The nodes it is limited to; None: any node with an eligible device.
+    #: The devices it may use: the selectors match them, they hold the attributes of the
+    #: claim's constraints that cover the request, and their capacity covers the request's.
+    devices: tuple[Published, ...] = ()
+    #: The nodes it is limited to; None: any node with one of its devices.
     nodes: frozenset[str] | None = None
-    numa: bool = False
-    #: MIG devices with the same key go on one parent GPU (the solver's `same_gpu`).
-    same_gpu: str | None = None
     #: Whole GPUs: some eligible GPU is MIG-enabled (published whole, consuming all its
     #: counters), so the solver must not keep whole claims off MIG-enabled GPUs.
     mig_gpus: bool = False
+
+    @property
+    def eligible(self) -> frozenset[str]:
+        """GPU UUIDs (MIG: parents) it may use."""
+        return frozenset(str(d.gpu_uuid) for d in self.devices)
+
+    @property
+    def placements(self) -> frozenset[tuple[str, int]]:
+        """MIG: the (parent UUID, start) placements it may take."""
+        return frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
+
+    @property
+    def constraints(self) -> tuple[tuple[int, AttributeConstraint], ...]:
+        """The claim's constraints (by index) that cover this option's devices."""
+        return tuple(
+            (i, c)
+            for i, c in enumerate(self.claim.constraints)
+            if c.covers(self.request, self.alternative.result_name)
+        )
 
 
 @dataclass(frozen=True)
@@ -106,95 +121,137 @@ def _nodes_of(found: Sequence[Published]) -> frozenset[str]:
     return frozenset(d.pool for d in found)
 
 
-def _by_value(found: Sequence[Published], attribute: str | None, value: object) -> list[Published]:
-    if attribute is None:
-        return list(found)
-    return [d for d in found if d.attribute(attribute) == value]
+def _has_attributes(found: Sequence[Published], constraints: Sequence[str]) -> list[Published]:
+    """The devices that hold every attribute (upstream: a device without it fails the
+    constraint)."""
+    return [d for d in found if all(d.typed(a) is not None for a in constraints)]
 
 
-def request_options(
-    claim: Claim,
-    request_index: int,
-    catalog: Devices,
-    restrict: Callable[[Sequence[Published]], list[Published]],
-    *,
-    numa: bool,
-) -> list[Option]:
+def _capacity_of(device: Published, name: str) -> int | None:
+    entry = (device.device.get("capacity") or {}).get(name)
+    if not isinstance(entry, dict) or "value" not in entry:
+        return None
+    return to_bytes(str(entry["value"]))
+
+
+def _fits_capacity(found: Sequence[Published], capacity: Mapping[str, int]) -> list[Published]:
+    """The devices whose published capacity covers each capacity request (upstream skips a
+    device that lacks a requested capacity or has too little of it)."""
+    out = []
+    for d in found:
+        values = [_capacity_of(d, name) for name in capacity]
+        if all(v is not None and v >= capacity[n] for v, n in zip(values, capacity, strict=True)):
+            out.append(d)
+    return out
+
+
+def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[Option]:
     """Every option of one request, best first."""
     request = claim.requests[request_index]
     out: list[Option] = []
     for alternative in request.alternatives:
-        found = restrict(catalog.matching(alternative))
+        base = Option(claim, request.name, alternative, devices.GPU)
+        attributes = [c.attribute for _, c in base.constraints]
+        found = _has_attributes(catalog.matching(alternative), attributes)
         gpus = [d for d in found if d.kind == devices.GPU]
         migs = [d for d in found if d.kind == devices.MIG]
         fallbacks = [d for d in found if d.kind == devices.FALLBACK]
-        base = Option(claim, request.name, alternative, devices.GPU)
-        out.extend(_gpu_options(base, gpus, numa))
+        out.extend(_gpu_options(base, gpus))
         out.extend(_mig_options(base, migs))
-        if fallbacks:
+        if fallbacks and not _constrained_across(base):
             out.append(
-                Option(
-                    claim,
-                    request.name,
-                    alternative,
-                    devices.FALLBACK,
-                    0,
+                _with(
+                    base,
+                    kind=devices.FALLBACK,
+                    count=0,
+                    devices=tuple(fallbacks),
                     nodes=_nodes_of(fallbacks),
                 )
             )
     return out
 
 
-def _gpu_options(base: Option, gpus: list[Published], numa: bool) -> list[Option]:
+def _constrained_across(option: Option) -> bool:
+    """Whether a constraint ties this request's devices to other devices: the CPU fallback is
+    not placed by the solver, which enforces the constraints, so it is left out then."""
+    return any(
+        any(
+            c.covers(r.name, a.result_name)
+            for r in option.claim.requests
+            if r.name != option.request
+            for a in r.alternatives
+        )
+        for _, c in option.constraints
+    )
+
+
+def _gpu_options(base: Option, gpus: list[Published]) -> list[Option]:
     if not gpus:
         return []
-    alternative = base.alternative
-    eligible = frozenset(str(d.gpu_uuid) for d in gpus)
-    capacity = dict(alternative.capacity)
-    if capacity:
-        compute = capacity.get(shares.COMPUTE, 100)
-        if shares.MEMORY in capacity:
-            share = GpuShare(compute=compute or None, memory=capacity[shares.MEMORY])
-            if compute == 0:
-                share = GpuShare(memory=capacity[shares.MEMORY])
-            return [_with(base, count=1, share=share, eligible=eligible)]
-        # No memory asked: the published default, all of it; one option per memory size.
-        sizes: dict[int, set[str]] = {}
-        for d in gpus:
-            memory = to_bytes(
-                str(d.device.get("capacity", {}).get(shares.MEMORY, {}).get("value", 0))
-            )
-            sizes.setdefault(memory, set()).add(str(d.gpu_uuid))
-        return [
-            _with(
-                base,
-                count=1,
-                share=GpuShare(compute=compute or None, memory=memory),
-                eligible=frozenset(uuids),
-            )
-            for memory, uuids in sorted(sizes.items())
-        ]
-    if alternative.mode == ALL:
-        per_node: dict[str, set[str]] = {}
-        for d in gpus:
-            per_node.setdefault(d.pool, set()).add(str(d.gpu_uuid))
-        by_count: dict[int, set[str]] = {}
-        for node, uuids in per_node.items():
-            by_count.setdefault(len(uuids), set()).add(node)
-        mig_gpus = any(d.attribute("migEnabled") is True for d in gpus)
-        return [
-            _with(
-                base,
-                count=n,
-                eligible=eligible,
-                nodes=frozenset(nodes),
-                numa=numa,
-                mig_gpus=mig_gpus,
-            )
-            for n, nodes in sorted(by_count.items(), reverse=True)
-        ]
+    capacity = dict(base.alternative.capacity)
+    if not capacity:
+        return _whole_options(base, gpus)
+    gpus = _fits_capacity(gpus, capacity)
+    shareable = [d for d in gpus if d.device.get("allowMultipleAllocations")]
+    # A device that takes one allocation is allocated whole, whatever the request asks of it.
+    exclusive = [d for d in gpus if not d.device.get("allowMultipleAllocations")]
+    return _share_options(base, shareable, capacity) + _whole_options(base, exclusive)
+
+
+def _counts(base: Option, found: list[Published]) -> list[tuple[int, frozenset[str] | None]]:
+    """(devices per solver claim, nodes): the request's count, or for `All` one entry per
+    number of matching devices a node has (those nodes), most first."""
+    if base.alternative.mode != ALL:
+        return [(base.alternative.count, None)]
+    per_node: dict[str, int] = {}
+    for d in found:
+        per_node[d.pool] = per_node.get(d.pool, 0) + 1
+    by_count: dict[int, set[str]] = {}
+    for node, n in per_node.items():
+        by_count.setdefault(n, set()).add(node)
+    return [(n, frozenset(nodes)) for n, nodes in sorted(by_count.items(), reverse=True)]
+
+
+def _whole_options(base: Option, gpus: list[Published]) -> list[Option]:
+    if not gpus:
+        return []
     mig_gpus = any(d.attribute("migEnabled") is True for d in gpus)
-    return [_with(base, count=alternative.count, eligible=eligible, numa=numa, mig_gpus=mig_gpus)]
+    return [
+        _with(base, count=n, devices=tuple(gpus), nodes=nodes, mig_gpus=mig_gpus)
+        for n, nodes in _counts(base, gpus)
+    ]
+
+
+def _share_options(
+    base: Option, gpus: list[Published], capacity: Mapping[str, int]
+) -> list[Option]:
+    if not gpus:
+        return []
+    compute = capacity.get(shares.COMPUTE, 100)
+    if shares.MEMORY in capacity:
+        memory = capacity[shares.MEMORY]
+        share = GpuShare(compute=compute or None, memory=memory)
+        if compute == 0:
+            share = GpuShare(memory=memory)
+        return [
+            _with(base, count=n, share=share, devices=tuple(gpus), nodes=nodes)
+            for n, nodes in _counts(base, gpus)
+        ]
+    # No memory asked: the published default, all of it; one option per memory size.
+    sizes: dict[int, list[Published]] = {}
+    for d in gpus:
+        sizes.setdefault(_capacity_of(d, shares.MEMORY) or 0, []).append(d)
+    return [
+        _with(
+            base,
+            count=n,
+            share=GpuShare(compute=compute or None, memory=memory),
+            devices=tuple(found),
+            nodes=nodes,
+        )
+        for memory, found in sorted(sizes.items())
+        for n, nodes in _counts(base, found)
+    ]
 
 
 def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
@@ -211,8 +268,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
         by_profile.setdefault(str(d.profile), []).append(d)
 
     def size(profile: str) -> tuple[int, str]:
-        memory = by_profile[profile][0].device.get("capacity", {}).get("memory", {})
-        return to_bytes(str(memory.get("value", 0))), profile
+        return _capacity_of(by_profile[profile][0], "memory") or 0, profile
 
     return [
         _with(
@@ -220,7 +276,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
             kind=devices.MIG,
             count=base.alternative.count,
             profile=profile,
-            eligible=frozenset(str(d.gpu_uuid) for d in by_profile[profile]),
+            devices=tuple(by_profile[profile]),
         )
         for profile in sorted(by_profile, key=size)
     ]
@@ -230,95 +286,19 @@ def _with(base: Option, **changes: Any) -> Option:
     return dataclasses.replace(base, **changes)
 
 
-# -- constraints ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """How each constraint is met: in the solver (numa, same GPU) or by a value."""
-
-    numa: frozenset[str]
-    same_gpu: tuple[frozenset[str], ...]
-    values: tuple[tuple[MatchAttribute, object], ...]
-
-
-def _plans(claim: Claim, catalog: Devices) -> list[_Plan]:
-    numa: set[str] = set()
-    same_gpu: list[frozenset[str]] = []
-    split: list[MatchAttribute] = []
-    names = [r.name for r in claim.requests]
-    for constraint in claim.constraints:
-        covered = [n for n in names if constraint.covers(n)]
-        bare = constraint.attribute.rpartition("/")[2]
-        if bare == _NUMA and len(covered) == 1:
-            numa.add(covered[0])
-        elif bare in _SAME_GPU and len(covered) > 1:
-            same_gpu.append(frozenset(covered))
-        elif len(covered) > 1 or _multi(claim, covered[0]):
-            split.append(constraint)
-    choices: list[list[tuple[MatchAttribute, object]]] = []
-    for constraint in split:
-        values: list[object] = []
-        for request in claim.requests:
-            if not constraint.covers(request.name):
-                continue
-            for alternative in request.alternatives:
-                for d in catalog.matching(alternative):
-                    value = d.attribute(constraint.attribute)
-                    if value is not None and value not in values:
-                        values.append(value)
-        if not values:
-            raise ClaimError(
-                claim.ref,
-                f"{constraint.field}.matchAttribute",
-                f"no device the requests can use has attribute {constraint.attribute!r}",
-            )
-        choices.append([(constraint, v) for v in sorted(values, key=str)[:MAX_VALUES]])
-    return [
-        _Plan(frozenset(numa), tuple(same_gpu), tuple(combo))
-        for combo in itertools.islice(itertools.product(*choices), MAX_VARIANTS)
-    ]
-
-
-def _multi(claim: Claim, request: str) -> bool:
-    found = next(r for r in claim.requests if r.name == request)
-    return any(a.count > 1 or a.mode == ALL for a in found.alternatives)
-
-
 # -- variants ------------------------------------------------------------------------------------
 
 
 def claim_variants(claim: Claim, catalog: Devices) -> list[list[Option]]:
     """The claim's combinations of request options (each a list, one option per request),
-    best first."""
-    out: list[tuple[int, list[Option]]] = []
-    for plan_rank, plan in enumerate(_plans(claim, catalog)):
-        per_request: list[list[Option]] = []
-        for i, request in enumerate(claim.requests):
-            values = [(c, v) for c, v in plan.values if c.covers(request.name)]
-
-            def restrict(
-                found: Sequence[Published],
-                values: list[tuple[MatchAttribute, object]] = values,
-            ) -> list[Published]:
-                out_found = list(found)
-                for constraint, value in values:
-                    out_found = _by_value(out_found, constraint.attribute, value)
-                return out_found
-
-            options = request_options(claim, i, catalog, restrict, numa=request.name in plan.numa)
-            if not options:
-                per_request = []
-                break
-            per_request.append(options)
-        if not per_request:
-            continue
-        for combo in _ranked(per_request):
-            rank = sum(combo) + plan_rank
-            chosen = [per_request[i][k] for i, k in enumerate(combo)]
-            out.append((rank, _pair(chosen, plan)))
-    out.sort(key=lambda item: item[0])
-    return [options for _, options in out[:MAX_VARIANTS]]
+    best first; none when some request has no option."""
+    per_request: list[list[Option]] = []
+    for i in range(len(claim.requests)):
+        options = request_options(claim, i, catalog)
+        if not options:
+            return []
+        per_request.append(options)
+    return [[per_request[i][k] for i, k in enumerate(combo)] for combo in _ranked(per_request)]
 
 
 def _ranked(per_request: Sequence[Sequence[Option]]) -> list[tuple[int, ...]]:
@@ -328,15 +308,47 @@ def _ranked(per_request: Sequence[Sequence[Option]]) -> list[tuple[int, ...]]:
     return sorted(combos, key=lambda c: (sum(c), c))[:MAX_VARIANTS]
 
 
-def _pair(chosen: list[Option], plan: _Plan) -> list[Option]:
-    for group in plan.same_gpu:
-        members = [o for o in chosen if o.request in group and o.kind == devices.MIG]
-        if len(members) < 2:
-            continue
-        key = f"{members[0].claim.uid}/{'+'.join(sorted(group))}"
-        common = frozenset.intersection(*(o.eligible for o in members))
-        chosen = [_with(o, same_gpu=key, eligible=common) if o in members else o for o in chosen]
-    return chosen
+# -- solver claims -------------------------------------------------------------------------------
+
+
+def _value(device: Published, attribute: str) -> str:
+    typed = device.typed(attribute)
+    assert typed is not None  # options hold only devices with their constraints' attributes
+    return f"{typed[0]}:{typed[1]}"
+
+
+def _device_key(device: Published) -> DeviceKey:
+    if device.kind == devices.MIG:
+        return (str(device.gpu_uuid), device.profile, device.start)
+    return (str(device.gpu_uuid), None, None)
+
+
+def device_constraints(option: Option) -> tuple[DeviceConstraint, ...]:
+    """The solver's form of the claim's constraints covering the option, plus, for several
+    shares of one request, that they take distinct devices (upstream never gives one request
+    one device twice)."""
+    out = []
+    for index, constraint in option.constraints:
+        values = sorted((_device_key(d), _value(d, constraint.attribute)) for d in option.devices)
+        out.append(
+            DeviceConstraint(
+                key=f"{option.claim.uid}/constraints[{index}]",
+                distinct=constraint.distinct,
+                values=tuple(values),
+                label=constraint.label,
+            )
+        )
+    if option.share is not None and option.count > 1:
+        values = sorted((_device_key(d), str(d.gpu_uuid)) for d in option.devices)
+        out.append(
+            DeviceConstraint(
+                key=f"{option.claim.uid}/{option.request}/distinct",
+                distinct=True,
+                values=tuple(values),
+                label=f"request {option.request}: distinct devices",
+            )
+        )
+    return tuple(out)
 
 
 def solver_claims(options: Sequence[Option]) -> tuple[list[ClaimRequest], dict[str, Option]]:
@@ -346,36 +358,52 @@ def solver_claims(options: Sequence[Option]) -> tuple[list[ClaimRequest], dict[s
     for o in options:
         if o.kind == devices.FALLBACK:
             continue
-        label = o.claim.name if len(o.claim.requests) == 1 else f"{o.claim.name}/{o.request}"
-        if o.kind == devices.GPU:
-            topology = (
-                Topology(sameNUMANode=Requirement.Required) if o.numa and o.count > 1 else None
-            )
-            # The solver keeps whole claims off MIG-enabled GPUs unless the selector names
-            # `migEnabled: true` somewhere; v1 publishes those GPUs whole too, and the eligible
-            # set already says which GPUs the request admits.
-            either = GpuSelector(
-                orExpression=[GpuSelector(migEnabled=True), GpuSelector(migEnabled=False)]
-            )
-            spec = GpuClaimParametersSpec(
-                count=o.count,
-                share=o.share,
-                topology=topology,
-                selector=either if o.mig_gpus and o.share is None else None,
-            )
-            uid = f"{o.claim.uid}/{o.request}"
-            claims.append(
-                ClaimRequest(uid, o.claim.namespace, label, gpu=spec, eligible=o.eligible)
-            )
-            meaning[uid] = o
-            continue
-        for i in range(o.count):
-            uid = f"{o.claim.uid}/{o.request}#{i}"
-            mig = MigDeviceClaimParametersSpec(profile=o.profile)
-            claims.append(
-                ClaimRequest(
-                    uid, o.claim.namespace, label, mig=mig, eligible=o.eligible, same_gpu=o.same_gpu
-                )
-            )
+        for uid, request in _solver_claims(o):
+            claims.append(request)
             meaning[uid] = o
     return claims, meaning
+
+
+def _solver_claims(o: Option) -> list[tuple[str, ClaimRequest]]:
+    label = o.claim.name if len(o.claim.requests) == 1 else f"{o.claim.name}/{o.request}"
+    base = f"{o.claim.uid}/{o.request}"
+    constraints = device_constraints(o)
+    if o.kind == devices.GPU and o.share is None:
+        # The solver keeps whole claims off MIG-enabled GPUs unless the selector names
+        # `migEnabled: true` somewhere; v1 publishes those GPUs whole too, and the eligible
+        # set already says which GPUs the request admits.
+        either = GpuSelector(
+            orExpression=[GpuSelector(migEnabled=True), GpuSelector(migEnabled=False)]
+        )
+        spec = GpuClaimParametersSpec(count=o.count, selector=either if o.mig_gpus else None)
+        request = ClaimRequest(
+            base, o.claim.namespace, label, gpu=spec, eligible=o.eligible, constraints=constraints
+        )
+        return [(base, request)]
+    out = []
+    for i in range(o.count):
+        # One share or MIG device per solver claim; a lone share keeps the request's key.
+        uid = base if o.share is not None and o.count == 1 else f"{base}#{i}"
+        if o.share is not None:
+            gpu = GpuClaimParametersSpec(count=1, share=o.share)
+            request = ClaimRequest(
+                uid,
+                o.claim.namespace,
+                label,
+                gpu=gpu,
+                eligible=o.eligible,
+                constraints=constraints,
+            )
+        else:
+            mig = MigDeviceClaimParametersSpec(profile=o.profile)
+            request = ClaimRequest(
+                uid,
+                o.claim.namespace,
+                label,
+                mig=mig,
+                eligible=o.eligible,
+                placements=o.placements,
+                constraints=constraints,
+            )
+        out.append((uid, request))
+    return out

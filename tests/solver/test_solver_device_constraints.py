@@ -1,0 +1,125 @@
+"""The solver's constraints over the devices a pod's claims take (DeviceConstraint), a MIG
+claim's eligible placements, and topology on GPUs without a NUMA node: exact answers on tiny
+instances, in both modes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from checker import gpu_claim, make_node, mig_claim, pod
+
+from drasat.api.nas import AllocatedDevices
+from drasat.solver import DeviceConstraint, Mode, Problem, Solution, SolveParams, solve
+from drasat.solver.problem import ClaimRequest, DeviceKey
+
+MODES = [Mode.online, Mode.batch]
+
+
+def _solve(problem: Problem, mode: Mode) -> Solution:
+    return solve(problem, SolveParams(mode=mode))
+
+
+def _entries(solution: Solution) -> dict[str, AllocatedDevices]:
+    return {uid: a for p in solution.placements for uid, a in p.allocations.items()}
+
+
+def _gpus(entry: AllocatedDevices) -> list[str]:
+    assert entry.gpu is not None
+    return sorted(d.uuid for d in entry.gpu.devices)
+
+
+def _with(claim: ClaimRequest, *constraints: DeviceConstraint) -> ClaimRequest:
+    return dataclasses.replace(claim, constraints=constraints)
+
+
+def _whole(values: dict[str, str]) -> tuple[tuple[DeviceKey, str], ...]:
+    return tuple(sorted(((uuid, None, None), v) for uuid, v in values.items()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_required_numa_on_gpus_without_numa_is_unplaced_not_raised(mode: Mode) -> None:
+    # Each GPU without a NUMA node is a group of its own: two of them never share one.
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2),),
+        pods=(pod("pair", gpu_claim("pair", count=2, topology={"sameNUMANode": "Required"})),),
+    )
+    solution = _solve(problem, mode)
+    assert not solution.placements and [r.pod for r in solution.unplaced] == ["default/pair"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_match_puts_a_claims_gpus_on_one_value(mode: Mode) -> None:
+    values = _whole({"GPU-n1-0": "a", "GPU-n1-1": "b", "GPU-n1-2": "a", "GPU-n1-3": "b"})
+    match = DeviceConstraint("k", distinct=False, values=values, label="matchAttribute x")
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=4),),
+        pods=(
+            pod("first", gpu_claim("first", uid="first")),
+            pod("pair", _with(gpu_claim("pair", count=2, uid="pair"), match)),
+        ),
+    )
+    pair = _gpus(_entries(_solve(problem, mode))["pair"])
+    assert pair in (["GPU-n1-0", "GPU-n1-2"], ["GPU-n1-1", "GPU-n1-3"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_match_across_two_claims_of_a_pod(mode: Mode) -> None:
+    values = _whole({"GPU-n1-0": "a", "GPU-n1-1": "b", "GPU-n1-2": "b"})
+    match = DeviceConstraint("k", distinct=False, values=values)
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=3),),
+        pods=(
+            pod(
+                "p",
+                _with(gpu_claim("x", uid="x"), match),
+                _with(gpu_claim("y", uid="y"), match),
+            ),
+        ),
+    )
+    entries = _entries(_solve(problem, mode))
+    assert _gpus(entries["x"]) + _gpus(entries["y"]) in (
+        ["GPU-n1-1", "GPU-n1-2"],
+        ["GPU-n1-2", "GPU-n1-1"],
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_device_without_a_value_is_never_taken(mode: Mode) -> None:
+    values = _whole({"GPU-n1-1": "a"})
+    match = DeviceConstraint("k", distinct=False, values=values)
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2),),
+        pods=(pod("p", _with(gpu_claim("x", uid="x"), match)),),
+    )
+    assert _gpus(_entries(_solve(problem, mode))["x"]) == ["GPU-n1-1"]
+    problem = dataclasses.replace(
+        problem, pods=(pod("p", _with(gpu_claim("x", count=2, uid="x"), match)),)
+    )
+    assert not _solve(problem, mode).placements
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_distinct_shares_take_two_gpus(mode: Mode) -> None:
+    values = _whole({"GPU-n1-0": "0", "GPU-n1-1": "1"})
+    distinct = DeviceConstraint("k", distinct=True, values=values)
+    share = {"memory": "1Gi", "compute": 10}
+    one = _with(gpu_claim("a", share=share, uid="a"), distinct)
+    two = _with(gpu_claim("b", share=share, uid="b"), distinct)
+    problem = Problem(nodes=(make_node("n1", "T4", count=2),), pods=(pod("p", one, two),))
+    entries = _entries(_solve(problem, mode))
+    assert sorted(_gpus(entries["a"]) + _gpus(entries["b"])) == ["GPU-n1-0", "GPU-n1-1"]
+    alone = Problem(nodes=(make_node("n1", "T4", count=1),), pods=(pod("p", one, two),))
+    assert not _solve(alone, mode).placements
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("start", [0, 2, 5])
+def test_eligible_placements_choose_the_mig_start(mode: Mode, start: int) -> None:
+    claim = dataclasses.replace(
+        mig_claim("m", "1g.5gb"), placements=frozenset({("GPU-n1-0", start)})
+    )
+    problem = Problem(nodes=(make_node("n1", "A100-40GB", mig=True),), pods=(pod("p", claim),))
+    (entry,) = _entries(_solve(problem, mode)).values()
+    assert entry.mig is not None
+    assert [d.placement.start for d in entry.mig.devices] == [start]

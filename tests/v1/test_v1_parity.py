@@ -1,0 +1,255 @@
+"""drasat.v1 against upstream's allocator (k8s.io/dynamic-resource-allocation/structured):
+the cases of issue 22 where drasat placed what upstream never would, or raised, each an exact
+answer on a small node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
+
+from drasat import v1
+from drasat.api.devicemodel import names
+from drasat.solver import Problem, Solution, SolveParams
+from drasat.solver import solve as default_solve
+from drasat.v1 import results
+
+
+def _results(outcome: v1.Outcome, name: str) -> list[dict[str, Any]]:
+    found = next(a for a in outcome.allocations.values() if a.name == name)
+    return list(found.allocation["devices"]["results"])
+
+
+def _devices(outcome: v1.Outcome, name: str) -> list[str]:
+    return [r["device"] for r in _results(outcome, name)]
+
+
+def _mig(profile: str, *more: str, **fields: Any) -> dict[str, Any]:
+    return exactly(MIG, " && ".join([attr("profile") + f' == "{profile}"', *more]), **fields)
+
+
+def _match(attribute: str, *requests: str) -> dict[str, Any]:
+    constraint: dict[str, Any] = {"matchAttribute": f"gpu.drasat.io/{attribute}"}
+    if requests:
+        constraint["requests"] = list(requests)
+    return constraint
+
+
+# -- defect 2: numaNode on GPUs without a NUMA node -------------------------------------------
+
+
+def test_numa_match_on_gpus_without_numa_is_refused_not_raised() -> None:
+    # Cloud VMs report no NUMA node; upstream: a device without the attribute fails matchAttribute.
+    two = claim("two", {"g": exactly(count=2)}, constraints=[_match("numaNode")])
+    other = claim("other", {"g": exactly()})
+    out = v1.allocate([node("a", "T4", 3)], [pod("p", two), pod("q", other)], CLASSES)
+    assert out.placed == {"default/q": "a"}
+    assert "default/p" in out.refused
+
+
+# -- defect 5: a MIG device's own attributes choose the placement --------------------------------
+
+
+@pytest.mark.parametrize("start", [0, 3, 6])
+def test_a_selector_on_placement_start_gets_that_placement(start: int) -> None:
+    wanted = _mig("1g.5gb", attr("placementStart") + f" == {start}")
+    out = v1.allocate(
+        [node("m", "A100-40GB", 1, mig=True)], [pod("p", claim("c", {"m": wanted}))], CLASSES
+    )
+    (device,) = _devices(out, "c")
+    parsed = names.parse(device)
+    assert isinstance(parsed, names.MigName) and parsed.start == start, device
+
+
+def test_a_taken_placement_named_by_the_selector_is_not_swapped_for_another() -> None:
+    at_six = _mig("1g.5gb", attr("placementStart") + " == 6")
+    out = v1.allocate(
+        [node("m", "A100-40GB", 1, mig=True)],
+        [pod("p", claim("c", {"m": at_six})), pod("q", claim("d", {"m": at_six}))],
+        CLASSES,
+    )
+    assert len(out.placed) == 1 and len(out.refused) == 1
+
+
+# -- defect 6: matchAttribute on uuid / parent attributes, evaluated on the devices --------------
+
+
+def test_two_whole_gpus_never_match_on_uuid() -> None:
+    two = claim("two", {"a": exactly(), "b": exactly()}, constraints=[_match("uuid")])
+    out = v1.allocate([node("a", "T4", 2)], [pod("p", two)], CLASSES)
+    assert out.placed == {} and "default/p" in out.refused
+
+
+def test_count_two_whole_gpus_never_match_on_uuid() -> None:
+    two = claim("two", {"g": exactly(count=2)}, constraints=[_match("uuid")])
+    out = v1.allocate([node("a", "T4", 2)], [pod("p", two)], CLASSES)
+    assert out.placed == {}
+
+
+def test_two_shares_matching_on_uuid_sit_on_one_gpu() -> None:
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    both = claim("both", {"a": share, "b": share}, constraints=[_match("uuid")])
+    # One share on gpu-1 already, so the cheapest places differ unless the constraint holds.
+    first = claim("first", {"s": exactly(GPU, attr("minor") + " == 1", capacity=share["capacity"])})
+    out = v1.allocate([node("a", "T4", 2)], [pod("q", first), pod("p", both)], CLASSES)
+    assert set(out.placed) == {"default/p", "default/q"}
+    (one,) = set(_devices(out, "both"))
+    assert len(_devices(out, "both")) == 2 and one.startswith("gpu-")
+
+
+def test_a_whole_gpu_has_no_parent_uuid_so_the_constraint_fails() -> None:
+    mixed = claim(
+        "mixed",
+        {"g": exactly(), "m": _mig("1g.5gb")},
+        constraints=[_match("parentUUID")],
+    )
+    out = v1.allocate([node("m", "A100-40GB", 2, mig=True)], [pod("p", mixed)], CLASSES)
+    assert out.placed == {}
+
+
+def test_a_single_device_without_the_attribute_fails_the_constraint() -> None:
+    one = claim("one", {"g": exactly()}, constraints=[_match("parentUUID")])
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", one)], CLASSES)
+    assert out.placed == {}
+
+
+def test_parent_index_keeps_two_mig_devices_on_one_parent() -> None:
+    pair = claim(
+        "pair", {"a": _mig("3g.20gb"), "b": _mig("3g.20gb")}, constraints=[_match("parentIndex")]
+    )
+    # gpu-0 has one 3g.20gb free, gpu-1 both: only gpu-1 holds the pair.
+    taken = claim("taken", {"m": _mig("3g.20gb", attr("parentIndex") + " == 0")})
+    out = v1.allocate(
+        [node("m", "A100-40GB", 2, mig=True)], [pod("q", taken), pod("p", pair)], CLASSES
+    )
+    assert set(out.placed) == {"default/p", "default/q"}
+    assert {d.split("-mig-")[0] for d in _devices(out, "pair")} == {"gpu-1"}
+
+
+# -- defect 7: numaNode within one MIG request --------------------------------------------------
+
+
+def test_numa_match_within_one_mig_request_is_honoured() -> None:
+    # Each A100 holds two 3g.20gb; three need two GPUs, which sit on NUMA nodes 0 and 1.
+    three = claim("three", {"m": _mig("3g.20gb", count=3)}, constraints=[_match("numaNode")])
+    out = v1.allocate(
+        [node("m", "A100-40GB", 2, mig=True, numa=[0, 1])], [pod("p", three)], CLASSES
+    )
+    assert out.placed == {}
+    two = claim("two", {"m": _mig("3g.20gb", count=2)}, constraints=[_match("numaNode")])
+    out = v1.allocate([node("m", "A100-40GB", 2, mig=True, numa=[0, 1])], [pod("p", two)], CLASSES)
+    assert len({d.split("-mig-")[0] for d in _devices(out, "two")}) == 1
+
+
+def test_numa_match_across_mig_requests_on_three_gpus() -> None:
+    pair = claim(
+        "pair", {"a": _mig("7g.40gb"), "b": _mig("7g.40gb")}, constraints=[_match("numaNode")]
+    )
+    out = v1.allocate(
+        [node("m", "A100-40GB", 3, mig=True, numa=[0, 1, 1])], [pod("p", pair)], CLASSES
+    )
+    assert sorted(d.split("-mig-")[0] for d in _devices(out, "pair")) == ["gpu-1", "gpu-2"]
+
+
+# -- defect 8: count and All with capacity requests ---------------------------------------------
+
+
+def test_count_two_shares_are_two_results_on_two_gpus() -> None:
+    share = exactly(GPU, count=2, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    out = v1.allocate([node("a", "T4", 2)], [pod("p", claim("c", {"s": share}))], CLASSES)
+    found = _results(out, "c")
+    assert sorted(r["device"] for r in found) == ["gpu-0", "gpu-1"]
+    assert all(r["consumedCapacity"] == {"memory": str(4 * 2**30), "compute": "25"} for r in found)
+    assert len({r["shareID"] for r in found}) == 2
+
+
+def test_count_two_shares_need_two_devices() -> None:
+    # Upstream never gives one request the same device twice.
+    share = exactly(GPU, count=2, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"s": share}))], CLASSES)
+    assert out.placed == {}
+
+
+def test_allocation_mode_all_with_capacity_takes_a_share_of_every_gpu() -> None:
+    share = exactly(GPU, allocationMode="All", capacity={"requests": {"memory": "1Gi"}})
+    out = v1.allocate([node("a", "T4", 3)], [pod("p", claim("c", {"s": share}))], CLASSES)
+    found = _results(out, "c")
+    assert sorted(r["device"] for r in found) == ["gpu-0", "gpu-1", "gpu-2"]
+    assert all(r["consumedCapacity"]["memory"] == str(2**30) for r in found)
+
+
+def test_count_two_shares_read_back_from_status() -> None:
+    share = exactly(GPU, count=2, capacity={"requests": {"memory": "4Gi", "compute": "25"}})
+    nodes = [node("a", "T4", 2)]
+    written = claim("c", {"s": share})
+    out = v1.allocate(nodes, [pod("p", written)], CLASSES)
+    placed = out.allocations["uid-c"]
+    written["status"] = {"allocation": placed.allocation}
+    read = results.ledger_from_status(written, nodes[0].state.nas)
+    held = sorted(d.uuid for e in read.values() if e.gpu for d in e.gpu.devices)
+    assert held == sorted(d.uuid for e in placed.ledger.values() if e.gpu for d in e.gpu.devices)
+    assert len(held) == 2
+
+
+# -- smaller: the refusal names the claim with no matching device -------------------------------
+
+
+def test_the_refusal_names_the_claim_that_matches_nothing() -> None:
+    fine = claim("fine", {"g": exactly()})
+    wrong = claim("wrong", {"g": exactly(GPU, attr("productName") + ' == "H100"')})
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", fine, wrong)], CLASSES)
+    (reason,) = out.refused["default/p"]
+    assert reason.startswith("claim default/wrong: no published device matches request g"), reason
+
+
+# -- smaller: NAS sharing from a class config aimed at a firstAvailable subrequest --------------
+
+
+def test_a_class_config_aimed_at_a_subrequest_sets_the_nas_sharing() -> None:
+    classes = dict(CLASSES)
+    time_sliced = {
+        "driver": "gpu.drasat.io",
+        "parameters": {
+            "apiVersion": "gpu.drasat.io/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}},
+        },
+    }
+    classes[GPU] = {
+        **CLASSES[GPU],
+        "spec": {**CLASSES[GPU]["spec"], "config": [{"opaque": time_sliced}]},
+    }
+    optional = {
+        "firstAvailable": [
+            {"name": "gpu", "deviceClassName": GPU},
+            {"name": "cpu", "deviceClassName": FALLBACK},
+        ]
+    }
+    written = claim("c", {"opt": optional})
+    nodes = [node("a", "T4", 1)]
+    out = v1.allocate(nodes, [pod("p", written)], classes)
+    config = out.allocations["uid-c"].allocation["devices"]["config"]
+    assert config[0]["requests"] == ["opt/gpu"]
+    (entry,) = out.allocations["uid-c"].ledger.values()
+    assert entry.gpu is not None and entry.gpu.sharing is not None
+    assert entry.gpu.sharing.timeSlicingConfig.timeSlice == "Long"
+    written["status"] = {"allocation": out.allocations["uid-c"].allocation}
+    (read,) = results.ledger_from_status(written, nodes[0].state.nas).values()
+    assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
+
+
+# -- isolation: a solver exception stays with the pods that cause it ----------------------------
+
+
+def test_a_solver_exception_refuses_only_the_pod_that_causes_it() -> None:
+    def solve(problem: Problem, params: SolveParams) -> Solution:
+        if any(p.key == "default/bad" for p in problem.pods):
+            raise RuntimeError("model of pod bad is broken")
+        return default_solve(problem, params)
+
+    pods = [pod(name, claim(f"c-{name}", {"g": exactly()})) for name in ("a", "bad", "b")]
+    out = v1.allocate([node("n", "T4", 3)], pods, CLASSES, solve=solve)
+    assert out.placed == {"default/a": "n", "default/b": "n"}
+    (reason,) = out.refused["default/bad"]
+    assert "model of pod bad is broken" in reason and "RuntimeError" in reason
