@@ -9,7 +9,7 @@ from typing import Any
 from checker import make_node
 
 from drasat.api.devicemodel import classes
-from drasat.api.groups import DRIVER_NAME
+from drasat.api.groups import DRIVER_NAME, FINALIZER
 from drasat.controller import nodes as nas_nodes
 from drasat.controller import v1inputs
 from drasat.v1 import results
@@ -140,6 +140,44 @@ def test_claim_ref_reserved_pods_and_pod_key() -> None:
     assert v1inputs.reserved_pods(reserved) == {"p1", "p2"}
     assert v1inputs.reserved_pods(claim("c")) == set()
     assert v1inputs.pod_key(pod("p")) == "default/p"
+
+
+def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers() -> None:
+    exists = exactly(tolerations=[{"operator": "Exists"}])
+    assert v1inputs.tolerates_allocator_taint(claim("c", exists))
+    assert not v1inputs.allocates(claim("c", exists), OURS)
+    assert v1inputs.allocates(claim("c", exactly()), OURS)
+    other_key = exactly(tolerations=[{"key": "example.com/x", "operator": "Exists"}])
+    assert not v1inputs.tolerates_allocator_taint(claim("c", other_key))
+    assert v1inputs.allocates(claim("c", other_key), OURS)
+    by_key = {"key": f"{DRIVER_NAME}/allocator", "operator": "Exists", "effect": "NoSchedule"}
+    first = {"name": "gpu", "firstAvailable": [{"name": "x", "deviceClassName": classes.GPU_CLASS,
+                                              "tolerations": [by_key]}]}  # fmt: skip
+    assert v1inputs.tolerates_allocator_taint(claim("c", first))
+
+
+def test_a_claim_settles_with_drasat_by_finalizer_status_or_class() -> None:
+    theirs = claim("c", exactly("other-gpu"))
+    assert not v1inputs.settles(theirs, OURS)
+    assert v1inputs.settles(claim("c", exactly()), OURS)
+    finalized = {**theirs, "metadata": {**theirs["metadata"], "finalizers": [FINALIZER]}}
+    assert v1inputs.settles(finalized, OURS)
+    # the class deleted: the status still names our driver
+    written = claim("c", exactly("gone"), allocation=on_node("a", result("gpu-0", "a")))
+    assert v1inputs.names_our_driver(written) and v1inputs.settles(written, {})
+    other = claim("c", exactly("gone"), allocation=on_node("a", result("x", "a", driver="o.io")))
+    assert not v1inputs.names_our_driver(other) and not v1inputs.settles(other, {})
+
+
+def test_a_pod_with_a_claim_of_kube_schedulers_or_scheduling_gates_waits() -> None:
+    tolerant = claim("t", exactly(tolerations=[{"operator": "Exists"}]))
+    gated = pod("gated", "c1", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    found, waiting = v1inputs.pending_pods(
+        snapshot([pod("p", "t"), gated], [tolerant, claim("c1", exactly())])
+    )
+    assert found == []
+    assert "kube-scheduler" in waiting["default/p"]
+    assert "kueue.x-k8s.io/admission" in waiting["default/gated"]
 
 
 # -- pods ------------------------------------------------------------------------------------------
