@@ -1,0 +1,176 @@
+"""drasat.v1.variants: the ways a claim can be met, seen through what `v1.allocate` places on
+small nodes (every request or none, firstAvailable in order, counts, `All`, shares that must fit
+the published capacity, MIG profiles smallest first, constraints across requests)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
+
+from drasat import v1
+from drasat.api import catalog
+from drasat.api.nas import AllocatableDevice
+from drasat.v1 import devices
+
+Obj = dict[str, Any]
+
+
+def _allocate(nodes: list[v1.Node], *claims: Obj) -> v1.Outcome:
+    pods = [pod(f"p-{c['metadata']['name']}", c) for c in claims]
+    return v1.allocate(nodes, pods, CLASSES)
+
+
+def _results(outcome: v1.Outcome, name: str) -> list[Obj]:
+    found = [a for a in outcome.allocations.values() if a.name == name]
+    return list(found[0].allocation["devices"]["results"]) if found else []
+
+
+def _devices(outcome: v1.Outcome, name: str) -> list[str]:
+    return sorted(r["device"] for r in _results(outcome, name))
+
+
+def _share(count: int = 1, **requests: str) -> Obj:
+    return exactly(GPU, capacity={"requests": requests}, count=count)
+
+
+H100 = exactly(GPU, attr("productName") + ' == "H100"')
+
+
+def test_a_claim_with_a_request_nothing_matches_gets_nothing() -> None:
+    """Every request of a claim or none: a request without an option is not dropped."""
+    out = _allocate([node("a", "T4", 2)], claim("c", {"fits": exactly(), "never": H100}))
+    assert out.placed == {} and out.allocations == {}
+    (reason,) = out.refused["default/p-c"]
+    assert "never" in reason
+
+
+def test_first_available_takes_the_first_entry_that_can_be_met() -> None:
+    optional = {"firstAvailable": [{"name": "gpu", "deviceClassName": GPU},
+                                   {"name": "cpu", "deviceClassName": FALLBACK}]}  # fmt: skip
+    out = _allocate([node("a", "T4", 1)], claim("c", {"o": optional}))
+    assert [(r["request"], r["device"]) for r in _results(out, "c")] == [("o/gpu", "gpu-0")]
+    cpu = {"name": "cpu", "deviceClassName": FALLBACK}
+    skipped = {"firstAvailable": [{"name": "big", **H100}, cpu]}
+    out = _allocate([node("a", "T4", 1)], claim("c", {"o": skipped}))
+    assert [(r["request"], r["device"]) for r in _results(out, "c")] == [("o/cpu", "cpu-fallback")]
+
+
+def test_count_takes_that_many_distinct_gpus_or_nothing() -> None:
+    out = _allocate([node("a", "T4", 3)], claim("c", {"g": exactly(count=2)}))
+    assert len(_devices(out, "c")) == 2 and len(set(_devices(out, "c"))) == 2
+    out = _allocate([node("a", "T4", 2)], claim("c", {"g": exactly(count=3)}))
+    assert out.placed == {}
+
+
+def test_all_takes_every_matching_gpu_of_the_node_it_picks() -> None:
+    out = _allocate([node("a", "T4", 2), node("b", "T4", 3)],
+                    claim("c", {"g": exactly(allocationMode="All")}))  # fmt: skip
+    node_name = out.placed["default/p-c"]
+    assert len(_devices(out, "c")) == {"a": 2, "b": 3}[node_name]
+    even = exactly(GPU, attr("index") + " % 2 == 0", allocationMode="All")
+    out = _allocate([node("a", "T4", 4)], claim("c", {"g": even}))
+    assert _devices(out, "c") == ["gpu-0", "gpu-2"]
+
+
+def test_a_share_never_asks_for_more_than_the_device_publishes() -> None:
+    out = _allocate([node("a", "T4", 1)], claim("c", {"s": _share(memory="16Gi")}))
+    assert out.placed == {}
+    out = _allocate([node("a", "T4", 1)], claim("c", {"s": _share(memory="15Gi")}))
+    assert out.placed == {"default/p-c": "a"}
+
+
+def test_shares_fill_a_gpu_up_to_its_compute_and_memory() -> None:
+    nodes = [node("a", "T4", 1)]
+    out = _allocate(nodes, *(claim(f"c{i}", {"s": _share(compute="40")}) for i in range(3)))
+    # a compute-only share takes all the memory (the default): one per GPU
+    assert len(out.placed) == 1
+    quarter = {"s": _share(memory="3Gi", compute="25")}
+    out = _allocate(nodes, *(claim(f"c{i}", quarter) for i in range(5)))
+    assert len(out.placed) == 4
+    halves = {"s": _share(memory="7Gi")}  # compute by default 100: one per GPU
+    out = _allocate(nodes, *(claim(f"c{i}", halves) for i in range(2)))
+    assert len(out.placed) == 1
+
+
+def test_a_compute_share_leaving_memory_out_prefers_the_smaller_gpu() -> None:
+    """No memory asked: the share takes all of a GPU's memory, smaller GPUs first."""
+    out = _allocate(
+        [node("big", "A100-40GB", 1), node("small", "T4", 1)],
+        claim("c", {"s": _share(compute="50")}),
+    )
+    assert out.placed == {"default/p-c": "small"}
+    (result,) = _results(out, "c")
+    assert result["consumedCapacity"] == {"memory": str(15 * 2**30), "compute": "50"}
+
+
+def test_count_with_a_capacity_request_gives_that_many_shares_on_distinct_gpus() -> None:
+    out = _allocate([node("a", "T4", 2)], claim("c", {"s": _share(2, memory="1Gi")}))
+    assert _devices(out, "c") == ["gpu-0", "gpu-1"]
+    assert all(r["consumedCapacity"]["memory"] == str(2**30) for r in _results(out, "c"))
+    out = _allocate([node("a", "T4", 1)], claim("c", {"s": _share(2, memory="1Gi")}))
+    assert out.placed == {}
+
+
+def _mig_node(name: str, product: str) -> v1.Node:
+    """A MIG-enabled node whose profiles carry their memory, as the node plugin reads it."""
+    plain = node(name, product, 1, mig=True)
+    memory = {p.name: p.memory_bytes for p in catalog.find_product(product).mig_profiles}
+    allocatable = [
+        AllocatableDevice(mig=d.mig.model_copy(update={"memoryBytes": memory[d.mig.profile]}))
+        if d.mig is not None
+        else d
+        for d in plain.state.nas.allocatableDevices
+    ]
+    nas = plain.state.nas.model_copy(update={"allocatableDevices": allocatable})
+    return v1.Node(
+        dataclasses.replace(plain.state, nas=nas), tuple(devices.drasat_devices(name, nas))
+    )
+
+
+def test_a_mig_request_without_a_profile_gets_the_smallest_profile() -> None:
+    out = _allocate([_mig_node("m", "A100-40GB")], claim("c", {"m": exactly(MIG)}))
+    (device,) = _devices(out, "c")
+    assert device.startswith("gpu-0-mig-1g5gb-")
+    bigger = exactly(MIG, 'device.capacity["gpu.drasat.io"].memory.isGreaterThan(quantity("6Gi"))')
+    out = _allocate([_mig_node("m", "A100-40GB")], claim("c", {"m": bigger}))
+    (device,) = _devices(out, "c")
+    assert device.startswith("gpu-0-mig-1g10gb-")
+
+
+def test_mig_count_takes_that_many_devices() -> None:
+    two = exactly(MIG, attr("profile") + ' == "3g.20gb"', count=2)
+    out = _allocate([node("m", "A100-40GB", 1, mig=True)], claim("c", {"m": two}))
+    assert len(_devices(out, "c")) == 2
+    three = exactly(MIG, attr("profile") + ' == "3g.20gb"', count=3)
+    assert _allocate([node("m", "A100-40GB", 1, mig=True)], claim("c", {"m": three})).placed == {}
+
+
+def test_match_attribute_across_requests_puts_them_on_one_numa_node() -> None:
+    both = claim(
+        "c",
+        {"a": exactly(), "b": exactly()},
+        constraints=[{"matchAttribute": "gpu.drasat.io/numaNode", "requests": ["a", "b"]}],
+    )
+    # GPUs 0 and 1 are held; the free ones are 2 (NUMA 0) and 3 (NUMA 1): no pair on one node
+    nodes = [node("a", "T4", 4, numa=[0, 1, 0, 1])]
+    busy = claim("busy", {"g": exactly(GPU, attr("index") + " < 2", count=2)})
+    out = _allocate(nodes, busy, both)
+    assert set(out.placed) == {"default/p-busy"}
+    out = _allocate(nodes, both)
+    minors = sorted(int(d.split("-")[1]) for d in _devices(out, "c"))
+    assert minors in ([0, 2], [1, 3])
+
+
+def test_match_attribute_on_product_across_requests_on_a_mixed_node() -> None:
+    nodes = [node("a", "T4", 1), node("b", "A100-40GB", 1)]
+    both = claim(
+        "c",
+        {"a": exactly(), "b": exactly()},
+        constraints=[{"matchAttribute": "gpu.drasat.io/productName"}],
+    )
+    # one GPU per node: two requests on one product cannot be met on one node
+    assert _allocate(nodes, both).placed == {}
+    out = _allocate([node("a", "T4", 2), node("b", "A100-40GB", 1)], both)
+    assert out.placed == {"default/p-c": "a"}
