@@ -175,6 +175,7 @@ class Checkpoint:
         self.claims_dir = self.root / "claims"
         self.settings_path = self.root / "settings.json"
         self.migs_path = self.root / "created-migs.json"
+        self.gpus_path = self.root / "gpus.json"
         self.legacy_path = state_dir / LEGACY_FILE
         self.durable = durable
         self.lock = threading.RLock()
@@ -312,6 +313,16 @@ class Checkpoint:
             self._write(self.settings_path, settings)
         os.replace(self.legacy_path, self.legacy_path.with_name(LEGACY_FILE + ".migrated"))
         log.warning("checkpoint: migrated %s (%d claims)", self.legacy_path, len(claims or {}))
+
+    def read_gpus(self) -> list[dict[str, Any]]:
+        """The GPUs of the last complete discovery (`write_gpus`): who a GPU found lost at start
+        was. [] when none is saved or the file is unreadable (reported)."""
+        body = self._read_entry(self.gpus_path, "gpus")
+        return [g for g in body if isinstance(g, dict)] if isinstance(body, list) else []
+
+    def write_gpus(self, gpus: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self._write(self.gpus_path, gpus)
 
     def mark_created(self, entries: Iterable[CreatedMig]) -> None:
         """Mark MIG devices as the plugin's own before they are made (one write)."""

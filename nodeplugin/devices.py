@@ -18,6 +18,11 @@ class DeviceError(Exception):
     """A device operation failed; `str()` says which device and why (an NVML error name)."""
 
 
+class GpuLostError(DeviceError):
+    """The GPU fell off the bus (XID 79; NVML answers `NVML_ERROR_GPU_IS_LOST`): nothing on it
+    can be read or changed until it is reset, and what was set on it went with it."""
+
+
 class ComputeMode(StrEnum):
     Default = "Default"
     ExclusiveProcess = "ExclusiveProcess"
@@ -51,6 +56,9 @@ class GpuDevice:
     pci_bus_id: str | None = None
     numa_node: int | None = None
     nvlink_peers: tuple[str, ...] = ()
+    #: Fell off the bus: NVML answers nothing about it. A lost GPU found at discovery has only
+    #: its index (uuid ""), unless the plugin knew it from an earlier discovery.
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,13 @@ class DeviceSettings:
 class DeviceLib(Protocol):
     """What the node plugin needs from the GPUs. Methods raise DeviceError."""
 
-    def gpus(self) -> list[GpuDevice]: ...
+    def gpus(self) -> list[GpuDevice]:
+        """Every GPU; one that answers `NVML_ERROR_GPU_IS_LOST` comes with `lost` set."""
+        ...
+
+    def lost(self, gpu_uuid: str) -> bool:
+        """True when the GPU no longer answers (fell off the bus)."""
+        ...
 
     def mig_profiles(self, gpu_uuid: str) -> list[MigProfileInfo]: ...
 

@@ -37,7 +37,7 @@ import grpc
 from drasat.api.devicemodel import names, pool
 from drasat.api.devicemodel.inventory import XID_GPU_LOST
 from drasat.nodeplugin import slices
-from drasat.nodeplugin.devices import DeviceLib
+from drasat.nodeplugin.devices import DeviceLib, GpuDevice
 from drasat.nodeplugin.gen import (
     drahealth_v1_pb2,
     drahealth_v1_pb2_grpc,
@@ -83,10 +83,11 @@ class DeviceReport:
     message: str = ""
 
 
-def pool_devices(lib: DeviceLib) -> list[PoolDevice]:
-    """Every device the device model publishes for this node, with the GPU each belongs to."""
+def pool_devices(lib: DeviceLib, gpus: Sequence[GpuDevice] | None = None) -> list[PoolDevice]:
+    """Every device the device model publishes for this node (of `gpus`, or the lib's
+    discovery), with the GPU each belongs to."""
     out = []
-    for device in pool.all_devices(slices.inventory(lib)):
+    for device in pool.all_devices(slices.inventory(lib, gpus=gpus)):
         attributes = device.get("attributes", {})
         uuid = attributes.get("parentUUID", attributes.get("uuid", {})).get("string")
         out.append(PoolDevice(device["name"], uuid))

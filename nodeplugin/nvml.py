@@ -9,6 +9,7 @@ they are set with `nvidia-smi compute-policy` through an injected command runner
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import subprocess
 import threading
@@ -108,6 +109,7 @@ class NvmlDeviceLib:
         self._profiles: dict[str, list[devices.MigProfileInfo]] = {}
         self._time_slices: dict[str, TimeSlice] = {}
         self._locked_clocks: dict[str, int] = {}
+        self._known: dict[int, devices.GpuDevice] = {}  # GPUs discovered, by index
         self._events: Any = None
         self._call("nvmlInit")
 
@@ -117,13 +119,16 @@ class NvmlDeviceLib:
         try:
             return getattr(self._nvml, name)(*args)
         except pynvml.NVMLError as error:
-            raise DeviceError(f"{name}: {error_name(error)}") from error
+            raise _device_error(name, error) from error
 
     def _optional(self, name: str, *args: Any, default: Any = None) -> Any:
-        """Call a query that some GPUs or drivers do not support; `default` when they do not."""
+        """Call a query that some GPUs or drivers do not support; `default` when they do not
+        (a lost GPU is not one that does not support it: GpuLostError)."""
         try:
             return getattr(self._nvml, name)(*args)
-        except pynvml.NVMLError:
+        except pynvml.NVMLError as error:
+            if is_error(error, pynvml.NVML_ERROR_GPU_IS_LOST):
+                raise _device_error(name, error) from error
             return default
 
     def _locked(self, gpu_uuid: str) -> threading.RLock:
@@ -136,16 +141,48 @@ class NvmlDeviceLib:
     # -- discovery ---------------------------------------------------------------------------
 
     def gpus(self) -> list[devices.GpuDevice]:
+        """Every GPU in index order; a lost one as this lib knew it, or by its index only."""
         with self._lock:
             driver = _text(self._call("nvmlSystemGetDriverVersion"))
             cuda = int(self._call("nvmlSystemGetCudaDriverVersion"))
             cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-            handles = [
-                self._call("nvmlDeviceGetHandleByIndex", i)
-                for i in range(int(self._call("nvmlDeviceGetCount")))
-            ]
-            bus_ids = {self._bus_id(h): _text(self._call("nvmlDeviceGetUUID", h)) for h in handles}
-            return [self._gpu(i, h, driver, cuda_version, bus_ids) for i, h in enumerate(handles)]
+            handles: dict[int, Any] = {}
+            lost: list[int] = []
+            for index in range(int(self._call("nvmlDeviceGetCount"))):
+                try:
+                    handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                    bus_id = self._bus_id(handle), _text(self._call("nvmlDeviceGetUUID", handle))
+                except devices.GpuLostError as error:
+                    log.error("GPU %d: %s (fell off the bus)", index, error)
+                    lost.append(index)
+                    continue
+                handles[index] = (handle, bus_id)
+            bus_ids = dict(bus for _, bus in handles.values())
+            found = {}
+            for index, (handle, _) in handles.items():
+                try:
+                    found[index] = self._gpu(index, handle, driver, cuda_version, bus_ids)
+                except devices.GpuLostError as error:
+                    log.error("GPU %d: %s (fell off the bus)", index, error)
+                    lost.append(index)
+            for index in lost:
+                known = self._known.get(index)
+                found[index] = (
+                    dataclasses.replace(known, lost=True)
+                    if known is not None
+                    else _unknown_lost_gpu(index, driver, cuda_version)
+                )
+            self._known.update((i, g) for i, g in found.items() if not g.lost)
+            return [found[i] for i in sorted(found)]
+
+    def lost(self, gpu_uuid: str) -> bool:
+        try:
+            self._call("nvmlDeviceGetUUID", self._handle(gpu_uuid))
+        except devices.GpuLostError:
+            return True
+        except DeviceError:
+            return False
+        return False
 
     def _bus_id(self, handle: Any) -> str:
         return _pci_bus_id(_text(self._call("nvmlDeviceGetPciInfo", handle).busId))
@@ -336,7 +373,7 @@ class NvmlDeviceLib:
             except pynvml.NVMLError as error:
                 if is_error(error, pynvml.NVML_ERROR_NOT_FOUND):
                     return False
-                raise DeviceError(f"nvmlDeviceGetGpuInstanceById: {error_name(error)}") from error
+                raise _device_error("nvmlDeviceGetGpuInstanceById", error) from error
             for candidate in range(_MAX_CI_ID) if ci_id is None else [ci_id]:
                 ci = self._optional("nvmlGpuInstanceGetComputeInstanceById", gi, candidate)
                 if ci is not None:
@@ -407,7 +444,11 @@ class NvmlDeviceLib:
         if self._events is None:
             events = self._call("nvmlEventSetCreate")
             for index in range(int(self._call("nvmlDeviceGetCount"))):
-                handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                try:
+                    handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                except devices.GpuLostError as error:  # its loss is found by `lost`
+                    log.warning("GPU %d: no XID events: %s", index, error)
+                    continue
                 try:
                     self._nvml.nvmlDeviceRegisterEvents(
                         handle, pynvml.nvmlEventTypeXidCriticalError, events
@@ -424,6 +465,8 @@ class NvmlDeviceLib:
         except pynvml.NVMLError as error:
             if is_error(error, pynvml.NVML_ERROR_TIMEOUT):
                 return []
+            if is_error(error, pynvml.NVML_ERROR_GPU_IS_LOST):
+                return []  # which GPU it was is found by `lost`
             raise DeviceError(f"nvmlEventSetWait_v2: {error_name(error)}") from error
         if int(data.eventType) != pynvml.nvmlEventTypeXidCriticalError:
             return []
@@ -435,6 +478,30 @@ class NvmlDeviceLib:
             self._optional("nvmlEventSetFree", self._events)
             self._events = None
         self._optional("nvmlShutdown")
+
+
+def _device_error(name: str, error: Exception) -> DeviceError:
+    if is_error(error, pynvml.NVML_ERROR_GPU_IS_LOST):
+        return devices.GpuLostError(f"{name}: NVML_ERROR_GPU_IS_LOST")
+    return DeviceError(f"{name}: {error_name(error)}")
+
+
+def _unknown_lost_gpu(index: int, driver: str, cuda: str) -> devices.GpuDevice:
+    """A GPU lost before this lib ever read it: its index is all NVML still says."""
+    return devices.GpuDevice(
+        index=index,
+        minor=-1,
+        uuid="",
+        mig_enabled=False,
+        memory_bytes=0,
+        product_name="",
+        brand="Unknown",
+        architecture="Unknown",
+        cuda_compute_capability="",
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        lost=True,
+    )
 
 
 def _gpu_instance(info: Any) -> devices.GpuInstance:

@@ -35,7 +35,7 @@ from drasat.nodeplugin import (
     state,
     v1claims,
 )
-from drasat.nodeplugin.devices import DeviceLib
+from drasat.nodeplugin.devices import DeviceError, DeviceLib
 from drasat.nodeplugin.nasstore import NasError, NasStore
 
 log = logging.getLogger(__name__)
@@ -139,10 +139,14 @@ class NodePlugin:
         self.registration = registration.Registration(
             endpoint=str(config.dra_socket), api=config.kubelet_api
         )
-        self.health = health.HealthMonitor(lib, self._health_changed, wait_ms=config.health_wait_ms)
+        self.health = health.HealthMonitor(
+            lib, self._health_changed, wait_ms=config.health_wait_ms, gpus=self.state.gpus
+        )
         #: What the kubelet's health stream (`DRAResourceHealth`) reports, from `self.health`.
         self.health_board = healthservice.HealthBoard(
-            lambda: healthservice.pool_devices(lib), self.health, watching=config.health_events
+            lambda: healthservice.pool_devices(lib, self.state.gpus()),
+            self.health,
+            watching=config.health_events,
         )
         self._servers: list[Any] = []
         self._stop = threading.Event()
@@ -178,7 +182,7 @@ class NodePlugin:
         if ready is None:
             ready = bool(self._servers) or not self._started
         gpus = self.state.gpus()
-        profiles = {g.uuid: self.lib.mig_profiles(g.uuid) for g in gpus if g.mig_enabled}
+        profiles = slices.mig_profiles(self.lib, gpus)
         devices = publish.allocatable_devices(gpus, profiles, unhealthy=self.health.unhealthy)
         status = NasStatus.Ready if ready else NasStatus.NotReady
 
@@ -202,7 +206,9 @@ class NodePlugin:
             uuid: GpuHealth.from_xid(self.health.xids.get(uuid)) for uuid in self.health.unhealthy
         }
         try:
-            wanted = slices.inventory(self.lib, health=unhealthy, shares=self.config.slice_shares)
+            wanted = slices.inventory(
+                self.lib, health=unhealthy, shares=self.config.slice_shares, gpus=self.state.gpus()
+            )
             return self.slice_publisher.sync(wanted)
         except Exception as error:  # the API is down, the Node is gone: try again next time
             log.error(
@@ -211,8 +217,15 @@ class NodePlugin:
             return None
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
+        self._note_lost()
         self.health_board.changed()  # the kubelet first: publishing may wait on the API
         self.publish()
+
+    def _note_lost(self) -> None:
+        """The state refuses claims on lost GPUs and skips undoing what went with them."""
+        lost = self.health.lost()
+        self.state.lost = lost
+        self.state.metrics.lost_gpus.set(len(lost))
 
     def set_status(self, status: NasStatus) -> None:
         def mutate(nas: NodeAllocationState) -> bool:
@@ -228,6 +241,11 @@ class NodePlugin:
         The first NAS write is retried (with backoff, up to `start_timeout_s`) while the API server
         is unreachable; later status writes that fail are logged, not fatal."""
         self._started = True
+        try:  # a GPU lost before start is published tainted from the first write
+            self.health.check_lost()
+            self._note_lost()
+        except DeviceError as error:
+            log.error("cannot check the GPUs for lost ones: %s", error)
         self._publish_first()
         try:  # found now, so a wrong driver root shows at start, not only at the first claim
             self.state.cdi.driver.get()

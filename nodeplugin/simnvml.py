@@ -12,7 +12,10 @@ where real NVML returns handles) and raises `pynvml.NVMLError` with NVML's codes
 - `NVML_ERROR_NOT_FOUND`: no GPU/compute instance with that id, an empty MIG device slot;
 - `NVML_ERROR_INVALID_ARGUMENT`: a bad index, profile or placement start;
 - `NVML_ERROR_NOT_SUPPORTED`: MIG calls on a GPU without MIG, NVLink on a GPU without it;
-- `NVML_ERROR_UNINITIALIZED`: any call before `nvmlInit`.
+- `NVML_ERROR_UNINITIALIZED`: any call before `nvmlInit`;
+- `NVML_ERROR_GPU_IS_LOST`: every call about a GPU that fell off the bus (`lose_gpu`: getting its
+  handle by index or UUID, and any call on a handle, instance or MIG device of it), while
+  `nvmlDeviceGetCount` still counts it, as the driver does after XID 79.
 
 A fleet is written `2xA100-40GB,mig=1` (GPU 1 in MIG mode), `T4x2`, `H100-80GB,A30-24GB,mig=all`,
 with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for benchmarks),
@@ -84,6 +87,19 @@ def nvml_profile_index(profile: catalog.MigProfile, product: catalog.Product) ->
 
 def _fail(code: int) -> NoReturn:
     raise N.NVMLError(code)
+
+
+def _gpu_of(handle: Any) -> SimGpu | None:
+    """The GPU an NVML handle argument belongs to (None: not a GPU's handle)."""
+    if isinstance(handle, SimGpu):
+        return handle
+    if isinstance(handle, SimMigHandle):
+        return handle.compute_instance.gpu_instance.gpu
+    if isinstance(handle, SimComputeInstance):
+        return handle.gpu_instance.gpu
+    if isinstance(handle, SimGpuInstance):
+        return handle.gpu
+    return None
 
 
 # -- the fleet description -------------------------------------------------------------------
@@ -219,6 +235,7 @@ class SimGpu:
     time_slice: int = 0
     gpu_instances: dict[int, SimGpuInstance] = field(default_factory=dict)
     nvlink_peers: list[SimGpu] = field(default_factory=list)
+    lost: bool = False  # fell off the bus: NVML_ERROR_GPU_IS_LOST
 
     @property
     def product(self) -> catalog.Product:
@@ -290,6 +307,7 @@ class SimulatedNvml:
                 "persistence": g.persistence,
                 "locked_clocks": list(g.locked_clocks) if g.locked_clocks else None,
                 "time_slice": g.time_slice,
+                "lost": g.lost,
                 "gpu_instances": [
                     {
                         "id": gi.id,
@@ -333,6 +351,7 @@ class SimulatedNvml:
             clocks = data["locked_clocks"]
             gpu.locked_clocks = (clocks[0], clocks[1]) if clocks else None
             gpu.time_slice = data["time_slice"]
+            gpu.lost = bool(data.get("lost", False))
             for gi_data in data["gpu_instances"]:
                 index, profile = self._profile_by_id(gpu, gi_data["profile_id"])
                 gi = SimGpuInstance(gpu, gi_data["id"], profile, index, gi_data["start"])
@@ -379,6 +398,16 @@ class SimulatedNvml:
                     events.pending.append(EventData(gpu, N.nvmlEventTypeXidCriticalError, xid))
             self._event.notify_all()
 
+    def lose_gpu(self, uuid: str, *, xid_event: bool = False) -> None:
+        """The GPU falls off the bus: from now on NVML answers NVML_ERROR_GPU_IS_LOST about it
+        (and, with `xid_event`, an XID 79 event is delivered first, as the driver may)."""
+        gpu = self.gpu(uuid)
+        if xid_event:
+            self.inject_xid(uuid, 79)
+        with self._lock:
+            gpu.lost = True
+            self._persist()
+
     def gpu(self, uuid: str) -> SimGpu:
         return next(g for g in self.gpus if g.uuid == uuid)
 
@@ -423,6 +452,8 @@ class SimulatedNvml:
                     raise faults.pop(0)
                 if name != "nvmlInit" and not object.__getattribute__(self, "_initialized"):
                     _fail(N.NVML_ERROR_UNINITIALIZED)
+                if any(getattr(_gpu_of(a), "lost", False) for a in args):
+                    _fail(N.NVML_ERROR_GPU_IS_LOST)
                 result = attr(*args)
                 if name.startswith(_MUTATING):
                     object.__getattribute__(self, "_persist")()
@@ -470,14 +501,21 @@ class SimulatedNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimGpu:
         if not 0 <= index < len(self.gpus):
             _fail(N.NVML_ERROR_INVALID_ARGUMENT)
+        if self.gpus[index].lost:
+            _fail(N.NVML_ERROR_GPU_IS_LOST)
         return self.gpus[index]
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> SimGpu | SimMigHandle:
         text = uuid.decode() if isinstance(uuid, bytes) else uuid
         for gpu in self.gpus:
             if gpu.uuid == text:
+                if gpu.lost:
+                    _fail(N.NVML_ERROR_GPU_IS_LOST)
                 return gpu
-        return self._mig_by_uuid(text)
+        handle = self._mig_by_uuid(text)
+        if handle.compute_instance.gpu_instance.gpu.lost:
+            _fail(N.NVML_ERROR_GPU_IS_LOST)
+        return handle
 
     def nvmlDeviceGetUUID(self, device: SimGpu | SimMigHandle) -> str:
         return device.compute_instance.uuid if isinstance(device, SimMigHandle) else device.uuid

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from drasat.kube import errors
 from drasat.kube.client import Api
 from drasat.kube.resources import NODES, Resource
 from drasat.nodeplugin import publish
-from drasat.nodeplugin.devices import DeviceLib, MigProfileInfo
+from drasat.nodeplugin.devices import DeviceLib, GpuDevice, GpuLostError, MigProfileInfo
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,35 @@ def mig_info(product_name: str, profile: MigProfileInfo) -> MigInfo:
     )
 
 
+def mig_profiles(lib: DeviceLib, gpus: Sequence[GpuDevice]) -> dict[str, list[MigProfileInfo]]:
+    """Each MIG-enabled GPU's profiles; a lost GPU's as read before it was lost (the lib keeps
+    them), none when never read (its MIG devices cannot be published then)."""
+    profiles = {}
+    for gpu in gpus:
+        if not gpu.mig_enabled:
+            continue
+        try:
+            profiles[gpu.uuid] = lib.mig_profiles(gpu.uuid)
+        except GpuLostError as error:
+            log.error("GPU %s: MIG profiles unknown: %s", gpu.uuid, error)
+    return profiles
+
+
 def inventory(
     lib: DeviceLib,
     *,
     health: Mapping[str, GpuHealth] | None = None,
     shares: bool = False,
     fallback: bool = True,
+    gpus: Sequence[GpuDevice] | None = None,
 ) -> Inventory:
-    """What the hardware has now: GPUs, each MIG-enabled GPU's profiles and placements (NVML's
-    `nvmlDeviceGetGpuInstancePossiblePlacements`), and the unhealthy GPUs."""
-    found = lib.gpus()
+    """What the hardware has now: GPUs (`gpus`, or the lib's discovery), each MIG-enabled GPU's
+    profiles and placements (NVML's `nvmlDeviceGetGpuInstancePossiblePlacements`), and the
+    unhealthy GPUs. A lost GPU is published with its health (a NoExecute taint) as long as it is
+    known by its uuid."""
+    found = [g for g in (lib.gpus() if gpus is None else gpus) if g.uuid]
     health = dict(health or {})
-    nvml_profiles = {gpu.uuid: lib.mig_profiles(gpu.uuid) for gpu in found if gpu.mig_enabled}
+    nvml_profiles = mig_profiles(lib, found)
     by_uuid = {gpu.uuid: gpu for gpu in found}
     profiles = {
         uuid: [mig_info(by_uuid[uuid].product_name, p) for p in listed]

@@ -27,6 +27,7 @@ checkpoint marks as made by the plugin, `destroy-all` every one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -73,6 +74,7 @@ from drasat.nodeplugin.devices import (
     DeviceLib,
     GpuDevice,
     GpuInstance,
+    GpuLostError,
     MigDevice,
     MigProfileInfo,
 )
@@ -204,6 +206,8 @@ class DeviceState:
         self._mig_lock = threading.Lock()
         self._reserved: dict[str, list[PlannedMig]] = {}
         self._gpus: list[GpuDevice] | None = None
+        #: GPUs that fell off the bus (the health monitor's finding; lost ones at discovery too).
+        self.lost: frozenset[str] = frozenset()
         self.mps.adopt_users(self._mps_users())
 
     # -- helpers -----------------------------------------------------------------------------
@@ -225,9 +229,41 @@ class DeviceState:
                     self._claim_locks[uid] = (lock, users - 1)
 
     def gpus(self) -> list[GpuDevice]:
+        """The node's GPUs, discovered once. A GPU found lost (it answers nothing) is named from
+        the last complete discovery saved in the checkpoint; one never seen before is left out
+        (nothing can be published or prepared for it)."""
         if self._gpus is None:
-            self._gpus = self.lib.gpus()
+            found = self.lib.gpus()
+            if any(g.lost and not g.uuid for g in found):
+                found = self._name_lost(found)
+            else:
+                self._save_gpus(found)
+            self._gpus = found
         return self._gpus
+
+    def _save_gpus(self, found: list[GpuDevice]) -> None:
+        body = [{**dataclasses.asdict(g), "nvlink_peers": list(g.nvlink_peers)} for g in found]
+        if self.checkpoint.read_gpus() != body:
+            self.checkpoint.write_gpus(body)
+
+    def _name_lost(self, found: list[GpuDevice]) -> list[GpuDevice]:
+        saved = {}
+        for body in self.checkpoint.read_gpus():
+            try:
+                gpu = GpuDevice(**{**body, "nvlink_peers": tuple(body.get("nvlink_peers", ()))})
+            except TypeError:
+                continue
+            saved[gpu.index] = gpu
+        named = []
+        for gpu in found:
+            if gpu.lost and not gpu.uuid:
+                known = saved.get(gpu.index)
+                if known is None:
+                    log.error("GPU %d fell off the bus and was never seen: left out", gpu.index)
+                    continue
+                gpu = dataclasses.replace(known, lost=True)
+            named.append(gpu)
+        return named
 
     def _gpu(self, uuid: str) -> GpuDevice | None:
         return next((g for g in self.gpus() if g.uuid == uuid), None)
@@ -375,10 +411,17 @@ class DeviceState:
 
     def _check_gpus(self, allocation: AllocatedDevices) -> None:
         uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+        parents = [d.parentUUID for d in allocation.mig.devices] if allocation.mig else []
         for uuid in uuids:
             if self._gpu(uuid) is None:
                 known = ", ".join(g.uuid for g in self.gpus()) or "none"
                 raise ClaimError(f"allocated GPU {uuid} is not on this node (it has: {known})")
+        for uuid in dict.fromkeys(uuids + parents):
+            if uuid in self.lost or getattr(self._gpu(uuid), "lost", False):
+                raise ClaimError(
+                    f"allocated GPU {uuid} fell off the bus (NVML_ERROR_GPU_IS_LOST, XID 79): "
+                    "it needs a reset before anything can use it"
+                )
 
     def _plan_migs(self, claim: ClaimRef, allocation: AllocatedDevices) -> list[PlannedMig]:
         """The claim's MIG devices resolved against NVML, checked free and reserved for it (the
@@ -747,7 +790,10 @@ class DeviceState:
             if hold is None or uid not in hold.holders:
                 return
             if hold.holders == [uid]:
-                self._write_setting(gpu, Setting(setting), hold.baseline)
+                try:
+                    self._write_setting(gpu, Setting(setting), hold.baseline)
+                except GpuLostError as error:  # what was set went with the GPU
+                    log.warning("GPU %s: %s not set back: %s", gpu, setting, error)
                 del ledger[setting]
                 if not ledger:
                     self.checkpoint.data.settings.pop(gpu, None)
@@ -822,7 +868,13 @@ class DeviceState:
         assert step.gi_id is not None
         if (step.gpu, step.gi_id) in self._owned_migs(besides=record.uid):
             return  # gone already; the id now belongs to another claim's instance
-        gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+        try:
+            gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+        except GpuLostError as error:  # its MIG devices went with it
+            log.warning(
+                "claim %s: MIG device %s not destroyed: %s", record.uid, step.mig_uuid, error
+            )
+            return
         if gi is not None and gi.start == step.start:
             self.lib.destroy_mig_device(step.gpu, gi_id=step.gi_id, ci_id=step.ci_id)
 
@@ -892,6 +944,9 @@ class DeviceState:
     ) -> None:
         problems = []
         owned = self._owned_migs(besides=record.uid)
+        # A lost GPU has nothing left to verify: what was set on it went with it.
+        migs = [s for s in migs if not self._is_lost(s.gpu)]
+        holds = [s for s in holds if not self._is_lost(s.gpu)]
         for step in migs:
             assert step.gi_id is not None
             gi = self.lib.gpu_instance(step.gpu, step.gi_id)
@@ -913,6 +968,9 @@ class DeviceState:
             record.applied = [*migs, *holds]  # the next unprepare cleans up and checks again
             self.checkpoint.put(record)
             raise ClaimError(f"cleanup of {record.uid} not verified: {'; '.join(problems)}")
+
+    def _is_lost(self, gpu: str) -> bool:
+        return gpu in self.lost or self.lib.lost(gpu)
 
     def _baseline_problem(self, step: AppliedStep) -> str:
         setting = Setting(step.setting)
@@ -1024,7 +1082,14 @@ class DeviceState:
         for step in record.applied:
             if step.kind != "mig" or step.gi_id is None:
                 continue
-            gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            try:
+                gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            except GpuLostError:
+                lines.append(
+                    f"prepared claim {record.uid}: its MIG device {step.mig_uuid} is on "
+                    f"{step.gpu}, which fell off the bus"
+                )
+                continue
             if gi is None or gi.start != step.start:
                 lines.append(
                     f"prepared claim {record.uid}: its MIG device {step.mig_uuid} "
@@ -1044,9 +1109,13 @@ class DeviceState:
         }
         found = []
         for gpu in self.gpus():
-            if not gpu.mig_enabled:
+            if not gpu.mig_enabled or gpu.lost or gpu.uuid in self.lost:
                 continue
-            for gi in self.lib.gpu_instances(gpu.uuid):
+            try:
+                instances = self.lib.gpu_instances(gpu.uuid)
+            except GpuLostError:
+                continue
+            for gi in instances:
                 if (gpu.uuid, gi.gi_id) in owned or (
                     gpu.uuid,
                     gi.start,

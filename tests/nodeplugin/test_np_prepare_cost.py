@@ -53,6 +53,7 @@ def test_checkpoint_writes_per_claim(
     node_factory: Any, writes: list[str], kind: str, prepare_writes: int, unprepare_writes: int
 ) -> None:
     node = node_factory("2xA100-40GB,mig=1")
+    writes.clear()  # start-up's (the discovered GPUs), not the claim's
     if kind == "mig":
         node.allocate(UID, mig_allocation(UID, node.gpu(1), "1g.5gb", 0, 1))
     else:
