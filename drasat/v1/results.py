@@ -36,7 +36,7 @@ from drasat.api.nas import (
     MigPlacement,
     NodeAllocationStateSpec,
 )
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import format_bytes, to_bytes
 from drasat.v1 import devices
 from drasat.v1.devices import Published
 from drasat.v1.requests import Claim, ClaimError
@@ -233,9 +233,9 @@ def _describe(option: Option) -> str:
 def _share_text(share: Any) -> str:
     parts = []
     if share.memory is not None:
-        parts.append(f"memory {share.memory}")
+        parts.append(f"memory {format_bytes(to_bytes(share.memory))}")
     if share.compute is not None:
-        parts.append(f"compute {share.compute}")
+        parts.append(f"compute {share.compute}%")
     return ", ".join(parts)
 
 

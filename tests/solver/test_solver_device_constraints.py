@@ -10,8 +10,24 @@ import pytest
 from checker import gpu_claim, make_node, mig_claim, pod
 
 from drasat.api.nas import AllocatedDevices
-from drasat.solver import DeviceConstraint, Mode, Problem, Solution, SolveParams, solve
+from drasat.api.policy import AllocationPolicySpec
+from drasat.solver import (
+    DeviceConstraint,
+    Mode,
+    Problem,
+    Solution,
+    SolveParams,
+    SolverCache,
+    demand,
+    extract,
+    model,
+    solve,
+    solving,
+)
+from drasat.solver.inventory import build_view
+from drasat.solver.model import PodEntry
 from drasat.solver.problem import ClaimRequest, DeviceKey
+from drasat.solver.rules import Rules
 
 MODES = [Mode.online, Mode.batch]
 
@@ -123,3 +139,19 @@ def test_eligible_placements_choose_the_mig_start(mode: Mode, start: int) -> Non
     (entry,) = _entries(_solve(problem, mode)).values()
     assert entry.mig is not None
     assert [d.placement.start for d in entry.mig.devices] == [start]
+
+
+def test_the_model_of_required_numa_builds_over_gpus_without_numa() -> None:
+    # The model itself (not only the filters before it) groups a GPU without a NUMA node alone;
+    # it raised TypeError (unhashable GpuSlot) when such a GPU reached it.
+    node = make_node("n1", "T4", count=3, numa=[0, 0, None])  # type: ignore[list-item]
+    view = build_view(node)
+    request = pod("p", gpu_claim("pair", count=2, topology={"sameNUMANode": "Required"}))
+    claims = tuple(demand.normalize(c, request) for c in request.claims)
+    rules = Rules(AllocationPolicySpec(), (view,), SolverCache())
+    built = model.build([PodEntry(request, 0, claims, (view,))], rules)
+    result = solving.solve(built, solving.Budget(time_limit_s=5.0, workers=1, seed=0))
+    _, chosen = extract.placements(built, result, [PodEntry(request, 0, claims, (view,))])[
+        "default/p"
+    ]
+    assert sorted(c.uuid for c in chosen["uid-default-pair"]) == ["GPU-n1-0", "GPU-n1-1"]

@@ -253,3 +253,105 @@ def test_a_solver_exception_refuses_only_the_pod_that_causes_it() -> None:
     assert out.placed == {"default/a": "n", "default/b": "n"}
     (reason,) = out.refused["default/bad"]
     assert "model of pod bad is broken" in reason and "RuntimeError" in reason
+
+
+def test_a_claim_that_cannot_be_read_is_refused_alone() -> None:
+    broken = claim("broken", {"g": exactly()})
+    broken["spec"]["devices"]["requests"].append(42)  # not a request object
+    fine = pod("fine", claim("fine", {"g": exactly()}))
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", broken), fine], CLASSES)
+    assert out.placed == {"default/fine": "a"}
+    assert out.failed["default/p"].startswith("internal error reading its claims: ")
+
+
+# -- item 9: what the node plugin cannot prepare is refused at allocation ------------------------
+
+
+def _time_sliced(requests: list[str]) -> dict[str, Any]:
+    parameters = {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}},
+    }
+    return {"requests": requests, "opaque": {"driver": "gpu.drasat.io", "parameters": parameters}}
+
+
+@pytest.mark.parametrize(
+    ("requests", "config", "words"),
+    [
+        ({"g": exactly(), "m": _mig("1g.5gb")}, None, "whole GPUs of request g and MIG devices"),
+        (
+            {
+                "s": exactly(GPU, capacity={"requests": {"memory": "4Gi"}}),
+                "t": exactly(GPU, capacity={"requests": {"memory": "8Gi"}}),
+            },
+            None,
+            "shares (memory 4Gi, compute 100%) of request s and shares (memory 8Gi, "
+            "compute 100%) of request t",
+        ),
+        (
+            {"g": exactly(), "s": exactly(GPU, capacity={"requests": {"memory": "4Gi"}})},
+            None,
+            "whole GPUs of request g and shares",
+        ),
+        (
+            {"a": exactly(), "b": exactly()},
+            [_time_sliced(["a"])],
+            "requests a and b have different opaque configurations",
+        ),
+    ],
+)
+def test_claims_the_node_plugin_cannot_prepare_are_refused_naming_the_request(
+    requests: dict[str, Any], config: list[dict[str, Any]] | None, words: str
+) -> None:
+    written = claim("c", requests, config=config)
+    mig = any(spec["deviceClassName"] == MIG for spec in requests.values())
+    nodes = [node("m", "A100-40GB", 2, mig=True) if mig else node("a", "T4", 2)]
+    out = v1.allocate(nodes, [pod("p", written)], CLASSES)
+    assert out.placed == {}
+    (reason,) = out.refused["default/p"]
+    assert reason.startswith("ResourceClaim default/c: spec.devices.requests[1]: "), reason
+    assert words in reason, reason
+
+
+def test_a_preparable_alternative_is_taken_instead_of_one_the_plugin_refuses() -> None:
+    either = {
+        "firstAvailable": [
+            {"name": "mig", "deviceClassName": MIG},
+            {"name": "gpu", "deviceClassName": GPU},
+        ]
+    }
+    written = claim("c", {"g": exactly(), "x": either})
+    out = v1.allocate([node("m", "A100-40GB", 3, mig=True)], [pod("p", written)], CLASSES)
+    assert sorted(r["request"] for r in _results(out, "c")) == ["g", "x/gpu"]
+
+
+# -- constraints as upstream reads them -----------------------------------------------------------
+
+
+def test_distinct_attribute_puts_two_gpus_on_two_numa_nodes() -> None:
+    two = claim(
+        "two",
+        {"g": exactly(count=2)},
+        constraints=[{"distinctAttribute": "gpu.drasat.io/numaNode"}],
+    )
+    out = v1.allocate([node("a", "T4", 4, numa=[0, 0, 1, 1])], [pod("p", two)], CLASSES)
+    minors = sorted(int(d.split("-")[1]) for d in _devices(out, "two"))
+    assert minors[0] in (0, 1) and minors[1] in (2, 3)
+
+
+def test_a_constraint_naming_a_subrequest_covers_only_that_subrequest() -> None:
+    # parentUUID holds on MIG devices only: aimed at `x/mig`, it leaves `x/gpu` free to be
+    # chosen with no parent (and the MIG subrequest has no device here).
+    either = {
+        "firstAvailable": [
+            {"name": "mig", "deviceClassName": MIG},
+            {"name": "gpu", "deviceClassName": GPU},
+        ]
+    }
+    written = claim("c", {"x": either}, constraints=[_match("parentUUID", "x/mig")])
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", written)], CLASSES)
+    assert _results(out, "c")[0]["request"] == "x/gpu"
+    covering = claim("d", {"x": either}, constraints=[_match("parentUUID", "x")])
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", covering)], CLASSES)
+    assert out.placed == {}
