@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import ctl_slices
 import pytest
 from ctl_cluster import NS, add_node, t4
 
@@ -60,7 +61,9 @@ def _node(api: KubeClient, name: str, gpus: int) -> None:
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
         },
     )
-    add_node(api, name, [t4(i) for i in range(gpus)])
+    devices = [t4(i) for i in range(gpus)]
+    add_node(api, name, devices)
+    ctl_slices.publish(api, name, devices)
 
 
 def _claim(api: KubeClient, name: str) -> Obj:

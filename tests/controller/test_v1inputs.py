@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ctl_slices
 from checker import make_node
 
 from drasat.api.devicemodel import classes
@@ -78,6 +79,7 @@ def snapshot(
         classes=OURS,
         nodes=fields.pop("nodes", {n: kube_node(n) for n in names}),
         nas=nas,
+        published=ctl_slices.published({n: p.node.nas for n, p in nas.items()}),
         **fields,
     )
 
@@ -301,6 +303,7 @@ def test_a_node_repeating_another_nodes_gpu_is_left_out_and_an_unready_one_publi
     snap = snapshot([], [], ("a", "c"))
     snap.nas = {**snap.nas, "b": nas_nodes.ParsedNas(twin, "1"),
                 "c": nas_nodes.ParsedNas(unready, "1")}  # fmt: skip
+    snap.published = ctl_slices.published({n: p.node.nas for n, p in snap.nas.items()})
     snap.nodes = {n: kube_node(n) for n in ("a", "b", "c")}
     found = {n.state.name: n for n in v1inputs.node_inputs(snap)}
     assert set(found) == {"a", "c"}
