@@ -47,7 +47,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
-from drasat.v1 import results, slices
+from drasat.v1 import results
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +174,7 @@ class V1Controller:
         self.pods = make(r.PODS)
         self.nodes = make(r.NODES)
         self.nas = make(r.NAS, namespace=self.config.namespace)
-        #: What the nodes publish: the devices this controller allocates (every driver's
-        #: slices are listed; only drasat's are read, each node's again when they change).
-        self.slices = make(r.RESOURCE_SLICES_V1)
-        self._slice_reader = slices.Reader()
-        self._informers = [
-            self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
-        ]  # fmt: skip
+        self._informers = [self.classes, self.nodes, self.nas, self.claims, self.pods]
 
     # Life cycle.
     def start(self, *, sync_timeout_s: float = 30.0, cycles: bool = True) -> None:
@@ -319,7 +313,6 @@ class V1Controller:
             nodes={str(n["metadata"]["name"]): n for n in self.nodes.items()},
             nas=parsed,
             unsuitable=unsuitable,
-            published=self._slice_reader.read(self.slices.items()),
         )
 
     def cycle(self) -> bool:
@@ -395,6 +388,10 @@ class V1Controller:
             ", ".join(s.optimality_text() for s in outcome.solutions) or "no solve",
         )  # fmt: skip
         by_key = {p.input.key: p for p in pending}
+        for pod_key, why in outcome.failed.items():
+            # drasat's fault, not the pod's request: counted apart (the refusal's Event says it).
+            self.metrics.faults.labels("AllocatorError").inc()
+            log.warning("AllocatorError: pod %s: %s", pod_key, why)
         for pod_key, node in outcome.placed.items():
             item = by_key[pod_key]
             mine = [outcome.allocations[c["metadata"]["uid"]] for c in item.claims
@@ -443,12 +440,12 @@ class V1Controller:
                 )  # fmt: skip
             except Exception as error:
                 why = f"the allocator failed on this pod: {_short(error)}"
-                self.metrics.faults.labels("AllocatorError").inc()
-                log.warning("%s: %s", item.input.key, why, exc_info=log.isEnabledFor(logging.DEBUG))
+                outcome.failed[item.input.key] = why
                 outcome.refused[item.input.key] = (why,)
                 continue
             outcome.solutions.extend(found.solutions)
             outcome.refused.update(found.refused)
+            outcome.failed.update(found.failed)
             outcome.placed.update(found.placed)
             outcome.allocations.update(found.allocations)
             if found.placed:

@@ -10,12 +10,8 @@ explanation is the decision the controller would make.
 - a pod waits (is not placed this cycle) while a claim it names does not exist yet;
 - a pod whose claims are all allocated is the scheduler's; one with some allocated may only go
   where those are;
-- the devices are what each node publishes: the complete pools of drasat's ResourceSlices
-  (`drasat.v1.slices`; devices with a NoSchedule/NoExecute taint other than drasat's allocator
-  taint are not allocated); the NAS is the ledger of allocated and prepared claims;
-- candidate nodes: nodes with a Ready NAS of ours and usable slices, that pass `v1.nodefit`,
-  and that were not found unsuitable for the pod lately (the scheduler deallocated its claim
-  there).
+- candidate nodes: nodes with a Ready NAS of ours, that pass `v1.nodefit`, and that were not
+  found unsuitable for the pod lately (the scheduler deallocated its claim there).
 
 This is a purely computational module.
 """
@@ -31,8 +27,7 @@ from drasat.api.groups import DRIVER_NAME
 from drasat.controller import allocation
 from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
-from drasat.v1 import Node, PodInput, nodefit, results, slices
-from drasat.v1.requests import v1_spec
+from drasat.v1 import Node, PodInput, devices, nodefit, results
 
 Obj = dict[str, Any]
 
@@ -70,16 +65,35 @@ def our_classes(classes: Iterable[Obj]) -> dict[str, Obj]:
     return out
 
 
+def _requests(claim: Obj) -> list[Obj]:
+    """The claim's requests that are objects (what the API server's schema guarantees; anything
+    else is skipped here rather than stop a cycle, and refused when the claim is read)."""
+    spec = _object(claim.get("spec"))
+    return [
+        r for r in _array(_object(spec.get("devices")).get("requests")) if isinstance(r, Mapping)
+    ]
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _array(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _alternatives(request: Obj) -> list[Mapping[str, Any]]:
+    """`exactly` (or a v1beta1 request itself) and each `firstAvailable` entry."""
+    found = [_object(request.get("exactly")), request]
+    return found + [s for s in _array(request.get("firstAvailable")) if isinstance(s, Mapping)]
+
+
 def _class_names(claim: Obj) -> set[str]:
     found = set()
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-        exactly = request.get("exactly") or {}
-        if exactly.get("deviceClassName"):
-            found.add(str(exactly["deviceClassName"]))
-        if request.get("deviceClassName"):  # v1beta1's shape
-            found.add(str(request["deviceClassName"]))
-        for sub in request.get("firstAvailable") or []:
-            found.add(str(sub.get("deviceClassName", "")))
+    for request in _requests(claim):
+        for alternative in _alternatives(request):
+            if alternative.get("deviceClassName"):
+                found.add(str(alternative["deviceClassName"]))
     return found
 
 
@@ -95,11 +109,11 @@ def tolerates_allocator_taint(claim: Obj) -> bool:
     """Whether a request of the claim (any `exactly` or `firstAvailable` alternative) tolerates
     the allocator taint: kube-scheduler's allocator may then hand it drasat's devices, so the
     claim is the scheduler's and drasat leaves it alone (one allocator per claim)."""
-    spec = v1_spec(claim.get("spec") or {})
-    for request in (spec.get("devices") or {}).get("requests") or []:
-        alternatives = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
-        for alternative in alternatives:
-            tolerations = alternative.get("tolerations") or []
+    for request in _requests(claim):
+        for alternative in _alternatives(request):
+            tolerations = [
+                t for t in _array(alternative.get("tolerations")) if isinstance(t, Mapping)
+            ]
             if tolerations and nodefit.tolerates(tolerations, ALLOCATOR_TAINT):
                 return True
     return False
@@ -173,10 +187,6 @@ class Snapshot:
     nas: Mapping[str, nas_nodes.ParsedNas]  # by node name
     #: pod key -> nodes found unsuitable lately, with the scheduler's reason.
     unsuitable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    #: What each node publishes of drasat's driver, read from its ResourceSlices (the source
-    #: kube-scheduler reads; `drasat.v1.slices`): the devices the cycle allocates. The NAS is
-    #: the ledger of allocated and prepared claims only.
-    published: Mapping[str, slices.NodeDevices] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -266,14 +276,10 @@ def _excluded(
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     lately = snapshot.unsuitable.get(pod_key(pod), {})
-    for name in sorted(set(snapshot.nas) | set(snapshot.published)):
+    for name in snapshot.nas:
         node = snapshot.nodes.get(name)
         if node is None:
             out[name] = "no Node object"
-            continue
-        unusable = inventory_problem(snapshot, name)
-        if unusable is not None:
-            out[name] = unusable
             continue
         elsewhere = next((c for c in pinned if not _selects(c, node)), None)
         if elsewhere is not None:
@@ -292,52 +298,34 @@ def _excluded(
     return out
 
 
-def inventory_problem(snapshot: Snapshot, name: str) -> str | None:
-    """Why the node's devices cannot be allocated by drasat (None: they can): drasat needs its
-    published devices (complete, readable ResourceSlices) and its ledger (the NAS)."""
-    if name not in snapshot.nas:
-        return "no NodeAllocationState (drasat's ledger there; its node plugin creates it)"
-    found = snapshot.published.get(name)
-    if found is None:
-        return f"no ResourceSlice of {DRIVER_NAME} (drasat's node plugin publishes none there)"
-    if found.read is None:
-        return f"its ResourceSlices cannot be used: {found.problem}"
-    return None
-
-
 def node_inputs(snapshot: Snapshot) -> list[Node]:
-    """Every node with drasat's ledger (a NAS), a Node object (a NAS left behind by a deleted
-    node is not a node) and usable ResourceSlices: its solver state (the devices its slices
-    publish, with their health and taints; the NAS's allocated and prepared claims; cpu/memory
-    from the Node and the pods bound there) and the published devices. A node publishing a GPU
-    UUID an earlier node (by name) publishes is left out: one GPU cannot be on two nodes, and
-    the rest of the cluster must still be allocated."""
+    """Every node with a NAS of ours and a Node object (a NAS left behind by a deleted node is
+    not a node): its solver state (with cpu/memory from the Node and the pods bound there) and
+    the devices its plugin publishes. A node reporting a GPU UUID an earlier node (by name)
+    reports is left out: one GPU cannot be on two nodes, and the rest of the cluster must still
+    be allocated."""
     bound = _bound_by_node(snapshot.pods)
     out = []
     seen: set[str] = set()
     for name, parsed in sorted(snapshot.nas.items()):
+        state: NodeState = parsed.node
         node = snapshot.nodes.get(name)
-        found = snapshot.published.get(name)
-        if node is None or found is None or found.read is None:
-            continue
-        inventory = found.read.nas.spec.allocatableDevices
-        uuids = {d.gpu.uuid for d in inventory if d.gpu is not None}
-        if uuids & seen:
+        uuids = {gpu.uuid for gpu in state.nas.gpus()}
+        if node is None or uuids & seen:
             continue
         seen |= uuids
         capacity = nodefit.capacity(node, bound.get(name, []))
-        ledger: NodeState = parsed.node
         state = dataclasses.replace(
-            ledger,
-            nas=ledger.nas.model_copy(update={"allocatableDevices": inventory}),
+            state,
             cpu_milli=capacity.cpu_milli,
             memory_mib=capacity.memory_mib,
             used_cpu_milli=capacity.used_cpu_milli,
             used_memory_mib=capacity.used_memory_mib,
         )
-        published = tuple(found.read.devices.values()) if state.ready else ()
+        published = tuple(devices.drasat_devices(name, state.nas)) if state.ready else ()
         out.append(Node(state, published))
     return out
+
 
 def ledger_of(claim: Obj, snapshot: Snapshot) -> tuple[str | None, dict[str, Any]]:
     """The node a claim is allocated on and the ledger entries its status stands for there."""

@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ctl_slices
 import pytest
 import test_v1controller as base
 from ctl_cluster import NS
 from test_v1controller import _claim, _ledger, _node, _pod, _settled, _status
 
+from drasat import v1
 from drasat.controller import nodes, v1inputs
 from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import informer
@@ -253,7 +253,6 @@ def _snapshot(pods: list[Obj], claims: list[Obj], node_names: tuple[str, ...]) -
         classes=classes,
         nodes=node_objs,
         nas=nas,
-        published=ctl_slices.published({n: p.node.nas for n, p in nas.items()}),
     )
 
 
@@ -398,9 +397,42 @@ def test_an_allocator_exception_is_confined_to_its_pod(api: KubeClient) -> None:
     try:
         assert _settled(ctl, lambda: _status(api, "good").get("allocation"))
         assert not _status(api, "bad").get("allocation")
-        assert "allocator failed" in ctl.explanations["default/p-bad"]
+        assert "unhashable type" in ctl.explanations["default/p-bad"]
         assert "p-bad" in _event_objects(api, "NotAllocatable")
         assert ctl.metrics.faults.labels("AllocatorError")._value.get() >= 1
+    finally:
+        ctl.stop()
+
+
+def test_whatever_the_allocator_raises_the_other_pods_are_placed(
+    api: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`drasat.v1.allocate` itself raising (a translation bug, say): the controller places the
+    pods one at a time and refuses the one whose call raises."""
+    _node(api, "n1", 3)
+    for name in ("a", "bad", "c"):
+        _claim(api, name)
+        _pod(api, f"p-{name}", name)
+    allocate = v1.allocate
+
+    def fragile(nodes: Any, pods: Any, *args: Any, **kwargs: Any) -> v1.Outcome:
+        if any(p.key == "default/p-bad" for p in pods):
+            raise KeyError("uuid")
+        return allocate(nodes, pods, *args, **kwargs)
+
+    monkeypatch.setattr(v1, "allocate", fragile)
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        ctl.cycle()
+        assert sorted(d for n in ("a", "c") for d in _devices(api, n)) == ["gpu-0", "gpu-1"]
+        assert not _status(api, "bad").get("allocation")
+        assert (
+            ctl.explanations["default/p-bad"]
+            == "the allocator failed on this pod: KeyError: 'uuid'"
+        )
+        assert "p-bad" in _event_objects(api, "NotAllocatable")
+        assert ctl.metrics.faults.labels("AllocatorError")._value.get() == 1
     finally:
         ctl.stop()
 
@@ -425,4 +457,7 @@ def test_claim_ownership_by_finalizer_status_or_class() -> None:
     by_status = _claim_obj("s", "deleted.class", {"allocation": {"devices": {"results": [
         {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}})  # fmt: skip
     assert v1inputs.settles(by_status, classes)
+    # A shape the API server's schema refuses is not ours, and never raises.
+    junk = {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": "one GPU"}, 7]}}}
+    assert not v1inputs.is_ours(junk, classes) and not v1inputs.tolerates_allocator_taint(junk)
     assert informer.key_of(by_status) == "default/s"
