@@ -123,15 +123,7 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         _constraint(ref, f"spec.devices.constraints[{i}]", c, requests)
         for i, c in enumerate(devices.get("constraints") or [])
     )
-    config = []
-    for i, entry in enumerate(devices.get("config") or []):
-        opaque = entry.get("opaque") or {}
-        if opaque.get("driver") == DRIVER_NAME:
-            try:
-                deviceconfig.parse(opaque.get("parameters"))
-            except ValueError as error:
-                raise ClaimError(ref, f"spec.devices.config[{i}].opaque", str(error)) from None
-        config.append(entry)
+    config = _configs(ref, devices.get("config") or [])
     return Claim(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "")),
@@ -140,6 +132,24 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         constraints=constraints,
         config=tuple(config),
     )
+
+
+def _configs(ref: str, entries: list[Obj]) -> list[Obj]:
+    """The claim's configs, each of our driver parsed; a field only the cluster may set (the
+    node plugin refuses it, `deviceconfig.refusals`) refuses the claim here."""
+    for i, entry in enumerate(entries):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") == DRIVER_NAME:
+            try:
+                deviceconfig.parse(opaque.get("parameters"))
+            except ValueError as error:
+                raise ClaimError(ref, f"spec.devices.config[{i}].opaque", str(error)) from None
+    path = "spec.devices.config"
+    refused = deviceconfig.refusals(deviceconfig.applied(entries, DRIVER_NAME, path=path))
+    if refused:
+        field, _, message = refused[0].partition(": ")
+        raise ClaimError(ref, field, message)
+    return list(entries)
 
 
 def _constraint(

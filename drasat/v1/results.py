@@ -37,6 +37,7 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.quantity import format_bytes, to_bytes
+from drasat.api.sharing import SharingStrategy
 from drasat.v1 import devices
 from drasat.v1.devices import Published
 from drasat.v1.requests import Claim, ClaimError
@@ -240,15 +241,17 @@ def _share_text(share: Any) -> str:
 
 
 def _config_conflict(claim: Claim, real: Sequence[Option]) -> ClaimError | None:
-    config = configs(claim.config, class_configs(real))
-    try:
-        applied = deviceconfig.applied(config, DRIVER_NAME)
-    except ValueError:
-        return None  # a class's config the plugin reports itself (the claim's were read)
-    merged = {
-        o.alternative.result_name: deviceconfig.for_request(applied, o.alternative.result_name)
-        for o in real
-    }
+    merged = _merged_configs(claim, real)
+    for option in real:
+        sharing = merged[option.alternative.result_name].sharing
+        time_sliced = sharing is not None and sharing.strategy is SharingStrategy.TimeSlicing
+        if option.share is not None and time_sliced:
+            return _refusal(
+                claim,
+                option,
+                f"shares of request {option.alternative.result_name} with time-slicing: "
+                "time-slicing is set for a whole GPU, never for a share",
+            )
     texts = {name: json.dumps(c.dump(), sort_keys=True) for name, c in merged.items()}
     if len(set(texts.values())) < 2:
         return None
@@ -260,6 +263,19 @@ def _config_conflict(claim: Claim, real: Sequence[Option]) -> ClaimError | None:
         f"requests {first} and {other.alternative.result_name} have different opaque "
         "configurations; drasat's node plugin applies one to all of a claim's devices",
     )
+
+
+def _merged_configs(claim: Claim, real: Sequence[Option]) -> dict[str, deviceconfig.GpuConfig]:
+    """Each result request's configuration, merged as the node plugin merges it (an invalid
+    class config merges as none here: the node plugin reports it)."""
+    try:
+        applied = deviceconfig.applied(configs(claim.config, class_configs(real)), DRIVER_NAME)
+    except ValueError:
+        applied = []
+    return {
+        o.alternative.result_name: deviceconfig.for_request(applied, o.alternative.result_name)
+        for o in real
+    }
 
 
 def _refusal(claim: Claim, option: Option, message: str) -> ClaimError:

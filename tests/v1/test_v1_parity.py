@@ -355,3 +355,28 @@ def test_a_constraint_naming_a_subrequest_covers_only_that_subrequest() -> None:
     covering = claim("d", {"x": either}, constraints=[_match("parentUUID", "x")])
     out = v1.allocate([node("a", "T4", 1)], [pod("p", covering)], CLASSES)
     assert out.placed == {}
+
+
+def test_a_claims_own_lifecycle_config_is_refused_naming_the_entry() -> None:
+    parameters = {
+        "apiVersion": "gpu.drasat.io/v1alpha1",
+        "kind": "GpuConfig",
+        "lifecycle": [{"action": "setPowerLimitWatts", "value": 200}],
+    }
+    config = [{"opaque": {"driver": "gpu.drasat.io", "parameters": parameters}}]
+    out = v1.allocate(
+        [node("a", "T4", 1)], [pod("p", claim("c", {"g": exactly()}, config=config))], CLASSES
+    )
+    (reason,) = out.refused["default/p"]
+    prefix = "ResourceClaim default/c: spec.devices.config[0]: opaque.parameters.lifecycle: "
+    assert reason.startswith(prefix), reason
+
+
+def test_a_share_with_time_slicing_is_refused_naming_the_request() -> None:
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi"}})
+    written = claim("c", {"s": share}, config=[_time_sliced([])])
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", written)], CLASSES)
+    (reason,) = out.refused["default/p"]
+    assert reason.startswith("ResourceClaim default/c: spec.devices.requests[0]: shares of "), (
+        reason
+    )
