@@ -47,7 +47,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
-from drasat.v1 import results
+from drasat.v1 import results, slices
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,13 @@ class V1Controller:
         self.pods = make(r.PODS)
         self.nodes = make(r.NODES)
         self.nas = make(r.NAS, namespace=self.config.namespace)
-        self._informers = [self.classes, self.nodes, self.nas, self.claims, self.pods]
+        #: What the nodes publish: the devices this controller allocates (every driver's
+        #: slices are listed; only drasat's are read, each node's again when they change).
+        self.slices = make(r.RESOURCE_SLICES_V1)
+        self._slice_reader = slices.Reader()
+        self._informers = [
+            self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
+        ]  # fmt: skip
 
     # Life cycle.
     def start(self, *, sync_timeout_s: float = 30.0, cycles: bool = True) -> None:
@@ -313,6 +319,7 @@ class V1Controller:
             nodes={str(n["metadata"]["name"]): n for n in self.nodes.items()},
             nas=parsed,
             unsuitable=unsuitable,
+            published=self._slice_reader.read(self.slices.items()),
         )
 
     def cycle(self) -> bool:

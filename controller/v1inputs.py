@@ -10,8 +10,12 @@ explanation is the decision the controller would make.
 - a pod waits (is not placed this cycle) while a claim it names does not exist yet;
 - a pod whose claims are all allocated is the scheduler's; one with some allocated may only go
   where those are;
-- candidate nodes: nodes with a Ready NAS of ours, that pass `v1.nodefit`, and that were not
-  found unsuitable for the pod lately (the scheduler deallocated its claim there).
+- the devices are what each node publishes: the complete pools of drasat's ResourceSlices
+  (`drasat.v1.slices`; devices with a NoSchedule/NoExecute taint other than drasat's allocator
+  taint are not allocated); the NAS is the ledger of allocated and prepared claims;
+- candidate nodes: nodes with a Ready NAS of ours and usable slices, that pass `v1.nodefit`,
+  and that were not found unsuitable for the pod lately (the scheduler deallocated its claim
+  there).
 
 This is a purely computational module.
 """
@@ -27,7 +31,7 @@ from drasat.api.groups import DRIVER_NAME
 from drasat.controller import allocation
 from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
-from drasat.v1 import Node, PodInput, devices, nodefit, results
+from drasat.v1 import Node, PodInput, nodefit, results, slices
 
 Obj = dict[str, Any]
 
@@ -187,6 +191,10 @@ class Snapshot:
     nas: Mapping[str, nas_nodes.ParsedNas]  # by node name
     #: pod key -> nodes found unsuitable lately, with the scheduler's reason.
     unsuitable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: What each node publishes of drasat's driver, read from its ResourceSlices (the source
+    #: kube-scheduler reads; `drasat.v1.slices`): the devices the cycle allocates. The NAS is
+    #: the ledger of allocated and prepared claims only.
+    published: Mapping[str, slices.NodeDevices] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -276,10 +284,14 @@ def _excluded(
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     lately = snapshot.unsuitable.get(pod_key(pod), {})
-    for name in snapshot.nas:
+    for name in sorted(set(snapshot.nas) | set(snapshot.published)):
         node = snapshot.nodes.get(name)
         if node is None:
             out[name] = "no Node object"
+            continue
+        unusable = inventory_problem(snapshot, name)
+        if unusable is not None:
+            out[name] = unusable
             continue
         elsewhere = next((c for c in pinned if not _selects(c, node)), None)
         if elsewhere is not None:
@@ -298,31 +310,50 @@ def _excluded(
     return out
 
 
+def inventory_problem(snapshot: Snapshot, name: str) -> str | None:
+    """Why the node's devices cannot be allocated by drasat (None: they can): drasat needs its
+    published devices (complete, readable ResourceSlices) and its ledger (the NAS)."""
+    if name not in snapshot.nas:
+        return "no NodeAllocationState (drasat's ledger there; its node plugin creates it)"
+    found = snapshot.published.get(name)
+    if found is None:
+        return f"no ResourceSlice of {DRIVER_NAME} (drasat's node plugin publishes none there)"
+    if found.read is None:
+        return f"its ResourceSlices cannot be used: {found.problem}"
+    return None
+
+
 def node_inputs(snapshot: Snapshot) -> list[Node]:
-    """Every node with a NAS of ours and a Node object (a NAS left behind by a deleted node is
-    not a node): its solver state (with cpu/memory from the Node and the pods bound there) and
-    the devices its plugin publishes. A node reporting a GPU UUID an earlier node (by name)
-    reports is left out: one GPU cannot be on two nodes, and the rest of the cluster must still
-    be allocated."""
+    """Every node with drasat's ledger (a NAS), a Node object (a NAS left behind by a deleted
+    node is not a node) and usable ResourceSlices: its solver state (the devices its slices
+    publish, with their health and taints; the NAS's allocated and prepared claims; cpu/memory
+    from the Node and the pods bound there) and the published devices. A node publishing a GPU
+    UUID an earlier node (by name) publishes is left out: one GPU cannot be on two nodes, and
+    the rest of the cluster must still be allocated."""
     bound = _bound_by_node(snapshot.pods)
     out = []
     seen: set[str] = set()
     for name, parsed in sorted(snapshot.nas.items()):
-        state: NodeState = parsed.node
         node = snapshot.nodes.get(name)
-        uuids = {gpu.uuid for gpu in state.nas.gpus()}
-        if node is None or uuids & seen:
+        found = snapshot.published.get(name)
+        if node is None or found is None or found.read is None:
+            continue
+        inventory = found.read.nas.spec.allocatableDevices
+        uuids = {d.gpu.uuid for d in inventory if d.gpu is not None}
+        if uuids & seen:
             continue
         seen |= uuids
         capacity = nodefit.capacity(node, bound.get(name, []))
+        ledger: NodeState = parsed.node
         state = dataclasses.replace(
-            state,
+            ledger,
+            nas=ledger.nas.model_copy(update={"allocatableDevices": inventory}),
             cpu_milli=capacity.cpu_milli,
             memory_mib=capacity.memory_mib,
             used_cpu_milli=capacity.used_cpu_milli,
             used_memory_mib=capacity.used_memory_mib,
         )
-        published = tuple(devices.drasat_devices(name, state.nas)) if state.ready else ()
+        published = tuple(found.read.devices.values()) if state.ready else ()
         out.append(Node(state, published))
     return out
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import ctl_slices
 import pytest
 import test_v1controller as base
 from ctl_cluster import NS
@@ -253,6 +254,7 @@ def _snapshot(pods: list[Obj], claims: list[Obj], node_names: tuple[str, ...]) -
         classes=classes,
         nodes=node_objs,
         nas=nas,
+        published=ctl_slices.published({n: p.node.nas for n, p in nas.items()}),
     )
 
 
