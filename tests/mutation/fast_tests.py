@@ -9,6 +9,7 @@ status 0: every test passed (the mutant survived).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -27,6 +28,16 @@ TREE = Path(__file__).resolve().parents[2]
 #: controller/v1inputs.py. The what-if's v1 tests (tests/whatif/test_whatif_v1_*.py) exercise
 #: them too but take a minute and more together: too slow for hundreds of mutants.
 FAST_TESTS = ("tests/v1", "tests/controller/test_v1inputs.py")
+
+#: The tests aimed at each mutated module, run first when it is the one changed: with -x, a
+#: mutant they kill costs one file's tests, not all of them.
+AIMED = {
+    "drasat/v1/cel.py": ("tests/v1/test_v1_cel_library.py", "tests/v1/test_v1_cel.py"),
+    "drasat/v1/requests.py": ("tests/v1/test_v1_requests.py",),
+    "drasat/v1/variants.py": ("tests/v1/test_v1_variants.py",),
+    "drasat/v1/results.py": ("tests/v1/test_v1_results.py",),
+    "controller/v1inputs.py": ("tests/controller/test_v1inputs.py",),
+}
 
 
 class _TreeFinder(importlib.abc.MetaPathFinder):
@@ -58,6 +69,8 @@ def use_this_tree() -> None:
 #: Tests that fail on the unmutated tree (written by `--baseline`, in the mutation workspace's
 #: copy only): they cannot tell a mutant apart, so the run leaves them out and reports them.
 FAILING = TREE / "tests" / "mutation" / "failing-before.txt"
+#: The unmutated modules' digests (written by `--baseline`), to tell which one a mutant changed.
+DIGESTS = TREE / "tests" / "mutation" / "digests.txt"
 
 
 class _Failures:
@@ -85,6 +98,7 @@ def main(argv: Sequence[str]) -> int:
         failures = _Failures()
         status = int(pytest.main([*args, *(argv[1:] or _fast_tests())], plugins=[failures]))
         FAILING.write_text("".join(f"{i}\n" for i in failures.ids))
+        DIGESTS.write_text("".join(f"{m} {_digest(m)}\n" for m in AIMED))
         return status
     failing = FAILING.read_text().split() if FAILING.is_file() else []
     deselect = [f"--deselect={i}" for i in failing]
@@ -92,9 +106,24 @@ def main(argv: Sequence[str]) -> int:
     return int(pytest.main(["-x", *args, *deselect, *(argv or _fast_tests())]))
 
 
+def _digest(module: str) -> str:
+    return hashlib.sha256((TREE / module).read_bytes()).hexdigest()
+
+
 def _fast_tests() -> list[str]:
-    """The fast tests this tree has (an older commit may lack some)."""
-    return [t for t in FAST_TESTS if (TREE / t).exists()]
+    """The fast test files this tree has (an older commit may lack some), those aimed at the
+    mutated module first."""
+    files: list[str] = []
+    for entry in FAST_TESTS:
+        path = TREE / entry
+        found = sorted(path.glob("test_*.py")) if path.is_dir() else [path] if path.exists() else []
+        files += [str(f.relative_to(TREE)) for f in found]
+    known = (
+        dict(line.split() for line in DIGESTS.read_text().splitlines()) if DIGESTS.is_file() else {}
+    )
+    changed = [m for m, digest in known.items() if _digest(m) != digest]
+    first = [t for m in changed for t in AIMED[m] if t in files]
+    return first + [f for f in files if f not in first]
 
 
 if __name__ == "__main__":
