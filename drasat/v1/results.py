@@ -197,8 +197,13 @@ def preparable(claim: Claim, variants: Sequence[Sequence[Option]]) -> list[list[
 
 def unpreparable(claim: Claim, options: Sequence[Option]) -> ClaimError | None:
     """Why the node plugin could not prepare the claim allocated by these options; None: it
-    can. The CPU fallback is prepared as no device and mixes with anything."""
-    real = [o for o in options if o.kind != devices.FALLBACK]
+    can. Only devices of drasat's driver count (another driver's plugin prepares its own); the
+    CPU fallback is prepared as no device and mixes with anything."""
+    real = [
+        o
+        for o in options
+        if o.kind != devices.FALLBACK and any(d.driver == DRIVER_NAME for d in o.devices)
+    ]
     if not real:
         return None
     kinds = {_shape(o) for o in real}

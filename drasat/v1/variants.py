@@ -335,7 +335,7 @@ def device_constraints(option: Option) -> tuple[DeviceConstraint, ...]:
                 key=f"{option.claim.uid}/constraints[{index}]",
                 distinct=constraint.distinct,
                 values=tuple(values),
-                label=constraint.label,
+                label=f"{constraint.label} ({constraint.field}) cannot hold on the free devices",
             )
         )
     if option.share is not None and option.count > 1:
@@ -345,7 +345,7 @@ def device_constraints(option: Option) -> tuple[DeviceConstraint, ...]:
                 key=f"{option.claim.uid}/{option.request}/distinct",
                 distinct=True,
                 values=tuple(values),
-                label=f"request {option.request}: distinct devices",
+                label=f"request {option.request} needs {option.count} distinct devices",
             )
         )
     return tuple(out)

@@ -4,6 +4,7 @@ answer on a small node."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -380,3 +381,25 @@ def test_a_share_with_time_slicing_is_refused_naming_the_request() -> None:
     assert reason.startswith("ResourceClaim default/c: spec.devices.requests[0]: shares of "), (
         reason
     )
+
+
+def test_another_drivers_devices_are_not_held_to_drasats_plugin_shapes() -> None:
+    # NVIDIA's plugin prepares a whole GPU beside a MIG device in one claim (the what-if).
+    drasat = node("m", "A100-40GB", 2, mig=True)
+    nvidia = v1.Node(
+        drasat.state,
+        tuple(dataclasses.replace(d, driver="gpu.nvidia.com") for d in drasat.devices),
+    )
+
+    def nvidia_class(kind: str) -> dict[str, Any]:
+        expression = f'device.attributes["gpu.nvidia.com"].type == "{kind}"'
+        return {
+            "metadata": {"name": kind},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+
+    classes = {"gpu": nvidia_class("gpu"), "mig": nvidia_class("mig")}
+    written = claim("c", {"g": exactly("gpu"), "m": exactly("mig")})
+    out = v1.allocate([nvidia], [pod("p", written)], classes)
+    assert out.placed == {"default/p": "m"}
+    assert sorted(r["driver"] for r in _results(out, "c")) == ["gpu.nvidia.com"] * 2
