@@ -4,6 +4,7 @@ states and the ledger a claim's status stands for)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ctl_slices
@@ -323,3 +324,39 @@ def test_ledger_of_a_claim_is_what_its_status_names_on_its_node() -> None:
     assert v1inputs.ledger_of(claim("c", exactly()), snap) == (None, {})
     elsewhere = claim("c", exactly(), allocation=on_node("z", result("gpu-1", "z")))
     assert v1inputs.ledger_of(elsewhere, snap) == ("z", {})
+
+
+def test_a_node_without_a_ledger_or_usable_slices_is_no_candidate_and_says_why() -> None:
+    snap = snapshot([pod("p", "c1")], [claim("c1", exactly())], ("a", "b", "c"))
+    snap.nas = {n: p for n, p in snap.nas.items() if n != "b"}  # b: slices, no NAS
+    snap.published = {n: d for n, d in snap.published.items() if n != "c"}  # c: NAS, no slices
+    (found,), _ = v1inputs.pending_pods(snap)
+    assert found.input.candidate_nodes == ("a",)
+    assert "no NodeAllocationState" in found.excluded["b"]
+    assert "no ResourceSlice of gpu.drasat.io" in found.excluded["c"]
+    assert v1inputs.inventory_problem(snap, "a") is None
+    assert [n.state.name for n in v1inputs.node_inputs(snap)] == ["a"]
+
+
+def test_every_allocated_claim_naming_our_driver_holds_its_devices_as_its_status_says() -> None:
+    """A claim kube-scheduler allocated (no ledger entry yet) holds gpu-1 from the first
+    cycle; a claim the ledger already holds the same devices of adds nothing; another driver's
+    claim holds nothing of ours."""
+    theirs = claim("sched", exactly(), allocation=on_node("a", result("gpu-1", "a")))
+    other = claim("x", exactly("other-gpu"), allocation=on_node("a", result("d", "a", driver="o")))
+    snap = snapshot([], [theirs, other])
+    entries = v1inputs.status_entries(snap)
+    assert set(entries) == {"a"} and set(entries["a"]) == {"uid-sched"}
+    held = v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims
+    gpu1 = next(g.uuid for g in snap.nas["a"].node.nas.gpus() if g.minor == 1)
+    ((key, entry),) = held.items()
+    assert key == nas_nodes.HELD_PREFIX + "uid-sched/gpu"
+    assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [gpu1]
+    assert v1inputs.with_status_holds(snap).nas["b"] is snap.nas["b"]
+    # the ledger already names those devices: nothing more is held
+    _, ledger = v1inputs.ledger_of(theirs, snap)
+    state = snap.nas["a"].node
+    written = state.nas.model_copy(update={"allocatedClaims": dict(ledger)})
+    snap.nas = {**snap.nas, "a": nas_nodes.ParsedNas(
+        dataclasses.replace(state, nas=written), "2")}  # fmt: skip
+    assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == set(ledger)
