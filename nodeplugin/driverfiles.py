@@ -14,8 +14,10 @@ same rules:
   `libnvidia-ml.so.<version>` must be among them;
 - the libraries are every `*.so.<version>` in those folders and their `vdpau/` subfolder, plus
   the legacy `libnvidia-nvvm70.so.*`;
-- binaries (`nvidia-smi`, `nvidia-debugdump`, `nvidia-persistenced`, `nvidia-cuda-mps-control`,
-  `nvidia-cuda-mps-server`) from the standard PATH folders under the root, where present;
+- binaries (`nvidia-smi`, `nvidia-debugdump`, `nvidia-persistenced`) from the standard PATH
+  folders under the root, where present. Unlike the toolkit, not `nvidia-cuda-mps-control` and
+  `nvidia-cuda-mps-server`: MPS daemons are the node plugin's, and a workload has no business
+  starting, stopping or reconfiguring one (tenant isolation, docs/NODEPLUGIN.md);
 - firmware `nvidia/<version>/gsp*.bin` in the kernel's firmware folders under the root;
 - control nodes `/dev/nvidiactl` (required), `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`,
   `/dev/nvidia-modeset` (when present) under the dev root;
@@ -55,14 +57,15 @@ LIB_DIRS = (
 #: The toolkit's default PATH (`pkg/lookup/path.go`). It also reads the process's PATH; the node
 #: plugin's own PATH says nothing about the host, so drasat does not.
 BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-#: The driver binaries the toolkit mounts (`pkg/nvcdi/driver-nvml.go`; IMEX left out).
+#: The driver binaries the toolkit mounts (`pkg/nvcdi/driver-nvml.go`; IMEX left out), less the
+#: MPS control daemon and server: the node plugin runs those, never a workload.
 BINARIES = (
     "nvidia-smi",
     "nvidia-debugdump",
     "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
 )
+#: Driver binaries the toolkit mounts that drasat keeps out of containers.
+WITHHELD_BINARIES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 #: Control device nodes every GPU container gets (`pkg/nvcdi/common-nvml.go`), when present.
 CONTROL_NODES = (
     "/dev/nvidiactl",

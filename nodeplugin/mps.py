@@ -1,21 +1,42 @@
-"""MPS: one control daemon per GPU (per device set) that holds MPS claims, shared by their clients.
+"""MPS: a control daemon per claim (shares: per namespace and GPU) that enforces its limits.
 
-MPS needs every client of a GPU to reach the one control daemon that owns it (the GPU is in
-EXCLUSIVE_PROCESS mode while the daemon runs, so only its server may open it). `MpsManager` keeps
-one daemon per set of devices under `<state dir>/mps/<name>/`, with `pipe/` (the control FIFO and
-the server's sockets), `log/` and `shm/` (the shared memory clients and server exchange); every
-claim's CDI spec mounts `pipe/` and `shm/` into its containers. The daemon starts with the first
-claim and stops after the last; the claims' own limits reach their clients through their CDI
-environment (`client_env`), so several share claims on one GPU each get their part.
+MPS needs every client of a GPU to reach the one control daemon that owns it: the GPU is in
+EXCLUSIVE_PROCESS mode while the daemon runs (what keeps a client from bypassing MPS and its
+limits), so only one MPS server may open it; clients and server talk through the pipe directory
+(`CUDA_MPS_PIPE_DIRECTORY`) and POSIX shared memory in `/dev/shm`. `MpsManager` keeps each
+daemon under `<state dir>/mps/<name>/`, with `pipe/` (the control FIFO and the server's sockets),
+`log/` and `shm/` (the server's /dev/shm); a claim's CDI spec mounts its daemon's `pipe/` and
+`shm/` into its containers.
+
+Whose daemon (the isolation rule, docs/NODEPLUGIN.md "Isolation"): nothing of MPS on the host is
+shared between tenants that the hardware does not make share it.
+
+- A claim that holds its devices alone (whole GPUs, MIG devices) gets its own daemon
+  (`claim_scope`): its own pipes, its own shared memory, its own limits; no other claim's
+  containers mount them.
+- Shares (several claims on one GPU) must all be clients of the GPU's one MPS server, so they
+  share its daemon, pipes and shared memory; that daemon serves the shares of one namespace only
+  (`namespace_scope`), and a share of another namespace is refused while it runs.
+
+Limits: the claim's thread percentage and pinned-memory limits are the daemon's per-client
+defaults, set through its control interface before any client of the claim can start
+(`set_default_active_thread_percentage`, `set_default_device_pinned_mem_limit <UUID> <MiB>M`, as
+NVIDIA's DRA driver sets them), so a tenant cannot raise them by changing its environment. A
+shares daemon bounds every client by the largest share it serves (MPS has one default per
+server); a smaller share's clients also get their own part in their environment (`client_env`),
+which binds them within their own namespace. The MPS programs are not mounted into containers
+(`driverfiles`): a container reaches its own daemon's pipes and nothing else.
 
 Crash safety: `daemon.json` records the daemon's pid and start time (field 22 of
-`/proc/PID/stat`), so a restarted plugin finds a running daemon and adopts it (the pid alone could
-be a new process reusing the number), and starts a dead one again.
+`/proc/PID/stat`), its scope and the limits it enforces, so a restarted plugin finds a running
+daemon and adopts it (the pid alone could be a new process reusing the number), and starts a
+dead one again with the same limits.
 
 `render` turns a device set into the daemon's description (command, environment) from a jinja2
 template; `ProcessRunner` runs `nvidia-cuda-mps-control -f` on a host, in a private mount
 namespace whose `/dev/shm` is the daemon's `shm/`; `SimulatedRunner` runs the stand-in
-`simmps.py` (same invocations, no GPU), so tests watch real processes start, survive and stop.
+`simmps.py` (same invocations and control commands, no GPU), so tests watch real processes
+start, take their limits, survive and stop.
 """
 
 from __future__ import annotations
@@ -32,7 +53,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,7 +94,67 @@ class MpsLimits:
     claim_uid: str
     devices: tuple[str, ...]  # GPU or MIG UUIDs
     thread_percentage: int | None = None
-    pinned_limit_bytes: dict[int, int] = field(default_factory=dict)  # CUDA index -> bytes
+    pinned_limit_bytes: dict[int, int] = field(default_factory=dict)  # index in devices -> bytes
+
+    def pinned_by_device(self) -> dict[str, int]:
+        """The pinned-memory limits by device UUID (what the daemon is told: an index would
+        depend on the order each claim lists its devices in)."""
+        return {self.devices[i]: n for i, n in self.pinned_limit_bytes.items()}
+
+
+@dataclass(frozen=True)
+class DaemonLimits:
+    """What a daemon enforces on every client: its per-client defaults. None / a device left
+    out: no limit."""
+
+    thread_percentage: int | None = None
+    pinned_bytes: tuple[tuple[str, int], ...] = ()  # (device UUID, bytes), sorted
+
+    @classmethod
+    def of(cls, limits: MpsLimits) -> DaemonLimits:
+        return cls(limits.thread_percentage, tuple(sorted(limits.pinned_by_device().items())))
+
+    def widest(self, other: DaemonLimits) -> DaemonLimits:
+        """Limits that bound the clients of both (a shares daemon serves several shares with one
+        default). This is a purely computational function."""
+        threads = (
+            None
+            if self.thread_percentage is None or other.thread_percentage is None
+            else max(self.thread_percentage, other.thread_percentage)
+        )
+        mine, theirs = dict(self.pinned_bytes), dict(other.pinned_bytes)
+        pinned = {d: max(n, theirs[d]) for d, n in mine.items() if d in theirs}
+        return DaemonLimits(threads, tuple(sorted(pinned.items())))
+
+    def commands(self, before: DaemonLimits | None = None) -> list[str]:
+        """The control commands that make a daemon's defaults these (from `before`, the ones it
+        has: only what changes). A pinned limit cannot be lifted again through the interface:
+        callers give every device of a shares daemon a limit (its whole memory at most)."""
+        before = before if before is not None else DaemonLimits()
+        out = []
+        if self.thread_percentage != before.thread_percentage:
+            out.append(f"set_default_active_thread_percentage {self.thread_percentage or 100}")
+        old = dict(before.pinned_bytes)
+        out += [
+            f"set_default_device_pinned_mem_limit {device} {_megabytes(n)}"
+            for device, n in self.pinned_bytes
+            if old.get(device) != n
+        ]
+        return out
+
+    def dump(self) -> dict[str, Any]:
+        return {"threadPercentage": self.thread_percentage, "pinnedBytes": dict(self.pinned_bytes)}
+
+    @classmethod
+    def load(cls, body: Any) -> DaemonLimits:
+        if not isinstance(body, dict):
+            return cls()
+        threads = body.get("threadPercentage")
+        pinned = body.get("pinnedBytes") or {}
+        return cls(
+            int(threads) if threads is not None else None,
+            tuple(sorted((str(d), int(n)) for d, n in pinned.items())),
+        )
 
 
 def _check(value: str) -> str:
@@ -86,37 +167,59 @@ def _megabytes(n: int) -> str:
     return f"{max(1, -(-n // 2**20))}M"
 
 
-def client_env(limits: MpsLimits) -> dict[str, str]:
-    """The environment a claim's containers get to use the daemon within the claim's limits
-    (the MPS client reads these when it creates its context). This is a purely computational
-    function."""
+def client_env(limits: MpsLimits, enforced: DaemonLimits | None = None) -> dict[str, str]:
+    """The environment a claim's containers get to reach their daemon, with the claim's limits
+    that are tighter than what the daemon `enforced` on every client (all of them without it).
+    These only narrow a client further (MPS never lets a client exceed the daemon's defaults).
+    This is a purely computational function; ValueError for a thread percentage outside 1..100."""
     if limits.thread_percentage is not None and not 1 <= limits.thread_percentage <= 100:
         raise ValueError(f"thread percentage {limits.thread_percentage} is not in 1..100")
     env = {"CUDA_MPS_PIPE_DIRECTORY": CONTAINER_PIPE_DIR}
-    if limits.thread_percentage is not None:
-        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(limits.thread_percentage)
-    if limits.pinned_limit_bytes:
+    bound = enforced if enforced is not None else DaemonLimits()
+    threads = limits.thread_percentage
+    if threads is not None and (
+        bound.thread_percentage is None or threads < bound.thread_percentage
+    ):
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(threads)
+    daemon = dict(bound.pinned_bytes)
+    pinned = {
+        index: n
+        for index, n in limits.pinned_limit_bytes.items()
+        if daemon.get(limits.devices[index]) is None or n < daemon[limits.devices[index]]
+    }
+    if pinned:
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-            f"{index}={_megabytes(n)}" for index, n in sorted(limits.pinned_limit_bytes.items())
+            f"{index}={_megabytes(n)}" for index, n in sorted(pinned.items())
         )
     return env
 
 
-def daemon_name(devices: tuple[str, ...] | list[str]) -> str:
-    """The daemon of a device set: short (its pipe directory holds UNIX sockets, whose paths
-    must stay under 108 bytes) and the same for the same set in any order."""
-    digest = hashlib.sha256(",".join(sorted(set(devices))).encode()).hexdigest()
-    return f"mps-{digest[:16]}"
+def claim_scope(claim_uid: str) -> str:
+    """The scope of a claim's own daemon."""
+    return f"claim:{claim_uid}"
+
+
+def namespace_scope(namespace: str) -> str:
+    """The scope of the daemon the shares of one namespace use on a GPU."""
+    return f"namespace:{namespace}"
+
+
+def daemon_name(devices: tuple[str, ...] | list[str], scope: str = "") -> str:
+    """The daemon of a scope and device set: short (its pipe directory holds UNIX sockets,
+    whose paths must stay under 108 bytes) and the same for the same set in any order."""
+    key = f"{scope}|{','.join(sorted(set(devices)))}" if scope else ",".join(sorted(set(devices)))
+    return f"mps-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def render(
-    devices: tuple[str, ...], *, daemon_dir: Path, program: tuple[str, ...]
+    devices: tuple[str, ...], *, daemon_dir: Path, program: tuple[str, ...], name: str = ""
 ) -> dict[str, Any]:
-    """The daemon description of one device set. This is a purely computational function."""
+    """The description of the daemon `name` (default: of the device set alone) of `devices`.
+    This is a purely computational function."""
     if not devices:
         raise ValueError("an MPS daemon needs at least one device")
     text = _environment.get_template(TEMPLATE).render(
-        name=daemon_name(devices),
+        name=_check(name or daemon_name(devices)),
         devices=[_check(d) for d in devices],
         program=[_check(p) for p in program],
         pipe_dir=_check(str(daemon_dir / "pipe")),
@@ -160,6 +263,8 @@ class Runner(Protocol):
     program: tuple[str, ...]
 
     def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int: ...
+
+    def control(self, daemon: dict[str, Any], commands: list[str]) -> str: ...
 
     def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None: ...
 
@@ -249,6 +354,29 @@ class ProcessRunner:
                 )
             time.sleep(0.01)
         return child.pid
+
+    def control(self, daemon: dict[str, Any], commands: list[str]) -> str:
+        """Send `commands` to the running daemon through its control client (one per line, as
+        `echo CMD | nvidia-cuda-mps-control`); what it printed. DeviceError when it fails."""
+        env = {**os.environ, **daemon["env"]}
+        try:
+            done = subprocess.run(
+                self.control_argv(),
+                input="".join(f"{c}\n" for c in commands).encode(),
+                env=env,
+                capture_output=True,
+                timeout=self.stop_timeout_s,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise DeviceError(f"MPS {daemon['name']}: {self.program[0]}: {error}") from error
+        output = done.stdout.decode(errors="replace").strip()
+        if done.returncode != 0:
+            problem = (done.stderr.decode(errors="replace").strip() or output)[-400:]
+            raise DeviceError(
+                f"MPS {daemon['name']}: {'; '.join(commands)}: exit {done.returncode}: {problem}"
+            )
+        return output
 
     def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None:
         """Stop the daemon; `pid` 0: its pid is unknown (killed before it was recorded), so only
@@ -340,13 +468,29 @@ class Daemon:
     pid: int
     started: str  # /proc start time, clock ticks
     description: dict[str, Any]
+    scope: str = ""  # claim_scope / namespace_scope; "" in records of earlier versions
+    limits: DaemonLimits = field(default_factory=DaemonLimits)
+    starter: str = ""  # the claim whose prepare started it
 
     def running(self) -> bool:
         return alive(self.pid, self.started)
 
+    def record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "devices": list(self.devices),
+            "pid": self.pid,
+            "started": self.started,
+            "description": self.description,
+            "scope": self.scope,
+            "limits": self.limits.dump(),
+            "starter": self.starter,
+        }
+
 
 class MpsManager:
-    """The node's MPS daemons under `root`, one per device set, with the claims that use each.
+    """The node's MPS daemons under `root`, one per scope and device set, with the claims that
+    use each.
 
     Thread-safe: one lock orders every start, stop and change of users, so a daemon is never
     stopped while a claim is between taking it and recording it. The users of each daemon are
@@ -381,6 +525,9 @@ class MpsManager:
                 pid=int(body["pid"]),
                 started=str(body["started"]),
                 description=body["description"],
+                scope=str(body.get("scope") or ""),
+                limits=DaemonLimits.load(body.get("limits")),
+                starter=str(body.get("starter") or ""),
             )
         except FileNotFoundError:
             return None
@@ -405,17 +552,30 @@ class MpsManager:
                 found[name] = daemon
         return found
 
-    def acquire(self, claim_uid: str, devices: tuple[str, ...]) -> str:
-        """Make `claim_uid` a user of the daemon of `devices` (started, adopted or restarted as
-        needed); the daemon's name. DeviceError when it cannot run or a device already has a
-        daemon of another device set."""
-        name = daemon_name(devices)
+    def acquire(
+        self,
+        claim_uid: str,
+        devices: tuple[str, ...],
+        *,
+        scope: str = "",
+        limits: MpsLimits | None = None,
+    ) -> str:
+        """Make `claim_uid` a user of the daemon of `scope` (default: the claim's own) and
+        `devices` (started, adopted or restarted as needed), enforcing at least the claim's
+        `limits`; the daemon's name. DeviceError when it cannot run or a device already has a
+        daemon of another scope or device set."""
+        scope = scope or claim_scope(claim_uid)
+        name = daemon_name(devices, scope)
+        wanted = DaemonLimits.of(limits) if limits is not None else DaemonLimits()
         with self.lock:
-            self._check_overlap(name, devices)
+            self._check_overlap(name, scope, devices)
             users = self._users.setdefault(name, set())
+            first = not users
             users.add(claim_uid)
             try:
-                self._ensure(name, devices)
+                self._ensure(
+                    name, devices, scope=scope, wanted=wanted, first=first, starter=claim_uid
+                )
             except BaseException:
                 users.discard(claim_uid)
                 if not users:
@@ -423,13 +583,37 @@ class MpsManager:
                 raise
         return name
 
+    def enforced(self, name: str) -> DaemonLimits:
+        """The limits daemon `name` enforces on every client (none when it has no record)."""
+        daemon = self.read(name)
+        return daemon.limits if daemon is not None else DaemonLimits()
+
+    def query(self, name: str, command: str) -> str:
+        """One control command to daemon `name` (e.g. `get_default_active_thread_percentage`);
+        its answer. DeviceError when the daemon does not run."""
+        daemon = self.read(name)
+        if daemon is None or not daemon.running():
+            raise DeviceError(f"MPS daemon {name} is not running")
+        return self.runner.control(daemon.description, [command])
+
     def release(self, claim_uid: str) -> list[str]:
-        """`claim_uid` no longer uses any daemon; stops the daemons it was the last user of (and
-        any other without users). The names stopped."""
+        """`claim_uid` no longer uses any daemon; stops the daemons it was the last user of, and
+        those it started that have no user (a prepare killed before it recorded its daemon).
+        Other daemons without users are start-up's `sweep`'s: one may belong to a claim whose
+        checkpoint entry cannot be read. The names stopped."""
         with self.lock:
-            for users in self._users.values():
+            stopped = []
+            for name in sorted(set(self.names()) | set(self._users)):
+                users = self._users.get(name, set())
+                was_user = claim_uid in users
                 users.discard(claim_uid)
-            return self.sweep()
+                if users:
+                    continue
+                daemon = self.read(name)
+                if was_user or (daemon is not None and daemon.starter == claim_uid):
+                    self._stop(name)
+                    stopped.append(name)
+            return stopped
 
     def sweep(self) -> list[str]:
         """Stop every daemon without users; the names stopped."""
@@ -454,35 +638,62 @@ class MpsManager:
                 if not devices:
                     lines.append(f"MPS daemon {name}: no record of its devices; claims {users}")
                     continue
+                assert daemon is not None
                 try:
-                    lines.append(f"MPS daemon {name} ({', '.join(devices)}): "
-                                 f"{self._ensure(name, devices)}")  # fmt: skip
+                    how = self._ensure(name, devices, scope=daemon.scope, wanted=None)
+                    lines.append(f"MPS daemon {name} ({', '.join(devices)}): {how}")
                 except (DeviceError, OSError) as error:
                     lines.append(f"MPS daemon {name}: cannot start: {error}")
         return lines
 
-    def _check_overlap(self, name: str, devices: tuple[str, ...]) -> None:
+    def _check_overlap(self, name: str, scope: str, devices: tuple[str, ...]) -> None:
         for other in self.names():
             if other == name or not self._users.get(other):
                 continue
             daemon = self.read(other)
             shared = set(devices) & set(daemon.devices if daemon is not None else ())
-            if shared:
-                assert daemon is not None
-                holders = ", ".join(sorted(self._users[other]))
+            if not shared:
+                continue
+            assert daemon is not None
+            holders = ", ".join(sorted(self._users[other]))
+            theirs, mine = daemon.scope.partition(":"), scope.partition(":")
+            if theirs[0] == mine[0] == "namespace" and theirs[2] != mine[2]:
                 raise DeviceError(
-                    f"MPS: {', '.join(sorted(shared))} already has an MPS daemon for the device "
-                    f"set {', '.join(daemon.devices)} (claims {holders}); an MPS claim must use "
-                    "the same devices as the other MPS claims on them"
+                    f"MPS: GPU {', '.join(sorted(shared))} runs the MPS server of namespace "
+                    f"{theirs[2]}'s shares (claims {holders}); MPS runs one server per GPU, whose "
+                    f"pipes and shared memory every client uses, so a share of namespace "
+                    f"{mine[2]} cannot join it: allocate it on a GPU without another "
+                    "namespace's shares"
                 )
+            raise DeviceError(
+                f"MPS: {', '.join(sorted(shared))} already has an MPS daemon for the device "
+                f"set {', '.join(daemon.devices)} (claims {holders}); an MPS claim must use "
+                "the same devices as the other MPS claims on them"
+            )
 
-    def _ensure(self, name: str, devices: tuple[str, ...]) -> str:
-        """'adopted' (it runs), 'started' (first start) or 'restarted' (it had died)."""
+    def _ensure(
+        self,
+        name: str,
+        devices: tuple[str, ...],
+        *,
+        scope: str,
+        wanted: DaemonLimits | None,
+        first: bool = False,
+        starter: str = "",
+    ) -> str:
+        """'adopted' (it runs), 'started' (first start) or 'restarted' (it had died). The daemon
+        enforces `wanted` (None: what its record says); a running one serving other claims is
+        widened to bound theirs and `wanted` both. `first`: the daemon has no other user."""
         daemon = self.read(name)
         if daemon is not None and daemon.running():
+            if wanted is not None:
+                self._widen(daemon, wanted if first else daemon.limits.widest(wanted))
             return "adopted"
+        limits = wanted if wanted is not None else DaemonLimits()
+        if daemon is not None and not first:
+            limits = daemon.limits if wanted is None else daemon.limits.widest(wanted)
         daemon_dir = self.daemon_dir(name)
-        description = render(devices, daemon_dir=daemon_dir, program=self.runner.program)
+        description = render(devices, daemon_dir=daemon_dir, program=self.runner.program, name=name)
         if daemon is not None:
             log.warning(
                 "MPS daemon %s (pid %d) is not running; starting it again", name, daemon.pid
@@ -493,17 +704,53 @@ class MpsManager:
         (daemon_dir / "shm").chmod(0o1777)
         (daemon_dir / "pipe" / CONTROL_FIFO).unlink(missing_ok=True)  # a dead daemon's
         pid = self.runner.start(description, daemon_dir)
-        started = start_time(pid) or ""
-        record = {
-            "name": name,
-            "devices": list(devices),
-            "pid": pid,
-            "started": started,
-            "description": description,
-        }
-        write_atomic(daemon_dir / DESCRIPTION, json.dumps(record, sort_keys=True), mode=0o644)
-        log.info("MPS daemon %s (pid %d) started for %s", name, pid, ", ".join(devices))
+        if daemon is not None and not starter:
+            starter = daemon.starter
+        started = Daemon(
+            name, devices, pid, start_time(pid) or "", description, scope, limits, starter
+        )
+        self._write(started)
+        # Before any client: the claim's containers start only after its prepare returns.
+        commands = limits.commands()
+        if commands:
+            self.runner.control(description, commands)
+        log.info(
+            "MPS daemon %s (pid %d) started for %s (%s), limits %s",
+            name,
+            pid,
+            ", ".join(devices),
+            scope,
+            limits.dump(),
+        )
         return "started" if daemon is None else "restarted"
+
+    def _widen(self, daemon: Daemon, limits: DaemonLimits) -> None:
+        """Make a running daemon enforce `limits`: its defaults (for servers it starts later)
+        and the running servers' own limits."""
+        if limits == daemon.limits:
+            return
+        commands = limits.commands(daemon.limits)
+        if commands:
+            self.runner.control(daemon.description, commands)
+            servers = self.runner.control(daemon.description, ["get_server_list"]).split()
+            per_server = [
+                f"set_active_thread_percentage {pid} {limits.thread_percentage or 100}"
+                for pid in servers
+                if limits.thread_percentage != daemon.limits.thread_percentage
+            ] + [
+                f"set_device_pinned_mem_limit {pid} {device} {_megabytes(n)}"
+                for pid in servers
+                for device, n in limits.pinned_bytes
+                if dict(daemon.limits.pinned_bytes).get(device) != n
+            ]
+            if per_server:
+                self.runner.control(daemon.description, per_server)
+        self._write(replace(daemon, limits=limits))
+        log.info("MPS daemon %s now enforces %s", daemon.name, limits.dump())
+
+    def _write(self, daemon: Daemon) -> None:
+        body = json.dumps(daemon.record(), sort_keys=True)
+        write_atomic(self.daemon_dir(daemon.name) / DESCRIPTION, body, mode=0o644)
 
     def _stop(self, name: str) -> None:
         daemon = self.read(name)

@@ -606,15 +606,32 @@ class DeviceState:
                 self._hold(record, uuid, Setting.timeSlice, level.value)
         elif strategy is SharingStrategy.MPS:
             limits = _mps_limits(record.uid, allocation, sharing, visible)
-            env = mps.client_env(limits)  # checks the limits before anything is changed
+            mps.client_env(limits)  # checks the limits before anything is changed
             for uuid in gpu_uuids:
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.ExclusiveProcess.value)
-            name = self.mps.acquire(record.uid, tuple(visible))
+            # The claim's own daemon; shares, which the hardware makes use the GPU's one MPS
+            # server, share theirs with the shares of their own namespace only, and it bounds
+            # every one of them by the largest (each GPU gets a memory limit, all of it at most,
+            # so a later share's can only widen it).
+            shared = allocation.share is not None
+            scope = mps.namespace_scope(record.namespace) if shared else mps.claim_scope(record.uid)
+            daemon_limits = limits
+            if shared:
+                whole = {u: g.memory_bytes for u in gpu_uuids if (g := self._gpu(u)) is not None}
+                pinned = {i: whole[d] for i, d in enumerate(visible) if d in whole}
+                pinned.update(limits.pinned_limit_bytes)
+                daemon_limits = mps.MpsLimits(
+                    limits.claim_uid, limits.devices, limits.thread_percentage, pinned
+                )
+            name = self.mps.acquire(record.uid, tuple(visible), scope=scope, limits=daemon_limits)
             # Saved with the next write: every rollback releases the claim's daemon, recorded or
             # not (a daemon nobody holds is stopped by the release and by start-up's sweep).
             record.applied.append(AppliedStep(kind="mps", path=str(self.mps.daemon_dir(name))))
             self._step("mps")
-            return env
+            # A claim's own daemon enforces exactly its limits; a shares daemon may bound a share
+            # more loosely (now or after a larger share joins), so a share's clients also get
+            # their own part in their environment, which narrows them within their namespace.
+            return mps.client_env(limits, None if shared else self.mps.enforced(name))
         return {}
 
     def _apply_lifecycle(
@@ -696,7 +713,8 @@ class DeviceState:
         mounts: list[cdi.Mount] = []
         daemon = next((Path(s.path) for s in record.applied if s.kind == "mps"), None)
         if daemon is not None:
-            # Every claim on the GPU reaches the GPU's one daemon: its pipes and its shared memory.
+            # The claim's own daemon (a share's: its namespace's on the GPU), its pipes and the
+            # shared memory MPS clients and server exchange, which the client finds in /dev/shm.
             env.update(mps_env)
             mounts.append(cdi.Mount(str(daemon / "pipe"), mps.CONTAINER_PIPE_DIR))
             mounts.append(cdi.Mount(str(daemon / "shm"), mps.CONTAINER_SHM_DIR))

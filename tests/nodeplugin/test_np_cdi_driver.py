@@ -26,7 +26,8 @@ from drasat.nodeplugin import cdi, driverfiles, state
 UID = "claim-0001"
 LIBS = [f"{LIBDIR}/{name}.{VERSION}" for name, _, _ in fakedriver.LIBRARIES]
 ALL_LIBS = sorted([*LIBS, f"{LIBDIR}/vdpau/libvdpau_nvidia.so.{VERSION}"])
-BINS = [f"/usr/bin/{b}" for b in fakedriver.BINARIES]
+#: The host has the MPS programs too; containers never get them (tenant isolation).
+BINS = [f"/usr/bin/{b}" for b in fakedriver.BINARIES if b not in driverfiles.WITHHELD_BINARIES]
 FIRMWARE = [f"/lib/firmware/nvidia/{VERSION}/{f}" for f in fakedriver.FIRMWARE]
 
 

@@ -181,16 +181,17 @@ def test_structured_dra_plugin_services(served: Any, pb2: Any, stub: str) -> Non
 
 
 def test_sharing_modes_over_the_socket(served: Any) -> None:
-    node, kubelet = served("2xA100-40GB")
+    node, kubelet = served("3xA100-40GB")
     timeslice = {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Medium"}}
     mps = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25}}
     node.allocate("ts", gpu_allocation("ts", node.gpu(0), sharing=timeslice))
     node.allocate("mps", gpu_allocation("mps", node.gpu(1), sharing=mps))
-    node.allocate("share", gpu_allocation("share", node.gpu(1), share={"compute": 20}))
+    node.allocate("share", gpu_allocation("share", node.gpu(2), share={"compute": 20}))
     response = kubelet.prepare("ts", "mps", "share")
     assert {u: r.error for u, r in response.claims.items()} == {"ts": "", "mps": "", "share": ""}
     assert node.sim.gpus[0].time_slice == 2
-    assert sorted(node.daemons().values()) == [(node.gpu(1),)]  # one daemon for both claims
+    # the MPS claim's own daemon, and the daemon of its namespace's shares on the other GPU
+    assert sorted(node.daemons().values()) == sorted([(node.gpu(1),), (node.gpu(2),)])
     kubelet.unprepare("ts", "mps", "share")
     assert node.sim.gpus[0].time_slice == 0
     assert node.daemons() == {}

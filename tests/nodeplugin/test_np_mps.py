@@ -1,6 +1,7 @@
-"""MPS per GPU: one control daemon (a real process, the simmps.py stand-in) for every MPS claim on
-a GPU, each claim's limits in its own CDI environment, the daemon stopped after the last claim,
-adopted or restarted by a restarted plugin, and the GPU's compute mode held and restored."""
+"""MPS daemons (real processes, the simmps.py stand-in): one for the shares of a namespace on a GPU
+(the isolation rule's other cases: test_np_isolation), bounding them by the largest and each share's
+own part in its CDI environment, stopped after the last claim, adopted or restarted by a restarted
+plugin, and the GPU's compute mode held and restored."""
 
 from __future__ import annotations
 

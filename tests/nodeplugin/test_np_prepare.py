@@ -200,10 +200,11 @@ def test_mps_with_limits(node_factory: Any) -> None:
     daemon_dir = node.state.mps.daemon_dir(name)
     env = env_of(node, UID)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
-    assert node.mps_limits(UID) == {
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
-    }
+    # the claim's own daemon enforces its limits; nothing of them in the tenant's environment
+    assert node.state.mps.query(name, "get_default_active_thread_percentage") == "40"
+    pinned = node.state.mps.query(name, f"get_default_device_pinned_mem_limit {node.gpu(0)}")
+    assert pinned == "4096M"
+    assert node.mps_limits(UID) == {}
     mounts = spec_of(node, UID)["devices"][0]["containerEdits"]["mounts"]
     assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
         (str(daemon_dir / "pipe"), "/tmp/nvidia-mps"),

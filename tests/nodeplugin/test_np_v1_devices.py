@@ -233,13 +233,14 @@ def test_nvidia_mps_config_on_a_mig_device(mig_node: Any) -> None:
     }
     claims.add(v1_claim("t2", ("mig", NODE, "gpu-1-mig-1g5gb-19-0"), config=[_config(mps)]))
     assert v1.prepare(("t2", "claim"))["t2"].error == ""
-    assert node.mps_limits("t2") == {
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2048M",
-    }
     visible = _env(node, "t2")["NVIDIA_VISIBLE_DEVICES"]
     assert visible.startswith("MIG-")
     assert list(node.daemons().values()) == [(visible,)]  # the MIG device's own daemon
+    ((name, _),) = node.daemons().items()
+    assert node.state.mps.query(name, "get_default_active_thread_percentage") == "50"
+    limit = node.state.mps.query(name, f"get_default_device_pinned_mem_limit {visible}")
+    assert limit == "2048M"
+    assert node.mps_limits("t2") == {}  # enforced by the daemon, not the environment
     assert "CUDA_MPS_PIPE_DIRECTORY" in _env(node, "t2")
     assert v1.unprepare("t2")["t2"].error == ""
     assert node.daemons() == {} and gpu_instances(node, 1) == []
@@ -262,7 +263,7 @@ def test_the_claims_config_wins_over_the_class_and_applies_to_its_requests(a100:
     assert node.sim.gpus[0].time_slice == 3  # Long
 
 
-@pytest.mark.parametrize("share", [None])
+@pytest.mark.parametrize("share", [None, {"compute": 25}])
 def test_drasat_config_class_lifecycle_and_claim_share(a100: Any, share: Any) -> None:
     # Lifecycle is the cluster's (the class's config; a claim's own is refused, test_np_isolation)
     # and applies to a GPU held whole and alone; a claim that asks to run as a share (its own
@@ -280,7 +281,9 @@ def test_drasat_config_class_lifecycle_and_claim_share(a100: Any, share: Any) ->
     if share is not None:
         (name,) = node.daemons()
         assert node.state.mps.query(name, "get_default_active_thread_percentage") == "25"
-        assert node.mps_limits("t4") == {}  # the daemon holds the limit, not the environment
+        # the daemon bounds every share of the namespace on the GPU; each share's clients also
+        # get their own part in their environment
+        assert node.mps_limits("t4") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
     assert v1.unprepare("t4")["t4"].error == ""
     assert node.daemons() == {}
 
