@@ -18,6 +18,7 @@ current tests (when the mutated modules have not changed), to check new tests qu
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import random
@@ -28,6 +29,7 @@ import time
 import tomllib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from cosmic_ray.mutating import mutate_and_test
 from cosmic_ray.work_db import WorkDB, use_db
@@ -103,14 +105,46 @@ def _sort_key(item: WorkItem) -> tuple[object, ...]:
     return (str(m.module_path), m.start_pos, m.end_pos, m.operator_name, m.occurrence)
 
 
-def sample(db: WorkDB, size: int, seed: int) -> list[WorkItem]:
-    """Keep `size` work items chosen by `seed` (the same tree gives the same sample); mark the
-    others skipped, as cosmic-ray's filters do."""
-    items = sorted(db.work_items, key=_sort_key)
+def _annotation_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the module's annotations are ((line, column) from, to). Every mutated module
+    imports `from __future__ import annotations`, so an annotation is never evaluated (these
+    are dataclasses, not pydantic models): a mutant inside one (`X | None` -> `X + None`) is
+    equivalent to the original by construction."""
+    spans = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        found: list[ast.expr | None] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node.returns)
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            found.append(node.annotation)
+        for a in found:
+            if a is not None and a.end_lineno is not None and a.end_col_offset is not None:
+                spans.append(((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)))
+    return spans
+
+
+def in_annotation(item: WorkItem, tree: Path, cache: dict[str, list[Any]]) -> bool:
+    m = item.mutations[0]
+    path = str(m.module_path)
+    if path not in cache:
+        cache[path] = _annotation_spans(tree / path)
+    start = tuple(m.start_pos)
+    return any(begin <= start < end for begin, end in cache[path])
+
+
+def sample(db: WorkDB, size: int, seed: int, tree: Path) -> tuple[list[WorkItem], int]:
+    """Keep `size` work items chosen by `seed` (the same tree gives the same sample) among those
+    outside annotations; mark the others skipped, as cosmic-ray's filters do. Also: how many
+    were inside annotations."""
+    cache: dict[str, list[Any]] = {}
+    every = sorted(db.work_items, key=_sort_key)
+    items = [i for i in every if not in_annotation(i, tree, cache)]
+    annotations = [i.job_id for i in every if in_annotation(i, tree, cache)]
+    db.set_multiple_results(annotations, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
     chosen = set(random.Random(seed).sample(range(len(items)), min(size, len(items))))
     skipped = [item.job_id for i, item in enumerate(items) if i not in chosen]
     db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-    return [item for i, item in enumerate(items) if i in chosen]
+    return [item for i, item in enumerate(items) if i in chosen], len(annotations)
 
 
 def baseline(tree: Path) -> list[str]:
@@ -169,8 +203,13 @@ def _mutated_line(diff: str | None) -> str:
 def report(db: WorkDB, work: Path) -> str:
     tally: dict[str, Counter[str]] = {m: Counter() for m in _modules()}
     survivors = []
+    cache: dict[str, list[Any]] = {}
+    annotated = 0
     for item, result in db.completed_work_items:
         if result.worker_outcome == WorkerOutcome.SKIPPED:
+            continue
+        if in_annotation(item, work / "tree", cache):
+            annotated += 1  # a session sampled before annotations were left out
             continue
         m = item.mutations[0]
         outcome = (result.test_outcome or result.worker_outcome).value
@@ -185,6 +224,8 @@ def report(db: WorkDB, work: Path) -> str:
         total.update(counts)
         lines.append(_row(module, counts))
     lines.append(_row("all", total))
+    if annotated:
+        lines.append(f"(and {annotated} run inside annotations: equivalent, not scored)")
     lines.append("")
     lines.append(f"survivors ({len(survivors)}):")
     for module, line, operator, diff in sorted(survivors):
@@ -250,10 +291,11 @@ def main() -> None:
     canary(tree)
     with use_db(str(session), WorkDB.Mode.open) as db:
         total = db.num_work_items
-        items = sample(db, args.sample, args.seed)
+        items, annotations = sample(db, args.sample, args.seed, tree)
         (work / "info.txt").write_text(
             f"measured: {what}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n"
-            f"mutants: {len(items)} of {total}, seed {args.seed}; tests: "
+            f"mutants: {len(items)} of {total - annotations} (and {annotations} inside "
+            f"annotations, equivalent, left out), seed {args.seed}; tests: "
             f"{' '.join(test_command()[1:])} (failing unmutated, left out: "
             f"{', '.join(failing) or 'none'})\n"
         )
