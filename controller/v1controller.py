@@ -632,7 +632,9 @@ class V1Controller:
                     continue
                 stale.add(key)
                 self._given_back(uid, name, claim, snapshot)
-            if stale and self._confined(f"ledger of {name}", [], self._remove_stale, name, stale):
+            if not stale:
+                continue
+            if self._confined(f"ledger of {name}", [], self._remove_stale, name, stale):
                 self.metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
         for claim in by_uid.values():

@@ -69,7 +69,7 @@ def our_classes(classes: Iterable[Obj]) -> dict[str, Obj]:
     return out
 
 
-def _requests(claim: Obj) -> list[Obj]:
+def _requests(claim: Obj) -> list[Mapping[str, Any]]:
     """The claim's requests that are objects (what the API server's schema guarantees; anything
     else is skipped here rather than stop a cycle, and refused when the claim is read)."""
     spec = _object(claim.get("spec"))
@@ -86,7 +86,7 @@ def _array(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _alternatives(request: Obj) -> list[Mapping[str, Any]]:
+def _alternatives(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """`exactly` (or a v1beta1 request itself) and each `firstAvailable` entry."""
     found = [_object(request.get("exactly")), request]
     return found + [s for s in _array(request.get("firstAvailable")) if isinstance(s, Mapping)]
@@ -138,7 +138,7 @@ def names_our_driver(claim: Obj) -> bool:
 def our_results(claim: Obj) -> list[Obj]:
     allocated = (claim.get("status") or {}).get("allocation") or {}
     found = (allocated.get("devices") or {}).get("results") or []
-    return [r for r in found if isinstance(r, Mapping) and r.get("driver") == DRIVER_NAME]
+    return [r for r in found if isinstance(r, dict) and r.get("driver") == DRIVER_NAME]
 
 
 def settles(claim: Obj, ours: Mapping[str, Obj]) -> bool:
