@@ -10,7 +10,10 @@ Each result's device name is parsed with the device model's codec (`api.devicemo
 
 - `gpu-<minor>`: this node's GPU with that minor, whole; on a shareable GPU a result whose
   `consumedCapacity` is less than all of it is a share (`AllocatedDevices.share`: compute % and
-  memory, enforced under MPS as the classic `share`), one that took all of it is exclusive;
+  memory, enforced under MPS as the classic `share`), one that took all of it is exclusive.
+  Shares of one GPU in one claim add up; shares of different memory on different GPUs keep
+  each its own (a per-GPU pinned-memory limit of the claim's MPS daemon); their compute must
+  be one percentage (MPS gives a client one for all its GPUs);
 - `gpu-<minor>-mig-<profile>-<profileID>-<start>`: a MIG placement, created by the preparer at
   exactly that start (`mig.devices[] {profile, parentUUID, placement}` as the classic path);
 - `cpu-fallback`: nothing to prepare; a claim with nothing else is the classic `optional` claim
@@ -19,8 +22,9 @@ Each result's device name is parsed with the device model's codec (`api.devicemo
 Opaque configuration for our driver (`api.deviceconfig`: drasat's GpuConfig, NVIDIA's
 GpuConfig/MigDeviceConfig), the class's then the claim's, for all requests or the ones named,
 becomes the entry's `sharing`, `share` and `lifecycle`. Admin access, a device the node does not
-have, a bad configuration and combinations one entry cannot hold (whole GPUs beside MIG devices,
-different configurations or share sizes in one claim) are refused with an error naming them.
+have, a bad configuration and combinations one entry cannot hold (whole GPUs beside MIG devices
+or shares, different configurations per request, shares of different compute in one claim) are
+refused with an error naming them.
 
 Tenant isolation (docs/NODEPLUGIN.md "Isolation"): a claim's own config may not carry
 `lifecycle` (device initialisation is the cluster's: `deviceconfig.refusals`), and a share may
@@ -304,13 +308,15 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.A
             f"whole GPU {gpus[0].device} and MIG device {migs[0].device} in one claim are not "
             "supported by the v1 prepare (use one claim for each)"
         )
-    shared = {json.dumps(d.share.dump() if d.share else None): d.share for d in gpus}
-    if len(shared) > 1:
+    whole = [d for d in gpus if d.share is None]
+    parts = [d for d in gpus if d.share is not None]
+    if whole and parts:
         raise _Refused(
-            "the GPUs of one claim are all whole or all shares of the same size "
-            f"({', '.join(d.device for d in gpus)} are not)"
+            f"whole GPU {whole[0].device} and share {parts[0].device} in one claim are not "
+            "supported by the v1 prepare: the claim's clients run under MPS, limited on every "
+            "GPU they use (use one claim for each)"
         )
-    share = next(iter(shared.values())) if gpus else None
+    share, per_gpu_memory = _claim_share(parts)
     merged = {}
     for device in real:
         merged[device.request] = deviceconfig.for_request(configs, device.request)
@@ -332,6 +338,8 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.A
         )
     entry: Obj = {"claimInfo": info}
     sharing = config.sharing.dump() if config.sharing is not None else None
+    if per_gpu_memory:
+        sharing = _with_pinned_memory(sharing, per_gpu_memory)
     if migs:
         mig_devices = [d.mig.dump() for d in migs if d.mig is not None]
         entry["mig"] = {"devices": mig_devices, "sharing": sharing}
@@ -345,6 +353,60 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.A
     if config.lifecycle:
         entry["lifecycle"] = [step.dump() for step in config.lifecycle]
     return _without_none(entry)
+
+
+def _claim_share(parts: list[_Device]) -> tuple[GpuShare | None, dict[str, int]]:
+    """The share limits of a claim whose GPUs are shares: its compute % (one for all its GPUs:
+    MPS gives a client one thread percentage), and its memory, one amount when every GPU's is
+    the same, else (None and) each GPU's by UUID. Shares of one GPU add up (count: 2 may give a
+    claim two shares of one GPU)."""
+    if not parts:
+        return None, {}
+    compute: dict[str, int | None] = {}
+    memory: dict[str, int] = {}
+    names: dict[str, str] = {}
+    for device in parts:
+        assert device.gpu is not None and device.share is not None
+        uuid, whole = device.gpu.uuid, device.gpu.memory_bytes // shares.MiB * shares.MiB
+        names[uuid] = device.device
+        taken = device.share.compute
+        before = compute.get(uuid, 0)
+        compute[uuid] = None if taken is None or before is None else min(100, before + taken)
+        amount = to_bytes(device.share.memory) if device.share.memory is not None else whole
+        memory[uuid] = min(whole, memory.get(uuid, 0) + amount)
+    if len(set(compute.values())) > 1:
+        taken = ", ".join(f"{compute[u] or 'no limit'}% of {names[u]}" for u in compute)
+        raise _Refused(
+            f"shares of one claim take different compute ({taken}): MPS gives a client one "
+            "thread percentage for all its GPUs"
+        )
+    percent = next(iter(compute.values()))
+    wholes = {d.gpu.uuid: d.gpu.memory_bytes // shares.MiB * shares.MiB for d in parts if d.gpu}
+    limited = {u: n for u, n in memory.items() if n < wholes[u]}
+    if len(set(memory.values())) == 1 and len(limited) in (0, len(memory)):
+        amount = next(iter(limited.values()), None)
+        if percent is None and amount is None:
+            return None, {}  # all of every GPU: whole GPUs after all
+        return GpuShare(compute=percent, memory=amount), {}
+    # Different amounts per GPU: the MPS daemon limits each GPU by UUID (a share marks the
+    # claim as one; 100% when it asked for memory only, which limits no compute).
+    return GpuShare(compute=percent or 100), memory
+
+
+def _with_pinned_memory(sharing: Obj | None, memory: Mapping[str, int]) -> Obj:
+    """The claim's MPS sharing with each GPU's pinned-memory limit (by UUID) set to its share's
+    memory, or to the claim's own lower limit for that GPU (or for all)."""
+    sharing = dict(sharing or {"strategy": SharingStrategy.MPS.value})
+    config = dict(sharing.get("mpsConfig") or {})
+    own = dict(config.get("defaultPerDevicePinnedMemoryLimit") or {})
+    default = config.get("defaultPinnedDeviceMemoryLimit")
+    limits = {}
+    for uuid, n in memory.items():
+        mine = [to_bytes(q) for q in (own.get(uuid), default) if q is not None]
+        limits[uuid] = str(min([n, *mine]))
+    config["defaultPerDevicePinnedMemoryLimit"] = limits
+    sharing["mpsConfig"] = config
+    return sharing
 
 
 def _without_none(obj: Obj) -> Obj:

@@ -338,3 +338,62 @@ def test_a_bad_config_fails_the_claim_naming_the_field(
     assert "status.allocation.devices.config[1] (source FromClaim): " in error
     assert message in error
     assert node.state.checkpoint.records() == []
+
+
+# -- shapes the allocator writes (issue 22 item 9) --------------------------------------------------
+
+
+def _shares(uid: str, *parts: tuple[str, str, str, str]) -> dict[str, Any]:
+    """A claim of shares: (request, device, compute, memory) each."""
+    claim = v1_claim(uid, *[(request, NODE, device) for request, device, _, _ in parts])
+    results = claim["status"]["allocation"]["devices"]["results"]
+    for index, (result, (_, _, compute, memory)) in enumerate(zip(results, parts, strict=True)):
+        result.update(
+            shareID=f"{uid}-{index}", consumedCapacity={"compute": compute, "memory": memory}
+        )
+    return claim
+
+
+def test_shares_of_different_memory_in_one_claim_get_each_its_own(a100: Any) -> None:
+    node, claims, v1 = a100
+    claims.add(_shares("d1", ("a", "gpu-0", "30", "8Gi"), ("b", "gpu-1", "30", "16Gi")))
+    assert v1.prepare(("d1", "claim"))["d1"].error == ""
+    (name,) = node.daemons()
+    manager = node.state.mps
+    assert manager.query(name, "get_default_active_thread_percentage") == "30"
+    assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(0)}") == "8192M"
+    assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(1)}") == "16384M"
+    assert v1.unprepare("d1")["d1"].error == ""
+    assert node.daemons() == {}
+
+
+def test_two_shares_of_one_gpu_in_one_claim_add_up(a100: Any) -> None:
+    # count: 2 with capacity requests may give a claim two shares of the same GPU
+    node, claims, v1 = a100
+    claims.add(_shares("d2", ("a", "gpu-0", "20", "4Gi"), ("a", "gpu-0", "20", "4Gi")))
+    answer = v1.prepare(("d2", "claim"))["d2"]
+    assert answer.error == "" and [d.device_name for d in answer.devices] == ["gpu-0", "gpu-0"]
+    (name,) = node.daemons()
+    assert node.state.mps.query(name, "get_default_active_thread_percentage") == "40"
+    pinned = node.state.mps.query(name, f"get_default_device_pinned_mem_limit {node.gpu(0)}")
+    assert pinned == "8192M"
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        (
+            (("a", "gpu-0", "20", "8Gi"), ("b", "gpu-1", "60", "8Gi")),
+            "shares of one claim take different compute (20% of gpu-0, 60% of gpu-1)",
+        ),
+        (
+            (("a", "gpu-0", "20", "8Gi"), ("b", "gpu-1", "100", str(40 * 2**30))),
+            "whole GPU gpu-1 and share gpu-0 in one claim",
+        ),
+    ],
+)
+def test_share_shapes_mps_cannot_hold_are_refused(a100: Any, parts: Any, message: str) -> None:
+    node, claims, v1 = a100
+    claims.add(_shares("d3", *parts))
+    assert message in v1.prepare(("d3", "claim"))["d3"].error
+    assert node.state.checkpoint.records() == [] and node.daemons() == {}
