@@ -100,6 +100,9 @@ class ClaimRecord(_Model):
     source: str = "nas"
     applied: list[AppliedStep] = Field(default_factory=list)
     cdi_devices: list[str] = Field(default_factory=list)
+    #: A v1 claim's allocation results as the kubelet was answered ({request, pool, device,
+    #: share_id}), so a re-prepare can answer while the ResourceClaim cannot be read.
+    results: list[dict[str, Any]] = Field(default_factory=list)
 
     def allocated(self) -> AllocatedDevices:
         return AllocatedDevices.model_validate(self.allocation)

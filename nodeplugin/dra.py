@@ -11,11 +11,13 @@ response.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from drasat.api.nas import AllocatedDevices
+from drasat.nodeplugin.checkpoint import ClaimRecord
 from drasat.nodeplugin.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -33,7 +35,14 @@ T = TypeVar("T")
 
 
 class Preparer(Protocol):
-    def prepare(self, claim: ClaimRef, allocation: AllocatedDevices | None = None) -> list[str]: ...
+    def prepare(
+        self,
+        claim: ClaimRef,
+        allocation: AllocatedDevices | None = None,
+        results: list[dict[str, Any]] | None = None,
+    ) -> list[str]: ...
+
+    def prepared(self, uid: str) -> ClaimRecord | None: ...
 
     def unprepare(self, claim: ClaimRef) -> None: ...
 
@@ -74,8 +83,18 @@ def prepare_v1_claims(
 
     def prepare(claim: ClaimRef) -> list[tuple[Result, list[str]]]:
         check_ref(claim)  # before its name goes into an API request
-        resolved = allocations.resolve(claim)
-        ids = preparer.prepare(claim, resolved.allocation)
+        try:
+            resolved = allocations.resolve(claim)
+        except ClaimError as error:
+            # A claim prepared here is answered from the checkpoint when its ResourceClaim
+            # cannot be read (an API outage while the kubelet re-prepares after a restart).
+            record = preparer.prepared(claim.uid)
+            if record is None or not record.results:
+                raise
+            log.warning("prepare %s: %s; answered from the checkpoint", claim, error)
+            return [(Result(**r), list(record.cdi_devices)) for r in record.results]
+        kept = [dataclasses.asdict(r) for r in resolved.results]
+        ids = preparer.prepare(claim, resolved.allocation, kept)
         return [(result, ids) for result in resolved.results]
 
     done = _per_claim(claims, "prepare", prepare)

@@ -293,17 +293,33 @@ class DeviceState:
 
     # -- prepare -----------------------------------------------------------------------------
 
-    def prepare(self, claim: ClaimRef, allocation: AllocatedDevices | None = None) -> list[str]:
+    def prepare(
+        self,
+        claim: ClaimRef,
+        allocation: AllocatedDevices | None = None,
+        results: list[dict[str, Any]] | None = None,
+    ) -> list[str]:
         """Prepare one claim; its CDI device ids. Raises ClaimError.
 
         `allocation`: the claim's devices when the caller knows them (a v1 claim's results,
-        translated); otherwise they come from the NAS or the claim's resource handle."""
+        translated); otherwise they come from the NAS or the claim's resource handle.
+        `results`: what the caller answers the kubelet besides the CDI ids (a v1 claim's
+        allocation results), kept with the record so a re-prepare can answer without reading
+        the claim again (`prepared`)."""
         check_ref(claim)
         with self._claim_lock(claim.uid):
             try:
-                return self._prepare_claim(claim, allocation)
+                return self._prepare_claim(claim, allocation, results or [])
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
+
+    def prepared(self, uid: str) -> ClaimRecord | None:
+        """The claim's record when its prepare completed here (its CDI ids and results), while
+        its checkpoint entry is readable."""
+        record = self.checkpoint.get(uid)
+        if record is None or record.status is not ClaimStatus.PrepareCompleted:
+            return None
+        return None if self.checkpoint.quarantined(uid) is not None else record
 
     def _check_readable(self, claim: ClaimRef) -> None:
         """ClaimError while the claim's checkpoint entry is unreadable and kept for an operator:
@@ -316,11 +332,24 @@ class DeviceState:
                 "the file"
             )
 
-    def _prepare_claim(self, claim: ClaimRef, given: AllocatedDevices | None) -> list[str]:
+    def _prepare_claim(
+        self, claim: ClaimRef, given: AllocatedDevices | None, results: list[dict[str, Any]]
+    ) -> list[str]:
         self._check_readable(claim)
         record = self.checkpoint.get(claim.uid)
         if record is not None and record.status is ClaimStatus.PrepareCompleted:
-            return list(record.cdi_devices)
+            if given is None or _devices_of(record.allocated()) == _devices_of(given):
+                return list(record.cdi_devices)
+            # The claim was deallocated and allocated again (same uid) to other devices without
+            # an unprepare here: no pod uses the old devices any more, so they are given back
+            # and the new ones prepared, instead of answering a spec for devices it lost.
+            log.warning(
+                "claim %s: prepared here for other devices than it is allocated now; "
+                "unpreparing those first",
+                claim,
+            )
+            self._undo_prepared(record, claim)
+            record = None
         if record is not None:
             log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
             self._rollback(record)
@@ -330,7 +359,7 @@ class DeviceState:
         name = claim.name or allocation.claimInfo.name
         planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), allocation)
         try:  # the placements stay reserved until the prepare is done or undone
-            return self._prepare_planned(claim, allocation, source, planned)
+            return self._prepare_planned(claim, allocation, source, planned, results)
         finally:
             self._unreserve(claim.uid)
 
@@ -340,6 +369,7 @@ class DeviceState:
         allocation: AllocatedDevices,
         source: str,
         planned: list[PlannedMig],
+        results: list[dict[str, Any]],
     ) -> list[str]:
         record = ClaimRecord(
             uid=claim.uid,
@@ -349,6 +379,7 @@ class DeviceState:
             allocation=allocation.dump(),
             planned_migs=planned,
             source=source,
+            results=results,
         )
         self._check_gpus(allocation)
         self.checkpoint.put(record)
@@ -942,6 +973,9 @@ class DeviceState:
             self.cdi.remove(claim.uid)
             self._remove_prepared(claim.uid)
             return
+        self._undo_prepared(record, claim)
+
+    def _undo_prepared(self, record: ClaimRecord, claim: ClaimRef) -> None:
         record.status = ClaimStatus.UnprepareStarted
         self.checkpoint.put(record)
         migs = [s for s in record.applied if s.kind == "mig"]
@@ -1309,6 +1343,18 @@ def _lifecycle_setting(action: LifecycleActionName, value: Any) -> tuple[Setting
         return Setting.persistenceMode, str(value) == "Enabled"
     except (ValueError, TypeError):
         raise ClaimError(f"lifecycle action {action.value}: bad value {value!r}") from None
+
+
+def _devices_of(allocation: AllocatedDevices) -> tuple[Any, ...]:
+    """What a claim holds on the node, for telling a re-prepare of the same devices (whatever
+    the order, or a configuration written differently) from one of others."""
+    gpus = sorted(d.uuid for d in allocation.gpu.devices) if allocation.gpu else []
+    migs = sorted(
+        (d.parentUUID, d.profile, d.placement.start, d.placement.size)
+        for d in (allocation.mig.devices if allocation.mig else [])
+    )
+    share = allocation.share.model_dump() if allocation.share is not None else None
+    return (gpus, migs, share)
 
 
 def _record_prepared(record: ClaimRecord) -> PreparedDevices:
