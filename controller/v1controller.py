@@ -158,6 +158,8 @@ class V1Controller:
         self.explanations: dict[str, str] = {}
         #: pod key -> when it was last refused (orders the next cycles' pods).
         self._refused_at: dict[str, float] = {}
+        #: Claim statuses read as ledger entries, kept while neither side changes.
+        self._ledgers = v1inputs.StatusLedgers()
         #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
@@ -342,6 +344,8 @@ class V1Controller:
             log.warning("cycle %d: this replica stopped leading; nothing more is written",
                         self.cycles)  # fmt: skip
             return False
+        finally:
+            self._ledgers.rotate()
 
     def _cycle(self) -> bool:
         snapshot = self.snapshot()
@@ -374,7 +378,7 @@ class V1Controller:
             cache=self.solver_cache,
         )
         started = time.perf_counter()
-        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot))
+        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
         policy = self._policy()
         try:
             outcome = v1.allocate(
@@ -659,7 +663,7 @@ class V1Controller:
         changed = False
         gave_back: set[str] = set()
         self._clashes_seen = set()
-        for node, held in sorted(v1inputs.status_entries(snapshot).items()):
+        for node, held in sorted(v1inputs.status_entries(snapshot, self._ledgers).items()):
             by_gpu: dict[str, list[str]] = {}
             for uid, (_, entries) in held.items():
                 for entry in entries.values():
@@ -784,7 +788,7 @@ class V1Controller:
         version = str(claim["metadata"].get("resourceVersion", ""))
         if written is not None and _newer(written.version, version):
             return False  # the cache has not seen our own status write yet
-        node, entries = v1inputs.ledger_of(claim, snapshot)
+        node, entries = v1inputs.ledger_of(claim, snapshot, self._ledgers)
         parsed = snapshot.nas.get(node or "")
         if node is None or parsed is None or not entries:
             return False

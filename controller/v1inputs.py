@@ -358,35 +358,71 @@ def node_inputs(snapshot: Snapshot) -> list[Node]:
     return out
 
 
-def ledger_of(claim: Obj, snapshot: Snapshot) -> tuple[str | None, dict[str, Any]]:
-    """The node a claim is allocated on and the ledger entries its status stands for there."""
+class StatusLedgers:
+    """What `ledger_of` found, by claim and NAS version, kept from one cycle to the next: reading
+    a status into ledger entries builds models (about 0.2 ms a claim, so 1 s a cycle at 4,000
+    allocated claims without it). An answer is reused only while neither the claim nor its
+    node's NAS changed; what a cycle did not ask for is dropped at the next `rotate`."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, ...], dict[str, Any]] = {}
+        self._used: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def get(self, claim: Obj, node: str, parsed: nas_nodes.ParsedNas) -> dict[str, Any]:
+        meta = claim.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        if not version or not parsed.resource_version:
+            return results.ledger_from_status(claim, parsed.node.nas)
+        key = (str(meta.get("uid", "")), version, node, parsed.resource_version)
+        found = self._used.get(key)
+        if found is None:
+            found = self._kept.get(key)
+            if found is None:
+                found = results.ledger_from_status(claim, parsed.node.nas)
+            self._used[key] = found
+        return found
+
+    def rotate(self) -> None:
+        """A cycle ended: keep what it used, forget the rest."""
+        self._kept, self._used = self._used, {}
+
+
+def ledger_of(
+    claim: Obj, snapshot: Snapshot, memo: StatusLedgers | None = None
+) -> tuple[str | None, dict[str, Any]]:
+    """The node a claim is allocated on and the ledger entries its status stands for there (the
+    caller does not change them: `memo` may hand the same ones out again)."""
     node = allocated_node(claim)
     parsed = snapshot.nas.get(node or "")
     if node is None or parsed is None:
         return node, {}
+    if memo is not None:
+        return node, memo.get(claim, node, parsed)
     return node, results.ledger_from_status(claim, parsed.node.nas)
 
 
-def status_entries(snapshot: Snapshot) -> dict[str, dict[str, tuple[Obj, dict[str, Any]]]]:
+def status_entries(
+    snapshot: Snapshot, memo: StatusLedgers | None = None
+) -> dict[str, dict[str, tuple[Obj, dict[str, Any]]]]:
     """node -> claim uid -> (claim, the ledger entries its status stands for there), for every
     allocated claim with a result of drasat's driver, whoever allocated it."""
     out: dict[str, dict[str, tuple[Obj, dict[str, Any]]]] = {}
     for claim in snapshot.claims.values():
         if not names_our_driver(claim):
             continue
-        node, entries = ledger_of(claim, snapshot)
+        node, entries = ledger_of(claim, snapshot, memo)
         if node is not None and entries:
             uid = str((claim.get("metadata") or {}).get("uid", ""))
             out.setdefault(node, {})[uid] = (claim, entries)
     return out
 
 
-def with_status_holds(snapshot: Snapshot) -> Snapshot:
+def with_status_holds(snapshot: Snapshot, memo: StatusLedgers | None = None) -> Snapshot:
     """The snapshot with every allocated claim's devices held in its node's state, as the claim's
     status names them: a claim allocated by kube-scheduler (or written back by anyone) holds its
     devices from the moment the informer sees it, not one ledger settle later, and a ledger entry
     naming other devices than the status never makes the status's devices look free."""
-    by_node = status_entries(snapshot)
+    by_node = status_entries(snapshot, memo)
     nas = dict(snapshot.nas)
     for node, held in by_node.items():
         parsed = nas.get(node)

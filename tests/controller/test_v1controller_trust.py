@@ -463,3 +463,35 @@ def test_claim_ownership_by_finalizer_status_or_class() -> None:
     junk = {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": "one GPU"}, 7]}}}
     assert not v1inputs.is_ours(junk, classes) and not v1inputs.tolerates_allocator_taint(junk)
     assert informer.key_of(by_status) == "default/s"
+
+
+def test_claim_statuses_are_read_once_while_neither_side_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    read = results.ledger_from_status
+
+    def counted(claim: Obj, nas: Any) -> Any:
+        calls.append(claim["metadata"]["name"])
+        return read(claim, nas)
+
+    monkeypatch.setattr(results, "ledger_from_status", counted)
+    status = {"allocation": {"nodeSelector": results.node_selector("n1"), "devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}}  # fmt: skip
+    claim = _claim_obj("c", status=status)
+    claim["metadata"]["resourceVersion"] = "1"
+    nas = {"metadata": {"name": "n1", "resourceVersion": "5"}, "spec": {}, "status": "Ready"}
+    snapshot = _snapshot([], [claim], ())
+    snapshot.nas = {"n1": nodes.parse(nas)}
+    memo = v1inputs.StatusLedgers()
+    for _ in range(3):  # three cycles, nothing changed: read once
+        v1inputs.status_entries(snapshot, memo)
+        v1inputs.ledger_of(claim, snapshot, memo)
+        memo.rotate()
+    assert calls == ["c"]
+    nas["metadata"]["resourceVersion"] = "6"  # the node's NAS changed: read again
+    snapshot.nas = {"n1": nodes.parse(nas)}
+    v1inputs.ledger_of(claim, snapshot, memo)
+    claim["metadata"]["resourceVersion"] = "2"  # the claim changed: read again
+    v1inputs.ledger_of(claim, snapshot, memo)
+    assert calls == ["c", "c", "c"]
