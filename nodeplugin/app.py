@@ -11,8 +11,10 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
@@ -98,9 +100,17 @@ def build(options: Options) -> NodePlugin:
     return plugin
 
 
-def run(options: Options, *, ready: threading.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT; 0 on a clean stop."""
+def run(
+    options: Options,
+    *,
+    ready: threading.Event | None = None,
+    serve_metrics: Callable[[Any], None] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT; 0 on a clean stop. `serve_metrics` gets the plugin's
+    Prometheus registry (the caller's HTTP endpoint)."""
     plugin = build(options)
+    if serve_metrics is not None:
+        serve_metrics(plugin.state.metrics.registry)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.warning("signal %d: stopping", signum)

@@ -147,6 +147,12 @@ def register(subparsers: Any) -> None:
         "default on, --no-shares: whole GPUs only",
     )
     add(
+        "--metrics-address",
+        default=_env("METRICS_ADDRESS", ""),
+        help="serve Prometheus /metrics (and /healthz) on host:port, e.g. :8081 (default: off): "
+        "checkpoint entries kept unreadable, lost GPUs",
+    )
+    add(
         "--in-memory-nas",
         action="store_true",
         default=_env_flag("IN_MEMORY_NAS"),
@@ -192,4 +198,11 @@ def options(args: argparse.Namespace) -> app.Options:
 
 
 def run(args: argparse.Namespace) -> int:
-    return app.run(options(args))
+    serve = None
+    if args.metrics_address:
+        from drasat.controller import metrics_server  # the one /metrics endpoint
+
+        def serve(registry: Any) -> None:
+            metrics_server.serve(args.metrics_address, registry)
+
+    return app.run(options(args), serve_metrics=serve)

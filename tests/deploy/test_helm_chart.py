@@ -436,12 +436,17 @@ WRITE = {"create", "update", "patch", "delete", "deletecollection"}
 
 
 def test_node_plugin_may_write_only_node_allocation_states(render: Render) -> None:
+    """...and Events in its own namespace (Warning Events on its NAS), created only."""
     rendered = render()
     cluster = _grants(rendered.one("ClusterRole", "-node-plugin"))
     assert cluster == {("", "nodes", "get"), ("resource.k8s.io", "resourceclaims", "get")}
     namespaced = _grants(rendered.one("Role", "-node-plugin"))
-    writes = {(g, r) for g, r, v in namespaced if v in WRITE}
-    assert writes == {("nas.gpu.drasat.io", "nodeallocationstates")}
+    writes = {(g, r, v) for g, r, v in namespaced if v in WRITE}
+    assert {(g, r) for g, r, _ in writes} == {
+        ("nas.gpu.drasat.io", "nodeallocationstates"),
+        ("", "events"),
+    }
+    assert [v for g, r, v in writes if r == "events"] == ["create"]
     assert not any(v == "delete" for _, _, v in namespaced)
 
 

@@ -60,6 +60,8 @@ UNUSED_BUT_NEEDED: dict[tuple[str, str, str, str], str] = {
     },
     ("node-plugin", "", "nodes", "get"): "the NAS ownerReference to the Node (design: NAS owned "
     "by the Node); not read by the plugin yet",
+    ("node-plugin", "", "events", "create"): "a Warning Event on the NAS is written only when a "
+    "checkpoint entry is unreadable (tests/nodeplugin/test_np_checkpoint.py)",
     ("node-plugin", "resource.k8s.io", "resourceclaims", "get"): "current (1.34+) kubelets name a "
     "claim only and the v1 DRAPlugin service reads its allocation results "
     "(tests/e2e/test_e2e_kubelet.py); this run is classic DRA",

@@ -8,14 +8,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from npfixtures import gpu_allocation, mig_allocation, ref
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from npfixtures import gpu_allocation, make_node, mig_allocation, ref
+from prometheus_client import generate_latest
 
-from drasat.nodeplugin import checkpoint
-from drasat.nodeplugin.state import ClaimError, OrphanPolicy
+from drasat.nodeplugin import checkpoint, mps
+from drasat.nodeplugin.state import ClaimError, Fault, OrphanPolicy
 
 UID = "c0ffee00-0000-4000-8000-000000000001"
 OTHER = "c0ffee00-0000-4000-8000-000000000002"
@@ -153,6 +158,8 @@ def test_a_truncated_claim_file_keeps_the_claim_and_its_hardware_state(node_fact
     (event,) = [e for e in restarted.store.events if UID in e[1]]
     assert event[0] == "CheckpointEntryUnreadable"
     assert restarted.state.metrics.unreadable_entries() == 1
+    scraped = generate_latest(restarted.state.metrics.registry).decode()
+    assert "drasat_nodeplugin_checkpoint_unreadable_entries 1.0" in scraped
     # the other claim is untouched
     assert restarted.state.checkpoint.get(OTHER) is not None
     restarted.state.unprepare(ref(OTHER))
@@ -215,3 +222,161 @@ def test_an_unnamed_unreadable_entry_keeps_every_orphan(node_factory: Any) -> No
     restarted = node.restart()
     report = restarted.state.reconcile()
     assert [(gi.start) for gi in node.sim.gpus[1].gpu_instances.values()] == [0], report
+
+
+# -- property: crash points x corruptions ----------------------------------------------------
+
+KINDS = ("exclusive", "timeslice", "mig", "mps")
+UIDS = {kind: f"c0ffee00-0000-4000-8000-00000000001{i}" for i, kind in enumerate(KINDS)}
+#: Where each kind's prepare can be killed (steps it reaches; "recorded" is every claim's).
+CRASH_STEPS = {
+    "exclusive": ["recorded", "cdi", "nas"],
+    "timeslice": ["recorded", "hold", "cdi", "nas"],
+    "mig": ["recorded", "mig-created", "mig-recorded", "cdi", "nas"],
+    "mps": ["recorded", "hold", "mps", "cdi", "nas"],
+}
+CORRUPTIONS = (
+    "truncate",
+    "flip",
+    "garbage",
+    "checksum",
+    "not-a-record",
+    "directory",
+    "EIO",
+    "EACCES",
+)
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: no handler of the plugin catches it."""
+
+
+def allocation_of(node: Any, kind: str) -> dict[str, Any]:
+    uid = UIDS[kind]
+    if kind == "exclusive":
+        return gpu_allocation(uid, node.gpu(0))
+    if kind == "timeslice":
+        sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}}
+        return gpu_allocation(uid, node.gpu(1), sharing=sharing)
+    if kind == "mig":
+        return mig_allocation(uid, node.gpu(2), "1g.5gb", 0, 1)
+    return gpu_allocation(uid, node.gpu(3), share={"compute": 30})
+
+
+def hardware(node: Any) -> list[Any]:
+    """What each GPU has now, as the simulator holds it: settings, MIG instances, and whether an
+    MPS daemon runs for it."""
+    daemons = {d for devices in node.daemons().values() for d in devices}
+    return [
+        (
+            g.compute_mode,
+            g.time_slice,
+            sorted((gi.start, gi.profile.memory_slices) for gi in g.gpu_instances.values()),
+            g.uuid in daemons,
+        )
+        for g in node.sim.gpus
+    ]
+
+
+def corrupt(path: Path, how: str, where: float, patch: Any) -> None:
+    text = path.read_text()
+    if how == "truncate":
+        path.write_text(text[: int(len(text) * where)])
+    elif how == "flip":
+        at = min(int(len(text) * where), len(text) - 1)
+        path.write_text(text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1 :])
+    elif how == "garbage":
+        path.write_text("{not json")
+    elif how == "checksum":
+        path.write_text(json.dumps({"checksum": "0", "data": json.loads(text)["data"]}))
+    elif how == "not-a-record":
+        path.write_text(envelope({"claims": "not a record"}))
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    else:
+        code = errno.EIO if how == "EIO" else errno.EACCES
+        read = Path.read_text
+
+        def failing(where_: Path, *args: Any, **kwargs: Any) -> str:
+            if where_ == path:
+                raise OSError(code, errno.errorcode[code])
+            return read(where_, *args, **kwargs)
+
+        patch.setattr(Path, "read_text", failing)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    crashed=st.sampled_from(KINDS),
+    step_index=st.integers(0, 4),
+    corrupted=st.sampled_from((*KINDS, None)),
+    how=st.sampled_from(CORRUPTIONS),
+    where=st.floats(0.0, 0.99),
+)
+def test_crash_points_times_corruptions(
+    crashed: str, step_index: int, corrupted: str | None, how: str, where: float
+) -> None:
+    """A plugin killed at any step of one claim's prepare, one claim file then damaged in any
+    way: the next start never fails; the damaged entry costs its claim only (kept, reported, its
+    hardware state left as it was, neither prepared nor unprepared); the interrupted claim, when
+    readable, is rolled back to the baseline; every other claim stays prepared and unprepares."""
+    root = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            check_crash_and_corruption(root, patch, crashed, step_index, corrupted, how, where)
+    finally:
+        mps.stop_simulated()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check_crash_and_corruption(
+    root: Path,
+    patch: Any,
+    crashed: str,
+    step_index: int,
+    corrupted: str | None,
+    how: str,
+    where: float,
+) -> None:
+    node = make_node(root, "4xA100-40GB,mig=2")
+    baseline = hardware(node)
+    for kind in KINDS:
+        node.allocate(UIDS[kind], allocation_of(node, kind))
+    for kind in KINDS:
+        if kind != crashed:
+            node.state.prepare(ref(UIDS[kind]))
+    steps = CRASH_STEPS[crashed]
+    node.state.faults.append(Fault(steps[step_index % len(steps)], Killed()))
+    with pytest.raises(Killed):
+        node.state.prepare(ref(UIDS[crashed]))
+    if corrupted is not None:
+        corrupt(claim_file(node, UIDS[corrupted]), how, where, patch)
+    before = hardware(node)
+
+    restarted = node.restart()  # the plugin's start: checkpoint, then reconcile
+    report = restarted.state.reconcile()
+    after = hardware(restarted)
+    for index, kind in enumerate(KINDS):
+        uid = UIDS[kind]
+        if kind == corrupted:
+            assert after[index] == before[index], (kind, report)  # left as it was
+            assert restarted.state.checkpoint.quarantined(uid) is not None
+            with pytest.raises(ClaimError, match="unreadable"):
+                restarted.state.unprepare(ref(uid))
+        elif kind == crashed:
+            assert after[index] == baseline[index], (kind, report)  # rolled back
+            assert restarted.state.checkpoint.get(uid) is None
+        else:
+            assert after[index] == before[index], (kind, report)  # still prepared
+            assert uid in restarted.store.read().spec.preparedClaims
+    if corrupted is not None:
+        assert restarted.state.metrics.unreadable_entries() == 1
+        assert [r for r, _ in restarted.store.events] == ["CheckpointEntryUnreadable"]
+    # every readable claim can be (re)prepared and unprepared, back to the baseline
+    for index, kind in enumerate(KINDS):
+        if kind == corrupted:
+            continue
+        restarted.state.prepare(ref(UIDS[kind]))
+        restarted.state.unprepare(ref(UIDS[kind]))
+        assert hardware(restarted)[index] == baseline[index], kind

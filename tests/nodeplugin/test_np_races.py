@@ -157,3 +157,24 @@ def test_a_claim_joining_a_setting_whose_write_failed_does_not_complete_at_the_b
         node.state.unprepare(ref(B))
     assert node.sim.gpus[0].time_slice == 0
     assert node.state.checkpoint.data.settings == {}
+
+
+def test_mps_pinned_memory_limits_follow_the_gpus_not_their_order(node_factory: Any) -> None:
+    """Unconfirmed item: two MPS claims listing the same GPUs in another order could map
+    per-device pinned-memory limits to the wrong GPUs. Each daemon's limit is set per GPU UUID,
+    and a second MPS claim on GPUs that have a daemon is refused (one MPS server per GPU), so a
+    limit never lands on the other GPU whatever the order."""
+    node = node_factory("T4 x2")
+    g0, g1 = node.gpu(0), node.gpu(1)
+    limits = {g0: "1Gi", g1: "2Gi"}
+    sharing = {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": limits}}
+    node.allocate(A, gpu_allocation(A, g1, g0, sharing=sharing))  # listed g1 first
+    node.state.prepare(ref(A))
+    ((name, _),) = node.state.mps.running().items()
+    query = node.state.mps.query
+    assert query(name, f"get_default_device_pinned_mem_limit {g0}") == "1024M"
+    assert query(name, f"get_default_device_pinned_mem_limit {g1}") == "2048M"
+    node.allocate(B, gpu_allocation(B, g0, g1, sharing=sharing))
+    with pytest.raises(ClaimError, match="MPS"):
+        node.state.prepare(ref(B))
+    node.state.unprepare(ref(A))
