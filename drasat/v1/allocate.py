@@ -27,7 +27,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import NodeState, PodRequest, Problem, Solution, SolveParams
 from drasat.v1 import devices, results
 from drasat.v1.devices import Published
-from drasat.v1.requests import Claim, ClaimError, read_claim
+from drasat.v1.requests import ALL, Claim, ClaimError, read_claim
 from drasat.v1.variants import MAX_VARIANTS, Devices, Option, claim_variants, solver_claims
 
 Obj = dict[str, Any]
@@ -264,6 +264,11 @@ def _no_device(claim: Claim) -> str:
                 text += f": {errors[0]}"
             parts.append(text)
     text = "no published device matches " + "; ".join(parts)
+    if any(a.mode == ALL for r in claim.requests for a in r.alternatives):
+        text += (
+            " (allocationMode All: on no node can all the matching devices be taken together;"
+            " drasat's node plugin prepares whole GPUs or shares of one size in a claim, not both)"
+        )
     if claim.constraints:
         text += " with the attributes of " + ", ".join(c.label for c in claim.constraints)
     return text

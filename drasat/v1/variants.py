@@ -152,12 +152,15 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
     for alternative in request.alternatives:
         base = Option(claim, request.name, alternative, devices.GPU)
         attributes = [c.attribute for _, c in base.constraints]
-        found = _has_attributes(catalog.matching(alternative), attributes)
+        matched = catalog.matching(alternative)
+        found = _has_attributes(matched, attributes)
         gpus = [d for d in found if d.kind == devices.GPU]
         migs = [d for d in found if d.kind == devices.MIG]
         fallbacks = [d for d in found if d.kind == devices.FALLBACK]
-        out.extend(_gpu_options(base, gpus))
-        out.extend(_mig_options(base, migs))
+        options = _gpu_options(base, gpus) + _mig_options(base, migs)
+        if alternative.mode == ALL:
+            options = _whole_sets(options, _all_set(alternative, matched))
+        out.extend(options)
         if fallbacks and not _constrained_across(base):
             out.append(
                 _with(
@@ -168,6 +171,33 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
                     nodes=_nodes_of(fallbacks),
                 )
             )
+    return out
+
+
+def _all_set(alternative: Alternative, matched: Sequence[Published]) -> list[Published]:
+    """The devices upstream's `allocationMode: All` takes on each node: every device the
+    selectors match whose published capacity covers the request (the CPU fallback aside)."""
+    found = [d for d in matched if d.kind != devices.FALLBACK]
+    capacity = dict(alternative.capacity)
+    return _fits_capacity(found, capacity) if capacity else found
+
+
+def _whole_sets(options: list[Option], all_set: Sequence[Published]) -> list[Option]:
+    """The `All` options limited to the nodes where they take every device of the node's
+    `All` set (upstream fails the request on a node where one of them cannot be taken: it
+    lacks a constraint's attribute, or it is of another kind than the others)."""
+    totals: dict[str, int] = {}
+    for d in all_set:
+        totals[d.pool] = totals.get(d.pool, 0) + 1
+    out = []
+    for option in options:
+        per_node: dict[str, int] = {}
+        for d in option.devices:
+            per_node[d.pool] = per_node.get(d.pool, 0) + 1
+        candidates = option.nodes if option.nodes is not None else frozenset(per_node)
+        nodes = frozenset(n for n in candidates if per_node.get(n, 0) == totals.get(n, 0))
+        if nodes:
+            out.append(_with(option, nodes=nodes))
     return out
 
 

@@ -8,13 +8,14 @@ import dataclasses
 from typing import Any
 
 import pytest
+from checker import make_gpus, make_node
 from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api.devicemodel import names
 from drasat.solver import Problem, Solution, SolveParams
 from drasat.solver import solve as default_solve
-from drasat.v1 import results
+from drasat.v1 import devices, results
 
 
 def _results(outcome: v1.Outcome, name: str) -> list[dict[str, Any]]:
@@ -403,3 +404,35 @@ def test_another_drivers_devices_are_not_held_to_drasats_plugin_shapes() -> None
     out = v1.allocate([nvidia], [pod("p", written)], classes)
     assert out.placed == {"default/p": "m"}
     assert sorted(r["driver"] for r in _results(out, "c")) == ["gpu.nvidia.com"] * 2
+
+
+# -- allocationMode All takes every matching device of the node, or none -------------------------
+
+
+def test_all_with_a_device_lacking_the_constraints_attribute_is_not_a_subset() -> None:
+    # Upstream's All takes every matching device; one without numaNode fails the constraint, so
+    # the node cannot serve the request (drasat used to take the devices that have it).
+    every = claim("every", {"g": exactly(allocationMode="All")}, constraints=[_match("numaNode")])
+    out = v1.allocate([node("a", "T4", 2, numa=[0, None])], [pod("p", every)], CLASSES)  # type: ignore[list-item]
+    assert out.placed == {}
+    out = v1.allocate([node("a", "T4", 2, numa=[1, 1])], [pod("p", every)], CLASSES)
+    assert sorted(_devices(out, "every")) == ["gpu-0", "gpu-1"]
+
+
+def _t4_and_a100() -> v1.Node:
+    a100 = make_gpus("a", "A100-40GB", 1, first_index=1)
+    state = make_node("a", "T4", 1, extra_gpus=a100)
+    return v1.Node(state, tuple(devices.drasat_devices("a", state.nas)))
+
+
+def test_all_shares_over_gpus_of_two_sizes_are_refused_not_a_subset() -> None:
+    # Compute-only shares take each GPU's memory: two sizes are two share sizes in one claim,
+    # which the node plugin cannot prepare; upstream would take both, never one of them.
+    spec = exactly(allocationMode="All", capacity={"requests": {"compute": "50"}})
+    out = v1.allocate([_t4_and_a100()], [pod("p", claim("every", {"s": spec}))], CLASSES)
+    assert out.placed == {}
+    (reason,) = out.refused["default/p"]
+    assert "allocationMode All" in reason, reason
+    same = exactly(allocationMode="All", capacity={"requests": {"memory": "1Gi"}})
+    out = v1.allocate([_t4_and_a100()], [pod("p", claim("same", {"s": same}))], CLASSES)
+    assert sorted(_devices(out, "same")) == ["gpu-0", "gpu-1"]
