@@ -706,7 +706,7 @@ class DeviceState:
         holds MIG devices, less any GPU another claim prepared here uses."""
         if allocation.share is not None or allocation.mig is not None or allocation.gpu is None:
             return []
-        others = set()
+        others: set[str] = set()
         for other in self.checkpoint.records():
             if other.uid == record.uid:
                 continue

@@ -375,19 +375,22 @@ def _claim_share(parts: list[_Device]) -> tuple[GpuShare | None, dict[str, int]]
         amount = to_bytes(device.share.memory) if device.share.memory is not None else whole
         memory[uuid] = min(whole, memory.get(uuid, 0) + amount)
     if len(set(compute.values())) > 1:
-        taken = ", ".join(f"{compute[u] or 'no limit'}% of {names[u]}" for u in compute)
+        described = ", ".join(
+            f"{compute[u]}% of {names[u]}" if compute[u] else f"no compute limit on {names[u]}"
+            for u in compute
+        )
         raise _Refused(
-            f"shares of one claim take different compute ({taken}): MPS gives a client one "
+            f"shares of one claim take different compute ({described}): MPS gives a client one "
             "thread percentage for all its GPUs"
         )
     percent = next(iter(compute.values()))
     wholes = {d.gpu.uuid: d.gpu.memory_bytes // shares.MiB * shares.MiB for d in parts if d.gpu}
     limited = {u: n for u, n in memory.items() if n < wholes[u]}
     if len(set(memory.values())) == 1 and len(limited) in (0, len(memory)):
-        amount = next(iter(limited.values()), None)
-        if percent is None and amount is None:
+        same: int | None = next(iter(limited.values()), None)
+        if percent is None and same is None:
             return None, {}  # all of every GPU: whole GPUs after all
-        return GpuShare(compute=percent, memory=amount), {}
+        return GpuShare(compute=percent, memory=same), {}
     # Different amounts per GPU: the MPS daemon limits each GPU by UUID (a share marks the
     # claim as one; 100% when it asked for memory only, which limits no compute).
     return GpuShare(compute=percent or 100), memory
