@@ -96,6 +96,7 @@ class App:
                     mode=Mode(options.cycle_mode),
                     resync_s=min(options.resync_s, 10.0),
                     device_taint=options.device_taint,
+                    policy_source=self.policy.source,
                 ),
                 policy=self.policy.current,
                 poll_policy=self.policy.poll,

@@ -1,21 +1,61 @@
-"""`drasat explain`: why drasat's controller places a pod where it does, or nowhere.
+"""`drasat explain`: the v1 controller's own decision on a pod, or exactly why there is none.
 
-It reads the live cluster once (the same objects the controller's informers hold), builds the same
-input (`v1inputs`) and runs the same allocation for that one pod, writing nothing. The text is
-the Warning the controller records on the pod when it refuses it.
+- A bound pod: the node, and for each claim of drasat's where it is allocated and by whom.
+- A pending pod the controller does not place now: why (a claim not created yet, scheduling
+  gates, a claim that is kube-scheduler's, ...), as the controller's cycle decides it.
+- A pending pod of the controller's: the decision the controller recorded (`controller.decisions`:
+  the pod's NotAllocatable Event with its cycle, time, policy and mode), with its age, and whether
+  anything it was decided from (the pod, its claims, drasat's ResourceSlices, NodeAllocationStates
+  and DeviceClasses) changed since. When none is recorded, or the recorded one is stale, a second
+  part, labelled as such, is a what-if made here: the controller's allocation (`v1inputs`,
+  `drasat.v1.allocate`) over the live cluster, read once, with the controller's policy and mode
+  and the other pending pods; it lacks the controller's memory of nodes where kube-scheduler
+  gave a claim back lately, and writes nothing.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import re
+from dataclasses import dataclass
+
 from drasat import v1
-from drasat.controller import nodes, v1controller, v1inputs
+from drasat.api.groups import DRIVER_NAME, FINALIZER
+from drasat.api.policy import AllocationPolicySpec
+from drasat.controller import decisions, leader, nodes, policy, v1controller, v1inputs
 from drasat.kube import errors
 from drasat.kube import resources as r
-from drasat.kube.client import Api
-from drasat.solver import SolveParams
+from drasat.kube.client import Api, Obj
+from drasat.solver import Mode, SolveParams
+from drasat.v1 import slices
+
+_CONFIGMAP_SOURCE = re.compile(r"^ConfigMap (?P<namespace>[^/ ]+)/(?P<name>\S+) key (?P<key>\S+)$")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where drasat's objects are, and how the controller runs (for the what-if)."""
+
+    #: drasat's namespace: NodeAllocationStates, the Lease, the policy ConfigMap.
+    namespace: str = "drasat"
+    #: The controller's policy, when its decision does not say where to read it (a file inside
+    #: the controller's pod cannot be read from here).
+    policy_file: str | None = None
+    policy_configmap: str | None = None
+    policy_key: str = policy.CONFIGMAP_KEY
+    #: The solver mode; None: the recorded decision's, else online (the controller's default).
+    mode: str | None = None
+    lease: str = "drasat-controller"
+    batch_max: int = 64
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 def snapshot(api: Api, *, namespace: str) -> v1inputs.Snapshot:
+    """The cluster as the controller's informers hold it, read once."""
     claims = {
         f"{c['metadata']['namespace']}/{c['metadata']['name']}": c
         for c in api.list(r.RESOURCE_CLAIMS_V1).items
@@ -30,40 +70,219 @@ def snapshot(api: Api, *, namespace: str) -> v1inputs.Snapshot:
         classes=v1inputs.our_classes(api.list(r.DEVICE_CLASSES_V1).items),
         nodes={str(n["metadata"]["name"]): n for n in api.list(r.NODES).items},
         nas=parsed,
+        published=slices.Reader().read(api.list(r.RESOURCE_SLICES_V1).items),
     )
 
 
-def explain(api: Api, pod_namespace: str, pod_name: str, *, namespace: str) -> str:
-    """One paragraph: where the pod is or would go, or why nowhere."""
+def explain(
+    api: Api,
+    pod_namespace: str,
+    pod_name: str,
+    *,
+    options: Options | None = None,
+    now: datetime.datetime | None = None,
+) -> str:
+    """What `drasat explain` prints for one pod."""
+    options = options or Options()
+    key = f"{pod_namespace}/{pod_name}"
     try:
         pod = api.get(r.PODS, pod_name, namespace=pod_namespace)
     except errors.NotFound:
-        return f"pod {pod_namespace}/{pod_name} not found"
-    key = f"{pod_namespace}/{pod_name}"
-    if (pod.get("spec") or {}).get("nodeName"):
-        return f"pod {key} is bound to node {pod['spec']['nodeName']}"
-    found = snapshot(api, namespace=namespace)
+        return f"pod {key} not found"
+    found = snapshot(api, namespace=options.namespace)
     found.pods = [p for p in found.pods if v1inputs.pod_key(p) != key] + [pod]
+    claims = decisions.pod_claims(pod, found)
+    if (pod.get("spec") or {}).get("nodeName"):
+        held = _allocated(claims) or [f"  it holds no claim of {DRIVER_NAME}"]
+        return "\n".join([f"pod {key} is bound to node {pod['spec']['nodeName']}:", *held])
     pending, waiting = v1inputs.pending_pods(found)
     if key in waiting:
-        return f"pod {key} waits: {waiting[key]}"
+        return f"pod {key} waits; drasat's controller does not place it now: {waiting[key]}"
     item = next((p for p in pending if p.input.key == key), None)
     if item is None:
+        held = _allocated(claims)
+        if held:
+            return "\n".join([f"pod {key} is pending; its claims of drasat's are allocated "
+                              "(kube-scheduler binds the pod where they are):", *held])  # fmt: skip
         return (
             f"pod {key} has no unallocated claim of drasat's classes "
             f"({', '.join(sorted(found.classes)) or 'none installed'}): kube-scheduler handles it"
         )
-    outcome = v1.allocate(
-        v1inputs.node_inputs(found), [item.input], found.classes, params=SolveParams()
+    return _decision(api, pod, item, pending, found, options, now or _now())
+
+
+def _allocated(claims: list[Obj]) -> list[str]:
+    out = []
+    for claim in claims:
+        ours = v1inputs.our_results(claim)
+        if not ours:
+            continue
+        devices = ", ".join(f"{x.get('request')}={x.get('device')}" for x in ours)
+        node = v1inputs.allocated_node(claim) or "?"
+        out.append(f"  claim {v1inputs.claim_ref(claim)}: {devices} on node {node}, allocated "
+                   f"by {_allocator(claim)}")  # fmt: skip
+    return out
+
+
+def _allocator(claim: Obj) -> str:
+    """Who wrote the claim's allocation: the API server's field manager of it when recorded,
+    else drasat's controller when the claim carries its finalizer (added before it allocates)."""
+    meta = claim.get("metadata") or {}
+    for entry in meta.get("managedFields") or []:
+        fields = json.dumps(entry.get("fieldsV1") or {})
+        if entry.get("subresource") == "status" and '"f:allocation"' in fields:
+            return str(entry.get("manager") or "?")
+    if FINALIZER in (meta.get("finalizers") or []):
+        return "drasat's controller"
+    return "another allocator (kube-scheduler, for a claim that tolerates drasat's taint)"
+
+
+def _decision(
+    api: Api,
+    pod: Obj,
+    item: v1inputs.Pending,
+    pending: list[v1inputs.Pending],
+    found: v1inputs.Snapshot,
+    options: Options,
+    now: datetime.datetime,
+) -> str:
+    key = item.input.key
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    listed = api.list(
+        r.EVENTS,
+        namespace=str(pod["metadata"]["namespace"]),
+        field_selector=f"involvedObject.uid={uid}",
+    ).items
+    recorded = decisions.recorded(
+        e for e in listed if (e.get("involvedObject") or {}).get("uid") == uid
     )
+    live = decisions.basis(
+        pod, decisions.pod_claims(pod, found), decisions.inventory_versions(found)
+    )
+    lines: list[str] = []
+    decision = None
+    if recorded:
+        event, decision = recorded[0]
+        when = decision.time()
+        age = _age(now - when) if when is not None else "at an unknown time"
+        lines.append(
+            f"drasat's controller decided in cycle {decision.cycle}, {age} ago (policy "
+            f"{decision.policy}, digest {decision.policy_digest}; {decision.mode} mode):"
+        )
+        lines.append(f"  pod {key} fits nowhere: {event.get('message', '')}")
+        changed = decision.basis.changes(live)
+        if not changed:
+            lines.append(
+                "Nothing it decided from has changed since (the pod, its claims, drasat's "
+                "devices, ledger and classes): this is its current decision."
+            )
+            return "\n".join(lines)
+        lines.append(f"This decision is stale: {', '.join(changed)} changed since; the "
+                     "controller decides again in its next cycle.")  # fmt: skip
+    else:
+        lines.append(_no_decision(api, key, options))
+    lines.extend(_what_if(api, item, pending, found, options, decision))
+    return "\n".join(lines)
+
+
+def _no_decision(api: Api, key: str, options: Options) -> str:
+    try:
+        lease: Obj | None = api.get(r.LEASES, options.lease, namespace=options.namespace)
+    except errors.KubeError:
+        lease = None
+    if lease is not None:
+        verdict = leader.decide(lease, identity="drasat explain", now=_now(), duration_s=15.0)
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        if verdict == "wait" and holder:
+            return f"drasat's controller ({holder}) has not tried pod {key} yet (no decision)."
+    return (
+        f"No drasat controller has written a decision for pod {key} (and none holds the Lease "
+        f"{options.namespace}/{options.lease}; a controller without leader election holds none)."
+    )
+
+
+def _what_if(
+    api: Api,
+    item: v1inputs.Pending,
+    pending: list[v1inputs.Pending],
+    found: v1inputs.Snapshot,
+    options: Options,
+    decision: decisions.Decision | None,
+) -> list[str]:
+    spec, source, problem = _policy(api, options, decision)
+    digest = decisions.policy_digest(spec)
+    mode = options.mode or (decision.mode if decision is not None else Mode.online.value)
+    batch = pending[: options.batch_max]
+    if item not in batch:
+        batch = [*batch[:-1], item]
+    lines = [
+        "",
+        "What-if now (made by drasat explain, not the controller's decision): the controller's "
+        f"allocation over the cluster as it is, policy {source} (digest {digest}), {mode} mode, "
+        f"with {len(batch)} pending pod(s) of drasat's, without the controller's memory of "
+        "nodes where kube-scheduler gave a claim back lately:",
+    ]
+    if problem:
+        lines.append(f"  ({problem})")
+    if decision is not None and decision.policy_digest != digest:
+        lines.append(f"  (the controller decided with policy digest {decision.policy_digest}: "
+                     "not this one)")  # fmt: skip
+    outcome = v1.allocate(
+        v1inputs.node_inputs(found),
+        [p.input for p in batch],
+        found.classes,
+        policy=spec,
+        params=SolveParams(mode=Mode(mode)),
+    )
+    key = item.input.key
     if key in outcome.placed:
-        node = outcome.placed[key]
-        lines = [f"pod {key} fits on node {node}:"]
+        lines.append(f"  pod {key} would go to node {outcome.placed[key]}:")
+        uids = {str(c["metadata"].get("uid")) for c in item.claims}
         for placed in outcome.allocations.values():
+            if placed.uid not in uids:
+                continue
             devices = ", ".join(
                 f"{d['request']}={d['device']}" for d in placed.allocation["devices"]["results"]
             )
-            lines.append(f"  claim {placed.namespace}/{placed.name}: {devices}")
-        return "\n".join(lines)
-    reasons = outcome.refused.get(key, ())
-    return f"pod {key} fits nowhere: " + v1controller.explanation(item, reasons)
+            lines.append(f"    claim {placed.namespace}/{placed.name}: {devices}")
+    else:
+        reasons = outcome.refused.get(key, ())
+        lines.append(f"  pod {key} would fit nowhere: {v1controller.explanation(item, reasons)}")
+    return lines
+
+
+def _policy(
+    api: Api, options: Options, decision: decisions.Decision | None
+) -> tuple[AllocationPolicySpec, str, str]:
+    """The controller's policy: (spec, where it was read, a problem reading it or "")."""
+    found: policy.PolicySource | None = None
+    if options.policy_file:
+        found = policy.PolicySource.from_file(options.policy_file)
+    elif options.policy_configmap:
+        found = policy.PolicySource.from_configmap(
+            api, namespace=options.namespace, name=options.policy_configmap, key=options.policy_key
+        )
+    elif decision is not None and (match := _CONFIGMAP_SOURCE.match(decision.policy)):
+        found = policy.PolicySource.from_configmap(
+            api, namespace=match["namespace"], name=match["name"], key=match["key"]
+        )
+    elif decision is not None and decision.policy != "default":
+        return (
+            AllocationPolicySpec(),
+            "default",
+            f"the controller's policy is {decision.policy}, which cannot be read from here: "
+            "give it with --policy-file",
+        )
+    if found is None:
+        return AllocationPolicySpec(), "default", ""
+    found.poll()
+    return found.current(), found.source, found.last_error
+
+
+def _age(delta: datetime.timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -38,7 +38,7 @@ from drasat import v1
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, nodes, v1inputs
+from drasat.controller import allocation, decisions, nodes, v1inputs
 from drasat.controller.metrics import Metrics
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
@@ -105,6 +105,11 @@ class V1Config:
     mode: Mode = Mode.online
     #: A cycle's solve budget (the batch solve stops here, FEASIBLE; pods wait for it).
     time_limit_s: float | None = 1.0
+    #: Where the policy in force comes from (said with each decision, for `drasat explain`).
+    policy_source: str = "default"
+    #: A refused pod's decision Event is updated at most this often while what it was decided
+    #: from keeps changing (`controller.decisions`).
+    decision_refresh_s: float = 10.0
 
 
 @dataclass
@@ -146,6 +151,10 @@ class V1Controller:
         self._may_write = may_write
         self._clock = clock
         self.recorder = recorder or EventRecorder(api, component=self.config.component)
+        #: Each refused pod's decision, where `drasat explain` reads it.
+        self.decisions = decisions.DecisionLog(
+            api, component=self.config.component, refresh_s=self.config.decision_refresh_s
+        )
         self.solver_cache = SolverCache()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -356,6 +365,7 @@ class V1Controller:
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
         live = {p.input.key for p in everyone}
+        self.decisions.forget(str(p.pod["metadata"].get("uid")) for p in everyone)
         self._refused_at = {k: t for k, t in self._refused_at.items() if k in live}
         ordered = sorted(
             enumerate(everyone),
@@ -427,7 +437,7 @@ class V1Controller:
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
             self._refused_at[pod_key] = now
-            self._refused(by_key[pod_key], reasons)
+            self._refused(by_key[pod_key], reasons, snapshot)
         for pod_key in outcome.placed:
             self._refused_at.pop(pod_key, None)
         return len(outcome.placed)
@@ -614,13 +624,32 @@ class V1Controller:
             return
         raise errors.Conflict(f"{v1inputs.claim_ref(claim)} kept changing", status=409)
 
-    def _refused(self, item: v1inputs.Pending, reasons: tuple[str, ...]) -> None:
+    def _refused(
+        self, item: v1inputs.Pending, reasons: tuple[str, ...], snapshot: v1inputs.Snapshot
+    ) -> None:
         text = explanation(item, reasons)
         self.explanations[item.input.key] = text
         self.metrics.failures.labels("Unsuitable").inc()
-        self.recorder.warning(item.pod, REASON_REFUSED, text)
+        self.decisions.record(item.pod, text, self._decision(item.pod, snapshot))
         for claim in item.claims:
             self.recorder.warning(claim, REASON_REFUSED, f"pod {item.input.key}: {text}")
+
+    def _decision(self, pod: Obj, snapshot: v1inputs.Snapshot) -> decisions.Decision:
+        """What the decision on `pod` in this cycle was made with: the ledger as this cycle's
+        own writes left it counts (the pods placed before it took their devices)."""
+        inventory = decisions.inventory_versions(snapshot)
+        inventory += [
+            str(o["metadata"].get("resourceVersion", "")) for o in self._nas_written.values()
+        ]
+        return decisions.Decision(
+            cycle=self.cycles,
+            decided_at=decisions.stamp(datetime.datetime.now(datetime.UTC)),
+            policy=self.config.policy_source,
+            policy_digest=decisions.policy_digest(self._policy()),
+            mode=self.config.mode.value,
+            basis=decisions.basis(pod, decisions.pod_claims(pod, snapshot), inventory),
+            controller=self.config.component,
+        )
 
     # The ledger.
     def settle(self, snapshot: v1inputs.Snapshot) -> bool:

@@ -1,5 +1,6 @@
-"""`drasat explain POD -n NS`: why drasat's controller places a pod where it does, or nowhere
-(current Kubernetes, resource.k8s.io/v1). Reads the cluster, writes nothing."""
+"""`drasat explain POD -n NS`: drasat's controller's own decision on a pod (current Kubernetes,
+resource.k8s.io/v1), or exactly why there is none, and, labelled apart, what its allocation would
+do now. Reads the cluster, writes nothing."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from typing import Any
 
 from drasat.cli.envflags import env as _env
 
-HELP = "explain where drasat would place a pending pod's claims, or why nowhere (v1)"
+HELP = "show drasat's controller's decision on a pod, or why there is none (v1)"
 
 
 def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "explain",
         help=HELP,
-        description="Run drasat's allocation for one pending pod against the live cluster, "
-        "read-only, and print where its claims would go or, naming requests, selectors and "
-        "nodes, why they fit nowhere: the text of the controller's Warning event.",
+        description="Print the decision drasat's controller recorded for a pending pod (its "
+        "NotAllocatable event: the text, the cycle, its age, the policy and mode) and whether "
+        "what it was decided from changed since; for a bound pod where its claims are and who "
+        "allocated them. When no decision is recorded, or it is stale, a second part, labelled "
+        "as a what-if, runs the controller's allocation against the live cluster, read-only. "
+        "The policy and mode flags read the same DRASAT_* variables as `drasat controller`.",
     )
     p.add_argument("pod", help="the pod's name")
     p.add_argument("-n", "--pod-namespace", default="default", help="the pod's namespace")
@@ -30,7 +34,41 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--namespace",
         default=_env("NAMESPACE", "drasat"),
-        help="drasat's namespace (its NodeAllocationStates; default drasat)",
+        help="drasat's namespace (its NodeAllocationStates, Lease, policy; default drasat)",
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--policy-file",
+        default=_env("POLICY_FILE", None),
+        help="the controller's AllocationPolicy file, for the what-if (default: the ConfigMap "
+        "its decision names, else the default policy)",
+    )
+    source.add_argument(
+        "--policy-configmap",
+        default=_env("POLICY_CONFIGMAP", None),
+        help="ConfigMap (in --namespace) holding the controller's policy, for the what-if",
+    )
+    p.add_argument(
+        "--policy-key",
+        default=_env("POLICY_KEY", "policy.yaml"),
+        help="key of the policy in the ConfigMap (default policy.yaml)",
+    )
+    p.add_argument(
+        "--cycle-mode",
+        choices=["online", "batch"],
+        default=_env("CYCLE_MODE", None),
+        help="solver mode of the what-if (default: the recorded decision's, else online)",
+    )
+    p.add_argument(
+        "--leader-election-lease",
+        default=_env("LEADER_ELECTION_LEASE", "drasat-controller"),
+        help="the controller's Lease, to tell whether one runs (default drasat-controller)",
+    )
+    p.add_argument(
+        "--batch-max",
+        type=int,
+        default=_env("BATCH_MAX", 64),
+        help="most pending pods the what-if places together, as the controller (default 64)",
     )
     p.set_defaults(func=run)
 
@@ -40,5 +78,14 @@ def run(args: argparse.Namespace) -> int:
     from drasat.kube.client import KubeClient, load_configuration
 
     api = KubeClient(load_configuration(args.kubeconfig))
-    print(explain.explain(api, args.pod_namespace, args.pod, namespace=args.namespace))
+    options = explain.Options(
+        namespace=args.namespace,
+        policy_file=args.policy_file,
+        policy_configmap=args.policy_configmap,
+        policy_key=args.policy_key,
+        mode=args.cycle_mode,
+        lease=args.leader_election_lease,
+        batch_max=args.batch_max,
+    )
+    print(explain.explain(api, args.pod_namespace, args.pod, options=options))
     return 0

@@ -25,7 +25,7 @@ from drasat.api.errors import InputError
 SUBCOMMANDS: dict[str, str] = {
     "cdi-spec": "print the CDI spec the node plugin would write for a claim of one device",
     "controller": "run the central controller (v1 or classic DRA)",
-    "explain": "explain where drasat would place a pending pod's claims, or why nowhere (v1)",
+    "explain": "show drasat's controller's decision on a pod, or why there is none (v1)",
     "crds": "print the CustomResourceDefinitions (generated from the API models)",
     "demo": "run the whole system in one process on an example and watch it work",
     "nodeplugin": "run the kubelet DRA plugin of this node",

@@ -536,12 +536,19 @@ class NodeDevices:
     problem: str = ""
     #: Pools left out (incomplete) and devices not modelled, for a log line.
     notes: tuple[str, ...] = ()
+    #: The resourceVersions of the node's slices (what the answer was read from).
+    versions: tuple[str, ...] = ()
 
 
 def read_node(node: str, found: Sequence[Obj], *, driver: str = DRIVER_NAME) -> NodeDevices:
     """One node's devices of `driver` from its slices (v1 objects as served): the complete pools
     of their newest generation. Never raises: a slice that does not validate, or a device the
     model cannot read, makes the node's devices unusable, with the reason."""
+    found_versions = tuple(sorted(_version(o)[1] for o in found))
+    return replace(_read_node(node, found, driver), versions=found_versions)
+
+
+def _read_node(node: str, found: Sequence[Obj], driver: str) -> NodeDevices:
     pools: dict[tuple[str, str], Pool] = {}
     skipped: list[Skipped] = []
     for obj in found:

@@ -231,7 +231,7 @@ def test_v1_controller_rbac(render: Render) -> None:
         *((resource, "devicetaintrules", v) for v in ("get", "create", "update")),
         ("", "pods", "list"), ("", "pods", "watch"),
         ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "events", "create"),
+        ("", "events", "create"), ("", "events", "patch"),
     }  # fmt: skip
     # classic DRA's objects and parameters are not the v1 controller's business
     assert not any(r.startswith("podschedulingcontexts") for _, r, _ in cluster)
