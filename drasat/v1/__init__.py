@@ -4,6 +4,8 @@ mode and the what-if share (never a second copy).
 - `cel`: CEL device selectors, evaluated with cel-python on published devices;
 - `devices`: what a node publishes, tied to the solver's terms (drasat's from the NAS through the
   node plugin's device model; other drivers' read by the caller);
+- `slices` (models in `slicekinds`): ResourceSlices read into each node's devices, as upstream
+  reads pools (the controller's inventory, and the what-if's for slices it is given);
 - `requests`: a claim's requests, alternatives, constraints and configs, or why not;
 - `variants`: the ways a pod's claims can be met, as solver claims, best first;
 - `nodefit`: whether a pod may run on a node (selector, affinity, taints, resources), as
