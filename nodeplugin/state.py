@@ -997,11 +997,14 @@ class DeviceState:
         problems = []
         owned = self._owned_migs(besides=record.uid)
         # A lost GPU has nothing left to verify: what was set on it went with it.
-        migs = [s for s in migs if not self._is_lost(s.gpu)]
-        holds = [s for s in holds if not self._is_lost(s.gpu)]
+        migs = [s for s in migs if s.gpu not in self.lost]
+        holds = [s for s in holds if s.gpu not in self.lost]
         for step in migs:
             assert step.gi_id is not None
-            gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            try:
+                gi = self.lib.gpu_instance(step.gpu, step.gi_id)
+            except GpuLostError:
+                continue
             if gi is not None and gi.start == step.start and (step.gpu, gi.gi_id) not in owned:
                 problems.append(
                     f"MIG device {step.mig_uuid} ({step.profile} at {step.start}) "
@@ -1013,16 +1016,16 @@ class DeviceState:
                 hold = ledger.get(step.gpu, {}).get(step.setting)
                 if hold is not None and hold.holders:
                     continue  # other claims still hold it
-                problem = self._baseline_problem(step)
+                try:
+                    problem = self._baseline_problem(step)
+                except GpuLostError:
+                    continue
                 if problem:
                     problems.append(problem)
         if problems:
             record.applied = [*migs, *holds]  # the next unprepare cleans up and checks again
             self.checkpoint.put(record)
             raise ClaimError(f"cleanup of {record.uid} not verified: {'; '.join(problems)}")
-
-    def _is_lost(self, gpu: str) -> bool:
-        return gpu in self.lost or self.lib.lost(gpu)
 
     def _baseline_problem(self, step: AppliedStep) -> str:
         setting = Setting(step.setting)
