@@ -48,9 +48,10 @@ def main() -> int:
 
 
 def _build_kube() -> int:
-    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane; the last
-    stdout line of each is its binaries' folder, which the tests get as DRASAT_KUBE_BIN and
-    DRASAT_KUBE_CLASSIC_BIN (progress goes to stderr, shown as it comes)."""
+    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane, and
+    scripts/oracle-build for upstream's allocator; the last stdout line of each is its binaries'
+    folder, which the tests get as DRASAT_KUBE_BIN, DRASAT_KUBE_CLASSIC_BIN and DRASAT_ORACLE_BIN
+    (progress goes to stderr, shown as it comes)."""
     for flavour, variable in (
         ("current", "DRASAT_KUBE_BIN"),
         ("classic", "DRASAT_KUBE_CLASSIC_BIN"),
@@ -60,6 +61,11 @@ def _build_kube() -> int:
         if done.returncode != 0:
             return done.returncode
         os.environ[variable] = done.stdout.strip().splitlines()[-1]
+    # The differential tests' oracle (tests/oracle): upstream's allocator, DRASAT_ORACLE_BIN.
+    done = subprocess.run([str(REPO / "scripts" / "oracle-build")], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        return done.returncode
+    os.environ["DRASAT_ORACLE_BIN"] = done.stdout.strip().splitlines()[-1]
     return 0
 
 

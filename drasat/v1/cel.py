@@ -1,17 +1,33 @@
 """CEL device selectors of `resource.k8s.io/v1`, evaluated with cel-python on the device model's
-devices.
+devices, with Kubernetes' semantics where they differ from cel-python's.
 
 A selector sees what kube-scheduler's allocator shows it: `device.driver`, `device.attributes`
 and `device.capacity` as maps from a domain (`gpu.drasat.io`, `resource.kubernetes.io`) to the
-unqualified names, and `device.allowMultipleAllocations`. Kubernetes' CEL library parts that
-selectors use are provided: `quantity(s)` with `compareTo`, `isGreaterThan`, `isLessThan`,
-`asInteger`, `isInteger`; `semver(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `major`,
-`minor`, `patch`; the string functions `lowerAscii`, `upperAscii`, `trim`, `indexOf`,
-`lastIndexOf`, `replace`, `split`; version attributes are semvers, capacities quantities.
+unqualified names (an unknown domain is an empty map), and `device.allowMultipleAllocations`.
+Kubernetes' CEL library parts that selectors use are provided, as k8s.io/apiserver's CEL library
+defines them:
 
-As upstream: an expression that does not compile is the claim's error (reported, never raised
-to the caller's caller); one that fails to evaluate on a device (a missing attribute, a type
-mismatch) does not select that device, and the first such error is kept to explain a refusal.
+- `quantity(s)`, `isQuantity(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `asInteger`,
+  `isInteger`, `asApproximateFloat`, `sign` and `==`: exact values (`1500m` is 1.5, not 2), parsed
+  as `resource.ParseQuantity` parses them (every suffix: `1u`, `5Ki`, `1e3`), and integers as
+  Kubernetes says them (`isInteger` is true only where `Quantity.AsInt64` succeeds: `2000m` and
+  `1.5` are not integers, `1k` is);
+- `semver(s)`, `isSemver(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `major`, `minor`,
+  `patch` and `==`: strict semantic versions (`1.2.3.4` and `1.2` are errors), prerelease
+  precedence, build metadata ignored;
+- the string functions `lowerAscii`, `upperAscii`, `trim`, `indexOf`, `lastIndexOf`, `replace`,
+  `split`;
+- CEL's heterogeneous equality and cross-type numeric comparison: `1 == 1.0` and `1 < 1.5` hold,
+  `"a" == 1` is false, `"a" < 1` an error; a quantity or semver compared with `==` to another type
+  is an error (as Kubernetes' types answer).
+
+Version attributes are semvers, capacities quantities. Runtime errors read as Kubernetes writes
+them (`no such key: index`, with the hint kube-scheduler adds).
+
+An expression that does not compile is the claim's error (`SelectorError`). One that fails to
+evaluate on a device is a `Failure` for that device (`Selector.evaluate`, `evaluate_all`):
+kube-scheduler's allocator then fails the claim (the scheduling attempt ends with that error), so
+a caller must not treat it as "no match" (`matches` is False on it, for callers that only filter).
 Results are memoized per (expression, what the device is): devices that differ only in identity
 (uuid, index, minor, PCI address, placement) share one evaluation unless the expression names
 such an attribute.
@@ -22,14 +38,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import celpy
 from celpy import celtypes
-from celpy.evaluation import CELEvalError
-
-from drasat.api.quantity import to_bytes
-from drasat.api.selectors import parse_version
+from celpy.evaluation import CELEvalError, base_functions
 
 Obj = dict[str, Any]
 
@@ -41,66 +55,321 @@ _IDENTITY = frozenset(
 )  # fmt: skip
 _IDENTITY_RE = re.compile(r"\b(" + "|".join(sorted(_IDENTITY)) + r")\b")
 
+#: kube-scheduler adds this to a missing key's error (k8s.io/dynamic-resource-allocation/cel
+#: EnhanceRuntimeError).
+_NO_SUCH_KEY_HINT = (
+    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check "
+    "with has() for optional fields"
+)
+_NO_SUCH_OVERLOAD = "no such overload"
+
 
 class SelectorError(ValueError):
     """A CEL expression that does not compile (the message says where)."""
 
 
-class QuantityValue(celtypes.IntType):
-    """A Kubernetes quantity, as its value rounded up to an integer."""
+@dataclass(frozen=True)
+class Failure:
+    """A selector that failed to evaluate on a device, in Kubernetes' words."""
+
+    message: str
 
 
-class SemverValue(celtypes.StringType):
-    """A semantic version, compared by its parts."""
+class _Error(Exception):
+    """A library function's runtime error (becomes a CEL error value, see `_function`)."""
 
-    def parts(self) -> tuple[int, ...]:
-        return parse_version(str(self))
+
+class _Panic(Exception):
+    """cel-go panics (recovered as the evaluation's error: no `||` absorbs it)."""
+
+
+def _fail(message: str) -> _Error:
+    return _Error(message)
+
+
+def _function(implementation: Any) -> Any:
+    """A library function as CEL calls it: the first error among its arguments (left to right)
+    is its result, and its own error is a value, not an exception, so that `||` and `&&` can
+    absorb it as cel-go does."""
+
+    def call(*args: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, CELEvalError):
+                return arg
+        try:
+            return implementation(*args)
+        except _Error as error:
+            return CELEvalError(str(error))
+
+    call.__name__ = getattr(implementation, "__name__", "function")
+    return call
+
+
+# -- quantities (k8s.io/apimachinery resource.ParseQuantity) -------------------------------------
+
+_QUANTITY_FORMAT = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_INT64 = (-(2**63), 2**63 - 1)
+_NANO = Fraction(1, 10**9)
+
+
+@dataclass(frozen=True)
+class QuantityValue:
+    """A Kubernetes quantity: its exact value and, where `Quantity.AsInt64` succeeds for it, the
+    integer (Kubernetes' `isInteger` depends on how the text was written, not only the value)."""
+
+    value: Fraction
+    integer: int | None
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def _scan(text: str) -> tuple[bool, str, str, str, str]:
+    """resource's parseQuantityString: sign, the number as written, numerator (leading zeros
+    stripped), denominator digits, suffix."""
+    positive, pos, end = True, 0, len(text)
+    if pos < end and text[0] in "+-":
+        positive = text[0] == "+"
+        pos += 1
+    while pos < end and text[pos] == "0":
+        pos += 1
+    if pos >= end:
+        return positive, "0", "0", "", ""
+    start = pos
+    while pos < end and text[pos].isdigit() and text[pos].isascii():
+        pos += 1
+    num = text[start:pos] or "0"
+    denom = ""
+    if pos >= end:
+        return positive, text, num, denom, ""
+    if text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos].isdigit() and text[pos].isascii():
+            pos += 1
+        denom = text[start:pos]
+        if pos >= end:
+            return positive, text, num, denom, ""
+    value = text[:pos]
+    suffix_start = pos
+    while pos < end and text[pos] in "eEinumkKMGTP":
+        pos += 1
+    if pos < end and text[pos] in "+-":
+        pos += 1
+    while pos < end and text[pos].isdigit() and text[pos].isascii():
+        pos += 1
+    if pos < end:
+        raise ValueError(_QUANTITY_FORMAT)
+    return positive, value, num, denom, text[suffix_start:]
+
+
+def parse_quantity(text: str) -> QuantityValue:
+    """`resource.ParseQuantity(text)`; ValueError with Kubernetes' message when it fails."""
+    if not text:
+        raise ValueError(_QUANTITY_FORMAT)
+    if text == "0":
+        return QuantityValue(Fraction(0), 0)
+    positive, value, num, denom, suffix = _scan(text)
+    if suffix in _DECIMAL:
+        base, exponent, binary = 10, _DECIMAL[suffix], False
+    elif suffix in _BINARY:
+        base, exponent, binary = 2, _BINARY[suffix], True
+    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+        base, exponent, binary = 10, int(suffix[1:]), False
+    else:
+        raise ValueError("unable to parse quantity's suffix")
+    # The fast path: an int64 amount with a decimal scale (AsInt64 works on these only).
+    mantissa, scale = 1, 0
+    if not binary:
+        scale, precision = exponent, 18 - (len(num) + len(denom))
+    elif not denom:
+        mantissa, precision = 2**exponent, 15 - len(num) - int(exponent * 3 / 10) - 1
+    else:
+        precision = -1
+    if precision >= 0:
+        scale -= len(denom)
+        if scale >= -9:
+            amount = int(num + denom) * mantissa
+            if amount <= _INT64[1]:
+                amount = amount if positive else -amount
+                integer = None
+                if scale >= 0:
+                    whole = amount * 10**scale
+                    integer = whole if _INT64[0] <= whole <= _INT64[1] else None
+                return QuantityValue(amount * Fraction(10) ** scale, integer)
+    # The inf.Dec path: exact, rounded away from zero to a nano, binary capped at int64.
+    magnitude = Fraction(value.lstrip("+-") or "0")
+    magnitude *= Fraction(base) ** exponent if base == 10 else 2**exponent
+    if magnitude:
+        magnitude = -((-magnitude) // _NANO) * _NANO
+    if binary:
+        magnitude = min(magnitude, Fraction(_INT64[1]))
+    return QuantityValue(magnitude if positive else -magnitude, None)
 
 
 def _quantity(text: Any) -> QuantityValue:
+    if not isinstance(text, str):
+        raise _fail(_NO_SUCH_OVERLOAD)
     try:
-        return QuantityValue(to_bytes(str(text)))
+        return parse_quantity(str(text))
     except ValueError as error:
-        raise CELEvalError(str(error)) from None
+        raise _fail(str(error)) from None
+
+
+def _is_quantity(text: Any) -> celtypes.BoolType:
+    if not isinstance(text, str):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    try:
+        parse_quantity(str(text))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+# -- semantic versions (github.com/blang/semver/v4 Parse) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class SemverValue:
+    """A semantic version; `==` and the comparisons follow semver precedence (build ignored)."""
+
+    major: int
+    minor: int
+    patch: int
+    pre: tuple[int | str, ...] = ()
+    text: str = field(default="", compare=False)
+
+    def key(self) -> tuple[object, ...]:
+        return (self.major, self.minor, self.patch)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _number(part: str, what: str) -> int:
+    if not part.isascii() or not part.isdigit():
+        raise ValueError(f"Invalid character(s) found in {what} number {part!r}".replace("'", '"'))
+    if len(part) > 1 and part[0] == "0":
+        raise ValueError(
+            f"{what.capitalize()} number must not contain leading zeroes {part!r}".replace("'", '"')
+        )
+    return int(part)
+
+
+_ALNUM = re.compile(r"^[0-9A-Za-z-]+$")
+
+
+def parse_semver(text: str) -> SemverValue:
+    """`semver.Parse(text)`; ValueError with its message when it fails."""
+    if not text:
+        raise ValueError("Version string empty")
+    parts = text.split(".", 2)
+    if len(parts) != 3:
+        raise ValueError("No Major.Minor.Patch elements found")
+    major = _number(parts[0], "major")
+    minor = _number(parts[1], "minor")
+    rest = parts[2]
+    cut = min((i for i in (rest.find("-"), rest.find("+")) if i >= 0), default=len(rest))
+    patch = _number(rest[:cut], "patch")
+    pre: list[int | str] = []
+    build_at = rest.find("+", cut)
+    if cut < len(rest) and rest[cut] == "-":
+        pre_text = rest[cut + 1 : build_at if build_at >= 0 else len(rest)]
+        for item in pre_text.split("."):
+            if not item:
+                raise ValueError("Prerelease is empty")
+            if item.isascii() and item.isdigit():
+                if len(item) > 1 and item[0] == "0":
+                    raise ValueError(
+                        f'Numeric PreRelease version must not contain leading zeroes "{item}"'
+                    )
+                pre.append(int(item))
+            elif _ALNUM.match(item):
+                pre.append(item)
+            else:
+                raise ValueError(f'Invalid character(s) found in prerelease "{item}"')
+    if build_at >= 0:
+        for item in rest[build_at + 1 :].split("."):
+            if not item:
+                raise ValueError("Build meta data is empty")
+            if not _ALNUM.match(item):
+                raise ValueError(f'Invalid character(s) found in build meta data "{item}"')
+    return SemverValue(major, minor, patch, tuple(pre), text)
+
+
+def _semver_compare(a: SemverValue, b: SemverValue) -> int:
+    if a.key() != b.key():
+        return 1 if a.key() > b.key() else -1
+    if not a.pre or not b.pre:
+        return (not a.pre) - (not b.pre)
+    for x, y in zip(a.pre, b.pre, strict=False):
+        if x == y:
+            continue
+        if isinstance(x, int) != isinstance(y, int):
+            return -1 if isinstance(x, int) else 1
+        return 1 if x > y else -1  # type: ignore[operator]
+    return (len(a.pre) > len(b.pre)) - (len(a.pre) < len(b.pre))
 
 
 def _semver(text: Any) -> SemverValue:
+    if not isinstance(text, str):
+        raise _fail(_NO_SUCH_OVERLOAD)
     try:
-        parse_version(str(text))
+        return parse_semver(str(text))
     except ValueError as error:
-        raise CELEvalError(str(error)) from None
-    return SemverValue(str(text))
+        raise _fail(str(error)) from None
 
 
-def _key(value: Any) -> tuple[int, ...] | int:
-    if isinstance(value, SemverValue):
-        return value.parts()
-    if isinstance(value, int):
-        return int(value)
-    raise CELEvalError(f"not a quantity or semver: {value!r}")
+def _is_semver(text: Any) -> celtypes.BoolType:
+    if not isinstance(text, str):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    try:
+        parse_semver(str(text))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+# -- the library's methods ------------------------------------------------------------------------
 
 
 def _compare_to(a: Any, b: Any) -> celtypes.IntType:
-    left, right = _key(a), _key(b)
-    if isinstance(left, tuple) and isinstance(right, tuple):
-        n = max(len(left), len(right))
-        left, right = left + (0,) * (n - len(left)), right + (0,) * (n - len(right))
-    return celtypes.IntType((left > right) - (left < right))  # type: ignore[operator]
+    if isinstance(a, QuantityValue) and isinstance(b, QuantityValue):
+        return celtypes.IntType((a.value > b.value) - (a.value < b.value))
+    if isinstance(a, SemverValue) and isinstance(b, SemverValue):
+        return celtypes.IntType(_semver_compare(a, b))
+    raise _fail(_NO_SUCH_OVERLOAD)
 
 
-def _part(index: int) -> Any:
+def _quantity_of(value: Any) -> QuantityValue:
+    if not isinstance(value, QuantityValue):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    return value
+
+
+def _as_integer(value: Any) -> celtypes.IntType:
+    integer = _quantity_of(value).integer
+    if integer is None:
+        raise _fail("cannot convert value to integer")
+    return celtypes.IntType(integer)
+
+
+def _part(name: str) -> Any:
     def part(version: Any) -> celtypes.IntType:
-        parts = _key(version)
-        if not isinstance(parts, tuple):
-            raise CELEvalError("not a semver")
-        return celtypes.IntType(parts[index] if index < len(parts) else 0)
+        if not isinstance(version, SemverValue):
+            raise _fail(_NO_SUCH_OVERLOAD)
+        return celtypes.IntType(getattr(version, name))
 
     return part
 
 
 def _text(value: Any) -> str:
     if not isinstance(value, str):
-        raise CELEvalError(f"not a string: {value!r}")
+        raise _fail(_NO_SUCH_OVERLOAD)
     return value
 
 
@@ -117,38 +386,221 @@ _STRINGS: dict[str, Any] = {
     ),
 }
 
-FUNCTIONS: dict[str, Any] = {
+
+# -- equality and comparison, as cel-go with Kubernetes' types -----------------------------------
+
+_NUMBERS = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, _NUMBERS) and not isinstance(value, celtypes.BoolType)
+
+
+def _plain(number: Any) -> int | float:
+    """A CEL number as Python's (cel-python's own operators refuse int against double; Python
+    compares them exactly, as cel-go does)."""
+    return float(number) if isinstance(number, celtypes.DoubleType) else int(number)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """cel-go's `types.Equal(a, b)`: `a.Equal(b)`; a quantity or semver on the left is an error
+    against another type, every built-in type is unequal to another (numbers aside)."""
+    if isinstance(a, QuantityValue):
+        if not isinstance(b, QuantityValue):
+            raise _fail(_NO_SUCH_OVERLOAD)
+        return a.value == b.value
+    if isinstance(a, SemverValue):
+        if not isinstance(b, SemverValue):
+            raise _fail(_NO_SUCH_OVERLOAD)
+        return _semver_compare(a, b) == 0
+    if _is_number(a) and _is_number(b):
+        return _plain(a) == _plain(b)
+    both = (celtypes.MapType, celtypes.ListType)
+    if type(a) is not type(b) and not any(isinstance(a, t) and isinstance(b, t) for t in both):
+        return False
+    if isinstance(a, celtypes.ListType):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, celtypes.MapType):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _eq(a: Any, b: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_equal(a, b))
+
+
+def _ne(a: Any, b: Any) -> celtypes.BoolType:
+    # cel-go: `a != b` is `Equal(a, b) != true`, so an Equal that errs makes it true.
+    try:
+        return celtypes.BoolType(not _equal(a, b))
+    except _Error:
+        return celtypes.BoolType(True)
+
+
+def _logic(absorbing: bool) -> Any:
+    """`||` (absorbing true) and `&&` (absorbing false) as cel-go: either side's absorbing value
+    wins over an error; otherwise the left error, then the right, is the result."""
+
+    def logic(a: Any, b: Any) -> Any:
+        for side in (a, b):
+            if isinstance(side, celtypes.BoolType) and bool(side) is absorbing:
+                return celtypes.BoolType(absorbing)
+        for side in (a, b):
+            if isinstance(side, CELEvalError):
+                return side
+            if not isinstance(side, celtypes.BoolType):
+                return CELEvalError(_NO_SUCH_OVERLOAD)
+        return celtypes.BoolType(not absorbing)
+
+    return logic
+
+
+def _not(a: Any) -> Any:
+    if isinstance(a, CELEvalError):
+        return a
+    if not isinstance(a, celtypes.BoolType):
+        return CELEvalError(_NO_SUCH_OVERLOAD)
+    return celtypes.BoolType(not a)
+
+
+def _conditional(condition: Any, left: Any, right: Any) -> Any:
+    if isinstance(condition, CELEvalError):
+        return condition
+    if not isinstance(condition, celtypes.BoolType):
+        return CELEvalError(_NO_SUCH_OVERLOAD)
+    return left if condition else right
+
+
+def _ordered(a: Any, b: Any) -> tuple[Any, Any]:
+    """The operands of `<` and friends, where cel-go's Comparer accepts them."""
+    if _is_number(a) and _is_number(b):
+        return _plain(a), _plain(b)
+    comparable = (celtypes.StringType, celtypes.BoolType, celtypes.BytesType)
+    for kind in comparable:
+        if isinstance(a, kind) and isinstance(b, kind):
+            return a, b
+    if isinstance(a, (celtypes.TimestampType, celtypes.DurationType)) and type(a) is type(b):
+        return a, b
+    raise _fail(_NO_SUCH_OVERLOAD)
+
+
+def _relation(test: Any) -> Any:
+    def relation(a: Any, b: Any) -> celtypes.BoolType:
+        left, right = _ordered(a, b)
+        return celtypes.BoolType(test(left, right))
+
+    return relation
+
+
+_PRIMITIVES = (celtypes.StringType, celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+
+
+def _in(item: Any, container: Any) -> celtypes.BoolType:
+    if isinstance(container, celtypes.ListType):
+        if isinstance(item, SemverValue) and all(isinstance(e, _PRIMITIVES) for e in container):
+            # cel-go looks an item up in a list of literals by hash; a semver has none, and the
+            # panic ends the whole evaluation.
+            raise _Panic("internal error: runtime error: hash of unhashable type cel.Semver")
+        # cel-go's List.Contains: an element equal to the item; comparison errors are no match.
+        for element in container:
+            try:
+                if _equal(item, element):
+                    return celtypes.BoolType(True)
+            except _Error:
+                continue
+        return celtypes.BoolType(False)
+    if isinstance(container, celtypes.MapType):
+        return celtypes.BoolType(item in container)
+    raise _fail(_NO_SUCH_OVERLOAD)
+
+
+def _size(value: Any) -> celtypes.IntType:
+    if isinstance(value, (QuantityValue, SemverValue)):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    return base_functions["size"](value)  # type: ignore[no-any-return]
+
+
+_LIBRARY: dict[str, Any] = {
     **_STRINGS,
     "quantity": _quantity,
+    "isQuantity": _is_quantity,
     "semver": _semver,
+    "isSemver": _is_semver,
     "compareTo": _compare_to,
     "isGreaterThan": lambda a, b: celtypes.BoolType(int(_compare_to(a, b)) > 0),
     "isLessThan": lambda a, b: celtypes.BoolType(int(_compare_to(a, b)) < 0),
-    "asInteger": lambda a: celtypes.IntType(int(a)),
-    "isInteger": lambda a: celtypes.BoolType(isinstance(a, int)),
-    "major": _part(0),
-    "minor": _part(1),
-    "patch": _part(2),
+    "asInteger": _as_integer,
+    "isInteger": lambda a: celtypes.BoolType(_quantity_of(a).integer is not None),
+    "asApproximateFloat": lambda a: celtypes.DoubleType(float(_quantity_of(a).value)),
+    "sign": lambda a: celtypes.IntType((_quantity_of(a).value > 0) - (_quantity_of(a).value < 0)),
+    "major": _part("major"),
+    "minor": _part("minor"),
+    "patch": _part("patch"),
+    "_==_": _eq,
+    "_!=_": _ne,
+    "_<_": _relation(lambda a, b: a < b),
+    "_<=_": _relation(lambda a, b: a <= b),
+    "_>_": _relation(lambda a, b: a > b),
+    "_>=_": _relation(lambda a, b: a >= b),
+    "_in_": _in,
+    "size": _size,
 }
+FUNCTIONS: dict[str, Any] = {
+    **{name: _function(f) for name, f in _LIBRARY.items()},
+    "_||_": _logic(True),
+    "_&&_": _logic(False),
+    "!_": _not,
+    "_?_:_": _conditional,
+}
+
+
+# -- the device ------------------------------------------------------------------------------------
+
+
+class _Domains(celtypes.MapType):
+    """`device.attributes` and `device.capacity`: an unknown domain is an empty map, as
+    kube-scheduler builds them (newStringInterfaceMapWithDefault)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            return celtypes.MapType({})
 
 
 def _value(value: Obj) -> Any:
     """A v1 DeviceAttribute (`{"string": ...}`, `int`, `bool`, `version`) as a CEL value."""
     if "version" in value:
-        return SemverValue(value["version"])
+        try:
+            return parse_semver(str(value["version"]))
+        except ValueError as error:
+            raise _fail(f"parse semantic version: {error}") from None
     if "bool" in value:
         return celtypes.BoolType(value["bool"])
     if "int" in value:
         return celtypes.IntType(value["int"])
-    return celtypes.StringType(str(value.get("string", "")))
+    if "string" in value:
+        return celtypes.StringType(str(value["string"]))
+    raise _fail("unsupported attribute value")
 
 
-def _by_domain(entries: Mapping[str, Any], driver: str, convert: Any) -> celtypes.MapType:
+def _capacity(value: Obj) -> QuantityValue:
+    try:
+        return parse_quantity(str(value.get("value", "0")))
+    except ValueError as error:
+        raise _fail(f"capacity: {error}") from None
+
+
+def _by_domain(entries: Mapping[str, Any], driver: str, convert: Any) -> _Domains:
     domains: dict[str, dict[str, Any]] = {}
     for qualified, value in entries.items():
         domain, _, name = qualified.rpartition("/")
-        domains.setdefault(domain or driver, {})[name] = convert(value)
-    return celtypes.MapType(
+        try:
+            converted = convert(value)
+        except _Error as error:
+            raise _fail(f"attribute {qualified}: {error}") from None
+        domains.setdefault(domain or driver, {})[name] = converted
+    return _Domains(
         {
             celtypes.StringType(d): celtypes.MapType(
                 {celtypes.StringType(k): v for k, v in names.items()}
@@ -159,7 +611,8 @@ def _by_domain(entries: Mapping[str, Any], driver: str, convert: Any) -> celtype
 
 
 def activation(driver: str, device: Obj) -> dict[str, Any]:
-    """The `device` variable a selector sees for one v1 Device of `driver`."""
+    """The `device` variable a selector sees for one v1 Device of `driver` (an error when an
+    attribute cannot be read, as kube-scheduler fails every selector on such a device)."""
     return {
         "device": celtypes.MapType(
             {
@@ -168,9 +621,7 @@ def activation(driver: str, device: Obj) -> dict[str, Any]:
                     device.get("attributes", {}), driver, _value
                 ),
                 celtypes.StringType("capacity"): _by_domain(
-                    device.get("capacity", {}),
-                    driver,
-                    lambda c: QuantityValue(to_bytes(str(c.get("value", "0")))),
+                    device.get("capacity", {}), driver, _capacity
                 ),
                 celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(
                     bool(device.get("allowMultipleAllocations", False))
@@ -195,6 +646,21 @@ def _kind_key(driver: str, device: Obj) -> tuple[object, ...]:
     return (driver, attributes, capacity, bool(device.get("allowMultipleAllocations")))
 
 
+def kubernetes_message(error: BaseException) -> str:
+    """A cel-python evaluation error in the words cel-go and kube-scheduler use."""
+    args = error.args
+    text = str(args[0]) if args else str(error)
+    if text.startswith("no such member in mapping: "):
+        return f"no such key: {text.partition(': ')[2].strip(chr(39))}{_NO_SUCH_KEY_HINT}"
+    if text == "no such key" and len(args) > 2 and args[2]:
+        return f"no such key: {args[2][0]}{_NO_SUCH_KEY_HINT}"
+    if text.startswith("found no matching overload") or "unbound function" in text:
+        return _NO_SUCH_OVERLOAD
+    if text.startswith("no such key: ") and not text.endswith(_NO_SUCH_KEY_HINT):
+        return text + _NO_SUCH_KEY_HINT
+    return text.splitlines()[0].partition(" (in activation")[0][:300]
+
+
 @dataclass
 class Selector:
     """One compiled CEL expression."""
@@ -202,11 +668,12 @@ class Selector:
     expression: str
     _program: Any = field(repr=False)
     _by_identity: bool = field(repr=False)
-    _memo: dict[object, bool] = field(default_factory=dict, repr=False)
-    #: The first evaluation error seen, to explain why nothing matched.
+    _memo: dict[object, bool | Failure] = field(default_factory=dict, repr=False)
+    #: The first evaluation failure seen, to explain why nothing matched.
     error: str | None = None
 
-    def matches(self, driver: str, device: Obj) -> bool:
+    def evaluate(self, driver: str, device: Obj) -> bool | Failure:
+        """True or False, or the Failure kube-scheduler would fail the claim with."""
         key: object = _kind_key(driver, device)
         if self._by_identity:
             key = (key, device.get("name"), repr(device.get("attributes")))
@@ -216,23 +683,54 @@ class Selector:
             self._memo[key] = found
         return found
 
-    def _evaluate(self, driver: str, device: Obj) -> bool:
+    def matches(self, driver: str, device: Obj) -> bool:
+        """True only where the selector evaluates to true (a Failure is not a match)."""
+        return self.evaluate(driver, device) is True
+
+    def _evaluate(self, driver: str, device: Obj) -> bool | Failure:
         try:
             result = self._program.evaluate(activation(driver, device))
-        except CELEvalError as error:
-            self._remember(error)
-            return False
+        except (CELEvalError, _Error, _Panic) as error:
+            return self._failed(kubernetes_message(error))
+        except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as error:
+            return self._failed(kubernetes_message(error))
         if isinstance(result, CELEvalError):
-            self._remember(result)
-            return False
+            return self._failed(kubernetes_message(result))
         if not isinstance(result, celtypes.BoolType):
-            self.error = self.error or f"{self.expression!r} gave {result!r}, not a bool"
-            return False
+            # cel-go's ConvertToNative(bool) on another type
+            return self._failed(
+                f"CEL result of type {_type_name(result)} could not be converted to bool"
+            )
         return bool(result)
 
-    def _remember(self, error: Exception) -> None:
+    def _failed(self, message: str) -> Failure:
         if self.error is None:
-            self.error = f"{self.expression!r} failed on a device: {_short(error)}"
+            self.error = f"{self.expression!r} failed on a device: {message}"
+        return Failure(message)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, celtypes.BoolType):
+        return "bool"
+    if _is_number(value):
+        return {celtypes.IntType: "int", celtypes.UintType: "uint"}.get(type(value), "double")
+    if isinstance(value, celtypes.StringType):
+        return "string"
+    if isinstance(value, QuantityValue):
+        return "kubernetes.Quantity"
+    if isinstance(value, SemverValue):
+        return "kubernetes.Semver"
+    return type(value).__name__
+
+
+def evaluate_all(selectors: Any, driver: str, device: Obj) -> bool | Failure:
+    """Selectors in order, as kube-scheduler's allocator checks a device against a request (the
+    class's, then the request's): the first False or Failure ends it."""
+    for selector in selectors:
+        result = selector.evaluate(driver, device)
+        if result is not True:
+            return result
+    return True
 
 
 def _short(error: Exception) -> str:

@@ -1,0 +1,205 @@
+"""Random CEL device selectors over every attribute and capacity drasat's devices publish, the
+Kubernetes CEL library parts selectors use (quantity, semver, strings, regex), literals of every
+type (int against double included), missing attributes and domains, and boolean combinations.
+
+Constructs drasat refuses on purpose are not generated (docs/CONTROLLER.md, "CEL"): they are
+tested to be refused with a clear error instead."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+DOMAIN = "gpu.drasat.io"
+K8S = "resource.kubernetes.io"
+
+STRINGS = ("type", "uuid", "productName", "brand", "architecture", "profile", "parentUUID")
+INTS = (
+    "index",
+    "minor",
+    "numaNode",
+    "parentMinor",
+    "parentIndex",
+    "placementStart",
+    "placementSize",
+)
+BOOLS = ("migEnabled",)
+VERSIONS = ("cudaComputeCapability", "driverVersion", "cudaDriverVersion")
+CAPACITIES = ("memory", "compute", "computeSlices", "nope")
+MISSING = ("nope", "gpuType")
+
+QUANTITIES = (
+    "0", "1", "2", "100", "1.5", "1500m", "2000m", "0.5", "1u", "1n", "5Ki", "40Gi", "80Gi",
+    "10G", "1e3", "1E3", "1.25e2", "+3", "-1", "1k", "16106127360", "abc", "1.5Gi", "", "5 Gi",
+)  # fmt: skip
+SEMVERS = (
+    "8.0.0", "7.5.0", "9.0.0", "12.4.0", "550.54.15", "1.2.3", "1.2.3.4", "1.2", "v1.0.0",
+    "1.0.0-rc.1", "1.0.0+build", "01.2.3", "x", "",
+)  # fmt: skip
+STRING_LITERALS = (
+    '"gpu"', '"mig"', '"cpu-fallback"', '"Nvidia"', '"Ampere"', '"Hopper"', '"Tesla T4"',
+    '"NVIDIA A100-SXM4-40GB"', '"1g.10gb"', '"3g.40gb"', '"GPU-n1-0"', '""',
+)  # fmt: skip
+NUMBER_LITERALS = ("0", "1", "2", "3", "7", "-1", "0.0", "1.0", "1.5", "2.5", "0u", "1u")
+OPS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def _attribute(name: str) -> st.SearchStrategy[str]:
+    return st.sampled_from(
+        [
+            f'device.attributes["{DOMAIN}"].{name}',
+            f'device.attributes["{DOMAIN}"]["{name}"]',
+        ]
+    )
+
+
+def _any_attribute() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(STRINGS + INTS + BOOLS + VERSIONS + MISSING).flatmap(_attribute),
+        st.just(f'device.attributes["{K8S}"].pciBusID'),
+        st.just('device.attributes["other.example.com"].x'),
+    )
+
+
+def _literal() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(STRING_LITERALS + NUMBER_LITERALS + ("true", "false")),
+        st.sampled_from(SEMVERS).map(lambda v: f'semver("{v}")'),
+        st.sampled_from(QUANTITIES).map(lambda q: f'quantity("{q}")'),
+    )
+
+
+def _capacity() -> st.SearchStrategy[str]:
+    return st.sampled_from(CAPACITIES).map(lambda c: f'device.capacity["{DOMAIN}"].{c}')
+
+
+def _quantity_value() -> st.SearchStrategy[str]:
+    return st.one_of(_capacity(), st.sampled_from(QUANTITIES).map(lambda q: f'quantity("{q}")'))
+
+
+def _version_value() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(VERSIONS).flatmap(_attribute),
+        st.sampled_from(SEMVERS).map(lambda v: f'semver("{v}")'),
+    )
+
+
+def _quantity_atom() -> st.SearchStrategy[str]:
+    q = _quantity_value()
+    return st.one_of(
+        st.tuples(q, q, st.sampled_from(OPS), st.sampled_from(["0", "1", "-1"])).map(
+            lambda t: f"{t[0]}.compareTo({t[1]}) {t[2]} {t[3]}"
+        ),
+        st.tuples(q, st.sampled_from(["isGreaterThan", "isLessThan"]), q).map(
+            lambda t: f"{t[0]}.{t[1]}({t[2]})"
+        ),
+        q.map(lambda v: f"{v}.isInteger()"),
+        st.tuples(q, st.sampled_from(OPS), st.sampled_from(["0", "1", "2", "100", "1.5"])).map(
+            lambda t: f"{t[0]}.asInteger() {t[1]} {t[2]}"
+        ),
+        st.tuples(q, st.sampled_from(["==", "!="]), q).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
+    )
+
+
+def _version_atom() -> st.SearchStrategy[str]:
+    v = _version_value()
+    return st.one_of(
+        st.tuples(v, v, st.sampled_from(OPS), st.sampled_from(["0", "1", "-1"])).map(
+            lambda t: f"{t[0]}.compareTo({t[1]}) {t[2]} {t[3]}"
+        ),
+        st.tuples(v, st.sampled_from(["isGreaterThan", "isLessThan"]), v).map(
+            lambda t: f"{t[0]}.{t[1]}({t[2]})"
+        ),
+        st.tuples(
+            v,
+            st.sampled_from(["major", "minor", "patch"]),
+            st.sampled_from(OPS),
+            st.integers(0, 12),
+        ).map(lambda t: f"{t[0]}.{t[1]}() {t[2]} {t[3]}"),
+        st.tuples(v, st.sampled_from(["==", "!="]), v).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
+    )
+
+
+def _string_atom() -> st.SearchStrategy[str]:
+    s = st.one_of(
+        st.sampled_from(STRINGS).flatmap(_attribute),
+        st.just(f'device.attributes["{K8S}"].pciBusID'),
+    )
+    text = st.sampled_from(["N", "A100", "gb", "GPU-", "gpu", "0000:", "T4", ""])
+    return st.one_of(
+        st.tuples(s, st.sampled_from(["startsWith", "endsWith", "contains"]), text).map(
+            lambda t: f'{t[0]}.{t[1]}("{t[2]}")'
+        ),
+        st.tuples(
+            s, st.sampled_from(["^NVIDIA", "gb$", "[0-9]+g", "^GPU-.*-0$", "(", "mig|gpu"])
+        ).map(lambda t: f'{t[0]}.matches("{t[1]}")'),
+        st.tuples(
+            s,
+            st.sampled_from(["lowerAscii", "upperAscii", "trim"]),
+            st.sampled_from(STRING_LITERALS),
+        ).map(lambda t: f"{t[0]}.{t[1]}() == {t[2]}"),
+        st.tuples(s, st.sampled_from(OPS), st.integers(0, 24)).map(
+            lambda t: f"{t[0]}.size() {t[1]} {t[2]}"
+        ),
+        st.tuples(
+            s, st.sampled_from(["A", "g", "-"]), st.sampled_from(OPS), st.integers(-1, 8)
+        ).map(lambda t: f'{t[0]}.indexOf("{t[1]}") {t[2]} {t[3]}'),
+    )
+
+
+def _comparison() -> st.SearchStrategy[str]:
+    literal = _literal()
+    value = st.one_of(_any_attribute(), literal)
+    return st.one_of(
+        st.tuples(_any_attribute(), st.sampled_from(OPS), literal).map(
+            lambda t: f"{t[0]} {t[1]} {t[2]}"
+        ),
+        st.tuples(value, st.sampled_from(OPS), value).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
+        st.tuples(_any_attribute(), st.lists(literal, min_size=1, max_size=3)).map(
+            lambda t: f"{t[0]} in [{', '.join(t[1])}]"
+        ),
+    )
+
+
+def _atom() -> st.SearchStrategy[str]:
+    return st.one_of(
+        _comparison(),
+        _quantity_atom(),
+        _version_atom(),
+        _string_atom(),
+        st.sampled_from(STRINGS + INTS + BOOLS + VERSIONS + MISSING).map(
+            lambda n: f'has(device.attributes["{DOMAIN}"].{n})'
+        ),
+        st.sampled_from(CAPACITIES).map(lambda c: f'has(device.capacity["{DOMAIN}"].{c})'),
+        st.sampled_from(BOOLS).flatmap(_attribute),
+        st.sampled_from(
+            [
+                f'device.driver == "{DOMAIN}"',
+                "device.allowMultipleAllocations",
+                "!device.allowMultipleAllocations",
+                "true",
+                "false",
+            ]
+        ),
+    )
+
+
+def expressions() -> st.SearchStrategy[str]:
+    """A selector: atoms combined with !, &&, || and ?: (one strategy, built once)."""
+    return _EXPRESSIONS
+
+
+def _expressions() -> st.SearchStrategy[str]:
+    return st.recursive(
+        _atom(),
+        lambda inner: st.one_of(
+            inner.map(lambda e: f"!({e})"),
+            st.tuples(inner, st.sampled_from(["&&", "||"]), inner).map(
+                lambda t: f"({t[0]}) {t[1]} ({t[2]})"
+            ),
+            st.tuples(inner, inner, inner).map(lambda t: f"({t[0]}) ? ({t[1]}) : ({t[2]})"),
+        ),
+        max_leaves=4,
+    )
+
+
+_EXPRESSIONS = _expressions()

@@ -1,0 +1,26 @@
+"""The oracle, one process for the session; the differential tests' hypothesis settings.
+
+DRASAT_ORACLE_EXAMPLES scales the number of examples per test (`oraclekit.examples`; the long
+run of docs/RELIABILITY.md sets it); the defaults keep CI's run short.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from oraclekit import BUILD, Oracle, binary
+
+
+@pytest.fixture(scope="session")
+def oracle() -> Iterator[Oracle]:
+    path = binary()
+    if path is None:
+        message = f"drasat-oracle is not built: run {BUILD} (or make test, which builds it)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    process = Oracle(path)
+    yield process
+    process.close()
