@@ -182,12 +182,15 @@ def client_env(limits: MpsLimits, enforced: DaemonLimits | None = None) -> dict[
     ):
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(threads)
     daemon = dict(bound.pinned_bytes)
-    pinned = {
-        index: n
+    tighter = any(
+        daemon.get(limits.devices[index]) is None or n < daemon[limits.devices[index]]
         for index, n in limits.pinned_limit_bytes.items()
-        if daemon.get(limits.devices[index]) is None or n < daemon[limits.devices[index]]
-    }
-    if pinned:
+    )
+    # The variable names devices by the index the client enumerates them in, which need not be
+    # the order the claim lists them: only a limit that is the same for every device is safe
+    # (then given for all; where the daemon's is lower, MPS keeps the daemon's).
+    pinned = limits.pinned_limit_bytes
+    if tighter and len(set(pinned.values())) == 1 and len(pinned) == len(limits.devices):
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
             f"{index}={_megabytes(n)}" for index, n in sorted(pinned.items())
         )

@@ -225,12 +225,32 @@ def test_killed_between_starting_the_daemon_and_recording_it(node_factory: Any) 
 
 
 def test_client_env_and_daemon_names_are_pure() -> None:
-    limits = mps.MpsLimits("u", ("GPU-a", "GPU-b"), 35, {1: 3 * 2**30, 0: 1})
+    limits = mps.MpsLimits("u", ("GPU-a", "GPU-b"), 35, {1: 3 * 2**30, 0: 3 * 2**30})
     assert mps.client_env(limits) == {
         "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "35",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1M,1=3072M",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=3072M,1=3072M",
     }
+    # different limits per device: a CUDA index is the client's order, not the claim's, so they
+    # are the daemon's (by UUID) only
+    uneven = mps.MpsLimits("u", ("GPU-a", "GPU-b"), None, {1: 3 * 2**30, 0: 1})
+    assert mps.client_env(uneven) == {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"}
+    # what the daemon enforces already is left out; only a tighter part is added
+    enforced = mps.DaemonLimits(35, (("GPU-a", 4 * 2**30), ("GPU-b", 2**30)))
+    assert mps.client_env(limits, enforced) == {
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=3072M,1=3072M",
+    }
+    loose = mps.DaemonLimits(35, (("GPU-a", 3 * 2**30), ("GPU-b", 2**30)))
+    assert mps.client_env(limits, loose) == {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"}
+    assert mps.DaemonLimits(20, (("GPU-a", 5),)).widest(mps.DaemonLimits(60, (("GPU-a", 9),))) == (
+        mps.DaemonLimits(60, (("GPU-a", 9),))
+    )
+    assert mps.DaemonLimits(20).widest(mps.DaemonLimits()) == mps.DaemonLimits()
+    assert mps.DaemonLimits(60, (("GPU-a", 2**30),)).commands(mps.DaemonLimits(60)) == [
+        "set_default_device_pinned_mem_limit GPU-a 1024M"
+    ]
+    assert mps.daemon_name(("GPU-a",), "claim:x") != mps.daemon_name(("GPU-a",), "claim:y")
     assert mps.client_env(mps.MpsLimits("u", ("GPU-a",))) == {
         "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"
     }

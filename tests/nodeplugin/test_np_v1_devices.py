@@ -340,7 +340,7 @@ def test_a_bad_config_fails_the_claim_naming_the_field(
     assert node.state.checkpoint.records() == []
 
 
-# -- shapes the allocator writes (issue 22 item 9) --------------------------------------------------
+# -- shapes the allocator writes (issue 22 item 9) -------------------------------------------------
 
 
 def _shares(uid: str, *parts: tuple[str, str, str, str]) -> dict[str, Any]:
@@ -397,3 +397,16 @@ def test_share_shapes_mps_cannot_hold_are_refused(a100: Any, parts: Any, message
     claims.add(_shares("d3", *parts))
     assert message in v1.prepare(("d3", "claim"))["d3"].error
     assert node.state.checkpoint.records() == [] and node.daemons() == {}
+
+
+def test_per_gpu_memory_goes_to_the_daemon_by_uuid_whatever_the_order(a100: Any) -> None:
+    # A CUDA index in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is the client's enumeration order, not the
+    # order the claim lists its GPUs: different limits per GPU go to the daemon by UUID only.
+    node, claims, v1 = a100
+    claims.add(_shares("d4", ("a", "gpu-1", "30", "8Gi"), ("b", "gpu-0", "30", "16Gi")))
+    assert v1.prepare(("d4", "claim"))["d4"].error == ""
+    (name,) = node.daemons()
+    manager = node.state.mps
+    assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(1)}") == "8192M"
+    assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(0)}") == "16384M"
+    assert node.mps_limits("d4") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"}
