@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from drasat.v1 import cel
 
 DRIVER = "gpu.drasat.io"
@@ -37,3 +39,115 @@ def test_a_missing_attribute_does_not_match_and_is_remembered() -> None:
     selector = cel.compile_selector(f'device.attributes["{DRIVER}"].numaNode == 0')
     assert not selector.matches(DRIVER, _gpu("gpu-0", "A100", "GPU-a"))
     assert selector.error is not None and "numaNode" in selector.error
+
+
+# -- Kubernetes' semantics (issue 22, smaller list); each answer is kube-scheduler's, read from
+# -- drasat-oracle (tests/oracle) ---------------------------------------------------------------
+
+_NO_SUCH_KEY_HINT = (
+    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check "
+    "with has() for optional fields"
+)
+
+
+def _on_a_gpu(expression: str) -> bool | cel.Failure:
+    device = _gpu("gpu-0", "A100", "GPU-a")
+    device["attributes"]["major"] = {"int": 2}  # type: ignore[index]
+    device["attributes"]["driverVersion"] = {"version": "550.54.15"}  # type: ignore[index]
+    return cel.compile_selector(expression).evaluate(DRIVER, device)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # quantities are exact: 1500m is 1.5, not 2
+        ('quantity("1500m") == quantity("2")', False),
+        ('quantity("1500m") == quantity("1.5")', True),
+        ('quantity("1.5").isInteger()', False),
+        ('quantity("1.5").compareTo(quantity("2")) < 0', True),
+        # isInteger is Quantity.AsInt64: how the number was written counts
+        ('quantity("2000m").isInteger()', False),
+        ('quantity("1k").isInteger()', True),
+        ('quantity("5Ki").asInteger() == 5120', True),
+        ('quantity("1.25e2").asInteger() == 125', True),
+        # every suffix of resource.ParseQuantity
+        ('quantity("1u").isLessThan(quantity("1m"))', True),
+        ('quantity("1n").isGreaterThan(quantity("0"))', True),
+        ('isQuantity("5 Gi")', False),
+        # int against double compares numbers; other kinds are unequal
+        ("1 < 1.5", True),
+        ('device.attributes["gpu.drasat.io"].major == 2.0', True),
+        ('device.attributes["gpu.drasat.io"].productName == 1', False),
+        # semver precedence: a prerelease is lower, build metadata ignored
+        ('semver("1.0.0-rc.1").isLessThan(semver("1.0.0"))', True),
+        ('semver("1.0.0+build") == semver("1.0.0")', True),
+        # error absorption, as cel-go
+        ('device.attributes["gpu.drasat.io"].numaNode == 0 || true', True),
+        ('false && device.attributes["gpu.drasat.io"].numaNode == 0', False),
+        # `!=` is "Equal is not true": a quantity against a string is not equal
+        ('quantity("1") != device.attributes["gpu.drasat.io"].productName', True),
+    ],
+)
+def test_values_are_kubernetes_values(expression: str, expected: bool) -> None:
+    assert _on_a_gpu(expression) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ('semver("1.2.3.4").major() == 1', 'Invalid character(s) found in patch number "3.4"'),
+        ('semver("1.2").major() == 1', "No Major.Minor.Patch elements found"),
+        ('semver("01.2.3").major() == 1', 'Major number must not contain leading zeroes "01"'),
+        ('quantity("1.5").asInteger() == 1', "cannot convert value to integer"),
+        ('quantity("5 Gi").isInteger()', "quantities must match the regular expression"),
+        ('quantity("1k3").isInteger()', "unable to parse quantity's suffix"),
+        ('device.attributes["gpu.drasat.io"].productName < 1', "no such overload"),
+        ('quantity("1") == device.attributes["gpu.drasat.io"].productName', "no such overload"),
+        ('!device.attributes["gpu.drasat.io"].productName', "no such overload"),
+        (
+            'device.attributes["gpu.drasat.io"].productName',
+            "CEL result of type string could not be converted to bool",
+        ),
+        (
+            'device.attributes["gpu.drasat.io"].driverVersion in ["1"] || true',
+            "internal error: runtime error: hash of unhashable type cel.Semver",
+        ),
+    ],
+)
+def test_errors_are_kubernetes_errors(expression: str, message: str) -> None:
+    found = _on_a_gpu(expression)
+    assert isinstance(found, cel.Failure) and found.message.startswith(message)
+
+
+def test_a_missing_key_is_said_as_kube_scheduler_says_it() -> None:
+    for expression in (
+        'device.attributes["gpu.drasat.io"].index == 0',
+        'device.attributes["gpu.drasat.io"]["index"] == 0',
+        'device.attributes["other.example.com"].index == 0',  # an unknown domain is empty
+    ):
+        assert _on_a_gpu(expression) == cel.Failure("no such key: index" + _NO_SUCH_KEY_HINT)
+    assert _on_a_gpu('(device.capacity["gpu.drasat.io"].x == quantity("1")) || (1 / 0 == 1)') == (
+        cel.Failure("no such key: x" + _NO_SUCH_KEY_HINT)  # both sides fail: the left one
+    )
+
+
+def test_a_runtime_error_is_a_failure_not_a_silent_no_match() -> None:
+    # kube-scheduler fails the claim on a selector error; the allocator must see it.
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].numaNode == 0')
+    device = _gpu("gpu-0", "A100", "GPU-a")
+    assert isinstance(selector.evaluate(DRIVER, device), cel.Failure)
+    assert not selector.matches(DRIVER, device)
+    never = cel.compile_selector("false")
+    # selectors in order (the class's, then the request's): a False before it hides the error
+    assert cel.evaluate_all([never, selector], DRIVER, device) is False
+    assert isinstance(cel.evaluate_all([selector, never], DRIVER, device), cel.Failure)
+
+
+def test_a_device_with_a_bad_version_fails_every_selector() -> None:
+    device = _gpu("gpu-0", "A100", "GPU-a")
+    device["attributes"]["driverVersion"] = {"version": "550.54"}  # type: ignore[index]
+    found = cel.compile_selector("true").evaluate(DRIVER, device)
+    assert isinstance(found, cel.Failure)
+    assert found.message == (
+        "attribute driverVersion: parse semantic version: No Major.Minor.Patch elements found"
+    )
