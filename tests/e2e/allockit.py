@@ -6,7 +6,8 @@ real `drasat controller --dra-api v1` process with the admin's kubeconfig; on ex
 deletes the DeviceTaintRule it made, so the other modules' kube-scheduler tests see the devices
 untainted again. `consistent` is the check every test ends with: no device held by two claims,
 the NAS ledger and the claims' status agree, and every allocation of our devices was written by
-drasat's controller, never by kube-scheduler."""
+drasat's controller, never by kube-scheduler — except for claims that tolerate the allocator
+taint, which are kube-scheduler's."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from slicekit import device_classes
 
 from drasat.api import crds
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
+from drasat.controller import v1inputs
 from drasat.controlplane import cluster
 
 NAMESPACE = "drasat"
@@ -139,7 +141,9 @@ def problems(api: kubernetes.client.ApiClient, found: Allocator) -> list[str]:
         if not results:
             continue
         ref = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-        if ref not in written:
+        # A claim that tolerates the allocator taint is kube-scheduler's (one allocator per
+        # claim); every other allocation of drasat's devices must be drasat's own.
+        if ref not in written and not v1inputs.tolerates_allocator_taint(claim):
             out.append(f"{ref} was allocated by someone else than drasat's controller")
         uid = claim["metadata"]["uid"]
         node = results[0]["pool"]

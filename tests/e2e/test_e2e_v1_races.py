@@ -1,0 +1,186 @@
+"""Two allocators on drasat's devices, on the real 1.37 control plane (issue 22 defect 3 and the
+clash repair of Deliver 2).
+
+A claim whose request tolerates drasat's allocator taint is kube-scheduler's: the real scheduler
+allocates it and drasat counts the GPU it holds. A second allocator (an admin, a stale replica)
+writing a claim's status onto a GPU a running pod holds — which the API server accepts — is
+repaired by drasat before the claim's pod can start: the claim not reserved gives its allocation
+back, with a `DeviceClash` Event on both claims. Every test ends with `allockit.consistent`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import allockit
+import kubernetes
+import pytest
+from kubecluster import wait_for
+from kubeletkit import gpu_node
+from slicekit import applied, unique
+
+from drasat.api.groups import DRIVER_NAME
+from drasat.controlplane import cluster
+from drasat.v1 import results
+
+pytestmark = pytest.mark.timeout(400)
+
+RESOURCE = ("resource.k8s.io", "v1")
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def allocator(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+) -> Iterator[allockit.Allocator]:
+    with allockit.allocator(kube_api, kube_cluster) as found:
+        yield found
+
+
+def _node(api: Any, kube: cluster.Cluster, prefix: str, fleet: str) -> Any:
+    return gpu_node(api, kube, unique(prefix), fleet, nas_namespace=allockit.NAMESPACE)
+
+
+def _manifest(tmp: pathlib.Path, name: str, text: str) -> pathlib.Path:
+    path = tmp / f"{name}.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _claim(namespace: str, name: str, *, tolerates: bool) -> str:
+    tolerations = ", tolerations: [{operator: Exists}]" if tolerates else ""
+    return f"""
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaim
+        metadata: {{namespace: {namespace}, name: {name}}}
+        spec:
+          devices:
+            requests:
+            - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io{tolerations}}}}}"""
+
+
+def _pod(namespace: str, name: str, claim: str) -> str:
+    return f"""
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: {namespace}, name: {name}}}
+        spec:
+          containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+          resourceClaims: [{{name: gpu, resourceClaimName: {claim}}}]"""
+
+
+def _namespace(namespace: str) -> str:
+    return f"""
+        apiVersion: v1
+        kind: Namespace
+        metadata: {{name: {namespace}}}"""
+
+
+def _get(api: Any, namespace: str, name: str) -> Obj:
+    custom = kubernetes.client.CustomObjectsApi(api)
+    found: Obj = custom.get_namespaced_custom_object(*RESOURCE, namespace, "resourceclaims", name)
+    return found
+
+
+def _devices(api: Any, namespace: str, name: str) -> list[str]:
+    allocation = (_get(api, namespace, name).get("status") or {}).get("allocation") or {}
+    found = (allocation.get("devices") or {}).get("results") or []
+    return [r["device"] for r in found if r.get("driver") == DRIVER_NAME]
+
+
+def _clash_events(api: Any, namespace: str) -> set[str]:
+    core = kubernetes.client.CoreV1Api(api)
+    return {
+        e.involved_object.name
+        for e in core.list_namespaced_event(namespace).items
+        if e.reason == "DeviceClash"
+    }
+
+
+def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    """kube-scheduler allocates the tolerating claim (drasat leaves it alone), and drasat gives
+    its own claim the other GPU, counting the scheduler's from its status."""
+    ns = "v1-tolerates"
+    theirs = _manifest(
+        tmp_path, "theirs",
+        _namespace(ns) + _claim(ns, "theirs", tolerates=True) + _pod(ns, "q", "theirs"),
+    )  # fmt: skip
+    mine = _manifest(tmp_path, "mine", _claim(ns, "mine", tolerates=False) + _pod(ns, "p", "mine"))
+    with _node(kube_api, kube_cluster, "v1tol", "2xT4") as node, applied(kube_api, theirs):
+        node.wait_running(ns, "q")
+        assert f"{ns}/theirs" not in allocator.allocated()  # kube-scheduler's, not drasat's
+        (held,) = _devices(kube_api, ns, "theirs")
+        with applied(kube_api, mine):
+            node.wait_running(ns, "p")
+            assert f"{ns}/mine" in allocator.allocated()
+            assert _devices(kube_api, ns, "mine") == [{"gpu-0": "gpu-1"}.get(held, "gpu-0")]
+            allockit.consistent(kube_api, allocator)
+            assert not _clash_events(kube_api, ns)
+            node.delete_pods(kube_api, ns, "p", "q")
+    allockit.consistent(kube_api, allocator)
+
+
+def test_a_clash_written_by_a_second_allocator_is_repaired_before_its_pod_starts(
+    kube_api: Any,
+    kube_cluster: cluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:
+    """drasat's claim holds the only GPU for a running pod; a second allocator writes another
+    claim's status onto that GPU (the API server accepts it). drasat finds the clash, the claim
+    not reserved gives its allocation back (Events on both), the running pod keeps its GPU; the
+    other claim's pod gets the GPU from kube-scheduler once the first pod and claim are gone."""
+    ns = "v1-clash"
+    first = _manifest(
+        tmp_path, "first",
+        _namespace(ns) + _claim(ns, "mine", tolerates=False) + _pod(ns, "p", "mine")
+        + _claim(ns, "theirs", tolerates=True),
+    )  # fmt: skip
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    with contextlib.ExitStack() as stack:
+        node = stack.enter_context(_node(kube_api, kube_cluster, "v1clash", "1xT4"))
+        stack.enter_context(applied(kube_api, first))
+        node.wait_running(ns, "p")
+        assert _devices(kube_api, ns, "mine") == ["gpu-0"]
+        claim = _get(kube_api, ns, "theirs")
+        claim["status"] = {
+            "allocation": {
+                "devices": {"results": [
+                    {"request": "gpu", "driver": DRIVER_NAME, "pool": node.name,
+                     "device": "gpu-0"}]},
+                "nodeSelector": results.node_selector(node.name),
+            }
+        }  # fmt: skip
+        custom.replace_namespaced_custom_object_status(
+            *RESOURCE, ns, "resourceclaims", "theirs", claim
+        )
+        wait_for(
+            lambda: not _devices(kube_api, ns, "theirs"),
+            timeout=60,
+            what=f"the clashing claim to give its GPU back\n{allocator.text()[-3000:]}",
+        )
+        wait_for(lambda: _clash_events(kube_api, ns) == {"mine", "theirs"}, timeout=30)
+        assert _devices(kube_api, ns, "mine") == ["gpu-0"]
+        allockit.consistent(kube_api, allocator)
+        # Its pod now waits for the GPU, and kube-scheduler gives it once the first pod and its
+        # claim are gone (drasat releases the claim: its finalizer and ledger entry).
+        later = _manifest(tmp_path, "later", _pod(ns, "q", "theirs"))
+        stack.enter_context(applied(kube_api, later))
+        node.delete_pods(kube_api, ns, "p")
+        custom.delete_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", "mine")
+        node.wait_running(ns, "q")
+        assert _devices(kube_api, ns, "theirs") == ["gpu-0"]
+        assert f"{ns}/theirs" not in allocator.allocated()
+        allockit.consistent(kube_api, allocator)
+    allockit.consistent(kube_api, allocator)
