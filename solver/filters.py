@@ -151,6 +151,15 @@ def _capacity_blocker(claim: Claim, index: int, gpus: Sequence[GpuSlot]) -> Obst
     if claim.kind is Kind.share:
         if any(model.share_fits(claim, g) for g in gpus):
             return None
+        roomy = sum(1 for g in gpus if model.share_room(claim, g))
+        if roomy:
+            text = _claim(index, ": the matching GPUs with room hold shares of other namespaces")
+            return Obstacle(
+                ("share-namespace", ClaimRef(index)),
+                (*text, f" ({roomy} on node ", NODE, ")"),
+                (*text, " (", GPUS, " GPUs)"),
+                gpus=roomy,
+            )
         open_gpus = [g for g in gpus if not g.held_whole]
         most = max((FULL_COMPUTE - g.share_compute_used for g in open_gpus), default=0)
         need = _claim(

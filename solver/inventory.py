@@ -80,6 +80,9 @@ class GpuSlot:
     memory_slices: int
     #: Claims holding this GPU whole (existing allocations).
     held_by: tuple[str, ...] = ()
+    #: Namespaces of the existing shares on it (sorted): a share of another namespace never
+    #: joins them (the node plugin runs one MPS server per GPU for one namespace's shares).
+    share_namespaces: tuple[str, ...] = ()
     #: intern(mig_options): GPUs of one product share it.
     options_id: int = 0
     #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
@@ -106,6 +109,7 @@ class GpuSlot:
             self.share_claims,
             tuple(sorted(self.mig_occupied)),
             self.media_extensions_used,
+            self.share_namespaces,
             self.options_id,
         )
 
@@ -232,6 +236,7 @@ class _Taken:
     compute: int = 0
     memory_mib: int = 0
     shares: int = 0
+    share_namespaces: set[str] = field(default_factory=set)
     occupied: set[int] = field(default_factory=set)
     media: bool = False
 
@@ -244,6 +249,7 @@ def _record(taken: dict[str, _Taken], uid: str, claim: AllocatedDevices) -> None
                 slot.compute += claim.share.compute or 0
                 slot.memory_mib += share_memory_mib(claim.share)
                 slot.shares += 1
+                slot.share_namespaces.add(claim.claimInfo.namespace)
             else:
                 slot.held_whole = True
                 slot.holders.append(uid)
@@ -325,6 +331,7 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
                 share_compute_used=state.compute,
                 share_memory_used_mib=state.memory_mib,
                 share_claims=state.shares,
+                share_namespaces=tuple(sorted(state.share_namespaces)),
                 mig_occupied=frozenset(state.occupied),
                 media_extensions_used=state.media,
                 mig_options=gpu_options,

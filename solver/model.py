@@ -124,6 +124,13 @@ class PrimaryLevels:
 
 
 def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
+    return share_room(claim, gpu) and all(
+        namespace == claim.namespace for namespace in gpu.share_namespaces
+    )
+
+
+def share_room(claim: Claim, gpu: GpuSlot) -> bool:
+    """Whether the GPU has the compute and memory the share needs, whoever shares it."""
     return (
         not gpu.mig_enabled
         and not gpu.held_whole
@@ -387,7 +394,9 @@ class _Builder:
             first, constraint = members[0]
             literal = self.rule(("claim ", reasons.ClaimId(first.uid), f": {constraint.label}"))
             for node, by_value in per_node.items():
-                if constraint.distinct:
+                if constraint.evenly:
+                    self._evenly(f"{key}_{node}", by_value, literal)
+                elif constraint.distinct:
                     self._distinct(by_value, literal)
                 else:
                     self._one_value(f"{key}_{node}", by_value, literal)
@@ -416,6 +425,21 @@ class _Builder:
                 c = self.m.add(cp_model.LinearExpr.sum(literals) <= 1)
                 if literal is not None:
                     c.only_enforce_if(literal)
+
+    def _evenly(
+        self,
+        tag: str,
+        by_value: dict[str, list[cp_model.IntVar]],
+        literal: cp_model.IntVar | None,
+    ) -> None:
+        if len(by_value) < 2:
+            return
+        most = sum(len(literals) for literals in by_value.values())
+        each = self.m.new_int_var(1, most, f"each_{tag}")
+        for number, literals in enumerate(by_value.values()):
+            used = self._any(literals, f"used_{tag}_{number}")
+            enforced = [used] if literal is None else [used, literal]
+            self.m.add(cp_model.LinearExpr.sum(literals) == each).only_enforce_if(enforced)
 
     def _one_value(
         self,
@@ -464,6 +488,7 @@ class _Builder:
             if whole:
                 # Shared or held whole, not both: one flag for "shared" keeps this linear.
                 exclusive.append(self._any(share_vars, f"shared_{gpu.node}_{gpu.position}"))
+            self._one_namespace(gpu, shares)
         if len(exclusive) > 1:
             self.m.add_at_most_one(exclusive)
         occupied: dict[int, cp_model.IntVar] = {}
@@ -484,6 +509,20 @@ class _Builder:
                 if foreign:
                     self.m.add(sum(foreign) == 0).only_enforce_if(w.var)
         self._gpu_costs(gpu, whole, shares, migs, occupied)
+
+    def _one_namespace(self, gpu: GpuSlot, shares: list[DeviceVar]) -> None:
+        """The new shares on a GPU are of one namespace (existing ones: `share_fits`)."""
+        by_namespace: dict[str, list[cp_model.IntVar]] = {}
+        for d in shares:
+            by_namespace.setdefault(d.claim.namespace, []).append(d.var)
+        if len(by_namespace) < 2:
+            return
+        tag = f"{gpu.node}_{gpu.position}"
+        flags = [
+            self._any(literals, f"ns_{tag}_{number}")
+            for number, literals in enumerate(by_namespace.values())
+        ]
+        self.m.add(cp_model.LinearExpr.sum(flags) <= 1)
 
     def node_capacity(self) -> None:
         b = self.built

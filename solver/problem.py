@@ -49,9 +49,10 @@ class DeviceConstraint:
     `matchAttribute` or `distinctAttribute`, or one request's devices being distinct): the
     claims with the same `key` form one group, and every device they take has a value here.
 
-    match: every device the group takes has the same value; distinct: no two have the same.
-    A device without a value is never taken by a claim of the group (upstream: a device
-    without the attribute fails the constraint)."""
+    match: every device the group takes has the same value; distinct: no two have the same;
+    evenly: every value the group takes is taken by as many of its devices (the node plugin's
+    one compute limit per GPU for a claim's shares). A device without a value is never taken
+    by a claim of the group (upstream: a device without the attribute fails the constraint)."""
 
     key: str
     distinct: bool
@@ -59,6 +60,8 @@ class DeviceConstraint:
     values: tuple[tuple[DeviceKey, str], ...]
     #: The constraint in user terms, for explanations (`matchAttribute gpu.drasat.io/uuid`).
     label: str = ""
+    #: Instead of match or distinct: evenly (see above).
+    evenly: bool = False
 
     def value_of(self) -> dict[DeviceKey, str]:
         return dict(self.values)

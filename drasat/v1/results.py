@@ -36,12 +36,12 @@ from drasat.api.nas import (
     MigPlacement,
     NodeAllocationStateSpec,
 )
-from drasat.api.quantity import format_bytes, to_bytes
+from drasat.api.quantity import to_bytes
 from drasat.api.sharing import SharingStrategy
 from drasat.v1 import devices
 from drasat.v1.devices import Published
 from drasat.v1.requests import Claim, ClaimError
-from drasat.v1.variants import Option
+from drasat.v1.variants import Option, share_compute
 
 Obj = dict[str, Any]
 
@@ -218,31 +218,22 @@ def unpreparable(claim: Claim, options: Sequence[Option]) -> ClaimError | None:
     return _config_conflict(claim, real)
 
 
-def _shape(option: Option) -> tuple[str, str]:
-    """What one NAS entry holds: MIG devices, whole GPUs, or shares of one size."""
+def _shape(option: Option) -> tuple[str, int | None]:
+    """What one NAS entry holds: MIG devices, whole GPUs, or shares with one compute limit
+    (their memory may differ: each GPU gets its own)."""
     if option.kind == devices.MIG:
-        return ("mig", "")
+        return ("mig", None)
     if option.share is None:
-        return ("whole", "")
-    return ("share", option.share.model_dump_json())
+        return ("whole", None)
+    return ("share", share_compute(option.share))
 
 
 def _describe(option: Option) -> str:
-    kind, _ = _shape(option)
+    kind, limit = _shape(option)
     what = {"mig": "MIG devices", "whole": "whole GPUs"}.get(kind, "")
     if kind == "share":
-        assert option.share is not None
-        what = f"shares ({_share_text(option.share)})"
+        what = f"shares (compute {'no limit' if limit is None else f'{limit}%'})"
     return f"{what} of request {option.alternative.result_name}"
-
-
-def _share_text(share: Any) -> str:
-    parts = []
-    if share.memory is not None:
-        parts.append(f"memory {format_bytes(to_bytes(share.memory))}")
-    if share.compute is not None:
-        parts.append(f"compute {share.compute}%")
-    return ", ".join(parts)
 
 
 def _config_conflict(claim: Claim, real: Sequence[Option]) -> ClaimError | None:

@@ -385,19 +385,54 @@ def solver_claims(options: Sequence[Option]) -> tuple[list[ClaimRequest], dict[s
     """The solver claims of some options (fallbacks excluded) and what each stands for."""
     claims: list[ClaimRequest] = []
     meaning: dict[str, Option] = {}
+    evenly = _evenly_shares(options)
     for o in options:
         if o.kind == devices.FALLBACK:
             continue
-        for uid, request in _solver_claims(o):
+        extra = evenly.get(o.claim.uid) if o.share is not None else None
+        for uid, request in _solver_claims(o, () if extra is None else (extra,)):
             claims.append(request)
             meaning[uid] = o
     return claims, meaning
 
 
-def _solver_claims(o: Option) -> list[tuple[str, ClaimRequest]]:
+def share_compute(share: GpuShare) -> int | None:
+    """The compute limit the node plugin gives a share (None: no limit; 100 at most)."""
+    return min(100, share.compute) if share.compute else None
+
+
+def _evenly_shares(options: Sequence[Option]) -> dict[str, DeviceConstraint]:
+    """claim uid -> an `evenly` constraint over its shares' GPUs, for a claim of several shares
+    with a compute limit below 100%: the node plugin gives a claim's shares on one GPU the sum
+    of their limits, and one limit to all of the claim's GPUs, so each GPU it uses must hold as
+    many of its shares."""
+    by_claim: dict[str, list[Option]] = {}
+    for o in options:
+        if o.share is not None:
+            by_claim.setdefault(o.claim.uid, []).append(o)
+    out = {}
+    for uid, shares_of_claim in by_claim.items():
+        limits = {share_compute(o.share) for o in shares_of_claim if o.share is not None}
+        several = sum(o.count for o in shares_of_claim) > 1
+        if several and limits and all(limit is not None and limit < 100 for limit in limits):
+            found = {_device_key(d): str(d.gpu_uuid) for o in shares_of_claim for d in o.devices}
+            values = sorted(found.items())
+            out[uid] = DeviceConstraint(
+                key=f"{uid}/shares-evenly",
+                distinct=False,
+                evenly=True,
+                values=tuple(values),
+                label="shares spread evenly over their GPUs (one compute limit per claim)",
+            )
+    return out
+
+
+def _solver_claims(
+    o: Option, extra: tuple[DeviceConstraint, ...] = ()
+) -> list[tuple[str, ClaimRequest]]:
     label = o.claim.name if len(o.claim.requests) == 1 else f"{o.claim.name}/{o.request}"
     base = f"{o.claim.uid}/{o.request}"
-    constraints = device_constraints(o)
+    constraints = device_constraints(o) + extra
     if o.kind == devices.GPU and o.share is None:
         # The solver keeps whole claims off MIG-enabled GPUs unless the selector names
         # `migEnabled: true` somewhere; v1 publishes those GPUs whole too, and the eligible

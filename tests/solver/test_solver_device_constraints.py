@@ -155,3 +155,46 @@ def test_the_model_of_required_numa_builds_over_gpus_without_numa() -> None:
         "default/p"
     ]
     assert sorted(c.uuid for c in chosen["uid-default-pair"]) == ["GPU-n1-0", "GPU-n1-1"]
+
+
+# -- shares of one namespace per GPU (the node plugin's one MPS server per GPU) -------------------
+
+
+def _share(name: str, namespace: str) -> ClaimRequest:
+    return gpu_claim(name, share={"compute": 20}, namespace=namespace)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_shares_of_two_namespaces_take_two_gpus(mode: Mode) -> None:
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=2),),
+        pods=(
+            pod("a", _share("a", "team-a"), namespace="team-a"),
+            pod("b", _share("b", "team-b"), namespace="team-b"),
+            pod("c", _share("c", "team-a"), namespace="team-a"),
+        ),
+    )
+    entries = _entries(_solve(problem, mode))
+    a, b, c = (_gpus(entries[uid])[0] for uid in ("uid-team-a-a", "uid-team-b-b", "uid-team-a-c"))
+    assert a != b and c == a
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gpu_with_another_namespaces_share_is_closed_to_a_share(mode: Mode) -> None:
+    held = AllocatedDevices.model_validate(
+        {
+            "claimInfo": {"namespace": "team-b", "name": "old", "uid": "old"},
+            "gpu": {"devices": [{"uuid": "GPU-n1-0"}]},
+            "share": {"compute": 10},
+        }
+    )
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=1, allocated={"old": held}),),
+        pods=(pod("a", _share("a", "team-a"), namespace="team-a"),),
+    )
+    solution = _solve(problem, mode)
+    assert not solution.placements
+    (rejection,) = solution.unplaced
+    assert "hold shares of other namespaces" in " ".join(rejection.reasons), rejection.reasons
+    same = dataclasses.replace(problem, pods=(pod("b", _share("b", "team-b"), namespace="team-b"),))
+    assert _solve(same, mode).placements

@@ -126,7 +126,8 @@ def test_existing_allocations_are_kept_and_respected(mode: Mode) -> None:
         count=3,
         allocated={
             "old-whole": _held("old-whole", "GPU-n1-0"),
-            "old-share": _held("old-share", "GPU-n1-1", share=60),
+            # of the new shares' namespace: shares of two namespaces never share a GPU
+            "old-share": _held("old-share", "GPU-n1-1", namespace="default", share=60),
         },
     )
     problem = Problem(

@@ -284,12 +284,11 @@ def _time_sliced(requests: list[str]) -> dict[str, Any]:
         ({"g": exactly(), "m": _mig("1g.5gb")}, None, "whole GPUs of request g and MIG devices"),
         (
             {
-                "s": exactly(GPU, capacity={"requests": {"memory": "4Gi"}}),
-                "t": exactly(GPU, capacity={"requests": {"memory": "8Gi"}}),
+                "s": exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "20"}}),
+                "t": exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "30"}}),
             },
             None,
-            "shares (memory 4Gi, compute 100%) of request s and shares (memory 8Gi, "
-            "compute 100%) of request t",
+            "shares (compute 20%) of request s and shares (compute 30%) of request t",
         ),
         (
             {"g": exactly(), "s": exactly(GPU, capacity={"requests": {"memory": "4Gi"}})},
@@ -436,3 +435,29 @@ def test_all_shares_over_gpus_of_two_sizes_are_refused_not_a_subset() -> None:
     same = exactly(allocationMode="All", capacity={"requests": {"memory": "1Gi"}})
     out = v1.allocate([_t4_and_a100()], [pod("p", claim("same", {"s": same}))], CLASSES)
     assert sorted(_devices(out, "same")) == ["gpu-0", "gpu-1"]
+
+
+# -- a claim's shares as the node plugin prepares them (one compute limit per claim) ------------
+
+
+def test_shares_of_different_memory_in_one_claim_are_allocated() -> None:
+    small = exactly(GPU, capacity={"requests": {"memory": "2Gi", "compute": "20"}})
+    large = exactly(GPU, capacity={"requests": {"memory": "6Gi", "compute": "20"}})
+    out = v1.allocate(
+        [node("a", "T4", 1)], [pod("p", claim("c", {"s": small, "t": large}))], CLASSES
+    )
+    assert _devices(out, "c") == ["gpu-0", "gpu-0"]
+
+
+@pytest.mark.parametrize(("gpus", "placed"), [(2, False), (3, True)])
+def test_a_claims_limited_shares_spread_evenly_over_their_gpus(gpus: int, placed: bool) -> None:
+    # The plugin gives a claim's shares on one GPU the sum of their limits and all its GPUs one
+    # limit: two of them on one GPU and one on another would be 50% and 25%.
+    two = exactly(GPU, count=2, capacity={"requests": {"memory": "1Gi", "compute": "25"}})
+    one = exactly(GPU, capacity={"requests": {"memory": "1Gi", "compute": "25"}})
+    out = v1.allocate(
+        [node("a", "T4", gpus)], [pod("p", claim("c", {"two": two, "one": one}))], CLASSES
+    )
+    assert bool(out.placed) is placed
+    if placed:
+        assert sorted(_devices(out, "c")) == ["gpu-0", "gpu-1", "gpu-2"]
