@@ -306,7 +306,7 @@ def corrupt(path: Path, how: str, where: float, patch: Any) -> None:
         patch.setattr(Path, "read_text", failing)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     crashed=st.sampled_from(KINDS),
     step_index=st.integers(0, 4),
