@@ -125,15 +125,16 @@ def _allocated(claims: list[Obj]) -> list[str]:
 
 
 def _allocator(claim: Obj) -> str:
-    """Who wrote the claim's allocation: the API server's field manager of it when recorded,
-    else drasat's controller when the claim carries its finalizer (added before it allocates)."""
+    """Who wrote the claim's allocation: drasat's controller when the claim carries its finalizer
+    (added before it allocates, and by nothing else), else the API server's field manager of
+    `status.allocation` (kube-scheduler's is `kube-scheduler`)."""
     meta = claim.get("metadata") or {}
+    if FINALIZER in (meta.get("finalizers") or []):
+        return "drasat's controller"
     for entry in meta.get("managedFields") or []:
         fields = json.dumps(entry.get("fieldsV1") or {})
         if entry.get("subresource") == "status" and '"f:allocation"' in fields:
             return str(entry.get("manager") or "?")
-    if FINALIZER in (meta.get("finalizers") or []):
-        return "drasat's controller"
     return "another allocator (kube-scheduler, for a claim that tolerates drasat's taint)"
 
 

@@ -198,3 +198,26 @@ def test_the_cli_prints_it(
     out = capsys.readouterr().out
     assert out.startswith("No drasat controller has written a decision for pod default/p1")
     assert "batch mode" in out and "  pod default/p1 would go to node n1:" in out
+
+
+def test_explain_on_a_bound_pod_says_where_and_who_allocated_its_claim(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    assert _explain(api, "p1") == (
+        "pod default/p1 is pending; its claims of drasat's are allocated (kube-scheduler binds "
+        "the pod where they are):\n"
+        "  claim default/c1: gpu=gpu-0 on node n1, allocated by drasat's controller"
+    )
+    # kube-scheduler binds it (what its binding cycle posts).
+    binding = r.Resource("", "v1", "pods/p1/binding", "Binding")
+    api.create(binding, {"metadata": {"name": "p1"}, "target": {"kind": "Node", "name": "n1"}},
+               namespace="default")  # fmt: skip
+    assert _explain(api, "p1") == (
+        "pod default/p1 is bound to node n1:\n"
+        "  claim default/c1: gpu=gpu-0 on node n1, allocated by drasat's controller"
+    )
