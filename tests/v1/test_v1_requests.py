@@ -192,5 +192,7 @@ def test_a_bad_configuration_of_our_driver_is_refused_another_drivers_is_not_our
     bad = {"opaque": {"driver": "gpu.drasat.io", "parameters": {"kind": "Nope"}}}
     error = _refusal({"a": exactly()}, config=[{"opaque": {"driver": "x.io"}}, bad])
     assert error.field == "spec.devices.config[1].opaque"
-    other = {"opaque": {"driver": "x.io", "parameters": {"kind": "Nope"}}}
-    assert read_claim(claim("c", {"a": exactly()}, config=[other]), CLASSES).config == (other,)
+    # drivers named before and after ours: only our own driver's name is ours
+    others = [{"opaque": {"driver": d, "parameters": {"kind": "Nope"}}}
+              for d in ("a.example.com", "x.io", "gpu.drasat.io.example.com")]  # fmt: skip
+    assert read_claim(claim("c", {"a": exactly()}, config=others), CLASSES).config == tuple(others)
