@@ -83,6 +83,9 @@ class GpuSlot:
     #: Namespaces of the existing shares on it (sorted): a share of another namespace never
     #: joins them (the node plugin runs one MPS server per GPU for one namespace's shares).
     share_namespaces: tuple[str, ...] = ()
+    #: Namespaces with an existing share claim here that spans several GPUs: no other share of
+    #: theirs joins it (the node plugin's MPS daemon serves one set of GPUs).
+    spread_share_namespaces: tuple[str, ...] = ()
     #: intern(mig_options): GPUs of one product share it.
     options_id: int = 0
     #: intern(key()): GPUs in the same state (of any node) share per-GPU memo entries.
@@ -110,6 +113,7 @@ class GpuSlot:
             tuple(sorted(self.mig_occupied)),
             self.media_extensions_used,
             self.share_namespaces,
+            self.spread_share_namespaces,
             self.options_id,
         )
 
@@ -289,6 +293,24 @@ def _taken(nas: NodeAllocationStateSpec) -> dict[str, _Taken]:
     return taken
 
 
+def _spread_shares(claims: dict[str, AllocatedDevices]) -> dict[str, set[str]]:
+    """GPU uuid -> the namespaces of the share claims there that span several GPUs (a
+    ResourceClaim's shares may be several ledger entries: grouped by the claim's uid)."""
+    gpus_of: dict[str, set[str]] = {}
+    namespace_of: dict[str, str] = {}
+    for claim in claims.values():
+        if claim.share is None or claim.gpu is None:
+            continue
+        gpus_of.setdefault(claim.claimInfo.uid, set()).update(d.uuid for d in claim.gpu.devices)
+        namespace_of[claim.claimInfo.uid] = claim.claimInfo.namespace
+    out: dict[str, set[str]] = {}
+    for uid, uuids in gpus_of.items():
+        if len(uuids) > 1:
+            for uuid in uuids:
+                out.setdefault(uuid, set()).add(namespace_of[uid])
+    return out
+
+
 def _namespace_use(claims: dict[str, AllocatedDevices]) -> dict[str, NamespaceUse]:
     use: dict[str, NamespaceUse] = {}
     for claim in claims.values():
@@ -306,6 +328,7 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
     intern = fresh(cache).intern
     nas = node.nas
     taken = _taken(nas)
+    spread = _spread_shares(nas.allocatedClaims)
     options = _mig_options(nas.mig_profiles())
     option_ids = {product: intern(o) for product, o in options.items()}
     gpus: list[GpuSlot] = []
@@ -332,6 +355,7 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
                 share_memory_used_mib=state.memory_mib,
                 share_claims=state.shares,
                 share_namespaces=tuple(sorted(state.share_namespaces)),
+                spread_share_namespaces=tuple(sorted(spread.get(info.uuid, ()))),
                 mig_occupied=frozenset(state.occupied),
                 media_extensions_used=state.media,
                 mig_options=gpu_options,

@@ -124,8 +124,10 @@ class PrimaryLevels:
 
 
 def share_fits(claim: Claim, gpu: GpuSlot) -> bool:
-    return share_room(claim, gpu) and all(
-        namespace == claim.namespace for namespace in gpu.share_namespaces
+    return (
+        share_room(claim, gpu)
+        and all(namespace == claim.namespace for namespace in gpu.share_namespaces)
+        and claim.namespace not in gpu.spread_share_namespaces
     )
 
 
@@ -459,6 +461,53 @@ class _Builder:
         if literal is not None:
             c.only_enforce_if(literal)
 
+    def share_groups(self) -> None:
+        """The shares of one ResourceClaim (`share_group`) spread over several GPUs of a node
+        take GPUs no other share claim of their namespace uses, existing or new (the node
+        plugin's MPS daemon serves one set of GPUs per namespace)."""
+        groups: dict[str, list[DeviceVar]] = {}
+        for uid, claim in self.claims.items():
+            if claim.kind is Kind.share and claim.request.share_group is not None:
+                groups.setdefault(claim.request.share_group, []).extend(
+                    self.built.devices.get(uid, [])
+                )
+        shares = [d for ds in self.built.devices.values() for d in ds if d.claim.kind is Kind.share]
+        for number, members in enumerate(groups.values()):
+            per_node: dict[str, list[DeviceVar]] = {}
+            for d in members:
+                per_node.setdefault(d.gpu.node, []).append(d)
+            for node, here in per_node.items():
+                self._spread_alone(f"{number}_{node}", here, shares)
+
+    def _spread_alone(self, tag: str, members: list[DeviceVar], shares: list[DeviceVar]) -> None:
+        by_gpu: dict[int, list[DeviceVar]] = {}
+        for d in members:
+            by_gpu.setdefault(d.gpu.position, []).append(d)
+        if len(by_gpu) < 2:
+            return
+        group = members[0].claim.request.share_group
+        namespace = members[0].claim.namespace
+        used = {
+            position: self._any([d.var for d in ds], f"grp_{tag}_{position}")
+            for position, ds in by_gpu.items()
+        }
+        spread = self.m.new_bool_var(f"spread_{tag}")
+        self.m.add(cp_model.LinearExpr.sum(list(used.values())) - 1 <= len(used) * spread)
+        for position, ds in by_gpu.items():
+            gpu = ds[0].gpu
+            if namespace in gpu.share_namespaces:
+                self.m.add(used[position] + spread <= 1)
+            others = [
+                d.var
+                for d in shares
+                if d.gpu.node == gpu.node
+                and d.gpu.position == position
+                and d.claim.namespace == namespace
+                and d.claim.request.share_group != group
+            ]
+            for other in others:
+                self.m.add(other + used[position] + spread <= 2)
+
     def _per_gpu(self, uid: str) -> dict[tuple[str, int], list[cp_model.IntVar]]:
         out: dict[tuple[str, int], list[cp_model.IntVar]] = {}
         for d in self.built.devices.get(uid, []):
@@ -725,6 +774,7 @@ class _Builder:
         self.pairing()
         self.same_gpu()
         self.device_constraints()
+        self.share_groups()
         self.gpu_capacity()
         self.node_capacity()
         self.budgets()

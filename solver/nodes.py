@@ -95,6 +95,8 @@ def _eligible_text(claim: Claim) -> str:
         text += " placements=" + ",".join(f"{u}@{s}" for u, s in sorted(request.placements))
     if request.constraints:
         text += f" constraints={request.constraints!r}"
+    if request.share_group is not None:
+        text += f" share_group={request.share_group}"
     return text if request.same_gpu is None else f"{text} same_gpu={request.same_gpu}"
 
 

@@ -90,6 +90,10 @@ class ClaimRequest:
     placements: frozenset[tuple[str, int]] | None = None
     #: Constraints with other claims of the pod on the devices taken (see DeviceConstraint).
     constraints: tuple[DeviceConstraint, ...] = ()
+    #: Share claims with the same key are the shares of one ResourceClaim (a v1 claim's), which
+    #: the node plugin prepares as one: spread over several GPUs, they take GPUs no other share
+    #: claim of their namespace uses (one MPS daemon per set of GPUs). None: a claim of its own.
+    share_group: str | None = None
 
     def __post_init__(self) -> None:
         if (self.gpu is None) == (self.mig is None):

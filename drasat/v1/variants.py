@@ -457,6 +457,7 @@ def _solver_claims(
                 label,
                 gpu=gpu,
                 eligible=o.eligible,
+                share_group=o.claim.uid,
                 constraints=constraints,
             )
         else:

@@ -198,3 +198,24 @@ def test_a_gpu_with_another_namespaces_share_is_closed_to_a_share(mode: Mode) ->
     assert "hold shares of other namespaces" in " ".join(rejection.reasons), rejection.reasons
     same = dataclasses.replace(problem, pods=(pod("b", _share("b", "team-b"), namespace="team-b"),))
     assert _solve(same, mode).placements
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gpu_of_a_spread_share_claim_is_closed_to_its_namespaces_shares(mode: Mode) -> None:
+    def held(uuid: str) -> AllocatedDevices:
+        return AllocatedDevices.model_validate(
+            {
+                "claimInfo": {"namespace": "team-a", "name": "old", "uid": "old"},
+                "gpu": {"devices": [{"uuid": uuid}]},
+                "share": {"memory": "1Gi"},
+            }
+        )
+
+    # One claim's two shares (two ledger entries of claim `old`) on GPUs 0 and 1.
+    spread = {"old/s#0": held("GPU-n1-0"), "old/s#1": held("GPU-n1-1")}
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=3, allocated=spread),),
+        pods=(pod("a", _share("a", "team-a"), namespace="team-a"),),
+    )
+    entries = _entries(_solve(problem, mode))
+    assert _gpus(entries["uid-team-a-a"]) == ["GPU-n1-2"]

@@ -461,3 +461,21 @@ def test_a_claims_limited_shares_spread_evenly_over_their_gpus(gpus: int, placed
     assert bool(out.placed) is placed
     if placed:
         assert sorted(_devices(out, "c")) == ["gpu-0", "gpu-1", "gpu-2"]
+
+
+@pytest.mark.parametrize(("gpus", "placed"), [(2, 1), (3, 2)])
+def test_a_claims_shares_spread_over_gpus_take_them_alone_in_their_namespace(
+    gpus: int, placed: int
+) -> None:
+    # The node plugin's MPS daemon serves one set of GPUs: another share of the namespace may
+    # not join one GPU of a claim spread over two.
+    pair = exactly(GPU, count=2, capacity={"requests": {"memory": "1Gi"}})
+    one = exactly(GPU, capacity={"requests": {"memory": "1Gi"}})
+    out = v1.allocate(
+        [node("a", "T4", gpus)],
+        [pod("p", claim("pair", {"s": pair})), pod("q", claim("one", {"s": one}))],
+        CLASSES,
+    )
+    assert len(out.placed) == placed
+    if placed == 2:
+        assert not set(_devices(out, "pair")) & set(_devices(out, "one"))
