@@ -18,14 +18,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import fakedriver
 import pytest
-from npfixtures import NODE, V1, Claims, Node, gpu_allocation, gpu_instances, ref, v1_claim
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from npfixtures import (
+    NODE,
+    V1,
+    Claims,
+    Node,
+    gpu_allocation,
+    gpu_instances,
+    make_node,
+    ref,
+    v1_claim,
+)
 
 from drasat.nodeplugin import mps
 from drasat.nodeplugin.devices import ComputeMode
@@ -63,9 +77,8 @@ def _env(node: Node, uid: str) -> dict[str, str]:
 
 def _mounts(node: Node, uid: str) -> dict[str, str]:
     spec = json.loads(node.state.cdi.path(uid).read_text())
-    return {
-        m["containerPath"]: m["hostPath"] for m in spec["devices"][0]["containerEdits"]["mounts"]
-    }
+    edits = spec["devices"][0]["containerEdits"]
+    return {m["containerPath"]: m["hostPath"] for m in edits.get("mounts", [])}
 
 
 def _power_and_clocks(node: Node, index: int) -> tuple[int | None, int | None]:
@@ -297,3 +310,105 @@ def test_a_refused_share_leaves_the_gpu_as_it_was(node_factory: Any) -> None:
     node.state.unprepare(ref("one"))
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.Default
     assert node.daemons() == {}
+
+
+# -- property: whatever tenants ask, in any order --------------------------------------------------
+
+_KINDS = ("whole", "share", "mig", "mig-mps")
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("prepare", "unprepare")),
+        st.integers(0, 5),  # claim
+        st.sampled_from(_KINDS),
+        st.sampled_from(("team-a", "team-b")),
+        st.integers(0, 6),  # MIG start
+    ),
+    max_size=10,
+)
+_ACCEPTED = ("runs the MPS server of namespace", "overlaps MIG device")
+
+
+def _tenant_allocation(node: Node, uid: str, kind: str, namespace: str, start: int) -> Any:
+    lifecycle = [POWER_LIMIT, LOCKED_CLOCKS]  # the policy's, copied into every allocation
+    info = {"namespace": namespace, "name": uid, "uid": uid}
+    if kind == "whole":
+        return {
+            "claimInfo": info,
+            "gpu": {"devices": [{"uuid": node.gpu(0)}]},
+            "lifecycle": lifecycle,
+        }
+    if kind == "share":
+        share = {"compute": 20, "memory": "4Gi"}
+        gpu = {"devices": [{"uuid": node.gpu(0)}]}
+        return {"claimInfo": info, "gpu": gpu, "share": share, "lifecycle": lifecycle}
+    device = {
+        "profile": "1g.5gb",
+        "parentUUID": node.gpu(1),
+        "placement": {"start": start, "size": 1},
+    }
+    mig: dict[str, Any] = {"devices": [device]}
+    if kind == "mig-mps":
+        mig["sharing"] = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}
+    return {"claimInfo": info, "mig": mig, "lifecycle": lifecycle}
+
+
+@settings(max_examples=12, deadline=None)
+@given(ops=_OPS)
+def test_no_tenant_reaches_another(ops: list[Any]) -> None:
+    """Any sequence of claims (an exclusive GPU, shares of it, MIG slices with and without MPS)
+    from two namespaces, each with the policy's power limit and locked clocks: a GPU leaves its
+    300 W / free clocks only while one claim holds it whole; every MPS daemon, and every pipe and
+    shared-memory folder a container mounts, serves one namespace, and more than one claim only
+    when they are shares; after the last unprepare the node is as it was."""
+    root = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
+    node = make_node(root, "2xA100-40GB,mig=1")
+    prepared: dict[str, tuple[str, str]] = {}  # uid -> (kind, namespace)
+    try:
+        for op, claim, kind, namespace, start in ops:
+            uid = f"t{claim}"
+            if op == "unprepare":
+                if uid in prepared:
+                    node.state.unprepare(ref(uid, name=uid, namespace=prepared.pop(uid)[1]))
+                    node.store.deallocate(uid)
+                continue
+            kinds = {k for k, _ in prepared.values()}
+            if (
+                uid in prepared
+                or (kind == "whole" and "share" in kinds | {"whole"} & kinds)
+                or (kind == "share" and "whole" in kinds)
+            ):
+                continue  # an allocator never gives a GPU whole and in shares at once
+            node.allocate(uid, _tenant_allocation(node, uid, kind, namespace, start))
+            try:
+                node.state.prepare(ref(uid, name=uid, namespace=namespace))
+                prepared[uid] = (kind, namespace)
+            except ClaimError as error:
+                assert any(reason in str(error) for reason in _ACCEPTED), error
+                node.store.deallocate(uid)
+            _check_isolation(node, prepared)
+        for uid, (_, namespace) in list(prepared.items()):
+            node.state.unprepare(ref(uid, name=uid, namespace=namespace))
+        assert node.daemons() == {}
+        for index in (0, 1):
+            assert _power_and_clocks(node, index) == (300, None)
+            assert node.lib.settings(node.gpu(index)).compute_mode is ComputeMode.Default
+    finally:
+        mps.stop_simulated()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_isolation(node: Node, prepared: dict[str, tuple[str, str]]) -> None:
+    whole = [uid for uid, (kind, _) in prepared.items() if kind == "whole"]
+    assert _power_and_clocks(node, 0) == ((200, 210) if whole else (300, None))
+    assert _power_and_clocks(node, 1) == (300, None)  # the MIG GPU: never one claim's alone
+    for name in node.daemons():
+        users = node.state.mps.users(name)
+        assert len({prepared[u][1] for u in users}) == 1, users
+        assert len(users) == 1 or all(prepared[u][0] == "share" for u in users), users
+    mounted: dict[str, set[str]] = {}
+    for uid in prepared:
+        for host in _mounts(node, uid).values() if node.state.cdi.path(uid).exists() else ():
+            mounted.setdefault(host, set()).add(uid)
+    for host, users in mounted.items():
+        assert len({prepared[u][1] for u in users}) == 1, (host, users)
+        assert len(users) == 1 or all(prepared[u][0] == "share" for u in users), (host, users)
