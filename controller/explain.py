@@ -228,13 +228,17 @@ def _what_if(
     if decision is not None and decision.policy_digest != digest:
         lines.append(f"  (the controller decided with policy digest {decision.policy_digest}: "
                      "not this one)")  # fmt: skip
-    outcome = v1.allocate(
-        v1inputs.node_inputs(found),
-        [p.input for p in batch],
-        found.classes,
-        policy=spec,
-        params=SolveParams(mode=Mode(mode)),
-    )
+    try:
+        outcome = v1.allocate(
+            v1inputs.node_inputs(found),
+            [p.input for p in batch],
+            found.classes,
+            policy=spec,
+            params=SolveParams(mode=Mode(mode)),
+        )
+    except Exception as error:  # the what-if is extra: its failure never hides the decision
+        lines.append(f"  the what-if failed: {type(error).__name__}: {error}")
+        return lines
     key = item.input.key
     if key in outcome.placed:
         lines.append(f"  pod {key} would go to node {outcome.placed[key]}:")

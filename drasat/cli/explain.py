@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from drasat.cli.envflags import env as _env
@@ -75,6 +76,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from drasat.controller import explain
+    from drasat.kube import errors
     from drasat.kube.client import KubeClient, load_configuration
 
     api = KubeClient(load_configuration(args.kubeconfig))
@@ -87,5 +89,11 @@ def run(args: argparse.Namespace) -> int:
         lease=args.leader_election_lease,
         batch_max=args.batch_max,
     )
-    print(explain.explain(api, args.pod_namespace, args.pod, options=options))
+    try:
+        print(explain.explain(api, args.pod_namespace, args.pod, options=options))
+    except errors.KubeError as error:
+        print(f"error: cannot read the cluster: {error}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
     return 0

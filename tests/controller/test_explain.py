@@ -221,3 +221,14 @@ def test_explain_on_a_bound_pod_says_where_and_who_allocated_its_claim(
         "pod default/p1 is bound to node n1:\n"
         "  claim default/c1: gpu=gpu-0 on node n1, allocated by drasat's controller"
     )
+
+
+def test_the_cli_says_when_it_cannot_read_the_cluster(capsys: Any, tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    assert cli.main(["explain", "p1", "--kubeconfig", str(kubeconfig)]) == 1
+    assert capsys.readouterr().err.startswith("error: cannot read the cluster: ")
