@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drasat.controlplane import binaries, cluster
+from drasat.controlplane import binaries, cluster, kubelet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"up: Kubernetes {binaries.CLASSIC_VERSION} with classic DRA (resource.k8s.io/"
         f"v1alpha2) from $DRASAT_KUBE_CLASSIC_BIN or {binaries.default_dir(classic=True)}",
     )
+    parser.add_argument(
+        "--kubelets",
+        type=int,
+        default=0,
+        metavar="N",
+        help="up: also start N real kubelets (nodes node-1..node-N), each on its own fake "
+        "container runtime (fakecri), registering its own Node",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for up")
     args = parser.parse_args(argv)
     try:
@@ -62,10 +70,26 @@ def _up(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"kube-cluster: starting {line}", file=sys.stderr, flush=True)
 
+    if args.kubelets and args.classic:
+        print("kube-cluster: --kubelets runs v1.37 kubelets; not with --classic", file=sys.stderr)
+        return 2
     bin_dir = args.bin_dir or binaries.default_dir(classic=args.classic)
     started = cluster.Cluster.start(
         directory=args.dir, bin_dir=bin_dir, timeout=args.timeout, progress=progress
     )
+    for index in range(1, args.kubelets + 1):
+        name = f"node-{index}"
+        progress(f"kubelet {name} on its fake container runtime")
+        try:
+            node = kubelet.Kubelet.start(started, name, timeout=args.timeout)
+        except BaseException:
+            started.stop()
+            raise
+        print(
+            f"kube-cluster: kubelet {name} Ready; a DRA plugin registers in {node.registry_dir} "
+            f"and serves in {node.kubelet_root / kubelet.PLUGINS}/<driver>/",
+            file=sys.stderr,
+        )
     print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)
     print(started.kubeconfig)
     return 0

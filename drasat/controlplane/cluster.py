@@ -209,6 +209,36 @@ class Cluster:
             check=True,
             capture_output=True,
         )
+        # The CA of client certificates: a kubelet's node identity (`sign_client_certificate`).
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+            "-keyout", str(self.client_ca_key), "-out", str(self.client_ca_file),
+            "-subj", "/CN=drasat-client-ca",
+        )  # fmt: skip
+
+    @property
+    def client_ca_file(self) -> Path:
+        return self.directory / "client-ca.crt"
+
+    @property
+    def client_ca_key(self) -> Path:
+        return self.directory / "client-ca.key"
+
+    def sign_client_certificate(self, key: Path, cert: Path, *, user: str, group: str) -> None:
+        """A key and a certificate signed by the client CA: the API server authenticates its
+        holder as `user` in `group` (CN and O)."""
+        request = cert.with_suffix(".csr")
+        _openssl(
+            "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+            "-out", str(request), "-subj", f"/O={group}/CN={user}",
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", str(request), "-CA", str(self.client_ca_file),
+            "-CAkey", str(self.client_ca_key), "-CAcreateserial", "-days", "3650",
+            "-out", str(cert),
+        )  # fmt: skip
+        request.unlink()
+        key.chmod(0o600)
 
     def _write_kubeconfig(self, path: Path, user: str) -> None:
         ca = base64.b64encode(self.ca_file.read_bytes()).decode()
@@ -229,10 +259,18 @@ class Cluster:
         path.chmod(0o600)
 
     def _spawn(self, name: str, args: list[str]) -> Process:
+        return self.spawn(name, name, args)
+
+    def spawn(
+        self, name: str, binary: str, args: list[str], *, wrapper: tuple[str, ...] = ()
+    ) -> Process:
+        """Start `binary` (from the binaries' folder) as the recorded process `name`, its output
+        in `name`'s log (appended to: a restarted process keeps its earlier lines). `wrapper`:
+        a command that ends by exec-ing its arguments (the pid stays the binary's)."""
         log = self.log_path(name)
         with log.open("ab") as out:
             child = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                [*wrapper, str(self.bin_dir / binary), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -278,7 +316,11 @@ class Cluster:
             f"--secure-port={self.ports['apiserver']}",
             f"--cert-dir={self.directory / 'apiserver'}",
             f"--token-auth-file={self.directory / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
+            f"--client-ca-file={self.client_ca_file}",
+            # Kubelets get what the Node authorizer grants their node and NodeRestriction admits;
+            # everyone else, RBAC.
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self.directory / 'sa.key'}",
             f"--service-account-signing-key-file={self.directory / 'sa.key'}",
@@ -403,18 +445,24 @@ class Cluster:
         """Stop exactly the recorded processes, newest first; the names of those that were up."""
         stopped = []
         for process in reversed(self.processes):
-            if not process.alive():
-                continue
-            stopped.append(process.name)
-            _signal(process, signal.SIGTERM)
-            until = time.monotonic() + grace
-            while process.alive() and time.monotonic() < until:
-                time.sleep(0.05)
             if process.alive():
-                _signal(process, signal.SIGKILL)
-                while process.alive():
-                    time.sleep(0.05)
+                stopped.append(process.name)
+                self.stop_process(process, signal.SIGTERM, grace)
         return stopped
+
+    def stop_process(self, process: Process, signum: int, grace: float = 15.0) -> None:
+        """Signal one recorded process (SIGTERM, or SIGKILL for a crash) and wait until it has
+        exited; SIGKILL after `grace` seconds."""
+        if not process.alive():
+            return
+        _signal(process, signum)
+        until = time.monotonic() + grace
+        while process.alive() and time.monotonic() < until:
+            time.sleep(0.05)
+        if process.alive():
+            _signal(process, signal.SIGKILL)
+            while process.alive():
+                time.sleep(0.05)
 
     # --- reading it ----------------------------------------------------------------------------
 
@@ -437,6 +485,29 @@ class Cluster:
                 return body
         except (urllib.error.URLError, OSError, ValueError):
             return None
+
+    def get_object(self, path: str) -> dict[str, Any] | None:
+        """GET `path` (an API path) as the administrator: the object, or None."""
+        return self._get(path)
+
+    def untaint_node(self, node: str, key: str) -> None:
+        """Remove the taint `key` from Node `node` (a JSON merge patch of its taints)."""
+        held = self._get(f"/api/v1/nodes/{node}")
+        if held is None:
+            raise ClusterError(f"Node {node} is not there")
+        taints = [t for t in held.get("spec", {}).get("taints", []) if t.get("key") != key]
+        body = json.dumps({"spec": {"taints": taints or None}}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/nodes/{node}",
+            data=body,
+            method="PATCH",
+            headers={
+                "Authorization": f"Bearer {self.tokens[ADMIN_USER]}",
+                "Content-Type": "application/merge-patch+json",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=10, context=_tls(self.ca_file)):
+            pass
 
     def _lease_held(self, name: str) -> bool:
         lease = self._get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
@@ -465,6 +536,12 @@ def sigterm_on_parent_death() -> None:
     even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _openssl(*args: str) -> None:
+    done = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ClusterError(f"openssl {args[0]} failed: {done.stderr.strip()}")
 
 
 def _signal(process: Process, signum: int) -> None:

@@ -1,0 +1,260 @@
+"""A GPU node with a real kubelet for end-to-end tests on the real control plane: the kubelet
+v1.37.2 (`drasat.controlplane.kubelet`) on `fakecri`, the in-memory container runtime that records
+every CreateContainer request, and drasat's real `drasat nodeplugin` process on a simulated fleet,
+registered through that kubelet's plugin watcher and driven only by it.
+
+The test reads what the container was given from the runtime's record (`containers`): the CDI
+device names the kubelet put in the request, resolved against the plugin's CDI specs
+(`cdi_env`) as a CDI-aware runtime would. Everything started is stopped and everything created is
+deleted on exit, also when the test fails: the node's pods (force-deleted so their namespace can
+go), the plugin, the kubelet and its runtime, the Node, its ResourceSlices and the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import drasatprocess
+import kubernetes
+from kubecluster import wait_for
+from kubernetes.client import ApiException
+
+from drasat.api.devicemodel import names
+from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
+from drasat.controlplane import cluster
+from drasat.controlplane.kubelet import Kubelet
+from drasat.nodeplugin.nvml import NvmlDeviceLib
+from drasat.nodeplugin.simnvml import SimulatedNvml
+
+RESOURCE = ("resource.k8s.io", "v1")
+Obj = dict[str, Any]
+
+
+def pod(name: str, *claims: tuple[str, str], containers: tuple[str, ...] = ("ctr",)) -> Obj:
+    """A pod whose containers each use every claim in `claims` ((name in the pod, template)); a
+    template name starting with `claim:` is an existing ResourceClaim's name instead. Nothing is
+    mounted (no service-account token), so the kubelet mounts nothing on this host."""
+    references = []
+    for claim, source in claims:
+        if source.startswith("claim:"):
+            references.append({"name": claim, "resourceClaimName": source.removeprefix("claim:")})
+        else:
+            references.append({"name": claim, "resourceClaimTemplateName": source})
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": container,
+                    "image": "registry.invalid/none:0",  # fakecri pulls nothing
+                    "resources": {"claims": [{"name": c} for c, _ in claims]},
+                }
+                for container in containers
+            ],
+            "resourceClaims": references,
+        },
+    }
+
+
+@dataclass
+class RealNode:
+    """A Node with its real kubelet, fake runtime and drasat's node plugin."""
+
+    name: str
+    tmp: Path
+    fleet: str  # the simulated fleet's spec, with its state file
+    kubelet: Kubelet
+    plugin: subprocess.Popen[bytes]
+    plugin_args: list[str]
+    uuids: dict[str, str]  # whole-GPU device name -> GPU UUID
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.tmp / "cdi"
+
+    @property
+    def cdi_specs(self) -> list[Path]:
+        return sorted(self.cdi_root.glob("*.json"))
+
+    @property
+    def checkpoint_files(self) -> list[Path]:
+        return sorted((self.tmp / "state" / "checkpoint" / "claims").glob("*"))
+
+    def plugin_log(self) -> str:
+        return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
+
+    def diagnostics(self) -> str:
+        return f"plugin log:\n{self.plugin_log()}\n{self.kubelet.logs(80)}"
+
+    def containers(self, namespace: str, pod_name: str) -> list[Obj]:
+        """The runtime's record of the CreateContainer requests for one pod, oldest first."""
+        return [
+            entry
+            for entry in self.kubelet.created_containers()
+            if (entry["namespace"], entry["pod"]) == (namespace, pod_name)
+        ]
+
+    def cdi_env(self, cdi_ids: list[str]) -> dict[str, str]:
+        """The environment the CDI devices `cdi_ids` (`vendor/class=name`) give a container, read
+        from the plugin's spec files as a CDI-aware runtime reads them."""
+        wanted = set(cdi_ids)
+        env: dict[str, str] = {}
+        found = set()
+        for path in self.cdi_specs:
+            spec = json.loads(path.read_text())
+            for device in spec.get("devices", []):
+                qualified = f"{spec['kind']}={device['name']}"
+                if qualified in wanted:
+                    found.add(qualified)
+                    for pair in device.get("containerEdits", {}).get("env", []):
+                        key, _, value = pair.partition("=")
+                        env[key] = value
+        missing = wanted - found
+        assert not missing, f"no CDI spec in {self.cdi_root} defines {sorted(missing)}"
+        return env
+
+    def wait_running(
+        self, api: kubernetes.client.ApiClient, namespace: str, pod_name: str, timeout: float = 90
+    ) -> Any:
+        """The pod once Running (every container started by the kubelet)."""
+        core = kubernetes.client.CoreV1Api(api)
+
+        def running() -> Any:
+            held = core.read_namespaced_pod(pod_name, namespace)
+            return held if held.status.phase == "Running" else None
+
+        try:
+            return wait_for(running, timeout=timeout, what=f"pod {namespace}/{pod_name} Running")
+        except AssertionError as error:
+            held = core.read_namespaced_pod(pod_name, namespace)
+            events = core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={pod_name}"
+            )
+            said = "\n".join(f"{e.reason}: {e.message}" for e in events.items)
+            raise AssertionError(
+                f"{error}: {held.status.phase}\nevents:\n{said}\n{self.diagnostics()}"
+            ) from None
+
+    def delete_pods(self, api: kubernetes.client.ApiClient, namespace: str, *pods: str) -> None:
+        """Delete the pods gracefully and wait until the kubelet has confirmed each deletion
+        (which it does after unpreparing the pod's claims)."""
+        core = kubernetes.client.CoreV1Api(api)
+        for name in pods:
+            core.delete_namespaced_pod(name, namespace)
+        wait_for(
+            lambda: (
+                not {p.metadata.name for p in core.list_namespaced_pod(namespace).items} & set(pods)
+            ),
+            timeout=90,
+            what=f"the kubelet to confirm the deletion of {', '.join(pods)}",
+        )
+
+    def start_plugin(self, *, append: bool = False) -> None:
+        """(Re)start the node plugin with the same arguments and state."""
+        self.plugin = drasatprocess.run(self.plugin_args, self.tmp / "plugin.log", append=append)
+        socket = self.kubelet.registry_dir / f"{DRIVER_NAME}-reg.sock"
+        drasatprocess.wait_started(
+            self.plugin, socket.exists, self.tmp / "plugin.log", f"the node plugin of {self.name}"
+        )
+
+    def wait_registered(self, timeout: float = 60) -> None:
+        """Until the plugin logs that the kubelet registered it."""
+        wait_for(
+            lambda: "registered with the kubelet" in (self.tmp / "plugin.log").read_text(),
+            timeout=timeout,
+            what=f"the kubelet of {self.name} to register drasat's plugin\n{self.diagnostics()}",
+        )
+
+
+def _node_slices(custom: Any, node: str) -> list[Obj]:
+    listed = custom.list_cluster_custom_object(
+        *RESOURCE, "resourceslices", field_selector=f"spec.nodeName={node}"
+    )
+    items: list[Obj] = listed["items"]
+    return items
+
+
+@contextlib.contextmanager
+def real_node(
+    api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
+    name: str,
+    fleet: str | None,
+    *,
+    shares: bool = True,
+    nas_namespace: str | None = None,
+    extra_gates: tuple[str, ...] = (),
+) -> Iterator[RealNode]:
+    """Node `name` with its real kubelet; with a `fleet`, drasat's plugin on it, registered by the
+    kubelet and publishing its slices (shareable GPUs unless not `shares`); its NAS in memory or
+    (`nas_namespace`) published there for drasat's controller."""
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    tmp = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))  # unix socket paths stay short
+    kubelet: Kubelet | None = None
+    node: RealNode | None = None
+    try:
+        kubelet = Kubelet.start(kube_cluster, name, root=tmp / "k", extra_gates=extra_gates)
+        stateful = f"{fleet},state={tmp / 'fleet.json'}" if fleet else ""
+        plugin_args = [
+            "nodeplugin", "--node-name", name, "--simulate-gpus", stateful,
+            *(["--namespace", nas_namespace] if nas_namespace else ["--in-memory-nas"]),
+            "--kubeconfig", str(kube_cluster.kubeconfig), "--kubelet-api", "structured",
+            "--resourceslices", "--shares" if shares else "--no-shares",
+            "--kubelet-plugin-dir", str(kubelet.plugin_dir(DRIVER_NAME)),
+            "--kubelet-registry-dir", str(kubelet.registry_dir),
+            "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
+        ]  # fmt: skip
+        uuids = {}
+        if fleet:
+            gpus = NvmlDeviceLib(SimulatedNvml(fleet)).gpus()  # same seed: the same UUIDs
+            uuids = {names.gpu_name(g.minor): g.uuid for g in gpus}
+        node = RealNode(name, tmp, stateful, kubelet, None, plugin_args, uuids)  # type: ignore[arg-type]
+        if fleet:
+            node.start_plugin()
+            node.wait_registered()
+            wait_for(
+                lambda: _node_slices(custom, name),
+                timeout=60,
+                what=f"the plugin to publish {name}'s slices",
+            )
+        yield node
+    finally:
+        # The node's pods first, while the kubelet runs: it unprepares their claims.
+        with contextlib.suppress(ApiException):
+            for held in core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name}"
+            ).items:
+                with contextlib.suppress(ApiException):
+                    core.delete_namespaced_pod(
+                        held.metadata.name, held.metadata.namespace, grace_period_seconds=0
+                    )
+        if node is not None and node.plugin is not None:
+            drasatprocess.stop(node.plugin)
+        if kubelet is not None:
+            kubelet.stop()
+        with contextlib.suppress(ApiException):
+            core.delete_node(name)
+        if nas_namespace:
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(
+                    NAS_GROUP, VERSION, nas_namespace, "nodeallocationstates", name
+                )
+        for body in _node_slices(custom, name):
+            with contextlib.suppress(ApiException):  # the garbage collector may have been first
+                custom.delete_cluster_custom_object(
+                    *RESOURCE, "resourceslices", body["metadata"]["name"]
+                )
+        if kubelet is not None:
+            kubelet.remove()
+        shutil.rmtree(tmp, ignore_errors=True)

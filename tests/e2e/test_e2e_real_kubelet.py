@@ -1,0 +1,133 @@
+"""Current DRA end to end with a real kubelet: kube-scheduler allocates GPUs from the slices
+drasat's node plugin publishes, the kubelet v1.37.2 (registering its own Node, on the in-memory
+container runtime `fakecri`) registers the plugin through its plugin watcher, prepares the pod's
+claims through it, and asks the runtime for containers with the CDI devices the plugin returned.
+What each container got is read from the runtime's record of the CreateContainer requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client import ApiException
+from realkubeletkit import RealNode, pod, real_node
+
+from drasat.api import resourceslices
+from drasat.controlplane import binaries, cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+RESOURCE = ("resource.k8s.io", "v1")
+NODE = "e2e-real-kubelet"
+
+
+def _on(node: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` pinned to `node` by label (other tests' fake nodes may be up)."""
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return body
+
+
+def _template(namespace: str, name: str = "one-gpu") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.drasat.io"}}]
+                }
+            }
+        },
+    }
+
+
+def _claim_of(api: kubernetes.client.ApiClient, namespace: str, pod_name: str) -> Any:
+    """The ResourceClaim made for the pod's only claim, as the API server holds it."""
+    core = kubernetes.client.CoreV1Api(api)
+    statuses = core.read_namespaced_pod(pod_name, namespace).status.resource_claim_statuses
+    (status,) = statuses
+    return kubernetes.client.CustomObjectsApi(api).get_namespaced_custom_object(
+        *RESOURCE, namespace, "resourceclaims", status.resource_claim_name
+    )
+
+
+@pytest.fixture
+def bare_node(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+) -> Iterator[RealNode]:
+    with real_node(kube_api, kube_cluster, NODE, None) as node:
+        yield node
+
+
+@pytest.fixture
+def gpu_node(
+    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+) -> Iterator[RealNode]:
+    """Two T4s, whole GPUs only (the `gpu.drasat.io` class selects them)."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    with contextlib.suppress(ApiException):  # 409: another test made it
+        custom.create_cluster_custom_object(
+            *RESOURCE, "deviceclasses", resourceslices.gpu_device_class()
+        )
+    with real_node(kube_api, kube_cluster, NODE, "2xT4", shares=False) as node:
+        yield node
+
+
+def test_the_kubelet_registers_its_node_and_runs_a_pod_on_the_fake_runtime(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, bare_node: RealNode
+) -> None:
+    core = kubernetes.client.CoreV1Api(kube_api)
+    node = core.read_node(NODE)
+    assert node.status.node_info.kubelet_version == binaries.KUBE_VERSION
+    assert node.status.node_info.container_runtime_version.startswith("fakeRuntime://")
+    assert not [t for t in node.spec.taints or [] if t.effect == "NoSchedule"]
+
+    core.create_namespaced_pod(kube_namespace, _on(NODE, pod("plain")))
+    held = bare_node.wait_running(kube_api, kube_namespace, "plain")
+    assert held.spec.node_name == NODE
+    (created,) = bare_node.containers(kube_namespace, "plain")
+    assert (created["container"], created["podUID"]) == ("ctr", held.metadata.uid)
+    assert created["cdiDevices"] == []
+
+    bare_node.delete_pods(kube_api, kube_namespace, "plain")
+
+
+def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: RealNode
+) -> None:
+    """Reference case (a) on a real kubelet: two pods, one exclusive GPU each, allocated by
+    kube-scheduler, prepared by the kubelet through drasat's plugin; each container is created
+    with its claim's CDI device and nothing else, which gives it the allocated GPU."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    for name in ("pod1", "pod2"):
+        core.create_namespaced_pod(kube_namespace, _on(NODE, pod(name, ("gpu", "one-gpu"))))
+    visible = {}
+    for name in ("pod1", "pod2"):
+        gpu_node.wait_running(kube_api, kube_namespace, name)
+        claim = _claim_of(kube_api, kube_namespace, name)
+        uid = claim["metadata"]["uid"]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == ("gpu.drasat.io", NODE)
+        (created,) = gpu_node.containers(kube_namespace, name)
+        assert created["cdiDevices"] == [f"k8s.gpu.drasat.io/claim={uid}"]
+        env = gpu_node.cdi_env(created["cdiDevices"])
+        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[result["device"]]
+        assert env["DRASAT_CLAIM_UID"] == uid
+        visible[name] = env["NVIDIA_VISIBLE_DEVICES"]
+    assert set(visible.values()) == set(gpu_node.uuids.values())
+    assert len(gpu_node.cdi_specs) == 2 and len(gpu_node.checkpoint_files) == 2
+
+    # Deleting the pods: the kubelet unprepares each claim before it confirms the deletion.
+    gpu_node.delete_pods(kube_api, kube_namespace, "pod1", "pod2")
+    assert gpu_node.cdi_specs == []
+    assert gpu_node.checkpoint_files == []
+    assert gpu_node.plugin.poll() is None, gpu_node.plugin_log()
