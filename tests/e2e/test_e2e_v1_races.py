@@ -120,6 +120,7 @@ def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers(
     with _node(kube_api, kube_cluster, "v1tol", "2xT4") as node, applied(kube_api, theirs):
         node.wait_running(ns, "q")
         assert f"{ns}/theirs" not in allocator.allocated()  # kube-scheduler's, not drasat's
+        assert f"{ns}/q" not in allocator.text()  # drasat never tried to place its pod
         (held,) = _devices(kube_api, ns, "theirs")
         with applied(kube_api, mine):
             node.wait_running(ns, "p")
