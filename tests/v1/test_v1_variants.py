@@ -174,3 +174,42 @@ def test_match_attribute_on_product_across_requests_on_a_mixed_node() -> None:
     assert _allocate(nodes, both).placed == {}
     out = _allocate([node("a", "T4", 2), node("b", "A100-40GB", 1)], both)
     assert out.placed == {"default/p-c": "a"}
+
+
+def test_the_first_request_keeps_its_first_choice_when_only_one_can() -> None:
+    """Two requests that prefer a GPU, one GPU: the first request gets it (as upstream's
+    allocator, which takes the requests in order), the second its next choice."""
+    optional = {"firstAvailable": [{"name": "gpu", "deviceClassName": GPU},
+                                   {"name": "cpu", "deviceClassName": FALLBACK}]}  # fmt: skip
+    out = _allocate([node("a", "T4", 1)], claim("c", {"a": optional, "b": optional}))
+    assert sorted((r["request"], r["device"]) for r in _results(out, "c")) == [
+        ("a/gpu", "gpu-0"),
+        ("b/cpu", "cpu-fallback"),
+    ]
+
+
+def test_the_cpu_fallback_never_meets_a_constraint_tying_it_to_other_devices() -> None:
+    """The fallback device has no numaNode: a request matched with another on numaNode cannot
+    fall back to it (upstream fails the constraint); unconstrained, it may."""
+    optional = {"firstAvailable": [{"name": "big", **H100},
+                                   {"name": "cpu", "deviceClassName": FALLBACK}]}  # fmt: skip
+    nodes = [node("a", "T4", 2, numa=[0, 0])]
+    free = _allocate(nodes, claim("c", {"o": optional, "g": exactly()}))
+    assert _devices(free, "c") in (["cpu-fallback", "gpu-0"], ["cpu-fallback", "gpu-1"])
+    tied = claim(
+        "c",
+        {"o": optional, "g": exactly()},
+        constraints=[{"matchAttribute": "gpu.drasat.io/numaNode", "requests": ["o", "g"]}],
+    )
+    assert _allocate(nodes, tied).placed == {}
+
+
+def test_a_device_without_the_constraints_attribute_is_not_used() -> None:
+    """numaNode on GPUs that report none: nothing matches (upstream: the constraint fails)."""
+    numa = [{"matchAttribute": "gpu.drasat.io/numaNode"}]
+    out = _allocate([node("a", "T4", 2)], claim("c", {"g": exactly(count=2)}, constraints=numa))
+    assert out.placed == {}
+    out = _allocate(
+        [node("a", "T4", 2, numa=[1, 1])], claim("c", {"g": exactly(count=2)}, constraints=numa)
+    )
+    assert _devices(out, "c") == ["gpu-0", "gpu-1"]
