@@ -210,3 +210,38 @@ def test_results_of_other_drivers_and_devices_the_node_lacks_are_skipped() -> No
     assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [nas.gpus()[0].uuid]
     assert entry.claimInfo.model_dump() == {"namespace": "default", "name": "c", "uid": "uid-c"}
     assert results.ledger_from_status(claim("c", {}), nas) == {}
+
+
+# -- what the node plugin prepares -----------------------------------------------------------------
+
+
+def test_shapes_the_node_plugin_prepares_together_are_allocated() -> None:
+    """One NAS entry per claim: whole GPUs with the CPU fallback, shares of one size, MIG
+    devices, each with one configuration, are all preparable."""
+    optional = {"firstAvailable": [{"name": "cpu", "deviceClassName": FALLBACK}]}
+    same = _share(memory="2Gi", compute="20")
+    config = {"opaque": {"driver": "gpu.drasat.io", "parameters": {
+        "apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuConfig"}}}  # fmt: skip
+    claims = [
+        claim("whole", {"g": exactly(), "o": optional}),
+        claim("shares", {"s": same, "t": same}),
+        claim("configured", {"a": exactly(), "b": exactly()}, config=[config]),
+    ]
+    out = _allocate([node("a", "T4", 4)], *claims)
+    assert len(out.placed) == 3, out.refused
+    migs = claim("migs", {"a": _profile("1g.5gb"), "b": _profile("2g.10gb")})
+    assert len(_allocate([node("m", "A100-40GB", 1, mig=True)], migs).placed) == 1
+
+
+def test_a_class_config_names_the_subrequest_that_used_the_class() -> None:
+    opaque = {"driver": "x.io", "parameters": {"n": 1}}
+    classes = {
+        **CLASSES,
+        GPU: {**CLASSES[GPU], "spec": {**CLASSES[GPU]["spec"], "config": [{"opaque": opaque}]}},
+    }
+    optional = {"firstAvailable": [{"name": "gpu", "deviceClassName": GPU},
+                                   {"name": "cpu", "deviceClassName": FALLBACK}]}  # fmt: skip
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"o": optional}))], classes)
+    assert out.allocations["uid-c"].allocation["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["o/gpu"], "opaque": opaque}
+    ]
