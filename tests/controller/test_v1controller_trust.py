@@ -323,6 +323,10 @@ def test_a_claim_whose_device_class_was_deleted_is_released(
     assert "gpu.drasat.io/deletion-protection" in _get(api, "c1")["metadata"]["finalizers"]
     api.delete(r.PODS, pod["metadata"]["name"], namespace="default")
     api.delete(r.DEVICE_CLASSES_V1, DRIVER)
+    deadline = time.monotonic() + 10
+    while any(c["metadata"]["name"] == DRIVER for c in ctl.classes.items()):  # the cycle sees it
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
 
     def gone() -> bool:
