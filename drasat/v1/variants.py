@@ -35,7 +35,7 @@ from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector
 from drasat.solver import ClaimRequest, DeviceConstraint
 from drasat.solver.problem import DeviceKey
-from drasat.v1 import devices
+from drasat.v1 import cel, devices
 from drasat.v1.devices import Published
 from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim, ClaimError
 
@@ -102,19 +102,37 @@ class Devices:
 
     by_node: Mapping[str, Sequence[Published]]
     _matched: dict[tuple[object, ...], list[Published]] = field(default_factory=dict)
+    _failing: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
 
     def matching(self, alternative: Alternative) -> list[Published]:
+        """The devices the alternative's selectors admit (the class's, then the request's).
+
+        A selector that fails on a device is no "no match" to kube-scheduler's allocator: it
+        fails the claim when its search reaches that device, which it does in the order a node
+        publishes its devices, once the devices before it did not do. So a node's devices after
+        the first one a selector fails on are left out: placed on the ones before it, the claim
+        is what upstream allocates; needing more, it is refused there as upstream fails it."""
         key = tuple(s.expression for s in alternative.selectors)
         found = self._matched.get(key)
         if found is None:
-            found = [
-                d
-                for node_devices in self.by_node.values()
-                for d in node_devices
-                if all(s.matches(d.driver, d.device) for s in alternative.selectors)
-            ]
+            found = []
+            failing = set()
+            for node, node_devices in self.by_node.items():
+                for d in node_devices:
+                    result = cel.evaluate_all(alternative.selectors, d.driver, d.device)
+                    if isinstance(result, cel.Failure):
+                        failing.add(node)
+                        break
+                    if result is True:
+                        found.append(d)
             self._matched[key] = found
+            self._failing[key] = frozenset(failing)
         return found
+
+    def failing(self, alternative: Alternative) -> frozenset[str]:
+        """The nodes where one of the alternative's selectors fails on some device."""
+        self.matching(alternative)
+        return self._failing[tuple(s.expression for s in alternative.selectors)]
 
 
 def _nodes_of(found: Sequence[Published]) -> frozenset[str]:
@@ -149,10 +167,14 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
     """Every option of one request, best first."""
     request = claim.requests[request_index]
     out: list[Option] = []
+    #: Nodes where an earlier entry's selectors fail on a device: upstream's search fails the
+    #: claim there rather than try the next `firstAvailable` entry.
+    stopped: frozenset[str] = frozenset()
     for alternative in request.alternatives:
         base = Option(claim, request.name, alternative, devices.GPU)
         attributes = [c.attribute for _, c in base.constraints]
-        matched = catalog.matching(alternative)
+        matched = [d for d in catalog.matching(alternative) if d.pool not in stopped]
+        stopped |= catalog.failing(alternative)
         found = _has_attributes(matched, attributes)
         gpus = [d for d in found if d.kind == devices.GPU]
         migs = [d for d in found if d.kind == devices.MIG]

@@ -479,3 +479,39 @@ def test_a_claims_shares_spread_over_gpus_take_them_alone_in_their_namespace(
     assert len(out.placed) == placed
     if placed == 2:
         assert not set(_devices(out, "pair")) & set(_devices(out, "one"))
+
+
+# -- smaller: a selector's runtime error fails the claim, as kube-scheduler's allocator does -----
+
+
+def test_a_selector_that_fails_on_a_device_stops_the_search_there() -> None:
+    # `numaNode == 0` is an error on a GPU that reports no NUMA node, not "no match": upstream's
+    # search fails the claim when it reaches that GPU, so only the GPUs before it may be used.
+    wanted = claim("c", {"g": exactly(GPU, attr("numaNode") + " == 0")})
+    out = v1.allocate([node("a", "T4", 2, numa=[None, 0])], [pod("p", wanted)], CLASSES)  # type: ignore[list-item]
+    assert out.placed == {}
+    (reason,) = out.refused["default/p"]
+    assert "failed on a device: no such key: numaNode" in reason, reason
+    out = v1.allocate([node("a", "T4", 2, numa=[0, None])], [pod("p", wanted)], CLASSES)  # type: ignore[list-item]
+    assert _devices(out, "c") == ["gpu-0"]
+    guarded = exactly(GPU, "has(" + attr("numaNode") + ") && " + attr("numaNode") + " == 0")
+    nodes = [node("a", "T4", 2, numa=[None, 0])]  # type: ignore[list-item]
+    out = v1.allocate(nodes, [pod("p", claim("c", {"g": guarded}))], CLASSES)
+    assert _devices(out, "c") == ["gpu-1"]
+
+
+def test_a_failing_first_available_entry_is_not_passed_over_for_the_next() -> None:
+    # Upstream fails the claim on the error in entry `numa`; it never tries `any` there.
+    either = {
+        "firstAvailable": [
+            {"name": "numa", "deviceClassName": GPU, "selectors": _cel(attr("numaNode") + " == 0")},
+            {"name": "any", "deviceClassName": GPU},
+        ]
+    }
+    nodes = [node("a", "T4", 1)]
+    out = v1.allocate(nodes, [pod("p", claim("c", {"g": either}))], CLASSES)
+    assert out.placed == {}
+
+
+def _cel(expression: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": expression}}]
