@@ -258,3 +258,37 @@ def test_start_waits_for_an_unreachable_api_server(server: Any, short_tmp: Path)
     assert nas_object(api)["status"] == "Ready"
     plugin.stop(grace_s=0)
     api.close()
+
+
+def test_an_unreadable_checkpoint_entry_is_a_warning_event_on_the_nas(
+    api: kube_client.KubeClient, short_tmp: Path
+) -> None:
+    """Issue 23 Deliver 3: the report of an unreadable checkpoint entry reaches the API server as
+    a Warning Event whose object is the node's NAS."""
+    claims = short_tmp / "state" / "checkpoint" / "claims"
+    claims.mkdir(parents=True)
+    (claims / "0123456789abcdef0123456789abcdef.json").write_text('{"checksum": "0"')
+    sim = simnvml.SimulatedNvml("T4")
+    config = Config(
+        node_name=NODE,
+        namespace=NAMESPACE,
+        cdi_root=short_tmp / "cdi",
+        plugin_dir=short_tmp / "plugins",
+        registry_dir=short_tmp / "registry",
+        state_dir=short_tmp / "state",
+        gc_interval_s=0,
+        health_events=False,
+    )
+    store = KubeNasStore(api, node=NODE, namespace=NAMESPACE)
+    lib = nvml.NvmlDeviceLib(sim, run=sim.run)
+    plugin = NodePlugin(config, lib=lib, store=store, mps_runner=mps.RecordingRunner())
+    plugin.start()
+    try:
+        events = api.list(resources.EVENTS, namespace=NAMESPACE).items
+        (event,) = [e for e in events if e["reason"] == "CheckpointEntryUnreadable"]
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["name"] == NODE
+        assert event["involvedObject"]["uid"] == nas_object(api)["metadata"]["uid"]
+        assert "0123456789abcdef0123456789abcdef" in event["message"]
+    finally:
+        plugin.stop(grace_s=0)
