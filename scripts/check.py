@@ -62,7 +62,9 @@ def _build_kube() -> int:
             return done.returncode
         os.environ[variable] = done.stdout.strip().splitlines()[-1]
     # The differential tests' oracle (tests/oracle): upstream's allocator, DRASAT_ORACLE_BIN.
-    done = subprocess.run([str(REPO / "scripts" / "oracle-build")], stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [str(REPO / "scripts" / "oracle-build")], stdout=subprocess.PIPE, text=True
+    )
     if done.returncode != 0:
         return done.returncode
     os.environ["DRASAT_ORACLE_BIN"] = done.stdout.strip().splitlines()[-1]

@@ -68,12 +68,15 @@ def gpu_cases() -> st.SearchStrategy[GpuCase]:
     ).map(lambda g: g if g.product in MIG_CAPABLE else dataclasses.replace(g, mig=False))
 
 
-def node_cases(name: str = "n1", max_gpus: int = 3) -> st.SearchStrategy[NodeCase]:
+def node_cases(
+    name: str = "n1", max_gpus: int = 3, shares: bool | None = None
+) -> st.SearchStrategy[NodeCase]:
+    """Nodes of 1 to `max_gpus` GPUs; publishing shares or not (`shares` None: either)."""
     return st.builds(
         NodeCase,
         name=st.just(name),
         gpus=st.lists(gpu_cases(), min_size=1, max_size=max_gpus).map(tuple),
-        shares=st.booleans(),
+        shares=st.booleans() if shares is None else st.just(shares),
     )
 
 
