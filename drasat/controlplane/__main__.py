@@ -87,7 +87,7 @@ def _up(args: argparse.Namespace) -> int:
             raise
         print(
             f"kube-cluster: kubelet {name} Ready; a DRA plugin registers in {node.registry_dir} "
-            f"and serves in {node.kubelet_root / kubelet.PLUGINS}/<driver>/",
+            f"and serves in {node.plugins_dir}/<driver>/",
             file=sys.stderr,
         )
     print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)

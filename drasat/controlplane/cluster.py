@@ -57,6 +57,8 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "device-taint-eviction-controller",  # NoExecute device taints evict pods, as in a cluster
+    # Each namespace's kube-root-ca.crt: a real kubelet mounts it into every pod's token volume.
+    "root-ca-certificate-publisher-controller",
 )
 
 #: "X is enabled, but depends on features that are disabled: [A B]" (component-base featuregate).
@@ -262,11 +264,18 @@ class Cluster:
         return self.spawn(name, name, args)
 
     def spawn(
-        self, name: str, binary: str, args: list[str], *, wrapper: tuple[str, ...] = ()
+        self,
+        name: str,
+        binary: str,
+        args: list[str],
+        *,
+        wrapper: tuple[str, ...] = (),
+        cwd: Path | None = None,
     ) -> Process:
         """Start `binary` (from the binaries' folder) as the recorded process `name`, its output
-        in `name`'s log (appended to: a restarted process keeps its earlier lines). `wrapper`:
-        a command that ends by exec-ing its arguments (the pid stays the binary's)."""
+        in `name`'s log (appended to: a restarted process keeps its earlier lines), in `cwd`
+        (default: the cluster's folder). `wrapper`: a command that ends by exec-ing its
+        arguments (the pid stays the binary's)."""
         log = self.log_path(name)
         with log.open("ab") as out:
             child = subprocess.Popen(
@@ -274,7 +283,7 @@ class Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=self.directory,
+                cwd=cwd or self.directory,
                 start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
                 preexec_fn=sigterm_on_parent_death if self.die_with_parent else None,
             )

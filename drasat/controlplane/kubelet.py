@@ -107,9 +107,10 @@ class Kubelet:
         """Where the kubelet's plugin watcher looks for registration sockets."""
         return self.kubelet_root / PLUGINS_REGISTRY
 
-    def plugin_dir(self, driver: str) -> Path:
-        """Where `driver`'s plugin puts its DRA socket, as a DaemonSet mounts it."""
-        return self.kubelet_root / PLUGINS / driver
+    @property
+    def plugins_dir(self) -> Path:
+        """The folder of the plugins' own sockets (each in a folder named after its driver)."""
+        return self.kubelet_root / PLUGINS
 
     @property
     def kubeconfig(self) -> Path:
@@ -228,6 +229,7 @@ class Kubelet:
             f"fakecri-{self.name}",
             "fakecri",
             ["--socket", str(self.runtime_socket), "--record", str(self.record)],
+            cwd=self.root,
         )
         self._wait(deadline, self.runtime_socket.exists, self.runtime, "the fake runtime's socket")
 
@@ -252,8 +254,10 @@ class Kubelet:
             "unshare", "--mount", "--propagation", "private", "--",
             "sh", "-c", _PRIVATE_SYSCTLS, "kubelet-sysctls", str(copies),
         )  # fmt: skip
+        # In its own folder: a relative path the kubelet resolves (a runtime's empty log path)
+        # can only reach its own files.
         self.kubelet = self.cluster.spawn(
-            f"kubelet-{self.name}", "kubelet", self._kubelet_args(), wrapper=wrapper
+            f"kubelet-{self.name}", "kubelet", self._kubelet_args(), wrapper=wrapper, cwd=self.root
         )
 
     def wait_ready(self, timeout: float) -> None:

@@ -90,6 +90,54 @@ class RealNode:
     def checkpoint_files(self) -> list[Path]:
         return sorted((self.tmp / "state" / "checkpoint" / "claims").glob("*"))
 
+    def gpu_instances(self, index: int = 0) -> list[tuple[int, int]]:
+        """(start, size) of the GPU instances on GPU `index`, as the plugin left the hardware."""
+        gpu = SimulatedNvml(self.fleet).gpus[index]
+        return sorted((gi.start, gi.profile.memory_slices) for gi in gpu.gpu_instances.values())
+
+    def claim_uids(self, api: kubernetes.client.ApiClient, namespace: str, pod_name: str) -> Obj:
+        """The pod's claims as the API server holds them, by their name in the pod."""
+        core = kubernetes.client.CoreV1Api(api)
+        custom = kubernetes.client.CustomObjectsApi(api)
+        held = core.read_namespaced_pod(pod_name, namespace)
+        found = {}
+        for status in held.status.resource_claim_statuses or []:
+            found[status.name] = custom.get_namespaced_custom_object(
+                *RESOURCE, namespace, "resourceclaims", status.resource_claim_name
+            )
+        for reference in held.spec.resource_claims or []:
+            if reference.resource_claim_name:
+                found[reference.name] = custom.get_namespaced_custom_object(
+                    *RESOURCE, namespace, "resourceclaims", reference.resource_claim_name
+                )
+        return found
+
+    def container_got_its_claims(
+        self, api: kubernetes.client.ApiClient, namespace: str, pod_name: str, container: str = ""
+    ) -> tuple[Obj, dict[str, str]]:
+        """Assert that the pod's container (its only one, or `container`) was created once, with
+        exactly the CDI devices of the claims it uses (drasat's one per claim); return the
+        runtime's record and the environment those devices give it."""
+        records = [
+            r
+            for r in self.containers(namespace, pod_name)
+            if not container or r["container"] == container
+        ]
+        assert len(records) == 1, (records, self.diagnostics())
+        (created,) = records
+        core = kubernetes.client.CoreV1Api(api)
+        spec = core.read_namespaced_pod(pod_name, namespace).spec
+        (used,) = [c for c in spec.containers if c.name == created["container"]]
+        claims = self.claim_uids(api, namespace, pod_name)
+        expected = sorted(
+            {
+                f"k8s.gpu.drasat.io/claim={claims[c.name]['metadata']['uid']}"
+                for c in used.resources.claims
+            }
+        )
+        assert sorted(created["cdiDevices"]) == expected, (created, self.diagnostics())
+        return created, self.cdi_env(created["cdiDevices"])
+
     def plugin_log(self) -> str:
         return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
 
@@ -211,7 +259,7 @@ def real_node(
             *(["--namespace", nas_namespace] if nas_namespace else ["--in-memory-nas"]),
             "--kubeconfig", str(kube_cluster.kubeconfig), "--kubelet-api", "structured",
             "--resourceslices", "--shares" if shares else "--no-shares",
-            "--kubelet-plugin-dir", str(kubelet.plugin_dir(DRIVER_NAME)),
+            "--kubelet-plugin-dir", str(kubelet.plugins_dir),
             "--kubelet-registry-dir", str(kubelet.registry_dir),
             "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
         ]  # fmt: skip

@@ -79,7 +79,10 @@ def gpu_node(
 
 
 def test_the_kubelet_registers_its_node_and_runs_a_pod_on_the_fake_runtime(
-    kube_api: kubernetes.client.ApiClient, kube_namespace: str, bare_node: RealNode
+    kube_api: kubernetes.client.ApiClient,
+    kube_cluster: cluster.Cluster,
+    kube_namespace: str,
+    bare_node: RealNode,
 ) -> None:
     core = kubernetes.client.CoreV1Api(kube_api)
     node = core.read_node(NODE)
@@ -95,6 +98,11 @@ def test_the_kubelet_registers_its_node_and_runs_a_pod_on_the_fake_runtime(
     assert created["cdiDevices"] == []
 
     bare_node.delete_pods(kube_api, kube_namespace, "plain")
+    # The kubelet removes a deleted container's logs by globbing "<its log path>*": fakecri
+    # reports a log path (the upstream fake reports none, and the kubelet then deleted the
+    # first file of its working directory: the cluster's admin kubeconfig, the runtime's record).
+    assert kube_cluster.kubeconfig.exists()
+    assert bare_node.kubelet.record.exists() and bare_node.containers(kube_namespace, "plain")
 
 
 def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(

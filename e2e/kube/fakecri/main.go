@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -56,6 +57,14 @@ func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContai
 		return nil, err
 	}
 	config, sandbox := req.GetConfig(), req.GetSandboxConfig()
+	// The container's log path, as a real runtime reports it. The upstream fake leaves it empty,
+	// and the kubelet removes a deleted container's logs by globbing "<log path>*": with an
+	// empty path, every file in the kubelet's working directory.
+	r.RuntimeService.Lock()
+	if held, ok := r.RuntimeService.Containers[answer.GetContainerId()]; ok {
+		held.LogPath = filepath.Join(sandbox.GetLogDirectory(), config.GetLogPath())
+	}
+	r.RuntimeService.Unlock()
 	entry := created{
 		Time:        time.Now().UTC().Format(time.RFC3339Nano),
 		Namespace:   sandbox.GetMetadata().GetNamespace(),
