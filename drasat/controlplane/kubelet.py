@@ -241,6 +241,8 @@ class Kubelet:
             f"--cert-dir={self.root / 'pki'}",
             f"--hostname-override={self.name}",
             "--v=2",
+            # Each call to a DRA plugin, with its request: what the tests count.
+            "--vmodule=dra_plugin=4",
         ]
 
     def _start_kubelet(self) -> None:
@@ -319,6 +321,13 @@ class Kubelet:
         if not self.record.exists():
             return []
         return [json.loads(line) for line in self.record.read_text().splitlines() if line]
+
+    def plugin_calls(self, method: str, claim_uid: str) -> int:
+        """How often this kubelet (over its restarts) called `method` (NodePrepareResources,
+        NodeUnprepareResources) of a DRA plugin for the claim `claim_uid`."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        calling = f"Calling {method.removesuffix('s')}"  # the kubelet logs "NodeUnprepareResource"
+        return sum(1 for line in text.splitlines() if calling in line and claim_uid in line)
 
     def logs(self, lines: int = 60) -> str:
         parts = []

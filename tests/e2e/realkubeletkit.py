@@ -139,7 +139,14 @@ class RealNode:
         return created, self.cdi_env(created["cdiDevices"])
 
     def plugin_log(self) -> str:
-        return (self.tmp / "plugin.log").read_text(errors="replace")[-4000:]
+        return self.plugin_log_all()[-4000:]
+
+    def plugin_log_all(self) -> str:
+        return (self.tmp / "plugin.log").read_text(errors="replace")
+
+    def registrations(self) -> int:
+        """How often a kubelet has registered the plugin (its log line each time)."""
+        return self.plugin_log_all().count("registered with the kubelet")
 
     def diagnostics(self) -> str:
         return f"plugin log:\n{self.plugin_log()}\n{self.kubelet.logs(80)}"
@@ -218,7 +225,7 @@ class RealNode:
     def wait_registered(self, timeout: float = 60) -> None:
         """Until the plugin logs that the kubelet registered it."""
         wait_for(
-            lambda: "registered with the kubelet" in (self.tmp / "plugin.log").read_text(),
+            lambda: self.registrations() > 0,
             timeout=timeout,
             what=f"the kubelet of {self.name} to register drasat's plugin\n{self.diagnostics()}",
         )

@@ -8,11 +8,14 @@ What each container got is read from the runtime's record of the CreateContainer
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import drasatprocess
 import kubernetes
 import pytest
+from kubecluster import wait_for
 from kubernetes.client import ApiException
 from realkubeletkit import RealNode, pod, real_node
 
@@ -138,4 +141,77 @@ def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(
     gpu_node.delete_pods(kube_api, kube_namespace, "pod1", "pod2")
     assert gpu_node.cdi_specs == []
     assert gpu_node.checkpoint_files == []
+    assert gpu_node.plugin.poll() is None, gpu_node.plugin_log()
+
+
+def _run_one(api: kubernetes.client.ApiClient, namespace: str, node: RealNode, name: str) -> str:
+    """Pod `name` with one exclusive GPU, Running; the uid of its claim."""
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, _on(NODE, pod(name, ("gpu", "one-gpu"))))
+    node.wait_running(api, namespace, name)
+    node.container_got_its_claims(api, namespace, name)
+    return str(_claim_of(api, namespace, name)["metadata"]["uid"])
+
+
+def _calls(node: RealNode, uid: str) -> tuple[int, int]:
+    """How often the kubelet called NodePrepareResources and NodeUnprepareResources for the
+    claim (its log line for each call)."""
+    return (
+        node.kubelet.plugin_calls("NodePrepareResources", uid),
+        node.kubelet.plugin_calls("NodeUnprepareResources", uid),
+    )
+
+
+def test_a_kubelet_restart_keeps_the_prepared_claim_and_unprepares_after_the_pod_goes(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: RealNode
+) -> None:
+    """The kubelet's claim info survives its restart (its checkpoint): the running pod is not
+    prepared again nor its container created again, the plugin registers again, and deleting
+    the pod afterwards unprepares the claim through the restarted kubelet."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    uid = _run_one(kube_api, kube_namespace, gpu_node, "pod1")
+    assert _calls(gpu_node, uid) == (1, 0), gpu_node.diagnostics()
+    registered = gpu_node.registrations()
+    gpu_node.kubelet.restart_kubelet()
+    wait_for(
+        lambda: gpu_node.registrations() > registered,
+        timeout=60,
+        what=f"the restarted kubelet to register the plugin again\n{gpu_node.diagnostics()}",
+    )
+    gpu_node.wait_running(kube_api, kube_namespace, "pod1")
+    time.sleep(12)  # two of the kubelet's sync periods: time to prepare again, if it would
+    assert _calls(gpu_node, uid) == (1, 0), gpu_node.diagnostics()
+    assert len(gpu_node.containers(kube_namespace, "pod1")) == 1  # the same container runs on
+    assert len(gpu_node.cdi_specs) == 1 and len(gpu_node.checkpoint_files) == 1
+
+    gpu_node.delete_pods(kube_api, kube_namespace, "pod1")
+    assert _calls(gpu_node, uid) == (1, 1)
+    assert gpu_node.cdi_specs == [] and gpu_node.checkpoint_files == []
+
+
+def test_a_plugin_restart_while_the_kubelet_holds_a_claim(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: RealNode
+) -> None:
+    """The plugin restarts while its claim is prepared: the kubelet registers the new process,
+    prepares a new pod's claim through it and unprepares the old pod's claim through it."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    _run_one(kube_api, kube_namespace, gpu_node, "pod1")
+    registered = gpu_node.registrations()
+    drasatprocess.stop(gpu_node.plugin)
+    gpu_node.start_plugin(append=True)
+    wait_for(
+        lambda: gpu_node.registrations() > registered,
+        timeout=60,
+        what=f"the kubelet to register the restarted plugin\n{gpu_node.diagnostics()}",
+    )
+    _run_one(kube_api, kube_namespace, gpu_node, "pod2")
+    assert len(gpu_node.cdi_specs) == 2
+    gpu_node.delete_pods(kube_api, kube_namespace, "pod1", "pod2")
+    assert gpu_node.cdi_specs == [] and gpu_node.checkpoint_files == []
     assert gpu_node.plugin.poll() is None, gpu_node.plugin_log()
