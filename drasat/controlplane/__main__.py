@@ -44,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         help="up: also start N real kubelets (nodes node-1..node-N), each on its own fake "
         "container runtime (fakecri), registering its own Node",
     )
+    parser.add_argument(
+        "--drasat-plugins",
+        metavar="FLEET",
+        default="",
+        help="up, with --kubelets: also start drasat's node plugin for each kubelet on the "
+        "simulated fleet FLEET (e.g. 2xT4), registering through that kubelet's plugin watcher "
+        "(needs drasat importable by this Python)",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for up")
     args = parser.parse_args(argv)
     try:
@@ -70,6 +78,9 @@ def _up(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"kube-cluster: starting {line}", file=sys.stderr, flush=True)
 
+    if args.drasat_plugins and not args.kubelets:
+        print("kube-cluster: --drasat-plugins needs --kubelets N", file=sys.stderr)
+        return 2
     if args.kubelets and args.classic:
         print("kube-cluster: --kubelets runs v1.37 kubelets; not with --classic", file=sys.stderr)
         return 2
@@ -90,6 +101,9 @@ def _up(args: argparse.Namespace) -> int:
             f"and serves in {node.plugins_dir}/<driver>/",
             file=sys.stderr,
         )
+        if args.drasat_plugins:
+            plugin = node.start_drasat_plugin(args.drasat_plugins, python=sys.executable)
+            print(f"kube-cluster: drasat's node plugin for {name}: {plugin.log}", file=sys.stderr)
     print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)
     print(started.kubeconfig)
     return 0

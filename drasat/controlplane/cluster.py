@@ -272,7 +272,8 @@ class Cluster:
         wrapper: tuple[str, ...] = (),
         cwd: Path | None = None,
     ) -> Process:
-        """Start `binary` (from the binaries' folder) as the recorded process `name`, its output
+        """Start `binary` (from the binaries' folder, or an absolute path) as the recorded
+        process `name`, its output
         in `name`'s log (appended to: a restarted process keeps its earlier lines), in `cwd`
         (default: the cluster's folder). `wrapper`: a command that ends by exec-ing its
         arguments (the pid stays the binary's)."""

@@ -286,6 +286,21 @@ class Kubelet:
                 raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
             time.sleep(0.2)
 
+    def start_drasat_plugin(self, fleet: str, *, python: str) -> Process:
+        """drasat's node plugin (`python -m drasat nodeplugin`) on the simulated `fleet`, as the
+        cluster administrator, registering with this kubelet and publishing the node's slices;
+        its sockets, state and CDI specs in this node's folder. Returns at once (the kubelet
+        registers it within seconds)."""
+        args = [
+            "-m", "drasat", "--log-level", "INFO", "nodeplugin", "--node-name", self.name,
+            "--simulate-gpus", f"{fleet},state={self.root / 'fleet.json'}", "--in-memory-nas",
+            "--kubeconfig", str(self.cluster.kubeconfig), "--kubelet-api", "structured",
+            "--resourceslices", "--kubelet-plugin-dir", str(self.plugins_dir),
+            "--kubelet-registry-dir", str(self.registry_dir),
+            "--state-dir", str(self.root / "plugin-state"), "--cdi-root", str(self.root / "cdi"),
+        ]  # fmt: skip
+        return self.cluster.spawn(f"drasat-plugin-{self.name}", python, args, cwd=self.root)
+
     # --- restart and stop ----------------------------------------------------------------------
 
     def stop_kubelet(self, *, kill: bool = False) -> None:

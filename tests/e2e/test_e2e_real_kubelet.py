@@ -8,8 +8,14 @@ What each container got is read from the runtime's record of the CreateContainer
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import drasatprocess
@@ -215,3 +221,53 @@ def test_a_plugin_restart_while_the_kubelet_holds_a_claim(
     gpu_node.delete_pods(kube_api, kube_namespace, "pod1", "pod2")
     assert gpu_node.cdi_specs == [] and gpu_node.checkpoint_files == []
     assert gpu_node.plugin.poll() is None, gpu_node.plugin_log()
+
+
+def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
+    kube_cluster: cluster.Cluster,
+) -> None:
+    """`scripts/kube-cluster up --kubelets 2 --drasat-plugins 1xT4` (the module it runs): two
+    Nodes registered by their kubelets, each kubelet registering its own node's plugin, which
+    publishes that node's slice; `down` stops every process it started."""
+    folder = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp")) / "c"  # short socket paths
+    env = {**os.environ, "DRASAT_KUBE_BIN": str(kube_cluster.bin_dir)}
+    command = [sys.executable, "-m", "drasat.controlplane"]
+    try:
+        subprocess.run(
+            [*command, "up", "--dir", str(folder), "--kubelets", "2", "--drasat-plugins", "1xT4"],
+            env=env, check=True, capture_output=True, timeout=240,
+        )  # fmt: skip
+        started = cluster.Cluster.load(folder)
+        names = [p.name for p in started.processes]
+        assert names[4:] == [
+            "fakecri-node-1", "kubelet-node-1", "drasat-plugin-node-1",
+            "fakecri-node-2", "kubelet-node-2", "drasat-plugin-node-2",
+        ]  # fmt: skip
+        client = kubernetes.config.new_client_from_config(config_file=str(started.kubeconfig))
+        with client:
+            core = kubernetes.client.CoreV1Api(client)
+            nodes = {n.metadata.name: n for n in core.list_node().items}
+            assert sorted(nodes) == ["node-1", "node-2"]
+            assert all(
+                n.status.node_info.kubelet_version == binaries.KUBE_VERSION for n in nodes.values()
+            )
+            custom = kubernetes.client.CustomObjectsApi(client)
+
+            def published() -> bool:
+                listed = custom.list_cluster_custom_object(*RESOURCE, "resourceslices")["items"]
+                return sorted(s["spec"]["nodeName"] for s in listed) == ["node-1", "node-2"]
+
+            wait_for(published, timeout=60, what="each node's plugin to publish its slice")
+        for node in ("node-1", "node-2"):
+            log = folder / "logs" / f"drasat-plugin-{node}.log"
+            wait_for(
+                lambda log=log: "registered with the kubelet" in log.read_text(),
+                timeout=60,
+                what=f"{node}'s kubelet to register its plugin",
+            )
+            assert f"{folder}/nodes/{node}/root/plugins/gpu.drasat.io/dra.sock" in log.read_text()
+    finally:
+        subprocess.run([*command, "down", "--dir", str(folder)], env=env, capture_output=True)
+        if (folder / cluster.STATE_FILE).exists():
+            assert not cluster.Cluster.load(folder).running()
+        shutil.rmtree(folder.parent, ignore_errors=True)
