@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e kube check lint typecheck layers unit generate gpu-check mutation clean
+.PHONY: demo whatif test e2e oracle kube check lint typecheck layers unit generate gpu-check mutation clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ e2e: $(STAMP)
 	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" \
 	DRASAT_KUBE_CLASSIC_BIN="$$(scripts/kube-build classic | tail -n 1)" \
 	$(BIN)/pytest tests/e2e tests/contract
+
+## oracle: the differential tests against upstream's allocator and CEL (drasat-oracle over
+## k8s.io/dynamic-resource-allocation v0.37.2, built first into ~/.cache/drasat when missing);
+## DRASAT_ORACLE_EXAMPLES=N for more examples per property (docs/RELIABILITY.md)
+oracle: $(STAMP)
+	DRASAT_ORACLE_BIN="$$(scripts/oracle-build | tail -n 1)" $(BIN)/pytest tests/oracle
 
 ## kube: build the real control planes' binaries into their cache (v1.37.2 and classic v1.30.14)
 kube:

@@ -34,6 +34,7 @@ GPU_SELECTORS = (
     f"has({D}.numaNode) && {D}.numaNode == 1",
     f"{D}.index == 0",
     f'{D}.cudaComputeCapability.isGreaterThan(semver("8.0.0"))',
+    'has(device.attributes["resource.kubernetes.io"].pciBusID) && '
     'device.attributes["resource.kubernetes.io"].pciBusID.startsWith("0000:1")',
     "device.allowMultipleAllocations",
 )
@@ -49,7 +50,11 @@ MIG_SELECTORS = (
     f"has({D}.numaNode) && {D}.numaNode == 0",
 )
 #: Selectors that fail on a device without the attribute (kube-scheduler fails the claim).
-FAILING = (f"{D}.numaNode == 0", f"{D}.numaNode == 1")
+FAILING = (
+    f"{D}.numaNode == 0",
+    f"{D}.numaNode == 1",
+    'device.attributes["resource.kubernetes.io"].pciBusID.startsWith("0000:1")',
+)
 ATTRIBUTES = ("numaNode", "productName", "parentUUID", "uuid", "parentIndex", "profile", "type")
 TOLERATIONS = (
     [{"operator": "Exists"}],
