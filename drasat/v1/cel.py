@@ -36,7 +36,7 @@ such an attribute.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -514,10 +514,10 @@ def _in(item: Any, container: Any) -> celtypes.BoolType:
     raise _fail(_NO_SUCH_OVERLOAD)
 
 
-def _size(value: Any) -> celtypes.IntType:
+def _size(value: Any) -> Any:
     if isinstance(value, (QuantityValue, SemverValue)):
         raise _fail(_NO_SUCH_OVERLOAD)
-    return base_functions["size"](value)  # type: ignore[no-any-return]
+    return base_functions["size"](value)
 
 
 _LIBRARY: dict[str, Any] = {
@@ -723,7 +723,7 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def evaluate_all(selectors: Any, driver: str, device: Obj) -> bool | Failure:
+def evaluate_all(selectors: Iterable[Selector], driver: str, device: Obj) -> bool | Failure:
     """Selectors in order, as kube-scheduler's allocator checks a device against a request (the
     class's, then the request's): the first False or Failure ends it."""
     for selector in selectors:
