@@ -140,6 +140,19 @@ def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(
         assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[result["device"]]
         assert env["DRASAT_CLAIM_UID"] == uid
         visible[name] = env["NVIDIA_VISIBLE_DEVICES"]
+
+        # Device health: the plugin's DRAResourceHealth stream, shown by the kubelet in the
+        # pod's status (ResourceHealthStatus is on by default in 1.37), keyed by the CDI id.
+        def healthy(pod_name: str = name, cdi_id: str = created["cdiDevices"][0]) -> bool:
+            status = core.read_namespaced_pod(pod_name, kube_namespace).status
+            shown = [
+                (entry.name, [(r.resource_id, r.health) for r in entry.resources])
+                for container in status.container_statuses or []
+                for entry in container.allocated_resources_status or []
+            ]
+            return shown == [("claim:gpu", [(cdi_id, "Healthy")])]
+
+        wait_for(healthy, timeout=60, what=f"{name}'s device to show Healthy in its status")
     assert set(visible.values()) == set(gpu_node.uuids.values())
     assert len(gpu_node.cdi_specs) == 2 and len(gpu_node.checkpoint_files) == 2
 
