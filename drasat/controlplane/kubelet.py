@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,11 @@ class Kubelet:
         """Start the runtime and the kubelet for Node `name`; return once the Node is Ready and
         schedulable. Stops what it started if that does not happen within `timeout`."""
         locate_node_binaries(cluster.bin_dir)
+        if os.geteuid() != 0:
+            raise ClusterError(
+                f"kubelet {name}: the real kubelet runs as root (its cgroups, sysctls and mount "
+                "namespace); run the tests as root or leave out the real-kubelet tests"
+            )
         root = root or cluster.directory / "nodes" / name
         root.mkdir(parents=True, exist_ok=True)
         node = cls(cluster=cluster, name=name, root=root)

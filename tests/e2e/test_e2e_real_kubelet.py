@@ -27,6 +27,7 @@ from realkubeletkit import RealNode, pod, real_node
 
 from drasat.api import resourceslices
 from drasat.controlplane import binaries, cluster
+from drasat.nodeplugin.app import CRASH_AFTER_ENV
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -284,3 +285,47 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
         if (folder / cluster.STATE_FILE).exists():
             assert not cluster.Cluster.load(folder).running()
         shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def test_a_pod_deleted_while_its_prepare_crashed_the_plugin_is_cleaned_up_by_the_kubelet(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    gpu_node: RealNode,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plugin dies in the middle of the pod's prepare (after writing the claim's CDI spec);
+    the pod is deleted before any prepare finished; once the plugin is back, the kubelet's
+    unprepare removes what the half-done prepare left, and only then is the deletion confirmed."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    registered = gpu_node.registrations()
+    drasatprocess.stop(gpu_node.plugin)
+    monkeypatch.setenv(CRASH_AFTER_ENV, "cdi")  # the restarted plugin exits after that step
+    gpu_node.start_plugin(append=True)
+    monkeypatch.delenv(CRASH_AFTER_ENV)
+    wait_for(lambda: gpu_node.registrations() > registered, timeout=60, what="registration")
+    core.create_namespaced_pod(kube_namespace, _on(NODE, pod("pod1", ("gpu", "one-gpu"))))
+    wait_for(
+        lambda: gpu_node.plugin.poll() is not None,
+        timeout=90,
+        what=f"the plugin to exit in the prepare\n{gpu_node.diagnostics()}",
+    )
+    assert gpu_node.containers(kube_namespace, "pod1") == []  # never started
+    assert len(gpu_node.cdi_specs) == 1  # what the interrupted prepare left
+    uid = str(_claim_of(kube_api, kube_namespace, "pod1")["metadata"]["uid"])
+    core.delete_namespaced_pod("pod1", kube_namespace)
+
+    registered = gpu_node.registrations()
+    gpu_node.start_plugin(append=True)
+    wait_for(lambda: gpu_node.registrations() > registered, timeout=60, what="registration")
+    wait_for(
+        lambda: not core.list_namespaced_pod(kube_namespace).items,
+        timeout=90,
+        what=f"the kubelet to confirm the deletion\n{gpu_node.diagnostics()}",
+    )
+    assert gpu_node.kubelet.plugin_calls("NodeUnprepareResources", uid) >= 1
+    assert gpu_node.cdi_specs == [] and gpu_node.checkpoint_files == []
+    assert gpu_node.containers(kube_namespace, "pod1") == []
