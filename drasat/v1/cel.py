@@ -738,6 +738,10 @@ def _short(error: Exception) -> str:
     return text.splitlines()[0].partition(" (in activation")[0][:200]
 
 
+#: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
+#: so the claim is refused naming the expression instead of failing on every device.
+_UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
+
 _ENVIRONMENT = celpy.Environment()
 _COMPILED: dict[str, Selector] = {}
 
@@ -748,6 +752,12 @@ def compile_selector(expression: str) -> Selector:
     found = _COMPILED.get(expression)
     if found is not None:
         return found
+    unsupported = _UNSUPPORTED.search(expression)
+    if unsupported is not None:
+        raise SelectorError(
+            f"CEL expression {expression!r} does not compile: {unsupported.group(0)[:-1].strip()} "
+            "is not supported by drasat's CEL evaluator"
+        )
     try:
         ast = _ENVIRONMENT.compile(expression)
         program = _ENVIRONMENT.program(ast, functions=FUNCTIONS)

@@ -151,3 +151,18 @@ def test_a_device_with_a_bad_version_fails_every_selector() -> None:
     assert found.message == (
         "attribute driverVersion: parse semantic version: No Major.Minor.Patch elements found"
     )
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'cel.bind(d, device.attributes["{DRIVER}"], d.productName == "A100")',
+        f'device.attributes["{DRIVER}"].?numaNode.orValue(0) == 0',
+    ],
+)
+def test_cel_extensions_cel_python_lacks_are_refused_not_misread(expression: str) -> None:
+    # Kubernetes compiles these; drasat refuses the claim naming the expression
+    # (docs/CONTROLLER.md, "Differences from kube-scheduler's allocator").
+    with pytest.raises(cel.SelectorError) as error:
+        cel.compile_selector(expression)
+    assert expression in str(error.value)
