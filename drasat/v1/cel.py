@@ -402,9 +402,18 @@ def _plain(number: Any) -> int | float:
     return float(number) if isinstance(number, celtypes.DoubleType) else int(number)
 
 
+def _typed(value: Any) -> Any:
+    """cel-python's own operators return plain Python values (`"a" + "b"` is a str): as CEL's."""
+    plain: Any = type(value)
+    kinds = {str: celtypes.StringType, bool: celtypes.BoolType, int: celtypes.IntType}
+    kinds |= {float: celtypes.DoubleType, bytes: celtypes.BytesType, list: celtypes.ListType}
+    return kinds[plain](value) if plain in kinds else value
+
+
 def _equal(a: Any, b: Any) -> bool:
     """cel-go's `types.Equal(a, b)`: `a.Equal(b)`; a quantity or semver on the left is an error
     against another type, every built-in type is unequal to another (numbers aside)."""
+    a, b = _typed(a), _typed(b)
     if isinstance(a, QuantityValue):
         if not isinstance(b, QuantityValue):
             raise _fail(_NO_SUCH_OVERLOAD)
@@ -473,6 +482,7 @@ def _conditional(condition: Any, left: Any, right: Any) -> Any:
 
 def _ordered(a: Any, b: Any) -> tuple[Any, Any]:
     """The operands of `<` and friends, where cel-go's Comparer accepts them."""
+    a, b = _typed(a), _typed(b)
     if _is_number(a) and _is_number(b):
         return _plain(a), _plain(b)
     comparable = (celtypes.StringType, celtypes.BoolType, celtypes.BytesType)

@@ -160,9 +160,52 @@ def _comparison() -> st.SearchStrategy[str]:
     )
 
 
+def _more_atom() -> st.SearchStrategy[str]:
+    """Arithmetic, concatenation, conversions, map sizes and membership, list macros (over an
+    attribute guarded with has(): on a failing body cel-python says "no such overload" where
+    cel-go passes the body's own error on, the one wording difference left)."""
+    d = f'device.attributes["{DOMAIN}"]'
+    ints = st.sampled_from(INTS)
+    strings = st.sampled_from(STRINGS).map(lambda n: f"{d}.{n}")
+    number = st.sampled_from(["0", "1", "2", "-1", "9223372036854775807"])
+    return st.one_of(
+        st.tuples(ints, st.sampled_from("+-*/%"), number, st.sampled_from(OPS), number).map(
+            lambda t: f"{d}.{t[0]} {t[1]} {t[2]} {t[3]} {t[4]}"
+        ),
+        strings.map(lambda a: f'{a} + "x" == "gpux"'),
+        st.sampled_from(
+            [
+                f"size({d}) > 5",
+                f"size({d}) == 12",
+                f'"{DOMAIN}" in device.attributes',
+                f'"numaNode" in {d}',
+                '"other.example.com" in device.attributes',
+                "size(device.capacity) == 1",
+                'isSemver("1.2.3")',
+                'isSemver("1.2")',
+                'isQuantity("1u")',
+                'isQuantity("x")',
+                'quantity("1.5").asApproximateFloat() == 1.5',
+                'quantity("1Ki") == quantity("1024")',
+            ]
+        ),
+        ints.map(lambda n: f"has({d}.{n}) && [0, 1, 2].exists(x, x == {d}.{n})"),
+        ints.map(lambda n: f"has({d}.{n}) && [0, 1, 2].all(x, x != {d}.{n})"),
+        ints.map(lambda n: f'string({d}.{n}) == "0"'),
+        ints.map(lambda n: f"double({d}.{n}) == 0.0"),
+        ints.map(lambda n: f"type({d}.{n}) == int"),
+        strings.map(lambda a: f"type({a}) == string"),
+        strings.map(lambda a: f'{a}.split("-").size() > 1'),
+        strings.map(lambda a: f'{a}.replace("-", "") != {a}'),
+        strings.map(lambda a: f'{a}.lastIndexOf("-") > 2'),
+        st.sampled_from(VERSIONS).map(lambda v: f"{d}.{v}.major() + 1 > 8"),
+    )
+
+
 def _atom() -> st.SearchStrategy[str]:
     return st.one_of(
         _comparison(),
+        _more_atom(),
         _quantity_atom(),
         _version_atom(),
         _string_atom(),

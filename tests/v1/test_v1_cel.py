@@ -166,3 +166,10 @@ def test_cel_extensions_cel_python_lacks_are_refused_not_misread(expression: str
     with pytest.raises(cel.SelectorError) as error:
         cel.compile_selector(expression)
     assert expression in str(error.value)
+
+
+def test_cel_pythons_plain_results_compare_as_cel_values() -> None:
+    # cel-python's `+` gives a Python str and list, which the equality must still read as CEL's
+    assert _on_a_gpu('device.attributes["gpu.drasat.io"].productName + "x" == "A100x"') is True
+    assert _on_a_gpu("[1] + [2] == [1, 2]") is True
+    assert _on_a_gpu('"a" + "b" < "b"') is True
