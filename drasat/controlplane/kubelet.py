@@ -50,15 +50,21 @@ KERNEL_TUNABLES = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
-#: `sh -c` script: bind each private copy ($1: their folder) over /proc/sys, then exec the rest.
+#: `sh -c` script, in the kubelet's own mount namespace: bind each private copy ($1: their
+#: folder) over /proc/sys, and the node's own folder ($2) over /var/lib/kubelet, where the device
+#: manager puts its socket whatever the root dir (`/var/lib/kubelet/device-plugins/kubelet.sock`,
+#: a constant): kubelets on one host would take it from each other, and the host keeps an empty
+#: /var/lib/kubelet. Then exec the rest.
 _PRIVATE_SYSCTLS = (
     """set -e
-copies=$1; shift
+copies=$1; var_lib_kubelet=$2; shift 2
 for tunable in TUNABLES; do
   copy="$copies/$(echo "$tunable" | tr / .)"
   cat "/proc/sys/$tunable" > "$copy"
   mount --bind "$copy" "/proc/sys/$tunable"
 done
+mkdir -p /var/lib/kubelet "$var_lib_kubelet"
+mount --bind "$var_lib_kubelet" /var/lib/kubelet
 exec "$@"
 """
 ).replace("TUNABLES", " ".join(KERNEL_TUNABLES))
@@ -260,7 +266,8 @@ class Kubelet:
             )
         wrapper = (
             "unshare", "--mount", "--propagation", "private", "--",
-            "sh", "-c", _PRIVATE_SYSCTLS, "kubelet-sysctls", str(copies),
+            "sh", "-c", _PRIVATE_SYSCTLS, "kubelet-private", str(copies),
+            str(self.root / "var-lib-kubelet"),
         )  # fmt: skip
         # In its own folder: a relative path the kubelet resolves (a runtime's empty log path)
         # can only reach its own files.

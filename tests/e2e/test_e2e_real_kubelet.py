@@ -100,6 +100,9 @@ def test_the_kubelet_registers_its_node_and_runs_a_pod_on_the_fake_runtime(
     assert node.status.node_info.container_runtime_version.startswith("fakeRuntime://")
     assert not [t for t in node.spec.taints or [] if t.effect == "NoSchedule"]
 
+    # The device manager's socket (a fixed /var/lib/kubelet path) is in this kubelet's folder.
+    assert (bare_node.kubelet.root / "var-lib-kubelet/device-plugins/kubelet.sock").exists()
+
     core.create_namespaced_pod(kube_namespace, _on(NODE, pod("plain")))
     held = bare_node.wait_running(kube_api, kube_namespace, "plain")
     assert held.spec.node_name == NODE
