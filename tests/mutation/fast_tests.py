@@ -32,7 +32,11 @@ FAST_TESTS = ("tests/v1", "tests/controller/test_v1inputs.py")
 #: The tests aimed at each mutated module, run first when it is the one changed: with -x, a
 #: mutant they kill costs one file's tests, not all of them.
 AIMED = {
-    "drasat/v1/cel.py": ("tests/v1/test_v1_cel_library.py", "tests/v1/test_v1_cel.py"),
+    "drasat/v1/cel.py": (
+        "tests/v1/test_v1_cel_semantics.py",
+        "tests/v1/test_v1_cel_library.py",
+        "tests/v1/test_v1_cel.py",
+    ),
     "drasat/v1/requests.py": ("tests/v1/test_v1_requests.py",),
     "drasat/v1/variants.py": ("tests/v1/test_v1_variants.py",),
     "drasat/v1/results.py": ("tests/v1/test_v1_results.py",),
