@@ -12,14 +12,15 @@ skipped in the session); run the tests once unmutated (a test failing there is l
 reported) and once with a module broken on purpose (the tests must see the copy); each sampled
 mutant with cosmic-ray's `mutate_and_test` and a per-mutant timeout; the score per file and every
 survivor with its line. `--rerun-survivors` runs the last session's survivors again against the
-current tests (when the mutated modules have not changed), to check new tests quickly.
+tests of the commit (or working tree) now, the mutated modules kept as the session measured them
+(the mutants are theirs; the report says which modules changed since), to check new tests
+quickly.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import os
 import random
 import shutil
@@ -48,13 +49,6 @@ def _config() -> dict[str, object]:
 
 def _modules() -> list[str]:
     return [str(m) for m in _config()["module-path"]]  # type: ignore[attr-defined]
-
-
-def _digest(tree: Path) -> str:
-    h = hashlib.sha256()
-    for module in _modules():
-        h.update(module.encode() + b"\0" + (tree / module).read_bytes())
-    return h.hexdigest()
 
 
 def _git(*args: str) -> str:
@@ -263,18 +257,30 @@ def main() -> None:
             print(report(db, work))
         return
     if args.rerun_survivors:
-        digest = _digest(tree)
-        copy_tree(tree, None if args.worktree else args.commit)
-        if _digest(tree) != digest:
-            sys.exit("the mutated modules changed since the session: run a whole session again")
-        baseline(tree)
+        # The mutants are the session's: its modules are kept, the tests are the tree's now.
+        measured = {m: (tree / m).read_bytes() for m in _modules()}
+        what = copy_tree(tree, None if args.worktree else args.commit)
+        changed = [m for m, text in measured.items() if (tree / m).read_bytes() != text]
+        for module, text in measured.items():
+            (tree / module).write_bytes(text)
+        failing = baseline(tree)
         with use_db(str(session), WorkDB.Mode.open) as db:
             again = [
                 i for i, r in db.completed_work_items if r.test_outcome == TestOutcome.SURVIVED
             ]
             print(f"{len(again)} survivors run again", flush=True)
             run(db, again, tree, timeout)
-            print(report(db, work))
+            note = (
+                f"survivors run again with the tests of {what}, "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (modules kept as "
+                f"measured; changed there since: {', '.join(changed) or 'none'}; failing "
+                f"unmutated, left out: {', '.join(failing) or 'none'})\n"
+            )
+            with (work / "info.txt").open("a") as info:
+                info.write(note)
+            report_text = report(db, work)
+        (work / "report.txt").write_text(report_text + "\n")
+        print(report_text)
         return
 
     started = time.monotonic()
