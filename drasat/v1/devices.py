@@ -65,12 +65,14 @@ class Published:
         return None if found is None else found[1]
 
 
-def drasat_devices(node: str, nas: NodeAllocationStateSpec) -> list[Published]:
-    """What drasat's node plugin publishes for this NAS (shares and the fallback device on, as
-    the plugin's defaults)."""
+def drasat_devices(
+    node: str, nas: NodeAllocationStateSpec, *, shares: bool = True
+) -> list[Published]:
+    """What drasat's node plugin publishes for this NAS (the fallback device on, as the
+    plugin's default; shares unless the node plugin runs with `--no-shares`)."""
     gpus = nas.gpus()
     inventory = Inventory(
-        gpus=gpus, mig_profiles=profiles_by_gpu(gpus, nas.mig_profiles()), shares=True
+        gpus=gpus, mig_profiles=profiles_by_gpu(gpus, nas.mig_profiles()), shares=shares
     )
     by_minor = {gpu.minor: gpu for gpu in gpus}
     profiles = {(m.parentProductName, m.giProfileId): m.profile for m in nas.mig_profiles()}

@@ -52,6 +52,8 @@ class Alternative:
     capacity: tuple[tuple[str, int], ...] = ()
     #: The class's `spec.config` entries, as written.
     class_config: tuple[Obj, ...] = ()
+    #: The request's `tolerations` of device taints, as written (copied to its results).
+    tolerations: tuple[Obj, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,9 +223,10 @@ def _alternative(
     count = int(spec.get("count") or 1)
     capacity = []
     for key, value in ((spec.get("capacity") or {}).get("requests") or {}).items():
-        bare = str(key).rpartition("/")[2]
+        # By name as written: upstream matches it literally against the device's capacity
+        # names, so `gpu.drasat.io/memory` names no capacity of a device publishing `memory`.
         try:
-            capacity.append((bare, to_bytes(value)))
+            capacity.append((str(key), to_bytes(value)))
         except ValueError as error:
             raise ClaimError(ref, f"{where}.capacity.requests.{key}", str(error)) from None
     class_config = tuple((device_class.get("spec") or {}).get("config") or [])
@@ -235,4 +238,5 @@ def _alternative(
         count,
         tuple(sorted(capacity)),
         class_config,
+        tuple(spec.get("tolerations") or ()),
     )

@@ -72,6 +72,8 @@ def _result(option: Option, published: Published, consumed: Obj | None) -> Obj:
         if consumed is not None:
             result["consumedCapacity"] = consumed
         result["shareID"] = _share_id(option.claim.uid, result["request"], published.name)
+    if option.alternative.tolerations:
+        result["tolerations"] = [dict(t) for t in option.alternative.tolerations]
     return result
 
 

@@ -37,7 +37,7 @@ from drasat.solver import ClaimRequest, DeviceConstraint
 from drasat.solver.problem import DeviceKey
 from drasat.v1 import cel, devices
 from drasat.v1.devices import Published
-from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim, ClaimError
+from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim
 
 #: The most variants tried for one pod; the rest are not (said in the refusal).
 MAX_VARIANTS = 16
@@ -173,8 +173,11 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
     for alternative in request.alternatives:
         base = Option(claim, request.name, alternative, devices.GPU)
         attributes = [c.attribute for _, c in base.constraints]
-        matched = [d for d in catalog.matching(alternative) if d.pool not in stopped]
-        stopped |= catalog.failing(alternative)
+        failing = catalog.failing(alternative)
+        # `All` evaluates every device of the node first: any failure fails the claim there.
+        left_out = stopped | failing if alternative.mode == ALL else stopped
+        matched = [d for d in catalog.matching(alternative) if d.pool not in left_out]
+        stopped |= failing
         found = _has_attributes(matched, attributes)
         gpus = [d for d in found if d.kind == devices.GPU]
         migs = [d for d in found if d.kind == devices.MIG]
@@ -309,12 +312,6 @@ def _share_options(
 def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     if not migs:
         return []
-    if base.alternative.mode == ALL:
-        raise ClaimError(
-            base.claim.ref,
-            f"request {base.request}",
-            "allocationMode All over MIG devices is not supported (their placements overlap)",
-        )
     by_profile: dict[str, list[Published]] = {}
     for d in migs:
         by_profile.setdefault(str(d.profile), []).append(d)
@@ -322,15 +319,20 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     def size(profile: str) -> tuple[int, str]:
         return _capacity_of(by_profile[profile][0], "memory") or 0, profile
 
+    # `All`: every placement of the profile on the node, as many MIG devices (`_whole_sets`
+    # keeps the nodes where they are all the node's matching devices; overlapping placements
+    # then fail in the solver, as they exhaust upstream's counters).
     return [
         _with(
             base,
             kind=devices.MIG,
-            count=base.alternative.count,
+            count=n,
             profile=profile,
             devices=tuple(by_profile[profile]),
+            nodes=nodes,
         )
         for profile in sorted(by_profile, key=size)
+        for n, nodes in _counts(base, by_profile[profile])
     ]
 
 

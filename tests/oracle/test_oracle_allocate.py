@@ -48,8 +48,11 @@ def _known(claim: Obj, node: fleet.NodeCase) -> str | None:
     kinds = {s["deviceClassName"] for s in specs}
     if kinds == {claimgen.GPU, claimgen.MIG}:
         return "mig-and-whole"
-    if not node.shares:
-        return "no-shares"
+    limits = {_compute_limit(s) for s in specs if s["deviceClassName"] == claimgen.GPU}
+    if len(limits) > 1:
+        # Whole GPUs beside shares, or shares of two compute limits, in one claim: the node
+        # plugin cannot prepare them, drasat refuses them (intended, docs/CONTROLLER.md).
+        return "plugin-shapes"
     if any(
         "capacity" in s and (s.get("allocationMode") == "All" or s.get("count", 1) > 1)
         for s in specs
@@ -58,6 +61,14 @@ def _known(claim: Obj, node: fleet.NodeCase) -> str | None:
     if any(s.get("tolerations") for s in specs) and any(g.unhealthy for g in node.gpus):
         return "tolerated-taint"
     return None
+
+
+def _compute_limit(spec: Obj) -> str | None:
+    """A GPU request's compute limit as drasat's node plugin sees it (None: a whole GPU)."""
+    requests = (spec.get("capacity") or {}).get("requests")
+    if requests is None:
+        return None
+    return str(requests.get("compute", "100"))
 
 
 def _drasat(built: fleet.Built, claim: Obj) -> Obj | None:
@@ -141,30 +152,15 @@ def _claim(*specs: Obj, constraints: list[Obj] | None = None) -> Obj:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 item 13: drasat models every GPU as shareable, also where the node publishes "
-    "exclusive GPUs (--no-shares): it writes a shareID upstream does not",
-)
 def test_known_a_node_without_shares(oracle: Oracle) -> None:
     _check(oracle, _node(_gpu(), shares=False), _claim({"deviceClassName": claimgen.GPU}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drasat does not copy a request's tolerations into its results (upstream does)",
-)
 def test_known_tolerations_are_not_written(oracle: Oracle) -> None:
     spec = {"deviceClassName": claimgen.GPU, "tolerations": [{"operator": "Exists"}]}
     _check(oracle, _node(_gpu()), _claim(spec))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="kube-scheduler fails a claim whose selector errs on a device its search reaches; "
-    "drasat.v1.cel reports that Failure, and variants.py acting on it was in progress (another "
-    "helper's uncommitted change) when this test was written",
-)
 def test_a_selector_error_on_an_all_request_fails_the_claim(oracle: Oracle) -> None:
     spec = {
         "deviceClassName": claimgen.GPU,
@@ -174,12 +170,6 @@ def test_a_selector_error_on_an_all_request_fails_the_claim(oracle: Oracle) -> N
     _check(oracle, _node(_gpu(numa=0), _gpu(numa=None)), _claim(spec))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="kube-scheduler fails a claim whose selector errs on a device its search reaches; "
-    "drasat.v1.cel reports that Failure, and variants.py acting on it was in progress (another "
-    "helper's uncommitted change) when this test was written",
-)
 def test_a_selector_error_on_a_device_upstream_reaches_fails_the_claim(oracle: Oracle) -> None:
     spec = {
         "deviceClassName": claimgen.GPU,
@@ -188,11 +178,6 @@ def test_a_selector_error_on_a_device_upstream_reaches_fails_the_claim(oracle: O
     _check(oracle, _node(_gpu(numa=None), _gpu(numa=0)), _claim(spec))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="allocationMode All over MIG devices in one firstAvailable subrequest refuses the whole "
-    "claim in drasat; upstream tries the next subrequest",
-)
 def test_known_all_over_mig_in_first_available(oracle: Oracle) -> None:
     first = {
         "firstAvailable": [
@@ -208,12 +193,6 @@ def test_known_all_over_mig_in_first_available(oracle: Oracle) -> None:
     _check(oracle, _node(_gpu("A100-40GB", mig=True), _gpu()), _claim(first))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a capacity request names the device's capacity as published (`memory`, in the "
-    "driver's domain); drasat also takes `gpu.drasat.io/memory`, which upstream matches to no "
-    "capacity and cannot allocate",
-)
 def test_known_a_qualified_capacity_name(oracle: Oracle) -> None:
     spec = {
         "deviceClassName": claimgen.GPU,

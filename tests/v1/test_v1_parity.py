@@ -515,3 +515,55 @@ def test_a_failing_first_available_entry_is_not_passed_over_for_the_next() -> No
 
 def _cel(expression: str) -> list[dict[str, Any]]:
     return [{"cel": {"expression": expression}}]
+
+
+# -- found by drasat-oracle (oracle-diffs.md) ------------------------------------------------------
+
+
+def test_a_requests_tolerations_are_written_into_its_results() -> None:
+    tolerating = exactly(GPU, tolerations=[{"operator": "Exists"}])
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"g": tolerating}))], CLASSES)
+    (result,) = _results(out, "c")
+    assert result["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_a_qualified_capacity_name_names_no_published_capacity() -> None:
+    # The device publishes `memory`; upstream matches `gpu.drasat.io/memory` to nothing.
+    qualified = exactly(GPU, capacity={"requests": {"gpu.drasat.io/memory": "8Gi"}})
+    out = v1.allocate([node("a", "T4", 1)], [pod("p", claim("c", {"s": qualified}))], CLASSES)
+    assert out.placed == {}
+
+
+def test_all_over_mig_devices_takes_every_placement_or_moves_on() -> None:
+    every = _mig("7g.40gb", allocationMode="All")
+    out = v1.allocate(
+        [node("m", "A100-40GB", 2, mig=True)], [pod("p", claim("c", {"m": every}))], CLASSES
+    )
+    assert sorted(d.split("-mig-")[0] for d in _devices(out, "c")) == ["gpu-0", "gpu-1"]
+    # Two profiles' placements overlap: not all of them can be taken; the next entry is.
+    either = {
+        "firstAvailable": [
+            {"name": "all", "deviceClassName": MIG, "allocationMode": "All"},
+            {"name": "one", "deviceClassName": GPU},
+        ]
+    }
+    out = v1.allocate(
+        [node("m", "A100-40GB", 1, mig=True), node("a", "T4", 1)],
+        [pod("p", claim("d", {"x": either}))],
+        CLASSES,
+    )
+    assert [r["request"] for r in _results(out, "d")] == ["x/one"]
+
+
+def test_a_node_without_shares_publishes_exclusive_gpus() -> None:
+    spec = node("a", "T4", 1)
+    exclusive = v1.Node(
+        spec.state, tuple(devices.drasat_devices("a", spec.state.nas, shares=False))
+    )
+    out = v1.allocate([exclusive], [pod("p", claim("c", {"g": exactly()}))], CLASSES)
+    (result,) = _results(out, "c")
+    assert "shareID" not in result and "consumedCapacity" not in result
+    share = exactly(GPU, capacity={"requests": {"memory": "4Gi"}})
+    out = v1.allocate([exclusive], [pod("p", claim("d", {"s": share}))], CLASSES)
+    (result,) = _results(out, "d")  # the whole GPU: it takes one allocation
+    assert "shareID" not in result and "consumedCapacity" not in result

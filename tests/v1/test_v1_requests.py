@@ -97,11 +97,12 @@ def test_the_class_selectors_come_first_then_the_requests() -> None:
     assert alternative.class_config == ({"opaque": {"driver": "x.io", "parameters": {"a": 1}}},)
 
 
-def test_capacity_requests_are_read_in_bytes_by_bare_name_sorted() -> None:
+def test_capacity_requests_are_read_in_bytes_by_name_as_written_sorted() -> None:
+    # Upstream matches a capacity request's name literally against the device's capacity names.
     wanted = {"requests": {"gpu.drasat.io/memory": "4Gi", "compute": "25"}}
     written = claim("c", {"s": exactly(GPU, capacity=wanted)})
     (alternative,) = read_claim(written, CLASSES).requests[0].alternatives
-    assert alternative.capacity == (("compute", 25), ("memory", 4 * 2**30))
+    assert alternative.capacity == (("compute", 25), ("gpu.drasat.io/memory", 4 * 2**30))
     plain = read_claim(claim("c", {"g": exactly()}), CLASSES).requests[0].alternatives[0]
     assert plain.capacity == ()
 
