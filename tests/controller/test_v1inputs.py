@@ -5,6 +5,7 @@ states and the ledger a claim's status stands for)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import ctl_slices
@@ -360,3 +361,15 @@ def test_every_allocated_claim_naming_our_driver_holds_its_devices_as_its_status
     snap.nas = {**snap.nas, "a": nas_nodes.ParsedNas(
         dataclasses.replace(state, nas=written), "2")}  # fmt: skip
     assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == set(ledger)
+
+
+def test_a_pod_read_from_the_api_servers_json_is_pending_by_its_phase() -> None:
+    read = json.loads(json.dumps(pod("p")))  # strings as the API client decodes them
+    assert v1inputs.is_pending(read)
+    read["status"]["phase"] = "Succeeded"
+    assert not v1inputs.is_pending(read)
+
+
+def test_a_node_selector_naming_no_node_gives_no_allocated_node() -> None:
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "values": []}]}]}
+    assert v1inputs.allocated_node(claim("c", allocation={"nodeSelector": selector})) is None
