@@ -13,6 +13,7 @@ from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api.devicemodel import names
+from drasat.api.nas import AllocatedGpu, AllocatedGpus
 from drasat.solver import Problem, Solution, SolveParams
 from drasat.solver import solve as default_solve
 from drasat.v1 import devices, results
@@ -567,3 +568,26 @@ def test_a_node_without_shares_publishes_exclusive_gpus() -> None:
     out = v1.allocate([exclusive], [pod("p", claim("d", {"s": share}))], CLASSES)
     (result,) = _results(out, "d")  # the whole GPU: it takes one allocation
     assert "shareID" not in result and "consumedCapacity" not in result
+
+
+def test_an_allocation_that_cannot_be_written_refuses_only_its_pod() -> None:
+    def solve(problem: Problem, params: SolveParams) -> Solution:
+        solution = default_solve(problem, params)
+        placements = []
+        for placement in solution.placements:
+            if placement.pod == "default/bad":
+                # a device the node does not publish: writing its result fails
+                nowhere = AllocatedGpus(devices=[AllocatedGpu(uuid="GPU-not-published")])
+                broken = {
+                    uid: entry.model_copy(update={"gpu": nowhere})
+                    for uid, entry in placement.allocations.items()
+                }
+                placement = dataclasses.replace(placement, allocations=broken)
+            placements.append(placement)
+        return dataclasses.replace(solution, placements=tuple(placements))
+
+    pods = [pod(name, claim(f"c-{name}", {"g": exactly()})) for name in ("a", "bad", "b")]
+    out = v1.allocate([node("n", "T4", 3)], pods, CLASSES, solve=solve)
+    assert out.placed == {"default/a": "n", "default/b": "n"}
+    assert out.failed["default/bad"].startswith("internal error writing its allocation: KeyError")
+    assert set(out.allocations) == {"uid-c-a", "uid-c-b"}
