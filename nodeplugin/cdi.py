@@ -1,8 +1,14 @@
 """CDI specs: one file per claim in the CDI root (kind `k8s.gpu.drasat.io/claim`).
 
-A claim's spec has one device, named by the claim's UID (runtimes cache specs by name), whose
-edits are the claim's own (its GPUs' or MIG devices' nodes, environment, MPS mounts), and, at
-the spec level, the driver's edits every GPU container needs (`driver_edits`): control device
+A claim's spec has a device named by the claim's UID (runtimes cache specs by name), whose
+edits are the whole claim's (all its GPUs' or MIG devices' nodes, environment, MPS mounts): what a
+classic-DRA kubelet gets (one list of CDI devices per claim). A v1 claim's spec also has one
+device per allocated device, `<claim uid>-<device name>` (the device model's name, `gpu-0`,
+`gpu-0-mig-1g5gb-19-0`, `cpu-fallback`: letters, digits and `-`, valid CDI device names), with
+that device's own nodes, the environment of the devices of its request and the claim-wide edits
+(MPS mounts and limits, share limits): the kubelet gives a container the CDI devices of exactly
+the requests it names, and keys device health by each device's first CDI id. And, at the spec
+level, the driver's edits every GPU container needs (`driver_edits`): control device
 nodes, the driver's libraries, binaries and firmware bound read-only, and the
 `nvidia-cdi-hook` hooks that refresh the container's linker cache and create the links
 applications expect — what NVIDIA's container toolkit puts in its generated specs. They are found
@@ -25,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -197,9 +203,15 @@ class DriverEdits:
         )
 
 
-def device_id(claim_uid: str) -> str:
-    """The fully qualified CDI device name the kubelet passes to the runtime."""
-    return f"{KIND}={claim_uid}"
+def device_name(claim_uid: str, device: str = "") -> str:
+    """The CDI device name of the whole claim (`device` ""), or of one of its devices."""
+    return f"{claim_uid}-{device}" if device else claim_uid
+
+
+def device_id(claim_uid: str, device: str = "") -> str:
+    """The fully qualified CDI device name the kubelet passes to the runtime: the whole claim's
+    (`device` ""), or one allocated device's (`device`: its name in the device model)."""
+    return f"{KIND}={device_name(claim_uid, device)}"
 
 
 def spec_file_name(claim_uid: str) -> str:
@@ -212,21 +224,36 @@ def claim_spec(
     *,
     driver_root: str = "/",
     common: ClaimEdits | None = None,
+    devices: Mapping[str, ClaimEdits] | None = None,
 ) -> dict[str, Any]:
-    """The CDI spec of one claim: `edits` on its device, `common` (the driver's) at the spec
-    level; device nodes get `hostPath` under `driver_root` (the dev root) unless it is `/`.
+    """The CDI spec of one claim: `edits` on the claim's device, each of `devices` (device name
+    -> its edits) on a device of its own, `common` (the driver's) at the spec level; device
+    nodes get `hostPath` under `driver_root` (the dev root) unless it is `/`.
     This is a purely computational function with no side effects."""
-    container_edits = _container_edits(edits, driver_root, with_env=True)
+    entries = [(device_name(claim_uid), edits)]
+    entries += [(device_name(claim_uid, d), e) for d, e in (devices or {}).items()]
     spec: dict[str, Any] = {
         "cdiVersion": "",
         "kind": KIND,
-        "devices": [{"name": claim_uid, "containerEdits": container_edits}],
+        "devices": [
+            {"name": name, "containerEdits": _container_edits(e, driver_root, with_env=True)}
+            for name, e in entries
+        ],
     }
     shared = _container_edits(common, driver_root) if common is not None else {}
     if shared:
         spec["containerEdits"] = shared
     spec["cdiVersion"] = minimum_version(spec)
     return spec
+
+
+def _with_nodes_first(edits: ClaimEdits, nodes: tuple[str, ...]) -> ClaimEdits:
+    return ClaimEdits(
+        env=edits.env,
+        device_nodes=(*nodes, *edits.device_nodes),
+        mounts=edits.mounts,
+        hooks=edits.hooks,
+    )
 
 
 def _container_edits(edits: ClaimEdits, dev_root: str, *, with_env: bool = False) -> dict[str, Any]:
@@ -307,25 +334,36 @@ class CdiWriter:
     def path(self, claim_uid: str) -> Path:
         return self.root / spec_file_name(claim_uid)
 
-    def spec(self, claim_uid: str, edits: ClaimEdits) -> dict[str, Any]:
-        """The claim's spec; DriverFilesError when the driver's files cannot be found."""
+    def spec(
+        self,
+        claim_uid: str,
+        edits: ClaimEdits,
+        devices: Mapping[str, ClaimEdits] | None = None,
+    ) -> dict[str, Any]:
+        """The claim's spec (`devices`: each allocated device's own edits, by device name);
+        DriverFilesError when the driver's files cannot be found."""
         # A claim without device nodes has no GPU (an optional claim that got none): it runs
         # CPU-only and gets nothing of the driver.
         common = self.driver.get() if edits.device_nodes else None
+        devices = dict(devices or {})
         if common is not None and self.driver.mode is CdiMode.drasat and not self.driver.discovered:
             # Undiscovered: the control nodes were the claim's own, as before discovery existed.
-            edits = ClaimEdits(
-                env=edits.env,
-                device_nodes=(*common.device_nodes, *edits.device_nodes),
-                mounts=edits.mounts,
-                hooks=edits.hooks,
-            )
+            edits = _with_nodes_first(edits, common.device_nodes)
+            devices = {
+                name: _with_nodes_first(own, common.device_nodes) if own.device_nodes else own
+                for name, own in devices.items()
+            }
             common = None
         dev_root = self.driver.roots.host_dev_root if self.driver.roots else self.driver_root
-        return claim_spec(claim_uid, edits, driver_root=dev_root, common=common)
+        return claim_spec(claim_uid, edits, driver_root=dev_root, common=common, devices=devices)
 
-    def write(self, claim_uid: str, edits: ClaimEdits) -> Path:
-        spec = self.spec(claim_uid, edits)
+    def write(
+        self,
+        claim_uid: str,
+        edits: ClaimEdits,
+        devices: Mapping[str, ClaimEdits] | None = None,
+    ) -> Path:
+        spec = self.spec(claim_uid, edits, devices)
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(claim_uid)
         write_atomic(path, json.dumps(spec, indent=2) + "\n", mode=0o644)
@@ -334,7 +372,12 @@ class CdiWriter:
     def device_ids(self, claim_uid: str, gpu_minors: Iterable[int]) -> list[str]:
         """The CDI ids the kubelet passes on: the claim's device, and in toolkit mode the
         toolkit's device of each GPU (a MIG device's parent) the claim uses."""
-        ids = [device_id(claim_uid)]
+        return self.ids_of(claim_uid, "", gpu_minors)
+
+    def ids_of(self, claim_uid: str, device: str, gpu_minors: Iterable[int]) -> list[str]:
+        """The CDI ids of the claim (`device` "") or of one of its devices (`gpu_minors`: the
+        GPUs it uses, whose toolkit devices come with it in toolkit mode)."""
+        ids = [device_id(claim_uid, device)]
         if self.toolkit is not None and self.driver.mode is CdiMode.toolkit:
             ids += [self.toolkit.device_id(m) for m in dict.fromkeys(gpu_minors)]
         return ids

@@ -100,6 +100,9 @@ class ClaimRecord(_Model):
     source: str = "nas"
     applied: list[AppliedStep] = Field(default_factory=list)
     cdi_devices: list[str] = Field(default_factory=list)
+    #: A v1 claim's CDI ids of each allocated device, by device name (empty: a classic claim, or
+    #: one prepared before devices had their own CDI device: each answered `cdi_devices`).
+    device_cdi: dict[str, list[str]] = Field(default_factory=dict)
     #: A v1 claim's allocation results as the kubelet was answered ({request, pool, device,
     #: share_id}), so a re-prepare can answer while the ResourceClaim cannot be read.
     results: list[dict[str, Any]] = Field(default_factory=list)

@@ -3,7 +3,8 @@
 `v1alpha3.Node` serves classic-DRA kubelets (1.27-1.31): the claim's allocation is in the NAS
 (or its resource handle). `v1beta1.DRAPlugin` and `v1.DRAPlugin` serve current ones: the request
 only names the claim, so its allocation results are read from the ResourceClaim and translated
-(`v1claims.ClaimAllocations`), and the answer lists one Device per result. All three call the
+(`v1claims.ClaimAllocations`), and the answer lists one Device per result, each with its own
+CDI device (`<claim uid>-<device name>`, cdi.py); classic DRA answers the claim-wide one. All three call the
 same `Preparer` (drasat.nodeplugin.state.DeviceState). Per-claim failures go in the claim's
 `error`, never as a whole-call gRPC error, and every claim of a request gets an entry in the
 response.
@@ -92,13 +93,23 @@ def prepare_v1_claims(
             if record is None or not record.results:
                 raise
             log.warning("prepare %s: %s; answered from the checkpoint", claim, error)
-            return [(Result(**r), list(record.cdi_devices)) for r in record.results]
+            results = [Result(**r) for r in record.results]
+            return [(r, _ids_of(record, r, record.cdi_devices)) for r in results]
         kept = [dataclasses.asdict(r) for r in resolved.results]
         ids = preparer.prepare(claim, resolved.allocation, kept)
-        return [(result, ids) for result in resolved.results]
+        prepared = preparer.prepared(claim.uid)
+        return [(r, _ids_of(prepared, r, ids)) for r in resolved.results]
 
     done = _per_claim(claims, "prepare", prepare)
     return {uid: (devices or [], error) for uid, (devices, error) in done.items()}
+
+
+def _ids_of(record: ClaimRecord | None, result: Result, claim_ids: list[str]) -> list[str]:
+    """A result's CDI ids: its device's own (the kubelet gives a container the ids of the devices
+    of the requests it names, and keys device health by each device's first id), else the
+    claim's (a record from before devices had their own)."""
+    own = record.device_cdi.get(result.device) if record is not None else None
+    return list(own or claim_ids)
 
 
 def unprepare_claims(preparer: Preparer, claims: Iterable[ClaimRef]) -> dict[str, str]:
@@ -147,7 +158,7 @@ class NodeV1alpha3(dra_v1alpha3_pb2_grpc.NodeServicer):
 
 class _DraPlugin:
     """`DRAPlugin` (v1beta1 and v1 share the shape): the allocation from the ResourceClaim, one
-    Device per allocation result of ours (request, pool, device, the claim's CDI ids)."""
+    Device per allocation result of ours (request, pool, device, the device's own CDI ids)."""
 
     pb2: Any
 

@@ -557,10 +557,14 @@ class DeviceState:
         mps_env = self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
         self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
         edits = self._edits(record, allocation, gpu_uuids, migs, mps_env)
+        own = self._device_edits(record, allocation, gpu_uuids, migs, mps_env)
         # Resolved before anything is written (cdi mode toolkit: the toolkit's device names).
         parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
         device_ids = self.cdi.device_ids(record.uid, [g.minor for g in parents if g])
-        path = self.cdi.write(record.uid, edits)
+        device_cdi = {
+            name: self.cdi.ids_of(record.uid, name, minors) for name, (_, minors) in own.items()
+        }
+        path = self.cdi.write(record.uid, edits, {name: e for name, (e, _) in own.items()})
         # Saved with the next write (the completion): every rollback removes the claim's spec
         # by its uid, recorded or not.
         record.applied.append(AppliedStep(kind="cdi", path=str(path)))
@@ -570,6 +574,7 @@ class DeviceState:
         self._step("nas")
         record.status = ClaimStatus.PrepareCompleted
         record.cdi_devices = device_ids
+        record.device_cdi = device_cdi
         self.checkpoint.put(record)
         log.info("claim %s/%s (%s) prepared", record.namespace, record.name, record.uid)
         return list(record.cdi_devices)
@@ -735,12 +740,7 @@ class DeviceState:
             parent = self._gpu(mig.parent_uuid)
             assert parent is not None  # checked when planned
             nodes += driver.mig_nodes(minor=parent.minor, gi_id=mig.gi_id, ci_id=mig.ci_id)
-        env = {
-            "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
-            "DRASAT_CLAIM_UID": record.uid,
-            "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
-            "DRASAT_GPU_COUNT": str(len(visible)),
-        }
+        env = {"DRASAT_CLAIM_UID": record.uid, **_visible_env(visible)}
         mounts: list[cdi.Mount] = []
         daemon = next((Path(s.path) for s in record.applied if s.kind == "mps"), None)
         if daemon is not None:
@@ -758,6 +758,49 @@ class DeviceState:
             return cdi.ClaimEdits(env=env)
         # The control nodes and the driver's files are every spec's (cdi.CdiWriter adds them).
         return cdi.ClaimEdits(env=env, device_nodes=tuple(nodes), mounts=tuple(mounts))
+
+    def _device_edits(
+        self,
+        record: ClaimRecord,
+        allocation: AllocatedDevices,
+        gpu_uuids: list[str],
+        migs: list[MigDevice],
+        mps_env: dict[str, str],
+    ) -> dict[str, tuple[cdi.ClaimEdits, list[int]]]:
+        """A v1 claim's devices (its allocation results' device names) -> each one's own CDI
+        edits and the minors of the GPUs it uses; {} for a classic claim (no results).
+
+        A device's edits are its own nodes and the claim-wide ones (MPS mounts and limits, share
+        limits, the claim's UID); its visible-devices environment lists the devices of its
+        request(s), in the claim's order: a container gets the CDI devices of the requests it
+        names, and CDI environment variables do not add up (the last device's value wins), so
+        each device of a request says all of that request's."""
+        if not record.results:
+            return {}
+        gpus = {u: g for u in gpu_uuids if (g := self._gpu(u)) is not None}
+        by_name: dict[str, tuple[list[str], list[MigDevice], list[int]]] = {}
+        for uuid, gpu in gpus.items():
+            by_name[names.gpu_name(gpu.minor)] = ([uuid], [], [gpu.minor])
+        for plan, mig in zip(record.planned_migs, migs, strict=True):
+            parent = self._gpu(mig.parent_uuid)
+            assert parent is not None  # checked when planned
+            name = names.mig_name(parent.minor, plan.profile, plan.gi_profile_id, plan.start)
+            by_name[name] = ([], [mig], [parent.minor])
+        requests: dict[str, set[str]] = {}  # device name -> the requests it was allocated for
+        for result in record.results:
+            requests.setdefault(str(result["device"]), set()).add(str(result["request"]))
+        order = gpu_uuids + [m.uuid for m in migs]
+        uuids_of = {d: [*u, *(m.uuid for m in ms)] for d, (u, ms, _) in by_name.items()}
+        out: dict[str, tuple[cdi.ClaimEdits, list[int]]] = {}
+        for name, wanted in requests.items():
+            uuids, own_migs, minors = by_name.get(name, ([], [], []))
+            own = self._edits(record, allocation, uuids, own_migs, mps_env)
+            peers = {u for d, r in requests.items() if r & wanted for u in uuids_of.get(d, [])}
+            env = dict(own.env)
+            if uuids or own_migs:
+                env.update(_visible_env([u for u in order if u in peers]))
+            out[name] = (dataclasses.replace(own, env=env), minors)
+        return out
 
     # -- per-GPU settings (reference-counted holds) ------------------------------------------
 
@@ -1381,3 +1424,12 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
     allocation = record.allocated()
     uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
     return PreparedDevices(gpu=PreparedGpus(devices=[PreparedGpu(uuid=u) for u in uuids]))
+
+
+def _visible_env(visible: list[str]) -> dict[str, str]:
+    """The environment that says which GPUs and MIG devices (UUIDs) a container has."""
+    return {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
+        "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
+        "DRASAT_GPU_COUNT": str(len(visible)),
+    }

@@ -15,6 +15,7 @@ import yaml
 from fakedriver import LIBDIR, VERSION
 
 from drasat.cli import main
+from drasat.nodeplugin import driverfiles
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,9 @@ def test_whole_gpu_spec(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     assert (
         mounts[f"{LIBDIR}/libnvidia-ml.so.{VERSION}"] == f"{root}{LIBDIR}/libnvidia-ml.so.{VERSION}"
     )
-    assert len(mounts) == len(fakedriver.LIBRARIES) + 1 + 5 + 2  # + vdpau, binaries, firmware
+    # + vdpau, the binaries (not the MPS programs: the node plugin runs those), firmware
+    assert len(mounts) == len(fakedriver.LIBRARIES) + 1 + len(driverfiles.BINARIES) + 2
+    assert not any(p.endswith(driverfiles.WITHHELD_BINARIES) for p in mounts)
     assert [h["args"][1] for h in spec["containerEdits"]["hooks"]] == [
         "create-symlinks",
         "update-ldcache",

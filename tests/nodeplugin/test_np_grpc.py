@@ -175,7 +175,7 @@ def test_structured_dra_plugin_services(served: Any, pb2: Any, stub: str) -> Non
         "gpu-node-1",
         "gpu-0",
     )
-    assert list(device.cdi_device_ids) == ["k8s.gpu.drasat.io/claim=c1"]
+    assert list(device.cdi_device_ids) == ["k8s.gpu.drasat.io/claim=c1-gpu-0"]
     unprepare = pb2.NodeUnprepareResourcesRequest(claims=[pb2.Claim(uid="c1")])
     assert service.NodeUnprepareResources(unprepare, timeout=30).claims["c1"].error == ""
 

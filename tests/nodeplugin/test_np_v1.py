@@ -28,7 +28,7 @@ def two_t4(node_factory: Any) -> tuple[Node, Claims, V1]:
 
 def _spec_env(node: Node, uid: str) -> dict[str, str]:
     spec = json.loads((node.config.cdi_root / f"k8s.gpu.drasat.io-claim_{uid}.json").read_text())
-    (device,) = spec["devices"]
+    device = spec["devices"][0]  # the whole claim's (each allocated device follows)
     return dict(e.split("=", 1) for e in device["containerEdits"]["env"])
 
 
@@ -42,12 +42,25 @@ def test_whole_gpus_from_the_results_one_device_per_result(two_t4: Any) -> None:
         for d in answer.devices
     ]
     assert devices == [
-        (["a"], NODE, "gpu-1", [f"{CDI_KIND}=u1"]),
-        (["b"], NODE, "gpu-0", [f"{CDI_KIND}=u1"]),
+        (["a"], NODE, "gpu-1", [f"{CDI_KIND}=u1-gpu-1"]),
+        (["b"], NODE, "gpu-0", [f"{CDI_KIND}=u1-gpu-0"]),
     ]
     env = _spec_env(node, "u1")
     assert env["NVIDIA_VISIBLE_DEVICES"] == f"{node.gpu(1)},{node.gpu(0)}"
     assert env["DRASAT_GPU_COUNT"] == "2"
+    # Each device's own CDI device: a container naming request "a" gets gpu-1 and nothing else.
+    spec = json.loads((node.config.cdi_root / "k8s.gpu.drasat.io-claim_u1.json").read_text())
+    own = {d["name"]: d["containerEdits"] for d in spec["devices"][1:]}
+    assert sorted(own) == ["u1-gpu-0", "u1-gpu-1"]
+    for name, minor in (("u1-gpu-1", 1), ("u1-gpu-0", 0)):
+        device_env = dict(e.split("=", 1) for e in own[name]["env"])
+        assert (device_env["NVIDIA_VISIBLE_DEVICES"], device_env["DRASAT_GPU_COUNT"]) == (
+            node.gpu(minor),
+            "1",
+        )
+        assert device_env["DRASAT_CLAIM_UID"] == "u1"
+        nodes = [n["path"] for n in own[name]["deviceNodes"]]
+        assert f"/dev/nvidia{minor}" in nodes and f"/dev/nvidia{1 - minor}" not in nodes
     (record,) = node.state.checkpoint.records()
     assert (record.uid, record.status, record.source) == (
         "u1",

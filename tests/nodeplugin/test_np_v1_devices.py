@@ -23,7 +23,7 @@ MiB = 2**20
 
 def _env(node: Node, uid: str) -> dict[str, str]:
     spec = json.loads((node.config.cdi_root / f"k8s.gpu.drasat.io-claim_{uid}.json").read_text())
-    (device,) = spec["devices"]
+    device = spec["devices"][0]  # the whole claim's (each allocated device follows)
     return dict(e.split("=", 1) for e in device["containerEdits"]["env"])
 
 
@@ -125,7 +125,9 @@ def test_shares_get_their_limits_under_mps(a100: Any) -> None:
         )
         claims.add(claim)
     answers = v1.prepare(("s1", "s1"), ("s2", "s2"))
-    assert _devices(answers["s1"]) == [(["share"], NODE, "gpu-0", [f"{CDI_KIND}=s1"], "share-s1")]
+    assert _devices(answers["s1"]) == [
+        (["share"], NODE, "gpu-0", [f"{CDI_KIND}=s1-gpu-0"], "share-s1")
+    ]
     assert list(node.daemons().values()) == [(node.gpu(0),)]  # one daemon for both shares
     assert node.mps_limits("s1") == {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
@@ -173,7 +175,9 @@ def test_cpu_fallback_prepares_to_the_optional_claim_without_devices(a100: Any) 
     node, claims, v1 = a100
     claims.add(v1_claim("f1", ("gpu-or-cpu/cpu", NODE, "cpu-fallback")))
     answer = v1.prepare(("f1", "claim"))["f1"]
-    assert _devices(answer) == [(["gpu-or-cpu/cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1"], "")]
+    assert _devices(answer) == [
+        (["gpu-or-cpu/cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1-cpu-fallback"], "")
+    ]
     env = _env(node, "f1")
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert env["DRASAT_GPU_ALLOCATED"] == "false" and env["DRASAT_GPU_COUNT"] == "0"
