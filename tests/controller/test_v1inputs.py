@@ -373,3 +373,40 @@ def test_a_pod_read_from_the_api_servers_json_is_pending_by_its_phase() -> None:
 def test_a_node_selector_naming_no_node_gives_no_allocated_node() -> None:
     selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "values": []}]}]}
     assert v1inputs.allocated_node(claim("c", allocation={"nodeSelector": selector})) is None
+
+
+def test_the_status_ledgers_memo_gives_the_ledger_of_the_claim_and_nas_versions() -> None:
+    snap = snapshot([], [])
+    held = claim("c", exactly(), allocation=on_node("a", result("gpu-1", "a")))
+    held["metadata"]["resourceVersion"] = "7"
+    memo = v1inputs.StatusLedgers()
+    plain = v1inputs.ledger_of(held, snap)
+    assert v1inputs.ledger_of(held, snap, memo) == plain
+    assert v1inputs.ledger_of(held, snap, memo) == plain  # from the memo
+    memo.rotate()
+    assert v1inputs.ledger_of(held, snap, memo) == plain  # kept for one more cycle
+    moved = json.loads(json.dumps(held))
+    moved["metadata"]["resourceVersion"] = "8"
+    moved["status"]["allocation"] = on_node("a", result("gpu-0", "a"))
+    assert v1inputs.ledger_of(moved, snap, memo) == v1inputs.ledger_of(moved, snap)
+    assert v1inputs.ledger_of(moved, snap, memo) != plain
+
+
+def test_a_claim_on_a_node_without_a_ledger_holds_nothing_and_other_claims_do_not_count() -> None:
+    away = claim("away", exactly(), allocation=on_node("z", result("gpu-0", "z")))
+    theirs = claim("sched", exactly(), allocation=on_node("a", result("gpu-1", "a")))
+    snap = snapshot([], [away, theirs])
+    assert set(v1inputs.status_entries(snap)) == {"a"}
+    # the ledger holds the claim's devices under its uid, beside an earlier claim's entry
+    _, ledger = v1inputs.ledger_of(theirs, snap)
+    _, other = v1inputs.ledger_of(
+        claim("a0", exactly(), allocation=on_node("a", result("gpu-0", "a"))), snap
+    )
+    state = snap.nas["a"].node
+    written = state.nas.model_copy(update={"allocatedClaims": {**other, **ledger}})
+    snap.nas = {**snap.nas, "a": nas_nodes.ParsedNas(
+        dataclasses.replace(state, nas=written), "2")}  # fmt: skip
+    assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == {
+        *other,
+        *ledger,
+    }
