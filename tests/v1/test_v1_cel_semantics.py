@@ -57,6 +57,17 @@ def failure(expression: str) -> str:
         ("3n", Fraction(3, 10**9), None),
         ("1.5Gi", Fraction(3 * 2**29), None),
         ("007", Fraction(7), 7),
+        ("0000000000000000001", Fraction(1), 1),  # leading zeros do not count as digits
+        ("1P", Fraction(10**15), 10**15),
+        ("1E", Fraction(10**18), 10**18),
+        ("+0.5k", Fraction(500), 500),
+        ("1E+3", Fraction(1000), 1000),
+        ("1e-3", Fraction(1, 1000), None),
+        ("-1.5", Fraction(-3, 2), None),
+        ("9E18", Fraction(9 * 10**18), 9 * 10**18),  # within int64
+        ("-9E18", Fraction(-9 * 10**18), -9 * 10**18),
+        ("10E18", Fraction(10**19), None),  # beyond int64: no integer
+        ("1.0000000001", Fraction(1_000_000_001, 10**9), None),  # rounded up to a nano
     ],
 )
 def test_quantities_parse_to_their_exact_value(
