@@ -68,6 +68,15 @@ def failure(expression: str) -> str:
         ("-9E18", Fraction(-9 * 10**18), -9 * 10**18),
         ("10E18", Fraction(10**19), None),  # beyond int64: no integer
         ("1.0000000001", Fraction(1_000_000_001, 10**9), None),  # rounded up to a nano
+        # AsInt64 answers only for the fast int64 form: 18 decimal digits, fewer for binary
+        # suffixes (resource's precision rule), never past it
+        ("123456789012345678", Fraction(123456789012345678), 123456789012345678),
+        ("1000000000000000000", Fraction(10**18), None),
+        ("12345Gi", Fraction(12345 * 2**30), 12345 * 2**30),
+        ("123456Gi", Fraction(123456 * 2**30), None),
+        ("12Ti", Fraction(12 * 2**40), 12 * 2**40),
+        ("123Ti", Fraction(123 * 2**40), None),
+        ("1Pi", Fraction(2**50), None),
     ],
 )
 def test_quantities_parse_to_their_exact_value(
@@ -75,6 +84,13 @@ def test_quantities_parse_to_their_exact_value(
 ) -> None:
     parsed = cel.parse_quantity(text)
     assert (parsed.value, parsed.integer) == (value, integer)
+
+
+def test_a_quantity_with_text_after_its_suffix_is_malformed_not_a_bad_suffix() -> None:
+    with pytest.raises(ValueError, match="quantities must match the regular expression"):
+        cel.parse_quantity("1k!")
+    with pytest.raises(ValueError, match="unable to parse quantity's suffix"):
+        cel.parse_quantity("1kk")
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1Q", "1.5.5", "1Kii", "1 Gi", "1e"])
