@@ -4,10 +4,10 @@
 (or its resource handle). `v1beta1.DRAPlugin` and `v1.DRAPlugin` serve current ones: the request
 only names the claim, so its allocation results are read from the ResourceClaim and translated
 (`v1claims.ClaimAllocations`), and the answer lists one Device per result, each with its own
-CDI device (`<claim uid>-<device name>`, cdi.py); classic DRA answers the claim-wide one. All three call the
-same `Preparer` (drasat.nodeplugin.state.DeviceState). Per-claim failures go in the claim's
-`error`, never as a whole-call gRPC error, and every claim of a request gets an entry in the
-response.
+CDI device (`<claim uid>-<device name>`, cdi.py); classic DRA answers the claim-wide one. All
+three call the same `Preparer` (drasat.nodeplugin.state.DeviceState). Per-claim failures go in
+the claim's `error`, never as a whole-call gRPC error, and every claim of a request gets an entry
+in the response.
 """
 
 from __future__ import annotations
@@ -174,7 +174,9 @@ class _DraPlugin:
             entry.error = error
             for result, ids in devices:
                 device = entry.devices.add(
-                    request_names=[result.request],
+                    # The base request, as the kubelet compares it with a container's
+                    # `resources.claims[].request` (kubeletplugin's stripSubrequestNames).
+                    request_names=[result.request.partition("/")[0]],
                     pool_name=result.pool,
                     device_name=result.device,
                     cdi_device_ids=ids,

@@ -119,8 +119,11 @@ def test_v1_mig_devices_are_made_for_the_claim_and_destroyed_after(
     assert code == 0, out
     pods = _pods(out)
     assert list(pods) == ["gpu-test4-v1/pod"] and pods["gpu-test4-v1/pod"][0] == "a100-node"
-    visible = _visible(pods, "gpu-test4-v1/pod").split(",")
-    assert len(visible) == 4 and all(v.startswith("MIG-") for v in visible)
+    # Each container names one request: its log shows that request's MIG device alone.
+    logs = pods["gpu-test4-v1/pod"][1]
+    assert sorted(logs) == ["ctr0", "ctr1", "ctr2", "ctr3"]
+    visible = [env["NVIDIA_VISIBLE_DEVICES"] for env in logs.values()]
+    assert len(set(visible)) == 4 and all(v.startswith("MIG-") for v in visible)
     # Four MIG devices of one GPU, on disjoint memory slices, listed by the NAS ledger.
     placements = re.findall(r"MIG (\S+) on GPU (\d) \(slices (\d)-(\d)\)", out)
     assert sorted(p[0] for p in placements) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"], out

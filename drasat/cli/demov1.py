@@ -504,7 +504,12 @@ class V1Demo:
                     for d in outcome.run.prepared.get(claim.uid, [])
                 ]
                 self.out(f"  claim {claim.name}: {', '.join(devices) or 'no device'}")
-                self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
+                if len(outcome.run.containers) <= 1:
+                    self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
+            if len(outcome.run.containers) > 1:
+                # Each container gets the devices of the requests it names (the kubelet's rule).
+                for name in outcome.run.containers:
+                    self.out(f"  log [{name}]: {env_line(outcome.run.container_env(name))}")
         return outcomes
 
     def _refusal(self, key: Key) -> str | None:

@@ -15,8 +15,12 @@ in one of two flavours (`DraApi`): `classic`, a kubelet of Kubernetes 1.27–1.3
   driver, with namespace, uid, name and the allocation's resource handle; v1: every driver that
   has results in `status.allocation.devices.results`, with namespace, uid and name), resolves the
   returned CDI device ids against the spec files in the CDI root as a container runtime does,
-  records the environment the container would get (`PodRun.env`: its "log") and sets the pod's
-  status to Running;
+  records the environment each container would get (`PodRun.container_env`; `PodRun.env`: its
+  "log") and sets the pod's status to Running. As the real kubelet (1.37
+  `pkg/kubelet/cm/dra`, `cdiDevicesAsList`), a container gets, of each claim it lists in
+  `resources.claims`, the CDI ids of the devices of the request it names (a device answered
+  without request names goes to every container of the claim), or of all the claim's devices
+  when it names none; a classic claim's ids go to every container that lists the claim;
 - **pod stop**: when a pod is marked for deletion (deletionTimestamp) or gone, it calls
   `NodeUnprepareResources` for each claim no other pod on the node still uses, then confirms the
   deletion (DELETE with gracePeriodSeconds=0). Releasing the claims (reservedFor) and deleting
@@ -159,17 +163,29 @@ class PodRun:
     started_at: str = ""
     #: v1 kubelets: the `containerStatuses` last written (None: not yet).
     container_statuses: list[Obj] | None = None
+    #: The CDI device ids each container (by name) is created with, as the kubelet picks them.
+    containers: dict[str, list[str]] = field(default_factory=dict)
 
-    def claim_env(self, claim_uid: str) -> dict[str, str]:
-        """The environment the devices of one claim give the container."""
+    def _env_of(self, ids: Iterable[str]) -> dict[str, str]:
         env: dict[str, str] = {}
-        for device in self.devices.get(claim_uid, []):
+        for device in ids:  # a later CDI device's value of a variable wins, as in a runtime
             env.update(self.device_env.get(device, {}))
         return env
 
+    def claim_env(self, claim_uid: str) -> dict[str, str]:
+        """The environment all the devices of one claim give a container."""
+        return self._env_of(self.devices.get(claim_uid, []))
+
+    def container_env(self, container: str) -> dict[str, str]:
+        """The environment one container's CDI devices give it."""
+        return self._env_of(self.containers[container])
+
     @property
     def env(self) -> dict[str, str]:
-        """The container's environment: every claim's, in the pod's order (later ones win)."""
+        """The environment of the pod's only container; with several, every claim's devices, in
+        the pod's order (later ones win; `container_env` says what each container gets)."""
+        if len(self.containers) == 1:
+            return self.container_env(next(iter(self.containers)))
         env: dict[str, str] = {}
         for claim in self.claims:
             env.update(self.claim_env(claim.uid))
@@ -225,6 +241,35 @@ def _answer(service: str, answer: Any) -> Answer:
     )
     ids = tuple(dict.fromkeys(i for d in devices for i in d.cdi_device_ids))
     return Answer(answer.error, ids, devices)
+
+
+def container_cdi_ids(
+    pod: Obj,
+    claim_uids: Mapping[str, str],
+    devices: Mapping[str, list[str]],
+    prepared: Mapping[str, list[PreparedDevice]],
+) -> dict[str, list[str]]:
+    """The CDI ids the kubelet creates each container (init containers too) with: of each claim
+    in its `resources.claims` (by the pod's name for it, `claim_uids`), the devices of the
+    request it names, or all of them; a classic claim's (no `prepared` devices) all its ids.
+    Each id once, in the order the kubelet collects them."""
+    spec = pod.get("spec") or {}
+    out: dict[str, list[str]] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        ids: list[str] = []
+        for entry in (container.get("resources") or {}).get("claims") or []:
+            uid = claim_uids.get(str(entry.get("name", "")))
+            if uid is None:
+                continue
+            request = str(entry.get("request") or "")
+            if uid not in prepared:
+                ids += devices.get(uid, [])
+                continue
+            for device in prepared[uid]:
+                if not request or not device.request_names or request in device.request_names:
+                    ids += device.cdi_device_ids
+        out[str(container.get("name", ""))] = list(dict.fromkeys(ids))
+    return out
 
 
 def cdi_edits(
@@ -555,10 +600,12 @@ class Kubelet(actor.WatchDrivenLoop):
             raise Waiting(f"CDI devices {missing} are not defined by any spec in {self.cdi_root}")
         url = _core("pods", meta["namespace"], meta["name"], "status")
         run = PodRun(meta["namespace"], meta["name"], meta["uid"], claims, devices, env, prepared)
+        entries = scheduling.pod_claims(pod)
+        uids = {e.name: c.uid for e, c in zip(entries, claims, strict=True)}
+        run.containers = container_cdi_ids(pod, uids, devices, prepared)
         status = _running_status(pod)
         if self.api is DraApi.v1:
-            entries = scheduling.pod_claims(pod)
-            run.claim_uids = {e.name: c.uid for e, c in zip(entries, claims, strict=True)}
+            run.claim_uids = uids
             run.claim_devices = claim_devices
             run.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             run.container_statuses = self._container_statuses(pod, run)

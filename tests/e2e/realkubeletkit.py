@@ -116,8 +116,9 @@ class RealNode:
         self, api: kubernetes.client.ApiClient, namespace: str, pod_name: str, container: str = ""
     ) -> tuple[Obj, dict[str, str]]:
         """Assert that the pod's container (its only one, or `container`) was created once, with
-        exactly the CDI devices of the claims it uses (drasat's one per claim); return the
-        runtime's record and the environment those devices give it."""
+        exactly the CDI devices of the claims it uses (drasat's one per allocated device: of the
+        requests it names, or all of the claim's); return the runtime's record and the
+        environment those devices give it."""
         records = [
             r
             for r in self.containers(namespace, pod_name)
@@ -131,11 +132,13 @@ class RealNode:
         claims = self.claim_uids(api, namespace, pod_name)
         expected = sorted(
             {
-                f"k8s.gpu.drasat.io/claim={claims[c.name]['metadata']['uid']}"
+                f"k8s.gpu.drasat.io/claim={claims[c.name]['metadata']['uid']}-{r['device']}"
                 for c in used.resources.claims
+                for r in claims[c.name]["status"]["allocation"]["devices"]["results"]
+                if not c.request or r["request"].partition("/")[0] == c.request
             }
         )
-        assert sorted(created["cdiDevices"]) == expected, (created, self.diagnostics())
+        assert sorted(set(created["cdiDevices"])) == expected, (created, self.diagnostics())
         return created, self.cdi_env(created["cdiDevices"])
 
     def plugin_log(self) -> str:

@@ -77,8 +77,15 @@ def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
         # The plugin made exactly the GPU instances the scheduler chose, and they tile the GPU.
         assert node.gpu_instances(0) == sorted(placements)
         assert sum(size for _, size in placements) == 8
-        visible = run.env["NVIDIA_VISIBLE_DEVICES"].split(",")
-        assert len(set(visible)) == 4 and all(v.startswith("MIG-") for v in visible)
+        # Each container names one request: it gets that request's MIG device and no other (as
+        # the real kubelet: tests/e2e/test_e2e_real_kubelet_devices.py).
+        visible = {
+            c: run.container_env(c)["NVIDIA_VISIBLE_DEVICES"].split(",")
+            for c in ("ctr0", "ctr1", "ctr2", "ctr3")
+        }
+        assert all(len(seen) == 1 for seen in visible.values()), visible
+        every = {seen[0] for seen in visible.values()}
+        assert len(every) == 4 and all(v.startswith("MIG-") for v in every)
         node.delete_pods(kube_api, *_where(pod))
         assert node.gpu_instances(0) == []
         _cleaned_up(node)
@@ -173,14 +180,14 @@ def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
             (claim,) = run.claims
             (device,) = run.prepared[claim.uid]
             env = run.env
-            seen[device.request_names] = (
-                device.device_name,
+            seen[device.device_name] = (
+                device.request_names,  # the base request, as a container names it
                 env["NVIDIA_VISIBLE_DEVICES"],
                 env["DRASAT_GPU_ALLOCATED"],
             )
         assert seen == {
-            ("gpu-or-cpu/gpu",): ("gpu-0", node.uuids["gpu-0"], "true"),
-            ("gpu-or-cpu/cpu",): ("cpu-fallback", "void", "false"),
+            "gpu-0": (("gpu-or-cpu",), node.uuids["gpu-0"], "true"),
+            "cpu-fallback": (("gpu-or-cpu",), "void", "false"),
         }
         namespace = pods[0]["metadata"]["namespace"]
         node.delete_pods(kube_api, namespace, *(p["metadata"]["name"] for p in pods))

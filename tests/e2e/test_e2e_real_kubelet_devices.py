@@ -88,12 +88,6 @@ def test_gpu_test4_mig_devices_are_made_and_reach_the_containers_through_the_kub
         _cleaned_up(node)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the node plugin answers one CDI device per claim (k8s.gpu.drasat.io/claim=<uid>) for "
-    "every device of it, so the kubelet gives each container that names one request "
-    "(resources.claims[].request) the whole claim: all four MIG devices (docs/TESTING.md)",
-)
 def test_gpu_test4_each_container_sees_only_its_requests_mig_device(
     kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, classes: None
 ) -> None:

@@ -10,6 +10,7 @@ through the classic preparer: same checkpoint, rollback and idempotence.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -176,7 +177,7 @@ def test_cpu_fallback_prepares_to_the_optional_claim_without_devices(a100: Any) 
     claims.add(v1_claim("f1", ("gpu-or-cpu/cpu", NODE, "cpu-fallback")))
     answer = v1.prepare(("f1", "claim"))["f1"]
     assert _devices(answer) == [
-        (["gpu-or-cpu/cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1-cpu-fallback"], "")
+        (["gpu-or-cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1-cpu-fallback"], "")
     ]
     env = _env(node, "f1")
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
@@ -414,3 +415,100 @@ def test_per_gpu_memory_goes_to_the_daemon_by_uuid_whatever_the_order(a100: Any)
     assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(1)}") == "8192M"
     assert manager.query(name, f"get_default_device_pinned_mem_limit {node.gpu(0)}") == "16384M"
     assert node.mps_limits("d4") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"}
+
+
+def _own_devices(node: Node, uid: str) -> dict[str, dict[str, Any]]:
+    """The claim spec's devices other than the whole claim's, by CDI device name."""
+    spec = json.loads((node.config.cdi_root / f"k8s.gpu.drasat.io-claim_{uid}.json").read_text())
+    assert spec["devices"][0]["name"] == uid
+    return {d["name"]: d["containerEdits"] for d in spec["devices"][1:]}
+
+
+def _device_env(edits: dict[str, Any]) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in edits["env"])
+
+
+#: The CDI specification's device names: letters, digits, `_`, `-`, `.`, `:`.
+CDI_DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+def test_each_mig_device_of_gpu_test4_is_a_cdi_device_of_its_own(mig_node: Any) -> None:
+    """gpu-test4: four requests of one claim, one MIG device each; a container that names one
+    request gets that device's CDI id only, whose spec exposes that MIG device alone."""
+    node, claims, v1 = mig_node
+    names = ["gpu-1-mig-1g5gb-19-2", "gpu-1-mig-1g5gb-19-3", "gpu-1-mig-2g10gb-14-0"]
+    names.append("gpu-1-mig-3g20gb-9-4")
+    requests = ["mig-1g-0", "mig-1g-1", "mig-2g", "mig-3g"]
+    claims.add(v1_claim("g4", *[(r, NODE, n) for r, n in zip(requests, names, strict=True)]))
+    answer = v1.prepare(("g4", "claim"))["g4"]
+    assert answer.error == ""
+    assert [(d[0], d[3]) for d in _devices(answer)] == [
+        ([r], [f"{CDI_KIND}=g4-{n}"]) for r, n in zip(requests, names, strict=True)
+    ]
+    own = _own_devices(node, "g4")
+    assert sorted(own) == sorted(f"g4-{n}" for n in names)
+    assert all(CDI_DEVICE_NAME.fullmatch(name) for name in own)
+    prepared = node.store.read().spec.preparedClaims["g4"].mig
+    assert prepared is not None
+    by_start = {d.placement.start: d.uuid for d in prepared.devices}
+    for name in names:
+        env = _device_env(own[f"g4-{name}"])
+        start = int(name.rsplit("-", 1)[1])
+        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_GPU_COUNT"]) == (by_start[start], "1")
+        assert env["DRASAT_CLAIM_UID"] == "g4" and env["DRASAT_GPU_ALLOCATED"] == "true"
+        assert [n["path"] for n in own[f"g4-{name}"]["deviceNodes"]][-1] == "/dev/nvidia1"
+    # The whole claim's device still has all four (what a container naming no request sees).
+    assert _env(node, "g4")["DRASAT_GPU_COUNT"] == "4"
+    # Idempotent, and answered from the checkpoint the same way.
+    assert v1.prepare(("g4", "claim"))["g4"] == answer
+    (record,) = node.state.checkpoint.records()
+    assert record.device_cdi == {n: [f"{CDI_KIND}=g4-{n}"] for n in names}
+    assert v1.unprepare("g4")["g4"].error == ""
+    assert list(node.config.cdi_root.glob("*.json")) == []
+
+
+def test_devices_of_one_request_each_list_the_whole_request(a100: Any) -> None:
+    """CDI environment variables do not add up across devices, so each device of a request says
+    every device of that request; another request's device says only its own. MPS edits of the
+    claim are on every device."""
+    node, claims, v1 = a100
+    mps = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS"},
+    }
+    claims.add(
+        v1_claim(
+            "r2",
+            ("pair", NODE, "gpu-0"),
+            ("pair", NODE, "gpu-1"),
+            config=[_config(mps)],
+        )
+    )
+    assert v1.prepare(("r2", "claim"))["r2"].error == ""
+    own = _own_devices(node, "r2")
+    both = f"{node.gpu(0)},{node.gpu(1)}"
+    for minor in (0, 1):
+        edits = own[f"r2-gpu-{minor}"]
+        env = _device_env(edits)
+        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_GPU_COUNT"]) == (both, "2")
+        assert "CUDA_MPS_PIPE_DIRECTORY" in env
+        mounts = {m["containerPath"] for m in edits["mounts"]}
+        assert {"/tmp/nvidia-mps", "/dev/shm"} <= mounts
+        nodes = [n["path"] for n in edits["deviceNodes"]]
+        assert f"/dev/nvidia{minor}" in nodes and f"/dev/nvidia{1 - minor}" not in nodes
+    assert v1.unprepare("r2")["r2"].error == ""
+
+
+def test_a_record_from_before_per_device_cdi_answers_the_claims_id(a100: Any) -> None:
+    """A claim prepared by a plugin that wrote one CDI device per claim (no `device_cdi` in its
+    record) is answered with that device, which its spec file still has."""
+    node, claims, v1 = a100
+    claims.add(v1_claim("old", ("gpu", NODE, "gpu-0")))
+    assert v1.prepare(("old", "claim"))["old"].error == ""
+    (record,) = node.state.checkpoint.records()
+    record.device_cdi = {}
+    node.state.checkpoint.put(record)
+    (device,) = v1.prepare(("old", "claim"))["old"].devices
+    assert list(device.cdi_device_ids) == [f"{CDI_KIND}=old"]
+    assert v1.unprepare("old")["old"].error == ""
