@@ -60,6 +60,14 @@ def _known(claim: Obj, node: fleet.NodeCase) -> str | None:
         return "several-shares"
     if any(s.get("tolerations") for s in specs) and any(g.unhealthy for g in node.gpus):
         return "tolerated-taint"
+    requests = claim["spec"]["devices"]["requests"]
+    first_available_mig = any(
+        any(e["deviceClassName"] == claimgen.MIG for e in r.get("firstAvailable") or [])
+        for r in requests
+    )
+    if first_available_mig and sum(s["deviceClassName"] == claimgen.MIG for s in specs) > 2:
+        # MIG options multiply by profile: past MAX_VARIANTS combinations drasat stops trying.
+        return "variants-cap"
     return None
 
 
@@ -223,3 +231,16 @@ def test_known_all_with_a_capacity_request(oracle: Oracle) -> None:
         "capacity": {"requests": {"compute": "50"}},
     }
     _check(oracle, _node(_gpu(), _gpu("L4")), _claim(spec))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="drasat tries a claim's first MAX_VARIANTS (16) combinations of request options, MIG "
+    "options split by profile: here every combination tried takes a/s0, which cannot sit beside "
+    "b; upstream backtracks to a/s1",
+)
+def test_known_the_variants_cap(oracle: Oracle) -> None:
+    start0 = [{"cel": {"expression": 'device.attributes["gpu.drasat.io"].placementStart == 0'}}]
+    mig = {"deviceClassName": claimgen.MIG, "allocationMode": "ExactCount", "count": 1}
+    first = {"firstAvailable": [{"name": "s0", **mig, "selectors": start0}, {"name": "s1", **mig}]}
+    _check(oracle, _node(_gpu("A100-40GB", mig=True)), _claim(first, {**mig, "selectors": start0}))
