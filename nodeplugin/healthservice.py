@@ -1,5 +1,9 @@
 """Device health to the kubelet: `DRAResourceHealth.NodeWatchResources` (KEP 4680).
 
+Devices are named by pool and device name, not by CDI id; the kubelet keys a pod's entries by each
+prepared device's first CDI id, which is the device's own (`cdi.device_id(uid, device)`), so each
+device of a claim gets its own entry.
+
 The kubelet (1.36+: feature gate `ResourceHealthStatus`, beta and on) opens one server stream per
 registered plugin that advertises `v1.DRAResourceHealth` (or `v1alpha1.DRAResourceHealth`, which
 1.37-1.39 still accept) in `supported_versions`, and shows what it reads in the pod's

@@ -227,3 +227,36 @@ def test_a_plugin_without_a_classic_version_is_refused() -> None:
             assert not servicer.registered.is_set()
         finally:
             server.stop(0).wait()
+
+
+def test_each_container_gets_the_cdi_ids_of_the_requests_it_names() -> None:
+    """As the 1.37 kubelet's cdiDevicesAsList: a container naming a request gets that request's
+    devices' ids (and those answered without request names), one naming none all of the claim's,
+    one not listing the claim none; a classic claim's ids go to every container listing it."""
+
+    def device(request: str, name: str) -> kubelet.PreparedDevice:
+        requests = (request,) if request else ()
+        return kubelet.PreparedDevice(requests, "node", name, (f"k/c=u-{name}",))
+
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "init", "resources": {"claims": [{"name": "old"}]}}],
+            "containers": [
+                {"name": "a", "resources": {"claims": [{"name": "gpus", "request": "r1"}]}},
+                {"name": "b", "resources": {"claims": [{"name": "gpus", "request": "r2"}]}},
+                {"name": "all", "resources": {"claims": [{"name": "gpus"}, {"name": "old"}]}},
+                {"name": "none"},
+            ],
+        }
+    }
+    prepared = {"u": [device("r1", "gpu-0"), device("r2", "gpu-1"), device("", "gpu-2")]}
+    ids = kubelet.container_cdi_ids(
+        pod, {"gpus": "u", "old": "c"}, {"u": [], "c": ["k/c=c"]}, prepared
+    )
+    assert ids == {
+        "init": ["k/c=c"],
+        "a": ["k/c=u-gpu-0", "k/c=u-gpu-2"],
+        "b": ["k/c=u-gpu-1", "k/c=u-gpu-2"],
+        "all": ["k/c=u-gpu-0", "k/c=u-gpu-1", "k/c=u-gpu-2", "k/c=c"],
+        "none": [],
+    }
