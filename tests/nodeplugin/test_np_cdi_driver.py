@@ -18,7 +18,7 @@ import pytest
 from fakedriver import LIBDIR, VERSION
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from npfixtures import gpu_allocation, mig_allocation, ref
+from npfixtures import NODE, V1, Claims, gpu_allocation, mig_allocation, ref, v1_claim
 from test_np_cdi import CDI_SCHEMA
 
 from drasat.nodeplugin import cdi, driverfiles, state
@@ -438,3 +438,24 @@ def test_toolkit_mode_mig_device(node_factory: Any, short_tmp: Path) -> None:
         f"/dev/nvidia-caps/nvidia-cap{fakedriver.cap_minor(1, 1)}",
         f"/dev/nvidia-caps/nvidia-cap{fakedriver.cap_minor(1, 1, 0)}",
     ]
+
+
+def test_toolkit_mode_v1_each_device_gets_its_own_gpus_toolkit_device(
+    node_factory: Any, short_tmp: Path
+) -> None:
+    """A v1 claim of two GPUs in toolkit mode: each result's ids are its own CDI device and the
+    toolkit's device of its own GPU, not the other's."""
+    folder = short_tmp / "etc-cdi"
+    node = node_factory(
+        "T4 x2", cdi_mode=cdi.CdiMode.toolkit, toolkit_spec_dirs=(folder,), driver_root="/"
+    )
+    _toolkit_spec(folder, [node.gpu(0), node.gpu(1)])
+    claims = Claims()
+    claims.add(v1_claim(UID, ("a", NODE, "gpu-1"), ("b", NODE, "gpu-0")))
+    answer = V1(node, claims).prepare((UID, "claim"))[UID]
+    assert answer.error == ""
+    assert [(d.device_name, list(d.cdi_device_ids)) for d in answer.devices] == [
+        ("gpu-1", [f"k8s.gpu.drasat.io/claim={UID}-gpu-1", f"nvidia.com/gpu={node.gpu(1)}"]),
+        ("gpu-0", [f"k8s.gpu.drasat.io/claim={UID}-gpu-0", f"nvidia.com/gpu={node.gpu(0)}"]),
+    ]
+    jsonschema.validate(_spec(node), CDI_SCHEMA)
