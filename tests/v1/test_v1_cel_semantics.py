@@ -77,6 +77,9 @@ def failure(expression: str) -> str:
         ("12Ti", Fraction(12 * 2**40), 12 * 2**40),
         ("123Ti", Fraction(123 * 2**40), None),
         ("1Pi", Fraction(2**50), None),
+        ("-1.5Gi", Fraction(-3 * 2**29), None),
+        ("100000000000000000000", Fraction(10**20), None),  # decimal: exact beyond int64
+        ("8Ei", Fraction(2**63 - 1), None),  # binary: capped at int64's largest
     ],
 )
 def test_quantities_parse_to_their_exact_value(
@@ -150,7 +153,7 @@ def test_a_semver_parses_its_parts_prerelease_and_build() -> None:
 
 @pytest.mark.parametrize(
     "text", ["", "1.2", "1.2.3.4", "01.2.3", "1.02.3", "1.2.03", "a.2.3", "1.2.3-", "1.2.3-01",
-             "1.2.3-a..b", "1.2.3-a$", "1.2.3+", "1.2.3+a..b", "1.2.3+a$", "v1.2.3"],
+             "1.2.3-a..b", "1.2.3-a$", "1.2.3+", "1.2.3+a..b", "1.2.3+a$", "1.2.3+$a", "v1.2.3"],
 )  # fmt: skip
 def test_text_that_is_no_strict_semver_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
