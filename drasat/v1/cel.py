@@ -502,7 +502,14 @@ def _relation(test: Any) -> Any:
     return relation
 
 
-_PRIMITIVES = (celtypes.StringType, celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+_PRIMITIVES = (
+    celtypes.StringType,
+    celtypes.IntType,
+    celtypes.UintType,
+    celtypes.DoubleType,
+    celtypes.BoolType,
+    bool,
+)  # bytes are not looked up by hash (upstream: no match)
 
 
 def _in(item: Any, container: Any) -> celtypes.BoolType:

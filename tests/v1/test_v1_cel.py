@@ -173,3 +173,11 @@ def test_cel_pythons_plain_results_compare_as_cel_values() -> None:
     assert _on_a_gpu('device.attributes["gpu.drasat.io"].productName + "x" == "A100x"') is True
     assert _on_a_gpu("[1] + [2] == [1, 2]") is True
     assert _on_a_gpu('"a" + "b" < "b"') is True
+
+
+@pytest.mark.parametrize("literals", ['["1"]', "[1]", "[1.0]", "[1u]", "[true]"])
+def test_a_semver_in_any_literal_list_is_cel_gos_panic(literals: str) -> None:
+    # found by the long differential run: `[true]` was missed (a bool is no IntType in cel-python)
+    found = _on_a_gpu(f'device.attributes["gpu.drasat.io"].driverVersion in {literals}')
+    assert found == cel.Failure("internal error: runtime error: hash of unhashable type cel.Semver")
+    assert _on_a_gpu('device.attributes["gpu.drasat.io"].driverVersion in [b"a"]') is False
