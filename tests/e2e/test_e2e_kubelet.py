@@ -119,7 +119,8 @@ def test_two_pods_each_with_one_exclusive_gpu_run_and_clean_up(
         assert claim.drivers == ("gpu.drasat.io",)
         (device,) = run.prepared[claim.uid]
         assert (device.request_names, device.pool_name) == (("gpu",), NODE)
-        assert device.cdi_device_ids == (f"k8s.gpu.drasat.io/claim={claim.uid}",)
+        own = f"k8s.gpu.drasat.io/claim={claim.uid}-{device.device_name}"
+        assert device.cdi_device_ids == (own,)  # the device's own CDI device
         env = run.env
         # The container sees exactly the GPU the scheduler allocated to its claim.
         assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[device.device_name]

@@ -139,7 +139,8 @@ def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"]) == ("gpu.drasat.io", NODE)
         (created,) = gpu_node.containers(kube_namespace, name)
-        assert created["cdiDevices"] == [f"k8s.gpu.drasat.io/claim={uid}"]
+        # the device's own CDI device (<claim uid>-<device name>)
+        assert created["cdiDevices"] == [f"k8s.gpu.drasat.io/claim={uid}-{result['device']}"]
         env = gpu_node.cdi_env(created["cdiDevices"])
         assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[result["device"]]
         assert env["DRASAT_CLAIM_UID"] == uid
