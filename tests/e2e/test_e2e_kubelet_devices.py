@@ -86,6 +86,18 @@ def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
         assert all(len(seen) == 1 for seen in visible.values()), visible
         every = {seen[0] for seen in visible.values()}
         assert len(every) == 4 and all(v.startswith("MIG-") for v in every)
+        # Health: each container's entry is its own device (the kubelet keys entries by a
+        # device's first CDI id; one claim-wide id collapsed them into one).
+        health = {
+            s["name"]: [
+                r["resourceID"] for e in s["allocatedResourcesStatus"] for r in e["resources"]
+            ]
+            for s in run.container_statuses or []
+        }
+        assert health == {
+            c: [f"k8s.gpu.drasat.io/claim={claim.uid}-{d.device_name}"]
+            for c, d in zip(("ctr0", "ctr1", "ctr2", "ctr3"), devices, strict=True)
+        }
         node.delete_pods(kube_api, *_where(pod))
         assert node.gpu_instances(0) == []
         _cleaned_up(node)
