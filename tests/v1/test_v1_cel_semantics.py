@@ -116,6 +116,7 @@ def test_text_that_is_no_quantity_is_refused(text: str) -> None:
         'quantity("-3").sign() == -1',
         'quantity("0").sign() == 0',
         'quantity("2m").sign() == 1',
+        'quantity("-500m").sign() == -1',
         'quantity("1.5").asApproximateFloat() == 1.5',
         'isQuantity("1.5") && isQuantity("5Ki") && !isQuantity("abc")',
         'quantity("1") != 1',  # an Equal that errs makes != true
@@ -228,6 +229,7 @@ def test_a_version_attribute_that_is_no_semver_fails_every_selector_on_the_devic
         "[1, 2] != [1, 2, 3]",
         '{"a": 1} == {"a": 1}',
         '{"a": 1} != {"a": 2}',
+        "!([] == {})",  # a list never equals a map
         "false < true",
         '"a" in ["b", "a"]',
         "1 in [1.0]",

@@ -197,3 +197,15 @@ def test_a_bad_configuration_of_our_driver_is_refused_another_drivers_is_not_our
     others = [{"opaque": {"driver": d, "parameters": {"kind": "Nope"}}}
               for d in ("a.example.com", "x.io", "gpu.drasat.io.example.com")]  # fmt: skip
     assert read_claim(claim("c", {"a": exactly()}, config=others), CLASSES).config == tuple(others)
+
+
+def test_match_and_distinct_constraints_are_told_apart_and_named_so() -> None:
+    written = claim(
+        "c",
+        {"a": exactly(), "b": exactly()},
+        constraints=[{"matchAttribute": "gpu.drasat.io/productName"},
+                     {"distinctAttribute": "gpu.drasat.io/numaNode", "requests": ["a", "b"]}],
+    )  # fmt: skip
+    same, apart = read_claim(written, CLASSES).constraints
+    assert (same.distinct, same.label) == (False, "matchAttribute gpu.drasat.io/productName")
+    assert (apart.distinct, apart.label) == (True, "distinctAttribute gpu.drasat.io/numaNode")
