@@ -83,6 +83,12 @@ class _Panic(Exception):
     """cel-go panics (recovered as the evaluation's error: no `||` absorbs it)."""
 
 
+class _PanicValue(CELEvalError):
+    """A panic where cel-go's evaluation reached it: it ends the evaluation, so it wins over any
+    other error or absorbing operand evaluated with it (not over one cel-go never evaluates: the
+    right side after a short-circuit, the branch a failing condition does not take)."""
+
+
 def _fail(message: str) -> _Error:
     return _Error(message)
 
@@ -93,6 +99,10 @@ def _function(implementation: Any) -> Any:
     absorb it as cel-go does."""
 
     def call(*args: Any) -> Any:
+        # cel-go evaluates every argument before the call: a panic in any of them ends it.
+        for arg in args:
+            if isinstance(arg, _PanicValue):
+                return arg
         for arg in args:
             if isinstance(arg, CELEvalError):
                 return arg
@@ -100,6 +110,8 @@ def _function(implementation: Any) -> Any:
             return implementation(*args)
         except _Error as error:
             return CELEvalError(str(error))
+        except _Panic as panic:
+            return _PanicValue(str(panic))
 
     call.__name__ = getattr(implementation, "__name__", "function")
     return call
@@ -451,6 +463,13 @@ def _logic(absorbing: bool) -> Any:
     wins over an error; otherwise the left error, then the right, is the result."""
 
     def logic(a: Any, b: Any) -> Any:
+        # cel-go evaluates left to right and stops at an absorbing value; a panic on the way ends
+        # the evaluation.
+        if isinstance(a, celtypes.BoolType) and bool(a) is absorbing:
+            return celtypes.BoolType(absorbing)
+        for side in (a, b):
+            if isinstance(side, _PanicValue):
+                return side
         for side in (a, b):
             if isinstance(side, celtypes.BoolType) and bool(side) is absorbing:
                 return celtypes.BoolType(absorbing)
@@ -707,7 +726,7 @@ class Selector:
     def _evaluate(self, driver: str, device: Obj) -> bool | Failure:
         try:
             result = self._program.evaluate(activation(driver, device))
-        except (CELEvalError, _Error, _Panic) as error:
+        except (CELEvalError, _Error) as error:
             return self._failed(kubernetes_message(error))
         except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as error:
             return self._failed(kubernetes_message(error))

@@ -181,3 +181,16 @@ def test_a_semver_in_any_literal_list_is_cel_gos_panic(literals: str) -> None:
     found = _on_a_gpu(f'device.attributes["gpu.drasat.io"].driverVersion in {literals}')
     assert found == cel.Failure("internal error: runtime error: hash of unhashable type cel.Semver")
     assert _on_a_gpu('device.attributes["gpu.drasat.io"].driverVersion in [b"a"]') is False
+
+
+def test_a_panic_wins_where_cel_go_reaches_it_and_only_there() -> None:
+    # found by the long differential run: a failing condition's untaken branch panicked here
+    panic = cel.Failure("internal error: runtime error: hash of unhashable type cel.Semver")
+    lookup = 'device.attributes["gpu.drasat.io"].driverVersion in ["a"]'
+    missing = 'device.attributes["gpu.drasat.io"].profile == "x"'
+    assert _on_a_gpu(f"({missing}) ? ({lookup}) : true") == cel.Failure(
+        "no such key: profile" + _NO_SUCH_KEY_HINT
+    )
+    assert _on_a_gpu(f"({missing}) && ({lookup})") == panic
+    assert _on_a_gpu(f"({lookup}) || true") == panic
+    assert _on_a_gpu(f"false && ({lookup})") is False
