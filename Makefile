@@ -53,7 +53,7 @@ gpu-check: $(STAMP)
 
 ## mutation: mutation testing of the v1 translation (cosmic-ray, 300 sampled mutants of
 ## drasat/v1/{cel,requests,variants,results}.py and controller/v1inputs.py against their fast
-## tests, in a copy of HEAD under build/mutation); not part of `make test`: about 35 min
+## tests, in a copy of HEAD under build/mutation); not part of `make test`: 30-55 min
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py
 
