@@ -239,7 +239,7 @@ def test_the_v1_kubelet_shows_an_xid_in_the_pods_status(plugin: Any) -> None:
         api=kubelet.DraApi.v1,
         health_retry=0.1,
     )
-    cdi_id = "k8s.gpu.drasat.io/claim=claim-uid"
+    cdi_id = "k8s.gpu.drasat.io/claim=claim-uid-gpu-0"  # the device's own CDI id
 
     def shown() -> list[Any]:
         kl.run_once()
