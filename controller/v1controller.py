@@ -574,17 +574,7 @@ class V1Controller:
                     )
             return allocation.nas_with(obj, dict(ledger))
 
-        self._guard()
-
-        written = nas_api.update(
-            self.api,
-            namespace=self.config.namespace,
-            node=node,
-            mutate=mutate,
-            attempts=self.config.nas_attempts,
-            on_conflict=self.metrics.nas_conflicts.inc,
-        )
-        self._remember_nas(written)
+        self._update_nas(node, mutate)
 
     def _write_status(self, claim: Obj, placed: v1.ClaimAllocation, item: v1inputs.Pending) -> None:
         meta = claim["metadata"]
@@ -851,16 +841,7 @@ class V1Controller:
             cleared = allocation.nas_without(obj, mine) or obj
             return allocation.nas_with(cleared, dict(entries)) or (cleared if mine else None)
 
-        self._guard()
-        written = nas_api.update(
-            self.api,
-            namespace=self.config.namespace,
-            node=node,
-            mutate=mutate,
-            attempts=self.config.nas_attempts,
-            on_conflict=self.metrics.nas_conflicts.inc,
-        )
-        self._remember_nas(written)
+        self._update_nas(node, mutate)
 
     def _release(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
         """A claim being deleted: once no pod holds it, its ledger entries go, then our
@@ -893,18 +874,23 @@ class V1Controller:
         return True
 
     def _remove_from_ledger(self, node: str, keys: set[str]) -> None:
-        self._guard()
         try:
-            written = nas_api.update(
-                self.api,
-                namespace=self.config.namespace,
-                node=node,
-                mutate=lambda obj: allocation.nas_without(obj, keys),
-                attempts=self.config.nas_attempts,
-                on_conflict=self.metrics.nas_conflicts.inc,
-            )
+            self._update_nas(node, lambda obj: allocation.nas_without(obj, keys))
         except errors.NotFound:
             return
+
+    def _update_nas(self, node: str, mutate: Callable[[Obj], Obj | None]) -> None:
+        """Every ledger write: only while this replica leads, retried on conflicts, and
+        remembered at once (`_remember_nas`)."""
+        self._guard()
+        written = nas_api.update(
+            self.api,
+            namespace=self.config.namespace,
+            node=node,
+            mutate=mutate,
+            attempts=self.config.nas_attempts,
+            on_conflict=self.metrics.nas_conflicts.inc,
+        )
         self._remember_nas(written)
 
     def _remember_nas(self, obj: Obj) -> None:
