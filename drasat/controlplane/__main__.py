@@ -86,7 +86,11 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     bin_dir = args.bin_dir or binaries.default_dir(classic=args.classic)
     started = cluster.Cluster.start(
-        directory=args.dir, bin_dir=bin_dir, timeout=args.timeout, progress=progress
+        directory=args.dir,
+        bin_dir=bin_dir,
+        timeout=args.timeout,
+        progress=progress,
+        root_ca_publisher=args.kubelets > 0,
     )
     for index in range(1, args.kubelets + 1):
         name = f"node-{index}"

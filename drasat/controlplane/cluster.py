@@ -57,9 +57,11 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "device-taint-eviction-controller",  # NoExecute device taints evict pods, as in a cluster
-    # Each namespace's kube-root-ca.crt: a real kubelet mounts it into every pod's token volume.
-    "root-ca-certificate-publisher-controller",
 )
+#: Each namespace's kube-root-ca.crt, which a real kubelet mounts into every pod's token volume:
+#: only for clusters started with real kubelets (`start(root_ca_publisher=True)`), since the
+#: ConfigMap it puts in every namespace would show in the API contract tests' listings.
+ROOT_CA_PUBLISHER = "root-ca-certificate-publisher-controller"
 
 #: "X is enabled, but depends on features that are disabled: [A B]" (component-base featuregate).
 _DEPENDENCY = re.compile(
@@ -123,6 +125,7 @@ class Cluster:
     directory: Path
     bin_dir: Path
     url: str = ""
+    root_ca_publisher: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     feature_gates: list[str] = field(default_factory=list)
@@ -155,6 +158,7 @@ class Cluster:
         timeout: float = 180.0,
         progress: Callable[[str], None] = lambda _line: None,
         die_with_parent: bool = False,
+        root_ca_publisher: bool = False,
     ) -> Cluster:
         """Start all four components in a fresh `directory`; stop what started if one fails.
 
@@ -172,6 +176,7 @@ class Cluster:
             raise ClusterError(f"{directory}: not empty and holds no cluster; choose another --dir")
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
+        cluster.root_ca_publisher = root_ca_publisher
         cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
             name: free_port()
@@ -410,7 +415,8 @@ class Cluster:
     def _controllers(self) -> list[str]:
         """CONTROLLERS that this controller manager has (1.30 has no device-taint eviction)."""
         text = binaries.help_text(self.bin_dir / "kube-controller-manager")
-        return [name for name in CONTROLLERS if name in text]
+        wanted = (*CONTROLLERS, ROOT_CA_PUBLISHER) if self.root_ca_publisher else CONTROLLERS
+        return [name for name in wanted if name in text]
 
     # --- state ---------------------------------------------------------------------------------
 

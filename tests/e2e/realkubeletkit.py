@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +243,28 @@ def _node_slices(custom: Any, node: str) -> list[Obj]:
     return items
 
 
+def _publish_root_ca(core: Any, kube_cluster: cluster.Cluster) -> threading.Event:
+    """Every namespace's `kube-root-ca.crt` while a real kubelet runs (it mounts it into each
+    pod's token volume), as the root-CA publisher would: the session cluster runs without that
+    controller, whose ConfigMaps would show in the API contract tests' listings. Set the
+    returned event to stop."""
+    stop = threading.Event()
+    body = {
+        "metadata": {"name": "kube-root-ca.crt"},
+        "data": {"ca.crt": kube_cluster.ca_file.read_text()},
+    }
+
+    def loop() -> None:
+        while not stop.wait(0.2):
+            with contextlib.suppress(Exception):
+                for namespace in core.list_namespace().items:
+                    with contextlib.suppress(ApiException):
+                        core.create_namespaced_config_map(namespace.metadata.name, body)
+
+    threading.Thread(target=loop, name="root-ca", daemon=True).start()
+    return stop
+
+
 @contextlib.contextmanager
 def real_node(
     api: kubernetes.client.ApiClient,
@@ -261,6 +284,7 @@ def real_node(
     tmp = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))  # unix socket paths stay short
     kubelet: Kubelet | None = None
     node: RealNode | None = None
+    publishing = _publish_root_ca(core, kube_cluster)
     try:
         kubelet = Kubelet.start(kube_cluster, name, root=tmp / "k", extra_gates=extra_gates)
         stateful = f"{fleet},state={tmp / 'fleet.json'}" if fleet else ""
@@ -288,6 +312,7 @@ def real_node(
             )
         yield node
     finally:
+        publishing.set()
         # The node's pods first, while the kubelet runs: it unprepares their claims.
         with contextlib.suppress(ApiException):
             for held in core.list_pod_for_all_namespaces(

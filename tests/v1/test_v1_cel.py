@@ -30,9 +30,12 @@ def test_identity_is_read_per_device_and_kinds_share_one_evaluation() -> None:
     by_memory = cel.compile_selector(
         f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
     )
+    # Selectors are cached per expression text, so other tests may have filled this memo: what
+    # counts is that five devices of one kind add at most one entry, not five.
+    before = len(by_memory._memo)
     for i in range(5):
         assert by_memory.matches(DRIVER, _gpu(f"gpu-{i}", "A100", f"GPU-{i}"))
-    assert len(by_memory._memo) == 1
+    assert len(by_memory._memo) - before <= 1
 
 
 def test_a_missing_attribute_does_not_match_and_is_remembered() -> None:
