@@ -32,6 +32,10 @@ ALLOCATION_POLICY = "AllocationPolicy"
 PARAMS_KINDS = (GPU_CLAIM_PARAMETERS, MIG_DEVICE_CLAIM_PARAMETERS, DEVICE_CLASS_PARAMETERS)
 
 FINALIZER = "gpu.drasat.io/deletion-protection"
+#: The scheduling gate pods that use drasat's claims are created with (admission: the chart's
+#: MutatingAdmissionPolicy or the controller's webhook); the controller lifts it once every
+#: claim of the pod that drasat allocates is allocated, so kube-scheduler tries the pod once.
+SCHEDULING_GATE = "gpu.drasat.io/allocation"
 CDI_VENDOR = "k8s.gpu.drasat.io"
 CDI_CLASS = "claim"
 
