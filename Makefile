@@ -7,10 +7,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo whatif test e2e oracle kube check lint typecheck layers unit generate gpu-check mutation clean
 
+# setuptools' editable install always adds a note (folders named like the package may shadow it),
+# which pip relays as a 10-line warning: filtered, as it asks nothing of the user.
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation:UserWarning' \
+	  $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 ## demo: the whole system in one process (API server, scheduler, controller manager, drasat's v1
