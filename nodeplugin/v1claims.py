@@ -279,13 +279,13 @@ def _share(consumed: Any, gpu: GpuDevice, where: str) -> GpuShare | None:
     whole = gpu.memory_bytes // shares.MiB * shares.MiB  # what the slice offers
     try:
         memory = to_bytes(consumed.get(shares.MEMORY, whole))
-        compute = to_bytes(consumed.get(shares.COMPUTE, 100))
+        compute = to_bytes(consumed.get(shares.COMPUTE, 0))  # the published default
     except ValueError as error:
         raise _Refused(f"device {where}: consumedCapacity: {error}") from None
     unknown = sorted(set(consumed) - {shares.MEMORY, shares.COMPUTE})
     if unknown:
         raise _Refused(f"device {where}: consumedCapacity of unknown capacity {unknown[0]}")
-    if memory >= whole and (compute >= 100 or compute == 0):
+    if shares.takes_whole(memory, compute, gpu.memory_bytes):
         return None  # all of it (with no compute asked, no other share fits beside it either)
     try:
         return GpuShare(compute=compute or None, memory=memory if memory < whole else None)

@@ -161,7 +161,13 @@ def _capacity_blocker(claim: Claim, index: int, gpus: Sequence[GpuSlot]) -> Obst
                 gpus=roomy,
             )
         open_gpus = [g for g in gpus if not g.held_whole]
-        most = max((FULL_COMPUTE - g.share_compute_used for g in open_gpus), default=0)
+        # What a share that asks no compute is short of is memory: say which is free.
+        if claim.share_compute:
+            most = max((FULL_COMPUTE - g.share_compute_used for g in open_gpus), default=0)
+            unit = "% compute"
+        else:
+            most = max((g.memory_mib - g.share_memory_used_mib for g in open_gpus), default=0)
+            unit = "Mi memory"
         need = _claim(
             index,
             f": share compute {claim.share_compute}% memory {claim.share_memory_mib}Mi fits on "
@@ -173,9 +179,9 @@ def _capacity_blocker(claim: Claim, index: int, gpus: Sequence[GpuSlot]) -> Obst
                 *need,
                 f"{len(gpus)} matching GPUs on node ",
                 NODE,
-                f" (at most {most}% compute free)",
+                f" (at most {most}{unit} free)",
             ),
-            (*need, GPUS, " matching GPUs (at most ", BEST, "% compute free on one)"),
+            (*need, GPUS, " matching GPUs (at most ", BEST, f"{unit} free on one)"),
             best=most,
             gpus=len(gpus),
         )

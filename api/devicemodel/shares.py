@@ -5,13 +5,15 @@ a request policy:
 
 - `memory` (bytes, rounded down to whole MiB): default all of it, any multiple of 1 MiB from
   1 MiB up to all;
-- `compute` (percent of the GPU's SMs, 100): default 100, any whole percent from 0 to 100.
+- `compute` (percent of the GPU's SMs, 100): default 0, any whole percent from 0 to 100.
 
 The API's rules then do the accounting: a request with `capacity.requests` consumes what it asks
-(rounded up to the step), a request without them consumes each default — the whole GPU — so an
-exclusive claim never lands on a GPU holding a share, and a share never lands on a GPU held
-exclusively. What a share leaves out it takes whole: a share states both `memory` and `compute`
-(`compute: 0` asks for no guaranteed SMs). Results carry `consumedCapacity` and a `shareID`.
+(rounded up to the step), a request without them consumes each default — all of the memory — so
+an exclusive claim never lands on a GPU holding a share, and a share never lands on a GPU held
+exclusively. A share that names only memory packs by memory (as NVIDIA's `memory` consumable
+shares do): it consumes no compute and gets no compute limit (MPS lets its clients use every SM);
+one that names only compute takes all of the memory. Results carry `consumedCapacity` and a
+`shareID`.
 
 This is a purely computational module.
 """
@@ -51,11 +53,18 @@ def capacities(gpu: GpuInfo) -> dict[str, Obj]:
         COMPUTE: {
             "value": "100",
             "requestPolicy": {
-                "default": "100",
+                "default": "0",
                 "validRange": {"min": "0", "max": "100", "step": "1"},
             },
         },
     }
+
+
+def takes_whole(memory: int, compute: int, gpu_memory: int) -> bool:
+    """Whether a share that consumed this much (bytes, percent) holds the GPU whole: all of its
+    shareable memory, with all of the compute or none asked (nothing else fits beside it)."""
+    whole = gpu_memory // MiB * MiB
+    return memory >= whole and (compute >= 100 or compute == 0)
 
 
 def exclusive_capacities(gpu: GpuInfo) -> dict[str, Obj]:

@@ -41,7 +41,7 @@ from drasat.api.sharing import SharingStrategy
 from drasat.v1 import devices
 from drasat.v1.devices import Published
 from drasat.v1.requests import Claim, ClaimError
-from drasat.v1.variants import Option, share_compute
+from drasat.v1.variants import Option, default_consumed, share_compute
 
 Obj = dict[str, Any]
 
@@ -78,8 +78,12 @@ def _result(option: Option, published: Published, consumed: Obj | None) -> Obj:
 
 
 def _whole(published: Published) -> Obj | None:
+    """What a request without `capacity.requests` consumes of a device that allows several
+    allocations: each capacity's request policy default (all of drasat's memory, no compute)."""
     capacity = published.device.get("capacity") or {}
-    out = {k: str(v.get("value")) for k, v in capacity.items() if "requestPolicy" in v}
+    out = {
+        k: str(default_consumed(published, k)) for k, v in capacity.items() if "requestPolicy" in v
+    }
     return out or None
 
 
@@ -402,7 +406,7 @@ def _share_of(result: Obj, gpu_memory: int) -> Any:
         return None
     memory = to_bytes(str(consumed.get(shares.MEMORY, "0")))
     compute = int(to_bytes(str(consumed.get(shares.COMPUTE, "0"))))
-    if memory >= gpu_memory // shares.MiB * shares.MiB and compute >= 100:
+    if shares.takes_whole(memory, compute, gpu_memory):
         return None  # all of it: the GPU held whole
     return (
         GpuShare(compute=compute or None, memory=memory)

@@ -3,10 +3,10 @@
 Each request of a claim offers options: its alternatives (`exactly`, or each `firstAvailable`
 entry in order), each split by the kind of device its selectors match (whole GPUs, then MIG
 devices by profile, smallest first, then the CPU fallback), `allocationMode: All` split by how
-many devices a node has, a share that leaves memory out split by GPU memory size (what it leaves
-out it takes whole, as the published capacity's default says). An option carries the very
-devices it may use (selectors evaluated per device, MIG placements included), so the solver
-never takes a device the request's selectors reject.
+many devices a node has, a share split by what it consumes of each GPU (what it leaves out it
+takes as the published capacity's default says: all of the memory, none of the compute). An
+option carries the very devices it may use (selectors evaluated per device, MIG placements
+included), so the solver never takes a device the request's selectors reject.
 
 A claim's `matchAttribute` and `distinctAttribute` constraints go to the solver as
 DeviceConstraints over the devices' values of the attribute, evaluated on the devices it
@@ -152,6 +152,16 @@ def _capacity_of(device: Published, name: str) -> int | None:
     return to_bytes(str(entry["value"]))
 
 
+def default_consumed(device: Published, name: str) -> int:
+    """What a request that leaves capacity `name` out consumes of the device: its request
+    policy's default, else all of it (upstream's `fillEmptyRequest`); 0 when not published."""
+    entry = (device.device.get("capacity") or {}).get(name)
+    if not isinstance(entry, dict):
+        return 0
+    default = (entry.get("requestPolicy") or {}).get("default")
+    return to_bytes(str(default if default is not None else entry.get("value", 0)))
+
+
 def _fits_capacity(found: Sequence[Published], capacity: Mapping[str, int]) -> list[Published]:
     """The devices whose published capacity covers each capacity request (upstream skips a
     device that lacks a requested capacity or has too little of it)."""
@@ -280,22 +290,16 @@ def _whole_options(base: Option, gpus: list[Published]) -> list[Option]:
 def _share_options(
     base: Option, gpus: list[Published], capacity: Mapping[str, int]
 ) -> list[Option]:
+    """A share consumes what it asks and, of each capacity it leaves out, the device's request
+    policy default (upstream's allocator does the same): drasat's devices default to all of
+    the memory and none of the compute. One option per distinct consumption."""
     if not gpus:
         return []
-    compute = capacity.get(shares.COMPUTE, 100)
-    if shares.MEMORY in capacity:
-        memory = capacity[shares.MEMORY]
-        share = GpuShare(compute=compute or None, memory=memory)
-        if compute == 0:
-            share = GpuShare(memory=memory)
-        return [
-            _with(base, count=n, share=share, devices=tuple(gpus), nodes=nodes)
-            for n, nodes in _counts(base, gpus)
-        ]
-    # No memory asked: the published default, all of it; one option per memory size.
-    sizes: dict[int, list[Published]] = {}
+    taken: dict[tuple[int, int], list[Published]] = {}
     for d in gpus:
-        sizes.setdefault(_capacity_of(d, shares.MEMORY) or 0, []).append(d)
+        memory = capacity.get(shares.MEMORY, default_consumed(d, shares.MEMORY))
+        compute = capacity.get(shares.COMPUTE, default_consumed(d, shares.COMPUTE))
+        taken.setdefault((memory, compute), []).append(d)
     return [
         _with(
             base,
@@ -304,7 +308,7 @@ def _share_options(
             devices=tuple(found),
             nodes=nodes,
         )
-        for memory, found in sorted(sizes.items())
+        for (memory, compute), found in sorted(taken.items())
         for n, nodes in _counts(base, found)
     ]
 

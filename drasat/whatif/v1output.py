@@ -103,8 +103,7 @@ def _share(consumed: Mapping[str, Any], gpu: GpuInfo | None) -> str:
         return ""
     memory = to_bytes(str(consumed.get(shares.MEMORY, "0")))
     compute = int(to_bytes(str(consumed.get(shares.COMPUTE, "0"))))
-    whole = gpu is not None and memory >= gpu.memoryBytes // shares.MiB * shares.MiB
-    if compute >= 100 and whole:
+    if gpu is not None and shares.takes_whole(memory, compute, gpu.memoryBytes):
         return ""
     return ", ".join(p for p in (f"{compute}%" if compute else "", _bytes(memory)) if p)
 

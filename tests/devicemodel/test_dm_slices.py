@@ -157,7 +157,7 @@ def test_a_shareable_gpu_and_what_an_exclusive_gpu_looks_like() -> None:
         "compute": {
             "value": "100",
             "requestPolicy": {
-                "default": "100",
+                "default": "0",
                 "validRange": {"min": "0", "max": "100", "step": "1"},
             },
         },

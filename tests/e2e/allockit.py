@@ -26,6 +26,7 @@ from kubernetes.client import ApiException
 from slicekit import device_classes
 
 from drasat.api import crds
+from drasat.api.devicemodel import shares
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.controller import v1inputs
 from drasat.controlplane import cluster
@@ -129,11 +130,35 @@ def _ours(claim: Obj) -> list[Obj]:
     return [r for r in results if r.get("driver") == DRIVER_NAME]
 
 
+def _memory(api: kubernetes.client.ApiClient) -> dict[tuple[str, str], int]:
+    """(pool, device) -> the memory each of drasat's devices publishes."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+    listed = custom.list_cluster_custom_object(*RESOURCE, "resourceslices")["items"]
+    return {
+        (s["spec"]["pool"]["name"], d["name"]): int(d["capacity"]["memory"]["value"])
+        for s in listed
+        if s["spec"].get("driver") == DRIVER_NAME
+        for d in s["spec"].get("devices") or []
+        if "memory" in (d.get("capacity") or {})
+    }
+
+
+def _share(result: Obj, memory: dict[tuple[str, str], int]) -> bool:
+    """Whether a result is a share (less than the whole device): several may hold the device."""
+    consumed = result.get("consumedCapacity")
+    whole = memory.get((result["pool"], result["device"]))
+    if not consumed or whole is None:
+        return False
+    used, compute = int(consumed.get("memory", whole)), int(consumed.get("compute", 0))
+    return not shares.takes_whole(used, compute, whole)
+
+
 def problems(api: kubernetes.client.ApiClient, found: Allocator) -> list[str]:
     """What is inconsistent now (empty: all is well)."""
     out = []
     written = found.allocated()
     held: dict[tuple[str, str], list[str]] = {}
+    memory = _memory(api)
     ledger = ledgers(api)
     listed = claims(api)
     for claim in listed:
@@ -150,9 +175,7 @@ def problems(api: kubernetes.client.ApiClient, found: Allocator) -> list[str]:
         if not any(e.get("claimInfo", {}).get("uid") == uid for e in ledger.get(node, {}).values()):
             out.append(f"{ref} is allocated on {node} but not in its ledger")
         for result in results:
-            if result["device"] == "cpu-fallback" or (
-                "consumedCapacity" in result and result["consumedCapacity"].get("compute") != "100"
-            ):
+            if result["device"] == "cpu-fallback" or _share(result, memory):
                 continue  # shares and the fallback may be held by several claims
             held.setdefault((result["pool"], result["device"]), []).append(ref)
     for (node, device), refs in held.items():

@@ -205,11 +205,14 @@ def test_shares_fit_while_the_sums_fit_and_exclude_an_exclusive_claim(
     # A request without capacity.requests consumes each default: all of the GPU.
     exclusive = work.run(t4_node.name, [{"name": "g", **exactly(GPU)}])
     assert exclusive.node is None and "cannot allocate all claims" in exclusive.message
-    # What a share leaves out it takes whole: memory alone takes the default compute (100 %).
-    assert (
-        work.run(t4_node.name, [{"name": "m", **exactly(GPU, capacity={"memory": "1Gi"})}]).node
-        is None
+    # What a share leaves out it takes as the default says: memory alone consumes no compute
+    # (default 0) and fits beside them; compute alone takes all of the memory and does not.
+    memory_only = work.run(
+        t4_node.name, [{"name": "m", **exactly(GPU, capacity={"memory": "1Gi"})}]
     )
+    assert memory_only.results[0]["consumedCapacity"] == {"memory": str(2**30), "compute": "0"}
+    compute_only = exactly(GPU, capacity={"compute": "1"})
+    assert work.run(t4_node.name, [{"name": "c", **compute_only}]).node is None
     # Requests round up to the step (1 MiB) and stop at the capacity: 41 % compute is too much.
     assert work.run(t4_node.name, [share("s", "1", "41")]).node is None
     rounded = work.run(t4_node.name, [share("s", "1", "40")])
@@ -219,8 +222,9 @@ def test_shares_fit_while_the_sums_fit_and_exclude_an_exclusive_claim(
 def test_an_exclusive_claim_keeps_every_share_out(t4_node: GpuNode, work: Workload) -> None:
     exclusive = work.run(t4_node.name, [{"name": "g", **exactly(GPU)}])
     (result,) = exclusive.results
-    # An exclusive claim on a shareable device is a share of all of it.
-    assert result["consumedCapacity"] == {"memory": str(15 * 2**30), "compute": "100"}
+    # An exclusive claim on a shareable device consumes the defaults: all of its memory (which
+    # keeps every share out), no compute.
+    assert result["consumedCapacity"] == {"memory": str(15 * 2**30), "compute": "0"}
     assert "shareID" in result
     assert work.run(t4_node.name, [share("s", "1Mi", "0")]).node is None
 

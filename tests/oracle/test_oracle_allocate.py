@@ -76,7 +76,7 @@ def _compute_limit(spec: Obj) -> str | None:
     requests = (spec.get("capacity") or {}).get("requests")
     if requests is None:
         return None
-    return str(requests.get("compute", "100"))
+    return str(requests.get("compute", "0"))  # the published default: no limit
 
 
 def _drasat(built: fleet.Built, claim: Obj) -> Obj | None:

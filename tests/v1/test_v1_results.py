@@ -39,7 +39,9 @@ def _profile(name: str, count: int = 1) -> Obj:
 # -- what is written -------------------------------------------------------------------------------
 
 
-def test_a_whole_gpu_on_a_shareable_device_consumes_all_its_capacity() -> None:
+def test_a_whole_gpu_on_a_shareable_device_consumes_the_defaults() -> None:
+    # As upstream's allocator writes it: each request policy's default (all of the memory,
+    # which keeps every share off the GPU; no compute).
     out = _allocate([node("a", "T4", 1)], claim("c", {"g": exactly()}))
     (result,) = _results(out, "c")
     assert {k: v for k, v in result.items() if k != "shareID"} == {
@@ -47,7 +49,7 @@ def test_a_whole_gpu_on_a_shareable_device_consumes_all_its_capacity() -> None:
         "driver": "gpu.drasat.io",
         "pool": "a",
         "device": "gpu-0",
-        "consumedCapacity": {"memory": T4_MEMORY, "compute": "100"},
+        "consumedCapacity": {"memory": T4_MEMORY, "compute": "0"},
     }
     assert uuid.UUID(result["shareID"])
 
@@ -59,10 +61,10 @@ def test_a_compute_only_share_keeps_its_compute_and_takes_the_default_memory() -
     assert result["consumedCapacity"] == {"memory": T4_MEMORY, "compute": "30"}
 
 
-def test_a_memory_only_share_takes_the_default_compute() -> None:
+def test_a_memory_only_share_takes_the_default_compute_none() -> None:
     out = _allocate([node("a", "T4", 1)], claim("c", {"s": _share(memory="1000Mi")}))
     (result,) = _results(out, "c")
-    assert result["consumedCapacity"] == {"memory": str(1000 * 2**20), "compute": "100"}
+    assert result["consumedCapacity"] == {"memory": str(1000 * 2**20), "compute": "0"}
 
 
 def test_share_memory_is_rounded_up_to_the_policys_step_and_compute_zero_is_kept() -> None:

@@ -89,9 +89,10 @@ def test_shares_fill_a_gpu_up_to_its_compute_and_memory() -> None:
     quarter = {"s": _share(memory="3Gi", compute="25")}
     out = _allocate(nodes, *(claim(f"c{i}", quarter) for i in range(5)))
     assert len(out.placed) == 4
-    halves = {"s": _share(memory="7Gi")}  # compute by default 100: one per GPU
-    out = _allocate(nodes, *(claim(f"c{i}", halves) for i in range(2)))
-    assert len(out.placed) == 1
+    # memory only: no compute by default, so they pack by memory (a T4: 15Gi shareable)
+    halves = {"s": _share(memory="7Gi")}
+    out = _allocate(nodes, *(claim(f"c{i}", halves) for i in range(3)))
+    assert len(out.placed) == 2
 
 
 def test_a_compute_share_leaving_memory_out_prefers_the_smaller_gpu() -> None:
@@ -213,3 +214,26 @@ def test_a_device_without_the_constraints_attribute_is_not_used() -> None:
         [node("a", "T4", 2, numa=[1, 1])], claim("c", {"g": exactly(count=2)}, constraints=numa)
     )
     assert _devices(out, "c") == ["gpu-0", "gpu-1"]
+
+
+def test_nvidias_memory_sharing_pattern_packs_shares_by_memory() -> None:
+    """NVIDIA's `consumable-shares` memory pattern on drasat's class: claims asking only
+    `memory: 4Gi` consume no compute (the published default), so they fill a GPU's memory: a
+    T4's 15Gi holds three, on one GPU, and the fourth is told how much memory is left."""
+    out = _allocate(
+        [node("a", "T4", 1)], *(claim(f"c{i}", {"gpu": _share(memory="4Gi")}) for i in range(4))
+    )
+    assert sorted(out.placed) == ["default/p-c0", "default/p-c1", "default/p-c2"]
+    assert {d for i in range(3) for d in _devices(out, f"c{i}")} == {"gpu-0"}
+    (reason,) = out.refused["default/p-c3"]
+    assert "at most 3072Mi memory free" in reason
+
+
+def test_memory_only_shares_spread_no_wider_than_memory_needs() -> None:
+    # Two T4s, five 4Gi shares: three fit on one GPU, so two GPUs hold them all.
+    out = _allocate(
+        [node("a", "T4", 2)], *(claim(f"c{i}", {"gpu": _share(memory="4Gi")}) for i in range(5))
+    )
+    assert len(out.placed) == 5
+    used = [d for i in range(5) for d in _devices(out, f"c{i}")]
+    assert sorted(used.count(g) for g in set(used)) == [2, 3]
