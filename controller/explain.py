@@ -74,6 +74,10 @@ def snapshot(api: Api, *, namespace: str) -> v1inputs.Snapshot:
     )
 
 
+class PodNotFound(LookupError):
+    """The pod to explain does not exist (`drasat explain` exits 1, as kubectl does)."""
+
+
 def explain(
     api: Api,
     pod_namespace: str,
@@ -82,13 +86,13 @@ def explain(
     options: Options | None = None,
     now: datetime.datetime | None = None,
 ) -> str:
-    """What `drasat explain` prints for one pod."""
+    """What `drasat explain` prints for one pod; PodNotFound when there is none."""
     options = options or Options()
     key = f"{pod_namespace}/{pod_name}"
     try:
         pod = api.get(r.PODS, pod_name, namespace=pod_namespace)
     except errors.NotFound:
-        return f"pod {key} not found"
+        raise PodNotFound(f"pod {key} not found") from None
     found = snapshot(api, namespace=options.namespace)
     found.pods = [p for p in found.pods if v1inputs.pod_key(p) != key] + [pod]
     claims = decisions.pod_claims(pod, found)

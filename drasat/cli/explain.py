@@ -1,6 +1,7 @@
-"""`drasat explain POD -n NS`: drasat's controller's own decision on a pod (current Kubernetes,
-resource.k8s.io/v1), or exactly why there is none, and, labelled apart, what its allocation would
-do now. Reads the cluster, writes nothing."""
+"""`drasat explain POD -n NS` (`-n`/`--namespace`: the pod's, as in kubectl): drasat's
+controller's own decision on a pod (current Kubernetes, resource.k8s.io/v1), or exactly why there
+is none, and, labelled apart, what its allocation would do now. Reads the cluster, writes nothing.
+Exit 1 when the pod does not exist or the cluster cannot be read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from drasat.cli import colour
 from drasat.cli.envflags import env as _env
 
 HELP = "show drasat's controller's decision on a pod, or why there is none (v1)"
@@ -26,14 +28,17 @@ def register(subparsers: Any) -> None:
         "The policy and mode flags read the same DRASAT_* variables as `drasat controller`.",
     )
     p.add_argument("pod", help="the pod's name")
-    p.add_argument("-n", "--pod-namespace", default="default", help="the pod's namespace")
+    # -n/--namespace is the pod's, as in kubectl; drasat's own namespace has its own flag.
+    p.add_argument(
+        "-n", "--namespace", default="default", help="the pod's namespace (default: default)"
+    )
     p.add_argument(
         "--kubeconfig",
         default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
         help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
     )
     p.add_argument(
-        "--namespace",
+        "--drasat-namespace",
         default=_env("NAMESPACE", "drasat"),
         help="drasat's namespace (its NodeAllocationStates, Lease, policy; default drasat)",
     )
@@ -47,7 +52,7 @@ def register(subparsers: Any) -> None:
     source.add_argument(
         "--policy-configmap",
         default=_env("POLICY_CONFIGMAP", None),
-        help="ConfigMap (in --namespace) holding the controller's policy, for the what-if",
+        help="ConfigMap (in --drasat-namespace) holding the controller's policy, for the what-if",
     )
     p.add_argument(
         "--policy-key",
@@ -81,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     api = KubeClient(load_configuration(args.kubeconfig))
     options = explain.Options(
-        namespace=args.namespace,
+        namespace=args.drasat_namespace,
         policy_file=args.policy_file,
         policy_configmap=args.policy_configmap,
         policy_key=args.policy_key,
@@ -89,10 +94,14 @@ def run(args: argparse.Namespace) -> int:
         lease=args.leader_election_lease,
         batch_max=args.batch_max,
     )
+    error_label = colour.paint("error:", "error", sys.stderr)
     try:
-        print(explain.explain(api, args.pod_namespace, args.pod, options=options))
+        print(explain.explain(api, args.namespace, args.pod, options=options))
+    except explain.PodNotFound as error:
+        print(f"{error_label} {error}", file=sys.stderr)
+        return 1
     except errors.KubeError as error:
-        print(f"error: cannot read the cluster: {error}", file=sys.stderr)
+        print(f"{error_label} cannot read the cluster: {error}", file=sys.stderr)
         return 1
     finally:
         api.close()

@@ -15,15 +15,18 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from drasat import __version__
 from drasat.api.errors import InputError
+from drasat.cli import colour
 
 #: Subcommand modules of drasat.cli -> their one-line help. Each module has
 #: `register(subparsers)`, which adds its parser (with this help) and sets `func` on it.
 SUBCOMMANDS: dict[str, str] = {
     "cdi-spec": "print the CDI spec the node plugin would write for a claim of one device",
+    "completion": "print the shell completion script (bash, zsh or fish), made from the parser",
     "controller": "run the central controller (v1 or classic DRA)",
     "explain": "show drasat's controller's decision on a pod, or why there is none (v1)",
     "crds": "print the CustomResourceDefinitions (generated from the API models)",
@@ -39,11 +42,17 @@ class _Handler(Protocol):
     def __call__(self, args: argparse.Namespace) -> int: ...
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def program_name(argv0: str) -> str:
+    """How the usage lines name the command: `kubectl drasat` when kubectl runs this as its
+    plugin (the executable `kubectl-drasat`), else `drasat`."""
+    return "kubectl drasat" if Path(argv0).name.startswith("kubectl-drasat") else "drasat"
+
+
+def build_parser(only: str | None = None, prog: str = "drasat") -> argparse.ArgumentParser:
     """The parser with every subcommand's full parser, or (`only`) with that one's full parser
     and a placeholder for the others (their modules are not imported)."""
     parser = argparse.ArgumentParser(
-        prog="drasat",
+        prog=prog,
         description="drasat: a Kubernetes DRA driver for NVIDIA GPUs whose allocator is a "
         "CP-SAT constraint solver.",
     )
@@ -53,6 +62,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity (default: WARNING)",
+    )
+    parser.add_argument(
+        "--color",
+        default="auto",
+        choices=["auto", "always", "never"],
+        help="colour the output: auto (default) on a terminal unless NO_COLOR is set",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, text in SUBCOMMANDS.items():
@@ -64,11 +79,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: The top-level options that take a value (in the next word unless given as --flag=value).
+_VALUED = ("--log-level", "--color")
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The subcommand named in argv (the first word that is not an option or its value)."""
     words = iter(argv)
     for word in words:
-        if len(word) > 3 and "--log-level".startswith(word):  # argparse takes prefixes
+        if any(len(word) > 3 and flag.startswith(word) for flag in _VALUED):  # prefixes too
             next(words, None)
         elif not word.startswith("-"):
             return word if word in SUBCOMMANDS else None
@@ -79,8 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_of(argv)
     # Without a subcommand (--help, --version, usage errors) no subcommand module is needed.
-    parser = build_parser(only=command or "")
+    parser = build_parser(only=command or "", prog=program_name(sys.argv[0]))
     args = parser.parse_args(argv)
+    colour.choose(args.color)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -91,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{colour.paint('error:', 'error', sys.stderr)} {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

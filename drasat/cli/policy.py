@@ -13,6 +13,7 @@ import sys
 from drasat import policyfiles
 from drasat.api import schemas
 from drasat.api.errors import InputError
+from drasat.cli import colour
 
 
 def schema_text() -> str:
@@ -26,10 +27,11 @@ def _validate(args: argparse.Namespace) -> int:
         try:
             policy = policyfiles.load(path)
         except InputError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"{colour.paint('error:', 'error', sys.stderr)} {error}", file=sys.stderr)
             failed = True
         else:
-            print(f"{path}: ok ({policyfiles.summary(policy)})")
+            ok = colour.paint("ok", "ok", sys.stdout)
+            print(f"{path}: {ok} ({policyfiles.summary(policy)})")
     return 2 if failed else 0
 
 

@@ -193,7 +193,16 @@ def test_the_cli_prints_it(
     _claim(api, "c1")
     _pod(api, "p1", "c1")
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-    argv = ["explain", "p1", "-n", "default", "--namespace", NS, "--kubeconfig", str(kubeconfig)]
+    argv = [
+        "explain",
+        "p1",
+        "-n",
+        "default",
+        "--drasat-namespace",
+        NS,
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
     assert cli.main([*argv, "--cycle-mode", "batch"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("No drasat controller has written a decision for pod default/p1")
