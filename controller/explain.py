@@ -2,7 +2,8 @@
 
 - A bound pod: the node, and for each claim of drasat's where it is allocated and by whom.
 - A pending pod the controller does not place now: why (a claim not created yet, scheduling
-  gates, a claim that is kube-scheduler's, ...), as the controller's cycle decides it.
+  gates of another owner, a claim that is kube-scheduler's, ...), as the controller's cycle
+  decides it; a pod that drasat's own scheduling gate holds is told so, and what lifts the gate.
 - A pending pod of the controller's: the decision the controller recorded (`controller.decisions`:
   the pod's NotAllocatable Event with its cycle, time, policy and mode), with its age, and whether
   anything it was decided from (the pod, its claims, drasat's ResourceSlices, NodeAllocationStates
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from drasat import v1
-from drasat.api.groups import DRIVER_NAME, FINALIZER
+from drasat.api.groups import DRIVER_NAME, FINALIZER, SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, leader, nodes, policy, v1controller, v1inputs
 from drasat.kube import errors
@@ -100,17 +101,26 @@ def explain(
         held = _allocated(claims) or [f"  it holds no claim of {DRIVER_NAME}"]
         return "\n".join([f"pod {key} is bound to node {pod['spec']['nodeName']}:", *held])
     pending, waiting = v1inputs.pending_pods(found)
+    gated = v1inputs.has_our_gate(pod)
     if key in waiting:
-        return f"pod {key} waits; drasat's controller does not place it now: {waiting[key]}"
+        held_by = (
+            f"; drasat's scheduling gate {SCHEDULING_GATE} holds it meanwhile" if gated else ""
+        )
+        return (f"pod {key} waits; drasat's controller does not place it now: {waiting[key]}"
+                f"{held_by}")  # fmt: skip
     item = next((p for p in pending if p.input.key == key), None)
     if item is None:
+        lift = (f"; drasat's controller lifts its scheduling gate {SCHEDULING_GATE} at its next "
+                "cycle (a gate that stays means no controller runs)") if gated else ""  # fmt: skip
         held = _allocated(claims)
         if held:
             return "\n".join([f"pod {key} is pending; its claims of drasat's are allocated "
-                              "(kube-scheduler binds the pod where they are):", *held])  # fmt: skip
+                              f"(kube-scheduler binds the pod where they are){lift}:",
+                              *held])  # fmt: skip
         return (
             f"pod {key} has no unallocated claim of drasat's classes "
             f"({', '.join(sorted(found.classes)) or 'none installed'}): kube-scheduler handles it"
+            f"{lift}"
         )
     return _decision(api, pod, item, pending, found, options, now or _now())
 
@@ -130,7 +140,7 @@ def _allocated(claims: list[Obj]) -> list[str]:
 
 def _allocator(claim: Obj) -> str:
     """Who wrote the claim's allocation: drasat's controller when the claim carries its finalizer
-    (added before it allocates, and by nothing else), else the API server's field manager of
+    (added right after it allocates, and by nothing else), else the API server's field manager of
     `status.allocation` (kube-scheduler's is `kube-scheduler`)."""
     meta = claim.get("metadata") or {}
     if FINALIZER in (meta.get("finalizers") or []):

@@ -57,6 +57,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.gates_lifted = Counter(
+            f"{PREFIX}_scheduling_gates_lifted",
+            "Pods let go to kube-scheduler: drasat's scheduling gate removed.",
+            registry=r,
+        )
         self.leader = Gauge(f"{PREFIX}_leader", "1 while this replica leads.", registry=r)
         self.policy_reloads = Counter(
             f"{PREFIX}_policy_reloads",

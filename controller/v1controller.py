@@ -11,16 +11,25 @@ One thread runs cycles; informers wake it. A cycle:
    the node unsuitable for the claim's pods for `unsuitable_ttl_s`, with the scheduler's reason;
 2. gathers the pending pods with unallocated claims of ours (after a short window, at most
    `batch_max`) and places them together in one `drasat.v1.allocate` call;
-3. writes each placed claim: our finalizer, the ledger entry (re-checked against the fresh NAS:
-   never a device to two claims), then `status.allocation` (optimistic concurrency: a claim
-   changed meanwhile is left to the next cycle; one allocated by someone else meanwhile gets its
-   ledger entry removed again);
+3. writes each placed claim: the ledger entry (re-checked against the fresh NAS: never a device
+   to two claims), then `status.allocation` (optimistic concurrency: a claim changed meanwhile
+   is left to the next cycle; one allocated by someone else meanwhile gets its ledger entry
+   removed again); then lifts the pod's scheduling gate, then adds our finalizer (off the pod's
+   path: the ledger is settled from the claims' status, the finalizer is a second safeguard);
 4. tells the pods that fit nowhere why, with a Warning Event on the pod and its claims (the same
    text once per `EventRecorder` ttl).
 
+The scheduling gate (`SCHEDULING_GATE`, put on pods by admission: the chart's
+MutatingAdmissionPolicy or `controller.admission`'s webhook) keeps kube-scheduler off a pod until
+drasat has allocated its claims, so the scheduler tries it once, when it can bind, and never hands
+drasat's devices out first. Each cycle lifts drasat's gate from every pod with nothing left for
+drasat to allocate (`v1inputs.to_ungate`: another driver's pods at once, a pod whose allocation
+was written before a restart); other owners' gates are never touched.
+
 With `device_taint`, a DeviceTaintRule taints every device of our driver NoSchedule, so
-kube-scheduler's own allocator never hands them out; this controller's allocations are honoured
-as the scheduler does not look at taints for an allocated claim.
+kube-scheduler's own allocator never hands them out to a pod that arrives without the gate; this
+controller's allocations are honoured as the scheduler does not look at taints for an allocated
+claim. Where the API server serves no DeviceTaintRule, gated pods are still drasat's alone.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from drasat import v1
-from drasat.api.groups import DRIVER_NAME
+from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import allocation, decisions, nodes, v1inputs
@@ -119,6 +128,10 @@ class _Written:
     node: str
     version: str
     pods: set[str] = field(default_factory=set)
+    #: The claim as the status write returned it.
+    claim: Obj | None = None
+    #: Our finalizer is on the claim (or cannot be put there): added after the status write.
+    finalized: bool = False
 
 
 def _newer(a: str, b: str) -> bool:
@@ -172,6 +185,8 @@ class V1Controller:
         #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
+        #: Said once: a pod of drasat's arrived without the scheduling gate (no admission).
+        self._said_ungated = False
         self.cycles = 0
         timeout = self.config.watch_timeout_s
 
@@ -244,10 +259,12 @@ class V1Controller:
                 log.error("cannot keep DeviceTaintRule %s (%s): %s",
                           TAINT_RULE, resource.api_version, error)  # fmt: skip
                 return
-        log.error(
+        log.warning(
             "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or v1alpha3): "
-            "kube-scheduler's allocator may take drasat's devices before this controller does; "
-            "see docs/INSTALL.md"
+            "drasat relies on its scheduling gate %s (kube-scheduler never tries a gated pod "
+            "before drasat allocates it); a pod that arrives without the gate may be given "
+            "drasat's devices by kube-scheduler's allocator first; see docs/CONTROLLER.md",
+            SCHEDULING_GATE,
         )
 
     def _ensure_taint_rule(self, resource: r.Resource) -> bool:
@@ -360,7 +377,10 @@ class V1Controller:
         snapshot = self.snapshot()
         if self.settle(snapshot):
             snapshot = self.snapshot()
+        for pod, why in v1inputs.to_ungate(snapshot).values():
+            self._confined(f"pod {v1inputs.pod_key(pod)}", [pod], self._lift_gate, pod, why)
         everyone, waiting = v1inputs.pending_pods(snapshot)
+        self._say_ungated(everyone)
         self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
@@ -420,6 +440,8 @@ class V1Controller:
             try:
                 self._write(item, node, mine, snapshot)
                 self.explanations.pop(pod_key, None)
+                self._lift_gate(item.pod, "its claims of drasat's are allocated")
+                self._finalize(mine)
             except LeaseLost:
                 raise
             except LedgerConflict as error:
@@ -493,8 +515,6 @@ class V1Controller:
         for placed in claims:
             ledger.update(placed.ledger)
         self._check_statuses(node, ledger, snapshot)
-        for placed in claims:
-            by_uid[placed.uid] = self._ensure_finalizer(by_uid[placed.uid])
         self._add_to_ledger(node, ledger)
         for placed in claims:
             self._write_status(by_uid[placed.uid], placed, item)
@@ -528,29 +548,111 @@ class V1Controller:
                         status=409,
                     )
 
-    def _ensure_finalizer(self, claim: Obj) -> Obj:
-        if allocation.has_finalizer(claim):
-            return claim
-        self._guard()
-        meta = claim["metadata"]
-        patch = {
-            "metadata": {
-                "finalizers": allocation.finalizers_with(claim),
-                "resourceVersion": meta.get("resourceVersion"),
+    def _lift_gate(self, pod: Obj, why: str) -> bool:
+        """Remove drasat's scheduling gate from the pod (the others' stay, in their order): one
+        update with the pod's resourceVersion as precondition, retried on a fresh read when the
+        pod changed meanwhile. True when this call removed it."""
+        meta = pod["metadata"]
+        for _ in range(3):
+            if not v1inputs.has_our_gate(pod) or not v1inputs.is_pending(pod):
+                return False
+            kept = [g for g in (pod.get("spec") or {}).get("schedulingGates") or []
+                    if g.get("name") != SCHEDULING_GATE]  # fmt: skip
+            patch = {
+                "metadata": {"resourceVersion": pod["metadata"].get("resourceVersion")},
+                "spec": {"schedulingGates": kept or None},
             }
-        }
-        try:
-            return self.api.patch(
-                r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"]
-            )
-        except errors.Invalid as error:
-            # A claim created with opaque parameters in non-compact JSON cannot take a JSON
-            # metadata change: kube-apiserver re-encodes the parameters compactly and then
-            # finds the spec changed. The finalizer is a second safeguard (the ledger is
-            # settled from the claims anyway), so the allocation goes on without it.
-            log.warning("%s: finalizer not added (%s); its ledger entries are settled from "
-                        "its status alone", v1inputs.claim_ref(claim), error)  # fmt: skip
-            return claim
+            self._guard()
+            try:
+                self.api.patch(r.PODS, meta["name"], patch, namespace=meta["namespace"])
+            except errors.NotFound:
+                return False
+            except errors.Conflict:
+                try:
+                    pod = self.api.get(r.PODS, meta["name"], namespace=meta["namespace"])
+                except errors.NotFound:
+                    return False
+                if pod["metadata"].get("uid") != meta.get("uid"):
+                    return False
+                continue
+            self.metrics.gates_lifted.inc()
+            log.info("%s: scheduling gate %s lifted (%s)", v1inputs.pod_key(pod),
+                     SCHEDULING_GATE, why)  # fmt: skip
+            return True
+        raise errors.Conflict(f"pod {v1inputs.pod_key(pod)} kept changing", status=409)
+
+    def _say_ungated(self, pending: list[v1inputs.Pending]) -> None:
+        """Log once that pods of drasat's arrive without its scheduling gate (no admission):
+        kube-scheduler then tries them before drasat allocates and again after its backoff."""
+        if self._said_ungated:
+            return
+        ungated = next((p for p in pending if not v1inputs.has_our_gate(p.pod)), None)
+        if ungated is None:
+            return
+        self._said_ungated = True
+        log.warning(
+            "pod %s arrived without drasat's scheduling gate %s: without admission (the chart's "
+            "MutatingAdmissionPolicy or webhook) kube-scheduler tries such pods before drasat "
+            "allocates and binds them only after its retry backoff (the slower path; said once)",
+            ungated.input.key, SCHEDULING_GATE,
+        )  # fmt: skip
+
+    def _finalize(self, placed: list[v1.ClaimAllocation]) -> None:
+        """Our finalizer on each claim just allocated; one left out (a conflict with
+        kube-scheduler's reservation) is added by a later settle."""
+        for allocated in placed:
+            written = self._written.get(allocated.uid)
+            if written is None or written.finalized or written.claim is None:
+                continue
+            claim, written.claim = written.claim, None  # a later settle reads the cache
+            try:
+                self._ensure_finalizer(claim, written)
+            except errors.Conflict:
+                continue
+
+    def _ensure_finalizer(self, claim: Obj, written: _Written) -> None:
+        """Add our finalizer to a claim this process allocated, reading it again when it changed
+        since (`claim` may be a cached copy); raises Conflict when it kept changing."""
+        meta = claim["metadata"]
+        for attempt in range(3):
+            if attempt or _newer(written.version, str(meta.get("resourceVersion", ""))):
+                try:
+                    claim = self.api.get(
+                        r.RESOURCE_CLAIMS_V1, meta["name"], namespace=meta["namespace"]
+                    )
+                except errors.NotFound:
+                    written.finalized = True
+                    return
+                meta = claim["metadata"]
+            if (allocation.has_finalizer(claim) or meta.get("deletionTimestamp")
+                    or not v1inputs.is_allocated(claim)):  # fmt: skip
+                written.finalized = True
+                return
+            patch = {
+                "metadata": {
+                    "finalizers": allocation.finalizers_with(claim),
+                    "resourceVersion": meta.get("resourceVersion"),
+                }
+            }
+            self._guard()
+            try:
+                self.api.patch(
+                    r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"]
+                )
+            except errors.Conflict:
+                continue
+            except errors.NotFound:
+                pass
+            except errors.Invalid as error:
+                # A claim created with opaque parameters in non-compact JSON cannot take a JSON
+                # metadata change: kube-apiserver re-encodes the parameters compactly and then
+                # finds the spec changed. The finalizer is a second safeguard (the ledger is
+                # settled from the claims anyway), so the claim goes on without it.
+                log.warning("%s: finalizer not added (%s); its ledger entries are settled from "
+                            "its status alone", v1inputs.claim_ref(claim), error)  # fmt: skip
+            written.finalized = True
+            return
+        raise errors.Conflict(f"{v1inputs.claim_ref(claim)} kept changing", status=409)
 
     def _add_to_ledger(
         self, node: str, ledger: Mapping[str, AllocatedDevices], *, check: bool = True
@@ -606,7 +708,7 @@ class V1Controller:
                     return
                 continue
             version = str(written["metadata"].get("resourceVersion", ""))
-            self._written[placed.uid] = _Written(placed.node, version, {item.input.key})
+            self._written[placed.uid] = _Written(placed.node, version, {item.input.key}, written)
             self.metrics.allocations.inc()
             where = {"claim": v1inputs.claim_ref(claim), "uid": placed.uid, "node": placed.node}
             log.info("allocated %s on %s for %s", where["claim"], placed.node, item.input.key,
@@ -670,6 +772,11 @@ class V1Controller:
                 changed |= bool(self._confined(ref, [claim], self._restore, claim, snapshot))
             if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
                 changed |= bool(self._confined(ref, [claim], self._release, claim, snapshot))
+        for uid, written in list(self._written.items()):
+            claim = by_uid.get(uid)
+            if not written.finalized and claim is not None:
+                changed |= bool(self._confined(v1inputs.claim_ref(claim), [claim],
+                                               self._ensure_finalizer, claim, written))  # fmt: skip
         changed |= self._clashes(snapshot)
         return changed
 
@@ -944,7 +1051,8 @@ def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:
 
 
 def explanation(item: v1inputs.Pending, reasons: tuple[str, ...]) -> str:
-    """Why a pod fits nowhere: the solver's reasons, then the nodes left out before solving."""
+    """Why a pod fits nowhere: the solver's reasons, then the nodes left out before solving; a pod
+    carrying drasat's scheduling gate is told that the gate holds it until drasat allocates."""
     parts = list(dict.fromkeys(reasons))
     by_reason: dict[str, list[str]] = {}
     for node, why in sorted(item.excluded.items()):
@@ -952,4 +1060,8 @@ def explanation(item: v1inputs.Pending, reasons: tuple[str, ...]) -> str:
     for why, found in by_reason.items():
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         parts.append(f"{why} (node {shown})")
-    return "; ".join(parts) or "no node with drasat's devices"
+    text = "; ".join(parts) or "no node with drasat's devices"
+    if v1inputs.has_our_gate(item.pod):
+        text += (f"; the pod is held by drasat's scheduling gate {SCHEDULING_GATE} until drasat "
+                 "can allocate its claims")  # fmt: skip
+    return text

@@ -7,7 +7,11 @@ explanation is the decision the controller would make.
 - a pod is pending when it is not bound, not being deleted and not finished; its claims come
   from `spec.resourceClaims` (a template's claim by the name in `status.resourceClaimStatuses`,
   which the real resourceclaim controller writes);
-- a pod waits (is not placed this cycle) while a claim it names does not exist yet;
+- a pod waits (is not placed this cycle) while a claim it names does not exist yet, and while it
+  carries a scheduling gate of another owner (Kueue's, ...): devices given now would sit idle;
+- drasat's own gate (`SCHEDULING_GATE`, set by admission) does not make a pod wait: it is what
+  keeps kube-scheduler off the pod until drasat has allocated; `to_ungate` says which gated pods
+  drasat lets go now (every claim of drasat's allocated, or none to allocate);
 - a pod whose claims are all allocated is the scheduler's; one with some allocated may only go
   where those are;
 - the devices are what each node publishes: the complete pools of drasat's ResourceSlices
@@ -27,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drasat.api.groups import DRIVER_NAME
+from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.controller import allocation
 from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
@@ -243,11 +247,11 @@ def pending_pods(
                 waiting[key] = (f"claim {claim_ref(theirs)} tolerates drasat's allocator taint: "
                                 "kube-scheduler allocates it")  # fmt: skip
             continue
-        gates = (pod.get("spec") or {}).get("schedulingGates") or []
-        if gates:
-            # kube-scheduler does not consider a gated pod: devices given now would sit idle.
-            names_of = ", ".join(str(g.get("name", "")) for g in gates)
-            waiting[key] = f"it has scheduling gates ({names_of})"
+        others = others_gates(pod)
+        if others:
+            # kube-scheduler does not consider a gated pod: devices given now would sit idle
+            # until that owner lets it go (then drasat allocates and lifts its own gate).
+            waiting[key] = f"it has scheduling gates ({', '.join(others)})"
             continue
         # Every allocated claim of the pod, of any driver, pins it to the nodes its
         # allocation's node selector selects.
@@ -261,6 +265,52 @@ def pending_pods(
         if limit is not None and len(out) >= limit:
             break
     return out, waiting
+
+
+def gate_names(pod: Obj) -> list[str]:
+    """The pod's scheduling gates, in order."""
+    gates = _array(_object(pod.get("spec")).get("schedulingGates"))
+    return [str(g.get("name", "")) for g in gates if isinstance(g, Mapping)]
+
+
+def has_our_gate(pod: Obj) -> bool:
+    """Whether drasat's scheduling gate holds the pod back from kube-scheduler."""
+    return SCHEDULING_GATE in gate_names(pod)
+
+
+def others_gates(pod: Obj) -> list[str]:
+    """The pod's scheduling gates that are not drasat's (never touched by drasat)."""
+    return [g for g in gate_names(pod) if g != SCHEDULING_GATE]
+
+
+def to_ungate(snapshot: Snapshot) -> dict[str, tuple[Obj, str]]:
+    """The pending pods carrying drasat's gate that drasat lets go now, by pod key, with why:
+    every claim of the pod exists and none is left for drasat to allocate (all of drasat's are
+    allocated, or the pod has none: another driver's claims, claims kube-scheduler allocates,
+    extended resources only). Admission gates every pod with claims when it cannot read a
+    template's class, so a pod of another driver is let go at the first cycle that sees it.
+    A pod whose claim does not exist yet keeps the gate until it does (its class decides). The
+    other owners' gates stay as they are."""
+    out: dict[str, tuple[Obj, str]] = {}
+    for pod in snapshot.pods:
+        if not is_pending(pod) or not has_our_gate(pod):
+            continue
+        namespace = str(pod["metadata"].get("namespace", ""))
+        names = pod_claim_names(pod)
+        if None in names:
+            continue
+        found = [snapshot.claims.get(f"{namespace}/{n}") for n in names]
+        claims = [c for c in found if c is not None]
+        if len(claims) < len(found):
+            continue
+        if any(allocates(c, snapshot.classes) and not is_allocated(c) for c in claims):
+            continue
+        if any(allocates(c, snapshot.classes) for c in claims):
+            why = "its claims of drasat's are allocated"
+        else:
+            why = "it has no claim drasat allocates"
+        out[pod_key(pod)] = (pod, why)
+    return out
 
 
 def _selects(claim: Obj, node: Obj) -> bool:

@@ -14,6 +14,7 @@ import test_v1controller as base
 from ctl_cluster import NS
 from test_v1controller import _claim, _node, _pod, _settled, _status
 
+from drasat.api.groups import SCHEDULING_GATE
 from drasat.cli import main as cli
 from drasat.controller import decisions, explain
 from drasat.controller.v1controller import V1Controller
@@ -241,3 +242,46 @@ def test_the_cli_says_when_it_cannot_read_the_cluster(capsys: Any, tmp_path: pat
     )
     assert cli.main(["explain", "p1", "--kubeconfig", str(kubeconfig)]) == 1
     assert capsys.readouterr().err.startswith("error: cannot read the cluster: ")
+
+
+def _gated_pod(api: KubeClient, name: str, claim: str) -> None:
+    body = {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulingGates": [{"name": SCHEDULING_GATE}],
+            "containers": [{"name": "c", "image": "x"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+    }
+    api.create(r.PODS, body, namespace="default")
+
+
+def test_explain_says_drasats_gate_holds_a_refused_pod(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    _claim(api, "c2")
+    _gated_pod(api, "held", "c2")
+    assert _settled(ctl, lambda: "default/held" in ctl.explanations)
+    text = _explain(api, "held")
+    assert (
+        f"held by drasat's scheduling gate {SCHEDULING_GATE} until drasat can allocate"
+        in (text.splitlines()[1])
+    )
+
+
+def test_explain_says_drasat_lets_go_of_a_gated_pod_it_has_allocated(api: KubeClient) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    _gated_pod(api, "gated", "c1")
+    claim = api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    claim["status"] = {"allocation": {"devices": {"results": []}}}
+    api.replace_status(r.RESOURCE_CLAIMS_V1, claim)
+    assert _explain(api, "gated").endswith(
+        f"drasat's controller lifts its scheduling gate {SCHEDULING_GATE} at its next cycle (a "
+        "gate that stays means no controller runs)"
+    )
