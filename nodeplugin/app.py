@@ -41,12 +41,7 @@ def build(options: Options) -> NodePlugin:
     if not config.driver_root and not options.simulate_gpus:
         config = dataclasses.replace(config, driver_root="/")  # real GPUs: a host install
     if not config.driver_root and config.cdi_mode is cdi.CdiMode.drasat:
-        log.warning(
-            "SIMULATED GPUs without --driver-root: CDI specs carry device nodes and environment "
-            "only (no driver libraries, binaries, firmware or hooks; MIG capability nodes only "
-            "where %s/driver/nvidia-caps/mig-minors exists)",
-            config.proc_root,
-        )
+        log.warning("%s", cdi.undiscovered_driver_note(str(config.proc_root)))
     runner: mps.Runner
     if options.simulate_gpus:
         fleet = simnvml.SimulatedNvml(options.simulate_gpus)

@@ -51,6 +51,17 @@ KIND = f"{VENDOR}/{CLASS}"
 #: Device nodes every container with an NVIDIA GPU needs besides its GPUs' own, listed as they
 #: are when the driver is not discovered (the simulated fleet without a driver root).
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def undiscovered_driver_note(proc_root: str) -> str:
+    """What a simulated fleet without a driver root warns (the node plugin, `drasat cdi-spec`)."""
+    return (
+        "SIMULATED GPUs without --driver-root: CDI specs carry device nodes and environment "
+        "only (no driver libraries, binaries, firmware or hooks; MIG capability nodes only "
+        f"where {proc_root}/driver/nvidia-caps/mig-minors exists)"
+    )
+
+
 #: Where the container toolkit installs its hook binary on the host (the toolkit's default).
 HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
 #: The toolkit's options for driver files: read-only, recursive, private (`internal/discover`).

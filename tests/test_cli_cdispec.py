@@ -15,7 +15,7 @@ import yaml
 from fakedriver import LIBDIR, VERSION
 
 from drasat.cli import main
-from drasat.nodeplugin import driverfiles
+from drasat.nodeplugin import cdi, driverfiles
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,17 @@ def test_help_loads_nothing_heavy() -> None:
     )
     assert "--driver-root" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_simulated_fleet_needs_no_driver_root(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --driver-root a simulated GPU's spec has its device nodes and environment, no
+    host paths, and says so as the node plugin does (issue 26 item 7)."""
+    code, out, err = _run(capsys, "--simulate-gpus", "T4 x2", "--device", "gpu-1")
+    assert code == 0
+    (device,) = json.loads(out)["devices"]
+    edits = device["containerEdits"]
+    assert edits["deviceNodes"] == [
+        {"path": path} for path in (*cdi.CONTROL_DEVICES, "/dev/nvidia1")
+    ]
+    assert "DRASAT_GPU_COUNT=1" in edits["env"] and "mounts" not in edits
+    assert err == f"warning: {cdi.undiscovered_driver_note('/proc')}\n"

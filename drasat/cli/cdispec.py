@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from drasat.api.errors import InputError
+from drasat.cli import colour
 from drasat.cli.envflags import env as _env
 
 HELP = "print the CDI spec the node plugin would write for a claim of one device"
@@ -43,7 +44,12 @@ def register(subparsers: Any) -> None:
         help="the device, as the ResourceSlices name it: gpu-<minor> or "
         "gpu-<minor>-mig-<profile>-<id>-<start> (simulated only; default gpu-0)",
     )
-    add("--driver-root", default=_env("DRIVER_ROOT", "/"), help="the driver's root (default /)")
+    add(
+        "--driver-root",
+        default=_env("DRIVER_ROOT", ""),
+        help="the driver's root (default: / with --from-nvml; with --simulate-gpus none, the "
+        "spec carries device nodes and environment only, as the node plugin's)",
+    )
     add("--dev-root", default="", help="the root of the dev/ nodes (default: the driver root)")
     add(
         "--proc-root",
@@ -54,6 +60,12 @@ def register(subparsers: Any) -> None:
     add("--cdi-mode", choices=["drasat", "toolkit"], default="drasat", help="(default drasat)")
     add("-o", "--output", choices=["json", "yaml"], default="json", help="format (default json)")
     p.set_defaults(func=run)
+
+
+def _driver_root(args: argparse.Namespace) -> str:
+    """The host install on a GPU host; none for a simulated fleet unless given (as the node
+    plugin: the spec then carries the device nodes and environment only)."""
+    return str(args.driver_root or ("/" if args.from_nvml else ""))
 
 
 def spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,7 +91,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
         lib = nvml.NvmlDeviceLib()
     config = plugin.Config(
         node_name=cdispec.NODE,
-        driver_root=args.driver_root or "/",
+        driver_root=_driver_root(args),
         dev_root=args.dev_root,
         proc_root=Path(args.proc_root),
         cdi_mode=cdi.CdiMode(args.cdi_mode),
@@ -106,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
         message = f"error: cannot read the GPUs through NVML ({error}); without GPUs, try "
         print(message + "--simulate-gpus", file=sys.stderr)
         return 1
+    if not _driver_root(args) and args.cdi_mode == "drasat":
+        from drasat.nodeplugin import cdi
+
+        warning = colour.paint("warning:", "warning", sys.stderr)
+        print(f"{warning} {cdi.undiscovered_driver_note(args.proc_root)}", file=sys.stderr)
     if args.output == "yaml":
         print(yaml.safe_dump(found, sort_keys=False, width=100), end="")
     else:
