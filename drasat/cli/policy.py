@@ -1,4 +1,5 @@
-"""`drasat policy`: validate AllocationPolicy files, print their JSON schema, show shipped ones.
+"""`drasat policy`: validate AllocationPolicy files, print their JSON schema, show shipped ones,
+print one as the Helm chart's values.
 
 `validate` checks every file it is given and reports each one (ok with a summary, or the one-line
 error naming the file and key path); it exits 2 when any file is bad, so CI can gate on it.
@@ -9,8 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from drasat import policyfiles
+import yaml
+
+from drasat import loading, policyfiles
 from drasat.api import schemas
 from drasat.api.errors import InputError
 from drasat.cli import colour
@@ -51,6 +55,32 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def values_text(source: str) -> str:
+    """A Helm values file that installs the policy in `source` (a file, '-' for stdin, or a
+    shipped name) with the chart: `policy: {spec: ...}`, the spec as the file spells it."""
+    if source == "-":
+        text, where = sys.stdin.read(), "<stdin>"
+    elif Path(source).is_file():
+        text, where = Path(source).read_text(encoding="utf-8"), source
+    elif "/" in source or source.endswith((".yaml", ".yml")):
+        raise InputError(f"{source}: no such file")
+    else:
+        text, where = policyfiles.shipped_text(source), f"<embedded>/policies/{source}.yaml"
+    policy = policyfiles.from_text(text, source=where)  # refuses what the controller would
+    (document,) = loading.parse_documents(text, where)
+    header = (
+        f"# Helm values: the AllocationPolicy {policy.metadata.name!r} ({where}) for the chart:\n"
+        "#   helm upgrade drasat deploy/helm/drasat -n drasat --reuse-values -f THIS-FILE\n"
+    )
+    body = {"policy": {"spec": document.data.get("spec") or {}}}
+    return header + yaml.safe_dump(body, sort_keys=False, width=100)
+
+
+def _values(args: argparse.Namespace) -> int:
+    print(values_text(args.policy), end="")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "policy",
@@ -74,6 +104,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = actions.add_parser("list", help="list the policies shipped with drasat")
     listing.set_defaults(func=_list)
+
+    values = actions.add_parser(
+        "values",
+        help="print a policy as Helm values for the chart (policy: {spec: ...})",
+        description="Validate the policy and print it as a values file of the Helm chart "
+        "(`policy: {spec: ...}`), to install with `helm install/upgrade ... -f FILE`.",
+    )
+    values.add_argument(
+        "policy", metavar="FILE|NAME", help="a policy file ('-': stdin) or a shipped name"
+    )
+    values.set_defaults(func=_values)
 
     show = actions.add_parser("show", help="print a shipped policy (e.g. to start your own)")
     show.add_argument("name", metavar="NAME", help="a name from `drasat policy list`")
