@@ -47,7 +47,7 @@ from drasat import v1
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, decisions, nodes, v1inputs
+from drasat.controller import allocation, decisions, extended, nodes, v1inputs
 from drasat.controller.metrics import Metrics
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
@@ -169,6 +169,7 @@ class V1Controller:
             api, component=self.config.component, refresh_s=self.config.decision_refresh_s
         )
         self.solver_cache = SolverCache()
+        self._templates = extended.TemplateKeeper(api)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -375,6 +376,8 @@ class V1Controller:
 
     def _cycle(self) -> bool:
         snapshot = self.snapshot()
+        if self._may_write():
+            self._templates.ensure(snapshot.pods)  # pods converted from nvidia.com/gpu
         if self.settle(snapshot):
             snapshot = self.snapshot()
         for pod, why in v1inputs.to_ungate(snapshot).values():

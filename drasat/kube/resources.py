@@ -74,6 +74,9 @@ POD_SCHEDULING_CONTEXTS = Resource(
 DRA_V1 = "v1"
 RESOURCE_CLAIMS_V1 = Resource(DRA_GROUP, DRA_V1, "resourceclaims", "ResourceClaim")
 DEVICE_CLASSES_V1 = Resource(DRA_GROUP, DRA_V1, "deviceclasses", "DeviceClass", namespaced=False)
+RESOURCE_CLAIM_TEMPLATES_V1 = Resource(
+    DRA_GROUP, DRA_V1, "resourceclaimtemplates", "ResourceClaimTemplate"
+)
 RESOURCE_SLICES_V1 = Resource(
     DRA_GROUP, DRA_V1, "resourceslices", "ResourceSlice", namespaced=False
 )
