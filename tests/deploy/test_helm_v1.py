@@ -229,6 +229,7 @@ def test_v1_controller_rbac(render: Render) -> None:
         (resource, "deviceclasses", "list"), (resource, "deviceclasses", "watch"),
         (resource, "resourceslices", "list"), (resource, "resourceslices", "watch"),
         *((resource, "devicetaintrules", v) for v in ("get", "create", "update")),
+        (resource, "resourceclaimtemplates", "create"),  # of pods converted from nvidia.com/gpu
         ("", "pods", "list"), ("", "pods", "watch"),
         ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "events", "create"), ("", "events", "patch"),
