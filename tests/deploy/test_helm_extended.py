@@ -1,0 +1,45 @@
+"""The chart's admission policy for pods that ask for `nvidia.com/gpu` (issue 26 item 2): the
+spec is `drasat.v1.extended.admission_policy()` verbatim (the e2e test runs that one on the real
+API server), installed in v1 mode where MutatingAdmissionPolicy v1 is served, or as told."""
+
+from __future__ import annotations
+
+from chart_rendering import Render, Rendered
+
+from drasat.v1 import extended
+
+MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+
+def _render(render: Render, *sets: str, **kwargs: object) -> Rendered:
+    rendered = render(*sets, **{"kube_version": "1.37.2", **kwargs})
+    assert rendered.returncode == 0, rendered.stderr
+    return rendered
+
+
+def test_the_policy_is_the_python_rule_and_its_binding_names_it(render: Render) -> None:
+    rendered = _render(render, api_versions=[MAP])
+    policy = rendered.one("MutatingAdmissionPolicy")
+    binding = rendered.one("MutatingAdmissionPolicyBinding")
+    wanted, _ = extended.admission_policy()
+    assert policy["spec"] == wanted["spec"], (
+        "regenerate deploy/helm/drasat/templates/extended-resources.yaml's spec from "
+        "drasat.v1.extended.admission_policy()"
+    )
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"]}
+
+
+def test_auto_installs_it_only_where_the_api_server_serves_it(render: Render) -> None:
+    assert not KINDS & set(_render(render).kinds())  # 1.34/1.35: beta and off by default
+    assert not KINDS & set(_render(render, "extendedResources.enabled=false",
+                                   api_versions=[MAP]).kinds())  # fmt: skip
+    assert KINDS <= set(_render(render, "extendedResources.enabled=true").kinds())
+
+
+def test_not_in_classic_mode_nor_without_the_controller(render: Render) -> None:
+    classic = render("extendedResources.enabled=true", kube_version="1.30.0")
+    assert classic.returncode == 0, classic.stderr
+    assert not KINDS & set(classic.kinds())
+    no_controller = _render(render, "allocator=kube-scheduler", api_versions=[MAP])
+    assert not KINDS & set(no_controller.kinds())
