@@ -98,12 +98,22 @@ def _count(value: Any, where: str) -> int:
 
 
 def _asks(container: Mapping[str, Any], resource: str) -> Any:
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    resources = resources if isinstance(resources, Mapping) else {}
     for field in ("limits", "requests"):
-        found = (resources.get(field) or {}).get(resource)
+        found = resources.get(field)
+        found = found.get(resource) if isinstance(found, Mapping) else None
         if found is not None:
             return found
     return None
+
+
+def asks(spec: Any, resource: str = RESOURCE) -> bool:
+    """Whether a pod spec (a mapping, as written) has a container asking for the resource."""
+    if not isinstance(spec, Mapping):
+        return False
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return any(isinstance(c, Mapping) and _asks(c, resource) is not None for c in containers)
 
 
 @dataclass(frozen=True)

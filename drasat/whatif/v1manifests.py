@@ -23,6 +23,7 @@ listed), and so are the pods that use a claim or template of such a file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from pydantic import BaseModel
 from drasat import loading
 from drasat.api import deviceconfig, groups
 from drasat.api.errors import InputError, show
+from drasat.v1 import extended
 from drasat.whatif import inventory, kinds, manifests, v1cluster, v1kinds, workloads
 from drasat.whatif.inventory import Ignored, located
 
@@ -149,7 +151,17 @@ def is_v1_document(data: Mapping[str, Any]) -> bool:
 
 
 def uses_v1(documents: Sequence[loading.Document]) -> bool:
-    return any(is_v1_document(d.data) for d in documents)
+    """v1 claims, or pods asking `nvidia.com/gpu` (drasat converts them into v1 claims)."""
+    return any(is_v1_document(d.data) or extended.asks(_pod_spec(d.data)) for d in documents)
+
+
+def _pod_spec(data: Mapping[str, Any]) -> Any:
+    """The pod spec a Pod or a workload (its pod template) holds, as written; None if none."""
+    spec = data.get("spec")
+    if not isinstance(spec, Mapping) or data.get("kind") == "Pod":
+        return spec
+    template = spec.get("template")
+    return template.get("spec") if isinstance(template, Mapping) else None
 
 
 @dataclass
@@ -440,6 +452,7 @@ class _Compiler:
         }
         out = []
         for instance in workloads.expand(entries):
+            instance = _converted(instance)
             status = statuses.get((instance.namespace, instance.name), {})
             if instance.spec.nodeName:
                 self.bound.append(
@@ -504,7 +517,7 @@ class _Compiler:
         if entry.from_template and isinstance(generated, str) and generated:
             key, ref_path, name = (pod.namespace, generated), "status", generated
         elif entry.from_template:
-            template = self.index.templates.get(key)
+            template = self.index.templates.get(key) or _drasats_template(*key)
             if template is None:
                 if key in self.index.skipped_templates:
                     return (
@@ -555,6 +568,30 @@ class _Compiler:
                     )
         self.checked.add(claim.key)
         return None
+
+
+def _converted(pod: workloads.PodInstance) -> workloads.PodInstance:
+    """The pod as drasat's admission policy leaves it: `nvidia.com/gpu` -> claims of drasat's
+    class (`drasat.v1.extended`)."""
+    try:
+        converted = extended.convert(_dump(pod.spec), where=pod.spec_path)
+    except extended.ConversionError as error:
+        raise InputError(str(error), where=pod.where) from None
+    if not converted.changed:
+        return pod
+    return dataclasses.replace(pod, spec=kinds.PodSpec.model_validate(converted.spec))
+
+
+def _drasats_template(
+    namespace: str, name: str
+) -> inventory.Entry[v1kinds.ResourceClaimTemplate] | None:
+    """A template drasat's controller creates for converted pods, when not in the manifests."""
+    count = extended.template_count(name)
+    if count is None:
+        return None
+    body = extended.template(namespace, count)
+    document = loading.Document("<made by drasat's controller>", 1, body)
+    return inventory.Entry(document, v1kinds.ResourceClaimTemplate.model_validate(body), namespace)
 
 
 def _claim(entry: inventory.Entry[v1kinds.ResourceClaim]) -> V1Claim:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +28,7 @@ from drasat.v1 import extended
 
 pytestmark = pytest.mark.timeout(400)
 
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "examples"
 ADMISSION = ("admissionregistration.k8s.io", "v1")
 RESOURCE = ("resource.k8s.io", "v1")
 Obj = dict[str, Any]
@@ -204,33 +204,8 @@ def test_pods_asking_nvidia_com_gpu_run_on_gpus_drasat_allocated(
     kube_api: kubernetes.client.ApiClient,
     kube_cluster: cluster.Cluster,
     allocator: allockit.Allocator,
-    tmp_path: pathlib.Path,
 ) -> None:
-    namespace = unique("v1-extended")
-    manifest = tmp_path / "app.yaml"
-    manifest.write_text(
-        textwrap.dedent(
-            f"""
-            apiVersion: v1
-            kind: Namespace
-            metadata: {{name: {namespace}}}
-            ---
-            apiVersion: v1
-            kind: Pod
-            metadata: {{namespace: {namespace}, name: one}}
-            spec:
-              containers:
-              - {{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: "1"}}}}}}
-            ---
-            apiVersion: v1
-            kind: Pod
-            metadata: {{namespace: {namespace}, name: two}}
-            spec:
-              containers:
-              - {{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: "2"}}}}}}
-            """
-        )
-    )
+    namespace = "gpu-extended"
     core = kubernetes.client.CoreV1Api(kube_api)
     custom = kubernetes.client.CustomObjectsApi(kube_api)
     wait_for(lambda: _policy_ready(core), timeout=30, what="the admission policy")
@@ -238,10 +213,10 @@ def test_pods_asking_nvidia_com_gpu_run_on_gpus_drasat_allocated(
         gpu_node(
             kube_api, kube_cluster, unique("v1ext"), "3xT4", nas_namespace=allockit.NAMESPACE
         ) as node,
-        applied(kube_api, manifest),
+        applied(kube_api, EXAMPLES / "v1-extended-resource/gpu-pods.yaml"),
     ):
-        one = node.wait_running(namespace, "one")
-        two = node.wait_running(namespace, "two")
+        one = node.wait_running(namespace, "one-gpu")
+        two = node.wait_running(namespace, "two-gpus")
         devices = [
             sorted(d.device_name for claim in run.claims for d in run.prepared[claim.uid])
             for run in (one, two)
@@ -256,7 +231,7 @@ def test_pods_asking_nvidia_com_gpu_run_on_gpus_drasat_allocated(
             "drasat-nvidia-com-gpu-1",
             "drasat-nvidia-com-gpu-2",
         ]
-        pod = core.read_namespaced_pod("two", namespace)
+        pod = core.read_namespaced_pod("two-gpus", namespace)
         assert "nvidia.com/gpu" not in (pod.spec.containers[0].resources.limits or {})
         assert [c.name for c in pod.spec.resource_claims] == ["drasat-gpu-0"]
         allockit.consistent(kube_api, allocator)
