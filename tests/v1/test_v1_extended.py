@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from drasat.v1 import extended
 
@@ -121,3 +123,36 @@ def test_the_admission_policy_matches_pod_creation_and_fails_closed() -> None:
     # longer matches once the resource is gone.
     assert spec["failurePolicy"] == "Fail" and spec["reinvocationPolicy"] == "IfNeeded"
     assert '"nvidia.com~1gpu"' in spec["mutations"][0]["jsonPatch"]["expression"]
+
+
+def _containers() -> st.SearchStrategy[list[Obj]]:
+    resources = st.fixed_dictionaries(
+        {},
+        optional={
+            "limits": st.dictionaries(
+                st.sampled_from(["nvidia.com/gpu", "cpu"]), st.sampled_from(["1", "2", "8"])
+            ),
+            "requests": st.dictionaries(st.just("memory"), st.just("1Gi")),
+        },
+    )
+    return st.lists(
+        st.builds(lambda i, r: {"name": f"c{i}", "resources": r}, st.integers(0, 99), resources),
+        max_size=4,
+    )
+
+
+@given(init=_containers(), main=_containers())
+def test_every_gpu_asked_becomes_one_claim_and_a_second_pass_changes_nothing(
+    init: list[Obj], main: list[Obj]
+) -> None:
+    spec = {"initContainers": init, "containers": main}
+    asked = [int(c["resources"]["limits"]["nvidia.com/gpu"]) for c in init + main
+             if "nvidia.com/gpu" in (c["resources"].get("limits") or {})]  # fmt: skip
+    converted = extended.convert(spec)
+    assert list(converted.counts) == asked
+    claims = converted.spec.get("resourceClaims") or []
+    assert len(claims) == len({c["name"] for c in claims}) == len(asked)
+    assert [extended.template_count(c["resourceClaimTemplateName"]) for c in claims] == asked
+    assert not extended.asks(converted.spec)
+    again = extended.convert(converted.spec)
+    assert not again.changed and again.spec == converted.spec
