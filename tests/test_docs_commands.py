@@ -1,0 +1,191 @@
+"""Every command of README.md and docs/ is run by a test (issue 26, "Done when"), so the docs
+cannot go stale: the drasat commands run here, offline, in this process, on stand-in files named
+as the docs name them (app.yaml, cluster.yaml, ...: tests/docs_commands.py's rules), each with
+exit 0 and the output the docs show where they show one; `helm install/upgrade` is rendered by the
+real helm (`helm template` with the same flags); `kubectl apply -f deploy/...` goes to the real
+API server as a server-side dry run (tests/e2e/test_e2e_docs_commands.py). The rest is listed
+with the reason it cannot run here (test_every_command_is_run_or_has_a_reason)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import docs_commands as docs
+import fakedriver
+import helm_binary
+import pytest
+
+from drasat.cli import main
+
+ROOT = docs.ROOT
+ALL = docs.commands()
+RUNNABLE = [c for c in ALL if docs.what_to_do(c) in (docs.RUN, docs.HELM)]
+BENCHMARKS = [c for c in ALL if docs.what_to_do(c) == docs.FLAGS]
+
+#: Stand-ins for the files the docs name (the examples' own files where they fit).
+STAND_INS = {
+    "app.yaml": "deploy/examples/v1-reference-cases/exclusive-gpus.yaml",
+    "a.yaml": "deploy/examples/v1-reference-cases/shared-time-sliced-gpu.yaml",
+    "my-pod-and-claims.yaml": "deploy/examples/v1-optional-gpu",
+    "cluster.yaml": "deploy/examples/v1-nvidia-quickstart/cluster/drasat-slices.yaml",
+    "nas.yaml": "tests/fuzz/seeds/two-nodes-nas.yaml",
+    "my-policy.yaml": "policies/binpack.yaml",
+}
+#: `-f app/`: a folder of manifests.
+APP_FOLDER = ("deploy/examples/v1-nvidia-quickstart", "deploy/examples/v1-shared-gpu")
+PLACEHOLDERS = {"<registry>": "registry.example.com", "<new>": "0.2.0"}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder laid out as the docs assume: the repository's deploy/ and policies/ (deploy/crds
+    empty, for `drasat crds --out deploy/crds`), the stand-ins, a fake driver root as DIR."""
+    work = tmp_path_factory.mktemp("docs")
+    (work / "deploy").mkdir()
+    for entry in (ROOT / "deploy").iterdir():
+        if entry.name != "crds":
+            (work / "deploy" / entry.name).symlink_to(entry)
+    (work / "deploy" / "crds").mkdir()
+    (work / "policies").symlink_to(ROOT / "policies")
+    for name, source in STAND_INS.items():
+        path = ROOT / source
+        if path.is_dir():
+            (work / name).write_text(
+                "\n---\n".join(p.read_text() for p in sorted(path.glob("*.yaml")))
+            )
+        else:
+            shutil.copy(path, work / name)
+    (work / "app").mkdir()
+    for folder in APP_FOLDER:
+        for path in sorted((ROOT / folder).glob("*.yaml")):
+            shutil.copy(path, work / "app" / f"{Path(folder).name}-{path.name}")
+    fakedriver.make(work / "driver-root")
+    return work
+
+
+def _argv(command: docs.Command, work: Path) -> tuple[list[str], str | None]:
+    """The command's words with the placeholders filled in and a synopsis' optional [...] parts
+    and `...` left out; and the file of a trailing `> FILE`."""
+    text = command.text
+    for placeholder, value in PLACEHOLDERS.items():
+        text = text.replace(placeholder, value)
+    text = re.sub(r"\bDIR\b", str(work / "driver-root"), text)
+    text = re.sub(r"\[[^]]*\]", "", text)
+    words = [w for w in shlex.split(text) if w != "..."]
+    redirect = None
+    if len(words) > 2 and words[-2] == ">":
+        words, redirect = words[:-2], words[-1]
+    return words, redirect
+
+
+def _texts(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(folder.iterdir())}
+
+
+def _same_output(shown: str, printed: str) -> bool:
+    """The docs' output and the command's, times left out (`5 ms`, `took 4.5s`)."""
+
+    def plain(text: str) -> str:
+        return re.sub(r"\d+(\.\d+)? ?m?s\b", "T", text).rstrip()
+
+    return plain(shown) == plain(printed)
+
+
+@pytest.mark.parametrize("command", RUNNABLE, ids=[c.id for c in RUNNABLE])
+def test_the_command_runs_as_the_docs_say(
+    command: docs.Command, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace)
+    words, redirect = _argv(command, workspace)
+    if docs.what_to_do(command) == docs.HELM:
+        _helm_template(words, workspace)
+        return
+    assert words[0] == "drasat", command
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main.main(words[1:])
+    assert code == 0, f"{command.id}: {command.text}: exit {code}: {err.getvalue()}"
+    if redirect:
+        (workspace / redirect).write_text(out.getvalue())
+    if words[1:3] == ["crds", "--out"]:  # "what `make generate` writes", the README says
+        assert _texts(workspace / words[3]) == _texts(ROOT / "deploy" / "crds")
+    if command.output:
+        assert _same_output(command.output, out.getvalue()), (
+            f"{command.id}: the docs show another output than `{command.text}` prints:\n"
+            f"{out.getvalue()}"
+        )
+
+
+def _helm_template(words: list[str], work: Path) -> None:
+    """`helm install/upgrade NAME CHART FLAGS` as `helm template NAME CHART FLAGS` (without the
+    flags only an upgrade has)."""
+    try:
+        helm = helm_binary.helm_path()
+    except helm_binary.HelmUnavailable as error:
+        pytest.fail(str(error))
+    flags = [w for w in words[2:] if w != "--reuse-values"]
+    done = subprocess.run(
+        [str(helm), "template", *flags], cwd=work, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"helm template {' '.join(flags)}: {done.stderr}"
+    assert "kind: Deployment" in done.stdout
+
+
+class _Parsed(Exception):
+    """Raised in place of running a benchmark once its parser accepted the flags."""
+
+
+@pytest.mark.parametrize("command", BENCHMARKS, ids=[c.id for c in BENCHMARKS])
+def test_a_benchmarks_flags_are_the_ones_it_takes(
+    command: docs.Command, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reduced form of a benchmark: its `main` parses the documented flags with its own
+    parser (names, choices, types), and stops there."""
+    words = shlex.split(re.sub(r"\bS\b", "1", command.text))  # `--seed S`: S = 1..5
+    assert words[:2] == [".venv/bin/python", "-m"], command
+    module = importlib.import_module(words[2])
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        raise _Parsed(parse(self, *args, **kwargs))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(_Parsed):
+        try:
+            module.main(words[3:])
+        except SystemExit as exit:
+            pytest.fail(f"{command.id}: {command.text}: exit {exit.code}: {err.getvalue()}")
+
+
+def test_every_command_is_run_or_has_a_reason() -> None:
+    """A command no rule covers fails here: give it a test (RUN, HELM, DRY_RUN) or a reason."""
+    uncovered = [f"{c.id}: {c.text}" for c in ALL if docs.what_to_do(c) is None]
+    assert not uncovered, "commands of the docs no test runs:\n" + "\n".join(uncovered)
+
+
+def test_the_reasons_name_tests_that_exist() -> None:
+    for _, verdict in docs.RULES:
+        for path in re.findall(r"tests/[\w/]+\.py", verdict):
+            assert (ROOT / path).is_file(), f"{path} (named in a reason) does not exist"
+
+
+def test_the_check_finds_the_commands() -> None:
+    """The extraction itself: prompts, continuation lines and comments."""
+    by_id = {c.id: c for c in ALL}
+    readme = [c for c in ALL if c.doc == "README.md"]
+    assert any(c.text == "drasat policy list" for c in readme)  # comment cut off
+    install = next(c for c in readme if c.text.startswith("helm install"))
+    assert install.text.endswith("--set image.repository=<registry>/drasat")  # lines joined
+    shown = next(c for c in ALL if c.output and c.text.startswith("drasat whatif"))
+    assert shown.output.startswith("POD ")
+    assert len(by_id) == len(ALL)
