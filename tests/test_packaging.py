@@ -106,9 +106,10 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
     )  # fmt: skip
     installed_in = time.monotonic() - started
     # Run from tmp_path, so the checkout is not on sys.path: this is the installed code.
-    for script in ("drasat", "kubectl-drasat"):
+    # As kubectl's plugin the usage names the command the user typed (issue 26 item 6).
+    for script, usage in (("drasat", "usage: drasat"), ("kubectl-drasat", "usage: kubectl drasat")):
         shown = _run(bin_dir / script, "--help", cwd=tmp_path)
-        assert shown.stdout.startswith("usage: drasat"), shown.stdout
+        assert shown.stdout.startswith(usage), shown.stdout
         assert "policy" in shown.stdout and "crds" in shown.stdout
     # Package data through importlib.resources, from site-packages rather than the source tree.
     listed = _run(bin_dir / "drasat", "policy", "list", cwd=tmp_path).stdout
