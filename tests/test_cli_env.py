@@ -42,3 +42,31 @@ def test_a_bad_environment_value_is_a_usage_error(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}" in err and "'lots'" in err
+
+
+def _subparser(command: str) -> argparse.ArgumentParser:
+    parser = build_parser(only=command)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices[command]
+
+
+@pytest.mark.parametrize("command", ["controller", "nodeplugin"])
+def test_every_daemon_flag_reads_its_variable(
+    monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Each flag's default follows DRASAT_<FLAG> (the one helper, drasat.cli.envflags.flag):
+    a switch turns on or off, any other flag takes the variable's value through its type."""
+    for action in _subparser(command)._actions:
+        name = action.option_strings[0] if action.option_strings else ""
+        if not name.startswith("--") or name in ("--help", "--toolkit-spec-dir"):
+            continue
+        variable = "DRASAT_" + name[2:].replace("-", "_").upper()
+        if action.nargs == 0:  # a switch
+            want: object = not action.default
+            value = "1" if want else "0"
+        else:
+            value = str(action.choices[-1]) if action.choices else "7"
+            want = action.type(value) if action.type else value
+        monkeypatch.setenv(variable, value)
+        assert getattr(_subparser(command).parse_args([]), action.dest) == want, name
+        monkeypatch.delenv(variable)

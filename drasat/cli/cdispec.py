@@ -17,7 +17,7 @@ import yaml
 
 from drasat.api.errors import InputError
 from drasat.cli import colour
-from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import flag
 
 HELP = "print the CDI spec the node plugin would write for a claim of one device"
 
@@ -44,10 +44,11 @@ def register(subparsers: Any) -> None:
         help="the device, as the ResourceSlices name it: gpu-<minor> or "
         "gpu-<minor>-mig-<profile>-<id>-<start> (simulated only; default gpu-0)",
     )
-    add(
+    flag(
+        p,
         "--driver-root",
-        default=_env("DRIVER_ROOT", ""),
-        help="the driver's root (default: / with --from-nvml; with --simulate-gpus none, the "
+        "",
+        "the driver's root (default: / with --from-nvml; with --simulate-gpus none, the "
         "spec carries device nodes and environment only, as the node plugin's)",
     )
     add("--dev-root", default="", help="the root of the dev/ nodes (default: the driver root)")
@@ -81,9 +82,9 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
             f"--device {args.device}: preparing a MIG device would create it; with --from-nvml "
             "only whole GPUs (gpu-<minor>)"
         )
-    for flag, value in (("--driver-root", args.driver_root), ("--dev-root", args.dev_root)):
+    for name, value in (("--driver-root", args.driver_root), ("--dev-root", args.dev_root)):
         if value and not Path(value).is_dir():
-            raise InputError(f"{flag} {value}: no such directory")
+            raise InputError(f"{name} {value}: no such directory")
     if args.simulate_gpus:
         fleet = simnvml.SimulatedNvml(args.simulate_gpus)
         lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)

@@ -6,14 +6,12 @@ Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NAMESPACE); f
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
-from drasat.cli.envflags import env as _env
-from drasat.cli.envflags import env_flag
+from drasat.cli.envflags import flag
 
 if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help
     from drasat.controller import app
@@ -28,132 +26,126 @@ def register(subparsers: Any) -> None:
         "pods in batches that kube-scheduler then binds; on classic DRA through "
         "PodSchedulingContexts.",
     )
-    p.add_argument(
+    flag(
+        p,
         "--kubeconfig",
-        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
-        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+        None,
+        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+        fallback="KUBECONFIG",
     )
-    p.add_argument(
+    flag(
+        p,
         "--namespace",
-        default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", "drasat")),
-        help="driver namespace: NodeAllocationStates, Lease, policy",
+        "drasat",
+        "driver namespace: NodeAllocationStates, Lease, policy",
+        fallback="POD_NAMESPACE",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=_env("WORKERS", 2),
-        help="concurrent reconcile workers (default 2)",
-    )
-    p.add_argument(
-        "--kube-api-qps",
-        type=float,
-        default=_env("KUBE_API_QPS", 20),
-        help="API requests per second (0: unlimited; default 20)",
-    )
-    p.add_argument(
-        "--kube-api-burst",
-        type=int,
-        default=_env("KUBE_API_BURST", 40),
-        help="API request burst (default 40)",
-    )
-    p.add_argument(
+    flag(p, "--workers", 2, "concurrent reconcile workers (default 2)", type=int)
+    flag(p, "--kube-api-qps", 20, "API requests per second (0: unlimited; default 20)", type=float)
+    flag(p, "--kube-api-burst", 40, "API request burst (default 40)", type=int)
+    flag(
+        p,
         "--metrics-address",
-        default=_env("METRICS_ADDRESS", ":8080"),
-        help="host:port of /metrics, /healthz, /readyz ('' to disable; default :8080)",
+        ":8080",
+        "host:port of /metrics, /healthz, /readyz ('' to disable; default :8080)",
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument(
-        "--policy-file",
-        default=_env("POLICY_FILE", None),
-        help="AllocationPolicy YAML file, reloaded when it changes",
-    )
-    source.add_argument(
+    flag(source, "--policy-file", None, "AllocationPolicy YAML file, reloaded when it changes")
+    flag(
+        source,
         "--policy-configmap",
-        default=_env("POLICY_CONFIGMAP", None),
-        help="ConfigMap (in --namespace) holding the AllocationPolicy",
+        None,
+        "ConfigMap (in --namespace) holding the AllocationPolicy",
     )
-    p.add_argument(
-        "--policy-key",
-        default=_env("POLICY_KEY", "policy.yaml"),
-        help="key of the policy in the ConfigMap (default policy.yaml)",
+    flag(
+        p, "--policy-key", "policy.yaml", "key of the policy in the ConfigMap (default policy.yaml)"
     )
-    p.add_argument(
+    flag(
+        p,
         "--leader-elect",
+        False,
+        "elect a leader with a coordination.k8s.io Lease (run several replicas)",
         action="store_true",
-        default=_env("LEADER_ELECT", "") in ("1", "true"),
-        help="elect a leader with a coordination.k8s.io Lease (run several replicas)",
     )
-    p.add_argument(
-        "--leader-election-lease",
-        default=_env("LEADER_ELECTION_LEASE", "drasat-controller"),
-        help="Lease name (default drasat-controller)",
+    flag(
+        p, "--leader-election-lease", "drasat-controller", "Lease name (default drasat-controller)"
     )
-    p.add_argument(
+    flag(
+        p,
         "--leader-election-identity",
-        default=_env("LEADER_ELECTION_IDENTITY", ""),
-        help="this replica's identity (default $POD_NAME, else hostname-random)",
+        "",
+        "this replica's identity (default $POD_NAME, else hostname-random)",
     )
-    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
-    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
-    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
-    p.add_argument(
+    flag(p, "--lease-duration", 15.0, "seconds (default 15)", type=float)
+    flag(p, "--renew-deadline", 10.0, "seconds (default 10)", type=float)
+    flag(p, "--retry-period", 2.0, "seconds (default 2)", type=float)
+    flag(
+        p,
         "--resync-period",
+        30.0,
+        "seconds between full NAS/claim consistency passes (default 30)",
         type=float,
-        default=30.0,
-        help="seconds between full NAS/claim consistency passes (default 30)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--hold-ttl",
+        30.0,
+        "seconds a tentative device choice is held for a negotiating pod",
         type=float,
-        default=30.0,
-        help="seconds a tentative device choice is held for a negotiating pod",
     )
-    p.add_argument(
+    flag(
+        p,
         "--dra-api",
-        choices=["auto", "v1", "classic"],
-        default=_env("DRA_API", "auto"),
-        help="which DRA to serve: v1 (resource.k8s.io/v1, Kubernetes 1.34+: drasat allocates, "
+        "auto",
+        "which DRA to serve: v1 (resource.k8s.io/v1, Kubernetes 1.34+: drasat allocates, "
         "kube-scheduler binds), classic (v1alpha2, <= 1.31), or auto from what the API server "
         "serves (default auto)",
+        choices=["auto", "v1", "classic"],
     )
-    p.add_argument(
+    flag(
+        p,
         "--device-taint",
-        action=argparse.BooleanOptionalAction,
-        default=env_flag("DEVICE_TAINT", True),
-        help="v1: keep a DeviceTaintRule that taints every gpu.drasat.io device NoSchedule, so "
+        True,
+        "v1: keep a DeviceTaintRule that taints every gpu.drasat.io device NoSchedule, so "
         "kube-scheduler's own allocator leaves them to drasat (default on)",
+        action=argparse.BooleanOptionalAction,
     )
-    p.add_argument(
+    flag(
+        p,
         "--batch-window",
+        0.2,
+        "v1: seconds a cycle waits to gather pods that arrive together (default 0.2)",
         type=float,
-        default=_env("BATCH_WINDOW", 0.2),
-        help="v1: seconds a cycle waits to gather pods that arrive together (default 0.2)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--batch-max",
+        64,
+        "v1: most pods placed together in one solver call (default 64)",
         type=int,
-        default=_env("BATCH_MAX", 64),
-        help="v1: most pods placed together in one solver call (default 64)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--cycle-mode",
-        choices=["online", "batch"],
-        default=_env("CYCLE_MODE", "online"),
-        help="v1: place a cycle's pods one by one (online, each proven best given those before "
+        "online",
+        "v1: place a cycle's pods one by one (online, each proven best given those before "
         "it) or in one batch model (slower; see docs/PERFORMANCE.md) (default online)",
+        choices=["online", "batch"],
     )
-    p.add_argument(
+    flag(
+        p,
         "--cycle-time-limit",
-        type=float,
-        default=_env("CYCLE_TIME_LIMIT", 1.0),
-        help="v1: seconds one cycle's batch solve may take; it is warm-started from placing the "
+        1.0,
+        "v1: seconds one cycle's batch solve may take; it is warm-started from placing the "
         "pods one by one, so stopping early never places fewer (default 1)",
+        type=float,
     )
-    p.add_argument(
+    flag(
+        p,
         "--log-format",
+        "text",
+        "text, or json: one JSON object a line with claim/node fields",
         choices=["text", "json"],
-        default=_env("LOG_FORMAT", "text"),
-        help="text, or json: one JSON object a line with claim/node fields",
     )
     p.set_defaults(func=run)  # fmt: skip
 

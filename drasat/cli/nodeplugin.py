@@ -6,13 +6,12 @@ Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NODE_NAME); f
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
-from drasat.cli.envflags import env_flag as _env_flag
+from drasat.cli.envflags import flag
 from drasat.nodeplugin import app, cdi, plugin, registration, state
 
 
@@ -24,68 +23,68 @@ def register(subparsers: Any) -> None:
         "the controller allocated here when the kubelet asks (MIG, sharing, CDI).",
     )
     add = p.add_argument
-    add(
-        "--node-name",
-        default=_env("NODE_NAME", os.environ.get("NODE_NAME", "")),
-        help="this node's name (default: $NODE_NAME)",
-    )
-    add(
+    flag(p, "--node-name", "", "this node's name (default: $NODE_NAME)", fallback="NODE_NAME")
+    flag(
+        p,
         "--namespace",
-        default=_env("NAMESPACE", os.environ.get("POD_NAMESPACE", "drasat")),
-        help="driver namespace of the NodeAllocationState (default drasat)",
+        "drasat",
+        "driver namespace of the NodeAllocationState (default drasat)",
+        fallback="POD_NAMESPACE",
     )
-    add(
-        "--cdi-root",
-        default=_env("CDI_ROOT", "/var/run/cdi"),
-        help="directory of CDI spec files (default /var/run/cdi)",
-    )
-    add(
+    flag(p, "--cdi-root", "/var/run/cdi", "directory of CDI spec files (default /var/run/cdi)")
+    flag(
+        p,
         "--kubelet-plugin-dir",
-        default=_env("KUBELET_PLUGIN_DIR", "/var/lib/kubelet/plugins"),
-        help="kubelet plugins directory; the DRA socket is <dir>/gpu.drasat.io/dra.sock",
+        "/var/lib/kubelet/plugins",
+        "kubelet plugins directory; the DRA socket is <dir>/gpu.drasat.io/dra.sock",
     )
-    add(
+    flag(
+        p,
         "--kubelet-registry-dir",
-        default=_env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
-        help="kubelet plugin registry directory (default /var/lib/kubelet/plugins_registry)",
+        "/var/lib/kubelet/plugins_registry",
+        "kubelet plugin registry directory (default /var/lib/kubelet/plugins_registry)",
     )
-    add(
+    flag(
+        p,
         "--driver-root",
-        default=_env("DRIVER_ROOT", ""),
-        help="where the NVIDIA driver is installed on the host: its libraries, binaries and "
+        "",
+        "where the NVIDIA driver is installed on the host: its libraries, binaries and "
         "firmware go into the CDI specs under this hostPath (default /; with --simulate-gpus: "
         "none, the specs carry device nodes and environment only)",
     )
-    add(
+    flag(
+        p,
         "--dev-root",
-        default=_env("DEV_ROOT", ""),
-        help="host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the "
-        "driver root)",
+        "",
+        "host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the driver root)",
     )
-    add(
+    flag(
+        p,
         "--container-driver-root",
-        default=_env("CONTAINER_DRIVER_ROOT", ""),
-        help="where this process reads the driver root, e.g. /driver-root in the Helm chart's "
+        "",
+        "where this process reads the driver root, e.g. /driver-root in the Helm chart's "
         "pod (default: the driver root's host path)",
     )
-    add(
+    flag(
+        p,
         "--container-dev-root",
-        default=_env("CONTAINER_DEV_ROOT", ""),
-        help="where this process reads the dev root's dev/ nodes (default: the dev root)",
+        "",
+        "where this process reads the dev root's dev/ nodes (default: the dev root)",
     )
-    add(
+    flag(
+        p,
         "--cdi-mode",
-        choices=[m.value for m in cdi.CdiMode],
-        default=_env("CDI_MODE", "drasat"),
-        help="drasat: claim specs carry the driver's files and hooks (default); toolkit: the "
+        "drasat",
+        "drasat: claim specs carry the driver's files and hooks (default); toolkit: the "
         "node's NVIDIA container toolkit spec (nvidia.com/gpu) does, and the kubelet gets its "
         "device names beside the claim's",
+        choices=[m.value for m in cdi.CdiMode],
     )
-    add(
+    flag(
+        p,
         "--cdi-hook-path",
-        default=_env("CDI_HOOK_PATH", cdi.HOOK_PATH),
-        help=f"the host's nvidia-cdi-hook for the specs' hooks (default {cdi.HOOK_PATH}; "
-        "'': no hooks)",
+        cdi.HOOK_PATH,
+        f"the host's nvidia-cdi-hook for the specs' hooks (default {cdi.HOOK_PATH}; '': no hooks)",
     )
     add(
         "--toolkit-spec-dir",
@@ -94,69 +93,80 @@ def register(subparsers: Any) -> None:
         help="with --cdi-mode toolkit: a folder of the toolkit's CDI specs (repeatable; default "
         "$DRASAT_TOOLKIT_SPEC_DIR, colon-separated, else /etc/cdi and /var/run/cdi)",
     )
-    add(
+    flag(
+        p,
         "--state-dir",
-        default=_env("STATE_DIR", "/var/lib/drasat"),
-        help="checkpoint and MPS directories (default /var/lib/drasat)",
+        "/var/lib/drasat",
+        "checkpoint and MPS directories (default /var/lib/drasat)",
     )
-    add(
+    flag(
+        p,
         "--kubeconfig",
-        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
-        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+        None,
+        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+        fallback="KUBECONFIG",
     )
-    add(
+    flag(
+        p,
         "--kubelet-api",
-        choices=[a.value for a in registration.KubeletApi],
-        default=_env("KUBELET_API", "classic"),
-        help="versions to register: classic (v1alpha3.Node, kubelets <= 1.31), structured "
+        "classic",
+        "versions to register: classic (v1alpha3.Node, kubelets <= 1.31), structured "
         "(v1/v1beta1 DRAPlugin) or both (default classic)",
+        choices=[a.value for a in registration.KubeletApi],
     )
-    add(
+    flag(
+        p,
         "--orphan-mig",
-        choices=[*(o.value for o in state.OrphanPolicy), "destroy"],
-        default=_env("ORPHAN_MIG", "report"),
-        help="MIG devices no prepared claim owns, found at start: report them (default; a log "
+        "report",
+        "MIG devices no prepared claim owns, found at start: report them (default; a log "
         "line and the NAS spec.orphanMigDevices, kept out of allocations), destroy-own (destroy "
         "those this plugin made, as its checkpoint marks them) or destroy-all (every one, other "
         "tenants' too; `destroy` is an older spelling of it)",
+        choices=[*(o.value for o in state.OrphanPolicy), "destroy"],
     )
-    add(
+    flag(
+        p,
         "--gc-interval",
+        60,
+        "seconds between unpreparing claims no longer allocated here (0: off; default 60)",
         type=float,
-        default=_env("GC_INTERVAL", 60),
-        help="seconds between unpreparing claims no longer allocated here (0: off; default 60)",
     )
-    add(
+    flag(
+        p,
         "--simulate-gpus",
-        default=_env("SIMULATE_GPUS", ""),
-        help="use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
+        "",
+        "use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
     )
-    add(
+    flag(
+        p,
         "--resourceslices",
-        action="store_true",
-        default=_env_flag("RESOURCESLICES"),
-        help="publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
+        False,
+        "publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
         "to allocate from; needs --kubelet-api structured|both and API access",
+        action="store_true",
     )
-    add(
+    flag(
+        p,
         "--shares",
-        action=argparse.BooleanOptionalAction,
-        default=_env_flag("SHARES", default=True),
-        help="publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
+        True,
+        "publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
         "memory, compute %%; a claim without capacity.requests still gets the whole GPU); "
         "default on, --no-shares: whole GPUs only",
+        action=argparse.BooleanOptionalAction,
     )
-    add(
+    flag(
+        p,
         "--metrics-address",
-        default=_env("METRICS_ADDRESS", ""),
-        help="serve Prometheus /metrics (and /healthz) on host:port, e.g. :8081 (default: off): "
+        "",
+        "serve Prometheus /metrics (and /healthz) on host:port, e.g. :8081 (default: off): "
         "checkpoint entries kept unreadable, lost GPUs",
     )
-    add(
+    flag(
+        p,
         "--in-memory-nas",
+        False,
+        "keep the NodeAllocationState in memory, no API server (testing)",
         action="store_true",
-        default=_env_flag("IN_MEMORY_NAS"),
-        help="keep the NodeAllocationState in memory, no API server (testing)",
     )
     p.set_defaults(func=run)
 
