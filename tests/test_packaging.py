@@ -111,6 +111,9 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(
         shown = _run(bin_dir / script, "--help", cwd=tmp_path)
         assert shown.stdout.startswith(usage), shown.stdout
         assert "policy" in shown.stdout and "crds" in shown.stdout
+    # kubectl's completion of `kubectl drasat ...` runs kubectl_complete-drasat (cobra's answer).
+    completed = _run(bin_dir / "kubectl_complete-drasat", "expl", cwd=tmp_path).stdout
+    assert completed.splitlines()[-1] == ":4" and completed.startswith("explain\t"), completed
     # Package data through importlib.resources, from site-packages rather than the source tree.
     listed = _run(bin_dir / "drasat", "policy", "list", cwd=tmp_path).stdout
     assert {line.split(":")[0] for line in listed.splitlines()} == SHIPPED_POLICIES

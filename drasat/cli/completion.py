@@ -42,3 +42,69 @@ def script(shell: str) -> str:
 def run(args: argparse.Namespace) -> int:
     print(script(args.shell), end="")
     return 0
+
+
+#: cobra's completion directives (kubectl passes them on): offer no files, or the shell's default.
+_NO_FILES, _DEFAULT = 4, 0
+
+
+def kubectl_candidates(args: list[str]) -> tuple[list[str], int]:
+    """What `kubectl drasat ARGS<TAB>` offers (the last word is the one being completed), as
+    cobra's `__complete` answers: candidates (`word<TAB>help`) and a directive. Pure: walks the
+    parser the shell scripts are made from."""
+    import argparse
+
+    from drasat.cli import main
+
+    *words, partial = args or [""]
+    parser = main.build_parser()
+    pending: argparse.Action | None = None  # an option whose value comes next
+    for word in words:
+        if pending is not None:
+            pending = None
+            continue
+        commands = _subcommands(parser)
+        if word in commands:
+            parser = commands[word]
+        elif word.startswith("-") and "=" not in word:
+            action = parser._option_string_actions.get(word)
+            if action is not None and action.nargs != 0:
+                pending = action
+    if pending is not None:
+        choices = [str(c) for c in pending.choices or []]
+        return [c for c in choices if c.startswith(partial)], _NO_FILES if choices else _DEFAULT
+    if partial.startswith("-"):
+        options = sorted(
+            (option, action.help or "")
+            for action in parser._actions
+            for option in action.option_strings
+            if option.startswith(partial) and action.help != argparse.SUPPRESS
+        )
+        return [f"{o}\t{h}" for o, h in options], _NO_FILES
+    commands = _subcommands(parser)
+    if commands:
+        helps = {a.dest: a.help or "" for a in _subparsers(parser)._choices_actions}
+        return [f"{n}\t{helps.get(n, '')}" for n in commands if n.startswith(partial)], _NO_FILES
+    for action in parser._positionals._group_actions:
+        if action.choices:
+            return [str(c) for c in action.choices if str(c).startswith(partial)], _NO_FILES
+    return [], _DEFAULT
+
+
+def _subparsers(parser: Any) -> Any:
+    import argparse
+
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _subcommands(parser: Any) -> dict[str, Any]:
+    action = _subparsers(parser)
+    return dict(action.choices) if action is not None else {}
+
+
+def kubectl_complete() -> None:
+    """`kubectl_complete-drasat`: kubectl (1.26+) runs it to complete `kubectl drasat ...`."""
+    import sys
+
+    candidates, directive = kubectl_candidates(sys.argv[1:])
+    print("\n".join([*candidates, f":{directive}"]))
