@@ -397,7 +397,8 @@ def test_bad_input_is_exit_2(
     wrong.write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n")
     assert main(["demo", *flow, "-f", str(wrong)]) == 2
     err = capsys.readouterr().err
-    assert "document 1: Gadget g: the API server does not serve Gadget of example.com/v1" in err
+    assert "document 1: Gadget g: " in err
+    assert "API server does not serve Gadget of example.com/v1" in err
 
 
 def test_every_shipped_example_is_offered() -> None:
@@ -496,4 +497,22 @@ def test_a_workload_without_pods_is_a_shortfall() -> None:
     assert demo.wanted_pods({"kind": "Job", "spec": {"parallelism": 4, "completions": 2}}) == 2
     assert demo.wanted_pods({"kind": "Job", "spec": {}}) == 1
     assert demo.wanted_pods({"kind": "Deployment", "spec": {}}) == 1
+    assert demo.wanted_pods({"kind": "StatefulSet", "spec": {"replicas": 3}}) == 3
     assert demo.wanted_pods({"kind": "Pod"}) is None
+
+
+def test_a_statefulset_is_for_the_real_control_plane(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """The simulated API server has no StatefulSets (kube-controller-manager makes their pods on
+    the real control plane: tests/e2e/test_e2e_demo.py): exit 2 before anything starts, saying
+    where it runs."""
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: web}\n"
+        "spec: {serviceName: web, selector: {matchLabels: {a: b}}, template: {}}\n"
+    )
+    assert main(["demo", "-f", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "document 1: StatefulSet web: the simulated API server does not serve StatefulSet" in err
+    assert "--kube-bin DIR" in err

@@ -273,13 +273,13 @@ class Workload:
 
 
 def wanted_pods(obj: Obj) -> int | None:
-    """Pods a workload runs at once, as the what-if counts them: Deployment and ReplicaSet
-    `replicas` (1), Job `parallelism` (1) but never more than `completions` (the demo's
-    containers never exit, so a Job's later completions would never start); None for other
-    kinds."""
+    """Pods a workload runs at once, as the what-if counts them: Deployment, ReplicaSet and
+    StatefulSet `replicas` (1), Job `parallelism` (1) but never more than `completions` (the
+    demo's containers never exit, so a Job's later completions would never start); None for
+    other kinds."""
     spec = obj.get("spec") or {}
     kind = obj.get("kind")
-    if kind in ("Deployment", "ReplicaSet"):
+    if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
         return int(spec.get("replicas", 1))
     if kind == "Job":
         count = int(spec.get("parallelism", 1))

@@ -69,7 +69,16 @@ from drasat.kube.client import configuration_for, load_configuration
 from drasat.nodeplugin import mps, nvml, registration, simnvml, slices, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, apply, controllers, errors, kubeclient, kubelet, v1scheduler
+from drasat.sim import (
+    apiserver,
+    apply,
+    controllers,
+    errors,
+    kubeclient,
+    kubelet,
+    resources,
+    v1scheduler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +123,7 @@ class V1Cluster:
         self._controller: threading.Thread | None = None
         #: Seconds each start step took, in order.
         self.timings: list[tuple[str, float]] = []
+        self._kinds: dict[tuple[str, str], resources.ResourceType] | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -185,6 +195,13 @@ class V1Cluster:
             stopping = time.monotonic()
             stopped = kube.stop()
             out(f"== stopped {', '.join(stopped)} in {time.monotonic() - stopping:.1f}s")
+
+    def kinds(self) -> dict[tuple[str, str], resources.ResourceType]:
+        """What `apply` may create: the simulated server's kinds, or all the real one serves."""
+        if self._kinds is None:
+            real = self.real_control_plane
+            self._kinds = served_kinds(self.client) if real else apply.kinds(crds.all_crds())
+        return self._kinds
 
     def official_client(self) -> OfficialClient:
         client = self._new_official()
@@ -443,7 +460,7 @@ class V1Demo:
         """Namespaces first, and (on a real cluster) only then the rest once each namespace's
         default ServiceAccount exists: the ServiceAccount admission refuses pods before."""
         self.out.phase(f"applying {title}")
-        known = apply.kinds(crds.all_crds())
+        known = self.cluster.kinds()
         first = [d for d in documents if d.data.get("kind") == "Namespace"]
         applied = apply.apply(self.client, first, known=known)
         if self.cluster.real_control_plane:  # kube-controller-manager makes them
@@ -608,7 +625,7 @@ class V1Demo:
         if owners:
             self.out.phase("deleting workloads")
             for url in owners:  # first, or their controllers would replace the pods
-                self._delete(url)
+                self._delete(url, background=True)
         self.out.phase("deleting pods")
         for key in sorted(pods):
             self._delete(_core("pods", key[0], key[1]))
@@ -639,9 +656,12 @@ class V1Demo:
         if not left:
             self.failures.append(f"claims not deleted within {self.timeout:g}s")
 
-    def _delete(self, url: str) -> None:
+    def _delete(self, url: str, *, background: bool = False) -> None:
+        """DELETE `url`; `background`: its dependents go too, as `kubectl delete` asks (a
+        batch/v1 Job would otherwise orphan its pods)."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
-            self.client.delete(url)
+            self.client.request("DELETE", url, body=body if background else None)
         except errors.ApiError as error:
             if error.code != 404:
                 raise
@@ -704,9 +724,10 @@ def _terminate_unwinds() -> Any:
         return None
 
 
-def check_v1(documents: Sequence[loading.Document]) -> None:
-    """Before anything starts: classic DRA objects are for `--classic` (say so), and a kind
-    neither server would serve is refused as `apply` would refuse it later."""
+def check_v1(documents: Sequence[loading.Document], *, real: bool = False) -> None:
+    """Before anything starts: classic DRA objects are for `--classic` (say so), and a kind the
+    simulated API server does not serve is refused as `apply` would refuse it later (on the real
+    control plane, `served_kinds` decides once it runs)."""
     known = apply.kinds(crds.all_crds())
     for document in documents:
         version, kind = str(document.data.get("apiVersion")), str(document.data.get("kind"))
@@ -717,8 +738,37 @@ def check_v1(documents: Sequence[loading.Document]) -> None:
                 "run it with drasat demo --classic",
                 where=where,
             )
-        if (version, kind) not in known:
-            raise InputError(f"the API server does not serve {kind} of {version}", where=where)
+        if not real and (version, kind) not in known:
+            raise InputError(
+                f"the simulated API server does not serve {kind} of {version} (the real control "
+                "plane, --kube-bin DIR, serves what Kubernetes serves)",
+                where=where,
+            )
+
+
+def served_kinds(client: kubeclient.KubeClient) -> dict[tuple[str, str], resources.ResourceType]:
+    """(apiVersion, kind) -> resource of every kind a real API server serves (its discovery:
+    `/api/v1` and each group's versions), over drasat's CRDs: what `apply` may create there."""
+    served = dict(apply.kinds(crds.all_crds()))
+    lists = [("", "v1", client.get("/api/v1"))]
+    for group in client.get("/apis").get("groups") or []:
+        for version in group.get("versions") or []:
+            gv = str(version["groupVersion"])
+            lists.append((str(group["name"]), str(version["version"]), client.get(f"/apis/{gv}")))
+    for group_name, version_name, listed in lists:
+        for item in listed.get("resources") or []:
+            if "/" in str(item["name"]):  # a subresource (pods/status)
+                continue
+            rt = resources.ResourceType(
+                group=group_name,
+                version=version_name,
+                plural=str(item["name"]),
+                kind=str(item["kind"]),
+                namespaced=bool(item.get("namespaced")),
+                has_status=True,
+            )
+            served.setdefault((rt.api_version, rt.kind), rt)
+    return served
 
 
 def run(
@@ -731,7 +781,7 @@ def run(
 ) -> int:
     out = Out(stream)
     documents, policy_text, policy_name = policy
-    check_v1(documents)
+    check_v1(documents, real=args.kube_bin is not None)
     bin_dir: pathlib.Path | None = None
     if args.kube_bin is not None:
         try:
@@ -778,7 +828,7 @@ def run(
             namespaces = sorted({k[0] for k in pods + made + claims})
             demo.show_allocations(namespaces)
             ran = {k for k, o in outcomes.items() if o.run is not None}
-            known = apply.kinds(crds.all_crds())
+            known = v1_cluster.kinds()
             owners = [
                 apply.url(
                     known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))],

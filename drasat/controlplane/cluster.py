@@ -5,8 +5,8 @@ cluster folder.
 The API server runs with token authentication and RBAC, every `resource.k8s.io` version it serves
 and every `DRA*` feature gate its `-h` lists (plus the gates those depend on), so device taints,
 partitionable devices, consumable capacity and binding conditions are all there. The controller
-manager runs only the controllers a cluster without kubelets needs (no node lifecycle: fake nodes
-send no heartbeat). `cluster.json` in the folder records the pids (with their start times, so a
+manager runs the controllers DRA and the usual workloads need (claims from templates, Deployments,
+ReplicaSets, Jobs, StatefulSets) but no node lifecycle: fake nodes send no heartbeat. `cluster.json` in the folder records the pids (with their start times, so a
 recycled pid is never signalled) for `stop` from another process.
 """
 
@@ -48,11 +48,20 @@ def resource_versions(minor: int) -> tuple[str, ...]:
     return ("v1beta1", "v1beta2", "v1alpha3")
 
 
-#: kube-controller-manager's controllers for fake nodes: claims from templates, owner cascades,
+#: The controllers that make the pods of Deployments, ReplicaSets, Jobs and StatefulSets.
+WORKLOAD_CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "statefulset-controller",
+)
+#: kube-controller-manager's controllers for fake nodes: claims from templates, the pods of the
+#: workloads users apply (Deployments through ReplicaSets, Jobs, StatefulSets), owner cascades,
 #: namespace deletion, each namespace's `default` ServiceAccount (pods are admitted with it) and
 #: eviction for NoExecute device taints.
 CONTROLLERS = (
     "resourceclaim-controller",
+    *WORKLOAD_CONTROLLERS,
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",

@@ -2,17 +2,15 @@
 kube-controller-manager v1.37.2's deployment, replicaset and job controllers: the objects and pods
 they make, their names, labels and owners, scaling, and Job completion counting.
 
-The session's control plane runs without those controllers (its fake nodes have no kubelet), so
-on "real" this module starts a second kube-controller-manager with only them (no leader election,
-no serving port) for the length of each test; on "sim" the simulated one runs. Pods are bound to
-this test's fake node by its nodeSelector; nothing runs them, so the tests set their phase.
+On "real" the session control plane's kube-controller-manager runs those controllers; on "sim"
+the simulated one runs. Pods are bound to this test's fake node by its nodeSelector; nothing runs
+them, so the tests set their phase.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,19 +20,15 @@ from contract import Backend
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
-from drasat.controlplane import cluster
 from drasat.sim import controllers, kubeclient, v1scheduler
 
 LABEL = "test.drasat.io/workloads"
 #: rand.SafeEncodeString's alphabet: generated suffixes and pod-template-hash values.
 SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
-WORKLOAD_CONTROLLERS = "deployment-controller,replicaset-controller,job-controller"
 
 
 @pytest.fixture
-def workload_controllers(
-    backend: Backend, request: pytest.FixtureRequest, tmp_path: Any
-) -> Iterator[None]:
+def workload_controllers(backend: Backend, request: pytest.FixtureRequest) -> Iterator[None]:
     if backend.sim:
         assert backend.server is not None
         url = backend.server.url
@@ -44,32 +38,10 @@ def workload_controllers(
         ):
             yield
         return
-    running: cluster.Cluster = request.getfixturevalue("kube_cluster")
-    log = (tmp_path / "workload-controllers.log").open("wb")
-    process = subprocess.Popen(
-        [
-            str(running.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={running.directory / 'kube-controller-manager.kubeconfig'}",
-            f"--controllers={WORKLOAD_CONTROLLERS}",
-            "--use-service-account-credentials=true",
-            "--leader-elect=false",
-            "--secure-port=0",
-            "--profiling=false",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=cluster.sigterm_on_parent_death,
-    )
-    try:
-        yield
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    # The session's kube-controller-manager runs the workload controllers
+    # (drasat.controlplane.cluster.WORKLOAD_CONTROLLERS).
+    request.getfixturevalue("kube_cluster")
+    yield
 
 
 @pytest.fixture

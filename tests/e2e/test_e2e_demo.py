@@ -2,14 +2,19 @@
 
 The command is run as a user runs it, in its own process: it starts etcd, kube-apiserver,
 kube-scheduler and kube-controller-manager v1.37.2 from DIR in a temporary folder, runs drasat's
-v1 controller, node plugins (simulated GPUs) and simulated kubelets against them, applies the two
-reference cases, and stops everything. The test reads its output: each pod of case (a) on a GPU
-of its own, both pods of case (b) on one GPU through one claim, time-sliced Long; every node clean;
-the four components stopped; exit 0.
+v1 controller, node plugins (simulated GPUs) and simulated kubelets against them, applies the
+manifests, and stops everything. The test reads its output:
+
+- the two reference cases: each pod of case (a) on a GPU of its own, both pods of case (b) on one
+  GPU through one claim, time-sliced Long; every node clean; the four components stopped; exit 0;
+- what users apply (issue 26 item 8): a Deployment in the shape of NVIDIA's gpu-test4 (with
+  drasat's classes), a Job and a StatefulSet whose pods share one claim; kube-controller-manager's
+  workload controllers make their pods, and every pod runs.
 """
 
 from __future__ import annotations
 
+import pathlib
 import re
 import subprocess
 import sys
@@ -29,21 +34,26 @@ _VISIBLE = re.compile(
 _ROW = re.compile(r"^  (\S+/\S+) +(\S+) +(\S+) +GPU \d+ \(\S+\) +(.+?) +(\w+) +(\S+)$", re.M)
 
 
-def test_the_demo_runs_both_reference_cases_on_the_real_control_plane() -> None:
+def _demo(*args: str) -> tuple[pathlib.Path, str]:
+    """`drasat demo --kube-bin DIR ARGS` in its own process: DIR and what it printed (exit 0)."""
     try:
         bin_dir = binaries.locate()  # $DRASAT_KUBE_BIN, else the scripts/kube-build cache
     except binaries.MissingBinaries as exc:
         pytest.fail(f"the real control plane is not built: {exc}", pytrace=False)
     done = subprocess.run(
-        [sys.executable, "-m", "drasat", "demo", "--kube-bin", str(bin_dir)],
+        [sys.executable, "-m", "drasat", "demo", "--kube-bin", str(bin_dir), *args],
         capture_output=True,
         text=True,
         timeout=240,
         preexec_fn=cluster.sigterm_on_parent_death,
         check=False,
     )
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return bin_dir, done.stdout
+
+
+def test_the_demo_runs_both_reference_cases_on_the_real_control_plane() -> None:
+    bin_dir, out = _demo()
     assert f"== starting the real control plane from {bin_dir}" in out
     assert re.search(r"^== cluster \(.*, real control plane v1\.37 \(", out, re.M), out
     running = dict(_RUNNING.findall(out))
@@ -73,4 +83,32 @@ def test_the_demo_runs_both_reference_cases_on_the_real_control_plane() -> None:
     assert set(stopped.group(1).split(", ")) == set(binaries.NAMES)
     assert out.rstrip().endswith(
         "== demo ok (real control plane v1.37): 4 pods ran; every device was cleaned up"
+    ), out
+
+
+#: gpu-test4 as a Deployment (with drasat's classes), a Job and a StatefulSet (read its comment).
+WORKLOADS = pathlib.Path(__file__).with_name("demo-workloads.yaml")
+
+
+def test_the_demo_runs_a_deployment_a_job_and_a_statefulset_on_the_real_control_plane() -> None:
+    _bin_dir, out = _demo("-f", str(WORKLOADS))
+    for workload in ("Deployment workloads/gpu-test4", "Job workloads/train",
+                     "StatefulSet workloads/web"):  # fmt: skip
+        assert f"{workload}: 2 of 2 pod(s) created" in out, out
+    running = dict(_RUNNING.findall(out))
+    assert len(running) == 6, out
+    by_owner = {}
+    for pod, node in running.items():
+        by_owner.setdefault(re.sub(r"-[^-]+(-[^-]+)?$", "", pod.split("/")[1]), []).append(node)
+    assert {owner: len(nodes) for owner, nodes in by_owner.items()} == {
+        "gpu-test4": 2, "train": 2, "web": 2,
+    }, out  # fmt: skip
+    # gpu-test4's pods on the A100 node (four MIG devices of one parent each)
+    assert by_owner["gpu-test4"] == ["a100-node", "a100-node"], out
+    shared = re.findall(r"^pod workloads/web-\d  Pending -> Running on \S+\n  claim (\S+): (\S+)$",
+                        out, re.M)  # fmt: skip
+    assert len(shared) == 2 and shared[0] == shared[1] and shared[0][0] == "shared-gpu", out
+    assert out.count("0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok") == 3, out
+    assert out.rstrip().endswith(
+        "== demo ok (real control plane v1.37): 6 pods ran; every device was cleaned up"
     ), out
