@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("pod", help="the pod's name")
     # -n/--namespace is the pod's, as in kubectl; drasat's own namespace has its own flag.
     p.add_argument(
-        "-n", "--namespace", default="default", help="the pod's namespace (default: default)"
+        "-n",
+        "--namespace",
+        help="the pod's namespace (default, as kubectl: the kubeconfig context's, else default)",
     )
     p.add_argument(
         "--kubeconfig",
@@ -82,7 +84,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from drasat.controller import explain
     from drasat.kube import errors
-    from drasat.kube.client import KubeClient, load_configuration
+    from drasat.kube.client import KubeClient, default_namespace, load_configuration
 
     api = KubeClient(load_configuration(args.kubeconfig))
     options = explain.Options(
@@ -96,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     )
     error_label = colour.paint("error:", "error", sys.stderr)
     try:
-        print(explain.explain(api, args.namespace, args.pod, options=options))
+        namespace = args.namespace or default_namespace(args.kubeconfig)
+        print(explain.explain(api, namespace, args.pod, options=options))
     except explain.PodNotFound as error:
         print(f"{error_label} {error}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import urllib3
@@ -157,6 +158,24 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
             f"no usable Kubernetes configuration: {error}", where="kubeconfig"
         ) from None
     return configuration
+
+
+#: Where a pod's service account token mounts its namespace (kubectl reads it in a pod).
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def default_namespace(kubeconfig: str | None = None) -> str:
+    """The namespace kubectl uses without `-n`: the current context's of the kubeconfig (the
+    given one, else `$KUBECONFIG` or `~/.kube/config`), else inside a pod the pod's own, else
+    `default`."""
+    try:
+        _, current = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (k8s_config.ConfigException, OSError):
+        in_pod = Path(SERVICE_ACCOUNT_NAMESPACE)
+        if not kubeconfig and in_pod.is_file():
+            return in_pod.read_text().strip() or "default"
+        return "default"
+    return str(((current or {}).get("context") or {}).get("namespace") or "default")
 
 
 def configuration_for(host: str) -> Any:

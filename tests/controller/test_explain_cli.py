@@ -1,6 +1,7 @@
 """`drasat explain` takes kubectl's habits (issue 26 item 6): `-n NS` and `--namespace NS` are the
-pod's namespace alike (drasat's own is `--drasat-namespace`), a pod that does not exist is exit 1
-with one line, and the error label is coloured on a terminal only. On the in-process API server."""
+pod's namespace alike (drasat's own is `--drasat-namespace`), without either the kubeconfig
+context's namespace, a pod that does not exist is exit 1 with one line, and the error label is
+coloured on a terminal only. On the in-process API server."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any
 
 import pytest
 import test_v1controller as base
+import yaml
 from ctl_cluster import NS
 from test_v1controller import _node
 
 from drasat.cli import colour
 from drasat.cli import main as cli
 from drasat.kube import resources as r
-from drasat.kube.client import KubeClient
+from drasat.kube.client import KubeClient, default_namespace
 from drasat.sim import apiserver
 
 server, api = base.server, base.api
@@ -69,3 +71,36 @@ def test_the_error_label_is_red_when_colour_is_asked_for(
     finally:
         colour.choose("auto")
     assert capsys.readouterr().err == "\033[31merror:\033[0m pod default/nope not found\n"
+
+
+def test_without_dash_n_the_kubeconfig_contexts_namespace_as_in_kubectl(
+    api: KubeClient, kubeconfig: str, capsys: Any
+) -> None:
+    _pod_in(api, "team-c")
+    config = yaml.safe_load(pathlib.Path(kubeconfig).read_text())
+    for context in config["contexts"]:
+        context["context"]["namespace"] = "team-c"
+    pathlib.Path(kubeconfig).write_text(yaml.safe_dump(config))
+    argv = ["explain", "p1", "--drasat-namespace", NS, "--kubeconfig", kubeconfig]
+    assert cli.main([*argv, "--cycle-mode", "batch"]) == 0
+    assert "for pod team-c/p1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("context", "namespace"),
+    [({"cluster": "c", "namespace": "ml"}, "ml"), ({"cluster": "c"}, "default")],
+)
+def test_default_namespace_reads_the_current_context(
+    tmp_path: pathlib.Path, context: dict[str, str], namespace: str
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "x",
+        "contexts": [{"name": "x", "context": context}],
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    assert default_namespace(str(path)) == namespace
+    assert default_namespace(str(tmp_path / "missing")) == "default"
