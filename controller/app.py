@@ -12,21 +12,39 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from drasat.api.errors import InputError
 from drasat.controller import leader
-from drasat.controller.controller import Config, Controller, Solve, default_solve
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
-from drasat.controller.v1controller import V1Config, V1Controller
+from drasat.controller.v1controller import Solve, V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import Api, KubeClient, load_configuration
 from drasat.solver import Mode
 
 log = logging.getLogger(__name__)
+
+
+class Loop(Protocol):
+    """What the app runs: the v1 controller, or the classic one (drasat.classic)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+#: Builds the classic-DRA controller for an app (drasat.classic.controller.for_app). The caller
+#: passes it (the CLI, the classic demo, classic tests): the product never imports the classic
+#: wing, which a v1-only copy of drasat may leave out.
+Classic = Callable[["App", Solve | None], Loop]
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,12 @@ def default_identity() -> str:
 
 class App:
     def __init__(
-        self, options: Options, *, api: Api | None = None, solve: Solve = default_solve
+        self,
+        options: Options,
+        *,
+        api: Api | None = None,
+        solve: Solve | None = None,
+        classic: Classic | None = None,
     ) -> None:
         self.options = options
         self.api: Api = api or KubeClient(
@@ -84,7 +107,7 @@ class App:
             self.elector = leader.LeaderElector(self.api, config, on_change=self._on_leading)
         self.dra_api = self._dra_api()
         log.info("DRA API: %s (--dra-api %s)", self.dra_api, options.dra_api)
-        self.controller: Controller | V1Controller
+        self.controller: Loop
         if self.dra_api == "v1":
             self.controller = V1Controller(
                 self.api,
@@ -102,10 +125,15 @@ class App:
                 poll_policy=self.policy.poll,
                 metrics=self.metrics,
                 solve=solve,
-                may_write=self._may_write,
+                may_write=self.may_write,
+            )
+        elif classic is None:
+            raise InputError(
+                "classic DRA (resource.k8s.io/v1alpha2) needs the drasat.classic package, which "
+                "this installation leaves out; serve resource.k8s.io/v1 (--dra-api v1)"
             )
         else:
-            self.controller = self._classic(solve)
+            self.controller = classic(self, solve)
         self.server: Any = None
         self._done = threading.Event()
         self._started = False
@@ -126,23 +154,6 @@ class App:
             return answer
         return "classic"
 
-    def _classic(self, solve: Solve) -> Controller:
-        options = self.options
-        return Controller(
-            self.api,
-            Config(
-                namespace=options.namespace,
-                workers=options.workers,
-                resync_s=options.resync_s,
-                hold_ttl_s=options.hold_ttl_s,
-            ),
-            policy=self.policy.current,
-            poll_policy=self.policy.poll,
-            metrics=self.metrics,
-            solve=solve,
-            may_write=self._may_write,
-        )
-
     def _policy_source(self) -> PolicySource:
         def counted(result: str) -> None:
             self.metrics.policy_reloads.labels(result).inc()
@@ -157,7 +168,8 @@ class App:
             )  # fmt: skip
         return PolicySource(source="default")
 
-    def _may_write(self) -> bool:
+    def may_write(self) -> bool:
+        """Whether this replica may write: it leads, or runs alone."""
         return self.elector is None or self.elector.leading
 
     def _on_leading(self, leading: bool) -> None:

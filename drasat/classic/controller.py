@@ -22,16 +22,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drasat.api import groups
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, nodes, params, scheduling
-from drasat.controller.holds import Holds, Writes
+from drasat.classic import params
+from drasat.classic import schedulingcontexts as scheduling
+from drasat.classic.clusterworkload import ClusterWorkload
+from drasat.classic.holds import Holds, Writes
+from drasat.classic.workqueue import WorkQueue
+from drasat.controller import allocation, nodes
 from drasat.controller.metrics import Metrics
-from drasat.controller.workload import ClusterWorkload
-from drasat.controller.workqueue import WorkQueue
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
 from drasat.kube import resources as r
@@ -47,6 +49,9 @@ from drasat.solver.problem import (
     Solution,
     SolveParams,
 )
+
+if TYPE_CHECKING:
+    from drasat.controller.app import App
 
 log = logging.getLogger(__name__)
 
@@ -996,3 +1001,22 @@ def _newer(a: str, b: str) -> bool:
     if a.isdigit() and b.isdigit():
         return int(a) >= int(b)
     return True
+
+
+def for_app(app: App, solve: Solve | None) -> Controller:
+    """The classic controller of `drasat controller` (`app.Classic`), from the app's options."""
+    options = app.options
+    return Controller(
+        app.api,
+        Config(
+            namespace=options.namespace,
+            workers=options.workers,
+            resync_s=options.resync_s,
+            hold_ttl_s=options.hold_ttl_s,
+        ),
+        policy=app.policy.current,
+        poll_policy=app.policy.poll,
+        metrics=app.metrics,
+        solve=solve or default_solve,
+        may_write=app.may_write,
+    )

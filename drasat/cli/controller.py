@@ -191,6 +191,15 @@ def options(args: argparse.Namespace) -> app.Options:
     )
 
 
+def classic_controller() -> app.Classic | None:
+    """The classic-DRA controller (drasat.classic), or None in a copy of drasat without it."""
+    try:
+        from drasat.classic.controller import for_app
+    except ImportError:
+        return None
+    return for_app
+
+
 def run(args: argparse.Namespace) -> int:
     from drasat.controller import app, logs
 
@@ -198,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         logs.use_json()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    controller_app = app.App(options(args))
+    controller_app = app.App(options(args), classic=classic_controller())
     try:
         controller_app.run(stop)
     except KeyboardInterrupt:

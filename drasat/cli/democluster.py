@@ -24,6 +24,7 @@ from typing import Any
 from drasat import DRIVER_NAME
 from drasat.api import catalog, crds
 from drasat.api.cluster import Cluster, ClusterNode
+from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.kube.client import KubeClient as OfficialClient
@@ -214,6 +215,7 @@ class DemoCluster:
                 resync_s=1.0,
             ),
             api=self.official_client(),
+            classic=for_app,
         )
         self._controller = threading.Thread(
             target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True

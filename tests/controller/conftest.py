@@ -9,7 +9,7 @@ import pytest
 from ctl_cluster import FAST
 
 from drasat.api import crds
-from drasat.controller.controller import Config, Controller
+from drasat.classic.controller import Config, Controller
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from drasat.controller.controller import Config
+from drasat.classic.controller import Config
 from drasat.kube import errors, nas
 from drasat.kube import resources as r
 from drasat.kube.client import Api

@@ -16,8 +16,8 @@ from ctl_cluster import FAST, NS, add_claim, add_class, add_node, add_pod, t4
 from ctl_kubefake import FakeApi
 
 from drasat.api import groups
+from drasat.classic.controller import Controller
 from drasat.controller import allocation
-from drasat.controller.controller import Controller
 from drasat.kube import informer
 from drasat.kube import resources as r
 from drasat.kube.client import Obj

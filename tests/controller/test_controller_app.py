@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from ctl_cluster import add_claim, add_class, add_node, allocated_node, claim, nas_claims, t4, wait
 
+from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.controller.policy import PolicySource
 from drasat.kube import errors
@@ -26,7 +27,7 @@ class Running:
     def __init__(self, server: apiserver.ApiServer, identity: str, **options: object) -> None:
         self.client = KubeClient(configuration_for(server.url), request_timeout=10)
         opts = Options(metrics_address="127.0.0.1:0", identity=identity, **options)  # type: ignore[arg-type]
-        self.app = App(opts, api=self.client)
+        self.app = App(opts, api=self.client, classic=for_app)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.app.run, args=(self.stop,), daemon=True)
         self.thread.start()

@@ -23,7 +23,7 @@ from ctl_cluster import (
 )
 from ctl_events import events_for
 
-from drasat.controller.controller import Controller
+from drasat.classic.controller import Controller
 from drasat.controller.policy import PolicySource
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient

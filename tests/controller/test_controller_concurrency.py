@@ -21,7 +21,7 @@ from ctl_cluster import (
     wait,
 )
 
-from drasat.controller.controller import Controller
+from drasat.classic.controller import Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for

@@ -22,7 +22,7 @@ def test_a_stale_deleted_claim_is_not_deallocated_twice(caplog: pytest.LogCaptur
     assert set(nas_claims(rig.api)) == {uid}
     rig.api.delete(r.RESOURCE_CLAIMS, "c", namespace="ns")  # not reserved: deallocate it
     rig.sync(ctl, ctl.claims)
-    with caplog.at_level("INFO", logger="drasat.controller.controller"):
+    with caplog.at_level("INFO", logger="drasat.classic.controller"):
         ctl.reconcile_claim("ns/c")  # the NAS entry and the finalizer go, and so the claim
         with pytest.raises(errors.NotFound):
             rig.api.get(r.RESOURCE_CLAIMS, "c", namespace="ns")

@@ -12,7 +12,7 @@ import pytest
 from ctl_cluster import NS, a100_mig, add_class, add_node, claim, device_users, nas_claims, t4
 
 from drasat import loading
-from drasat.controller.controller import Controller
+from drasat.classic.controller import Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, Obj

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from drasat.api.nas import AllocatedDevices
-from drasat.controller import allocation, leader, nodes, params, scheduling
-from drasat.controller.holds import Holds
-from drasat.controller.workqueue import WorkQueue
+from drasat.classic import params
+from drasat.classic import schedulingcontexts as scheduling
+from drasat.classic.holds import Holds
+from drasat.classic.workqueue import WorkQueue
+from drasat.controller import allocation, leader, nodes
 
 Obj = dict[str, Any]
 

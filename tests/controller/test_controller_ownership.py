@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drasat.api.nas import AllocatedDevices
+from drasat.classic.controller import Controller, Retry
 from drasat.controller import allocation
-from drasat.controller.controller import Controller, Retry
 from drasat.kube import nas
 from drasat.kube import resources as r
 

@@ -19,7 +19,7 @@ from ctl_cluster import (
     wait,
 )
 
-from drasat.controller.controller import Controller
+from drasat.classic.controller import Controller
 from drasat.kube.client import KubeClient
 
 

@@ -19,8 +19,8 @@ from ctl_cluster import (
 from ctl_events import events_for
 
 from drasat.api.nas import AllocatedDevices
+from drasat.classic.controller import Controller
 from drasat.controller import allocation
-from drasat.controller.controller import Controller
 from drasat.kube import nas
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, Obj

@@ -11,7 +11,7 @@ from ctl_cluster import FAST
 from ctl_kubefake import FakeApi
 
 from drasat import policyfiles
-from drasat.controller.controller import Controller
+from drasat.classic.controller import Controller
 from drasat.solver import Problem, Status
 
 
@@ -30,7 +30,7 @@ def test_solves_are_counted_and_logged_with_what_they_prove(
         pods=(pod("one", gpu_claim("one")),),
         policy=spread,
     )
-    with caplog.at_level(logging.DEBUG, logger="drasat.controller.controller"):
+    with caplog.at_level(logging.DEBUG, logger="drasat.classic.controller"):
         solution = controller._timed_solve(problem, feasibility=False, kind="selected")
     assert solution.status is Status.PER_POD_OPTIMAL
     name = "drasat_controller_solves_total"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ctl_cluster import add_claim, add_class, add_node, allocated_node, claim, t4, wait
 
-from drasat.controller.controller import Controller, default_solve
+from drasat.classic.controller import Controller, default_solve
 from drasat.kube.client import KubeClient
 from drasat.solver import Problem, Solution, SolveParams, SolverCache
 

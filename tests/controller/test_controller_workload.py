@@ -9,9 +9,9 @@ from ctl_cluster import add_claim, add_class, add_node, add_params, allocated_no
 
 from drasat.api.claims import GpuClaimParametersSpec
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
+from drasat.classic.clusterworkload import ClusterWorkload
+from drasat.classic.controller import Controller, default_solve
 from drasat.controller import nodes
-from drasat.controller.controller import Controller, default_solve
-from drasat.controller.workload import ClusterWorkload
 from drasat.kube.client import KubeClient
 from drasat.solver import Problem, Solution, SolveParams
 from drasat.solver.problem import ClaimRequest, PodRequest

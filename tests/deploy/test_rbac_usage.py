@@ -25,6 +25,7 @@ from chart_rendering import REPO, Manifest, Render
 
 from drasat import loading
 from drasat.api import crds
+from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.kube import errors
 from drasat.kube import resources as r
@@ -291,6 +292,7 @@ def _run(
                     leader_elect=True, lease_duration_s=2.0, renew_deadline_s=1.5,
                     retry_period_s=0.2, resync_s=1.0),
             api=controller_api,  # type: ignore[arg-type]
+            classic=for_app,
         )  # fmt: skip
         sim = scheduler.Scheduler(kubeclient.KubeClient(server.url), resync=0.5).start()
         try:

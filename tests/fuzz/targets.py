@@ -26,8 +26,8 @@ from drasat import loading, policyfiles
 from drasat.api import handles
 from drasat.api.errors import InputError
 from drasat.api.nas import AllocatedDevices
+from drasat.classic import params
 from drasat.controller import nodes as controller_nodes
-from drasat.controller import params
 from drasat.whatif import manifests, nodes, run
 
 from .mutate import SCALARS, Mutator
