@@ -436,29 +436,16 @@ class V1Controller:
             # drasat's fault, not the pod's request: counted apart (the refusal's Event says it).
             self.metrics.faults.labels("AllocatorError").inc()
             log.warning("AllocatorError: pod %s: %s", pod_key, why)
+        by_node: dict[str, list[_Placed]] = {}
         for pod_key, node in outcome.placed.items():
             item = by_key[pod_key]
             mine = [outcome.allocations[c["metadata"]["uid"]] for c in item.claims
                     if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
-            try:
-                self._write(item, node, mine, snapshot)
-                self.explanations.pop(pod_key, None)
-                self._lift_gate(item.pod, "its claims of drasat's are allocated")
-                self._finalize(mine)
-            except LeaseLost:
-                raise
-            except LedgerConflict as error:
-                self._fault("LedgerConflict", f"pod {pod_key}: not allocated on {node}: {error}",
-                            [item.pod, *item.claims])  # fmt: skip
-                self._wake.set()
-            except errors.Conflict as error:  # optimistic concurrency: the next cycle retries
-                log.info("%s: write on %s not done (%s); next cycle", pod_key, node, error)
-                self.metrics.failures.labels("Conflict").inc()
-                self._wake.set()
-            except Exception as error:
-                self._fault("WriteFailed", f"pod {pod_key}: allocation on {node} not written: "
-                            f"{_short(error)}", [item.pod, *item.claims])  # fmt: skip
-                self._wake.set()
+            by_node.setdefault(node, []).append(_Placed(item, mine))
+        written: list[v1.ClaimAllocation] = []
+        for node, placed in by_node.items():
+            written += self._write(node, placed, snapshot)
+        self._finalize(written)  # after every pod of the cycle was let go
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
             self._refused_at[pod_key] = now
@@ -507,20 +494,59 @@ class V1Controller:
             self.recorder.warning(obj, kind, text)
 
     def _write(
-        self,
-        item: v1inputs.Pending,
-        node: str,
-        claims: list[v1.ClaimAllocation],
-        snapshot: v1inputs.Snapshot,
-    ) -> None:
-        by_uid = {c["metadata"]["uid"]: c for c in item.claims}
-        ledger: dict[str, AllocatedDevices] = {}
-        for placed in claims:
-            ledger.update(placed.ledger)
-        self._check_statuses(node, ledger, snapshot)
-        self._add_to_ledger(node, ledger)
-        for placed in claims:
-            self._write_status(by_uid[placed.uid], placed, item)
+        self, node: str, placed: list[_Placed], snapshot: v1inputs.Snapshot
+    ) -> list[v1.ClaimAllocation]:
+        """Write the pods placed on one node: their ledger entries in one NAS write, then each
+        pod's claim statuses and its gate. A pod whose write fails is that pod's alone (retried
+        next cycle). The claims written."""
+        ready: list[_Placed] = []
+        for pod in placed:
+            try:
+                self._check_statuses(node, pod.ledger, snapshot)
+            except LedgerConflict as error:
+                self._not_written(pod.item, node, error)
+                continue
+            ready.append(pod)
+        try:
+            refused = self._add_to_ledger(node, ready)
+        except LeaseLost:
+            raise
+        except Exception as error:
+            for pod in ready:
+                self._not_written(pod.item, node, error)
+            return []
+        out: list[v1.ClaimAllocation] = []
+        for pod in ready:
+            item = pod.item
+            if item.input.key in refused:
+                self._not_written(item, node, refused[item.input.key])
+                continue
+            by_uid = {c["metadata"]["uid"]: c for c in item.claims}
+            try:
+                for claim in pod.claims:
+                    self._write_status(by_uid[claim.uid], claim, item)
+                self.explanations.pop(item.input.key, None)
+                out += pod.claims
+                self._lift_gate(item.pod, "its claims of drasat's are allocated")
+            except LeaseLost:
+                raise
+            except Exception as error:
+                self._not_written(item, node, error)
+        return out
+
+    def _not_written(self, item: v1inputs.Pending, node: str, error: Exception) -> None:
+        """A placed pod's write that failed: said by kind; the next cycle retries the pod."""
+        key = item.input.key
+        if isinstance(error, LedgerConflict):
+            self._fault("LedgerConflict", f"pod {key}: not allocated on {node}: {error}",
+                        [item.pod, *item.claims])  # fmt: skip
+        elif isinstance(error, errors.Conflict):  # optimistic concurrency
+            log.info("%s: write on %s not done (%s); next cycle", key, node, error)
+            self.metrics.failures.labels("Conflict").inc()
+        else:
+            self._fault("WriteFailed", f"pod {key}: allocation on {node} not written: "
+                        f"{_short(error)}", [item.pod, *item.claims])  # fmt: skip
+        self._wake.set()
 
     def _guard(self) -> None:
         """Before every write: this replica must still lead."""
@@ -602,7 +628,7 @@ class V1Controller:
 
     def _finalize(self, placed: list[v1.ClaimAllocation]) -> None:
         """Our finalizer on each claim just allocated; one left out (a conflict with
-        kube-scheduler's reservation) is added by a later settle."""
+        kube-scheduler's reservation, an API error) is added by a later settle."""
         for allocated in placed:
             written = self._written.get(allocated.uid)
             if written is None or written.finalized or written.claim is None:
@@ -610,8 +636,11 @@ class V1Controller:
             claim, written.claim = written.claim, None  # a later settle reads the cache
             try:
                 self._ensure_finalizer(claim, written)
-            except errors.Conflict:
-                continue
+            except LeaseLost:
+                raise
+            except Exception as error:  # the allocation stands; a later settle adds it
+                log.info("%s: finalizer not added yet (%s)", v1inputs.claim_ref(claim),
+                         _short(error))  # fmt: skip
 
     def _ensure_finalizer(self, claim: Obj, written: _Written) -> None:
         """Add our finalizer to a claim this process allocated, reading it again when it changed
@@ -657,29 +686,29 @@ class V1Controller:
             return
         raise errors.Conflict(f"{v1inputs.claim_ref(claim)} kept changing", status=409)
 
-    def _add_to_ledger(
-        self, node: str, ledger: Mapping[str, AllocatedDevices], *, check: bool = True
-    ) -> None:
-        """Add entries to the node's ledger. `check` (a new allocation): a device another claim
-        holds in the fresh ledger raises LedgerConflict. A claim's status written back is the
-        truth and is never refused (`_clashes` reports and repairs overlaps)."""
+    def _add_to_ledger(self, node: str, placed: list[_Placed]) -> dict[str, LedgerConflict]:
+        """Add the placed pods' entries to the node's ledger in one write; a pod with a device
+        another claim holds in the fresh ledger (or a pod before it in this write) is left out:
+        pod key -> why. (A claim's status written back is the truth and is never refused:
+        `_replace_in_ledger`; `_clashes` reports and repairs overlaps.)"""
+        refused: dict[str, LedgerConflict] = {}
 
         def mutate(obj: Obj) -> Obj | None:
-            fresh = nodes.parse(obj).node.nas.allocatedClaims
-            for key, entry in ledger.items() if check else ():
-                if key in fresh:
+            refused.clear()  # called again on each conflict, with the fresh object
+            held = dict(nodes.parse(obj).node.nas.allocatedClaims)
+            added: dict[str, AllocatedDevices] = {}
+            for pod in placed:
+                clash = _clash(node, pod.ledger, held)
+                if clash is not None:
+                    refused[pod.item.input.key] = clash
                     continue
-                # Shares beside shares are the solver's to count (compute and memory sums);
-                # anything else touching the same GPU or MIG slices is a clash.
-                clash = [k for k, v in fresh.items() if v.claimInfo.uid != entry.claimInfo.uid
-                         and allocation.exclusive_clash(entry, v)]  # fmt: skip
-                if clash:
-                    raise LedgerConflict(
-                        f"devices of {key} on {node} are held by {', '.join(clash)}", status=409
-                    )
-            return allocation.nas_with(obj, dict(ledger))
+                held.update(pod.ledger)
+                added.update(pod.ledger)
+            return allocation.nas_with(obj, added) if added else None
 
-        self._update_nas(node, mutate)
+        if placed:
+            self._update_nas(node, mutate)
+        return refused
 
     def _write_status(self, claim: Obj, placed: v1.ClaimAllocation, item: v1inputs.Pending) -> None:
         meta = claim["metadata"]
@@ -1007,6 +1036,38 @@ class V1Controller:
         """Our own NAS writes count from the moment they are written, not when the informer
         sees them: the next cycle must not hand out a device this one just wrote down."""
         self._nas_written[str(obj["metadata"]["name"])] = obj
+
+
+@dataclass
+class _Placed:
+    """A pod the cycle placed, with its claims' allocations."""
+
+    item: v1inputs.Pending
+    claims: list[v1.ClaimAllocation]
+
+    @property
+    def ledger(self) -> dict[str, AllocatedDevices]:
+        out: dict[str, AllocatedDevices] = {}
+        for claim in self.claims:
+            out.update(claim.ledger)
+        return out
+
+
+def _clash(
+    node: str, ledger: Mapping[str, AllocatedDevices], held: Mapping[str, AllocatedDevices]
+) -> LedgerConflict | None:
+    """Whether new ledger entries touch a device another claim holds. Shares beside shares are
+    the solver's to count (compute and memory sums); anything else touching the same GPU or MIG
+    slices is a clash."""
+    for key, entry in ledger.items():
+        if key in held:
+            continue
+        clash = [k for k, v in held.items() if v.claimInfo.uid != entry.claimInfo.uid
+                 and allocation.exclusive_clash(entry, v)]  # fmt: skip
+        if clash:
+            return LedgerConflict(f"devices of {key} on {node} are held by {', '.join(clash)}",
+                                  status=409)  # fmt: skip
+    return None
 
 
 def _devices_named(entries: Mapping[str, AllocatedDevices]) -> list[object]:

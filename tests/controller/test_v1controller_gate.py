@@ -59,19 +59,19 @@ class Recording:
     def __init__(self, api: KubeClient) -> None:
         self.api = api
         self.writes: list[tuple[str, str, str]] = []
-        #: plural -> called before that kind's next write (once).
-        self.before: dict[str, Callable[[], None]] = {}
+        #: plural -> called with the body (None for a patch) before that kind's next write.
+        self.before: dict[str, Callable[[Obj | None], None]] = {}
         self.no_taint_rules = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.api, name)
 
-    def _note(self, verb: str, resource: r.Resource, name: str) -> None:
+    def _note(self, verb: str, resource: r.Resource, name: str, body: Obj | None = None) -> None:
         if self.no_taint_rules and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
             raise errors.NotFound("the server could not find the requested resource", status=404)
         hook = self.before.pop(resource.plural, None)
         if hook is not None:
-            hook()
+            hook(body)
         self.writes.append((verb, resource.plural, name))
 
     def get(self, resource: r.Resource, name: str, **kw: Any) -> Obj:
@@ -84,7 +84,7 @@ class Recording:
         return self.api.create(resource, body, **kw)
 
     def replace(self, resource: r.Resource, body: Obj) -> Obj:
-        self._note("replace", resource, str(body["metadata"]["name"]))
+        self._note("replace", resource, str(body["metadata"]["name"]), body)
         return self.api.replace(resource, body)
 
     def replace_status(self, resource: r.Resource, body: Obj) -> Obj:
@@ -204,6 +204,59 @@ def test_a_gated_pod_is_allocated_then_let_go_then_finalized(
     assert ctl.metrics.gates_lifted._value.get() == 1
 
 
+def test_pods_of_one_cycle_share_one_ledger_write_and_finalizers_come_last(
+    api: KubeClient, recording: Recording, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n2", 2)
+    api.patch(r.NODES, "n1", {"spec": {"unschedulable": True}})  # both pods go to n2
+    for i in (1, 2):
+        _claim(api, f"c{i}")
+        _pod(api, f"p{i}", [f"c{i}"], [SCHEDULING_GATE])
+    ctl = controller()
+    ctl.cycle()
+    assert _gates(api, "p1") == [] and _gates(api, "p2") == []
+    order = [(verb, plural) for verb, plural, _ in recording.writes
+             if plural in ("nodeallocationstates", "resourceclaims", "pods")]  # fmt: skip
+    assert order == [
+        ("replace", "nodeallocationstates"),
+        ("status", "resourceclaims"),
+        ("patch", "pods"),
+        ("status", "resourceclaims"),
+        ("patch", "pods"),
+        ("patch", "resourceclaims"),
+        ("patch", "resourceclaims"),
+    ]
+
+
+def test_a_device_taken_in_the_ledger_meanwhile_refuses_that_pod_alone(
+    api: KubeClient, recording: Recording, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n2", 2)
+    api.patch(r.NODES, "n1", {"spec": {"unschedulable": True}})
+    for i in (1, 2):
+        _claim(api, f"c{i}")
+        _pod(api, f"p{i}", [f"c{i}"], [SCHEDULING_GATE])
+    uid = _claim_of(api, "c1")["metadata"]["uid"]
+
+    def take(body: Obj | None) -> None:
+        # Right before the cycle's one ledger write, another claim takes c1's device there:
+        # the write meets a 409 and, read again, the fresh ledger refuses c1's pod alone.
+        assert body is not None
+        entries = body["spec"]["allocatedClaims"]
+        key, entry = next((k, e) for k, e in entries.items() if k.startswith(uid))
+        current = api.get(r.NAS, "n2", namespace=NS)
+        foreign = {**entry, "claimInfo": {**entry["claimInfo"], "uid": "foreign"}}
+        current["spec"].setdefault("allocatedClaims", {})[f"foreign/{key}"] = foreign
+        api.replace(r.NAS, current)
+
+    recording.before["nodeallocationstates"] = take
+    ctl = controller()
+    ctl.cycle()
+    assert _gates(api, "p2") == [] and _allocated(api, "c2")
+    assert _gates(api, "p1") == [SCHEDULING_GATE] and not _allocated(api, "c1")
+    assert ctl.metrics.faults.labels("LedgerConflict")._value.get() == 1
+
+
 def test_a_pod_with_nothing_for_drasat_is_let_go_at_once(
     api: KubeClient, controller: Callable[[], V1Controller]
 ) -> None:
@@ -295,7 +348,7 @@ def test_the_gate_is_lifted_from_a_pod_that_changed_meanwhile(
     _pod(api, "p1", ["theirs"], [KUEUE, SCHEDULING_GATE])
     ctl = controller()
 
-    def relabel() -> None:  # the pod changes after the cycle's snapshot: a 409, then a re-read
+    def relabel(_: Obj | None) -> None:  # the pod changes after the snapshot: a 409, a re-read
         pod = api.get(r.PODS, "p1", namespace="default")
         pod["metadata"].setdefault("labels", {})["changed"] = "yes"
         api.replace(r.PODS, pod)
