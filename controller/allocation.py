@@ -12,6 +12,7 @@ from typing import Any
 
 from drasat.api import groups, handles
 from drasat.api.nas import AllocatedDevices, ClaimInfo
+from drasat.kube.nas import without_claims
 
 Obj = dict[str, Any]
 
@@ -122,14 +123,9 @@ def nas_with(nas_obj: Obj, allocations: dict[str, AllocatedDevices]) -> Obj | No
     return nas_obj
 
 
-def nas_without(nas_obj: Obj, uids: set[str]) -> Obj | None:
-    """The NAS without `uids`; None when none of them is there."""
-    claims = (nas_obj.get("spec") or {}).get("allocatedClaims") or {}
-    if not uids & set(claims):
-        return None
-    for uid in uids:
-        claims.pop(uid, None)
-    return nas_obj
+#: The NAS without some claims: the rule lives beside the NAS writes (drasat.kube.nas), which
+#: both controllers remove ledger entries through (`remove_claims`).
+nas_without = without_claims
 
 
 def conflicts(existing: dict[str, AllocatedDevices], devices: AllocatedDevices) -> list[str]:

@@ -718,18 +718,16 @@ class Controller:
         log.info("deallocated %s", informer.key_of(claim), extra=where)
 
     def _remove_from_nas(self, node: str, uids: set[str]) -> None:
-        try:
-            written = nas_api.update(
-                self.api,
-                namespace=self.config.namespace,
-                node=node,
-                mutate=lambda obj: allocation.nas_without(obj, uids),
-                attempts=self.config.nas_attempts,
-                on_conflict=self.metrics.nas_conflicts.inc,
-            )
-        except errors.NotFound:
-            return
-        self._remember_nas(written)
+        written = nas_api.remove_claims(
+            self.api,
+            namespace=self.config.namespace,
+            node=node,
+            uids=uids,
+            attempts=self.config.nas_attempts,
+            on_conflict=self.metrics.nas_conflicts.inc,
+        )
+        if written is not None:
+            self._remember_nas(written)
 
     # Scheduling contexts (WaitForFirstConsumer).
     def reconcile_context(self, key: str) -> None:

@@ -77,6 +77,42 @@ def update(
     )
 
 
+def without_claims(obj: Obj, uids: set[str]) -> Obj | None:
+    """The NAS without the claims `uids` in its ledger (spec.allocatedClaims); None when none of
+    them is there (a `Mutate`)."""
+    claims = (obj.get("spec") or {}).get("allocatedClaims") or {}
+    if not uids & set(claims):
+        return None
+    for uid in uids:
+        claims.pop(uid, None)
+    return obj
+
+
+def remove_claims(
+    api: Api,
+    *,
+    namespace: str,
+    node: str,
+    uids: set[str],
+    attempts: int = 8,
+    on_conflict: Callable[[], None] = lambda: None,
+) -> Obj | None:
+    """Take claims out of a node's ledger, retried on conflicts (the one ledger removal of both
+    controllers): the object as written (or as it was when none was listed), None when the node
+    has no NAS."""
+    try:
+        return update(
+            api,
+            namespace=namespace,
+            node=node,
+            mutate=lambda obj: without_claims(obj, uids),
+            attempts=attempts,
+            on_conflict=on_conflict,
+        )
+    except errors.NotFound:
+        return None
+
+
 def new(*, namespace: str, node: str, node_uid: str | None = None) -> Obj:
     """An empty NAS for `node`, owned by the Node when its uid is known."""
     metadata: Obj = {"name": node, "namespace": namespace}

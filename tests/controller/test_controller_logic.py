@@ -13,6 +13,7 @@ from drasat.classic import schedulingcontexts as scheduling
 from drasat.classic.holds import Holds
 from drasat.classic.workqueue import WorkQueue
 from drasat.controller import allocation, leader, nodes
+from drasat.kube import nas as nas_api
 
 Obj = dict[str, Any]
 
@@ -169,8 +170,8 @@ def test_nas_edits_are_idempotent() -> None:
     obj = _nas()
     assert allocation.nas_with(obj, {"u1": _devices("GPU-1")}) is not None
     assert allocation.nas_with(obj, {"u1": _devices("GPU-1")}) is None
-    assert allocation.nas_without(obj, {"u1"}) is not None
-    assert allocation.nas_without(obj, {"u1"}) is None
+    assert nas_api.without_claims(obj, {"u1"}) is not None
+    assert nas_api.without_claims(obj, {"u1"}) is None
 
 
 def test_conflicts_for_repair() -> None:
