@@ -24,6 +24,7 @@ from typing import Any
 from drasat import DRIVER_NAME
 from drasat.api import catalog, crds
 from drasat.api.cluster import Cluster, ClusterNode
+from drasat.classic import scheduler
 from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
@@ -32,7 +33,7 @@ from drasat.kube.client import configuration_for
 from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, controllers, kubeclient, kubelet, scheduler
+from drasat.sim import apiserver, controllers, kubeclient, kubelet
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """`python -m drasat.sim`: serve the simulated API server (with drasat's CRDs) and optionally the
-simulated classic scheduler (`--scheduler`) or the v1 scheduler and controller manager (`--v1`)
-until interrupted, for manual runs of the controller, what-if or helm.
+simulated v1 scheduler and controller manager (`--v1`) until interrupted, for manual runs of the
+controller, what-if or helm. `python -m drasat.classic` is the same with the simulated classic
+DRA scheduler (`--scheduler`), which lives in the classic wing.
 """
 
 from __future__ import annotations
@@ -10,20 +11,29 @@ import pathlib
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from drasat.api import crds
-from drasat.sim import actor, apiserver, controllers, kubeclient, scheduler, v1scheduler
+from drasat.sim import actor, apiserver, controllers, kubeclient, v1scheduler
+
+#: Makes the classic scheduler for a client (drasat.classic.scheduler.Scheduler).
+Scheduler = Callable[[kubeclient.KubeClient], actor.WatchDrivenLoop]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drasat.sim", description=__doc__)
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "python -m drasat.sim",
+    classic_scheduler: Scheduler | None = None,
+) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument(
         "--kubeconfig", type=pathlib.Path, help="write a kubeconfig for the server to this file"
     )
-    parser.add_argument(
-        "--scheduler", action="store_true", help="also run the simulated classic DRA scheduler"
-    )
+    if classic_scheduler is not None:
+        parser.add_argument(
+            "--scheduler", action="store_true", help="also run the simulated classic DRA scheduler"
+        )
     parser.add_argument(
         "--v1",
         action="store_true",
@@ -38,8 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.kubeconfig is not None:
             server.write_kubeconfig(args.kubeconfig)
         loops: list[actor.WatchDrivenLoop] = []
-        if args.scheduler:
-            loops.append(scheduler.Scheduler(kubeclient.KubeClient(server.url)))
+        if classic_scheduler is not None and args.scheduler:
+            loops.append(classic_scheduler(kubeclient.KubeClient(server.url)))
         if args.v1:
             loops.append(v1scheduler.V1Scheduler(kubeclient.KubeClient(server.url)))
             loops.append(controllers.ControllerManager(kubeclient.KubeClient(server.url)))

@@ -1,5 +1,5 @@
 """The repository's example manifests, end to end: the in-process API server, the simulated
-classic scheduler (drasat.sim.scheduler) and the controller, as a user would apply them."""
+classic scheduler (drasat.classic.scheduler) and the controller, as a user would apply them."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 from ctl_cluster import NS, a100_mig, add_class, add_node, claim, device_users, nas_claims, t4
 
 from drasat import loading
+from drasat.classic import scheduler
 from drasat.classic.controller import Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, Obj
-from drasat.sim import apiserver, kubeclient, scheduler
+from drasat.sim import apiserver, kubeclient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 

@@ -25,6 +25,7 @@ from chart_rendering import REPO, Manifest, Render
 
 from drasat import loading
 from drasat.api import crds
+from drasat.classic import scheduler
 from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.kube import errors
@@ -34,7 +35,7 @@ from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2, dra_v1alpha3_pb2_grpc
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, kubeclient, scheduler
+from drasat.sim import apiserver, kubeclient
 
 NAMESPACE = "drasat"
 #: Per-claim errors of a prepare that carried the controller's resource handles.

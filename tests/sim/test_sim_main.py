@@ -32,7 +32,7 @@ def test_kubeconfig_configures_the_official_loader(
 def test_module_serves_until_terminated(tmp_path: pathlib.Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "drasat.sim", "--kubeconfig", str(kubeconfig), "--scheduler"],
+        [sys.executable, "-m", "drasat.classic", "--kubeconfig", str(kubeconfig), "--scheduler"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -11,7 +11,8 @@ import kubernetes
 import pytest
 import urllib3
 
-from drasat.sim import apiserver, kubeclient, scheduler, scheduling
+from drasat.classic import scheduler
+from drasat.sim import apiserver, kubeclient, scheduling
 
 RC = ("resource.k8s.io", "v1alpha2")
 GPU_NODE = "n2"
