@@ -189,3 +189,23 @@ def test_the_check_finds_the_commands() -> None:
     shown = next(c for c in ALL if c.output and c.text.startswith("drasat whatif"))
     assert shown.output.startswith("POD ")
     assert len(by_id) == len(ALL)
+
+
+@pytest.mark.parametrize(
+    ("doc", "classic_tail"),
+    [
+        ("docs/TROUBLESHOOTING.md", set()),
+        ("docs/WHATIF.md", set()),
+        # the parameter objects are the legacy section's; Limits hold for every input
+        (
+            "docs/OBJECTS.md",
+            {"GpuClaimParameters", "MigDeviceClaimParameters", "DeviceClassParameters", "Limits"},
+        ),
+    ],
+)
+def test_the_docs_lead_with_current_kubernetes(doc: str, classic_tail: set[str]) -> None:
+    """Classic DRA is the legacy section after the current Kubernetes ones (issue 26 item 1)."""
+    headings = re.findall(r"^## (.+)$", (ROOT / doc).read_text(), re.M)
+    (legacy,) = [i for i, h in enumerate(headings) if h.startswith("Classic DRA (legacy)")]
+    assert legacy > 0 and set(headings[legacy + 1 :]) <= classic_tail, headings
+    assert "resource.k8s.io/v1`" in (ROOT / doc).read_text().split("## Classic DRA")[0]
