@@ -13,7 +13,9 @@ in one of two flavours (`DraApi`): `classic`, a kubelet of Kubernetes 1.27–1.3
   `status.resourceClaimStatuses` for templates) are all allocated and reserved for it, it calls
   `NodePrepareResources` on the DRA socket of each driver of each claim (classic: the claim's
   driver, with namespace, uid, name and the allocation's resource handle; v1: every driver that
-  has results in `status.allocation.devices.results`, with namespace, uid and name), resolves the
+  has results in `status.allocation.devices.results`, with namespace, uid and name) but not for a
+  claim another pod on the node already prepared (as the real kubelet's claim info cache: one
+  prepare per claim, however many pods share it), resolves the
   returned CDI device ids against the spec files in the CDI root as a container runtime does,
   records the environment each container would get (`PodRun.container_env`; `PodRun.env`: its
   "log") and sets the pod's status to Running. As the real kubelet (1.37
@@ -336,6 +338,10 @@ class Kubelet(actor.WatchDrivenLoop):
         self._runs: dict[str, PodRun] = {}
         #: Claims handed to NodePrepareResources, by pod UID (so a failed start is undone too).
         self._attempted: dict[str, list[ClaimRef]] = {}
+        #: The answer of each claim's prepare, by (claim UID, driver), until its unprepare: as the
+        #: real kubelet's claim info cache, a claim another pod here already prepared is not
+        #: prepared again (one NodePrepareResources per claim, however many pods share it).
+        self._prepared: dict[tuple[str, str], Answer] = {}
         #: Why each pod ((namespace, name)) has not started or not finished stopping.
         self.reasons: dict[tuple[str, str], str] = {}
         #: Pods this kubelet stopped and cleaned up, with their UID.
@@ -578,14 +584,16 @@ class Kubelet(actor.WatchDrivenLoop):
         prepared: dict[str, list[PreparedDevice]] = {}
         claim_devices: dict[str, list[kubelethealth.ClaimDevice]] = {}
         for driver, group in sorted(by_driver.items()):
-            answers = self._call(driver, group, prepare=True)
+            todo = [c for c in group if (c.uid, driver) not in self._prepared]
+            answers = self._call(driver, todo, prepare=True) if todo else {}
             for claim in group:
-                answer = answers.get(claim.uid)
+                answer = self._prepared.get((claim.uid, driver)) or answers.get(claim.uid)
                 if answer is None:
                     raise Waiting(f"NodePrepareResources did not answer for claim {claim.key}")
                 if answer.error:
                     raise Waiting(f"NodePrepareResources failed for claim {claim.key}: "
                                   f"{answer.error}")  # fmt: skip
+                self._prepared[(claim.uid, driver)] = answer
                 devices[claim.uid].extend(answer.cdi_device_ids)
                 if self.api is DraApi.v1:
                     prepared.setdefault(claim.uid, []).extend(answer.devices)
@@ -666,6 +674,8 @@ class Kubelet(actor.WatchDrivenLoop):
                 ]
                 if failed:
                     raise Waiting(f"NodeUnprepareResources failed for {'; '.join(failed)}")
+                for claim in group:
+                    self._prepared.pop((claim.uid, driver), None)
         except Waiting as waiting:
             if key is not None:
                 self._note(key, str(waiting))

@@ -7,19 +7,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from drasat.api.groups import DRIVER_NAME
 from drasat.controlplane import cluster
 
 
-def run(args: list[str], log: Path, *, append: bool = False) -> subprocess.Popen[bytes]:
+def run(
+    args: list[str], log: Path, *, append: bool = False, program: Sequence[str] = ("-m", "drasat")
+) -> subprocess.Popen[bytes]:
     """`python -m drasat --log-level INFO ARGS`, its output in `log` (after what it holds, with
-    `append`: a restarted process)."""
+    `append`: a restarted process); `program`: what runs drasat instead of `-m drasat` (a
+    wrapper script, e.g. callrecord.py's)."""
     with log.open("ab" if append else "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "drasat", "--log-level", "INFO", *args],
+            [sys.executable, *program, "--log-level", "INFO", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=cluster.sigterm_on_parent_death,
@@ -51,16 +54,19 @@ def wait_started(
         time.sleep(0.1)
 
 
-def start_plugin(tmp: Path, node: str, *options: str) -> subprocess.Popen[bytes]:
+def start_plugin(
+    tmp: Path, node: str, *options: str, program: Sequence[str] = ("-m", "drasat")
+) -> subprocess.Popen[bytes]:
     """`drasat nodeplugin` for `node` with its sockets, state and CDI specs under `tmp` and
-    `options` (fleet, API access, kubelet API); returns once its registration socket exists."""
+    `options` (fleet, API access, kubelet API), run by `program` (see `run`); returns once its
+    registration socket exists."""
     args = [
         "nodeplugin", "--node-name", node, *options,
         "--kubelet-plugin-dir", str(tmp / "p"), "--kubelet-registry-dir", str(tmp / "r"),
         "--state-dir", str(tmp / "state"), "--cdi-root", str(tmp / "cdi"), "--gc-interval", "0",
     ]  # fmt: skip
     log = tmp / "plugin.log"
-    process = run(args, log)
+    process = run(args, log, program=program)
     socket = tmp / "r" / f"{DRIVER_NAME}-reg.sock"
     wait_started(process, socket.exists, log, f"the node plugin of {node}")
     return process

@@ -15,7 +15,7 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,11 +105,12 @@ def gpu_node(
     slices: Callable[[str], list[Obj]] | None = None,
     shares: bool = True,
     nas_namespace: str | None = None,
+    program: Sequence[str] = ("-m", "drasat"),
 ) -> Iterator[GpuNode]:
     """The node `name` with the plugin on `fleet`. Its slices: `slices(node uid)` created by the
     test, or (None) the plugin's own (`--resourceslices`; shareable GPUs unless not `shares`).
     Its NodeAllocationState: in memory, or (`nas_namespace`) published there for drasat's
-    controller."""
+    controller. `program` runs the plugin (`callrecord.program`: its calls recorded)."""
     custom = kubernetes.client.CustomObjectsApi(api)
     tmp = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths stay short
     stateful = f"{fleet},state={tmp / 'fleet.json'}"
@@ -124,6 +125,7 @@ def gpu_node(
         plugin = drasatprocess.start_plugin(
             tmp, name, "--simulate-gpus", stateful, *nas,
             "--kubeconfig", str(kube_cluster.kubeconfig), "--kubelet-api", "structured", *extra,
+            program=program,
         )  # fmt: skip
         if slices is not None:
             for body in slices(node.metadata.uid):

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,8 @@ class RealNode:
     plugin: subprocess.Popen[bytes]
     plugin_args: list[str]
     uuids: dict[str, str]  # whole-GPU device name -> GPU UUID
+    #: What runs drasat (`callrecord.program`: the plugin's calls recorded).
+    program: Sequence[str] = ("-m", "drasat")
 
     @property
     def cdi_root(self) -> Path:
@@ -220,7 +222,9 @@ class RealNode:
 
     def start_plugin(self, *, append: bool = False) -> None:
         """(Re)start the node plugin with the same arguments and state."""
-        self.plugin = drasatprocess.run(self.plugin_args, self.tmp / "plugin.log", append=append)
+        self.plugin = drasatprocess.run(
+            self.plugin_args, self.tmp / "plugin.log", append=append, program=self.program
+        )
         socket = self.kubelet.registry_dir / f"{DRIVER_NAME}-reg.sock"
         drasatprocess.wait_started(
             self.plugin, socket.exists, self.tmp / "plugin.log", f"the node plugin of {self.name}"
@@ -275,10 +279,12 @@ def real_node(
     shares: bool = True,
     nas_namespace: str | None = None,
     extra_gates: tuple[str, ...] = (),
+    program: Sequence[str] = ("-m", "drasat"),
 ) -> Iterator[RealNode]:
     """Node `name` with its real kubelet; with a `fleet`, drasat's plugin on it, registered by the
     kubelet and publishing its slices (shareable GPUs unless not `shares`); its NAS in memory or
-    (`nas_namespace`) published there for drasat's controller."""
+    (`nas_namespace`) published there for drasat's controller. `program` runs the plugin
+    (`callrecord.program`: its calls recorded)."""
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     tmp = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))  # unix socket paths stay short
@@ -301,7 +307,7 @@ def real_node(
         if fleet:
             gpus = NvmlDeviceLib(SimulatedNvml(fleet)).gpus()  # same seed: the same UUIDs
             uuids = {names.gpu_name(g.minor): g.uuid for g in gpus}
-        node = RealNode(name, tmp, stateful, kubelet, None, plugin_args, uuids)  # type: ignore[arg-type]
+        node = RealNode(name, tmp, stateful, kubelet, None, plugin_args, uuids, program)  # type: ignore[arg-type]
         if fleet:
             node.start_plugin()
             node.wait_registered()
