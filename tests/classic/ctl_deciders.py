@@ -12,7 +12,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctl_cluster import FAST, NS, add_claim, add_class, add_node, add_pod, t4
+from ctl_classic import FAST
+from ctl_cluster import NS, add_claim, add_class, add_node, add_pod, t4
 from ctl_kubefake import FakeApi
 
 from drasat.api import groups

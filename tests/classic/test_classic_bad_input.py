@@ -7,9 +7,9 @@ import logging
 from collections.abc import Callable
 
 import pytest
+from ctl_classic import Scheduler
 from ctl_cluster import (
     NS,
-    Scheduler,
     add_claim,
     add_class,
     add_node,

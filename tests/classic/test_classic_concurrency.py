@@ -7,9 +7,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ctl_classic import FAST, Scheduler
 from ctl_cluster import (
-    FAST,
-    Scheduler,
     add_claim,
     add_class,
     add_node,

@@ -16,16 +16,8 @@ import time
 from typing import Any
 
 import pytest
-from ctl_cluster import (
-    FAST,
-    add_class,
-    add_node,
-    allocated_node,
-    device_users,
-    nas_claims,
-    t4,
-    wait,
-)
+from ctl_classic import FAST
+from ctl_cluster import add_class, add_node, allocated_node, device_users, nas_claims, t4, wait
 
 from drasat.classic.controller import Controller
 from drasat.kube import errors
@@ -159,7 +151,8 @@ def test_faults_and_restarts_leave_nas_and_claims_consistent(
 def test_negotiation_survives_conflicts_and_dropped_watches(
     server: apiserver.ApiServer, api: KubeClient
 ) -> None:
-    from ctl_cluster import Scheduler, add_claim, add_pod
+    from ctl_classic import Scheduler
+    from ctl_cluster import add_claim, add_pod
 
     for n in range(2):
         add_node(api, f"node-{n}", [t4(g) for g in range(2)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from ctl_classic import Scheduler
 from ctl_cluster import (
-    Scheduler,
     a100_mig,
     add_claim,
     add_class,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ctl_classic import Scheduler
 from ctl_cluster import (
-    Scheduler,
     add_claim,
     add_class,
     add_node,

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 from checker import gpu_claim, make_node, pod
-from ctl_cluster import FAST
+from ctl_classic import FAST
 from ctl_kubefake import FakeApi
 
 from drasat import policyfiles

@@ -1,15 +1,13 @@
-"""Fixtures: the in-process API server with drasat's CRDs, a client for it, a running controller."""
+"""Fixtures: the in-process API server with drasat's CRDs and a client for it (the classic
+controller's own are in tests/classic/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from ctl_cluster import FAST
 
 from drasat.api import crds
-from drasat.classic.controller import Config, Controller
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.sim import apiserver
 
@@ -25,21 +23,3 @@ def api(server: apiserver.ApiServer) -> Iterator[KubeClient]:
     client = KubeClient(configuration_for(server.url), request_timeout=10)
     yield client
     client.close()
-
-
-@pytest.fixture
-def start_controller(server: apiserver.ApiServer) -> Iterator[Callable[..., Controller]]:
-    """Start controllers (each with its own client); all are stopped at the end."""
-    started: list[tuple[Controller, KubeClient]] = []
-
-    def start(config: Config = FAST, **kwargs: Any) -> Controller:
-        client = KubeClient(configuration_for(server.url), request_timeout=10)
-        controller = Controller(client, config, **kwargs)
-        controller.start(sync_timeout_s=10)
-        started.append((controller, client))
-        return controller
-
-    yield start
-    for controller, client in started:
-        controller.stop()
-        client.close()

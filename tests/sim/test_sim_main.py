@@ -29,32 +29,6 @@ def test_kubeconfig_configures_the_official_loader(
     assert "default" in names
 
 
-def test_module_serves_until_terminated(tmp_path: pathlib.Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "drasat.classic", "--kubeconfig", str(kubeconfig), "--scheduler"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    assert process.stdout is not None
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
-    try:
-        url = lines.get(timeout=60).strip()
-        assert url.startswith("http://127.0.0.1:")
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(
-            config_file=str(kubeconfig), client_configuration=configuration
-        )
-        assert configuration.host == url
-        with kubernetes.client.ApiClient(configuration) as client:
-            version = kubernetes.client.VersionApi(client).get_code()
-        assert version.minor == "30"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-
-
 def test_module_runs_the_v1_scheduler_and_controller_manager(tmp_path: pathlib.Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
