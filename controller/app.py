@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from drasat.api.errors import InputError
-from drasat.controller import leader
+from drasat.controller import admission, leader
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
@@ -73,6 +73,11 @@ class Options:
     batch_max: int = 64
     cycle_time_limit_s: float = 1.0
     cycle_mode: str = "online"
+    #: host:port of the admission webhook that adds drasat's scheduling gate ("": none), and its
+    #: TLS certificate and key files (controller/admission.py).
+    webhook_address: str = ""
+    webhook_cert_file: str = ""
+    webhook_key_file: str = ""
 
 
 def default_identity() -> str:
@@ -134,7 +139,11 @@ class App:
             )
         else:
             self.controller = classic(self, solve)
+        if options.webhook_address and self.dra_api != "v1":
+            raise InputError("the admission webhook (--webhook-address) serves v1 mode only")
         self.server: Any = None
+        self.webhook: admission.WebhookServer | None = None
+        self.lookup: admission.Lookup | None = None
         self._done = threading.Event()
         self._started = False
 
@@ -190,6 +199,8 @@ class App:
                 self.metrics.registry,
                 ready=lambda: self._started and self.controller.ready,
             )
+        if self.options.webhook_address:
+            self._serve_webhook()
         stop = stop or threading.Event()
         if self.elector is None:
             self._started = True
@@ -200,8 +211,40 @@ class App:
             stop.wait(0.2)
         self.shutdown()
 
+    def _serve_webhook(self) -> None:
+        """Every replica answers admission, leader or not, from its own caches."""
+        o = self.options
+
+        def count(answer: admission.Answer) -> None:
+            self.metrics.admission_reviews.labels(answer.outcome).inc()
+            if answer.why:
+                log.debug("admission: gated (%s)", answer.why)
+
+        lookup = admission.Lookup(self.api)
+        try:
+            self.webhook = admission.serve(
+                o.webhook_address, cert_file=o.webhook_cert_file, key_file=o.webhook_key_file,
+                lookup=lookup, on_answer=count,
+            )  # fmt: skip
+        except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+            raise InputError(
+                f"admission webhook on {o.webhook_address!r} (--webhook-cert-file "
+                f"{o.webhook_cert_file}, --webhook-key-file {o.webhook_key_file}): {error}"
+            ) from None
+        self.lookup = lookup
+        lookup.start()
+        log.info("admission webhook on %s%s: pods of drasat's get the scheduling gate",
+                 o.webhook_address, admission.PATH)  # fmt: skip
+
     def shutdown(self) -> None:
         self._done.set()
+        if self.webhook is not None:
+            self.webhook.shutdown()
+            self.webhook.server_close()
+            self.webhook = None
+        if self.lookup is not None:
+            self.lookup.stop()
+            self.lookup = None
         if self.elector is not None:
             self.elector.stop()
         self.controller.stop()

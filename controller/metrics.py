@@ -62,6 +62,12 @@ class Metrics:
             "Pods let go to kube-scheduler: drasat's scheduling gate removed.",
             registry=r,
         )
+        self.admission_reviews = Counter(
+            f"{PREFIX}_admission_reviews",
+            "Pods the admission webhook answered, by outcome (gated, not-gated, skipped).",
+            ["outcome"],
+            registry=r,
+        )
         self.leader = Gauge(f"{PREFIX}_leader", "1 while this replica leads.", registry=r)
         self.policy_reloads = Counter(
             f"{PREFIX}_policy_reloads",

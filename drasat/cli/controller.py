@@ -147,6 +147,17 @@ def register(subparsers: Any) -> None:
         "text, or json: one JSON object a line with claim/node fields",
         choices=["text", "json"],
     )
+    flag(
+        p,
+        "--webhook-address",
+        "",
+        "v1: host:port of the admission webhook that gives pods of drasat's its scheduling gate "
+        "(HTTPS; '' for none, the default)",
+    )
+    flag(
+        p, "--webhook-cert-file", "", "the webhook's TLS certificate (PEM), re-read when it changes"
+    )
+    flag(p, "--webhook-key-file", "", "the webhook's TLS key (PEM)")
     p.set_defaults(func=run)  # fmt: skip
 
 
@@ -162,6 +173,8 @@ def options(args: argparse.Namespace) -> app.Options:
         raise InputError("--cycle-time-limit must be more than 0 and at most 600 seconds")
     if not 0 <= args.batch_window <= 60:
         raise InputError("--batch-window must be between 0 and 60 seconds")
+    if args.webhook_address and not (args.webhook_cert_file and args.webhook_key_file):
+        raise InputError("--webhook-address needs --webhook-cert-file and --webhook-key-file")
     if not args.renew_deadline < args.lease_duration:
         raise InputError("--renew-deadline must be shorter than --lease-duration")
     return app.Options(
@@ -188,6 +201,9 @@ def options(args: argparse.Namespace) -> app.Options:
         batch_max=args.batch_max,
         cycle_time_limit_s=args.cycle_time_limit,
         cycle_mode=args.cycle_mode,
+        webhook_address=args.webhook_address,
+        webhook_cert_file=args.webhook_cert_file,
+        webhook_key_file=args.webhook_key_file,
     )
 
 

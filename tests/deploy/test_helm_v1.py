@@ -161,18 +161,37 @@ def test_schema_rejects_bad_v1_values(render: Render, setting: str, message: str
         "resource.k8s.io/v1/DeviceTaintRule",  # 1.37
     ],
 )
-def test_device_taint_needs_a_served_device_taint_rule(render: Render, taint_rule: str) -> None:
+def test_device_taint_where_the_cluster_serves_it_else_the_gate_alone(
+    render: Render, taint_rule: str
+) -> None:
     # helm install fills Capabilities.APIVersions from discovery, kinds included; a cluster
-    # listing v1 DeviceClass but no DeviceTaintRule has the taint rules off.
-    refused = render(kube_version="1.34.0", api_versions=[DEVICE_CLASS])
-    assert refused.returncode != 0
-    assert "This cluster (Kubernetes v1.34.0) serves no DeviceTaintRule" in refused.stderr
-    assert "allocator=kube-scheduler" in refused.stderr
-    assert render(kube_version="1.34.0", api_versions=[DEVICE_CLASS, taint_rule]).returncode == 0
-    # no taint, or no drasat controller: nothing to check
+    # listing v1 DeviceClass but no DeviceTaintRule has the taint rules off (1.34-1.36's
+    # defaults): drasat's scheduling gate alone keeps kube-scheduler's allocator off its pods.
+    served = _v1(render, kube_version="1.34.0", api_versions=[DEVICE_CLASS, taint_rule])
+    assert "--device-taint" in _container(served.one("Deployment"))["args"]
+    gated = _v1(render, kube_version="1.34.0", api_versions=[DEVICE_CLASS])
+    assert "--no-device-taint" in _container(gated.one("Deployment"))["args"]
+    assert not any(r == "devicetaintrules" for _, r, _ in
+                   _grants(gated.one("ClusterRole", "-controller")))  # fmt: skip
+    assert gated.one("MutatingWebhookConfiguration")
+    # what cannot work there is refused, with what to change
+    forced = render("controller.deviceTaint=true", kube_version="1.34.0",
+                    api_versions=[DEVICE_CLASS])  # fmt: skip
+    assert forced.returncode != 0
+    assert "This cluster (Kubernetes v1.34.0) serves no DeviceTaintRule" in forced.stderr
+    assert "Leave controller.deviceTaint=auto" in forced.stderr
+    ungated = render("controller.admission.mode=off", kube_version="1.34.0",
+                     api_versions=[DEVICE_CLASS])  # fmt: skip
+    assert ungated.returncode != 0
+    assert "serves no DeviceTaintRule and controller.admission.mode=off" in ungated.stderr
+    assert "allocator=kube-scheduler" in ungated.stderr
+    # no taint wanted, or no drasat controller: nothing to check
     for setting in ("controller.deviceTaint=false", "allocator=kube-scheduler"):
         allowed = render(setting, kube_version="1.34.0", api_versions=[DEVICE_CLASS])
         assert allowed.returncode == 0, allowed.stderr
+    # helm template without kinds cannot tell: the taint, as before (the controller logs if the
+    # server does not serve it)
+    assert "--device-taint" in _container(_v1(render).one("Deployment"))["args"]
 
 
 #: The DeviceTaintRule `drasat controller --device-taint` keeps (see docs/INSTALL.md), in the
@@ -230,7 +249,10 @@ def test_v1_controller_rbac(render: Render) -> None:
         (resource, "resourceslices", "list"), (resource, "resourceslices", "watch"),
         *((resource, "devicetaintrules", v) for v in ("get", "create", "update")),
         (resource, "resourceclaimtemplates", "create"),  # of pods converted from nvidia.com/gpu
-        ("", "pods", "list"), ("", "pods", "watch"),
+        # pending pods; drasat's scheduling gate lifted (patch), the pod re-read on a conflict
+        *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
+        # the admission webhook (helm template cannot tell MutatingAdmissionPolicy is served)
+        *((resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")),
         ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "events", "create"), ("", "events", "patch"),
     }  # fmt: skip
@@ -242,6 +264,12 @@ def test_v1_controller_rbac(render: Render) -> None:
     )
     assert cluster - untainted == {
         (resource, "devicetaintrules", v) for v in ("get", "create", "update")
+    }
+    policy = _grants(
+        _v1(render, "controller.admission.mode=policy").one("ClusterRole", "-controller")
+    )
+    assert cluster - policy == {
+        (resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")
     }
     assert (
         "--no-device-taint"
@@ -292,7 +320,8 @@ def test_v1_node_plugin_flags_are_accepted_by_drasat(render: Render) -> None:
 def test_v1_controller_flags_are_accepted_by_drasat(
     render: Render, tmp_path: pathlib.Path, taint: bool
 ) -> None:
-    deployment = _v1(render, f"controller.deviceTaint={str(taint).lower()}").one("Deployment")
+    deployment = _v1(render, f"controller.deviceTaint={str(taint).lower()}",
+                     "controller.admission.mode=policy").one("Deployment")  # fmt: skip
     parsed = _parsed(_container(deployment))
     assert parsed.dra_api == "v1"
     assert parsed.device_taint is taint

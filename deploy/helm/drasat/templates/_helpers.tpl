@@ -119,3 +119,64 @@ in a form drasat speaks: "none", which validate.yaml turns into an explanation.
 {{- define "drasat.registryDir" -}}
 {{- printf "%s/plugins_registry" (trimSuffix "/" .Values.nodePlugin.kubeletDir) }}
 {{- end }}
+
+{{/*
+Who puts drasat's scheduling gate on pods (templates/admission.yaml): "policy" (a
+MutatingAdmissionPolicy), "webhook" (the controller's), or "off". Only with drasat's controller in
+v1 mode. auto: the policy where the server serves MutatingAdmissionPolicy (v1 from 1.36, v1beta1
+where turned on), else the webhook (always available).
+*/}}
+{{- define "drasat.admission" -}}
+{{- $mode := .Values.controller.admission.mode }}
+{{- if not (and (eq (include "drasat.draApi" .) "v1") (eq (include "drasat.controller.enabled" .) "true")) }}
+{{- "off" }}
+{{- else if ne $mode "auto" }}
+{{- $mode }}
+{{- else if include "drasat.admissionPolicyApi" . }}
+{{- "policy" }}
+{{- else }}
+{{- "webhook" }}
+{{- end }}
+{{- end }}
+
+{{/* The MutatingAdmissionPolicy version the server serves ("" when none is listed). */}}
+{{- define "drasat.admissionPolicyApi" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- "admissionregistration.k8s.io/v1" }}
+{{- else if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" }}
+{{- "admissionregistration.k8s.io/v1beta1" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when helm's capabilities list kinds (a real `helm install/upgrade`, or
+`--api-versions` naming kinds): only then can the chart tell what the cluster does not serve. */}}
+{{- define "drasat.discoveryKnowsKinds" -}}
+{{- .Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass" }}
+{{- end }}
+
+{{/* "true" when the cluster serves DeviceTaintRule in a version the controller speaks. */}}
+{{- define "drasat.taintRuleServed" -}}
+{{- $c := .Capabilities.APIVersions }}
+{{- or ($c.Has "resource.k8s.io/v1/DeviceTaintRule") ($c.Has "resource.k8s.io/v1beta2/DeviceTaintRule") ($c.Has "resource.k8s.io/v1alpha3/DeviceTaintRule") }}
+{{- end }}
+
+{{/*
+"true" when the controller keeps the DeviceTaintRule (v1 mode). auto: where the cluster serves it,
+or where helm cannot tell (no kinds in its capabilities; the controller then logs if the server
+does not serve it).
+*/}}
+{{- define "drasat.deviceTaint" -}}
+{{- $setting := .Values.controller.deviceTaint }}
+{{- if ne (toString $setting) "auto" }}
+{{- $setting }}
+{{- else if ne (include "drasat.discoveryKnowsKinds" .) "true" }}
+{{- "true" }}
+{{- else }}
+{{- include "drasat.taintRuleServed" . }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
+{{- define "drasat.webhookSecret" -}}
+{{- default (printf "%s-webhook-tls" (include "drasat.fullname" .)) .Values.controller.admission.webhook.tls.secretName }}
+{{- end }}
