@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     error_label = colour.paint("error:", "error", sys.stderr)
     try:
         namespace = args.namespace or default_namespace(args.kubeconfig)
-        print(explain.explain(api, namespace, args.pod, options=options))
+        verdict, *rest = explain.explain(api, namespace, args.pod, options=options).split("\n")
+        print("\n".join([colour.paint(verdict, "bold", sys.stdout), *rest]))
     except explain.PodNotFound as error:
         print(f"{error_label} {error}", file=sys.stderr)
         return 1

@@ -104,3 +104,17 @@ def test_default_namespace_reads_the_current_context(
     path.write_text(yaml.safe_dump(config))
     assert default_namespace(str(path)) == namespace
     assert default_namespace(str(tmp_path / "missing")) == "default"
+
+
+def test_on_a_terminal_the_verdict_line_is_bold(
+    api: KubeClient, kubeconfig: str, capsys: Any
+) -> None:
+    _pod_in(api, "team-d")
+    argv = ["explain", "p1", "-n", "team-d", "--drasat-namespace", NS, "--kubeconfig", kubeconfig]
+    try:
+        assert cli.main(["--color", "always", *argv, "--cycle-mode", "batch"]) == 0
+    finally:
+        colour.choose("auto")
+    first, second, *_ = capsys.readouterr().out.split("\n")
+    assert first.startswith("\033[1mNo drasat controller") and first.endswith("\033[0m")
+    assert "\033" not in second
