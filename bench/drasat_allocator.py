@@ -4,7 +4,9 @@ The fake nodes run no node plugin, so what the plugins would publish besides the
 ResourceSlices — each node's NodeAllocationState — is read back from those slices (the what-if's
 reader, `drasat.whatif.v1cluster`: the same device model both ways) and created Ready in the
 controller's namespace. Then the real `drasat controller --dra-api v1` process starts with the
-bench's kubeconfig; `start` returns once its DeviceTaintRule exists. `stop` ends the process and
+bench's kubeconfig; `start` returns once its DeviceTaintRule exists and its /readyz answers (every
+informer synced: pods created before would otherwise wait for the sync, which is not the path
+being measured). `stop` ends the process and
 removes the rule and the NodeAllocationStates, so allocator A runs on untainted devices again.
 """
 
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +43,18 @@ class DrasatController:
     namespace: str
     nodes: list[str]
     log: pathlib.Path
+    metrics_url: str
+    #: The controller's /metrics text, read by `stop()` just before it ends the process.
+    metrics: str = ""
+
+    def read_metrics(self) -> str:
+        with contextlib.suppress(OSError), urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+            return str(r.read().decode())
+        return ""
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.metrics = self.read_metrics()
             self.process.terminate()
             try:
                 self.process.wait(timeout=20)
@@ -107,6 +120,20 @@ def _node_states(api: Any, namespace: str) -> list[str]:
     return names
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # refused while starting, or 503 (HTTPError) until every informer synced
+        return False
+
+
 def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     _install_crds(api)
@@ -114,21 +141,25 @@ def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
     nodes = _node_states(api, namespace)
     log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-")) / "controller.log"
+    port = _free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",
-             "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--metrics-address", "",
-             "--kube-api-qps", "0"],
+             "--kubeconfig", str(kubeconfig), "--namespace", namespace,
+             "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    handle = DrasatController(process, api, namespace, nodes, log)
+    url = f"http://127.0.0.1:{port}"
+    handle = DrasatController(process, api, namespace, nodes, log, f"{url}/metrics")
     custom = kubernetes.client.CustomObjectsApi(api)
     deadline = time.monotonic() + 120
     while True:
         try:
             custom.get_cluster_custom_object(*RESOURCE, "devicetaintrules", TAINT_RULE)
-            break
-        except ApiException:
+            if _ready(f"{url}/readyz"):
+                break
+            raise ConnectionError("not ready")
+        except (ApiException, ConnectionError):
             if process.poll() is not None or time.monotonic() > deadline:
                 handle.stop()
                 raise RuntimeError(

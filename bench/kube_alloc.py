@@ -29,6 +29,9 @@ Per allocator, in the same run and on the same slices, one after the other:
 Allocator `kube` is kube-scheduler itself (no device taint on drasat's devices). Allocator
 `drasat` is drasat's v1 controller (`start_drasat`), which taints drasat's devices so the
 scheduler's allocator leaves them alone and allocates the claims itself; the scheduler binds.
+Its pods are created with drasat's scheduling gate, as the chart's admission creates them: the
+controller allocates, lifts the gate, and kube-scheduler tries the pod once. `drasat-ungated` is
+the same controller with pods created without the gate (a cluster without the admission).
 
 Results go to `--out` (results.json, summary.md); the command prints the table.
 """
@@ -59,7 +62,7 @@ from kubernetes.client import ApiException
 from bench import mig_churn
 from drasat.api import catalog
 from drasat.api.devicemodel import classes
-from drasat.api.groups import DRIVER_NAME
+from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.simnvml import SimulatedNvml
@@ -183,9 +186,17 @@ def template(name: str, request: Obj) -> Obj:
     }
 
 
-def pod(name: str, template_name: str, node_selector: dict[str, str] | None = None) -> Obj:
+def pod(
+    name: str,
+    template_name: str,
+    node_selector: dict[str, str] | None = None,
+    *,
+    gated: bool = False,
+) -> Obj:
     """A pod whose claim the resourceclaim controller makes from the template; no kubelet runs
-    it, it only needs to get bound."""
+    it, it only needs to get bound. `gated`: created with drasat's scheduling gate, as the
+    chart's admission (MutatingAdmissionPolicy or webhook) creates a pod with a claim of
+    drasat's; drasat's controller lifts it once the claim is allocated."""
     spec: Obj = {
         "containers": [
             {
@@ -199,6 +210,8 @@ def pod(name: str, template_name: str, node_selector: dict[str, str] | None = No
     }
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if gated:
+        spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
     return {"metadata": {"name": name, "labels": {LABEL: "pod"}}, "spec": spec}
 
 
@@ -250,7 +263,15 @@ def start_drasat(kubeconfig: pathlib.Path, namespace: str) -> Handle:
     return drasat_allocator.start(kubeconfig, namespace)
 
 
-ALLOCATORS: dict[str, Allocator] = {"kube": start_kube_scheduler, "drasat": start_drasat}
+ALLOCATORS: dict[str, Allocator] = {
+    "kube": start_kube_scheduler,
+    "drasat": start_drasat,
+    "drasat-ungated": start_drasat,
+}
+# The allocators whose pods are created with drasat's scheduling gate, as the chart's admission
+# creates them; `drasat-ungated` is the path without admission (kube-scheduler tries the pod
+# before drasat allocates, then again after its backoff).
+GATED = frozenset({"drasat"})
 
 
 # --- the fleet -----------------------------------------------------------------------------
@@ -628,7 +649,7 @@ def fill(
         name = _name(i, shape)
         began = time.monotonic()
         try:
-            core.create_namespaced_pod(ns, pod(name, shape.name))
+            core.create_namespaced_pod(ns, pod(name, shape.name, gated=args.gated))
             created[name] = began
         except ApiException as exc:
             errors.append(f"{name}: {exc.status} {exc.reason}")
@@ -679,6 +700,8 @@ def fill(
         "shares_on_whole_gpus": shares_given_whole_gpus(claims),
         "by_shape": {k: {"pods": v[0], "bound": v[1]} for k, v in sorted(by_shape.items())},
         "double_allocations": check_no_double_allocation(claims, fleet),
+        # Each bound pod's creation -> bound, seconds (for the CDFs of bench/perf_plots).
+        "latencies_s": sorted(round(x, 3) for x in latencies),
     }
 
 
@@ -759,6 +782,11 @@ def churn(
                         counts = served.setdefault(kind, {})
                         counts[profile] = counts.get(profile, 0) + 1
 
+    recorder = None
+    if args.record:  # every change of the churn's pods, claims, Events, NASes (bench.timeline)
+        from bench import timeline as timeline_bench
+
+        recorder = timeline_bench.Recorder(kubeconfig, ns, args.drasat_namespace)
     say(f"churn: {len(events)} claims on {len(churn_nodes)} MIG nodes")
     pool = concurrent.futures.ThreadPoolExecutor(args.clients)
     lag = 0.0
@@ -772,8 +800,12 @@ def churn(
                 lag = max(lag, -wait)
             if action == "create":
                 created[name] = time.monotonic()
+                if recorder is not None:
+                    recorder.add({"t": time.time(), "kind": "Create", "object": {"name": name}})
                 kinds.setdefault(kind, [0, 0])[0] += 1
-                pool.submit(core.create_namespaced_pod, ns, pod(name, kind, selector))
+                pool.submit(
+                    core.create_namespaced_pod, ns, pod(name, kind, selector, gated=args.gated)
+                )
             elif action == "verdict":
                 if name in watch.bound:
                     accepted.add(name)
@@ -793,7 +825,15 @@ def churn(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         watch.close()
+        if recorder is not None:
+            recorder.close()
+    recording = (
+        {"namespace": ns, "pods": sorted(created), "records": recorder.records}
+        if recorder is not None
+        else None
+    )
     return {
+        "recording": recording,
         "nodes": len(churn_nodes),
         "gpus": gpus,
         "claims": len(events),
@@ -809,6 +849,17 @@ def churn(
             k: {"claims": v[0], "accepted": v[1], "served": served.get(k, {})}
             for k, v in sorted(kinds.items())
         },
+        # Per claim, in arrival order: [arrival s, accepted, creation -> bound s or null]
+        # (acceptance over time and the CDFs of bench/perf_plots).
+        "claims_timeline": [
+            [
+                round(at, 2),
+                name in accepted,
+                round(watch.bound[name] - created[name], 3) if name in watch.bound else None,
+            ]
+            for at, _, action, name, _ in timeline
+            if action == "create"
+        ],
     }
 
 
@@ -828,7 +879,8 @@ def run_allocator(
         say(f"{name}: not run ({exc})")
         return {"allocator": name, "status": f"not run: {exc}"}
     say(f"{name}: started")
-    out: Obj = {"allocator": name, "status": "ran"}
+    out: Obj = {"allocator": name, "status": "ran", "gated": name in GATED}
+    args = argparse.Namespace(**{**vars(args), "gated": name in GATED})
     try:
         if "fill" in args.phases:
             with namespace(api, f"{run}-{name}-fill") as ns:
@@ -838,6 +890,20 @@ def run_allocator(
                 out["churn"] = churn(api, kubeconfig, ns, fleet, args)
     finally:
         handle.stop()
+    # drasat's controller's counters and sums (solve time, gates lifted), read before it ended.
+    metrics = str(getattr(handle, "metrics", ""))
+    out["controller_metrics"] = {
+        key: float(value)
+        for key, _, value in (line.rpartition(" ") for line in metrics.splitlines())
+        if key and not key.startswith("#") and "_bucket" not in key and "_created" not in key
+    }
+    recording = out.get("churn", {}).pop("recording", None)
+    if recording is not None:  # `python -m bench.timeline --replay` reads it
+        log = getattr(handle, "log", None)
+        recording["log"] = pathlib.Path(log).read_text().splitlines() if log else []
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"churn-records-{name}.json"
+        path.write_text(json.dumps({"runs": [{"allocator": name, **recording}]}) + "\n")
     return out
 
 
@@ -980,6 +1046,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="a churn claim not bound within this long is refused (s)",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="record the churn's watch events and the controller log for bench.timeline",
+    )
     parser.add_argument("--run", default="", help="name prefix of the run's objects")
     parser.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("bench/results/kube-alloc")

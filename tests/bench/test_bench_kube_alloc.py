@@ -101,6 +101,11 @@ def test_harness_on_the_real_control_plane(
     kube, drasat = data["allocators"]
     assert (kube["allocator"], drasat["allocator"]) == ("kube", "drasat")
     assert drasat["status"] == "ran" and drasat["fill"]["bound"] == 2
+    # drasat's pods went the gated path (as admission creates them): the controller lifted
+    # every gate it allocated for, and said so in its metrics.
+    assert (kube["gated"], drasat["gated"]) == (False, True)
+    lifted = drasat["controller_metrics"]["drasat_controller_scheduling_gates_lifted_total"]
+    assert lifted >= 2
     assert drasat["fill"]["double_allocations"] == []
     fill = kube["fill"]
     assert (fill["pods"], fill["bound"], fill["create_errors"]) == (2, 2, [])
