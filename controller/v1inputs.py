@@ -31,11 +31,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drasat.api import nodefit
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.controller import allocation
 from drasat.controller import nodes as nas_nodes
 from drasat.solver import NodeState
-from drasat.v1 import Node, PodInput, nodefit, results, slices
+from drasat.v1 import Node, PodInput, results, slices
 
 Obj = dict[str, Any]
 

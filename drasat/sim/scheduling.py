@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from drasat.v1 import nodefit
+from drasat.api import nodefit
 
 Obj = dict[str, Any]
 
@@ -116,7 +116,7 @@ def status_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
 def pod_fits_node(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """kube-scheduler's filters before DynamicResources, as far as the simulator knows nodes:
     NodeUnschedulable, NodeName, TaintToleration (NoSchedule, NoExecute), NodeAffinity
-    (nodeSelector and required node affinity); `drasat.v1.nodefit.unfit`, the controller's
+    (nodeSelector and required node affinity); `drasat.api.nodefit.unfit`, the controller's
     own. No resource fit: simulated nodes have no allocatable cpu/memory."""
     return nodefit.unfit(pod, node) is None
 

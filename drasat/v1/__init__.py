@@ -8,8 +8,6 @@ mode and the what-if share (never a second copy).
   reads pools (the controller's inventory, and the what-if's for slices it is given);
 - `requests`: a claim's requests, alternatives, constraints and configs, or why not;
 - `variants`: the ways a pod's claims can be met, as solver claims, best first;
-- `nodefit`: whether a pod may run on a node (selector, affinity, taints, resources), as
-  kube-scheduler's filters decide it;
 - `results`: placements as `status.allocation` and NAS ledger entries, and back;
 - `allocate`: the rounds of solver calls that place a batch of pods.
 

@@ -500,7 +500,7 @@ def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> N
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     if not isinstance(allocatable, dict):
         raise InputError("status.allocatable: must be a mapping", where=where)
-    # Cordons, taints, selectors and pod counts are per pod: `drasat.v1.nodefit` decides them.
+    # Cordons, taints, selectors and pod counts are per pod: `drasat.api.nodefit` decides them.
     reason = ""
     for condition in status.get("conditions") or []:
         ready = isinstance(condition, dict) and condition.get("type") == "Ready"

@@ -143,7 +143,7 @@ class NodeAffinity(Open):
 
 
 class Affinity(Open):
-    """Only node affinity is read (the scheduler's filters, `drasat.v1.nodefit`)."""
+    """Only node affinity is read (the scheduler's filters, `drasat.api.nodefit`)."""
 
     nodeAffinity: NodeAffinity | None = None
 

@@ -13,11 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from drasat import loading, policyfiles
-from drasat.api import groups
+from drasat.api import groups, nodefit
 from drasat.api.errors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
-from drasat.v1 import nodefit
 from drasat.whatif import manifests, nodes, report, v1cluster, v1manifests, v1run
 
 log = logging.getLogger(__name__)

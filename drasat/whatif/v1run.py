@@ -4,7 +4,7 @@ controller uses) over them.
 
 Inputs are made here and nowhere else: each node's published devices (the slices read, or what
 drasat's node plugin would publish for a NAS or compact node), its CPU and memory left after the
-pods already bound to it (`drasat.v1.nodefit`), the claims that already hold an allocation
+pods already bound to it (`drasat.api.nodefit`), the claims that already hold an allocation
 entered in the node's ledger (so their devices are taken), and each pod's candidate nodes (the
 scheduler's filters before DynamicResources on the Node objects given; without Node objects,
 `spec.nodeName` and `spec.nodeSelector` on the node's labels).
@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drasat.api import nodefit
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Problem, Solution, SolveParams
-from drasat.v1 import Node, Outcome, PodInput, allocate, nodefit, results
+from drasat.v1 import Node, Outcome, PodInput, allocate, results
 from drasat.whatif import nodes, v1manifests
 
 log = logging.getLogger(__name__)
