@@ -19,13 +19,11 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drasat import DRIVER_NAME
 from drasat.api import catalog, crds
 from drasat.api.cluster import Cluster, ClusterNode
-from drasat.classic import scheduler
-from drasat.classic.controller import for_app
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.kube.client import KubeClient as OfficialClient
@@ -34,6 +32,9 @@ from drasat.nodeplugin import mps, nvml, simnvml
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.sim import apiserver, controllers, kubeclient, kubelet
+
+if TYPE_CHECKING:  # the classic demo's parts load when it runs (a v1-only copy has none)
+    from drasat.classic import scheduler
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,9 @@ class DemoCluster:
                 demo._start_nodes(cluster)
                 demo._start_controller()
                 # The demo's only scheduler: it also binds pods without claims.
-                demo.scheduler = scheduler.Scheduler(
+                from drasat.classic.scheduler import Scheduler
+
+                demo.scheduler = Scheduler(
                     kubeclient.KubeClient(server.url), resync=0.5, plain_pods=True
                 ).start()
                 # Pods of Deployments and Jobs; the classic scheduler makes classic claims.
@@ -208,6 +211,8 @@ class DemoCluster:
                 plugin.start()
 
     def _start_controller(self) -> None:
+        from drasat.classic.controller import for_app
+
         app = App(
             Options(
                 namespace=NAMESPACE,
