@@ -104,7 +104,7 @@ def _asks(container: Mapping[str, Any], resource: str) -> Any:
         found = resources.get(field)
         found = found.get(resource) if isinstance(found, Mapping) else None
         if found is not None:
-            return found
+            return None if str(found).strip() == "0" else found  # 0 asks for none
     return None
 
 
@@ -188,17 +188,37 @@ def _cel_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _present(part: str, resource: str) -> str:
+    r = _cel_string(resource)
+    return f"(has(c.resources.{part}) && {r} in c.resources.{part})"
+
+
+def _count_cel(resource: str) -> str:
+    """CEL: container `c`'s count as written (its limits', else its requests')."""
+    r = _cel_string(resource)
+    return (
+        f"({_present('limits', resource)} ? string(c.resources.limits[{r}]) : "
+        f"string(c.resources.requests[{r}]))"
+    )
+
+
+def _asks_one(resource: str) -> str:
+    """CEL: container `c` asks for a positive whole number of the resource (0 asks for none; a
+    count that is not whole is left for the API server to refuse, as it refuses any)."""
+    return (
+        f"has(c.resources) && ({_present('limits', resource)} || "
+        f"{_present('requests', resource)}) && {_count_cel(resource)}.matches('^[1-9][0-9]*$')"
+    )
+
+
 def _container_patches(field: str, prefix: str, resource: str) -> str:
     """CEL: the JSON patches of every container of `field` that asks for the resource."""
-    r = _cel_string(resource)
     escaped = _cel_string(resource.replace("~", "~0").replace("/", "~1"))
     claim = f"{_cel_string(CLAIM_PREFIX + prefix)} + string(i)"
     base = f'"/spec/{field}/" + string(i) + "/resources"'
-    in_limits = f"(has(c.resources.limits) && {r} in c.resources.limits)"
-    in_requests = f"(has(c.resources.requests) && {r} in c.resources.requests)"
+    in_limits, in_requests = _present("limits", resource), _present("requests", resource)
     return (
-        f"object.spec.{field}.transformList(i, c, has(c.resources) && "
-        f"({in_limits} || {in_requests}), "
+        f"object.spec.{field}.transformList(i, c, {_asks_one(resource)}, "
         f'({in_limits} ? [JSONPatch{{op: "remove", path: {base} + "/limits/" + {escaped}}}] '
         ": []) + "
         f'({in_requests} ? [JSONPatch{{op: "remove", path: {base} + "/requests/" + {escaped}}}] '
@@ -212,28 +232,16 @@ def _container_patches(field: str, prefix: str, resource: str) -> str:
 
 def _claim_entries(field: str, prefix: str, resource: str) -> str:
     """CEL: the pod claims of every container of `field` that asks for the resource."""
-    r = _cel_string(resource)
-    count = (
-        f"(has(c.resources.limits) && {r} in c.resources.limits ? c.resources.limits[{r}] : "
-        f"c.resources.requests[{r}])"
-    )
     return (
-        f"object.spec.{field}.transformList(i, c, has(c.resources) && "
-        f"((has(c.resources.limits) && {r} in c.resources.limits) || "
-        f"(has(c.resources.requests) && {r} in c.resources.requests)), "
+        f"object.spec.{field}.transformList(i, c, {_asks_one(resource)}, "
         f"{{'name': {_cel_string(CLAIM_PREFIX + prefix)} + string(i), "
         f"'resourceClaimTemplateName': {_cel_string('drasat-' + _dns(resource) + '-')} + "
-        f"string({count})}})"
+        f"{_count_cel(resource)}}})"
     )
 
 
 def _asks_cel(field: str, resource: str) -> str:
-    r = _cel_string(resource)
-    return (
-        f"(has(object.spec.{field}) && object.spec.{field}.exists(c, has(c.resources) && "
-        f"((has(c.resources.limits) && {r} in c.resources.limits) || "
-        f"(has(c.resources.requests) && {r} in c.resources.requests))))"
-    )
+    return f"(has(object.spec.{field}) && object.spec.{field}.exists(c, {_asks_one(resource)}))"
 
 
 def admission_policy(resource: str = RESOURCE) -> list[Obj]:

@@ -118,10 +118,19 @@ def test_the_admission_policy_converts_pods_as_the_python_rule_does(
             expected = extended.convert(spec)
             assert expected.changed
             assert _compared(admitted(name)) == _compared(expected.spec), name
-        # A pod that asks for no nvidia.com/gpu is left alone.
-        plain = {"containers": [_container("c", limits={"cpu": "1"})]}
-        created = core.create_namespaced_pod(kube_namespace, _pod("plain", plain), dry_run="All")
-        assert not created.spec.resource_claims
+        # A pod that asks for no nvidia.com/gpu, or for 0, is left alone; a count that is not
+        # whole is left for the API server to refuse (as the what-if refuses it).
+        for limits in ({"cpu": "1"}, {"nvidia.com/gpu": "0"}):
+            plain = {"containers": [_container("c", limits=limits)]}
+            created = core.create_namespaced_pod(kube_namespace, _pod("plain", plain),
+                                                 dry_run="All")  # fmt: skip
+            assert not created.spec.resource_claims
+            assert not extended.convert(plain).changed
+        half = {"containers": [_container("c", limits={"nvidia.com/gpu": "1500m"})]}
+        with pytest.raises(ApiException, match="must be an integer"):
+            core.create_namespaced_pod(kube_namespace, _pod("half", half), dry_run="All")
+        with pytest.raises(extended.ConversionError):
+            extended.convert(half)
 
 
 def test_kube_scheduler_deletes_an_extended_resource_claim_made_beforehand(

@@ -63,13 +63,15 @@ def test_claims_the_pod_already_has_stay_first() -> None:
     assert [c["name"] for c in out["resourceClaims"]] == ["mine", "drasat-gpu-0"]
 
 
-def test_a_pod_without_the_resource_is_unchanged() -> None:
-    spec = {"containers": [{"name": "c", "resources": {"limits": {"cpu": "2"}}}]}
+@pytest.mark.parametrize("limits", [{"cpu": "2"}, {"nvidia.com/gpu": "0"}, {"nvidia.com/gpu": 0}])
+def test_a_pod_that_asks_for_no_gpu_is_unchanged(limits: Obj) -> None:
+    spec = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
     converted = extended.convert(spec)
     assert not converted.changed and converted.spec == spec
+    assert not extended.asks(spec)
 
 
-@pytest.mark.parametrize("bad", ["0", "1.5", "-1", "500m"])
+@pytest.mark.parametrize("bad", ["1.5", "-1", "500m"])
 def test_a_count_that_is_not_a_positive_whole_number_is_named(bad: str) -> None:
     spec = {"containers": [{"name": "c", "resources": _gpus(bad)}]}
     with pytest.raises(extended.ConversionError, match=r"spec\.containers\[0\]\.resources"):
