@@ -17,9 +17,9 @@ import logging
 import pathlib
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from drasat import DRIVER_NAME
 from drasat.api import catalog, crds
@@ -70,6 +70,21 @@ def describe(spec: simnvml.FleetSpec) -> str:
     return ", ".join(f"{n} × {label}" for label, n in counts.items()) or "no GPUs"
 
 
+class NodeKubelet(Protocol):
+    """What the demo reads of a node's kubelet: the simulated one (`drasat.sim.kubelet`), or a
+    real kubelet seen through its runtime's record (`drasat.cli.demov1.RealKubelet`)."""
+
+    @property
+    def plugins(self) -> Mapping[str, object]: ...  # the drivers it registered
+
+    @property
+    def reasons(self) -> Mapping[tuple[str, str], str]: ...  # why a pod has not started
+
+    def running(self, namespace: str, name: str) -> kubelet.PodRun | None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class SimNode:
     """One simulated node: its fleet, node plugin and kubelet."""
@@ -78,7 +93,7 @@ class SimNode:
     fleet: simnvml.SimulatedNvml
     config: Config
     plugin: NodePlugin
-    kubelet: kubelet.Kubelet | None = None
+    kubelet: NodeKubelet | None = None
 
     def mig_devices(self) -> int:
         """MIG devices (GPU instances) that exist on the node's GPUs now."""

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import os
 import pathlib
 import shutil
 import signal
@@ -64,6 +65,7 @@ from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.controller.v1controller import REASON_REFUSED, TAINT_RULE
 from drasat.controlplane import binaries
 from drasat.controlplane import cluster as controlplane
+from drasat.controlplane import kubelet as realkubelet
 from drasat.kube.client import KubeClient as OfficialClient
 from drasat.kube.client import configuration_for, load_configuration
 from drasat.nodeplugin import mps, nvml, registration, simnvml, slices, v1claims
@@ -124,6 +126,9 @@ class V1Cluster:
         #: Seconds each start step took, in order.
         self.timings: list[tuple[str, float]] = []
         self._kinds: dict[tuple[str, str], resources.ResourceType] | None = None
+        #: Which kubelets run the pods, as the demo says it.
+        self.kubelets = "simulated kubelets"
+        self._real_kubelets: list[realkubelet.Kubelet] = []
 
     @classmethod
     @contextlib.contextmanager
@@ -166,7 +171,11 @@ class V1Cluster:
         bin_dir: pathlib.Path,
         out: Out,
         timeout: float,
+        real_kubelets: bool = False,
     ) -> Iterator[V1Cluster]:
+        """`real_kubelets`: a real kubelet per node on its fake container runtime (`fakecri`),
+        registering its own Node and drasat's plugin; else simulated kubelets on Nodes the demo
+        makes Ready itself."""
         began = time.monotonic()
         kube = controlplane.Cluster.start(
             directory=tmp / "kube",
@@ -174,6 +183,7 @@ class V1Cluster:
             timeout=max(timeout, 120.0),
             progress=lambda line: out(f"  starting {line}"),
             die_with_parent=True,  # an interrupted demo leaves no control plane behind
+            root_ca_publisher=real_kubelets,  # a real kubelet mounts kube-root-ca.crt in pods
         )
         try:
             config = kube.kubeconfig
@@ -184,10 +194,17 @@ class V1Cluster:
             )
             demo.timings.append(("control plane", time.monotonic() - began))
             try:
-                demo._install(cluster, policy_text, real=True, timeout=timeout)
-                demo._start_nodes(cluster, tmp)
-                demo._start_controller()
-                demo._start_kubelets(lambda: kubeclient.KubeClient.from_kubeconfig(config))
+                if real_kubelets:
+                    demo.kubelets = f"real kubelets v1.{kube.minor} on fakecri"
+                    demo._install(cluster, policy_text, real=True, timeout=timeout, nodes=False)
+                    started = demo._start_real_kubelets(kube, cluster, tmp, out, timeout)
+                    demo._start_nodes(cluster, tmp, started)
+                    demo._start_controller()
+                else:
+                    demo._install(cluster, policy_text, real=True, timeout=timeout)
+                    demo._start_nodes(cluster, tmp)
+                    demo._start_controller()
+                    demo._start_kubelets(lambda: kubeclient.KubeClient.from_kubeconfig(config))
                 yield demo
             finally:
                 demo._stop()
@@ -214,11 +231,18 @@ class V1Cluster:
         self.timings.append((what, time.monotonic() - began))
 
     def _install(
-        self, cluster: Cluster, policy_text: str, *, real: bool, timeout: float = 60.0
+        self,
+        cluster: Cluster,
+        policy_text: str,
+        *,
+        real: bool,
+        timeout: float = 60.0,
+        nodes: bool = True,
     ) -> None:
         """What the Helm chart and the cluster hold before any user object: on the real cluster
-        the CRDs too (the simulated server is started with them), and Nodes whose status says
-        Ready with room for pods (no kubelet reports it)."""
+        the CRDs too (the simulated server is started with them), and (`nodes`) Nodes whose
+        status says Ready with room for pods (no kubelet reports it; real kubelets register
+        their own)."""
         began = time.monotonic()
         if real:
             self._install_crds(timeout)
@@ -232,7 +256,7 @@ class V1Cluster:
                 "data": {CONFIGMAP_KEY: policy_text},
             },
         )
-        for group in cluster.spec.nodes:
+        for group in cluster.spec.nodes if nodes else ():
             for name in group.node_names():
                 labels = {"kubernetes.io/hostname": name, **group.labels}
                 self.client.create(_core("nodes"), {"metadata": {"name": name, "labels": labels}})
@@ -276,18 +300,26 @@ class V1Cluster:
         self.client.merge_patch(_core("nodes", name=name, sub="status"), {"status": status})
         self.client.merge_patch(_core("nodes", name=name), {"spec": {"taints": None}})
 
-    def _start_nodes(self, cluster: Cluster, tmp: pathlib.Path) -> None:
+    def _start_nodes(
+        self,
+        cluster: Cluster,
+        tmp: pathlib.Path,
+        kubelets: dict[str, realkubelet.Kubelet] | None = None,
+    ) -> None:
+        """A node plugin per node; with real `kubelets` (by node), in that kubelet's plugin
+        folders, registered through its plugin watcher and driven by it."""
         began = time.monotonic()
         for group in cluster.spec.nodes:
             for name in group.node_names():
                 fleet = simnvml.SimulatedNvml(democluster.fleet_spec(cluster, group, name))
                 base = tmp / name
+                real = (kubelets or {}).get(name)
                 config = Config(
                     node_name=name,
                     namespace=NAMESPACE,
                     cdi_root=base / "cdi",
-                    plugin_dir=base / "plugins",
-                    registry_dir=base / "registry",
+                    plugin_dir=real.plugins_dir if real else base / "plugins",
+                    registry_dir=real.registry_dir if real else base / "registry",
                     state_dir=base / "state",
                     # Watched health: the kubelet writes Healthy into the pods' status. Unwatched,
                     # it writes Unknown with a message, a field the simulated API server's Pod
@@ -306,9 +338,39 @@ class V1Cluster:
                     claim_reader=v1claims.KubeClaimReader(api),
                     slice_publisher=slices.SlicePublisher(api, node_name=name),
                 )
-                self.nodes.append(democluster.SimNode(name, fleet, config, plugin))
+                node = democluster.SimNode(name, fleet, config, plugin)
+                self.nodes.append(node)
                 plugin.start()
+                if real is not None:
+                    node.kubelet = RealKubelet(real, self.client, plugin, config.cdi_root)
         self._step("node plugins", began)
+
+    def _start_real_kubelets(
+        self,
+        kube: controlplane.Cluster,
+        cluster: Cluster,
+        tmp: pathlib.Path,
+        out: Out,
+        timeout: float,
+    ) -> dict[str, realkubelet.Kubelet]:
+        """A real kubelet per node, each registering its Node (then given the described node's
+        labels, as a node's provisioning would); stopped with the rest on exit."""
+        began = time.monotonic()
+        started: dict[str, realkubelet.Kubelet] = {}
+        for group in cluster.spec.nodes:
+            for name in group.node_names():
+                out(f"  starting kubelet {name} on its fake container runtime")
+                node = realkubelet.Kubelet.start(
+                    kube, name, root=tmp / name / "kubelet", timeout=max(timeout, 120.0)
+                )
+                started[name] = node
+                self._real_kubelets.append(node)
+                if group.labels:
+                    self.client.merge_patch(
+                        _core("nodes", name=name), {"metadata": {"labels": dict(group.labels)}}
+                    )
+        self._step("kubelets", began)
+        return started
 
     def _start_controller(self) -> None:
         began = time.monotonic()
@@ -409,6 +471,86 @@ class V1Cluster:
         democluster.stop_thread(self._controller_stop, self._controller, "the controller")
 
 
+class RealKubelet:
+    """A real kubelet (`drasat.controlplane.kubelet`) as the demo reads the simulated one: the
+    plugin it registered, and each pod it runs with what its containers were given, read from
+    the fake runtime's record of the kubelet's CreateContainer requests (their CDI devices,
+    resolved against the plugin's CDI specs as a CDI-aware runtime would)."""
+
+    def __init__(
+        self,
+        node: realkubelet.Kubelet,
+        client: kubeclient.KubeClient,
+        plugin: NodePlugin,
+        cdi_root: pathlib.Path,
+    ) -> None:
+        self.node = node
+        self.client = client
+        self.plugin = plugin
+        self.cdi_root = cdi_root
+        #: Why a pod has not started (the kubelet says it in Events; the demo reads those).
+        self.reasons: dict[Key, str] = {}
+        self._runs: dict[str, kubelet.PodRun] = {}
+
+    @property
+    def plugins(self) -> dict[str, str]:
+        """The drivers this kubelet registered (drasat's once the plugin was told so)."""
+        registered = self.plugin.registration.registered.is_set()
+        return {DRIVER_NAME: str(self.node.registry_dir)} if registered else {}
+
+    def running(self, namespace: str, name: str) -> kubelet.PodRun | None:
+        """The pod, once Running on this node, with its claims, their devices (from their
+        allocation) and each container's CDI devices (from the runtime's record)."""
+        try:
+            pod = self.client.get(_core("pods", namespace, name))
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        if spec.get("nodeName") != self.node.name or status.get("phase") != "Running":
+            return None
+        uid = str(pod["metadata"]["uid"])
+        if uid in self._runs:
+            return self._runs[uid]
+        made = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in status.get("resourceClaimStatuses") or []
+        }
+        claims, uids, prepared = [], {}, {}
+        for entry in spec.get("resourceClaims") or []:
+            claim_name = entry.get("resourceClaimName") or made.get(entry.get("name"))
+            claim = self.client.get(_path("resourceclaims", namespace, claim_name))
+            claim_uid = str(claim["metadata"]["uid"])
+            results = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            claims.append(kubelet.ClaimRef(namespace, claim_name, claim_uid, (DRIVER_NAME,)))
+            uids[str(entry.get("name"))] = claim_uid
+            prepared[claim_uid] = [
+                kubelet.PreparedDevice(
+                    (str(r.get("request")),), str(r.get("pool")), str(r.get("device")), ()
+                )
+                for r in results.get("results") or []
+                if r.get("driver") == DRIVER_NAME
+            ]
+        containers = {
+            str(r["container"]): list(r.get("cdiDevices") or [])
+            for r in self.node.created_containers()
+            if (r.get("namespace"), r.get("pod")) == (namespace, name)
+        }
+        every = list(dict.fromkeys(d for ids in containers.values() for d in ids))
+        env, _undefined = kubelet.cdi_edits(self.cdi_root, every)
+        devices = {c.uid: [d for d in every if c.uid in d] for c in claims}
+        run = kubelet.PodRun(namespace, name, uid, claims, devices, env, prepared, uids)
+        run.containers = containers
+        self._runs[uid] = run
+        return run
+
+    def stop(self) -> None:
+        """Stop the kubelet and its runtime, and remove their folder (mounts detached first)."""
+        self.node.stop()
+        self.node.remove()
+
+
 class DemoError(Exception):
     """A step of the demo failed (exit 1); the message says which."""
 
@@ -443,7 +585,10 @@ class V1Demo:
 
     def show_cluster(self, source: str) -> None:
         missing = self.cluster.ready(self.timeout)
-        self.out.phase(f"cluster ({source}, {self.cluster.kind}): {len(self.cluster.nodes)} nodes")
+        cluster = self.cluster
+        self.out.phase(
+            f"cluster ({source}, {cluster.kind}, {cluster.kubelets}): {len(cluster.nodes)} nodes"
+        )
         rows = [["NODE", "GPUS", "SLICE DEVICES", "NAS"]]
         for node in sorted(self.cluster.nodes, key=lambda n: n.name):
             nas = self.cluster.nas(node.name)
@@ -724,6 +869,20 @@ def _terminate_unwinds() -> Any:
         return None
 
 
+def _real_kubelets(bin_dir: pathlib.Path) -> tuple[bool, str]:
+    """Whether the real control plane gets real kubelets (the kubelet and fakecri in `bin_dir`,
+    and root to run them), and the line that says which and why."""
+    try:
+        realkubelet.locate_node_binaries(bin_dir)
+    except binaries.MissingBinaries:
+        return False, (
+            f"simulated ({bin_dir} has no kubelet and fakecri: scripts/kube-build builds them)"
+        )
+    if os.geteuid() != 0:
+        return False, "simulated (the real kubelet runs as root)"
+    return True, f"real (kubelet and fakecri from {bin_dir}, one per node)"
+
+
 def check_v1(documents: Sequence[loading.Document], *, real: bool = False) -> None:
     """Before anything starts: classic DRA objects are for `--classic` (say so), and a kind the
     simulated API server does not serve is refused as `apply` would refuse it later (on the real
@@ -798,7 +957,9 @@ def run(
         if bin_dir is None:
             running = V1Cluster.simulated(cluster, policy_text=policy_text, tmp=tmp)
         else:
+            real_kubelets, why = _real_kubelets(bin_dir)
             out.phase(f"starting the real control plane from {bin_dir}")
+            out(f"  kubelets: {why}")
             running = V1Cluster.real(
                 cluster,
                 policy_text=policy_text,
@@ -806,6 +967,7 @@ def run(
                 bin_dir=bin_dir,
                 out=out,
                 timeout=args.timeout,
+                real_kubelets=real_kubelets,
             )
         with running as v1_cluster:
             demo = V1Demo(v1_cluster, out, args.timeout)
@@ -861,8 +1023,9 @@ def run(
         out(f"== demo FAILED: {'; '.join(demo.failures)}")
         return 1
     pending = f", {len(stuck)} stayed Pending" if stuck else ""
+    kubelets = ", real kubelets" if v1_cluster.kubelets.startswith("real") else ""
     out(
-        f"== demo ok ({v1_cluster.kind.split(' (')[0]}): {len(ran)} pods ran{pending}; "
+        f"== demo ok ({v1_cluster.kind.split(' (')[0]}{kubelets}): {len(ran)} pods ran{pending}; "
         "every device was cleaned up"
     )
     return 0

@@ -2,8 +2,9 @@
 
 The command is run as a user runs it, in its own process: it starts etcd, kube-apiserver,
 kube-scheduler and kube-controller-manager v1.37.2 from DIR in a temporary folder, runs drasat's
-v1 controller, node plugins (simulated GPUs) and simulated kubelets against them, applies the
-manifests, and stops everything. The test reads its output:
+v1 controller and node plugins (simulated GPUs) against them, with real kubelets on fake container
+runtimes when DIR holds the kubelet and fakecri (else simulated kubelets; each test runs one way),
+applies the manifests, and stops everything. The test reads its output:
 
 - the two reference cases: each pod of case (a) on a GPU of its own, both pods of case (b) on one
   GPU through one claim, time-sliced Long; every node clean; the four components stopped; exit 0;
@@ -34,12 +35,25 @@ _VISIBLE = re.compile(
 _ROW = re.compile(r"^  (\S+/\S+) +(\S+) +(\S+) +GPU \d+ \(\S+\) +(.+?) +(\w+) +(\S+)$", re.M)
 
 
-def _demo(*args: str) -> tuple[pathlib.Path, str]:
-    """`drasat demo --kube-bin DIR ARGS` in its own process: DIR and what it printed (exit 0)."""
+def _bin_dir() -> pathlib.Path:
     try:
-        bin_dir = binaries.locate()  # $DRASAT_KUBE_BIN, else the scripts/kube-build cache
+        return binaries.locate()  # $DRASAT_KUBE_BIN, else the scripts/kube-build cache
     except binaries.MissingBinaries as exc:
         pytest.fail(f"the real control plane is not built: {exc}", pytrace=False)
+
+
+def _control_plane_only(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A folder with the control plane's binaries but no kubelet: the demo's simulated kubelets."""
+    folder = tmp_path / "control-plane-only"
+    folder.mkdir()
+    for name in binaries.NAMES:
+        (folder / name).symlink_to(_bin_dir() / name)
+    return folder
+
+
+def _demo(*args: str, bin_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, str]:
+    """`drasat demo --kube-bin DIR ARGS` in its own process: DIR and what it printed (exit 0)."""
+    bin_dir = bin_dir or _bin_dir()
     done = subprocess.run(
         [sys.executable, "-m", "drasat", "demo", "--kube-bin", str(bin_dir), *args],
         capture_output=True,
@@ -52,10 +66,16 @@ def _demo(*args: str) -> tuple[pathlib.Path, str]:
     return bin_dir, done.stdout
 
 
-def test_the_demo_runs_both_reference_cases_on_the_real_control_plane() -> None:
-    bin_dir, out = _demo()
+def test_the_demo_runs_both_reference_cases_on_the_real_control_plane(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With simulated kubelets: DIR holds no kubelet (the demo says so)."""
+    bin_dir, out = _demo(bin_dir=_control_plane_only(tmp_path))
     assert f"== starting the real control plane from {bin_dir}" in out
-    assert re.search(r"^== cluster \(.*, real control plane v1\.37 \(", out, re.M), out
+    assert f"  kubelets: simulated ({bin_dir} has no kubelet and fakecri" in out
+    assert re.search(
+        r"^== cluster \(.*, real control plane v1\.37 \(.*\), simulated kubelets\)", out, re.M
+    ), out
     running = dict(_RUNNING.findall(out))
     assert set(running) == {
         "gpu-test1-v1/pod1", "gpu-test1-v1/pod2", "gpu-test2-v1/pod1", "gpu-test2-v1/pod2",
@@ -90,8 +110,14 @@ def test_the_demo_runs_both_reference_cases_on_the_real_control_plane() -> None:
 WORKLOADS = pathlib.Path(__file__).with_name("demo-workloads.yaml")
 
 
-def test_the_demo_runs_a_deployment_a_job_and_a_statefulset_on_the_real_control_plane() -> None:
-    _bin_dir, out = _demo("-f", str(WORKLOADS))
+def test_the_demo_runs_a_deployment_a_job_and_a_statefulset_on_real_kubelets() -> None:
+    """With real kubelets (DIR holds the kubelet and fakecri; the tests run as root): each node
+    registers itself, drasat's plugin through its kubelet, and the pods' containers are made on
+    the fake runtime with their claims' CDI devices."""
+    bin_dir, out = _demo("-f", str(WORKLOADS))
+    assert f"  kubelets: real (kubelet and fakecri from {bin_dir}, one per node)" in out, out
+    for node in ("a100-node", "l4-node", "t4-node"):
+        assert f"  starting kubelet {node} on its fake container runtime" in out, out
     for workload in ("Deployment workloads/gpu-test4", "Job workloads/train",
                      "StatefulSet workloads/web"):  # fmt: skip
         assert f"{workload}: 2 of 2 pod(s) created" in out, out
@@ -103,12 +129,17 @@ def test_the_demo_runs_a_deployment_a_job_and_a_statefulset_on_the_real_control_
     assert {owner: len(nodes) for owner, nodes in by_owner.items()} == {
         "gpu-test4": 2, "train": 2, "web": 2,
     }, out  # fmt: skip
-    # gpu-test4's pods on the A100 node (four MIG devices of one parent each)
+    # gpu-test4's pods on the A100 node (four MIG devices of one parent each); the kubelet gave
+    # each container the one MIG device of the request it names
     assert by_owner["gpu-test4"] == ["a100-node", "a100-node"], out
+    visible = re.findall(r"^  log \[ctr\d\]: NVIDIA_VISIBLE_DEVICES=(\S+) ", out, re.M)
+    assert len(visible) == 8 and len(set(visible)) == 8, out
+    assert all(v.startswith("MIG-") and "," not in v for v in visible), out
     shared = re.findall(r"^pod workloads/web-\d  Pending -> Running on \S+\n  claim (\S+): (\S+)$",
                         out, re.M)  # fmt: skip
     assert len(shared) == 2 and shared[0] == shared[1] and shared[0][0] == "shared-gpu", out
     assert out.count("0 allocated, 0 prepared, 0 CDI specs, 0 MIG devices  ok") == 3, out
     assert out.rstrip().endswith(
-        "== demo ok (real control plane v1.37): 6 pods ran; every device was cleaned up"
+        "== demo ok (real control plane v1.37, real kubelets): 6 pods ran; "
+        "every device was cleaned up"
     ), out
