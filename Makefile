@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e oracle kube check lint typecheck layers unit generate gpu-check mutation clean
+.PHONY: demo whatif test e2e oracle kube check lint typecheck layers without-classic unit generate gpu-check mutation clean
 
 # setuptools' editable install always adds a note (folders named like the package may shadow it),
 # which pip relays as a 10-line warning: filtered, as it asks nothing of the user.
@@ -71,6 +71,10 @@ typecheck: $(STAMP)
 
 layers: $(STAMP)
 	$(BIN)/python scripts/layers.py
+
+## without-classic: a copy without drasat/classic and tests/classic installs and passes its v1 tests
+without-classic: $(STAMP)
+	$(BIN)/python scripts/without_classic.py
 
 unit: $(STAMP)
 	$(BIN)/pytest
