@@ -1,7 +1,9 @@
 """Wire the node plugin from options: NVML or the simulated fleet, the NAS store, the MPS runner.
 
 The simulated fleet (`--simulate-gpus` / DRASAT_SIMULATE_GPUS) is never chosen silently: it is
-logged as a warning at start and marked on every NAS write's log line of the plugin.
+logged as a warning at start and marked on every NAS write's log line of the plugin. It belongs to
+the test bed (drasat.testbed.simnvml), which the caller hands in (`Options.simulator`): the node
+plugin never imports it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import cdi, mps, nvml, registration, simnvml, slices, state, v1claims
+from drasat.nodeplugin import cdi, mps, nvml, registration, slices, state, v1claims
+from drasat.nodeplugin.devices import DeviceLib
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 
@@ -28,10 +31,16 @@ log = logging.getLogger(__name__)
 CRASH_AFTER_ENV = "DRASAT_SIM_CRASH_AFTER"
 
 
+#: A simulated fleet from a --simulate-gpus spec: its device library and MPS runner, and how many
+#: GPUs it has (drasat.testbed.simnvml.node_plugin_parts).
+Simulator = Callable[[str], tuple[DeviceLib, mps.Runner, int]]
+
+
 @dataclass(frozen=True)
 class Options:
     config: Config
     simulate_gpus: str = ""
+    simulator: Simulator | None = None
     kubeconfig: str | None = None
     in_memory_nas: bool = False
 
@@ -43,16 +52,17 @@ def build(options: Options) -> NodePlugin:
     if not config.driver_root and config.cdi_mode is cdi.CdiMode.drasat:
         log.warning("%s", cdi.undiscovered_driver_note(str(config.proc_root)))
     runner: mps.Runner
+    lib: DeviceLib
     if options.simulate_gpus:
-        fleet = simnvml.SimulatedNvml(options.simulate_gpus)
+        if options.simulator is None:
+            raise InputError("--simulate-gpus needs the test bed (drasat.testbed), not installed")
+        lib, runner, gpus = options.simulator(options.simulate_gpus)
         log.warning(
             "SIMULATED GPUs (%s): %d GPU(s); no NVML, no nvidia-smi; MPS daemons are the "
             "stand-in simmps.py",
             options.simulate_gpus,
-            len(fleet.gpus),
+            gpus,
         )
-        lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)
-        runner = mps.SimulatedRunner()
     else:
         lib = nvml.NvmlDeviceLib()
         # The host's MPS binaries, chrooted into the host's root where the plugin sees it.

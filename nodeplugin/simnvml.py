@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 
 from drasat.api import catalog
 from drasat.api.errors import InputError
-from drasat.nodeplugin import nvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.devices import DeviceError
 
 N: Any = nvml.NVML  # pynvml: constants, NVMLError and ctypes structs
@@ -808,3 +808,10 @@ class SimulatedNvml:
         if not isinstance(mig, SimMigHandle):
             _fail(N.NVML_ERROR_INVALID_ARGUMENT)
         return mig.compute_instance.id
+
+
+def node_plugin_parts(spec: str) -> tuple[nvml.NvmlDeviceLib, mps.SimulatedRunner, int]:
+    """The node plugin's parts for `--simulate-gpus SPEC` (`drasat.nodeplugin.app.Simulator`):
+    NVML calls answered by this fleet, MPS daemons played by simmps.py, and the GPU count."""
+    fleet = SimulatedNvml(spec)
+    return nvml.NvmlDeviceLib(fleet, run=fleet.run), mps.SimulatedRunner(), len(fleet.gpus)

@@ -171,6 +171,15 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def simulator() -> app.Simulator | None:
+    """The simulated fleet of --simulate-gpus (the test bed), or None where it is not installed."""
+    try:
+        from drasat.nodeplugin.simnvml import node_plugin_parts
+    except ImportError:
+        return None
+    return node_plugin_parts
+
+
 def options(args: argparse.Namespace) -> app.Options:
     if not args.node_name:
         raise InputError("--node-name (or $NODE_NAME) is required")
@@ -202,6 +211,7 @@ def options(args: argparse.Namespace) -> app.Options:
     return app.Options(
         config=config,
         simulate_gpus=args.simulate_gpus,
+        simulator=simulator() if args.simulate_gpus else None,
         kubeconfig=args.kubeconfig,
         in_memory_nas=args.in_memory_nas,
     )

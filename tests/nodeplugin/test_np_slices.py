@@ -16,7 +16,7 @@ from drasat.api.errors import InputError
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.resources import NODES, Resource
-from drasat.nodeplugin import app, mps, registration, slices
+from drasat.nodeplugin import app, mps, registration, simnvml, slices
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.plugin import Config, NodePlugin
@@ -253,6 +253,11 @@ def test_resourceslices_need_api_access_and_a_structured_kubelet_api(
         publish_slices=True,
         kubelet_api=registration.KubeletApi.structured,
     )
-    options = app.Options(config=config, simulate_gpus="1xT4", in_memory_nas=True)
+    options = app.Options(
+        config=config,
+        simulate_gpus="1xT4",
+        simulator=simnvml.node_plugin_parts,
+        in_memory_nas=True,
+    )
     with pytest.raises(InputError, match="--resourceslices needs API access"):
         app.build(options)
