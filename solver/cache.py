@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from drasat.solver.inventory import MigOption, NodeView
@@ -70,6 +70,12 @@ class SolverCache:
         self.evaluations: dict[tuple[int, int, int], Evaluation] = {}
         #: The same key -> why the pod does not fit the node (None: no blocker found).
         self.blockers: dict[tuple[int, int, int], Obstacle | None] = {}
+        #: (pod shape, node exact state) -> the node's state as a pod limited to some GPUs
+        #: reads it (`nodes._state`).
+        self.eligibility: dict[tuple[int, int], int] = {}
+        #: (eligible set, placements, interned constraint values) -> a claim's limits by uuid
+        #: (`nodes._eligibility`).
+        self.limits: dict[tuple[object, ...], Any] = {}
         #: (pod shape, GPU state, node class, GPU identity or ()) -> ways a claim takes the GPU.
         self.gpu_ways: dict[tuple[object, ...], tuple[tuple[int, int, MigOption | None], ...]] = {}
         #: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.

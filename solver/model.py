@@ -165,11 +165,11 @@ def claim_shape(claim: Claim) -> tuple[object, bool]:
     assert spec is not None
     text = spec.model_dump_json(exclude_none=True)
     names_gpus = '"index"' in text or '"uuid"' in text or claim.request.eligible is not None
-    eligible = tuple(sorted(claim.request.eligible or ()))
+    # The sets themselves (hashable; one object for the claims of one template): sorting
+    # thousands of uuids per claim is most of a large v1 model's build.
     placements = claim.request.placements
     names_gpus = names_gpus or placements is not None
-    where = None if placements is None else tuple(sorted(placements))
-    return (claim.namespace, claim.kind.value, text, eligible, where), names_gpus
+    return (claim.namespace, claim.kind.value, text, claim.request.eligible, placements), names_gpus
 
 
 class _Builder:

@@ -28,7 +28,7 @@ is memoized the same way, as an Obstacle whose claims and node are references (`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from drasat.solver import (
@@ -73,6 +73,15 @@ class Evaluation:
     optimal: bool = True
 
 
+#: Per claim: its eligible uuids (None: any), its eligible placement starts by uuid (None:
+#: any), and per device constraint its devices' values by uuid ((profile, start), value).
+_Eligibility = tuple[
+    frozenset[str] | None,
+    Mapping[str, tuple[int, ...]] | None,
+    tuple[Mapping[str, tuple[tuple[tuple[str | None, int | None], str], ...]], ...],
+]
+
+
 @dataclass(frozen=True)
 class PodShape:
     """What the per-node evaluation of a pod depends on, besides the node and the policy."""
@@ -85,16 +94,42 @@ class PodShape:
     #: The pod's claims as reasons name them (namespace/name), in order: what a ClaimRef of
     #: a memoized obstacle renders to for this pod.
     refs: tuple[str, ...] = ()
+    #: Claims limited to some GPUs (an eligible set, MIG placements: v1 claims, whose
+    #: selectors were evaluated per device) and naming none otherwise: per claim, the eligible
+    #: uuids (None: any) and the eligible placement starts by uuid (None: any). A node's state
+    #: is then told apart by which of its GPUs (in canonical positions) are eligible, not by
+    #: their identity, so equal nodes still share one evaluation (`_state`). None: no such claim
+    #: (or `names_gpus`).
+    eligibility: tuple[_Eligibility, ...] | None = None
+    #: The fragmentation term's workload classes are limited to some GPUs: each GPU's
+    #: eligibility row (`workload.eligible_row`) is part of the node's state too.
+    rows: bool = False
 
 
-def _eligible_text(claim: Claim) -> str:
+def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
+    """`groups`: the pod's constraint keys, numbered in the order met (a key names its claim,
+    which pods of one template do not share; what the evaluation reads is which of the pod's
+    claims a constraint ties together, so pods that differ only in their claims' names share
+    one shape and one evaluation per node)."""
     request = claim.request
     eligible = request.eligible
-    text = "" if eligible is None else " eligible=" + ",".join(sorted(eligible))
+    # Sets by their interned number (equal sets, one number), not spelled out: a v1 claim's
+    # set holds every eligible GPU of the cluster.
+    text = "" if eligible is None else f" eligible=#{rules.cache.intern(eligible)}"
     if request.placements is not None:
-        text += " placements=" + ",".join(f"{u}@{s}" for u, s in sorted(request.placements))
+        text += f" placements=#{rules.cache.intern(request.placements)}"
     if request.constraints:
-        text += f" constraints={request.constraints!r}"
+        local = tuple(
+            (
+                groups.setdefault(c.key, len(groups)),
+                c.distinct,
+                c.evenly,
+                c.label,
+                rules.cache.intern(c.values),
+            )
+            for c in request.constraints
+        )
+        text += f" constraints={local!r}"
     if request.share_group is not None:
         text += f" share_group={request.share_group}"
     return text if request.same_gpu is None else f"{text} same_gpu={request.same_gpu}"
@@ -104,13 +139,17 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
     claims = []
     # Which GPU is which matters when a selector (a claim's, a reservation's, or a workload
     # class's) names an index or uuid: read from the selectors' structure.
-    names_gpus = rules.names_gpus or rules.workload.names_gpus
+    # A workload class limited to some GPUs by an eligible set (v1 claims) is read per node
+    # by `_state` through each GPU's eligibility row, like the pod's own eligible sets.
+    rows = bool(rules.workload) and rules.workload.names_gpus and not _workload_names_gpus(rules)
+    names_gpus = rules.names_gpus or (rules.workload.names_gpus and not rows)
+    groups: dict[str, int] = {}
     for claim in entry.claims:
         spec = claim.request.gpu or claim.request.mig
         assert spec is not None
         # The spec's fields, serialized (equal text: equal fields); a key, never searched.
-        text = spec.model_dump_json(exclude_none=True) + _eligible_text(claim)
-        names_gpus = names_gpus or claim.names_gpus
+        text = spec.model_dump_json(exclude_none=True) + _eligible_text(claim, groups, rules)
+        names_gpus = names_gpus or _names_gpus(claim)
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid
         paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)
@@ -135,12 +174,106 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         rules.workload.id,
     )
     refs = tuple(c.ref for c in entry.claims)
-    return PodShape(entry, key, names_gpus, rules.cache.intern(key), refs)
+    eligibility = None
+    limited = any(
+        c.request.eligible is not None or c.request.placements is not None or c.request.constraints
+        for c in entry.claims
+    )
+    if (limited or rows) and not names_gpus:
+        eligibility = tuple(_eligibility(c, rules) for c in entry.claims)
+    shape_id = rules.cache.intern(key)
+    return PodShape(entry, key, names_gpus, shape_id, refs, eligibility, rows and not names_gpus)
+
+
+def _workload_names_gpus(rules: Rules) -> bool:
+    """Whether a workload class's selector names GPUs by index or uuid (not only by an
+    eligible set, which `workload.eligible_row` reads per GPU)."""
+    return any(
+        demand.names_gpu(c.claim.selector) or bool(c.claim.request.constraints)
+        for c in rules.workload.classes
+    )
+
+
+def _names_gpus(claim: Claim) -> bool:
+    """Whether the claim's selector tells GPUs apart by their index or uuid (an eligible set
+    and device constraints are read per node by `_state` instead)."""
+    return demand.names_gpu(claim.selector)
+
+
+def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
+    """The claim's limits by uuid (memoized per set: the claims of a template share them)."""
+    request = claim.request
+    values_ids = tuple(rules.cache.intern(c.values) for c in request.constraints)
+    key = (request.eligible, request.placements, values_ids)
+    found = rules.cache.limits.get(key)
+    if found is not None:
+        return found
+    starts = None
+    if request.placements is not None:
+        by_uuid: dict[str, list[int]] = {}
+        for uuid, start in request.placements:
+            by_uuid.setdefault(uuid, []).append(start)
+        starts = {uuid: tuple(sorted(found)) for uuid, found in by_uuid.items()}
+    values = []
+    for constraint in request.constraints:
+        per_uuid: dict[str, list[tuple[tuple[str | None, int | None], str]]] = {}
+        for (uuid, profile, start), value in constraint.values:
+            per_uuid.setdefault(uuid, []).append(((profile, start), value))
+        values.append({uuid: tuple(found) for uuid, found in per_uuid.items()})
+    made: _Eligibility = (request.eligible, starts, tuple(values))
+    return rules.cache.put(rules.cache.limits, key, made)
+
+
+def _gpu_eligibility(pod: PodShape, uuid: str) -> tuple[object, ...]:
+    """What the pod's claims may take of this GPU, and the values its devices have for their
+    constraints (see PodShape.eligibility)."""
+    assert pod.eligibility is not None
+    return tuple(
+        (
+            eligible is None or uuid in eligible,
+            None if starts is None else starts.get(uuid, ()),
+            tuple(by_uuid.get(uuid, ()) for by_uuid in values),
+        )
+        for eligible, starts, values in pod.eligibility
+    )
+
+
+def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
+    """The node's state as the pod's evaluation reads it: which GPU is which when the pod
+    names GPUs; when it is limited to some GPUs or constrains their devices' values, which of
+    them are eligible and which of their values are equal (values renumbered in the order met:
+    the evaluation compares them, never reads them); else what they are. Memoized per pod
+    shape and node state."""
+    if pod.names_gpus:
+        return node.exact_key
+    if pod.eligibility is None:
+        return node.canonical_key
+    key = (pod.key_id, node.exact_key)
+    found = rules.cache.eligibility.get(key)
+    if found is None:
+        numbers: dict[str, int] = {}
+        signature: list[object] = []
+        for gpu in node.gpus:
+            for eligible, starts, values in _gpu_eligibility(pod, gpu.uuid):  # type: ignore[misc]
+                renamed = tuple(
+                    tuple(
+                        (where, numbers.setdefault(value, len(numbers))) for where, value in entries
+                    )
+                    for entries in values
+                )
+                signature.append((eligible, starts, renamed))
+            if pod.rows:
+                signature.append(workload.eligible_row(rules.workload, gpu, rules))
+        found = rules.cache.put(
+            rules.cache.eligibility,
+            key,
+            rules.cache.intern((node.canonical_key, tuple(signature))),
+        )
+    return found
 
 
 def _key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
-    state = node.exact_key if pod.names_gpus else node.canonical_key
-    return (pod.key_id, rules.node_class_id(node.name), state)
+    return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
 def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
@@ -161,10 +294,15 @@ def evaluate_each(
     memo_get = rules.cache.evaluations.get
     class_id = rules.node_class_id
     exact = pod.names_gpus
+    limited = pod.eligibility is not None
     key_id = pod.key_id
     out: list[Evaluation] = []
+    states_get = rules.cache.eligibility.get
     for node in views:
-        state = node.exact_key if exact else node.canonical_key
+        if limited:
+            state = states_get((key_id, node.exact_key)) or _state(pod, node, rules)
+        else:
+            state = node.exact_key if exact else node.canonical_key
         found = memo_get((key_id, class_id(node.name), state))
         out.append(found if found is not None else evaluate(pod, node, rules, budget))
     return out
@@ -198,8 +336,7 @@ def reason_text(
     the cluster-wide sentence is not rendered). `_memo_obstacle` inlined: it runs per node."""
     if evaluation.picks is not None:
         return None
-    state = node.exact_key if pod.names_gpus else node.canonical_key
-    key = (pod.key_id, rules.node_class_id(node.name), state)
+    key = _key(pod, node, rules)
     obstacle = rules.cache.blockers.get(key, _MISSING)
     if obstacle is _MISSING:
         obstacle = rules.cache.put(rules.cache.blockers, key, _obstacle(pod, node, rules, budget))
@@ -396,7 +533,12 @@ def _gpu_ways(
 ) -> tuple[tuple[int, int, MigOption | None], ...]:
     """(cost, order, MIG option or None) of each way the claim can take this GPU. Memoized by
     the GPU's state: thousands of GPUs share a few dozen states."""
-    identity = gpu.identity() if pod.names_gpus else ()
+    if pod.names_gpus:
+        identity: tuple[object, ...] = gpu.identity()
+    else:
+        identity = () if pod.eligibility is None else _gpu_eligibility(pod, gpu.uuid)
+        if pod.rows:
+            identity = (*identity, workload.eligible_row(rules.workload, gpu, rules))
     key = (pod.key, gpu.state_id, node_class, identity)
     found = rules.cache.gpu_ways.get(key)
     if found is not None:

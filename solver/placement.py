@@ -352,7 +352,10 @@ def _batch(
 ) -> Solution:
     online_budget = _budget(problem, params, online=True)
     quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
+    warm_started = time.monotonic()
     warm = _online(problem, _State.initial(problem, views, cache), online_budget, quiet)
+    #: What one pod's online decision cost: explaining a pod after the solve costs about three.
+    decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))
     state = _State.initial(problem, views, cache)
     order = {name: i for i, name in enumerate(views)}
     entries: list[PodEntry] = []
@@ -363,6 +366,7 @@ def _batch(
     #: Some pod kept only its best `keep` of the nodes it fits on: CP-SAT's proof and bound are
     #: then of that reduced model, not of the problem.
     pruned = False
+    ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
@@ -375,7 +379,14 @@ def _batch(
             )
             _scan(shape, candidates, state, online_budget, feasibility[pod.key])
         fitting, dropped = _fitting_nodes(
-            pod_input, candidates, state, online_budget, keep, warm_node.get(pod.key), order
+            pod_input,
+            candidates,
+            state,
+            online_budget,
+            keep,
+            warm_node.get(pod.key),
+            order,
+            ranking,
         )
         pruned = pruned or dropped
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
@@ -384,6 +395,13 @@ def _batch(
     # The time limit covers the whole batch solve: CP-SAT gets what building left of it.
     budget = _budget(problem, params, online=False)
     left = max(0.1 * budget.time_limit_s, budget.time_limit_s - (time.perf_counter() - started))
+    if params.deadline is not None:
+        # The caller's whole run ends at the deadline: CP-SAT stops early enough for the
+        # explanations (about three decisions for each pod the warm start left out) and the
+        # caller's own work after the solve (a tenth of what is left).
+        remaining = params.deadline - time.monotonic()
+        explaining = 3 * decision_s * len(warm.unplaced) if params.explain else 0.0
+        left = min(left, max(_MIN_SEARCH_S, 0.9 * remaining - explaining))
     result = solving.solve(built, dataclasses.replace(budget, time_limit_s=left), hint)
     warm_primary = _primary_of(built, warm.placements)
     if not result.has_solution or result.primary < warm_primary:
@@ -413,11 +431,14 @@ def _batch(
         decision = _Decision(node, claims, 0, 0)
         placements.append(state.place(pod, inputs[pod.key].claims, decision))
     unplaced = []
+    fitting = {entry.key: len(entry.nodes) for entry in entries}
     for pod in problem.pods:
         if pod.key in chosen:
             continue
         reasons: tuple[str, ...] = ()
-        if params.explain:
+        if params.explain and _past(params.deadline):
+            reasons = (_unexplained(fitting[pod.key]),)
+        elif params.explain:
             reasons = _explain_after(pod, state, _budget(problem, params, online=True))
         unplaced.append(PodRejection(pod.key, reasons))
     return Solution(
@@ -442,6 +463,9 @@ def _primary_max(built: model.Built, result: solving.Result | None) -> int:
     return sum(built.pod_weight.values()) + built.got_weight * len(claims)
 
 
+#: CP-SAT's search time when a deadline leaves less: enough to read back the warm start.
+_MIN_SEARCH_S = 0.05
+
 #: A batch model holds at most about this many (pod, node) pairs: each pod keeps its best nodes
 #: (by its per-node optimum alone), at least _MIN_NODES_PER_POD of them, and its online node.
 _BATCH_NODE_BUDGET = 4000
@@ -456,19 +480,43 @@ def _fitting_nodes(
     keep: int,
     warm: str | None,
     node_order: dict[str, int],
+    ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]],
 ) -> tuple[tuple[NodeView, ...], bool]:
     """Nodes where the pod fits alone (no others can make room), best first, at most `keep`;
     and whether some were left out."""
     shape = nodes.shape(PodEntry(pod.request, pod.priority, pod.claims, ()), state.rules)
-    ranked = []
-    for order, view in enumerate(views):
-        evaluation = nodes.evaluate(shape, view, state.rules, budget)
-        if evaluation.picks is not None:
-            ranked.append((-evaluation.primary, evaluation.secondary, order, view))
-    ranked.sort(key=lambda r: r[:3])
-    chosen = [r[3] for r in ranked[:keep]]
-    chosen += [r[3] for r in ranked[keep:] if r[3].name == warm]
-    return tuple(sorted(chosen, key=lambda v: node_order[v.name])), len(chosen) < len(ranked)
+    # Pods of one shape with the same candidates rank the nodes alike (every pod is ranked on
+    # the state before the solve): ranked once, not once per pod (the pods of a template).
+    memo_key = (shape.key_id, pod.request.candidate_nodes, pod.pinned_to, len(views))
+    found = ranking.get(memo_key)
+    if found is None:
+        ranked = []
+        for order, view in enumerate(views):
+            evaluation = nodes.evaluate(shape, view, state.rules, budget)
+            if evaluation.picks is not None:
+                ranked.append((-evaluation.primary, evaluation.secondary, order, view))
+        ranked.sort(key=lambda r: r[:3])
+        found = ranking[memo_key] = ([r[3] for r in ranked], {r[3].name for r in ranked[keep:]})
+    fits, beyond = found
+    chosen = fits[:keep]
+    if warm in beyond:
+        chosen = [*chosen, next(v for v in fits[keep:] if v.name == warm)]
+    return tuple(sorted(chosen, key=lambda v: node_order[v.name])), len(chosen) < len(fits)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _unexplained(fitting: int) -> str:
+    """Why a pod is not placed when the deadline leaves no time to ask each node: what the
+    batch model knew of it."""
+    if not fitting:
+        return "fits on no node, even alone (not explained node by node: the time limit ran out)"
+    return (
+        "fits on some node alone, not beside the pods placed in this solve (not explained "
+        "node by node: the time limit ran out)"
+    )
 
 
 def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tuple[str, ...]:

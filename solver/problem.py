@@ -143,6 +143,12 @@ class SolveParams:
     #: Override the policy's budget (None: use policy.solver).
     time_limit_s: float | None = None
     workers: int | None = None
+    #: `time.monotonic()` by which the solve must return: a caller's limit for a whole run of
+    #: several steps (the what-if's reading, rounds and output within the policy's time limit).
+    #: Batch mode gives CP-SAT only what is left of it, less the time the explanations of
+    #: the pods the warm start left out will take and a tenth for the caller's work after it;
+    #: None: the time limit alone.
+    deadline: float | None = None
     #: Compute explanations for unplaced pods (costs extra solves).
     explain: bool = True
     #: Also report, for each candidate node, why it is unsuitable (UnsuitableNodes); in batch
@@ -227,12 +233,27 @@ class Solution:
 
     def bound_text(self) -> str:
         """`best bound B, gap G%`, or `no bound`."""
-        return bound_text(self.best_bound, self.gap)
+        return bound_text(self.best_bound, self.gap, self.status)
 
 
-def bound_text(best_bound: float | None, gap: float | None) -> str:
-    """`best bound B, gap G%`, or `no bound` (for copies of a Solution's fields)."""
+#: What a FEASIBLE solve whose bound it reached proved: its bound is of the first objective
+#: level (pods placed, weighted by priority), not of the preferences among nodes.
+PLACEMENTS_PROVEN = "the pods placed proven the most possible, the choice of nodes not proven"
+
+
+def bound_text(best_bound: float | None, gap: float | None, status: Status | None = None) -> str:
+    """`best bound B, gap G%`, or `no bound` (for copies of a Solution's fields).
+
+    A gap of 0 is shown only for what is proven optimal: a FEASIBLE solution that reached its
+    bound reached it on the placements alone (`PLACEMENTS_PROVEN`), and a gap too small to show
+    in two decimals reads `gap < 0.01%`."""
     if best_bound is None:
         return "no bound"
     text = f"best bound {best_bound:g}"
-    return text + (f", gap {gap:.2%}" if gap is not None else "")
+    if gap is None:
+        return text
+    if gap <= 0 and status is not None and status is not Status.OPTIMAL:
+        return f"{text}, {PLACEMENTS_PROVEN}"
+    if 0 < gap < 0.00005:
+        return f"{text}, gap < 0.01%"
+    return f"{text}, gap {gap:.2%}"

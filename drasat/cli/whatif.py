@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from drasat.api.errors import InputError
 if TYPE_CHECKING:  # the solver (OR-Tools) and the rest load when the command runs, not for --help
     from drasat import loading
     from drasat.whatif import run
+    from drasat.whatif.progress import Progress
     from drasat.whatif.report import Report
 
 FORMATS = ("table", "wide", "yaml", "json", "html")
@@ -78,7 +80,21 @@ def register(subparsers: Any) -> None:
         default="batch",
         help="batch: all pods in one model (default); online: one pod at a time, in input order",
     )
-    parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="output format")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="table",
+        help="output format; yaml and json list the nodes' NodeAllocationStates (drasat's "
+        "ledger) and then every ResourceClaim with its allocation (see --claims-only)",
+    )
+    parser.add_argument(
+        "--claims-only",
+        action="store_true",
+        help="with -o yaml or json: leave out the NodeAllocationStates, so that the output is "
+        "only ResourceClaims, ready for kubectl apply (a cluster without drasat's classic CRDs "
+        "refuses NodeAllocationState objects)",
+    )
     parser.add_argument("--out", metavar="FILE", help="write the output to FILE, not stdout")
     parser.add_argument(
         "--fail-on-unplaced", action="store_true", help="exit 1 when some pod was not placed"
@@ -92,7 +108,7 @@ def _solver() -> run.Solve:
     return solver.solve
 
 
-def render(result: Report, output: str) -> str:
+def render(result: Report, output: str, *, claims_only: bool = False) -> str:
     import yaml
 
     from drasat.whatif import html, objects, table
@@ -101,7 +117,7 @@ def render(result: Report, output: str) -> str:
         return table.render(result, wide=output == "wide")
     if output == "html":
         return html.render(result)
-    listing = objects.as_list(result)
+    listing = objects.as_list(result, claims_only=claims_only)
     if output == "json":
         return json.dumps(listing, indent=2) + "\n"
     return yaml.safe_dump(listing, sort_keys=False, width=100)
@@ -129,6 +145,15 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from drasat.whatif.progress import Progress
+
+    started = time.monotonic()  # the policy's time limit counts from here
+    # The policy's time limit is the default's until the policy is read.
+    with Progress(sys.stderr, started=started, limit_s=10.0) as progress:
+        return _main(args, started, progress)
+
+
+def _main(args: argparse.Namespace, started: float, progress: Progress) -> int:
     from drasat.solver.problem import Mode
     from drasat.whatif import run
 
@@ -139,13 +164,20 @@ def main(args: argparse.Namespace) -> int:
         live=_live_documents(args),
         skip_unsupported=args.skip_unsupported,
     )
+    deadline = run.deadline(inputs, started)
+    progress.limit(deadline - started)
+    progress.step("placing the pods")
     mode = Mode(args.mode)
     if run.is_v1(inputs):
-        return _main_v1(args, inputs, mode)
+        return _main_v1(args, inputs, mode, deadline, progress)
     # Per-node reasons cost a solve per node; only the wide table of online mode shows them.
     per_node = mode is Mode.online and args.output == "wide"
-    result = run.run(inputs, mode=mode, solve=_solver(), node_feasibility=per_node)
-    text = render(result, args.output)
+    result = run.run(
+        inputs, mode=mode, solve=_solver(), node_feasibility=per_node, deadline=deadline
+    )
+    progress.step("writing the output")
+    text = render(result, args.output, claims_only=args.claims_only)
+    progress.close()
     _write(args, text)
     if result.solver_error:
         print(f"error: {result.solver_error}", file=sys.stderr)
@@ -156,11 +188,16 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _main_v1(args: argparse.Namespace, inputs: run.Inputs, mode: Any) -> int:
+def _main_v1(
+    args: argparse.Namespace, inputs: run.Inputs, mode: Any, deadline: float, progress: Progress
+) -> int:
     from drasat.whatif import run, v1output
 
-    result = run.run_v1(inputs, mode=mode, solve=_solver())
-    _write(args, v1output.render(result, args.output))
+    result = run.run_v1(inputs, mode=mode, solve=_solver(), deadline=deadline)
+    progress.step("writing the output")
+    text = v1output.render(result, args.output, claims_only=args.claims_only)
+    progress.close()
+    _write(args, text)
     if result.solver_error:
         print(f"error: {result.solver_error}", file=sys.stderr)
         return 1

@@ -17,6 +17,8 @@ computational module.
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +82,8 @@ class Outcome:
     #: pod key -> the error that refused it (also in `refused`): drasat's fault, not the
     #: pod's request; the caller reports it as such.
     failed: dict[str, str] = field(default_factory=dict)
+    #: Pods whose later choices of devices were not tried: `params.deadline` passed first.
+    untried: int = 0
 
     def fail(self, pod: str, doing: str, error: Exception) -> None:
         text = one_line(f"internal error {doing}: {type(error).__name__}: {error}")
@@ -121,6 +125,17 @@ def allocate(
         todo = {k: v[round_number] for k, v in pending.items() if round_number < len(v)}
         if not todo:
             break
+        deadline = run.params.deadline
+        if round_number and deadline is not None and time.monotonic() >= deadline:
+            # The caller's time is up: the pods left keep the reasons their last round gave.
+            run.outcome.untried = len(todo)
+            for key in todo:
+                run.outcome.refused[key] = (
+                    *run.outcome.refused.get(key, ()),
+                    f"its choices of devices after the {_ordinal(round_number)} were not tried "
+                    "(the time limit ran out)",
+                )
+            break
         run.place(todo)
         for key in run.outcome.placed:
             pending.pop(key, None)
@@ -132,15 +147,20 @@ def allocate(
     return outcome
 
 
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
+
+
 def _read_pods(
     pods: Sequence[PodInput], classes: Mapping[str, Obj], catalog: Devices, outcome: Outcome
 ) -> dict[str, list[list[Option]]]:
     """Each pod's variants, best first; pods that cannot be placed as written are refused."""
     pending: dict[str, list[list[Option]]] = {}
     read: dict[str, Claim] = {}
+    shapes: dict[str, list[list[Option]]] = {}
     for pod in pods:
         try:
-            pending[pod.key] = _pod_variants(pod, classes, catalog, read)
+            pending[pod.key] = _pod_variants(pod, classes, catalog, read, shapes)
         except (ClaimError, _NoDevice) as error:
             outcome.refused[pod.key] = (str(error),)
         except Exception as error:  # one pod's bad input never stops the others
@@ -148,11 +168,21 @@ def _read_pods(
     return pending
 
 
+#: Said when a request's class matches no device of the cluster at all: which drivers the
+#: cluster's devices are of (a claim of another driver's class cannot be placed there).
+PUBLISHES = "the cluster publishes devices of {drivers} only"
+
+
 class _NoDevice(Exception):
     """No published device matches some request of the claim."""
 
-    def __init__(self, claim: Claim) -> None:
-        super().__init__(f"claim {claim.ref}: {_no_device(claim)}")
+    def __init__(self, claim: Claim, catalog: Devices) -> None:
+        text = f"claim {claim.ref}: {_no_device(claim)}"
+        unmatched = all(not catalog.matching(a) for r in claim.requests for a in r.alternatives)
+        drivers = sorted({d.driver for found in catalog.by_node.values() for d in found})
+        if unmatched and drivers:
+            text += "; " + PUBLISHES.format(drivers=", ".join(drivers))
+        super().__init__(text)
 
 
 @dataclass
@@ -219,21 +249,42 @@ class _Round:
 
 
 def _pod_variants(
-    pod: PodInput, classes: Mapping[str, Obj], catalog: Devices, read: dict[str, Claim]
+    pod: PodInput,
+    classes: Mapping[str, Obj],
+    catalog: Devices,
+    read: dict[str, Claim],
+    shapes: dict[str, list[list[Option]]],
 ) -> list[list[Option]]:
     per_claim = []
     for obj in pod.claims:
         uid = claim_key(obj)
         if uid not in read:
             read[uid] = read_claim(obj, classes)
-        found = claim_variants(read[uid], catalog)
-        if not found:
-            raise _NoDevice(read[uid])
-        per_claim.append(results.preparable(read[uid], found))
+        per_claim.append(_claim_options(read[uid], obj, catalog, shapes))
     combos: list[tuple[int, list[Option]]] = []
     _combine(per_claim, 0, [], 0, combos)
     combos.sort(key=lambda item: item[0])
     return [options for _, options in combos[:MAX_VARIANTS]]
+
+
+def _claim_options(
+    claim: Claim, obj: Obj, catalog: Devices, shapes: dict[str, list[list[Option]]]
+) -> list[list[Option]]:
+    """The claim's preparable variants. Claims of one spec (the claims of one template) have
+    the same variants but for the claim they name: worked out once per spec and rebound, so
+    a thousand pods of a template cost one search of the devices, not a thousand. A claim
+    without any is worked out again (its error names it)."""
+    shape = json.dumps(obj.get("spec"), sort_keys=True, default=str)
+    found = shapes.get(shape)
+    if found is None:
+        variants = claim_variants(claim, catalog)
+        if not variants:
+            raise _NoDevice(claim, catalog)
+        found = results.preparable(claim, variants)
+        shapes[shape] = found
+    if found and found[0] and found[0][0].claim is not claim:
+        found = [[dataclasses.replace(o, claim=claim) for o in options] for options in found]
+    return found
 
 
 def _combine(

@@ -667,8 +667,8 @@ def activation(driver: str, device: Obj) -> dict[str, Any]:
     }
 
 
-def _kind_key(driver: str, device: Obj) -> tuple[object, ...]:
-    """What a device is, without which one it is."""
+def kind_key(driver: str, device: Obj) -> tuple[object, ...]:
+    """What a device is, without which one it is (the memo key of its evaluations)."""
     attributes = tuple(
         sorted(
             (k, str(v))
@@ -682,19 +682,55 @@ def _kind_key(driver: str, device: Obj) -> tuple[object, ...]:
     return (driver, attributes, capacity, bool(device.get("allowMultipleAllocations")))
 
 
+#: cel-python's error texts (and the Python error under them) in cel-go's words; what cel-go
+#: says was asked of upstream's CEL (the oracle, tests/oracle).
+_CONVERSIONS = {"int(": "int", "uint(": "uint", "double(": "double"}
+
+
 def kubernetes_message(error: BaseException) -> str:
-    """A cel-python evaluation error in the words cel-go and kube-scheduler use."""
+    """A cel-python evaluation error in the words cel-go and kube-scheduler use: one line,
+    never a Python type's name."""
     args = error.args
     text = str(args[0]) if args else str(error)
+    cause = args[1] if len(args) > 1 else None
+    details = args[2] if len(args) > 2 and isinstance(args[2], tuple) else ()
     if text.startswith("no such member in mapping: "):
         return f"no such key: {text.partition(': ')[2].strip(chr(39))}{_NO_SUCH_KEY_HINT}"
-    if text == "no such key" and len(args) > 2 and args[2]:
-        return f"no such key: {args[2][0]}{_NO_SUCH_KEY_HINT}"
+    if text == "no such key" and details:
+        return f"no such key: {details[0]}{_NO_SUCH_KEY_HINT}"
+    if text.endswith("does not support field selection"):
+        # A field of a value that has none (`productName.foo`): cel-go looks it up as a key.
+        tree = getattr(error, "tree", None)
+        children = getattr(tree, "children", None) or []
+        name = getattr(children[-1], "value", None) if children else None
+        return f"no such key: {name}{_NO_SUCH_KEY_HINT}" if name else "no such key"
     if text.startswith("found no matching overload") or "unbound function" in text:
         return _NO_SUCH_OVERLOAD
     if text.startswith("no such key: ") and not text.endswith(_NO_SUCH_KEY_HINT):
         return text + _NO_SUCH_KEY_HINT
-    return text.splitlines()[0].partition(" (in activation")[0][:300]
+    if cause is ZeroDivisionError:
+        modulus = (
+            bool(details) and "modulo" in str(details[0]) and "division" not in str(details[0])
+        )
+        return "modulus by zero" if modulus else "division by zero"
+    if text == "return error for overflow" and cause is ValueError and details:
+        # int("x"), uint("x"), double("x"): a string that is no number.
+        found = str(details[0])
+        target = "double" if "float" in found else "int"
+        return f"type conversion error from 'string' to '{target}'"
+    if cause is IndexError:
+        return "index out of bounds"
+    if text == "match error":
+        return "error parsing regexp"
+    return _one_line(text.partition(" (in activation")[0])
+
+
+def _one_line(text: str, most: int = 300) -> str:
+    """One line (newlines become spaces), at most `most` characters, cut at a word."""
+    flat = " ".join(text.split())
+    if len(flat) <= most:
+        return flat
+    return flat[:most].rpartition(" ")[0] + " …"
 
 
 @dataclass
@@ -708,9 +744,12 @@ class Selector:
     #: The first evaluation failure seen, to explain why nothing matched.
     error: str | None = None
 
-    def evaluate(self, driver: str, device: Obj) -> bool | Failure:
-        """True or False, or the Failure kube-scheduler would fail the claim with."""
-        key: object = _kind_key(driver, device)
+    def evaluate(
+        self, driver: str, device: Obj, kind: tuple[object, ...] | None = None
+    ) -> bool | Failure:
+        """True or False, or the Failure kube-scheduler would fail the claim with. `kind`: the
+        device's `kind_key`, when the caller keeps it (it costs more than a memo hit)."""
+        key: object = kind if kind is not None else kind_key(driver, device)
         if self._by_identity:
             key = (key, device.get("name"), repr(device.get("attributes")))
         found = self._memo.get(key)
@@ -759,19 +798,39 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def evaluate_all(selectors: Iterable[Selector], driver: str, device: Obj) -> bool | Failure:
+def evaluate_all(
+    selectors: Iterable[Selector],
+    driver: str,
+    device: Obj,
+    kind: tuple[object, ...] | None = None,
+) -> bool | Failure:
     """Selectors in order, as kube-scheduler's allocator checks a device against a request (the
-    class's, then the request's): the first False or Failure ends it."""
+    class's, then the request's): the first False or Failure ends it. `kind`: as in
+    `Selector.evaluate`."""
+    if kind is None:
+        kind = kind_key(driver, device)
     for selector in selectors:
-        result = selector.evaluate(driver, device)
+        result = selector.evaluate(driver, device, kind)
         if result is not True:
             return result
     return True
 
 
-def _short(error: Exception) -> str:
+def _compile_error(error: Exception) -> str:
+    """Why cel-python did not compile an expression, one line: where, as cel-go says it
+    (`<input>:line:column`), and what."""
+    line, column = getattr(error, "line", None), getattr(error, "column", None)
+    if line is not None and column is not None:
+        return f"ERROR: <input>:{line}:{column}: Syntax error"
     text = str(error.args[0]) if error.args else str(error)
-    return text.splitlines()[0].partition(" (in activation")[0][:200]
+    return _one_line(text.partition(" (in activation")[0])
+
+
+#: The fields of `device` (k8s.io/dynamic-resource-allocation/cel); another is a compile error
+#: upstream (`undefined field 'x'`), which cel-python, untyped, does not see.
+_DEVICE_FIELDS = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
+_DEVICE_FIELD_RE = re.compile(r"\bdevice\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_STRING_RE = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
 
 
 #: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
@@ -799,8 +858,14 @@ def compile_selector(expression: str) -> Selector:
         program = _ENVIRONMENT.program(ast, functions=FUNCTIONS)
     except Exception as error:  # celpy raises its parser's errors, with the position in the text
         raise SelectorError(
-            f"CEL expression {expression!r} does not compile: {_short(error)}"
+            f"CEL expression {expression!r} does not compile: {_compile_error(error)}"
         ) from None
+    for match in _DEVICE_FIELD_RE.finditer(_STRING_RE.sub("''", expression)):
+        if match.group(1) not in _DEVICE_FIELDS:
+            raise SelectorError(
+                f"CEL expression {expression!r} does not compile: undefined field "
+                f"'{match.group(1)}'"
+            )
     selector = Selector(expression, program, bool(_IDENTITY_RE.search(expression)))
     if len(_COMPILED) < 4096:
         _COMPILED[expression] = selector

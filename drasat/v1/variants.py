@@ -62,16 +62,28 @@ class Option:
     #: Whole GPUs: some eligible GPU is MIG-enabled (published whole, consuming all its
     #: counters), so the solver must not keep whole claims off MIG-enabled GPUs.
     mig_gpus: bool = False
+    #: Derived data of `devices` (eligible GPUs, placements, constraint values), shared by the
+    #: copies of an option rebound to another claim of the same spec (`dataclasses.replace`
+    #: keeps it), so that a thousand claims of one template compute it once.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def eligible(self) -> frozenset[str]:
-        """GPU UUIDs (MIG: parents) it may use."""
-        return frozenset(str(d.gpu_uuid) for d in self.devices)
+        """GPU UUIDs (MIG: parents) it may use (one object for the copies of the option: the
+        solver's memo keys compare it by identity first)."""
+        found = self.memo.get("eligible")
+        if found is None:
+            found = self.memo["eligible"] = frozenset(str(d.gpu_uuid) for d in self.devices)
+        return found  # type: ignore[no-any-return]
 
     @property
     def placements(self) -> frozenset[tuple[str, int]]:
-        """MIG: the (parent UUID, start) placements it may take."""
-        return frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
+        """MIG: the (parent UUID, start) placements it may take (one object, as `eligible`)."""
+        found = self.memo.get("placements")
+        if found is None:
+            found = frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
+            self.memo["placements"] = found
+        return found  # type: ignore[no-any-return]
 
     @property
     def constraints(self) -> tuple[tuple[int, AttributeConstraint], ...]:
@@ -103,6 +115,9 @@ class Devices:
     by_node: Mapping[str, Sequence[Published]]
     _matched: dict[tuple[object, ...], list[Published]] = field(default_factory=dict)
     _failing: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
+    #: Each device's `cel.kind_key`, by the identity of its published dict (the catalog holds
+    #: them): computed once, not once per request's selectors.
+    _kinds: dict[int, tuple[object, ...]] = field(default_factory=dict)
 
     def matching(self, alternative: Alternative) -> list[Published]:
         """The devices the alternative's selectors admit (the class's, then the request's).
@@ -119,7 +134,10 @@ class Devices:
             failing = set()
             for node, node_devices in self.by_node.items():
                 for d in node_devices:
-                    result = cel.evaluate_all(alternative.selectors, d.driver, d.device)
+                    kind = self._kinds.get(id(d.device))
+                    if kind is None:
+                        kind = self._kinds[id(d.device)] = cel.kind_key(d.driver, d.device)
+                    result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)
                     if isinstance(result, cel.Failure):
                         failing.add(node)
                         break
@@ -387,12 +405,18 @@ def device_constraints(option: Option) -> tuple[DeviceConstraint, ...]:
     one device twice)."""
     out = []
     for index, constraint in option.constraints:
-        values = sorted((_device_key(d), _value(d, constraint.attribute)) for d in option.devices)
+        memo_key = f"values/{constraint.attribute}"
+        values = option.memo.get(memo_key)
+        if values is None:
+            values = tuple(
+                sorted((_device_key(d), _value(d, constraint.attribute)) for d in option.devices)
+            )
+            option.memo[memo_key] = values
         out.append(
             DeviceConstraint(
                 key=f"{option.claim.uid}/constraints[{index}]",
                 distinct=constraint.distinct,
-                values=tuple(values),
+                values=values,
                 label=f"{constraint.label} ({constraint.field}) cannot hold on the free devices",
             )
         )

@@ -41,13 +41,25 @@ class ClusterNodes:
     node_objects: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     #: Counter sets of the slices read: (driver, pool, set) -> counter -> value.
     counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]] = field(default_factory=dict)
+    #: `published`'s answers, by node (the run asks several times per node).
+    _published: dict[str, tuple[v1devices.Published, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    _states: dict[str, NodeState] = field(default_factory=dict, compare=False, repr=False)
 
     def published(self, node: str) -> tuple[v1devices.Published, ...]:
         """What the node publishes: the slices read, or drasat's device model of its NAS."""
+        found = self._published.get(node)
+        if found is not None:
+            return found
         if node in self.devices:
-            return tuple(self.devices[node].values())
-        state = next(s for s in self.states if s.name == node)
-        return tuple(v1devices.drasat_devices(node, state.nas))
+            found = tuple(self.devices[node].values())
+        else:
+            if not self._states:
+                self._states.update((s.name, s) for s in self.states)
+            found = tuple(v1devices.drasat_devices(node, self._states[node].nas))
+        self._published[node] = found
+        return found
 
     def offered_profiles(self) -> frozenset[str]:
         """MIG profiles published by a node or offered by the catalog for a GPU in the cluster."""

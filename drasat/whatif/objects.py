@@ -21,8 +21,9 @@ SOLVER_ANNOTATION = "whatif.drasat.io/solver"
 CLAIM_API_VERSION = "resource.k8s.io/v1alpha2"
 
 
-def as_list(report: Report) -> dict[str, Any]:
-    items = [nas.dump() for nas in report.nas]
+def as_list(report: Report, *, claims_only: bool = False) -> dict[str, Any]:
+    """The NodeAllocationStates (unless `claims_only`), then the claims, as one `v1` List."""
+    items = [] if claims_only else [nas.dump() for nas in report.nas]
     items.extend(_claim(report, claim) for claim in report.workload.claims)
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
 

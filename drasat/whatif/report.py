@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from drasat.api import catalog
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
-from drasat.solver.problem import Solution, bound_text
+from drasat.solver.problem import Solution, Status, bound_text
 from drasat.whatif.inventory import Ignored
 from drasat.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.whatif.nodes import ClusterNodes
@@ -109,7 +109,8 @@ class Summary:
     @property
     def bound_text(self) -> str:
         """`best bound B, gap G%`, or `no bound`."""
-        return bound_text(self.best_bound, self.gap)
+        status = Status(self.status) if self.status in {s.value for s in Status} else None
+        return bound_text(self.best_bound, self.gap, status)
 
     @property
     def gpus_free(self) -> int:

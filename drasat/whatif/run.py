@@ -69,6 +69,9 @@ def read_inputs(
         raise InputError("--cluster and --from-cluster are alternatives; give one", where=cluster)
     paths = [p for given in manifest_files for p in _manifest_paths(given)]
     files = [d for path in paths for d in loading.read_documents(path)]
+    if manifest_files and not files:
+        # As `kubectl apply -f` says of an empty input ("no objects passed to apply").
+        raise InputError("no objects (the manifests are empty)", where=", ".join(manifest_files))
     if live is not None:
         nodes_of = [d for d in live if _describes_nodes(d)]
         rest = [d for d in live if not _describes_nodes(d)]
@@ -104,9 +107,20 @@ def _policy(given: str | None) -> AllocationPolicy:
     """A policy file, or the name of a shipped policy (`binpack`); none: the shipped default."""
     if given is None:
         return policyfiles.shipped("default")
-    if not Path(given).exists() and given in policyfiles.shipped_names():
-        return policyfiles.shipped(given)
+    shipped = given in policyfiles.shipped_names() or not _looks_like_a_path(given)
+    if not Path(given).exists() and shipped:
+        try:
+            return policyfiles.shipped(given)
+        except InputError as unknown:  # neither a file nor a shipped name: list the names
+            raise InputError(
+                f"{unknown.detail}; or the path of an AllocationPolicy file", where="--policy"
+            ) from None
     return policyfiles.load(given)
+
+
+def _looks_like_a_path(given: str) -> bool:
+    """A name with a folder or a YAML suffix is a file the user meant, not a shipped name."""
+    return "/" in given or given.endswith((".yaml", ".yml", ".json")) or given == "-"
 
 
 def _manifest_paths(given: str) -> list[str]:
@@ -125,22 +139,46 @@ def is_v1(inputs: Inputs) -> bool:
     return v1manifests.uses_v1(inputs.manifests)
 
 
-def run_v1(inputs: Inputs, *, mode: Mode, solve: Solve) -> v1run.V1Result:
+def deadline(inputs: Inputs, started: float) -> float:
+    """When a run begun at `started` (`time.monotonic()`) must be done: the policy's batch time
+    limit holds for the whole run (reading, every solve, the output), not for each solve."""
+    return started + inputs.policy.solver.timeLimitSeconds
+
+
+def run_v1(
+    inputs: Inputs, *, mode: Mode, solve: Solve, deadline: float | None = None
+) -> v1run.V1Result:
     """The v1 run: the claims of the manifests placed by `drasat.v1.allocate`. Raises
-    InputError on bad input (`v1manifests.Unsupported` for what drasat does not do)."""
+    InputError on bad input (`v1manifests.Unsupported` for what drasat does not do).
+
+    deadline: `time.monotonic()` by which the solves must be done (`SolveParams.deadline`)."""
     cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
     workload = v1manifests.compile_v1(inputs.manifests, skip_unsupported=inputs.skip_unsupported)
-    return v1run.run_v1(
-        cluster, workload, policy=inputs.policy, params=SolveParams(mode=mode), solve=solve
-    )
+    params = SolveParams(mode=mode, deadline=deadline)
+    result = v1run.run_v1(cluster, workload, policy=inputs.policy, params=params, solve=solve)
+    if inputs.cluster_source.startswith("<embedded>"):
+        # A claim of another driver's class (NVIDIA's quickstart, say) on the example cluster.
+        said, meant = (
+            "the cluster publishes",
+            "the embedded example cluster (no --cluster) publishes",
+        )
+        for key, reasons in result.outcome.refused.items():
+            result.outcome.refused[key] = tuple(r.replace(said, meant) for r in reasons)
+    return result
 
 
 def run(
-    inputs: Inputs, *, mode: Mode, solve: Solve, node_feasibility: bool = False
+    inputs: Inputs,
+    *,
+    mode: Mode,
+    solve: Solve,
+    node_feasibility: bool = False,
+    deadline: float | None = None,
 ) -> report.Report:
     """Compile, solve and describe. Raises InputError on bad input, never on a solver failure.
 
     node_feasibility: ask the solver (online mode) why each node is unsuitable for each pod.
+    deadline: `time.monotonic()` by which the solve must be done (`SolveParams.deadline`).
     """
     cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
     try:
@@ -161,7 +199,8 @@ def run(
     problem = Problem(nodes=cluster.states, pods=workload.requests(), policy=inputs.policy)
     error: str | None = None
     try:
-        solution = solve(problem, SolveParams(mode=mode, node_feasibility=node_feasibility))
+        params = SolveParams(mode=mode, node_feasibility=node_feasibility, deadline=deadline)
+        solution = solve(problem, params)
     except Exception as failure:  # a solver bug must still end in a report, not a traceback
         log.debug("solver failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"

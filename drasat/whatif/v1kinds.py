@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta
 from drasat.api.quantity import to_bytes
-from drasat.v1 import slicekinds
+from drasat.v1 import cel, slicekinds
 from drasat.v1.slicekinds import Open, Strict
 
 Obj = dict[str, Any]
@@ -79,6 +79,17 @@ def to_v1(data: Obj) -> Obj:
 
 class CELSelector(Strict):
     expression: str = Field(min_length=1, max_length=MAX_CEL)
+
+    @field_validator("expression")
+    @classmethod
+    def _compiles(cls, expression: str) -> str:
+        """The API server compiles every selector when the object is created and refuses one
+        that does not compile: bad input here too, not a claim left unplaced."""
+        try:
+            cel.compile_selector(expression)
+        except cel.SelectorError as error:
+            raise ValueError(str(error)) from None
+        return expression
 
 
 class DeviceSelector(Strict):

@@ -258,16 +258,26 @@ def _asks(claim: v1manifests.V1Claim, classes: Mapping[str, Obj]) -> list[str]:
     return lines
 
 
+#: Pods named on one line of a reason several pods share; the rest are counted.
+_NAMED = 5
+
+
 def unplaced_lines(result: V1Result, *, wide: bool) -> list[str]:
-    """One line per pod not placed, with why; the wide table adds what its claims ask for."""
-    lines: list[str] = []
+    """Each reason pods were not placed for, once, with the pods it holds for (the pods of a
+    shared claim share its error); the wide table adds what their claims ask for."""
+    by_reason: dict[str, list[v1manifests.V1Pod]] = {}
     for pod in result.workload.pods:
         reasons = result.outcome.refused.get(pod.key)
-        if not reasons:
-            continue
-        lines.append(f"{pod.key} not placed: {'; '.join(reasons)}")
+        if reasons:
+            by_reason.setdefault("; ".join(reasons), []).append(pod)
+    lines: list[str] = []
+    for reason, pods in by_reason.items():
+        names = [p.key for p in pods[:_NAMED]]
+        more = f" and {len(pods) - _NAMED} more" if len(pods) > _NAMED else ""
+        lines.append(f"{', '.join(names)}{more} not placed: {reason}")
         if wide:
-            for claim in pod.pending():
+            claims = {c.key: c for p in pods for c in p.pending()}
+            for claim in claims.values():
                 lines.extend(
                     f"  {claim.key} {line}" for line in _asks(claim, result.workload.classes)
                 )
@@ -415,9 +425,9 @@ def claims(result: V1Result) -> list[Obj]:
     return out
 
 
-def as_list(result: V1Result) -> Obj:
-    """The NodeAllocationStates, then the claims, as one `v1` List."""
-    items: list[Obj] = [nas.dump() for nas in node_states(result)]
+def as_list(result: V1Result, *, claims_only: bool = False) -> Obj:
+    """The NodeAllocationStates (unless `claims_only`), then the claims, as one `v1` List."""
+    items: list[Obj] = [] if claims_only else [nas.dump() for nas in node_states(result)]
     items.extend(claims(result))
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
 
@@ -478,12 +488,12 @@ def render_html(result: V1Result) -> str:
     )
 
 
-def render(result: V1Result, output: str) -> str:
+def render(result: V1Result, output: str, *, claims_only: bool = False) -> str:
     if output in ("table", "wide"):
         return render_table(result, wide=output == "wide")
     if output == "html":
         return render_html(result)
-    listing = as_list(result)
+    listing = as_list(result, claims_only=claims_only)
     if output == "json":
         return json.dumps(listing, indent=2) + "\n"
     return yaml.safe_dump(listing, sort_keys=False, width=100)

@@ -13,6 +13,7 @@ scheduler's filters before DynamicResources on the Node objects given; without N
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -126,12 +127,12 @@ def pod_inputs(
     node admits, with each node's reason."""
     out: list[PodInput] = []
     blocked: dict[str, tuple[str, ...]] = {}
-    bound = _bound(workload)
+    fit = _Fit(cluster, _bound(workload))
     for pod in workload.pods:
         pending = pod.pending()
         if not pending:
             continue
-        allowed, reasons = _candidates(pod, cluster, bound)
+        allowed, reasons = fit.candidates(pod)
         held = {
             node
             for _, claim in pod.claims
@@ -166,38 +167,73 @@ def _allocated_nodes(claim: Obj, cluster: nodes.ClusterNodes) -> set[str]:
     return {str(r.get("pool")) for r in found if r.get("pool") in names}
 
 
-def _candidates(
-    pod: v1manifests.V1Pod, cluster: nodes.ClusterNodes, bound: Mapping[str, list[Obj]]
-) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
-    spec = pod.instance.spec
-    if not cluster.node_objects:
-        allowed = nodes.matching_nodes(
-            cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
-        )
-        wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
-        wanted += [f"{k}={v}" for k, v in (spec.nodeSelector or {}).items()]
-        return allowed, (f"no node matches the pod's {', '.join(wanted)}",)
-    kept: list[str] = []
-    reasons: list[str] = []
-    for state in cluster.states:
-        node = cluster.node_objects.get(state.name)
-        why = nodefit.unfit(pod.obj, node) if node is not None else None
-        if why is None and node is not None:
-            why = nodefit.full(nodefit.capacity(node, bound.get(state.name, [])))
-        if why is None and node is None:
+#: The pod fields the node filters read (`nodefit.unfit`): pods that agree on them (the pods of
+#: one template, say) get the same nodes, so each distinct set is checked against the nodes once.
+_SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "tolerations", "affinity")
+
+
+@dataclass
+class _Fit:
+    """Each pod's candidate nodes, memoised per distinct scheduling fields: a cluster of
+    thousands of nodes and pods is not filtered pod by node."""
+
+    cluster: nodes.ClusterNodes
+    bound: Mapping[str, list[Obj]]
+    _memo: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict
+    )
+    #: node -> why no further pod fits there by count (None: one does), computed once.
+    _full: dict[str, str | None] | None = None
+
+    def candidates(self, pod: v1manifests.V1Pod) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+        spec = pod.obj.get("spec") or {}
+        key = json.dumps([spec.get(f) for f in _SCHEDULING_FIELDS], sort_keys=True, default=str)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._candidates(pod)
+            self._memo[key] = found
+        return found
+
+    def _node_full(self) -> dict[str, str | None]:
+        if self._full is None:
+            self._full = {
+                name: nodefit.full(nodefit.capacity(node, self.bound.get(name, [])))
+                for name, node in self.cluster.node_objects.items()
+            }
+        return self._full
+
+    def _candidates(self, pod: v1manifests.V1Pod) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+        cluster = self.cluster
+        spec = pod.instance.spec
+        if not cluster.node_objects:
             allowed = nodes.matching_nodes(
-                [state], node_name=spec.nodeName, node_selector=spec.nodeSelector
+                cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
             )
-            why = (
-                None
-                if allowed is None or allowed
-                else "no Node object and nodeName/nodeSelector do not match"
-            )
-        if why is None:
-            kept.append(state.name)
-        else:
-            reasons.append(f"{state.name}: {why}")
-    return tuple(kept), tuple(reasons)
+            wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
+            wanted += [f"{k}={v}" for k, v in (spec.nodeSelector or {}).items()]
+            return allowed, (f"no node matches the pod's {', '.join(wanted)}",)
+        full = self._node_full()
+        kept: list[str] = []
+        reasons: list[str] = []
+        for state in cluster.states:
+            node = cluster.node_objects.get(state.name)
+            why = nodefit.unfit(pod.obj, node) if node is not None else None
+            if why is None and node is not None:
+                why = full[state.name]
+            if why is None and node is None:
+                allowed = nodes.matching_nodes(
+                    [state], node_name=spec.nodeName, node_selector=spec.nodeSelector
+                )
+                why = (
+                    None
+                    if allowed is None or allowed
+                    else "no Node object and nodeName/nodeSelector do not match"
+                )
+            if why is None:
+                kept.append(state.name)
+            else:
+                reasons.append(f"{state.name}: {why}")
+        return tuple(kept), tuple(reasons)
 
 
 def run_v1(

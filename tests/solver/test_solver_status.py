@@ -118,3 +118,42 @@ def test_online_with_a_per_node_model_that_timed_out_is_only_feasible(
     assert online.placements == ()
     assert online.status is Status.FEASIBLE
     assert online.best_bound is None
+
+
+# -- what the bound text claims (issue 26 item 4: never "FEASIBLE ... gap 0.00%") ----------------
+
+
+def test_a_gap_of_zero_is_shown_only_for_what_is_proven_optimal() -> None:
+    from drasat.solver.problem import PLACEMENTS_PROVEN, bound_text
+
+    assert bound_text(121.0, 0.0, Status.OPTIMAL) == "best bound 121, gap 0.00%"
+    # A FEASIBLE solve that reached its bound reached it on the placements alone.
+    assert bound_text(121.0, 0.0, Status.FEASIBLE) == f"best bound 121, {PLACEMENTS_PROVEN}"
+    assert "0.00%" not in bound_text(121.0, 0.0, Status.FEASIBLE)
+    # Too small to show in two decimals, but not zero.
+    assert bound_text(1e8, 2e-7, Status.FEASIBLE) == "best bound 1e+08, gap < 0.01%"
+    assert bound_text(1e8, 0.25, Status.FEASIBLE) == "best bound 1e+08, gap 25.00%"
+    assert bound_text(None, None, Status.FEASIBLE) == "no bound"
+
+
+def test_a_deadline_already_past_still_gives_every_pod_an_answer() -> None:
+    """SolveParams.deadline bounds the whole batch solve: CP-SAT gets almost nothing and the
+    pods it leaves out get a short reason instead of a per-node explanation; the solution is
+    still valid (the warm start)."""
+    import time
+
+    problem = Problem(
+        nodes=(make_node("n1", "T4", count=1),),
+        pods=(pod("one", gpu_claim("one")), pod("two", gpu_claim("two"))),
+    )
+    found = solve(problem, SolveParams(mode=Mode.batch, deadline=time.monotonic() - 1))
+    assert_valid(problem, found)
+    assert len(found.placements) == 1 and len(found.unplaced) == 1
+    (reasons,) = [r.reasons for r in found.unplaced]
+    assert reasons == (
+        "fits on some node alone, not beside the pods placed in this solve (not explained "
+        "node by node: the time limit ran out)",
+    )
+    # Without a deadline the same pod is explained node by node.
+    explained = solve(problem, SolveParams(mode=Mode.batch))
+    assert "time limit ran out" not in " ".join(explained.unplaced[0].reasons)

@@ -720,10 +720,10 @@ BAD_CEL = CEL_APP.replace("device.capacity['gpu.nvidia.com'].memory", "device.("
 @pytest.mark.parametrize(
     ("app", "code", "expected"),
     [
-        (
+        (  # the API server refuses such a claim: bad input, not a pod left unplaced
             BAD_CEL,
-            0,
-            "ml/trainer not placed: ResourceClaim ml/t4: "
+            2,
+            "app.yaml: document 1: ResourceClaim ml/t4: "
             "spec.devices.requests[0].exactly.selectors[0].cel.expression: CEL expression",
         ),
         (
@@ -844,3 +844,19 @@ def test_printed_claims_pass_the_api_servers_validation(
             dry_run="All",
         )
     assert refused.value.status == 422 and "no-such-request" in str(refused.value.body)
+
+
+def test_a_selector_that_does_not_compile_is_one_line_naming_file_object_and_field(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    """As the API server refuses the claim on create: exit 2, one line, the expression whole
+    and where cel-go would say the syntax error is (issue 26 item 5)."""
+    expression = "device.attributes['gpu.nvidia.com'].productName == 'Tesla T4' && (device.x ="
+    app = CEL_APP.replace("device.capacity['gpu.nvidia.com'].memory", "(" + expression + ") ||")
+    result = run_cli("--cluster", str(NVIDIA_SLICES), "-f", write_yaml("app.yaml", app))
+    assert result.code == 2 and result.out == ""
+    (line,) = result.err.splitlines()
+    assert line.startswith("error: ") and line.endswith(": Syntax error")
+    assert "app.yaml: document 1: ResourceClaim ml/t4: " in line
+    assert "spec.devices.requests[0].exactly.selectors[0].cel.expression: " in line
+    assert expression in line and "ERROR: <input>:1:" in line
