@@ -9,8 +9,8 @@ and their DeviceClasses, so it gates only the pods drasat allocates:
 
 - only the CREATE of a pod that names claims (`spec.resourceClaims`), is not bound at creation
   (`spec.nodeName`: mirror pods and pods placed by hand; the API server refuses a gate there) and
-  does not carry drasat's gate yet: `GATE_CONDITIONS`, the CEL the chart's policy and webhook
-  registration match with, and `may_gate`, the same rule here;
+  does not carry drasat's gate yet: `CLAIMS_CONDITION` and `GATE_CONDITIONS`, the CEL the chart's
+  policy and webhook registration use, and `may_gate`, the same rule here;
 - it is gated when one of its claims (a template's, or one it names) is drasat's to allocate
   (`v1inputs.allocates`: a request names a DeviceClass of drasat's driver and does not tolerate
   the allocator taint), and is not allocated yet; or when a template or claim it names does not
@@ -52,13 +52,10 @@ log = logging.getLogger(__name__)
 #: The path the webhook answers AdmissionReviews on (the chart's clientConfig names it).
 PATH = "/gate-pods"
 
-#: When a pod is admission's to consider, as CEL on the pod (`object`): the chart's
-#: MutatingAdmissionPolicy and the webhook's registration match with these; `may_gate` is the
-#: same rule in Python (tests/deploy checks the chart's text, tests/e2e the real API server's
-#: answer).
+#: The pods admission considers, as CEL on the pod (`object`): the chart's MutatingAdmissionPolicy
+#: matches with these, its webhook registration with `CLAIMS_CONDITION` first; `may_gate` is the
+#: same rule in Python (tests/deploy checks the chart's text, tests/e2e the real API server).
 GATE_CONDITIONS: tuple[tuple[str, str], ...] = (
-    ("names-resource-claims",
-     "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"),
     # The API server refuses a scheduling gate on a pod created with its node (mirror pods, pods
     # placed by hand): kube-scheduler never sees them anyway.
     ("not-bound-at-creation", "!has(object.spec.nodeName) || object.spec.nodeName == ''"),
@@ -67,11 +64,18 @@ GATE_CONDITIONS: tuple[tuple[str, str], ...] = (
      "!has(object.spec.schedulingGates) || "
      f"!object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')"),
 )  # fmt: skip
+#: Only pods that name claims are gated. The policy tests it in its mutation, not as a match
+#: condition: a policy whose conditions did not match at first is never reinvoked, and the
+#: nvidia.com/gpu conversion (another policy, in no fixed order) adds the claims.
+CLAIMS_CONDITION = (
+    "names-resource-claims",
+    "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0",
+)
 
 
 def may_gate(pod: Mapping[str, Any]) -> bool:
-    """`GATE_CONDITIONS` in Python: the pod names claims, is not bound at creation and does not
-    carry drasat's gate yet. A purely computational function."""
+    """`CLAIMS_CONDITION` and `GATE_CONDITIONS` in Python: the pod names claims, is not bound at
+    creation and does not carry drasat's gate yet. A purely computational function."""
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return False

@@ -1,7 +1,7 @@
 """The chart's admission for drasat's scheduling gate (issue 24), checked with the real helm:
 `controller.admission.mode` auto picks the MutatingAdmissionPolicy where the server serves it
 (v1 from 1.36, v1beta1 where turned on), else the controller's webhook; both match with
-controller/admission.py's GATE_CONDITIONS, never block a pod (failurePolicy Ignore) and gate
+controller/admission.py's conditions, never block a pod (failurePolicy Ignore) and gate
 only at CREATE; the webhook's certificate is valid for its Service and signed by the caBundle
 its registration carries; NOTES say which path was installed.
 
@@ -122,7 +122,11 @@ def test_the_policy_gates_pods_that_name_claims_at_creation(render: Render) -> N
     }
     (mutation,) = spec["mutations"]
     assert mutation["patchType"] == "JSONPatch"
-    assert admission.SCHEDULING_GATE in mutation["jsonPatch"]["expression"]
+    # pods that name claims: tested in the mutation (a policy not matched at first is never
+    # reinvoked after the nvidia.com/gpu conversion adds claims)
+    expression = mutation["jsonPatch"]["expression"]
+    assert expression.startswith(f"!({admission.CLAIMS_CONDITION[1]}) ? []")
+    assert admission.SCHEDULING_GATE in expression
     binding = policy["MutatingAdmissionPolicyBinding"]["spec"]
     assert binding == {"policyName": policy["MutatingAdmissionPolicy"]["metadata"]["name"]}
 
@@ -140,7 +144,10 @@ def test_the_webhook_matches_what_the_policy_matches(render: Render) -> None:
     assert 1 <= webhook["timeoutSeconds"] <= 5
     assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                  "resources": ["pods"], "scope": "Namespaced"}]  # fmt: skip
-    assert webhook["matchConditions"] == policy["spec"]["matchConditions"]
+    assert _conditions(webhook["matchConditions"]) == [
+        admission.CLAIMS_CONDITION,
+        *_conditions(policy["spec"]["matchConditions"]),
+    ]
     assert webhook["namespaceSelector"] == policy["spec"]["matchConstraints"]["namespaceSelector"]
     service = webhook["clientConfig"]["service"]
     assert service == {"namespace": "drasat", "name": gate["Service"]["metadata"]["name"],
