@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -119,6 +120,9 @@ class V1Config:
     #: A refused pod's decision Event is updated at most this often while what it was decided
     #: from keeps changing (`controller.decisions`).
     decision_refresh_s: float = 10.0
+    #: How many placed pods' writes (statuses, then the gate) go at once; each node's ledger
+    #: entries are written before, in one write per node.
+    write_workers: int = 8
 
 
 @dataclass
@@ -173,6 +177,7 @@ class V1Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._writers: ThreadPoolExecutor | None = None
         self._written: dict[str, _Written] = {}
         self._nas_written: dict[str, Obj] = {}
         #: pod key -> node -> (until, reason).
@@ -237,6 +242,8 @@ class V1Controller:
             inf.stop()
         if self._thread is not None:
             self._thread.join(10)
+        if self._writers is not None:
+            self._writers.shutdown(wait=True)
 
     @property
     def ready(self) -> bool:
@@ -442,9 +449,16 @@ class V1Controller:
             mine = [outcome.allocations[c["metadata"]["uid"]] for c in item.claims
                     if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
             by_node.setdefault(node, []).append(_Placed(item, mine))
-        written: list[v1.ClaimAllocation] = []
+        in_ledger: list[tuple[str, _Placed]] = []
         for node, placed in by_node.items():
-            written += self._write(node, placed, snapshot)
+            in_ledger += [(node, pod) for pod in self._write_ledger(node, placed, snapshot)]
+        # Each pod's statuses then its gate; pods apart from each other, several at once.
+        done = self._in_parallel(lambda found: self._write_pod(*found), in_ledger)
+        written: list[v1.ClaimAllocation] = []
+        for (node, pod), (claims, error) in zip(in_ledger, done, strict=True):
+            written += claims
+            if error is not None:
+                self._not_written(pod.item, node, error)
         self._finalize(written)  # after every pod of the cycle was let go
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
@@ -493,12 +507,11 @@ class V1Controller:
         for obj in objects:
             self.recorder.warning(obj, kind, text)
 
-    def _write(
+    def _write_ledger(
         self, node: str, placed: list[_Placed], snapshot: v1inputs.Snapshot
-    ) -> list[v1.ClaimAllocation]:
-        """Write the pods placed on one node: their ledger entries in one NAS write, then each
-        pod's claim statuses and its gate. A pod whose write fails is that pod's alone (retried
-        next cycle). The claims written."""
+    ) -> list[_Placed]:
+        """The ledger entries of the pods placed on one node, in one NAS write; the pods written
+        there. A pod whose write fails is that pod's alone (retried next cycle)."""
         ready: list[_Placed] = []
         for pod in placed:
             try:
@@ -515,24 +528,41 @@ class V1Controller:
             for pod in ready:
                 self._not_written(pod.item, node, error)
             return []
-        out: list[v1.ClaimAllocation] = []
-        for pod in ready:
-            item = pod.item
-            if item.input.key in refused:
-                self._not_written(item, node, refused[item.input.key])
-                continue
-            by_uid = {c["metadata"]["uid"]: c for c in item.claims}
-            try:
-                for claim in pod.claims:
-                    self._write_status(by_uid[claim.uid], claim, item)
-                self.explanations.pop(item.input.key, None)
-                out += pod.claims
-                self._lift_gate(item.pod, "its claims of drasat's are allocated")
-            except LeaseLost:
-                raise
-            except Exception as error:
-                self._not_written(item, node, error)
-        return out
+        for key, error in refused.items():
+            self._not_written(next(p.item for p in ready if p.item.input.key == key), node, error)
+        return [pod for pod in ready if pod.item.input.key not in refused]
+
+    def _write_pod(
+        self, node: str, pod: _Placed
+    ) -> tuple[list[v1.ClaimAllocation], Exception | None]:
+        """A pod whose ledger entries are written: its claims' statuses, then its gate. The
+        claims written, and what failed (None: nothing). Runs beside other pods' writes."""
+        item = pod.item
+        by_uid = {c["metadata"]["uid"]: c for c in item.claims}
+        try:
+            for claim in pod.claims:
+                self._write_status(by_uid[claim.uid], claim, item)
+        except LeaseLost:
+            raise
+        except Exception as error:
+            return [], error
+        self.explanations.pop(item.input.key, None)
+        try:
+            self._lift_gate(item.pod, "its claims of drasat's are allocated")
+        except LeaseLost:
+            raise
+        except Exception as error:
+            return pod.claims, error
+        return pod.claims, None
+
+    def _in_parallel(self, action: Callable[[Any], T], items: list[Any]) -> list[T]:
+        """`action` on each item, up to `write_workers` at once; the results in order. A
+        LeaseLost raised by one is raised here."""
+        if len(items) <= 1 or self.config.write_workers <= 1:
+            return [action(item) for item in items]
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(self.config.write_workers, "v1-writes")
+        return list(self._writers.map(action, items))
 
     def _not_written(self, item: v1inputs.Pending, node: str, error: Exception) -> None:
         """A placed pod's write that failed: said by kind; the next cycle retries the pod."""
@@ -629,18 +659,24 @@ class V1Controller:
     def _finalize(self, placed: list[v1.ClaimAllocation]) -> None:
         """Our finalizer on each claim just allocated; one left out (a conflict with
         kube-scheduler's reservation, an API error) is added by a later settle."""
+        todo = []
         for allocated in placed:
             written = self._written.get(allocated.uid)
             if written is None or written.finalized or written.claim is None:
                 continue
-            claim, written.claim = written.claim, None  # a later settle reads the cache
+            todo.append((written.claim, written))
+            written.claim = None  # a later settle reads the cache
+
+        def finalize(found: tuple[Obj, _Written]) -> None:
             try:
-                self._ensure_finalizer(claim, written)
+                self._ensure_finalizer(*found)
             except LeaseLost:
                 raise
             except Exception as error:  # the allocation stands; a later settle adds it
-                log.info("%s: finalizer not added yet (%s)", v1inputs.claim_ref(claim),
+                log.info("%s: finalizer not added yet (%s)", v1inputs.claim_ref(found[0]),
                          _short(error))  # fmt: skip
+
+        self._in_parallel(finalize, todo)
 
     def _ensure_finalizer(self, claim: Obj, written: _Written) -> None:
         """Add our finalizer to a claim this process allocated, reading it again when it changed
