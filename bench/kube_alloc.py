@@ -65,7 +65,7 @@ from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.simnvml import SimulatedNvml
 
 Obj = dict[str, Any]
 RESOURCE = ("resource.k8s.io", "v1")
@@ -928,11 +928,12 @@ def _device_classes(api: kubernetes.client.ApiClient) -> Iterator[None]:
 
 @contextlib.contextmanager
 def control_plane(kubeconfig: pathlib.Path | None) -> Iterator[pathlib.Path]:
-    """The given cluster, or a fresh one (stopped again at the end) from drasat.controlplane."""
+    """The given cluster, or a fresh one (stopped again at the end) from
+    drasat.testbed.controlplane."""
     if kubeconfig is not None:
         yield kubeconfig
         return
-    from drasat.controlplane import cluster
+    from drasat.testbed.controlplane import cluster
 
     with tempfile.TemporaryDirectory(prefix="drasat-bench-kube-") as folder:
         started = cluster.Cluster.start(directory=pathlib.Path(folder) / "c", die_with_parent=True)

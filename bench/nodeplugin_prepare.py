@@ -49,12 +49,13 @@ from typing import Any
 
 import grpc
 
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2 as pb2
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2_grpc as pb2_grpc
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.nodeplugin.state import ClaimRef
+from drasat.testbed import simnvml
 
 KINDS = ("exclusive", "mig", "mps", "timeslice")
 METHODS = ("NodePrepareResources", "NodeUnprepareResources")

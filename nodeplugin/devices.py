@@ -2,7 +2,7 @@
 
 Everything the plugin does to hardware goes through a `DeviceLib`; the production implementation
 (`drasat.nodeplugin.nvml.NvmlDeviceLib`) calls NVML, and runs unchanged on the simulated fleet in
-`drasat.nodeplugin.simnvml`. This module only defines the vocabulary: no I/O.
+`drasat.testbed.simnvml`. This module only defines the vocabulary: no I/O.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ from typing import Any, Protocol
 import jinja2
 import yaml
 
+import drasat
 from drasat.nodeplugin.checkpoint import write_atomic
 from drasat.nodeplugin.devices import DeviceError
 
@@ -75,7 +76,8 @@ CONTROL_FIFO = "control"
 REAL_PROGRAM = ("nvidia-cuda-mps-control",)
 #: The stand-in imports the standard library only: `-S` skips site-packages' start-up cost
 #: (a fifth of a second on a loaded machine), paid at every daemon start and control command.
-SIM_PROGRAM = (sys.executable, "-S", str(Path(__file__).with_name("simmps.py")))
+#: It lives in the test bed (drasat/testbed/simmps.py), run as a program, never imported.
+SIM_PROGRAM = (sys.executable, "-S", str(Path(drasat.__file__).parent / "testbed" / "simmps.py"))
 _SAFE = re.compile(r"^[A-Za-z0-9._:/+-]+$")
 
 _environment = jinja2.Environment(

@@ -1,7 +1,7 @@
 """The production DeviceLib: NVML through `pynvml` (nvidia-ml-py). The only module importing it.
 
 `NvmlDeviceLib` takes the NVML function table as an argument: the real `pynvml` module, or the
-simulated fleet of `drasat.nodeplugin.simnvml` that has the same function names, return shapes
+simulated fleet of `drasat.testbed.simnvml` that has the same function names, return shapes
 and `pynvml.NVMLError` codes, so this code runs unchanged in CI. Time-slices have no NVML call;
 they are set with `nvidia-smi compute-policy` through an injected command runner.
 """

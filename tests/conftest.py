@@ -19,7 +19,7 @@ from kubecluster import (  # noqa: F401  (fixtures and a report hook, registered
 )
 
 from drasat.api import crds
-from drasat.sim.apiserver import ApiServer
+from drasat.testbed.sim.apiserver import ApiServer
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,8 @@ def shared_dir() -> pathlib.Path:
 
 @pytest.fixture
 def sim_apiserver() -> Iterator[ApiServer]:
-    """An in-process API server (drasat.sim.apiserver) serving drasat's CRDs; stopped after."""
+    """An in-process API server (drasat.testbed.sim.apiserver) serving drasat's CRDs; stopped
+    after."""
     with ApiServer.running(crds=crds.all_crds()) as server:
         yield server
 

@@ -30,7 +30,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from drasat.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, cluster
 
 _CLUSTERS_KEY = pytest.StashKey[list[cluster.Cluster]]()
 

@@ -23,7 +23,7 @@ HEAVY = (
     "pynvml",
     "drasat.controller",
     "drasat.solver",
-    "drasat.sim",
+    "drasat.testbed.sim",
     "drasat.nodeplugin",
     "drasat.kube",
     "drasat.whatif",

@@ -10,7 +10,7 @@ import yaml
 from drasat.cli import main
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.simnvml import SimulatedNvml
 
 SPEC = "2xA100-40GB,1xT4,mig=0+1"
 

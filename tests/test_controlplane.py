@@ -1,5 +1,5 @@
-"""drasat.controlplane without the binaries: gate parsing, versions, the folder guard, and `down`
-signalling exactly the recorded processes."""
+"""drasat.testbed.controlplane without the binaries: gate parsing, versions, the folder guard, and
+`down` signalling exactly the recorded processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drasat.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, cluster
 
 HELP = """\
       --feature-gates colonSeparatedMultimapStringString   Comma-separated list ...

@@ -16,7 +16,7 @@ import pytest
 from drasat import loading
 from drasat.cli import demo
 from drasat.cli.main import main
-from drasat.sim import apply
+from drasat.testbed.sim import apply
 
 pytestmark = pytest.mark.timeout(120)
 REPO = pathlib.Path(__file__).resolve().parent.parent

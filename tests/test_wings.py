@@ -11,15 +11,16 @@ import pytest
 
 from drasat.api.errors import InputError
 from drasat.controller.app import App, Options
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 def test_the_simulator_does_not_load_the_solver() -> None:
     """The test bed (the demo's and the tests' API server) starts without ortools: it reads the
     node filters from drasat.api.nodefit, not through drasat.v1 (whose package loads the solver)."""
     code = (
-        "import sys, drasat.sim.apiserver, drasat.sim.scheduling, drasat.sim.controllers, "
-        "drasat.sim.v1scheduler, drasat.sim.kubelet; "
+        "import sys, drasat.testbed.sim.apiserver, drasat.testbed.sim.scheduling, "
+        "drasat.testbed.sim.controllers, drasat.testbed.sim.v1scheduler, "
+        "drasat.testbed.sim.kubelet; "
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'ortools'); "
         "print(loaded); sys.exit(bool(loaded))"
     )

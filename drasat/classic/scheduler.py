@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from drasat.api import groups
-from drasat.sim import actor, errors, kubeclient, scheduling
+from drasat.testbed.sim import actor, errors, kubeclient, scheduling
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,8 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
     """The spec; InputError for bad input, DeviceError when NVML cannot be read."""
     from pathlib import Path
 
-    from drasat.nodeplugin import cdi, cdispec, nvml, plugin, simnvml, state
+    from drasat.nodeplugin import cdi, cdispec, nvml, plugin, state
+    from drasat.testbed import simnvml
 
     if not args.simulate_gpus and not args.from_nvml:
         raise InputError("give --simulate-gpus SPEC or, on a GPU host, --from-nvml")

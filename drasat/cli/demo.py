@@ -6,7 +6,7 @@ plane. `--classic` runs classic DRA (`resource.k8s.io/v1alpha2`) as described he
 
 The classic demo starts the in-process API server, the controller, a node plugin per simulated
 node (simulated NVML, real gRPC sockets), the simulated scheduler and a simulated kubelet per node
-(`drasat.cli.democluster`), applies the manifests, and prints each pod going Pending -> Running
+(`drasat.testbed.democluster`), applies the manifests, and prints each pod going Pending -> Running
 with its "log" (the environment its container gets from the CDI spec), the NodeAllocationState
 view, then deletes the pods and claims and checks every node is clean again.
 
@@ -44,9 +44,9 @@ from drasat.api import access, crds
 from drasat.api import cluster as cluster_api
 from drasat.api.errors import InputError
 from drasat.api.nas import AllocatedDevices, NodeAllocationState
-from drasat.cli import democluster
-from drasat.sim import apply, errors, garbage, kubeclient, scheduling
-from drasat.sim.kubelet import PodRun
+from drasat.testbed import democluster
+from drasat.testbed.sim import apply, errors, garbage, kubeclient, scheduling
+from drasat.testbed.sim.kubelet import PodRun
 from drasat.whatif import manifests as whatif_manifests
 from drasat.whatif import nodes as whatif_nodes
 

@@ -3,13 +3,13 @@
 drasat's parts are the real ones, in this process: the v1 controller (`App` with `--dra-api v1`,
 its policy from a ConfigMap), and per simulated node a node plugin (simulated NVML fleet, real
 gRPC sockets, its ResourceSlices and NodeAllocationState published) and a simulated v1 kubelet
-that calls it (`drasat.sim.kubelet`, DraApi.v1). Around them, the cluster is one of:
+that calls it (`drasat.testbed.sim.kubelet`, DraApi.v1). Around them, the cluster is one of:
 
 - simulated (default): the in-process API server, the simulated v1 scheduler (honours the
   allocations drasat's controller writes, allocates nothing) and controller manager (claims from
   templates, pods of Deployments, ReplicaSets and Jobs);
 - real (`--kube-bin DIR`): etcd, kube-apiserver, kube-scheduler and kube-controller-manager from
-  DIR (`drasat.controlplane`), in a temporary folder, stopped and removed at the end.
+  DIR (`drasat.testbed.controlplane`), in a temporary folder, stopped and removed at the end.
 
 What the Helm chart and the cluster would hold is created first: drasat's CRDs (real cluster),
 its namespace, DeviceClasses and policy ConfigMap, one Node per described node. The demo waits for
@@ -43,7 +43,6 @@ from drasat.api.devicemodel import classes
 from drasat.api.errors import InputError
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices, NodeAllocationState
-from drasat.cli import democluster
 from drasat.cli.demo import (
     POLL_S,
     SETTLE_S,
@@ -63,15 +62,16 @@ from drasat.cli.demo import (
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.controller.v1controller import REASON_REFUSED, TAINT_RULE
-from drasat.controlplane import binaries
-from drasat.controlplane import cluster as controlplane
-from drasat.controlplane import kubelet as realkubelet
 from drasat.kube.client import KubeClient as OfficialClient
 from drasat.kube.client import configuration_for, load_configuration
-from drasat.nodeplugin import mps, nvml, registration, simnvml, slices, v1claims
+from drasat.nodeplugin import mps, nvml, registration, slices, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import (
+from drasat.testbed import democluster, simnvml
+from drasat.testbed.controlplane import binaries
+from drasat.testbed.controlplane import cluster as controlplane
+from drasat.testbed.controlplane import kubelet as realkubelet
+from drasat.testbed.sim import (
     apiserver,
     apply,
     controllers,
@@ -472,8 +472,8 @@ class V1Cluster:
 
 
 class RealKubelet:
-    """A real kubelet (`drasat.controlplane.kubelet`) as the demo reads the simulated one: the
-    plugin it registered, and each pod it runs with what its containers were given, read from
+    """A real kubelet (`drasat.testbed.controlplane.kubelet`) as the demo reads the simulated one:
+    the plugin it registered, and each pod it runs with what its containers were given, read from
     the fake runtime's record of the kubelet's CreateContainer requests (their CDI devices,
     resolved against the plugin's CDI specs as a CDI-aware runtime would)."""
 

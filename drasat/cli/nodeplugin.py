@@ -174,7 +174,7 @@ def register(subparsers: Any) -> None:
 def simulator() -> app.Simulator | None:
     """The simulated fleet of --simulate-gpus (the test bed), or None where it is not installed."""
     try:
-        from drasat.nodeplugin.simnvml import node_plugin_parts
+        from drasat.testbed.simnvml import node_plugin_parts
     except ImportError:
         return None
     return node_plugin_parts

@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
 
 def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The slices (and classes) to print; DeviceError when NVML cannot be read."""
-    from drasat.nodeplugin import nvml, simnvml, slices
+    from drasat.nodeplugin import nvml, slices
+    from drasat.testbed import simnvml
 
     if not args.node_name:
         raise InputError("--node-name (or $NODE_NAME) is required")

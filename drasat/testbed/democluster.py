@@ -28,10 +28,11 @@ from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.kube.client import KubeClient as OfficialClient
 from drasat.kube.client import configuration_for
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, controllers, kubeclient, kubelet
+from drasat.testbed import simnvml
+from drasat.testbed.sim import apiserver, controllers, kubeclient, kubelet
 
 if TYPE_CHECKING:  # the classic demo's parts load when it runs (a v1-only copy has none)
     from drasat.classic import scheduler
@@ -71,8 +72,8 @@ def describe(spec: simnvml.FleetSpec) -> str:
 
 
 class NodeKubelet(Protocol):
-    """What the demo reads of a node's kubelet: the simulated one (`drasat.sim.kubelet`), or a
-    real kubelet seen through its runtime's record (`drasat.cli.demov1.RealKubelet`)."""
+    """What the demo reads of a node's kubelet: the simulated one (`drasat.testbed.sim.kubelet`), or
+    a real kubelet seen through its runtime's record (`drasat.cli.demov1.RealKubelet`)."""
 
     @property
     def plugins(self) -> Mapping[str, object]: ...  # the drivers it registered

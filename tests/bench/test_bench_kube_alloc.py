@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 
 from bench import kube_alloc
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 
 def test_fleet_plan_spreads_mig_nodes_and_labels_the_churn_ones() -> None:

@@ -19,7 +19,7 @@ from ctl_classic import FAST
 from drasat.api import crds
 from drasat.classic.controller import Config, Controller
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from drasat.controller.policy import PolicySource
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 FAST = {"lease_duration_s": 2.0, "renew_deadline_s": 1.5, "retry_period_s": 0.2, "resync_s": 1.0}
 

@@ -27,7 +27,7 @@ from drasat.classic.controller import Controller
 from drasat.controller.policy import PolicySource
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 def test_missing_parameters_give_an_event_and_no_allocation(

@@ -24,7 +24,7 @@ from drasat.classic.controller import Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 PODS = 50
 NODES = 4

@@ -17,7 +17,7 @@ from drasat.classic.controller import Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, Obj
-from drasat.sim import apiserver, kubeclient
+from drasat.testbed.sim import apiserver, kubeclient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 
 from drasat.classic import scheduler
-from drasat.sim import apiserver, kubeclient, scheduling
+from drasat.testbed.sim import apiserver, kubeclient, scheduling
 
 RC = ("resource.k8s.io", "v1alpha2")
 GPU_NODE = "n2"

@@ -1,5 +1,5 @@
-"""Contract tests: the same test code against the simulated API server (`drasat.sim`) and the
-real kube-apiserver v1.37.2, so the simulator cannot drift from what it stands in for.
+"""Contract tests: the same test code against the simulated API server (`drasat.testbed.sim`) and
+the real kube-apiserver v1.37.2, so the simulator cannot drift from what it stands in for.
 
 `backend` is parametrized over "sim" and "real"; each test gets an official-client ApiClient and
 a fresh namespace on that backend, the widget CRD (`tests/widget_crd.py`) and drasat's CRDs
@@ -23,7 +23,7 @@ from kubernetes.client import ApiException
 from widget_crd import WIDGET_CRD
 
 from drasat.api import crds
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 #: The simulator's watch history in these tests: small, so that an expired resourceVersion is a
 #: matter of a few writes.

@@ -15,7 +15,7 @@ from classic_objects import SEMANTIC_RULE_CASES, claim
 from contract import Backend, causes, raw, status_of
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 RC = ("resource.k8s.io", "v1alpha2")
 

@@ -1,5 +1,5 @@
-"""The simulated scheduler and controller manager (`drasat.sim.v1scheduler`,
-`drasat.sim.controllers`) against kube-scheduler and kube-controller-manager v1.37.2, on
+"""The simulated scheduler and controller manager (`drasat.testbed.sim.v1scheduler`,
+`drasat.testbed.sim.controllers`) against kube-scheduler and kube-controller-manager v1.37.2, on
 `resource.k8s.io/v1` claims that someone else (here the test, in a cluster drasat's controller)
 has allocated: the same scenario, the same outcome on both backends.
 
@@ -20,7 +20,7 @@ from contract import Backend
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
-from drasat.sim import controllers, kubeclient, v1scheduler
+from drasat.testbed.sim import controllers, kubeclient, v1scheduler
 
 RESOURCE_V1 = ("resource.k8s.io", "v1")
 LABEL = "test.drasat.io/contract"

@@ -1,6 +1,6 @@
-"""The simulated controller manager's workload controllers (`drasat.sim.controllers`) against
-kube-controller-manager v1.37.2's deployment, replicaset and job controllers: the objects and pods
-they make, their names, labels and owners, scaling, and Job completion counting.
+"""The simulated controller manager's workload controllers (`drasat.testbed.sim.controllers`)
+against kube-controller-manager v1.37.2's deployment, replicaset and job controllers: the objects
+and pods they make, their names, labels and owners, scaling, and Job completion counting.
 
 On "real" the session control plane's kube-controller-manager runs those controllers; on "sim"
 the simulated one runs. Pods are bound to this test's fake node by its nodeSelector; nothing runs
@@ -20,7 +20,7 @@ from contract import Backend
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
-from drasat.sim import controllers, kubeclient, v1scheduler
+from drasat.testbed.sim import controllers, kubeclient, v1scheduler
 
 LABEL = "test.drasat.io/workloads"
 #: rand.SafeEncodeString's alphabet: generated suffixes and pod-template-hash values.
@@ -39,7 +39,7 @@ def workload_controllers(backend: Backend, request: pytest.FixtureRequest) -> It
             yield
         return
     # The session's kube-controller-manager runs the workload controllers
-    # (drasat.controlplane.cluster.WORKLOAD_CONTROLLERS).
+    # (drasat.testbed.controlplane.cluster.WORKLOAD_CONTROLLERS).
     request.getfixturevalue("kube_cluster")
     yield
 

@@ -9,7 +9,7 @@ import pytest
 
 from drasat.api import crds
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 @pytest.fixture

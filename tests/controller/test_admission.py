@@ -27,7 +27,7 @@ from drasat.controller import admission
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 Obj = dict[str, Any]
 NS = "team-a"

@@ -223,7 +223,7 @@ def test_snapshot_reads_every_kind_and_skips_unserved_ones() -> None:
 def test_snapshot_over_http_gives_loader_documents(tmp_path: Any) -> None:
     from drasat.api import crds
     from drasat.kube.client import KubeClient, configuration_for
-    from drasat.sim import apiserver
+    from drasat.testbed.sim import apiserver
 
     with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
         api = KubeClient(configuration_for(server.url))

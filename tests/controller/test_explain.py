@@ -20,7 +20,7 @@ from drasat.controller import decisions, explain
 from drasat.controller.v1controller import V1Controller
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 Obj = dict[str, Any]
 

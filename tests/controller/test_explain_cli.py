@@ -18,7 +18,7 @@ from drasat.cli import colour
 from drasat.cli import main as cli
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, default_namespace
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 server, api = base.server, base.api
 

@@ -12,7 +12,7 @@ import pytest
 from drasat.controller import extended as keeper
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 from drasat.v1 import extended
 
 Obj = dict[str, Any]
@@ -63,3 +63,17 @@ def test_a_template_someone_made_first_is_left_alone(api: KubeClient) -> None:
     assert keeper.TemplateKeeper(api).ensure([_pod("a", 1)]) == []
     body = api.get(r.RESOURCE_CLAIM_TEMPLATES_V1, "drasat-nvidia-com-gpu-1", namespace="a")
     assert body["metadata"]["labels"] == {"owner": "someone"}
+
+
+def test_a_template_deleted_while_pods_name_it_is_made_again_after_the_recheck(
+    api: KubeClient,
+) -> None:
+    now = [0.0]
+    made = keeper.TemplateKeeper(api, recheck_s=60, clock=lambda: now[0])
+    pods = [_pod("a", 1)]
+    assert made.ensure(pods) == ["a/drasat-nvidia-com-gpu-1"]
+    api.delete(r.RESOURCE_CLAIM_TEMPLATES_V1, "drasat-nvidia-com-gpu-1", namespace="a")
+    now[0] = 30.0
+    assert made.ensure(pods) == []  # not asked again within the period
+    now[0] = 61.0
+    assert made.ensure(pods) == ["a/drasat-nvidia-com-gpu-1"]

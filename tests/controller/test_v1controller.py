@@ -16,7 +16,7 @@ from drasat.api.devicemodel import classes
 from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 Obj = dict[str, Any]
 

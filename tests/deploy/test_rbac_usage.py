@@ -31,11 +31,12 @@ from drasat.controller.app import App, Options
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.gen import dra_v1alpha3_pb2, dra_v1alpha3_pb2_grpc
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.sim import apiserver, kubeclient
+from drasat.testbed import simnvml
+from drasat.testbed.sim import apiserver, kubeclient
 
 NAMESPACE = "drasat"
 #: Per-claim errors of a prepare that carried the controller's resource handles.

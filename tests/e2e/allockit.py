@@ -29,7 +29,7 @@ from drasat.api import crds
 from drasat.api.devicemodel import shares
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.controller import v1inputs
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 NAMESPACE = "drasat"
 RESOURCE = ("resource.k8s.io", "v1")

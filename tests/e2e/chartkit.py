@@ -13,7 +13,7 @@ import yaml
 from helm_binary import helm_path, kubectl_path
 from kubecluster import kubectl_env
 
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "drasat"

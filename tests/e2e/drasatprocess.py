@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 
 def run(

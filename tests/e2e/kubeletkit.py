@@ -1,6 +1,6 @@
 """A GPU node for current-DRA end-to-end tests on the real control plane: a Node object, the real
 `drasat nodeplugin` process on a simulated fleet (registered with `v1.DRAPlugin`), and the
-simulated 1.34+ kubelet (`drasat.sim.kubelet`, flavour v1) calling it over its real sockets.
+simulated 1.34+ kubelet (`drasat.testbed.sim.kubelet`, flavour v1) calling it over its real sockets.
 
 The node's ResourceSlices are either published by the plugin itself (`--resourceslices`, with
 shareable GPUs by default as the plugin's) or given by the test (hand-made slices, e.g. one that
@@ -27,10 +27,10 @@ from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import names
 from drasat.api.groups import NAS_GROUP, VERSION
-from drasat.controlplane import cluster
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
-from drasat.sim import kubeclient, kubelet
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.sim import kubeclient, kubelet
+from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
 

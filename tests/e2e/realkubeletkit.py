@@ -1,7 +1,7 @@
 """A GPU node with a real kubelet for end-to-end tests on the real control plane: the kubelet
-v1.37.2 (`drasat.controlplane.kubelet`) on `fakecri`, the in-memory container runtime that records
-every CreateContainer request, and drasat's real `drasat nodeplugin` process on a simulated fleet,
-registered through that kubelet's plugin watcher and driven only by it.
+v1.37.2 (`drasat.testbed.controlplane.kubelet`) on `fakecri`, the in-memory container runtime that
+records every CreateContainer request, and drasat's real `drasat nodeplugin` process on a simulated
+fleet, registered through that kubelet's plugin watcher and driven only by it.
 
 The test reads what the container was given from the runtime's record (`containers`): the CDI
 device names the kubelet put in the request, resolved against the plugin's CDI specs
@@ -30,10 +30,10 @@ from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import names
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
-from drasat.controlplane import cluster
-from drasat.controlplane.kubelet import Kubelet
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane.kubelet import Kubelet
+from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
 Obj = dict[str, Any]

@@ -24,7 +24,7 @@ from drasat.api.devicemodel import classes
 from drasat.api.devicemodel.inventory import Inventory
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
 

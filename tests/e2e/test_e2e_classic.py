@@ -7,8 +7,8 @@ from templates and releasing `reservedFor`, the garbage collector. drasat runs a
 cluster: `drasat controller` (a process, allocating through the solver) and one `drasat
 nodeplugin` process per node on simulated T4s (one and two), publishing its NodeAllocationState
 through the API. No kubelet can run here: each node is a Node object and a simulated 1.30 kubelet
-(`drasat.sim.kubelet`, flavour classic) reaches the API server over https, registers the plugin
-over its real sockets, calls `v1alpha3.Node/NodePrepareResources` with the claim's resource
+(`drasat.testbed.sim.kubelet`, flavour classic) reaches the API server over https, registers the
+plugin over its real sockets, calls `v1alpha3.Node/NodePrepareResources` with the claim's resource
 handle, resolves the CDI ids against the plugin's spec files and sets the pods Running.
 
 The manifests are the repository's own `deploy/examples/reference-cases`, applied unchanged. The
@@ -42,8 +42,8 @@ from kubecluster import create_fake_node, exists, install_crds, service_account_
 from kubernetes.client import ApiException
 
 from drasat.api import crds
-from drasat.controlplane import cluster
-from drasat.sim import errors, kubeclient, kubelet
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.sim import errors, kubeclient, kubelet
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -24,7 +24,7 @@ from kubernetes.client import ApiException
 from pydantic import ValidationError
 
 from drasat.api import crds
-from drasat.sim.apiserver import ApiServer
+from drasat.testbed.sim.apiserver import ApiServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 Schema = dict[str, Any]

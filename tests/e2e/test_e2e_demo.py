@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from drasat.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, cluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,7 @@ import yaml
 from helm_binary import kubectl_path
 from kubecluster import kubectl_env
 
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 APPLIED = [c for c in docs.commands() if docs.what_to_do(c) == docs.DRY_RUN]
 

@@ -49,7 +49,7 @@ from slicekit import device_classes
 
 from drasat.api import crds
 from drasat.api.devicemodel import classes
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 #: Values that reach other template branches; the server checks what they produce (a priority
 #: class, pull secrets, an empty-valued node selector, an inline policy, two replicas).

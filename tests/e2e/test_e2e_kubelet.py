@@ -4,10 +4,10 @@ plugin.
 
 The node is a Node object (no kubelet can run here); the node plugin is the real `drasat
 nodeplugin` process on a simulated fleet of two T4s, registered with `v1.DRAPlugin`; the kubelet
-(`drasat.sim.kubelet`, flavour v1) reaches the real API server over https with the cluster's CA and
-a bearer token, watches the pods bound to the node, calls NodePrepareResources over the plugin's
-real sockets, resolves the CDI ids against the spec files and sets the pods Running; deleting a
-pod unprepares its claim and confirms the deletion.
+(`drasat.testbed.sim.kubelet`, flavour v1) reaches the real API server over https with the cluster's
+CA and a bearer token, watches the pods bound to the node, calls NodePrepareResources over the
+plugin's real sockets, resolves the CDI ids against the spec files and sets the pods Running;
+deleting a pod unprepares its claim and confirms the deletion.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from kubeletkit import GpuNode
 from kubernetes.client import ApiException
 
 from drasat.api import resourceslices
-from drasat.controlplane import cluster
 from drasat.nodeplugin import publish
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
-from drasat.sim import errors, kubeclient
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.sim import errors, kubeclient
+from drasat.testbed.simnvml import SimulatedNvml
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,8 +1,9 @@
 """The simulated kubelet held to the real one (issue 28 item 4): the same scenarios on both, on
 the real v1.37 control plane, with drasat's real node plugin process on a simulated fleet.
 
-`drasat.sim.kubelet` runs the pods of the in-process demo; `kubelet` v1.37.2 on `fakecri`
-(`drasat.controlplane.kubelet`) is the one in production. Each scenario runs once per kubelet
+`drasat.testbed.sim.kubelet` runs the pods of the in-process demo; `kubelet` v1.37.2 on `fakecri`
+(`drasat.testbed.controlplane.kubelet`) is the one in production. Each scenario runs once per
+kubelet
 (`kubelet` parameter: simulated, real) and records, inside the plugin, every NodePrepareResources
 and NodeUnprepareResources request it receives with its claims (`callrecord.py`: a gRPC server
 interceptor; the plugin itself is unchanged). The calls are compared phase by phase against one
@@ -33,7 +34,7 @@ from kubeletkit import gpu_node
 from realkubeletkit import real_node
 from slicekit import applied, device_classes, unique
 
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -26,8 +26,8 @@ from slicekit import RESOURCE, applied, device_classes, unique
 
 from drasat.api.devicemodel import names
 from drasat.api.devicemodel.classes import device_classes as device_classes_of
-from drasat.controlplane import cluster
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.simnvml import SimulatedNvml
 
 pytestmark = pytest.mark.timeout(300)
 

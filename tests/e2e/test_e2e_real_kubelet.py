@@ -26,8 +26,8 @@ from kubernetes.client import ApiException
 from realkubeletkit import RealNode, pod, real_node
 
 from drasat.api import resourceslices
-from drasat.controlplane import binaries, cluster
 from drasat.nodeplugin.app import CRASH_AFTER_ENV
+from drasat.testbed.controlplane import binaries, cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -249,7 +249,7 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
     publishes that node's slice; `down` stops every process it started."""
     folder = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp")) / "c"  # short socket paths
     env = {**os.environ, "DRASAT_KUBE_BIN": str(kube_cluster.bin_dir)}
-    command = [sys.executable, "-m", "drasat.controlplane"]
+    command = [sys.executable, "-m", "drasat.testbed.controlplane"]
     try:
         subprocess.run(
             [*command, "up", "--dir", str(folder), "--kubelets", "2", "--drasat-plugins", "1xT4"],

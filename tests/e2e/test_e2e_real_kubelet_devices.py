@@ -26,8 +26,8 @@ from realkubeletkit import RealNode, real_node
 from slicekit import applied, device_classes, unique
 
 from drasat.api.devicemodel import names
-from drasat.controlplane import cluster
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.controlplane import cluster
+from drasat.testbed.simnvml import SimulatedNvml
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,9 +21,9 @@ from slicekit import RESOURCE, delete_slice, device_classes, fleet_inventory, un
 
 from drasat.api.devicemodel import classes
 from drasat.api.devicemodel.inventory import GpuHealth
-from drasat.controlplane import cluster
 from drasat.kube import client as kube_client
 from drasat.nodeplugin import slices
+from drasat.testbed.controlplane import cluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -27,7 +27,7 @@ from kubeletkit import gpu_node
 from slicekit import applied, unique
 
 from drasat.api.devicemodel import names
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 pytestmark = pytest.mark.timeout(400)
 

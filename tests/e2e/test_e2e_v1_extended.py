@@ -23,7 +23,7 @@ from kubeletkit import gpu_node
 from kubernetes.client import ApiException
 from slicekit import applied, unique
 
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 from drasat.v1 import extended
 
 pytestmark = pytest.mark.timeout(400)

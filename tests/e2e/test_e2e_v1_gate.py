@@ -35,8 +35,8 @@ from slicekit import applied, unique
 
 from drasat.api.groups import SCHEDULING_GATE
 from drasat.controller import explain
-from drasat.controlplane import cluster
 from drasat.kube.client import KubeClient, load_configuration
+from drasat.testbed.controlplane import cluster
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -24,7 +24,7 @@ from kubeletkit import gpu_node
 from slicekit import applied, unique
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 from drasat.v1 import results
 
 pytestmark = pytest.mark.timeout(400)

@@ -14,10 +14,10 @@ from kubernetes.client import ApiException
 from slicekit import delete_slice
 
 from drasat.api import resourceslices
-from drasat.controlplane import binaries, cluster
 from drasat.nodeplugin import publish
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
 

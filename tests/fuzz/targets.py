@@ -489,9 +489,10 @@ class _Node:
     """One simulated GPU node with the production plugin code over it (as tests/nodeplugin)."""
 
     def __init__(self) -> None:
-        from drasat.nodeplugin import dra, mps, nvml, simnvml, v1claims
+        from drasat.nodeplugin import dra, mps, nvml, v1claims
         from drasat.nodeplugin.nasstore import MemoryNasStore
         from drasat.nodeplugin.plugin import Config, NodePlugin
+        from drasat.testbed import simnvml
 
         self.root = Path(tempfile.mkdtemp(prefix="fz-", dir="/tmp"))
         self.sim = simnvml.SimulatedNvml("2xT4,1xA100-40GB,mig=all")

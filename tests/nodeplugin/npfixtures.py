@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drasat.nodeplugin import dra, mps, nvml, simnvml, state, v1claims
+from drasat.nodeplugin import dra, mps, nvml, state, v1claims
 from drasat.nodeplugin.gen import dra_v1_pb2
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
+from drasat.testbed import simnvml
 
 NODE = "gpu-node-1"
 NAMESPACE = "drasat"

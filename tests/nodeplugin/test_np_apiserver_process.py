@@ -20,7 +20,7 @@ from npfixtures import NAMESPACE, NODE, mig_allocation
 from drasat.api import crds
 from drasat.kube import client as kube_client
 from drasat.kube import resources
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.gen import (
     dra_v1alpha3_pb2,
     dra_v1alpha3_pb2_grpc,
@@ -30,7 +30,8 @@ from drasat.nodeplugin.gen import (
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.nodeplugin.state import ClaimRef
-from drasat.sim import apiserver
+from drasat.testbed import simnvml
+from drasat.testbed.sim import apiserver
 
 
 @pytest.fixture

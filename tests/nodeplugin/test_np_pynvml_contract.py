@@ -23,7 +23,8 @@ import pynvml
 import pytest
 
 from drasat import nodeplugin
-from drasat.nodeplugin import nvml, simnvml
+from drasat.nodeplugin import nvml
+from drasat.testbed import simnvml
 
 SOURCE = Path(nodeplugin.__file__).parent
 MODULES = sorted(SOURCE.glob("*.py"))

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from drasat.api.errors import InputError
-from drasat.nodeplugin import simnvml
+from drasat.testbed import simnvml
 
 
 @pytest.fixture

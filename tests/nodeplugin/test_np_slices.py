@@ -16,11 +16,12 @@ from drasat.api.errors import InputError
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.resources import NODES, Resource
-from drasat.nodeplugin import app, mps, registration, simnvml, slices
+from drasat.nodeplugin import app, mps, registration, slices
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.plugin import Config, NodePlugin
-from drasat.nodeplugin.simnvml import SimulatedNvml
+from drasat.testbed import simnvml
+from drasat.testbed.simnvml import SimulatedNvml
 
 Obj = dict[str, Any]
 

@@ -10,7 +10,7 @@ import pytest
 from widget_crd import WIDGET_CRD
 
 from drasat.api import crds
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver, audit
+from drasat.testbed.sim import apiserver, audit
 
 
 def test_requests_are_audited_with_verbs(server: apiserver.ApiServer) -> None:

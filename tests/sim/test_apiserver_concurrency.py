@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 WRITERS = 8
 INCREMENTS = 10

@@ -12,7 +12,7 @@ import kubernetes.dynamic
 import pytest
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 RC = ("resource.k8s.io", "v1alpha2")
 

@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver, faults
+from drasat.testbed.sim import apiserver, faults
 
 
 class FakeClock:

@@ -12,7 +12,7 @@ import pytest
 from classic_objects import SEMANTIC_RULE_CASES, claim
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 RC = ("resource.k8s.io", "v1alpha2")
 NAS = ("nas.gpu.drasat.io", "v1alpha1")

@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 def config_map(name: str, **labels: str) -> dict[str, Any]:

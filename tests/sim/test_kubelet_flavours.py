@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from drasat.sim import kubelet
-from drasat.sim.kubelet import DraApi
+from drasat.testbed.sim import kubelet
+from drasat.testbed.sim.kubelet import DraApi
 
 
 def test_the_service_each_flavour_calls() -> None:

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from polling import until
 
-from drasat.nodeplugin import mps, nvml, simnvml
+from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.gen import drahealth_v1_pb2 as pb2
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.nodeplugin.registration import KubeletApi
-from drasat.sim import kubelet, kubelethealth
-from drasat.sim.kubelethealth import ClaimDevice, HealthCache
+from drasat.testbed import simnvml
+from drasat.testbed.sim import kubelet, kubelethealth
+from drasat.testbed.sim.kubelethealth import ClaimDevice, HealthCache
 
 DRIVER = "gpu.drasat.io"
 

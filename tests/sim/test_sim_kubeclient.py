@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from drasat.api.errors import InputError
-from drasat.sim import apiserver, errors, kubeclient
+from drasat.testbed.sim import apiserver, errors, kubeclient
 
 
 def test_paths() -> None:

@@ -1,4 +1,4 @@
-"""A kubeconfig for the simulated server, and `python -m drasat.sim` as a process."""
+"""A kubeconfig for the simulated server, and `python -m drasat.testbed.sim` as a process."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 import kubernetes
 
-from drasat.sim import apiserver
+from drasat.testbed.sim import apiserver
 
 
 def test_kubeconfig_configures_the_official_loader(
@@ -32,7 +32,7 @@ def test_kubeconfig_configures_the_official_loader(
 def test_module_runs_the_v1_scheduler_and_controller_manager(tmp_path: pathlib.Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "drasat.sim", "--kubeconfig", str(kubeconfig), "--v1"],
+        [sys.executable, "-m", "drasat.testbed.sim", "--kubeconfig", str(kubeconfig), "--v1"],
         stdout=subprocess.PIPE,
         text=True,
     )

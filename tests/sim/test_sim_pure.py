@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from drasat.sim import errors, patching, resources, routing, scheduling, selectors, validation
+from drasat.testbed.sim import (
+    errors,
+    patching,
+    resources,
+    routing,
+    scheduling,
+    selectors,
+    validation,
+)
 
 
 @pytest.mark.parametrize("text", ["a in (x", "a notin", "=x", "a b c"])

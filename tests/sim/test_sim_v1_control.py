@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drasat.sim import apiserver, controllers, kubeclient, scheduling, v1scheduler
+from drasat.testbed.sim import apiserver, controllers, kubeclient, scheduling, v1scheduler
 
 Obj = dict[str, Any]
 V1 = ("resource.k8s.io", "v1")

@@ -12,7 +12,7 @@ import pytest
 from drasat.api import crds
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
-from drasat.sim.apiserver import ApiServer
+from drasat.testbed.sim.apiserver import ApiServer
 
 if TYPE_CHECKING:  # annotations only: several test folders have a conftest module
     from conftest import RunCli, WriteYaml

@@ -12,7 +12,7 @@ import yaml
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
-from drasat.controlplane import cluster
+from drasat.testbed.controlplane import cluster
 
 if TYPE_CHECKING:  # annotations only: several test folders have a conftest module
     from conftest import RunCli, WriteYaml

@@ -1,4 +1,5 @@
-"""`python -m drasat.controlplane up|down|status [--dir D]`: what `scripts/kube-cluster` runs."""
+"""`python -m drasat.testbed.controlplane up|down|status [--dir D]`: what `scripts/kube-cluster`
+runs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drasat.controlplane import binaries, cluster, kubelet
+from drasat.testbed.controlplane import binaries, cluster, kubelet
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@ The API server runs with token authentication and RBAC, every `resource.k8s.io` 
 and every `DRA*` feature gate its `-h` lists (plus the gates those depend on), so device taints,
 partitionable devices, consumable capacity and binding conditions are all there. The controller
 manager runs the controllers DRA and the usual workloads need (claims from templates, Deployments,
-ReplicaSets, Jobs, StatefulSets) but no node lifecycle: fake nodes send no heartbeat. `cluster.json` in the folder records the pids (with their start times, so a
-recycled pid is never signalled) for `stop` from another process.
+ReplicaSets, Jobs, StatefulSets) but no node lifecycle: fake nodes send no heartbeat. `cluster.json`
+in the folder records the pids (with their start times, so a recycled pid is never signalled) for
+`stop` from another process.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drasat.controlplane import binaries
+from drasat.testbed.controlplane import binaries
 
 
 #: The resource.k8s.io versions a server serves besides those on by default, turned on here, by

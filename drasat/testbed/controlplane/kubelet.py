@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drasat.controlplane import binaries
-from drasat.controlplane.cluster import Cluster, ClusterError, Process, free_port
+from drasat.testbed.controlplane import binaries
+from drasat.testbed.controlplane.cluster import Cluster, ClusterError, Process, free_port
 
 #: What `scripts/kube-build` builds for a node, beside the control plane.
 NODE_BINARIES = ("kubelet", "fakecri")

@@ -1,7 +1,7 @@
-"""`python -m drasat.sim`: serve the simulated API server (with drasat's CRDs) and optionally the
-simulated v1 scheduler and controller manager (`--v1`) until interrupted, for manual runs of the
-controller, what-if or helm. `python -m drasat.classic` is the same with the simulated classic
-DRA scheduler (`--scheduler`), which lives in the classic wing.
+"""`python -m drasat.testbed.sim`: serve the simulated API server (with drasat's CRDs) and
+optionally the simulated v1 scheduler and controller manager (`--v1`) until interrupted, for manual
+runs of the controller, what-if or helm. `python -m drasat.classic` is the same with the simulated
+classic DRA scheduler (`--scheduler`), which lives in the classic wing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from drasat.api import crds
-from drasat.sim import actor, apiserver, controllers, kubeclient, v1scheduler
+from drasat.testbed.sim import actor, apiserver, controllers, kubeclient, v1scheduler
 
 #: Makes the classic scheduler for a client (drasat.classic.scheduler.Scheduler).
 Scheduler = Callable[[kubeclient.KubeClient], actor.WatchDrivenLoop]
@@ -23,7 +23,7 @@ Scheduler = Callable[[kubeclient.KubeClient], actor.WatchDrivenLoop]
 def main(
     argv: Sequence[str] | None = None,
     *,
-    prog: str = "python -m drasat.sim",
+    prog: str = "python -m drasat.testbed.sim",
     classic_scheduler: Scheduler | None = None,
 ) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Self
 
-from drasat.sim import errors, kubeclient
+from drasat.testbed.sim import errors, kubeclient
 
 log = logging.getLogger(__name__)
 

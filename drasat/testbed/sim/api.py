@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from drasat.sim import (
+from drasat.testbed.sim import (
     discovery,
     errors,
     faults,

@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from drasat.sim import api, audit, errors, faults, routing, watching
+from drasat.testbed.sim import api, audit, errors, faults, routing, watching
 
 log = logging.getLogger(__name__)
 

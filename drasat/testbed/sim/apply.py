@@ -14,7 +14,7 @@ from typing import Any
 
 from drasat import loading
 from drasat.api.errors import InputError
-from drasat.sim import errors, kubeclient, resources
+from drasat.testbed.sim import errors, kubeclient, resources
 
 Obj = dict[str, Any]
 

@@ -9,7 +9,7 @@ import dataclasses
 import threading
 from collections.abc import Mapping
 
-from drasat.sim import routing
+from drasat.testbed.sim import routing
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from drasat.sim import actor, errors, garbage, kubeclient, scheduling
+from drasat.testbed.sim import actor, errors, garbage, kubeclient, scheduling
 
 log = logging.getLogger(__name__)
 

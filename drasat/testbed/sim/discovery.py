@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drasat.sim import errors, resources, routing
+from drasat.testbed.sim import errors, resources, routing
 
 Obj = dict[str, Any]
 

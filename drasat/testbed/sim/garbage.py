@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from drasat.sim import errors, kubeclient
+from drasat.testbed.sim import errors, kubeclient
 
 Obj = dict[str, Any]
 

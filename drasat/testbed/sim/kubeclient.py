@@ -24,7 +24,7 @@ from typing import Any
 
 from drasat import loading
 from drasat.api.errors import InputError
-from drasat.sim import errors
+from drasat.testbed.sim import errors
 
 Obj = dict[str, Any]
 

@@ -63,7 +63,7 @@ from drasat.nodeplugin.gen import (
 )
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2 as reg_pb2
 from drasat.nodeplugin.gen import pluginregistration_v1_pb2_grpc as reg_grpc
-from drasat.sim import actor, errors, kubeclient, kubelethealth, scheduling
+from drasat.testbed.sim import actor, errors, kubeclient, kubelethealth, scheduling
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from drasat.sim import errors
+from drasat.testbed.sim import errors
 
 Obj = dict[str, Any]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from drasat.sim import errors
+from drasat.testbed.sim import errors
 
 
 def merge(target: Any, patch: Any) -> Any:

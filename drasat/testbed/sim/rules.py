@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from drasat.sim import resources, validation
+from drasat.testbed.sim import resources, validation
 
 Cause = tuple[str, str]
 Obj = dict[str, Any]

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from drasat.sim import errors
+from drasat.testbed.sim import errors
 
 _SET_RE = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
 _EQ_RE = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([A-Za-z0-9_./-]*)\s*$")

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from drasat.sim import errors, resources
+from drasat.testbed.sim import errors, resources
 
 Obj = dict[str, Any]
 #: Called with (resource, new object, old object or None) before every write commits.

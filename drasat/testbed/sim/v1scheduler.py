@@ -25,7 +25,7 @@ which). For a pod whose claims are allocated it does what kube-scheduler does:
 Pods without claims are bound to the first node that fits them (`plain_pods`, on by default, as
 the one default scheduler of a cluster). Pods naming another `schedulerName` are left alone.
 Creating claims from templates and releasing `reservedFor` is the resourceclaim controller's work
-(`drasat.sim.controllers`).
+(`drasat.testbed.sim.controllers`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from drasat.sim import actor, errors, kubeclient, scheduling
+from drasat.testbed.sim import actor, errors, kubeclient, scheduling
 
 Obj = dict[str, Any]
 _RES = ("resource.k8s.io", "v1")

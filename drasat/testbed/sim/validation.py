@@ -21,7 +21,7 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
-from drasat.sim import errors, resources
+from drasat.testbed.sim import errors, resources
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from drasat.sim import api, errors, routing, selectors, storage
+from drasat.testbed.sim import api, errors, routing, selectors, storage
 
 Obj = dict[str, Any]
 
