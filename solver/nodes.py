@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from drasat.solver import (
     costs,
@@ -79,6 +80,14 @@ _Eligibility = tuple[
     frozenset[str] | None,
     Mapping[str, tuple[int, ...]] | None,
     tuple[Mapping[str, tuple[tuple[tuple[str | None, int | None], str], ...]], ...],
+]
+
+
+#: Per claim, of one GPU: eligible, its eligible starts (None: any), its devices' values.
+_GpuLimits = tuple[
+    bool,
+    tuple[int, ...] | None,
+    tuple[tuple[tuple[tuple[str | None, int | None], str], ...], ...],
 ]
 
 
@@ -205,26 +214,27 @@ def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
     request = claim.request
     values_ids = tuple(rules.cache.intern(c.values) for c in request.constraints)
     key = (request.eligible, request.placements, values_ids)
-    found = rules.cache.limits.get(key)
-    if found is not None:
-        return found
+    known = rules.cache.limits.get(key)
+    if known is not None:
+        return cast(_Eligibility, known)
     starts = None
     if request.placements is not None:
         by_uuid: dict[str, list[int]] = {}
         for uuid, start in request.placements:
             by_uuid.setdefault(uuid, []).append(start)
-        starts = {uuid: tuple(sorted(found)) for uuid, found in by_uuid.items()}
+        starts = {uuid: tuple(sorted(taken)) for uuid, taken in by_uuid.items()}
     values = []
     for constraint in request.constraints:
         per_uuid: dict[str, list[tuple[tuple[str | None, int | None], str]]] = {}
-        for (uuid, profile, start), value in constraint.values:
-            per_uuid.setdefault(uuid, []).append(((profile, start), value))
-        values.append({uuid: tuple(found) for uuid, found in per_uuid.items()})
+        for (gpu_uuid, profile, device_start), value in constraint.values:
+            per_uuid.setdefault(gpu_uuid, []).append(((profile, device_start), value))
+        values.append({uuid: tuple(entries) for uuid, entries in per_uuid.items()})
     made: _Eligibility = (request.eligible, starts, tuple(values))
-    return rules.cache.put(rules.cache.limits, key, made)
+    rules.cache.put(rules.cache.limits, key, made)
+    return made
 
 
-def _gpu_eligibility(pod: PodShape, uuid: str) -> tuple[object, ...]:
+def _gpu_eligibility(pod: PodShape, uuid: str) -> tuple[_GpuLimits, ...]:
     """What the pod's claims may take of this GPU, and the values its devices have for their
     constraints (see PodShape.eligibility)."""
     assert pod.eligibility is not None
@@ -254,7 +264,7 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
         numbers: dict[str, int] = {}
         signature: list[object] = []
         for gpu in node.gpus:
-            for eligible, starts, values in _gpu_eligibility(pod, gpu.uuid):  # type: ignore[misc]
+            for eligible, starts, values in _gpu_eligibility(pod, gpu.uuid):
                 renamed = tuple(
                     tuple(
                         (where, numbers.setdefault(value, len(numbers))) for where, value in entries

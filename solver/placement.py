@@ -431,13 +431,13 @@ def _batch(
         decision = _Decision(node, claims, 0, 0)
         placements.append(state.place(pod, inputs[pod.key].claims, decision))
     unplaced = []
-    fitting = {entry.key: len(entry.nodes) for entry in entries}
+    fits_alone = {entry.key: len(entry.nodes) for entry in entries}
     for pod in problem.pods:
         if pod.key in chosen:
             continue
         reasons: tuple[str, ...] = ()
         if params.explain and _past(params.deadline):
-            reasons = (_unexplained(fitting[pod.key]),)
+            reasons = (_unexplained(fits_alone[pod.key]),)
         elif params.explain:
             reasons = _explain_after(pod, state, _budget(problem, params, online=True))
         unplaced.append(PodRejection(pod.key, reasons))

@@ -758,6 +758,11 @@ class Selector:
             self._memo[key] = found
         return found
 
+    @property
+    def by_identity(self) -> bool:
+        """Whether the expression names an attribute that tells equal devices apart."""
+        return self._by_identity
+
     def matches(self, driver: str, device: Obj) -> bool:
         """True only where the selector evaluates to true (a Failure is not a match)."""
         return self.evaluate(driver, device) is True

@@ -74,7 +74,7 @@ class Option:
         found = self.memo.get("eligible")
         if found is None:
             found = self.memo["eligible"] = frozenset(str(d.gpu_uuid) for d in self.devices)
-        return found  # type: ignore[no-any-return]
+        return found
 
     @property
     def placements(self) -> frozenset[tuple[str, int]]:
@@ -83,7 +83,7 @@ class Option:
         if found is None:
             found = frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
             self.memo["placements"] = found
-        return found  # type: ignore[no-any-return]
+        return found
 
     @property
     def constraints(self) -> tuple[tuple[int, AttributeConstraint], ...]:
@@ -132,12 +132,21 @@ class Devices:
         if found is None:
             found = []
             failing = set()
+            # Devices of one kind get one answer unless a selector reads which device it is.
+            by_identity = any(s.by_identity for s in alternative.selectors)
+            by_kind: dict[tuple[object, ...], bool | cel.Failure] | None = (
+                None if by_identity else {}
+            )
             for node, node_devices in self.by_node.items():
                 for d in node_devices:
                     kind = self._kinds.get(id(d.device))
                     if kind is None:
                         kind = self._kinds[id(d.device)] = cel.kind_key(d.driver, d.device)
-                    result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)
+                    result = by_kind.get(kind) if by_kind is not None else None
+                    if result is None:
+                        result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)
+                        if by_kind is not None:
+                            by_kind[kind] = result
                     if isinstance(result, cel.Failure):
                         failing.add(node)
                         break
