@@ -389,3 +389,17 @@ def test_without_the_taint_rule_api_gated_pods_are_still_drasats(
     assert any(f"relies on its scheduling gate {SCHEDULING_GATE}" in m for m in caplog.messages)
     assert _settled(ctl, lambda: not _gates(api, "p1"))
     assert _allocated(api, "c1")
+
+
+def test_a_replica_that_does_not_lead_lifts_no_gate(recording: Recording, api: KubeClient) -> None:
+    _claim(api, "theirs", OTHER_DRIVER)
+    _pod(api, "p1", ["theirs"], [SCHEDULING_GATE])
+    ctl = V1Controller(recording, V1Config(namespace=NS, batch_window_s=0),  # type: ignore[arg-type]
+                       may_write=lambda: False)  # fmt: skip
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        assert ctl.cycle() is False
+        assert _gates(api, "p1") == [SCHEDULING_GATE]
+        assert not [w for w in recording.writes if w[1] == "pods"]
+    finally:
+        ctl.stop()
