@@ -15,6 +15,7 @@ import pathlib
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -22,8 +23,10 @@ from typing import Any
 import pytest
 
 from drasat.api.devicemodel import classes
+from drasat.api.errors import InputError
 from drasat.api.groups import SCHEDULING_GATE
-from drasat.controller import admission
+from drasat.controller import admission, leader
+from drasat.controller.app import App, Options
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
@@ -341,3 +344,49 @@ def test_a_missing_certificate_fails_at_start(tmp_path: pathlib.Path) -> None:
     with pytest.raises(OSError):
         admission.serve("127.0.0.1:0", cert_file=str(tmp_path / "none.crt"),
                         key_file=str(tmp_path / "none.key"), lookup=Dicts())  # fmt: skip
+
+
+# ---------------------------------------------------------------- in the controller process
+
+
+def test_the_controller_serves_the_webhook_on_every_replica(
+    api: KubeClient, tmp_path: pathlib.Path
+) -> None:
+    """`drasat controller --webhook-address ...`: served at start, leader or not (this replica
+    never leads: another holds the Lease), with its own caches; a bad certificate is bad input."""
+    cert, key = _certificate(tmp_path)
+    api.create(r.RESOURCE_CLAIM_TEMPLATES_V1, _template("t", "gpu.drasat.io"), namespace=NS)
+    held = {"metadata": {"name": "held-elsewhere", "namespace": "drasat"}, "spec": {
+        "holderIdentity": "the-leader", "leaseDurationSeconds": 3600,
+        "renewTime": leader.micro_time(leader._now())}}  # fmt: skip
+    api.create(r.LEASES, held, namespace="drasat")
+    options = Options(
+        dra_api="v1", metrics_address="", leader_elect=True, lease_name="held-elsewhere",
+        webhook_address="127.0.0.1:0", webhook_cert_file=str(cert), webhook_key_file=str(key),
+    )  # fmt: skip
+    app = App(options, api=api)
+    stop = threading.Event()
+    runner = threading.Thread(target=app.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while app.webhook is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.webhook is not None
+        pod = _pod({"name": "g", "resourceClaimTemplateName": "t"})
+        status, answer = _post(app.webhook, cert, json.dumps(_review(pod)).encode())
+        assert status == 200 and "patch" in answer["response"]
+        samples = app.metrics.registry.get_sample_value(
+            "drasat_controller_admission_reviews_total", {"outcome": "gated"}
+        )
+        assert samples == 1
+        assert not app.may_write()  # the other replica leads
+    finally:
+        stop.set()
+        runner.join(10)
+    assert app.webhook is None  # shut down with the app
+    broken = Options(dra_api="v1", metrics_address="", webhook_address="127.0.0.1:0",
+                     webhook_cert_file=str(tmp_path / "none.crt"),
+                     webhook_key_file=str(key))  # fmt: skip
+    with pytest.raises(InputError, match="--webhook-cert-file"):
+        App(broken, api=api).run(threading.Event())
