@@ -5,10 +5,12 @@ and classic DRA on 1.27-1.31, chosen from the version helm reports. Each renderi
 1.37 server with `kubectl apply --dry-run=server` (the kubectl of the helm/kubectl wheel):
 
 - v1, rendered for 1.34, 1.35, 1.36 and 1.37 (default values, non-default ones, and
-  allocator=kube-scheduler): every object, the three DeviceClasses included, must pass the
-  server's validation and admission. The DeviceTaintRule the controller creates is dry-run in
-  each version the server serves it in (v1, v1beta2, v1alpha3), and the chart's check that the
-  cluster serves DeviceTaintRule at all is run against the server's real discovery.
+  allocator=kube-scheduler): every object, the three DeviceClasses and the scheduling gate's
+  admission included (the MutatingAdmissionPolicy for 1.36/1.37, the controller's webhook for
+  1.34/1.35), must pass the server's validation and admission. The DeviceTaintRule the
+  controller creates is dry-run in each version the server serves it in (v1, v1beta2, v1alpha3),
+  and what the chart does where the cluster serves no DeviceTaintRule (the gate alone) is run
+  against the server's real discovery.
 - classic, rendered for 1.30 and 1.31: every built-in object and drasat's own
   DeviceClassParameters must pass, and exactly the classic-DRA class objects (v1alpha2
   ResourceClass, v1alpha3 DeviceClass), which 1.37 no longer serves, are refused as unknown kinds.
@@ -50,6 +52,8 @@ from slicekit import device_classes
 from drasat.api import crds
 from drasat.api.devicemodel import classes
 from drasat.testbed.controlplane import cluster
+
+MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"  # served from 1.36
 
 #: Values that reach other template branches; the server checks what they produce (a priority
 #: class, pull secrets, an empty-valued node selector, an inline policy, two replicas).
@@ -155,6 +159,10 @@ V1_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet",
             "DeviceClass"}  # fmt: skip
 CONTROLLER_KINDS = {"Deployment", "Service", "ConfigMap"}
+#: The scheduling gate's admission: the policy where MutatingAdmissionPolicy v1 is served (1.36+),
+#: else the controller's webhook (its registration and certificate; its Service is a Service).
+POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+WEBHOOK_KINDS = {"MutatingWebhookConfiguration", "Secret"}
 
 
 @pytest.mark.parametrize("kube_version", V1_VERSIONS)
@@ -171,10 +179,13 @@ def test_every_v1_object_passes_a_server_side_dry_run(
     kube_version: str,
     values: Manifest,
 ) -> None:
-    manifests = render(kube_namespace, kube_version, values, tmp_path)
+    policy = kube_version >= "1.36"  # what each version serves by default
+    manifests = render(kube_namespace, kube_version, values, tmp_path,
+                       (VAP, MAP) if policy else (VAP,))  # fmt: skip
     kinds = {m["kind"] for m in manifests}
     with_controller = values.get("allocator", "drasat") == "drasat"
-    assert kinds == V1_KINDS | (CONTROLLER_KINDS if with_controller else set())
+    admission = POLICY_KINDS if policy else WEBHOOK_KINDS
+    assert kinds == V1_KINDS | (CONTROLLER_KINDS | admission if with_controller else set())
     # nothing of classic DRA: no class parameters, no v1alpha2/v1alpha3 class
     assert all(
         m["apiVersion"] == "resource.k8s.io/v1"
@@ -230,19 +241,25 @@ def test_the_chart_checks_device_taint_rules_against_the_servers_discovery(
     # what helm install sees on this server: v1 mode, the controller and its taint
     manifests = render(kube_namespace, "1.37.2", api_versions=served)
     assert "Deployment" in {m["kind"] for m in manifests}
-    # the same server without DeviceTaintRule (1.34-1.36 with their gates off): refused, with
-    # the way out
+    # the same server without DeviceTaintRule (1.34-1.36 with their gates off): drasat's
+    # scheduling gate alone (tests/e2e/test_e2e_v1_admission.py), refused only without it
     untainted = [v for v in served if not v.endswith("/DeviceTaintRule")]
     helm = [str(helm_path()), "template", "drasat", str(CHART), "-n", kube_namespace]
     helm += ["--kube-version", "1.36.0"]
     for version in untainted:
         helm += ["--api-versions", version]
-    refused = subprocess.run(helm, capture_output=True, text=True, timeout=60, check=False)
+    gated = subprocess.run(helm, capture_output=True, text=True, timeout=60, check=False)
+    assert gated.returncode == 0, gated.stderr
+    assert "--no-device-taint" in gated.stdout and "kind: MutatingAdmissionPolicy" in gated.stdout
+    refused = subprocess.run(
+        [*helm, "--set", "controller.admission.mode=off"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
     assert refused.returncode != 0
-    assert "serves no DeviceTaintRule" in refused.stderr
+    assert "serves no DeviceTaintRule and controller.admission.mode=off" in refused.stderr
     assert "allocator=kube-scheduler" in refused.stderr
     allowed = subprocess.run(
-        [*helm, "--set", "allocator=kube-scheduler"],
+        [*helm, "--set", "controller.admission.mode=off", "--set", "allocator=kube-scheduler"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert allowed.returncode == 0, allowed.stderr
@@ -614,7 +631,8 @@ def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
     claim when its pod is gone; neither program is refused anything on the way."""
     prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
     values = {"fullnameOverride": prefix, "controller": {"leaderElection": {"leaseName": prefix}}}
-    manifests = render(kube_namespace, "1.37.2", values, tmp_path)
+    # what 1.37 gets: the scheduling gate's MutatingAdmissionPolicy, no webhook to serve
+    manifests = render(kube_namespace, "1.37.2", values, tmp_path, (VAP, MAP))
     client = dynamic.DynamicClient(kube_api)
     core = kubernetes.client.CoreV1Api(kube_api)
     custom = kubernetes.client.CustomObjectsApi(kube_api)
