@@ -455,10 +455,10 @@ class V1Controller:
         # Each pod's statuses then its gate; pods apart from each other, several at once.
         done = self._in_parallel(lambda found: self._write_pod(*found), in_ledger)
         written: list[v1.ClaimAllocation] = []
-        for (node, pod), (claims, error) in zip(in_ledger, done, strict=True):
+        for (node, pod), (claims, failed) in zip(in_ledger, done, strict=True):
             written += claims
-            if error is not None:
-                self._not_written(pod.item, node, error)
+            if failed is not None:
+                self._not_written(pod.item, node, failed)
         self._finalize(written)  # after every pod of the cycle was let go
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
@@ -528,8 +528,8 @@ class V1Controller:
             for pod in ready:
                 self._not_written(pod.item, node, error)
             return []
-        for key, error in refused.items():
-            self._not_written(next(p.item for p in ready if p.item.input.key == key), node, error)
+        for key, clash in refused.items():
+            self._not_written(next(p.item for p in ready if p.item.input.key == key), node, clash)
         return [pod for pod in ready if pod.item.input.key not in refused]
 
     def _write_pod(
