@@ -74,7 +74,18 @@ def test_wheel_holds_only_the_drasat_package(wheel: pathlib.Path) -> None:
     tops = {n.split("/")[0] for n in names}
     dist_info = {t for t in tops if t.endswith(".dist-info")}
     assert tops - dist_info == {"drasat"}, "nothing generic may land at the top of site-packages"
-    for part in ("api", "solver", "controller", "nodeplugin", "cli", "whatif", "kube", "sim"):
+    for part in (
+        "api",
+        "solver",
+        "controller",
+        "nodeplugin",
+        "cli",
+        "whatif",
+        "kube",
+        "classic",
+        "testbed",
+        "testbed/sim",
+    ):
         assert f"drasat/{part}/__init__.py" in names, part
     assert "drasat/py.typed" in names
     # Data files the installed code reads at run time.
