@@ -264,8 +264,10 @@ class V1Controller:
                 if self._ensure_taint_rule(resource):
                     return
             except errors.KubeError as error:
-                log.error("cannot keep DeviceTaintRule %s (%s): %s",
-                          TAINT_RULE, resource.api_version, error)  # fmt: skip
+                log.error("cannot keep DeviceTaintRule %s (%s): %s; drasat relies on its "
+                          "scheduling gate %s (pods without it may get kube-scheduler's "
+                          "allocation of drasat's devices)", TAINT_RULE, resource.api_version,
+                          error, SCHEDULING_GATE)  # fmt: skip
                 return
         log.warning(
             "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or v1alpha3): "

@@ -61,22 +61,23 @@ class Recording:
         self.writes: list[tuple[str, str, str]] = []
         #: plural -> called with the body (None for a patch) before that kind's next write.
         self.before: dict[str, Callable[[Obj | None], None]] = {}
-        self.no_taint_rules = False
+        #: DeviceTaintRules answer this error (the kind not served: 404; RBAC: 403).
+        self.taint_rules: errors.KubeError | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.api, name)
 
     def _note(self, verb: str, resource: r.Resource, name: str, body: Obj | None = None) -> None:
-        if self.no_taint_rules and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
-            raise errors.NotFound("the server could not find the requested resource", status=404)
+        if self.taint_rules is not None and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
+            raise self.taint_rules
         hook = self.before.pop(resource.plural, None)
         if hook is not None:
             hook(body)
         self.writes.append((verb, resource.plural, name))
 
     def get(self, resource: r.Resource, name: str, **kw: Any) -> Obj:
-        if self.no_taint_rules and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
-            raise errors.NotFound("the server could not find the requested resource", status=404)
+        if self.taint_rules is not None and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
+            raise self.taint_rules
         return self.api.get(resource, name, **kw)
 
     def create(self, resource: r.Resource, body: Obj, **kw: Any) -> Obj:
@@ -381,7 +382,7 @@ def test_without_the_taint_rule_api_gated_pods_are_still_drasats(
     controller: Callable[[], V1Controller],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    recording.no_taint_rules = True
+    recording.taint_rules = errors.NotFound("the server could not find the resource", status=404)
     _claim(api, "c1")
     _pod(api, "p1", ["c1"], [SCHEDULING_GATE])
     with caplog.at_level(logging.WARNING, logger="drasat.controller.v1controller"):
@@ -403,3 +404,16 @@ def test_a_replica_that_does_not_lead_lifts_no_gate(recording: Recording, api: K
         assert not [w for w in recording.writes if w[1] == "pods"]
     finally:
         ctl.stop()
+
+
+def test_a_taint_rule_it_may_not_keep_is_said_with_the_gate(
+    api: KubeClient,
+    recording: Recording,
+    controller: Callable[[], V1Controller],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recording.taint_rules = errors.KubeError("devicetaintrules is forbidden", status=403)
+    with caplog.at_level(logging.ERROR, logger="drasat.controller.v1controller"):
+        controller()
+    (said,) = [m for m in caplog.messages if "cannot keep DeviceTaintRule" in m]
+    assert f"drasat relies on its scheduling gate {SCHEDULING_GATE}" in said
