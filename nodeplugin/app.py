@@ -21,7 +21,7 @@ from typing import Any
 from drasat.api.errors import InputError
 from drasat.kube import client as kube_client
 from drasat.nodeplugin import cdi, mps, nvml, registration, slices, state, v1claims
-from drasat.nodeplugin.devices import DeviceLib
+from drasat.nodeplugin.devicelib import DeviceLib
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 

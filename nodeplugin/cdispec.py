@@ -20,7 +20,7 @@ from typing import Any
 from drasat import DRIVER_NAME
 from drasat.api.devicemodel import names
 from drasat.nodeplugin import mps, v1claims
-from drasat.nodeplugin.devices import DeviceLib
+from drasat.nodeplugin.devicelib import DeviceLib
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.nodeplugin.state import ClaimRef

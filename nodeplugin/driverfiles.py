@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drasat.nodeplugin.devices import DeviceError
+from drasat.nodeplugin.devicelib import DeviceError
 
 #: The toolkit's library folders (`pkg/lookup/library.go`), searched before the linker cache.
 LIB_DIRS = (

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 
 from drasat.api.devicemodel.inventory import XID_GPU_LOST
-from drasat.nodeplugin.devices import DeviceError, DeviceLib, GpuDevice
+from drasat.nodeplugin.devicelib import DeviceError, DeviceLib, GpuDevice
 
 log = logging.getLogger(__name__)
 

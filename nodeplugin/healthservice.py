@@ -41,7 +41,7 @@ import grpc
 from drasat.api.devicemodel import names, pool
 from drasat.api.devicemodel.inventory import XID_GPU_LOST
 from drasat.nodeplugin import slices
-from drasat.nodeplugin.devices import DeviceLib, GpuDevice
+from drasat.nodeplugin.devicelib import DeviceLib, GpuDevice
 from drasat.nodeplugin.gen import (
     drahealth_v1_pb2,
     drahealth_v1_pb2_grpc,

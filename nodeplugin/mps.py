@@ -62,7 +62,7 @@ import yaml
 
 import drasat
 from drasat.nodeplugin.checkpoint import write_atomic
-from drasat.nodeplugin.devices import DeviceError
+from drasat.nodeplugin.devicelib import DeviceError
 
 log = logging.getLogger(__name__)
 

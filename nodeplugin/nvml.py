@@ -19,8 +19,8 @@ from typing import Any
 import pynvml
 
 from drasat.api.sharing import TimeSlice
-from drasat.nodeplugin import devices
-from drasat.nodeplugin.devices import ComputeMode, DeviceError
+from drasat.nodeplugin import devicelib as devices
+from drasat.nodeplugin.devicelib import ComputeMode, DeviceError
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from drasat.nodeplugin import (
     state,
     v1claims,
 )
-from drasat.nodeplugin.devices import DeviceError, DeviceLib
+from drasat.nodeplugin.devicelib import DeviceError, DeviceLib
 from drasat.nodeplugin.nasstore import NasError, NasStore
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from drasat.api.nas import AllocatableDevice, GpuInfo, Health, MigInfo, MigPlacement
-from drasat.nodeplugin.devices import GpuDevice, MigProfileInfo
+from drasat.nodeplugin.devicelib import GpuDevice, MigProfileInfo
 
 
 def gpu_info(gpu: GpuDevice, *, healthy: bool = True) -> GpuInfo:

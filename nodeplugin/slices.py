@@ -26,7 +26,7 @@ from drasat.kube import errors
 from drasat.kube.client import Api
 from drasat.kube.resources import NODES, Resource
 from drasat.nodeplugin import publish
-from drasat.nodeplugin.devices import DeviceLib, GpuDevice, GpuLostError, MigProfileInfo
+from drasat.nodeplugin.devicelib import DeviceLib, GpuDevice, GpuLostError, MigProfileInfo
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ from drasat.nodeplugin.checkpoint import (
     CreatedMig,
     PlannedMig,
 )
-from drasat.nodeplugin.devices import (
+from drasat.nodeplugin.devicelib import (
     ComputeMode,
     DeviceError,
     DeviceLib,

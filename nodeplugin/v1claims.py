@@ -53,7 +53,7 @@ from drasat.api.sharing import SharingStrategy
 from drasat.kube import errors as kube_errors
 from drasat.kube import resources
 from drasat.kube.client import Api
-from drasat.nodeplugin.devices import GpuDevice, MigProfileInfo
+from drasat.nodeplugin.devicelib import GpuDevice, MigProfileInfo
 from drasat.nodeplugin.state import ClaimError, ClaimRef
 
 Obj = dict[str, Any]

@@ -91,7 +91,7 @@ class Report:
 def _library(lib: Any, report: Report, simulate: str) -> Any:
     """The plugin's NVML library (real pynvml unless `simulate`); None when there is no GPU."""
     from drasat.nodeplugin import nvml
-    from drasat.nodeplugin.devices import DeviceError
+    from drasat.nodeplugin.devicelib import DeviceError
     from drasat.testbed import simnvml
 
     if simulate:

@@ -73,7 +73,7 @@ def test_without_nvml_it_says_so_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from drasat.nodeplugin import nvml
-    from drasat.nodeplugin.devices import DeviceError
+    from drasat.nodeplugin.devicelib import DeviceError
 
     def no_nvml(*_: object, **__: object) -> None:
         raise DeviceError("nvmlInit: NVML_ERROR_LIBRARY_NOT_FOUND")

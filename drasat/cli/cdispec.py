@@ -112,7 +112,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from drasat.nodeplugin.devices import DeviceError
+    from drasat.nodeplugin.devicelib import DeviceError
 
     try:
         found = spec(args)

@@ -83,7 +83,7 @@ def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from drasat.nodeplugin.devices import DeviceError
+    from drasat.nodeplugin.devicelib import DeviceError
 
     try:
         found = objects(args)

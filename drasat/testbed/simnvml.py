@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 from drasat.api import catalog
 from drasat.api.errors import InputError
 from drasat.nodeplugin import mps, nvml
-from drasat.nodeplugin.devices import DeviceError
+from drasat.nodeplugin.devicelib import DeviceError
 
 N: Any = nvml.NVML  # pynvml: constants, NVMLError and ctypes structs
 

@@ -42,7 +42,7 @@ from npfixtures import (
 )
 
 from drasat.nodeplugin import mps
-from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.devicelib import ComputeMode
 from drasat.nodeplugin.state import ClaimError
 
 POWER_LIMIT = {"action": "setPowerLimitWatts", "value": 200}

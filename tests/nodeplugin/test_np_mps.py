@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from npfixtures import Node, gpu_allocation, make_node, ref
 
 from drasat.nodeplugin import mps
-from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.devicelib import ComputeMode
 from drasat.nodeplugin.state import ClaimError
 
 

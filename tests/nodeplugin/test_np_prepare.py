@@ -9,7 +9,7 @@ import pytest
 from npfixtures import gpu_allocation, gpu_instances, mig_allocation, ref
 
 from drasat.nodeplugin import cdi
-from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.devicelib import ComputeMode
 from drasat.nodeplugin.state import ClaimError, ClaimRef
 
 UID = "5b0a6c1e-1111-4a6f-9f0e-000000000001"

@@ -9,7 +9,7 @@ import pytest
 from npfixtures import gpu_allocation, gpu_instances, mig_allocation, ref
 
 from drasat.nodeplugin import checkpoint
-from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.devicelib import ComputeMode
 from drasat.nodeplugin.state import ClaimError, ClaimRef, Fault
 
 UID = "c0ffee00-0000-4000-8000-000000000002"

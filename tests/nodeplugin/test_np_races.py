@@ -129,7 +129,7 @@ def test_a_claim_joining_a_setting_whose_write_failed_does_not_complete_at_the_b
     def failing_once(argv: Any) -> str:
         calls["n"] += 1
         if calls["n"] == 1:
-            from drasat.nodeplugin.devices import DeviceError
+            from drasat.nodeplugin.devicelib import DeviceError
 
             raise DeviceError("nvidia-smi: exit 1: simulated failure")
         return run(argv)

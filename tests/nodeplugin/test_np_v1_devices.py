@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from npfixtures import NODE, V1, Claims, Node, gpu_instances, v1_claim
 
-from drasat.nodeplugin.devices import ComputeMode
+from drasat.nodeplugin.devicelib import ComputeMode
 
 CDI_KIND = "k8s.gpu.drasat.io/claim"
 MiB = 2**20
