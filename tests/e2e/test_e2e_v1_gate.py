@@ -353,6 +353,52 @@ def test_creation_to_bound_gated_vs_ungated(
     allockit.consistent(kube_api, allocator)
 
 
+def test_churn_gated_vs_ungated(
+    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    """Creation -> bound under a light churn (printed, not asserted): 24 pods, one every 0.5 s,
+    each deleted 1.5 s after it is bound, on 8 GPUs (never more than about 4 in use, so no pod
+    waits for a device: the time is the path's)."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    namespace = "gate-churn"
+    manifest = _manifest(tmp_path, namespace, "")
+    kinds = (("gated", (SCHEDULING_GATE,)), ("ungated", ()))
+    took: dict[str, list[float]] = {}
+    with _node(kube_api, kube_cluster, "gate-c", "8xT4"), applied(kube_api, manifest):
+        for kind, gates in kinds:
+            created: dict[str, float] = {}
+            bound: dict[str, float] = {}
+            deleted: set[str] = set()
+            start = time.monotonic()
+            while len(bound) < 24:
+                now = time.monotonic()
+                assert now - start < 120, f"{kind}: {24 - len(bound)} pods not bound"
+                if len(created) < 24 and now - start >= 0.5 * len(created):
+                    name = f"{kind}-{len(created)}"
+                    core.create_namespaced_pod(namespace, _timed_pod(namespace, name, gates))
+                    created[name] = time.monotonic()
+                for pod in core.list_namespaced_pod(namespace).items:
+                    name = pod.metadata.name
+                    if name in created and pod.spec.node_name and name not in bound:
+                        bound[name] = time.monotonic()
+                for name, at in bound.items():
+                    if name not in deleted and time.monotonic() - at > 1.5:
+                        core.delete_namespaced_pod(name, namespace)
+                        deleted.add(name)
+                time.sleep(0.01)
+            took[kind] = sorted(bound[n] - created[n] for n in bound)
+            for name in set(created) - deleted:
+                core.delete_namespaced_pod(name, namespace)
+            wait_for(lambda: not core.list_namespaced_pod(namespace).items, timeout=60,
+                     what="the churn's pods deleted")  # fmt: skip
+    for kind, found in took.items():
+        p50, p90 = found[len(found) // 2], found[int(len(found) * 0.9)]
+        print(f"churn creation -> bound, {kind}: p50 {p50:.2f}s, p90 {p90:.2f}s, "
+              f"max {found[-1]:.2f}s")  # fmt: skip
+    allockit.consistent(kube_api, allocator)
+
+
 def test_without_a_taint_rule_gated_pods_are_drasats(
     kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
