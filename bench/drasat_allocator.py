@@ -63,11 +63,7 @@ class DrasatController:
         custom = kubernetes.client.CustomObjectsApi(self.api)
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(*RESOURCE, "devicetaintrules", TAINT_RULE)
-        for name in self.nodes:
-            with contextlib.suppress(ApiException):
-                custom.delete_namespaced_custom_object(
-                    NAS_GROUP, VERSION, self.namespace, "nodeallocationstates", name
-                )
+        remove_states(self.api, self.namespace, self.nodes)
         self.api.close()
 
 
@@ -90,11 +86,33 @@ def _install_crds(api: Any) -> None:
             time.sleep(0.2)
 
 
-def _node_states(api: Any, namespace: str) -> list[str]:
-    """Create each fleet node's NodeAllocationState from its slices; the node names."""
+def install(api: Any, namespace: str) -> None:
+    """drasat's CRDs and the controller's namespace."""
+    _install_crds(api)
+    with contextlib.suppress(ApiException):
+        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+
+
+def remove_states(api: Any, namespace: str, nodes: list[str]) -> None:
+    custom = kubernetes.client.CustomObjectsApi(api)
+    for name in nodes:
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(
+                NAS_GROUP, VERSION, namespace, "nodeallocationstates", name
+            )
+
+
+def _node_states(api: Any, namespace: str, only: set[str] | None = None) -> list[str]:
+    """Create each fleet node's NodeAllocationState (`only`: of these nodes) from its slices;
+    the node names."""
     custom = kubernetes.client.CustomObjectsApi(api)
     listed = custom.list_cluster_custom_object(*RESOURCE, "resourceslices")["items"]
-    ours = [s for s in listed if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
+    ours = [
+        s
+        for s in listed
+        if (s.get("spec") or {}).get("driver") == DRIVER_NAME
+        and (only is None or s["spec"].get("nodeName") in only)
+    ]
     documents = [
         loading.Document(
             "resourceslices",
@@ -136,9 +154,7 @@ def _ready(url: str) -> bool:
 
 def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-    _install_crds(api)
-    with contextlib.suppress(ApiException):
-        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    install(api, namespace)
     nodes = _node_states(api, namespace)
     log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-")) / "controller.log"
     port = _free_port()

@@ -189,3 +189,26 @@ def test_replay_prints_the_tables(
     assert "creation -> bound of 1 pods (s): 0.350; median 0.350" in out
     assert "| 350 | 0 | kube-scheduler | bound to n1 |" in out
     assert timeline.main(["--replay", str(tmp_path / "missing.json")]) == 2
+
+
+def test_plots_arithmetic_and_files(tmp_path: pathlib.Path) -> None:
+    from bench import perf_plots
+
+    claims = [[0.0, True, 0.1], [1.0, False, None], [2.0, True, 0.3], [3.0, True, 0.2]]
+    assert perf_plots.rolling_acceptance(claims, window=2) == [
+        (0.0, 1.0),
+        (1.0, 0.5),
+        (2.0, 0.5),
+        (3.0, 1.0),
+    ]
+    assert perf_plots.cdf([0.3, 0.1, 0.2, 0.4]) == ([0.1, 0.2, 0.3, 0.4], [0.25, 0.5, 0.75, 1.0])
+    records, log = gated_recording()
+    run = {"allocator": "drasat", "namespace": "ns", "pods": ["t00"], "records": records}
+    (tmp_path / "tl.json").write_text(json.dumps({"runs": [{**run, "log": log}]}))
+    churn = {"accepted_share": 0.75, "claims_timeline": claims}
+    results = {"argv": ["--seed", "2"], "allocators": [{"allocator": "kube", "churn": churn}]}
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    for what, source in (("timeline", "tl.json"), ("churn", "r.json"), ("cdf", "r.json")):
+        out = tmp_path / f"{what}.png"
+        assert perf_plots.main([what, str(tmp_path / source), "--out", str(out)]) == 0
+        assert out.read_bytes()[:4] == b"\x89PNG"
