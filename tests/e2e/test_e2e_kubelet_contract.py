@@ -3,13 +3,12 @@ the real v1.37 control plane, with drasat's real node plugin process on a simula
 
 `drasat.testbed.sim.kubelet` runs the pods of the in-process demo; `kubelet` v1.37.2 on `fakecri`
 (`drasat.testbed.controlplane.kubelet`) is the one in production. Each scenario runs once per
-kubelet
-(`kubelet` parameter: simulated, real) and records, inside the plugin, every NodePrepareResources
-and NodeUnprepareResources request it receives with its claims (`callrecord.py`: a gRPC server
-interceptor; the plugin itself is unchanged). The calls are compared phase by phase against one
-expected list, the same for both kubelets: the claims (by their name in the pod, or `claim:NAME`
-for a named claim) of each call, in order across phases (pods started; each deletion), as a
-multiset within a phase (two pods started at once may be prepared in either order).
+kubelet (`kubelet` parameter: simulated, real) and records, inside the plugin, every
+NodePrepareResources and NodeUnprepareResources request it receives with its claims
+(`callrecord.py`: a gRPC server interceptor; the plugin itself is unchanged). The calls are compared
+phase by phase against one expected list, the same for both kubelets: the claims (by their name in
+the pod, or `claim:NAME` for a named claim) of each call, in order across phases (pods started; each
+deletion), as a multiset within a phase (two pods started at once may be prepared in either order).
 
 Scenarios: reference case (a) (a claim each, from a template), reference case (b) (one claim two
 pods share, the second pod created once the first runs: prepared once, unprepared after the last
