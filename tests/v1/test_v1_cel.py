@@ -197,3 +197,55 @@ def test_a_panic_wins_where_cel_go_reaches_it_and_only_there() -> None:
     assert _on_a_gpu(f"({missing}) && ({lookup})") == panic
     assert _on_a_gpu(f"({lookup}) || true") == panic
     assert _on_a_gpu(f"false && ({lookup})") is False
+
+
+# -- issue 26 item 5: errors as upstream's CEL words them (asked of drasat-oracle, v0.37.2) ------
+
+_HINT = (
+    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check "
+    "with has() for optional fields"
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        # A field of a value that has none: cel-go looks it up as a key.
+        ('device.attributes["gpu.drasat.io"].productName.foo == 1', "no such key: foo" + _HINT),
+        ('int(device.attributes["gpu.drasat.io"].productName) == 1',
+         "type conversion error from 'string' to 'int'"),
+        ('double(device.attributes["gpu.drasat.io"].productName) == 1.0',
+         "type conversion error from 'string' to 'double'"),
+        ('device.attributes["gpu.drasat.io"].productName.size() / 0 == 1', "division by zero"),
+        ('device.attributes["gpu.drasat.io"].productName.size() % 0 == 1', "modulus by zero"),
+    ],
+)  # fmt: skip
+def test_runtime_errors_read_as_cel_go_words_them(expression: str, message: str) -> None:
+    found = _on_a_gpu(expression)
+    assert found == cel.Failure(message)
+    assert "\n" not in found.message and "<class" not in found.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "position"),
+    [
+        ("1 +", "ERROR: <input>:1:3: Syntax error"),
+        ("device.x ==", "ERROR: <input>:1:10: Syntax error"),
+    ],
+)
+def test_an_expression_that_does_not_compile_says_where_on_one_line(
+    expression: str, position: str
+) -> None:
+    with pytest.raises(cel.SelectorError) as error:
+        cel.compile_selector(expression)
+    assert str(error.value) == f"CEL expression {expression!r} does not compile: {position}"
+
+
+def test_a_device_field_upstream_does_not_declare_does_not_compile() -> None:
+    """cel-go types `device` (driver, attributes, capacity, allowMultipleAllocations): another
+    field is its compile error `undefined field`; cel-python, untyped, would fail per device."""
+    with pytest.raises(cel.SelectorError) as error:
+        cel.compile_selector('device.nosuch == 1 || device.driver == "x"')
+    assert str(error.value).endswith("does not compile: undefined field 'nosuch'")
+    # The names inside a string are no fields.
+    cel.compile_selector('device.driver == "device.nosuch"')
