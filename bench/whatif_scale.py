@@ -21,8 +21,8 @@ it (Python start, reading, the solver, the table). Three runs per configuration:
   claims with GpuClaimParameters and MigDeviceClaimParameters).
 
 Reports per run the wall time, the CPU time (user + system: on a shared machine the steadier of
-the two), pods placed, the solver line, and how many reasons were cut short by the time limit
-(`unexplained`). Writes the rows as JSON and prints where.
+the two), pods placed, the solver line, and how many lines of reasons (one per distinct reason)
+were cut short by the time limit (`unexplained_lines`). Writes the rows as JSON and prints where.
 """
 
 from __future__ import annotations
@@ -367,7 +367,7 @@ def run_whatif(arguments: Sequence[str], timeout_s: float) -> Obj:
         return {**found, "error": done.stderr.strip()[-300:]}
     summary = [line for line in done.stdout.splitlines() if line.startswith(("pods:", "solver:"))]
     cut = sum("the time limit ran out" in line for line in done.stdout.splitlines())
-    return {**found, "summary": summary, "unexplained": cut}
+    return {**found, "summary": summary, "unexplained_lines": cut}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
