@@ -12,7 +12,7 @@ from drasat.api import access
 from drasat.api.claims import GpuShare
 from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
 from drasat.api.sharing import GpuSharing, default_sharing
-from drasat.cli.demo import sharing_text
+from drasat.testbed.demoshow import sharing_text
 
 
 def _entry(sharing: GpuSharing | None, share: GpuShare | None = None) -> AllocatedDevices:

@@ -16,6 +16,7 @@ import pytest
 from drasat import loading
 from drasat.cli import demo
 from drasat.cli.main import main
+from drasat.testbed import demoshow
 from drasat.testbed.sim import apply
 
 pytestmark = pytest.mark.timeout(120)
@@ -490,15 +491,17 @@ def test_a_workload_without_pods_is_a_shortfall() -> None:
         "spec": {"replicas": 3},
     }
     document = loading.Document("app.yaml", 2, body)
-    workload = demo.Workload(apply.Applied(document, body, True), demo.wanted_pods(body) or 0)
-    assert demo.shortfalls([workload], {}, {}, allow_pending=True) == [
+    workload = demoshow.Workload(
+        apply.Applied(document, body, True), demoshow.wanted_pods(body) or 0
+    )
+    assert demoshow.shortfalls([workload], {}, {}, allow_pending=True) == [
         "app.yaml: document 2: Deployment ns/web asks for 3 pod(s), 0 ran (0 created)"
     ]
-    assert demo.wanted_pods({"kind": "Job", "spec": {"parallelism": 4, "completions": 2}}) == 2
-    assert demo.wanted_pods({"kind": "Job", "spec": {}}) == 1
-    assert demo.wanted_pods({"kind": "Deployment", "spec": {}}) == 1
-    assert demo.wanted_pods({"kind": "StatefulSet", "spec": {"replicas": 3}}) == 3
-    assert demo.wanted_pods({"kind": "Pod"}) is None
+    assert demoshow.wanted_pods({"kind": "Job", "spec": {"parallelism": 4, "completions": 2}}) == 2
+    assert demoshow.wanted_pods({"kind": "Job", "spec": {}}) == 1
+    assert demoshow.wanted_pods({"kind": "Deployment", "spec": {}}) == 1
+    assert demoshow.wanted_pods({"kind": "StatefulSet", "spec": {"replicas": 3}}) == 3
+    assert demoshow.wanted_pods({"kind": "Pod"}) is None
 
 
 def test_a_statefulset_is_for_the_real_control_plane(

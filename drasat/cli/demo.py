@@ -1,22 +1,25 @@
 """`drasat demo`: the whole system in one process on an embedded example, watched like kubectl.
 
-By default it runs current Kubernetes' DRA (`resource.k8s.io/v1`) on the v1 reference cases:
-`drasat.cli.demov1`, on the simulated API server or, with `--kube-bin DIR`, on the real control
-plane. `--classic` runs classic DRA (`resource.k8s.io/v1alpha2`) as described here.
+It runs current Kubernetes' DRA (`resource.k8s.io/v1`) on the v1 reference cases, on the simulated
+API server or, with `--kube-bin DIR`, on the real control plane (and real kubelets when DIR holds
+them): `drasat.testbed.democluster.V1Cluster` starts the parts. `--classic` runs classic DRA
+(`resource.k8s.io/v1alpha2`) instead: `drasat.classic.demo`, loaded only then.
 
-The classic demo starts the in-process API server, the controller, a node plugin per simulated
-node (simulated NVML, real gRPC sockets), the simulated scheduler and a simulated kubelet per node
-(`drasat.testbed.democluster`), applies the manifests, and prints each pod going Pending -> Running
-with its "log" (the environment its container gets from the CDI spec), the NodeAllocationState
-view, then deletes the pods and claims and checks every node is clean again.
+What the Helm chart and the cluster would hold is created first: drasat's CRDs (real cluster), its
+namespace, DeviceClasses and policy ConfigMap, one Node per described node. The demo waits for
+every node's slices and NAS and for the controller's DeviceTaintRule (which keeps kube-scheduler's
+own allocator off drasat's devices), applies the manifests, shows each pod Running with the
+devices its claims were prepared with and its container's GPU environment, the allocations, then
+deletes everything it applied and checks every node is clean again.
 
-Manifests: the two reference cases (default), `--example NAME` (a folder of the shipped
-examples, on the examples' lab cluster), `-f FILE|DIR`. An AllocationPolicy among them becomes
-the policy ConfigMap, as `helm install --set policy...` would make it.
+Manifests: the v1 reference cases (default), `--example NAME` (a folder of the shipped examples,
+on the examples' lab cluster), `-f FILE|DIR`. An AllocationPolicy among them becomes the policy
+ConfigMap, as `helm install --set policy...` would make it.
 
-Pods of Deployments, ReplicaSets and Jobs are made by the simulated controller manager and
-counted: a workload that ran fewer pods than it asks for (`replicas`; a Job's `parallelism`, at
-most `completions`) fails the demo with a line naming its manifest and the counts.
+Pods of Deployments, ReplicaSets, Jobs (and StatefulSets, on the real control plane) are made by
+the controller manager and counted: a workload that ran fewer pods than it asks for (`replicas`; a
+Job's `parallelism`, at most `completions`) fails the demo with a line naming its manifest and the
+counts.
 
 Exit codes: 0 every pod ran and every node was cleaned up; 1 some step failed (the last line says
 which); 2 bad input.
@@ -25,47 +28,74 @@ which); 2 bad input.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.resources
 import importlib.util
 import logging
+import os
+import pathlib
+import shutil
+import signal
 import sys
-import threading
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 import yaml
 
 from drasat import loading, policyfiles
-from drasat.api import access, crds
 from drasat.api import cluster as cluster_api
+from drasat.api import crds
+from drasat.api.cluster import Cluster
 from drasat.api.errors import InputError
-from drasat.api.nas import AllocatedDevices, NodeAllocationState
+from drasat.api.nas import AllocatedDevices
+from drasat.controller.v1controller import REASON_REFUSED
 from drasat.testbed import democluster
-from drasat.testbed.sim import apply, errors, garbage, kubeclient, scheduling
-from drasat.testbed.sim.kubelet import PodRun
-from drasat.whatif import manifests as whatif_manifests
-from drasat.whatif import nodes as whatif_nodes
+from drasat.testbed.controlplane import binaries
+from drasat.testbed.controlplane import cluster as controlplane
+from drasat.testbed.controlplane import kubelet as realkubelet
+from drasat.testbed.democluster import V1Cluster, core_path, v1_path
+from drasat.testbed.demoshow import (
+    SETTLE_S,
+    DemoError,
+    Key,
+    Obj,
+    Out,
+    PodOutcome,
+    Workload,
+    devices_text,
+    env_line,
+    sharing_text,
+    shortfalls,
+    table,
+    until,
+    wanted_pods,
+    workload_pods,
+)
+from drasat.testbed.sim import apply, errors, kubeclient
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EXAMPLE = "reference-cases"
+
 #: The v1 flow's default: the two reference cases in `resource.k8s.io/v1` terms.
 V1_EXAMPLE = "v1-reference-cases"
+
 #: The examples' own cluster (what their READMEs show), used with --example.
 EXAMPLES_CLUSTER = "clusters/lab.yaml"
+
 SUFFIXES = (".yaml", ".yml", ".json")
-#: How long a claim's Warning Event must stand, with its pod still Pending, before the pod
-#: counts as stuck (a few controller resyncs: a transient Warning does not end the wait).
-SETTLE_S = 2.5
-POLL_S = 0.05
+
 #: Loggers whose WARNINGs the demo shows itself (Events), that are meant for an operator (the
 #: plugin's sockets), or that retry on their own (a watch the server ended, reopened).
 _QUIET = ("drasat.nodeplugin.plugin", "drasat.kube.events", "urllib3.connectionpool")
 
-Obj = dict[str, Any]
-Key = tuple[str, str]
+#: Classic DRA objects, which this flow's API (and current Kubernetes) no longer has.
+_CLASSIC = ("resource.k8s.io/v1alpha2", "gpu.drasat.io/v1alpha1")
 
 
 def register(subparsers: Any) -> None:
@@ -125,9 +155,6 @@ def register(subparsers: Any) -> None:
         help="exit 0 even when some pod stays Pending (examples that show a refusal)",
     )
     parser.set_defaults(func=main)
-
-
-# --- inputs -----------------------------------------------------------------------------------
 
 
 def _examples_dir() -> Traversable:
@@ -211,466 +238,6 @@ def split_policy(documents: list[loading.Document]) -> tuple[list[loading.Docume
     return rest, text, f"{policy.metadata.name} ({policies[0].source})"
 
 
-# --- output -----------------------------------------------------------------------------------
-
-
-class Out:
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def __call__(self, line: str = "") -> None:
-        print(line, file=self.stream, flush=True)
-
-    def phase(self, title: str) -> None:
-        self(f"== {title}")
-
-
-def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in rows
-    ]
-
-
-def env_line(env: dict[str, str]) -> str:
-    """A container's GPU environment, NVIDIA_VISIBLE_DEVICES first (the claim UID left out)."""
-    keys = sorted(k for k in env if k != "DRASAT_CLAIM_UID")
-    keys.sort(key=lambda k: k != "NVIDIA_VISIBLE_DEVICES")
-    return " ".join(f"{k}={env[k]}" for k in keys)
-
-
-# --- the run ----------------------------------------------------------------------------------
-
-
-@dataclass
-class PodOutcome:
-    key: Key
-    node: str = ""
-    run: PodRun | None = None
-    reason: str = ""  # why it did not run
-
-
-@dataclass(frozen=True)
-class Workload:
-    """An applied object whose pods a controller makes, and how many it asks for."""
-
-    applied: apply.Applied
-    wanted: int
-
-    @property
-    def key(self) -> Key:
-        meta = self.applied.object["metadata"]
-        return str(meta["namespace"]), str(meta["name"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.applied.object["metadata"]["uid"])
-
-    @property
-    def ref(self) -> str:
-        return f"{self.applied.document.where}: {self.applied.ref}"
-
-
-def wanted_pods(obj: Obj) -> int | None:
-    """Pods a workload runs at once, as the what-if counts them: Deployment, ReplicaSet and
-    StatefulSet `replicas` (1), Job `parallelism` (1) but never more than `completions` (the
-    demo's containers never exit, so a Job's later completions would never start); None for
-    other kinds."""
-    spec = obj.get("spec") or {}
-    kind = obj.get("kind")
-    if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
-        return int(spec.get("replicas", 1))
-    if kind == "Job":
-        count = int(spec.get("parallelism", 1))
-        completions = spec.get("completions")
-        return count if completions is None else min(count, int(completions))
-    return None
-
-
-def shortfalls(
-    workloads: Iterable[Workload],
-    pods_of: dict[str, list[Key]],
-    outcomes: dict[Key, PodOutcome],
-    *,
-    allow_pending: bool,
-) -> list[str]:
-    """One line per workload that ran fewer pods than it asks for, naming its manifest and the
-    counts. With `allow_pending`, a pod that was created and refused (a Warning, not a
-    timeout) counts as shown; a pod never created never does."""
-    lines = []
-    for workload in workloads:
-        made = pods_of.get(workload.uid, [])
-        ran = sum(1 for k in made if k in outcomes and outcomes[k].run is not None)
-        refused = sum(
-            1
-            for k in made
-            if k in outcomes
-            and outcomes[k].run is None
-            and not outcomes[k].reason.startswith("timed out")
-        )
-        shown = ran + (refused if allow_pending else 0)
-        if shown < workload.wanted:
-            lines.append(
-                f"{workload.ref} asks for {workload.wanted} pod(s), {ran} ran ({len(made)} created)"
-            )
-    return lines
-
-
-def workload_pods(
-    client: kubeclient.KubeClient,
-    out: Out,
-    until: Callable[[Callable[[], Any]], Any],
-    workloads: list[Workload],
-) -> dict[str, list[Key]]:
-    """Wait (`until`: at most the demo's timeout) until the controllers made every workload's
-    pods; the pods of each workload by its uid (a Deployment's through its ReplicaSets)."""
-    if not workloads:
-        return {}
-    out.phase(f"waiting for the pods of {len(workloads)} workload(s)")
-    namespaces = sorted({w.key[0] for w in workloads})
-
-    def owned() -> dict[str, list[Key]]:
-        found: dict[str, list[Key]] = {}
-        for ns in namespaces:
-            sets = client.list(kubeclient.path("apps", "v1", "replicasets", namespace=ns))
-            parent = {s["metadata"]["uid"]: _controller_uid(s) for s in sets["items"]}
-            pods = client.list(kubeclient.path("", "v1", "pods", namespace=ns))["items"]
-            for pod in pods:
-                owner = _controller_uid(pod)
-                key = (ns, str(pod["metadata"]["name"]))
-                for uid in {owner, parent.get(owner)} - {None}:
-                    found.setdefault(str(uid), []).append(key)
-        return found
-
-    def complete() -> dict[str, list[Key]] | None:
-        found = owned()
-        if all(len(found.get(w.uid, [])) >= w.wanted for w in workloads):
-            return found
-        return None
-
-    found = until(complete) or owned()
-    for workload in workloads:
-        made = sorted(found.get(workload.uid, []))
-        out(f"{workload.applied.ref}: {len(made)} of {workload.wanted} pod(s) created")
-        found[workload.uid] = made
-    return found
-
-
-@dataclass
-class Demo:
-    cluster: democluster.DemoCluster
-    out: Out
-    timeout: float
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def client(self) -> kubeclient.KubeClient:
-        return self.cluster.client
-
-    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
-        """Poll `check` until it is truthy or the timeout passes; its last value."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        pause = threading.Event()
-        while True:
-            value = check()
-            if value or time.monotonic() >= deadline:
-                return value
-            pause.wait(POLL_S)
-
-    def nas(self, node: str) -> NodeAllocationState | None:
-        url = kubeclient.path(
-            "nas.gpu.drasat.io",
-            "v1alpha1",
-            "nodeallocationstates",
-            namespace=democluster.NAMESPACE,
-            name=node,
-        )
-        try:
-            return NodeAllocationState.model_validate(self.client.get(url))
-        except errors.ApiError as error:
-            if error.code == 404:
-                return None
-            raise
-
-    # --- phases -------------------------------------------------------------------------------
-
-    def show_cluster(self, source: str) -> None:
-        self.out.phase(f"cluster ({source}): {len(self.cluster.nodes)} nodes")
-        rows = [["NODE", "GPUS", "NAS"]]
-        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            nas = self.nas(node.name)
-            status = nas.status.value if nas is not None and nas.status else "missing"
-            rows.append([node.name, democluster.describe(node.fleet.spec), status])
-            if status != "Ready":
-                self.failures.append(f"node {node.name}: NAS {status} after the plugin started")
-        for line in _table(rows):
-            self.out(line)
-
-    def apply(self, title: str, documents: list[loading.Document]) -> list[apply.Applied]:
-        self.out.phase(f"applying {title}")
-        applied = apply.apply(self.client, documents, known=apply.kinds(crds.all_crds()))
-        for item in applied:
-            self.out(f"{item.ref} {'created' if item.created else 'unchanged'}")
-        return applied
-
-    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
-        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
-        outcomes = {key: PodOutcome(key) for key in pods}
-        warned: dict[Key, float] = {}
-        open_ = set(pods)
-
-        def step() -> bool:
-            for key in sorted(open_):
-                run, node = self._running(key)
-                if run is not None:
-                    outcomes[key].run, outcomes[key].node = run, node
-                    open_.discard(key)
-                    continue
-                warning = self._claim_warning(key)
-                if warning is None:
-                    warned.pop(key, None)
-                    continue
-                since = warned.setdefault(key, time.monotonic())
-                if time.monotonic() - since >= SETTLE_S:
-                    outcomes[key].reason = warning
-                    open_.discard(key)
-            return not open_
-
-        if not self.until(step):
-            for key in sorted(open_):
-                outcomes[key].reason = f"timed out after {self.timeout:g}s: {self._why(key)}"
-        for key in sorted(outcomes):
-            outcome = outcomes[key]
-            ref = f"pod {key[0]}/{key[1]}"
-            if outcome.run is None:
-                self.out(f"{ref}  stays Pending: {outcome.reason}")
-                continue
-            self.out(f"{ref}  Pending -> Running on {outcome.node}")
-            if not outcome.run.claims:
-                self.out("  log: (no resource claims)")
-            for claim in outcome.run.claims:
-                self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
-        return outcomes
-
-    def _running(self, key: Key) -> tuple[PodRun | None, str]:
-        for node in self.cluster.nodes:
-            run = node.kubelet.running(*key) if node.kubelet is not None else None
-            if run is not None:
-                return run, node.name
-        return None, ""
-
-    def _pod(self, key: Key) -> Obj | None:
-        try:
-            return self.client.get(kubeclient.path("", "v1", "pods", namespace=key[0], name=key[1]))
-        except errors.ApiError as error:
-            if error.code == 404:
-                return None
-            raise
-
-    def _claim_names(self, key: Key) -> list[str]:
-        pod = self._pod(key)
-        return [e.resolved_name(key[1]) for e in scheduling.pod_claims(pod)] if pod else []
-
-    def _claim_warning(self, key: Key) -> str | None:
-        """The newest Warning Event of the controller on one of the pod's claims."""
-        names = set(self._claim_names(key))
-        if not names:
-            return None
-        events = self.client.list(kubeclient.path("", "v1", "events", namespace=key[0]))["items"]
-        found = [
-            e
-            for e in events
-            if e.get("type") == "Warning"
-            and (e.get("involvedObject") or {}).get("kind") == "ResourceClaim"
-            and (e.get("involvedObject") or {}).get("name") in names
-        ]
-        if not found:
-            return None
-        newest = max(found, key=lambda e: int(e["metadata"].get("resourceVersion") or 0))
-        claim = newest["involvedObject"]["name"]
-        return f"Warning {newest.get('reason')} on claim {claim}: {newest.get('message')}"
-
-    def _why(self, key: Key) -> str:
-        reasons = []
-        sim = self.cluster.scheduler
-        if sim is not None and key in sim.reasons:
-            reasons.append(f"scheduler: {sim.reasons[key]}")
-        for node in self.cluster.nodes:
-            if node.kubelet is not None and key in node.kubelet.reasons:
-                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
-        return "; ".join(reasons) or "nothing happened to it"
-
-    def workload_pods(self, workloads: list[Workload]) -> dict[str, list[Key]]:
-        return workload_pods(self.client, self.out, self.until, workloads)
-
-    def show_allocations(self) -> None:
-        self.out.phase("allocations (NodeAllocationState)")
-        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            nas = self.nas(node.name)
-            if nas is None:
-                self.out(f"node {node.name}: no NodeAllocationState")
-                continue
-            allocated, prepared = nas.spec.allocatedClaims, nas.spec.preparedClaims
-            self.out(f"node {node.name}: {len(allocated)} allocated, {len(prepared)} prepared")
-            if not allocated:
-                continue
-            index = {d.gpu.uuid: d.gpu.index for d in nas.spec.allocatableDevices if d.gpu}
-            rows = [["CLAIM", "DEVICES", "SHARING", "PODS", "PREPARED"]]
-            entries = sorted(
-                allocated.items(), key=lambda i: (i[1].claimInfo.namespace, i[1].claimInfo.name)
-            )
-            for uid, entry in entries:
-                info = entry.claimInfo
-                consumers = self._consumers(info.namespace, info.name)
-                rows.append(
-                    [
-                        f"{info.namespace}/{info.name}",
-                        devices_text(entry, index),
-                        sharing_text(entry, len(consumers)),
-                        ",".join(consumers) or "-",
-                        "yes" if uid in prepared else "no",
-                    ]
-                )
-            for line in _table(rows):
-                self.out(line)
-
-    def delete(
-        self, pods: list[Key], claims: list[Key], ran: set[Key], owners: Sequence[str] = ()
-    ) -> None:
-        """Delete the workloads (`owners`: their URLs; their pods go with them), the pods and
-        the claims, and report what is left."""
-        namespaces = sorted({k[0] for k in pods} | {k[0] for k in claims})
-        existing = sorted(
-            (c["metadata"]["namespace"], c["metadata"]["name"])
-            for ns in namespaces
-            for c in self._claims(ns)
-        )
-        if owners:
-            self.out.phase("deleting workloads")
-            for url in owners:  # first, or their controllers would replace the pods
-                self._delete(url)
-        self.out.phase("deleting pods")
-        for key in sorted(pods):
-            self._delete(kubeclient.path("", "v1", "pods", namespace=key[0], name=key[1]))
-        gone = self.until(lambda: all(self._pod(k) is None for k in pods))
-        for key in sorted(pods):
-            state = "Running" if key in ran else "Pending"
-            if self._pod(key) is None:
-                self.out(f"pod {key[0]}/{key[1]}  {state} -> deleted")
-            else:
-                self.out(f"pod {key[0]}/{key[1]}  {state} -> still there: {self._why(key)}")
-        if not gone:
-            self.failures.append(f"pods not deleted within {self.timeout:g}s")
-        self.out.phase("deleting claims")
-        for key in claims:
-            self._delete(kubeclient.path(*_CLAIMS, namespace=key[0], name=key[1]))
-
-        def claims_gone() -> bool:
-            garbage.collect(self.client, namespaces)  # the garbage collector's orphan sweep
-            return not [c for ns in namespaces for c in self._claims(ns)]
-
-        left = self.until(claims_gone)
-        still = {
-            (c["metadata"]["namespace"], c["metadata"]["name"])
-            for ns in namespaces
-            for c in self._claims(ns)
-        }
-        for key in existing:
-            how = (
-                "deleted with its manifest"
-                if key in claims
-                else "made for its pod, deleted with it"
-            )
-            if key in still:
-                self.out(f"claim {key[0]}/{key[1]}  still there ({how})")
-            else:
-                self.out(f"claim {key[0]}/{key[1]}  deallocated and gone ({how})")
-        if not left:
-            self.failures.append(f"claims not deallocated within {self.timeout:g}s")
-
-    def _consumers(self, namespace: str, name: str) -> list[str]:
-        """The pods a claim is reserved for (status.reservedFor)."""
-        try:
-            claim = self.client.get(kubeclient.path(*_CLAIMS, namespace=namespace, name=name))
-        except errors.ApiError as error:
-            if error.code == 404:
-                return []
-            raise
-        reserved = (claim.get("status") or {}).get("reservedFor") or []
-        return sorted(str(r.get("name")) for r in reserved if r.get("resource") == "pods")
-
-    def _delete(self, url: str) -> None:
-        try:
-            self.client.delete(url)
-        except errors.ApiError as error:
-            if error.code != 404:
-                raise
-
-    def _claims(self, namespace: str) -> list[Obj]:
-        items: list[Obj] = self.client.list(kubeclient.path(*_CLAIMS, namespace=namespace))["items"]
-        return items
-
-    def check_cleanup(self) -> None:
-        self.out.phase("cleanup")
-
-        def leftovers(node: democluster.SimNode) -> list[str]:
-            nas = self.nas(node.name)
-            counts = {
-                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
-                "prepared": len(nas.spec.preparedClaims) if nas else 0,
-                "CDI specs": len(node.cdi_specs()),
-                "MIG devices": node.mig_devices(),
-            }
-            return [f"{n} {what}" for what, n in counts.items()]
-
-        def clean() -> bool:
-            return all(
-                all(item.startswith("0 ") for item in leftovers(n)) for n in self.cluster.nodes
-            )
-
-        self.until(clean)
-        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            items = leftovers(node)
-            ok = all(item.startswith("0 ") for item in items)
-            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
-            if not ok:
-                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
-
-
-_CLAIMS = ("resource.k8s.io", "v1alpha2", "resourceclaims")
-
-
-def _controller_uid(obj: Obj) -> str | None:
-    for owner in obj["metadata"].get("ownerReferences") or []:
-        if owner.get("controller"):
-            return str(owner.get("uid"))
-    return None
-
-
-def devices_text(entry: AllocatedDevices, index: dict[str, int]) -> str:
-    parts = []
-    if entry.gpu is not None:
-        for gpu in entry.gpu.devices:
-            parts.append(f"GPU {index.get(gpu.uuid, '?')} ({gpu.uuid[:12]})")
-    if entry.mig is not None:
-        for mig in entry.mig.devices:
-            start, size = mig.placement.start, mig.placement.size
-            parts.append(
-                f"MIG {mig.profile} on GPU {index.get(mig.parentUUID, '?')} "
-                f"(slices {start}-{start + size - 1})"
-            )
-    return ", ".join(parts) or "none (CPU only)"
-
-
-def sharing_text(entry: AllocatedDevices, users: int = 1) -> str:
-    """What the claim gets (`drasat.api.access`): exclusive, time-sliced, MPS or a share."""
-    sharing = (entry.gpu.sharing if entry.gpu else None) or (
-        entry.mig.sharing if entry.mig else None
-    )
-    return access.label(sharing, entry.share, users)
-
-
 def _sources(
     args: argparse.Namespace, default: str = DEFAULT_EXAMPLE
 ) -> list[tuple[str, list[loading.Document]]]:
@@ -682,23 +249,288 @@ def _sources(
     return sources
 
 
-def check_manifests(
-    cluster: cluster_api.Cluster, source: str, documents: Sequence[loading.Document]
-) -> None:
-    """Reject bad manifests before anything starts, with the what-if's own messages.
-
-    The what-if compiler knows the claim kinds, references and MIG profiles the cluster offers,
-    so an example with a mistake (a profile its GPUs lack, a missing parameters object) fails in
-    the demo with exactly the line `drasat whatif` prints for it, and exit 2.
-    """
-    described = loading.Document(source, 1, cluster.model_dump(mode="json", exclude_none=True))
-    nodes = whatif_nodes.load([described])
-    whatif_manifests.compile_manifests(
-        documents, offered_profiles=nodes.offered_profiles(), existing_uids=nodes.existing_uids()
-    )
+# --- the run ----------------------------------------------------------------------------------
 
 
-def _pods(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
+class V1Demo:
+    def __init__(self, cluster: V1Cluster, out: Out, timeout: float) -> None:
+        self.cluster = cluster
+        self.out = out
+        self.timeout = timeout
+        self.failures: list[str] = []
+
+    @property
+    def client(self) -> kubeclient.KubeClient:
+        return self.cluster.client
+
+    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
+        return until(check, self.timeout if timeout is None else timeout)
+
+    def show_cluster(self, source: str) -> None:
+        missing = self.cluster.ready(self.timeout)
+        cluster = self.cluster
+        self.out.phase(
+            f"cluster ({source}, {cluster.kind}, {cluster.kubelets}): {len(cluster.nodes)} nodes"
+        )
+        rows = [["NODE", "GPUS", "SLICE DEVICES", "NAS"]]
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            nas = self.cluster.nas(node.name)
+            devices = sum(
+                len(s["spec"].get("devices") or []) for s in self.cluster.slices(node.name)
+            )
+            status = nas.status.value if nas is not None and nas.status else "missing"
+            rows.append([node.name, democluster.describe(node.fleet.spec), str(devices), status])
+        for line in table(rows):
+            self.out(line)
+        self.failures.extend(missing)
+
+    def apply(self, title: str, documents: list[loading.Document]) -> list[apply.Applied]:
+        """Namespaces first, and (on a real cluster) only then the rest once each namespace's
+        default ServiceAccount exists: the ServiceAccount admission refuses pods before."""
+        self.out.phase(f"applying {title}")
+        known = self.cluster.kinds()
+        first = [d for d in documents if d.data.get("kind") == "Namespace"]
+        applied = apply.apply(self.client, first, known=known)
+        if self.cluster.real_control_plane:  # kube-controller-manager makes them
+            for item in applied:
+                name = str(item.object["metadata"]["name"])
+                url = core_path("serviceaccounts", name, "default")
+                if not self.until(functools.partial(self._exists, url)):
+                    raise DemoError(f"namespace {name}: no default ServiceAccount was made")
+        applied += apply.apply(
+            self.client, [d for d in documents if d.data.get("kind") != "Namespace"], known=known
+        )
+        for item in applied:
+            self.out(f"{item.ref} {'created' if item.created else 'unchanged'}")
+        return applied
+
+    def _exists(self, url: str) -> bool:
+        return self.cluster.get_object(url) is not None
+
+    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
+        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
+        outcomes = {key: PodOutcome(key) for key in pods}
+        warned: dict[Key, float] = {}
+        open_ = set(pods)
+
+        def step() -> bool:
+            for key in sorted(open_):
+                for node in self.cluster.nodes:
+                    run = node.kubelet.running(*key) if node.kubelet is not None else None
+                    if run is not None:
+                        outcomes[key].run, outcomes[key].node = run, node.name
+                        open_.discard(key)
+                        break
+                else:
+                    warning = self._refusal(key)
+                    if warning is None:
+                        warned.pop(key, None)
+                        continue
+                    since = warned.setdefault(key, time.monotonic())
+                    if time.monotonic() - since >= SETTLE_S:
+                        outcomes[key].reason = warning
+                        open_.discard(key)
+            return not open_
+
+        if not self.until(step):
+            for key in sorted(open_):
+                outcomes[key].reason = f"timed out after {self.timeout:g}s: {self._why(key)}"
+        for key in sorted(outcomes):
+            outcome, ref = outcomes[key], f"pod {key[0]}/{key[1]}"
+            if outcome.run is None:
+                self.out(f"{ref}  stays Pending: {outcome.reason}")
+                continue
+            self.out(f"{ref}  Pending -> Running on {outcome.node}")
+            if not outcome.run.claims:
+                self.out("  log: (no resource claims)")
+            for claim in outcome.run.claims:
+                devices = [
+                    f"{d.pool_name}/{d.device_name}"
+                    for d in outcome.run.prepared.get(claim.uid, [])
+                ]
+                self.out(f"  claim {claim.name}: {', '.join(devices) or 'no device'}")
+                if len(outcome.run.containers) <= 1:
+                    self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
+            if len(outcome.run.containers) > 1:
+                # Each container gets the devices of the requests it names (the kubelet's rule).
+                for name in outcome.run.containers:
+                    self.out(f"  log [{name}]: {env_line(outcome.run.container_env(name))}")
+        return outcomes
+
+    def _refusal(self, key: Key) -> str | None:
+        """The newest Warning of drasat's controller on the pod: no node has the devices."""
+        events = self.client.list(core_path("events", key[0]))["items"]
+        found = [
+            e
+            for e in events
+            if e.get("type") == "Warning"
+            and e.get("reason") == REASON_REFUSED
+            and (e.get("involvedObject") or {}).get("kind") == "Pod"
+            and (e.get("involvedObject") or {}).get("name") == key[1]
+        ]
+        if not found:
+            return None
+        newest = max(found, key=lambda e: str(e.get("lastTimestamp") or e["metadata"]["name"]))
+        return f"Warning {newest.get('reason')}: {newest.get('message')}"
+
+    def _why(self, key: Key) -> str:
+        reasons = []
+        sim = self.cluster.scheduler
+        if sim is not None and key in sim.reasons:
+            reasons.append(f"scheduler: {sim.reasons[key]}")
+        pod = self.cluster.get_object(core_path("pods", key[0], key[1]))
+        if pod is not None and sim is None:
+            for condition in (pod.get("status") or {}).get("conditions") or []:
+                if condition.get("type") == "PodScheduled" and condition.get("status") != "True":
+                    reasons.append(f"kube-scheduler: {condition.get('message')}")
+        for node in self.cluster.nodes:
+            if node.kubelet is not None and key in node.kubelet.reasons:
+                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
+        return "; ".join(reasons) or "nothing happened to it"
+
+    def claims(self, namespaces: Sequence[str]) -> list[Obj]:
+        return [
+            c for ns in namespaces for c in self.client.list(v1_path("resourceclaims", ns))["items"]
+        ]
+
+    def show_allocations(self, namespaces: Sequence[str]) -> None:
+        """Each claim as its status says (node, devices, the pods it is reserved for), with what
+        the node's NAS ledger says it gets (exclusive, time-sliced, MPS, a share) and the
+        time-slice its GPUs are set to now (the simulated hardware, as the plugin left it)."""
+        self.out.phase("allocations (ResourceClaim status, NodeAllocationState)")
+        # The ledger names an entry `<claim uid>/<request>`: a claim may have several.
+        ledger: dict[str, list[tuple[AllocatedDevices, dict[str, int]]]] = {}
+        for node in self.cluster.nodes:
+            nas = self.cluster.nas(node.name)
+            if nas is None:
+                continue
+            index = {d.gpu.uuid: d.gpu.index for d in nas.spec.allocatableDevices if d.gpu}
+            for key in sorted(nas.spec.allocatedClaims):
+                entry = nas.spec.allocatedClaims[key]
+                ledger.setdefault(entry.claimInfo.uid, []).append((entry, index))
+        slices_of = {
+            (node.name, gpu.uuid): _TIME_SLICES[gpu.time_slice]
+            for node in self.cluster.nodes
+            for gpu in node.fleet.gpus
+        }
+        rows = [["CLAIM", "NODE", "DEVICES", "GPU", "NAS SHARING", "TIME-SLICE", "RESERVED FOR"]]
+        for claim in sorted(
+            self.claims(namespaces),
+            key=lambda c: (c["metadata"]["namespace"], c["metadata"]["name"]),
+        ):
+            meta, status = claim["metadata"], claim.get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            pods = sorted(
+                str(r.get("name"))
+                for r in status.get("reservedFor") or []
+                if r.get("resource") == "pods"
+            )
+            pool = str(results[0].get("pool")) if results else "-"
+            found = ledger.get(str(meta["uid"]), [])
+            uuids = {u for entry, _ in found for u in _gpu_uuids(entry)}
+            rows.append(
+                [
+                    f"{meta['namespace']}/{meta['name']}",
+                    pool,
+                    ",".join(str(r.get("device")) for r in results) or "not allocated",
+                    ", ".join(devices_text(entry, index) for entry, index in found) or "-",
+                    ", ".join(dict.fromkeys(sharing_text(e, len(pods)) for e, _ in found)) or "-",
+                    ",".join(sorted({slices_of.get((pool, u), "?") for u in uuids})) or "-",
+                    ",".join(pods) or "-",
+                ]
+            )
+        for line in table(rows):
+            self.out(line)
+
+    def delete(self, pods: list[Key], claims: list[Key], owners: Sequence[str]) -> None:
+        """Delete the workloads (their pods go with them), the pods and the claims applied, and
+        wait until every claim in their namespaces is gone (the resourceclaim controller deletes
+        the ones it made from templates once their pod is gone)."""
+        namespaces = sorted({k[0] for k in pods} | {k[0] for k in claims})
+        existing = sorted(
+            (c["metadata"]["namespace"], c["metadata"]["name"]) for c in self.claims(namespaces)
+        )
+        if owners:
+            self.out.phase("deleting workloads")
+            for url in owners:  # first, or their controllers would replace the pods
+                self._delete(url, background=True)
+        self.out.phase("deleting pods")
+        for key in sorted(pods):
+            self._delete(core_path("pods", key[0], key[1]))
+        get = self.cluster.get_object
+        gone = self.until(lambda: all(get(core_path("pods", *k)) is None for k in pods))
+        for key in sorted(pods):
+            there = self.cluster.get_object(core_path("pods", *key)) is not None
+            self.out(
+                f"pod {key[0]}/{key[1]}  {'still there: ' + self._why(key) if there else 'deleted'}"
+            )
+        if not gone:
+            self.failures.append(f"pods not deleted within {self.timeout:g}s")
+        self.out.phase("deleting claims")
+        for key in claims:
+            self._delete(v1_path("resourceclaims", key[0], key[1]))
+        left = self.until(lambda: not self.claims(namespaces))
+        still = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]) for c in self.claims(namespaces)
+        }
+        for key in existing:
+            how = (
+                "deleted with its manifest"
+                if key in claims
+                else "made for its pod, deleted with it"
+            )
+            state = "still there" if key in still else "deallocated and gone"
+            self.out(f"claim {key[0]}/{key[1]}  {state} ({how})")
+        if not left:
+            self.failures.append(f"claims not deleted within {self.timeout:g}s")
+
+    def _delete(self, url: str, *, background: bool = False) -> None:
+        """DELETE `url`; `background`: its dependents go too, as `kubectl delete` asks (a
+        batch/v1 Job would otherwise orphan its pods)."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self.client.request("DELETE", url, body=body if background else None)
+        except errors.ApiError as error:
+            if error.code != 404:
+                raise
+
+    def check_cleanup(self) -> None:
+        self.out.phase("cleanup")
+
+        def leftovers(node: democluster.SimNode) -> list[str]:
+            nas = self.cluster.nas(node.name)
+            counts = {
+                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
+                "prepared": len(nas.spec.preparedClaims) if nas else 0,
+                "CDI specs": len(node.cdi_specs()),
+                "MIG devices": node.mig_devices(),
+            }
+            return [f"{n} {what}" for what, n in counts.items()]
+
+        def clean() -> bool:
+            return all(all(i.startswith("0 ") for i in leftovers(n)) for n in self.cluster.nodes)
+
+        self.until(clean)
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            items = leftovers(node)
+            ok = all(item.startswith("0 ") for item in items)
+            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
+            if not ok:
+                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
+
+
+#: `nvidia-smi compute-policy --set-timeslice=N` levels.
+_TIME_SLICES = ("Default", "Short", "Medium", "Long")
+
+
+def _gpu_uuids(entry: AllocatedDevices) -> list[str]:
+    """The GPUs (MIG devices: their parents) of a ledger entry."""
+    uuids = [g.uuid for g in entry.gpu.devices] if entry.gpu is not None else []
+    uuids += [m.parentUUID for m in entry.mig.devices] if entry.mig is not None else []
+    return uuids
+
+
+def _keys(applied: Sequence[apply.Applied], kind: str) -> list[Key]:
     return sorted(
         (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
         for a in applied
@@ -706,8 +538,158 @@ def _pods(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
     )
 
 
-def run(args: argparse.Namespace, stream: TextIO) -> int:
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _terminate_unwinds() -> Any:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every part is stopped and the
+    temporary folder (the control plane's etcd data) removed; the previous handler, or None
+    where this thread may not set one (not the main thread)."""
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:
+        return None
+
+
+def _real_kubelets(bin_dir: pathlib.Path) -> tuple[bool, str]:
+    """Whether the real control plane gets real kubelets (the kubelet and fakecri in `bin_dir`,
+    and root to run them), and the line that says which and why."""
+    try:
+        realkubelet.locate_node_binaries(bin_dir)
+    except binaries.MissingBinaries:
+        return False, (
+            f"simulated ({bin_dir} has no kubelet and fakecri: scripts/kube-build builds them)"
+        )
+    if os.geteuid() != 0:
+        return False, "simulated (the real kubelet runs as root)"
+    return True, f"real (kubelet and fakecri from {bin_dir}, one per node)"
+
+
+def check_v1(documents: Sequence[loading.Document], *, real: bool = False) -> None:
+    """Before anything starts: classic DRA objects are for `--classic` (say so), and a kind the
+    simulated API server does not serve is refused as `apply` would refuse it later (on the real
+    control plane, `served_kinds` decides once it runs)."""
+    known = apply.kinds(crds.all_crds())
+    for document in documents:
+        version, kind = str(document.data.get("apiVersion")), str(document.data.get("kind"))
+        where = f"{document.where}: {document.describe()}"
+        if version in _CLASSIC:
+            raise InputError(
+                f"{kind} of {version} is classic DRA, which current Kubernetes does not serve: "
+                "run it with drasat demo --classic",
+                where=where,
+            )
+        if not real and (version, kind) not in known:
+            raise InputError(
+                f"the simulated API server does not serve {kind} of {version} (the real control "
+                "plane, --kube-bin DIR, serves what Kubernetes serves)",
+                where=where,
+            )
+
+
+def _run_v1(
+    args: argparse.Namespace,
+    stream: TextIO,
+    sources: list[tuple[str, list[loading.Document]]],
+    cluster: Cluster,
+    source: str,
+    policy: tuple[list[loading.Document], str, str],
+) -> int:
     out = Out(stream)
+    documents, policy_text, policy_name = policy
+    check_v1(documents, real=args.kube_bin is not None)
+    bin_dir: pathlib.Path | None = None
+    if args.kube_bin is not None:
+        try:
+            bin_dir = binaries.locate(pathlib.Path(args.kube_bin))
+        except binaries.MissingBinaries as error:
+            raise InputError(str(error), where="--kube-bin") from None
+    kept = {id(d) for d in documents}
+    previous = _terminate_unwinds()
+    began = time.monotonic()
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="drasat-demo-"))  # short unix socket paths
+    ran: set[Key] = set()
+    stuck: list[PodOutcome] = []
+    try:
+        if bin_dir is None:
+            running = V1Cluster.simulated(cluster, policy_text=policy_text, tmp=tmp)
+        else:
+            real_kubelets, why = _real_kubelets(bin_dir)
+            out.phase(f"starting the real control plane from {bin_dir}")
+            out(f"  kubelets: {why}")
+            running = V1Cluster.real(
+                cluster,
+                policy_text=policy_text,
+                tmp=tmp,
+                bin_dir=bin_dir,
+                out=out,
+                timeout=args.timeout,
+                real_kubelets=real_kubelets,
+            )
+        with running as v1_cluster:
+            demo = V1Demo(v1_cluster, out, args.timeout)
+            demo.show_cluster(source)
+            out(f"policy: {policy_name}")
+            started = time.monotonic()
+            applied: list[apply.Applied] = []
+            for title, docs in sources:
+                applied += demo.apply(title, [d for d in docs if id(d) in kept])
+            pods, claims = _keys(applied, "Pod"), _keys(applied, "ResourceClaim")
+            workloads = [
+                Workload(a, n)
+                for a in applied
+                if a.created and (n := wanted_pods(a.object)) is not None
+            ]
+            pods_of = workload_pods(demo.client, out, demo.until, workloads)
+            made = sorted({k for w in workloads for k in pods_of.get(w.uid, [])})
+            outcomes = demo.wait_pods(pods + made)
+            ran_s = time.monotonic() - started
+            namespaces = sorted({k[0] for k in pods + made + claims})
+            demo.show_allocations(namespaces)
+            ran = {k for k, o in outcomes.items() if o.run is not None}
+            known = v1_cluster.kinds()
+            owners = [
+                apply.url(
+                    known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))],
+                    *w.key,
+                )
+                for w in workloads
+            ]
+            demo.delete(pods + made, claims, owners)
+            demo.check_cleanup()
+            stuck = [o for o in outcomes.values() if o.run is None]
+            not_run = [
+                f"pod {o.key[0]}/{o.key[1]} did not run"
+                for o in sorted(stuck, key=lambda o: o.key)
+                if o.key not in made  # a workload's pods are counted per workload
+                and not (args.allow_pending and not o.reason.startswith("timed out"))
+            ]
+            short = shortfalls(workloads, pods_of, outcomes, allow_pending=args.allow_pending)
+            demo.failures[:0] = short + not_run
+            startup = ", ".join(f"{what} {s:.1f}s" for what, s in v1_cluster.timings)
+    except (controlplane.ClusterError, DemoError) as error:
+        out(f"== demo FAILED: {error}")
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    total = time.monotonic() - began
+    out(f"== took {total:.1f}s: start-up {startup}; pods applied to running {ran_s:.1f}s")
+    if demo.failures:
+        out(f"== demo FAILED: {'; '.join(demo.failures)}")
+        return 1
+    pending = f", {len(stuck)} stayed Pending" if stuck else ""
+    kubelets = ", real kubelets" if v1_cluster.kubelets.startswith("real") else ""
+    out(
+        f"== demo ok ({v1_cluster.kind.split(' (')[0]}{kubelets}): {len(ran)} pods ran{pending}; "
+        "every device was cleaned up"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace, stream: TextIO) -> int:
     if args.timeout <= 0:
         raise InputError("--timeout must be positive", where="--timeout")
     classic = getattr(args, "classic", False)
@@ -716,55 +698,12 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     sources = _sources(args, DEFAULT_EXAMPLE if classic else V1_EXAMPLE)
     cluster, source = read_cluster(args.cluster, examples=bool(args.example))
     documents, policy_text, policy_name = split_policy([d for _, s in sources for d in s])
-    if not classic:
-        from drasat.cli import demov1  # it builds on this module
+    policy = (documents, policy_text, policy_name)
+    if classic:
+        from drasat.classic import demo as classic_demo  # classic DRA's wing, loaded only here
 
-        policy = (documents, policy_text, policy_name)
-        return demov1.run(args, stream, sources, cluster, source, policy)
-    check_manifests(cluster, source, documents)
-    kept = {id(d) for d in documents}
-    with democluster.DemoCluster.running(cluster, policy_text=policy_text) as demo_cluster:
-        demo = Demo(demo_cluster, out, args.timeout)
-        demo.show_cluster(source)
-        out(f"policy: {policy_name}")
-        applied = []
-        for title, docs in sources:
-            applied += demo.apply(title, [d for d in docs if id(d) in kept])
-        pods = _pods(applied, "Pod")
-        claims = _pods(applied, "ResourceClaim")
-        workloads = [
-            Workload(a, n)
-            for a in applied
-            if a.created and (n := wanted_pods(a.object)) is not None
-        ]
-        pods_of = demo.workload_pods(workloads)
-        made = sorted({k for w in workloads for k in pods_of.get(w.uid, [])})
-        outcomes = demo.wait_pods(pods + made)
-        demo.show_allocations()
-        ran = {k for k, o in outcomes.items() if o.run is not None}
-        known = apply.kinds(crds.all_crds())
-        owners = [
-            apply.url(
-                known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))], *w.key
-            )
-            for w in workloads
-        ]
-        demo.delete(pods + made, claims, ran, owners)
-        demo.check_cleanup()
-        stuck = [o for o in outcomes.values() if o.run is None and o.key not in made]
-        for outcome in sorted(stuck, key=lambda o: o.key):
-            if args.allow_pending and not outcome.reason.startswith("timed out"):
-                continue
-            demo.failures.insert(0, f"pod {outcome.key[0]}/{outcome.key[1]} did not run")
-        short = shortfalls(workloads, pods_of, outcomes, allow_pending=args.allow_pending)
-        demo.failures[:0] = short
-        stuck = [o for o in outcomes.values() if o.run is None]
-    if demo.failures:
-        out(f"== demo FAILED: {'; '.join(demo.failures)}")
-        return 1
-    pending = f", {len(stuck)} stayed Pending" if stuck else ""
-    out(f"== demo ok: {len(ran)} pods ran{pending}; every device was cleaned up")
-    return 0
+        return classic_demo.run(args, stream, sources, cluster, source, policy)
+    return _run_v1(args, stream, sources, cluster, source, policy)
 
 
 #: Packages of the `demo` extra (the simulated API server's validation) -> their import names.

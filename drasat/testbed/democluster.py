@@ -1,13 +1,19 @@
-"""The whole system in one process, for `drasat demo`: every part real, only the hardware and
-the cluster simulated.
+"""The demo's cluster, every part real, only the hardware (and, by default, the cluster) simulated:
+`V1Cluster` for `drasat demo` (the classic demo's own is `drasat.classic.demo.DemoCluster`), and the
+parts both demos share (a node's simulated fleet, `SimNode`, stopping parts in order).
 
-`DemoCluster.running(cluster, policy_text)` starts, in this order: the in-process API server with
-drasat's CRDs; what `helm install` and the cluster would hold (the namespace, the ResourceClass
-`gpu.drasat.io` with its DeviceClassParameters, the policy ConfigMap, one Node per node); a node
-plugin per node (simulated NVML fleet, real gRPC unix sockets, CDI specs and checkpoints in a
-temporary directory); the controller; the simulated scheduler and controller manager (pods of
-Deployments and Jobs); a simulated kubelet per node. On exit everything stops in reverse order
-and the temporary directory is removed, also after an error.
+drasat's parts are the real ones, in this process: the v1 controller (`App` with `--dra-api v1`,
+its policy from a ConfigMap), and per node a node plugin (simulated NVML fleet, real gRPC sockets,
+its ResourceSlices and NodeAllocationState published). Around them, the cluster is one of:
+
+- simulated (`V1Cluster.simulated`): the in-process API server, the simulated v1 scheduler
+  (honours the allocations drasat's controller writes, allocates nothing), controller manager
+  (claims from templates, pods of Deployments, ReplicaSets and Jobs) and a simulated v1 kubelet
+  per node (`drasat.testbed.sim.kubelet`);
+- real (`V1Cluster.real`): etcd, kube-apiserver, kube-scheduler and kube-controller-manager
+  (`drasat.testbed.controlplane`) in a temporary folder, stopped and removed at the end; with
+  `real_kubelets`, a real kubelet per node on its fake container runtime (`RealKubelet` reads
+  it as the demo reads the simulated one), else simulated kubelets.
 """
 
 from __future__ import annotations
@@ -15,27 +21,39 @@ from __future__ import annotations
 import contextlib
 import logging
 import pathlib
-import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from drasat import DRIVER_NAME
 from drasat.api import catalog, crds
 from drasat.api.cluster import Cluster, ClusterNode
+from drasat.api.devicemodel import classes
+from drasat.api.nas import NodeAllocationState
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
+from drasat.controller.v1controller import TAINT_RULE
 from drasat.kube.client import KubeClient as OfficialClient
-from drasat.kube.client import configuration_for
-from drasat.nodeplugin import mps, nvml
+from drasat.kube.client import configuration_for, load_configuration
+from drasat.nodeplugin import mps, nvml, registration, slices, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.testbed import simnvml
-from drasat.testbed.sim import apiserver, controllers, kubeclient, kubelet
-
-if TYPE_CHECKING:  # the classic demo's parts load when it runs (a v1-only copy has none)
-    from drasat.classic import scheduler
+from drasat.testbed.controlplane import cluster as controlplane
+from drasat.testbed.controlplane import kubelet as realkubelet
+from drasat.testbed.demoshow import DemoError, Key, Out, until
+from drasat.testbed.sim import (
+    apiserver,
+    apply,
+    controllers,
+    errors,
+    kubeclient,
+    kubelet,
+    resources,
+    v1scheduler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +61,17 @@ Obj = dict[str, Any]
 NAMESPACE = "drasat"
 POLICY_CONFIGMAP = "drasat-policy"
 CLASS_PARAMETERS = "drasat-gpu"
+_V1 = ("resource.k8s.io", "v1")
+
+
+def v1_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    return kubeclient.path(*_V1, plural, namespace=namespace, name=name)
+
+
+def core_path(
+    plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None
+) -> str:
+    return kubeclient.path("", "v1", plural, namespace=namespace, name=name, subresource=sub)
 
 
 def fleet_spec(cluster: Cluster, node: ClusterNode, name: str) -> simnvml.FleetSpec:
@@ -73,7 +102,7 @@ def describe(spec: simnvml.FleetSpec) -> str:
 
 class NodeKubelet(Protocol):
     """What the demo reads of a node's kubelet: the simulated one (`drasat.testbed.sim.kubelet`), or
-    a real kubelet seen through its runtime's record (`drasat.cli.demov1.RealKubelet`)."""
+    a real kubelet seen through its runtime's record (`RealKubelet`)."""
 
     @property
     def plugins(self) -> Mapping[str, object]: ...  # the drivers it registered
@@ -105,152 +134,361 @@ class SimNode:
         return sorted(root.glob("*.json")) if root.is_dir() else []
 
 
-class DemoCluster:
-    """The parts, started; `client` is the admin's (simulated kubectl) API client."""
+class V1Cluster:
+    """The parts, started; `client` is the admin's (simulated kubectl) API client, `kind` says
+    which cluster ("simulated API server" or "real control plane vX")."""
 
-    def __init__(self, server: apiserver.ApiServer, tmp: pathlib.Path) -> None:
-        self.server = server
-        self.tmp = tmp
-        self.client = kubeclient.KubeClient(server.url)
+    def __init__(
+        self, client: kubeclient.KubeClient, official: Callable[[], OfficialClient], kind: str
+    ) -> None:
+        self.client = client
+        self.kind = kind
+        #: The real control plane (its controller manager makes ServiceAccounts; the
+        #: simulated one does not, nor does the simulated API server ask for them).
+        self.real_control_plane = not kind.startswith("simulated")
+        self._new_official = official
         self.nodes: list[SimNode] = []
-        self.scheduler: scheduler.Scheduler | None = None
+        self.scheduler: v1scheduler.V1Scheduler | None = None
         self.controller_manager: controllers.ControllerManager | None = None
-        self._official: list[OfficialClient] = []
+        self._clients: list[OfficialClient] = []
         self._controller_stop = threading.Event()
         self._controller: threading.Thread | None = None
+        #: Seconds each start step took, in order.
+        self.timings: list[tuple[str, float]] = []
+        self._kinds: dict[tuple[str, str], resources.ResourceType] | None = None
+        #: Which kubelets run the pods, as the demo says it.
+        self.kubelets = "simulated kubelets"
+        self._real_kubelets: list[realkubelet.Kubelet] = []
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, cluster: Cluster, *, policy_text: str) -> Iterator[DemoCluster]:
-        # Short socket paths (unix sockets allow ~100 bytes), in a directory of our own.
-        with (
-            tempfile.TemporaryDirectory(prefix="drasat-demo-") as tmp,
-            apiserver.ApiServer.running(crds=crds.all_crds(), graceful_pod_deletion=True) as server,
-        ):
-            demo = cls(server, pathlib.Path(tmp))
+    def simulated(
+        cls, cluster: Cluster, *, policy_text: str, tmp: pathlib.Path
+    ) -> Iterator[V1Cluster]:
+        began = time.monotonic()
+        with apiserver.ApiServer.running(
+            crds=crds.all_crds(), graceful_pod_deletion=True
+        ) as server:
+            demo = cls(
+                kubeclient.KubeClient(server.url),
+                lambda: OfficialClient(configuration_for(server.url), request_timeout=10),
+                "simulated API server",
+            )
+            demo.timings.append(("API server", time.monotonic() - began))
             try:
-                demo._install(cluster, policy_text)
-                demo._start_nodes(cluster)
+                demo._install(cluster, policy_text, real=False)
+                demo._start_nodes(cluster, tmp)
                 demo._start_controller()
-                # The demo's only scheduler: it also binds pods without claims.
-                from drasat.classic.scheduler import Scheduler
-
-                demo.scheduler = Scheduler(
-                    kubeclient.KubeClient(server.url), resync=0.5, plain_pods=True
+                demo.scheduler = v1scheduler.V1Scheduler(
+                    kubeclient.KubeClient(server.url), resync=0.5
                 ).start()
-                # Pods of Deployments and Jobs; the classic scheduler makes classic claims.
                 demo.controller_manager = controllers.ControllerManager(
-                    kubeclient.KubeClient(server.url), resync=0.5, claims=False
+                    kubeclient.KubeClient(server.url), resync=0.5
                 ).start()
-                for node in demo.nodes:
-                    node.kubelet = kubelet.Kubelet(
-                        kubeclient.KubeClient(server.url),
-                        node=node.name,
-                        registry_dir=node.config.registry_dir,
-                        cdi_root=node.config.cdi_root,
-                        resync=0.5,
-                    ).start()
+                demo._start_kubelets(lambda: kubeclient.KubeClient(server.url))
                 yield demo
             finally:
                 demo._stop()
 
+    @classmethod
+    @contextlib.contextmanager
+    def real(
+        cls,
+        cluster: Cluster,
+        *,
+        policy_text: str,
+        tmp: pathlib.Path,
+        bin_dir: pathlib.Path,
+        out: Out,
+        timeout: float,
+        real_kubelets: bool = False,
+    ) -> Iterator[V1Cluster]:
+        """`real_kubelets`: a real kubelet per node on its fake container runtime (`fakecri`),
+        registering its own Node and drasat's plugin; else simulated kubelets on Nodes the demo
+        makes Ready itself."""
+        began = time.monotonic()
+        kube = controlplane.Cluster.start(
+            directory=tmp / "kube",
+            bin_dir=bin_dir,
+            timeout=max(timeout, 120.0),
+            progress=lambda line: out(f"  starting {line}"),
+            die_with_parent=True,  # an interrupted demo leaves no control plane behind
+            root_ca_publisher=real_kubelets,  # a real kubelet mounts kube-root-ca.crt in pods
+        )
+        try:
+            config = kube.kubeconfig
+            demo = cls(
+                kubeclient.KubeClient.from_kubeconfig(config),
+                lambda: OfficialClient(load_configuration(str(config)), request_timeout=10),
+                f"real control plane v1.{kube.minor} ({bin_dir})",
+            )
+            demo.timings.append(("control plane", time.monotonic() - began))
+            try:
+                if real_kubelets:
+                    demo.kubelets = f"real kubelets v1.{kube.minor} on fakecri"
+                    demo._install(cluster, policy_text, real=True, timeout=timeout, nodes=False)
+                    started = demo._start_real_kubelets(kube, cluster, tmp, out, timeout)
+                    demo._start_nodes(cluster, tmp, started)
+                    demo._start_controller()
+                else:
+                    demo._install(cluster, policy_text, real=True, timeout=timeout)
+                    demo._start_nodes(cluster, tmp)
+                    demo._start_controller()
+                    demo._start_kubelets(lambda: kubeclient.KubeClient.from_kubeconfig(config))
+                yield demo
+            finally:
+                demo._stop()
+        finally:
+            stopping = time.monotonic()
+            stopped = kube.stop()
+            out(f"== stopped {', '.join(stopped)} in {time.monotonic() - stopping:.1f}s")
+
+    def kinds(self) -> dict[tuple[str, str], resources.ResourceType]:
+        """What `apply` may create: the simulated server's kinds, or all the real one serves."""
+        if self._kinds is None:
+            real = self.real_control_plane
+            self._kinds = served_kinds(self.client) if real else apply.kinds(crds.all_crds())
+        return self._kinds
+
     def official_client(self) -> OfficialClient:
-        client = OfficialClient(configuration_for(self.server.url), request_timeout=10)
-        self._official.append(client)
+        client = self._new_official()
+        self._clients.append(client)
         return client
 
     # --- start --------------------------------------------------------------------------------
 
-    def _install(self, cluster: Cluster, policy_text: str) -> None:
-        """What the Helm chart and the cluster hold before any user object."""
-        core = kubeclient.path
-        self.client.create(core("", "v1", "namespaces"), {"metadata": {"name": NAMESPACE}})
+    def _step(self, what: str, began: float) -> None:
+        self.timings.append((what, time.monotonic() - began))
+
+    def _install(
+        self,
+        cluster: Cluster,
+        policy_text: str,
+        *,
+        real: bool,
+        timeout: float = 60.0,
+        nodes: bool = True,
+    ) -> None:
+        """What the Helm chart and the cluster hold before any user object: on the real cluster
+        the CRDs too (the simulated server is started with them), and (`nodes`) Nodes whose
+        status says Ready with room for pods (no kubelet reports it; real kubelets register
+        their own)."""
+        began = time.monotonic()
+        if real:
+            self._install_crds(timeout)
+        self.client.create(core_path("namespaces"), {"metadata": {"name": NAMESPACE}})
+        for body in classes.device_classes():
+            self.client.create(v1_path("deviceclasses"), body)
         self.client.create(
-            core("gpu.drasat.io", "v1alpha1", "deviceclassparameters"),
-            {
-                "apiVersion": "gpu.drasat.io/v1alpha1",
-                "kind": "DeviceClassParameters",
-                "metadata": {"name": CLASS_PARAMETERS},
-                "spec": {"sharable": True},
-            },
-        )
-        self.client.create(
-            core("resource.k8s.io", "v1alpha2", "resourceclasses"),
-            {
-                "apiVersion": "resource.k8s.io/v1alpha2",
-                "kind": "ResourceClass",
-                "metadata": {"name": DRIVER_NAME},
-                "driverName": DRIVER_NAME,
-                "parametersRef": {
-                    "apiGroup": "gpu.drasat.io",
-                    "kind": "DeviceClassParameters",
-                    "name": CLASS_PARAMETERS,
-                },
-            },
-        )
-        self.client.create(
-            core("", "v1", "configmaps", namespace=NAMESPACE),
+            core_path("configmaps", NAMESPACE),
             {
                 "metadata": {"name": POLICY_CONFIGMAP, "namespace": NAMESPACE},
                 "data": {CONFIGMAP_KEY: policy_text},
             },
         )
-        for group in cluster.spec.nodes:
+        for group in cluster.spec.nodes if nodes else ():
             for name in group.node_names():
                 labels = {"kubernetes.io/hostname": name, **group.labels}
                 self.client.create(
-                    core("", "v1", "nodes"), {"metadata": {"name": name, "labels": labels}}
+                    core_path("nodes"), {"metadata": {"name": name, "labels": labels}}
                 )
+                if real:
+                    self._node_ready(name, str(group.cpu or "64"), str(group.memory or "512Gi"))
+        self._step("drasat's objects and the Nodes", began)
 
-    def _start_nodes(self, cluster: Cluster) -> None:
+    def _install_crds(self, timeout: float) -> None:
+        url = kubeclient.path("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        names = []
+        for crd in crds.all_crds():
+            self.client.create(url, dict(crd))
+            names.append(str(crd["metadata"]["name"]))
+
+        def established() -> bool:
+            for name in names:
+                held = self.client.get(f"{url}/{name}")
+                conditions = {
+                    c.get("type"): c.get("status")
+                    for c in (held.get("status") or {}).get("conditions") or []
+                }
+                if conditions.get("Established") != "True":
+                    return False
+            return True
+
+        if not until(established, timeout):
+            raise DemoError(f"drasat's CRDs were not Established within {timeout:g}s")
+
+    def _node_ready(self, name: str, cpu: str, memory: str) -> None:
+        """Ready, with allocatable cpu, memory and pods, and without the not-ready taint the
+        TaintNodesByCondition admission puts on a new Node (the node-lifecycle controller
+        would lift it once the node reports Ready)."""
+        room = {"cpu": cpu, "memory": memory, "pods": "110"}
+        status = {
+            "capacity": room,
+            "allocatable": room,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "demo"}
+            ],
+        }
+        self.client.merge_patch(core_path("nodes", name=name, sub="status"), {"status": status})
+        self.client.merge_patch(core_path("nodes", name=name), {"spec": {"taints": None}})
+
+    def _start_nodes(
+        self,
+        cluster: Cluster,
+        tmp: pathlib.Path,
+        kubelets: dict[str, realkubelet.Kubelet] | None = None,
+    ) -> None:
+        """A node plugin per node; with real `kubelets` (by node), in that kubelet's plugin
+        folders, registered through its plugin watcher and driven by it."""
+        began = time.monotonic()
         for group in cluster.spec.nodes:
             for name in group.node_names():
                 fleet = simnvml.SimulatedNvml(fleet_spec(cluster, group, name))
-                base = self.tmp / name
+                base = tmp / name
+                real = (kubelets or {}).get(name)
                 config = Config(
                     node_name=name,
                     namespace=NAMESPACE,
                     cdi_root=base / "cdi",
-                    plugin_dir=base / "plugins",
-                    registry_dir=base / "registry",
+                    plugin_dir=real.plugins_dir if real else base / "plugins",
+                    registry_dir=real.registry_dir if real else base / "registry",
                     state_dir=base / "state",
-                    health_events=False,
+                    # Watched health: the kubelet writes Healthy into the pods' status. Unwatched,
+                    # it writes Unknown with a message, a field the simulated API server's Pod
+                    # schema (1.34) lacks.
+                    health_events=True,
                     start_timeout_s=10.0,
+                    kubelet_api=registration.KubeletApi.structured,
+                    publish_slices=True,
                 )
+                api = self.official_client()
                 plugin = NodePlugin(
                     config,
                     lib=nvml.NvmlDeviceLib(fleet, run=fleet.run),
-                    store=KubeNasStore(self.official_client(), node=name, namespace=NAMESPACE),
+                    store=KubeNasStore(api, node=name, namespace=NAMESPACE),
                     mps_runner=mps.RecordingRunner(),
+                    claim_reader=v1claims.KubeClaimReader(api),
+                    slice_publisher=slices.SlicePublisher(api, node_name=name),
                 )
-                self.nodes.append(SimNode(name, fleet, config, plugin))  # stopped on exit
+                node = SimNode(name, fleet, config, plugin)
+                self.nodes.append(node)
                 plugin.start()
+                if real is not None:
+                    node.kubelet = RealKubelet(real, self.client, plugin, config.cdi_root)
+        self._step("node plugins", began)
+
+    def _start_real_kubelets(
+        self,
+        kube: controlplane.Cluster,
+        cluster: Cluster,
+        tmp: pathlib.Path,
+        out: Out,
+        timeout: float,
+    ) -> dict[str, realkubelet.Kubelet]:
+        """A real kubelet per node, each registering its Node (then given the described node's
+        labels, as a node's provisioning would); stopped with the rest on exit."""
+        began = time.monotonic()
+        started: dict[str, realkubelet.Kubelet] = {}
+        for group in cluster.spec.nodes:
+            for name in group.node_names():
+                out(f"  starting kubelet {name} on its fake container runtime")
+                node = realkubelet.Kubelet.start(
+                    kube, name, root=tmp / name / "kubelet", timeout=max(timeout, 120.0)
+                )
+                started[name] = node
+                self._real_kubelets.append(node)
+                if group.labels:
+                    self.client.merge_patch(
+                        core_path("nodes", name=name), {"metadata": {"labels": dict(group.labels)}}
+                    )
+        self._step("kubelets", began)
+        return started
 
     def _start_controller(self) -> None:
-        from drasat.classic.controller import for_app
-
+        began = time.monotonic()
         app = App(
             Options(
                 namespace=NAMESPACE,
                 metrics_address="",
                 policy_configmap=POLICY_CONFIGMAP,
-                resync_s=1.0,
+                dra_api="v1",
+                resync_s=2.0,
+                batch_window_s=0.1,
             ),
             api=self.official_client(),
-            classic=for_app,
         )
         self._controller = threading.Thread(
             target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True
         )
         self._controller.start()
+        self._step("controller", began)
+
+    def _start_kubelets(self, new_client: Callable[[], kubeclient.KubeClient]) -> None:
+        began = time.monotonic()
+        for node in self.nodes:
+            node.kubelet = kubelet.Kubelet(
+                new_client(),
+                node=node.name,
+                registry_dir=node.config.registry_dir,
+                cdi_root=node.config.cdi_root,
+                api=kubelet.DraApi.v1,
+                resync=0.5,
+            ).start()
+        self._step("kubelets", began)
+
+    def ready(self, timeout: float) -> list[str]:
+        """Wait until every kubelet registered its plugin, every node published its slices and
+        a Ready NAS, and the controller made its DeviceTaintRule; what is still missing."""
+        began = time.monotonic()
+
+        def missing() -> list[str]:
+            left = []
+            for node in self.nodes:
+                if node.kubelet is None or DRIVER_NAME not in node.kubelet.plugins:
+                    left.append(f"node {node.name}: the kubelet has not registered the plugin")
+                if not self.slices(node.name):
+                    left.append(f"node {node.name}: no ResourceSlice")
+                nas = self.nas(node.name)
+                if nas is None or nas.status is None or nas.status.value != "Ready":
+                    left.append(f"node {node.name}: NAS not Ready")
+            if self.get_object(v1_path("devicetaintrules", name=TAINT_RULE)) is None:
+                left.append(f"the controller's DeviceTaintRule {TAINT_RULE} is missing")
+            return left
+
+        until(lambda: not missing(), timeout)
+        self._step("nodes ready", began)
+        return missing()
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def get_object(self, url: str) -> Obj | None:
+        try:
+            return self.client.get(url)
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def nas(self, node: str) -> NodeAllocationState | None:
+        url = kubeclient.path(
+            "nas.gpu.drasat.io", "v1alpha1", "nodeallocationstates", namespace=NAMESPACE, name=node
+        )
+        found = self.get_object(url)
+        return None if found is None else NodeAllocationState.model_validate(found)
+
+    def slices(self, node: str) -> list[Obj]:
+        items: list[Obj] = self.client.list(
+            v1_path("resourceslices"), fieldSelector=f"spec.nodeName={node}"
+        )["items"]
+        return [s for s in items if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
 
     # --- stop ---------------------------------------------------------------------------------
 
     def _stop(self) -> None:
         """Stop every part that was started, in reverse order; each stop runs even if an
         earlier one failed (that failure is logged)."""
-        steps: list[tuple[str, Any]] = [
-            *((f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet),
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            (f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet
         ]
         if self.controller_manager is not None:
             steps.append(("controller manager", self.controller_manager.stop))
@@ -258,11 +496,116 @@ class DemoCluster:
             steps.append(("scheduler", self.scheduler.stop))
         steps.append(("controller", self._stop_controller))
         steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
-        steps.extend(("API client", c.close) for c in self._official)
+        steps.extend(("API client", c.close) for c in self._clients)
         stop_parts(steps)
 
     def _stop_controller(self) -> None:
         stop_thread(self._controller_stop, self._controller, "the controller")
+
+
+class RealKubelet:
+    """A real kubelet (`drasat.testbed.controlplane.kubelet`) as the demo reads the simulated one:
+    the plugin it registered, and each pod it runs with what its containers were given, read from
+    the fake runtime's record of the kubelet's CreateContainer requests (their CDI devices,
+    resolved against the plugin's CDI specs as a CDI-aware runtime would)."""
+
+    def __init__(
+        self,
+        node: realkubelet.Kubelet,
+        client: kubeclient.KubeClient,
+        plugin: NodePlugin,
+        cdi_root: pathlib.Path,
+    ) -> None:
+        self.node = node
+        self.client = client
+        self.plugin = plugin
+        self.cdi_root = cdi_root
+        #: Why a pod has not started (the kubelet says it in Events; the demo reads those).
+        self.reasons: dict[Key, str] = {}
+        self._runs: dict[str, kubelet.PodRun] = {}
+
+    @property
+    def plugins(self) -> dict[str, str]:
+        """The drivers this kubelet registered (drasat's once the plugin was told so)."""
+        registered = self.plugin.registration.registered.is_set()
+        return {DRIVER_NAME: str(self.node.registry_dir)} if registered else {}
+
+    def running(self, namespace: str, name: str) -> kubelet.PodRun | None:
+        """The pod, once Running on this node, with its claims, their devices (from their
+        allocation) and each container's CDI devices (from the runtime's record)."""
+        try:
+            pod = self.client.get(core_path("pods", namespace, name))
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        if spec.get("nodeName") != self.node.name or status.get("phase") != "Running":
+            return None
+        uid = str(pod["metadata"]["uid"])
+        if uid in self._runs:
+            return self._runs[uid]
+        made = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in status.get("resourceClaimStatuses") or []
+        }
+        claims, uids, prepared = [], {}, {}
+        for entry in spec.get("resourceClaims") or []:
+            claim_name = str(entry.get("resourceClaimName") or made.get(entry.get("name")))
+            claim = self.client.get(v1_path("resourceclaims", namespace, claim_name))
+            claim_uid = str(claim["metadata"]["uid"])
+            results = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            claims.append(kubelet.ClaimRef(namespace, claim_name, claim_uid, (DRIVER_NAME,)))
+            uids[str(entry.get("name"))] = claim_uid
+            prepared[claim_uid] = [
+                kubelet.PreparedDevice(
+                    (str(r.get("request")),), str(r.get("pool")), str(r.get("device")), ()
+                )
+                for r in results.get("results") or []
+                if r.get("driver") == DRIVER_NAME
+            ]
+        containers = {
+            str(r["container"]): list(r.get("cdiDevices") or [])
+            for r in self.node.created_containers()
+            if (r.get("namespace"), r.get("pod")) == (namespace, name)
+        }
+        every = list(dict.fromkeys(d for ids in containers.values() for d in ids))
+        env, _undefined = kubelet.cdi_edits(self.cdi_root, every)
+        devices = {c.uid: [d for d in every if c.uid in d] for c in claims}
+        run = kubelet.PodRun(namespace, name, uid, claims, devices, env, prepared, uids)
+        run.containers = containers
+        self._runs[uid] = run
+        return run
+
+    def stop(self) -> None:
+        """Stop the kubelet and its runtime, and remove their folder (mounts detached first)."""
+        self.node.stop()
+        self.node.remove()
+
+
+def served_kinds(client: kubeclient.KubeClient) -> dict[tuple[str, str], resources.ResourceType]:
+    """(apiVersion, kind) -> resource of every kind a real API server serves (its discovery:
+    `/api/v1` and each group's versions), over drasat's CRDs: what `apply` may create there."""
+    served = dict(apply.kinds(crds.all_crds()))
+    lists = [("", "v1", client.get("/api/v1"))]
+    for group in client.get("/apis").get("groups") or []:
+        for version in group.get("versions") or []:
+            gv = str(version["groupVersion"])
+            lists.append((str(group["name"]), str(version["version"]), client.get(f"/apis/{gv}")))
+    for group_name, version_name, listed in lists:
+        for item in listed.get("resources") or []:
+            if "/" in str(item["name"]):  # a subresource (pods/status)
+                continue
+            rt = resources.ResourceType(
+                group=group_name,
+                version=version_name,
+                plural=str(item["name"]),
+                kind=str(item["kind"]),
+                namespaced=bool(item.get("namespaced")),
+                has_status=True,
+            )
+            served.setdefault((rt.api_version, rt.kind), rt)
+    return served
 
 
 def stop_parts(steps: Sequence[tuple[str, Callable[[], Any]]]) -> None:

@@ -1,0 +1,596 @@
+"""`drasat demo --classic`: classic DRA (`resource.k8s.io/v1alpha2`, Kubernetes 1.27-1.31) in one
+process on an embedded example, watched like kubectl; `drasat.cli.demo` runs it for `--classic`.
+
+`DemoCluster.running(cluster, policy_text)` starts, in this order: the in-process API server with
+drasat's CRDs; what `helm install` and the cluster would hold (the namespace, the ResourceClass
+`gpu.drasat.io` with its DeviceClassParameters, the policy ConfigMap, one Node per node); a node
+plugin per node (simulated NVML fleet, real gRPC unix sockets, CDI specs and checkpoints in a
+temporary directory); the classic controller; the simulated classic scheduler and controller
+manager (pods of Deployments and Jobs); a simulated kubelet per node (classic flavour). On exit
+everything stops in reverse order and the temporary directory is removed, also after an error.
+
+The run applies the manifests (checked first with the classic what-if's own messages), prints each
+pod going Pending -> Running with its "log" (the environment its container gets from the CDI
+spec), the NodeAllocationState view, then deletes the workloads, pods and claims and checks every
+node is clean again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import pathlib
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from drasat import DRIVER_NAME, loading
+from drasat.api import cluster as cluster_api
+from drasat.api import crds
+from drasat.api.cluster import Cluster
+from drasat.api.nas import NodeAllocationState
+from drasat.classic import scheduler
+from drasat.classic.controller import for_app
+from drasat.controller.app import App, Options
+from drasat.controller.policy import CONFIGMAP_KEY
+from drasat.kube.client import KubeClient as OfficialClient
+from drasat.kube.client import configuration_for
+from drasat.nodeplugin import mps, nvml
+from drasat.nodeplugin.nasstore import KubeNasStore
+from drasat.nodeplugin.plugin import Config, NodePlugin
+from drasat.testbed import democluster, simnvml
+from drasat.testbed.democluster import CLASS_PARAMETERS, NAMESPACE, POLICY_CONFIGMAP, SimNode
+from drasat.testbed.demoshow import (
+    POLL_S,
+    SETTLE_S,
+    Key,
+    Obj,
+    Out,
+    PodOutcome,
+    Workload,
+    devices_text,
+    env_line,
+    sharing_text,
+    shortfalls,
+    table,
+    wanted_pods,
+    workload_pods,
+)
+from drasat.testbed.sim import (
+    apiserver,
+    apply,
+    controllers,
+    errors,
+    garbage,
+    kubeclient,
+    kubelet,
+    scheduling,
+)
+from drasat.testbed.sim.kubelet import PodRun
+from drasat.whatif import manifests as whatif_manifests
+from drasat.whatif import nodes as whatif_nodes
+
+
+class DemoCluster:
+    """The parts, started; `client` is the admin's (simulated kubectl) API client."""
+
+    def __init__(self, server: apiserver.ApiServer, tmp: pathlib.Path) -> None:
+        self.server = server
+        self.tmp = tmp
+        self.client = kubeclient.KubeClient(server.url)
+        self.nodes: list[SimNode] = []
+        self.scheduler: scheduler.Scheduler | None = None
+        self.controller_manager: controllers.ControllerManager | None = None
+        self._official: list[OfficialClient] = []
+        self._controller_stop = threading.Event()
+        self._controller: threading.Thread | None = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, cluster: Cluster, *, policy_text: str) -> Iterator[DemoCluster]:
+        # Short socket paths (unix sockets allow ~100 bytes), in a directory of our own.
+        with (
+            tempfile.TemporaryDirectory(prefix="drasat-demo-") as tmp,
+            apiserver.ApiServer.running(crds=crds.all_crds(), graceful_pod_deletion=True) as server,
+        ):
+            demo = cls(server, pathlib.Path(tmp))
+            try:
+                demo._install(cluster, policy_text)
+                demo._start_nodes(cluster)
+                demo._start_controller()
+                # The demo's only scheduler: it also binds pods without claims.
+                demo.scheduler = scheduler.Scheduler(
+                    kubeclient.KubeClient(server.url), resync=0.5, plain_pods=True
+                ).start()
+                # Pods of Deployments and Jobs; the classic scheduler makes classic claims.
+                demo.controller_manager = controllers.ControllerManager(
+                    kubeclient.KubeClient(server.url), resync=0.5, claims=False
+                ).start()
+                for node in demo.nodes:
+                    node.kubelet = kubelet.Kubelet(
+                        kubeclient.KubeClient(server.url),
+                        node=node.name,
+                        registry_dir=node.config.registry_dir,
+                        cdi_root=node.config.cdi_root,
+                        resync=0.5,
+                    ).start()
+                yield demo
+            finally:
+                demo._stop()
+
+    def official_client(self) -> OfficialClient:
+        client = OfficialClient(configuration_for(self.server.url), request_timeout=10)
+        self._official.append(client)
+        return client
+
+    # --- start --------------------------------------------------------------------------------
+
+    def _install(self, cluster: Cluster, policy_text: str) -> None:
+        """What the Helm chart and the cluster hold before any user object."""
+        core = kubeclient.path
+        self.client.create(core("", "v1", "namespaces"), {"metadata": {"name": NAMESPACE}})
+        self.client.create(
+            core("gpu.drasat.io", "v1alpha1", "deviceclassparameters"),
+            {
+                "apiVersion": "gpu.drasat.io/v1alpha1",
+                "kind": "DeviceClassParameters",
+                "metadata": {"name": CLASS_PARAMETERS},
+                "spec": {"sharable": True},
+            },
+        )
+        self.client.create(
+            core("resource.k8s.io", "v1alpha2", "resourceclasses"),
+            {
+                "apiVersion": "resource.k8s.io/v1alpha2",
+                "kind": "ResourceClass",
+                "metadata": {"name": DRIVER_NAME},
+                "driverName": DRIVER_NAME,
+                "parametersRef": {
+                    "apiGroup": "gpu.drasat.io",
+                    "kind": "DeviceClassParameters",
+                    "name": CLASS_PARAMETERS,
+                },
+            },
+        )
+        self.client.create(
+            core("", "v1", "configmaps", namespace=NAMESPACE),
+            {
+                "metadata": {"name": POLICY_CONFIGMAP, "namespace": NAMESPACE},
+                "data": {CONFIGMAP_KEY: policy_text},
+            },
+        )
+        for group in cluster.spec.nodes:
+            for name in group.node_names():
+                labels = {"kubernetes.io/hostname": name, **group.labels}
+                self.client.create(
+                    core("", "v1", "nodes"), {"metadata": {"name": name, "labels": labels}}
+                )
+
+    def _start_nodes(self, cluster: Cluster) -> None:
+        for group in cluster.spec.nodes:
+            for name in group.node_names():
+                fleet = simnvml.SimulatedNvml(democluster.fleet_spec(cluster, group, name))
+                base = self.tmp / name
+                config = Config(
+                    node_name=name,
+                    namespace=NAMESPACE,
+                    cdi_root=base / "cdi",
+                    plugin_dir=base / "plugins",
+                    registry_dir=base / "registry",
+                    state_dir=base / "state",
+                    health_events=False,
+                    start_timeout_s=10.0,
+                )
+                plugin = NodePlugin(
+                    config,
+                    lib=nvml.NvmlDeviceLib(fleet, run=fleet.run),
+                    store=KubeNasStore(self.official_client(), node=name, namespace=NAMESPACE),
+                    mps_runner=mps.RecordingRunner(),
+                )
+                self.nodes.append(SimNode(name, fleet, config, plugin))  # stopped on exit
+                plugin.start()
+
+    def _start_controller(self) -> None:
+        app = App(
+            Options(
+                namespace=NAMESPACE,
+                metrics_address="",
+                policy_configmap=POLICY_CONFIGMAP,
+                resync_s=1.0,
+            ),
+            api=self.official_client(),
+            classic=for_app,
+        )
+        self._controller = threading.Thread(
+            target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True
+        )
+        self._controller.start()
+
+    # --- stop ---------------------------------------------------------------------------------
+
+    def _stop(self) -> None:
+        """Stop every part that was started, in reverse order; each stop runs even if an
+        earlier one failed (that failure is logged)."""
+        steps: list[tuple[str, Any]] = [
+            *((f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet),
+        ]
+        if self.controller_manager is not None:
+            steps.append(("controller manager", self.controller_manager.stop))
+        if self.scheduler is not None:
+            steps.append(("scheduler", self.scheduler.stop))
+        steps.append(("controller", self._stop_controller))
+        steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
+        steps.extend(("API client", c.close) for c in self._official)
+        democluster.stop_parts(steps)
+
+    def _stop_controller(self) -> None:
+        democluster.stop_thread(self._controller_stop, self._controller, "the controller")
+
+
+@dataclass
+class Demo:
+    cluster: DemoCluster
+    out: Out
+    timeout: float
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def client(self) -> kubeclient.KubeClient:
+        return self.cluster.client
+
+    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Poll `check` until it is truthy or the timeout passes; its last value."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        pause = threading.Event()
+        while True:
+            value = check()
+            if value or time.monotonic() >= deadline:
+                return value
+            pause.wait(POLL_S)
+
+    def nas(self, node: str) -> NodeAllocationState | None:
+        url = kubeclient.path(
+            "nas.gpu.drasat.io",
+            "v1alpha1",
+            "nodeallocationstates",
+            namespace=democluster.NAMESPACE,
+            name=node,
+        )
+        try:
+            return NodeAllocationState.model_validate(self.client.get(url))
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    # --- phases -------------------------------------------------------------------------------
+
+    def show_cluster(self, source: str) -> None:
+        self.out.phase(f"cluster ({source}): {len(self.cluster.nodes)} nodes")
+        rows = [["NODE", "GPUS", "NAS"]]
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            nas = self.nas(node.name)
+            status = nas.status.value if nas is not None and nas.status else "missing"
+            rows.append([node.name, democluster.describe(node.fleet.spec), status])
+            if status != "Ready":
+                self.failures.append(f"node {node.name}: NAS {status} after the plugin started")
+        for line in table(rows):
+            self.out(line)
+
+    def apply(self, title: str, documents: list[loading.Document]) -> list[apply.Applied]:
+        self.out.phase(f"applying {title}")
+        applied = apply.apply(self.client, documents, known=apply.kinds(crds.all_crds()))
+        for item in applied:
+            self.out(f"{item.ref} {'created' if item.created else 'unchanged'}")
+        return applied
+
+    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
+        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
+        outcomes = {key: PodOutcome(key) for key in pods}
+        warned: dict[Key, float] = {}
+        open_ = set(pods)
+
+        def step() -> bool:
+            for key in sorted(open_):
+                run, node = self._running(key)
+                if run is not None:
+                    outcomes[key].run, outcomes[key].node = run, node
+                    open_.discard(key)
+                    continue
+                warning = self._claim_warning(key)
+                if warning is None:
+                    warned.pop(key, None)
+                    continue
+                since = warned.setdefault(key, time.monotonic())
+                if time.monotonic() - since >= SETTLE_S:
+                    outcomes[key].reason = warning
+                    open_.discard(key)
+            return not open_
+
+        if not self.until(step):
+            for key in sorted(open_):
+                outcomes[key].reason = f"timed out after {self.timeout:g}s: {self._why(key)}"
+        for key in sorted(outcomes):
+            outcome = outcomes[key]
+            ref = f"pod {key[0]}/{key[1]}"
+            if outcome.run is None:
+                self.out(f"{ref}  stays Pending: {outcome.reason}")
+                continue
+            self.out(f"{ref}  Pending -> Running on {outcome.node}")
+            if not outcome.run.claims:
+                self.out("  log: (no resource claims)")
+            for claim in outcome.run.claims:
+                self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
+        return outcomes
+
+    def _running(self, key: Key) -> tuple[PodRun | None, str]:
+        for node in self.cluster.nodes:
+            run = node.kubelet.running(*key) if node.kubelet is not None else None
+            if run is not None:
+                return run, node.name
+        return None, ""
+
+    def _pod(self, key: Key) -> Obj | None:
+        try:
+            return self.client.get(kubeclient.path("", "v1", "pods", namespace=key[0], name=key[1]))
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def _claim_names(self, key: Key) -> list[str]:
+        pod = self._pod(key)
+        return [e.resolved_name(key[1]) for e in scheduling.pod_claims(pod)] if pod else []
+
+    def _claim_warning(self, key: Key) -> str | None:
+        """The newest Warning Event of the controller on one of the pod's claims."""
+        names = set(self._claim_names(key))
+        if not names:
+            return None
+        events = self.client.list(kubeclient.path("", "v1", "events", namespace=key[0]))["items"]
+        found = [
+            e
+            for e in events
+            if e.get("type") == "Warning"
+            and (e.get("involvedObject") or {}).get("kind") == "ResourceClaim"
+            and (e.get("involvedObject") or {}).get("name") in names
+        ]
+        if not found:
+            return None
+        newest = max(found, key=lambda e: int(e["metadata"].get("resourceVersion") or 0))
+        claim = newest["involvedObject"]["name"]
+        return f"Warning {newest.get('reason')} on claim {claim}: {newest.get('message')}"
+
+    def _why(self, key: Key) -> str:
+        reasons = []
+        sim = self.cluster.scheduler
+        if sim is not None and key in sim.reasons:
+            reasons.append(f"scheduler: {sim.reasons[key]}")
+        for node in self.cluster.nodes:
+            if node.kubelet is not None and key in node.kubelet.reasons:
+                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
+        return "; ".join(reasons) or "nothing happened to it"
+
+    def workload_pods(self, workloads: list[Workload]) -> dict[str, list[Key]]:
+        return workload_pods(self.client, self.out, self.until, workloads)
+
+    def show_allocations(self) -> None:
+        self.out.phase("allocations (NodeAllocationState)")
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            nas = self.nas(node.name)
+            if nas is None:
+                self.out(f"node {node.name}: no NodeAllocationState")
+                continue
+            allocated, prepared = nas.spec.allocatedClaims, nas.spec.preparedClaims
+            self.out(f"node {node.name}: {len(allocated)} allocated, {len(prepared)} prepared")
+            if not allocated:
+                continue
+            index = {d.gpu.uuid: d.gpu.index for d in nas.spec.allocatableDevices if d.gpu}
+            rows = [["CLAIM", "DEVICES", "SHARING", "PODS", "PREPARED"]]
+            entries = sorted(
+                allocated.items(), key=lambda i: (i[1].claimInfo.namespace, i[1].claimInfo.name)
+            )
+            for uid, entry in entries:
+                info = entry.claimInfo
+                consumers = self._consumers(info.namespace, info.name)
+                rows.append(
+                    [
+                        f"{info.namespace}/{info.name}",
+                        devices_text(entry, index),
+                        sharing_text(entry, len(consumers)),
+                        ",".join(consumers) or "-",
+                        "yes" if uid in prepared else "no",
+                    ]
+                )
+            for line in table(rows):
+                self.out(line)
+
+    def delete(
+        self, pods: list[Key], claims: list[Key], ran: set[Key], owners: Sequence[str] = ()
+    ) -> None:
+        """Delete the workloads (`owners`: their URLs; their pods go with them), the pods and
+        the claims, and report what is left."""
+        namespaces = sorted({k[0] for k in pods} | {k[0] for k in claims})
+        existing = sorted(
+            (c["metadata"]["namespace"], c["metadata"]["name"])
+            for ns in namespaces
+            for c in self._claims(ns)
+        )
+        if owners:
+            self.out.phase("deleting workloads")
+            for url in owners:  # first, or their controllers would replace the pods
+                self._delete(url)
+        self.out.phase("deleting pods")
+        for key in sorted(pods):
+            self._delete(kubeclient.path("", "v1", "pods", namespace=key[0], name=key[1]))
+        gone = self.until(lambda: all(self._pod(k) is None for k in pods))
+        for key in sorted(pods):
+            state = "Running" if key in ran else "Pending"
+            if self._pod(key) is None:
+                self.out(f"pod {key[0]}/{key[1]}  {state} -> deleted")
+            else:
+                self.out(f"pod {key[0]}/{key[1]}  {state} -> still there: {self._why(key)}")
+        if not gone:
+            self.failures.append(f"pods not deleted within {self.timeout:g}s")
+        self.out.phase("deleting claims")
+        for key in claims:
+            self._delete(kubeclient.path(*_CLAIMS, namespace=key[0], name=key[1]))
+
+        def claims_gone() -> bool:
+            garbage.collect(self.client, namespaces)  # the garbage collector's orphan sweep
+            return not [c for ns in namespaces for c in self._claims(ns)]
+
+        left = self.until(claims_gone)
+        still = {
+            (c["metadata"]["namespace"], c["metadata"]["name"])
+            for ns in namespaces
+            for c in self._claims(ns)
+        }
+        for key in existing:
+            how = (
+                "deleted with its manifest"
+                if key in claims
+                else "made for its pod, deleted with it"
+            )
+            if key in still:
+                self.out(f"claim {key[0]}/{key[1]}  still there ({how})")
+            else:
+                self.out(f"claim {key[0]}/{key[1]}  deallocated and gone ({how})")
+        if not left:
+            self.failures.append(f"claims not deallocated within {self.timeout:g}s")
+
+    def _consumers(self, namespace: str, name: str) -> list[str]:
+        """The pods a claim is reserved for (status.reservedFor)."""
+        try:
+            claim = self.client.get(kubeclient.path(*_CLAIMS, namespace=namespace, name=name))
+        except errors.ApiError as error:
+            if error.code == 404:
+                return []
+            raise
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        return sorted(str(r.get("name")) for r in reserved if r.get("resource") == "pods")
+
+    def _delete(self, url: str) -> None:
+        try:
+            self.client.delete(url)
+        except errors.ApiError as error:
+            if error.code != 404:
+                raise
+
+    def _claims(self, namespace: str) -> list[Obj]:
+        items: list[Obj] = self.client.list(kubeclient.path(*_CLAIMS, namespace=namespace))["items"]
+        return items
+
+    def check_cleanup(self) -> None:
+        self.out.phase("cleanup")
+
+        def leftovers(node: democluster.SimNode) -> list[str]:
+            nas = self.nas(node.name)
+            counts = {
+                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
+                "prepared": len(nas.spec.preparedClaims) if nas else 0,
+                "CDI specs": len(node.cdi_specs()),
+                "MIG devices": node.mig_devices(),
+            }
+            return [f"{n} {what}" for what, n in counts.items()]
+
+        def clean() -> bool:
+            return all(
+                all(item.startswith("0 ") for item in leftovers(n)) for n in self.cluster.nodes
+            )
+
+        self.until(clean)
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            items = leftovers(node)
+            ok = all(item.startswith("0 ") for item in items)
+            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
+            if not ok:
+                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
+
+
+_CLAIMS = ("resource.k8s.io", "v1alpha2", "resourceclaims")
+
+
+def check_manifests(
+    cluster: cluster_api.Cluster, source: str, documents: Sequence[loading.Document]
+) -> None:
+    """Reject bad manifests before anything starts, with the what-if's own messages.
+
+    The what-if compiler knows the claim kinds, references and MIG profiles the cluster offers,
+    so an example with a mistake (a profile its GPUs lack, a missing parameters object) fails in
+    the demo with exactly the line `drasat whatif` prints for it, and exit 2.
+    """
+    described = loading.Document(source, 1, cluster.model_dump(mode="json", exclude_none=True))
+    nodes = whatif_nodes.load([described])
+    whatif_manifests.compile_manifests(
+        documents, offered_profiles=nodes.offered_profiles(), existing_uids=nodes.existing_uids()
+    )
+
+
+def _pods(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
+    return sorted(
+        (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
+        for a in applied
+        if a.object.get("kind") == kind and a.created
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    stream: TextIO,
+    sources: list[tuple[str, list[loading.Document]]],
+    cluster: cluster_api.Cluster,
+    source: str,
+    policy: tuple[list[loading.Document], str, str],
+) -> int:
+    """The classic demo on the manifests of `sources` (`policy`: the manifests without the
+    AllocationPolicy, its text and its name); the exit code."""
+    out = Out(stream)
+    documents, policy_text, policy_name = policy
+    check_manifests(cluster, source, documents)
+    kept = {id(d) for d in documents}
+    with DemoCluster.running(cluster, policy_text=policy_text) as demo_cluster:
+        demo = Demo(demo_cluster, out, args.timeout)
+        demo.show_cluster(source)
+        out(f"policy: {policy_name}")
+        applied = []
+        for title, docs in sources:
+            applied += demo.apply(title, [d for d in docs if id(d) in kept])
+        pods = _pods(applied, "Pod")
+        claims = _pods(applied, "ResourceClaim")
+        workloads = [
+            Workload(a, n)
+            for a in applied
+            if a.created and (n := wanted_pods(a.object)) is not None
+        ]
+        pods_of = demo.workload_pods(workloads)
+        made = sorted({k for w in workloads for k in pods_of.get(w.uid, [])})
+        outcomes = demo.wait_pods(pods + made)
+        demo.show_allocations()
+        ran = {k for k, o in outcomes.items() if o.run is not None}
+        known = apply.kinds(crds.all_crds())
+        owners = [
+            apply.url(
+                known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))], *w.key
+            )
+            for w in workloads
+        ]
+        demo.delete(pods + made, claims, ran, owners)
+        demo.check_cleanup()
+        stuck = [o for o in outcomes.values() if o.run is None and o.key not in made]
+        for outcome in sorted(stuck, key=lambda o: o.key):
+            if args.allow_pending and not outcome.reason.startswith("timed out"):
+                continue
+            demo.failures.insert(0, f"pod {outcome.key[0]}/{outcome.key[1]} did not run")
+        short = shortfalls(workloads, pods_of, outcomes, allow_pending=args.allow_pending)
+        demo.failures[:0] = short
+        stuck = [o for o in outcomes.values() if o.run is None]
+    if demo.failures:
+        out(f"== demo FAILED: {'; '.join(demo.failures)}")
+        return 1
+    pending = f", {len(stuck)} stayed Pending" if stuck else ""
+    out(f"== demo ok: {len(ran)} pods ran{pending}; every device was cleaned up")
+    return 0
