@@ -34,6 +34,7 @@ import base64
 import json
 import logging
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -308,6 +309,9 @@ class WebhookServer(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = super().get_request()
+        # Headers and body go out as two writes: without this, Nagle's algorithm holds the body
+        # until the client's delayed ACK (40 ms a review, measured on the real API server).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         wrapped = self.certificate.context().wrap_socket(
             sock, server_side=True, do_handshake_on_connect=False
         )

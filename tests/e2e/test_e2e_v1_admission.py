@@ -155,6 +155,18 @@ def _wait_gated(core: Any, namespace: str, pod: Obj, what: str) -> Any:
     return wait_for(gated, timeout=30, what=what)
 
 
+def _admission_time(core: Any, namespace: str, pod: Obj, n: int = 20) -> str:
+    """p50 and max of `n` dry-run creations of `pod` (printed, not asserted: the numbers are in
+    docs/INSTALL.md, "Admission")."""
+    took = []
+    for _ in range(n):
+        started = time.monotonic()
+        _dry_run(core, namespace, pod)
+        took.append(time.monotonic() - started)
+    took.sort()
+    return f"p50 {took[n // 2] * 1000:.1f} ms, max {took[-1] * 1000:.1f} ms (n={n})"
+
+
 # ---------------------------------------------------------------- the policy
 
 
@@ -190,6 +202,8 @@ def test_the_policy_gates_pods_that_name_claims(
             "drasat-nvidia-com-gpu-1"
         ]
         assert _gates(converted) == [SCHEDULING_GATE]
+        took = _admission_time(core, namespace, _pod("t", claim))
+        print(f"pod creation (dry run) with the policy: {took}")
 
 
 def test_the_policy_leaves_other_namespaces_alone(
@@ -294,8 +308,12 @@ def test_the_controllers_webhook_gates_only_pods_of_drasats_classes(
             drasatprocess.wait_started(process, lambda: _listening(port), log, "the webhook")
             url = f"https://127.0.0.1:{port}{admission.PATH}"
             registration = _registration(manifests, url, cert.read_bytes())
+            ours = _pod("t", {"name": "gpu", "resourceClaimTemplateName": "drasat-gpu"})
+            before = _admission_time(core, namespace, ours)
             with _installed(kube_cluster, [registration], tmp_path):
                 _check_the_webhook(kube_api, core, namespace)
+                print(f"pod creation (dry run) with the webhook: "
+                      f"{_admission_time(core, namespace, ours)}; without: {before}")  # fmt: skip
             text = log.read_text(errors="replace")
             assert "admission webhook on 127.0.0.1" in text, text[-3000:]
             assert "Forbidden" not in text, text[-3000:]  # the chart's RBAC was enough
