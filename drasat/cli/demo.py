@@ -700,8 +700,13 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     documents, policy_text, policy_name = split_policy([d for _, s in sources for d in s])
     policy = (documents, policy_text, policy_name)
     if classic:
-        from drasat.classic import demo as classic_demo  # classic DRA's wing, loaded only here
-
+        try:  # classic DRA's wing, loaded only here (a v1-only install has none)
+            from drasat.classic import demo as classic_demo
+        except ModuleNotFoundError as missing:
+            if not (missing.name or "").startswith("drasat.classic"):
+                raise
+            message = "this drasat has no classic DRA (drasat.classic)"
+            raise InputError(message, where="--classic") from None
         return classic_demo.run(args, stream, sources, cluster, source, policy)
     return _run_v1(args, stream, sources, cluster, source, policy)
 
