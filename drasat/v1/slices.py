@@ -36,8 +36,10 @@ This is a purely computational module.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -601,17 +603,39 @@ class Reader:
             if spec.get("driver") == self.driver and spec.get("nodeName"):
                 by_node.setdefault(str(spec["nodeName"]), []).append(obj)
         out = {}
+        unread = []
         for node, objs in sorted(by_node.items()):
             key = tuple(sorted(_version(o) for o in objs))
             known = self._known.get(node)
             if known is not None and known[0] == key and all(v for _, v in key):
                 out[node] = known[1]
-                continue
-            out[node] = read_node(node, objs, driver=self.driver)
-            self._known[node] = (key, out[node])
+            else:
+                unread.append((node, objs, key))
+        with _collector_paused() if len(unread) > 1 else contextlib.nullcontext():
+            for node, objs, key in unread:
+                out[node] = read_node(node, objs, driver=self.driver)
+                self._known[node] = (key, out[node])
         for node in set(self._known) - set(out):
             del self._known[node]
         return out
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while many nodes are read at once (the first
+    cycle reads every node): reading allocates millions of objects, each full collection walks
+    every object alive (the informers' caches of every slice, growing with the nodes), and the
+    number of collections grows with the objects allocated, so the first read grew with the
+    square of the nodes (192 nodes of bench.kube_alloc's fleet: 8.2 s with the collector,
+    2.4 s without). What a read allocates holds no reference cycles; the collector runs again
+    as usual afterwards."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _version(obj: Obj) -> tuple[str, str]:
