@@ -47,6 +47,7 @@ from drasat.controller import v1inputs
 from drasat.kube import errors, informer
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
+from drasat.v1 import extended
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,25 @@ GATE_CONDITIONS: tuple[tuple[str, str], ...] = (
 CLAIMS_CONDITION = (
     "names-resource-claims",
     "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0",
+)
+
+
+def _asks_cel(field: str) -> str:
+    asks = " || ".join(
+        f'(has(c.resources.{part}) && "{extended.RESOURCE}" in c.resources.{part})'
+        for part in ("limits", "requests")
+    )
+    return (
+        f"(has(object.spec.{field}) && object.spec.{field}.exists(c, has(c.resources) && ({asks})))"
+    )
+
+
+#: With the nvidia.com/gpu conversion (`--webhook-extended-resources`, where the API server serves
+#: no MutatingAdmissionPolicy to convert): the webhook's registration matches the pods that name
+#: claims or ask for the resource (`extended.asks`; the count is checked here).
+CLAIMS_OR_EXTENDED_CONDITION = (
+    "names-resource-claims-or-asks-nvidia-gpu",
+    f"({CLAIMS_CONDITION[1]}) || {_asks_cel('initContainers')} || {_asks_cel('containers')}",
 )
 
 
@@ -220,9 +240,32 @@ class Answer:
     why: str = ""
 
 
-def review(body: Any, lookup: Reader) -> Answer:
+def conversion_patch(pod: Mapping[str, Any]) -> tuple[list[Obj], Obj]:
+    """The JSONPatch that turns the pod's `nvidia.com/gpu` into claims of drasat's class
+    (`extended.convert`, the rule the chart's other policy applies where it is served), and the
+    pod as converted. No patch when it asks for none, or for a count that is not a positive whole
+    number (the pod is left as written)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or not extended.asks(spec):
+        return [], dict(pod)
+    try:
+        converted = extended.convert(spec)
+    except extended.ConversionError as error:
+        log.debug("admission: %s left as written (%s)", extended.RESOURCE, error)
+        return [], dict(pod)
+    patch = [
+        {"op": "replace" if field in spec else "add", "path": f"/spec/{field}",
+         "value": converted.spec[field]}
+        for field in ("initContainers", "containers", "resourceClaims")
+        if field in converted.spec
+    ]  # fmt: skip
+    return patch, {**pod, "spec": converted.spec}
+
+
+def review(body: Any, lookup: Reader, *, convert_extended: bool = False) -> Answer:
     """Answer an `admission.k8s.io/v1` AdmissionReview. Always allowed: the webhook only adds the
-    gate. ValueError when the body is not an AdmissionReview with a request uid."""
+    gate (and, `convert_extended`, turns `nvidia.com/gpu` into claims first). ValueError when the
+    body is not an AdmissionReview with a request uid."""
     if not isinstance(body, Mapping) or not isinstance(body.get("request"), Mapping):
         raise ValueError("not an AdmissionReview: no request")
     request = body["request"]
@@ -241,17 +284,20 @@ def review(body: Any, lookup: Reader) -> Answer:
         request.get("operation") != "CREATE"
         or (kind.get("group"), kind.get("kind")) != ("", "Pod")
         or not isinstance(pod, Mapping)
-        or not may_gate(pod)
     ):
         return Answer(answer, "skipped")
-    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace", ""))
-    why = decide(pod, namespace, lookup)
-    if why is None:
-        return Answer(answer, "not-gated")
-    patch = json.dumps(gate_patch(pod)).encode()
-    response["patchType"] = "JSONPatch"
-    response["patch"] = base64.b64encode(patch).decode()
-    return Answer(answer, "gated", why)
+    patch, pod = conversion_patch(pod) if convert_extended else ([], pod)
+    outcome, why = "skipped", ""
+    if may_gate(pod):
+        namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace"))
+        found = decide(pod, namespace, lookup)
+        outcome, why = ("not-gated", "") if found is None else ("gated", found)
+        if found is not None:
+            patch += gate_patch(pod)
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return Answer(answer, outcome, why)
 
 
 # ---------------------------------------------------------------- the HTTPS server
@@ -297,10 +343,12 @@ class WebhookServer(ThreadingHTTPServer):
         certificate: _Certificate,
         lookup: Reader,
         on_answer: Callable[[Answer], None] = lambda _answer: None,
+        convert_extended: bool = False,
     ) -> None:
         self.certificate = certificate
         self.lookup = lookup
         self.on_answer = on_answer
+        self.convert_extended = convert_extended
         super().__init__(address, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -339,7 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
-            answer = review(json.loads(self.rfile.read(length)), self.server.lookup)
+            answer = review(json.loads(self.rfile.read(length)), self.server.lookup,
+                            convert_extended=self.server.convert_extended)  # fmt: skip
         except (ValueError, json.JSONDecodeError) as error:
             self._send(400, {"message": str(error)})
             return
@@ -365,12 +414,14 @@ def serve(
     key_file: str,
     lookup: Reader,
     on_answer: Callable[[Answer], None] = lambda _answer: None,
+    convert_extended: bool = False,
 ) -> WebhookServer:
     """Serve the webhook on `host:port` (`:9443` = every interface; port 0 = any free port) in a
     thread. OSError or ssl.SSLError when the certificate or key cannot be loaded."""
     host, _, port = address.rpartition(":")
     server = WebhookServer(
-        (host or "0.0.0.0", int(port)), _Certificate(cert_file, key_file), lookup, on_answer
-    )
+        (host or "0.0.0.0", int(port)), _Certificate(cert_file, key_file), lookup, on_answer,
+        convert_extended,
+    )  # fmt: skip
     threading.Thread(target=server.serve_forever, name="admission", daemon=True).start()
     return server

@@ -78,6 +78,9 @@ class Options:
     webhook_address: str = ""
     webhook_cert_file: str = ""
     webhook_key_file: str = ""
+    #: The webhook also turns `nvidia.com/gpu` into claims of drasat's class (where the API
+    #: server serves no MutatingAdmissionPolicy to do it).
+    webhook_extended_resources: bool = False
 
 
 def default_identity() -> str:
@@ -224,7 +227,7 @@ class App:
         try:
             self.webhook = admission.serve(
                 o.webhook_address, cert_file=o.webhook_cert_file, key_file=o.webhook_key_file,
-                lookup=lookup, on_answer=count,
+                lookup=lookup, on_answer=count, convert_extended=o.webhook_extended_resources,
             )  # fmt: skip
         except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
             raise InputError(

@@ -158,6 +158,13 @@ def register(subparsers: Any) -> None:
         p, "--webhook-cert-file", "", "the webhook's TLS certificate (PEM), re-read when it changes"
     )
     flag(p, "--webhook-key-file", "", "the webhook's TLS key (PEM)")
+    flag(
+        p,
+        "--webhook-extended-resources",
+        False,
+        "the webhook also turns containers' nvidia.com/gpu into claims of gpu.drasat.io",
+        action="store_true",
+    )
     p.set_defaults(func=run)  # fmt: skip
 
 
@@ -204,6 +211,7 @@ def options(args: argparse.Namespace) -> app.Options:
         webhook_address=args.webhook_address,
         webhook_cert_file=args.webhook_cert_file,
         webhook_key_file=args.webhook_key_file,
+        webhook_extended_resources=args.webhook_extended_resources,
     )
 
 

@@ -31,6 +31,7 @@ from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.testbed.sim import apiserver
+from drasat.v1 import extended
 
 Obj = dict[str, Any]
 NS = "team-a"
@@ -213,6 +214,43 @@ def test_review_lets_other_pods_through_unchanged() -> None:
         reader = Dicts(_template("t", "gpu.drasat.io"))
         answer = admission.review(review, reader)
         assert (_patch(answer), answer.outcome, reader.reads) == (None, "skipped", [])
+
+
+def _legacy(count: str = "2") -> Obj:
+    pod = _pod(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": count}}
+    return pod
+
+
+def _applied(pod: Obj, patch: list[Obj]) -> Obj:
+    """The pod with the webhook's patch applied (add, replace, append: what it sends)."""
+    out = json.loads(json.dumps(pod))
+    for op in patch:
+        *parents, last = op["path"].strip("/").split("/")
+        target = out
+        for part in parents:
+            target = target[part]
+        if last == "-":
+            target.append(op["value"])
+        else:
+            target[last] = op["value"]
+    return out
+
+
+def test_review_converts_nvidia_gpu_into_drasats_claims_then_gates() -> None:
+    # Where no MutatingAdmissionPolicy converts nvidia.com/gpu (1.34/1.35), the webhook does,
+    # by the same rule (extended.convert); the template is the controller's to make: gated.
+    pod = _legacy()
+    answer = admission.review(_review(pod), Dicts(), convert_extended=True)
+    admitted = _applied(pod, _patch(answer) or [])
+    assert admitted["spec"] == {
+        **extended.convert(pod["spec"]).spec,
+        "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}, GATE],
+    }
+    assert answer.why == f"template {NS}/drasat-nvidia-com-gpu-2 does not exist yet"
+    # off (the policy converts), or a count that is not a whole number: left as written
+    assert _patch(admission.review(_review(pod), Dicts())) is None
+    assert _patch(admission.review(_review(_legacy("1.5")), Dicts(), convert_extended=True)) is None
 
 
 @pytest.mark.parametrize(

@@ -154,6 +154,26 @@ def test_the_webhook_matches_what_the_policy_matches(render: Render) -> None:
                        "path": admission.PATH, "port": 443}  # fmt: skip
 
 
+def test_the_webhook_converts_nvidia_gpu_where_no_policy_does(render: Render) -> None:
+    # 1.34/1.35: no MutatingAdmissionPolicy to convert nvidia.com/gpu; the webhook does, and
+    # matches the pods that ask for it too
+    webhook = _render(render, kube_version="1.35.0")
+    assert "--webhook-extended-resources" in _container(webhook.one("Deployment"))["args"]
+    registration = _gate_objects(webhook)["MutatingWebhookConfiguration"]["webhooks"][0]
+    assert _conditions(registration["matchConditions"]) == [
+        admission.CLAIMS_OR_EXTENDED_CONDITION,
+        *admission.GATE_CONDITIONS,
+    ]
+    assert _parsed(_container(webhook.one("Deployment"))).webhook_extended_resources
+    # turned off, or the policy converts (the webhook asked for on 1.37): not the webhook
+    for sets, api_versions in ((["extendedResources.enabled=false"], []),
+                               (["controller.admission.mode=webhook"], [MAP_V1])):  # fmt: skip
+        rendered = _render(render, *sets, api_versions=api_versions)
+        assert "--webhook-extended-resources" not in _container(rendered.one("Deployment"))["args"]
+        registration = _gate_objects(rendered)["MutatingWebhookConfiguration"]["webhooks"][0]
+        assert registration["matchConditions"][0]["name"] == admission.CLAIMS_CONDITION[0]
+
+
 def test_a_namespace_selector_narrows_both(render: Render, tmp_path: pathlib.Path) -> None:
     values = {"controller": {"admission": {"namespaceSelector": {"matchLabels": {"gpu": "yes"}}}}}
     for mode, api_versions in (("policy", [MAP_V1]), ("webhook", [])):

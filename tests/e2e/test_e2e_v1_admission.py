@@ -7,7 +7,8 @@
   gate's policy is reinvoked).
 - The webhook (`mode: webhook`, what 1.34/1.35 get), served by a real `drasat controller`
   process with the chart's RBAC and registered with the real server (clientConfig.url on
-  127.0.0.1): it gates only the pods that use drasat's classes (templates read from its caches).
+  127.0.0.1): it gates only the pods that use drasat's classes (templates read from its caches),
+  and converts a pod asking `nvidia.com/gpu` (no policy does that there), then gates it.
 - A webhook that is down, or does not answer, never blocks a pod (failurePolicy Ignore): the pod
   is admitted ungated, after at most the webhook's timeout.
 - A pod of another driver gated by the policy is let go by drasat's controller at once: the
@@ -302,7 +303,7 @@ def test_the_controllers_webhook_gates_only_pods_of_drasats_classes(
             ["controller", "--dra-api", "v1", "--kubeconfig", str(kubeconfig), "--namespace",
              "drasat", "--metrics-address", "", "--no-device-taint",
              "--webhook-address", f"127.0.0.1:{port}", "--webhook-cert-file", str(cert),
-             "--webhook-key-file", str(key)],
+             "--webhook-key-file", str(key), "--webhook-extended-resources"],
             log,
         )  # fmt: skip
         try:
@@ -340,6 +341,16 @@ def _check_the_webhook(kube_api: Any, core: Any, namespace: str) -> None:
     fresh = {"name": "gpu", "resourceClaimTemplateName": "fresh"}
     assert _gates(_dry_run(core, namespace, _pod("f", fresh))) == []
     assert _gates(_dry_run(core, namespace, _pod("plain"))) == []
+    # no policy converts nvidia.com/gpu here (what 1.34/1.35 serve): the webhook does, then gates
+    legacy = _pod("legacy")
+    legacy["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    converted = _dry_run(core, namespace, legacy)
+    assert [c.resource_claim_template_name for c in converted.spec.resource_claims] == [
+        "drasat-nvidia-com-gpu-1"
+    ]
+    assert [c.name for c in converted.spec.containers[0].resources.claims] == ["drasat-gpu-0"]
+    assert "nvidia.com/gpu" not in (converted.spec.containers[0].resources.limits or {})
+    assert _gates(converted) == [SCHEDULING_GATE]
 
 
 @pytest.mark.parametrize("down", ["closed", "silent"])

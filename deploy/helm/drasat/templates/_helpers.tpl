@@ -180,3 +180,13 @@ does not serve it).
 {{- define "drasat.webhookSecret" -}}
 {{- default (printf "%s-webhook-tls" (include "drasat.fullname" .)) .Values.controller.admission.webhook.tls.secretName }}
 {{- end }}
+
+{{/*
+"true" when the controller's webhook converts nvidia.com/gpu into claims (`drasat controller
+--webhook-extended-resources`): the webhook is the admission and extendedResources.enabled is not
+false, but no MutatingAdmissionPolicy converts it (templates/extended-resources.yaml: where none
+is served).
+*/}}
+{{- define "drasat.extendedResources.byWebhook" -}}
+{{- and (eq (include "drasat.admission" .) "webhook") (ne (toString .Values.extendedResources.enabled) "false") (ne (include "drasat.extendedResources.enabled" .) "true") }}
+{{- end }}
