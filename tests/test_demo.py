@@ -300,3 +300,23 @@ def test_classic_without_the_classic_wing_is_bad_input(
     monkeypatch.setitem(sys.modules, "drasat.classic.demo", None)  # import fails as if absent
     assert main(["demo", "--classic"]) == 2
     assert "--classic: this drasat has no classic DRA (drasat.classic)" in capsys.readouterr().err
+
+
+def test_real_kubelets_need_the_node_binaries_and_root(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--kube-bin DIR` runs real kubelets only when DIR holds kubelet and fakecri and the demo
+    runs as root; otherwise simulated ones, and the line says why."""
+    assert demo._real_kubelets(tmp_path) == (
+        False,
+        f"simulated ({tmp_path} has no kubelet and fakecri: scripts/kube-build builds them)",
+    )
+    for name in ("kubelet", "fakecri"):
+        (tmp_path / name).touch()
+    monkeypatch.setattr(demo.os, "geteuid", lambda: 1000)
+    assert demo._real_kubelets(tmp_path) == (False, "simulated (the real kubelet runs as root)")
+    monkeypatch.setattr(demo.os, "geteuid", lambda: 0)
+    assert demo._real_kubelets(tmp_path) == (
+        True,
+        f"real (kubelet and fakecri from {tmp_path}, one per node)",
+    )
