@@ -17,7 +17,7 @@ import pytest
 from drasat import loading
 from drasat.cli import demo
 from drasat.cli.main import main
-from drasat.testbed import demoshow
+from drasat.testbed import democluster, demoshow
 from drasat.testbed.sim import apply
 
 pytestmark = pytest.mark.timeout(120)
@@ -320,3 +320,30 @@ def test_real_kubelets_need_the_node_binaries_and_root(
         True,
         f"real (kubelet and fakecri from {tmp_path}, one per node)",
     )
+
+
+def test_a_real_kubelets_reason_is_its_newest_warning_on_the_pod() -> None:
+    """Why a pod did not start on a real kubelet, as `drasat demo --kube-bin` says it on timeout:
+    the newest Warning that node's kubelet wrote on it (not another node's, not a Normal one)."""
+
+    def event(node: str, kind: str, reason: str, when: str, pod: str = "p") -> dict[str, object]:
+        return {
+            "type": kind,
+            "reason": reason,
+            "message": f"{reason} at {when}",
+            "lastTimestamp": when,
+            "source": {"component": "kubelet", "host": node},
+            "involvedObject": {"kind": "Pod", "namespace": "ns", "name": pod},
+        }
+
+    events = [
+        event("n1", "Warning", "FailedPrepareDynamicResources", "2026-01-01T00:00:02Z"),
+        event("n1", "Warning", "FailedMount", "2026-01-01T00:00:01Z"),
+        event("n1", "Normal", "Pulled", "2026-01-01T00:00:03Z"),
+        event("n2", "Warning", "Evicted", "2026-01-01T00:00:04Z"),
+    ]
+    assert democluster.kubelet_warnings(events, "n1") == {
+        ("ns", "p"): "Warning FailedPrepareDynamicResources: "
+        "FailedPrepareDynamicResources at 2026-01-01T00:00:02Z"
+    }
+    assert democluster.kubelet_warnings(events, "n3") == {}

@@ -520,8 +520,6 @@ class RealKubelet:
         self.client = client
         self.plugin = plugin
         self.cdi_root = cdi_root
-        #: Why a pod has not started (the kubelet says it in Events; the demo reads those).
-        self.reasons: dict[Key, str] = {}
         self._runs: dict[str, kubelet.PodRun] = {}
 
     @property
@@ -529,6 +527,12 @@ class RealKubelet:
         """The drivers this kubelet registered (drasat's once the plugin was told so)."""
         registered = self.plugin.registration.registered.is_set()
         return {DRIVER_NAME: str(self.node.registry_dir)} if registered else {}
+
+    @property
+    def reasons(self) -> dict[Key, str]:
+        """Why pods on this node have not started: the kubelet's newest Warning Event on each
+        (e.g. FailedPrepareDynamicResources with the plugin's error)."""
+        return kubelet_warnings(self.client.list(core_path("events"))["items"], self.node.name)
 
     def running(self, namespace: str, name: str) -> kubelet.PodRun | None:
         """The pod, once Running on this node, with its claims, their devices (from their
@@ -581,6 +585,28 @@ class RealKubelet:
         """Stop the kubelet and its runtime, and remove their folder (mounts detached first)."""
         self.node.stop()
         self.node.remove()
+
+
+def kubelet_warnings(events: Sequence[Obj], node: str) -> dict[Key, str]:
+    """The newest Warning Event the kubelet of `node` wrote on each pod: `Warning REASON:
+    MESSAGE`, by (namespace, pod name)."""
+    newest: dict[Key, Obj] = {}
+    for event in events:
+        source = event.get("source") or {}
+        involved = event.get("involvedObject") or {}
+        if (
+            event.get("type") != "Warning"
+            or involved.get("kind") != "Pod"
+            or source.get("component") != "kubelet"
+            or source.get("host") != node
+        ):
+            continue
+        key = (str(involved.get("namespace")), str(involved.get("name")))
+        stamp = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        held = newest.get(key)
+        if held is None or stamp >= str(held.get("lastTimestamp") or held.get("eventTime") or ""):
+            newest[key] = event
+    return {key: f"Warning {e.get('reason')}: {e.get('message')}" for key, e in newest.items()}
 
 
 def served_kinds(client: kubeclient.KubeClient) -> dict[tuple[str, str], resources.ResourceType]:
