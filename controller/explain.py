@@ -140,7 +140,7 @@ def _allocated(claims: list[Obj]) -> list[str]:
 
 def _allocator(claim: Obj) -> str:
     """Who wrote the claim's allocation: drasat's controller when the claim carries its finalizer
-    (added right after it allocates, and by nothing else), else the API server's field manager of
+    (added before it allocates, and by nothing else), else the API server's field manager of
     `status.allocation` (kube-scheduler's is `kube-scheduler`)."""
     meta = claim.get("metadata") or {}
     if FINALIZER in (meta.get("finalizers") or []):

@@ -11,11 +11,11 @@ One thread runs cycles; informers wake it. A cycle:
    the node unsuitable for the claim's pods for `unsuitable_ttl_s`, with the scheduler's reason;
 2. gathers the pending pods with unallocated claims of ours (after a short window, at most
    `batch_max`) and places them together in one `drasat.v1.allocate` call;
-3. writes each placed claim: the ledger entry (re-checked against the fresh NAS: never a device
-   to two claims), then `status.allocation` (optimistic concurrency: a claim changed meanwhile
-   is left to the next cycle; one allocated by someone else meanwhile gets its ledger entry
-   removed again); then lifts the pod's scheduling gate, then adds our finalizer (off the pod's
-   path: the ledger is settled from the claims' status, the finalizer is a second safeguard);
+3. writes the placed pods: each node's ledger entries in one write (re-checked against the fresh
+   NAS: never a device to two claims), then per pod, several pods at once, our finalizer on its
+   claims, their `status.allocation` (optimistic concurrency: a claim changed meanwhile is left
+   to the next cycle; one allocated by someone else meanwhile gets its ledger entry removed
+   again), then the lift of its scheduling gate;
 4. tells the pods that fit nowhere why, with a Warning Event on the pod and its claims (the same
    text once per `EventRecorder` ttl).
 
@@ -34,6 +34,7 @@ claim. Where the API server serves no DeviceTaintRule, gated pods are still dras
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import logging
@@ -132,10 +133,6 @@ class _Written:
     node: str
     version: str
     pods: set[str] = field(default_factory=set)
-    #: The claim as the status write returned it.
-    claim: Obj | None = None
-    #: Our finalizer is on the claim (or cannot be put there): added after the status write.
-    finalized: bool = False
 
 
 def _newer(a: str, b: str) -> bool:
@@ -461,7 +458,6 @@ class V1Controller:
             written += claims
             if failed is not None:
                 self._not_written(pod.item, node, failed)
-        self._finalize(written)  # after every pod of the cycle was let go
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
             self._refused_at[pod_key] = now
@@ -537,11 +533,14 @@ class V1Controller:
     def _write_pod(
         self, node: str, pod: _Placed
     ) -> tuple[list[v1.ClaimAllocation], Exception | None]:
-        """A pod whose ledger entries are written: its claims' statuses, then its gate. The
-        claims written, and what failed (None: nothing). Runs beside other pods' writes."""
+        """A pod whose ledger entries are written: our finalizer on its claims, their statuses,
+        then its gate. The claims written, and what failed (None: nothing). Runs beside other
+        pods' writes."""
         item = pod.item
         by_uid = {c["metadata"]["uid"]: c for c in item.claims}
         try:
+            for claim in pod.claims:
+                by_uid[claim.uid] = self._ensure_finalizer(by_uid[claim.uid])
             for claim in pod.claims:
                 self._write_status(by_uid[claim.uid], claim, item)
         except LeaseLost:
@@ -658,71 +657,33 @@ class V1Controller:
             ungated.input.key, SCHEDULING_GATE,
         )  # fmt: skip
 
-    def _finalize(self, placed: list[v1.ClaimAllocation]) -> None:
-        """Our finalizer on each claim just allocated; one left out (a conflict with
-        kube-scheduler's reservation, an API error) is added by a later settle."""
-        todo = []
-        for allocated in placed:
-            written = self._written.get(allocated.uid)
-            if written is None or written.finalized or written.claim is None:
-                continue
-            todo.append((written.claim, written))
-            written.claim = None  # a later settle reads the cache
-
-        def finalize(found: tuple[Obj, _Written]) -> None:
-            try:
-                self._ensure_finalizer(*found)
-            except LeaseLost:
-                raise
-            except Exception as error:  # the allocation stands; a later settle adds it
-                log.info("%s: finalizer not added yet (%s)", v1inputs.claim_ref(found[0]),
-                         _short(error))  # fmt: skip
-
-        self._in_parallel(finalize, todo)
-
-    def _ensure_finalizer(self, claim: Obj, written: _Written) -> None:
-        """Add our finalizer to a claim this process allocated, reading it again when it changed
-        since (`claim` may be a cached copy); raises Conflict when it kept changing."""
+    def _ensure_finalizer(self, claim: Obj) -> Obj:
+        """Our finalizer on a claim about to be allocated; the claim as written. Before the
+        status: kube-scheduler reads the claim once it is allocated (PreBind reserves it,
+        PostFilter may give it back) and a claim changed after that meets its write with a 409,
+        which it does not retry before its next attempt of the pod."""
+        if allocation.has_finalizer(claim):
+            return claim
+        self._guard()
         meta = claim["metadata"]
-        for attempt in range(3):
-            if attempt or _newer(written.version, str(meta.get("resourceVersion", ""))):
-                try:
-                    claim = self.api.get(
-                        r.RESOURCE_CLAIMS_V1, meta["name"], namespace=meta["namespace"]
-                    )
-                except errors.NotFound:
-                    written.finalized = True
-                    return
-                meta = claim["metadata"]
-            if (allocation.has_finalizer(claim) or meta.get("deletionTimestamp")
-                    or not v1inputs.is_allocated(claim)):  # fmt: skip
-                written.finalized = True
-                return
-            patch = {
-                "metadata": {
-                    "finalizers": allocation.finalizers_with(claim),
-                    "resourceVersion": meta.get("resourceVersion"),
-                }
+        patch = {
+            "metadata": {
+                "finalizers": allocation.finalizers_with(claim),
+                "resourceVersion": meta.get("resourceVersion"),
             }
-            self._guard()
-            try:
-                self.api.patch(
-                    r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"]
-                )
-            except errors.Conflict:
-                continue
-            except errors.NotFound:
-                pass
-            except errors.Invalid as error:
-                # A claim created with opaque parameters in non-compact JSON cannot take a JSON
-                # metadata change: kube-apiserver re-encodes the parameters compactly and then
-                # finds the spec changed. The finalizer is a second safeguard (the ledger is
-                # settled from the claims anyway), so the claim goes on without it.
-                log.warning("%s: finalizer not added (%s); its ledger entries are settled from "
-                            "its status alone", v1inputs.claim_ref(claim), error)  # fmt: skip
-            written.finalized = True
-            return
-        raise errors.Conflict(f"{v1inputs.claim_ref(claim)} kept changing", status=409)
+        }
+        try:
+            return self.api.patch(
+                r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"]
+            )
+        except errors.Invalid as error:
+            # A claim created with opaque parameters in non-compact JSON cannot take a JSON
+            # metadata change: kube-apiserver re-encodes the parameters compactly and then
+            # finds the spec changed. The finalizer is a second safeguard (the ledger is
+            # settled from the claims anyway), so the allocation goes on without it.
+            log.warning("%s: finalizer not added (%s); its ledger entries are settled from "
+                        "its status alone", v1inputs.claim_ref(claim), error)  # fmt: skip
+            return claim
 
     def _add_to_ledger(self, node: str, placed: list[_Placed]) -> dict[str, LedgerConflict]:
         """Add the placed pods' entries to the node's ledger in one write; a pod with a device
@@ -778,7 +739,7 @@ class V1Controller:
                     return
                 continue
             version = str(written["metadata"].get("resourceVersion", ""))
-            self._written[placed.uid] = _Written(placed.node, version, {item.input.key}, written)
+            self._written[placed.uid] = _Written(placed.node, version, {item.input.key})
             self.metrics.allocations.inc()
             where = {"claim": v1inputs.claim_ref(claim), "uid": placed.uid, "node": placed.node}
             log.info("allocated %s on %s for %s", where["claim"], placed.node, item.input.key,
@@ -842,11 +803,6 @@ class V1Controller:
                 changed |= bool(self._confined(ref, [claim], self._restore, claim, snapshot))
             if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
                 changed |= bool(self._confined(ref, [claim], self._release, claim, snapshot))
-        for uid, written in list(self._written.items()):
-            claim = by_uid.get(uid)
-            if not written.finalized and claim is not None:
-                changed |= bool(self._confined(v1inputs.claim_ref(claim), [claim],
-                                               self._ensure_finalizer, claim, written))  # fmt: skip
         changed |= self._clashes(snapshot)
         return changed
 
@@ -1058,8 +1014,22 @@ class V1Controller:
 
     def _update_nas(self, node: str, mutate: Callable[[Obj], Obj | None]) -> None:
         """Every ledger write: only while this replica leads, retried on conflicts, and
-        remembered at once (`_remember_nas`)."""
+        remembered at once (`_remember_nas`). The first try writes over the NAS as this process
+        last knew it (its own last write, or the informer's copy if newer), with that
+        resourceVersion as precondition: one request instead of a read and a write when the copy
+        is current; a stale copy answers 409 and the write goes on from a fresh read."""
         self._guard()
+        known = self._known_nas(node)
+        changed = mutate(copy.deepcopy(known)) if known is not None else None
+        if known is not None and changed is not None:
+            changed.setdefault("metadata", {})["resourceVersion"] = known["metadata"].get(
+                "resourceVersion"
+            )
+            try:
+                self._remember_nas(self.api.replace(r.NAS, changed))
+                return
+            except errors.Conflict:
+                self.metrics.nas_conflicts.inc()
         written = nas_api.update(
             self.api,
             namespace=self.config.namespace,
@@ -1069,6 +1039,16 @@ class V1Controller:
             on_conflict=self.metrics.nas_conflicts.inc,
         )
         self._remember_nas(written)
+
+    def _known_nas(self, node: str) -> Obj | None:
+        """The node's NAS as this process last knew it (None: not known)."""
+        mine = self._nas_written.get(node)
+        cached = self.nas.get(f"{self.config.namespace}/{node}")
+        if mine is None or cached is None:
+            return mine or cached
+        newer = _newer(str(mine["metadata"].get("resourceVersion", "")),
+                       str(cached["metadata"].get("resourceVersion", "")))  # fmt: skip
+        return mine if newer else cached
 
     def _remember_nas(self, obj: Obj) -> None:
         """Our own NAS writes count from the moment they are written, not when the informer

@@ -1,6 +1,6 @@
 """The v1 controller and drasat's scheduling gate (`SCHEDULING_GATE`), on the in-process API
-server: a gated pod is allocated, then its gate lifted (after the ledger and the status, before
-the finalizer); pods with nothing for drasat are let go at once; other owners' gates are never
+server: a gated pod is allocated, then its gate lifted (after the ledger, the finalizer and the
+status); pods with nothing for drasat are let go at once; other owners' gates are never
 touched, and a pod another owner holds is not allocated; a refused pod stays gated and says so;
 a restart lets go of pods whose claims were allocated before it; without the gate drasat works
 as before and says once that pods arrive ungated; without the DeviceTaintRule API it relies on
@@ -59,6 +59,7 @@ class Recording:
     def __init__(self, api: KubeClient) -> None:
         self.api = api
         self.writes: list[tuple[str, str, str]] = []
+        self.reads: list[tuple[str, str]] = []
         #: plural -> called with the body (None for a patch) before that kind's next write.
         self.before: dict[str, Callable[[Obj | None], None]] = {}
         #: DeviceTaintRules answer this error (the kind not served: 404; RBAC: 403).
@@ -78,6 +79,7 @@ class Recording:
     def get(self, resource: r.Resource, name: str, **kw: Any) -> Obj:
         if self.taint_rules is not None and resource.plural == r.DEVICE_TAINT_RULES_V1.plural:
             raise self.taint_rules
+        self.reads.append((resource.plural, name))
         return self.api.get(resource, name, **kw)
 
     def create(self, resource: r.Resource, body: Obj, **kw: Any) -> Obj:
@@ -184,7 +186,7 @@ def _cycles(controller: V1Controller, n: int = 3) -> None:
         time.sleep(0.1)
 
 
-def test_a_gated_pod_is_allocated_then_let_go_then_finalized(
+def test_a_gated_pod_is_allocated_then_let_go(
     api: KubeClient, recording: Recording, controller: Callable[[], V1Controller]
 ) -> None:
     _claim(api, "c1")
@@ -193,19 +195,19 @@ def test_a_gated_pod_is_allocated_then_let_go_then_finalized(
     assert _settled(ctl, lambda: not _gates(api, "p1"))
     assert _allocated(api, "c1")
     assert FINALIZER in _claim_of(api, "c1")["metadata"]["finalizers"]
-    # The pod's path: the ledger, the status, the gate; the finalizer after it.
+    # The ledger, the finalizer, the status, then the gate.
     order = [(verb, plural) for verb, plural, _ in recording.writes
              if plural in ("nodeallocationstates", "resourceclaims", "pods")]  # fmt: skip
     assert order == [
         ("replace", "nodeallocationstates"),
+        ("patch", "resourceclaims"),
         ("status", "resourceclaims"),
         ("patch", "pods"),
-        ("patch", "resourceclaims"),
     ]
     assert ctl.metrics.gates_lifted._value.get() == 1
 
 
-def test_pods_of_one_cycle_share_one_ledger_write_and_finalizers_come_last(
+def test_pods_of_one_cycle_share_one_ledger_write(
     api: KubeClient, recording: Recording, controller: Callable[[], V1Controller]
 ) -> None:
     _node(api, "n2", 2)
@@ -220,12 +222,14 @@ def test_pods_of_one_cycle_share_one_ledger_write_and_finalizers_come_last(
               if w[1] in ("nodeallocationstates", "resourceclaims", "pods")]  # fmt: skip
     assert writes[0] == ("replace", "nodeallocationstates", "n2")  # one ledger write
     assert [w[:2] for w in writes].count(("replace", "nodeallocationstates")) == 1
-    # Each pod's status before its gate (the pods go side by side); finalizers after both gates.
+    # Each pod's finalizer, status, then gate (the pods go side by side).
     for i in (1, 2):
-        assert writes.index(("status", "resourceclaims", f"c{i}")) < writes.index(
-            ("patch", "pods", f"p{i}")
-        )
-    assert [w[:2] for w in writes[-2:]] == [("patch", "resourceclaims")] * 2
+        mine = [w for w in writes if w[2] in (f"c{i}", f"p{i}")]
+        assert mine == [
+            ("patch", "resourceclaims", f"c{i}"),
+            ("status", "resourceclaims", f"c{i}"),
+            ("patch", "pods", f"p{i}"),
+        ]
     assert len(writes) == 7
 
 
@@ -256,6 +260,19 @@ def test_a_device_taken_in_the_ledger_meanwhile_refuses_that_pod_alone(
     assert _gates(api, "p2") == [] and _allocated(api, "c2")
     assert _gates(api, "p1") == [SCHEDULING_GATE] and not _allocated(api, "c1")
     assert ctl.metrics.faults.labels("LedgerConflict")._value.get() == 1
+
+
+def test_a_ledger_write_over_a_current_copy_reads_nothing_first(
+    api: KubeClient, recording: Recording, controller: Callable[[], V1Controller]
+) -> None:
+    _claim(api, "c1")
+    _pod(api, "p1", ["c1"], [SCHEDULING_GATE])
+    ctl = controller()
+    recording.reads.clear()
+    ctl.cycle()
+    assert _allocated(api, "c1") and not _gates(api, "p1")
+    assert ("replace", "nodeallocationstates", "n1") in recording.writes
+    assert not [x for x in recording.reads if x[0] == "nodeallocationstates"]
 
 
 def test_a_pod_with_nothing_for_drasat_is_let_go_at_once(
