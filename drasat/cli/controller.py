@@ -41,8 +41,8 @@ def register(subparsers: Any) -> None:
         fallback="POD_NAMESPACE",
     )
     flag(p, "--workers", 2, "concurrent reconcile workers (default 2)", type=int)
-    flag(p, "--kube-api-qps", 20, "API requests per second (0: unlimited; default 20)", type=float)
-    flag(p, "--kube-api-burst", 40, "API request burst (default 40)", type=int)
+    flag(p, "--kube-api-qps", 50, "API requests per second (0: unlimited; default 50)", type=float)
+    flag(p, "--kube-api-burst", 100, "API request burst (default 100)", type=int)
     flag(
         p,
         "--metrics-address",
