@@ -20,8 +20,9 @@ where real NVML returns handles) and raises `pynvml.NVMLError` with NVML's codes
 A fleet is written `2xA100-40GB,mig=1` (GPU 1 in MIG mode), `T4x2`, `H100-80GB,A30-24GB,mig=all`,
 with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for benchmarks),
 `driver=`, `cuda=`, and `state=PATH`: the fleet's hardware state (instances, modes) is kept in a
-JSON file, so it outlives a killed plugin process like real GPUs do. It also answers the
-`nvidia-smi compute-policy` time-slice command (`run`). It refuses (`AttributeError`) any `nvml*`
+JSON file, so it outlives a killed plugin process like real GPUs do; `xids=PATH`: lines
+`<GPU index> <xid>` appended to that file are XID events, for a plugin in another process. It
+also answers the `nvidia-smi compute-policy` time-slice command (`run`). It refuses (`AttributeError`) any `nvml*`
 function or `NVML_*` constant that the installed pynvml does not have, so a call that works here
 cannot be a typo or a call pynvml removed (tests/nodeplugin/test_np_pynvml_contract.py).
 """
@@ -29,6 +30,7 @@ cannot be a typo or a call pynvml removed (tests/nodeplugin/test_np_pynvml_contr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -43,6 +45,8 @@ from drasat.api import catalog
 from drasat.api.errors import InputError
 from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.devicelib import DeviceError
+
+log = logging.getLogger(__name__)
 
 N: Any = nvml.NVML  # pynvml: constants, NVMLError and ctypes structs
 
@@ -121,6 +125,9 @@ class FleetSpec:
     delay_s: float = 0.0
     seed: str = "drasat-sim"
     state_file: str = ""  # "": the fleet lives in memory only
+    #: XIDs for a plugin in another process (the real kubelet's tests): lines "<GPU index> <xid>"
+    #: appended to this file are delivered as XID events while the plugin waits for events.
+    xid_file: str = ""
 
 
 _ITEM = re.compile(r"^(?:(\d+)\s*[x×*]\s*)?(.+?)(?:\s*[x×*]\s*(\d+))?$")
@@ -160,7 +167,7 @@ def parse_fleet(text: str) -> FleetSpec:
 
 
 def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpec:
-    known = {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed", "state"}
+    known = {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed", "state", "xids"}
     unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}")
@@ -184,6 +191,7 @@ def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpe
         delay_s=_duration(options.get("delay", "0")),
         seed=options.get("seed", "drasat-sim"),
         state_file=options.get("state", ""),
+        xid_file=options.get("xids", ""),
     )
 
 
@@ -289,6 +297,7 @@ class SimulatedNvml:
         self.calls: list[str] = []
         self._event_sets: list[SimEventSet] = []
         self._event = threading.Condition(self._lock)
+        self._xids_read = 0  # bytes of spec.xid_file already delivered
         self.gpus = [self._make_gpu(i, g) for i, g in enumerate(self.spec.gpus)]
         linked = [g for g in self.gpus if self._has_nvlink(g)]
         for gpu in linked:
@@ -397,6 +406,30 @@ class SimulatedNvml:
                 if mask & N.nvmlEventTypeXidCriticalError:
                     events.pending.append(EventData(gpu, N.nvmlEventTypeXidCriticalError, xid))
             self._event.notify_all()
+
+    def _deliver_xid_file(self) -> None:
+        """Deliver the XIDs appended to `xids=PATH` since the last read (lines "<index> <xid>";
+        a line that does not parse is skipped with a warning, as a test bed's typo)."""
+        if not self.spec.xid_file:
+            return
+        try:
+            with open(self.spec.xid_file, "rb") as f:
+                f.seek(self._xids_read)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._xids_read += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            parts = line.split()
+            try:
+                index, xid = int(parts[0]), int(parts[1])
+                uuid = self.gpus[index].uuid
+            except (IndexError, ValueError):
+                log.warning("simulated NVML: %s: skipped line %r (want '<GPU index> <xid>')",
+                            self.spec.xid_file, line)  # fmt: skip
+                continue
+            self.inject_xid(uuid, xid)
 
     def lose_gpu(self, uuid: str, *, xid_event: bool = False) -> None:
         """The GPU falls off the bus: from now on NVML answers NVML_ERROR_GPU_IS_LOST about it
@@ -589,7 +622,12 @@ class SimulatedNvml:
         with self._event:
             if not self._initialized or events.freed:
                 _fail(N.NVML_ERROR_UNINITIALIZED)
-            self._event.wait_for(lambda: bool(events.pending), timeout_ms / 1000)
+            deadline = time.monotonic() + timeout_ms / 1000
+            while not events.pending and (left := deadline - time.monotonic()) > 0:
+                self._deliver_xid_file()
+                # The file is polled: another process appends to it without notifying us.
+                wait = min(left, 0.2) if self.spec.xid_file else left
+                self._event.wait_for(lambda: bool(events.pending), wait)
             if not events.pending:
                 _fail(N.NVML_ERROR_TIMEOUT)
             return events.pending.pop(0)

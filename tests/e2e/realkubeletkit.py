@@ -144,6 +144,13 @@ class RealNode:
         assert sorted(set(created["cdiDevices"])) == expected, (created, self.diagnostics())
         return created, self.cdi_env(created["cdiDevices"])
 
+    def inject_xid(self, device: str, xid: int) -> None:
+        """An XID on the GPU of whole-GPU device `device`, delivered to the plugin process
+        through its simulated fleet's `xids=` file."""
+        index = [g.uuid for g in SimulatedNvml(self.fleet).gpus].index(self.uuids[device])
+        with (self.tmp / "xids").open("a") as f:
+            f.write(f"{index} {xid}\n")
+
     def plugin_log(self) -> str:
         return self.plugin_log_all()[-4000:]
 
@@ -293,7 +300,7 @@ def real_node(
     publishing = _publish_root_ca(core, kube_cluster)
     try:
         kubelet = Kubelet.start(kube_cluster, name, root=tmp / "k", extra_gates=extra_gates)
-        stateful = f"{fleet},state={tmp / 'fleet.json'}" if fleet else ""
+        stateful = f"{fleet},state={tmp / 'fleet.json'},xids={tmp / 'xids'}" if fleet else ""
         plugin_args = [
             "nodeplugin", "--node-name", name, "--simulate-gpus", stateful,
             *(["--namespace", nas_namespace] if nas_namespace else ["--in-memory-nas"]),

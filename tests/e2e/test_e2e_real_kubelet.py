@@ -177,6 +177,51 @@ def _run_one(api: kubernetes.client.ApiClient, namespace: str, node: RealNode, n
     return str(_claim_of(api, namespace, name)["metadata"]["uid"])
 
 
+def _health_shown(api: kubernetes.client.ApiClient, namespace: str, pod_name: str) -> list[Any]:
+    status = kubernetes.client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace).status
+    return [
+        (entry.name, [(r.resource_id, r.health) for r in entry.resources])
+        for container in status.container_statuses or []
+        for entry in container.allocated_resources_status or []
+    ]
+
+
+def test_a_gpu_made_unhealthy_shows_in_the_pods_status(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, gpu_node: RealNode
+) -> None:
+    """A critical XID (48, double-bit ECC) on the GPU of a running pod, raised in the plugin's
+    simulated NVML: the plugin's health stream turns it Unhealthy and the real kubelet shows it in
+    the pod's `status.containerStatuses[].allocatedResourcesStatus`, keyed by the CDI id."""
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    custom.create_namespaced_custom_object(
+        *RESOURCE, kube_namespace, "resourceclaimtemplates", _template(kube_namespace)
+    )
+    _run_one(kube_api, kube_namespace, gpu_node, "pod1")
+    (result,) = _claim_of(kube_api, kube_namespace, "pod1")["status"]["allocation"]["devices"][
+        "results"
+    ]
+    (created,) = gpu_node.containers(kube_namespace, "pod1")
+    (cdi_id,) = created["cdiDevices"]
+    wait_for(
+        lambda: (
+            _health_shown(kube_api, kube_namespace, "pod1")
+            == [("claim:gpu", [(cdi_id, "Healthy")])]
+        ),
+        timeout=60,
+        what="pod1's device to show Healthy in its status",
+    )
+    gpu_node.inject_xid(result["device"], 48)
+    wait_for(
+        lambda: (
+            _health_shown(kube_api, kube_namespace, "pod1")
+            == [("claim:gpu", [(cdi_id, "Unhealthy")])]
+        ),
+        timeout=60,
+        what=f"pod1's device to show Unhealthy in its status\n{gpu_node.diagnostics()}",
+    )
+    gpu_node.delete_pods(kube_api, kube_namespace, "pod1")
+
+
 def _calls(node: RealNode, uid: str) -> tuple[int, int]:
     """How often the kubelet called NodePrepareResources and NodeUnprepareResources for the
     claim (its log line for each call)."""
