@@ -1,6 +1,6 @@
 """The simulated kubelet runs pods through the real node plugin over its gRPC sockets.
 
-The cluster is the demo's (`drasat.testbed.democluster`): API server, controller, one node plugin
+The cluster is the classic demo's (`drasat.classic.demo`): API server, controller, one node plugin
 with two simulated T4s, scheduler, kubelet; the tests apply pods and claims and check what the
 kubelet did: NodePrepareResources, the CDI environment, the pod's status, unprepare on deletion
 (a shared claim only after its last pod), the graceful deletion confirmed.
@@ -22,8 +22,9 @@ import yaml
 from drasat import loading, policyfiles
 from drasat.api import crds
 from drasat.api.cluster import Cluster
+from drasat.classic.demo import DemoCluster
 from drasat.nodeplugin import registration
-from drasat.testbed.democluster import DemoCluster, SimNode
+from drasat.testbed.democluster import SimNode
 from drasat.testbed.sim import apply, errors, garbage, kubeclient, kubelet
 
 NODE = "gpu-node"
