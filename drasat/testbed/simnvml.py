@@ -22,9 +22,10 @@ with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for 
 `driver=`, `cuda=`, and `state=PATH`: the fleet's hardware state (instances, modes) is kept in a
 JSON file, so it outlives a killed plugin process like real GPUs do; `xids=PATH`: lines
 `<GPU index> <xid>` appended to that file are XID events, for a plugin in another process. It
-also answers the `nvidia-smi compute-policy` time-slice command (`run`). It refuses (`AttributeError`) any `nvml*`
-function or `NVML_*` constant that the installed pynvml does not have, so a call that works here
-cannot be a typo or a call pynvml removed (tests/nodeplugin/test_np_pynvml_contract.py).
+also answers the `nvidia-smi compute-policy` time-slice command (`run`). It refuses
+(`AttributeError`) any `nvml*` function or `NVML_*` constant that the installed pynvml does not
+have, so a call that works here cannot be a typo or a call pynvml removed
+(tests/nodeplugin/test_np_pynvml_contract.py).
 """
 
 from __future__ import annotations
