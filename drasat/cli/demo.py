@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import importlib.resources
 import importlib.util
 import logging
@@ -701,7 +702,9 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     policy = (documents, policy_text, policy_name)
     if classic:
         try:  # classic DRA's wing, loaded only here (a v1-only install has none)
-            from drasat.classic import demo as classic_demo
+            # import_module, not `from drasat.classic import demo`: that form takes the
+            # attribute of an already imported package and never asks the import system.
+            classic_demo = importlib.import_module("drasat.classic.demo")
         except ModuleNotFoundError as missing:
             if not (missing.name or "").startswith("drasat.classic"):
                 raise
