@@ -710,7 +710,8 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
                 raise
             message = "this drasat has no classic DRA (drasat.classic)"
             raise InputError(message, where="--classic") from None
-        return classic_demo.run(args, stream, sources, cluster, source, policy)
+        code: int = classic_demo.run(args, stream, sources, cluster, source, policy)
+        return code
     return _run_v1(args, stream, sources, cluster, source, policy)
 
 
