@@ -22,7 +22,6 @@ import contextlib
 import pathlib
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -44,8 +43,6 @@ from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.testbed import democluster, simnvml
 from drasat.testbed.democluster import CLASS_PARAMETERS, NAMESPACE, POLICY_CONFIGMAP, SimNode
 from drasat.testbed.demoshow import (
-    POLL_S,
-    SETTLE_S,
     Key,
     Obj,
     Out,
@@ -56,6 +53,7 @@ from drasat.testbed.demoshow import (
     sharing_text,
     shortfalls,
     table,
+    until,
     wanted_pods,
     workload_pods,
 )
@@ -69,7 +67,6 @@ from drasat.testbed.sim import (
     kubelet,
     scheduling,
 )
-from drasat.testbed.sim.kubelet import PodRun
 from drasat.whatif import manifests as whatif_manifests
 from drasat.whatif import nodes as whatif_nodes
 
@@ -242,14 +239,7 @@ class Demo:
         return self.cluster.client
 
     def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
-        """Poll `check` until it is truthy or the timeout passes; its last value."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        pause = threading.Event()
-        while True:
-            value = check()
-            if value or time.monotonic() >= deadline:
-                return value
-            pause.wait(POLL_S)
+        return until(check, self.timeout if timeout is None else timeout)
 
     def nas(self, node: str) -> NodeAllocationState | None:
         url = kubeclient.path(
@@ -289,30 +279,13 @@ class Demo:
 
     def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
         self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
-        outcomes = {key: PodOutcome(key) for key in pods}
-        warned: dict[Key, float] = {}
-        open_ = set(pods)
-
-        def step() -> bool:
-            for key in sorted(open_):
-                run, node = self._running(key)
-                if run is not None:
-                    outcomes[key].run, outcomes[key].node = run, node
-                    open_.discard(key)
-                    continue
-                warning = self._claim_warning(key)
-                if warning is None:
-                    warned.pop(key, None)
-                    continue
-                since = warned.setdefault(key, time.monotonic())
-                if time.monotonic() - since >= SETTLE_S:
-                    outcomes[key].reason = warning
-                    open_.discard(key)
-            return not open_
-
-        if not self.until(step):
-            for key in sorted(open_):
-                outcomes[key].reason = f"timed out after {self.timeout:g}s: {self._why(key)}"
+        outcomes = democluster.settle_pods(
+            self.cluster.nodes,
+            pods,
+            refusal=self._claim_warning,
+            why=self._why,
+            timeout=self.timeout,
+        )
         for key in sorted(outcomes):
             outcome = outcomes[key]
             ref = f"pod {key[0]}/{key[1]}"
@@ -325,13 +298,6 @@ class Demo:
             for claim in outcome.run.claims:
                 self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
         return outcomes
-
-    def _running(self, key: Key) -> tuple[PodRun | None, str]:
-        for node in self.cluster.nodes:
-            run = node.kubelet.running(*key) if node.kubelet is not None else None
-            if run is not None:
-                return run, node.name
-        return None, ""
 
     def _pod(self, key: Key) -> Obj | None:
         try:

@@ -61,7 +61,6 @@ from drasat.testbed.controlplane import cluster as controlplane
 from drasat.testbed.controlplane import kubelet as realkubelet
 from drasat.testbed.democluster import V1Cluster, core_path, v1_path
 from drasat.testbed.demoshow import (
-    SETTLE_S,
     DemoError,
     Key,
     Obj,
@@ -310,32 +309,9 @@ class V1Demo:
 
     def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
         self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
-        outcomes = {key: PodOutcome(key) for key in pods}
-        warned: dict[Key, float] = {}
-        open_ = set(pods)
-
-        def step() -> bool:
-            for key in sorted(open_):
-                for node in self.cluster.nodes:
-                    run = node.kubelet.running(*key) if node.kubelet is not None else None
-                    if run is not None:
-                        outcomes[key].run, outcomes[key].node = run, node.name
-                        open_.discard(key)
-                        break
-                else:
-                    warning = self._refusal(key)
-                    if warning is None:
-                        warned.pop(key, None)
-                        continue
-                    since = warned.setdefault(key, time.monotonic())
-                    if time.monotonic() - since >= SETTLE_S:
-                        outcomes[key].reason = warning
-                        open_.discard(key)
-            return not open_
-
-        if not self.until(step):
-            for key in sorted(open_):
-                outcomes[key].reason = f"timed out after {self.timeout:g}s: {self._why(key)}"
+        outcomes = democluster.settle_pods(
+            self.cluster.nodes, pods, refusal=self._refusal, why=self._why, timeout=self.timeout
+        )
         for key in sorted(outcomes):
             outcome, ref = outcomes[key], f"pod {key[0]}/{key[1]}"
             if outcome.run is None:

@@ -43,7 +43,7 @@ from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.testbed import simnvml
 from drasat.testbed.controlplane import cluster as controlplane
 from drasat.testbed.controlplane import kubelet as realkubelet
-from drasat.testbed.demoshow import DemoError, Key, Out, until
+from drasat.testbed.demoshow import SETTLE_S, DemoError, Key, Out, PodOutcome, until
 from drasat.testbed.sim import (
     apiserver,
     apply,
@@ -132,6 +132,51 @@ class SimNode:
     def cdi_specs(self) -> list[pathlib.Path]:
         root = self.config.cdi_root
         return sorted(root.glob("*.json")) if root.is_dir() else []
+
+
+def settle_pods(
+    nodes: Sequence[SimNode],
+    pods: Sequence[Key],
+    *,
+    refusal: Callable[[Key], str | None],
+    why: Callable[[Key], str],
+    timeout: float,
+) -> dict[Key, PodOutcome]:
+    """Wait until each pod runs on one of the nodes' kubelets, or its `refusal` (a Warning that
+    says why it cannot run) has stood for SETTLE_S; a pod still open after `timeout` gets
+    `why` it waits. Both demos wait for their pods this way."""
+    outcomes = {key: PodOutcome(key) for key in pods}
+    warned: dict[Key, float] = {}
+    open_ = set(pods)
+
+    def step() -> bool:
+        for key in sorted(open_):
+            found = next(
+                (
+                    (run, node.name)
+                    for node in nodes
+                    if node.kubelet is not None and (run := node.kubelet.running(*key)) is not None
+                ),
+                None,
+            )
+            if found is not None:
+                outcomes[key].run, outcomes[key].node = found
+                open_.discard(key)
+                continue
+            warning = refusal(key)
+            if warning is None:
+                warned.pop(key, None)
+                continue
+            since = warned.setdefault(key, time.monotonic())
+            if time.monotonic() - since >= SETTLE_S:
+                outcomes[key].reason = warning
+                open_.discard(key)
+        return not open_
+
+    if not until(step, timeout):
+        for key in sorted(open_):
+            outcomes[key].reason = f"timed out after {timeout:g}s: {why(key)}"
+    return outcomes
 
 
 class V1Cluster:
