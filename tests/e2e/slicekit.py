@@ -131,7 +131,8 @@ class Workload:
         self.core = kubernetes.client.CoreV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.namespace = namespace
-        self.names: list[str] = []
+        self.names: list[str] = []  # claims
+        self.pods: list[str] = []
 
     def submit(
         self,
@@ -151,6 +152,12 @@ class Workload:
             *RESOURCE, self.namespace, "resourceclaims", claim
         )
         self.names.append(name)
+        self.pod(node, name, name)
+        return name
+
+    def pod(self, node: str, name: str, claim: str) -> None:
+        """A pod pinned to `node` that uses `claim`."""
+        self.pods.append(name)
         self.core.create_namespaced_pod(
             self.namespace,
             {
@@ -160,28 +167,43 @@ class Workload:
                     "containers": [
                         {"name": "c", "image": "none", "resources": {"claims": [{"name": "r"}]}}
                     ],
-                    "resourceClaims": [{"name": "r", "resourceClaimName": name}],
+                    "resourceClaims": [{"name": "r", "resourceClaimName": claim}],
                     "terminationGracePeriodSeconds": 0,
                 },
             },
         )
-        return name
 
     def outcome(self, name: str, timeout: float = 60, settle: float = 3.0) -> Outcome:
-        """Bound (with the claim's results), or unschedulable and still so `settle` seconds
-        later: the scheduler retries a pod when claims are deleted, so a first "Unschedulable"
-        can come from devices whose claims (an earlier test's) its cache has not yet dropped."""
+        """Bound (with the claim's results), or refused twice: unschedulable and still so
+        `settle` seconds later, then refused again on a fresh pod's first try.
+
+        The scheduler retries a pod when claims are deleted, so a first "Unschedulable" can come
+        from devices whose claims (an earlier test's) its cache has not yet dropped; when that
+        deletion reached the scheduler before the pod's first try no event retries the pod, and a
+        loaded machine can stretch the window past any fixed `settle`. A second pod, created after
+        the window, is tried against the scheduler's current view: its refusal is final."""
+        node = self.core.read_namespaced_pod(name, self.namespace).spec.node_selector[
+            "kubernetes.io/hostname"
+        ]
+        first = self._decided(name, name, timeout, settle)
+        if first.node is not None:
+            return first
+        again = f"{name}-again"
+        self.pod(node, again, name)
+        return self._decided(again, name, timeout, settle=0)
+
+    def _decided(self, pod_name: str, claim: str, timeout: float, settle: float) -> Outcome:
         unschedulable_since: float | None = None
 
         def settled() -> Outcome | None:
             nonlocal unschedulable_since
-            pod = self.core.read_namespaced_pod(name, self.namespace)
+            pod = self.core.read_namespaced_pod(pod_name, self.namespace)
             if pod.spec.node_name:
-                claim = self.custom.get_namespaced_custom_object(
-                    *RESOURCE, self.namespace, "resourceclaims", name
+                body = self.custom.get_namespaced_custom_object(
+                    *RESOURCE, self.namespace, "resourceclaims", claim
                 )
                 return Outcome(
-                    pod.spec.node_name, claim["status"]["allocation"]["devices"]["results"]
+                    pod.spec.node_name, body["status"]["allocation"]["devices"]["results"]
                 )
             for condition in pod.status.conditions or []:
                 if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
@@ -191,14 +213,16 @@ class Workload:
                         return Outcome(None, [], condition.message or "")
             return None
 
-        result: Outcome = wait_for(settled, timeout, 0.2, what=f"the scheduler to decide {name}")
+        result: Outcome = wait_for(
+            settled, timeout, 0.2, what=f"the scheduler to decide {pod_name}"
+        )
         return result
 
     def run(self, node: str, requests: list[Obj], **options: Any) -> Outcome:
         return self.outcome(self.submit(node, requests, **options))
 
     def close(self) -> None:
-        for name in self.names:
+        for name in self.pods:
             with contextlib.suppress(ApiException):
                 self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
         for name in self.names:
