@@ -40,7 +40,11 @@ class Chosen:
 
 def allocation(claim: Claim, chosen: Sequence[Chosen]) -> AllocatedDevices:
     """The NAS entry for a claim given its chosen devices (empty: an optional claim without)."""
-    info = ClaimInfo(namespace=claim.namespace, name=claim.request.name, uid=claim.uid)
+    # A share names the ResourceClaim its shares belong to (`share_group`), as the caller's
+    # ledger does: the next decision must see a claim's shares spread over several GPUs as one
+    # (inventory._spread_shares), or another share of the namespace joins one of those GPUs.
+    owner = claim.request.share_group if claim.kind is Kind.share else None
+    info = ClaimInfo(namespace=claim.namespace, name=claim.request.name, uid=owner or claim.uid)
     optional = True if claim.optional else None
     if claim.kind is Kind.mig:
         devices = [

@@ -467,16 +467,7 @@ def test_a_claims_limited_shares_spread_evenly_over_their_gpus(gpus: int, placed
 @pytest.mark.parametrize(
     ("gpus", "placed"),
     [
-        pytest.param(
-            2,
-            1,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="solver: a share of the namespace joins a GPU of a claim spread over two "
-                "when both are placed in one batch (hidden while a memory-only share took all "
-                "compute; issue 26 item 3)",
-            ),
-        ),
+        (2, 1),
         (3, 2),
     ],
 )
