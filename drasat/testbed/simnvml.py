@@ -21,8 +21,11 @@ A fleet is written `2xA100-40GB,mig=1` (GPU 1 in MIG mode), `T4x2`, `H100-80GB,A
 with options `mig=`, `nvlink=on|off`, `numa=N`, `delay=5ms` (per-call delay for benchmarks),
 `driver=`, `cuda=`, and `state=PATH`: the fleet's hardware state (instances, modes) is kept in a
 JSON file, so it outlives a killed plugin process like real GPUs do; `xids=PATH`: lines
-`<GPU index> <xid>` appended to that file are XID events, for a plugin in another process. It
-also answers the `nvidia-smi compute-policy` time-slice command (`run`). It refuses
+`<GPU index> <xid>` appended to that file are XID events, for a plugin in another process;
+`faults=PATH`: lines `<nvml function> <NVML error code>` written to that file make the next call
+of that function fail with that code (the fleet takes the file away at its next call, so each
+line fails one call, also across a plugin restart: the chaos soak's NVML and MIG creation
+failures). It also answers the `nvidia-smi compute-policy` time-slice command (`run`). It refuses
 (`AttributeError`) any `nvml*` function or `NVML_*` constant that the installed pynvml does not
 have, so a call that works here cannot be a typo or a call pynvml removed
 (tests/nodeplugin/test_np_pynvml_contract.py).
@@ -129,6 +132,8 @@ class FleetSpec:
     #: XIDs for a plugin in another process (the real kubelet's tests): lines "<GPU index> <xid>"
     #: appended to this file are delivered as XID events while the plugin waits for events.
     xid_file: str = ""
+    #: Injected NVML failures for a plugin in another process: lines "<function> <NVML code>".
+    fault_file: str = ""
 
 
 _ITEM = re.compile(r"^(?:(\d+)\s*[x×*]\s*)?(.+?)(?:\s*[x×*]\s*(\d+))?$")
@@ -168,7 +173,7 @@ def parse_fleet(text: str) -> FleetSpec:
 
 
 def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpec:
-    known = {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed", "state", "xids"}
+    known = {"mig", "nvlink", "numa", "delay", "driver", "cuda", "seed", "state", "xids", "faults"}
     unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}")
@@ -193,6 +198,7 @@ def _fleet(products: list[catalog.Product], options: dict[str, str]) -> FleetSpe
         seed=options.get("seed", "drasat-sim"),
         state_file=options.get("state", ""),
         xid_file=options.get("xids", ""),
+        fault_file=options.get("faults", ""),
     )
 
 
@@ -398,6 +404,32 @@ class SimulatedNvml:
         with self._lock:
             self._faults.setdefault(function, []).append(exc)
 
+    def _take_fault_file(self) -> None:
+        """Queue the failures written to `faults=PATH` (lines "<nvml function> <NVML code>"),
+        then remove the file: renamed first, so a line is taken once even by two readers; taken
+        lines wait in memory for their function's next call. A line that does not parse is
+        skipped with a warning, as a test bed's typo."""
+        path = self.spec.fault_file
+        if not path or not os.path.exists(path):
+            return
+        taken = f"{path}.taken-{os.getpid()}"
+        try:
+            os.replace(path, taken)
+        except FileNotFoundError:
+            return
+        try:
+            text = Path(taken).read_text(errors="replace")
+        finally:
+            os.unlink(taken)
+        for line in text.splitlines():
+            parts = line.split()
+            known = len(parts) == 2 and parts[0].startswith("nvml") and hasattr(N, parts[0])
+            if not known or not parts[1].isdigit():
+                log.warning("simulated NVML: %s: skipped line %r (want '<nvml function> <code>')",
+                            path, line)  # fmt: skip
+                continue
+            self.inject_fault(parts[0], int(parts[1]))
+
     def inject_xid(self, uuid: str, xid: int) -> None:
         """An XID error on a GPU, delivered to every event set that registered for it."""
         gpu = self.gpu(uuid)
@@ -481,6 +513,8 @@ class SimulatedNvml:
                 return attr(*args)  # waits on its own; must not hold the fleet lock
             with object.__getattribute__(self, "_lock"):
                 object.__getattribute__(self, "calls").append(name)
+                if spec.fault_file:
+                    object.__getattribute__(self, "_take_fault_file")()
                 faults = object.__getattribute__(self, "_faults").get(name)
                 if faults:
                     raise faults.pop(0)
