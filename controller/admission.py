@@ -262,9 +262,33 @@ def conversion_patch(pod: Mapping[str, Any]) -> tuple[list[Obj], Obj]:
     return patch, {**pod, "spec": converted.spec}
 
 
+def refusal(body: Any, message: str) -> Answer:
+    """A denial of a request the webhook cannot read: an AdmissionReview with `allowed: false`,
+    the request's uid when it has one, and `message` for the user (outcome `refused`).
+
+    A request it cannot parse is refused, not admitted: failurePolicy Ignore covers a webhook
+    that does not answer (a pod then goes the slow path), but a malformed or unexpected request
+    is answered, so it never passes through a reader that failed half way (docs/SECURITY.md)."""
+    request = body.get("request") if isinstance(body, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    api_version = body.get("apiVersion") if isinstance(body, Mapping) else None
+    response: Obj = {
+        "uid": uid if isinstance(uid, str) else "",
+        "allowed": False,
+        "status": {"code": 400, "reason": "BadRequest", "message": message},
+    }
+    answer: Obj = {
+        "apiVersion": api_version if isinstance(api_version, str) else "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+    return Answer(answer, "refused", message)
+
+
 def review(body: Any, lookup: Reader, *, convert_extended: bool = False) -> Answer:
-    """Answer an `admission.k8s.io/v1` AdmissionReview. Always allowed: the webhook only adds the
-    gate (and, `convert_extended`, turns `nvidia.com/gpu` into claims first). ValueError when the
+    """Answer an `admission.k8s.io/v1` AdmissionReview. Allowed when the pod can be read: the
+    webhook only adds the gate (and, `convert_extended`, turns `nvidia.com/gpu` into claims
+    first); a pod whose fields have types no Pod has is refused (`refusal`). ValueError when the
     body is not an AdmissionReview with a request uid."""
     if not isinstance(body, Mapping) or not isinstance(body.get("request"), Mapping):
         raise ValueError("not an AdmissionReview: no request")
@@ -286,14 +310,23 @@ def review(body: Any, lookup: Reader, *, convert_extended: bool = False) -> Answ
         or not isinstance(pod, Mapping)
     ):
         return Answer(answer, "skipped")
-    patch, pod = conversion_patch(pod) if convert_extended else ([], pod)
-    outcome, why = "skipped", ""
-    if may_gate(pod):
-        namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace"))
-        found = decide(pod, namespace, lookup)
-        outcome, why = ("not-gated", "") if found is None else ("gated", found)
-        if found is not None:
-            patch += gate_patch(pod)
+    try:
+        patch, pod = conversion_patch(pod) if convert_extended else ([], pod)
+        outcome, why = "skipped", ""
+        if may_gate(pod):
+            metadata = pod.get("metadata")
+            namespace = str(
+                request.get("namespace")
+                or (metadata.get("namespace") if isinstance(metadata, Mapping) else "")
+            )
+            found = decide(pod, namespace, lookup)
+            outcome, why = ("not-gated", "") if found is None else ("gated", found)
+            if found is not None:
+                patch += gate_patch(pod)
+    except (TypeError, AttributeError, KeyError, ValueError) as error:
+        # Only a pod no API server would send gets here (a field of the wrong type).
+        log.warning("admission: refusing pod %r: cannot read it (%s)", pod.get("metadata"), error)
+        return refusal(body, f"drasat's admission webhook cannot read the pod: {error}")
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -385,13 +418,19 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != PATH:
             self._send(404, {"message": f"not found; AdmissionReviews go to {PATH}"})
             return
+        # Every request gets an AdmissionReview answer; one it cannot read is refused (never a
+        # dropped connection, which the API server's failurePolicy Ignore would admit).
+        body: Any = None
         try:
             length = int(self.headers.get("Content-Length") or 0)
-            answer = review(json.loads(self.rfile.read(length)), self.server.lookup,
+            body = json.loads(self.rfile.read(length))  # ValueError: not JSON (or not UTF-8)
+            answer = review(body, self.server.lookup,
                             convert_extended=self.server.convert_extended)  # fmt: skip
-        except (ValueError, json.JSONDecodeError) as error:
-            self._send(400, {"message": str(error)})
-            return
+        except ValueError as error:
+            answer = refusal(body, f"not an AdmissionReview drasat can read: {error}")
+        except Exception:
+            log.exception("admission webhook: failed on a request; refused")
+            answer = refusal(body, "drasat's admission webhook failed on this request (its log)")
         self.server.on_answer(answer)
         self._send(200, answer.review)
 

@@ -64,7 +64,7 @@ class Metrics:
         )
         self.admission_reviews = Counter(
             f"{PREFIX}_admission_reviews",
-            "Pods the admission webhook answered, by outcome (gated, not-gated, skipped).",
+            "Pods the admission webhook answered, by outcome (gated, not-gated, skipped, refused).",
             ["outcome"],
             registry=r,
         )

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from drasat.api.devicemodel import classes
 from drasat.api.errors import InputError
@@ -352,8 +354,8 @@ def test_the_server_answers_over_tls(
     assert patch == admission.gate_patch(pod)
     assert [a.outcome for a in server.answers] == ["gated"]  # type: ignore[attr-defined]
     assert _post(server, cert, b"{}", path="/other")[0] == 404
-    status, error = _post(server, cert, b"not json")
-    assert status == 400 and error["message"]
+    status, refused = _post(server, cert, b"not json")  # refused, not dropped (tests below)
+    assert status == 200 and refused["response"]["allowed"] is False
 
 
 def test_a_client_that_never_completes_its_handshake_holds_up_no_other(
@@ -428,3 +430,108 @@ def test_the_controller_serves_the_webhook_on_every_replica(
                      webhook_key_file=str(key))  # fmt: skip
     with pytest.raises(InputError, match="--webhook-cert-file"):
         App(broken, api=api).run(threading.Event())
+
+
+# ------------------------------------------------------------ requests it cannot read (issue 29)
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "spec",
+                    "metadata",
+                    "namespace",
+                    "resourceClaims",
+                    "resourceClaimTemplateName",
+                    "resourceClaimName",
+                    "containers",
+                    "initContainers",
+                    "resources",
+                    "limits",
+                    "requests",
+                    "nvidia.com/gpu",
+                    "schedulingGates",
+                    "nodeName",
+                    "name",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pod=_JSON, convert=st.booleans())
+def test_a_pod_of_any_shape_gets_an_answer_and_one_it_cannot_read_is_refused(
+    pod: Any, convert: bool
+) -> None:
+    """Whatever the request's object holds (fields of any JSON type where a Pod has others),
+    review answers it: allowed with or without a patch, or refused naming why; never an
+    exception, which the server would turn into a dropped connection that failurePolicy Ignore
+    admits."""
+    answer = admission.review(_review(pod), Dicts(_template("t", "gpu.drasat.io")),
+                              convert_extended=convert)  # fmt: skip
+    response = answer.review["response"]
+    assert response["uid"] == _review(pod)["request"]["uid"]
+    assert response["allowed"] is (answer.outcome != "refused")
+    if answer.outcome == "refused":
+        assert "patch" not in response
+        assert response["status"]["message"].startswith("drasat's admission webhook cannot read")
+
+
+def test_a_pod_whose_containers_are_not_a_list_is_refused() -> None:
+    """Found by the property above: `nvidia.com/gpu` conversion over `containers: true` raised a
+    TypeError (a dropped connection, the pod admitted ungated)."""
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": True, "initContainers": True}}
+    answer = admission.review(_review(pod), Dicts(), convert_extended=True)
+    assert answer.outcome == "refused"
+    assert answer.review["response"]["status"]["code"] == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "uid"),
+    [
+        (b"not json", ""),
+        (b"\xff\xfe", ""),
+        (b"[]", ""),
+        (json.dumps({"request": {"uid": 3}}).encode(), ""),
+        (json.dumps({"request": {"uid": "u-1", "object": "x"}, "x": 1}).encode(), "u-1"),
+    ],
+)
+def test_the_server_refuses_what_it_cannot_read_with_an_admission_review(
+    served: tuple[admission.WebhookServer, pathlib.Path], body: bytes, uid: str
+) -> None:
+    server, cert = served
+    status, answer = _post(server, cert, body)
+    assert status == 200
+    assert answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    if uid:  # an AdmissionReview with a uid whose object is no pod: skipped, allowed
+        assert response == {"uid": uid, "allowed": True}
+        return
+    assert response["uid"] == uid and response["allowed"] is False
+    assert response["status"]["message"].startswith("not an AdmissionReview drasat can read")
+    assert [a.outcome for a in server.answers] == ["refused"]  # type: ignore[attr-defined]
+
+
+def test_a_failure_inside_the_webhook_refuses_the_request(
+    served: tuple[admission.WebhookServer, pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug that raises anything else is logged and the request refused, not dropped."""
+    server, cert = served
+
+    def broken(*args: Any, **kwargs: Any) -> admission.Answer:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(admission, "review", broken)
+    status, answer = _post(server, cert, json.dumps(_review(_pod())).encode())
+    assert status == 200
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["uid"] == _review(_pod())["request"]["uid"]
+    assert "failed on this request" in answer["response"]["status"]["message"]
