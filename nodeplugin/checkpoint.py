@@ -24,6 +24,16 @@ daemon, a compute mode, a MIG device) outlives its record. Earlier formats are m
 single `checkpoint.json` of the first version (split into claim files, then kept as
 `checkpoint.json.migrated`), and `settings.json` (its holds, baselines included, folded into the
 holders' records).
+
+A claim record carries its format's `version` (`VERSION`). Version 2 keeps a v1 claim's
+allocation as its ResourceClaim has it (`devices`: `status.allocation.devices` with our results
+and configuration, the shape of the API), where version 1 (records without `version`) kept a
+reduced copy of the results (`results`: request, pool, device, share_id). A version-1 record is
+upgraded when it is read (`upgrade`; the reduced results become API results of this driver, the
+fields version 1 did not keep stay absent) and written back in the new format; a record of a
+newer version than this plugin's is left in place and listed as unreadable (a downgrade must not
+lose what the newer plugin recorded), as NVIDIA's kubelet plugin converts its checkpoint to its
+latest version when read.
 """
 
 from __future__ import annotations
@@ -42,11 +52,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+#: The format of a claim record (see the module docstring; a record without one is version 1).
+VERSION = 2
 #: The first version's single checkpoint file (in the state directory), migrated at load.
 LEGACY_FILE = "checkpoint.json"
 
@@ -89,6 +101,7 @@ class AppliedStep(_Model):
 
 
 class ClaimRecord(_Model):
+    version: int = VERSION
     uid: str
     namespace: str
     name: str
@@ -103,12 +116,49 @@ class ClaimRecord(_Model):
     #: A v1 claim's CDI ids of each allocated device, by device name (empty: a classic claim, or
     #: one prepared before devices had their own CDI device: each answered `cdi_devices`).
     device_cdi: dict[str, list[str]] = Field(default_factory=dict)
-    #: A v1 claim's allocation results as the kubelet was answered ({request, pool, device,
-    #: share_id}), so a re-prepare can answer while the ResourceClaim cannot be read.
-    results: list[dict[str, Any]] = Field(default_factory=list)
+    #: A v1 claim's allocation for this driver as its ResourceClaim has it (`{results, config}`
+    #: of `status.allocation.devices`): what it was prepared from and the kubelet answered, so a
+    #: re-prepare can answer while the ResourceClaim cannot be read. Empty for a classic claim.
+    devices: dict[str, Any] = Field(default_factory=dict)
 
     def allocated(self) -> AllocatedDevices:
         return AllocatedDevices.model_validate(self.allocation)
+
+    def results(self) -> list[dict[str, Any]]:
+        """A v1 claim's allocation results (API fields: request, driver, pool, device, ...)."""
+        return list(self.devices.get("results") or [])
+
+
+class NewerFormat(ValueError):
+    """A record written by a newer plugin (a downgrade): left in place, not moved aside."""
+
+
+def upgrade(body: Any) -> tuple[Any, bool]:
+    """A claim record's body in today's format, and whether it had to change.
+
+    Version 1 (no `version`): its reduced `results` ({request, pool, device, share_id}) become
+    `devices.results` as the API writes them (driver: ours; `shareID` when set). NewerFormat for
+    a version above VERSION; anything else is left to validation."""
+    if not isinstance(body, dict):
+        return body, False
+    version = body.get("version", 1)
+    if isinstance(version, int) and version > VERSION:
+        raise NewerFormat(
+            f"written by a newer node plugin (format {version}, this one reads up to {VERSION})"
+        )
+    if version != 1:
+        return body, False
+    upgraded = {k: v for k, v in body.items() if k != "results"}
+    results = []
+    for old in body.get("results") or []:
+        result = {"request": old.get("request"), "driver": DRIVER_NAME}
+        result.update(pool=old.get("pool"), device=old.get("device"))
+        if old.get("share_id"):
+            result["shareID"] = old["share_id"]
+        results.append(result)
+    upgraded["devices"] = {"results": results} if results else {}
+    upgraded["version"] = 2
+    return upgraded, True
 
 
 class SettingHold(_Model):
@@ -223,11 +273,19 @@ class Checkpoint:
             self._unreadable(Unreadable(path, _os_error(error), _uid_of(path, "")))
             return None
         try:
-            return ClaimRecord.model_validate(_unwrap(text))
+            body, upgraded = upgrade(_unwrap(text))
+            record = ClaimRecord.model_validate(body)
+        except NewerFormat as error:  # kept as it is for the plugin that wrote it
+            self._unreadable(Unreadable(path, str(error), _uid_of(path, text)))
+            return None
         except (ValueError, KeyError, TypeError) as error:  # ValidationError is a ValueError
             uid = _uid_of(path, text)
             self._unreadable(Unreadable(_move_aside(path, _why(error)), _why(error), uid))
             return None
+        if upgraded:
+            self._write(path, record.model_dump(mode="json"))
+            log.info("checkpoint: claim %s's record upgraded to format %d", record.uid, VERSION)
+        return record
 
     def _kept_aside(self, path: Path) -> Unreadable:
         """A `.corrupt` claim file an earlier start moved aside: still the operator's to clear."""

@@ -12,9 +12,8 @@ in the response.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from drasat.api.nas import AllocatedDevices
@@ -40,7 +39,7 @@ class Preparer(Protocol):
         self,
         claim: ClaimRef,
         allocation: AllocatedDevices | None = None,
-        results: list[dict[str, Any]] | None = None,
+        devices: Mapping[str, Any] | None = None,
     ) -> list[str]: ...
 
     def prepared(self, uid: str) -> ClaimRecord | None: ...
@@ -90,13 +89,12 @@ def prepare_v1_claims(
             # A claim prepared here is answered from the checkpoint when its ResourceClaim
             # cannot be read (an API outage while the kubelet re-prepares after a restart).
             record = preparer.prepared(claim.uid)
-            if record is None or not record.results:
+            if record is None or not record.results():
                 raise
             log.warning("prepare %s: %s; answered from the checkpoint", claim, error)
-            results = [Result(**r) for r in record.results]
+            results = [Result.of(r) for r in record.results()]
             return [(r, _ids_of(record, r, record.cdi_devices)) for r in results]
-        kept = [dataclasses.asdict(r) for r in resolved.results]
-        ids = preparer.prepare(claim, resolved.allocation, kept)
+        ids = preparer.prepare(claim, resolved.allocation, resolved.devices)
         prepared = preparer.prepared(claim.uid)
         return [(r, _ids_of(prepared, r, ids)) for r in resolved.results]
 

@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -297,19 +297,19 @@ class DeviceState:
         self,
         claim: ClaimRef,
         allocation: AllocatedDevices | None = None,
-        results: list[dict[str, Any]] | None = None,
+        devices: Mapping[str, Any] | None = None,
     ) -> list[str]:
         """Prepare one claim; its CDI device ids. Raises ClaimError.
 
-        `allocation`: the claim's devices when the caller knows them (a v1 claim's results,
-        translated); otherwise they come from the NAS or the claim's resource handle.
-        `results`: what the caller answers the kubelet besides the CDI ids (a v1 claim's
-        allocation results), kept with the record so a re-prepare can answer without reading
-        the claim again (`prepared`)."""
+        `allocation`: what to set up for the claim when the caller knows it (a v1 claim's
+        results, resolved on this node by v1claims); otherwise it comes from the NAS or the
+        claim's resource handle. `devices`: a v1 claim's allocation for this driver as its
+        ResourceClaim has it (`{results, config}`): each result gets its own CDI device, and the
+        record keeps it, so a re-prepare can answer without reading the claim (`prepared`)."""
         check_ref(claim)
         with self._claim_lock(claim.uid):
             try:
-                return self._prepare_claim(claim, allocation, results or [])
+                return self._prepare_claim(claim, allocation, dict(devices or {}))
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
 
@@ -333,7 +333,7 @@ class DeviceState:
             )
 
     def _prepare_claim(
-        self, claim: ClaimRef, given: AllocatedDevices | None, results: list[dict[str, Any]]
+        self, claim: ClaimRef, given: AllocatedDevices | None, devices: dict[str, Any]
     ) -> list[str]:
         self._check_readable(claim)
         record = self.checkpoint.get(claim.uid)
@@ -359,7 +359,7 @@ class DeviceState:
         name = claim.name or allocation.claimInfo.name
         planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), allocation)
         try:  # the placements stay reserved until the prepare is done or undone
-            return self._prepare_planned(claim, allocation, source, planned, results)
+            return self._prepare_planned(claim, allocation, source, planned, devices)
         finally:
             self._unreserve(claim.uid)
 
@@ -369,7 +369,7 @@ class DeviceState:
         allocation: AllocatedDevices,
         source: str,
         planned: list[PlannedMig],
-        results: list[dict[str, Any]],
+        devices: dict[str, Any],
     ) -> list[str]:
         record = ClaimRecord(
             uid=claim.uid,
@@ -379,7 +379,7 @@ class DeviceState:
             allocation=allocation.dump(),
             planned_migs=planned,
             source=source,
-            results=results,
+            devices=devices,
         )
         self._check_gpus(allocation)
         self.checkpoint.put(record)
@@ -775,7 +775,7 @@ class DeviceState:
         request(s), in the claim's order: a container gets the CDI devices of the requests it
         names, and CDI environment variables do not add up (the last device's value wins), so
         each device of a request says all of that request's."""
-        if not record.results:
+        if not record.results():
             return {}
         gpus = {u: g for u in gpu_uuids if (g := self._gpu(u)) is not None}
         by_name: dict[str, tuple[list[str], list[MigDevice], list[int]]] = {}
@@ -787,7 +787,7 @@ class DeviceState:
             name = names.mig_name(parent.minor, plan.profile, plan.gi_profile_id, plan.start)
             by_name[name] = ([], [mig], [parent.minor])
         requests: dict[str, set[str]] = {}  # device name -> the requests it was allocated for
-        for result in record.results:
+        for result in record.results():
             requests.setdefault(str(result["device"]), set()).add(str(result["request"]))
         order = gpu_uuids + [m.uuid for m in migs]
         uuids_of = {d: [*u, *(m.uuid for m in ms)] for d, (u, ms, _) in by_name.items()}

@@ -2,9 +2,12 @@
 
 A current kubelet (1.34+) names a claim (namespace, name, uid) and nothing more: the plugin reads
 the ResourceClaim through drasat.kube, takes the results of `status.allocation.devices.results`
-whose driver is gpu.drasat.io and whose pool is this node, and translates them into what the
-preparer already consumes (an `AllocatedDevices` entry, as the classic controller writes in the
-NAS), so both kubelet generations share one retry-safe, checkpointed preparer (`state.py`).
+whose driver is gpu.drasat.io and whose pool is this node, and resolves them on this node into
+what the preparer sets up (an `AllocatedDevices` entry: GPUs by UUID, MIG placements, share,
+sharing, lifecycle; the classic path reads the same from the NAS), so both kubelet generations
+share one retry-safe, checkpointed preparer (`state.py`). The preparer also gets the claim's own
+allocation for this driver (`ClaimAllocation.devices`: results and configuration as the API has
+them), which its checkpoint record keeps and each result's CDI device and answer come from.
 
 Each result's device name is parsed with the device model's codec (`api.devicemodel.names`):
 
@@ -95,13 +98,33 @@ class Result:
     device: str
     share_id: str | None = None
 
+    @classmethod
+    def of(cls, result: Mapping[str, Any]) -> Result:
+        """The answer's view of an allocation result as the API writes it."""
+        share_id = result.get("shareID") or None
+        return cls(
+            str(result.get("request", "")),
+            str(result.get("pool", "")),
+            str(result.get("device", "")),
+            str(share_id) if share_id else None,
+        )
+
 
 @dataclass(frozen=True)
 class ClaimAllocation:
-    """A v1 claim's devices on this node: for the preparer and for the kubelet's answer."""
+    """A v1 claim's allocation for this driver and what it asks of this node.
+
+    `devices` is the claim's own shape (`status.allocation.devices` with our results and our
+    configuration only): the preparer records it, and the kubelet's answer comes from it.
+    `allocation` is what the preparer sets up for it here (GPUs, MIG placements, share,
+    sharing, lifecycle), resolved against this node's GPUs."""
 
     allocation: AllocatedDevices
-    results: tuple[Result, ...]
+    devices: Mapping[str, Any]
+
+    @property
+    def results(self) -> tuple[Result, ...]:
+        return tuple(Result.of(r) for r in self.devices.get("results") or [])
 
 
 class ClaimAllocations:
@@ -183,8 +206,14 @@ def allocation_from_claim(
         model = AllocatedDevices.model_validate(entry)
     except ValidationError as error:  # e.g. more devices than a claim may have
         raise ClaimError(f"claim {claim}: {describe_validation_error(error)}") from None
-    results = tuple(Result(t.request, pool, t.device, t.share_id) for t in translated)
-    return ClaimAllocation(model, results)
+    own_config = [c for c in devices.get("config") or [] if _driver_of(c) == driver]
+    kept = {"results": ours, **({"config": own_config} if own_config else {})}
+    return ClaimAllocation(model, json.loads(json.dumps(kept)))
+
+
+def _driver_of(config: Any) -> Any:
+    opaque = config.get("opaque") if isinstance(config, Mapping) else None
+    return opaque.get("driver") if isinstance(opaque, Mapping) else None
 
 
 class _Refused(Exception):

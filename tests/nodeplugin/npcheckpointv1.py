@@ -1,7 +1,7 @@
 """The node of the checkpoint fixture `fixtures/checkpoint-v1/` (issue 25): what it prepared.
 
 `fixtures/checkpoint-v1/` holds the claim files of a node that prepared `prepare_all`'s claims,
-written by the checkpoint format of version 1 (commit 422a704, before records had a `version`):
+written by the checkpoint format 1 (commit 422a704, before records had a `version`):
 `test_np_checkpoint_v1.py` loads them with today's code. Run as a program to write them again
 (`python tests/nodeplugin/npcheckpointv1.py DIR`): only meaningful with the version-1 code, which
 is why the files are committed rather than made by the test. The state directory's path is

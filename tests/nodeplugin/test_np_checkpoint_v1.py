@@ -1,9 +1,10 @@
-"""A checkpoint written by the version-1 code (issue 25): `fixtures/checkpoint-v1/` holds the
-claim files of a node that prepared whole GPUs with time-slicing, two MPS shares of one GPU, a MIG
-device, a cpu-fallback claim and a classic NAS claim (`npcheckpointv1.py` wrote them, with the
-kubelet's answers and the CDI specs beside). Today's plugin, started over them on the node they
-describe, loads every record, answers a re-prepare as it was answered then, and unprepares every
-claim back to the node's own state."""
+"""A checkpoint written by the format-1 code (issue 25): `fixtures/checkpoint-v1/` holds the
+claim files (records without `version`) of a node that prepared whole GPUs with time-slicing, two
+MPS shares of one GPU, a MIG device, a cpu-fallback claim and a classic NAS claim
+(`npcheckpointv1.py` wrote them, with the kubelet's answers and the CDI specs beside). Today's
+plugin, started over them on the node they describe, loads every record (upgraded to format 2
+and written back), answers a re-prepare as it was answered then, and unprepares every claim back
+to the node's own state."""
 
 from __future__ import annotations
 
@@ -48,7 +49,24 @@ def test_a_version_1_checkpoint_is_loaded_reprepared_and_unprepared(short_tmp: P
     restarted = node.restart()
     loaded = restarted.state.checkpoint
     assert loaded.unreadable == []
-    assert {r.uid: r.model_dump(mode="json") for r in loaded.records()} == written
+    upgraded = {r.uid: r.model_dump(mode="json") for r in loaded.records()}
+    assert {u: {**r, "devices": None} for u, r in upgraded.items()} == {
+        u: {**r, "devices": None} for u, r in written.items()
+    }
+    # the results version 1 kept, in the API's shape; what it did not keep stays absent
+    # (consumedCapacity, the configuration)
+    for uid, record in upgraded.items():
+        kept = ("request", "driver", "pool", "device", "shareID")
+        assert record["devices"].get("results", []) == [
+            {k: r[k] for k in kept if k in r} for r in written[uid]["devices"].get("results", [])
+        ]
+    on_disk = loaded.claims_dir.glob("*.json")
+    assert {json.loads(p.read_text())["data"]["version"] for p in on_disk} == {2}
+
+    # the API cannot be read: the upgraded records answer the kubelet as before
+    offline = dict(V1(restarted, None).prepare(*[(u, fx.NAMES[u]) for u in fx.V1_CLAIMS]))
+    offline[fx.CLASSIC] = answers[fx.CLASSIC]
+    assert fx.answered(offline) == fx.answered(answers)
 
     v1 = V1(restarted, claims)
     again = dict(v1.prepare(*[(uid, fx.NAMES[uid]) for uid in fx.V1_CLAIMS]))
@@ -64,3 +82,17 @@ def test_a_version_1_checkpoint_is_loaded_reprepared_and_unprepared(short_tmp: P
     assert restarted.daemons() == {}
     assert gpu_instances(restarted, 2) == []
     assert restarted.sim.gpus[0].time_slice == 0
+
+
+def test_a_record_of_a_newer_format_is_left_in_place_for_its_plugin(short_tmp: Path) -> None:
+    node = make_node(short_tmp, fx.FLEET)
+    answers = fx.prepare_all(node, fx.claims())
+    assert answers[fx.CLASSIC]
+    path = node.state.checkpoint._claim_path(fx.CLASSIC)
+    body = json.loads(path.read_text())["data"]
+    path.write_text(checkpoint._envelope({**body, "version": checkpoint.VERSION + 1}))
+    restarted = node.restart()
+    (entry,) = restarted.state.checkpoint.unreadable
+    assert (entry.path, entry.uid) == (path, fx.CLASSIC)
+    assert "newer node plugin (format 3" in entry.why
+    assert path.exists()  # not moved aside: a downgrade keeps what the newer plugin recorded
