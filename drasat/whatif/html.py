@@ -8,11 +8,12 @@ fill by their compute (or memory) fraction. A claim has the same colour everywhe
 from __future__ import annotations
 
 import importlib.resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from drasat.whatif import report
+if TYPE_CHECKING:  # annotations only: the output module imports this one
+    from drasat.whatif import report
 
 TEMPLATE = "report.html.j2"
 

@@ -2,24 +2,32 @@
 
 A purely computational module: the cluster, the compiled manifests and the solver's solution in;
 the NodeAllocationStates with the new allocations merged, one row per pod claim, a summary and a
-per-GPU picture out.
+per-GPU picture out. The picture and the summary are the what-if's one output's (`v1output`),
+shared with the v1 what-if; the rows and the merge are the classic run's.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
-from drasat.api import catalog
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
-from drasat.api.quantity import to_bytes
-from drasat.solver.problem import Solution, Status, bound_text
+from drasat.solver.problem import Solution
 from drasat.whatif.inventory import Ignored
 from drasat.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.whatif.nodes import ClusterNodes
+from drasat.whatif.v1output import (
+    GpuView,
+    Legend,
+    NodeView,
+    Segment,
+    Summary,
+    colour,
+    mig_slices,
+    node_view,
+    palette,
+)
 
-#: Memory slices of a MIG GPU whose product neither the catalog nor its NAS describes.
-DEFAULT_MIG_SLICES = 8
+__all__ = ["GpuView", "NodeView", "Segment", "Summary", "colour", "mig_slices", "palette"]
 
 
 @dataclass(frozen=True)
@@ -39,86 +47,6 @@ class Row:
     @property
     def placed(self) -> bool:
         return self.node is not None
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A part of a GPU's bar: `start`/`size` in slots of the bar (MIG slices or percent)."""
-
-    start: int
-    size: int
-    claim: str  # namespace/name of the claim
-    label: str  # the whole story (tooltip)
-    text: str  # what fits in the segment: the most telling part first
-    colour: str
-    existing: bool
-
-
-@dataclass(frozen=True)
-class GpuView:
-    index: int
-    uuid: str
-    product: str
-    memory: str
-    mig_enabled: bool
-    #: Slots of the bar: memory slices of a MIG GPU, 100 (percent) otherwise.
-    slots: int
-    segments: tuple[Segment, ...]
-    #: A MIG GPU held whole by a claim whose pod pairs MIG devices with it (gpuClaimName):
-    #: (claim, colour); drawn as the bar's frame, not a segment.
-    held_by: tuple[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class NodeView:
-    name: str
-    ready: bool
-    gpus: tuple[GpuView, ...]
-    #: Optional claims allocated on this node with no device (their pods run CPU-only).
-    cpu_only: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Summary:
-    nodes: int
-    nodes_not_ready: int
-    gpus_total: int
-    gpus_used: int
-    mig_slices_total: int
-    mig_slices_used: int
-    pods_placed: int
-    pods_unplaced: int
-    #: Allocations the solution adds, and those the input NodeAllocationStates already held.
-    allocations_new: int
-    allocations_existing: int
-    status: str
-    objective: float
-    #: None: no bound is known (online mode; a batch model that left out nodes).
-    best_bound: float | None
-    gap: float | None
-    wall_time_s: float
-    mode: str
-    #: What the status proves (drasat.solver.Status.meaning).
-    meaning: str = ""
-
-    @property
-    def solver_text(self) -> str:
-        """`STATUS (mode: what it proves)`."""
-        return f"{self.status} ({self.mode}: {self.meaning})" if self.meaning else self.status
-
-    @property
-    def bound_text(self) -> str:
-        """`best bound B, gap G%`, or `no bound`."""
-        status = Status(self.status) if self.status in {s.value for s in Status} else None
-        return bound_text(self.best_bound, self.gap, status)
-
-    @property
-    def gpus_free(self) -> int:
-        return self.gpus_total - self.gpus_used
-
-    @property
-    def mig_slices_free(self) -> int:
-        return self.mig_slices_total - self.mig_slices_used
 
 
 @dataclass(frozen=True)
@@ -160,7 +88,7 @@ def build(
         for pod in workload.pods
         for pod_claim in pod.claims
     )
-    legend = _Legend(
+    legend = Legend(
         names={c.request.uid: c.key for c in workload.claims},
         colours=dict(
             zip((c.key for c in workload.claims), palette(len(workload.claims)), strict=True)
@@ -172,7 +100,7 @@ def build(
         nas=nas,
         rows=rows,
         summary=_summary(cluster, nas, workload, solution, unplaced, mode),
-        nodes=tuple(_node_view(n, legend) for n in nas),
+        nodes=tuple(node_view(n, legend) for n in nas),
         colours=legend.colours,
         ignored=(*cluster.ignored, *workload.ignored),
         workload=workload,
@@ -279,20 +207,6 @@ def describe_devices(entry: AllocatedDevices, gpus: dict[str, GpuInfo], *, wide:
     return ", ".join(_gpu_name(d.uuid, gpus, wide=wide) for d in devices)
 
 
-def mig_slices(gpu: GpuInfo, nas: NodeAllocationState) -> int:
-    """Memory slices of a MIG GPU: the catalog's, else what its NAS placements reach."""
-    product = catalog.product_for_name(gpu.productName)
-    if product is not None and product.memory_slices:
-        return product.memory_slices
-    ends = [
-        p.end
-        for m in nas.spec.mig_profiles()
-        if m.parentProductName == gpu.productName
-        for p in m.placements
-    ]
-    return max(ends, default=DEFAULT_MIG_SLICES)
-
-
 def _summary(
     cluster: ClusterNodes,
     nas: tuple[NodeAllocationState, ...],
@@ -330,97 +244,3 @@ def _summary(
         mode=mode,
         meaning=solution.status.meaning,
     )
-
-
-def colour(key: str) -> str:
-    """A stable colour for a claim the workload does not hold (an existing allocation)."""
-    hue = int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 360
-    return f"hsl({hue}, 45%, 72%)"
-
-
-def palette(count: int) -> list[str]:
-    """`count` colours far apart: hues a golden angle apart, lightness alternating."""
-    return [f"hsl({(i * 137.508) % 360:.0f}, 62%, {58 + 8 * (i % 2)}%)" for i in range(count)]
-
-
-@dataclass(frozen=True)
-class _Legend:
-    """How the bars name and colour claims."""
-
-    names: dict[str, str]  # claim uid -> namespace/name
-    colours: dict[str, str]  # namespace/name -> colour
-    users: dict[str, int]  # namespace/name -> pods using it
-    existing: set[str]  # uids allocated in the input
-
-    def colour_of(self, key: str) -> str:
-        return self.colours.get(key) or colour(key)
-
-
-def _node_view(nas: NodeAllocationState, legend: _Legend) -> NodeView:
-    gpus = []
-    for gpu in nas.spec.gpus():
-        slots = mig_slices(gpu, nas) if gpu.migEnabled else 100
-        segments, held_by = _segments(gpu, nas, legend)
-        memory = f"{gpu.memoryBytes / 2**30:.0f} GiB"
-        gpus.append(
-            GpuView(
-                gpu.index,
-                gpu.uuid,
-                gpu.productName,
-                memory,
-                gpu.migEnabled,
-                slots,
-                tuple(segments),
-                held_by,
-            )
-        )
-    ready = nas.status is None or nas.status.value == "Ready"
-    cpu_only = tuple(
-        legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
-        for uid, entry in nas.spec.allocatedClaims.items()
-        if entry.gpu is not None and not entry.gpu.devices
-    )
-    return NodeView(nas.metadata.name, ready, tuple(gpus), cpu_only)
-
-
-def _segments(
-    gpu: GpuInfo, nas: NodeAllocationState, legend: _Legend
-) -> tuple[list[Segment], tuple[str, str] | None]:
-    segments: list[Segment] = []
-    held_by: tuple[str, str] | None = None
-    offset = 0  # share claims stack up from the left of a non-MIG bar
-    for uid, entry in nas.spec.allocatedClaims.items():
-        key = legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
-        was = uid in legend.existing
-        paint = legend.colour_of(key)
-        if entry.mig is not None:
-            for device in entry.mig.devices:
-                if device.parentUUID == gpu.uuid:
-                    label = f"{device.profile} {key}"
-                    placement = device.placement
-                    # a one- or two-slice device has room for its profile only
-                    text = label if placement.size > 2 else device.profile
-                    segments.append(
-                        Segment(placement.start, placement.size, key, label, text, paint, was)
-                    )
-        elif entry.gpu is not None and any(d.uuid == gpu.uuid for d in entry.gpu.devices):
-            if gpu.migEnabled:  # held whole next to its pod's paired MIG devices
-                held_by = (key, paint)
-                continue
-            size = _share_percent(entry, gpu) if entry.share is not None else 100 - offset
-            users = legend.users.get(key, 0)
-            label = f"{key} ({users} pods)" if users > 1 else key
-            if entry.share is not None:
-                label = f"{size}% {key}"
-            segments.append(Segment(offset, size, key, label, label, paint, was))
-            offset = min(100, offset + size)
-    return segments, held_by
-
-
-def _share_percent(entry: AllocatedDevices, gpu: GpuInfo) -> int:
-    share = entry.share
-    assert share is not None
-    if share.compute is not None:
-        return share.compute
-    memory = to_bytes(share.memory) if share.memory is not None else 0
-    return max(1, round(100 * memory / gpu.memoryBytes)) if gpu.memoryBytes else 1

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from drasat.api import access
 from drasat.api.sharing import default_sharing
 from drasat.whatif.inventory import Ignored
-from drasat.whatif.report import Report, Row, Summary
+
+if TYPE_CHECKING:  # annotations only: the output module imports this one
+    from drasat.whatif.report import Report, Row
+    from drasat.whatif.v1output import Summary
 
 
 def render(report: Report, *, wide: bool = False) -> str:

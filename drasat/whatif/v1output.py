@@ -1,4 +1,10 @@
-"""Output of a v1 what-if run.
+"""The what-if's output: what a run found, for every renderer.
+
+The picture of the cluster after the run lives here, one for both what-ifs: each node's GPUs as
+bars (`NodeView`, `GpuView`, `Segment`: MIG devices at their placements, shares by their
+compute, drawn from the ledger, `node_view`), the colours (`palette`, `colour`, `Legend`) and
+the `Summary`. The classic what-if's report (`report.py`) takes them from here; below, how a v1
+run is rendered.
 
 `table`/`wide`: one row per pod claim with its node and, per result, the request's name and the
 device as its driver named it (`gpu-0`, `gpu-0-mig-1g5gb-19-0`), then what it is: a MIG
@@ -25,6 +31,7 @@ placements and shares by their compute, drawn from the ledger, and the wide tabl
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,15 +39,208 @@ from typing import Any
 
 import yaml
 
+from drasat.api import catalog
 from drasat.api.devicemodel import shares
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
-from drasat.solver.problem import Solution, Status
+from drasat.solver.problem import Solution, Status, bound_text
 from drasat.v1.devices import FALLBACK, MIG, Published
-from drasat.whatif import html, report, table, v1manifests, v1run
+from drasat.whatif import html, table, v1gangs, v1manifests, v1run
 from drasat.whatif.v1run import V1Result
 
 Obj = dict[str, Any]
+
+#: Memory slices of a MIG GPU whose product neither the catalog nor its NAS describes.
+DEFAULT_MIG_SLICES = 8
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a GPU's bar: `start`/`size` in slots of the bar (MIG slices or percent)."""
+
+    start: int
+    size: int
+    claim: str  # namespace/name of the claim
+    label: str  # the whole story (tooltip)
+    text: str  # what fits in the segment: the most telling part first
+    colour: str
+    existing: bool
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    uuid: str
+    product: str
+    memory: str
+    mig_enabled: bool
+    #: Slots of the bar: memory slices of a MIG GPU, 100 (percent) otherwise.
+    slots: int
+    segments: tuple[Segment, ...]
+    #: A MIG GPU held whole by a claim whose pod pairs MIG devices with it (gpuClaimName):
+    #: (claim, colour); drawn as the bar's frame, not a segment.
+    held_by: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    ready: bool
+    gpus: tuple[GpuView, ...]
+    #: Optional claims allocated on this node with no device (their pods run CPU-only).
+    cpu_only: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summary:
+    nodes: int
+    nodes_not_ready: int
+    gpus_total: int
+    gpus_used: int
+    mig_slices_total: int
+    mig_slices_used: int
+    pods_placed: int
+    pods_unplaced: int
+    #: Allocations the solution adds, and those the input NodeAllocationStates already held.
+    allocations_new: int
+    allocations_existing: int
+    status: str
+    objective: float
+    #: None: no bound is known (online mode; a batch model that left out nodes).
+    best_bound: float | None
+    gap: float | None
+    wall_time_s: float
+    mode: str
+    #: What the status proves (drasat.solver.Status.meaning).
+    meaning: str = ""
+
+    @property
+    def solver_text(self) -> str:
+        """`STATUS (mode: what it proves)`."""
+        return f"{self.status} ({self.mode}: {self.meaning})" if self.meaning else self.status
+
+    @property
+    def bound_text(self) -> str:
+        """`best bound B, gap G%`, or `no bound`."""
+        status = Status(self.status) if self.status in {s.value for s in Status} else None
+        return bound_text(self.best_bound, self.gap, status)
+
+    @property
+    def gpus_free(self) -> int:
+        return self.gpus_total - self.gpus_used
+
+    @property
+    def mig_slices_free(self) -> int:
+        return self.mig_slices_total - self.mig_slices_used
+
+
+def mig_slices(gpu: GpuInfo, nas: NodeAllocationState) -> int:
+    """Memory slices of a MIG GPU: the catalog's, else what its NAS placements reach."""
+    product = catalog.product_for_name(gpu.productName)
+    if product is not None and product.memory_slices:
+        return product.memory_slices
+    ends = [
+        p.end
+        for m in nas.spec.mig_profiles()
+        if m.parentProductName == gpu.productName
+        for p in m.placements
+    ]
+    return max(ends, default=DEFAULT_MIG_SLICES)
+
+
+def colour(key: str) -> str:
+    """A stable colour for a claim the workload does not hold (an existing allocation)."""
+    hue = int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) % 360
+    return f"hsl({hue}, 45%, 72%)"
+
+
+def palette(count: int) -> list[str]:
+    """`count` colours far apart: hues a golden angle apart, lightness alternating."""
+    return [f"hsl({(i * 137.508) % 360:.0f}, 62%, {58 + 8 * (i % 2)}%)" for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Legend:
+    """How the bars name and colour claims."""
+
+    names: dict[str, str]  # claim uid -> namespace/name
+    colours: dict[str, str]  # namespace/name -> colour
+    users: dict[str, int]  # namespace/name -> pods using it
+    existing: set[str]  # uids allocated in the input
+
+    def colour_of(self, key: str) -> str:
+        return self.colours.get(key) or colour(key)
+
+
+def node_view(nas: NodeAllocationState, legend: Legend) -> NodeView:
+    gpus = []
+    for gpu in nas.spec.gpus():
+        slots = mig_slices(gpu, nas) if gpu.migEnabled else 100
+        segments, held_by = _segments(gpu, nas, legend)
+        memory = f"{gpu.memoryBytes / 2**30:.0f} GiB"
+        gpus.append(
+            GpuView(
+                gpu.index,
+                gpu.uuid,
+                gpu.productName,
+                memory,
+                gpu.migEnabled,
+                slots,
+                tuple(segments),
+                held_by,
+            )
+        )
+    ready = nas.status is None or nas.status.value == "Ready"
+    cpu_only = tuple(
+        legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
+        for uid, entry in nas.spec.allocatedClaims.items()
+        if entry.gpu is not None and not entry.gpu.devices
+    )
+    return NodeView(nas.metadata.name, ready, tuple(gpus), cpu_only)
+
+
+def _segments(
+    gpu: GpuInfo, nas: NodeAllocationState, legend: Legend
+) -> tuple[list[Segment], tuple[str, str] | None]:
+    segments: list[Segment] = []
+    held_by: tuple[str, str] | None = None
+    offset = 0  # share claims stack up from the left of a non-MIG bar
+    for uid, entry in nas.spec.allocatedClaims.items():
+        key = legend.names.get(uid, f"{entry.claimInfo.namespace}/{entry.claimInfo.name}")
+        was = uid in legend.existing
+        paint = legend.colour_of(key)
+        if entry.mig is not None:
+            for device in entry.mig.devices:
+                if device.parentUUID == gpu.uuid:
+                    label = f"{device.profile} {key}"
+                    placement = device.placement
+                    # a one- or two-slice device has room for its profile only
+                    text = label if placement.size > 2 else device.profile
+                    segments.append(
+                        Segment(placement.start, placement.size, key, label, text, paint, was)
+                    )
+        elif entry.gpu is not None and any(d.uuid == gpu.uuid for d in entry.gpu.devices):
+            if gpu.migEnabled:  # held whole next to its pod's paired MIG devices
+                held_by = (key, paint)
+                continue
+            size = _share_percent(entry, gpu) if entry.share is not None else 100 - offset
+            users = legend.users.get(key, 0)
+            label = f"{key} ({users} pods)" if users > 1 else key
+            if entry.share is not None:
+                label = f"{size}% {key}"
+            segments.append(Segment(offset, size, key, label, label, paint, was))
+            offset = min(100, offset + size)
+    return segments, held_by
+
+
+def _share_percent(entry: AllocatedDevices, gpu: GpuInfo) -> int:
+    share = entry.share
+    assert share is not None
+    if share.compute is not None:
+        return share.compute
+    memory = to_bytes(share.memory) if share.memory is not None else 0
+    return max(1, round(100 * memory / gpu.memoryBytes)) if gpu.memoryBytes else 1
+
 
 REASON_ANNOTATION = "whatif.drasat.io/reason"
 SOLVER_ANNOTATION = "whatif.drasat.io/solver"
@@ -344,7 +544,7 @@ def node_states(result: V1Result) -> list[NodeAllocationState]:
 # --- renderers ------------------------------------------------------------------------------------
 
 
-def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> report.Summary:
+def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> Summary:
     used: set[str] = set()
     slices_used = 0
     for nas in states:
@@ -360,12 +560,12 @@ def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> report.
         min((s.status for s in solutions), key=_STRENGTH.index) if solutions else Status.UNKNOWN
     )
     existing = sum(1 for c in result.workload.claims.values() if v1manifests.allocated(c.obj))
-    return report.Summary(
+    return Summary(
         nodes=len(states),
         nodes_not_ready=sum(1 for s in result.cluster.states if not s.ready),
         gpus_total=len(gpus),
         gpus_used=sum(1 for g, _ in gpus if g.uuid in used),
-        mig_slices_total=sum(report.mig_slices(g, n) for g, n in gpus if g.migEnabled),
+        mig_slices_total=sum(mig_slices(g, n) for g, n in gpus if g.migEnabled),
         mig_slices_used=slices_used,
         pods_placed=len(result.workload.pods) - len(result.outcome.refused),
         pods_unplaced=len(result.outcome.refused),
@@ -387,6 +587,7 @@ def render_table(result: V1Result, *, wide: bool = False) -> str:
         header = ["POD", "CLAIM", "RESOURCECLAIM", "NODE", "DEVICES", "SHARING"]
     lines = table.columns([header, *(_cells(r, wide=wide) for r in rows(result))])
     lines.extend(unplaced_lines(result, wide=wide))
+    lines.extend(v1gangs.lines(result))
     summary = _summary(result, node_states(result))
     lines.append("")
     lines.extend(table.summary_lines(summary)[:2])
@@ -437,12 +638,12 @@ class _Page:
     """What the report template reads, for a v1 run."""
 
     rows: tuple[Row, ...]
-    nodes: tuple[report.NodeView, ...]
+    nodes: tuple[NodeView, ...]
     colours: dict[str, str]
     ignored: tuple[Any, ...]
     claims: tuple[v1manifests.V1Claim, ...]
     solver_error: str | None
-    summary: report.Summary
+    summary: Summary
 
     @property
     def workload(self) -> _Page:  # the template counts `report.workload.claims`
@@ -453,7 +654,7 @@ def render_html(result: V1Result) -> str:
     """The classic report page: GPU bars from the ledger (MIG placements, shares), the rows."""
     states = node_states(result)
     keys = list(result.workload.claims)
-    colours = dict(zip(keys, report.palette(len(keys)), strict=True))
+    colours = dict(zip(keys, palette(len(keys)), strict=True))
     names = {}
     for placed in result.outcome.allocations.values():
         for entry in placed.ledger:
@@ -464,7 +665,7 @@ def render_html(result: V1Result) -> str:
         for key in node.state.nas.allocatedClaims
     }
     # report's legend and node view: the same bars as the classic page, from the same ledger.
-    legend = report._Legend(names, colours, _users(result), existing)
+    legend = Legend(names, colours, _users(result), existing)
     refused = result.outcome.refused
     page = _Page(
         # The page has no "below": an unplaced row carries its pod's reason.
@@ -474,7 +675,7 @@ def render_html(result: V1Result) -> str:
             else row
             for row in rows(result)
         ),
-        nodes=tuple(report._node_view(nas, legend) for nas in states),
+        nodes=tuple(node_view(nas, legend) for nas in states),
         colours=colours,
         ignored=(*result.cluster.ignored, *result.workload.ignored),
         claims=tuple(result.workload.claims.values()),
