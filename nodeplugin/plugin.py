@@ -122,6 +122,10 @@ class NodePlugin:
         #: writes to the NAS (None: no slices, e.g. for classic kubelets).
         self.slice_publisher = slice_publisher
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Ours alone even when it existed (the chart's hostPath DirectoryOrCreate makes it 0755):
+        # the checkpoint names every claim, and the MPS pipes under mps/ reach its daemons.
+        # Containers get their own daemon's folders bind-mounted, never through this path.
+        os.chmod(config.state_dir, 0o700)
         self.state = state.DeviceState(
             lib=lib,
             store=store,
@@ -322,6 +326,10 @@ class NodePlugin:
                     log.warning("%s", line)
             except Exception:
                 log.exception("orphan MIG devices")
+            # The slices are owned by the Node: a Node deleted and registered again took them
+            # with it (the chaos soak's node-delete, issue 29). Each round publishes them again;
+            # a sync that finds them as wanted writes nothing.
+            self.publish_slices()
 
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stop.set()

@@ -115,3 +115,16 @@ def test_a_plugin_starts_on_a_node_with_a_lost_gpu_and_unprepares_its_claims(
         assert restarted.state.metrics.lost_gpus._value.get() == 1
     finally:
         restarted.plugin.stop(grace_s=0)
+
+
+def test_each_collection_round_publishes_the_slices_again(node_factory: Any) -> None:
+    """A Node deleted and registered again takes its slices with it (owner reference), and the
+    plugin saw no change of its own: the periodic round publishes them again (issue 29's soak
+    found a node left without slices for good)."""
+    node = served(node_factory, gc_interval_s=0.05)
+    node.plugin.start()
+    try:
+        before = len(node.plugin.slice_publisher.published)
+        assert wait_for(lambda: len(node.plugin.slice_publisher.published) >= before + 2, 10)
+    finally:
+        node.plugin.stop(grace_s=0)
