@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e oracle kube check lint typecheck layers without-classic unit generate gpu-check mutation clean
+.PHONY: demo whatif test e2e oracle kube check lint typecheck layers without-classic unit generate gpu-check mutation clean lock licences sbom
 
 # setuptools' editable install always adds a note (folders named like the package may shadow it),
 # which pip relays as a 10-line warning: filtered, as it asks nothing of the user.
@@ -59,6 +59,22 @@ gpu-check: $(STAMP)
 ## tests, in a copy of HEAD under build/mutation); not part of `make test`: 30-55 min
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py
+
+## lock: pin the image's dependencies with hashes (uv pip compile --generate-hashes):
+## deploy/requirements.lock from pyproject.toml, deploy/build-requirements.lock for the wheel's
+## build; deploy/Dockerfile installs exactly these (PyPI needed; docs/SECURITY.md)
+lock: $(STAMP)
+	$(BIN)/python scripts/supplychain.py lock
+
+## licences: install the lock into build/supplychain/ and write deploy/licences.tsv, each
+## package's licence from its metadata (tests/deploy/test_supply_chain.py checks it)
+licences: $(STAMP)
+	$(BIN)/python scripts/supplychain.py licences
+
+## sbom: the same, and a CycloneDX 1.6 SBOM of what the image installs (cyclonedx-py) in
+## build/sbom.cdx.json
+sbom: $(STAMP)
+	$(BIN)/python scripts/supplychain.py sbom
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
