@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from drasat.api.groups import SCHEDULING_GATE
+from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.controller import v1inputs
 from drasat.kube import errors, informer
 from drasat.kube import resources as r
@@ -126,8 +126,10 @@ class Lookup:
     """Reads a pod's templates, claims and the DeviceClasses they name: from informers, or from
     the API server when the cache does not hold the object (yet)."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, drivers: tuple[str, ...] = (DRIVER_NAME,)) -> None:
         self.api = api
+        #: The drivers whose classes drasat allocates (`drasat controller --driver`).
+        self.drivers = drivers
         self.classes = self._informer(r.DEVICE_CLASSES_V1)
         self.templates = self._informer(r.RESOURCE_CLAIM_TEMPLATES_V1)
         self.claims = self._informer(r.RESOURCE_CLAIMS_V1)
@@ -151,11 +153,11 @@ class Lookup:
         return all(each.synced for each in self._informers)
 
     def our_classes(self) -> Mapping[str, Obj]:
-        """drasat's DeviceClasses by name (listed from the API server until the cache has
-        synced: the chart creates them before any pod of drasat's)."""
+        """The DeviceClasses of the drivers drasat allocates, by name (listed from the API
+        server until the cache has synced: the chart creates them before any pod of drasat's)."""
         if self.classes.synced:
-            return v1inputs.our_classes(self.classes.items())
-        return v1inputs.our_classes(self.api.list(r.DEVICE_CLASSES_V1).items)
+            return v1inputs.our_classes(self.classes.items(), self.drivers)
+        return v1inputs.our_classes(self.api.list(r.DEVICE_CLASSES_V1).items, self.drivers)
 
     def template(self, namespace: str, name: str) -> Obj | None:
         return self._read(self.templates, r.RESOURCE_CLAIM_TEMPLATES_V1, name, namespace)

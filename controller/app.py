@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from drasat.api.errors import InputError
+from drasat.api.groups import DRIVER_NAME
 from drasat.controller import admission, leader
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
@@ -81,6 +82,8 @@ class Options:
     #: The webhook also turns `nvidia.com/gpu` into claims of drasat's class (where the API
     #: server serves no MutatingAdmissionPolicy to do it).
     webhook_extended_resources: bool = False
+    #: v1: the drivers whose DeviceClasses drasat allocates (`controller.drivers`).
+    drivers: tuple[str, ...] = (DRIVER_NAME,)
 
 
 def default_identity() -> str:
@@ -115,6 +118,8 @@ class App:
             self.elector = leader.LeaderElector(self.api, config, on_change=self._on_leading)
         self.dra_api = self._dra_api()
         log.info("DRA API: %s (--dra-api %s)", self.dra_api, options.dra_api)
+        if self.dra_api == "v1":
+            log.info("allocating the claims of the DeviceClasses of %s", ", ".join(options.drivers))
         self.controller: Loop
         if self.dra_api == "v1":
             self.controller = V1Controller(
@@ -128,6 +133,7 @@ class App:
                     resync_s=min(options.resync_s, 10.0),
                     device_taint=options.device_taint,
                     policy_source=self.policy.source,
+                    drivers=options.drivers,
                 ),
                 policy=self.policy.current,
                 poll_policy=self.policy.poll,
@@ -223,7 +229,7 @@ class App:
             if answer.why:
                 log.debug("admission: gated (%s)", answer.why)
 
-        lookup = admission.Lookup(self.api)
+        lookup = admission.Lookup(self.api, o.drivers)
         try:
             self.webhook = admission.serve(
                 o.webhook_address, cert_file=o.webhook_cert_file, key_file=o.webhook_key_file,

@@ -25,11 +25,12 @@ from drasat import v1
 from drasat.api.groups import DRIVER_NAME, FINALIZER, SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, leader, nodes, policy, v1controller, v1inputs
+from drasat.controller.drivers import Published
+from drasat.controller.statusledger import ledgers_from_statuses
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.solver import Mode, SolveParams
-from drasat.v1 import slices
 
 _CONFIGMAP_SOURCE = re.compile(r"^ConfigMap (?P<namespace>[^/ ]+)/(?P<name>\S+) key (?P<key>\S+)$")
 
@@ -49,13 +50,17 @@ class Options:
     mode: str | None = None
     lease: str = "drasat-controller"
     batch_max: int = 64
+    #: The drivers whose classes the controller allocates (its `--driver`).
+    drivers: tuple[str, ...] = (DRIVER_NAME,)
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def snapshot(api: Api, *, namespace: str) -> v1inputs.Snapshot:
+def snapshot(
+    api: Api, *, namespace: str, drivers: tuple[str, ...] = (DRIVER_NAME,)
+) -> v1inputs.Snapshot:
     """The cluster as the controller's informers hold it, read once."""
     claims = {
         f"{c['metadata']['namespace']}/{c['metadata']['name']}": c
@@ -65,13 +70,15 @@ def snapshot(api: Api, *, namespace: str) -> v1inputs.Snapshot:
     for obj in api.list(r.NAS, namespace=namespace).items:
         found = nodes.parse(obj)
         parsed[found.node.name] = found
+    published = Published(drivers).read(api.list(r.RESOURCE_SLICES_V1).items)
+    parsed |= ledgers_from_statuses(published, claims.values(), parsed, {}, drivers)
     return v1inputs.Snapshot(
         pods=api.list(r.PODS).items,
         claims=claims,
-        classes=v1inputs.our_classes(api.list(r.DEVICE_CLASSES_V1).items),
+        classes=v1inputs.our_classes(api.list(r.DEVICE_CLASSES_V1).items, drivers),
         nodes={str(n["metadata"]["name"]): n for n in api.list(r.NODES).items},
         nas=parsed,
-        published=slices.Reader().read(api.list(r.RESOURCE_SLICES_V1).items),
+        published=published,
     )
 
 
@@ -94,7 +101,7 @@ def explain(
         pod = api.get(r.PODS, pod_name, namespace=pod_namespace)
     except errors.NotFound:
         raise PodNotFound(f"pod {key} not found") from None
-    found = snapshot(api, namespace=options.namespace)
+    found = snapshot(api, namespace=options.namespace, drivers=options.drivers)
     found.pods = [p for p in found.pods if v1inputs.pod_key(p) != key] + [pod]
     claims = decisions.pod_claims(pod, found)
     if (pod.get("spec") or {}).get("nodeName"):

@@ -30,6 +30,9 @@ class ParsedNas:
     resource_version: str
     #: Why the object itself is bad ("" when it validated).
     problem: str = ""
+    #: No NAS: a node of another driver whose ledger is read from the claims' statuses
+    #: (`controller.statusledger`); nothing is written to it.
+    from_statuses: bool = False
 
 
 def parse(obj: Obj) -> ParsedNas:

@@ -50,7 +50,9 @@ from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import allocation, decisions, extended, nodes, v1inputs
+from drasat.controller.drivers import Published, taint_rule_name
 from drasat.controller.metrics import Metrics
+from drasat.controller.statusledger import ledgers_from_statuses, status_entries_on
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
 from drasat.kube import resources as r
@@ -58,14 +60,14 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
-from drasat.v1 import results, slices
+from drasat.v1 import results
 
 log = logging.getLogger(__name__)
 
 Solve = Callable[[Problem, SolveParams], Solution]
 T = TypeVar("T")
 
-TAINT_RULE = "drasat-allocator"
+TAINT_RULE = taint_rule_name(DRIVER_NAME)
 TAINT_KEY = v1inputs.ALLOCATOR_TAINT["key"]
 TAINT_VALUE = v1inputs.ALLOCATOR_TAINT["value"]
 REASON_REFUSED = "NotAllocatable"
@@ -80,14 +82,18 @@ class LedgerConflict(errors.Conflict):
     """A device the solver chose is held by another claim (the fresh NAS or a claim's status)."""
 
 
-def taint_rule(resource: r.Resource = r.DEVICE_TAINT_RULES_V1) -> Obj:
-    """The DeviceTaintRule that keeps kube-scheduler's allocator off every device of ours."""
+def taint_rule(resource: r.Resource = r.DEVICE_TAINT_RULES_V1, driver: str = DRIVER_NAME) -> Obj:
+    """The DeviceTaintRule that keeps kube-scheduler's allocator off every device of a driver
+    drasat allocates (`TAINT_RULE` for drasat's own; `drivers.taint_rule_name`)."""
     return {
         "apiVersion": resource.api_version,
         "kind": "DeviceTaintRule",
-        "metadata": {"name": TAINT_RULE, "labels": {"app.kubernetes.io/managed-by": "drasat"}},
+        "metadata": {
+            "name": taint_rule_name(driver),
+            "labels": {"app.kubernetes.io/managed-by": "drasat"},
+        },
         "spec": {
-            "deviceSelector": {"driver": DRIVER_NAME},
+            "deviceSelector": {"driver": driver},
             "taint": {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"},
         },
     }
@@ -124,6 +130,9 @@ class V1Config:
     #: How many placed pods' writes (statuses, then the gate) go at once; each node's ledger
     #: entries are written before, in one write per node.
     write_workers: int = 8
+    #: The drivers whose DeviceClasses drasat allocates (`controller.drivers`): its own, NVIDIA's
+    #: gpu.nvidia.com, or both. A node of NVIDIA's keeps its ledger in the claims' statuses.
+    drivers: tuple[str, ...] = (DRIVER_NAME,)
 
 
 @dataclass
@@ -133,6 +142,8 @@ class _Written:
     node: str
     version: str
     pods: set[str] = field(default_factory=set)
+    #: Its ledger entries: what a node without a NAS counts until the informer sees the status.
+    ledger: Mapping[str, AllocatedDevices] = field(default_factory=dict)
 
 
 def _newer(a: str, b: str) -> bool:
@@ -206,7 +217,7 @@ class V1Controller:
         #: What the nodes publish: the devices this controller allocates (every driver's
         #: slices are listed; only drasat's are read, each node's again when they change).
         self.slices = make(r.RESOURCE_SLICES_V1)
-        self._slice_reader = slices.Reader()
+        self._slice_reader = Published(self.config.drivers)
         self._informers = [
             self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
         ]  # fmt: skip
@@ -250,22 +261,30 @@ class V1Controller:
         self._wake.set()
 
     def ensure_taint_rule(self) -> None:
-        """Create or restore the DeviceTaintRule, in the newest version the server serves (v1
-        from 1.37; v1beta2 and v1alpha3 behind the DRADeviceTaintRules gate before). Only get,
-        create and update are used (the chart grants no more): a version the server does not
-        serve answers 404 to both get and create. A server without the kind is logged, not
-        fatal (kube-scheduler may then allocate our devices first: docs/INSTALL.md)."""
+        """Create or restore the DeviceTaintRule of each driver drasat allocates, in the newest
+        version the server serves (v1 from 1.37; v1beta2 and v1alpha3 behind the
+        DRADeviceTaintRules gate before). Only get, create and update are used (the chart grants
+        no more): a version the server does not serve answers 404 to both get and create. A
+        server without the kind is logged, not fatal (kube-scheduler may then allocate our
+        devices first: docs/INSTALL.md)."""
+        for driver in self.config.drivers:
+            if not self._ensure_driver_rule(driver):
+                return  # said once: the next driver's rule would fail alike
+
+    def _ensure_driver_rule(self, driver: str) -> bool:
+        """One driver's rule; False when it cannot be kept (logged)."""
+        name = taint_rule_name(driver)
         for version in ("v1", "v1beta2", "v1alpha3"):
             resource = dataclasses.replace(r.DEVICE_TAINT_RULES_V1, version=version)
             try:
-                if self._ensure_taint_rule(resource):
-                    return
+                if self._ensure_taint_rule(resource, driver):
+                    return True
             except errors.KubeError as error:
                 log.error("cannot keep DeviceTaintRule %s (%s): %s; drasat relies on its "
                           "scheduling gate %s (pods without it may get kube-scheduler's "
-                          "allocation of drasat's devices)", TAINT_RULE, resource.api_version,
+                          "allocation of drasat's devices)", name, resource.api_version,
                           error, SCHEDULING_GATE)  # fmt: skip
-                return
+                return False
         log.warning(
             "the API server serves no DeviceTaintRule (resource.k8s.io v1, v1beta2 or v1alpha3): "
             "drasat relies on its scheduling gate %s (kube-scheduler never tries a gated pod "
@@ -273,12 +292,14 @@ class V1Controller:
             "drasat's devices by kube-scheduler's allocator first; see docs/CONTROLLER.md",
             SCHEDULING_GATE,
         )
+        return False
 
-    def _ensure_taint_rule(self, resource: r.Resource) -> bool:
+    def _ensure_taint_rule(self, resource: r.Resource, driver: str = DRIVER_NAME) -> bool:
         """Whether the server serves this version (and the rule is now as wanted there)."""
-        wanted = taint_rule(resource)
+        wanted = taint_rule(resource, driver)
+        name = wanted["metadata"]["name"]
         try:
-            current = self.api.get(resource, TAINT_RULE)
+            current = self.api.get(resource, name)
         except errors.NotFound:
             try:
                 self.api.create(resource, wanted)
@@ -287,7 +308,7 @@ class V1Controller:
             except errors.NotFound:
                 return False  # this version is not served
             log.info("created DeviceTaintRule %s (%s, %s:NoSchedule on every %s device)",
-                     TAINT_RULE, resource.api_version, TAINT_KEY, DRIVER_NAME)  # fmt: skip
+                     name, resource.api_version, TAINT_KEY, driver)  # fmt: skip
             return True
         spec = current.get("spec") or {}
         if (spec.get("taint") or {}).get("key") != TAINT_KEY or (
@@ -295,7 +316,7 @@ class V1Controller:
         ):
             current["spec"] = wanted["spec"]
             self.api.replace(resource, current)
-            log.warning("restored DeviceTaintRule %s", TAINT_RULE)
+            log.warning("restored DeviceTaintRule %s", name)
         return True
 
     def _loop(self) -> None:
@@ -347,14 +368,19 @@ class V1Controller:
                 unsuitable[pod] = live
             else:
                 del self._unsuitable[pod]
+        published = self._slice_reader.read(self.slices.items())
+        # Nodes of another driver (NVIDIA's) keep no NAS: their ledger is the claims' statuses.
+        parsed |= ledgers_from_statuses(
+            published, claims.values(), parsed, self._written, self.config.drivers
+        )
         return v1inputs.Snapshot(
             pods=self.pods.items(),
             claims=claims,
-            classes=v1inputs.our_classes(self.classes.items()),
+            classes=v1inputs.our_classes(self.classes.items(), self.config.drivers),
             nodes={str(n["metadata"]["name"]): n for n in self.nodes.items()},
             nas=parsed,
             unsuitable=unsuitable,
-            published=self._slice_reader.read(self.slices.items()),
+            published=published,
         )
 
     def cycle(self) -> bool:
@@ -518,8 +544,11 @@ class V1Controller:
                 self._not_written(pod.item, node, error)
                 continue
             ready.append(pod)
+        parsed = snapshot.nas.get(node)
         try:
-            refused = self._add_to_ledger(node, ready)
+            # A node of another driver has no NAS: the statuses written next are its ledger.
+            from_statuses = parsed is not None and parsed.from_statuses
+            refused = {} if from_statuses else self._add_to_ledger(node, ready)
         except LeaseLost:
             raise
         except Exception as error:
@@ -600,7 +629,11 @@ class V1Controller:
                 continue  # unchanged: the solve counted it
             if claim["metadata"].get("uid") in uids or v1inputs.allocated_node(claim) != node:
                 continue
-            held = results.ledger_from_status(claim, parsed.node.nas)
+            held = (
+                status_entries_on(claim, snapshot.published[node])
+                if parsed.from_statuses
+                else results.ledger_from_status(claim, parsed.node.nas)
+            )
             for key, entry in ledger.items():
                 if any(allocation.exclusive_clash(entry, h) for h in held.values()):
                     raise LedgerConflict(
@@ -739,7 +772,9 @@ class V1Controller:
                     return
                 continue
             version = str(written["metadata"].get("resourceVersion", ""))
-            self._written[placed.uid] = _Written(placed.node, version, {item.input.key})
+            self._written[placed.uid] = _Written(
+                placed.node, version, {item.input.key}, placed.ledger
+            )
             self.metrics.allocations.inc()
             where = {"claim": v1inputs.claim_ref(claim), "uid": placed.uid, "node": placed.node}
             log.info("allocated %s on %s for %s", where["claim"], placed.node, item.input.key,
@@ -780,6 +815,9 @@ class V1Controller:
         by_uid = {str(c["metadata"].get("uid")): c for c in snapshot.claims.values()}
         changed = False
         for name, parsed in snapshot.nas.items():
+            if parsed.from_statuses:
+                self._settle_from_statuses(name, by_uid, snapshot)
+                continue
             stale: set[str] = set()
             for key, entry in parsed.node.nas.allocatedClaims.items():
                 uid = entry.claimInfo.uid
@@ -841,6 +879,22 @@ class V1Controller:
                     changed = True
         self._clashes_reported = self._clashes_seen
         return changed
+
+    def _settle_from_statuses(
+        self, node: str, by_uid: Mapping[str, Obj], snapshot: v1inputs.Snapshot
+    ) -> None:
+        """A node whose ledger is the claims' statuses (NVIDIA's driver) has nothing to write
+        back; a claim this process allocated there that lost its allocation was given back by
+        the scheduler, as a stale NAS entry says on drasat's nodes."""
+        for uid, written in list(self._written.items()):
+            if written.node != node:
+                continue
+            claim = by_uid.get(uid)
+            version = str((claim or {}).get("metadata", {}).get("resourceVersion", ""))
+            if claim is not None and _newer(written.version, version):
+                continue  # the cache has not seen our status write yet
+            if claim is None or v1inputs.allocated_node(claim) != node:
+                self._given_back(uid, node, claim, snapshot)
 
     def _repair_clash(
         self, node: str, a: Obj, b: Obj, held: Mapping[str, tuple[Obj, Mapping[str, Any]]]
@@ -983,6 +1037,8 @@ class V1Controller:
             return False
         uid = str(claim["metadata"].get("uid"))
         for name, parsed in snapshot.nas.items():
+            if parsed.from_statuses:
+                continue  # no NAS there: the status was the ledger
             keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid == uid}
             if keys:
                 self._remove_from_ledger(name, keys)

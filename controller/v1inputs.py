@@ -64,12 +64,14 @@ def allocated_node(claim: Obj) -> str | None:
     return None
 
 
-def our_classes(classes: Iterable[Obj]) -> dict[str, Obj]:
-    """The DeviceClasses whose selectors name drasat's driver, by name."""
+def our_classes(classes: Iterable[Obj], drivers: Iterable[str] = (DRIVER_NAME,)) -> dict[str, Obj]:
+    """The DeviceClasses whose selectors name a driver drasat allocates (its own by default;
+    `drasat controller --driver`, `controller.drivers`), by name."""
+    wanted = tuple(drivers)
     out = {}
     for device_class in classes:
         text = str((device_class.get("spec") or {}).get("selectors") or "")
-        if DRIVER_NAME in text:
+        if any(driver in text for driver in wanted):
             out[str(device_class["metadata"]["name"])] = device_class
     return out
 

@@ -160,6 +160,14 @@ def register(subparsers: Any) -> None:
     flag(p, "--webhook-key-file", "", "the webhook's TLS key (PEM)")
     flag(
         p,
+        "--driver",
+        "gpu.drasat.io",
+        "v1: allocate the claims of this driver's DeviceClasses: gpu.drasat.io (drasat's own), "
+        "gpu.nvidia.com (NVIDIA's DRA driver, whose node plugin then prepares what drasat "
+        "allocated), or both as a comma-separated list (default gpu.drasat.io)",
+    )
+    flag(
+        p,
         "--webhook-extended-resources",
         False,
         "the webhook also turns containers' nvidia.com/gpu into claims of gpu.drasat.io",
@@ -184,6 +192,9 @@ def options(args: argparse.Namespace) -> app.Options:
         raise InputError("--webhook-address needs --webhook-cert-file and --webhook-key-file")
     if not args.renew_deadline < args.lease_duration:
         raise InputError("--renew-deadline must be shorter than --lease-duration")
+    from drasat.controller import drivers
+
+    allocated = drivers.parse([args.driver])
     return app.Options(
         namespace=args.namespace,
         kubeconfig=args.kubeconfig,
@@ -212,6 +223,7 @@ def options(args: argparse.Namespace) -> app.Options:
         webhook_cert_file=args.webhook_cert_file,
         webhook_key_file=args.webhook_key_file,
         webhook_extended_resources=args.webhook_extended_resources,
+        drivers=allocated,
     )
 
 

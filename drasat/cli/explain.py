@@ -78,11 +78,17 @@ def register(subparsers: Any) -> None:
         default=_env("BATCH_MAX", 64),
         help="most pending pods the what-if places together, as the controller (default 64)",
     )
+    p.add_argument(
+        "--driver",
+        default=_env("DRIVER", "gpu.drasat.io"),
+        help="the drivers whose classes the controller allocates, as its own --driver "
+        "(gpu.drasat.io, gpu.nvidia.com, or both comma-separated; default gpu.drasat.io)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from drasat.controller import explain
+    from drasat.controller import drivers, explain
     from drasat.kube import errors
     from drasat.kube.client import KubeClient, default_namespace, load_configuration
 
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         mode=args.cycle_mode,
         lease=args.leader_election_lease,
         batch_max=args.batch_max,
+        drivers=drivers.parse([args.driver]),
     )
     error_label = colour.paint("error:", "error", sys.stderr)
     try:

@@ -76,6 +76,16 @@ in a form drasat speaks: "none", which validate.yaml turns into an explanation.
 {{- or (eq (include "drasat.draApi" .) "classic") (eq .Values.allocator "drasat") }}
 {{- end }}
 
+{{/*
+"true" when drasat's own driver (gpu.drasat.io) runs: classic mode, or v1 mode with gpu.drasat.io
+among controller.drivers (or allocator=kube-scheduler, where drasat only prepares). Without it
+(drasat as the allocator for NVIDIA's driver) the chart installs the controller only: no node
+plugin, none of drasat's classes, no nvidia.com/gpu conversion into drasat's class.
+*/}}
+{{- define "drasat.ownDriver" -}}
+{{- or (eq (include "drasat.draApi" .) "classic") (ne .Values.allocator "drasat") (has "gpu.drasat.io" .Values.controller.drivers) }}
+{{- end }}
+
 {{/* The kubelet API the node plugin registers: classic in classic mode, structured in v1 mode. */}}
 {{- define "drasat.kubeletApi" -}}
 {{- if ne .Values.nodePlugin.kubeletApi "auto" }}
