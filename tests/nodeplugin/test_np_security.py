@@ -10,11 +10,24 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import fakedriver
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from npfixtures import Node, gpu_allocation, make_node, mig_allocation, ref
+from npfixtures import (
+    NODE,
+    V1,
+    Claims,
+    Node,
+    gpu_allocation,
+    gpu_instances,
+    make_node,
+    mig_allocation,
+    ref,
+    v1_claim,
+)
 
 from drasat.nodeplugin import driverfiles, mps
 
@@ -131,3 +144,77 @@ def test_the_sockets_and_their_folders_are_closed_to_other_users(served_node: No
         assert _mode(socket) == 0o660, (socket, oct(_mode(socket)))
     assert _mode(config.dra_socket.parent) & 0o007 == 0
     assert _mode(config.registry_dir) & 0o007 == 0
+
+
+# -- a bad claim configuration is refused before any hardware change ------------------------------
+
+#: NVML calls that change a GPU (the simulator records every call by name).
+_WRITES = ("Set", "Create", "Destroy", "Reset", "Clear")
+
+
+def _gpu_config(**fields: object) -> dict[str, object]:
+    parameters = {"apiVersion": "gpu.drasat.io/v1alpha1", "kind": "GpuConfig", **fields}
+    return {"source": "FromClaim", "opaque": {"driver": "gpu.drasat.io", "parameters": parameters}}
+
+
+@pytest.mark.parametrize(
+    ("result", "config", "field"),
+    [
+        (("gpu", "gpu-0"), _gpu_config(sharing={"strategy": "Bogus"}), "sharing.strategy"),
+        (
+            ("gpu", "gpu-0"),
+            _gpu_config(
+                sharing={"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 150}}
+            ),
+            "defaultActiveThreadPercentage",
+        ),
+        (
+            ("gpu", "gpu-0"),
+            _gpu_config(
+                sharing={"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "lots"}}
+            ),
+            "defaultPinnedDeviceMemoryLimit",
+        ),
+        (
+            ("gpu", "gpu-0"),
+            _gpu_config(
+                sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "X"}}
+            ),
+            "interval",
+        ),
+        (
+            ("gpu", "gpu-0"),
+            _gpu_config(lifecycle=[{"action": "setComputeMode", "value": "Turbo"}]),
+            "lifecycle",
+        ),
+        (("gpu", "gpu-0"), _gpu_config(migLayout="7x1g.5gb"), "migLayout"),
+        (
+            ("mig", "gpu-1-mig-1g5gb-19-0"),
+            _gpu_config(lifecycle=[{"action": "setPowerLimitWatts", "value": 100}]),
+            "lifecycle",
+        ),
+    ],
+    ids=["strategy", "mps-threads", "mps-memory", "time-slice", "compute-mode", "field", "mig"],
+)
+def test_a_bad_claim_config_is_refused_before_any_hardware_change(
+    node_factory: Any, result: tuple[str, str], config: dict[str, Any], field: str
+) -> None:
+    """A claim's own configuration with a value outside its schema, or a setting only the cluster
+    may make, fails the prepare naming the field, and no NVML call that changes a GPU was made:
+    no MIG device, no compute mode, no MPS daemon, no CDI spec, no checkpoint record."""
+    node = node_factory("2xA100-40GB,mig=1")
+    claims = Claims()
+    v1 = V1(node, claims)
+    before = [node.lib.settings(node.gpu(i)) for i in (0, 1)]
+    node.sim.calls.clear()
+    request, device = result
+    claims.add(v1_claim("bad", (request, NODE, device), config=[config]))
+    error = v1.prepare(("bad", "claim"))["bad"].error
+    assert field in error and "config[0]" in error, error
+    writes = [c for c in node.sim.calls if any(w in c for w in _WRITES)]
+    assert writes == []
+    assert [node.lib.settings(node.gpu(i)) for i in (0, 1)] == before
+    assert gpu_instances(node, 1) == []
+    assert node.daemons() == {}
+    assert node.state.cdi.claim_uids() == []
+    assert node.state.checkpoint.get("bad") is None

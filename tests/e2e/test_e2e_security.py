@@ -1,0 +1,196 @@
+"""The tenant of docs/SECURITY.md on the real API server: a ServiceAccount that may do anything
+with pods, ResourceClaims and ResourceClaimTemplates in its own namespace, and nothing else.
+It cannot write an allocation (the claim's status is a subresource it is not granted, and
+status in a create or update of the claim itself is dropped), cannot read another namespace's
+claims, cannot ask for admin access to devices in use, and cannot write what drasat's
+allocator and node plugins read (ResourceSlices, DeviceClasses, NodeAllocationStates)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubecluster import install_crds, service_account_token
+from kubernetes import dynamic
+from kubernetes.client import ApiException
+
+from drasat.api import crds
+
+TENANT_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims", "resourceclaimtemplates"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+]
+
+ALLOCATION = {
+    "devices": {
+        "results": [
+            {"request": "gpu", "driver": "gpu.drasat.io", "pool": "node-x", "device": "gpu-0"}
+        ]
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-x"]}]}
+        ]
+    },
+}
+
+
+def _claim(name: str, **request: Any) -> dict[str, Any]:
+    exactly = {"deviceClassName": "gpu.drasat.io", **request}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+@pytest.fixture
+def tenant(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str
+) -> Iterator[kubernetes.client.ApiClient]:
+    """A client for the ServiceAccount `tenant` of `kube_namespace`, bound to TENANT_RULES there."""
+    admin = kubernetes.client.CoreV1Api(kube_api)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(kube_api)
+    admin.create_namespaced_service_account(kube_namespace, {"metadata": {"name": "tenant"}})
+    rbac.create_namespaced_role(
+        kube_namespace, {"metadata": {"name": "tenant"}, "rules": TENANT_RULES}
+    )
+    rbac.create_namespaced_role_binding(
+        kube_namespace,
+        {
+            "metadata": {"name": "tenant"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": kube_namespace}],
+        },
+    )
+    token = service_account_token(kube_api, kube_namespace, "tenant", seconds=600)
+    configuration = kubernetes.client.Configuration()
+    configuration.host = kube_api.configuration.host
+    configuration.ssl_ca_cert = kube_api.configuration.ssl_ca_cert
+    configuration.verify_ssl = kube_api.configuration.verify_ssl
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with kubernetes.client.ApiClient(configuration) as client:
+        yield client
+
+
+def _refused(call: Any, *args: Any, **kwargs: Any) -> ApiException:
+    with pytest.raises(ApiException) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+def test_a_tenant_cannot_write_an_allocation_or_reach_another_namespaces_claims(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    tenant: kubernetes.client.ApiClient,
+) -> None:
+    claims_as = {
+        who: dynamic.DynamicClient(client).resources.get(
+            api_version="resource.k8s.io/v1", kind="ResourceClaim"
+        )
+        for who, client in (("admin", kube_api), ("tenant", tenant))
+    }
+    mine = claims_as["tenant"]
+    # its own claim: created; an allocation in the body is dropped, not stored
+    forged = {**_claim("mine"), "status": {"allocation": ALLOCATION}}
+    created = mine.create(body=forged, namespace=kube_namespace).to_dict()
+    assert "allocation" not in (created.get("status") or {})
+    # ...and so it is in an update of the claim itself
+    created["status"] = {"allocation": ALLOCATION}
+    updated = mine.replace(body=created, namespace=kube_namespace).to_dict()
+    assert "allocation" not in (updated.get("status") or {})
+    # the status subresource, where the allocator writes it, is not the tenant's
+    status = mine.subresources["status"]
+    updated["status"] = {"allocation": ALLOCATION}
+    denied = _refused(status.replace, body=updated, namespace=kube_namespace)
+    assert denied.status == 403
+    assert "resourceclaims/status" in json.loads(denied.body)["message"]
+
+    # another namespace's claims: neither read nor listed, nor all namespaces' at once
+    other = f"t-{uuid.uuid4().hex[:10]}"
+    core = kubernetes.client.CoreV1Api(kube_api)
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        claims_as["admin"].create(body=_claim("theirs"), namespace=other)
+        assert _refused(mine.get, name="theirs", namespace=other).status == 403
+        assert _refused(mine.get, namespace=other).status == 403
+        assert _refused(mine.get).status == 403
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(other)
+
+
+def test_a_tenant_cannot_ask_for_admin_access_to_devices_in_use(
+    kube_namespace: str, tenant: kubernetes.client.ApiClient
+) -> None:
+    """Admin access (a device shared with the claims that hold it) needs a namespace an
+    administrator labelled; drasat refuses it anyway (tests/v1, `adminAccess`)."""
+    mine = dynamic.DynamicClient(tenant).resources.get(
+        api_version="resource.k8s.io/v1", kind="ResourceClaim"
+    )
+    refused = _refused(
+        mine.create, body=_claim("admin", adminAccess=True), namespace=kube_namespace
+    )
+    assert refused.status in (403, 422), refused
+    assert "admin-access" in json.loads(refused.body)["message"]
+
+
+def test_a_tenant_cannot_write_what_the_allocator_and_plugins_read(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    tenant: kubernetes.client.ApiClient,
+) -> None:
+    install_crds(kube_api, crds.all_crds())
+    client = dynamic.DynamicClient(tenant)
+
+    def kind(api_version: str, name: str) -> Any:
+        return client.resources.get(api_version=api_version, kind=name)
+
+    writes = [
+        (
+            kind("resource.k8s.io/v1", "ResourceSlice"),
+            {
+                "metadata": {"name": f"forged-{uuid.uuid4().hex[:6]}"},
+                "spec": {
+                    "driver": "gpu.drasat.io",
+                    "nodeName": "node-x",
+                    "pool": {"name": "node-x", "generation": 0, "resourceSliceCount": 1},
+                    "devices": [],
+                },
+            },
+            None,
+        ),
+        (
+            kind("resource.k8s.io/v1", "DeviceClass"),
+            {"metadata": {"name": f"forged-{uuid.uuid4().hex[:6]}"}, "spec": {}},
+            None,
+        ),
+        (
+            kind("nas.gpu.drasat.io/v1alpha1", "NodeAllocationState"),
+            {"metadata": {"name": "node-x"}, "spec": {"allocatableDevices": []}},
+            kube_namespace,  # even in its own namespace: not granted
+        ),
+        (
+            kind("v1", "ConfigMap"),
+            {"metadata": {"name": "drasat-policy"}, "data": {}},
+            kube_namespace,
+        ),
+    ]
+    for resource, body, namespace in writes:
+        body = {"apiVersion": resource.group_version, "kind": resource.kind, **body}
+        refused = _refused(resource.create, body=body, namespace=namespace)
+        assert refused.status == 403, (resource.kind, refused)
