@@ -55,6 +55,34 @@ def parse(obj: Obj) -> ParsedNas:
     return ParsedNas(NodeState(name=name, nas=spec), version)
 
 
+class ParsedNases:
+    """`parse`, remembering each NAS's answer while its object is the same version: a cycle
+    reads every node's NAS, and validating one into models is the larger part of reading it
+    (at 1,000 nodes about 1.8 s a cycle without this, on the project's machine). What a
+    cycle did not ask for is dropped at the next `rotate`. An object without a
+    resourceVersion is parsed each time."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], ParsedNas] = {}
+        self._used: dict[tuple[str, str], ParsedNas] = {}
+
+    def parse(self, obj: Obj) -> ParsedNas:
+        metadata = obj.get("metadata") or {}
+        version = str(metadata.get("resourceVersion", ""))
+        if not version:
+            return parse(obj)
+        key = (str(metadata.get("name", "")), version)
+        found = self._used.get(key) or self._kept.get(key)
+        if found is None:
+            found = parse(obj)
+        self._used[key] = found
+        return found
+
+    def rotate(self) -> None:
+        """A cycle's reading ended: keep what it used, forget the rest."""
+        self._kept, self._used = self._used, {}
+
+
 def missing(name: str) -> NodeState:
     return _unready(name, f"node {name} has no NodeAllocationState (node plugin not running)")
 

@@ -196,6 +196,8 @@ class V1Controller:
         self._refused_at: dict[str, float] = {}
         #: Claim statuses read as ledger entries, kept while neither side changes.
         self._ledgers = v1inputs.StatusLedgers()
+        #: NASes parsed, kept while their version stands (a cycle reads every node's).
+        self._parsed_nas = nodes.ParsedNases()
         #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
@@ -358,8 +360,9 @@ class V1Controller:
                     obj = mine
                 else:
                     del self._nas_written[name]
-            found = nodes.parse(obj)
+            found = self._parsed_nas.parse(obj)
             parsed[found.node.name] = found
+        self._parsed_nas.rotate()
         now = self._clock()
         unsuitable: dict[str, dict[str, str]] = {}
         for pod, by_node in list(self._unsuitable.items()):

@@ -223,7 +223,7 @@ def pending_pods(
     why (a claim not created yet)."""
     waiting: dict[str, str] = {}
     out: list[Pending] = []
-    bound = _bound_by_node(snapshot.pods)
+    room = _nodes_room(snapshot)
     ordered = sorted(
         (p for p in snapshot.pods if is_pending(p)),
         key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp", ""), pod_key(p)),
@@ -259,7 +259,7 @@ def pending_pods(
         # Every allocated claim of the pod, of any driver, pins it to the nodes its
         # allocation's node selector selects.
         pinned = [c for c in claims if is_allocated(c)]
-        excluded = _excluded(pod, snapshot, bound, pinned)
+        excluded = _excluded(pod, snapshot, room, pinned)
         candidates = tuple(n for n in snapshot.nas if n not in excluded and n in snapshot.nodes)
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
@@ -332,20 +332,41 @@ def _bound_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return out
 
 
-def _excluded(
-    pod: Obj, snapshot: Snapshot, bound: Mapping[str, list[Obj]], pinned: Sequence[Obj]
-) -> dict[str, str]:
-    out: dict[str, str] = {}
-    lately = snapshot.unsuitable.get(pod_key(pod), {})
+@dataclass(frozen=True)
+class _Room:
+    """What every pod of a cycle is checked against on each node, found once a cycle (not once
+    per pod and node: the pods bound to a node are summed once)."""
+
+    #: Every node with drasat's ledger or slices, by name, in name order; the value: why its
+    #: devices cannot be allocated (None: they can).
+    nodes: Mapping[str, str | None]
+    #: Node name -> its allocatable cpu/memory/pods and what its bound pods take.
+    capacity: Mapping[str, nodefit.Capacity]
+
+
+def _nodes_room(snapshot: Snapshot) -> _Room:
+    bound = _bound_by_node(snapshot.pods)
+    problems: dict[str, str | None] = {}
+    capacity: dict[str, nodefit.Capacity] = {}
     for name in sorted(set(snapshot.nas) | set(snapshot.published)):
         node = snapshot.nodes.get(name)
         if node is None:
-            out[name] = "no Node object"
+            problems[name] = "no Node object"
             continue
-        unusable = inventory_problem(snapshot, name)
+        problems[name] = inventory_problem(snapshot, name)
+        if problems[name] is None:
+            capacity[name] = nodefit.capacity(node, bound.get(name, []))
+    return _Room(problems, capacity)
+
+
+def _excluded(pod: Obj, snapshot: Snapshot, room: _Room, pinned: Sequence[Obj]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    lately = snapshot.unsuitable.get(pod_key(pod), {})
+    for name, unusable in room.nodes.items():
         if unusable is not None:
             out[name] = unusable
             continue
+        node = snapshot.nodes[name]
         elsewhere = next((c for c in pinned if not _selects(c, node)), None)
         if elsewhere is not None:
             there = allocated_node(elsewhere)
@@ -353,9 +374,7 @@ def _excluded(
                 f"on {there}" if there else "on other nodes"
             )
             continue
-        reason = nodefit.unfit(pod, node) or nodefit.full(
-            nodefit.capacity(node, bound.get(name, []))
-        )
+        reason = nodefit.unfit(pod, node) or nodefit.full(room.capacity[name])
         if reason is None and name in lately:
             reason = f"the scheduler could not bind the pod there lately: {lately[name]}"
         if reason is not None:

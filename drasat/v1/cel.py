@@ -682,6 +682,28 @@ def kind_key(driver: str, device: Obj) -> tuple[object, ...]:
     return (driver, attributes, capacity, bool(device.get("allowMultipleAllocations")))
 
 
+#: `kind_key` -> a small number standing for it (`kind_id`). Bounded: a controller that meets
+#: this many kinds starts numbering again (a number is never reused while the table stands).
+_KIND_IDS: dict[tuple[object, ...], int] = {}
+_KIND_IDS_MAX = 100_000
+_KIND_EPOCH = [0]
+
+
+def kind_id(driver: str, device: Obj) -> int:
+    """A number for the device's `kind_key`, the same for every device of the kind: a memo
+    keyed by it hashes an int, where the key itself is a tuple of every attribute and
+    capacity that Python hashes again at each lookup (a cycle looks up every published
+    device once per request's selectors)."""
+    key = kind_key(driver, device)
+    found = _KIND_IDS.get(key)
+    if found is None:
+        if len(_KIND_IDS) >= _KIND_IDS_MAX:
+            _KIND_IDS.clear()
+            _KIND_EPOCH[0] += 1
+        found = _KIND_IDS[key] = _KIND_EPOCH[0] * _KIND_IDS_MAX + len(_KIND_IDS)
+    return found
+
+
 #: cel-python's error texts (and the Python error under them) in cel-go's words; what cel-go
 #: says was asked of upstream's CEL (the oracle, tests/oracle).
 _CONVERSIONS = {"int(": "int", "uint(": "uint", "double(": "double"}
@@ -744,12 +766,10 @@ class Selector:
     #: The first evaluation failure seen, to explain why nothing matched.
     error: str | None = None
 
-    def evaluate(
-        self, driver: str, device: Obj, kind: tuple[object, ...] | None = None
-    ) -> bool | Failure:
+    def evaluate(self, driver: str, device: Obj, kind: int | None = None) -> bool | Failure:
         """True or False, or the Failure kube-scheduler would fail the claim with. `kind`: the
-        device's `kind_key`, when the caller keeps it (it costs more than a memo hit)."""
-        key: object = kind if kind is not None else kind_key(driver, device)
+        device's `kind_id`, when the caller keeps it (it costs more than a memo hit)."""
+        key: object = kind if kind is not None else kind_id(driver, device)
         if self._by_identity:
             key = (key, device.get("name"), repr(device.get("attributes")))
         found = self._memo.get(key)
@@ -807,13 +827,13 @@ def evaluate_all(
     selectors: Iterable[Selector],
     driver: str,
     device: Obj,
-    kind: tuple[object, ...] | None = None,
+    kind: int | None = None,
 ) -> bool | Failure:
     """Selectors in order, as kube-scheduler's allocator checks a device against a request (the
     class's, then the request's): the first False or Failure ends it. `kind`: as in
     `Selector.evaluate`."""
     if kind is None:
-        kind = kind_key(driver, device)
+        kind = kind_id(driver, device)
     for selector in selectors:
         result = selector.evaluate(driver, device, kind)
         if result is not True:

@@ -10,6 +10,7 @@ caller. This is a purely computational module.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from drasat.api.devicemodel import names, pool
 from drasat.api.devicemodel.inventory import Inventory, profiles_by_gpu
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import NodeAllocationStateSpec
+from drasat.v1 import cel
 
 Obj = dict[str, Any]
 
@@ -44,6 +46,13 @@ class Published:
     @property
     def name(self) -> str:
         return str(self.device["name"])
+
+    @functools.cached_property
+    def kind_id(self) -> int:
+        """`cel.kind_id` of the device, kept with it: the controller's slice reader keeps a
+        node's devices while its slices are the same, so each cycle's selector matching looks
+        the kind up instead of computing it again for every device of the cluster."""
+        return cel.kind_id(self.driver, self.device)
 
     def typed(self, qualified: str) -> tuple[str, object] | None:
         """An attribute's type and value by qualified name, looked up as upstream's allocator

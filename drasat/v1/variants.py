@@ -115,9 +115,6 @@ class Devices:
     by_node: Mapping[str, Sequence[Published]]
     _matched: dict[tuple[object, ...], list[Published]] = field(default_factory=dict)
     _failing: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
-    #: Each device's `cel.kind_key`, by the identity of its published dict (the catalog holds
-    #: them): computed once, not once per request's selectors.
-    _kinds: dict[int, tuple[object, ...]] = field(default_factory=dict)
 
     def matching(self, alternative: Alternative) -> list[Published]:
         """The devices the alternative's selectors admit (the class's, then the request's).
@@ -134,14 +131,10 @@ class Devices:
             failing = set()
             # Devices of one kind get one answer unless a selector reads which device it is.
             by_identity = any(s.by_identity for s in alternative.selectors)
-            by_kind: dict[tuple[object, ...], bool | cel.Failure] | None = (
-                None if by_identity else {}
-            )
+            by_kind: dict[int, bool | cel.Failure] | None = None if by_identity else {}
             for node, node_devices in self.by_node.items():
                 for d in node_devices:
-                    kind = self._kinds.get(id(d.device))
-                    if kind is None:
-                        kind = self._kinds[id(d.device)] = cel.kind_key(d.driver, d.device)
+                    kind = d.kind_id
                     result = by_kind.get(kind) if by_kind is not None else None
                     if result is None:
                         result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)

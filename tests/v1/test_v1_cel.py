@@ -249,3 +249,23 @@ def test_a_device_field_upstream_does_not_declare_does_not_compile() -> None:
     assert str(error.value).endswith("does not compile: undefined field 'nosuch'")
     # The names inside a string are no fields.
     cel.compile_selector('device.driver == "device.nosuch"')
+
+
+def test_a_kind_is_one_number_for_every_device_of_it_and_another_for_another_kind() -> None:
+    # The selectors' memo is keyed by this number (an int hashes at once; the kind's tuple of
+    # attributes is hashed again at each lookup, and a cycle looks up every device).
+    a, b = _gpu("gpu-0", "A100", "GPU-a"), _gpu("gpu-1", "A100", "GPU-b")
+    assert cel.kind_id(DRIVER, a) == cel.kind_id(DRIVER, b)  # the uuid tells no kind apart
+    assert cel.kind_id(DRIVER, a) != cel.kind_id(DRIVER, _gpu("gpu-2", "H100", "GPU-c"))
+    assert cel.kind_id(DRIVER, a) != cel.kind_id("other.example.com", a)
+    assert isinstance(cel.kind_id(DRIVER, a), int)
+
+
+def test_a_published_device_works_its_kind_out_once() -> None:
+    from drasat.v1.devices import Published
+
+    device = Published(DRIVER, "node-a", _gpu("gpu-0", "A100", "GPU-a"), "gpu")
+    first = device.kind_id
+    device.device["attributes"]["productName"] = {"string": "H100"}  # never done: shows the memo
+    assert device.kind_id == first
+    assert Published(DRIVER, "node-a", device.device, "gpu").kind_id != first
