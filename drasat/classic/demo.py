@@ -33,6 +33,7 @@ from drasat.api.cluster import Cluster
 from drasat.api.nas import NodeAllocationState
 from drasat.classic import scheduler
 from drasat.classic.controller import for_app
+from drasat.classic.whatif import manifests as whatif_manifests
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.kube.client import KubeClient as OfficialClient
@@ -67,7 +68,6 @@ from drasat.testbed.sim import (
     kubelet,
     scheduling,
 )
-from drasat.whatif import manifests as whatif_manifests
 from drasat.whatif import nodes as whatif_nodes
 
 

@@ -17,9 +17,9 @@ from drasat.api.errors import InputError
 
 if TYPE_CHECKING:  # the solver (OR-Tools) and the rest load when the command runs, not for --help
     from drasat import loading
+    from drasat.classic.whatif.report import Report
     from drasat.whatif import run
     from drasat.whatif.progress import Progress
-    from drasat.whatif.report import Report
 
 FORMATS = ("table", "wide", "yaml", "json", "html")
 #: drasat.solver.Mode's values (a test keeps them equal; importing it would load OR-Tools).
@@ -109,14 +109,16 @@ def _solver() -> run.Solve:
 
 
 def render(result: Report, output: str, *, claims_only: bool = False) -> str:
+    """A classic run's output."""
     import yaml
 
-    from drasat.whatif import html, objects, table
+    from drasat.classic.whatif import objects, table
+    from drasat.whatif import html
 
     if output in ("table", "wide"):
         return table.render(result, wide=output == "wide")
     if output == "html":
-        return html.render(result)
+        return html.render_page(result)
     listing = objects.as_list(result, claims_only=claims_only)
     if output == "json":
         return json.dumps(listing, indent=2) + "\n"
@@ -170,9 +172,10 @@ def _main(args: argparse.Namespace, started: float, progress: Progress) -> int:
     mode = Mode(args.mode)
     if run.is_v1(inputs):
         return _main_v1(args, inputs, mode, deadline, progress)
+    classic = _classic_run()
     # Per-node reasons cost a solve per node; only the wide table of online mode shows them.
     per_node = mode is Mode.online and args.output == "wide"
-    result = run.run(
+    result = classic.run(
         inputs, mode=mode, solve=_solver(), node_feasibility=per_node, deadline=deadline
     )
     progress.step("writing the output")
@@ -186,6 +189,19 @@ def _main(args: argparse.Namespace, started: float, progress: Progress) -> int:
         print(f"{result.summary.pods_unplaced} pod(s) not placed", file=sys.stderr)
         return 1
     return 0
+
+
+def _classic_run() -> Any:
+    """The classic what-if (drasat.classic.whatif.run); InputError in a copy without the wing."""
+    try:
+        from drasat.classic.whatif import run
+    except ImportError:
+        raise InputError(
+            "the manifests are classic DRA (resource.k8s.io/v1alpha2), and this copy of drasat "
+            "has no classic wing (the drasat.classic package): give resource.k8s.io/v1 manifests",
+            where="-f",
+        ) from None
+    return run
 
 
 def _main_v1(

@@ -8,22 +8,17 @@ fill by their compute (or memory) fraction. A claim has the same colour everywhe
 from __future__ import annotations
 
 import importlib.resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
-
-if TYPE_CHECKING:  # annotations only: the output module imports this one
-    from drasat.whatif import report
 
 TEMPLATE = "report.html.j2"
 
 
-def render(result: report.Report, *, title: str = "drasat what-if") -> str:
-    return render_page(result, title=title)
-
-
-def render_page(result: Any, *, title: str, solver_note: str | None = None) -> str:
-    """The page of anything shaped as a `report.Report` (the v1 what-if's page is one):
+def render_page(
+    result: Any, *, title: str = "drasat what-if", solver_note: str | None = None
+) -> str:
+    """The page of anything shaped as the classic `Report` (the v1 what-if's page is one):
     `solver_note`, when given, replaces the solver card's mode, meaning and bound."""
     source = (importlib.resources.files("drasat.whatif") / TEMPLATE).read_text(encoding="utf-8")
     environment = jinja2.Environment(

@@ -34,7 +34,7 @@ from drasat import loading
 from drasat.api import deviceconfig, groups
 from drasat.api.errors import InputError, show
 from drasat.v1 import extended
-from drasat.whatif import inventory, kinds, manifests, v1cluster, v1kinds, workloads
+from drasat.whatif import inventory, kinds, v1cluster, v1kinds, workloads
 from drasat.whatif.inventory import Ignored, located
 
 Obj = dict[str, Any]
@@ -464,7 +464,7 @@ class _Compiler:
         return out
 
     def _pod(self, pod: workloads.PodInstance, status: Mapping[str, Any]) -> V1Pod | None:
-        if pod.phase in manifests.FINISHED_PHASES:
+        if pod.phase in workloads.FINISHED_PHASES:
             self.ignored.append(Ignored(pod.where, f"Pod {pod.key}", f"finished ({pod.phase})"))
             return None
         existing = {
@@ -493,12 +493,12 @@ class _Compiler:
                 raise InputError(missing, where=claim.where)
         for _, claim in claims:
             self.used.setdefault(claim.key, claim)
-        cpu, memory = manifests.resource_requests(pod)
+        cpu, memory = workloads.resource_requests(pod)
         return V1Pod(
             pod,
             _pod_object(pod, claims),
             tuple(claims),
-            priority=manifests.priority_of(pod, self.priority_classes),
+            priority=workloads.priority_of(pod, self.priority_classes),
             cpu_milli=cpu,
             memory_mib=memory,
         )
@@ -666,6 +666,8 @@ def _pod_object(pod: workloads.PodInstance, claims: Sequence[tuple[str, V1Claim]
         "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
         "spec": pod.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
+    if pod.labels:
+        obj["metadata"]["labels"] = dict(pod.labels)
     if statuses:
         obj["status"] = {"resourceClaimStatuses": statuses}
     return obj

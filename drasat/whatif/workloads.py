@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from drasat import loading
 from drasat.api import cluster, limits
 from drasat.api.base import Object
+from drasat.api.cluster import cpu_millis
 from drasat.api.errors import InputError
+from drasat.api.quantity import to_bytes
 from drasat.whatif import inventory, kinds
 
 #: The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
@@ -35,6 +38,8 @@ class PodInstance:
     owner: str
     #: status.phase of a Pod read back from a cluster ("" when not given).
     phase: str = ""
+    #: The pod's labels (a workload's: its template's), sorted: a gang's are read from them.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -104,8 +109,11 @@ def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
     if isinstance(obj, kinds.Pod):
         uid = object_uid("Pod", entry.namespace, obj.metadata.name, obj.metadata.uid)
         phase = str((obj.status or {}).get("phase", ""))
+        labels = tuple(sorted((obj.metadata.labels or {}).items()))
         return [
-            PodInstance(entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "", phase)
+            PodInstance(
+                entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "", phase, labels
+            )
         ]
     if isinstance(obj, kinds.ReplicatedWorkload | kinds.Job):
         names = _names(obj)
@@ -119,6 +127,7 @@ def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
                 where,
                 "spec.template.spec",
                 owner,
+                labels=tuple(sorted((obj.spec.template.metadata.labels or {}).items())),
             )
             for name in names
         ]
@@ -159,3 +168,62 @@ def _unique_names(prefix: str, seed: str, count: int) -> list[str]:
         taken.add(candidate)
         names.append(candidate)
     return names
+
+
+#: Pods in these phases hold no devices any more (`kubectl get pods -o yaml` lists them too).
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def priority_of(
+    pod: PodInstance,
+    classes: Mapping[str, inventory.Entry[kinds.PriorityClass]],
+) -> int:
+    """`spec.priority`, else the PriorityClass named, else a global default one, else 0."""
+    if pod.spec.priority is not None:
+        return pod.spec.priority
+    if pod.spec.priorityClassName is not None:
+        named = classes.get(pod.spec.priorityClassName)
+        return named.obj.value if named is not None else 0
+    default = next((c for c in classes.values() if c.obj.globalDefault), None)
+    return default.obj.value if default is not None else 0
+
+
+def resource_requests(pod: PodInstance) -> tuple[int, int]:
+    """CPU (millicores) and memory (MiB) the pod requests, as the scheduler counts them.
+
+    The containers' sum, or the largest init container when that is more; a resource with a
+    limit but no request requests its limit.
+    """
+    total = _sum_requests(pod, "containers", pod.spec.containers)
+    init = [
+        _sum_requests(pod, "initContainers", [c], offset=i)
+        for i, c in enumerate(pod.spec.initContainers)
+    ]
+    cpu = max([total[0], *(c for c, _ in init)])
+    memory = max([total[1], *(m for _, m in init)])
+    return cpu, memory
+
+
+def _sum_requests(
+    pod: PodInstance, field_name: str, containers: list[kinds.Container], offset: int = 0
+) -> tuple[int, int]:
+    cpu = memory = 0
+    for index, container in enumerate(containers, start=offset):
+        resources = container.resources or kinds.Resources()
+        requests, limits = resources.requests or {}, resources.limits or {}
+        path = f"{pod.spec_path}.{field_name}[{index}].resources"
+        for resource in ("cpu", "memory"):
+            value = requests.get(resource, limits.get(resource))
+            if value is None:
+                continue
+            where_set = "requests" if resource in requests else "limits"
+            try:
+                if resource == "cpu":
+                    cpu += cpu_millis(value)
+                else:
+                    memory += -(-to_bytes(value) // 2**20)
+            except ValueError as error:
+                raise InputError(
+                    f"{path}.{where_set}.{resource}: {error}", where=pod.where
+                ) from None
+    return cpu, memory

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from drasat import loading
-from drasat.whatif import manifests
-from drasat.whatif.manifests import Workload
+from drasat.classic.whatif import manifests
+from drasat.classic.whatif.manifests import Workload
 
 CLASS = """
 apiVersion: resource.k8s.io/v1alpha2

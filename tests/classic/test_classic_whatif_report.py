@@ -13,8 +13,9 @@ from drasat.api.nas import (
     ClaimInfo,
     MigPlacement,
 )
+from drasat.classic.whatif import manifests, report, table
 from drasat.solver.problem import PodPlacement, PodRejection, Solution, Status
-from drasat.whatif import html, manifests, nodes, report, table
+from drasat.whatif import html, nodes
 
 CLUSTER = """
 apiVersion: whatif.drasat.io/v1alpha1
@@ -167,6 +168,6 @@ def test_bars_place_mig_devices_and_shares() -> None:
     assert share_segment.label == share_segment.text == "50% ns/sharer-g"
     assert (mig_segment.label, mig_segment.text) == ("1g.5gb ns/mig-m", "1g.5gb")
     assert len(set(built.colours.values())) == len(built.colours)
-    page = html.render(built)
+    page = html.render_page(built)
     assert "left: 75%; width: 12.5%" in page  # 1g.5gb at slice 6 of 8
     assert "width: 50%" in page

@@ -27,8 +27,9 @@ from drasat.api import handles
 from drasat.api.errors import InputError
 from drasat.api.nas import AllocatedDevices
 from drasat.classic import params
+from drasat.classic.whatif import manifests
 from drasat.controller import nodes as controller_nodes
-from drasat.whatif import manifests, nodes, run
+from drasat.whatif import nodes, run
 
 from .mutate import SCALARS, Mutator
 

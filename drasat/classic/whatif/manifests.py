@@ -22,12 +22,11 @@ from drasat.api.claims import (
     MigDeviceClaimParameters,
     MigDeviceClaimParametersSpec,
 )
-from drasat.api.cluster import cpu_millis
 from drasat.api.errors import InputError
-from drasat.api.quantity import to_bytes
 from drasat.solver.problem import ClaimRequest, PodRequest
 from drasat.whatif import inventory, kinds, workloads
 from drasat.whatif.inventory import Ignored
+from drasat.whatif.workloads import FINISHED_PHASES, priority_of, resource_requests
 
 #: Classes installed by the drasat Helm chart and by NVIDIA's, usable without a ResourceClass in
 #: the manifests (their users rarely apply them by hand): class name -> driver name.
@@ -36,9 +35,6 @@ INSTALLED_CLASSES = {
     "gpu.nvidia.com": groups.NVIDIA_DRIVER_NAME,
     "mig.nvidia.com": groups.NVIDIA_DRIVER_NAME,
 }
-
-#: Pods in these phases hold no devices any more (`kubectl get pods -o yaml` lists them too).
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -411,58 +407,3 @@ class _Compiler:
             return found.obj.spec, None, found.where()
         assert isinstance(found.obj, MigDeviceClaimParameters)
         return None, found.obj.spec, found.where()
-
-
-def priority_of(
-    pod: workloads.PodInstance,
-    classes: Mapping[str, inventory.Entry[kinds.PriorityClass]],
-) -> int:
-    """`spec.priority`, else the PriorityClass named, else a global default one, else 0."""
-    if pod.spec.priority is not None:
-        return pod.spec.priority
-    if pod.spec.priorityClassName is not None:
-        named = classes.get(pod.spec.priorityClassName)
-        return named.obj.value if named is not None else 0
-    default = next((c for c in classes.values() if c.obj.globalDefault), None)
-    return default.obj.value if default is not None else 0
-
-
-def resource_requests(pod: workloads.PodInstance) -> tuple[int, int]:
-    """CPU (millicores) and memory (MiB) the pod requests, as the scheduler counts them.
-
-    The containers' sum, or the largest init container when that is more; a resource with a
-    limit but no request requests its limit.
-    """
-    total = _sum_requests(pod, "containers", pod.spec.containers)
-    init = [
-        _sum_requests(pod, "initContainers", [c], offset=i)
-        for i, c in enumerate(pod.spec.initContainers)
-    ]
-    cpu = max([total[0], *(c for c, _ in init)])
-    memory = max([total[1], *(m for _, m in init)])
-    return cpu, memory
-
-
-def _sum_requests(
-    pod: workloads.PodInstance, field_name: str, containers: list[kinds.Container], offset: int = 0
-) -> tuple[int, int]:
-    cpu = memory = 0
-    for index, container in enumerate(containers, start=offset):
-        resources = container.resources or kinds.Resources()
-        requests, limits = resources.requests or {}, resources.limits or {}
-        path = f"{pod.spec_path}.{field_name}[{index}].resources"
-        for resource in ("cpu", "memory"):
-            value = requests.get(resource, limits.get(resource))
-            if value is None:
-                continue
-            where_set = "requests" if resource in requests else "limits"
-            try:
-                if resource == "cpu":
-                    cpu += cpu_millis(value)
-                else:
-                    memory += -(-to_bytes(value) // 2**20)
-            except ValueError as error:
-                raise InputError(
-                    f"{path}.{where_set}.{resource}: {error}", where=pod.where
-                ) from None
-    return cpu, memory

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from drasat.api import groups, handles
-from drasat.whatif.manifests import Claim
-from drasat.whatif.report import Report
+from drasat.classic.whatif.manifests import Claim
+from drasat.classic.whatif.report import Report
 
 REASON_ANNOTATION = "whatif.drasat.io/reason"
 #: On every claim: the solver's status, what it proves, and its bound (or `no bound`).

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
+from drasat.classic.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.solver.problem import Solution
 from drasat.whatif.inventory import Ignored
-from drasat.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.whatif.nodes import ClusterNodes
 from drasat.whatif.v1output import (
     GpuView,
