@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from drasat.testbed.sim import kubelet
 from drasat.testbed.sim.kubelet import DraApi
 
@@ -39,3 +42,36 @@ def test_a_started_pod_keeps_its_other_conditions() -> None:
         ("Initialized", "True"),
         ("Ready", "True"),
     }
+
+
+class _NoPods:
+    def list(self, *_args: object, **_kwargs: object) -> dict[str, list[object]]:
+        return {"items": []}
+
+
+def test_a_restarted_kubelet_unprepares_the_claims_of_pods_deleted_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """As the real kubelet's DRA checkpoint: the claims handed to NodePrepareResources outlive
+    the kubelet process, so a kubelet killed while a pod was deleted unprepares its claims when
+    it starts again (issue 29's soak found MIG devices and CDI specs left without it)."""
+    checkpoint = tmp_path / "claims.json"
+    claim = kubelet.ClaimRef("ns", "c", "uid-1", ("gpu.drasat.io",))
+    first = kubelet.Kubelet(
+        _NoPods(), node="n", registry_dir=tmp_path, cdi_root=tmp_path, checkpoint=checkpoint
+    )  # type: ignore[arg-type]
+    first._attempted["pod-1"] = [claim]
+    first._save_checkpoint()
+    restarted = kubelet.Kubelet(
+        _NoPods(), node="n", registry_dir=tmp_path, cdi_root=tmp_path, checkpoint=checkpoint
+    )  # type: ignore[arg-type]
+    calls: list[tuple[str, list[str], bool]] = []
+
+    def call(driver: str, claims: list[kubelet.ClaimRef], *, prepare: bool) -> dict[str, object]:
+        calls.append((driver, [c.uid for c in claims], prepare))
+        return {c.uid: kubelet.Answer() for c in claims}
+
+    restarted._call = call  # type: ignore[method-assign]
+    restarted.run_once()  # the pod is gone from the API server
+    assert calls == [("gpu.drasat.io", ["uid-1"], False)]
+    assert json.loads(checkpoint.read_text()) == {}

@@ -27,7 +27,10 @@ in one of two flavours (`DraApi`): `classic`, a kubelet of Kubernetes 1.27–1.3
   `NodeUnprepareResources` for each claim no other pod on the node still uses, then confirms the
   deletion (DELETE with gracePeriodSeconds=0). Releasing the claims (reservedFor) and deleting
   the claims made from templates is not the kubelet's job: the simulated scheduler (as the
-  resourceclaim controller) and the API server's garbage collector do it, as in a cluster;
+  resourceclaim controller) and the API server's garbage collector do it, as in a cluster.
+  With `checkpoint`, the claims handed to NodePrepareResources are kept in that file, as the
+  real kubelet's DRA checkpoint: a kubelet killed and started again unprepares the claims of the
+  pods deleted while it was down;
 - **device health** (v1): a plugin that lists `v1.DRAResourceHealth` (or `v1alpha1.…`) is
   watched through its `NodeWatchResources` stream, and each running pod's
   `status.containerStatuses[].allocatedResourcesStatus` says the health of its claims' devices,
@@ -45,7 +48,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -321,6 +324,7 @@ class Kubelet(actor.WatchDrivenLoop):
         call_timeout: float = 30.0,
         api: DraApi = DraApi.classic,
         health_retry: float = 5.0,
+        checkpoint: Path | None = None,
     ) -> None:
         super().__init__(client, resync=resync)
         self.name = f"sim-kubelet-{node}"
@@ -350,6 +354,16 @@ class Kubelet(actor.WatchDrivenLoop):
         self.health = kubelethealth.HealthCache()
         self.health_watches: dict[str, kubelethealth.HealthWatch] = {}
         self._health_retry = health_retry
+        #: Where the claims handed to NodePrepareResources are kept across a restart, as the
+        #: real kubelet's DRA checkpoint: a kubelet killed and started again still unprepares
+        #: the claims of pods deleted meanwhile (None: kept in memory only).
+        self.checkpoint = checkpoint
+        if checkpoint is not None and checkpoint.exists():
+            saved = json.loads(checkpoint.read_text())
+            self._attempted = {
+                pod: [ClaimRef(**{**c, "drivers": tuple(c["drivers"])}) for c in claims]
+                for pod, claims in saved.items()
+            }
 
     def stop(self, timeout: float = 10.0) -> None:
         super().stop(timeout)
@@ -580,6 +594,7 @@ class Kubelet(actor.WatchDrivenLoop):
         for driver in by_driver:
             self._plugin(driver)
         self._attempted[meta["uid"]] = claims  # from here on, a stop unprepares them
+        self._save_checkpoint()
         devices: dict[str, list[str]] = {c.uid: [] for c in claims}
         prepared: dict[str, list[PreparedDevice]] = {}
         claim_devices: dict[str, list[kubelethealth.ClaimDevice]] = {}
@@ -695,6 +710,7 @@ class Kubelet(actor.WatchDrivenLoop):
                     raise
         with self._progress:
             self._attempted.pop(uid, None)
+            self._save_checkpoint()
             self._runs.pop(uid, None)
             if key is not None:
                 self.stopped[key] = uid
@@ -702,6 +718,14 @@ class Kubelet(actor.WatchDrivenLoop):
             self._progress.notify_all()
         if key is not None:
             log.info("kubelet %s: pod %s/%s stopped", self.node, *key)
+
+    def _save_checkpoint(self) -> None:
+        if self.checkpoint is None:
+            return
+        saved = {pod: [asdict(c) for c in claims] for pod, claims in self._attempted.items()}
+        partial = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
+        partial.write_text(json.dumps(saved))
+        partial.replace(self.checkpoint)
 
 
 def _by_driver(claims: Iterable[ClaimRef]) -> dict[str, list[ClaimRef]]:
