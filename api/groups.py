@@ -36,6 +36,10 @@ FINALIZER = "gpu.drasat.io/deletion-protection"
 #: MutatingAdmissionPolicy or the controller's webhook); the controller lifts it once every
 #: claim of the pod that drasat allocates is allocated, so kube-scheduler tries the pod once.
 SCHEDULING_GATE = "gpu.drasat.io/allocation"
+#: Pod labels of a gang (`controller.gangs`): its name (pods of one namespace with one name are
+#: one gang) and how many pods it has; its pods are allocated all-or-nothing in one solve.
+GANG_LABEL = "gpu.drasat.io/gang"
+GANG_SIZE_LABEL = "gpu.drasat.io/gang-size"
 CDI_VENDOR = "k8s.gpu.drasat.io"
 CDI_CLASS = "claim"
 

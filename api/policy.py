@@ -201,6 +201,23 @@ class Lifecycle(Spec):
     )
 
 
+class Gangs(Spec):
+    """Pods of one gang (labels `gpu.drasat.io/gang` and `gpu.drasat.io/gang-size`) are placed
+    all-or-nothing in one solve; this is where its pods may go together."""
+
+    topologyKey: str | None = Field(
+        None,
+        max_length=limits.MAX_STRING,
+        description="Node label whose value a gang's pods share (e.g. a rack or NVLink domain; "
+        "kubernetes.io/hostname: one node); none: any nodes.",
+    )
+    required: bool = Field(
+        True,
+        description="true: a gang is placed within one value of topologyKey or not at all "
+        "(nodes without the label take none of it); false: preferred, the fewest values.",
+    )
+
+
 class AllocationPolicySpec(Spec):
     objective: list[ObjectiveTerm] = Field(
         default_factory=lambda: [
@@ -218,6 +235,7 @@ class AllocationPolicySpec(Spec):
     )
     solver: SolverBudget = Field(default_factory=SolverBudget)
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)
+    gangs: Gangs = Field(default_factory=Gangs)
 
 
 class AllocationPolicy(Object):

@@ -47,6 +47,7 @@ from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
     DeviceConstraint,
+    Gang,
     Mode,
     NodeState,
     PodPlacement,
@@ -61,6 +62,7 @@ from drasat.solver.problem import (
 __all__ = [
     "ClaimRequest",
     "DeviceConstraint",
+    "Gang",
     "Mode",
     "NodeState",
     "PodPlacement",

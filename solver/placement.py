@@ -31,6 +31,7 @@ from drasat.solver import (
     explain,
     extract,
     filters,
+    gangs,
     model,
     nodes,
     solving,
@@ -325,7 +326,7 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
     views = validate.check(problem, cache)
     started = time.perf_counter()
     online_budget = _budget(problem, params, online=True)
-    if params.mode is Mode.online:
+    if params.mode is Mode.online and not problem.gangs:
         state = _State.initial(problem, views, cache)
         outcome = _online(problem, state, online_budget, params)
         # Each decision is the best of its pod's candidate nodes given the earlier ones; that
@@ -354,6 +355,7 @@ def _batch(
     quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
     warm_started = time.monotonic()
     warm = _online(problem, _State.initial(problem, views, cache), online_budget, quiet)
+    warm.placements = gangs.whole(warm.placements, problem.gangs, problem.nodes)
     #: What one pod's online decision cost: explaining a pod after the solve costs about three.
     decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))
     state = _State.initial(problem, views, cache)
@@ -367,6 +369,7 @@ def _batch(
     #: then of that reduced model, not of the problem.
     pruned = False
     ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
+    in_gang = gangs.of_pod(problem.gangs)
     for pod in problem.pods:
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
@@ -383,7 +386,7 @@ def _batch(
             candidates,
             state,
             online_budget,
-            keep,
+            len(candidates) if pod.key in in_gang else keep,  # a gang needs all its domains
             warm_node.get(pod.key),
             order,
             ranking,
@@ -391,6 +394,9 @@ def _batch(
         pruned = pruned or dropped
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     built = model.build(entries, state.rules)
+    gangs.constrain(
+        built.model, built.placed, built.at, built.secondary, problem.gangs, problem.nodes
+    )
     hint = _hint(built, warm.placements)
     # The time limit covers the whole batch solve: CP-SAT gets what building left of it.
     budget = _budget(problem, params, online=False)
@@ -440,6 +446,8 @@ def _batch(
             reasons = (_unexplained(fits_alone[pod.key]),)
         elif params.explain:
             reasons = _explain_after(pod, state, _budget(problem, params, online=True))
+        if pod.key in in_gang:
+            reasons = gangs.reasons(in_gang[pod.key], pod.key, reasons, set(inputs))
         unplaced.append(PodRejection(pod.key, reasons))
     return Solution(
         status=status,
@@ -487,7 +495,7 @@ def _fitting_nodes(
     shape = nodes.shape(PodEntry(pod.request, pod.priority, pod.claims, ()), state.rules)
     # Pods of one shape with the same candidates rank the nodes alike (every pod is ranked on
     # the state before the solve): ranked once, not once per pod (the pods of a template).
-    memo_key = (shape.key_id, pod.request.candidate_nodes, pod.pinned_to, len(views))
+    memo_key = (shape.key_id, pod.request.candidate_nodes, pod.pinned_to, len(views), keep)
     found = ranking.get(memo_key)
     if found is None:
         ranked = []

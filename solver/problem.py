@@ -119,10 +119,26 @@ class PodRequest:
 
 
 @dataclass(frozen=True)
+class Gang:
+    """Pods placed all-or-nothing (`solver.gangs`): every pod of `pods` or none. A gang with a
+    pod not in the problem is placed not at all. `topology_key`: a node label whose value all
+    its pods share (`required`), or whose values it spreads over as few as it can (not
+    `required`); None: any nodes."""
+
+    name: str
+    pods: tuple[str, ...]
+    topology_key: str | None = None
+    required: bool = True
+
+
+@dataclass(frozen=True)
 class Problem:
     nodes: tuple[NodeState, ...]
     pods: tuple[PodRequest, ...]
     policy: AllocationPolicySpec = field(default_factory=AllocationPolicySpec)
+    #: Gangs among `pods`: a problem with gangs is solved in one CP-SAT model (batch), whatever
+    #: the mode, as only one model can place a gang whole or not at all.
+    gangs: tuple[Gang, ...] = ()
     #: The fragmentation term's target workload (claim shapes with weights) when the caller
     #: knows more than this problem's pods: the controller passes the shapes the cluster holds
     #: and awaits (`workload.estimate`), a replay the trace's distribution. None: estimated

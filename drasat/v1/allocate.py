@@ -26,7 +26,7 @@ from typing import Any
 from drasat.api.errors import one_line
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import NodeState, PodRequest, Problem, Solution, SolveParams
+from drasat.solver import Gang, NodeState, PodRequest, Problem, Solution, SolveParams
 from drasat.v1 import devices, results
 from drasat.v1.devices import Published
 from drasat.v1.requests import ALL, Claim, ClaimError, read_claim
@@ -103,8 +103,12 @@ def allocate(
     policy: AllocationPolicySpec | None = None,
     params: SolveParams | None = None,
     solve: Solve | None = None,
+    gangs: Sequence[Gang] = (),
 ) -> Outcome:
     """Place the pods' claims; pods that fit nowhere are refused with the solver's reasons.
+
+    `gangs`: pods placed all-or-nothing (`drasat.solver.gangs`); a round's solve holds the gangs
+    with a pod in it, so a gang whose pods are not all in a round is placed in none of it.
 
     One pod never stops the others: an error while reading its claims, in a solver call that
     holds it, or while writing its allocation refuses that pod (`Outcome.failed` says which)
@@ -118,6 +122,7 @@ def allocate(
         policy=policy or AllocationPolicySpec(),
         params=params or SolveParams(),
         solve=solve or default_solve,
+        gangs=tuple(gangs),
     )
     catalog = Devices({n.state.name: n.devices for n in nodes})
     pending = _read_pods(pods, classes, catalog, run.outcome)
@@ -195,6 +200,7 @@ class _Round:
     policy: AllocationPolicySpec
     params: SolveParams
     solve: Solve
+    gangs: tuple[Gang, ...] = ()
     outcome: Outcome = field(default_factory=lambda: Outcome())
 
     def place(self, todo: Mapping[str, list[Option]]) -> None:
@@ -211,6 +217,7 @@ class _Round:
                     self.policy,
                     self.params,
                     self.solve,
+                    tuple(g for g in self.gangs if any(p in keys for p in g.pods)),
                 )
             except Exception as error:
                 if len(keys) == 1:
@@ -332,6 +339,7 @@ def _solve_round(
     policy: AllocationPolicySpec,
     params: SolveParams,
     run: Solve,
+    gangs: tuple[Gang, ...] = (),
 ) -> tuple[Solution, dict[str, tuple[list[Option], dict[str, Option]]]]:
     requests = []
     variants = {}
@@ -351,7 +359,9 @@ def _solve_round(
             )
         )
         variants[key] = (options, meaning)
-    problem = Problem(nodes=tuple(states.values()), pods=tuple(requests), policy=policy)
+    problem = Problem(
+        nodes=tuple(states.values()), pods=tuple(requests), policy=policy, gangs=gangs
+    )
     return run(problem, params), variants
 
 

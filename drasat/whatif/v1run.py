@@ -23,8 +23,8 @@ from drasat.api import nodefit
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver.problem import Problem, Solution, SolveParams
-from drasat.v1 import Node, Outcome, PodInput, allocate, results
+from drasat.solver.problem import Gang, Problem, Solution, SolveParams
+from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, results
 from drasat.whatif import nodes, v1manifests
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ class V1Result:
     #: Pods no node admits before devices are considered: pod key -> why, per node.
     blocked: Mapping[str, tuple[str, ...]]
     solver_error: str | None = None
+    #: The gangs placed all-or-nothing (pods labelled `gpu.drasat.io/gang`), complete ones.
+    gangs: tuple[Gang, ...] = ()
 
 
 def in_drasat_terms(claim: Obj, cluster: nodes.ClusterNodes) -> Obj:
@@ -247,15 +249,30 @@ def run_v1(
     """Allocate the pods' pending claims. A solver that raises is reported, not raised."""
     node_list = node_inputs(cluster, workload)
     pods, blocked = pod_inputs(cluster, workload)
+    found, held = gangs.of_pods(((p.key, p.obj) for p in workload.pods), policy)
+    placing = {p.key for p in pods}
+    pods = [p for p in pods if p.key not in held]
+    # A pod of a gang whose claims are all allocated already is not placed again; one that no
+    # node admits (`blocked`) keeps its gang from being placed.
+    allocated = {p.key for p in workload.pods if not p.pending()}
+    complete = [
+        dataclasses.replace(g, pods=tuple(k for k in g.pods if k not in allocated))
+        for g in found
+        if any(k in placing for k in g.pods)
+    ]
     error = None
     try:
         outcome = allocate(
-            node_list, pods, workload.classes, policy=policy, params=params, solve=solve
-        )
+            node_list, pods, workload.classes, policy=policy, params=params, solve=solve,
+            gangs=complete,
+        )  # fmt: skip
     except Exception as failure:  # a solver bug must still end in a report, not a traceback
         log.debug("allocation failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"
         outcome = Outcome(refused={p.key: (error,) for p in pods})
     for key, reasons in blocked.items():
         outcome.refused[key] = ("no node admits the pod: " + "; ".join(reasons),)
-    return V1Result(cluster, workload, outcome, blocked, error)
+    for key, why in held.items():
+        if key in placing:
+            outcome.refused[key] = (why,)
+    return V1Result(cluster, workload, outcome, blocked, error, tuple(complete))

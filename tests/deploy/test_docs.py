@@ -53,6 +53,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     policy.SolverBudget,
     policy.Lifecycle,
     policy.LifecycleAction,
+    policy.Gangs,
     cluster.ClusterSpec,
     cluster.ClusterNode,
     cluster.ClusterGpus,
