@@ -96,3 +96,35 @@ def test_a_record_of_a_newer_format_is_left_in_place_for_its_plugin(short_tmp: P
     assert (entry.path, entry.uid) == (path, fx.CLASSIC)
     assert "newer node plugin (format 3" in entry.why
     assert path.exists()  # not moved aside: a downgrade keeps what the newer plugin recorded
+
+
+def test_upgrade_of_a_format_1_record() -> None:
+    old = {
+        "uid": "u",
+        "results": [
+            {"request": "gpu", "pool": "n", "device": "gpu-0", "share_id": None},
+            {"request": "s", "pool": "n", "device": "gpu-1", "share_id": "x"},
+        ],
+    }
+    new, changed = checkpoint.upgrade(old)
+    assert changed and new == {
+        "uid": "u",
+        "version": 2,
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": "gpu.drasat.io", "pool": "n", "device": "gpu-0"},
+                {
+                    "request": "s",
+                    "driver": "gpu.drasat.io",
+                    "pool": "n",
+                    "device": "gpu-1",
+                    "shareID": "x",
+                },
+            ]
+        },
+    }
+    assert checkpoint.upgrade({"uid": "c", "results": []}) == (
+        {"uid": "c", "version": 2, "devices": {}},
+        True,
+    )
+    assert checkpoint.upgrade(new) == (new, False)
