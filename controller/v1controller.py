@@ -49,7 +49,7 @@ from drasat import v1
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, decisions, extended, nodes, v1inputs
+from drasat.controller import allocation, decisions, extended, gangs, nodes, v1inputs
 from drasat.controller.drivers import Published, taint_rule_name
 from drasat.controller.metrics import Metrics
 from drasat.controller.statusledger import ledgers_from_statuses, status_entries_on
@@ -60,6 +60,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
+from drasat.v1 import gangs as v1gangs
 from drasat.v1 import results
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,8 @@ class V1Controller:
         self._clashes_seen: set[tuple[str, ...]] = set()
         #: Said once: a pod of drasat's arrived without the scheduling gate (no admission).
         self._said_ungated = False
+        #: This cycle's gangs (`controller.gangs`): placed all-or-nothing, gates lifted together.
+        self._gangs = gangs.Plan()
         self.cycles = 0
         timeout = self.config.watch_timeout_s
 
@@ -415,9 +418,11 @@ class V1Controller:
             self._templates.ensure(snapshot.pods)  # pods converted from nvidia.com/gpu
         if self.settle(snapshot):
             snapshot = self.snapshot()
-        for pod, why in v1inputs.to_ungate(snapshot).values():
-            self._confined(f"pod {v1inputs.pod_key(pod)}", [pod], self._lift_gate, pod, why)
         everyone, waiting = v1inputs.pending_pods(snapshot)
+        ungate = v1inputs.to_ungate(snapshot)
+        everyone = self._plan_gangs(snapshot, everyone, waiting, ungate)
+        for pod, why in ungate.values():
+            self._confined(f"pod {v1inputs.pod_key(pod)}", [pod], self._lift_gate, pod, why)
         self._say_ungated(everyone)
         self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
@@ -429,7 +434,7 @@ class V1Controller:
             enumerate(everyone),
             key=lambda item: (self._refused_at.get(item[1].input.key, 0.0), item[0]),
         )
-        pending = [p for _, p in ordered[: self.config.batch_max]]
+        pending = gangs.batch([p for _, p in ordered], self.config.batch_max, self._gangs)
         if not pending:
             return False
         placed = self._place(snapshot, pending)
@@ -452,6 +457,7 @@ class V1Controller:
             outcome = v1.allocate(
                 nodes, [p.input for p in pending], snapshot.classes,
                 policy=policy, params=params, solve=self._solve,
+                gangs=list(self._gangs.gangs.values()),
             )  # fmt: skip
         except Exception as error:
             log.warning("cycle %d: the allocator failed on %d pods together (%s); placing them "
@@ -471,6 +477,7 @@ class V1Controller:
             # drasat's fault, not the pod's request: counted apart (the refusal's Event says it).
             self.metrics.faults.labels("AllocatorError").inc()
             log.warning("AllocatorError: pod %s: %s", pod_key, why)
+        self._only_whole_gangs(outcome)
         by_node: dict[str, list[_Placed]] = {}
         for pod_key, node in outcome.placed.items():
             item = by_key[pod_key]
@@ -481,12 +488,21 @@ class V1Controller:
         for node, placed in by_node.items():
             in_ledger += [(node, pod) for pod in self._write_ledger(node, placed, snapshot)]
         # Each pod's statuses then its gate; pods apart from each other, several at once.
-        done = self._in_parallel(lambda found: self._write_pod(*found), in_ledger)
+        # A gang's pods keep drasat's gate until every one of them is written (`_lift_gangs`).
+        in_gang = self._gangs.of_pod
+        done = self._in_parallel(
+            lambda found: self._write_pod(*found, lift=found[1].item.input.key not in in_gang),
+            in_ledger,
+        )
         written: list[v1.ClaimAllocation] = []
+        ok: dict[str, str] = {}
         for (node, pod), (claims, failed) in zip(in_ledger, done, strict=True):
             written += claims
             if failed is not None:
                 self._not_written(pod.item, node, failed)
+            else:
+                ok[pod.item.input.key] = node
+        self._lift_gangs(ok, by_key)
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
             self._refused_at[pod_key] = now
@@ -494,6 +510,58 @@ class V1Controller:
         for pod_key in outcome.placed:
             self._refused_at.pop(pod_key, None)
         return len(outcome.placed)
+
+    def _plan_gangs(
+        self,
+        snapshot: v1inputs.Snapshot,
+        everyone: list[v1inputs.Pending],
+        waiting: Mapping[str, str],
+        ungate: dict[str, tuple[Obj, str]],
+    ) -> list[v1inputs.Pending]:
+        """This cycle's gangs (`controller.gangs`): the pods of gangs not complete are left out
+        (a Normal Event says why), and no pod of an unfinished gang is let go by `ungate`."""
+        plan = gangs.plan(
+            snapshot.pods, [p.input.key for p in everyone], waiting, ungate, self._policy()
+        )
+        self._gangs = plan
+        for pods in plan.gates_held.values():
+            for pod in pods:
+                ungate.pop(v1inputs.pod_key(pod), None)
+        kept = []
+        for item in everyone:
+            why = plan.held.get(item.input.key)
+            if why is None:
+                kept.append(item)
+            elif item.input.key in plan.invalid:
+                self.recorder.warning(item.pod, REASON_REFUSED, why)
+            else:
+                self.recorder.normal(item.pod, gangs.REASON_INCOMPLETE, why)
+        return kept
+
+    def _only_whole_gangs(self, outcome: v1.Outcome) -> None:
+        """A gang's pods are written only when all of them are placed (the solver places a gang
+        whole; this keeps it so should a pod's allocation fail to be written down)."""
+        whole = gangs.whole(outcome.placed, self._gangs)
+        for pod_key, gang in self._gangs.of_pod.items():
+            if gang in whole or pod_key not in outcome.placed:
+                continue
+            del outcome.placed[pod_key]
+            outcome.refused[pod_key] = (f"gang {gang} is placed whole or not at all: not every "
+                                        "pod of it could be allocated",)  # fmt: skip
+
+    def _lift_gangs(
+        self, written: Mapping[str, str], by_key: Mapping[str, v1inputs.Pending]
+    ) -> None:
+        """Lift the gate of every pod of each gang whose pods of this cycle are all written
+        (with its pods allocated in an earlier cycle), and say where the gang went."""
+        for name in sorted(gangs.whole(written, self._gangs)):
+            gang = self._gangs.gangs[name]
+            text = v1gangs.placed_text(gang, written)
+            pods = [by_key[k].pod for k in gang.pods] + self._gangs.gates_held.get(name, [])
+            for pod in pods:
+                self._confined(f"pod {v1inputs.pod_key(pod)}", [pod], self._lift_gate, pod,
+                               f"every pod of gang {name} is allocated")  # fmt: skip
+                self.recorder.normal(pod, gangs.REASON_PLACED, text)
 
     def _one_at_a_time(
         self,
@@ -511,6 +579,7 @@ class V1Controller:
                 found = v1.allocate(
                     nodes, [item.input], snapshot.classes,
                     policy=policy, params=params, solve=self._solve,
+                    gangs=list(self._gangs.gangs.values()),  # a gang's pod alone: not placed
                 )  # fmt: skip
             except Exception as error:
                 why = f"the allocator failed on this pod: {_short(error)}"
@@ -563,11 +632,11 @@ class V1Controller:
         return [pod for pod in ready if pod.item.input.key not in refused]
 
     def _write_pod(
-        self, node: str, pod: _Placed
+        self, node: str, pod: _Placed, lift: bool = True
     ) -> tuple[list[v1.ClaimAllocation], Exception | None]:
         """A pod whose ledger entries are written: our finalizer on its claims, their statuses,
-        then its gate. The claims written, and what failed (None: nothing). Runs beside other
-        pods' writes."""
+        then (`lift`) its gate. The claims written, and what failed (None: nothing). Runs beside
+        other pods' writes."""
         item = pod.item
         by_uid = {c["metadata"]["uid"]: c for c in item.claims}
         try:
@@ -580,6 +649,8 @@ class V1Controller:
         except Exception as error:
             return [], error
         self.explanations.pop(item.input.key, None)
+        if not lift:
+            return pod.claims, None
         try:
             self._lift_gate(item.pod, "its claims of drasat's are allocated")
         except LeaseLost:

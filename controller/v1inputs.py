@@ -424,6 +424,8 @@ def node_inputs(snapshot: Snapshot) -> list[Node]:
             memory_mib=capacity.memory_mib,
             used_cpu_milli=capacity.used_cpu_milli,
             used_memory_mib=capacity.used_memory_mib,
+            # A gang's topology (the policy's `gangs.topologyKey`) is a node label.
+            labels=tuple(sorted(((node.get("metadata") or {}).get("labels") or {}).items())),
         )
         published = tuple(found.read.devices.values()) if state.ready else ()
         out.append(Node(state, published))
