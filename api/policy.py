@@ -218,6 +218,42 @@ class Gangs(Spec):
     )
 
 
+class PreemptionTerm(StrEnum):
+    """What a set of victims costs (`Preemption.minimize`, in that order)."""
+
+    victims = "victims"  # how many pods are evicted
+    priority = "priority"  # the sum of their priorities
+    devices = "devices"  # the devices their claims hold (a share or a MIG device counts 1)
+
+
+class Preemption(Spec):
+    """A pending pod whose claims fit nowhere may evict running pods of lower priority that
+    hold the devices it needs (docs/CONTROLLER.md, *Preemption*)."""
+
+    enabled: bool = Field(
+        True,
+        description="Evict lower-priority pods for a pod that fits nowhere (pods with "
+        "preemptionPolicy: Never never preempt).",
+    )
+    maxVictims: int = Field(4, ge=1, le=64, description="The most pods evicted for one preemptor.")
+    minimize: list[PreemptionTerm] = Field(
+        default_factory=lambda: [
+            PreemptionTerm.victims,
+            PreemptionTerm.priority,
+            PreemptionTerm.devices,
+        ],
+        min_length=1,
+        max_length=3,
+        description="What the victims cost, most important first (lexicographic).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_terms(self) -> Preemption:
+        if len(set(self.minimize)) != len(self.minimize):
+            raise ValueError("minimize lists a term twice")
+        return self
+
+
 class AllocationPolicySpec(Spec):
     objective: list[ObjectiveTerm] = Field(
         default_factory=lambda: [
@@ -236,6 +272,7 @@ class AllocationPolicySpec(Spec):
     solver: SolverBudget = Field(default_factory=SolverBudget)
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)
     gangs: Gangs = Field(default_factory=Gangs)
+    preemption: Preemption = Field(default_factory=Preemption)
 
 
 class AllocationPolicy(Object):

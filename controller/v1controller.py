@@ -52,6 +52,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import allocation, decisions, extended, gangs, nodes, v1inputs
 from drasat.controller.drivers import Published, taint_rule_name
 from drasat.controller.metrics import Metrics
+from drasat.controller.preemption import Preempter
 from drasat.controller.statusledger import ledgers_from_statuses, status_entries_on
 from drasat.kube import errors, informer
 from drasat.kube import nas as nas_api
@@ -182,6 +183,8 @@ class V1Controller:
             api, component=self.config.component, refresh_s=self.config.decision_refresh_s
         )
         self.solver_cache = SolverCache()
+        #: Preemption (`controller.preemption`): victims evicted, devices held for preemptors.
+        self.preemption = Preempter(api, self.recorder, clock=clock, may_write=may_write)
         self._templates = extended.TemplateKeeper(api)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -437,7 +440,12 @@ class V1Controller:
         pending = gangs.batch([p for _, p in ordered], self.config.batch_max, self._gangs)
         if not pending:
             return False
-        placed = self._place(snapshot, pending)
+        # Preemptors whose victims are leaving go first, over the devices held for them.
+        first, rest = self.preemption.split(everyone, pending)
+        placed = self._place(snapshot, first) if first else 0
+        if first:
+            snapshot = self.snapshot()
+        placed += self._place(snapshot, rest) if rest else 0
         chosen = {p.input.key for p in pending}
         left = [p.input.key for p in everyone if p.input.key not in chosen]
         untried = any(key not in self._refused_at for key in left)
@@ -452,6 +460,7 @@ class V1Controller:
         )
         started = time.perf_counter()
         nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
+        nodes = self.preemption.hold(nodes, [p.input.key for p in pending])
         policy = self._policy()
         try:
             outcome = v1.allocate(
@@ -509,6 +518,8 @@ class V1Controller:
             self._refused(by_key[pod_key], reasons, snapshot)
         for pod_key in outcome.placed:
             self._refused_at.pop(pod_key, None)
+        refused = [by_key[k] for k in outcome.refused if k not in outcome.failed]
+        self.preemption.consider(snapshot, nodes, refused, policy)
         return len(outcome.placed)
 
     def _plan_gangs(
