@@ -607,6 +607,9 @@ def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_slices(
 ACCESS_KINDS = {
     "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    # the scheduling gate: the controller lifts it under the policy that lets its token do
+    # nothing else to a pod (controller-admission-policy.yaml)
+    "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
 }  # fmt: skip
 FORBIDDEN = ("Forbidden", "forbidden", " 403")
 
@@ -745,6 +748,8 @@ def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
             _allocate_and_release(kube_api, kube_namespace, node, logs)
         text = logs()
         assert not [word for word in FORBIDDEN if word in text], text
+        lifted = "fits: scheduling gate gpu.drasat.io/allocation lifted"
+        assert lifted in controller_log.read_text(errors="replace"), text
     finally:
         for process in processes:
             drasatprocess.stop(process)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pathlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
-from kubecluster import install_crds, service_account_token
+from chartkit import render
+from kubecluster import install_crds, service_account_token, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 
@@ -194,3 +196,116 @@ def test_a_tenant_cannot_write_what_the_allocator_and_plugins_read(
         body = {"apiVersion": resource.group_version, "kind": resource.kind, **body}
         refused = _refused(resource.create, body=body, namespace=namespace)
         assert refused.status == 403, (resource.kind, refused)
+
+
+# --- the controller's token: drasat's scheduling gate, nothing else of a pod ---------------------
+
+GATE = "gpu.drasat.io/allocation"
+CONTROLLER_KINDS = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
+@pytest.fixture
+def controller_policy(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, tmp_path: pathlib.Path
+) -> Iterator[kubernetes.client.ApiClient]:
+    """The chart's v1 controller ServiceAccount, ClusterRole(Binding) and its pod policy, created
+    for real under a unique prefix (the cluster-scoped ones deleted after); yields a client
+    authenticated as that ServiceAccount."""
+    prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
+    manifests = render(kube_namespace, "1.37.2", {"fullnameOverride": prefix}, tmp_path)
+    names = {f"{prefix}-controller", f"{prefix}-controller-lifts-gates-only"}
+    wanted = [
+        m for m in manifests if m["metadata"]["name"] in names and m["kind"] in CONTROLLER_KINDS
+    ]
+    assert sorted(m["kind"] for m in wanted) == sorted(CONTROLLER_KINDS)
+    client = dynamic.DynamicClient(kube_api)
+    created = []
+    try:
+        for manifest in wanted:
+            resource = client.resources.get(
+                api_version=manifest["apiVersion"], kind=manifest["kind"]
+            )
+            namespace = kube_namespace if resource.namespaced else None
+            resource.create(body=manifest, namespace=namespace)
+            if namespace is None:
+                created.append((resource, manifest["metadata"]["name"]))
+        token = service_account_token(kube_api, kube_namespace, f"{prefix}-controller", seconds=600)
+        configuration = kubernetes.client.Configuration()
+        configuration.host = kube_api.configuration.host
+        configuration.ssl_ca_cert = kube_api.configuration.ssl_ca_cert
+        configuration.verify_ssl = kube_api.configuration.verify_ssl
+        configuration.api_key = {"authorization": f"Bearer {token}"}
+        with kubernetes.client.ApiClient(configuration) as controller:
+            yield controller
+    finally:
+        for resource, name in reversed(created):
+            with contextlib.suppress(ApiException):
+                resource.delete(name=name)
+
+
+def _gated_pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "x"}},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/queue"}, {"name": GATE}],
+            "containers": [{"name": "app", "image": "app:1"}],
+        },
+    }
+
+
+def test_the_controllers_token_may_only_lift_drasats_gate_from_a_pod(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    controller_policy: kubernetes.client.ApiClient,
+) -> None:
+    """The chart's ValidatingAdmissionPolicy on the controller's `patch pods` grant: removing
+    drasat's gate passes (another owner's stays); changing the image, a label, the tolerations,
+    the node selector or another owner's gate is refused naming what."""
+    admin = kubernetes.client.CoreV1Api(kube_api)
+    controller = kubernetes.client.CoreV1Api(controller_policy)
+
+    def patch(name: str, body: Any) -> ApiException | None:
+        try:
+            controller.patch_namespaced_pod(name, kube_namespace, body)
+        except ApiException as exc:
+            return exc
+        return None
+
+    # The policy takes effect once the server's policy informer has it: probe with a label
+    # change on a pod of its own until the first refusal.
+    admin.create_namespaced_pod(kube_namespace, _gated_pod("probe"))
+    probes = iter(range(10_000))
+    wait_for(
+        lambda: patch("probe", {"metadata": {"labels": {"n": str(next(probes))}}}),
+        what="the controller's pod policy to refuse a label change",
+    )
+    admin.create_namespaced_pod(kube_namespace, _gated_pod("p"))
+    refused = {
+        "spec.containers": {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}},
+        "metadata.labels": {"metadata": {"labels": {"app": "y"}}},
+        "metadata.annotations": {"metadata": {"annotations": {"a": "b"}}},
+        "spec.tolerations": [  # added to the server's defaults (removing any is invalid)
+            {
+                "op": "add",
+                "path": "/spec/tolerations/-",
+                "value": {"key": "k", "operator": "Exists", "effect": "NoSchedule"},
+            }
+        ],
+        "spec.nodeSelector": {"spec": {"nodeSelector": {"kubernetes.io/hostname": "n"}}},
+        # (JSON patches: a strategic merge patch merges gates by name, removing none)
+        "own scheduling gate": [{"op": "remove", "path": "/spec/schedulingGates/0"}],
+    }
+    for what, body in refused.items():
+        denied = patch("p", body)
+        assert denied is not None and denied.status == 403, (what, denied)
+        assert what in json.loads(denied.body)["message"], what
+    assert patch("p", [{"op": "remove", "path": "/spec/schedulingGates/1"}]) is None
+    pod = admin.read_namespaced_pod("p", kube_namespace)
+    assert [g.name for g in pod.spec.scheduling_gates] == ["example.com/queue"]
+    assert pod.spec.containers[0].image == "app:1" and pod.metadata.labels == {"app": "x"}
