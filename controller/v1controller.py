@@ -500,7 +500,9 @@ class V1Controller:
         # A gang's pods keep drasat's gate until every one of them is written (`_lift_gangs`).
         in_gang = self._gangs.of_pod
         done = self._in_parallel(
-            lambda found: self._write_pod(*found, lift=found[1].item.input.key not in in_gang),
+            lambda found: self._write_pod(
+                found[0], found[1], lift=found[1].item.input.key not in in_gang
+            ),
             in_ledger,
         )
         written: list[v1.ClaimAllocation] = []
