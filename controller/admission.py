@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 #: The path the webhook answers AdmissionReviews on (the chart's clientConfig names it).
 PATH = "/gate-pods"
+#: The largest body read: a pod CREATE's AdmissionReview carries one pod, which the API server
+#: limits to its 3 MiB request size; a larger (or negative) Content-Length is refused unread.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 #: The pods admission considers, as CEL on the pod (`object`): the chart's MutatingAdmissionPolicy
 #: matches with these, its webhook registration with `CLAIMS_CONDITION` first; `may_gate` is the
@@ -425,6 +428,9 @@ class _Handler(BaseHTTPRequestHandler):
         body: Any = None
         try:
             length = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True  # the body is left unread
+                raise ValueError(f"Content-Length {length} is not 0 to {MAX_BODY_BYTES} bytes")
             body = json.loads(self.rfile.read(length))  # ValueError: not JSON (or not UTF-8)
             answer = review(body, self.server.lookup,
                             convert_extended=self.server.convert_extended)  # fmt: skip

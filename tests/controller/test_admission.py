@@ -520,6 +520,29 @@ def test_the_server_refuses_what_it_cannot_read_with_an_admission_review(
     assert [a.outcome for a in server.answers] == ["refused"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("length", [admission.MAX_BODY_BYTES + 1, -1])
+def test_a_body_too_large_or_of_negative_length_is_refused_unread(
+    served: tuple[admission.WebhookServer, pathlib.Path], length: int
+) -> None:
+    """Anyone who reaches the Service can post: a Content-Length beyond any pod's review (or
+    below zero, which would read until the peer closes) is refused without reading the body."""
+    server, cert = served
+    context = ssl.create_default_context(cafile=str(cert))
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.server_address[1], context=context, timeout=10
+    )
+    try:
+        connection.putrequest("POST", admission.PATH)
+        connection.putheader("Content-Length", str(length))
+        connection.endheaders()
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    finally:
+        connection.close()
+    assert response.status == 200 and answer["response"]["allowed"] is False
+    assert f"Content-Length {length} is not 0 to" in answer["response"]["status"]["message"]
+
+
 def test_a_failure_inside_the_webhook_refuses_the_request(
     served: tuple[admission.WebhookServer, pathlib.Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
