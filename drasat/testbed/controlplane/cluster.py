@@ -142,6 +142,10 @@ class Cluster:
     processes: list[Process] = field(default_factory=list)
     die_with_parent: bool = False
     minor: int = 0
+    #: What `spawn` started each process name with, for `restart` (this process only).
+    commands: dict[str, tuple[str, list[str], tuple[str, ...], Path | None]] = field(
+        default_factory=dict, repr=False
+    )
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -304,6 +308,7 @@ class Cluster:
                 preexec_fn=sigterm_on_parent_death if self.die_with_parent else None,
             )
         process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
+        self.commands[name] = (binary, args, wrapper, cwd)
         _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
         self.processes.append(process)
         self._save()
@@ -489,6 +494,26 @@ class Cluster:
             _signal(process, signal.SIGKILL)
             while process.alive():
                 time.sleep(0.05)
+
+    def restart(self, name: str, *, timeout: float = 120.0) -> Process:
+        """Crash the component `name` (SIGKILL) and start it again as `spawn` first started it
+        (the chaos soak, bench/soak.py); returns once etcd or kube-apiserver answers its health
+        check again (the scheduler and controller manager then take their leases when the
+        crashed holder's expire). Only for a cluster this process started."""
+        if name not in self.commands:
+            raise ClusterError(f"{name}: not started by this process, so it cannot restart it")
+        old = next(p for p in reversed(self.processes) if p.name == name)
+        self.stop_process(old, signal.SIGKILL)
+        self.processes.remove(old)
+        binary, args, wrapper, cwd = self.commands[name]
+        process = self.spawn(name, binary, args, wrapper=wrapper, cwd=cwd)
+        deadline = time.monotonic() + timeout
+        if name == "kube-apiserver":
+            self._wait(name, deadline, self._apiserver_ready, process=process)
+        elif name == "etcd":
+            url = f"http://127.0.0.1:{self.ports['etcd']}/health"
+            self._wait(name, deadline, lambda: _http_ok(url), process=process)
+        return process
 
     # --- reading it ----------------------------------------------------------------------------
 
