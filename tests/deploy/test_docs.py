@@ -54,6 +54,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     policy.Lifecycle,
     policy.LifecycleAction,
     policy.Gangs,
+    policy.Preemption,
     cluster.ClusterSpec,
     cluster.ClusterNode,
     cluster.ClusterGpus,

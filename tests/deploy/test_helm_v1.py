@@ -251,6 +251,8 @@ def test_v1_controller_rbac(render: Render) -> None:
         (resource, "resourceclaimtemplates", "create"),  # of pods converted from nvidia.com/gpu
         # pending pods; drasat's scheduling gate lifted (patch), the pod re-read on a conflict
         *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
+        # preemption: victims evicted through the Eviction API, budgets read when choosing
+        ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),
         # the admission webhook (helm template cannot tell MutatingAdmissionPolicy is served)
         *((resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")),
         ("", "nodes", "list"), ("", "nodes", "watch"),
