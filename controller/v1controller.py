@@ -654,7 +654,8 @@ class V1Controller:
         by_uid = {c["metadata"]["uid"]: c for c in item.claims}
         try:
             for claim in pod.claims:
-                by_uid[claim.uid] = self._ensure_finalizer(by_uid[claim.uid])
+                if _in_a_nas(claim):
+                    by_uid[claim.uid] = self._ensure_finalizer(by_uid[claim.uid])
             for claim in pod.claims:
                 self._write_status(by_uid[claim.uid], claim, item)
         except LeaseLost:
@@ -903,7 +904,7 @@ class V1Controller:
         changed = False
         for name, parsed in snapshot.nas.items():
             if parsed.from_statuses:
-                self._settle_from_statuses(name, by_uid, snapshot)
+                changed |= self._settle_from_statuses(name, by_uid, snapshot)
                 continue
             stale: set[str] = set()
             for key, entry in parsed.node.nas.allocatedClaims.items():
@@ -969,10 +970,12 @@ class V1Controller:
 
     def _settle_from_statuses(
         self, node: str, by_uid: Mapping[str, Obj], snapshot: v1inputs.Snapshot
-    ) -> None:
+    ) -> bool:
         """A node whose ledger is the claims' statuses (NVIDIA's driver) has nothing to write
         back; a claim this process allocated there that lost its allocation was given back by
-        the scheduler, as a stale NAS entry says on drasat's nodes."""
+        the scheduler, as a stale NAS entry says on drasat's nodes. True when a write this
+        process remembered is forgotten (the snapshot counted it)."""
+        forgotten = False
         for uid, written in list(self._written.items()):
             if written.node != node:
                 continue
@@ -982,6 +985,8 @@ class V1Controller:
                 continue  # the cache has not seen our status write yet
             if claim is None or v1inputs.allocated_node(claim) != node:
                 self._given_back(uid, node, claim, snapshot)
+                forgotten = True
+        return forgotten
 
     def _repair_clash(
         self, node: str, a: Obj, b: Obj, held: Mapping[str, tuple[Obj, Mapping[str, Any]]]
@@ -1229,6 +1234,14 @@ def _clash(
             return LedgerConflict(f"devices of {key} on {node} are held by {', '.join(clash)}",
                                   status=409)  # fmt: skip
     return None
+
+
+def _in_a_nas(claim: v1.ClaimAllocation) -> bool:
+    """Whether the allocation has devices of drasat's driver, whose ledger entries in the NAS
+    our finalizer keeps until the claim is released. Another driver's (NVIDIA's) are in no NAS:
+    their claim gets no finalizer (one write fewer per pod; the status is the ledger)."""
+    found = (claim.allocation.get("devices") or {}).get("results") or []
+    return any(r.get("driver") == DRIVER_NAME for r in found)
 
 
 def _devices_named(entries: Mapping[str, AllocatedDevices]) -> list[object]:

@@ -92,3 +92,17 @@ def node(kind: str, name: str) -> tuple[Obj, list[Obj]]:
 def devices(slices: Iterable[Obj]) -> dict[str, Obj]:
     """device name -> the published device, over a node's slices."""
     return {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
+
+
+def fleet_node(name: str, fleet: str) -> tuple[Obj, list[Obj]]:
+    """A node of simulated GPUs (`fleet`, e.g. `8xH100-80GB,mig=all`: every GPU in dynamic MIG
+    mode, the whole GPU and every placement sharing a counter set) with its slices in NVIDIA's
+    format (`bench.nvidia_alloc`: drasat's device model under NVIDIA's driver name and
+    attributes); a Ready Node without taints."""
+    from bench import kube_alloc, nvidia_alloc
+
+    planned = kube_alloc.FleetNode(name, f"{fleet},seed={name}", {})
+    slices = nvidia_alloc.nvidia_slices(planned, "")
+    for body in slices:
+        body["metadata"].pop("ownerReferences", None)
+    return kube_alloc.node_body(planned), slices

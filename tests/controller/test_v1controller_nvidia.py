@@ -142,6 +142,10 @@ def test_whole_gpus_one_cycle_after_another_never_twice_and_never_the_tainted(
         seen += _devices(_allocation(api, f"c{i}"))
     assert sorted(seen) == [(NVIDIA, "t4", "gpu-0"), (NVIDIA, "t4", "gpu-1")]
     assert api.list(r.NAS, namespace=NS).items == []  # nothing written to a NAS
+    # No finalizer of drasat's either: it guards NAS entries, and there are none.
+    finalizers = [api.get(r.RESOURCE_CLAIMS_V1, f"c{i}", namespace="default")["metadata"].get(
+        "finalizers") for i in (1, 2)]  # fmt: skip
+    assert finalizers == [None, None]
     _claim(api, "c3", _gpu())
     _pod(api, "p3", "c3")
     # gpu-2 carries NVIDIA's XID device taint: refused.
@@ -171,8 +175,9 @@ def test_a_claim_written_before_the_cache_saw_it_still_holds_its_gpu(
     )
     assert found["t4"].node.nas.allocatedClaims == written.ledger
     # The same GPU as the status names, once the cache has it.
+    assert _settled(ctl, lambda: ctl.snapshot().claims["default/c1"].get("status"))
     now = statusledger.ledgers_from_statuses(
-        snap.published, snap.claims.values(), {}, {}, (NVIDIA,)
+        snap.published, ctl.snapshot().claims.values(), {}, {}, (NVIDIA,)
     )
     assert _uuids(now["t4"].node.nas.allocatedClaims) == _uuids(written.ledger) != []
 
@@ -273,3 +278,18 @@ def test_both_drivers_on_one_node_make_it_unusable(
         "it publishes devices of gpu.drasat.io and gpu.nvidia.com: one GPU driver per node (its "
         "GPUs would count twice)"
     )
+
+
+def test_a_claim_the_scheduler_gives_back_marks_the_node_unsuitable_for_its_pod(
+    api: KubeClient, controller: Callable[..., V1Controller]
+) -> None:
+    # No NAS entry goes stale on NVIDIA's nodes: the give-back is seen on the claim itself.
+    _publish(api, "nv-t4", "t4")
+    ctl = controller()
+    _claim(api, "c1", _gpu())
+    _pod(api, "p1", "c1")
+    assert _settled(ctl, lambda: _allocation(api, "c1"))
+    claim = api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    api.replace_status(r.RESOURCE_CLAIMS_V1, {**claim, "status": {}})  # kube-scheduler's PostFilter
+    assert _settled(ctl, lambda: "default/p1" in ctl._unsuitable)
+    assert set(ctl._unsuitable["default/p1"]) == {"t4"}

@@ -99,22 +99,23 @@ def _rule(custom: Any) -> Obj | None:
 
 
 @contextlib.contextmanager
-def _fleet(api: kubernetes.client.ApiClient, kinds: list[str]) -> Iterator[dict[str, list[Obj]]]:
-    """Nodes of the example's kinds with NVIDIA's slices, published by the test; node -> its
-    slices as created. Deleted after."""
+def _fleet(
+    api: kubernetes.client.ApiClient, nodes: list[tuple[Obj, list[Obj]]]
+) -> Iterator[dict[str, list[Obj]]]:
+    """The nodes with their NVIDIA-format slices, published by the test; node -> its slices as
+    created. Deleted after."""
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     made: dict[str, list[Obj]] = {}
     try:
-        for kind in kinds:
-            name = unique(kind)
-            node, slices = nvidiaslices.node(kind, name)
+        for node, slices in nodes:
+            name = node["metadata"]["name"]
             made[name] = []
             core.create_node(node)
             core.patch_node_status(name, {"status": node["status"]})
             # Only NVIDIA's node taint stays (the not-ready one goes, as the node lifecycle
             # controller lifts it once a kubelet reports Ready).
-            core.patch_node(name, {"spec": {"taints": node["spec"]["taints"]}})
+            core.patch_node(name, {"spec": {"taints": (node.get("spec") or {}).get("taints")}})
             for body in slices:
                 made[name].append(
                     custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)
@@ -158,6 +159,51 @@ def _applied(api: kubernetes.client.ApiClient, specs: tuple[str, ...]) -> Iterat
                 core.delete_namespace(namespace, grace_period_seconds=0)
 
 
+@contextlib.contextmanager
+def _h100_workload(api: kubernetes.client.ApiClient) -> Iterator[str]:
+    """gpu-test4's shape on an H100-80GB: two 1g.10gb and a 3g.40gb MIG device of one GPU."""
+    name = unique("nv-h100-mig")
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
+    requests = [
+        {"name": r, "exactly": {"deviceClassName": "mig.nvidia.com",
+                                "selectors": [{"cel": {"expression": profile.format(p)}}]}}
+        for r, p in (("a", "1g.10gb"), ("b", "1g.10gb"), ("c", "3g.40gb"))
+    ]  # fmt: skip
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+             "metadata": {"name": "mig", "namespace": name},
+             "spec": {"spec": {"devices": {"requests": requests, "constraints": [
+                 {"requests": [], "matchAttribute": "gpu.nvidia.com/parentUUID"}]}}}}  # fmt: skip
+    container = {"name": "c", "image": "x", "resources": {"claims": [{"name": "mig"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pod", "namespace": name},
+        "spec": {
+            "containers": [container],
+            "resourceClaims": [{"name": "mig", "resourceClaimTemplateName": "mig"}],
+        },
+    }
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        wait_for(lambda: _has_sa(core, name), 60, what=f"namespace {name}'s ServiceAccount")
+        custom.create_namespaced_custom_object(*RESOURCE, name, "resourceclaimtemplates", claim)
+        core.create_namespaced_pod(name, pod)
+        yield name
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(name, grace_period_seconds=0)
+
+
+def _has_sa(core: Any, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except ApiException:
+        return False
+    return True
+
+
 def _exists(core: Any, name: str) -> bool:
     try:
         core.read_namespace(name)
@@ -186,25 +232,34 @@ def test_nvidias_quickstart_specs_are_allocated_by_drasat_and_valid_upstream(
     oracle: oraclekit.Oracle,
 ) -> None:
     kinds = ["nv-t4", "nv-t4", "nv-a100", "nv-a100", "nv-a100-static"]
-    with _fleet(kube_api, kinds) as fleet, _applied(kube_api, SPECS) as namespaces:
+    nodes = [nvidiaslices.node(kind, unique(kind)) for kind in kinds]
+    nodes.append(nvidiaslices.fleet_node(unique("nv-h100"), "8xH100-80GB,mig=all"))
+    with (
+        _fleet(kube_api, nodes) as fleet,
+        _applied(kube_api, SPECS) as namespaces,
+        _h100_workload(kube_api) as h100,
+    ):
+        namespaces = [*namespaces, h100]
+
         # gpu-test1: 2 pods, gpu-test5: 1 pod, gpu-test4: 2 of its 4 replicas (one per
-        # dynamic-MIG A100) are bound; the rest stay pending, refused with the solver's reason.
+        # dynamic-MIG A100), the H100 pod: 6 bound; the rest stay pending, refused with the
+        # solver's reason.
         def bound() -> list[Obj] | None:
             pods = _pods(kube_api, namespaces)
             placed = [p for p in pods if p["spec"].get("nodeName")]
-            return placed if len(placed) >= 5 else None
+            return placed if len(placed) >= 6 else None
 
-        placed = wait_for(bound, 120, what=f"5 pods bound\n{nvidia_allocator.text()[-3000:]}")
+        placed = wait_for(bound, 120, what=f"6 pods bound\n{nvidia_allocator.text()[-3000:]}")
         by_namespace: dict[str, int] = {}
         for pod in placed:
             by_namespace[pod["metadata"]["namespace"]] = (
                 by_namespace.get(pod["metadata"]["namespace"], 0) + 1
             )
-        assert by_namespace == {"gpu-test1": 2, "gpu-test5": 1, "gpu-test4": 2}
+        assert by_namespace == {"gpu-test1": 2, "gpu-test5": 1, "gpu-test4": 2, h100: 1}
         claims = [c for c in allockit.claims(kube_api) if c["metadata"]["namespace"] in namespaces]
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         written = nvidia_allocator.allocated()
-        assert len(allocated) == 5
+        assert len(allocated) == 6
         for claim in allocated:
             ref = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
             # drasat wrote it (kube-scheduler's allocator never ran: the DeviceTaintRule).
