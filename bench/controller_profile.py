@@ -19,8 +19,10 @@ from the fill's templates:
 
 `--held` of the fleet's GPUs are held by claims allocated before (so a node's ledger, the claim
 statuses and the bound pods are as a busy cluster's). Each step runs `--rounds` rounds; the
-first one (the slices' first read) is reported apart. `--profile N` writes a cProfile of the
-rounds at N nodes (`profile-N.txt`, by cumulative and by own time).
+first one (the slices' first read) is reported apart. The process's RSS (the fleet's objects
+as the informers would hold them, and the controller's memos; each step's fleet in a process
+that held the smaller ones before) is read once the held pods are placed. `--profile N` writes
+a cProfile of the rounds at N nodes (`profile-N.txt`, by cumulative and by own time).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import datetime
 import gc
 import io
 import json
+import math
 import pathlib
 import platform
 import pstats
@@ -41,7 +44,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from bench import kube_alloc
+from bench import controller_scale, kube_alloc
 from drasat import loading, v1
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import NasStatus
@@ -138,7 +141,7 @@ def params(controller: V1Controller) -> SolveParams:
 
 
 def hold(controller: V1Controller, share: float, seed: int) -> int:
-    """Place pods of the fill mix, 256 a solve, until about `share` of the fleet's GPUs are
+    """Place pods of the fill mix, up to 256 a solve, until about `share` of the fleet's GPUs are
     held (a pod of the mix holds about one GPU's worth): their claims get the statuses, their
     pods the nodes, the nodes' NASes the ledger entries that the controller's own cycles would
     have written. Refused pods are dropped. How many pods are held."""
@@ -148,7 +151,8 @@ def hold(controller: V1Controller, share: float, seed: int) -> int:
     nas_by_name = {n["metadata"]["name"]: n for n in controller.nas.items()}
     batch = 0
     while len(pods_held) < share * gpus:
-        pods, claims = workload(256, seed + batch, f"held{batch}")
+        wanted = min(256, math.ceil(share * gpus - len(pods_held)))
+        pods, claims = workload(wanted, seed + batch, f"held{batch}")
         batch += 1
         controller.pods.objects = pods_held + pods  # type: ignore[attr-defined]
         controller.claims.objects = claims_held + claims  # type: ignore[attr-defined]
@@ -192,6 +196,8 @@ def measure(nodes: int, args: argparse.Namespace) -> Obj:
     controller = controller_over(node_objs, slice_objs, nas_objs, classes)
     held = hold(controller, args.held, nodes)
     out: Obj = {"nodes": nodes, "built_s": round(built, 1), "held_pods": held, "rounds": []}
+    gc.collect()
+    out["rss_mib"] = round(controller_scale.rss_mib(), 1)
     profile = cProfile.Profile() if nodes == args.profile else None
     base_pods = list(controller.pods.objects)  # type: ignore[attr-defined]
     base_claims = list(controller.claims.objects)  # type: ignore[attr-defined]
@@ -245,9 +251,9 @@ def measure(nodes: int, args: argparse.Namespace) -> Obj:
 
 def summary(results: Obj) -> str:
     lines = [
-        "| nodes | held pods | first round s | round s (p50) | CPU s (p50) "
+        "| nodes | held pods | RSS MiB | first round s | round s (p50) | CPU s (p50) "
         "| snapshot | pending | nodes | allocate |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for step in results["steps"]:
         rounds = step["rounds"]
@@ -257,7 +263,8 @@ def summary(results: Obj) -> str:
             return values[len(values) // 2]
 
         lines.append(
-            f"| {step['nodes']} | {step['held_pods']} | {step['first']['total_s']} "
+            f"| {step['nodes']} | {step['held_pods']} | {step.get('rss_mib', '')} "
+            f"| {step['first']['total_s']} "
             f"| {mid('total_s')} | {mid('cpu_s')} | {mid('snapshot_s')} | {mid('pending_s')} "
             f"| {mid('nodes_s')} "
             f"| {mid('allocate_s')} |"
