@@ -19,5 +19,5 @@ def test_a_small_fleet_places_every_round_and_writes_the_profile(tmp_path: pathl
     assert step["nodes"] == 4 and step["held_pods"] >= 8  # a quarter of 32 GPUs, about a pod each
     # (one MIG node, an A100: a round's H100 MIG pod, if drawn, fits nowhere)
     assert step["first"]["placed"] > 0 and all(r["placed"] > 0 for r in step["rounds"])
-    assert "v1inputs.py" in (out / "profile-4.txt").read_text()
+    assert "allocate.py" in (out / "profile-4.txt").read_text()
     assert (out / "summary.md").read_text().splitlines()[-1].startswith("| 4 | ")
