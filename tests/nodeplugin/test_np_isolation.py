@@ -374,7 +374,7 @@ def test_no_tenant_reaches_another(ops: list[Any]) -> None:
             kinds = {k for k, _ in prepared.values()}
             if (
                 uid in prepared
-                or (kind == "whole" and "share" in kinds | {"whole"} & kinds)
+                or (kind == "whole" and kinds & {"share", "whole"})
                 or (kind == "share" and "whole" in kinds)
             ):
                 continue  # an allocator never gives a GPU whole and in shares at once
