@@ -886,6 +886,13 @@ class Soak:
                 "taint": {"key": "soak.drasat.io/unhealthy", "value": "x", "effect": "NoExecute"},
             },
         }
+        holders = {
+            (c["metadata"]["namespace"], c["metadata"]["name"])
+            for c in self.claims()
+            if any((r["pool"], r["device"]) == (pool, device) for r in _ours(c))
+        }
+        victims = {p.metadata.uid for p in self.pods() if set(_claims_of(p)) & holders}
+
         since = time.monotonic()
         self.retry(
             lambda: self.custom().create_cluster_custom_object(*RESOURCE, "devicetaintrules", body),
@@ -893,18 +900,10 @@ class Soak:
         )
         self.faults.append(fault)
 
-        def evicted() -> bool:
-            holders = {
-                (c["metadata"]["namespace"], c["metadata"]["name"])
-                for c in self.claims()
-                if any((r["pool"], r["device"]) == (pool, device) for r in _ours(c))
-            }
-            users = [
-                p
-                for p in self.pods()
-                if p.metadata.deletion_timestamp is None and set(_claims_of(p)) & holders
-            ]
-            return not users
+        def evicted() -> bool:  # evicted, stopped by the kubelet (unprepared) and gone
+            return not victims & {p.metadata.uid for p in self.pods()}
+
+        fault.note = f"{len(victims)} pods to evict"
 
         try:
             _wait(evicted, RECOVERY_LIMIT_S, "eviction", interval=0.5)
@@ -920,7 +919,7 @@ class Soak:
         )
         healed = Fault("device-taint-heal", pool, self.elapsed())
         self.recover(healed, pool, time.monotonic(), None)
-        fault.note = f"healed in {healed.recovery_s or -1:.1f}s"
+        fault.note += f", healed in {healed.recovery_s or -1:.1f}s"
 
     def fault_loop(self) -> None:
         """Inject faults until `stopping`; then say so (`faults_idle`) and stay alive until the
