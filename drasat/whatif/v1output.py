@@ -45,7 +45,7 @@ from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
 from drasat.solver.problem import Solution, Status, bound_text
 from drasat.v1.devices import FALLBACK, MIG, Published
-from drasat.whatif import html, table, v1gangs, v1manifests, v1run
+from drasat.whatif import html, table, v1gangs, v1manifests, v1preemption, v1run
 from drasat.whatif.v1run import V1Result
 
 Obj = dict[str, Any]
@@ -588,6 +588,8 @@ def render_table(result: V1Result, *, wide: bool = False) -> str:
     lines = table.columns([header, *(_cells(r, wide=wide) for r in rows(result))])
     lines.extend(unplaced_lines(result, wide=wide))
     lines.extend(v1gangs.lines(result))
+    priorities = {p.key: p.priority for p in result.workload.pods}
+    lines.extend(v1preemption.lines(result.preemptions, priorities))
     summary = _summary(result, node_states(result))
     lines.append("")
     lines.extend(table.summary_lines(summary)[:2])

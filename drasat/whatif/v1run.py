@@ -25,7 +25,8 @@ from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Gang, Problem, Solution, SolveParams
 from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, results
-from drasat.whatif import nodes, v1manifests
+from drasat.v1.preemption import Plan
+from drasat.whatif import nodes, v1manifests, v1preemption
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class V1Result:
     solver_error: str | None = None
     #: The gangs placed all-or-nothing (pods labelled `gpu.drasat.io/gang`), complete ones.
     gangs: tuple[Gang, ...] = ()
+    #: The preemptions the controller would make for pods refused here (`v1preemption`).
+    preemptions: tuple[Plan, ...] = ()
 
 
 def in_drasat_terms(claim: Obj, cluster: nodes.ClusterNodes) -> Obj:
@@ -275,4 +278,8 @@ def run_v1(
     for key, why in held.items():
         if key in placing:
             outcome.refused[key] = (why,)
-    return V1Result(cluster, workload, outcome, blocked, error, tuple(complete))
+    preempting = () if error else v1preemption.plans(
+        node_list, workload, outcome, policy=policy, params=params, solve=solve,
+        pods_in={p.key: p for p in pods},
+    )  # fmt: skip
+    return V1Result(cluster, workload, outcome, blocked, error, tuple(complete), preempting)

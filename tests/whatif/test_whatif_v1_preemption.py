@@ -1,0 +1,131 @@
+"""The what-if shows preemptions (issue 27 item 3): which running pods the controller would evict
+for which refused pod, with priorities read from `priorityClassName` and the manifests'
+PriorityClass objects."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+from pathlib import Path
+
+from drasat.cli import main as cli_main
+
+CLUSTER = """
+apiVersion: whatif.drasat.io/v1alpha1
+kind: Cluster
+metadata: {name: one}
+spec:
+  nodes:
+  - {name: n1, gpus: [{product: T4, count: 4}]}
+"""
+
+CLASSES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+
+def _running(name: str, devices: list[str], priority: str) -> str:
+    """A pod bound to n1 whose claim holds these devices already."""
+    results = ", ".join(
+        f"{{request: gpu, driver: gpu.drasat.io, pool: n1, device: {d}}}" for d in devices
+    )
+    return textwrap.dedent(f"""
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaim
+        metadata: {{namespace: ml, name: {name}}}
+        spec:
+          devices:
+            requests: [{{name: gpu, exactly: {{deviceClassName: gpu.drasat.io,
+                         count: {len(devices)}}}}}]
+        status:
+          allocation:
+            devices:
+              results: [{results}]
+            nodeSelector:
+              nodeSelectorTerms: [{{matchFields: [{{key: metadata.name, operator: In,
+                                   values: [n1]}}]}}]
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: ml, name: {name}}}
+        spec:
+          nodeName: n1
+          priorityClassName: {priority}
+          containers: [{{name: c, resources: {{claims: [{{name: g}}]}}}}]
+          resourceClaims: [{{name: g, resourceClaimName: {name}}}]
+        """)
+
+
+def _pending(name: str, priority: str, never: bool = False) -> str:
+    policy = "\n          preemptionPolicy: Never" if never else ""
+    return textwrap.dedent(f"""
+        ---
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaim
+        metadata: {{namespace: ml, name: {name}}}
+        spec:
+          devices:
+            requests: [{{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}]
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{namespace: ml, name: {name}}}
+        spec:
+          priorityClassName: {priority}{policy}
+          containers: [{{name: c, resources: {{claims: [{{name: g}}]}}}}]
+          resourceClaims: [{{name: g, resourceClaimName: {name}}}]
+        """)
+
+
+def _whatif(tmp_path: Path, workload: str, *extra: str) -> str:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "work.yaml").write_text(CLASSES + workload)
+    argv = ["whatif", "--cluster", str(tmp_path / "cluster.yaml"), "-f",
+            str(tmp_path / "work.yaml"), *extra]  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main.main(argv) == 0
+    return out.getvalue()
+
+
+RUNNING = (
+    _running("big", ["gpu-0", "gpu-1"], "low")
+    + _running("small", ["gpu-2"], "low")
+    + _running("keep", ["gpu-3"], "high")
+)
+
+
+def test_the_smallest_lower_priority_pod_would_be_preempted(tmp_path: Path) -> None:
+    text = _whatif(tmp_path, RUNNING + _pending("urgent", "high"))
+    assert (
+        "preemption: ml/urgent (priority 1000) would evict ml/small (priority 10) on n1 "
+        "(proven optimal, " in text
+    ), text
+
+
+def test_no_preemption_for_never_or_equal_priority(tmp_path: Path) -> None:
+    text = _whatif(tmp_path, RUNNING + _pending("polite", "high", never=True))
+    assert "preemption:" not in text
+    text = _whatif(tmp_path, RUNNING + _pending("peer", "low"))
+    assert "preemption:" not in text
+
+
+def test_two_preemptors_never_count_on_one_victim(tmp_path: Path) -> None:
+    text = _whatif(tmp_path, RUNNING + _pending("u1", "high") + _pending("u2", "high"))
+    said = [line for line in text.splitlines() if line.startswith("preemption:")]
+    assert said == [
+        "preemption: ml/u1 (priority 1000) would evict ml/small (priority 10) on n1 "
+        "(proven optimal, 2 sets checked)",
+        "preemption: ml/u2 (priority 1000) would evict ml/big (priority 10) on n1 "
+        "(proven optimal, 2 sets checked)",
+    ], text
