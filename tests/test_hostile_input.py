@@ -17,7 +17,7 @@ from drasat import loading, policyfiles
 from drasat.api.errors import InputError, one_line, show
 from drasat.cli import main as cli_main
 from drasat.controller.policy import PolicySource
-from drasat.whatif import inventory
+from drasat.whatif import manifestindex
 
 REGRESSIONS = pathlib.Path(__file__).parent / "fuzz_regressions"
 CLUSTER = """\
@@ -227,7 +227,7 @@ def test_huge_integers_and_newlines_in_names_are_described_on_one_line() -> None
     # Objects from a live cluster or a test do not pass the loader's integer check.
     document = loading.Document("f.yaml", 1, {"kind": "Pod\n", "metadata": {"name": 10**5000}})
     assert document.describe() == "'Pod\\n' <integer of 16610 bits>"
-    assert inventory.located(document, "ns") == (
+    assert manifestindex.located(document, "ns") == (
         "f.yaml: document 1: 'Pod\\n' ns/<integer of 16610 bits>"
     )
 

@@ -21,8 +21,8 @@ from drasat.api.errors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
 from drasat.v1 import devices as v1devices
-from drasat.whatif import inventory, v1cluster
-from drasat.whatif.inventory import Ignored
+from drasat.whatif import manifestindex, v1cluster
+from drasat.whatif.manifestindex import Ignored
 
 M = TypeVar("M", NodeAllocationState, cluster.Cluster)
 
@@ -120,7 +120,7 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
         api_version = str(document.data.get("apiVersion", ""))
         kind = document.data.get("kind")
         group = groups.group_of(api_version)
-        where = inventory.located(document, _namespace(document))
+        where = manifestindex.located(document, _namespace(document))
         if group in groups.NAS_GROUPS or group == cluster.CLUSTER_GROUP:
             expected = groups.NODE_ALLOCATION_STATE if group in groups.NAS_GROUPS else "Cluster"
             if kind != expected or api_version != f"{group}/{groups.VERSION}":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from drasat.whatif.inventory import Ignored
+from drasat.whatif.manifestindex import Ignored
 
 if TYPE_CHECKING:  # annotations only: the output module imports this one
     from drasat.whatif.v1output import Summary

@@ -23,7 +23,7 @@ from drasat.api.errors import InputError
 from drasat.v1 import slices
 from drasat.v1.slices import DRIVERS, NVIDIA_DRIVER, OWN_ALLOCATOR_TAINT, V1Node, node_state
 from drasat.whatif import v1kinds
-from drasat.whatif.inventory import Ignored, located
+from drasat.whatif.manifestindex import Ignored, located
 
 __all__ = [
     "DRIVERS",

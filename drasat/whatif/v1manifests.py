@@ -34,8 +34,8 @@ from drasat import loading
 from drasat.api import deviceconfig, groups
 from drasat.api.errors import InputError, show
 from drasat.v1 import extended
-from drasat.whatif import inventory, kinds, v1cluster, v1kinds, workloads
-from drasat.whatif.inventory import Ignored, located
+from drasat.whatif import kinds, manifestindex, v1cluster, v1kinds, workloads
+from drasat.whatif.manifestindex import Ignored, located
 
 Obj = dict[str, Any]
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -166,13 +166,13 @@ def _pod_spec(data: Mapping[str, Any]) -> Any:
 
 @dataclass
 class _Index:
-    claims: dict[tuple[str, str], inventory.Entry[v1kinds.ResourceClaim]] = field(
+    claims: dict[tuple[str, str], manifestindex.Entry[v1kinds.ResourceClaim]] = field(
         default_factory=dict
     )
-    templates: dict[tuple[str, str], inventory.Entry[v1kinds.ResourceClaimTemplate]] = field(
+    templates: dict[tuple[str, str], manifestindex.Entry[v1kinds.ResourceClaimTemplate]] = field(
         default_factory=dict
     )
-    classes: dict[str, inventory.Entry[v1kinds.DeviceClass]] = field(default_factory=dict)
+    classes: dict[str, manifestindex.Entry[v1kinds.DeviceClass]] = field(default_factory=dict)
     #: (namespace, name) of claims and templates left out with their file -> why.
     skipped_claims: dict[tuple[str, str], str] = field(default_factory=dict)
     skipped_templates: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -189,7 +189,7 @@ def compile_v1(
     _index_skipped(index, skipped)
     classes = dict(v1cluster.device_classes())
     classes.update({name: _as_v1(e.document.data) for name, e in index.classes.items()})
-    others = inventory.build(rest)
+    others = manifestindex.build(rest)
     compiler = _Compiler(index, classes, others.priority_classes)
     pods = compiler.pods(others.workloads)
     ignored = [*index.ignored, *others.ignored, *compiler.ignored]
@@ -319,7 +319,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _index(documents: Sequence[loading.Document]) -> tuple[_Index, list[loading.Document]]:
-    """The v1 claims, templates and classes; the other documents for `inventory.build`."""
+    """The v1 claims, templates and classes; the other documents for `manifestindex.build`."""
     index = _Index()
     rest: list[loading.Document] = []
     for document in documents:
@@ -361,21 +361,23 @@ def _add(index: _Index, document: loading.Document) -> None:
         found = _validate(v1kinds.DeviceClass, document, "")
         _check_configs(found.spec.config or [], "spec.config", located(document, ""))
         _unique(index.classes, found.metadata.name, document, "")
-        index.classes[found.metadata.name] = inventory.Entry(document, found, "")
+        index.classes[found.metadata.name] = manifestindex.Entry(document, found, "")
         return
-    namespace = metadata.get("namespace") or inventory.DEFAULT_NAMESPACE
+    namespace = metadata.get("namespace") or manifestindex.DEFAULT_NAMESPACE
     where = located(document, namespace)
     if kind == "ResourceClaim":
         claim = _validate(v1kinds.ResourceClaim, document, namespace)
         _check_configs(claim.spec.devices.config or [], "spec.devices.config", where)
         _unique(index.claims, (namespace, claim.metadata.name), document, namespace)
-        index.claims[(namespace, claim.metadata.name)] = inventory.Entry(document, claim, namespace)
+        index.claims[(namespace, claim.metadata.name)] = manifestindex.Entry(
+            document, claim, namespace
+        )
     else:
         template = _validate(v1kinds.ResourceClaimTemplate, document, namespace)
         configs = template.spec.spec.devices.config or []
         _check_configs(configs, "spec.spec.devices.config", where)
         _unique(index.templates, (namespace, template.metadata.name), document, namespace)
-        index.templates[(namespace, template.metadata.name)] = inventory.Entry(
+        index.templates[(namespace, template.metadata.name)] = manifestindex.Entry(
             document, template, namespace
         )
 
@@ -386,7 +388,7 @@ def _index_skipped(index: _Index, skipped: Sequence[tuple[loading.Document, str]
         index.ignored.append(Ignored(document.where, document.describe(None), reason))
         found = data.get("metadata")
         metadata: dict[str, Any] = found if isinstance(found, dict) else {}
-        namespace = metadata.get("namespace") or inventory.DEFAULT_NAMESPACE
+        namespace = metadata.get("namespace") or manifestindex.DEFAULT_NAMESPACE
         key = (str(namespace), str(metadata.get("name", "")))
         if data.get("kind") == "ResourceClaim":
             index.skipped_claims[key] = document.source
@@ -395,7 +397,7 @@ def _index_skipped(index: _Index, skipped: Sequence[tuple[loading.Document, str]
 
 
 def _unique(
-    found: Mapping[Any, inventory.Entry[Any]], key: Any, document: loading.Document, ns: str
+    found: Mapping[Any, manifestindex.Entry[Any]], key: Any, document: loading.Document, ns: str
 ) -> None:
     if key in found:
         first = found[key].document.where
@@ -429,13 +431,13 @@ def _check_configs(configs: Sequence[Any], path: str, where: str) -> None:
 class _Compiler:
     index: _Index
     classes: Mapping[str, Obj]
-    priority_classes: Mapping[str, inventory.Entry[kinds.PriorityClass]]
+    priority_classes: Mapping[str, manifestindex.Entry[kinds.PriorityClass]]
     used: dict[str, V1Claim] = field(default_factory=dict)
     ignored: list[Ignored] = field(default_factory=list)
     checked: set[str] = field(default_factory=set)
     bound: list[Obj] = field(default_factory=list)
 
-    def pods(self, entries: list[inventory.Entry[Any]]) -> list[V1Pod]:
+    def pods(self, entries: list[manifestindex.Entry[Any]]) -> list[V1Pod]:
         for position, child in workloads.with_children(entries).items():
             parent = entries[position]
             self.ignored.append(
@@ -584,17 +586,19 @@ def _converted(pod: workloads.PodInstance) -> workloads.PodInstance:
 
 def _drasats_template(
     namespace: str, name: str
-) -> inventory.Entry[v1kinds.ResourceClaimTemplate] | None:
+) -> manifestindex.Entry[v1kinds.ResourceClaimTemplate] | None:
     """A template drasat's controller creates for converted pods, when not in the manifests."""
     count = extended.template_count(name)
     if count is None:
         return None
     body = extended.template(namespace, count)
     document = loading.Document("<made by drasat's controller>", 1, body)
-    return inventory.Entry(document, v1kinds.ResourceClaimTemplate.model_validate(body), namespace)
+    return manifestindex.Entry(
+        document, v1kinds.ResourceClaimTemplate.model_validate(body), namespace
+    )
 
 
-def _claim(entry: inventory.Entry[v1kinds.ResourceClaim]) -> V1Claim:
+def _claim(entry: manifestindex.Entry[v1kinds.ResourceClaim]) -> V1Claim:
     obj = _dump(entry.obj)
     metadata = obj.setdefault("metadata", {})
     metadata["namespace"] = entry.namespace
@@ -619,7 +623,7 @@ def generated_name(pod: str, pod_claim: str, seed: str) -> str:
 def from_template(
     pod: workloads.PodInstance,
     pod_claim: str,
-    template: inventory.Entry[v1kinds.ResourceClaimTemplate],
+    template: manifestindex.Entry[v1kinds.ResourceClaimTemplate],
 ) -> V1Claim:
     """The ResourceClaim the resourceclaim controller would create for this pod. Pure."""
     name = generated_name(pod.name, pod_claim, f"{pod.uid}/{pod_claim}")

@@ -18,7 +18,7 @@ from drasat.api.base import Object
 from drasat.api.cluster import cpu_millis
 from drasat.api.errors import InputError
 from drasat.api.quantity import to_bytes
-from drasat.whatif import inventory, kinds
+from drasat.whatif import kinds, manifestindex
 
 #: The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
 _SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -59,7 +59,7 @@ def suffix(seed: str, length: int) -> str:
     return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:length])
 
 
-def with_children(entries: list[inventory.Entry[Object]]) -> dict[int, str]:
+def with_children(entries: list[manifestindex.Entry[Object]]) -> dict[int, str]:
     """Workloads whose own children are in the input: index -> `Kind name` of a child. Pure.
 
     A dump of a live namespace lists a Deployment, its ReplicaSet and their Pods; the Pods are
@@ -75,7 +75,7 @@ def with_children(entries: list[inventory.Entry[Object]]) -> dict[int, str]:
     return out
 
 
-def expand(entries: list[inventory.Entry[Object]]) -> list[PodInstance]:
+def expand(entries: list[manifestindex.Entry[Object]]) -> list[PodInstance]:
     """Every pod the entries stand for, in input order. Raises InputError on duplicate pods.
 
     Workloads whose children are in the input are left to them (see `with_children`).
@@ -103,7 +103,7 @@ def expand(entries: list[inventory.Entry[Object]]) -> list[PodInstance]:
     return pods
 
 
-def _pods_of(entry: inventory.Entry[Object]) -> list[PodInstance]:
+def _pods_of(entry: manifestindex.Entry[Object]) -> list[PodInstance]:
     obj = entry.obj
     where = entry.where()
     if isinstance(obj, kinds.Pod):
@@ -176,7 +176,7 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 
 def priority_of(
     pod: PodInstance,
-    classes: Mapping[str, inventory.Entry[kinds.PriorityClass]],
+    classes: Mapping[str, manifestindex.Entry[kinds.PriorityClass]],
 ) -> int:
     """`spec.priority`, else the PriorityClass named, else a global default one, else 0."""
     if pod.spec.priority is not None:

@@ -4,9 +4,9 @@ classic manifests are a clear error naming the package, and a v1 run does not ne
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
-from conftest import RunCli
 
 CLASSIC = "deploy/examples/reference-cases"
 V1 = "deploy/examples/v1-reference-cases"
@@ -14,7 +14,7 @@ LAB = "deploy/examples/clusters/lab.yaml"
 
 
 def test_classic_manifests_without_the_wing_are_a_clear_error(
-    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+    run_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "drasat.classic.whatif", None)  # import raises ImportError
     result = run_cli("--cluster", LAB, "-f", CLASSIC)
@@ -23,7 +23,7 @@ def test_classic_manifests_without_the_wing_are_a_clear_error(
     assert "Traceback" not in result.err
 
 
-def test_a_v1_run_needs_no_classic_module(run_cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_v1_run_needs_no_classic_module(run_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m.startswith("drasat.classic")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "drasat.classic", None)

@@ -24,8 +24,8 @@ from drasat.api.claims import (
 )
 from drasat.api.errors import InputError
 from drasat.solver.problem import ClaimRequest, PodRequest
-from drasat.whatif import inventory, kinds, workloads
-from drasat.whatif.inventory import Ignored
+from drasat.whatif import kinds, manifestindex, workloads
+from drasat.whatif.manifestindex import Ignored
 from drasat.whatif.workloads import FINISHED_PHASES, priority_of, resource_requests
 
 #: Classes installed by the drasat Helm chart and by NVIDIA's, usable without a ResourceClass in
@@ -132,13 +132,13 @@ def compile_manifests(
     uid of claims the cluster's NodeAllocationStates already hold, so a manifest without
     metadata.uid finds its allocation.
     """
-    inv = inventory.build(documents)
+    inv = manifestindex.build(documents)
     if offered_profiles is not None:
         _check_profiles(inv, offered_profiles)
     return _Compiler(inv, dict(existing_uids or {})).run()
 
 
-def _check_profiles(inv: inventory.Inventory, offered: frozenset[str]) -> None:
+def _check_profiles(inv: manifestindex.Inventory, offered: frozenset[str]) -> None:
     for entry in inv.parameters.values():
         obj = entry.obj
         profile = obj.spec.profile if isinstance(obj, MigDeviceClaimParameters) else None
@@ -153,7 +153,7 @@ def _check_profiles(inv: inventory.Inventory, offered: frozenset[str]) -> None:
 
 @dataclass
 class _Compiler:
-    inv: inventory.Inventory
+    inv: manifestindex.Inventory
     existing_uids: dict[tuple[str, str], str]
     claims: dict[tuple[str, str], Claim | Ignored] = field(default_factory=dict)
     #: Non-shareable claim key -> the pod that holds it.
@@ -164,7 +164,7 @@ class _Compiler:
         self.ignored.extend(self.inv.ignored)
         for index, child in workloads.with_children(self.inv.workloads).items():
             parent = self.inv.workloads[index]
-            what = inventory.located(parent.document, parent.namespace)
+            what = manifestindex.located(parent.document, parent.namespace)
             self.ignored.append(
                 Ignored(
                     parent.document.where,
@@ -291,7 +291,7 @@ class _Compiler:
 
     # --- claims -----------------------------------------------------------------------------
 
-    def _claim(self, entry: inventory.Entry[kinds.ResourceClaim]) -> Claim | Ignored:
+    def _claim(self, entry: manifestindex.Entry[kinds.ResourceClaim]) -> Claim | Ignored:
         obj = entry.obj
         uid = obj.metadata.uid or self.existing_uids.get((entry.namespace, obj.metadata.name))
         return self._resolve(
@@ -308,7 +308,7 @@ class _Compiler:
         self,
         pod: workloads.PodInstance,
         pod_claim_name: str,
-        template: inventory.Entry[kinds.ResourceClaimTemplate],
+        template: manifestindex.Entry[kinds.ResourceClaimTemplate],
     ) -> Claim | Ignored:
         name = f"{pod.name}-{pod_claim_name}"
         given = template.obj.spec.metadata or ObjectMeta()

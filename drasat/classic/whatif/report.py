@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.classic.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.solver.problem import Solution
-from drasat.whatif.inventory import Ignored
+from drasat.whatif.manifestindex import Ignored
 from drasat.whatif.nodes import ClusterNodes
 from drasat.whatif.v1output import (
     GpuView,
