@@ -294,8 +294,8 @@ def running_pods(
         mine = tuple(u for u in uids if where.get(u) == node_name)
         running.append(Running(key, str(node_name), priority, mine, cpu, memory))
     leaving: dict[str, set[str]] = {}
-    for uids in leaving_pods.values():
-        for uid in uids:
+    for held in leaving_pods.values():
+        for uid in held:
             if users.get(uid, set()) <= set(leaving_pods):
                 leaving.setdefault(where[uid], set()).add(uid)
     return running, {k: frozenset(v) for k, v in users.items()}, leaving

@@ -180,10 +180,11 @@ def _master(
     for term in order:
         expr = terms[term]
         m.minimize(expr)
-        status = solver.solve(m)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        solver.solve(m)
+        status = solver.status_name()
+        if status not in ("OPTIMAL", "FEASIBLE"):
             return None
-        optimal = optimal and status == cp_model.OPTIMAL
+        optimal = optimal and status == "OPTIMAL"
         # The next stage keeps this one's best (the lexicographic order).
         m.add(expr == int(solver.objective_value))
         _hint(m, solver, on, evict)
@@ -199,6 +200,6 @@ def _hint(
     evict: Mapping[str, cp_model.IntVar],
 ) -> None:
     """Start the next stage from this one's answer (it is feasible there)."""
-    m.clear_hints()
+    m.clear_hints()  # type: ignore[no-untyped-call]
     for var in [*on.values(), *evict.values()]:
         m.add_hint(var, solver.value(var))
