@@ -44,6 +44,7 @@ from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
 from drasat.solver.model import PodEntry
 from drasat.solver.problem import (
+    Gang,
     Mode,
     NodeState,
     PodPlacement,
@@ -279,10 +280,25 @@ def _reasons(blockers: list[filters.Blocker], reasons: list[str], candidates: in
 
 
 def _online(
-    problem: Problem, state: _State, budget: solving.Budget, params: SolveParams
+    problem: Problem,
+    state: _State,
+    budget: solving.Budget,
+    params: SolveParams,
+    *,
+    gangs_whole: bool = True,
 ) -> _Online:
+    """The pods one by one; with `gangs_whole`, a gang is decided whole at its first pod's turn
+    (`_gang`), else its pods go one by one like the others (a warm start)."""
     result = _Online([], [], {}, 0, 0, True)
+    in_gang = gangs.of_pod(problem.gangs) if gangs_whole else {}
+    done: set[str] = set()
     for pod in problem.pods:
+        gang = in_gang.get(pod.key)
+        if gang is not None:
+            if gang.name not in done:
+                done.add(gang.name)
+                _gang(problem, gang, state, budget, params, result)
+            continue
         inputs = _pod_input(pod, state)
         feasibility: dict[str, str | None] | None = {} if params.node_feasibility else None
         decision, blockers, reasons, optimal = _decide(
@@ -300,6 +316,40 @@ def _online(
         result.primary += decision.primary
         result.secondary += decision.secondary
     return result
+
+
+def _gang(
+    problem: Problem,
+    gang: Gang,
+    state: _State,
+    budget: solving.Budget,
+    params: SolveParams,
+    result: _Online,
+) -> None:
+    """Online mode's turn of a gang: its pods alone, on the nodes as the pods before left them,
+    placed whole or not at all. Their online placement one by one stands when it is whole (each
+    pod the best of its nodes; within one value of a required topology key); else, or for a
+    preferred topology (an objective), one CP-SAT model of the gang decides (`_batch`)."""
+    members = tuple(p for p in problem.pods if p.key in gang.pods)
+    sub = dataclasses.replace(problem, nodes=tuple(state.nodes.values()), pods=members,
+                              gangs=(gang,))  # fmt: skip
+    cache = state.rules.cache
+    views = validate.check(sub, cache)
+    quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
+    alone = _online(sub, _State.initial(sub, views, cache), budget, quiet, gangs_whole=False)
+    placements: Sequence[PodPlacement] = alone.placements
+    unplaced: Sequence[PodRejection] = ()
+    preferred = gang.topology_key is not None and not gang.required  # the model's objective
+    if preferred or len(gangs.whole(alone.placements, sub.gangs, sub.nodes)) < len(members):
+        solution = _batch(sub, views, params, time.perf_counter(), cache)
+        placements, unplaced = solution.placements, solution.unplaced
+        result.all_optimal = result.all_optimal and solution.status is Status.OPTIMAL
+    by_key = {p.key: p for p in members}
+    for placement in placements:
+        pod = by_key[placement.pod]
+        decision = _Decision(placement.node, _chosen_of(placement), 0, 0)
+        result.placements.append(state.place(pod, _pod_input(pod, state).claims, decision))
+    result.unplaced.extend(unplaced)
 
 
 def _budget(problem: Problem, params: SolveParams, *, online: bool) -> solving.Budget:
@@ -326,7 +376,7 @@ def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
     views = validate.check(problem, cache)
     started = time.perf_counter()
     online_budget = _budget(problem, params, online=True)
-    if params.mode is Mode.online and not problem.gangs:
+    if params.mode is Mode.online:
         state = _State.initial(problem, views, cache)
         outcome = _online(problem, state, online_budget, params)
         # Each decision is the best of its pod's candidate nodes given the earlier ones; that
@@ -354,7 +404,9 @@ def _batch(
     online_budget = _budget(problem, params, online=True)
     quiet = dataclasses.replace(params, explain=False, node_feasibility=False)
     warm_started = time.monotonic()
-    warm = _online(problem, _State.initial(problem, views, cache), online_budget, quiet)
+    warm = _online(
+        problem, _State.initial(problem, views, cache), online_budget, quiet, gangs_whole=False
+    )
     warm.placements = gangs.whole(warm.placements, problem.gangs, problem.nodes)
     #: What one pod's online decision cost: explaining a pod after the solve costs about three.
     decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))

@@ -136,8 +136,8 @@ class Problem:
     nodes: tuple[NodeState, ...]
     pods: tuple[PodRequest, ...]
     policy: AllocationPolicySpec = field(default_factory=AllocationPolicySpec)
-    #: Gangs among `pods`: a problem with gangs is solved in one CP-SAT model (batch), whatever
-    #: the mode, as only one model can place a gang whole or not at all.
+    #: Gangs among `pods`, each placed whole or not at all (`solver.gangs`): in batch mode in
+    #: the one model; online, at its first pod's turn, by itself (`placement._gang`).
     gangs: tuple[Gang, ...] = ()
     #: The fragmentation term's target workload (claim shapes with weights) when the caller
     #: knows more than this problem's pods: the controller passes the shapes the cluster holds
