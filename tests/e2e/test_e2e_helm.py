@@ -571,6 +571,16 @@ def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_slices(
                 "only ResourceSlices of driver gpu.drasat.io" in json.loads(other.body)["message"]
             )
 
+            # its own node, but another node's pool name (allocators read pools by name, the
+            # highest generation winning: it would hide node B's devices)
+            hiding = _slice(f"{node_a}-hide", node_a)
+            hiding["spec"]["pool"] = {"name": node_b, "generation": 99, "resourceSliceCount": 1}
+            hidden = create_as_plugin(hiding)
+            assert hidden is not None and hidden.status == 403
+            assert (
+                f'pool named after its node, not "{node_b}"' in json.loads(hidden.body)["message"]
+            )
+
             # its own node's slice: create, replace, delete, as nodeplugin/slices.py does
             assert create_as_plugin(_slice(f"{node_a}-gpu", node_a)) is None
             # (the plugin has no `get`: it lists its node's slices, as the administrator here)
