@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drasat.api.devicemodel import classes, devices, names, pool
-from drasat.api.devicemodel.inventory import Inventory
+from drasat.api.devicemodel.nodegpus import Inventory
 from drasat.api.nas import GpuInfo
 
 API_VERSION = pool.API_VERSION

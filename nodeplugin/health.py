@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from drasat.api.devicemodel.inventory import XID_GPU_LOST
+from drasat.api.devicemodel.nodegpus import XID_GPU_LOST
 from drasat.nodeplugin.devicelib import DeviceError, DeviceLib, GpuDevice
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 
 from drasat.api.devicemodel import names, pool
-from drasat.api.devicemodel.inventory import XID_GPU_LOST
+from drasat.api.devicemodel.nodegpus import XID_GPU_LOST
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.devicelib import DeviceLib, GpuDevice
 from drasat.nodeplugin.gen import (

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from drasat import DRIVER_NAME
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.nodeplugin import (
     cdi,

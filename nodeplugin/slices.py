@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drasat.api.devicemodel import pool
-from drasat.api.devicemodel.inventory import GpuHealth, Inventory
+from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import MigInfo, MigPlacement
 from drasat.kube import errors

@@ -3,7 +3,7 @@ ResourceSlices, what the what-if reads and what the controller allocates from, s
 never drift. Purely computational, one concern per module:
 
 - `names`: the codec that builds and parses device and counter names;
-- `inventory`: the input (GPUs, MIG profiles per GPU, health, which kinds to publish);
+- `nodegpus`: the input (GPUs, MIG profiles per GPU, health, which kinds to publish);
 - `devices`: whole GPUs, MIG placements and the CPU fallback as v1 Devices;
 - `partitions`: dynamic MIG as partitionable devices (KEP 4815 counter sets);
 - `shares`: shareable GPUs as consumable capacity (KEP 5075);

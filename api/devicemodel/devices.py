@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drasat.api.devicemodel import names, partitions, shares, taints
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.api.nas import GpuInfo, MigInfo
 
 Obj = dict[str, Any]

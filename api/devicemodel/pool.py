@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drasat.api.devicemodel import devices, partitions
-from drasat.api.devicemodel.inventory import Inventory
+from drasat.api.devicemodel.nodegpus import Inventory
 from drasat.api.groups import DRIVER_NAME
 
 Obj = dict[str, Any]

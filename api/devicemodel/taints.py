@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.api.groups import DRIVER_NAME
 
 Obj = dict[str, Any]

@@ -17,7 +17,7 @@ from typing import Any
 
 from drasat.api.devicemodel import devices as model
 from drasat.api.devicemodel import names, pool
-from drasat.api.devicemodel.inventory import Inventory, profiles_by_gpu
+from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import NodeAllocationStateSpec
 from drasat.v1 import cel

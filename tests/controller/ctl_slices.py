@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drasat.api.devicemodel import pool
-from drasat.api.devicemodel.inventory import GpuHealth, Inventory, profiles_by_gpu
+from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory, profiles_by_gpu
 from drasat.api.nas import NodeAllocationStateSpec
 from drasat.kube.client import Api
 from drasat.nodeplugin import slices

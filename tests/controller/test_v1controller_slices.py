@@ -17,7 +17,7 @@ import test_v1controller as base
 from ctl_cluster import NS, add_node, t4
 from test_v1controller import _claim, _pod, _settled, _status
 
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.controller.v1controller import V1Controller
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient

@@ -10,7 +10,7 @@ import yaml
 
 from drasat.api import resourceslices
 from drasat.api.devicemodel import classes, names, partitions, pool, shares
-from drasat.api.devicemodel.inventory import GpuHealth, Inventory, profiles_by_gpu
+from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory, profiles_by_gpu
 from drasat.api.nas import GpuInfo, Health, MigInfo, MigPlacement
 
 GiB = 2**30

@@ -21,7 +21,7 @@ from kubecluster import create_fake_node, exists, wait_for
 from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import classes
-from drasat.api.devicemodel.inventory import Inventory
+from drasat.api.devicemodel.nodegpus import Inventory
 from drasat.nodeplugin import slices
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.testbed.simnvml import SimulatedNvml

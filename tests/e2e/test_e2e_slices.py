@@ -20,7 +20,7 @@ from kubernetes.client import ApiException
 from slicekit import RESOURCE, delete_slice, device_classes, fleet_inventory, unique
 
 from drasat.api.devicemodel import classes
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.kube import client as kube_client
 from drasat.nodeplugin import slices
 from drasat.testbed.controlplane import cluster

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drasat.api.devicemodel.inventory import GpuHealth
+from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.api.errors import InputError
 from drasat.kube import errors
 from drasat.kube.client import ObjectList

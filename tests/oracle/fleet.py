@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from drasat import v1
 from drasat.api import catalog
 from drasat.api.devicemodel import classes, pool
-from drasat.api.devicemodel.inventory import Inventory, profiles_by_gpu
+from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.nas import AllocatableDevice, Health, NodeAllocationStateSpec
 from drasat.v1 import devices
 

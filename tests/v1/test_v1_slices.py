@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from drasat.api.devicemodel import pool
-from drasat.api.devicemodel.inventory import GpuHealth, Inventory
+from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import GpuInfo, Health
 from drasat.v1 import slices

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from drasat import loading
 from drasat.api import cluster
 from drasat.api.devicemodel import pool
-from drasat.api.devicemodel.inventory import Inventory, profiles_by_gpu
+from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.errors import InputError
 from drasat.api.nas import Health
 from drasat.whatif import nodes, v1cluster
