@@ -3,12 +3,15 @@
     python -m bench.perf_plots timeline RECORDS.json [--after RECORDS.json] --out PNG
     python -m bench.perf_plots churn RESULTS.json... --out PNG       # acceptance over time
     python -m bench.perf_plots cdf RESULTS.json... --out PNG         # creation -> bound CDFs
+    python -m bench.perf_plots scale PROFILE.json... --out PNG       # the cycle by nodes
 
 `timeline`: one pod's steps per allocator (the first pod of each run; `--after` adds the runs of
 a second recording, e.g. the path before and after a change), on one time axis. `churn`: per
 allocator and seed, the share of the claims accepted among the last 50 arrivals, over the arrival
 time. `cdf`: the creation -> bound distribution of every churn claim bound (refused ones that
-bound late included) and of every fill pod, per allocator, seeds pooled.
+bound late included) and of every fill pod, per allocator, seeds pooled. `scale`: from
+bench.controller_profile's results, per node count the median round's wall time by step
+(stacked) and its CPU time (the steadier measure on a shared machine), one group per input.
 """
 
 from __future__ import annotations
@@ -153,6 +156,48 @@ def plot_cdf(results: Sequence[Obj], out: pathlib.Path) -> None:
     plt.close(fig)
 
 
+#: bench.controller_profile's steps of a round, in cycle order.
+SCALE_STEPS = ("snapshot_s", "pending_s", "nodes_s", "allocate_s")
+
+
+def median_rounds(step: Obj) -> Obj:
+    """Each timing's median over a controller_profile step's rounds (the first read apart)."""
+    rounds = step["rounds"]
+    return {
+        key: sorted(r[key] for r in rounds)[len(rounds) // 2]
+        for key in (*SCALE_STEPS, "total_s", "cpu_s")
+    }
+
+
+def plot_scale(results: Sequence[tuple[str, Obj]], out: pathlib.Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(results))
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+    labels: list[str] = []
+    for index, (_, data) in enumerate(results):
+        steps = sorted(data["steps"], key=lambda s: s["nodes"])
+        for position, step in enumerate(steps):
+            mid = median_rounds(step)
+            x = position + index * width
+            bottom = 0.0
+            for colour, key in zip(colours, SCALE_STEPS, strict=True):
+                label = key.removesuffix("_s") if position == 0 and index == 0 else None
+                ax.bar(x, mid[key], width * 0.9, bottom=bottom, color=colour, label=label)
+                bottom += mid[key]
+            ax.plot(x, mid["cpu_s"], "k_", markersize=14, label="CPU" if x == 0 else None)
+            if index == 0:
+                labels.append(str(step["nodes"]))
+    ax.set_xticks([i + width * (len(results) - 1) / 2 for i in range(len(labels))], labels)
+    ax.set_xlabel("nodes x 8 GPUs (64 pending pods a cycle, half the GPUs held)")
+    ax.set_ylabel("seconds a cycle (median round)")
+    ax.set_title("The controller's cycle without an API server: wall by step, CPU (black)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
 def _seed(data: Obj) -> str:
     argv = data.get("argv", [])
     return argv[argv.index("--seed") + 1] if "--seed" in argv else "1"
@@ -174,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("what", choices=("timeline", "churn", "cdf"))
+    parser.add_argument("what", choices=("timeline", "churn", "cdf", "scale"))
     parser.add_argument("inputs", nargs="+", type=pathlib.Path)
     parser.add_argument("--after", type=pathlib.Path, default=None)
     parser.add_argument("--out", type=pathlib.Path, required=True)
@@ -188,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot_timeline(runs, args.out)
     elif args.what == "churn":
         plot_churn(data, args.out)
+    elif args.what == "scale":
+        plot_scale(
+            [(str(p.parent.name), d) for p, d in zip(args.inputs, data, strict=True)], args.out
+        )
     else:
         plot_cdf(data, args.out)
     print(f"wrote {args.out}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from bench import controller_profile
+from bench import controller_profile, perf_plots
 
 
 def test_a_small_fleet_places_every_round_and_writes_the_profile(tmp_path: pathlib.Path) -> None:
@@ -21,3 +21,18 @@ def test_a_small_fleet_places_every_round_and_writes_the_profile(tmp_path: pathl
     assert step["first"]["placed"] > 0 and all(r["placed"] > 0 for r in step["rounds"])
     assert "allocate.py" in (out / "profile-4.txt").read_text()
     assert (out / "summary.md").read_text().splitlines()[-1].startswith("| 4 | ")
+    picture = tmp_path / "scale.png"
+    assert perf_plots.main(["scale", str(out / "results.json"), "--out", str(picture)]) == 0
+    assert picture.stat().st_size > 0
+
+
+def test_the_median_round_of_each_timing() -> None:
+    rounds = [
+        {"snapshot_s": s, "pending_s": 0.1, "nodes_s": 0.2, "allocate_s": a, "total_s": t,
+         "cpu_s": c}
+        for s, a, t, c in ((0.3, 1.0, 1.6, 1.1), (0.1, 3.0, 3.4, 2.0), (0.2, 2.0, 2.5, 1.5))
+    ]  # fmt: skip
+    assert perf_plots.median_rounds({"rounds": rounds}) == {
+        "snapshot_s": 0.2, "pending_s": 0.1, "nodes_s": 0.2, "allocate_s": 2.0, "total_s": 2.5,
+        "cpu_s": 1.5,
+    }  # fmt: skip
