@@ -50,6 +50,9 @@ REASON_REFUSED = "PreemptionRefused"
 NOMINATION_TTL_S = 300.0
 #: How long a victim whose eviction a budget refused stays out of that preemptor's plans.
 REFUSED_TTL_S = 60.0
+#: How long a pod that could not preempt waits before it is planned again (a plan over a large
+#: cluster takes a fraction of a second: not every cycle for every refused pod).
+RETRY_S = 30.0
 
 
 @dataclass
@@ -74,8 +77,8 @@ class Preempter:
     #: preemptor -> victim -> until when it is not evicted for it again (a budget refused).
     _refused: dict[str, dict[str, float]] = field(default_factory=dict)
     _budgets_said: bool = False
-    #: preemptor -> why it could not preempt, as last logged.
-    _said: dict[str, str] = field(default_factory=dict)
+    #: preemptor -> why it could not preempt, as last logged, and when.
+    _said: dict[str, tuple[str, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # The cycle's hooks.
@@ -153,6 +156,9 @@ class Preempter:
         planned = 0
         for item in wanting:
             now = self.clock()
+            last = self._said.get(item.input.key)
+            if last is not None and now - last[1] < RETRY_S:
+                continue  # it could not preempt a moment ago: not planned every cycle
             skip = {v for v, until in self._refused.get(item.input.key, {}).items() if until > now}
             base = [preemption.without(n, leaving.get(n.state.name, set()) - held) for n in nodes]
             found = preemption.plan(
@@ -165,11 +171,11 @@ class Preempter:
                 budgets=allowance,
             )
             if found.node is None:
-                if self._said.get(item.input.key) != found.reason:  # once per reason
+                if last is None or last[0] != found.reason:  # once per reason
                     log.info("no preemption for %s: %s", item.input.key, found.reason)
-                    self._said[item.input.key] = found.reason
+                self._said[item.input.key] = (found.reason, now)
                 continue
-            if not found.victims:
+            if not found.victims:  # pods already leaving free enough: it waits for them
                 log.debug("%s waits for devices being freed on %s", item.input.key, found.node)
                 continue
             node = next(n for n in base if n.state.name == found.node)
@@ -225,11 +231,12 @@ class Preempter:
         key, node = item.input.key, found.node
         assert node is not None
         proof = "proven optimal" if found.proven else "optimality not proven"
+        proof += f", {preemption.checked(found.checks)}"
         named = ", ".join(f"{v} (priority {priorities.get(v, 0)})" for v in found.victims)
         self.recorder.normal(item.pod, REASON_PREEMPTING,
                              f"evicting {named} on node {node} to free the devices this pod "
                              f"(priority {item.input.priority}) needs; the victims are the "
-                             f"solver's choice ({proof}, {found.checks} sets checked)")  # fmt: skip
+                             f"solver's choice ({proof})")  # fmt: skip
         self.nominations[key] = Nomination(key, node, found.victims, held, self.clock())
         for victim in found.victims:
             pod = pods[victim]

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from drasat.api.devicemodel.classes import GPU_CLASS
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Problem, Solution, SolveParams
@@ -88,6 +89,7 @@ def plan(
             priority=p.priority,
             devices=_devices(by_node[p.node], p.claims),
             budgets=p.budgets,
+            gpus=_gpus(entries_of(by_node[p.node], p.claims).values()),
         )
         for p in pods.values()
     ]
@@ -107,6 +109,13 @@ def plan(
         outcome = allocate([state], [alone], classes, policy=policy, params=params, solve=solve)
         return preemptor.key in outcome.placed
 
+    # Pods already leaving (the caller took their claims off) may free enough: no victim then.
+    nodes_here = [by_node[n] for n in sorted(allowed & set(by_node))]
+    if nodes_here:
+        now = allocate(nodes_here, [preemptor], classes, policy=policy, params=params, solve=solve)
+        if preemptor.key in now.placed:
+            return Plan(preemptor.key, now.placed[preemptor.key],
+                        reason="it fits without victims (devices being freed)")  # fmt: skip
     found = choice.choose(
         preemptor.priority,
         candidates,
@@ -114,6 +123,9 @@ def plan(
         max_victims=settings.maxVictims,
         budgets=budgets,
         order=settings.minimize,
+        whole=_whole(
+            preemptor, [by_node[n] for n in sorted({p.node for p in pods.values()})], pods, users
+        ),
     )
     if found.node is None:
         return Plan(preemptor.key, None, proven=found.proven, checks=found.checks,
@@ -126,6 +138,11 @@ def plan(
         found.proven,
         found.checks,
     )
+
+
+def checked(count: int) -> str:
+    """How many victim sets the allocator was asked about, in words."""
+    return f"{count} set checked" if count == 1 else f"{count} sets checked"
 
 
 def without(node: Node, claims: set[str], pods: Sequence[Running] = ()) -> Node:
@@ -185,3 +202,75 @@ def _devices(node: Node, claims: Sequence[str]) -> int:
         count += len(entry.gpu.devices) if entry.gpu else 0
         count += len(entry.mig.devices) if entry.mig else 0
     return count
+
+
+def whole_gpus_needed(claims: Sequence[Obj]) -> int:
+    """How many whole GPUs the claims need, when that is all they ask: every request `exactly`
+    of drasat's GPU class, by count, without capacity (a share). 0 when anything else is asked
+    (a share, MIG, firstAvailable, All): then no count of whole GPUs is necessary."""
+    need = 0
+    for claim in claims:
+        spec = claim.get("spec")
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        requests = devices.get("requests") if isinstance(devices, dict) else None
+        if not isinstance(requests, list) or not requests:
+            return 0
+        for request in requests:
+            exactly = request.get("exactly") if isinstance(request, dict) else None
+            if not isinstance(exactly, dict) or exactly.get("deviceClassName") != GPU_CLASS:
+                return 0
+            if (
+                exactly.get("capacity")
+                or exactly.get("allocationMode", "ExactCount") != "ExactCount"
+            ):
+                return 0
+            count = exactly.get("count", 1)
+            if not isinstance(count, int) or count < 1:
+                return 0
+            need += count
+    return need
+
+
+def _whole(
+    preemptor: PodInput,
+    nodes: Sequence[Node],
+    pods: Mapping[str, Running],
+    users: Mapping[str, frozenset[str]],
+) -> choice.WholeGpus | None:
+    """What the preemptor needs of whole GPUs, and what each node has free or could free."""
+    need = whole_gpus_needed(preemptor.claims)
+    if not need:
+        return None
+    free: dict[str, int] = {}
+    freeable: dict[str, frozenset[str]] = {}
+    for node in nodes:
+        nas = node.state.nas
+        gpus = {d.gpu.uuid for d in nas.allocatableDevices if d.gpu is not None}
+        holders: dict[str, set[str]] = {}  # GPU -> the claims that hold it
+        for entry in nas.allocatedClaims.values():
+            for gpu in _gpus([entry]):
+                holders.setdefault(gpu, set()).add(entry.claimInfo.uid)
+        for uid, prepared in nas.preparedClaims.items():
+            found = [d.uuid for d in prepared.gpu.devices] if prepared.gpu else []
+            found += [d.parentUUID for d in prepared.mig.devices] if prepared.mig else []
+            for gpu in found:
+                holders.setdefault(gpu, set()).add(uid)
+        free[node.state.name] = len(gpus - set(holders))
+        # A GPU can be freed when every pod using every claim on it is a candidate here.
+        freeable[node.state.name] = frozenset(
+            gpu
+            for gpu, claims in holders.items()
+            if all(users.get(c, frozenset({"?"})) <= pods.keys() for c in claims)
+        )
+    return choice.WholeGpus(need, free, freeable)
+
+
+def _gpus(entries: Iterable[AllocatedDevices]) -> frozenset[str]:
+    """The GPUs ledger entries touch (whole, shared, or a MIG device's parent)."""
+    out: set[str] = set()
+    for entry in entries:
+        if entry.gpu is not None:
+            out.update(d.uuid for d in entry.gpu.devices)
+        if entry.mig is not None:
+            out.update(d.parentUUID for d in entry.mig.devices)
+    return frozenset(out)

@@ -21,7 +21,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import SolveParams
 from drasat.v1 import Node, Outcome, PodInput, allocate, preemption
 from drasat.v1.allocate import Solve
-from drasat.v1.preemption import Plan, Running
+from drasat.v1.preemption import Plan, Running, checked
 from drasat.whatif import v1manifests
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,6 @@ def lines(found: Sequence[Plan], priorities: Mapping[str, int]) -> list[str]:
         proof = "proven optimal" if plan.proven else "optimality not proven"
         out.append(
             f"preemption: {plan.preemptor} (priority {priorities.get(plan.preemptor, 0)}) "
-            f"would evict {victims} on {plan.node} ({proof}, {plan.checks} sets checked)"
+            f"would evict {victims} on {plan.node} ({proof}, {checked(plan.checks)})"
         )
     return ["", *out] if out else []

@@ -197,3 +197,28 @@ def test_label_selectors_as_policy_v1_reads_them() -> None:
     ]
     for expression, expected in expressions:
         assert ctl.selects({"matchExpressions": [expression]}, labels) is expected
+
+
+def test_a_pod_that_could_not_preempt_waits_before_it_is_planned_again() -> None:
+    node, pods, claims = _cluster(("a", 1, {}))
+    item = _urgent(claims)
+    now = [0.0]
+    api = FakeApi(refuse=set(), budgets=[])
+    preempter = ctl.Preempter(api, EventRecorder(api, component="test"), clock=lambda: now[0])  # type: ignore[arg-type]
+    bigger = dataclasses.replace(item, input=dataclasses.replace(
+        item.input, claims=(_two_gpus(),)))  # fmt: skip
+    snapshot = _snapshot([*pods, bigger.pod], claims)
+    assert preempter.consider(snapshot, [node], [bigger], POLICY) == 0  # 2 GPUs: never
+    assert "ml/urgent" in preempter._said
+    now[0] = ctl.RETRY_S / 2
+    calls = api.evicted[:]
+    assert preempter.consider(snapshot, [node], [item], POLICY) == 0  # not planned yet
+    now[0] = ctl.RETRY_S + 1
+    assert preempter.consider(snapshot, [node], [item], POLICY) == 1
+    assert calls == [] and api.evicted == ["ml/a"]
+
+
+def _two_gpus() -> Obj:
+    claim = _claim("urgent")
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    return claim

@@ -135,3 +135,19 @@ def test_held_devices_keep_other_pods_off() -> None:
     assert not v1.allocate([preemption.hold(gone, held)], [other], CLASSES).placed
     # While the victim's own entry is still there it is not held twice.
     assert preemption.hold(nodes[0], held) is nodes[0]
+
+
+def test_no_victim_when_the_pod_fits_already() -> None:
+    # Pods leaving freed the GPU (the caller took their claims off): nobody else is evicted.
+    nodes, run = _running([node("n1", "T4", 2)], {"x": (claim("x", {"g": exactly()}),)})
+    p = pod("hi", claim("hi", {"g": exactly()}), priority=10)
+    found = preemption.plan(p, nodes, run, _users(run), CLASSES)
+    assert (found.node, found.victims) == ("n1", ())
+
+
+def test_whole_gpus_needed_reads_only_plain_whole_gpu_claims() -> None:
+    assert preemption.whole_gpus_needed([claim("a", {"g": exactly(count=2)}),
+                                         claim("b", {"g": exactly()})]) == 3  # fmt: skip
+    assert preemption.whole_gpus_needed([claim("s", {"s": SHARE})]) == 0
+    assert preemption.whole_gpus_needed([claim("m", {"m": exactly("mig.drasat.io")})]) == 0
+    assert preemption.whole_gpus_needed([claim("all", {"g": exactly(allocationMode="All")})]) == 0
