@@ -520,7 +520,9 @@ class V1Controller:
             self._refused(by_key[pod_key], reasons, snapshot)
         for pod_key in outcome.placed:
             self._refused_at.pop(pod_key, None)
-        refused = [by_key[k] for k in outcome.refused if k not in outcome.failed]
+        # A gang's pod alone never goes (all-or-nothing): victims evicted for it would be in vain.
+        refused = [by_key[k] for k in outcome.refused
+                   if k not in outcome.failed and k not in self._gangs.of_pod]  # fmt: skip
         self.preemption.consider(snapshot, nodes, refused, policy)
         return len(outcome.placed)
 
