@@ -27,6 +27,7 @@ This is a purely computational module.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,6 +225,8 @@ def pending_pods(
     waiting: dict[str, str] = {}
     out: list[Pending] = []
     room = _nodes_room(snapshot)
+    #: `_fit_key` -> (excluded, candidates) of the pods that ask that of a node.
+    alike: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
     ordered = sorted(
         (p for p in snapshot.pods if is_pending(p)),
         key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp", ""), pod_key(p)),
@@ -259,8 +262,17 @@ def pending_pods(
         # Every allocated claim of the pod, of any driver, pins it to the nodes its
         # allocation's node selector selects.
         pinned = [c for c in claims if is_allocated(c)]
-        excluded = _excluded(pod, snapshot, room, pinned)
-        candidates = tuple(n for n in snapshot.nas if n not in excluded and n in snapshot.nodes)
+        if pinned or key in snapshot.unsuitable:
+            excluded = _excluded(pod, snapshot, room, pinned)
+            candidates = _candidates(snapshot, excluded)
+        else:
+            # Pods that ask the same of a node (no claim pinned, nothing unsuitable lately) get
+            # the same nodes: worked out once a cycle per kind of pod, not per pod.
+            fit = _fit_key(pod)
+            if fit not in alike:
+                excluded = _excluded(pod, snapshot, room, pinned)
+                alike[fit] = (excluded, _candidates(snapshot, excluded))
+            excluded, candidates = alike[fit]
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         item = PodInput(key, namespace, todo, priority, cpu, memory, candidates)
@@ -357,6 +369,17 @@ def _nodes_room(snapshot: Snapshot) -> _Room:
         if problems[name] is None:
             capacity[name] = nodefit.capacity(node, bound.get(name, []))
     return _Room(problems, capacity)
+
+
+def _fit_key(pod: Obj) -> str:
+    """What `nodefit.unfit` reads of the pod: pods with one key are fit for the same nodes."""
+    spec = pod.get("spec") or {}
+    asked = [spec.get(f) for f in ("nodeName", "nodeSelector", "affinity", "tolerations")]
+    return json.dumps(asked, sort_keys=True, default=str)
+
+
+def _candidates(snapshot: Snapshot, excluded: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(n for n in snapshot.nas if n not in excluded and n in snapshot.nodes)
 
 
 def _excluded(pod: Obj, snapshot: Snapshot, room: _Room, pinned: Sequence[Obj]) -> dict[str, str]:

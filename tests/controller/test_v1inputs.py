@@ -461,3 +461,34 @@ def test_a_nas_is_parsed_again_only_when_its_version_changes(monkeypatch) -> Non
     memo.parse(unversioned)
     memo.parse(unversioned)
     assert parsed == ["5", "5", "6", "", ""]
+
+
+def test_pods_that_ask_the_same_of_a_node_are_fitted_once_a_cycle(monkeypatch) -> None:
+    # A fill of 5,000 pending pods over 500 nodes checked every pod against every node each
+    # cycle (2.5 M checks) before the cap of 64 pods a cycle was applied.
+    from drasat.api import nodefit
+
+    alike = [pod(f"p{i}", f"c{i}") for i in range(4)]
+    picky = pod("picky", "c4", nodeSelector={"zone": "b"})
+    lately = pod("lately", "c5")
+    claims = [claim(f"c{i}", exactly()) for i in range(6)]
+    nodes = {n: kube_node(n) for n in ("a", "b")}
+    nodes["b"]["metadata"].setdefault("labels", {})["zone"] = "b"
+    snap = snapshot([*alike, picky, lately], claims, ("a", "b"), nodes=nodes,
+                    unsuitable={"default/lately": {"a": "GPUs gone"}})  # fmt: skip
+    checked: list[tuple[str, str]] = []
+    real = nodefit.unfit
+
+    def counted(pod_: Obj, node: Obj) -> str | None:
+        checked.append((pod_["metadata"]["name"], node["metadata"]["name"]))
+        return real(pod_, node)
+
+    monkeypatch.setattr(nodefit, "unfit", counted)
+    found, _ = v1inputs.pending_pods(snap)
+    by_name = {p.pod["metadata"]["name"]: p for p in found}
+    assert [by_name[f"p{i}"].input.candidate_nodes for i in range(4)] == [("a", "b")] * 4
+    assert by_name["picky"].input.candidate_nodes == ("b",)
+    assert "nodeSelector zone=b" in by_name["picky"].excluded["a"]
+    assert by_name["lately"].input.candidate_nodes == ("b",)
+    assert sorted(checked) == [("lately", "a"), ("lately", "b"), ("p0", "a"), ("p0", "b"),
+                               ("picky", "a"), ("picky", "b")]  # fmt: skip
