@@ -1282,7 +1282,7 @@ class Soak:
             if (node.folder / "plugin.log").exists()
         ]
         return {
-            "nvml_unknown_error_lines": sum(t.count("Unknown Error") for t in texts),
+            "nvml_unknown_error_lines": sum(t.count("NVML_ERROR_UNKNOWN") for t in texts),
             "no_space_left_lines": sum(t.count("No space left") for t in texts),
         }
 

@@ -498,22 +498,36 @@ class Cluster:
     def restart(self, name: str, *, timeout: float = 120.0) -> Process:
         """Crash the component `name` (SIGKILL) and start it again as `spawn` first started it
         (the chaos soak, bench/soak.py); returns once etcd or kube-apiserver answers its health
-        check again (the scheduler and controller manager then take their leases when the
-        crashed holder's expire). Only for a cluster this process started."""
+        check again, or the scheduler or controller manager has stayed up 5 s (they then take
+        their leases when the crashed holder's expire). A start that fails because its port was
+        taken meanwhile (a busy machine's outgoing connection got it) is tried again. Only for
+        a cluster this process started."""
         if name not in self.commands:
             raise ClusterError(f"{name}: not started by this process, so it cannot restart it")
         old = next(p for p in reversed(self.processes) if p.name == name)
         self.stop_process(old, signal.SIGKILL)
         self.processes.remove(old)
         binary, args, wrapper, cwd = self.commands[name]
-        process = self.spawn(name, binary, args, wrapper=wrapper, cwd=cwd)
         deadline = time.monotonic() + timeout
+        while True:
+            process = self.spawn(name, binary, args, wrapper=wrapper, cwd=cwd)
+            try:
+                self._wait(name, deadline, self._up(name, time.monotonic()), process=process)
+                return process
+            except ClusterError:
+                tail = Path(process.log).read_text(errors="replace")[-3000:]
+                if process.alive() or "address already in use" not in tail:
+                    raise
+                self.processes.remove(process)
+                time.sleep(1.0)
+
+    def _up(self, name: str, started: float) -> Callable[[], bool]:
         if name == "kube-apiserver":
-            self._wait(name, deadline, self._apiserver_ready, process=process)
-        elif name == "etcd":
+            return self._apiserver_ready
+        if name == "etcd":
             url = f"http://127.0.0.1:{self.ports['etcd']}/health"
-            self._wait(name, deadline, lambda: _http_ok(url), process=process)
-        return process
+            return lambda: _http_ok(url)
+        return lambda: time.monotonic() - started > 5.0
 
     # --- reading it ----------------------------------------------------------------------------
 
