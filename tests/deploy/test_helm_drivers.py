@@ -29,7 +29,7 @@ def test_nvidias_driver_alone_installs_the_controller_only(render: Render) -> No
     assert rendered.returncode == 0, rendered.stderr
     kinds = rendered.kinds()
     assert "DaemonSet" not in kinds and "DeviceClass" not in kinds
-    assert "ValidatingAdmissionPolicy" not in kinds  # the node plugin's own-NAS policy
+    # Nothing of the node plugin: its ServiceAccount, RBAC, own-NAS and own-slices policies.
     names = [m["metadata"]["name"] for m in rendered.manifests]
     assert not [n for n in names if "node-plugin" in n]
     # The gate still comes from admission; no conversion of nvidia.com/gpu into drasat's class
