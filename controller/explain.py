@@ -105,7 +105,9 @@ def explain(
     found.pods = [p for p in found.pods if v1inputs.pod_key(p) != key] + [pod]
     claims = decisions.pod_claims(pod, found)
     if (pod.get("spec") or {}).get("nodeName"):
-        held = _allocated(claims) or [f"  it holds no claim of {DRIVER_NAME}"]
+        held = _allocated(claims, options.drivers) or [
+            f"  it holds no claim of {' or '.join(options.drivers)}"
+        ]
         return "\n".join([f"pod {key} is bound to node {pod['spec']['nodeName']}:", *held])
     pending, waiting = v1inputs.pending_pods(found)
     gated = v1inputs.has_our_gate(pod)
@@ -119,7 +121,7 @@ def explain(
     if item is None:
         lift = (f"; drasat's controller lifts its scheduling gate {SCHEDULING_GATE} at its next "
                 "cycle (a gate that stays means no controller runs)") if gated else ""  # fmt: skip
-        held = _allocated(claims)
+        held = _allocated(claims, options.drivers)
         if held:
             return "\n".join([f"pod {key} is pending; its claims of drasat's are allocated "
                               f"(kube-scheduler binds the pod where they are){lift}:",
@@ -132,10 +134,13 @@ def explain(
     return _decision(api, pod, item, pending, found, options, now or _now())
 
 
-def _allocated(claims: list[Obj]) -> list[str]:
+def _allocated(claims: list[Obj], drivers: tuple[str, ...] = (DRIVER_NAME,)) -> list[str]:
+    """A line per claim with results of the drivers drasat allocates (its own, NVIDIA's)."""
     out = []
     for claim in claims:
-        ours = v1inputs.our_results(claim)
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        found = (allocation.get("devices") or {}).get("results") or []
+        ours = [r for r in found if isinstance(r, dict) and r.get("driver") in drivers]
         if not ours:
             continue
         devices = ", ".join(f"{x.get('request')}={x.get('device')}" for x in ours)

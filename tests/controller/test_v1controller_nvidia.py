@@ -141,6 +141,10 @@ def test_whole_gpus_one_cycle_after_another_never_twice_and_never_the_tainted(
         assert _settled(ctl, lambda i=i: _allocation(api, f"c{i}"))
         seen += _devices(_allocation(api, f"c{i}"))
     assert sorted(seen) == [(NVIDIA, "t4", "gpu-0"), (NVIDIA, "t4", "gpu-1")]
+    # `drasat explain --driver gpu.nvidia.com` names the devices of a pod whose claim is allocated.
+    options = explain.Options(namespace=NS, drivers=(NVIDIA,))
+    text = explain.explain(api, "default", "p1", options=options)
+    assert f"claim default/c1: gpu={_devices(_allocation(api, 'c1'))[0][2]} on node t4" in text
     assert api.list(r.NAS, namespace=NS).items == []  # nothing written to a NAS
     # No finalizer of drasat's either: it guards NAS entries, and there are none.
     finalizers = [api.get(r.RESOURCE_CLAIMS_V1, f"c{i}", namespace="default")["metadata"].get(
@@ -152,7 +156,6 @@ def test_whole_gpus_one_cycle_after_another_never_twice_and_never_the_tainted(
     assert _settled(ctl, lambda: "default/p3" in ctl.explanations)
     assert not _allocation(api, "c3")
     # `drasat explain --driver gpu.nvidia.com` reads the same ledger and says why.
-    options = explain.Options(namespace=NS, drivers=(NVIDIA,))
     text = explain.explain(api, "default", "p3", options=options)
     assert "has no unallocated claim" not in text and "default/p3" in text, text
 
