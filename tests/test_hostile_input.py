@@ -242,10 +242,10 @@ def _cluster(nodes: str) -> list[loading.Document]:
 
 
 def test_a_5000_node_cluster_loads_fast() -> None:
-    from drasat.whatif import nodes
+    from drasat.whatif import clusternodes
 
     started = time.monotonic()
-    loaded = nodes.load(
+    loaded = clusternodes.load(
         _cluster(
             "  - {name: t4, count: 2500, gpus: [{product: T4, count: 4}]}\n"
             "  - {name: a100, count: 2500, gpus: [{product: A100-40GB, count: 8, mig: true}]}\n"

@@ -68,7 +68,7 @@ from drasat.testbed.sim import (
     kubelet,
     scheduling,
 )
-from drasat.whatif import nodes as whatif_nodes
+from drasat.whatif import clusternodes
 
 
 class DemoCluster:
@@ -490,7 +490,7 @@ def check_manifests(
     the demo with exactly the line `drasat whatif` prints for it, and exit 2.
     """
     described = loading.Document(source, 1, cluster.model_dump(mode="json", exclude_none=True))
-    nodes = whatif_nodes.load([described])
+    nodes = clusternodes.load([described])
     whatif_manifests.compile_manifests(
         documents, offered_profiles=nodes.offered_profiles(), existing_uids=nodes.existing_uids()
     )

@@ -17,7 +17,7 @@ from drasat.api import groups
 from drasat.api.errors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, Problem, Solution, SolveParams
-from drasat.whatif import nodes, v1cluster, v1manifests, v1run
+from drasat.whatif import clusternodes, v1cluster, v1manifests, v1run
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def run_v1(
     InputError on bad input (`v1manifests.Unsupported` for what drasat does not do).
 
     deadline: `time.monotonic()` by which the solves must be done (`SolveParams.deadline`)."""
-    cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
+    cluster = clusternodes.load(inputs.cluster, source=inputs.cluster_source)
     workload = v1manifests.compile_v1(inputs.manifests, skip_unsupported=inputs.skip_unsupported)
     params = SolveParams(mode=mode, deadline=deadline)
     result = v1run.run_v1(cluster, workload, policy=inputs.policy, params=params, solve=solve)

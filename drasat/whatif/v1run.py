@@ -26,7 +26,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Gang, Problem, Solution, SolveParams
 from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, results
 from drasat.v1.preemption import Plan
-from drasat.whatif import nodes, v1manifests, v1preemption
+from drasat.whatif import clusternodes, v1manifests, v1preemption
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ Solve = Callable[[Problem, SolveParams], Solution]
 
 @dataclass(frozen=True)
 class V1Result:
-    cluster: nodes.ClusterNodes
+    cluster: clusternodes.ClusterNodes
     workload: v1manifests.V1Workload
     outcome: Outcome
     #: Pods no node admits before devices are considered: pod key -> why, per node.
@@ -48,7 +48,7 @@ class V1Result:
     preemptions: tuple[Plan, ...] = ()
 
 
-def in_drasat_terms(claim: Obj, cluster: nodes.ClusterNodes) -> Obj:
+def in_drasat_terms(claim: Obj, cluster: clusternodes.ClusterNodes) -> Obj:
     """The claim with its allocation's results renamed to drasat's devices (driver
     gpu.drasat.io, pool = node): how a result of NVIDIA's driver finds its GPU. Pure."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -66,7 +66,9 @@ def in_drasat_terms(claim: Obj, cluster: nodes.ClusterNodes) -> Obj:
     return {**claim, "status": status}
 
 
-def _locate(cluster: nodes.ClusterNodes, key: tuple[Any, Any, Any]) -> tuple[str, str] | None:
+def _locate(
+    cluster: clusternodes.ClusterNodes, key: tuple[Any, Any, Any]
+) -> tuple[str, str] | None:
     """(node, drasat's device name) of a device published by a slice that was read."""
     for node, published in cluster.devices.items():
         for name, device in published.items():
@@ -75,7 +77,7 @@ def _locate(cluster: nodes.ClusterNodes, key: tuple[Any, Any, Any]) -> tuple[str
     return None
 
 
-def node_inputs(cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload) -> list[Node]:
+def node_inputs(cluster: clusternodes.ClusterNodes, workload: v1manifests.V1Workload) -> list[Node]:
     """Each node: capacity left after its bound pods, existing allocations in its ledger, and
     its published devices."""
     bound = _bound(workload)
@@ -126,7 +128,7 @@ def _only_pool(claim: Obj, pool: str) -> Obj:
 
 
 def pod_inputs(
-    cluster: nodes.ClusterNodes, workload: v1manifests.V1Workload
+    cluster: clusternodes.ClusterNodes, workload: v1manifests.V1Workload
 ) -> tuple[list[PodInput], dict[str, tuple[str, ...]]]:
     """The pods with claims still to allocate, each with its candidate nodes; and the pods no
     node admits, with each node's reason."""
@@ -164,7 +166,7 @@ def pod_inputs(
     return out, blocked
 
 
-def _allocated_nodes(claim: Obj, cluster: nodes.ClusterNodes) -> set[str]:
+def _allocated_nodes(claim: Obj, cluster: clusternodes.ClusterNodes) -> set[str]:
     """The nodes an allocated claim's devices are on (their pools, in drasat's terms)."""
     names = {s.name for s in cluster.states}
     renamed = in_drasat_terms(claim, cluster)
@@ -182,7 +184,7 @@ class _Fit:
     """Each pod's candidate nodes, memoised per distinct scheduling fields: a cluster of
     thousands of nodes and pods is not filtered pod by node."""
 
-    cluster: nodes.ClusterNodes
+    cluster: clusternodes.ClusterNodes
     bound: Mapping[str, list[Obj]]
     _memo: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = dataclasses.field(
         default_factory=dict
@@ -211,7 +213,7 @@ class _Fit:
         cluster = self.cluster
         spec = pod.instance.spec
         if not cluster.node_objects:
-            allowed = nodes.matching_nodes(
+            allowed = clusternodes.matching_nodes(
                 cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
             )
             wanted = [f"nodeName={spec.nodeName}"] if spec.nodeName else []
@@ -226,7 +228,7 @@ class _Fit:
             if why is None and node is not None:
                 why = full[state.name]
             if why is None and node is None:
-                allowed = nodes.matching_nodes(
+                allowed = clusternodes.matching_nodes(
                     [state], node_name=spec.nodeName, node_selector=spec.nodeSelector
                 )
                 why = (
@@ -242,7 +244,7 @@ class _Fit:
 
 
 def run_v1(
-    cluster: nodes.ClusterNodes,
+    cluster: clusternodes.ClusterNodes,
     workload: v1manifests.V1Workload,
     *,
     policy: AllocationPolicySpec,

@@ -15,7 +15,7 @@ from drasat.api.nas import (
 )
 from drasat.classic.whatif import manifests, report, table
 from drasat.solver.problem import PodPlacement, PodRejection, Solution, Status
-from drasat.whatif import html, nodes
+from drasat.whatif import clusternodes, html
 
 CLUSTER = """
 apiVersion: whatif.drasat.io/v1alpha1
@@ -84,7 +84,7 @@ spec: {containers: [], resourceClaims: [{name: m, resourceClaimTemplateName: sma
 
 
 def _build() -> report.Report:
-    cluster = nodes.load(loading.parse_documents(CLUSTER, "c.yaml"))
+    cluster = clusternodes.load(loading.parse_documents(CLUSTER, "c.yaml"))
     workload = manifests.compile_manifests(loading.parse_documents(MANIFESTS, "m.yaml"))
     claims = {c.key: c.request for c in workload.claims}
     t4_gpu1 = cluster.nas[0].spec.gpus()[1].uuid

@@ -29,7 +29,7 @@ from drasat.api.nas import AllocatedDevices
 from drasat.classic import params
 from drasat.classic.whatif import manifests
 from drasat.controller import nodes as controller_nodes
-from drasat.whatif import nodes, run
+from drasat.whatif import clusternodes, run
 
 from .mutate import SCALARS, Mutator
 
@@ -125,16 +125,18 @@ def _as_input_error(action: Callable[[], object], source: str) -> str:
 _CLUSTER_NODES = None
 
 
-def _small_cluster() -> nodes.ClusterNodes:
+def _small_cluster() -> clusternodes.ClusterNodes:
     global _CLUSTER_NODES
     if _CLUSTER_NODES is None:
-        _CLUSTER_NODES = nodes.load(run.embedded(run.DEFAULT_CLUSTER))
+        _CLUSTER_NODES = clusternodes.load(run.embedded(run.DEFAULT_CLUSTER))
     return _CLUSTER_NODES
 
 
 def run_cluster(raw: bytes, workdir: Path) -> str:
     path = _write(raw, workdir, "cluster.yaml")
-    return _as_input_error(lambda: nodes.load(loading.read_documents(path), source=path), path)
+    return _as_input_error(
+        lambda: clusternodes.load(loading.read_documents(path), source=path), path
+    )
 
 
 def run_manifests(raw: bytes, workdir: Path) -> str:
@@ -331,7 +333,7 @@ def run_nas(obj: dict[str, Any], workdir: Path) -> str:
         check_message(parsed.problem, "NodeAllocationState drasat/node-1")
     # The what-if's view of the same object (kubectl get nas -o yaml).
     document = loading.Document("nas.yaml", 1, obj)
-    outcome = _as_input_error(lambda: nodes.load([document], source="nas.yaml"), "nas.yaml")
+    outcome = _as_input_error(lambda: clusternodes.load([document], source="nas.yaml"), "nas.yaml")
     return "rejected" if parsed.problem else outcome
 
 

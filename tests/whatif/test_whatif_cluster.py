@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from drasat import loading
 from drasat.api import cluster
 from drasat.api.errors import InputError, describe_validation_error
-from drasat.whatif import nodes
+from drasat.whatif import clusternodes
 
 
 def _spec(**node: object) -> cluster.ClusterSpec:
@@ -96,7 +96,7 @@ items:
 
 
 def test_nas_list_of_both_groups_with_not_ready_and_existing_claims() -> None:
-    loaded = nodes.load(loading.parse_documents(NAS, "nas.yaml"))
+    loaded = clusternodes.load(loading.parse_documents(NAS, "nas.yaml"))
     assert [s.name for s in loaded.states] == ["nvidia-node", "broken"]
     assert [s.ready for s in loaded.states] == [True, False]
     assert "NotReady" in loaded.states[1].unready_reason
@@ -117,7 +117,7 @@ def test_compact_and_nas_mix_and_a_node_adds_to_its_nas() -> None:
             "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
         )
     )
-    loaded = nodes.load(loading.parse_documents(text, "mixed.yaml"))
+    loaded = clusternodes.load(loading.parse_documents(text, "mixed.yaml"))
     assert [s.name for s in loaded.states] == ["nvidia-node", "broken", "extra"]
     assert "3g.20gb" in loaded.offered_profiles()
     # The Node of a compact node adds its CPU, memory and labels (kubectl get nas,nodes).
@@ -151,7 +151,7 @@ def test_compact_and_nas_mix_and_a_node_adds_to_its_nas() -> None:
 )
 def test_bad_cluster_files(text: str, message: str) -> None:
     with pytest.raises(InputError) as info:
-        nodes.load(loading.parse_documents(text, "c.yaml"))
+        clusternodes.load(loading.parse_documents(text, "c.yaml"))
     assert str(info.value).startswith(message)
 
 

@@ -18,7 +18,7 @@ from drasat.api.devicemodel import pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.errors import InputError
 from drasat.api.nas import Health
-from drasat.whatif import nodes, v1cluster
+from drasat.whatif import clusternodes, v1cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 NVIDIA_SLICES = REPO / "deploy/examples/v1-nvidia-quickstart/cluster/nvidia-slices.yaml"
@@ -253,7 +253,7 @@ def test_static_mig_builds_the_unpublished_parent_from_its_mig_devices() -> None
 
 
 def test_the_example_nvidia_dump_reads_as_three_nodes() -> None:
-    read = nodes.load(loading.read_documents(NVIDIA_SLICES))
+    read = clusternodes.load(loading.read_documents(NVIDIA_SLICES))
     assert [s.name for s in read.states] == ["nv-t4", "nv-a100", "nv-a100-static"]
     t4 = read.states[0]
     assert (t4.cpu_milli, t4.memory_mib, t4.ready) == (32_000, 251 * 1024, True)
@@ -358,13 +358,13 @@ def test_a_slice_and_a_nas_for_one_node_are_refused() -> None:
         "spec": {},
     }
     with pytest.raises(InputError, match=r"node 'n' is also described at c\.yaml: document 1"):
-        nodes.load(docs(nas, nv_slice("n", [nv_t4(0)])))
+        clusternodes.load(docs(nas, nv_slice("n", [nv_t4(0)])))
 
 
 def test_the_example_drasat_dump_is_what_the_plugin_publishes() -> None:
     text = (REPO / "deploy/examples/v1-nvidia-quickstart/cluster/drasat-slices.yaml").read_text()
     listing = yaml.safe_load(text)
-    read = nodes.load(loading.parse_documents(text, "drasat.yaml"))
+    read = clusternodes.load(loading.parse_documents(text, "drasat.yaml"))
     for state in read.states:
         published = [
             i["spec"].get("devices", [])

@@ -490,7 +490,7 @@ def test_existing_allocations_of_nvidia_devices_take_their_gpu() -> None:
     # terms, so gpu-0 is taken and the new pod gets gpu-1.
     from drasat import solver
     from drasat.solver.problem import SolveParams
-    from drasat.whatif import nodes
+    from drasat.whatif import clusternodes
 
     held = """
     ---
@@ -517,7 +517,7 @@ def test_existing_allocations_of_nvidia_devices_take_their_gpu() -> None:
         "  resourceClaims:", "  tolerations: [{operator: Exists}]\n  resourceClaims:"
     )
     workload = compile_text(text + textwrap.dedent(held))
-    cluster = nodes.load(loading.read_documents(NVIDIA_SLICES))
+    cluster = clusternodes.load(loading.read_documents(NVIDIA_SLICES))
     (t4,) = [n for n in v1run.node_inputs(cluster, workload) if n.state.name == "nv-t4"]
     assert t4.state.used_cpu_milli == 30_000
     assert [a.gpu.devices[0].uuid for a in t4.state.nas.allocatedClaims.values() if a.gpu] == [
@@ -645,7 +645,7 @@ def test_bad_nodes_and_pod_scheduling_fields_are_exit_2(
 
 
 def test_a_pod_with_an_allocated_claim_is_tied_to_its_node() -> None:
-    from drasat.whatif import nodes
+    from drasat.whatif import clusternodes
 
     text = """
     apiVersion: resource.k8s.io/v1
@@ -665,7 +665,7 @@ def test_a_pod_with_an_allocated_claim_is_tied_to_its_node() -> None:
         "  - {name: old, resourceClaimName: held}\n",
     ).replace("  resourceClaims:", "  tolerations: [{operator: Exists}]\n  resourceClaims:")
     workload = compile_text(pod + "---\n" + textwrap.dedent(text))
-    cluster = nodes.load(loading.read_documents(NVIDIA_SLICES))
+    cluster = clusternodes.load(loading.read_documents(NVIDIA_SLICES))
     (found,), blocked = v1run.pod_inputs(cluster, workload)
     assert found.candidate_nodes == ("nv-a100",) and blocked == {}
     assert [c["metadata"]["name"] for c in found.claims] == [workload.pods[0].claims[0][1].name]

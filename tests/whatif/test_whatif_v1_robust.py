@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from drasat import loading
 from drasat.api.errors import InputError
-from drasat.whatif import nodes, v1manifests
+from drasat.whatif import clusternodes, v1manifests
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "deploy/examples/v1-nvidia-quickstart"
@@ -60,7 +60,7 @@ def mutated(objects: list[dict[str, Any]], draw: Any) -> list[loading.Document]:
 def test_any_field_of_slices_and_nodes_is_read_or_refused(data: st.DataObject) -> None:
     documents = mutated(SLICES, data.draw)
     try:
-        nodes.load(documents)
+        clusternodes.load(documents)
     except InputError as error:
         assert "\n" not in str(error)
 

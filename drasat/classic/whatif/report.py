@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.classic.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.solver.problem import Solution
+from drasat.whatif.clusternodes import ClusterNodes
 from drasat.whatif.manifestindex import Ignored
-from drasat.whatif.nodes import ClusterNodes
 from drasat.whatif.v1output import (
     GpuView,
     Legend,

@@ -10,7 +10,7 @@ from drasat.api import nodefit
 from drasat.api.errors import InputError
 from drasat.classic.whatif import manifests, report
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
-from drasat.whatif import nodes
+from drasat.whatif import clusternodes
 from drasat.whatif.run import Inputs, Solve
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def run(
     node_feasibility: ask the solver (online mode) why each node is unsuitable for each pod.
     deadline: `time.monotonic()` by which the solve must be done (`SolveParams.deadline`).
     """
-    cluster = nodes.load(inputs.cluster, source=inputs.cluster_source)
+    cluster = clusternodes.load(inputs.cluster, source=inputs.cluster_source)
     try:
         workload = manifests.compile_manifests(
             inputs.manifests,
@@ -62,13 +62,13 @@ def run(
 
 
 def _constrain_nodes(
-    workload: manifests.Workload, cluster: nodes.ClusterNodes
+    workload: manifests.Workload, cluster: clusternodes.ClusterNodes
 ) -> manifests.Workload:
     """Give pods with spec.nodeName/nodeSelector their candidate nodes; block those with none."""
     pods = []
     for pod in workload.pods:
         spec = pod.pod.spec
-        allowed = nodes.matching_nodes(
+        allowed = clusternodes.matching_nodes(
             cluster.states, node_name=spec.nodeName, node_selector=spec.nodeSelector
         )
         if cluster.node_objects:  # Nodes given: the scheduler's filters (taints, cordons, ...)
@@ -86,7 +86,7 @@ def _constrain_nodes(
 
 
 def _admitting(
-    pod: manifests.CompiledPod, cluster: nodes.ClusterNodes, allowed: tuple[str, ...] | None
+    pod: manifests.CompiledPod, cluster: clusternodes.ClusterNodes, allowed: tuple[str, ...] | None
 ) -> tuple[tuple[str, ...], str]:
     """The nodes among `allowed` whose Node object (when given) admits the pod, and why none
     does."""
