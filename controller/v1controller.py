@@ -433,9 +433,15 @@ class V1Controller:
         live = {p.input.key for p in everyone}
         self.decisions.forget(str(p.pod["metadata"].get("uid")) for p in everyone)
         self._refused_at = {k: t for k, t in self._refused_at.items() if k in live}
+        # Pods not yet refused first (a refusal stands until something changes), and among
+        # them the higher priority first, as kube-scheduler's queue orders; then the oldest.
         ordered = sorted(
             enumerate(everyone),
-            key=lambda item: (self._refused_at.get(item[1].input.key, 0.0), item[0]),
+            key=lambda item: (
+                self._refused_at.get(item[1].input.key, 0.0),
+                -item[1].input.priority,
+                item[0],
+            ),
         )
         pending = gangs.batch([p for _, p in ordered], self.config.batch_max, self._gangs)
         if not pending:

@@ -78,14 +78,16 @@ def _claim(api: KubeClient, name: str) -> Obj:
     return api.create(r.RESOURCE_CLAIMS_V1, body, namespace="default")
 
 
-def _pod(api: KubeClient, name: str, claim: str) -> Obj:
-    body = {
+def _pod(api: KubeClient, name: str, claim: str, priority: int | None = None) -> Obj:
+    body: Obj = {
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "containers": [{"name": "c", "image": "x"}],
             "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
         },
     }
+    if priority is not None:
+        body["spec"]["priority"] = priority
     return api.create(r.PODS, body, namespace="default")
 
 
@@ -212,6 +214,25 @@ def test_a_pod_that_fits_nowhere_gets_a_warning_event(
 
     found = _settled(ctl, warned)
     assert found and any("needs 1 GPU" in m or "GPU" in m for m in found), found
+
+
+def test_a_higher_priority_pod_goes_before_older_pods_of_lower_priority(api: KubeClient) -> None:
+    # One GPU, a cap of one pod per cycle: the high-priority pod created last gets it, as
+    # kube-scheduler's queue orders by priority; the older low-priority pod waits (no victim).
+    _node(api, "n1", 1)
+    for name, priority in (("a-low", 0), ("b-high", 1000)):
+        _claim(api, f"c-{name}")
+        _pod(api, name, f"c-{name}", priority)
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, batch_max=1))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        assert _settled(ctl, lambda: _status(api, "c-b-high").get("allocation"))
+        assert not _status(api, "c-a-low").get("allocation")
+        assert api.get(r.PODS, "a-low", namespace="default")
+        events = api.list(r.EVENTS, namespace="default").items
+        assert not [e for e in events if e.get("reason") == "Preempted"]
+    finally:
+        ctl.stop()
 
 
 H100 = 'device.attributes["gpu.drasat.io"].productName == "H100"'
