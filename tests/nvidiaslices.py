@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from bench import nvidia_alloc
+
 Obj = dict[str, Any]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -31,21 +33,8 @@ KINDS = ("nv-t4", "nv-a100", "nv-a100-static")
 
 def device_classes() -> list[Obj]:
     """NVIDIA's DeviceClasses as its Helm chart installs them (`gpu.nvidia.com`,
-    `mig.nvidia.com`)."""
-    out = []
-    for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
-        expression = (
-            f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{kind}'"
-        )
-        out.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": name},
-                "spec": {"selectors": [{"cel": {"expression": expression}}]},
-            }
-        )
-    return out
+    `mig.nvidia.com`): the benchmark's, so both publish the same."""
+    return nvidia_alloc.nvidia_classes()
 
 
 def _example() -> dict[str, list[Obj]]:
