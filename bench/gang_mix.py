@@ -164,8 +164,13 @@ def measure(
         "low": len(low),
         "low_bound": sum(1 for n in low if n in bound),
         "preempted": sum(1 for n in created if n not in left),
-        # What the bound pods asked for (whole GPUs: what their claims hold).
-        "gpus_bound": sum(gpus for body, gpus, _ in pods if body["metadata"]["name"] in bound),
+        # What the pods bound at the end asked for (whole GPUs: what their claims hold); a
+        # preempted pod was bound once and is gone, its GPUs with it.
+        "gpus_bound": sum(
+            gpus
+            for body, gpus, _ in pods
+            if body["metadata"]["name"] in bound and body["metadata"]["name"] in left
+        ),
         "double_allocations": kube_alloc.check_no_double_allocation(claims, fleet),
     }
 
