@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 from pathlib import Path
 
 from drasat.testbed.sim import kubelet
@@ -75,3 +77,37 @@ def test_a_restarted_kubelet_unprepares_the_claims_of_pods_deleted_meanwhile(
     restarted.run_once()  # the pod is gone from the API server
     assert calls == [("gpu.drasat.io", ["uid-1"], False)]
     assert json.loads(checkpoint.read_text()) == {}
+
+
+class _CutOnce:
+    """The API server restarting mid-answer once (a chunked body read in part), then empty."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    def list(self, *_args: object, **_kwargs: object) -> dict[str, list[object]]:
+        self.lists += 1
+        if self.lists == 1:
+            raise http.client.IncompleteRead(b"{", 273)
+        return {"items": []}
+
+    def close_watches(self) -> None:
+        pass
+
+
+def test_an_answer_cut_short_by_an_api_server_restart_does_not_end_the_kubelet(
+    tmp_path: Path,
+) -> None:
+    """The chaos soak's kube-apiserver restart cut a pod list mid-body: the loop thread died on
+    IncompleteRead and the node's pods never started or stopped again. The real kubelet retries."""
+    client = _CutOnce()
+    node = kubelet.Kubelet(client, node="n", registry_dir=tmp_path, cdi_root=tmp_path, resync=0.05)  # type: ignore[arg-type]
+    node.watched = lambda: []  # type: ignore[method-assign]
+    node.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.lists < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        node.stop()
+    assert client.lists >= 2

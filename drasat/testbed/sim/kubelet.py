@@ -311,7 +311,10 @@ def cdi_edits(
 class Kubelet(actor.WatchDrivenLoop):
     """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
 
-    pass_errors = (OSError, errors.ApiError, grpc.RpcError)
+    # What the API server's restart cuts short (a reset, a chunked answer read in part, a
+    # truncated JSON body) is retried at the next pass, as the real kubelet retries; before,
+    # one IncompleteRead ended the kubelet's loop for good (found by the chaos soak).
+    pass_errors = (*actor.WATCH_ERRORS, grpc.RpcError)
 
     def __init__(
         self,
