@@ -157,6 +157,12 @@ def _applied(api: kubernetes.client.ApiClient, specs: tuple[str, ...]) -> Iterat
         for namespace in namespaces:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(namespace, grace_period_seconds=0)
+        # Gone before the next test: the v1 allocation tests apply the same quickstart files
+        # (namespaces gpu-test1 ...) and met them still terminating in the full suite.
+        for namespace in namespaces:
+            wait_for(
+                lambda n=namespace: not _exists(core, n), 120, what=f"namespace {namespace} gone"
+            )
 
 
 @contextlib.contextmanager
