@@ -907,12 +907,16 @@ def run_allocator(
     return out
 
 
+#: The DeviceClasses a run installs (bench.nvidia_alloc installs NVIDIA's instead).
+class_bodies = classes.device_classes
+
+
 @contextlib.contextmanager
 def _device_classes(api: kubernetes.client.ApiClient) -> Iterator[None]:
     custom = kubernetes.client.CustomObjectsApi(api)
     created = []
     try:
-        for body in classes.device_classes():
+        for body in class_bodies():
             try:
                 custom.create_cluster_custom_object(*RESOURCE, "deviceclasses", body)
                 created.append(body["metadata"]["name"])

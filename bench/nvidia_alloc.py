@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,25 +128,6 @@ def nvidia_classes() -> list[Obj]:
     return out
 
 
-@contextlib.contextmanager
-def device_classes(api: kubernetes.client.ApiClient) -> Iterator[None]:
-    custom = kubernetes.client.CustomObjectsApi(api)
-    created = []
-    try:
-        for body in nvidia_classes():
-            try:
-                custom.create_cluster_custom_object(*RESOURCE, "deviceclasses", body)
-                created.append(body["metadata"]["name"])
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-        yield
-    finally:
-        for name in created:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(*RESOURCE, "deviceclasses", name)
-
-
 @dataclass
 class Controller:
     process: subprocess.Popen[bytes]
@@ -213,7 +194,7 @@ def use_nvidia_format() -> None:
     kube_alloc.node_slices = nvidia_slices
     kube_alloc.mig_request = mig_request
     kube_alloc.needs_request = needs_request
-    kube_alloc._device_classes = device_classes
+    kube_alloc.class_bodies = nvidia_classes
     kube_alloc.ALLOCATORS["drasat"] = start_drasat
 
 

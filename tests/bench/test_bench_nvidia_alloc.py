@@ -14,7 +14,7 @@ from drasat.v1 import slices
 @pytest.fixture
 def nvidia_format() -> Iterator[None]:
     saved = {name: getattr(kube_alloc, name) for name in (
-        "node_slices", "mig_request", "needs_request", "_device_classes")}  # fmt: skip
+        "node_slices", "mig_request", "needs_request", "class_bodies")}  # fmt: skip
     allocators = dict(kube_alloc.ALLOCATORS)
     nvidia_alloc.use_nvidia_format()
     yield
