@@ -89,8 +89,9 @@ layers: $(STAMP)
 	$(BIN)/python scripts/layers.py
 
 ## without-classic: a copy without drasat/classic and tests/classic installs and passes its v1 tests
+## (some use the real control plane: built first into ~/.cache/drasat when missing)
 without-classic: $(STAMP)
-	$(BIN)/python scripts/without_classic.py
+	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" $(BIN)/python scripts/without_classic.py
 
 unit: $(STAMP)
 	$(BIN)/pytest

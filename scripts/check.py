@@ -2,10 +2,11 @@
 
 Used by `make test` (and so by `.ci/run`): format, lint, types, layering (mypy and import-linter
 through scripts/typecheck.py and scripts/layers.py, which give them each part's folder under its
-`drasat.*` name), a copy without the classic wing (scripts/without_classic.py: it installs
-and its v1 tests pass), the real control plane's binaries (built by scripts/kube-build into
-their cache when missing; a cold build takes minutes), then the test suite, whose real-cluster
-tests use them. pytest's exit code 5 ("no tests collected") is treated as a failure, not a pass.
+`drasat.*` name), the real control plane's binaries (built by scripts/kube-build into their cache
+when missing; a cold build takes minutes), a copy without the classic wing
+(scripts/without_classic.py: it installs and its v1 tests pass; some of those use the binaries,
+so they are built first), then the test suite, whose real-cluster tests use them. pytest's exit
+code 5 ("no tests collected") is treated as a failure, not a pass.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ STEPS: list[tuple[str, list[str]]] = [
     ("lint", [str(BIN / "ruff"), "check", "."]),
     ("types", [sys.executable, str(REPO / "scripts" / "typecheck.py")]),
     ("layers", [sys.executable, str(REPO / "scripts" / "layers.py")]),
-    ("without classic", [sys.executable, str(REPO / "scripts" / "without_classic.py")]),
     ("kube binaries", [str(REPO / "scripts" / "kube-build")]),
+    ("without classic", [sys.executable, str(REPO / "scripts" / "without_classic.py")]),
     ("tests", [sys.executable, "-m", "pytest", *sys.argv[1:]]),
 ]
 
