@@ -499,9 +499,15 @@ class V1Controller:
             mine = [outcome.allocations[c["metadata"]["uid"]] for c in item.claims
                     if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
             by_node.setdefault(node, []).append(_Placed(item, mine))
-        in_ledger: list[tuple[str, _Placed]] = []
-        for node, placed in by_node.items():
-            in_ledger += [(node, pod) for pod in self._write_ledger(node, placed, snapshot)]
+        # Each node's ledger entries in one write, the nodes side by side (their NASes are
+        # apart: no write waits for another node's).
+        nodes_placed = sorted(by_node.items())
+        kept = self._in_parallel(
+            lambda found: self._write_ledger(found[0], found[1], snapshot), nodes_placed
+        )
+        in_ledger = [
+            (node, pod) for (node, _), pods in zip(nodes_placed, kept, strict=True) for pod in pods
+        ]
         # Each pod's statuses then its gate; pods apart from each other, several at once.
         # A gang's pods keep drasat's gate until every one of them is written (`_lift_gangs`).
         in_gang = self._gangs.of_pod
@@ -927,6 +933,7 @@ class V1Controller:
             if self._confined(f"ledger of {name}", [], self._remove_stale, name, stale):
                 self.metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
+        leaving: list[Obj] = []
         for claim in by_uid.values():
             # Ours by finalizer, by status or by class: a claim whose DeviceClass was deleted
             # is still released.
@@ -936,7 +943,8 @@ class V1Controller:
             if v1inputs.names_our_driver(claim):
                 changed |= bool(self._confined(ref, [claim], self._restore, claim, snapshot))
             if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
-                changed |= bool(self._confined(ref, [claim], self._release, claim, snapshot))
+                leaving.append(claim)
+        changed |= self._release(leaving, snapshot)
         changed |= self._clashes(snapshot)
         return changed
 
@@ -1130,18 +1138,69 @@ class V1Controller:
 
         self._update_nas(node, mutate)
 
-    def _release(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
-        """A claim being deleted: once no pod holds it, its ledger entries go, then our
-        finalizer."""
-        if v1inputs.reserved_pods(claim):
+    def _release(self, leaving: list[Obj], snapshot: v1inputs.Snapshot) -> bool:
+        """Claims being deleted that no pod holds any more: their ledger entries go, one NAS
+        write per node (the nodes side by side), then our finalizer, the claims side by side.
+        True when anything was written. A departure frees its devices in the cycle that sees
+        it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
+        free = [c for c in leaving if not self._still_reserved(c, snapshot)]
+        if not free:
             return False
-        uid = str(claim["metadata"].get("uid"))
+        uids = {str(c["metadata"].get("uid")) for c in free}
+        by_node: dict[str, set[str]] = {}
         for name, parsed in snapshot.nas.items():
             if parsed.from_statuses:
                 continue  # no NAS there: the status was the ledger
-            keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid == uid}
+            keys = {k for k, e in parsed.node.nas.allocatedClaims.items()
+                    if e.claimInfo.uid in uids}  # fmt: skip
             if keys:
-                self._remove_from_ledger(name, keys)
+                by_node[name] = keys
+        failed: set[str] = set()
+
+        def clear(item: tuple[str, set[str]]) -> None:
+            node, keys = item
+            what = f"ledger of {node}"
+            if self._confined(what, [], self._remove_stale, node, keys) is None:
+                failed.add(node)
+
+        self._in_parallel(clear, sorted(by_node.items()))
+        # A claim whose entries could not leave its node's ledger keeps our finalizer: the
+        # next cycle tries again (the ledger never forgets a claim that still holds devices).
+        stuck = {e.claimInfo.uid for n in failed for k, e in
+                 snapshot.nas[n].node.nas.allocatedClaims.items() if k in by_node[n]}  # fmt: skip
+        ready = [c for c in free if str(c["metadata"].get("uid")) not in stuck]
+        done = self._in_parallel(
+            lambda claim: self._confined(
+                v1inputs.claim_ref(claim), [claim], self._drop_finalizer, claim
+            ),
+            ready,
+        )
+        return bool(by_node) or any(done)
+
+    def _still_reserved(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+        """Whether a pod still holds the claim. A reservation of a pod that is gone (or
+        finished, or deleted before it was bound) holds nothing, as the resourceclaim controller
+        decides before it clears `reservedFor`: the devices need not wait for that write. A
+        pod the cache does not know is looked up (it may be newer than the cache)."""
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        meta = claim["metadata"]
+        for ref in (claim.get("status") or {}).get("reservedFor") or []:
+            if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
+                return True  # another kind of consumer: only its owner knows
+            pod = pods.get(str(ref.get("uid")))
+            if pod is None:
+                try:
+                    pod = self.api.get(r.PODS, ref.get("name", ""), namespace=meta["namespace"])
+                except errors.NotFound:
+                    continue
+                if pod["metadata"].get("uid") != ref.get("uid"):
+                    continue  # another pod of that name
+            if not v1inputs.pod_done(pod):
+                return True
+        return False
+
+    def _drop_finalizer(self, claim: Obj) -> bool:
+        """Our finalizer off a released claim (its ledger entries are gone)."""
         meta = claim["metadata"]
         patch = {
             "metadata": {
@@ -1154,7 +1213,7 @@ class V1Controller:
             self.api.patch(r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"])
         except (errors.NotFound, errors.Conflict, errors.Invalid):
             return False
-        self._written.pop(uid, None)
+        self._written.pop(str(meta.get("uid")), None)
         log.info("released %s", v1inputs.claim_ref(claim))
         return True
 

@@ -168,6 +168,16 @@ def is_pending(pod: Obj) -> bool:
     return not spec.get("nodeName") and not meta.get("deletionTimestamp") and phase == "Pending"
 
 
+def pod_done(pod: Obj) -> bool:
+    """Whether a pod will never use its claims again: it finished (Succeeded, Failed), or it
+    was deleted before it was bound to a node. The resourceclaim controller's test before it
+    drops the pod from a claim's `reservedFor`."""
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    unbound = not (pod.get("spec") or {}).get("nodeName")
+    return phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp") and unbound)
+
+
 def pod_claim_names(pod: Obj) -> list[str | None]:
     """The names of the pod's claims, in spec order; None for a template's claim not made yet."""
     statuses = {

@@ -14,6 +14,7 @@ from ctl_cluster import NS, add_node, t4
 
 from drasat.api.devicemodel import classes
 from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
+from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.testbed.sim import apiserver
@@ -197,6 +198,60 @@ def test_a_deleted_claim_leaves_the_ledger_and_loses_the_finalizer(
         return False
 
     assert _settled(ctl, gone)
+
+
+def _reserve(api: KubeClient, claim: str, pod: Obj) -> None:
+    """What kube-scheduler's PreBind writes: the pod in the claim's `reservedFor`."""
+    body = api.get(r.RESOURCE_CLAIMS_V1, claim, namespace="default")
+    meta = pod["metadata"]
+    ref = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+    body["status"] = {**body["status"], "reservedFor": [ref]}
+    api.replace_status(r.RESOURCE_CLAIMS_V1, body)
+
+
+def test_a_departed_pods_devices_go_to_a_waiting_pod_before_its_reservation_is_cleared(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    # One GPU. p1 holds it; p1 leaves and its claim is deleted, but no resourceclaim controller
+    # clears reservedFor here: drasat sees the pod gone and frees the GPU for p2 all the same,
+    # in the cycle that sees the departure (as upstream's controller decides before it writes).
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    p1 = _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    _reserve(api, "c1", p1)
+    _claim(api, "c2")
+    _pod(api, "p2", "c2")
+    ctl.cycle()
+    assert not _status(api, "c2").get("allocation")  # the GPU is held
+    api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    deleting = api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    assert deleting["metadata"].get("deletionTimestamp")  # our finalizer keeps it
+    ctl.cycle()
+    assert api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")  # p1 still holds it
+    api.delete(r.PODS, "p1", namespace="default")
+    assert _settled(ctl, lambda: _status(api, "c2").get("allocation"))
+    with pytest.raises(errors.NotFound):
+        api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    uid = api.get(r.RESOURCE_CLAIMS_V1, "c2", namespace="default")["metadata"]["uid"]
+    assert {e["claimInfo"]["uid"] for e in _ledger(api, "n1").values()} == {uid}
+
+
+def test_a_finished_pods_reservation_holds_nothing_for_a_claim_being_deleted(
+    api: KubeClient, controller: Callable[[], V1Controller]
+) -> None:
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    p1 = _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
+    _reserve(api, "c1", p1)
+    done = api.get(r.PODS, "p1", namespace="default")
+    done["status"] = {**(done.get("status") or {}), "phase": "Succeeded"}
+    api.replace_status(r.PODS, done)
+    api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    assert _settled(ctl, lambda: not _ledger(api, "n1"))
 
 
 def test_a_pod_that_fits_nowhere_gets_a_warning_event(
