@@ -396,17 +396,27 @@ def _type(device: Obj) -> str:
 
 
 def gpu_equivalents(device: Obj, result: Obj) -> float:
-    """What one allocation result holds of a GPU: a whole GPU 1, a share its compute / 100,
-    a MIG device its memory slices / 8."""
+    """What one allocation result holds of a GPU: a whole GPU 1, a MIG device its memory
+    slices / 8, a result on a shareable GPU the larger of its compute and memory fractions
+    (a whole-GPU claim there consumes the published defaults: all the memory and compute 0,
+    so compute alone would count it as nothing)."""
     kind = _type(device)
     if kind == "mig":
         return int(device["attributes"]["placementSize"]["int"]) / mig_churn.SLICES
     if kind != "gpu":
         return 0.0
     consumed = result.get("consumedCapacity") or {}
-    if "compute" in consumed:
-        return float(kubernetes.utils.parse_quantity(consumed["compute"])) / 100
-    return 1.0
+    if not consumed:
+        return 1.0
+    fractions = [0.0]
+    for name, whole in (("compute", "100"), ("memory", None)):
+        if name not in consumed:
+            continue
+        total = whole or ((device.get("capacity") or {}).get(name) or {}).get("value")
+        if total:
+            used = kubernetes.utils.parse_quantity(consumed[name])
+            fractions.append(float(used / kubernetes.utils.parse_quantity(total)))
+    return min(1.0, max(fractions))
 
 
 # --- watching pods -------------------------------------------------------------------------

@@ -46,7 +46,11 @@ def test_fill_shapes_weights_and_sizes() -> None:
 
 DEVICES = {
     ("n", "gpu-0"): {"attributes": {"type": {"string": "gpu"}}},
-    ("n", "gpu-1"): {"attributes": {"type": {"string": "gpu"}}, "allowMultipleAllocations": True},
+    ("n", "gpu-1"): {
+        "attributes": {"type": {"string": "gpu"}},
+        "allowMultipleAllocations": True,
+        "capacity": {"memory": {"value": "80Gi"}, "compute": {"value": "100"}},
+    },
     ("n", "gpu-2-mig-3g"): {
         "attributes": {"type": {"string": "mig"}, "placementSize": {"int": 4}},
     },
@@ -64,6 +68,13 @@ def test_allocated_gpus_and_double_allocations() -> None:
     mig = {"pool": "n", "device": "gpu-2-mig-3g"}
     claims = [_claim(whole), _claim(share), _claim(share), _claim(mig), {"status": {}}]
     assert kube_alloc.allocated_gpus(claims, fleet) == pytest.approx(1 + 0.6 + 0.5)
+    # A whole-GPU claim on a shareable GPU consumes the published defaults (all the memory,
+    # compute 0): it holds the whole GPU; a memory-only share holds its memory's fraction.
+    whole_there = {**share, "consumedCapacity": {"compute": "0", "memory": "80Gi"}}
+    half_memory = {**share, "consumedCapacity": {"compute": "0", "memory": "40Gi"}}
+    assert kube_alloc.allocated_gpus([_claim(whole_there), _claim(half_memory)], fleet) == (
+        pytest.approx(1.5)
+    )
     assert kube_alloc.check_no_double_allocation(claims, fleet) == []
     asks_share = {"devices": {"requests": [{"exactly": {"capacity": {"requests": {}}}}]}}
     whole_share = {**_claim(whole), "spec": asks_share}
