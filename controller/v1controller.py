@@ -104,7 +104,8 @@ def taint_rule(resource: r.Resource = r.DEVICE_TAINT_RULES_V1, driver: str = DRI
 @dataclass(frozen=True)
 class V1Config:
     namespace: str = "drasat"
-    #: How long a cycle waits after the first event, to gather pods that arrive together.
+    #: How long a cycle waits after the first event, to gather pods that arrive together (an
+    #: event that came while the previous cycle ran has waited that long already).
     batch_window_s: float = 0.2
     #: The most pods one cycle places (the rest go to the next cycle).
     batch_max: int = 64
@@ -187,6 +188,8 @@ class V1Controller:
         self.preemption = Preempter(api, self.recorder, clock=clock, may_write=may_write)
         self._templates = extended.TemplateKeeper(api)
         self._wake = threading.Event()
+        #: When the first event since the last cycle began came (`time.monotonic()`).
+        self._first_event = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._writers: ThreadPoolExecutor | None = None
@@ -266,6 +269,8 @@ class V1Controller:
         return all(inf.synced for inf in self._informers)
 
     def _on_event(self, kind: str, obj: Obj) -> None:
+        if not self._wake.is_set():
+            self._first_event = time.monotonic()  # the batch window starts here
         self._wake.set()
 
     def ensure_taint_rule(self) -> None:
@@ -333,7 +338,7 @@ class V1Controller:
             self._wake.wait(self.config.resync_s)
             if self._stop.is_set():
                 return
-            time.sleep(self.config.batch_window_s)
+            time.sleep(self.window_left())
             self._wake.clear()
             now = self._clock()
             if now - last_policy >= self.config.policy_poll_s:
@@ -352,6 +357,13 @@ class V1Controller:
                 self._stop.wait(1.0)
             if more:
                 self._wake.set()
+
+    def window_left(self) -> float:
+        """How long the next cycle still waits to gather pods: the batch window counts from
+        the first event since the last cycle began, so events that came while a cycle ran have
+        waited already, and a pod left over by a full cycle (`more`) or a resync goes at once."""
+        waited = time.monotonic() - self._first_event
+        return max(0.0, self.config.batch_window_s - waited)
 
     # One cycle.
     def snapshot(self) -> v1inputs.Snapshot:

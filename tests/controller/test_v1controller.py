@@ -315,3 +315,25 @@ def test_pods_that_fit_nowhere_never_keep_a_new_pod_waiting(api: KubeClient) -> 
         assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))
     finally:
         ctl.stop()
+
+
+def test_the_batch_window_counts_from_the_first_event_not_from_the_end_of_a_cycle(
+    api: KubeClient,
+) -> None:
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=30))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        ctl._wake.clear()
+        _node(api, "n1", 1)  # an event: the window starts now
+        deadline = time.monotonic() + 10
+        while not ctl._wake.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 29 < ctl.window_left() <= 30
+        # The same event, seen as a long cycle ends: it has waited its window already.
+        ctl._first_event -= 31
+        assert ctl.window_left() == 0
+        _claim(api, "c1")  # while the wake is set, a later event does not restart the window
+        time.sleep(0.2)
+        assert ctl.window_left() == 0
+    finally:
+        ctl.stop()
