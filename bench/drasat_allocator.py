@@ -34,6 +34,9 @@ from drasat.whatif import v1cluster
 
 RESOURCE = ("resource.k8s.io", "v1")
 TAINT_RULE = "drasat-allocator"
+#: More flags for `drasat controller` (`bench.kube_alloc --controller-args`), e.g. a batch
+#: window to compare.
+EXTRA_ARGS: list[str] = []
 
 
 @dataclass
@@ -162,7 +165,7 @@ def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",
              "--kubeconfig", str(kubeconfig), "--namespace", namespace,
-             "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0"],
+             "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0", *EXTRA_ARGS],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

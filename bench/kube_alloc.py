@@ -48,6 +48,7 @@ import math
 import pathlib
 import platform
 import random
+import shlex
 import sys
 import tempfile
 import threading
@@ -1066,6 +1067,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="record the churn's watch events and the controller log for bench.timeline",
     )
+    parser.add_argument(
+        "--controller-args",
+        default="",
+        help="more flags for drasat's controller, one string (e.g. '--batch-window 0.05')",
+    )
     parser.add_argument("--run", default="", help="name prefix of the run's objects")
     parser.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("bench/results/kube-alloc")
@@ -1085,6 +1091,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from bench import drasat_allocator
+
+    drasat_allocator.EXTRA_ARGS[:] = shlex.split(args.controller_args)
     results = bench(args)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results["machine"] = f"{stamp}; {platform.platform()}; python {platform.python_version()}"

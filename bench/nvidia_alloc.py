@@ -166,7 +166,8 @@ def start_drasat(kubeconfig: pathlib.Path, namespace: str) -> Controller:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",
              "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--driver", NVIDIA,
-             "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0"],
+             "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0",
+             *drasat_allocator.EXTRA_ARGS],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
