@@ -77,10 +77,10 @@ def prepare(device: str, *, lib: DeviceLib, config: Config) -> Prepared:
                 }
             },
         }
-        allocation = v1claims.allocation_from_claim(
+        resolved = v1claims.allocation_from_claim(
             claim, CLAIM, pool=NODE, gpus=plugin.state.gpus(), profiles=lib.mig_profiles
         )
-        ids = plugin.state.prepare(CLAIM, allocation.allocation)
+        ids = plugin.state.prepare(CLAIM, resolved.plan)
         try:
             spec = json.loads(plugin.state.cdi.path(CLAIM.uid).read_text())
         finally:

@@ -53,7 +53,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices
+from drasat.nodeplugin.plan import DevicePlan
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ class ClaimRecord(_Model):
     namespace: str
     name: str
     status: ClaimStatus
+    #: The claim's plan (`DevicePlan.record()`: what the prepare sets up here), a v1 claim's too.
     allocation: dict[str, Any]
     planned_migs: list[PlannedMig] = Field(default_factory=list)
     #: "nas": the allocation came from NAS allocatedClaims; "handle": from the resource handle;
@@ -121,8 +122,9 @@ class ClaimRecord(_Model):
     #: re-prepare can answer while the ResourceClaim cannot be read. Empty for a classic claim.
     devices: dict[str, Any] = Field(default_factory=dict)
 
-    def allocated(self) -> AllocatedDevices:
-        return AllocatedDevices.model_validate(self.allocation)
+    def allocated(self) -> DevicePlan:
+        """The claim's plan; ValidationError when the record's is none."""
+        return DevicePlan.from_record(self.allocation)
 
     def results(self) -> list[dict[str, Any]]:
         """A v1 claim's allocation results (API fields: request, driver, pool, device, ...)."""

@@ -16,7 +16,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from drasat.api.nas import AllocatedDevices
 from drasat.nodeplugin.checkpoint import ClaimRecord
 from drasat.nodeplugin.gen import (
     dra_v1_pb2,
@@ -26,6 +25,7 @@ from drasat.nodeplugin.gen import (
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
 )
+from drasat.nodeplugin.plan import DevicePlan
 from drasat.nodeplugin.state import ClaimError, ClaimRef, check_ref
 from drasat.nodeplugin.v1claims import ClaimAllocations, Result
 
@@ -38,7 +38,7 @@ class Preparer(Protocol):
     def prepare(
         self,
         claim: ClaimRef,
-        allocation: AllocatedDevices | None = None,
+        plan: DevicePlan | None = None,
         devices: Mapping[str, Any] | None = None,
     ) -> list[str]: ...
 
@@ -94,7 +94,7 @@ def prepare_v1_claims(
             log.warning("prepare %s: %s; answered from the checkpoint", claim, error)
             results = [Result.of(r) for r in record.results()]
             return [(r, _ids_of(record, r, record.cdi_devices)) for r in results]
-        ids = preparer.prepare(claim, resolved.allocation, resolved.devices)
+        ids = preparer.prepare(claim, resolved.plan, resolved.devices)
         prepared = preparer.prepared(claim.uid)
         return [(r, _ids_of(prepared, r, ids)) for r in resolved.results]
 

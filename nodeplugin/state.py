@@ -1,9 +1,10 @@
 """Prepare and unprepare claims: retry-safe, idempotent, recorded step by step in the checkpoint.
 
-Prepare (for a claim in NAS `spec.allocatedClaims`, given by its resource handle, or, for a v1
-kubelet, translated from the ResourceClaim's allocation results by `v1claims`):
+Prepare sets up a claim's plan (`plan.DevicePlan`): for a v1 kubelet, made from the
+ResourceClaim's allocation results by `v1claims`; for a claim in NAS `spec.allocatedClaims`, or
+given by its resource handle, converted from that classic entry here (`_classic_plan`):
 1. a completed prepare answers its CDI ids again; an interrupted one is rolled back first;
-2. the allocation is checked against what NVML shows (devices on this node, MIG placements);
+2. the plan is checked against what NVML shows (devices on this node, MIG placements);
 3. the claim is recorded as started, then every side effect is recorded as soon as it is done:
    MIG devices created at the allocated placement, per-GPU settings held (compute mode,
    time-slice, lifecycle init actions), the MPS daemon, the CDI spec;
@@ -58,7 +59,7 @@ from drasat.api.nas import (
 )
 from drasat.api.policy import LifecycleActionName
 from drasat.api.quantity import to_bytes
-from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
+from drasat.api.sharing import SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
 from drasat.nodeplugin import metrics as nodemetrics
 from drasat.nodeplugin.checkpoint import (
@@ -79,6 +80,7 @@ from drasat.nodeplugin.devicelib import (
     MigProfileInfo,
 )
 from drasat.nodeplugin.nasstore import NasError, NasStore
+from drasat.nodeplugin.plan import DevicePlan, MigSlot, Step
 
 log = logging.getLogger(__name__)
 
@@ -296,20 +298,20 @@ class DeviceState:
     def prepare(
         self,
         claim: ClaimRef,
-        allocation: AllocatedDevices | None = None,
+        plan: DevicePlan | None = None,
         devices: Mapping[str, Any] | None = None,
     ) -> list[str]:
         """Prepare one claim; its CDI device ids. Raises ClaimError.
 
-        `allocation`: what to set up for the claim when the caller knows it (a v1 claim's
-        results, resolved on this node by v1claims); otherwise it comes from the NAS or the
-        claim's resource handle. `devices`: a v1 claim's allocation for this driver as its
+        `plan`: what to set up for the claim when the caller knows it (a v1 claim's results,
+        resolved on this node by v1claims); otherwise it comes from the NAS or the claim's
+        resource handle. `devices`: a v1 claim's allocation for this driver as its
         ResourceClaim has it (`{results, config}`): each result gets its own CDI device, and the
         record keeps it, so a re-prepare can answer without reading the claim (`prepared`)."""
         check_ref(claim)
         with self._claim_lock(claim.uid):
             try:
-                return self._prepare_claim(claim, allocation, dict(devices or {}))
+                return self._prepare_claim(claim, plan, dict(devices or {}))
             except (DeviceError, NasError, OSError) as error:
                 raise ClaimError(f"prepare {claim}: {error}") from error
 
@@ -333,7 +335,7 @@ class DeviceState:
             )
 
     def _prepare_claim(
-        self, claim: ClaimRef, given: AllocatedDevices | None, devices: dict[str, Any]
+        self, claim: ClaimRef, given: DevicePlan | None, devices: dict[str, Any]
     ) -> list[str]:
         self._check_readable(claim)
         record = self.checkpoint.get(claim.uid)
@@ -354,38 +356,38 @@ class DeviceState:
             log.warning("claim %s: finishing an interrupted %s", claim, record.status.value)
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
-        allocation, source = (given, "claim") if given is not None else self._allocation(claim)
-        namespace = claim.namespace or allocation.claimInfo.namespace
-        name = claim.name or allocation.claimInfo.name
-        planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), allocation)
+        plan, source = (given, "claim") if given is not None else self._allocation(claim)
+        namespace = claim.namespace or plan.namespace
+        name = claim.name or plan.name
+        planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), plan)
         try:  # the placements stay reserved until the prepare is done or undone
-            return self._prepare_planned(claim, allocation, source, planned, devices)
+            return self._prepare_planned(claim, plan, source, planned, devices)
         finally:
             self._unreserve(claim.uid)
 
     def _prepare_planned(
         self,
         claim: ClaimRef,
-        allocation: AllocatedDevices,
+        plan: DevicePlan,
         source: str,
         planned: list[PlannedMig],
         devices: dict[str, Any],
     ) -> list[str]:
         record = ClaimRecord(
             uid=claim.uid,
-            namespace=claim.namespace or allocation.claimInfo.namespace,
-            name=claim.name or allocation.claimInfo.name,
+            namespace=claim.namespace or plan.namespace,
+            name=claim.name or plan.name,
             status=ClaimStatus.PrepareStarted,
-            allocation=allocation.dump(),
+            allocation=plan.record(),
             planned_migs=planned,
             source=source,
             devices=devices,
         )
-        self._check_gpus(allocation)
+        self._check_gpus(plan)
         self.checkpoint.put(record)
         self._step("recorded")
         try:
-            return self._prepare(record, allocation)
+            return self._prepare(record, plan)
         except ClaimError:
             self._undo_failed_prepare(record)
             raise
@@ -403,8 +405,9 @@ class DeviceState:
         except (DeviceError, OSError, NasError) as error:
             log.error("claim %s: rollback incomplete (%s); retried on next call", record.uid, error)
 
-    def _allocation(self, claim: ClaimRef) -> tuple[AllocatedDevices, str]:
-        """The claim's allocation and where it came from ("nas" or "handle")."""
+    def _allocation(self, claim: ClaimRef) -> tuple[DevicePlan, str]:
+        """A classic claim's plan, from its NAS entry or resource handle, and where it came from
+        ("nas" or "handle")."""
         handle = self._handle_allocation(claim)
         try:
             allocation = self.store.allocated_claim(claim.uid)
@@ -424,7 +427,7 @@ class DeviceState:
             raise ClaimError(
                 f"claim {claim}: NAS allocatedClaims names it {info.namespace}/{info.name}"
             )
-        return allocation, source
+        return _classic_plan(allocation), source
 
     @staticmethod
     def _handle_allocation(claim: ClaimRef) -> AllocatedDevices | None:
@@ -440,25 +443,23 @@ class DeviceState:
         except ValueError as error:
             raise ClaimError(f"claim {claim}: {error}") from None
 
-    def _check_gpus(self, allocation: AllocatedDevices) -> None:
-        uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
-        parents = [d.parentUUID for d in allocation.mig.devices] if allocation.mig else []
-        for uuid in uuids:
+    def _check_gpus(self, plan: DevicePlan) -> None:
+        for uuid in plan.gpus:
             if self._gpu(uuid) is None:
                 known = ", ".join(g.uuid for g in self.gpus()) or "none"
                 raise ClaimError(f"allocated GPU {uuid} is not on this node (it has: {known})")
-        for uuid in dict.fromkeys(uuids + parents):
+        for uuid in plan.parents():
             if uuid in self.lost or getattr(self._gpu(uuid), "lost", False):
                 raise ClaimError(
                     f"allocated GPU {uuid} fell off the bus (NVML_ERROR_GPU_IS_LOST, XID 79): "
                     "it needs a reset before anything can use it"
                 )
 
-    def _plan_migs(self, claim: ClaimRef, allocation: AllocatedDevices) -> list[PlannedMig]:
+    def _plan_migs(self, claim: ClaimRef, plan: DevicePlan) -> list[PlannedMig]:
         """The claim's MIG devices resolved against NVML, checked free and reserved for it (the
         caller unreserves them when the prepare ends)."""
         with self._mig_lock:
-            planned = self._resolve_migs(claim, allocation)
+            planned = self._resolve_migs(claim, plan)
             if planned:
                 self._reserved[claim.uid] = planned
             return planned
@@ -467,14 +468,14 @@ class DeviceState:
         with self._mig_lock:
             self._reserved.pop(uid, None)
 
-    def _resolve_migs(self, claim: ClaimRef, allocation: AllocatedDevices) -> list[PlannedMig]:
+    def _resolve_migs(self, claim: ClaimRef, plan: DevicePlan) -> list[PlannedMig]:
         planned = []
-        for device in allocation.mig.devices if allocation.mig else []:
-            parent = self._gpu(device.parentUUID)
+        for device in plan.migs:
+            parent = self._gpu(device.parent_uuid)
             if parent is None:
-                raise ClaimError(f"MIG parent GPU {device.parentUUID} is not on this node")
+                raise ClaimError(f"MIG parent GPU {device.parent_uuid} is not on this node")
             if not parent.mig_enabled:
-                raise ClaimError(f"MIG parent GPU {device.parentUUID} is not in MIG mode")
+                raise ClaimError(f"MIG parent GPU {device.parent_uuid} is not in MIG mode")
             profiles = {p.name: p for p in self.lib.mig_profiles(parent.uuid)}
             profile = profiles.get(device.profile)
             if profile is None:
@@ -482,7 +483,7 @@ class DeviceState:
                     f"MIG profile {device.profile} does not exist on {parent.product_name} "
                     f"{parent.uuid} (it has: {', '.join(sorted(profiles))})"
                 )
-            where = (device.placement.start, device.placement.size)
+            where = (device.start, device.size)
             if where not in profile.placements:
                 raise ClaimError(
                     f"MIG {device.profile} cannot be placed at start {where[0]} size {where[1]} "
@@ -548,16 +549,14 @@ class DeviceState:
                 f"{gi.size}, GPU instance {gi.gi_id}) in use by {holder}"
             )
 
-    def _prepare(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
+    def _prepare(self, record: ClaimRecord, plan: DevicePlan) -> list[str]:
         migs = self._create_migs(record)
-        holder = allocation.gpu or allocation.mig
-        sharing = holder.sharing if holder is not None else None
-        gpu_uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+        gpu_uuids = list(plan.gpus)
         visible = gpu_uuids + [m.uuid for m in migs]
-        mps_env = self._apply_sharing(record, allocation, sharing, gpu_uuids, visible)
-        self._apply_lifecycle(record, allocation, gpu_uuids or [m.parent_uuid for m in migs])
-        edits = self._edits(record, allocation, gpu_uuids, migs, mps_env)
-        own = self._device_edits(record, allocation, gpu_uuids, migs, mps_env)
+        mps_env = self._apply_sharing(record, plan, gpu_uuids, visible)
+        self._apply_lifecycle(record, plan, gpu_uuids or [m.parent_uuid for m in migs])
+        edits = self._edits(record, plan, gpu_uuids, migs, mps_env)
+        own = self._device_edits(record, plan, gpu_uuids, migs, mps_env)
         # Resolved before anything is written (cdi mode toolkit: the toolkit's device names).
         parents = [self._gpu(u) for u in gpu_uuids + [m.parent_uuid for m in migs]]
         device_ids = self.cdi.device_ids(record.uid, [g.minor for g in parents if g])
@@ -620,16 +619,11 @@ class DeviceState:
         return created
 
     def _apply_sharing(
-        self,
-        record: ClaimRecord,
-        allocation: AllocatedDevices,
-        sharing: GpuSharing | None,
-        gpu_uuids: list[str],
-        visible: list[str],
+        self, record: ClaimRecord, plan: DevicePlan, gpu_uuids: list[str], visible: list[str]
     ) -> dict[str, str]:
         """Hold the sharing's settings and start (or join) its MPS daemon; the MPS client
         environment of the claim ({} without MPS)."""
-        share = allocation.share
+        share, sharing = plan.share, plan.sharing
         strategy = sharing.strategy if sharing is not None else None
         if share is not None and sharing is None:
             strategy = SharingStrategy.MPS  # a share is enforced by MPS unless told otherwise
@@ -641,7 +635,7 @@ class DeviceState:
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.Default.value)
                 self._hold(record, uuid, Setting.timeSlice, level.value)
         elif strategy is SharingStrategy.MPS:
-            limits = _mps_limits(record.uid, allocation, sharing, visible)
+            limits = _mps_limits(record.uid, plan, visible)
             mps.client_env(limits)  # checks the limits before anything is changed
             for uuid in gpu_uuids:
                 self._hold(record, uuid, Setting.computeMode, ComputeMode.ExclusiveProcess.value)
@@ -649,7 +643,7 @@ class DeviceState:
             # server, share theirs with the shares of their own namespace only, and it bounds
             # every one of them by the largest (each GPU gets a memory limit, all of it at most,
             # so a later share's can only widen it).
-            shared = allocation.share is not None
+            shared = share is not None
             scope = mps.namespace_scope(record.namespace) if shared else mps.claim_scope(record.uid)
             daemon_limits = limits
             if shared:
@@ -670,16 +664,14 @@ class DeviceState:
             return mps.client_env(limits, None if shared else self.mps.enforced(name))
         return {}
 
-    def _apply_lifecycle(
-        self, record: ClaimRecord, allocation: AllocatedDevices, gpus: list[str]
-    ) -> None:
+    def _apply_lifecycle(self, record: ClaimRecord, plan: DevicePlan, gpus: list[str]) -> None:
         """Device initialisation: the class's config or the policy's init actions (a claim's own
         is refused before it gets here, `deviceconfig.refusals`). Every action changes the whole
         GPU, so it runs only on the GPUs the claim holds whole and alone; on the parent of a MIG
         slice or a GPU with shares, where other tenants' work runs, it is not applied (a log
         line says so) and holds nothing, so it never blocks another claim either."""
         settings = []
-        for step in allocation.lifecycle or []:
+        for step in plan.lifecycle or ():
             try:
                 action = LifecycleActionName(step.action)
             except ValueError:
@@ -690,7 +682,7 @@ class DeviceState:
             settings.append(_lifecycle_setting(action, step.value))
         if not settings:
             return
-        alone = self._held_alone(record, allocation)
+        alone = self._held_alone(record, plan)
         skipped = [uuid for uuid in dict.fromkeys(gpus) if uuid not in alone]
         if skipped:
             log.warning(
@@ -699,32 +691,28 @@ class DeviceState:
                 record.namespace,
                 record.name,
                 record.uid,
-                ", ".join(step.action for step in allocation.lifecycle or []),
+                ", ".join(step.action for step in plan.lifecycle or ()),
                 ", ".join(skipped),
             )
         for setting, value in settings:
             for uuid in alone:
                 self._hold(record, uuid, setting, value)
 
-    def _held_alone(self, record: ClaimRecord, allocation: AllocatedDevices) -> list[str]:
+    def _held_alone(self, record: ClaimRecord, plan: DevicePlan) -> list[str]:
         """The GPUs the claim holds whole and alone: its whole GPUs, none when it is a share or
         holds MIG devices, less any GPU another claim prepared here uses."""
-        if allocation.share is not None or allocation.mig is not None or allocation.gpu is None:
+        if plan.share is not None or plan.mig_claim:
             return []
         others: set[str] = set()
         for other in self.checkpoint.records():
-            if other.uid == record.uid:
-                continue
-            held = other.allocated()
-            others.update(d.uuid for d in (held.gpu.devices if held.gpu else []))
-            others.update(d.parentUUID for d in (held.mig.devices if held.mig else []))
-        uuids = dict.fromkeys(d.uuid for d in allocation.gpu.devices)
-        return [uuid for uuid in uuids if uuid not in others]
+            if other.uid != record.uid:
+                others.update(other.allocated().parents())
+        return [uuid for uuid in dict.fromkeys(plan.gpus) if uuid not in others]
 
     def _edits(
         self,
         record: ClaimRecord,
-        allocation: AllocatedDevices,
+        plan: DevicePlan,
         gpu_uuids: list[str],
         migs: list[MigDevice],
         mps_env: dict[str, str],
@@ -749,11 +737,11 @@ class DeviceState:
             env.update(mps_env)
             mounts.append(cdi.Mount(str(daemon / "pipe"), mps.CONTAINER_PIPE_DIR))
             mounts.append(cdi.Mount(str(daemon / "shm"), mps.CONTAINER_SHM_DIR))
-        if allocation.share is not None:
-            if allocation.share.compute is not None:
-                env["DRASAT_GPU_SHARE_COMPUTE"] = str(allocation.share.compute)
-            if allocation.share.memory is not None:
-                env["DRASAT_GPU_SHARE_MEMORY"] = str(to_bytes(allocation.share.memory))
+        if plan.share is not None:
+            if plan.share.compute is not None:
+                env["DRASAT_GPU_SHARE_COMPUTE"] = str(plan.share.compute)
+            if plan.share.memory is not None:
+                env["DRASAT_GPU_SHARE_MEMORY"] = str(to_bytes(plan.share.memory))
         if not visible:
             return cdi.ClaimEdits(env=env)
         # The control nodes and the driver's files are every spec's (cdi.CdiWriter adds them).
@@ -762,7 +750,7 @@ class DeviceState:
     def _device_edits(
         self,
         record: ClaimRecord,
-        allocation: AllocatedDevices,
+        plan: DevicePlan,
         gpu_uuids: list[str],
         migs: list[MigDevice],
         mps_env: dict[str, str],
@@ -781,10 +769,12 @@ class DeviceState:
         by_name: dict[str, tuple[list[str], list[MigDevice], list[int]]] = {}
         for uuid, gpu in gpus.items():
             by_name[names.gpu_name(gpu.minor)] = ([uuid], [], [gpu.minor])
-        for plan, mig in zip(record.planned_migs, migs, strict=True):
+        for planned, mig in zip(record.planned_migs, migs, strict=True):
             parent = self._gpu(mig.parent_uuid)
             assert parent is not None  # checked when planned
-            name = names.mig_name(parent.minor, plan.profile, plan.gi_profile_id, plan.start)
+            name = names.mig_name(
+                parent.minor, planned.profile, planned.gi_profile_id, planned.start
+            )
             by_name[name] = ([], [mig], [parent.minor])
         requests: dict[str, set[str]] = {}  # device name -> the requests it was allocated for
         for result in record.results():
@@ -794,7 +784,7 @@ class DeviceState:
         out: dict[str, tuple[cdi.ClaimEdits, list[int]]] = {}
         for name, wanted in requests.items():
             uuids, own_migs, minors = by_name.get(name, ([], [], []))
-            own = self._edits(record, allocation, uuids, own_migs, mps_env)
+            own = self._edits(record, plan, uuids, own_migs, mps_env)
             peers = {u for d, r in requests.items() if r & wanted for u in uuids_of.get(d, [])}
             env = dict(own.env)
             if uuids or own_migs:
@@ -1350,10 +1340,8 @@ class DeviceState:
         return collected
 
 
-def _mps_limits(
-    uid: str, allocation: AllocatedDevices, sharing: GpuSharing | None, visible: list[str]
-) -> mps.MpsLimits:
-    config = sharing.mpsConfig if sharing is not None else None
+def _mps_limits(uid: str, plan: DevicePlan, visible: list[str]) -> mps.MpsLimits:
+    config = plan.sharing.mpsConfig if plan.sharing is not None else None
     threads = config.defaultActiveThreadPercentage if config else None
     pinned: dict[int, int] = {}
     if config and config.defaultPinnedDeviceMemoryLimit is not None:
@@ -1366,7 +1354,7 @@ def _mps_limits(
         if not 0 <= index < len(visible):
             raise ClaimError(f"MPS pinned memory limit for unknown device {key!r}")
         pinned[index] = to_bytes(value)
-    share = allocation.share
+    share = plan.share
     if share is not None:
         threads = share.compute if share.compute is not None else threads
         if share.memory is not None:
@@ -1391,16 +1379,36 @@ def _lifecycle_setting(action: LifecycleActionName, value: Any) -> tuple[Setting
         raise ClaimError(f"lifecycle action {action.value}: bad value {value!r}") from None
 
 
-def _devices_of(allocation: AllocatedDevices) -> tuple[Any, ...]:
+def _devices_of(plan: DevicePlan) -> tuple[Any, ...]:
     """What a claim holds on the node, for telling a re-prepare of the same devices (whatever
     the order, or a configuration written differently) from one of others."""
-    gpus = sorted(d.uuid for d in allocation.gpu.devices) if allocation.gpu else []
-    migs = sorted(
-        (d.parentUUID, d.profile, d.placement.start, d.placement.size)
-        for d in (allocation.mig.devices if allocation.mig else [])
-    )
-    share = allocation.share.model_dump() if allocation.share is not None else None
+    gpus = sorted(plan.gpus)
+    migs = sorted((d.parent_uuid, d.profile, d.start, d.size) for d in plan.migs)
+    share = plan.share.model_dump() if plan.share is not None else None
     return (gpus, migs, share)
+
+
+def _classic_plan(allocated: AllocatedDevices) -> DevicePlan:
+    """The plan of a classic claim's NAS entry or resource handle (the classic CRD model stops
+    here)."""
+    info = allocated.claimInfo
+    holder = allocated.gpu or allocated.mig
+    lifecycle = allocated.lifecycle
+    return DevicePlan(
+        info.namespace,
+        info.name,
+        info.uid,
+        gpus=tuple(d.uuid for d in allocated.gpu.devices) if allocated.gpu else (),
+        migs=tuple(
+            MigSlot(d.profile, d.parentUUID, d.placement.start, d.placement.size)
+            for d in (allocated.mig.devices if allocated.mig else [])
+        ),
+        mig_claim=allocated.mig is not None,
+        sharing=holder.sharing if holder is not None else None,
+        share=allocated.share,
+        optional=allocated.optional,
+        lifecycle=None if lifecycle is None else tuple(Step(s.action, s.value) for s in lifecycle),
+    )
 
 
 def _record_prepared(record: ClaimRecord) -> PreparedDevices:
@@ -1421,8 +1429,7 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
                 ]
             )
         )
-    allocation = record.allocated()
-    uuids = [d.uuid for d in allocation.gpu.devices] if allocation.gpu else []
+    uuids = record.allocated().gpus
     return PreparedDevices(gpu=PreparedGpus(devices=[PreparedGpu(uuid=u) for u in uuids]))
 
 

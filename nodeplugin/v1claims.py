@@ -2,30 +2,31 @@
 
 A current kubelet (1.34+) names a claim (namespace, name, uid) and nothing more: the plugin reads
 the ResourceClaim through drasat.kube, takes the results of `status.allocation.devices.results`
-whose driver is gpu.drasat.io and whose pool is this node, and resolves them on this node into
-what the preparer sets up (an `AllocatedDevices` entry: GPUs by UUID, MIG placements, share,
-sharing, lifecycle; the classic path reads the same from the NAS), so both kubelet generations
-share one retry-safe, checkpointed preparer (`state.py`). The preparer also gets the claim's own
-allocation for this driver (`ClaimAllocation.devices`: results and configuration as the API has
-them), which its checkpoint record keeps and each result's CDI device and answer come from.
+whose driver is gpu.drasat.io and whose pool is this node, and resolves them on this node, with
+the claim's opaque configuration, into the plan the preparer sets up (`plan.DevicePlan`: GPUs by
+UUID, MIG placements, share, sharing, lifecycle; a classic claim's plan is converted from its
+NAS entry), so both kubelet generations share one retry-safe, checkpointed preparer
+(`state.py`). The preparer also gets the claim's own allocation for this driver
+(`ClaimAllocation.devices`: results and configuration as the API has them), which its
+checkpoint record keeps and each result's CDI device and answer come from.
 
 Each result's device name is parsed with the device model's codec (`api.devicemodel.names`):
 
 - `gpu-<minor>`: this node's GPU with that minor, whole; on a shareable GPU a result whose
-  `consumedCapacity` is less than all of it is a share (`AllocatedDevices.share`: compute % and
+  `consumedCapacity` is less than all of it is a share (`DevicePlan.share`: compute % and
   memory, enforced under MPS as the classic `share`), one that took all of it is exclusive.
   Shares of one GPU in one claim add up; shares of different memory on different GPUs keep
   each its own (a per-GPU pinned-memory limit of the claim's MPS daemon); their compute must
   be one percentage (MPS gives a client one for all its GPUs);
 - `gpu-<minor>-mig-<profile>-<profileID>-<start>`: a MIG placement, created by the preparer at
-  exactly that start (`mig.devices[] {profile, parentUUID, placement}` as the classic path);
+  exactly that start (`DevicePlan.migs`, as a classic claim's `mig.devices[]`);
 - `cpu-fallback`: nothing to prepare; a claim with nothing else is the classic `optional` claim
   without devices (its CDI device tells the container `DRASAT_GPU_ALLOCATED=false`).
 
 Opaque configuration for our driver (`api.deviceconfig`: drasat's GpuConfig, NVIDIA's
 GpuConfig/MigDeviceConfig), the class's then the claim's, for all requests or the ones named,
-becomes the entry's `sharing`, `share` and `lifecycle`. Admin access, a device the node does not
-have, a bad configuration and combinations one entry cannot hold (whole GPUs beside MIG devices
+becomes the plan's `sharing`, `share` and `lifecycle`. Admin access, a device the node does not
+have, a bad configuration and combinations one plan cannot hold (whole GPUs beside MIG devices
 or shares, different configurations per request, shares of different compute in one claim) are
 refused with an error naming them.
 
@@ -50,13 +51,13 @@ from drasat.api.claims import GpuShare
 from drasat.api.devicemodel import names, shares
 from drasat.api.errors import describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices, AllocatedMigDevice, MigPlacement
 from drasat.api.quantity import to_bytes
-from drasat.api.sharing import SharingStrategy
+from drasat.api.sharing import GpuSharing, SharingStrategy
 from drasat.kube import errors as kube_errors
 from drasat.kube import resources
 from drasat.kube.client import Api
 from drasat.nodeplugin.devicelib import GpuDevice, MigProfileInfo
+from drasat.nodeplugin.plan import DevicePlan, MigSlot, Step
 from drasat.nodeplugin.state import ClaimError, ClaimRef
 
 Obj = dict[str, Any]
@@ -116,10 +117,10 @@ class ClaimAllocation:
 
     `devices` is the claim's own shape (`status.allocation.devices` with our results and our
     configuration only): the preparer records it, and the kubelet's answer comes from it.
-    `allocation` is what the preparer sets up for it here (GPUs, MIG placements, share,
-    sharing, lifecycle), resolved against this node's GPUs."""
+    `plan` is what the preparer sets up for it here (GPUs, MIG placements, share, sharing,
+    lifecycle), resolved against this node's GPUs."""
 
-    allocation: AllocatedDevices
+    plan: DevicePlan
     devices: Mapping[str, Any]
 
     @property
@@ -173,7 +174,7 @@ def allocation_from_claim(
     driver: str = DRIVER_NAME,
 ) -> ClaimAllocation:
     """The devices a v1 ResourceClaim was allocated on this node (pool `pool`), as the
-    preparer's AllocatedDevices, with the results they come from. `profiles(parent uuid)` gives
+    preparer's plan, with the results they come from. `profiles(parent uuid)` gives
     a MIG-enabled GPU's profiles and placements (NVML). Pure but for `profiles`; ClaimError on
     anything this node cannot prepare."""
     metadata = obj.get("metadata") or {}
@@ -199,16 +200,15 @@ def allocation_from_claim(
             raise _Refused("; ".join(refused))
         by_minor = {gpu.minor: gpu for gpu in gpus}
         translated = [_translate(r, pool, by_minor, profiles) for r in ours]
-        entry = _entry(claim, translated, configs)
+        plan = _plan(claim, translated, configs)
+        plan.record()  # what the checkpoint will keep of it, checked now
     except _Refused as error:
         raise ClaimError(f"claim {claim}: {error}") from None
-    try:
-        model = AllocatedDevices.model_validate(entry)
     except ValidationError as error:  # e.g. more devices than a claim may have
         raise ClaimError(f"claim {claim}: {describe_validation_error(error)}") from None
     own_config = [c for c in devices.get("config") or [] if _driver_of(c) == driver]
     kept = {"results": ours, **({"config": own_config} if own_config else {})}
-    return ClaimAllocation(model, json.loads(json.dumps(kept)))
+    return ClaimAllocation(plan, json.loads(json.dumps(kept)))
 
 
 def _driver_of(config: Any) -> Any:
@@ -229,7 +229,7 @@ class _Device:
     share_id: str | None
     gpu: GpuDevice | None = None  # a whole GPU (exclusive or shared)
     share: GpuShare | None = None  # the part of `gpu` the result consumed
-    mig: AllocatedMigDevice | None = None
+    mig: MigSlot | None = None
     fallback: bool = False
 
 
@@ -285,11 +285,7 @@ def _translate(
                 f"MIG device {show(name)} is not on node {pool} (GPU {names.gpu_name(parent.minor)}"
                 f" {parent.uuid} offers {state})"
             )
-        mig = AllocatedMigDevice(
-            profile=profile.name,
-            parentUUID=parent.uuid,
-            placement=MigPlacement(start=parsed.start, size=size),
-        )
+        mig = MigSlot(profile.name, parent.uuid, parsed.start, size)
         return _Device(request, name, share_id, mig=mig)
     raise missing
 
@@ -324,12 +320,13 @@ def _share(consumed: Any, gpu: GpuDevice, where: str) -> GpuShare | None:
         ) from None
 
 
-def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.Applied]) -> Obj:
-    """The AllocatedDevices entry (as the classic controller writes it in the NAS)."""
+def _plan(
+    claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.Applied]
+) -> DevicePlan:
+    """The plan of the claim's devices on this node, with the configuration that applies."""
     real = [d for d in devices if not d.fallback]
-    info = {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
     if not real:  # only the node's cpu-fallback: prepared as the classic optional, no device
-        return {"claimInfo": info, "gpu": {"devices": []}, "optional": True}
+        return DevicePlan(claim.namespace, claim.name, claim.uid, optional=True)
     gpus = [d for d in real if d.gpu is not None]
     migs = [d for d in real if d.mig is not None]
     if gpus and migs:
@@ -365,23 +362,22 @@ def _entry(claim: ClaimRef, devices: list[_Device], configs: list[deviceconfig.A
             "limits; sharing strategy TimeSlicing would set the time-slice of the whole GPU, "
             "which other claims use too"
         )
-    entry: Obj = {"claimInfo": info}
-    sharing = config.sharing.dump() if config.sharing is not None else None
+    sharing = config.sharing
     if per_gpu_memory:
-        sharing = _with_pinned_memory(sharing, per_gpu_memory)
-    if migs:
-        mig_devices = [d.mig.dump() for d in migs if d.mig is not None]
-        entry["mig"] = {"devices": mig_devices, "sharing": sharing}
-    else:
-        uuids = dict.fromkeys(d.gpu.uuid for d in gpus if d.gpu is not None)
-        entry["gpu"] = {"devices": [{"uuid": u} for u in uuids], "sharing": sharing}
-    if share is None and config.share is not None:
-        share = config.share
-    if share is not None:
-        entry["share"] = share.dump()
-    if config.lifecycle:
-        entry["lifecycle"] = [step.dump() for step in config.lifecycle]
-    return _without_none(entry)
+        pinned = _with_pinned_memory(sharing.dump() if sharing else None, per_gpu_memory)
+        sharing = GpuSharing.model_validate(pinned)
+    lifecycle = [Step(step.action, step.value) for step in config.lifecycle or []]
+    return DevicePlan(
+        claim.namespace,
+        claim.name,
+        claim.uid,
+        gpus=tuple(dict.fromkeys(d.gpu.uuid for d in gpus if d.gpu is not None)),
+        migs=tuple(d.mig for d in migs if d.mig is not None),
+        mig_claim=bool(migs),
+        sharing=sharing,
+        share=share if share is not None else config.share,
+        lifecycle=tuple(lifecycle) or None,
+    )
 
 
 def _claim_share(parts: list[_Device]) -> tuple[GpuShare | None, dict[str, int]]:
@@ -439,9 +435,3 @@ def _with_pinned_memory(sharing: Obj | None, memory: Mapping[str, int]) -> Obj:
     config["defaultPerDevicePinnedMemoryLimit"] = limits
     sharing["mpsConfig"] = config
     return sharing
-
-
-def _without_none(obj: Obj) -> Obj:
-    return {
-        k: _without_none(v) if isinstance(v, dict) else v for k, v in obj.items() if v is not None
-    }

@@ -53,10 +53,9 @@ def _own_nodes(node: Node, uid: str) -> set[str]:
     its MIG devices' own access capabilities, from what the plugin recorded it made."""
     record = node.state.checkpoint.get(uid)
     assert record is not None
-    allocation = record.allocated()
     own = set(driverfiles.CONTROL_NODES)
-    for device in allocation.gpu.devices if allocation.gpu else ():
-        own.add(f"/dev/nvidia{_minor(node, device.uuid)}")
+    for uuid in record.allocated().gpus:
+        own.add(f"/dev/nvidia{_minor(node, uuid)}")
     for step in record.applied:
         if step.kind == "mig":
             assert step.gi_id is not None and step.ci_id is not None
