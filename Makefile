@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py
 demo: $(STAMP)
 	$(BIN)/drasat demo
 
-## whatif: the offline what-if on the embedded default cluster and claims
+## whatif: the offline what-if on the embedded default: resource.k8s.io/v1 claims on ResourceSlices
 whatif: $(STAMP)
 	$(BIN)/drasat whatif
 
@@ -102,6 +102,7 @@ generate: $(STAMP)
 	$(BIN)/drasat crds --out deploy/helm/drasat/crds
 	$(BIN)/drasat policy schema > policies/allocationpolicy.schema.json
 	$(BIN)/python tests/deploy/chart_schema.py
+	$(BIN)/python tests/whatif/default_slices.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

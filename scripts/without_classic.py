@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 CLASSIC = ("drasat/classic/", "tests/classic/", "tests/e2e/test_e2e_classic.py")
 
 #: The v1 tests the copy runs: the v1 translation, the v1 controller on the simulated API server,
-#: the CLI, the layout (every mapped folder installs), the wings' own rules and the v1 what-if.
+#: the CLI, the layout (every mapped folder installs), the wings' own rules and the v1 what-if
+#: (its embedded default, `drasat whatif` with no arguments, included).
 V1_TESTS = (
     "tests/v1",
     "tests/controller",
@@ -33,6 +34,7 @@ V1_TESTS = (
     "tests/test_layout.py",
     "tests/test_wings.py",
     "tests/whatif/test_whatif_classic_wing.py",
+    "tests/whatif/test_whatif_default.py",
     "tests/whatif/test_whatif_v1_output.py",
 )
 

@@ -91,7 +91,9 @@ def test_wheel_holds_only_the_drasat_package(wheel: pathlib.Path) -> None:
     # Data files the installed code reads at run time.
     for data in (
         "drasat/whatif/default-cluster.yaml",
+        "drasat/whatif/default-slices.yaml",
         "drasat/whatif/default-manifests.yaml",
+        "drasat/classic/whatif/default-manifests-classic.yaml",
         "drasat/whatif/report.html.j2",
         "drasat/nodeplugin/templates/mps-control-daemon.yaml.j2",
         "drasat/examples/reference-cases/exclusive-gpus.yaml",

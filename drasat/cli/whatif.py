@@ -31,8 +31,10 @@ def register(subparsers: Any) -> None:
         "whatif",
         help="place manifests on a cluster offline and show the result",
         description="Place the claims of Kubernetes manifests on a cluster, offline, with the "
-        "drasat solver. Without --cluster and -f it runs an embedded example; either one alone "
-        "is combined with the embedded other.",
+        "drasat solver. Without --cluster and -f it runs an embedded example (resource.k8s.io/v1 "
+        "claims on the ResourceSlices and Nodes of three nodes); either one alone is combined "
+        "with the embedded other, of its kind: classic DRA manifests get the example cluster as "
+        "NodeAllocationStates, a cluster of NodeAllocationStates the classic example workload.",
     )
     parser.add_argument(
         "--cluster",
@@ -165,6 +167,7 @@ def _main(args: argparse.Namespace, started: float, progress: Progress) -> int:
         policy=args.policy,
         live=_live_documents(args),
         skip_unsupported=args.skip_unsupported,
+        classic_example=_classic_example,
     )
     deadline = run.deadline(inputs, started)
     progress.limit(deadline - started)
@@ -202,6 +205,15 @@ def _classic_run() -> Any:
             where="-f",
         ) from None
     return run
+
+
+def _classic_example() -> list[loading.Document] | None:
+    """The classic wing's example workload; None in a copy without the wing (the v1 one then)."""
+    try:
+        from drasat.classic.whatif import run
+    except ImportError:
+        return None
+    return run.example_manifests()
 
 
 def _main_v1(

@@ -23,9 +23,15 @@ log = logging.getLogger(__name__)
 
 Solve = Callable[[Problem, SolveParams], Solution]
 
-#: Package data of the embedded default (used when neither --cluster nor -f is given).
-DEFAULT_CLUSTER = "default-cluster.yaml"
+#: Package data of the embedded default, used for what is not given (--cluster, -f): the example
+#: workload (resource.k8s.io/v1 claims and pods) and the example cluster it is placed on, the
+#: ResourceSlices and Nodes drasat's node plugin publishes for the nodes of `COMPACT_CLUSTER`
+#: (generated from it by tests/whatif/default_slices.py).
 DEFAULT_MANIFESTS = "default-manifests.yaml"
+DEFAULT_CLUSTER = "default-slices.yaml"
+#: The same nodes as a compact Cluster description (the hardware `drasat demo` simulates): the
+#: example cluster of classic manifests, which the classic what-if places on NodeAllocationStates.
+COMPACT_CLUSTER = "default-cluster.yaml"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -43,9 +49,9 @@ class Inputs:
     skip_unsupported: bool = False
 
 
-def embedded(name: str) -> list[loading.Document]:
-    """Documents of a YAML file shipped in this package (found in an installed wheel too)."""
-    text = (importlib.resources.files("drasat.whatif") / name).read_text(encoding="utf-8")
+def embedded(name: str, package: str = "drasat.whatif") -> list[loading.Document]:
+    """Documents of a YAML file shipped in a package (found in an installed wheel too)."""
+    text = (importlib.resources.files(package) / name).read_text(encoding="utf-8")
     return loading.parse_documents(text, f"<embedded>/{name}")
 
 
@@ -56,8 +62,14 @@ def read_inputs(
     policy: str | None,
     live: Sequence[loading.Document] | None = None,
     skip_unsupported: bool = False,
+    classic_example: Callable[[], list[loading.Document] | None] | None = None,
 ) -> Inputs:
-    """The run's input files; the embedded default stands in for what is not given.
+    """The run's input files; the embedded default stands in for what is not given, of the
+    generation of what is given: without --cluster, classic manifests are placed on the compact
+    example cluster (NodeAllocationStates), all others on its ResourceSlices; without -f, a
+    cluster of NodeAllocationStates and no ResourceSlices (a classic cluster's inventory) gets
+    `classic_example()`, the classic wing's example workload (the CLI passes it; None, or a
+    wing that is not installed, gives the v1 example like every other cluster).
 
     `live`: the documents of a running cluster (`--from-cluster`). Its NodeAllocationStates are
     the cluster and everything else (classes, claims, parameters) comes before the -f manifests,
@@ -82,9 +94,15 @@ def read_inputs(
             cluster_source="--from-cluster",
             skip_unsupported=skip_unsupported,
         )
-    cluster_docs = loading.read_documents(cluster) if cluster else embedded(DEFAULT_CLUSTER)
-    manifest_docs = files if manifest_files else embedded(DEFAULT_MANIFESTS)
-    source = cluster or f"<embedded>/{DEFAULT_CLUSTER}"
+    cluster_docs = loading.read_documents(cluster) if cluster else None
+    manifest_docs = files if manifest_files else None
+    if manifest_docs is None:
+        wing = classic_example if cluster_docs and _classic_cluster(cluster_docs) else None
+        manifest_docs = (wing() if wing else None) or embedded(DEFAULT_MANIFESTS)
+    if cluster_docs is None:
+        name = DEFAULT_CLUSTER if v1manifests.uses_v1(manifest_docs) else COMPACT_CLUSTER
+        cluster_docs = embedded(name)
+    source = cluster or cluster_docs[0].source
     return Inputs(
         cluster_docs,
         manifest_docs,
@@ -101,6 +119,12 @@ def _describes_nodes(document: loading.Document) -> bool:
     return data.get("kind") == groups.NODE_ALLOCATION_STATE or v1cluster.is_v1_cluster_document(
         data
     )
+
+
+def _classic_cluster(documents: Sequence[loading.Document]) -> bool:
+    """NodeAllocationStates and no ResourceSlice: the inventory of a classic DRA cluster."""
+    kinds = {d.data.get("kind") for d in documents}
+    return groups.NODE_ALLOCATION_STATE in kinds and "ResourceSlice" not in kinds
 
 
 def _policy(given: str | None) -> AllocationPolicy:

@@ -128,7 +128,7 @@ _CLUSTER_NODES = None
 def _small_cluster() -> clusternodes.ClusterNodes:
     global _CLUSTER_NODES
     if _CLUSTER_NODES is None:
-        _CLUSTER_NODES = clusternodes.load(run.embedded(run.DEFAULT_CLUSTER))
+        _CLUSTER_NODES = clusternodes.load(run.embedded(run.COMPACT_CLUSTER))
     return _CLUSTER_NODES
 
 
@@ -735,6 +735,7 @@ TARGETS: dict[str, Target] = {
             "drasat whatif -f FILE (claims, parameters, pods, workloads)",
             _yaml_seeds(
                 "drasat/whatif/default-manifests.yaml",
+                "drasat/classic/whatif/default-manifests-classic.yaml",
                 "deploy/examples/*/*.yaml",
                 leave_out="/clusters/",
             ),
@@ -747,6 +748,7 @@ TARGETS: dict[str, Target] = {
             "(1 s budget), every output format",
             _yaml_seeds(
                 "drasat/whatif/default-manifests.yaml",
+                "drasat/classic/whatif/default-manifests-classic.yaml",
                 "deploy/examples/*/*.yaml",
                 leave_out="/clusters/",
             ),

@@ -226,8 +226,8 @@ def test_wide_sharing_names_what_each_claim_gets(run_cli: Any, write_yaml: Any) 
     assert "shareable" not in result.out
 
 
-def test_default_wide_labels_the_reference_cases(run_cli: Any) -> None:
-    result = run_cli("-o", "wide")
+def test_classic_example_wide_labels_the_reference_cases(run_cli: Any) -> None:
+    result = run_cli("-f", "drasat/classic/whatif/default-manifests-classic.yaml", "-o", "wide")
     rows = [line for line in result.out.splitlines() if line.startswith("gpu-test1/")]
     assert len(rows) == 2 and all(row.endswith("  exclusive") for row in rows)
     shared = [line for line in result.out.splitlines() if line.startswith("gpu-test2/")]

@@ -1,4 +1,5 @@
-"""End to end through the CLI: the embedded default, every output format, exit codes."""
+"""End to end through the CLI: the classic example (the classic wing's, on the embedded compact
+cluster), every output format, exit codes. The v1 default: test_whatif_default.py."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ metadata: {{name: {name}, namespace: ns}}
 spec: {{resourceClassName: gpu.drasat.io{params}}}
 """
 
+#: The classic wing's example workload, given alone: placed on the compact example cluster.
+CLASSIC_EXAMPLE = "drasat/classic/whatif/default-manifests-classic.yaml"
+
 FOUR_GPUS = """
 apiVersion: gpu.drasat.io/v1alpha1
 kind: GpuClaimParameters
@@ -80,8 +84,8 @@ def _devices(claim: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def test_default_places_the_reference_cases(run_cli: Any) -> None:
-    result = run_cli("-o", "json")
+def test_classic_example_places_the_reference_cases(run_cli: Any) -> None:
+    result = run_cli("-f", CLASSIC_EXAMPLE, "-o", "json")
     assert result.code == 0, result.err
     claims = _claims(json.loads(result.out)["items"])
     # case 1: each pod has its own claim, on a different GPU
@@ -100,8 +104,8 @@ def test_default_places_the_reference_cases(run_cli: Any) -> None:
     assert "status" in claims["gpu-test4/opt-pod-gpu"]
 
 
-def test_default_table(run_cli: Any) -> None:
-    result = run_cli()
+def test_classic_example_table(run_cli: Any) -> None:
+    result = run_cli("-f", CLASSIC_EXAMPLE)
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0].split() == ["POD", "CLAIM", "NODE", "DEVICES"]
@@ -123,20 +127,18 @@ def test_default_table(run_cli: Any) -> None:
     assert "MIG slices: 4 used, 12 free of 16" in result.out
     assert (
         "ignored: Namespace gpu-test1, gpu-test2, gpu-test3, gpu-test4 "
-        "(<embedded>/default-manifests.yaml): not a kind the what-if places\n"
+        f"({CLASSIC_EXAMPLE}): not a kind the what-if places\n"
     ) in result.out
 
 
 def test_wide_shows_uuids_and_sharing(run_cli: Any) -> None:
-    result = run_cli("-o", "wide")
+    result = run_cli("-f", CLASSIC_EXAMPLE, "-o", "wide")
     assert result.code == 0
     assert result.out.splitlines()[0].split() == [
         "POD", "CLAIM", "RESOURCECLAIM", "CLASS", "NODE", "DEVICES", "SHARING"
     ]  # fmt: skip
     assert "time-sliced (Long), 2 pods" in result.out
-    assert "ignored: Namespace gpu-test1 (<embedded>/default-manifests.yaml: document 2)" in (
-        result.out
-    )
+    assert f"ignored: Namespace gpu-test1 ({CLASSIC_EXAMPLE}: document 2)" in result.out
     assert "pod1-gpu" in result.out
 
 
@@ -301,11 +303,15 @@ def test_a_failing_solver_is_reported_not_raised(
         raise RuntimeError("boom")
 
     monkeypatch.setattr(whatif_cli, "_solver", lambda: broken)
-    result = run_cli()
+    result = run_cli("-f", CLASSIC_EXAMPLE)
     assert result.code == 1
     assert result.err == "error: solver failed: RuntimeError: boom\n"
     assert "pods: 0 placed, 6 unplaced" in result.out
     assert "not placed: solver failed: RuntimeError: boom" in result.out
+    # The v1 default: each pod the solver held is refused with the error.
+    result = run_cli()
+    assert "pods: 0 placed, 6 unplaced" in result.out
+    assert "not placed: internal error solving: RuntimeError: boom" in result.out
 
 
 PAIRED = """

@@ -1,19 +1,29 @@
 """A classic what-if run: compile the classic manifests, constrain their pods to the nodes that
-admit them, solve, report. The inputs come from `drasat.whatif.run.read_inputs`."""
+admit them, solve, report. The inputs come from `drasat.whatif.run.read_inputs`; the classic
+example workload (`example_manifests`) is its default for a cluster of NodeAllocationStates."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
 
+from drasat import loading
 from drasat.api import nodefit
 from drasat.api.errors import InputError
 from drasat.classic.whatif import manifests, report
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
 from drasat.whatif import clusternodes
-from drasat.whatif.run import Inputs, Solve
+from drasat.whatif.run import Inputs, Solve, embedded
 
 log = logging.getLogger(__name__)
+
+#: Package data: the reference cases, a MIG claim and an optional claim in classic DRA terms.
+EXAMPLE_MANIFESTS = "default-manifests-classic.yaml"
+
+
+def example_manifests() -> list[loading.Document]:
+    """The classic example workload (`drasat whatif --cluster NAS-FILE` without -f)."""
+    return embedded(EXAMPLE_MANIFESTS, package="drasat.classic.whatif")
 
 
 def run(
