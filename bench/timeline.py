@@ -284,6 +284,7 @@ def bound_after(rows: Sequence[Step]) -> float | None:
 MILESTONES: tuple[tuple[str, Callable[[Step], bool]], ...] = (
     ("claim created", lambda s: s.what.startswith("claim ") and s.what.endswith(" created")),
     ("first scheduler attempt failed", lambda s: s.what.startswith("Event FailedScheduling")),
+    ("refused by drasat (no room)", lambda s: s.what.startswith("Event NotAllocatable")),
     ("solve starts", lambda s: s.what == "cycle starts its solve"),
     ("NAS written", lambda s: s.what.startswith("write: NAS ")),
     ("status.allocation written", lambda s: s.what == "write: claim status.allocation"),
@@ -322,7 +323,21 @@ def milestone_table(per_pod: Sequence[Sequence[Step]]) -> str:
             lines.append(
                 f"| {name} | {len(values)} | {_pct(values, 50):.3f} | {_pct(values, 99):.3f} |"
             )
+    # What the slow tail is made of: a pod refused first (by drasat's cycle or kube-scheduler's
+    # attempt) found no device free when it came and waited for a departure.
+    slow = [m for m in bound if m["bound"] > SLOW_S]
+    waited = sum(1 for m in slow if REFUSED_FIRST & m.keys())
+    lines.append(
+        f"\n{len(slow)} bound after {SLOW_S:g} s; {waited} of them were refused first (no device "
+        "free when they came: they waited for a departure)"
+    )
     return "\n".join(lines) + "\n"
+
+
+#: The latency target of the bind's p99 (issue 24), and the milestones that say a pod was
+#: refused before it was bound.
+SLOW_S = 2.0
+REFUSED_FIRST = frozenset({"first scheduler attempt failed", "refused by drasat (no room)"})
 
 
 def report(data: Obj) -> str:
