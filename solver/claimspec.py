@@ -64,10 +64,11 @@ class GpuDemand:
     def key(self, *, leave_out: tuple[str, ...] = ()) -> str:
         """The fields as text (equal text: equal fields), for memo keys and for ranking the
         fragmentation term's classes of equal weight (`workload`); `leave_out`: fields a key
-        holds elsewhere. `mig_mode_gpus_allowed` is spelled only where the selector does not
-        already say it (asking `migEnabled: true`), and then first: a claim whose selector
-        says it, and every claim without, keeps the text (so the rank) it had when that was
-        the only way to say it."""
+        holds elsewhere. `mig_mode_gpus_allowed` is spelled only where it differs from what
+        the selector says (`selects_mig_mode`), so a classic claim or a policy shape keeps the
+        text (and the rank) it had when the solver read the CRD model; and then first, as
+        "wholeMigModeGpus", which ranks where the selector that v1 once added to say it did
+        (after a claim without it)."""
         fields: dict[str, Any] = {}
         if self.mig_mode_gpus_allowed != selects_mig_mode(self.selector):
             fields["wholeMigModeGpus"] = self.mig_mode_gpus_allowed
