@@ -19,8 +19,7 @@ is configured, not from whether a `sharing` field is present.
 
 from __future__ import annotations
 
-from drasat.api.claims import GpuShare
-from drasat.api.sharing import GpuSharing, SharingStrategy, TimeSlice
+from drasat.api.sharing import GpuShare, GpuSharing, SharingStrategy, TimeSlice
 
 
 def label(sharing: GpuSharing | None, share: GpuShare | None = None, users: int = 1) -> str:

@@ -15,20 +15,7 @@ from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
 from drasat.api.quantity import Quantity
 from drasat.api.selectors import GpuSelector
-from drasat.api.sharing import GpuSharing
-
-
-class GpuShare(Spec):
-    """A partial GPU: a compute percentage and/or an amount of memory of one GPU."""
-
-    compute: int | None = Field(None, ge=1, le=100, description="Percent of the GPU's compute.")
-    memory: Quantity | None = Field(None, description="GPU memory this share needs, e.g. 8Gi.")
-
-    @model_validator(mode="after")
-    def _something(self) -> GpuShare:
-        if self.compute is None and self.memory is None:
-            raise ValueError("a share needs compute, memory or both")
-        return self
+from drasat.api.sharing import GpuShare, GpuSharing
 
 
 class Requirement(StrEnum):

@@ -33,10 +33,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from drasat.api.base import Spec
-from drasat.api.claims import GpuShare
 from drasat.api.errors import describe_validation_error
 from drasat.api.nas import LifecycleStep
-from drasat.api.sharing import GpuSharing
+from drasat.api.sharing import GpuShare, GpuSharing
 
 #: drasat's own opaque configuration.
 DRASAT_CONFIG_API_VERSION = "gpu.drasat.io/v1alpha1"

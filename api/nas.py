@@ -13,8 +13,7 @@ from pydantic import Field, model_validator
 
 from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
-from drasat.api.claims import GpuShare
-from drasat.api.sharing import GpuSharing
+from drasat.api.sharing import GpuShare, GpuSharing
 
 
 class Health(StrEnum):

@@ -16,10 +16,10 @@ from pydantic import Field, WithJsonSchema, model_validator
 
 from drasat.api import groups, limits
 from drasat.api.base import Object, Spec
-from drasat.api.claims import GpuShare
 from drasat.api.cluster import CpuQuantity, cpu_millis
 from drasat.api.quantity import Quantity, to_bytes
 from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
 
 _CPU_SCHEMA: dict[str, Any] = {
     "anyOf": [{"type": "integer"}, {"type": "string"}],

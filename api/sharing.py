@@ -1,4 +1,5 @@
-"""How an allocated device is shared between the containers/pods of one claim (NVIDIA's fields)."""
+"""How an allocated device is shared between the containers/pods of one claim (NVIDIA's fields),
+and a partial GPU that share claims of different pods take side by side (`GpuShare`)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,16 @@ def default_sharing() -> GpuSharing:
         strategy=SharingStrategy.TimeSlicing,
         timeSlicingConfig=TimeSlicingConfig(timeSlice=TimeSlice.Default),
     )
+
+
+class GpuShare(Spec):
+    """A partial GPU: a compute percentage and/or an amount of memory of one GPU."""
+
+    compute: int | None = Field(None, ge=1, le=100, description="Percent of the GPU's compute.")
+    memory: Quantity | None = Field(None, description="GPU memory this share needs, e.g. 8Gi.")
+
+    @model_validator(mode="after")
+    def _something(self) -> GpuShare:
+        if self.compute is None and self.memory is None:
+            raise ValueError("a share needs compute, memory or both")
+        return self

@@ -22,12 +22,13 @@ import numpy as np
 
 from bench.openb_sim import Cluster, Policy
 from bench.openb_trace import MILLI, IntArray, Nodes, Pods, TargetWorkload
-from drasat.api.claims import GpuClaimParametersSpec, GpuShare
 from drasat.api.nas import AllocatableDevice, GpuInfo, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
 from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
 from drasat.solver import (
     ClaimRequest,
+    GpuDemand,
     Mode,
     NodeState,
     PodRequest,
@@ -134,7 +135,7 @@ def pod_request(pods: Pods, p: int, key: str) -> PodRequest:
     claims: tuple[ClaimRequest, ...] = ()
     if n > 0 and m > 0:
         share = GpuShare(compute=m * 100 // MILLI) if m < MILLI else None
-        spec = GpuClaimParametersSpec(count=n, selector=_selector(pods.spec[p]), share=share)
+        spec = GpuDemand(count=n, selector=_selector(pods.spec[p]), share=share)
         claims = (ClaimRequest(uid=f"{key}-gpu", namespace=NAMESPACE, name=f"{key}-gpu", gpu=spec),)
     return PodRequest(
         key=f"{NAMESPACE}/{key}",

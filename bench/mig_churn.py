@@ -45,11 +45,11 @@ from collections.abc import Callable, Sequence
 
 from bench import solver_online
 from drasat.api import catalog
-from drasat.api.claims import MigDeviceClaimParametersSpec
 from drasat.api.nas import AllocatedDevices
 from drasat.api.quantity import to_bytes
 from drasat.solver import (
     ClaimRequest,
+    MigDemand,
     Mode,
     PodRequest,
     Problem,
@@ -283,10 +283,10 @@ class Drasat(Policy):
     def arrive(self, request: Request) -> bool:
         uid = f"claim-{request.id}"
         if request.profile is not None:
-            spec = MigDeviceClaimParametersSpec(profile=request.profile)
+            spec = MigDemand(profile=request.profile)
         else:
-            memory = f"{request.memory_gib}Gi" if request.memory_gib else None
-            spec = MigDeviceClaimParametersSpec(memory=memory, computeSlices=request.compute)
+            memory = to_bytes(f"{request.memory_gib}Gi") if request.memory_gib else 0
+            spec = MigDemand(memory_bytes=memory, compute_slices=request.compute or 0)
         claim = ClaimRequest(uid=uid, namespace=NAMESPACE, name=uid, mig=spec)
         # A claim by profile asks for one product's profile; a MIG claim names no product and
         # "1g.10gb" is a profile of both (1 slice on H100, 2 on A100), so the pod's candidate
@@ -323,7 +323,7 @@ class Drasat(Policy):
         request: Request,
         node: str,
         entry: AllocatedDevices,
-        spec: MigDeviceClaimParametersSpec,
+        spec: MigDemand,
     ) -> tuple[Gpu, str, int, int]:
         """The bench's own check of one decision; raises on any violation."""
         where = f"drasat decision for claim {request.id} ({request.describe()})"
@@ -342,9 +342,9 @@ class Drasat(Policy):
             raise AssertionError(f"{where}: got {device.profile}")
         if request.product is not None and gpu.product != request.product:
             raise AssertionError(f"{where}: on {gpu.product}")
-        if spec.memory is not None and profile.memory_bytes < to_bytes(spec.memory):
+        if profile.memory_bytes < spec.memory_bytes:
             raise AssertionError(f"{where}: {device.profile} has too little memory")
-        if (spec.computeSlices or 0) > profile.compute_slices:
+        if spec.compute_slices > profile.compute_slices:
             raise AssertionError(f"{where}: {device.profile} has too few compute slices")
         start, size = device.placement.start, device.placement.size
         if (start, size) not in profile.placements:

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 from drasat.api import catalog
-from drasat.api.claims import GpuClaimParametersSpec, GpuShare, MigDeviceClaimParametersSpec
 from drasat.api.nas import (
     AllocatableDevice,
     AllocatedDevices,
@@ -35,8 +34,12 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.policy import AllocationPolicySpec
+from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
 from drasat.solver import (
     ClaimRequest,
+    GpuDemand,
+    MigDemand,
     Mode,
     NodeState,
     PodRequest,
@@ -145,28 +148,24 @@ def _pods(
         shape = rng.choice(shapes)
         uid = f"new-{i}"
         if shape == "two-claims":
-            first = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=GpuClaimParametersSpec())
+            first = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=GpuDemand())
             second = ClaimRequest(
                 uid=f"{uid}-b",
                 namespace="bench",
                 name=f"{uid}-b",
-                gpu=GpuClaimParametersSpec(share=GpuShare(compute=30)),
+                gpu=GpuDemand(share=GpuShare(compute=30)),
             )
             out.append(PodRequest(key=f"bench/p{i}", namespace="bench", claims=(first, second)))
             continue
         if shape == "mig":
-            spec = MigDeviceClaimParametersSpec(
-                profile=rng.choice(["1g.5gb", "2g.10gb", "3g.20gb"])
-            )
+            spec = MigDemand(profile=rng.choice(["1g.5gb", "2g.10gb", "3g.20gb"]))
             claim = ClaimRequest(uid=uid, namespace="bench", name=uid, mig=spec)
         elif shape == "share":
-            gpu = GpuClaimParametersSpec(share=GpuShare(compute=rng.choice([10, 25, 50])))
+            gpu = GpuDemand(share=GpuShare(compute=rng.choice([10, 25, 50])))
             claim = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=gpu)
         else:
-            gpu = GpuClaimParametersSpec.model_validate(
-                {"count": 2 if shape == "gpu2" else 1}
-                | ({"selector": {"productName": "*A100*"}} if shape == "gpu1-a100" else {})
-            )
+            a100 = GpuSelector(productName="*A100*") if shape == "gpu1-a100" else None
+            gpu = GpuDemand(count=2 if shape == "gpu2" else 1, selector=a100)
             claim = ClaimRequest(uid=uid, namespace="bench", name=uid, gpu=gpu)
         out.append(PodRequest(key=f"bench/p{i}", namespace="bench", claims=(claim,)))
     return out

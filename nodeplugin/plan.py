@@ -21,8 +21,7 @@ from pydantic import Field, model_validator
 
 from drasat.api import limits
 from drasat.api.base import Spec
-from drasat.api.claims import GpuShare
-from drasat.api.sharing import GpuSharing
+from drasat.api.sharing import GpuShare, GpuSharing
 
 
 @dataclass(frozen=True)

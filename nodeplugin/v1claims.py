@@ -47,12 +47,11 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from drasat.api import deviceconfig
-from drasat.api.claims import GpuShare
 from drasat.api.devicemodel import names, shares
 from drasat.api.errors import describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.quantity import to_bytes
-from drasat.api.sharing import GpuSharing, SharingStrategy
+from drasat.api.sharing import GpuShare, GpuSharing, SharingStrategy
 from drasat.kube import errors as kube_errors
 from drasat.kube import resources
 from drasat.kube.client import Api

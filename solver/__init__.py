@@ -1,11 +1,12 @@
 """The placement solver: compiles a Problem into CP-SAT, solves, extracts a Solution. Pure.
 
-Imports only `drasat.api` and ortools: no Kubernetes, gRPC or NVML. `solve(problem, params)` is
-deterministic: same input, same output (fixed seed; one worker unless the policy asks for more in
-batch mode, where a time limit can then make results differ between runs). It keeps no state
-of its own: its memo tables live in a `SolverCache` the caller passes in `SolveParams.cache`
-(one per controller; none: a fresh one per solve), safe to share between concurrent solves and
-never changing an answer (`cache`).
+Imports only `drasat.api` (never the claim parameters of `drasat.api.claims`: a claim reaches it
+as `claimspec`'s GpuDemand or MigDemand) and ortools: no Kubernetes, gRPC or NVML.
+`solve(problem, params)` is deterministic: same input, same output (fixed seed; one worker unless
+the policy asks for more in batch mode, where a time limit can then make results differ between
+runs). It keeps no state of its own: its memo tables live in a `SolverCache` the caller passes
+in `SolveParams.cache` (one per controller; none: a fresh one per solve), safe to share between
+concurrent solves and never changing an answer (`cache`).
 
 What it decides (the modules say why):
 
@@ -13,13 +14,13 @@ What it decides (the modules say why):
   held whole, share sums, occupied MIG slices) and are never moved; claims still in
   preparedClaims without an allocation (being torn down) and reported orphan MIG devices are
   busy too;
-- claims (`demand`): whole GPUs by count and selector, on non-MIG GPUs unless the selector asks
-  for `migEnabled: true`; MIG by profile or by needs (least waste), at a NAS placement on a
-  MIG-enabled GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim of
-  the same pod; shares (compute %, memory) on non-MIG GPUs within 100 % and the GPU's memory,
-  never beside an exclusive claim; optional claims get devices when possible, else none;
-  a claim used by several pods is allocated once and its pods share a node (claims of
-  non-sharable classes serve one pod);
+- claims (`demand`): whole GPUs by count and selector, on non-MIG GPUs unless the claim allows
+  MIG-mode GPUs; MIG by profile or by needs (least waste), at a NAS placement on a MIG-enabled
+  GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim of the same pod;
+  shares (compute %, memory) on non-MIG GPUs within 100 % and the GPU's memory, never beside an
+  exclusive claim; optional claims get devices when possible, else none; a claim used by
+  several pods is allocated once and its pods share a node (claims of non-sharable classes
+  serve one pod);
 - policy (`rules`): allowedProducts and reservations without count remove GPUs; reservations
   with count and namespace limits are budgets that count existing allocations;
 - objective (`model`): lexicographic — placed pods weighted by priority (namespacePriorities
@@ -43,6 +44,7 @@ the whole set; online mode is PER_POD_OPTIMAL with no bound (`best_bound`, `gap`
 """
 
 from drasat.solver.cache import SolverCache
+from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology
 from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
@@ -63,15 +65,19 @@ __all__ = [
     "ClaimRequest",
     "DeviceConstraint",
     "Gang",
+    "GpuDemand",
+    "MigDemand",
     "Mode",
     "NodeState",
     "PodPlacement",
     "PodRejection",
     "PodRequest",
     "Problem",
+    "Requirement",
     "Solution",
     "SolveParams",
     "SolverCache",
     "Status",
+    "Topology",
     "solve",
 ]

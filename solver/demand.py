@@ -2,8 +2,9 @@
 
 A purely computational module. Decisions written down here:
 
-- A whole-GPU claim uses non-MIG GPUs, unless its selector asks for `migEnabled: true` somewhere
-  (NVIDIA's pattern: a GPU claim on a MIG GPU, with MIG claims carved from it by gpuClaimName).
+- A whole-GPU claim uses non-MIG GPUs, unless it says MIG-mode GPUs may go whole
+  (`GpuDemand.mig_mode_gpus_allowed`; NVIDIA's pattern: a GPU claim on a MIG GPU, with MIG
+  claims carved from it by gpuClaimName).
 - A MIG claim's `gpuClaimName` names a GPU claim of the same pod: the ResourceClaim name itself,
   or `<pod>-<gpuClaimName>` (claims made from a pod's templates are named that way).
 - MIG by needs: every profile whose memory and compute slices cover the needs is a candidate;
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from drasat.api.policy import AllocationPolicySpec, Reservation
-from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuSharing, default_sharing
 from drasat.solver.inventory import GpuSlot, MigOption, share_memory_mib
@@ -106,15 +106,6 @@ class Claim:
         return option.compute_slices >= self.need_compute_slices
 
 
-def _asks_mig_enabled(selector: GpuSelector | None) -> bool:
-    if selector is None:
-        return False
-    if selector.migEnabled is True:
-        return True
-    children = (selector.andExpression or []) + (selector.orExpression or [])
-    return any(_asks_mig_enabled(child) for child in children)
-
-
 def names_gpu(selector: GpuSelector | None) -> bool:
     """Whether the selector names a GPU by `index` or `uuid` anywhere in its tree: then which
     GPU it matches depends on the GPU's identity, not only on what it is (memo keys)."""
@@ -147,7 +138,7 @@ def normalize(request: ClaimRequest, pod: PodRequest) -> Claim:
             count=spec.count,
             optional=spec.optional,
             selector=spec.selector,
-            allows_mig_gpu=_asks_mig_enabled(spec.selector) and share is None,
+            allows_mig_gpu=spec.mig_mode_gpus_allowed and share is None,
             share_compute=(share.compute or 0) if share is not None else 0,
             share_memory_mib=share_memory_mib(share),
             profile=None,
@@ -168,9 +159,9 @@ def normalize(request: ClaimRequest, pod: PodRequest) -> Claim:
         share_compute=0,
         share_memory_mib=0,
         profile=mig.profile,
-        need_memory_bytes=to_bytes(mig.memory) if mig.memory is not None else 0,
-        need_compute_slices=mig.computeSlices or 0,
-        paired_with=_paired_claim(pod, mig.gpuClaimName),
+        need_memory_bytes=mig.memory_bytes,
+        need_compute_slices=mig.compute_slices,
+        paired_with=_paired_claim(pod, mig.gpu_claim_name),
         sharing=mig.sharing or default_sharing(),
     )
 

@@ -109,10 +109,12 @@ def _no_match(claim: Claim, index: int, node: NodeView) -> Obstacle:
     if claim.kind is Kind.mig:
         text = _claim(index, f": {claim.describe_mig()}: no MIG-enabled GPU offers it")
     elif claim.selector is None:
-        text = _claim(index, ": no GPU without MIG")
+        text = _claim(
+            index, ": no matching GPU" if claim.allows_mig_gpu else ": no GPU without MIG"
+        )
     else:
         text = _claim(index, f": selector {claim.selector.describe()} matches no GPU")
-    if claim.kind is Kind.whole and _matches_mig_gpu(claim, node):
+    if claim.kind is Kind.whole and not claim.allows_mig_gpu and _matches_mig_gpu(claim, node):
         text += (" (MIG-enabled GPUs go whole only to claims that select migEnabled=true)",)
     return Obstacle(("nomatch", ClaimRef(index)), (*text, " on node ", NODE), text)
 

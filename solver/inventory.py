@@ -22,7 +22,6 @@ import re
 from dataclasses import dataclass, field
 
 from drasat.api import catalog
-from drasat.api.claims import GpuShare
 from drasat.api.nas import (
     AllocatedDevices,
     GpuInfo,
@@ -32,6 +31,7 @@ from drasat.api.nas import (
     PreparedDevices,
 )
 from drasat.api.quantity import to_bytes
+from drasat.api.sharing import GpuShare
 from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.problem import NodeState
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from drasat.api.claims import Requirement
 from drasat.solver import costs, demand, reasons
+from drasat.solver.claimspec import Requirement
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
 from drasat.solver.problem import DeviceConstraint, DeviceKey, PodRequest
@@ -163,8 +163,8 @@ def claim_shape(claim: Claim) -> tuple[object, bool]:
     by index or uuid (then GPUs in equal states still differ)."""
     spec = claim.request.gpu or claim.request.mig
     assert spec is not None
-    text = spec.model_dump_json(exclude_none=True)
-    names_gpus = '"index"' in text or '"uuid"' in text or claim.request.eligible is not None
+    text = spec.key()
+    names_gpus = demand.names_gpu(claim.selector) or claim.request.eligible is not None
     # The sets themselves (hashable; one object for the claims of one template): sorting
     # thousands of uuids per claim is most of a large v1 model's build.
     placements = claim.request.placements
@@ -305,7 +305,7 @@ class _Builder:
         if spec is None:
             return
         w = self.rules.weights.topology
-        if spec.sameNUMANode is not None:
+        if spec.same_numa_node is not None:
             groups: dict[object, list[DeviceVar]] = {}
             for d in vars_here:
                 # A GPU without a NUMA node is a group of its own (GpuSlot is not hashable).
@@ -318,7 +318,7 @@ class _Builder:
                 for d in members:
                     self.m.add_implication(d.var, u)
                 used.append(u)
-            if spec.sameNUMANode is Requirement.Required:
+            if spec.same_numa_node is Requirement.Required:
                 c = self.m.add(sum(used) <= 1)
                 literal = self.rule(
                     ("claim ", reasons.ClaimId(claim.uid), ": topology sameNUMANode is Required")
@@ -327,11 +327,11 @@ class _Builder:
                     c.only_enforce_if(literal)
             else:
                 self.built.secondary.extend((w, u) for u in used)
-        if spec.sameNVLinkDomain is not None:
+        if spec.same_nvlink_domain is not None:
             for a, b in itertools.combinations(vars_here, 2):
                 if _linked(a.gpu, b.gpu):
                     continue
-                if spec.sameNVLinkDomain is Requirement.Required:
+                if spec.same_nvlink_domain is Requirement.Required:
                     c = self.m.add(a.var + b.var <= 1)
                     literal = self.rule(
                         (

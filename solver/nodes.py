@@ -157,7 +157,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         spec = claim.request.gpu or claim.request.mig
         assert spec is not None
         # The spec's fields, serialized (equal text: equal fields); a key, never searched.
-        text = spec.model_dump_json(exclude_none=True) + _eligible_text(claim, groups, rules)
+        text = spec.key() + _eligible_text(claim, groups, rules)
         names_gpus = names_gpus or _names_gpus(claim)
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid

@@ -1,8 +1,9 @@
 """The solver's input and output: a placement problem and its solution.
 
-Plain frozen dataclasses over the API types. A problem holds nodes (their allocatable devices and
-existing allocations, which are never moved), pods (each with one or more claims) and the policy.
-The solver turns it into a Solution; it never does I/O.
+Plain frozen dataclasses over the API types and the solver's own claim specification
+(`claimspec`). A problem holds nodes (their allocatable devices and existing allocations, which
+are never moved), pods (each with one or more claims) and the policy. The solver turns it into
+a Solution; it never does I/O.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
+from drasat.solver.claimspec import GpuDemand, MigDemand
 
 if TYPE_CHECKING:
     from drasat.solver.cache import SolverCache
@@ -69,13 +70,14 @@ class DeviceConstraint:
 
 @dataclass(frozen=True)
 class ClaimRequest:
-    """A ResourceClaim of ours with its resolved parameters: exactly one of gpu or mig."""
+    """A ResourceClaim of ours with what it asks for: exactly one of gpu or mig, each wing's
+    parameters converted at its edge (`claimspec`)."""
 
     uid: str
     namespace: str
     name: str
-    gpu: GpuClaimParametersSpec | None = None
-    mig: MigDeviceClaimParametersSpec | None = None
+    gpu: GpuDemand | None = None
+    mig: MigDemand | None = None
     #: From the class's DeviceClassParameters.sharable: may several pods use this claim.
     shareable: bool = True
     #: The GPUs (by UUID; for a MIG claim its parent GPUs) this claim may use at all, decided by

@@ -44,12 +44,13 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drasat.api.claims import GpuClaimParametersSpec, GpuShare
 from drasat.api.nas import NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
 from drasat.solver import demand
 from drasat.solver.cache import SolverCache, fresh
+from drasat.solver.claimspec import GpuDemand, selects_mig_mode
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, NodeView
 from drasat.solver.problem import ClaimRequest, PodRequest
@@ -143,7 +144,7 @@ class Workload:
             if need <= 0:
                 continue
             count = claim.count if claim.kind is Kind.whole else 1
-            spec = claim.request.gpu.model_dump_json(exclude_none=True, exclude={"count", "share"})
+            spec = claim.request.gpu.key(leave_out=("count", "share"))
             memory_mib = pod.memory_mib if memory else 0
             key = (claim.namespace, spec, need, count, pod.cpu_milli, memory_mib)
             claims.setdefault(key, (claim, need, count, pod.cpu_milli, memory_mib))
@@ -192,7 +193,15 @@ class Workload:
 
 def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:
     """A stand-in pod with one claim of the shape (eligibility is read from its claim)."""
-    spec = GpuClaimParametersSpec(count=shape.count, selector=shape.selector, share=shape.share)
+    # A shape's selector takes MIG-mode GPUs where it asks for migEnabled: true. The measure
+    # reads GPUs without MIG only, so this keeps no more than the class's key (`GpuDemand.key`).
+    mig_mode = selects_mig_mode(shape.selector)
+    spec = GpuDemand(
+        count=shape.count,
+        selector=shape.selector,
+        share=shape.share,
+        mig_mode_gpus_allowed=mig_mode,
+    )
     name = f"workload-{index}"
     request = ClaimRequest(uid=name, namespace=shape.namespace, name=name, gpu=spec)
     return PodRequest(
@@ -281,9 +290,12 @@ def estimate(counts: Counter[ShapeKey]) -> tuple[WorkloadShape, ...]:
 
 
 def _restricted(claim: Claim, rules: Rules) -> bool:
-    """Whether the class may be kept off some GPU by its selector or the policy's rules."""
+    """Whether the class may be kept off some GPU by its selector or the policy's rules. A
+    class that may take MIG-mode GPUs whole counts as selecting (a classic one asks for them
+    in its selector; a v1 one's eligible set admits one)."""
     return (
         claim.selector is not None
+        or claim.allows_mig_gpu
         or bool(rules.hard_reservations)
         or demand.allowed_products(claim.namespace, rules.policy) is not None
     )

@@ -12,12 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drasat.api import catalog
-from drasat.api.claims import (
-    GpuClaimParametersSpec,
-    GpuShare,
-    MigDeviceClaimParametersSpec,
-    Topology,
-)
 from drasat.api.nas import (
     AllocatableDevice,
     AllocatedDevices,
@@ -28,6 +22,8 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
+from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology
 from drasat.solver.problem import ClaimRequest, NodeState, PodRequest, Problem, Solution
 
 # -- building clusters and pods ------------------------------------------------------------------
@@ -117,17 +113,31 @@ def gpu_claim(
     topology: dict[str, str] | None = None,
     namespace: str = "default",
     uid: str | None = None,
+    mig_mode: bool | None = None,
 ) -> ClaimRequest:
-    spec = GpuClaimParametersSpec(
+    parsed = GpuSelector.model_validate(selector) if selector is not None else None
+    spec = GpuDemand(
         count=count,
-        selector=GpuSelector.model_validate(selector) if selector is not None else None,
+        selector=parsed,
         optional=optional,
         share=GpuShare.model_validate(share) if share is not None else None,
-        topology=Topology.model_validate(topology) if topology is not None else None,
+        topology=Topology(
+            same_nvlink_domain=_requirement(topology, "sameNVLinkDomain"),
+            same_numa_node=_requirement(topology, "sameNUMANode"),
+        )
+        if topology is not None
+        else None,
+        # As a classic claim: MIG-mode GPUs go whole where the selector asks for them.
+        mig_mode_gpus_allowed=_asks_mig_enabled(parsed) if mig_mode is None else mig_mode,
     )
     return ClaimRequest(
         uid=uid or f"uid-{namespace}-{name}", namespace=namespace, name=name, gpu=spec
     )
+
+
+def _requirement(topology: dict[str, str], name: str) -> Requirement | None:
+    value = topology.get(name)
+    return Requirement(value) if value is not None else None
 
 
 def mig_claim(
@@ -139,8 +149,11 @@ def mig_claim(
     gpu_claim_name: str | None = None,
     namespace: str = "default",
 ) -> ClaimRequest:
-    spec = MigDeviceClaimParametersSpec(
-        profile=profile, memory=memory, computeSlices=compute_slices, gpuClaimName=gpu_claim_name
+    spec = MigDemand(
+        profile=profile,
+        memory_bytes=to_bytes(memory) if memory is not None else 0,
+        compute_slices=compute_slices or 0,
+        gpu_claim_name=gpu_claim_name,
     )
     return ClaimRequest(uid=f"uid-{namespace}-{name}", namespace=namespace, name=name, mig=spec)
 
@@ -289,10 +302,8 @@ class _Checker:
                     self.fail(f"{ref}: GPU {uuid} is unhealthy")
                 if spec.selector is not None and not spec.selector.matches(gpu):
                     self.fail(f"{ref}: GPU {uuid} does not match {spec.selector.describe()}")
-                if gpu.migEnabled and (
-                    spec.share is not None or not _asks_mig_enabled(spec.selector)
-                ):
-                    self.fail(f"{ref}: MIG-enabled GPU {uuid} given whole without migEnabled=true")
+                if gpu.migEnabled and (spec.share is not None or not spec.mig_mode_gpus_allowed):
+                    self.fail(f"{ref}: MIG-enabled GPU {uuid} given whole, not allowed")
             self.check_topology(ref, spec, [gpus[u] for u in uuids if u in gpus])
             return
         mig = claim.mig
@@ -311,19 +322,20 @@ class _Checker:
         if facts is None:
             self.fail(f"{ref}: profile {device.profile} not offered for {gpu.productName}")
             return
-        if mig.memory is not None and facts[0] < to_bytes(mig.memory):
+        if facts[0] < mig.memory_bytes:
             self.fail(f"{ref}: {device.profile} has less memory than asked")
-        if mig.computeSlices is not None and facts[1] < mig.computeSlices:
+        if facts[1] < mig.compute_slices:
             self.fail(f"{ref}: {device.profile} has fewer compute slices than asked")
         here = (device.placement.start, device.placement.size)
         if here not in _placements(node.nas, gpu.productName, device.profile):
             self.fail(f"{ref}: {device.profile} cannot be placed at {here}")
-        if mig.gpuClaimName is not None:
+        if mig.gpu_claim_name is not None:
             partners = [
                 c
                 for c in pod.claims
                 if c.gpu is not None
-                and c.name in (mig.gpuClaimName, f"{pod.key.rpartition('/')[2]}-{mig.gpuClaimName}")
+                and c.name
+                in (mig.gpu_claim_name, f"{pod.key.rpartition('/')[2]}-{mig.gpu_claim_name}")
             ]
             held = {
                 d.uuid
@@ -341,17 +353,17 @@ class _Checker:
                 for d in e.gpu.devices
             }
             if device.parentUUID not in held:
-                self.fail(f"{ref}: not on the GPU of its gpuClaimName {mig.gpuClaimName}")
+                self.fail(f"{ref}: not on the GPU of its gpuClaimName {mig.gpu_claim_name}")
 
-    def check_topology(self, ref: str, spec: GpuClaimParametersSpec, gpus: list[GpuInfo]) -> None:
+    def check_topology(self, ref: str, spec: GpuDemand, gpus: list[GpuInfo]) -> None:
         topology = spec.topology
         if topology is None or len(gpus) < 2:
             return
-        if topology.sameNUMANode == "Required":
+        if topology.same_numa_node == "Required":
             numa = {g.numaNode for g in gpus}
             if len(numa) != 1 or None in numa:
                 self.fail(f"{ref}: GPUs on NUMA nodes {numa}, sameNUMANode is required")
-        if topology.sameNVLinkDomain == "Required":
+        if topology.same_nvlink_domain == "Required":
             for a in gpus:
                 for b in gpus:
                     linked = b.uuid in (a.nvlinkPeers or []) or a.uuid in (b.nvlinkPeers or [])
@@ -407,10 +419,10 @@ class _Checker:
     def _paired(self, mig_uid: str, gpu_uid: str, owner: dict[str, str]) -> bool:
         mig = self.claims.get(mig_uid)
         gpu = self.claims.get(gpu_uid)
-        if mig is None or gpu is None or mig.mig is None or mig.mig.gpuClaimName is None:
+        if mig is None or gpu is None or mig.mig is None or mig.mig.gpu_claim_name is None:
             return mig_uid not in owner  # two existing allocations: not ours to judge
         pod_key = owner.get(mig_uid, "")
-        names = (mig.mig.gpuClaimName, f"{pod_key.rpartition('/')[2]}-{mig.mig.gpuClaimName}")
+        names = (mig.mig.gpu_claim_name, f"{pod_key.rpartition('/')[2]}-{mig.mig.gpu_claim_name}")
         return gpu.name in names
 
     def check_policy(

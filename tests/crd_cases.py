@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from drasat.api.claims import GpuClaimParametersSpec, GpuShare, MigDeviceClaimParametersSpec
-from drasat.api.sharing import GpuSharing, TimeSlicingConfig
+from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
+from drasat.api.sharing import GpuShare, GpuSharing, TimeSlicingConfig
 
 Schema = dict[str, Any]
 

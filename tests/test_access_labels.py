@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 
 from drasat.api import access
-from drasat.api.claims import GpuShare
 from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
-from drasat.api.sharing import GpuSharing, default_sharing
+from drasat.api.sharing import GpuShare, GpuSharing, default_sharing
 from drasat.testbed.demoshow import sharing_text
 
 

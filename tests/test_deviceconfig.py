@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from drasat.api import deviceconfig
-from drasat.api.claims import GpuShare
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
+from drasat.api.sharing import GpuShare
 from drasat.v1 import results
 
 POWER = {"action": "setPowerLimitWatts", "value": 200}

@@ -2,6 +2,12 @@
 
 A purely computational module: parameter objects come from a `Lookup` the caller provides (an
 informer cache or the API). Every error names the object and the field path, for the Event.
+
+The classic wing's edge to the solver (`gpu_demand`, `mig_demand`): GpuClaimParameters and
+MigDeviceClaimParameters become the solver's own GpuDemand and MigDemand. NVIDIA's rule for
+MIG-mode GPUs is stated here: a GPU claim takes one whole only when its selector asks for
+`migEnabled: true` somewhere (a GPU claim on a MIG GPU, MIG claims carved from it by
+gpuClaimName).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from drasat.api.claims import (
     MigDeviceClaimParametersSpec,
 )
 from drasat.api.errors import describe_validation_error, one_line
+from drasat.api.quantity import to_bytes
+from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology, selects_mig_mode
 from drasat.solver.problem import ClaimRequest
 
 Obj = dict[str, Any]
@@ -86,8 +94,8 @@ def resolve_claim(claim: Obj, class_info: ClassInfo, lookup: Lookup) -> ClaimReq
             uid=str(metadata.get("uid", "")),
             namespace=namespace,
             name=str(metadata.get("name", "")),
-            gpu=gpu,
-            mig=mig,
+            gpu=gpu_demand(gpu) if gpu is not None else None,
+            mig=mig_demand(mig) if mig is not None else None,
             shareable=class_info.shareable,
         )
 
@@ -141,3 +149,34 @@ def _validate(model: type[SpecT], obj: Obj, label: str) -> SpecT:
 
 def allocation_mode(claim: Obj) -> str:
     return str((claim.get("spec") or {}).get("allocationMode") or WAIT_FOR_FIRST_CONSUMER)
+
+
+def gpu_demand(spec: GpuClaimParametersSpec) -> GpuDemand:
+    """A GpuClaimParameters spec in the solver's terms."""
+    topology = None
+    if spec.topology is not None:
+        link, numa = spec.topology.sameNVLinkDomain, spec.topology.sameNUMANode
+        topology = Topology(
+            same_nvlink_domain=Requirement(link.value) if link is not None else None,
+            same_numa_node=Requirement(numa.value) if numa is not None else None,
+        )
+    return GpuDemand(
+        count=spec.count,
+        selector=spec.selector,
+        sharing=spec.sharing,
+        optional=spec.optional,
+        share=spec.share,
+        topology=topology,
+        mig_mode_gpus_allowed=selects_mig_mode(spec.selector),
+    )
+
+
+def mig_demand(spec: MigDeviceClaimParametersSpec) -> MigDemand:
+    """A MigDeviceClaimParameters spec in the solver's terms."""
+    return MigDemand(
+        profile=spec.profile,
+        memory_bytes=to_bytes(spec.memory) if spec.memory is not None else 0,
+        compute_slices=spec.computeSlices or 0,
+        sharing=spec.sharing,
+        gpu_claim_name=spec.gpuClaimName,
+    )

@@ -399,7 +399,7 @@ class _StatusReader:
 
 
 def _share_of(result: Obj, gpu_memory: int) -> Any:
-    from drasat.api.claims import GpuShare
+    from drasat.api.sharing import GpuShare
 
     consumed = result.get("consumedCapacity") or {}
     if not consumed:

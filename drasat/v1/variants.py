@@ -25,15 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drasat.api.claims import (
-    GpuClaimParametersSpec,
-    GpuShare,
-    MigDeviceClaimParametersSpec,
-)
 from drasat.api.devicemodel import shares
 from drasat.api.quantity import to_bytes
-from drasat.api.selectors import GpuSelector
-from drasat.solver import ClaimRequest, DeviceConstraint
+from drasat.api.sharing import GpuShare
+from drasat.solver import ClaimRequest, DeviceConstraint, GpuDemand, MigDemand
 from drasat.solver.problem import DeviceKey
 from drasat.v1 import cel, devices
 from drasat.v1.devices import Published
@@ -488,13 +483,9 @@ def _solver_claims(
     base = f"{o.claim.uid}/{o.request}"
     constraints = device_constraints(o) + extra
     if o.kind == devices.GPU and o.share is None:
-        # The solver keeps whole claims off MIG-enabled GPUs unless the selector names
-        # `migEnabled: true` somewhere; v1 publishes those GPUs whole too, and the eligible
-        # set already says which GPUs the request admits.
-        either = GpuSelector(
-            orExpression=[GpuSelector(migEnabled=True), GpuSelector(migEnabled=False)]
-        )
-        spec = GpuClaimParametersSpec(count=o.count, selector=either if o.mig_gpus else None)
+        # v1 publishes MIG-enabled GPUs whole too, and the eligible set already says which
+        # GPUs the request admits: the solver may give those in it whole.
+        spec = GpuDemand(count=o.count, mig_mode_gpus_allowed=o.mig_gpus)
         request = ClaimRequest(
             base, o.claim.namespace, label, gpu=spec, eligible=o.eligible, constraints=constraints
         )
@@ -504,7 +495,7 @@ def _solver_claims(
         # One share or MIG device per solver claim; a lone share keeps the request's key.
         uid = base if o.share is not None and o.count == 1 else f"{base}#{i}"
         if o.share is not None:
-            gpu = GpuClaimParametersSpec(count=1, share=o.share)
+            gpu = GpuDemand(count=1, share=o.share)
             request = ClaimRequest(
                 uid,
                 o.claim.namespace,
@@ -515,7 +506,7 @@ def _solver_claims(
                 constraints=constraints,
             )
         else:
-            mig = MigDeviceClaimParametersSpec(profile=o.profile)
+            mig = MigDemand(profile=o.profile)
             request = ClaimRequest(
                 uid,
                 o.claim.namespace,

@@ -335,7 +335,7 @@ spec: {profile: 1g.5gb, gpuClaimName: gpu}
         ),
     )
     gpu, mig = _compile(text).requests()[0].claims
-    assert mig.mig is not None and mig.mig.gpuClaimName == "p-gpu" == gpu.name
+    assert mig.mig is not None and mig.mig.gpu_claim_name == "p-gpu" == gpu.name
 
 
 def test_a_live_dump_counts_each_pod_once() -> None:

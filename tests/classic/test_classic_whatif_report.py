@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from drasat import loading
-from drasat.api.claims import GpuShare
 from drasat.api.nas import (
     AllocatedDevices,
     AllocatedGpu,
@@ -13,6 +12,7 @@ from drasat.api.nas import (
     ClaimInfo,
     MigPlacement,
 )
+from drasat.api.sharing import GpuShare
 from drasat.classic.whatif import manifests, report, table
 from drasat.solver.problem import PodPlacement, PodRejection, Solution, Status
 from drasat.whatif import clusternodes, html

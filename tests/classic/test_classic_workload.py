@@ -7,13 +7,12 @@ from typing import Any
 
 from ctl_cluster import add_claim, add_class, add_node, add_params, allocated_node, claim, t4, wait
 
-from drasat.api.claims import GpuClaimParametersSpec
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
 from drasat.classic.clusterworkload import ClusterWorkload
 from drasat.classic.controller import Controller, default_solve
 from drasat.controller import nodes
 from drasat.kube.client import KubeClient
-from drasat.solver import Problem, Solution, SolveParams
+from drasat.solver import GpuDemand, Problem, Solution, SolveParams
 from drasat.solver.problem import ClaimRequest, PodRequest
 
 Obj = dict[str, Any]
@@ -48,7 +47,7 @@ def _summary(shapes: tuple[WorkloadShape, ...] | None) -> list[tuple[int, int, i
 PENDING = PodRequest(
     key="ns/p",
     namespace="ns",
-    claims=(ClaimRequest(uid="p", namespace="ns", name="p", gpu=GpuClaimParametersSpec(count=2)),),
+    claims=(ClaimRequest(uid="p", namespace="ns", name="p", gpu=GpuDemand(count=2)),),
 )
 
 

@@ -17,7 +17,7 @@ OBJECTS = REPO / "docs" / "OBJECTS.md"
 #: Every model OBJECTS.md documents, by the heading of its table.
 DOCUMENTED: tuple[type[BaseModel], ...] = (
     claims.GpuClaimParametersSpec,
-    claims.GpuShare,
+    sharing.GpuShare,
     claims.Topology,
     selectors.GpuSelector,
     selectors.QuantityComparator,

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import PRODUCTS, SELECTORS, _existing
 
-from drasat.api.claims import GpuShare
 from drasat.api.nas import (
     AllocatableDevice,
     AllocatedDevices,
@@ -24,6 +23,7 @@ from drasat.api.nas import (
 )
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.api.selectors import GpuSelector
+from drasat.api.sharing import GpuShare
 from drasat.solver import demand, model, nodes, solving
 from drasat.solver.inventory import NodeView, build_view
 from drasat.solver.model import PodEntry

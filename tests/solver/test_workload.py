@@ -8,7 +8,6 @@ import pytest
 from checker import assert_valid, gpu_claim, make_node, pod
 from pydantic import ValidationError
 
-from drasat.api.claims import GpuShare
 from drasat.api.nas import (
     AllocatedDevices,
     AllocatedGpu,
@@ -17,6 +16,7 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
 )
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
+from drasat.api.sharing import GpuShare
 from drasat.solver import Mode, NodeState, Problem, SolveParams, SolverCache, solve
 from drasat.solver import workload as wl
 from drasat.solver.inventory import NodeView, view_of

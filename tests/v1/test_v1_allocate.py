@@ -9,6 +9,7 @@ import pytest
 from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
+from drasat.solver import Problem, Solution, SolveParams, solve
 from drasat.v1 import results
 
 
@@ -275,3 +276,25 @@ def test_a_whole_gpu_request_may_take_a_mig_enabled_gpu_published_whole() -> Non
         CLASSES,
     )
     assert len(out.placed) == 1
+
+
+def test_a_mig_enabled_gpu_goes_whole_by_the_claims_own_word_not_by_a_selector() -> None:
+    """The v1 path tells the solver directly that a MIG-enabled GPU may go whole
+    (`GpuDemand.mig_mode_gpus_allowed`); it adds no selector to undo the classic default (a
+    claim that must ask `migEnabled: true`), and says it only where a MIG GPU is eligible."""
+    asked: list[Problem] = []
+
+    def record(problem: Problem, params: SolveParams) -> Solution:
+        asked.append(problem)
+        return solve(problem, params)
+
+    nodes = [node("m", "A100-40GB", 1, mig=True), node("a", "T4", 1)]
+    pods = [pod("p", claim("c", {"g": exactly()})), pod("q", claim("d", {"g": exactly()}))]
+    out = v1.allocate(nodes, pods, CLASSES, solve=record)
+    assert sorted(_devices(out, "c") + _devices(out, "d")) == ["gpu-0", "gpu-0"]
+    specs = [c.gpu for p in asked for r in p.pods for c in r.claims]
+    assert specs and all(s is not None and s.selector is None for s in specs)
+    assert {s.mig_mode_gpus_allowed for s in specs if s is not None} == {True}
+    out = v1.allocate([node("a", "T4", 1)], pods[:1], CLASSES, solve=record)
+    (last,) = asked[-1].pods[0].claims
+    assert last.gpu is not None and not last.gpu.mig_mode_gpus_allowed

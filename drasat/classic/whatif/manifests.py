@@ -23,6 +23,7 @@ from drasat.api.claims import (
     MigDeviceClaimParametersSpec,
 )
 from drasat.api.errors import InputError
+from drasat.classic.params import gpu_demand, mig_demand
 from drasat.solver.problem import ClaimRequest, PodRequest
 from drasat.whatif import kinds, manifestindex, workloads
 from drasat.whatif.manifestindex import Ignored
@@ -273,18 +274,18 @@ class _Compiler:
         out: list[PodClaim] = []
         for pod_claim in claims:
             mig = pod_claim.claim.request.mig
-            if mig is None or mig.gpuClaimName is None:
+            if mig is None or mig.gpu_claim_name is None:
                 out.append(pod_claim)
                 continue
-            target = by_name.get(mig.gpuClaimName)
+            target = by_name.get(mig.gpu_claim_name)
             if target is None or target.request.gpu is None:
                 raise InputError(
                     f"spec.gpuClaimName: pod {pod.key} has no GPU claim named "
-                    f"{mig.gpuClaimName!r} (its GPU claims: "
+                    f"{mig.gpu_claim_name!r} (its GPU claims: "
                     f"{', '.join(c.name for c in claims if c.claim.request.gpu) or 'none'})",
                     where=pod_claim.claim.parameters_where,
                 )
-            paired = mig.model_copy(update={"gpuClaimName": target.request.name})
+            paired = replace(mig, gpu_claim_name=target.request.name)
             request = replace(pod_claim.claim.request, mig=paired)
             out.append(PodClaim(pod_claim.name, replace(pod_claim.claim, request=request)))
         return out
@@ -346,7 +347,12 @@ class _Compiler:
             return shareable
         gpu, mig, parameters_where = self._parameters(spec, namespace, where=where, path=path)
         request = ClaimRequest(
-            uid=uid, namespace=namespace, name=name, gpu=gpu, mig=mig, shareable=shareable
+            uid=uid,
+            namespace=namespace,
+            name=name,
+            gpu=gpu_demand(gpu) if gpu is not None else None,
+            mig=mig_demand(mig) if mig is not None else None,
+            shareable=shareable,
         )
         metadata = metadata.model_copy(update={"uid": uid, "namespace": namespace})
         return Claim(request, class_name, spec, metadata, parameters_where=parameters_where)
