@@ -12,7 +12,6 @@ from typing import Any
 
 from drasat.api import groups, handles
 from drasat.api.nas import AllocatedDevices, ClaimInfo
-from drasat.kube.nas import without_claims
 
 Obj = dict[str, Any]
 
@@ -121,11 +120,6 @@ def nas_with(nas_obj: Obj, allocations: dict[str, AllocatedDevices]) -> Obj | No
     for uid, devices in new.items():
         claims[uid] = devices.dump()
     return nas_obj
-
-
-#: The NAS without some claims: the rule lives beside the NAS writes (drasat.kube.nas), which
-#: both controllers remove ledger entries through (`remove_claims`).
-nas_without = without_claims
 
 
 def conflicts(existing: dict[str, AllocatedDevices], devices: AllocatedDevices) -> list[str]:

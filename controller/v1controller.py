@@ -1145,7 +1145,7 @@ class V1Controller:
         def mutate(obj: Obj) -> Obj | None:
             claims = (obj.get("spec") or {}).get("allocatedClaims") or {}
             mine = {k for k, e in claims.items() if (e.get("claimInfo") or {}).get("uid") == uid}
-            cleared = allocation.nas_without(obj, mine) or obj
+            cleared = nas_api.without_claims(obj, mine) or obj
             return allocation.nas_with(cleared, dict(entries)) or (cleared if mine else None)
 
         self._update_nas(node, mutate)
@@ -1234,8 +1234,10 @@ class V1Controller:
         return True
 
     def _remove_from_ledger(self, node: str, keys: set[str]) -> None:
+        """The entries `keys` leave the node's ledger: the one rule both controllers remove by
+        (`drasat.kube.nas.without_claims`), written as every v1 ledger write is."""
         try:
-            self._update_nas(node, lambda obj: allocation.nas_without(obj, keys))
+            self._update_nas(node, lambda obj: nas_api.without_claims(obj, keys))
         except errors.NotFound:
             return
 

@@ -97,9 +97,10 @@ def remove_claims(
     attempts: int = 8,
     on_conflict: Callable[[], None] = lambda: None,
 ) -> Obj | None:
-    """Take claims out of a node's ledger, retried on conflicts (the one ledger removal of both
-    controllers): the object as written (or as it was when none was listed), None when the node
-    has no NAS."""
+    """Take claims out of a node's ledger (`without_claims`), retried on conflicts: the object as
+    written (or as it was when none was listed), None when the node has no NAS. The classic
+    controller removes through this; the v1 controller applies the same `without_claims` through
+    its own ledger write (leader-guarded, first try on its cached copy)."""
     try:
         return update(
             api,

@@ -30,3 +30,26 @@ def test_a_stale_deleted_claim_is_not_deallocated_twice(caplog: pytest.LogCaptur
     assert nas_claims(rig.api) == {}
     assert ctl.metrics.deallocations._value.get() == 1
     assert [m for m in caplog.messages if m.startswith("deallocated")] == ["deallocated ns/c"]
+
+
+def test_the_classic_ledger_removal_is_the_shared_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One ledger-removal rule (issue 25): drasat.kube.nas.without_claims, which the v1
+    # controller applies too (tests/controller/test_v1controller.py).
+    from drasat.kube import nas as nas_api
+
+    removed: list[set[str]] = []
+    rule = nas_api.without_claims
+    monkeypatch.setattr(
+        nas_api, "without_claims", lambda obj, uids: removed.append(set(uids)) or rule(obj, uids)
+    )
+    rig = Rig()
+    rig.claim("c", finalizer=True)
+    rig.pod("p", {"gpu": "c"}, selected="node-a")
+    ctl = rig.controller()
+    ctl.reconcile_context("ns/p")
+    uid = rig.api.get(r.RESOURCE_CLAIMS, "c", namespace="ns")["metadata"]["uid"]
+    rig.api.delete(r.RESOURCE_CLAIMS, "c", namespace="ns")
+    rig.sync(ctl, ctl.claims)
+    ctl.reconcile_claim("ns/c")
+    assert nas_claims(rig.api) == {}
+    assert removed == [{uid}]

@@ -200,6 +200,33 @@ def test_a_deleted_claim_leaves_the_ledger_and_loses_the_finalizer(
     assert _settled(ctl, gone)
 
 
+def test_the_ledger_removal_is_the_rule_both_controllers_share(
+    api: KubeClient, controller: Callable[[], V1Controller], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One ledger-removal rule (issue 25): the v1 controller takes a claim out of the NAS with
+    # drasat.kube.nas.without_claims, as the classic controller's remove_claims does, not a copy.
+    from drasat.kube import nas as nas_api
+
+    removed: list[set[str]] = []
+    rule = nas_api.without_claims
+
+    def recorded(obj: Obj, uids: set[str]) -> Obj | None:
+        removed.append(set(uids))
+        return rule(obj, uids)
+
+    monkeypatch.setattr(nas_api, "without_claims", recorded)
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    pod = _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _ledger(api, "n1"))
+    keys = set(_ledger(api, "n1"))
+    api.delete(r.PODS, pod["metadata"]["name"], namespace="default")
+    api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+    assert _settled(ctl, lambda: not _ledger(api, "n1"))
+    assert keys in removed
+
+
 def _reserve(api: KubeClient, claim: str, pod: Obj) -> None:
     """What kube-scheduler's PreBind writes: the pod in the claim's `reservedFor`."""
     body = api.get(r.RESOURCE_CLAIMS_V1, claim, namespace="default")
