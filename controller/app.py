@@ -70,7 +70,7 @@ class Options:
     #: auto (v1 when the server serves resource.k8s.io/v1 DeviceClasses), v1 or classic.
     dra_api: str = "auto"
     device_taint: bool = True
-    batch_window_s: float = 0.2
+    batch_window_s: float = 0.05
     batch_max: int = 64
     cycle_time_limit_s: float = 1.0
     cycle_mode: str = "online"

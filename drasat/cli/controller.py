@@ -113,8 +113,9 @@ def register(subparsers: Any) -> None:
     flag(
         p,
         "--batch-window",
-        0.2,
-        "v1: seconds a cycle waits to gather pods that arrive together (default 0.2)",
+        0.05,
+        "v1: seconds a cycle waits to gather pods that arrive together, counted from the first "
+        "event since the last cycle began (default 0.05)",
         type=float,
     )
     flag(

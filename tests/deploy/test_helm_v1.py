@@ -327,7 +327,7 @@ def test_v1_controller_flags_are_accepted_by_drasat(
     parsed = _parsed(_container(deployment))
     assert parsed.dra_api == "v1"
     assert parsed.device_taint is taint
-    assert (parsed.batch_window, parsed.batch_max) == (0.2, 64)
+    assert (parsed.batch_window, parsed.batch_max) == (0.05, 64)
     batch = {"controller": {"batch": {"windowSeconds": 1.5, "maxPods": 8}}}
     batched = _v1(render, values=batch, tmp=tmp_path)
     parsed = _parsed(_container(batched.one("Deployment")))
