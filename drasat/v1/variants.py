@@ -59,7 +59,8 @@ class Option:
     mig_gpus: bool = False
     #: Derived data of `devices` (eligible GPUs, placements, constraint values), shared by the
     #: copies of an option rebound to another claim of the same spec (`dataclasses.replace`
-    #: keeps it), so that a thousand claims of one template compute it once.
+    #: keeps it), so that a thousand claims of one template compute it once; an option made
+    #: with other devices gets a fresh one (`_with`).
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -356,6 +357,11 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
 
 
 def _with(base: Option, **changes: Any) -> Option:
+    """A copy of `base` with `changes`. Other devices get their own memo: what it holds is
+    derived from the devices (sibling options of one request, a profile or a consumption each,
+    once shared the first one's placements and eligible GPUs)."""
+    if "devices" in changes:
+        changes["memo"] = {}
     return dataclasses.replace(base, **changes)
 
 

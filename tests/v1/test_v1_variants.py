@@ -237,3 +237,14 @@ def test_memory_only_shares_spread_no_wider_than_memory_needs() -> None:
     assert len(out.placed) == 5
     used = [d for i in range(5) for d in _devices(out, f"c{i}")]
     assert sorted(used.count(g) for g in set(used)) == [2, 3]
+
+
+def test_each_mig_profile_of_a_request_keeps_its_own_placements() -> None:
+    # Five MIG devices of any profile on one A100-40GB: only 1g.5gb (7 placements) or its +me
+    # variant holds five. The options of one request, a profile each, once shared one memo, so
+    # every profile took the first-listed profile's placements (1g.10gb: 4) and the claim was
+    # refused where upstream's allocator places it (found by tests/oracle).
+    out = _allocate([node("a", "A100-40GB", mig=True)], claim("c", {"m": exactly(MIG, count=5)}))
+    assert out.placed == {"default/p-c": "a"}
+    profiles = {r["device"].split("-mig-")[1].split("-")[0] for r in _results(out, "c")}
+    assert len(_results(out, "c")) == 5 and profiles <= {"1g5gb", "1g5gbme"}
