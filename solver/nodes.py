@@ -282,13 +282,14 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
     return found
 
 
-def _key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
+def memo_key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
+    """The node's evaluation's memo key: equal keys, one evaluation (`evaluate`)."""
     return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
 def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
     """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     memo = rules.cache.evaluations
     found = memo.get(key)
     if found is None:
@@ -346,7 +347,7 @@ def reason_text(
     the cluster-wide sentence is not rendered). `_memo_obstacle` inlined: it runs per node."""
     if evaluation.picks is not None:
         return None
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     obstacle = rules.cache.blockers.get(key, _MISSING)
     if obstacle is _MISSING:
         obstacle = rules.cache.put(rules.cache.blockers, key, _obstacle(pod, node, rules, budget))
@@ -361,7 +362,7 @@ def _memo_obstacle(
     """The obstacle of the node's memo entry, computed the first time it is asked for."""
     if evaluation.picks is not None:
         return None
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     memo = rules.cache.blockers
     found = memo.get(key, _MISSING)
     if found is _MISSING:
