@@ -124,9 +124,9 @@ def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
     eligible = request.eligible
     # Sets by their interned number (equal sets, one number), not spelled out: a v1 claim's
     # set holds every eligible GPU of the cluster.
-    text = "" if eligible is None else f" eligible=#{rules.cache.intern(eligible)}"
+    text = "" if eligible is None else f" eligible=#{rules.cache.intern_large(eligible)}"
     if request.placements is not None:
-        text += f" placements=#{rules.cache.intern(request.placements)}"
+        text += f" placements=#{rules.cache.intern_large(request.placements)}"
     if request.constraints:
         local = tuple(
             (
@@ -134,7 +134,7 @@ def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
                 c.distinct,
                 c.evenly,
                 c.label,
-                rules.cache.intern(c.values),
+                rules.cache.intern_large(c.values),
             )
             for c in request.constraints
         )
@@ -212,8 +212,9 @@ def _names_gpus(claim: Claim) -> bool:
 def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
     """The claim's limits by uuid (memoized per set: the claims of a template share them)."""
     request = claim.request
-    values_ids = tuple(rules.cache.intern(c.values) for c in request.constraints)
-    key = (request.eligible, request.placements, values_ids)
+    values_ids = tuple(rules.cache.intern_large(c.values) for c in request.constraints)
+    sets = (request.eligible, request.placements)
+    key = (*(None if v is None else rules.cache.intern_large(v) for v in sets), values_ids)
     known = rules.cache.limits.get(key)
     if known is not None:
         return cast(_Eligibility, known)
