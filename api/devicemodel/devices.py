@@ -118,6 +118,8 @@ def mig_devices(
     Profiles without a GPU-instance profile id (it names the device) are left out."""
     out = []
     caps = partitions.instance_caps(profiles, limits or {})
+    # The parent's product attributes, read once per GPU (not per placement: an A100 has 19).
+    product = product_attributes(gpu)
     ordered = sorted(
         (m for m in profiles if m.giProfileId is not None),
         key=lambda m: (m.giProfileId or 0, m.profile),
@@ -133,7 +135,8 @@ def mig_devices(
                 "parentIndex": {"int": gpu.index},
                 "placementStart": {"int": placement.start},
                 "placementSize": {"int": placement.size},
-                **product_attributes(gpu),
+                # Each device its own attribute objects, as when built one by one.
+                **{name: dict(value) for name, value in product.items()},
             }
             capacity: Obj = {"memory": {"value": str(mig.memoryBytes or 0)}}
             if mig.computeSlices:
