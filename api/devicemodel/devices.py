@@ -118,12 +118,14 @@ def mig_devices(
     Profiles without a GPU-instance profile id (it names the device) are left out."""
     out = []
     caps = partitions.instance_caps(profiles, limits or {})
-    # The parent's product attributes, read once per GPU (not per placement: an A100 has 19).
-    product = product_attributes(gpu)
     ordered = sorted(
         (m for m in profiles if m.giProfileId is not None),
         key=lambda m: (m.giProfileId or 0, m.profile),
     )
+    if not ordered:
+        return out
+    # The parent's product attributes, read once per GPU (not per placement: an A100 has 19).
+    product = product_attributes(gpu)
     for mig in ordered:
         assert mig.giProfileId is not None
         for placement in sorted(mig.placements, key=lambda p: p.start):

@@ -138,6 +138,8 @@ def test_a_mig_gpus_product_attributes_are_read_once_for_all_its_placements(
     first, second = found[0]["attributes"], found[1]["attributes"]
     assert first["productName"] == second["productName"]
     assert first["productName"] is not second["productName"]
+    # A GPU without MIG profiles (a T4) publishes none and reads nothing.
+    assert devices.mig_devices(gpu(1), []) == [] and calls == 1
 
 
 def test_every_name_parses_back_to_what_it_was_built_from() -> None:
