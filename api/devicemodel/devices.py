@@ -116,7 +116,7 @@ def mig_devices(
 ) -> list[Obj]:
     """One device per (profile, placement) of a MIG-enabled GPU, by profile id then start.
     Profiles without a GPU-instance profile id (it names the device) are left out."""
-    out = []
+    out: list[Obj] = []
     caps = partitions.instance_caps(profiles, limits or {})
     ordered = sorted(
         (m for m in profiles if m.giProfileId is not None),
