@@ -158,6 +158,8 @@ def gpu_uuid(node: str, index: int) -> str:
 def expand(spec: ClusterSpec) -> list[ExpandedNode]:
     """Every node of the description as a Ready (or NotReady) NodeAllocationState. Pure."""
     out: list[ExpandedNode] = []
+    #: A MIG product's profiles, built once and shared by its nodes' NAS (read only).
+    profiles: dict[str, list[MigInfo]] = {}
     for group in spec.nodes:
         for name in group.node_names():
             nas = NodeAllocationState(
@@ -173,7 +175,9 @@ def expand(spec: ClusterSpec) -> list[ExpandedNode]:
                         }
                     ],
                 ),
-                spec=NodeAllocationStateSpec(allocatableDevices=_devices(spec, group, name)),
+                spec=NodeAllocationStateSpec(
+                    allocatableDevices=_devices(spec, group, name, profiles)
+                ),
                 status=NasStatus.Ready if group.ready else NasStatus.NotReady,
             )
             memory = None if group.memory is None else to_bytes(group.memory) // 2**20
@@ -182,7 +186,9 @@ def expand(spec: ClusterSpec) -> list[ExpandedNode]:
     return out
 
 
-def _devices(spec: ClusterSpec, group: ClusterNode, node: str) -> list[AllocatableDevice]:
+def _devices(
+    spec: ClusterSpec, group: ClusterNode, node: str, profiles: dict[str, list[MigInfo]]
+) -> list[AllocatableDevice]:
     products = [(_product(g), g.mig) for g in group.gpus for _ in range(g.count)]
     uuids = [gpu_uuid(node, i) for i in range(len(products))]
     devices: list[AllocatableDevice] = []
@@ -209,7 +215,12 @@ def _devices(spec: ClusterSpec, group: ClusterNode, node: str) -> list[Allocatab
     # NAS lists MIG profiles once per product (not per GPU), for MIG-enabled products only.
     mig_products = dict.fromkeys(p for p, mig in products if mig)
     for product in mig_products:
-        devices.extend(AllocatableDevice(mig=_mig_info(product, p)) for p in product.mig_profiles)
+        found = profiles.get(product.product_name)
+        if found is None:
+            found = profiles[product.product_name] = [
+                _mig_info(product, p) for p in product.mig_profiles
+            ]
+        devices.extend(AllocatableDevice(mig=m) for m in found)
     return devices
 
 

@@ -55,6 +55,8 @@ TABLE_SIZE = 65536
 #: Interned values kept before the table starts afresh (numbers are never reused, so entries
 #: keyed by old numbers simply stop matching).
 INTERNED_SIZE = 1 << 20
+#: Large values kept by identity (`SolverCache.intern_large`): a few per claim template.
+_LARGE_SIZE = 4096
 
 
 class SolverCache:
@@ -73,8 +75,8 @@ class SolverCache:
         #: (pod shape, node exact state) -> the node's state as a pod limited to some GPUs
         #: reads it (`nodes._state`).
         self.eligibility: dict[tuple[int, int], int] = {}
-        #: (eligible set, placements, interned constraint values) -> a claim's limits by uuid
-        #: (`nodes._eligibility`).
+        #: (interned eligible set, interned placements, interned constraint values) -> a claim's
+        #: limits by uuid (`nodes._eligibility`).
         self.limits: dict[tuple[object, ...], Any] = {}
         #: (pod shape, GPU state, node class, GPU identity or ()) -> ways a claim takes the GPU.
         self.gpu_ways: dict[tuple[object, ...], tuple[tuple[int, int, MigOption | None], ...]] = {}
@@ -91,6 +93,8 @@ class SolverCache:
         self.cluster_supply: dict[tuple[object, ...], tuple[int, ...]] = {}
         self.rows: dict[tuple[object, ...], tuple[bool, ...]] = {}
         self.before: dict[tuple[int, int, int], int] = {}
+        #: id(value) -> (the value, its interned number), for `intern_large`.
+        self.large: dict[int, tuple[object, int]] = {}
 
     def intern(self, value: object) -> int:
         """A small number standing for a hashable value, the same for equal values (memo keys)."""
@@ -105,6 +109,19 @@ class SolverCache:
                 found = next(_NUMBERS)
                 self.interned[value] = found
         return found
+
+    def intern_large(self, value: object) -> int:
+        """intern() of a large immutable value met again as the same object (a v1 claim's set of
+        eligible GPUs or its constraint's values, thousands of entries, one object for the claims
+        of a template): found by identity, neither hashed again (a tuple keeps no hash) nor
+        compared entry by entry with an equal one. The entry holds the value, so its id is not
+        reused while the entry stands."""
+        found = self.large.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1]
+        number = self.intern(value)
+        self.put(self.large, id(value), (value, number), size=_LARGE_SIZE)
+        return number
 
     def put(self, table: dict[K, V], key: K, value: V, size: int = TABLE_SIZE) -> V:
         """Store an immutable value (the table starts afresh when full); returns it."""

@@ -198,7 +198,7 @@ class _Builder:
                 nodes = self.claim_nodes.setdefault(claim.uid, {})
                 for node in entry.nodes:
                     nodes.setdefault(node.name, node)
-        self._shapes: dict[str, tuple[object, bool]] = {}
+        self._shapes: dict[str, tuple[int, bool]] = {}
         self._ways_memo: dict[object, tuple[str | None, list[MigOption | None]]] = {}
         #: (node, CPU, memory) -> the node's workload growth from that CPU and memory alone.
         self._alone: dict[tuple[str, int, int], int] = {}
@@ -286,8 +286,10 @@ class _Builder:
         claim shape and GPU state, as pods with equal claims see the same GPUs."""
         shape = self._shapes.get(claim.uid)
         if shape is None:
-            shape = claim_shape(claim)
-            self._shapes[claim.uid] = shape
+            spec, names_gpus = claim_shape(claim)
+            # By its interned number: claims of equal shape may hold equal sets of thousands of
+            # uuids in distinct objects, which a memo key would compare on every lookup.
+            shape = self._shapes[claim.uid] = (self.rules.cache.intern(spec), names_gpus)
         identity = gpu.identity() if shape[1] or claim.paired_with is not None else ()
         key = (shape, gpu.state_id, self.rules.node_class_id(gpu.node), identity)
         found = self._ways_memo.get(key)

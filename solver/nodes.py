@@ -124,9 +124,9 @@ def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
     eligible = request.eligible
     # Sets by their interned number (equal sets, one number), not spelled out: a v1 claim's
     # set holds every eligible GPU of the cluster.
-    text = "" if eligible is None else f" eligible=#{rules.cache.intern(eligible)}"
+    text = "" if eligible is None else f" eligible=#{rules.cache.intern_large(eligible)}"
     if request.placements is not None:
-        text += f" placements=#{rules.cache.intern(request.placements)}"
+        text += f" placements=#{rules.cache.intern_large(request.placements)}"
     if request.constraints:
         local = tuple(
             (
@@ -134,7 +134,7 @@ def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
                 c.distinct,
                 c.evenly,
                 c.label,
-                rules.cache.intern(c.values),
+                rules.cache.intern_large(c.values),
             )
             for c in request.constraints
         )
@@ -212,8 +212,9 @@ def _names_gpus(claim: Claim) -> bool:
 def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
     """The claim's limits by uuid (memoized per set: the claims of a template share them)."""
     request = claim.request
-    values_ids = tuple(rules.cache.intern(c.values) for c in request.constraints)
-    key = (request.eligible, request.placements, values_ids)
+    values_ids = tuple(rules.cache.intern_large(c.values) for c in request.constraints)
+    sets = (request.eligible, request.placements)
+    key = (*(None if v is None else rules.cache.intern_large(v) for v in sets), values_ids)
     known = rules.cache.limits.get(key)
     if known is not None:
         return cast(_Eligibility, known)
@@ -282,13 +283,14 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
     return found
 
 
-def _key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
+def memo_key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int]:
+    """The node's evaluation's memo key: equal keys, one evaluation (`evaluate`)."""
     return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
 def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
     """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     memo = rules.cache.evaluations
     found = memo.get(key)
     if found is None:
@@ -346,7 +348,7 @@ def reason_text(
     the cluster-wide sentence is not rendered). `_memo_obstacle` inlined: it runs per node."""
     if evaluation.picks is not None:
         return None
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     obstacle = rules.cache.blockers.get(key, _MISSING)
     if obstacle is _MISSING:
         obstacle = rules.cache.put(rules.cache.blockers, key, _obstacle(pod, node, rules, budget))
@@ -361,7 +363,7 @@ def _memo_obstacle(
     """The obstacle of the node's memo entry, computed the first time it is asked for."""
     if evaluation.picks is not None:
         return None
-    key = _key(pod, node, rules)
+    key = memo_key(pod, node, rules)
     memo = rules.cache.blockers
     found = memo.get(key, _MISSING)
     if found is _MISSING:

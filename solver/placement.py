@@ -33,6 +33,7 @@ from drasat.solver import (
     filters,
     gangs,
     model,
+    nodegroups,
     nodes,
     solving,
     validate,
@@ -79,6 +80,12 @@ class _State:
     exclusive_users: dict[str, str] = field(default_factory=dict)
     #: The policy's lifecycle init actions, resolved into each new allocation.
     init_actions: tuple[LifecycleAction, ...] = ()
+    #: The nodes placed on, in order (what `nodegroups.Groups.update` reads).
+    changed: list[str] = field(default_factory=list)
+    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`).
+    groups: dict[tuple[int, tuple[str, ...] | None], nodegroups.Groups] = field(
+        default_factory=dict
+    )
 
     @classmethod
     def initial(cls, problem: Problem, views: dict[str, NodeView], cache: SolverCache) -> _State:
@@ -122,6 +129,7 @@ class _State:
         )
         self.nodes[decision.node] = updated
         self.views[decision.node] = view_of(updated, self.rules.cache)
+        self.changed.append(decision.node)
         for uid in allocations:
             self.owners.setdefault(uid, decision.node)
         for request in pod.claims:
@@ -219,11 +227,38 @@ def _decide(
     views, reasons = _candidates(pod, state)
     entry = PodEntry(pod.request, pod.priority, pod.claims, ())
     shape = nodes.shape(entry, state.rules)
-    best, blockers, optimal = _scan(shape, views, state, budget, feasibility)
+    if feasibility is None and views and not pod.pinned_to:
+        # No per-node record asked for: one evaluation per group of equal nodes.
+        best, blockers, optimal = _best(shape, pod.request.candidate_nodes, views, state, budget)
+    else:
+        best, blockers, optimal = _scan(shape, views, state, budget, feasibility)
     if best is None and explain_it and feasibility is None:
         # Reasons cost extra only for a pod that fits nowhere: ask again, for them.
         _, blockers, _ = _scan(shape, views, state, budget, {})
     return best, blockers, reasons, optimal
+
+
+def _best(
+    shape: nodes.PodShape,
+    candidate_nodes: tuple[str, ...] | None,
+    views: Sequence[NodeView],
+    state: _State,
+    budget: solving.Budget,
+) -> tuple[_Decision | None, list[filters.Blocker], bool]:
+    """`_scan` without per-node records: the same decision and flag, from the candidates
+    grouped by their evaluation (`nodegroups.py`), kept in the state across decisions."""
+    key = (shape.key_id, candidate_nodes)
+    groups = state.groups.get(key)
+    if groups is None:
+        groups = nodegroups.Groups.of(shape, views, state.rules, len(state.changed))
+        state.groups[key] = groups
+    else:
+        groups.update(shape, state.views, state.changed, state.rules)
+    view, evaluation, optimal = nodegroups.best(shape, groups, state.views, state.rules, budget)
+    if view is None or evaluation is None:
+        return None, [], optimal
+    outcome = nodes.outcome(shape, view, evaluation)
+    return _Decision(view.name, outcome.chosen, outcome.primary, outcome.secondary), [], optimal
 
 
 def _scan(

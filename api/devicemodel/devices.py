@@ -116,12 +116,16 @@ def mig_devices(
 ) -> list[Obj]:
     """One device per (profile, placement) of a MIG-enabled GPU, by profile id then start.
     Profiles without a GPU-instance profile id (it names the device) are left out."""
-    out = []
+    out: list[Obj] = []
     caps = partitions.instance_caps(profiles, limits or {})
     ordered = sorted(
         (m for m in profiles if m.giProfileId is not None),
         key=lambda m: (m.giProfileId or 0, m.profile),
     )
+    if not ordered:
+        return out
+    # The parent's product attributes, read once per GPU (not per placement: an A100 has 19).
+    product = product_attributes(gpu)
     for mig in ordered:
         assert mig.giProfileId is not None
         for placement in sorted(mig.placements, key=lambda p: p.start):
@@ -133,7 +137,8 @@ def mig_devices(
                 "parentIndex": {"int": gpu.index},
                 "placementStart": {"int": placement.start},
                 "placementSize": {"int": placement.size},
-                **product_attributes(gpu),
+                # Each device its own attribute objects, as when built one by one.
+                **{name: dict(value) for name, value in product.items()},
             }
             capacity: Obj = {"memory": {"value": str(mig.memoryBytes or 0)}}
             if mig.computeSlices:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import pytest
 import yaml
 
 from drasat.api import resourceslices
-from drasat.api.devicemodel import classes, names, partitions, pool, shares
+from drasat.api.devicemodel import classes, devices, names, partitions, pool, shares
 from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory, profiles_by_gpu
 from drasat.api.nas import GpuInfo, Health, MigInfo, MigPlacement
 
@@ -115,6 +116,30 @@ def test_a_mig_gpu_counter_set_consumption_and_placements() -> None:
         "memory": {"value": str(20 * GiB)},
         "computeSlices": {"value": "3"},
     }
+
+
+def test_a_mig_gpus_product_attributes_are_read_once_for_all_its_placements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An A100 publishes 13 placements: the product's attributes (three version strings parsed
+    # each) were built for each of them, most of the device model of a large compact what-if.
+    calls = 0
+    real = devices.product_attributes
+
+    def counted(info: GpuInfo) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return real(info)
+
+    monkeypatch.setattr(devices, "product_attributes", counted)
+    found = devices.mig_devices(gpu(0, mig=True), A100_PROFILES)
+    assert len(found) == 13 and calls == 1
+    # Each device still has attribute objects of its own.
+    first, second = found[0]["attributes"], found[1]["attributes"]
+    assert first["productName"] == second["productName"]
+    assert first["productName"] is not second["productName"]
+    # A GPU without MIG profiles (a T4) publishes none and reads nothing.
+    assert devices.mig_devices(gpu(1), []) == [] and calls == 1
 
 
 def test_every_name_parses_back_to_what_it_was_built_from() -> None:

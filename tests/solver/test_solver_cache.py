@@ -227,3 +227,38 @@ def test_solving_changes_no_module_level_state() -> None:
             solve(problem, params)
     after = {name: repr(value) for name, value in held.items()}
     assert [name for name in held if before[name] != after[name]] == []
+
+
+class _CountedSet(frozenset[str]):
+    """An eligible set that counts how often it is compared with another."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _CountedSet.compared += 1
+        return frozenset.__eq__(self, other)
+
+    __hash__ = frozenset.__hash__
+
+
+def test_a_pod_shape_finds_its_claims_eligible_set_by_identity() -> None:
+    # The pods of a v1 template share one eligible set object (thousands of uuids); another
+    # template's equal set is another object. A shape's key interned the set: each pod's
+    # lookup compared it entry by entry with the equal one first interned. By identity, the
+    # set is compared once (when first met), not once per pod.
+    from drasat.solver import demand
+    from drasat.solver.problem import ClaimRequest
+
+    uuids = [f"GPU-n{i}-0" for i in range(50)]
+    rules = Rules(AllocationPolicySpec(), (), SolverCache())
+    first, second = _CountedSet(uuids), _CountedSet(uuids)
+    shapes = []
+    for i in range(40):
+        claim = gpu_claim(f"c{i}")
+        eligible = first if i == 0 else second
+        request = pod(f"p{i}", ClaimRequest(**{**claim.__dict__, "eligible": eligible}))
+        claims = tuple(demand.normalize(c, request) for c in request.claims)
+        _CountedSet.compared = 0 if i == 1 else _CountedSet.compared
+        shapes.append(nodes.shape(PodEntry(request, 0, claims, ()), rules))
+    assert len({s.key_id for s in shapes}) == 1  # equal sets: one shape
+    assert _CountedSet.compared <= 2

@@ -174,3 +174,35 @@ def test_memoized_evaluation_equals_a_fresh_one(seed: int) -> None:
 def test_claim_request_needs_exactly_one_kind() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         ClaimRequest(uid="u", namespace="n", name="c")
+
+
+class _CountedSet(frozenset[str]):
+    """An eligible set that counts how often it is compared with another."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _CountedSet.compared += 1
+        return frozenset.__eq__(self, other)
+
+    __hash__ = frozenset.__hash__
+
+
+def test_claims_with_equal_eligible_sets_compare_them_once_not_per_gpu() -> None:
+    # v1 claims carry the set of every GPU their selectors admit (thousands of uuids), equal
+    # sets in distinct objects for the claims of distinct templates or ResourceClaims. The
+    # model's memo of the ways a claim takes a GPU keyed the set itself: each lookup compared
+    # two such sets (on every GPU of every node); now the claim's shape is interned once.
+    node_states = [make_node(f"n{i}", "T4", count=2) for i in range(20)]
+    rules = _rules(*node_states)
+    views = [build_view(n, rules.cache) for n in node_states]
+    uuids = [g.uuid for v in views for g in v.gpus]
+    entries = []
+    for name in ("a", "b", "c"):
+        claim = gpu_claim(name)
+        request = pod(name, ClaimRequest(**{**claim.__dict__, "eligible": _CountedSet(uuids)}))
+        entries.append(_entry(request, *views))
+    _CountedSet.compared = 0
+    built = model.build(entries, rules)
+    assert len(built.devices) == 3
+    assert _CountedSet.compared <= 3

@@ -55,15 +55,21 @@ def test_online_with_a_per_node_time_out_is_only_feasible(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A per-node evaluation that did not prove its optimum leaves no per-pod optimality."""
+    import dataclasses
+
     real = placement.nodes.evaluate_each
+    real_one = placement.nodes.evaluate
 
     def unproven(*args: object, **kwargs: object) -> list[placement.nodes.Evaluation]:
-        import dataclasses
-
         out = real(*args, **kwargs)  # type: ignore[arg-type]
         return [dataclasses.replace(e, optimal=False) for e in out]
 
+    def unproven_one(*args: object, **kwargs: object) -> placement.nodes.Evaluation:
+        return dataclasses.replace(real_one(*args, **kwargs), optimal=False)  # type: ignore[arg-type]
+
+    # Every node's pass (`evaluate_each`) and one node per group of equal nodes (`evaluate`).
     monkeypatch.setattr(placement.nodes, "evaluate_each", unproven)
+    monkeypatch.setattr(placement.nodes, "evaluate", unproven_one)
     problem = _spread_two_and_one_t4()
     online = solve(problem, SolveParams(mode=Mode.online))
     assert online.status is Status.FEASIBLE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -31,6 +32,26 @@ def test_expansion_is_deterministic_and_uses_the_catalog() -> None:
     profiles = {m.profile: m for m in first[0].nas.spec.mig_profiles()}
     assert "3g.20gb" in profiles and "1g.5gb" in profiles
     assert [(p.start, p.size) for p in profiles["3g.20gb"].placements] == [(0, 4), (4, 4)]
+
+
+def test_a_mig_products_profiles_are_built_once_for_all_its_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 5,000 compact nodes, a third with an A100: its catalog profiles were validated into
+    # MigInfo objects for every node; now once per product, shared by the nodes' NAS.
+    calls = 0
+    real = cluster._mig_info
+
+    def counted(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(*args)
+
+    monkeypatch.setattr(cluster, "_mig_info", counted)
+    expanded = cluster.expand(_spec(count=20, gpus=[{"product": "A100-40GB", "mig": True}]))
+    per_node = len(expanded[0].nas.spec.mig_profiles())
+    assert per_node > 1 and calls == per_node
+    assert all(n.nas.spec.mig_profiles() == expanded[0].nas.spec.mig_profiles() for n in expanded)
 
 
 def test_uuid_depends_on_node_and_index() -> None:
