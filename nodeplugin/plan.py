@@ -100,23 +100,29 @@ class DevicePlan:
     @classmethod
     def from_record(cls, body: Any) -> DevicePlan:
         """The plan a checkpoint record keeps (`record()`); ValidationError when it is none."""
-        record = _Record.model_validate(body)
-        info = record.claimInfo
-        holder = record.gpu or record.mig
-        lifecycle = record.lifecycle
+        return cls.from_entry(_Record.model_validate(body))
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> DevicePlan:
+        """The plan of an entry in the NAS-entry shape (`claimInfo`, `gpu` or `mig` with their
+        devices and sharing, `share`, `optional`, `lifecycle`): a checkpoint record, or the
+        classic edge's entry (`state._classic_plan`), read by this one rule."""
+        info = entry.claimInfo
+        holder = entry.gpu or entry.mig
+        lifecycle = entry.lifecycle
         return cls(
             namespace=info.namespace,
             name=info.name,
             uid=info.uid,
-            gpus=tuple(d.uuid for d in record.gpu.devices) if record.gpu else (),
+            gpus=tuple(d.uuid for d in entry.gpu.devices) if entry.gpu else (),
             migs=tuple(
                 MigSlot(d.profile, d.parentUUID, d.placement.start, d.placement.size)
-                for d in (record.mig.devices if record.mig else [])
+                for d in (entry.mig.devices if entry.mig else [])
             ),
-            mig_claim=record.mig is not None,
+            mig_claim=entry.mig is not None,
             sharing=holder.sharing if holder is not None else None,
-            share=record.share,
-            optional=record.optional,
+            share=entry.share,
+            optional=entry.optional,
             lifecycle=None
             if lifecycle is None
             else tuple(Step(s.action, s.value) for s in lifecycle),

@@ -80,7 +80,7 @@ from drasat.nodeplugin.devicelib import (
     MigProfileInfo,
 )
 from drasat.nodeplugin.nasstore import NasError, NasStore
-from drasat.nodeplugin.plan import DevicePlan, MigSlot, Step
+from drasat.nodeplugin.plan import DevicePlan
 
 log = logging.getLogger(__name__)
 
@@ -1391,24 +1391,7 @@ def _devices_of(plan: DevicePlan) -> tuple[Any, ...]:
 def _classic_plan(allocated: AllocatedDevices) -> DevicePlan:
     """The plan of a classic claim's NAS entry or resource handle (the classic CRD model stops
     here)."""
-    info = allocated.claimInfo
-    holder = allocated.gpu or allocated.mig
-    lifecycle = allocated.lifecycle
-    return DevicePlan(
-        info.namespace,
-        info.name,
-        info.uid,
-        gpus=tuple(d.uuid for d in allocated.gpu.devices) if allocated.gpu else (),
-        migs=tuple(
-            MigSlot(d.profile, d.parentUUID, d.placement.start, d.placement.size)
-            for d in (allocated.mig.devices if allocated.mig else [])
-        ),
-        mig_claim=allocated.mig is not None,
-        sharing=holder.sharing if holder is not None else None,
-        share=allocated.share,
-        optional=allocated.optional,
-        lifecycle=None if lifecycle is None else tuple(Step(s.action, s.value) for s in lifecycle),
-    )
+    return DevicePlan.from_entry(allocated)
 
 
 def _record_prepared(record: ClaimRecord) -> PreparedDevices:
