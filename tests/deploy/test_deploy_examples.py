@@ -44,10 +44,9 @@ MODELS: dict[str, type[BaseModel]] = {
 BLOCK = re.compile(r"```console\n\$ drasat (whatif [^\n]*)\n(.*?)```", re.DOTALL)
 
 
-#: Folders of `resource.k8s.io/v1` examples (current Kubernetes): left out here because the
-#: what-if reads classic DRA only (its v1 input is a later issue) and kubernetes-validate's 1.30
-#: schemas predate v1 DRA; tests/e2e/test_e2e_slices_examples.py applies them to the real v1.37
-#: API server and scheduler instead.
+#: Folders of `resource.k8s.io/v1` examples (current Kubernetes): left out here because
+#: kubernetes-validate's 1.30 schemas predate v1 DRA; tests/e2e/test_e2e_slices_examples.py
+#: applies them to the real v1.37 API server and scheduler instead.
 V1_PREFIX = "v1-"
 
 
