@@ -1157,7 +1157,10 @@ class V1Controller:
         write per node (the nodes side by side), then our finalizer, the claims side by side.
         True when anything was written. A departure frees its devices in the cycle that sees
         it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
-        free = [c for c in leaving if not self._still_reserved(c, snapshot)]
+        if not leaving:
+            return False
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        free = [c for c in leaving if not self._still_reserved(c, pods)]
         if not free:
             return False
         uids = {str(c["metadata"].get("uid")) for c in free}
@@ -1191,12 +1194,12 @@ class V1Controller:
         )
         return bool(by_node) or any(done)
 
-    def _still_reserved(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+    def _still_reserved(self, claim: Obj, pods: Mapping[str, Obj]) -> bool:
         """Whether a pod still holds the claim. A reservation of a pod that is gone (or
         finished, or deleted before it was bound) holds nothing, as the resourceclaim controller
         decides before it clears `reservedFor`: the devices need not wait for that write. A
-        pod the cache does not know is looked up (it may be newer than the cache)."""
-        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        pod the cache does not know is looked up (it may be newer than the cache). `pods`: the
+        cycle's pods by uid, built once for all the claims leaving."""
         meta = claim["metadata"]
         for ref in (claim.get("status") or {}).get("reservedFor") or []:
             if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
