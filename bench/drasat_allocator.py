@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from drasat import loading
 from drasat.api import crds
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.api.nas import NasStatus
+from drasat.testbed.controlplane.cluster import free_port
 from drasat.whatif import v1cluster
 
 RESOURCE = ("resource.k8s.io", "v1")
@@ -141,12 +141,6 @@ def _node_states(api: Any, namespace: str, only: set[str] | None = None) -> list
     return names
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
@@ -160,7 +154,7 @@ def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
     install(api, namespace)
     nodes = _node_states(api, namespace)
     log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-")) / "controller.log"
-    port = _free_port()
+    port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",

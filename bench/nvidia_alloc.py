@@ -161,7 +161,7 @@ def start_drasat(kubeconfig: pathlib.Path, namespace: str) -> Controller:
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     drasat_allocator.install(api, namespace)
     log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-nv-")) / "controller.log"
-    port = drasat_allocator._free_port()
+    port = drasat_allocator.free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",

@@ -98,3 +98,63 @@ def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
         for child in (recorded, bystander):
             child.kill()
             child.wait()
+
+
+def test_listening_ports_are_drawn_below_the_range_outgoing_connections_use() -> None:
+    # The kernel's own pick (port 0) lies in the ephemeral range, where a busy machine's outgoing
+    # connection can take it before the component binds (CI: etcd "address already in use").
+    low = cluster._ephemeral_low()
+    ports = {cluster.free_port() for _ in range(20)}
+    assert all(cluster._LISTEN_PORTS[0] <= port < low for port in ports)
+    assert len(ports) > 1  # drawn at random, not one fixed port every caller shares
+
+
+def test_a_port_in_use_is_never_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", cluster.free_port()))
+        held.listen()
+        taken = held.getsockname()[1]
+        draws = iter([taken - cluster._LISTEN_PORTS[0]] * 3 + [0] * 64)
+        monkeypatch.setattr(cluster.secrets, "randbelow", lambda _n: next(draws))
+        assert cluster.free_port() != taken
+
+
+def test_a_start_whose_port_was_taken_is_tried_again_on_other_ports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    taken = cluster.ClusterError("etcd exited ...\nbind: address already in use")
+    outcomes: list[object] = [taken, taken, "started"]
+
+    def start_once(**_options: object) -> object:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(cluster.Cluster, "_start_once", staticmethod(start_once))
+    said: list[str] = []
+    assert cluster.Cluster.start(directory=tmp_path, progress=said.append) == "started"
+    assert said == ["a port was taken meanwhile: starting again on other ports"] * 2
+
+
+def test_a_start_gives_up_after_its_attempts_and_other_errors_are_not_retried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[int] = []
+
+    def start_once(**_options: object) -> object:
+        calls.append(1)
+        raise cluster.ClusterError(message)
+
+    monkeypatch.setattr(cluster.Cluster, "_start_once", staticmethod(start_once))
+    message = "etcd exited\nbind: address already in use"
+    with pytest.raises(cluster.ClusterError, match="address already in use"):
+        cluster.Cluster.start(directory=tmp_path)
+    assert len(calls) == cluster._START_ATTEMPTS
+    calls.clear()
+    message = "timed out waiting for kube-apiserver"
+    with pytest.raises(cluster.ClusterError, match="timed out"):
+        cluster.Cluster.start(directory=tmp_path)
+    assert len(calls) == 1

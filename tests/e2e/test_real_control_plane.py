@@ -134,3 +134,29 @@ def test_real_scheduler_allocates_a_template_claim_from_drasats_slice_and_binds_
         "device": "gpu-0",
     }
     assert [r["name"] for r in claim["status"]["reservedFor"]] == ["p"]
+
+
+def test_etcd_finding_its_port_taken_starts_again_on_other_ports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # What CI once saw: another process held the port drawn for etcd. The real etcd's own words
+    # ("bind: address already in use") make the start try again, on freshly drawn ports.
+    import socket
+
+    draw = cluster.free_port
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", draw()))
+        holder.listen()
+        held = holder.getsockname()[1]
+        draws = iter([held])
+        monkeypatch.setattr(cluster, "free_port", lambda: next(draws, None) or draw())
+        said: list[str] = []
+        started = cluster.Cluster.start(
+            directory=tmp_path / "cluster", progress=said.append, die_with_parent=True
+        )
+        try:
+            assert "a port was taken meanwhile: starting again on other ports" in said
+            assert held not in started.ports.values()
+            assert started.running()
+        finally:
+            started.stop()

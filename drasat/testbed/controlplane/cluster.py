@@ -83,6 +83,8 @@ STATE_FILE = "cluster.json"
 #: The components this process started, by pid: kept so that their exit can be reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 ADMIN_USER = "drasat-admin"
+#: Starts tried when a component finds its port taken (each on freshly drawn ports).
+_START_ATTEMPTS = 3
 
 
 class ClusterError(RuntimeError):
@@ -94,11 +96,34 @@ def default_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"drasat-kube-{os.getuid()}"
 
 
+#: Where listening ports are drawn from: below the kernel's ephemeral range
+#: (net.ipv4.ip_local_port_range, 32768-60999 by default), since the kernel's own pick (bind to
+#: port 0) lies inside it, and on a busy machine an outgoing connection can take that port
+#: between the probe and the component's bind (CI saw etcd fail so: "bind: address already in
+#: use").
+_LISTEN_PORTS = (10000, 32767)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port nothing listens on now, outside the range outgoing connections use
+    (the kernel's pick where that range leaves no room below it)."""
+    low, high = _LISTEN_PORTS[0], min(_LISTEN_PORTS[1], _ephemeral_low() - 1)
+    candidates = [secrets.randbelow(high - low + 1) + low for _ in range(64)] if high > low else []
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise ClusterError("no free loopback port")
 
 
 def _start_time(pid: int) -> str | None:
@@ -180,6 +205,33 @@ class Cluster:
         (a test run killed with SIGKILL leaves nothing behind); `scripts/kube-cluster up` leaves
         it off, since its components must outlive it.
         """
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                return cls._start_once(
+                    directory=directory,
+                    bin_dir=bin_dir,
+                    timeout=timeout,
+                    progress=progress,
+                    die_with_parent=die_with_parent,
+                    root_ca_publisher=root_ca_publisher,
+                )
+            except ClusterError as error:
+                if "address already in use" not in str(error) or attempt + 1 == _START_ATTEMPTS:
+                    raise
+                progress("a port was taken meanwhile: starting again on other ports")
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(
+        cls,
+        *,
+        directory: Path,
+        bin_dir: Path | None,
+        timeout: float,
+        progress: Callable[[str], None],
+        die_with_parent: bool,
+        root_ca_publisher: bool,
+    ) -> Cluster:
         folder = binaries.locate(bin_dir)
         if (directory / STATE_FILE).exists():
             if cls.load(directory).running():
