@@ -70,3 +70,19 @@ def test_every_daemon_flag_reads_its_variable(
         monkeypatch.setenv(variable, value)
         assert getattr(_subparser(command).parse_args([]), action.dest) == want, name
         monkeypatch.delenv(variable)
+
+
+@pytest.mark.parametrize("command", ["controller", "nodeplugin"])
+def test_every_daemon_flag_stands_in_a_titled_group_of_the_help(command: str) -> None:
+    # `--help` of a daemon with thirty flags reads by topic (API, policy, leader election, ...);
+    # a flag added outside the groups would land in argparse's untitled "options" list.
+    parser = _subparser(command)
+    for group in parser._action_groups:
+        flags = [a.option_strings[0] for a in group._group_actions if a.option_strings]
+        if group.title in ("options", "optional arguments", "positional arguments"):
+            assert flags in ([], ["-h"]), (group.title, flags)
+        else:
+            assert flags, f"empty group {group.title!r}"
+    titles = [g.title for g in parser._action_groups]
+    assert "Kubernetes API" in titles
+    assert ("leader election" in titles) == (command == "controller")

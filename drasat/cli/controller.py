@@ -1,4 +1,5 @@
-"""`drasat controller`: the central classic-DRA controller (resource.k8s.io/v1alpha2).
+"""`drasat controller`: the central controller, on current Kubernetes (resource.k8s.io/v1) or
+classic DRA (v1alpha2). Its flags come in groups, one function each, as `--help` shows them.
 
 Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NAMESPACE); flags win.
 """
@@ -26,30 +27,53 @@ def register(subparsers: Any) -> None:
         "pods in batches that kube-scheduler then binds; on classic DRA through "
         "PodSchedulingContexts.",
     )
+    _api_flags(p.add_argument_group("Kubernetes API"))
+    _serving_flags(p.add_argument_group("metrics and logs"))
+    _policy_flags(p.add_argument_group("allocation policy"))
+    _leader_flags(p.add_argument_group("leader election"))
+    _allocation_flags(p.add_argument_group("allocation (current Kubernetes, resource.k8s.io/v1)"))
+    _webhook_flags(p.add_argument_group("admission webhook (v1)"))
+    _classic_flags(p.add_argument_group("classic DRA (legacy, resource.k8s.io/v1alpha2)"))
+    p.set_defaults(func=run)
+
+
+def _api_flags(g: Any) -> None:
     flag(
-        p,
+        g,
         "--kubeconfig",
         None,
         "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
         fallback="KUBECONFIG",
     )
     flag(
-        p,
+        g,
         "--namespace",
         "drasat",
         "driver namespace: NodeAllocationStates, Lease, policy",
         fallback="POD_NAMESPACE",
     )
-    flag(p, "--workers", 2, "concurrent reconcile workers (default 2)", type=int)
-    flag(p, "--kube-api-qps", 50, "API requests per second (0: unlimited; default 50)", type=float)
-    flag(p, "--kube-api-burst", 100, "API request burst (default 100)", type=int)
+    flag(g, "--kube-api-qps", 50, "API requests per second (0: unlimited; default 50)", type=float)
+    flag(g, "--kube-api-burst", 100, "API request burst (default 100)", type=int)
+
+
+def _serving_flags(g: Any) -> None:
     flag(
-        p,
+        g,
         "--metrics-address",
         ":8080",
         "host:port of /metrics, /healthz, /readyz ('' to disable; default :8080)",
     )
-    source = p.add_mutually_exclusive_group()
+    flag(
+        g,
+        "--log-format",
+        "text",
+        "text, or json: one JSON object a line with claim/node fields",
+        choices=["text", "json"],
+    )
+
+
+def _policy_flags(g: Any) -> None:
+    source = g.add_mutually_exclusive_group()
     flag(source, "--policy-file", None, "AllocationPolicy YAML file, reloaded when it changes")
     flag(
         source,
@@ -58,43 +82,35 @@ def register(subparsers: Any) -> None:
         "ConfigMap (in --namespace) holding the AllocationPolicy",
     )
     flag(
-        p, "--policy-key", "policy.yaml", "key of the policy in the ConfigMap (default policy.yaml)"
+        g, "--policy-key", "policy.yaml", "key of the policy in the ConfigMap (default policy.yaml)"
     )
+
+
+def _leader_flags(g: Any) -> None:
     flag(
-        p,
+        g,
         "--leader-elect",
         False,
         "elect a leader with a coordination.k8s.io Lease (run several replicas)",
         action="store_true",
     )
     flag(
-        p, "--leader-election-lease", "drasat-controller", "Lease name (default drasat-controller)"
+        g, "--leader-election-lease", "drasat-controller", "Lease name (default drasat-controller)"
     )
     flag(
-        p,
+        g,
         "--leader-election-identity",
         "",
         "this replica's identity (default $POD_NAME, else hostname-random)",
     )
-    flag(p, "--lease-duration", 15.0, "seconds (default 15)", type=float)
-    flag(p, "--renew-deadline", 10.0, "seconds (default 10)", type=float)
-    flag(p, "--retry-period", 2.0, "seconds (default 2)", type=float)
+    flag(g, "--lease-duration", 15.0, "seconds (default 15)", type=float)
+    flag(g, "--renew-deadline", 10.0, "seconds (default 10)", type=float)
+    flag(g, "--retry-period", 2.0, "seconds (default 2)", type=float)
+
+
+def _allocation_flags(g: Any) -> None:
     flag(
-        p,
-        "--resync-period",
-        30.0,
-        "seconds between full NAS/claim consistency passes (default 30)",
-        type=float,
-    )
-    flag(
-        p,
-        "--hold-ttl",
-        30.0,
-        "seconds a tentative device choice is held for a negotiating pod",
-        type=float,
-    )
-    flag(
-        p,
+        g,
         "--dra-api",
         "auto",
         "which DRA to serve: v1 (resource.k8s.io/v1, Kubernetes 1.34+: drasat allocates, "
@@ -103,78 +119,91 @@ def register(subparsers: Any) -> None:
         choices=["auto", "v1", "classic"],
     )
     flag(
-        p,
-        "--device-taint",
-        True,
-        "v1: keep a DeviceTaintRule that taints every gpu.drasat.io device NoSchedule, so "
-        "kube-scheduler's own allocator leaves them to drasat (default on)",
-        action=argparse.BooleanOptionalAction,
-    )
-    flag(
-        p,
-        "--batch-window",
-        0.05,
-        "v1: seconds a cycle waits to gather pods that arrive together, counted from the first "
-        "event since the last cycle began (default 0.05)",
-        type=float,
-    )
-    flag(
-        p,
-        "--batch-max",
-        64,
-        "v1: most pods placed together in one solver call (default 64)",
-        type=int,
-    )
-    flag(
-        p,
-        "--cycle-mode",
-        "online",
-        "v1: place a cycle's pods one by one (online, each proven best given those before "
-        "it) or in one batch model (slower; see docs/PERFORMANCE.md) (default online)",
-        choices=["online", "batch"],
-    )
-    flag(
-        p,
-        "--cycle-time-limit",
-        1.0,
-        "v1: seconds one cycle's batch solve may take; it is warm-started from placing the "
-        "pods one by one, so stopping early never places fewer (default 1)",
-        type=float,
-    )
-    flag(
-        p,
-        "--log-format",
-        "text",
-        "text, or json: one JSON object a line with claim/node fields",
-        choices=["text", "json"],
-    )
-    flag(
-        p,
-        "--webhook-address",
-        "",
-        "v1: host:port of the admission webhook that gives pods of drasat's its scheduling gate "
-        "(HTTPS; '' for none, the default)",
-    )
-    flag(
-        p, "--webhook-cert-file", "", "the webhook's TLS certificate (PEM), re-read when it changes"
-    )
-    flag(p, "--webhook-key-file", "", "the webhook's TLS key (PEM)")
-    flag(
-        p,
+        g,
         "--driver",
         "gpu.drasat.io",
-        "v1: allocate the claims of this driver's DeviceClasses: gpu.drasat.io (drasat's own), "
+        "allocate the claims of this driver's DeviceClasses: gpu.drasat.io (drasat's own), "
         "gpu.nvidia.com (NVIDIA's DRA driver, whose node plugin then prepares what drasat "
         "allocated), or both as a comma-separated list (default gpu.drasat.io)",
     )
     flag(
-        p,
+        g,
+        "--device-taint",
+        True,
+        "keep a DeviceTaintRule that taints every gpu.drasat.io device NoSchedule, so "
+        "kube-scheduler's own allocator leaves them to drasat (default on)",
+        action=argparse.BooleanOptionalAction,
+    )
+    flag(
+        g,
+        "--batch-window",
+        0.05,
+        "seconds a cycle waits to gather pods that arrive together, counted from the first "
+        "event since the last cycle began (default 0.05)",
+        type=float,
+    )
+    flag(
+        g,
+        "--batch-max",
+        64,
+        "most pods placed together in one solver call (default 64)",
+        type=int,
+    )
+    flag(
+        g,
+        "--cycle-mode",
+        "online",
+        "place a cycle's pods one by one (online, each proven best given those before "
+        "it) or in one batch model (slower; see docs/PERFORMANCE.md) (default online)",
+        choices=["online", "batch"],
+    )
+    flag(
+        g,
+        "--cycle-time-limit",
+        1.0,
+        "seconds one cycle's batch solve may take; it is warm-started from placing the "
+        "pods one by one, so stopping early never places fewer (default 1)",
+        type=float,
+    )
+    flag(
+        g,
+        "--resync-period",
+        30.0,
+        "seconds between full NAS/claim consistency passes (default 30)",
+        type=float,
+    )
+
+
+def _webhook_flags(g: Any) -> None:
+    flag(
+        g,
+        "--webhook-address",
+        "",
+        "host:port of the admission webhook that gives pods of drasat's its scheduling gate "
+        "(HTTPS; '' for none, the default)",
+    )
+    flag(
+        g, "--webhook-cert-file", "", "the webhook's TLS certificate (PEM), re-read when it changes"
+    )
+    flag(g, "--webhook-key-file", "", "the webhook's TLS key (PEM)")
+    flag(
+        g,
         "--webhook-extended-resources",
         False,
         "the webhook also turns containers' nvidia.com/gpu into claims of gpu.drasat.io",
         action="store_true",
     )
-    p.set_defaults(func=run)  # fmt: skip
+
+
+def _classic_flags(g: Any) -> None:
+    flag(g, "--workers", 2, "concurrent reconcile workers (default 2)", type=int)
+    flag(
+        g,
+        "--hold-ttl",
+        30.0,
+        "seconds a tentative device choice is held for a negotiating pod",
+        type=float,
+    )
 
 
 def options(args: argparse.Namespace) -> app.Options:

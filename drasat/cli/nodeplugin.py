@@ -22,57 +22,76 @@ def register(subparsers: Any) -> None:
         description="Publish this node's GPUs in its NodeAllocationState and prepare the claims "
         "the controller allocated here when the kubelet asks (MIG, sharing, CDI).",
     )
-    add = p.add_argument
-    flag(p, "--node-name", "", "this node's name (default: $NODE_NAME)", fallback="NODE_NAME")
+    _api_flags(p.add_argument_group("Kubernetes API"))
+    _kubelet_flags(p.add_argument_group("kubelet and ResourceSlices"))
+    _cdi_flags(p.add_argument_group("CDI and the driver's files"))
+    _state_flags(p.add_argument_group("state and cleanup"))
+    _testing_flags(p.add_argument_group("testing"))
+    p.set_defaults(func=run)
+
+
+def _api_flags(g: Any) -> None:
+    flag(g, "--node-name", "", "this node's name (default: $NODE_NAME)", fallback="NODE_NAME")
     flag(
-        p,
+        g,
         "--namespace",
         "drasat",
         "driver namespace of the NodeAllocationState (default drasat)",
         fallback="POD_NAMESPACE",
     )
-    flag(p, "--cdi-root", "/var/run/cdi", "directory of CDI spec files (default /var/run/cdi)")
     flag(
-        p,
+        g,
+        "--kubeconfig",
+        None,
+        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
+        fallback="KUBECONFIG",
+    )
+
+
+def _kubelet_flags(g: Any) -> None:
+    flag(
+        g,
         "--kubelet-plugin-dir",
         "/var/lib/kubelet/plugins",
         "kubelet plugins directory; the DRA socket is <dir>/gpu.drasat.io/dra.sock",
     )
     flag(
-        p,
+        g,
         "--kubelet-registry-dir",
         "/var/lib/kubelet/plugins_registry",
         "kubelet plugin registry directory (default /var/lib/kubelet/plugins_registry)",
     )
     flag(
-        p,
-        "--driver-root",
-        "",
-        "where the NVIDIA driver is installed on the host: its libraries, binaries and "
-        "firmware go into the CDI specs under this hostPath (default /; with --simulate-gpus: "
-        "none, the specs carry device nodes and environment only)",
+        g,
+        "--kubelet-api",
+        "classic",
+        "versions to register: classic (v1alpha3.Node, kubelets <= 1.31), structured "
+        "(v1/v1beta1 DRAPlugin) or both (default classic)",
+        choices=[a.value for a in registration.KubeletApi],
     )
     flag(
-        p,
-        "--dev-root",
-        "",
-        "host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the driver root)",
+        g,
+        "--resourceslices",
+        False,
+        "publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
+        "to allocate from; needs --kubelet-api structured|both and API access",
+        action="store_true",
     )
     flag(
-        p,
-        "--container-driver-root",
-        "",
-        "where this process reads the driver root, e.g. /driver-root in the Helm chart's "
-        "pod (default: the driver root's host path)",
+        g,
+        "--shares",
+        True,
+        "publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
+        "memory, compute %%; a claim without capacity.requests still gets the whole GPU); "
+        "default on, --no-shares: whole GPUs only",
+        action=argparse.BooleanOptionalAction,
     )
+
+
+def _cdi_flags(g: Any) -> None:
+    flag(g, "--cdi-root", "/var/run/cdi", "directory of CDI spec files (default /var/run/cdi)")
     flag(
-        p,
-        "--container-dev-root",
-        "",
-        "where this process reads the dev root's dev/ nodes (default: the dev root)",
-    )
-    flag(
-        p,
+        g,
         "--cdi-mode",
         "drasat",
         "drasat: claim specs carry the driver's files and hooks (default); toolkit: the "
@@ -81,12 +100,12 @@ def register(subparsers: Any) -> None:
         choices=[m.value for m in cdi.CdiMode],
     )
     flag(
-        p,
+        g,
         "--cdi-hook-path",
         cdi.HOOK_PATH,
         f"the host's nvidia-cdi-hook for the specs' hooks (default {cdi.HOOK_PATH}; '': no hooks)",
     )
-    add(
+    g.add_argument(
         "--toolkit-spec-dir",
         action="append",
         default=None,
@@ -94,28 +113,43 @@ def register(subparsers: Any) -> None:
         "$DRASAT_TOOLKIT_SPEC_DIR, colon-separated, else /etc/cdi and /var/run/cdi)",
     )
     flag(
-        p,
+        g,
+        "--driver-root",
+        "",
+        "where the NVIDIA driver is installed on the host: its libraries, binaries and "
+        "firmware go into the CDI specs under this hostPath (default /; with --simulate-gpus: "
+        "none, the specs carry device nodes and environment only)",
+    )
+    flag(
+        g,
+        "--dev-root",
+        "",
+        "host directory holding the GPUs' dev/ nodes, for CDI hostPath (default: the driver root)",
+    )
+    flag(
+        g,
+        "--container-driver-root",
+        "",
+        "where this process reads the driver root, e.g. /driver-root in the Helm chart's "
+        "pod (default: the driver root's host path)",
+    )
+    flag(
+        g,
+        "--container-dev-root",
+        "",
+        "where this process reads the dev root's dev/ nodes (default: the dev root)",
+    )
+
+
+def _state_flags(g: Any) -> None:
+    flag(
+        g,
         "--state-dir",
         "/var/lib/drasat",
         "checkpoint and MPS directories (default /var/lib/drasat)",
     )
     flag(
-        p,
-        "--kubeconfig",
-        None,
-        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-        fallback="KUBECONFIG",
-    )
-    flag(
-        p,
-        "--kubelet-api",
-        "classic",
-        "versions to register: classic (v1alpha3.Node, kubelets <= 1.31), structured "
-        "(v1/v1beta1 DRAPlugin) or both (default classic)",
-        choices=[a.value for a in registration.KubeletApi],
-    )
-    flag(
-        p,
+        g,
         "--orphan-mig",
         "report",
         "MIG devices no prepared claim owns, found at start: report them (default; a log "
@@ -125,50 +159,35 @@ def register(subparsers: Any) -> None:
         choices=[*(o.value for o in state.OrphanPolicy), "destroy"],
     )
     flag(
-        p,
+        g,
         "--gc-interval",
         60,
         "seconds between unpreparing claims no longer allocated here (0: off; default 60)",
         type=float,
     )
     flag(
-        p,
-        "--simulate-gpus",
-        "",
-        "use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
-    )
-    flag(
-        p,
-        "--resourceslices",
-        False,
-        "publish this node's ResourceSlices (resource.k8s.io/v1) for the kube-scheduler "
-        "to allocate from; needs --kubelet-api structured|both and API access",
-        action="store_true",
-    )
-    flag(
-        p,
-        "--shares",
-        True,
-        "publish non-MIG GPUs in the ResourceSlices as shareable (consumable capacity: "
-        "memory, compute %%; a claim without capacity.requests still gets the whole GPU); "
-        "default on, --no-shares: whole GPUs only",
-        action=argparse.BooleanOptionalAction,
-    )
-    flag(
-        p,
+        g,
         "--metrics-address",
         "",
         "serve Prometheus /metrics (and /healthz) on host:port, e.g. :8081 (default: off): "
         "checkpoint entries kept unreadable, lost GPUs",
     )
+
+
+def _testing_flags(g: Any) -> None:
     flag(
-        p,
+        g,
+        "--simulate-gpus",
+        "",
+        "use a simulated GPU fleet instead of NVML, e.g. '2xA100-40GB,mig=1' (testing)",
+    )
+    flag(
+        g,
         "--in-memory-nas",
         False,
         "keep the NodeAllocationState in memory, no API server (testing)",
         action="store_true",
     )
-    p.set_defaults(func=run)
 
 
 def simulator() -> app.Simulator | None:
