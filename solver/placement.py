@@ -446,76 +446,20 @@ def _batch(
     #: What one pod's online decision cost: explaining a pod after the solve costs about three.
     decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))
     state = _State.initial(problem, views, cache)
-    order = {name: i for i, name in enumerate(views)}
-    entries: list[PodEntry] = []
-    inputs: dict[str, _PodInput] = {}
-    warm_node = {p.pod: p.node for p in warm.placements}
-    keep = max(_MIN_NODES_PER_POD, _BATCH_NODE_BUDGET // max(1, len(problem.pods)))
-    feasibility: dict[str, dict[str, str | None]] = {}
-    #: Some pod kept only its best `keep` of the nodes it fits on: CP-SAT's proof and bound are
-    #: then of that reduced model, not of the problem.
-    pruned = False
-    ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
     in_gang = gangs.of_pod(problem.gangs)
-    for pod in problem.pods:
-        pod_input = _pod_input(pod, state)
-        inputs[pod.key] = pod_input
-        candidates, _ = _candidates(pod_input, state)
-        if params.node_feasibility:
-            # Batch: each node as the pod alone would find it, before this solve's placements.
-            feasibility[pod.key] = {}
-            shape = nodes.shape(
-                PodEntry(pod, pod_input.priority, pod_input.claims, ()), state.rules
-            )
-            _scan(shape, candidates, state, online_budget, feasibility[pod.key])
-        fitting, dropped = _fitting_nodes(
-            pod_input,
-            candidates,
-            state,
-            online_budget,
-            len(candidates) if pod.key in in_gang else keep,  # a gang needs all its domains
-            warm_node.get(pod.key),
-            order,
-            ranking,
-        )
-        pruned = pruned or dropped
-        entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
+    entries, inputs, feasibility, pruned = _batch_entries(
+        problem, views, params, state, online_budget, in_gang, warm.placements
+    )
     built = model.build(entries, state.rules)
     gangs.constrain(
         built.model, built.placed, built.at, built.secondary, problem.gangs, problem.nodes
     )
     hint = _hint(built, warm.placements)
-    # The time limit covers the whole batch solve: CP-SAT gets what building left of it.
-    budget = _budget(problem, params, online=False)
-    left = max(0.1 * budget.time_limit_s, budget.time_limit_s - (time.perf_counter() - started))
-    if params.deadline is not None:
-        # The caller's whole run ends at the deadline: CP-SAT stops early enough for the
-        # explanations (about three decisions for each pod the warm start left out) and the
-        # caller's own work after the solve (a tenth of what is left).
-        remaining = params.deadline - time.monotonic()
-        explaining = 3 * decision_s * len(warm.unplaced) if params.explain else 0.0
-        left = min(left, max(_MIN_SEARCH_S, 0.9 * remaining - explaining))
-    result = solving.solve(built, dataclasses.replace(budget, time_limit_s=left), hint)
-    warm_primary = _primary_of(built, warm.placements)
-    if not result.has_solution or result.primary < warm_primary:
-        chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm.placements}
-        # Objective, bound and gap on the primary level: CP-SAT's own bound is of the combined
-        # objective (primary x scale - secondary), which the online solution is not scored on.
-        primary_bound = max(warm_primary, _primary_max(built, None if pruned else result))
-        status, objective = Status.FEASIBLE, float(warm_primary)
-        bound: float | None = float(primary_bound)
-        gap: float | None = (primary_bound - warm_primary) / max(1.0, float(warm_primary))
-    elif pruned:
-        chosen = extract.placements(built, result, entries)
-        status, objective, bound, gap = Status.FEASIBLE, result.objective, None, None
-    else:
-        chosen = extract.placements(built, result, entries)
-        status, objective, bound, gap = (
-            result.status,
-            result.objective,
-            result.best_bound,
-            result.gap,
-        )
+    search = _search_budget(problem, params, started, decision_s * len(warm.unplaced))
+    result = solving.solve(built, search, hint)
+    chosen, (status, objective, bound, gap) = _batch_outcome(
+        built, result, entries, warm.placements, pruned
+    )
     placements = []
     for pod in problem.pods:
         if pod.key not in chosen:
@@ -546,6 +490,106 @@ def _batch(
         wall_time_s=time.perf_counter() - started,
         node_feasibility=feasibility,
     )
+
+
+def _batch_entries(
+    problem: Problem,
+    views: dict[str, NodeView],
+    params: SolveParams,
+    state: _State,
+    online_budget: solving.Budget,
+    in_gang: dict[str, Gang],
+    warm_placements: Sequence[PodPlacement],
+) -> tuple[list[PodEntry], dict[str, _PodInput], dict[str, dict[str, str | None]], bool]:
+    """The batch model's pods, each with the nodes it may take (its best `keep`, the warm
+    start's node always among them), their inputs, each node's feasibility as the pod alone
+    would find it (when asked), and whether some pod lost nodes to that cut."""
+    order = {name: i for i, name in enumerate(views)}
+    entries: list[PodEntry] = []
+    inputs: dict[str, _PodInput] = {}
+    warm_node = {p.pod: p.node for p in warm_placements}
+    keep = max(_MIN_NODES_PER_POD, _BATCH_NODE_BUDGET // max(1, len(problem.pods)))
+    feasibility: dict[str, dict[str, str | None]] = {}
+    #: Some pod kept only its best `keep` of the nodes it fits on: CP-SAT's proof and bound are
+    #: then of that reduced model, not of the problem.
+    pruned = False
+    ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
+    for pod in problem.pods:
+        pod_input = _pod_input(pod, state)
+        inputs[pod.key] = pod_input
+        candidates, _ = _candidates(pod_input, state)
+        if params.node_feasibility:
+            # Batch: each node as the pod alone would find it, before this solve's placements.
+            feasibility[pod.key] = {}
+            shape = nodes.shape(
+                PodEntry(pod, pod_input.priority, pod_input.claims, ()), state.rules
+            )
+            _scan(shape, candidates, state, online_budget, feasibility[pod.key])
+        fitting, dropped = _fitting_nodes(
+            pod_input,
+            candidates,
+            state,
+            online_budget,
+            len(candidates) if pod.key in in_gang else keep,  # a gang needs all its domains
+            warm_node.get(pod.key),
+            order,
+            ranking,
+        )
+        pruned = pruned or dropped
+        entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
+    return entries, inputs, feasibility, pruned
+
+
+def _search_budget(
+    problem: Problem, params: SolveParams, started: float, explaining_warm_s: float
+) -> solving.Budget:
+    """CP-SAT's share of the batch's time limit: what building left of it, and, under the
+    caller's deadline, early enough for the explanations and the caller's own work after."""
+    budget = _budget(problem, params, online=False)
+    left = max(0.1 * budget.time_limit_s, budget.time_limit_s - (time.perf_counter() - started))
+    if params.deadline is not None:
+        # The caller's whole run ends at the deadline: CP-SAT stops early enough for the
+        # explanations (about three decisions for each pod the warm start left out) and the
+        # caller's own work after the solve (a tenth of what is left).
+        remaining = params.deadline - time.monotonic()
+        explaining = 3 * explaining_warm_s if params.explain else 0.0
+        left = min(left, max(_MIN_SEARCH_S, 0.9 * remaining - explaining))
+    return dataclasses.replace(budget, time_limit_s=left)
+
+
+def _batch_outcome(
+    built: model.Built,
+    result: solving.Result,
+    entries: list[PodEntry],
+    warm_placements: Sequence[PodPlacement],
+    pruned: bool,
+) -> tuple[
+    dict[str, tuple[str, dict[str, list[Chosen]]]],
+    tuple[Status, float, float | None, float | None],
+]:
+    """Each placed pod's node and devices, and the status, objective, bound and gap to report:
+    CP-SAT's solution, or the warm start where CP-SAT found none better."""
+    warm_primary = _primary_of(built, warm_placements)
+    if not result.has_solution or result.primary < warm_primary:
+        chosen = {p.pod: (p.node, _chosen_of(p)) for p in warm_placements}
+        # Objective, bound and gap on the primary level: CP-SAT's own bound is of the combined
+        # objective (primary x scale - secondary), which the online solution is not scored on.
+        primary_bound = max(warm_primary, _primary_max(built, None if pruned else result))
+        status, objective = Status.FEASIBLE, float(warm_primary)
+        bound: float | None = float(primary_bound)
+        gap: float | None = (primary_bound - warm_primary) / max(1.0, float(warm_primary))
+    elif pruned:
+        chosen = extract.placements(built, result, entries)
+        status, objective, bound, gap = Status.FEASIBLE, result.objective, None, None
+    else:
+        chosen = extract.placements(built, result, entries)
+        status, objective, bound, gap = (
+            result.status,
+            result.objective,
+            result.best_bound,
+            result.gap,
+        )
+    return chosen, (status, objective, bound, gap)
 
 
 def _primary_max(built: model.Built, result: solving.Result | None) -> int:
