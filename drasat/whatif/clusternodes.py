@@ -194,7 +194,10 @@ def _validate(model: type[M], document: loading.Document, where: str) -> M:
 
 
 def _check_unique(found: list[tuple[str, NodeAllocationState]]) -> None:
+    """Each node described once, each GPU uuid on one node (a cluster cannot hold one GPU
+    twice: the solver would refuse every pod with an internal error instead)."""
     seen: dict[str, str] = {}
+    gpus: dict[str, str] = {}
     for where, nas in found:
         name = nas.metadata.name
         if not name:
@@ -202,6 +205,16 @@ def _check_unique(found: list[tuple[str, NodeAllocationState]]) -> None:
         if name in seen:
             raise InputError(f"node {name!r} is also described at {seen[name]}", where=where)
         seen[name] = where
+        for number, device in enumerate(nas.spec.allocatableDevices):
+            if device.gpu is None:
+                continue
+            other = gpus.setdefault(device.gpu.uuid, name)
+            if other != name:
+                raise InputError(
+                    f"spec.allocatableDevices[{number}].gpu.uuid: {device.gpu.uuid} is also a GPU "
+                    f"of node {other!r} ({seen[other]})",
+                    where=where,
+                )
 
 
 def _state(

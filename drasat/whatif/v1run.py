@@ -275,6 +275,11 @@ def run_v1(
         log.debug("allocation failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"
         outcome = Outcome(refused={p.key: (error,) for p in pods})
+    if error is None and outcome.failed:
+        # A solve that raised for some pods (the rest were placed): drasat's fault, not the
+        # pods' request, so the run fails (exit 1) as a whole-run failure does.
+        first = next(iter(outcome.failed.values()))
+        error = f"solver failed for {len(outcome.failed)} pod(s), first: {first}"
     for key, reasons in blocked.items():
         outcome.refused[key] = ("no node admits the pod: " + "; ".join(reasons),)
     for key, why in held.items():

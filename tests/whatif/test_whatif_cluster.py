@@ -168,6 +168,18 @@ def test_compact_and_nas_mix_and_a_node_adds_to_its_nas() -> None:
             "c.yaml: document 2: Cluster b: node 'x' is also described at c.yaml: document 1",
         ),
         ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", "c.yaml: no nodes"),
+        (
+            # One GPU on two nodes (a NAS copied to another node's name): bad input, exit 2,
+            # not every pod refused with the solver's internal error.
+            "".join(
+                "apiVersion: nas.gpu.drasat.io/v1alpha1\nkind: NodeAllocationState\n"
+                f"metadata: {{name: {node}}}\nspec: {{allocatableDevices: [{{gpu: "
+                f"{{index: 0, uuid: GPU-{uuid}, productName: Tesla T4, memoryBytes: 1}}}}]}}\n---\n"
+                for node, uuid in (("a", "1"), ("b", "2"), ("c", "1"))
+            ),
+            "c.yaml: document 3: NodeAllocationState c: spec.allocatableDevices[0].gpu.uuid: "
+            "GPU-1 is also a GPU of node 'a' (c.yaml: document 1: NodeAllocationState a)",
+        ),
     ],
 )
 def test_bad_cluster_files(text: str, message: str) -> None:

@@ -308,10 +308,15 @@ def test_a_failing_solver_is_reported_not_raised(
     assert result.err == "error: solver failed: RuntimeError: boom\n"
     assert "pods: 0 placed, 6 unplaced" in result.out
     assert "not placed: solver failed: RuntimeError: boom" in result.out
-    # The v1 default: each pod the solver held is refused with the error.
+    # The v1 default: each pod the solver held is refused with the error, and the run fails
+    # (drasat's fault, not the pods': exit 1 as documented, not 0).
     result = run_cli()
     assert "pods: 0 placed, 6 unplaced" in result.out
     assert "not placed: internal error solving: RuntimeError: boom" in result.out
+    assert result.code == 1
+    assert result.err == (
+        "error: solver failed for 6 pod(s), first: internal error solving: RuntimeError: boom\n"
+    )
 
 
 PAIRED = """
