@@ -191,10 +191,8 @@ class Scheduler(PodScheduler):
             if e.template_name is not None
         ]
         if wanted and (pod.get("status") or {}).get("resourceClaimStatuses") != wanted:
-            meta = pod["metadata"]
-            url = kubeclient.path(
-                "", "v1", "pods", namespace=meta["namespace"], name=meta["name"], subresource="status"
-            )
+            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            url = kubeclient.path("", "v1", "pods", namespace=ns, name=name, subresource="status")
             self._client.merge_patch(url, {"status": {"resourceClaimStatuses": wanted}})
 
     @staticmethod
