@@ -70,3 +70,24 @@ def test_every_daemon_flag_reads_its_variable(
         monkeypatch.setenv(variable, value)
         assert getattr(_subparser(command).parse_args([]), action.dest) == want, name
         monkeypatch.delenv(variable)
+
+
+@pytest.mark.parametrize(
+    "argv", [["controller"], ["nodeplugin"], ["explain", "some-pod"], ["whatif"]]
+)
+def test_every_kubeconfig_flag_reads_the_same_variables(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """One `--kubeconfig` (drasat.cli.envflags.kubeconfig_flag) for every subcommand that talks
+    to a cluster: $DRASAT_KUBECONFIG, else $KUBECONFIG as kubectl reads it, else none."""
+
+    def kubeconfig() -> object:
+        return _subparser(argv[0]).parse_args(argv[1:]).kubeconfig
+
+    monkeypatch.delenv("DRASAT_KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert kubeconfig() is None
+    monkeypatch.setenv("KUBECONFIG", "from-kubectl")
+    assert kubeconfig() == "from-kubectl"
+    monkeypatch.setenv("DRASAT_KUBECONFIG", "from-drasat")
+    assert kubeconfig() == "from-drasat"

@@ -11,7 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
-from drasat.cli.envflags import flag
+from drasat.cli.envflags import flag, kubeconfig_flag
 
 if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help
     from drasat.controller import app
@@ -26,13 +26,7 @@ def register(subparsers: Any) -> None:
         "pods in batches that kube-scheduler then binds; on classic DRA through "
         "PodSchedulingContexts.",
     )
-    flag(
-        p,
-        "--kubeconfig",
-        None,
-        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-        fallback="KUBECONFIG",
-    )
+    kubeconfig_flag(p)
     flag(
         p,
         "--namespace",

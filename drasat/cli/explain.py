@@ -6,12 +6,12 @@ Exit 1 when the pod does not exist or the cluster cannot be read."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from drasat.cli import colour
 from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import kubeconfig_flag
 
 HELP = "show drasat's controller's decision on a pod, or why there is none (v1)"
 
@@ -34,11 +34,7 @@ def register(subparsers: Any) -> None:
         "--namespace",
         help="the pod's namespace (default, as kubectl: the kubeconfig context's, else default)",
     )
-    p.add_argument(
-        "--kubeconfig",
-        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
-        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-    )
+    kubeconfig_flag(p)
     p.add_argument(
         "--drasat-namespace",
         default=_env("NAMESPACE", "drasat"),

@@ -11,7 +11,7 @@ from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
-from drasat.cli.envflags import flag
+from drasat.cli.envflags import flag, kubeconfig_flag
 from drasat.nodeplugin import app, cdi, plugin, registration, state
 
 
@@ -99,13 +99,7 @@ def register(subparsers: Any) -> None:
         "/var/lib/drasat",
         "checkpoint and MPS directories (default /var/lib/drasat)",
     )
-    flag(
-        p,
-        "--kubeconfig",
-        None,
-        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-        fallback="KUBECONFIG",
-    )
+    kubeconfig_flag(p)
     flag(
         p,
         "--kubelet-api",
