@@ -11,7 +11,7 @@ from typing import Any
 
 from drasat.cli import colour
 from drasat.cli.envflags import env as _env
-from drasat.cli.envflags import kubeconfig_flag
+from drasat.cli.envflags import flag, kubeconfig_flag
 
 HELP = "show drasat's controller's decision on a pod, or why there is none (v1)"
 
@@ -41,43 +41,50 @@ def register(subparsers: Any) -> None:
         help="drasat's namespace (its NodeAllocationStates, Lease, policy; default drasat)",
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument(
+    flag(
+        source,
         "--policy-file",
-        default=_env("POLICY_FILE", None),
-        help="the controller's AllocationPolicy file, for the what-if (default: the ConfigMap "
+        None,
+        "the controller's AllocationPolicy file, for the what-if (default: the ConfigMap "
         "its decision names, else the default policy)",
     )
-    source.add_argument(
+    flag(
+        source,
         "--policy-configmap",
-        default=_env("POLICY_CONFIGMAP", None),
-        help="ConfigMap (in --drasat-namespace) holding the controller's policy, for the what-if",
+        None,
+        "ConfigMap (in --drasat-namespace) holding the controller's policy, for the what-if",
     )
-    p.add_argument(
+    flag(
+        p,
         "--policy-key",
-        default=_env("POLICY_KEY", "policy.yaml"),
-        help="key of the policy in the ConfigMap (default policy.yaml)",
+        "policy.yaml",
+        "key of the policy in the ConfigMap (default policy.yaml)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--cycle-mode",
+        None,
+        "solver mode of the what-if (default: the recorded decision's, else online)",
         choices=["online", "batch"],
-        default=_env("CYCLE_MODE", None),
-        help="solver mode of the what-if (default: the recorded decision's, else online)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--leader-election-lease",
-        default=_env("LEADER_ELECTION_LEASE", "drasat-controller"),
-        help="the controller's Lease, to tell whether one runs (default drasat-controller)",
+        "drasat-controller",
+        "the controller's Lease, to tell whether one runs (default drasat-controller)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--batch-max",
+        64,
+        "most pending pods the what-if places together, as the controller (default 64)",
         type=int,
-        default=_env("BATCH_MAX", 64),
-        help="most pending pods the what-if places together, as the controller (default 64)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--driver",
-        default=_env("DRIVER", "gpu.drasat.io"),
-        help="the drivers whose classes the controller allocates, as its own --driver "
+        "gpu.drasat.io",
+        "the drivers whose classes the controller allocates, as its own --driver "
         "(gpu.drasat.io, gpu.nvidia.com, or both comma-separated; default gpu.drasat.io)",
     )
     p.set_defaults(func=run)
