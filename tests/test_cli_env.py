@@ -86,3 +86,24 @@ def test_every_daemon_flag_stands_in_a_titled_group_of_the_help(command: str) ->
     titles = [g.title for g in parser._action_groups]
     assert "Kubernetes API" in titles
     assert ("leader election" in titles) == (command == "controller")
+
+
+@pytest.mark.parametrize(
+    "argv", [["controller"], ["nodeplugin"], ["explain", "some-pod"], ["whatif"]]
+)
+def test_every_kubeconfig_flag_reads_the_same_variables(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """One `--kubeconfig` (drasat.cli.envflags.kubeconfig_flag) for every subcommand that talks
+    to a cluster: $DRASAT_KUBECONFIG, else $KUBECONFIG as kubectl reads it, else none."""
+
+    def kubeconfig() -> object:
+        return _subparser(argv[0]).parse_args(argv[1:]).kubeconfig
+
+    monkeypatch.delenv("DRASAT_KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert kubeconfig() is None
+    monkeypatch.setenv("KUBECONFIG", "from-kubectl")
+    assert kubeconfig() == "from-kubectl"
+    monkeypatch.setenv("DRASAT_KUBECONFIG", "from-drasat")
+    assert kubeconfig() == "from-drasat"

@@ -21,16 +21,13 @@ import argparse
 import contextlib
 import pathlib
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from drasat import DRIVER_NAME, loading
 from drasat.api import cluster as cluster_api
 from drasat.api import crds
 from drasat.api.cluster import Cluster
-from drasat.api.nas import NodeAllocationState
 from drasat.classic import scheduler
 from drasat.classic.controller import for_app
 from drasat.classic.whatif import manifests as whatif_manifests
@@ -47,14 +44,14 @@ from drasat.testbed.demoshow import (
     Key,
     Obj,
     Out,
-    PodOutcome,
     Workload,
+    created,
     devices_text,
     env_line,
+    owner_urls,
     sharing_text,
     shortfalls,
     table,
-    until,
     wanted_pods,
     workload_pods,
 )
@@ -68,22 +65,20 @@ from drasat.testbed.sim import (
     kubelet,
     scheduling,
 )
+from drasat.testbed.sim.kubelet import PodRun
 from drasat.whatif import clusternodes
 
 
-class DemoCluster:
+class DemoCluster(democluster.ClusterParts):
     """The parts, started; `client` is the admin's (simulated kubectl) API client."""
 
     def __init__(self, server: apiserver.ApiServer, tmp: pathlib.Path) -> None:
+        super().__init__(
+            kubeclient.KubeClient(server.url),
+            lambda: OfficialClient(configuration_for(server.url), request_timeout=10),
+        )
         self.server = server
         self.tmp = tmp
-        self.client = kubeclient.KubeClient(server.url)
-        self.nodes: list[SimNode] = []
-        self.scheduler: scheduler.Scheduler | None = None
-        self.controller_manager: controllers.ControllerManager | None = None
-        self._official: list[OfficialClient] = []
-        self._controller_stop = threading.Event()
-        self._controller: threading.Thread | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -117,11 +112,6 @@ class DemoCluster:
                 yield demo
             finally:
                 demo._stop()
-
-    def official_client(self) -> OfficialClient:
-        client = OfficialClient(configuration_for(self.server.url), request_timeout=10)
-        self._official.append(client)
-        return client
 
     # --- start --------------------------------------------------------------------------------
 
@@ -201,60 +191,11 @@ class DemoCluster:
             api=self.official_client(),
             classic=for_app,
         )
-        self._controller = threading.Thread(
-            target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True
-        )
-        self._controller.start()
-
-    # --- stop ---------------------------------------------------------------------------------
-
-    def _stop(self) -> None:
-        """Stop every part that was started, in reverse order; each stop runs even if an
-        earlier one failed (that failure is logged)."""
-        steps: list[tuple[str, Any]] = [
-            *((f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet),
-        ]
-        if self.controller_manager is not None:
-            steps.append(("controller manager", self.controller_manager.stop))
-        if self.scheduler is not None:
-            steps.append(("scheduler", self.scheduler.stop))
-        steps.append(("controller", self._stop_controller))
-        steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
-        steps.extend(("API client", c.close) for c in self._official)
-        democluster.stop_parts(steps)
-
-    def _stop_controller(self) -> None:
-        democluster.stop_thread(self._controller_stop, self._controller, "the controller")
+        self._run_controller(app)
 
 
-@dataclass
-class Demo:
+class Demo(democluster.DemoSteps):
     cluster: DemoCluster
-    out: Out
-    timeout: float
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def client(self) -> kubeclient.KubeClient:
-        return self.cluster.client
-
-    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
-        return until(check, self.timeout if timeout is None else timeout)
-
-    def nas(self, node: str) -> NodeAllocationState | None:
-        url = kubeclient.path(
-            "nas.gpu.drasat.io",
-            "v1alpha1",
-            "nodeallocationstates",
-            namespace=democluster.NAMESPACE,
-            name=node,
-        )
-        try:
-            return NodeAllocationState.model_validate(self.client.get(url))
-        except errors.ApiError as error:
-            if error.code == 404:
-                return None
-            raise
 
     # --- phases -------------------------------------------------------------------------------
 
@@ -262,7 +203,7 @@ class Demo:
         self.out.phase(f"cluster ({source}): {len(self.cluster.nodes)} nodes")
         rows = [["NODE", "GPUS", "NAS"]]
         for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            nas = self.nas(node.name)
+            nas = self.cluster.nas(node.name)
             status = nas.status.value if nas is not None and nas.status else "missing"
             rows.append([node.name, democluster.describe(node.fleet.spec), status])
             if status != "Ready":
@@ -277,27 +218,9 @@ class Demo:
             self.out(f"{item.ref} {'created' if item.created else 'unchanged'}")
         return applied
 
-    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
-        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
-        outcomes = democluster.settle_pods(
-            self.cluster.nodes,
-            pods,
-            refusal=self._claim_warning,
-            why=self._why,
-            timeout=self.timeout,
-        )
-        for key in sorted(outcomes):
-            outcome = outcomes[key]
-            ref = f"pod {key[0]}/{key[1]}"
-            if outcome.run is None:
-                self.out(f"{ref}  stays Pending: {outcome.reason}")
-                continue
-            self.out(f"{ref}  Pending -> Running on {outcome.node}")
-            if not outcome.run.claims:
-                self.out("  log: (no resource claims)")
-            for claim in outcome.run.claims:
-                self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
-        return outcomes
+    def _show_run(self, run: PodRun) -> None:
+        for claim in run.claims:
+            self.out(f"  log [{claim.name}]: {env_line(run.claim_env(claim.uid))}")
 
     def _pod(self, key: Key) -> Obj | None:
         try:
@@ -311,7 +234,7 @@ class Demo:
         pod = self._pod(key)
         return [e.resolved_name(key[1]) for e in scheduling.pod_claims(pod)] if pod else []
 
-    def _claim_warning(self, key: Key) -> str | None:
+    def _refusal(self, key: Key) -> str | None:
         """The newest Warning Event of the controller on one of the pod's claims."""
         names = set(self._claim_names(key))
         if not names:
@@ -330,23 +253,13 @@ class Demo:
         claim = newest["involvedObject"]["name"]
         return f"Warning {newest.get('reason')} on claim {claim}: {newest.get('message')}"
 
-    def _why(self, key: Key) -> str:
-        reasons = []
-        sim = self.cluster.scheduler
-        if sim is not None and key in sim.reasons:
-            reasons.append(f"scheduler: {sim.reasons[key]}")
-        for node in self.cluster.nodes:
-            if node.kubelet is not None and key in node.kubelet.reasons:
-                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
-        return "; ".join(reasons) or "nothing happened to it"
-
     def workload_pods(self, workloads: list[Workload]) -> dict[str, list[Key]]:
         return workload_pods(self.client, self.out, self.until, workloads)
 
     def show_allocations(self) -> None:
         self.out.phase("allocations (NodeAllocationState)")
         for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            nas = self.nas(node.name)
+            nas = self.cluster.nas(node.name)
             if nas is None:
                 self.out(f"node {node.name}: no NodeAllocationState")
                 continue
@@ -415,16 +328,7 @@ class Demo:
             for ns in namespaces
             for c in self._claims(ns)
         }
-        for key in existing:
-            how = (
-                "deleted with its manifest"
-                if key in claims
-                else "made for its pod, deleted with it"
-            )
-            if key in still:
-                self.out(f"claim {key[0]}/{key[1]}  still there ({how})")
-            else:
-                self.out(f"claim {key[0]}/{key[1]}  deallocated and gone ({how})")
+        self.show_claims_left(existing, claims, still)
         if not left:
             self.failures.append(f"claims not deallocated within {self.timeout:g}s")
 
@@ -450,32 +354,6 @@ class Demo:
         items: list[Obj] = self.client.list(kubeclient.path(*_CLAIMS, namespace=namespace))["items"]
         return items
 
-    def check_cleanup(self) -> None:
-        self.out.phase("cleanup")
-
-        def leftovers(node: democluster.SimNode) -> list[str]:
-            nas = self.nas(node.name)
-            counts = {
-                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
-                "prepared": len(nas.spec.preparedClaims) if nas else 0,
-                "CDI specs": len(node.cdi_specs()),
-                "MIG devices": node.mig_devices(),
-            }
-            return [f"{n} {what}" for what, n in counts.items()]
-
-        def clean() -> bool:
-            return all(
-                all(item.startswith("0 ") for item in leftovers(n)) for n in self.cluster.nodes
-            )
-
-        self.until(clean)
-        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            items = leftovers(node)
-            ok = all(item.startswith("0 ") for item in items)
-            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
-            if not ok:
-                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
-
 
 _CLAIMS = ("resource.k8s.io", "v1alpha2", "resourceclaims")
 
@@ -493,14 +371,6 @@ def check_manifests(
     nodes = clusternodes.load([described])
     whatif_manifests.compile_manifests(
         documents, offered_profiles=nodes.offered_profiles(), existing_uids=nodes.existing_uids()
-    )
-
-
-def _pods(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
-    return sorted(
-        (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
-        for a in applied
-        if a.object.get("kind") == kind and a.created
     )
 
 
@@ -525,8 +395,8 @@ def run(
         applied = []
         for title, docs in sources:
             applied += demo.apply(title, [d for d in docs if id(d) in kept])
-        pods = _pods(applied, "Pod")
-        claims = _pods(applied, "ResourceClaim")
+        pods = created(applied, "Pod")
+        claims = created(applied, "ResourceClaim")
         workloads = [
             Workload(a, n)
             for a in applied
@@ -537,13 +407,7 @@ def run(
         outcomes = demo.wait_pods(pods + made)
         demo.show_allocations()
         ran = {k for k, o in outcomes.items() if o.run is not None}
-        known = apply.kinds(crds.all_crds())
-        owners = [
-            apply.url(
-                known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))], *w.key
-            )
-            for w in workloads
-        ]
+        owners = owner_urls(workloads, apply.kinds(crds.all_crds()))
         demo.delete(pods + made, claims, ran, owners)
         demo.check_cleanup()
         stuck = [o for o in outcomes.values() if o.run is None and o.key not in made]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from drasat.api import groups
-from drasat.testbed.sim import actor, errors, kubeclient, scheduling
+from drasat.testbed.sim import errors, kubeclient, scheduling
+from drasat.testbed.sim.v1scheduler import Pending, PodScheduler
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,7 @@ def _res(
     return kubeclient.path(*_RES, plural, namespace=namespace, name=name, subresource=subresource)
 
 
-def _core(
-    plural: str,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    return kubeclient.path(
-        "", "v1", plural, namespace=namespace, name=name, subresource=subresource
-    )
-
-
-class Pending(Exception):
-    """The pod cannot move on yet; the message says what it waits for."""
-
-
-class Scheduler(actor.WatchDrivenLoop):
+class Scheduler(PodScheduler):
     """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
 
     name = "sim-scheduler"
@@ -82,59 +67,24 @@ class Scheduler(actor.WatchDrivenLoop):
         self._plain_pods = plain_pods
         self._drivers = frozenset(driver_names)
         self._clock = clock
-        self._progress = threading.Condition()
-        #: Why each pending pod ((namespace, name)) has not been bound yet.
-        self.reasons: dict[tuple[str, str], str] = {}
-        #: Pods this scheduler bound, with their node.
-        self.bound: dict[tuple[str, str], str] = {}
+        #: The resource classes by name, read afresh each pass (`_before_pods`).
+        self._classes: dict[str, Obj] = {}
 
     # --- lifecycle (start/stop/loop: actor.WatchDrivenLoop) ---------------------------------
 
     def watched(self) -> list[tuple[str, Mapping[str, str]]]:
         return [(kubeclient.path(g, v, plural), {}) for g, v, plural in _WATCHED]
 
-    def wait_bound(self, namespace: str, name: str, *, timeout: float = 30.0) -> str:
-        """Wait until this scheduler bound the pod; its node. TimeoutError with the reason."""
-        with self._progress:
-            if self._progress.wait_for(lambda: (namespace, name) in self.bound, timeout):
-                return self.bound[(namespace, name)]
-        reason = self.reasons.get((namespace, name), "never seen")
-        raise TimeoutError(f"pod {namespace}/{name} not bound after {timeout}s: {reason}")
+    # --- one pass (run_once: PodScheduler) ----------------------------------------------------
 
-    # --- one pass -----------------------------------------------------------------------------
-
-    def run_once(self) -> None:
-        """Look at every pod once: release gone pods from claims, move pending pods on."""
-        pods = self._client.list(_core("pods"))["items"]
-        nodes = self._client.list(_core("nodes"))["items"]
-        classes = {
+    def _before_pods(self, pods: list[Obj]) -> None:
+        """Read the classes and release gone pods from claims, before pending pods move on."""
+        self._classes = {
             c["metadata"]["name"]: c for c in self._client.list(_res("resourceclasses"))["items"]
         }
         self._release_gone_pods(pods)
-        for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
-            if pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
-                continue
-            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-            try:
-                node = self._schedule(pod, nodes, classes)
-            except Pending as waiting:
-                self._note(key, str(waiting))
-                continue
-            except errors.ApiError as exc:
-                self._note(key, f"API error, will retry: {exc.code} {exc.message}")
-                continue
-            if node is not None:
-                with self._progress:
-                    self.reasons.pop(key, None)
-                    self.bound[key] = node
-                    self._progress.notify_all()
 
-    def _note(self, key: tuple[str, str], reason: str) -> None:
-        with self._progress:
-            self.reasons[key] = reason
-            self._progress.notify_all()
-
-    def _schedule(self, pod: Obj, nodes: list[Obj], classes: Mapping[str, Obj]) -> str | None:
+    def _schedule(self, pod: Obj, nodes: list[Obj]) -> str | None:
         """Take the next step for one pending pod; the node when it was bound."""
         entries = scheduling.pod_claims(pod)
         if not entries:
@@ -149,7 +99,7 @@ class Scheduler(actor.WatchDrivenLoop):
         found = {entry.name: self._claim_or_template(pod, entry) for entry in entries}
         for existing, template in found.values():
             spec = (existing or {}).get("spec") or ((template or {}).get("spec") or {})["spec"]
-            driver = (classes.get(spec.get("resourceClassName")) or {}).get("driverName")
+            driver = (self._classes.get(spec.get("resourceClassName")) or {}).get("driverName")
             if driver not in self._drivers:
                 return None
         claims = {
@@ -241,7 +191,8 @@ class Scheduler(actor.WatchDrivenLoop):
             if e.template_name is not None
         ]
         if wanted and (pod.get("status") or {}).get("resourceClaimStatuses") != wanted:
-            url = _core("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], "status")
+            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            url = kubeclient.path("", "v1", "pods", namespace=ns, name=name, subresource="status")
             self._client.merge_patch(url, {"status": {"resourceClaimStatuses": wanted}})
 
     @staticmethod
@@ -324,14 +275,7 @@ class Scheduler(actor.WatchDrivenLoop):
         self._client.merge_patch(url, patch)
 
     def _bind(self, pod: Obj, node: str) -> None:
-        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        self._client.create(_core("pods", namespace, name, "binding"), binding)
+        super()._bind(pod, node)
         with contextlib.suppress(errors.ApiError):
             self._client.delete(self._context_url(pod))
 

@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
-from drasat.cli.envflags import flag
+from drasat.cli.envflags import flag, kubeconfig_flag
 
 if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help
     from drasat.controller import app
@@ -38,13 +38,7 @@ def register(subparsers: Any) -> None:
 
 
 def _api_flags(g: Any) -> None:
-    flag(
-        g,
-        "--kubeconfig",
-        None,
-        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-        fallback="KUBECONFIG",
-    )
+    kubeconfig_flag(g)
     flag(
         g,
         "--namespace",

@@ -40,7 +40,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import FrameType
@@ -67,16 +67,18 @@ from drasat.testbed.demoshow import (
     Out,
     PodOutcome,
     Workload,
+    created,
     devices_text,
     env_line,
+    owner_urls,
     sharing_text,
     shortfalls,
     table,
-    until,
     wanted_pods,
     workload_pods,
 )
-from drasat.testbed.sim import apply, errors, kubeclient
+from drasat.testbed.sim import apply, errors
+from drasat.testbed.sim.kubelet import PodRun
 
 log = logging.getLogger(__name__)
 
@@ -252,19 +254,8 @@ def _sources(
 # --- the run ----------------------------------------------------------------------------------
 
 
-class V1Demo:
-    def __init__(self, cluster: V1Cluster, out: Out, timeout: float) -> None:
-        self.cluster = cluster
-        self.out = out
-        self.timeout = timeout
-        self.failures: list[str] = []
-
-    @property
-    def client(self) -> kubeclient.KubeClient:
-        return self.cluster.client
-
-    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
-        return until(check, self.timeout if timeout is None else timeout)
+class V1Demo(democluster.DemoSteps):
+    cluster: V1Cluster
 
     def show_cluster(self, source: str) -> None:
         missing = self.cluster.ready(self.timeout)
@@ -307,32 +298,16 @@ class V1Demo:
     def _exists(self, url: str) -> bool:
         return self.cluster.get_object(url) is not None
 
-    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
-        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
-        outcomes = democluster.settle_pods(
-            self.cluster.nodes, pods, refusal=self._refusal, why=self._why, timeout=self.timeout
-        )
-        for key in sorted(outcomes):
-            outcome, ref = outcomes[key], f"pod {key[0]}/{key[1]}"
-            if outcome.run is None:
-                self.out(f"{ref}  stays Pending: {outcome.reason}")
-                continue
-            self.out(f"{ref}  Pending -> Running on {outcome.node}")
-            if not outcome.run.claims:
-                self.out("  log: (no resource claims)")
-            for claim in outcome.run.claims:
-                devices = [
-                    f"{d.pool_name}/{d.device_name}"
-                    for d in outcome.run.prepared.get(claim.uid, [])
-                ]
-                self.out(f"  claim {claim.name}: {', '.join(devices) or 'no device'}")
-                if len(outcome.run.containers) <= 1:
-                    self.out(f"  log [{claim.name}]: {env_line(outcome.run.claim_env(claim.uid))}")
-            if len(outcome.run.containers) > 1:
-                # Each container gets the devices of the requests it names (the kubelet's rule).
-                for name in outcome.run.containers:
-                    self.out(f"  log [{name}]: {env_line(outcome.run.container_env(name))}")
-        return outcomes
+    def _show_run(self, run: PodRun) -> None:
+        for claim in run.claims:
+            devices = [f"{d.pool_name}/{d.device_name}" for d in run.prepared.get(claim.uid, [])]
+            self.out(f"  claim {claim.name}: {', '.join(devices) or 'no device'}")
+            if len(run.containers) <= 1:
+                self.out(f"  log [{claim.name}]: {env_line(run.claim_env(claim.uid))}")
+        if len(run.containers) > 1:
+            # Each container gets the devices of the requests it names (the kubelet's rule).
+            for name in run.containers:
+                self.out(f"  log [{name}]: {env_line(run.container_env(name))}")
 
     def _refusal(self, key: Key) -> str | None:
         """The newest Warning of drasat's controller on the pod: no node has the devices."""
@@ -350,20 +325,15 @@ class V1Demo:
         newest = max(found, key=lambda e: str(e.get("lastTimestamp") or e["metadata"]["name"]))
         return f"Warning {newest.get('reason')}: {newest.get('message')}"
 
-    def _why(self, key: Key) -> str:
+    def _pod_reasons(self, key: Key) -> list[str]:
+        """Without the simulated scheduler: kube-scheduler's PodScheduled condition."""
         reasons = []
-        sim = self.cluster.scheduler
-        if sim is not None and key in sim.reasons:
-            reasons.append(f"scheduler: {sim.reasons[key]}")
         pod = self.cluster.get_object(core_path("pods", key[0], key[1]))
-        if pod is not None and sim is None:
+        if pod is not None and self.cluster.scheduler is None:
             for condition in (pod.get("status") or {}).get("conditions") or []:
                 if condition.get("type") == "PodScheduled" and condition.get("status") != "True":
                     reasons.append(f"kube-scheduler: {condition.get('message')}")
-        for node in self.cluster.nodes:
-            if node.kubelet is not None and key in node.kubelet.reasons:
-                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
-        return "; ".join(reasons) or "nothing happened to it"
+        return reasons
 
     def claims(self, namespaces: Sequence[str]) -> list[Obj]:
         return [
@@ -450,14 +420,7 @@ class V1Demo:
         still = {
             (c["metadata"]["namespace"], c["metadata"]["name"]) for c in self.claims(namespaces)
         }
-        for key in existing:
-            how = (
-                "deleted with its manifest"
-                if key in claims
-                else "made for its pod, deleted with it"
-            )
-            state = "still there" if key in still else "deallocated and gone"
-            self.out(f"claim {key[0]}/{key[1]}  {state} ({how})")
+        self.show_claims_left(existing, claims, still)
         if not left:
             self.failures.append(f"claims not deleted within {self.timeout:g}s")
 
@@ -471,30 +434,6 @@ class V1Demo:
             if error.code != 404:
                 raise
 
-    def check_cleanup(self) -> None:
-        self.out.phase("cleanup")
-
-        def leftovers(node: democluster.SimNode) -> list[str]:
-            nas = self.cluster.nas(node.name)
-            counts = {
-                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
-                "prepared": len(nas.spec.preparedClaims) if nas else 0,
-                "CDI specs": len(node.cdi_specs()),
-                "MIG devices": node.mig_devices(),
-            }
-            return [f"{n} {what}" for what, n in counts.items()]
-
-        def clean() -> bool:
-            return all(all(i.startswith("0 ") for i in leftovers(n)) for n in self.cluster.nodes)
-
-        self.until(clean)
-        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
-            items = leftovers(node)
-            ok = all(item.startswith("0 ") for item in items)
-            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
-            if not ok:
-                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
-
 
 #: `nvidia-smi compute-policy --set-timeslice=N` levels.
 _TIME_SLICES = ("Default", "Short", "Medium", "Long")
@@ -505,14 +444,6 @@ def _gpu_uuids(entry: AllocatedDevices) -> list[str]:
     uuids = [g.uuid for g in entry.gpu.devices] if entry.gpu is not None else []
     uuids += [m.parentUUID for m in entry.mig.devices] if entry.mig is not None else []
     return uuids
-
-
-def _keys(applied: Sequence[apply.Applied], kind: str) -> list[Key]:
-    return sorted(
-        (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
-        for a in applied
-        if a.object.get("kind") == kind and a.created
-    )
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
@@ -612,7 +543,7 @@ def _run_v1(
             applied: list[apply.Applied] = []
             for title, docs in sources:
                 applied += demo.apply(title, [d for d in docs if id(d) in kept])
-            pods, claims = _keys(applied, "Pod"), _keys(applied, "ResourceClaim")
+            pods, claims = created(applied, "Pod"), created(applied, "ResourceClaim")
             workloads = [
                 Workload(a, n)
                 for a in applied
@@ -625,15 +556,7 @@ def _run_v1(
             namespaces = sorted({k[0] for k in pods + made + claims})
             demo.show_allocations(namespaces)
             ran = {k for k, o in outcomes.items() if o.run is not None}
-            known = v1_cluster.kinds()
-            owners = [
-                apply.url(
-                    known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))],
-                    *w.key,
-                )
-                for w in workloads
-            ]
-            demo.delete(pods + made, claims, owners)
+            demo.delete(pods + made, claims, owner_urls(workloads, v1_cluster.kinds()))
             demo.check_cleanup()
             stuck = [o for o in outcomes.values() if o.run is None]
             not_run = [

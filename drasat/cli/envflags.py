@@ -51,3 +51,16 @@ def flag(
     else:
         value = env(variable(name), default)
     parser.add_argument(name, default=value, help=help, **kwargs)
+
+
+#: What `--kubeconfig` says where no subcommand says more.
+KUBECONFIG_HELP = "kubeconfig file (default: in-cluster config, else ~/.kube/config)"
+
+
+def kubeconfig_flag(
+    parser: argparse.ArgumentParser | Any, help: str = KUBECONFIG_HELP, **kwargs: Any
+) -> None:
+    """`--kubeconfig` of every subcommand that talks to a cluster: $DRASAT_KUBECONFIG, else
+    $KUBECONFIG (as kubectl reads it), else none, which `drasat.kube.client.load_configuration`
+    takes as the in-cluster config, else ~/.kube/config."""
+    flag(parser, "--kubeconfig", None, help, fallback="KUBECONFIG", **kwargs)

@@ -6,12 +6,12 @@ Exit 1 when the pod does not exist or the cluster cannot be read."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from drasat.cli import colour
 from drasat.cli.envflags import env as _env
+from drasat.cli.envflags import flag, kubeconfig_flag
 
 HELP = "show drasat's controller's decision on a pod, or why there is none (v1)"
 
@@ -34,54 +34,57 @@ def register(subparsers: Any) -> None:
         "--namespace",
         help="the pod's namespace (default, as kubectl: the kubeconfig context's, else default)",
     )
-    p.add_argument(
-        "--kubeconfig",
-        default=_env("KUBECONFIG", os.environ.get("KUBECONFIG")),
-        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-    )
+    kubeconfig_flag(p)
     p.add_argument(
         "--drasat-namespace",
         default=_env("NAMESPACE", "drasat"),
         help="drasat's namespace (its NodeAllocationStates, Lease, policy; default drasat)",
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument(
+    flag(
+        source,
         "--policy-file",
-        default=_env("POLICY_FILE", None),
-        help="the controller's AllocationPolicy file, for the what-if (default: the ConfigMap "
+        None,
+        "the controller's AllocationPolicy file, for the what-if (default: the ConfigMap "
         "its decision names, else the default policy)",
     )
-    source.add_argument(
+    flag(
+        source,
         "--policy-configmap",
-        default=_env("POLICY_CONFIGMAP", None),
-        help="ConfigMap (in --drasat-namespace) holding the controller's policy, for the what-if",
+        None,
+        "ConfigMap (in --drasat-namespace) holding the controller's policy, for the what-if",
     )
-    p.add_argument(
+    flag(
+        p,
         "--policy-key",
-        default=_env("POLICY_KEY", "policy.yaml"),
-        help="key of the policy in the ConfigMap (default policy.yaml)",
+        "policy.yaml",
+        "key of the policy in the ConfigMap (default policy.yaml)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--cycle-mode",
+        None,
+        "solver mode of the what-if (default: the recorded decision's, else online)",
         choices=["online", "batch"],
-        default=_env("CYCLE_MODE", None),
-        help="solver mode of the what-if (default: the recorded decision's, else online)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--leader-election-lease",
-        default=_env("LEADER_ELECTION_LEASE", "drasat-controller"),
-        help="the controller's Lease, to tell whether one runs (default drasat-controller)",
+        "drasat-controller",
+        "the controller's Lease, to tell whether one runs (default drasat-controller)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--batch-max",
+        64,
+        "most pending pods the what-if places together, as the controller (default 64)",
         type=int,
-        default=_env("BATCH_MAX", 64),
-        help="most pending pods the what-if places together, as the controller (default 64)",
     )
-    p.add_argument(
+    flag(
+        p,
         "--driver",
-        default=_env("DRIVER", "gpu.drasat.io"),
-        help="the drivers whose classes the controller allocates, as its own --driver "
+        "gpu.drasat.io",
+        "the drivers whose classes the controller allocates, as its own --driver "
         "(gpu.drasat.io, gpu.nvidia.com, or both comma-separated; default gpu.drasat.io)",
     )
     p.set_defaults(func=run)

@@ -11,7 +11,7 @@ from typing import Any
 
 from drasat.api.errors import InputError
 from drasat.cli.envflags import env as _env
-from drasat.cli.envflags import flag
+from drasat.cli.envflags import flag, kubeconfig_flag
 from drasat.nodeplugin import app, cdi, plugin, registration, state
 
 
@@ -39,13 +39,7 @@ def _api_flags(g: Any) -> None:
         "driver namespace of the NodeAllocationState (default drasat)",
         fallback="POD_NAMESPACE",
     )
-    flag(
-        g,
-        "--kubeconfig",
-        None,
-        "kubeconfig file (default: in-cluster config, else ~/.kube/config)",
-        fallback="KUBECONFIG",
-    )
+    kubeconfig_flag(g)
 
 
 def _kubelet_flags(g: Any) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drasat.api.errors import InputError
+from drasat.cli.envflags import kubeconfig_flag
 
 if TYPE_CHECKING:  # the solver (OR-Tools) and the rest load when the command runs, not for --help
     from drasat import loading
@@ -51,8 +52,11 @@ def register(subparsers: Any) -> None:
         "resource.k8s.io/v1 cluster, else the NodeAllocationStates, classes, claims and "
         "parameters of a classic one",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="with --from-cluster (default: "
-                        "$KUBECONFIG, in-cluster config, then ~/.kube/config)")  # fmt: skip
+    kubeconfig_flag(
+        parser,
+        "with --from-cluster (default: $KUBECONFIG, in-cluster config, then ~/.kube/config)",
+        metavar="FILE",
+    )
     parser.add_argument("--context", help="kubeconfig context for --from-cluster")
     parser.add_argument(
         "-f",

@@ -179,25 +179,178 @@ def settle_pods(
     return outcomes
 
 
-class V1Cluster:
+class ClusterParts:
+    """What both demos' clusters hold and stop alike (`V1Cluster`, and the classic wing's
+    `drasat.classic.demo.DemoCluster`): `client` is the admin's (simulated kubectl) API client;
+    the official API clients drasat's parts get (`official_client`), the nodes, the simulated
+    scheduler and controller manager where the cluster has them, the controller's thread."""
+
+    def __init__(
+        self, client: kubeclient.KubeClient, official: Callable[[], OfficialClient]
+    ) -> None:
+        self.client = client
+        self._new_official = official
+        self.nodes: list[SimNode] = []
+        self.scheduler: v1scheduler.PodScheduler | None = None
+        self.controller_manager: controllers.ControllerManager | None = None
+        self._clients: list[OfficialClient] = []
+        self._controller_stop = threading.Event()
+        self._controller: threading.Thread | None = None
+
+    def official_client(self) -> OfficialClient:
+        client = self._new_official()
+        self._clients.append(client)
+        return client
+
+    def get_object(self, url: str) -> Obj | None:
+        try:
+            return self.client.get(url)
+        except errors.ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def nas(self, node: str) -> NodeAllocationState | None:
+        url = kubeclient.path(
+            "nas.gpu.drasat.io", "v1alpha1", "nodeallocationstates", namespace=NAMESPACE, name=node
+        )
+        found = self.get_object(url)
+        return None if found is None else NodeAllocationState.model_validate(found)
+
+    def _run_controller(self, app: App) -> None:
+        self._controller = threading.Thread(
+            target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True
+        )
+        self._controller.start()
+
+    def _stop(self) -> None:
+        """Stop every part that was started, in reverse order; each stop runs even if an
+        earlier one failed (that failure is logged)."""
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            (f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet
+        ]
+        if self.controller_manager is not None:
+            steps.append(("controller manager", self.controller_manager.stop))
+        if self.scheduler is not None:
+            steps.append(("scheduler", self.scheduler.stop))
+        steps.append(("controller", self._stop_controller))
+        steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
+        steps.extend(("API client", c.close) for c in self._clients)
+        stop_parts(steps)
+
+    def _stop_controller(self) -> None:
+        stop_thread(self._controller_stop, self._controller, "the controller")
+
+
+class DemoSteps:
+    """The steps both demos take alike on their started cluster: waiting for the pods and saying
+    how each did, the claims' fate after the deletions, the cleanup check. Each demo says which
+    Warning refuses a pod (`_refusal`), what else explains a wait (`_pod_reasons`) and what a
+    running pod shows (`_show_run`)."""
+
+    def __init__(self, cluster: ClusterParts, out: Out, timeout: float) -> None:
+        self.cluster = cluster
+        self.out = out
+        self.timeout = timeout
+        self.failures: list[str] = []
+
+    @property
+    def client(self) -> kubeclient.KubeClient:
+        return self.cluster.client
+
+    def until(self, check: Callable[[], Any], timeout: float | None = None) -> Any:
+        return until(check, self.timeout if timeout is None else timeout)
+
+    def _refusal(self, key: Key) -> str | None:
+        """The Warning that says the pod cannot run, if one stands."""
+        raise NotImplementedError
+
+    def _pod_reasons(self, key: Key) -> list[str]:
+        """Why the pod waits, besides the simulated scheduler's and the kubelets' reasons."""
+        return []
+
+    def _show_run(self, run: kubelet.PodRun) -> None:
+        """The lines of a pod that runs, after `Pending -> Running`."""
+        raise NotImplementedError
+
+    def wait_pods(self, pods: list[Key]) -> dict[Key, PodOutcome]:
+        self.out.phase(f"waiting for {len(pods)} pod(s) (at most {self.timeout:g}s each step)")
+        outcomes = settle_pods(
+            self.cluster.nodes, pods, refusal=self._refusal, why=self._why, timeout=self.timeout
+        )
+        for key in sorted(outcomes):
+            outcome, ref = outcomes[key], f"pod {key[0]}/{key[1]}"
+            if outcome.run is None:
+                self.out(f"{ref}  stays Pending: {outcome.reason}")
+                continue
+            self.out(f"{ref}  Pending -> Running on {outcome.node}")
+            if not outcome.run.claims:
+                self.out("  log: (no resource claims)")
+            self._show_run(outcome.run)
+        return outcomes
+
+    def _why(self, key: Key) -> str:
+        reasons = []
+        sim = self.cluster.scheduler
+        if sim is not None and key in sim.reasons:
+            reasons.append(f"scheduler: {sim.reasons[key]}")
+        reasons += self._pod_reasons(key)
+        for node in self.cluster.nodes:
+            if node.kubelet is not None and key in node.kubelet.reasons:
+                reasons.append(f"kubelet {node.name}: {node.kubelet.reasons[key]}")
+        return "; ".join(reasons) or "nothing happened to it"
+
+    def show_claims_left(
+        self, existing: Sequence[Key], applied: Sequence[Key], still: set[Key]
+    ) -> None:
+        """After the deletions: each claim that `existing` names, `still` there or gone, and how
+        it was to go (with its manifest, among the `applied` claims, or with its pod)."""
+        for key in existing:
+            how = (
+                "deleted with its manifest"
+                if key in applied
+                else "made for its pod, deleted with it"
+            )
+            state = "still there" if key in still else "deallocated and gone"
+            self.out(f"claim {key[0]}/{key[1]}  {state} ({how})")
+
+    def check_cleanup(self) -> None:
+        self.out.phase("cleanup")
+
+        def leftovers(node: SimNode) -> list[str]:
+            nas = self.cluster.nas(node.name)
+            counts = {
+                "allocated": len(nas.spec.allocatedClaims) if nas else 0,
+                "prepared": len(nas.spec.preparedClaims) if nas else 0,
+                "CDI specs": len(node.cdi_specs()),
+                "MIG devices": node.mig_devices(),
+            }
+            return [f"{n} {what}" for what, n in counts.items()]
+
+        def clean() -> bool:
+            return all(all(i.startswith("0 ") for i in leftovers(n)) for n in self.cluster.nodes)
+
+        self.until(clean)
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            items = leftovers(node)
+            ok = all(item.startswith("0 ") for item in items)
+            self.out(f"node {node.name}: {', '.join(items)}  {'ok' if ok else 'NOT CLEAN'}")
+            if not ok:
+                self.failures.append(f"node {node.name} not clean: {', '.join(items)}")
+
+
+class V1Cluster(ClusterParts):
     """The parts, started; `client` is the admin's (simulated kubectl) API client, `kind` says
     which cluster ("simulated API server" or "real control plane vX")."""
 
     def __init__(
         self, client: kubeclient.KubeClient, official: Callable[[], OfficialClient], kind: str
     ) -> None:
-        self.client = client
+        super().__init__(client, official)
         self.kind = kind
         #: The real control plane (its controller manager makes ServiceAccounts; the
         #: simulated one does not, nor does the simulated API server ask for them).
         self.real_control_plane = not kind.startswith("simulated")
-        self._new_official = official
-        self.nodes: list[SimNode] = []
-        self.scheduler: v1scheduler.V1Scheduler | None = None
-        self.controller_manager: controllers.ControllerManager | None = None
-        self._clients: list[OfficialClient] = []
-        self._controller_stop = threading.Event()
-        self._controller: threading.Thread | None = None
         #: Seconds each start step took, in order.
         self.timings: list[tuple[str, float]] = []
         self._kinds: dict[tuple[str, str], resources.ResourceType] | None = None
@@ -294,11 +447,6 @@ class V1Cluster:
             real = self.real_control_plane
             self._kinds = served_kinds(self.client) if real else apply.kinds(crds.all_crds())
         return self._kinds
-
-    def official_client(self) -> OfficialClient:
-        client = self._new_official()
-        self._clients.append(client)
-        return client
 
     # --- start --------------------------------------------------------------------------------
 
@@ -462,10 +610,7 @@ class V1Cluster:
             ),
             api=self.official_client(),
         )
-        self._controller = threading.Thread(
-            target=app.run, args=(self._controller_stop,), name="demo-controller", daemon=True
-        )
-        self._controller.start()
+        self._run_controller(app)
         self._step("controller", began)
 
     def _start_kubelets(self, new_client: Callable[[], kubeclient.KubeClient]) -> None:
@@ -506,46 +651,11 @@ class V1Cluster:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def get_object(self, url: str) -> Obj | None:
-        try:
-            return self.client.get(url)
-        except errors.ApiError as error:
-            if error.code == 404:
-                return None
-            raise
-
-    def nas(self, node: str) -> NodeAllocationState | None:
-        url = kubeclient.path(
-            "nas.gpu.drasat.io", "v1alpha1", "nodeallocationstates", namespace=NAMESPACE, name=node
-        )
-        found = self.get_object(url)
-        return None if found is None else NodeAllocationState.model_validate(found)
-
     def slices(self, node: str) -> list[Obj]:
         items: list[Obj] = self.client.list(
             v1_path("resourceslices"), fieldSelector=f"spec.nodeName={node}"
         )["items"]
         return [s for s in items if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
-
-    # --- stop ---------------------------------------------------------------------------------
-
-    def _stop(self) -> None:
-        """Stop every part that was started, in reverse order; each stop runs even if an
-        earlier one failed (that failure is logged)."""
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            (f"kubelet {n.name}", n.kubelet.stop) for n in self.nodes if n.kubelet
-        ]
-        if self.controller_manager is not None:
-            steps.append(("controller manager", self.controller_manager.stop))
-        if self.scheduler is not None:
-            steps.append(("scheduler", self.scheduler.stop))
-        steps.append(("controller", self._stop_controller))
-        steps.extend((f"node plugin {n.name}", n.plugin.stop) for n in reversed(self.nodes))
-        steps.extend(("API client", c.close) for c in self._clients)
-        stop_parts(steps)
-
-    def _stop_controller(self) -> None:
-        stop_thread(self._controller_stop, self._controller, "the controller")
 
 
 class RealKubelet:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from drasat.api import access
 from drasat.api.nas import AllocatedDevices
-from drasat.testbed.sim import apply, kubeclient
+from drasat.testbed.sim import apply, kubeclient, resources
 from drasat.testbed.sim.kubelet import PodRun
 
 #: How long a claim's Warning Event must stand, with its pod still Pending, before the pod
@@ -94,6 +94,27 @@ class Workload:
     @property
     def ref(self) -> str:
         return f"{self.applied.document.where}: {self.applied.ref}"
+
+
+def created(applied: Iterable[apply.Applied], kind: str) -> list[Key]:
+    """The objects of `kind` that applying created (not the ones that were there), sorted."""
+    return sorted(
+        (str(a.object["metadata"]["namespace"]), str(a.object["metadata"]["name"]))
+        for a in applied
+        if a.object.get("kind") == kind and a.created
+    )
+
+
+def owner_urls(
+    workloads: Iterable[Workload], known: Mapping[tuple[str, str], resources.ResourceType]
+) -> list[str]:
+    """The URL of each workload, to delete it (and its pods) by; `known`: the served kinds."""
+    return [
+        apply.url(
+            known[(str(w.applied.object["apiVersion"]), str(w.applied.object["kind"]))], *w.key
+        )
+        for w in workloads
+    ]
 
 
 def wanted_pods(obj: Obj) -> int | None:

@@ -35,7 +35,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -544,7 +544,17 @@ def node_states(result: V1Result) -> list[NodeAllocationState]:
 # --- renderers ------------------------------------------------------------------------------------
 
 
-def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> Summary:
+class DeviceUse(NamedTuple):
+    gpus_total: int
+    gpus_used: int
+    mig_slices_total: int
+    mig_slices_used: int
+
+
+def device_use(states: Sequence[NodeAllocationState]) -> DeviceUse:
+    """The summary's device counts over the nodes' ledgers after the run (both what-ifs): the
+    GPUs, and those an entry uses (a MIG device's parent counts); the MIG slices of MIG-enabled
+    GPUs, and those MIG devices take."""
     used: set[str] = set()
     slices_used = 0
     for nas in states:
@@ -555,6 +565,16 @@ def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> Summary
                 used.update(d.parentUUID for d in entry.mig.devices)
                 slices_used += sum(d.placement.size for d in entry.mig.devices)
     gpus = [(g, n) for n in states for g in n.spec.gpus()]
+    return DeviceUse(
+        gpus_total=len(gpus),
+        gpus_used=sum(1 for g, _ in gpus if g.uuid in used),
+        mig_slices_total=sum(mig_slices(g, n) for g, n in gpus if g.migEnabled),
+        mig_slices_used=slices_used,
+    )
+
+
+def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> Summary:
+    use = device_use(states)
     solutions = result.outcome.solutions
     weakest = (
         min((s.status for s in solutions), key=_STRENGTH.index) if solutions else Status.UNKNOWN
@@ -563,10 +583,10 @@ def _summary(result: V1Result, states: Sequence[NodeAllocationState]) -> Summary
     return Summary(
         nodes=len(states),
         nodes_not_ready=sum(1 for s in result.cluster.states if not s.ready),
-        gpus_total=len(gpus),
-        gpus_used=sum(1 for g, _ in gpus if g.uuid in used),
-        mig_slices_total=sum(mig_slices(g, n) for g, n in gpus if g.migEnabled),
-        mig_slices_used=slices_used,
+        gpus_total=use.gpus_total,
+        gpus_used=use.gpus_used,
+        mig_slices_total=use.mig_slices_total,
+        mig_slices_used=use.mig_slices_used,
         pods_placed=len(result.workload.pods) - len(result.outcome.refused),
         pods_unplaced=len(result.outcome.refused),
         allocations_new=len(result.outcome.allocations),

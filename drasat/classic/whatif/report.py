@@ -22,6 +22,7 @@ from drasat.whatif.v1output import (
     Segment,
     Summary,
     colour,
+    device_use,
     mig_slices,
     node_view,
     palette,
@@ -215,23 +216,14 @@ def _summary(
     unplaced: dict[str, str],
     mode: str,
 ) -> Summary:
-    used: set[str] = set()
-    slices_used = 0
-    for n in nas:
-        for entry in n.spec.allocatedClaims.values():
-            if entry.gpu is not None:
-                used.update(d.uuid for d in entry.gpu.devices)
-            if entry.mig is not None:
-                used.update(d.parentUUID for d in entry.mig.devices)
-                slices_used += sum(d.placement.size for d in entry.mig.devices)
-    gpus = [(g, n) for n in nas for g in n.spec.gpus()]
+    use = device_use(nas)
     return Summary(
         nodes=len(nas),
         nodes_not_ready=sum(1 for s in cluster.states if not s.ready),
-        gpus_total=len(gpus),
-        gpus_used=sum(1 for g, _ in gpus if g.uuid in used),
-        mig_slices_total=sum(mig_slices(g, n) for g, n in gpus if g.migEnabled),
-        mig_slices_used=slices_used,
+        gpus_total=use.gpus_total,
+        gpus_used=use.gpus_used,
+        mig_slices_total=use.mig_slices_total,
+        mig_slices_used=use.mig_slices_used,
         pods_placed=len(workload.pods) - len(unplaced),
         pods_unplaced=len(unplaced),
         allocations_new=sum(len(p.allocations) for p in solution.placements),

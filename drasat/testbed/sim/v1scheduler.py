@@ -57,39 +57,24 @@ def _now() -> str:
 
 
 class Pending(Exception):
-    """The pod cannot be bound yet; the message says why."""
+    """The pod cannot be bound yet; the message says why (or what it waits for)."""
 
 
-class V1Scheduler(actor.WatchDrivenLoop):
-    """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
+class PodScheduler(actor.WatchDrivenLoop):
+    """The pass both simulated schedulers share, this v1 one and the classic wing's
+    (`drasat.classic.scheduler`): each pod not bound yet, not being deleted and `_ours` is handed
+    to `_schedule`, in namespace/name order. Its `Pending` reason or an API error is kept in
+    `reasons` (the next pass tries again); a pod it bound goes into `bound`.
 
-    name = "sim-v1-scheduler"
+    Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
 
-    def __init__(
-        self,
-        client: kubeclient.KubeClient,
-        *,
-        resync: float = 1.0,
-        plain_pods: bool = True,
-        scheduler_name: str = DEFAULT_SCHEDULER,
-        binding_conditions: bool = True,
-    ) -> None:
+    def __init__(self, client: kubeclient.KubeClient, *, resync: float) -> None:
         super().__init__(client, resync=resync)
-        #: The DRADeviceBindingConditions and DRAResourceClaimDeviceStatus gates, which the
-        #: session's real control plane turns on (every DRA gate): see `_reserve`.
-        self._binding_conditions = binding_conditions
-        self._plain_pods = plain_pods
-        self._scheduler_name = scheduler_name
         self._progress = threading.Condition()
         #: Why each pending pod ((namespace, name)) has not been bound yet.
         self.reasons: dict[tuple[str, str], str] = {}
         #: Pods this scheduler bound, with their node.
         self.bound: dict[tuple[str, str], str] = {}
-        #: Claims PostFilter deallocated, as `namespace/name`, in order.
-        self.deallocated: list[str] = []
-
-    def watched(self) -> list[tuple[str, Mapping[str, str]]]:
-        return [(_core("pods"), {}), (_claims(), {}), (_core("nodes"), {})]
 
     def wait_bound(self, namespace: str, name: str, *, timeout: float = 30.0) -> str:
         """Wait until this scheduler bound the pod; its node. TimeoutError with the reason."""
@@ -99,16 +84,29 @@ class V1Scheduler(actor.WatchDrivenLoop):
         reason = self.reasons.get((namespace, name), "never seen")
         raise TimeoutError(f"pod {namespace}/{name} not bound after {timeout}s: {reason}")
 
+    # --- what a scheduler says --------------------------------------------------------------
+
+    def _before_pods(self, pods: list[Obj]) -> None:
+        """Called once a pass, before the pending pods are looked at."""
+
+    def _ours(self, pod: Obj) -> bool:
+        """Whether this scheduler binds the pod (not yet bound, not being deleted)."""
+        return True
+
+    def _schedule(self, pod: Obj, nodes: list[Obj]) -> str | None:
+        """Take the next step for one pending pod; the node when it was bound."""
+        raise NotImplementedError
+
     # --- one pass -----------------------------------------------------------------------------
 
     def run_once(self) -> None:
         pods = self._client.list(_core("pods"))["items"]
         nodes = self._client.list(_core("nodes"))["items"]
+        self._before_pods(pods)
         for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
-            spec = pod.get("spec") or {}
-            if spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+            if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
-            if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != self._scheduler_name:
+            if not self._ours(pod):
                 continue
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             try:
@@ -129,6 +127,47 @@ class V1Scheduler(actor.WatchDrivenLoop):
         with self._progress:
             self.reasons[key] = reason
             self._progress.notify_all()
+
+    def _bind(self, pod: Obj, node: str) -> None:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._client.create(_core("pods", namespace, name, "binding"), binding)
+
+
+class V1Scheduler(PodScheduler):
+    """Run `run_once()` yourself, or `start()` a background thread and `stop()` it."""
+
+    name = "sim-v1-scheduler"
+
+    def __init__(
+        self,
+        client: kubeclient.KubeClient,
+        *,
+        resync: float = 1.0,
+        plain_pods: bool = True,
+        scheduler_name: str = DEFAULT_SCHEDULER,
+        binding_conditions: bool = True,
+    ) -> None:
+        super().__init__(client, resync=resync)
+        #: The DRADeviceBindingConditions and DRAResourceClaimDeviceStatus gates, which the
+        #: session's real control plane turns on (every DRA gate): see `_reserve`.
+        self._binding_conditions = binding_conditions
+        self._plain_pods = plain_pods
+        self._scheduler_name = scheduler_name
+        #: Claims PostFilter deallocated, as `namespace/name`, in order.
+        self.deallocated: list[str] = []
+
+    def watched(self) -> list[tuple[str, Mapping[str, str]]]:
+        return [(_core("pods"), {}), (_claims(), {}), (_core("nodes"), {})]
+
+    def _ours(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        return (spec.get("schedulerName") or DEFAULT_SCHEDULER) == self._scheduler_name
 
     def _schedule(self, pod: Obj, nodes: list[Obj]) -> str | None:
         entries = scheduling.pod_claims(pod)
@@ -221,16 +260,6 @@ class V1Scheduler(actor.WatchDrivenLoop):
             # API server refuses that change of a set allocation (422), so the pod never binds.
             patch["status"]["allocation"] = {"allocationTimestamp": _now()}
         self._client.merge_patch(_claims(meta["namespace"], meta["name"], "status"), patch)
-
-    def _bind(self, pod: Obj, node: str) -> None:
-        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        self._client.create(_core("pods", namespace, name, "binding"), binding)
 
 
 def _owned_by(claim: Obj, pod: Obj) -> bool:
