@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from drasat.api.base import Spec
-from drasat.api.errors import describe_validation_error
+from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import LifecycleStep
 from drasat.api.sharing import GpuShare, GpuSharing
 

@@ -29,7 +29,7 @@ from drasat import loading
 from drasat.api import crds
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.api.nas import NasStatus
-from drasat.testbed.controlplane.cluster import free_port
+from drasat.testbed.controlplane.realcluster import free_port
 from drasat.whatif import v1cluster
 
 RESOURCE = ("resource.k8s.io", "v1")

@@ -4,7 +4,7 @@
                                [--churn-nodes 8 --churn-claims 600] [--out DIR]
 
 A fleet of N fake nodes (Node objects, no kubelet) each publishes drasat's ResourceSlices for
-8 simulated GPUs, built by the node plugin's own code (`drasat.nodeplugin.slices`) from a
+8 simulated GPUs, built by the node plugin's own code (`drasat.nodeplugin.slicepublisher`) from a
 simulated NVML fleet: a quarter of the nodes A100-40GB or H100-80GB with every GPU in MIG mode
 (partitionable devices: the whole GPU and every MIG placement, sharing counters), the rest
 H100-80GB without MIG, shareable by capacity. drasat's DeviceClasses are created if missing.
@@ -64,7 +64,7 @@ from bench import mig_churn
 from drasat.api import catalog
 from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.testbed.simnvml import SimulatedNvml
 
@@ -331,8 +331,8 @@ def node_body(node: FleetNode) -> Obj:
 def node_slices(node: FleetNode, uid: str) -> list[Obj]:
     """The slices drasat's node plugin would publish for this node's simulated GPUs."""
     fleet = SimulatedNvml(node.fleet)
-    wanted = slices.inventory(NvmlDeviceLib(fleet, run=fleet.run), shares=True)
-    return slices.desired(node.name, wanted, node_uid=uid)
+    wanted = slicepublisher.inventory(NvmlDeviceLib(fleet, run=fleet.run), shares=True)
+    return slicepublisher.desired(node.name, wanted, node_uid=uid)
 
 
 @dataclasses.dataclass
@@ -948,10 +948,12 @@ def control_plane(kubeconfig: pathlib.Path | None) -> Iterator[pathlib.Path]:
     if kubeconfig is not None:
         yield kubeconfig
         return
-    from drasat.testbed.controlplane import cluster
+    from drasat.testbed.controlplane import realcluster
 
     with tempfile.TemporaryDirectory(prefix="drasat-bench-kube-") as folder:
-        started = cluster.Cluster.start(directory=pathlib.Path(folder) / "c", die_with_parent=True)
+        started = realcluster.Cluster.start(
+            directory=pathlib.Path(folder) / "c", die_with_parent=True
+        )
         try:
             yield started.kubeconfig
         finally:

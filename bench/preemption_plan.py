@@ -21,7 +21,7 @@ from drasat.api import catalog
 from drasat.api.devicemodel import classes
 from drasat.api.nas import AllocatableDevice, GpuInfo, NodeAllocationStateSpec
 from drasat.solver import NodeState
-from drasat.v1 import devices, preemption
+from drasat.v1 import preemption, publisheddevices
 from drasat.v1.preemption import Running
 
 CLASSES = {c["metadata"]["name"]: c for c in classes.device_classes()}
@@ -59,7 +59,7 @@ def _node(name: str) -> v1.Node:
         for i in range(8)
     ]
     state = NodeState(name=name, nas=NodeAllocationStateSpec(allocatableDevices=gpus))
-    return v1.Node(state, tuple(devices.drasat_devices(name, state.nas)))
+    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, state.nas)))
 
 
 def fleet(count: int, seed: int = 0) -> tuple[list[v1.Node], list[Running]]:

@@ -89,7 +89,7 @@ from kubernetes.client import ApiException
 from drasat.api import crds
 from drasat.api.devicemodel import classes, names
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, SCHEDULING_GATE, VERSION
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 from drasat.testbed.simnvml import parse_fleet
 
 Obj = dict[str, Any]
@@ -159,7 +159,7 @@ def _popen(args: list[str], log: pathlib.Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=cluster.sigterm_on_parent_death,
+            preexec_fn=realcluster.sigterm_on_parent_death,
         )
 
 
@@ -444,7 +444,7 @@ class Soak:
         self.folder = folder
         self.rng = random.Random(config.seed)
         self.started = time.monotonic()
-        self.kube: cluster.Cluster | None = None
+        self.kube: realcluster.Cluster | None = None
         self.api: Any = None
         self.nodes: list[Node] = []
         self.controllers: dict[str, subprocess.Popen[bytes]] = {}
@@ -506,7 +506,7 @@ class Soak:
 
     def start(self) -> None:
         say(f"control plane in {self.folder}")
-        self.kube = cluster.Cluster.start(directory=self.folder / "kube", die_with_parent=True)
+        self.kube = realcluster.Cluster.start(directory=self.folder / "kube", die_with_parent=True)
         self.api = kubernetes.config.new_client_from_config(config_file=str(self.kube.kubeconfig))
         self._install()
         for i in range(self.config.nodes):

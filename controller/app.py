@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from drasat.api.errors import InputError
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import InputError
 from drasat.controller import admission, leader
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from drasat.api.errors import InputError
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import InputError
 from drasat.v1 import slices
 
 Obj = dict[str, Any]

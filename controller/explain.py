@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME, FINALIZER, SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import decisions, leader, nodes, policy, v1controller, v1inputs
+from drasat.controller import decisions, leader, nasnodes, policy, v1controller, v1inputs
 from drasat.controller.drivers import Published
 from drasat.controller.statusledger import ledgers_from_statuses
 from drasat.kube import errors
@@ -68,7 +68,7 @@ def snapshot(
     }
     parsed = {}
     for obj in api.list(r.NAS, namespace=namespace).items:
-        found = nodes.parse(obj)
+        found = nasnodes.parse(obj)
         parsed[found.node.name] = found
     published = Published(drivers).read(api.list(r.RESOURCE_SLICES_V1).items)
     parsed |= ledgers_from_statuses(published, claims.values(), parsed, {}, drivers)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from drasat import policyfiles
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicySpec
 from drasat.kube import errors
 from drasat.kube.client import Api

@@ -20,8 +20,7 @@ from typing import Any, Protocol
 
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
-from drasat.controller import drivers, v1inputs
-from drasat.controller import nodes as nas_nodes
+from drasat.controller import drivers, nasnodes, v1inputs
 from drasat.solver import NodeState
 from drasat.v1 import results, slices
 
@@ -90,10 +89,10 @@ def kept_from_statuses(name: str, found: slices.NodeDevices, configured: Iterabl
 def ledgers_from_statuses(
     published: Mapping[str, slices.NodeDevices],
     claims: Iterable[Obj],
-    nas: Mapping[str, nas_nodes.ParsedNas],
+    nas: Mapping[str, nasnodes.ParsedNas],
     written: Mapping[str, Write],
     configured: Iterable[str] = drivers.DEFAULT,
-) -> dict[str, nas_nodes.ParsedNas]:
+) -> dict[str, nasnodes.ParsedNas]:
     """A ledger (a NAS-shaped `ParsedNas`, `from_statuses`) for every node that publishes
     devices of a configured driver other than drasat's and has no NAS: its inventory, and the
     entries of every claim allocated there, by its status or, while the informer has not seen
@@ -134,5 +133,5 @@ def ledgers_from_statuses(
             inventory = found.read.nas.spec.allocatableDevices
             spec = NodeAllocationStateSpec(allocatableDevices=inventory, allocatedClaims=held[name])
             state = NodeState(name=name, nas=spec)
-        out[name] = nas_nodes.ParsedNas(state, "", from_statuses=True)
+        out[name] = nasnodes.ParsedNas(state, "", from_statuses=True)
     return out

@@ -49,13 +49,12 @@ from drasat import v1
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, decisions, extended, gangs, nodes, v1inputs
+from drasat.controller import allocation, decisions, extended, gangs, nasnodes, v1inputs
 from drasat.controller.drivers import Published, taint_rule_name
 from drasat.controller.metrics import Metrics
 from drasat.controller.preemption import Preempter
 from drasat.controller.statusledger import ledgers_from_statuses, status_entries_on
-from drasat.kube import errors, informer
-from drasat.kube import nas as nas_api
+from drasat.kube import errors, informer, nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
@@ -206,7 +205,7 @@ class V1Controller:
         #: Claim statuses read as ledger entries, kept while neither side changes.
         self._ledgers = v1inputs.StatusLedgers()
         #: NASes parsed, kept while their version stands (a cycle reads every node's).
-        self._parsed_nas = nodes.ParsedNases()
+        self._parsed_nas = nasnodes.ParsedNases()
         #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
@@ -843,7 +842,7 @@ class V1Controller:
 
         def mutate(obj: Obj) -> Obj | None:
             refused.clear()  # called again on each conflict, with the fresh object
-            held = dict(nodes.parse(obj).node.nas.allocatedClaims)
+            held = dict(nasnodes.parse(obj).node.nas.allocatedClaims)
             added: dict[str, AllocatedDevices] = {}
             for pod in placed:
                 clash = _clash(node, pod.ledger, held)
@@ -1065,7 +1064,7 @@ class V1Controller:
         obj = self._nas_written.get(node) or next(
             (o for o in self.nas.items() if o["metadata"].get("name") == node), None
         )
-        return nodes.parse(obj).node.nas.allocatedClaims if obj is not None else {}
+        return nasnodes.parse(obj).node.nas.allocatedClaims if obj is not None else {}
 
     def _confined(
         self, what: str, objects: list[Obj], action: Callable[..., T], *args: Any
@@ -1147,7 +1146,7 @@ class V1Controller:
         def mutate(obj: Obj) -> Obj | None:
             claims = (obj.get("spec") or {}).get("allocatedClaims") or {}
             mine = {k for k, e in claims.items() if (e.get("claimInfo") or {}).get("uid") == uid}
-            cleared = nas_api.without_claims(obj, mine) or obj
+            cleared = nasclient.without_claims(obj, mine) or obj
             return allocation.nas_with(cleared, dict(entries)) or (cleared if mine else None)
 
         self._update_nas(node, mutate)
@@ -1240,9 +1239,9 @@ class V1Controller:
 
     def _remove_from_ledger(self, node: str, keys: set[str]) -> None:
         """The entries `keys` leave the node's ledger: the one rule both controllers remove by
-        (`drasat.kube.nas.without_claims`), written as every v1 ledger write is."""
+        (`drasat.kube.nasclient.without_claims`), written as every v1 ledger write is."""
         try:
-            self._update_nas(node, lambda obj: nas_api.without_claims(obj, keys))
+            self._update_nas(node, lambda obj: nasclient.without_claims(obj, keys))
         except errors.NotFound:
             return
 
@@ -1264,7 +1263,7 @@ class V1Controller:
                 return
             except errors.Conflict:
                 self.metrics.nas_conflicts.inc()
-        written = nas_api.update(
+        written = nasclient.update(
             self.api,
             namespace=self.config.namespace,
             node=node,

@@ -34,8 +34,7 @@ from typing import Any
 
 from drasat.api import nodefit
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
-from drasat.controller import allocation
-from drasat.controller import nodes as nas_nodes
+from drasat.controller import allocation, nasnodes
 from drasat.solver import NodeState
 from drasat.v1 import Node, PodInput, results, slices
 
@@ -206,7 +205,7 @@ class Snapshot:
     claims: Mapping[str, Obj]  # namespace/name -> claim
     classes: Mapping[str, Obj]  # ours, by name
     nodes: Mapping[str, Obj]  # Node objects by name
-    nas: Mapping[str, nas_nodes.ParsedNas]  # by node name
+    nas: Mapping[str, nasnodes.ParsedNas]  # by node name
     #: pod key -> nodes found unsuitable lately, with the scheduler's reason.
     unsuitable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: What each node publishes of drasat's driver, read from its ResourceSlices (the source
@@ -475,7 +474,7 @@ class StatusLedgers:
         self._kept: dict[tuple[str, ...], dict[str, Any]] = {}
         self._used: dict[tuple[str, ...], dict[str, Any]] = {}
 
-    def get(self, claim: Obj, node: str, parsed: nas_nodes.ParsedNas) -> dict[str, Any]:
+    def get(self, claim: Obj, node: str, parsed: nasnodes.ParsedNas) -> dict[str, Any]:
         meta = claim.get("metadata") or {}
         version = str(meta.get("resourceVersion") or "")
         if not version or not parsed.resource_version:
@@ -542,7 +541,7 @@ def with_status_holds(snapshot: Snapshot, memo: StatusLedgers | None = None) -> 
             if allocation.device_ids(in_ledger) == allocation.device_ids(entries.values()):
                 continue
             for key, entry in entries.items():
-                extra[nas_nodes.HELD_PREFIX + key] = entry
+                extra[nasnodes.HELD_PREFIX + key] = entry
         if extra:
             state = parsed.node
             claims = {**ledger, **extra}

@@ -35,7 +35,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from drasat.api.errors import InputError, describe_validation_error, show
+from drasat.api.inputerrors import InputError, describe_validation_error, show
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from drasat import loading
 from drasat.api import groups
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicy, LifecycleActionName
 from drasat.api.sharing import TimeSlice
 

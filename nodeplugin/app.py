@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import cdi, mps, nvml, registration, slices, state, v1claims
+from drasat.nodeplugin import cdi, mps, nvml, registration, slicepublisher, state, v1claims
 from drasat.nodeplugin.devicelib import DeviceLib
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
@@ -87,7 +87,7 @@ def build(options: Options) -> NodePlugin:
                 "--resourceslices needs API access (no --in-memory-nas, or a --kubeconfig) and "
                 "--kubelet-api structured or both"
             )
-        publisher = slices.SlicePublisher(api, node_name=config.node_name)
+        publisher = slicepublisher.SlicePublisher(api, node_name=config.node_name)
     plugin = NodePlugin(
         config,
         lib=lib,

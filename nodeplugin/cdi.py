@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from drasat import loading
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.nodeplugin import driverfiles
 from drasat.nodeplugin.checkpoint import write_atomic
 from drasat.nodeplugin.driverfiles import DriverFilesError, Roots

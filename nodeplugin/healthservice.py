@@ -40,7 +40,7 @@ import grpc
 
 from drasat.api.devicemodel import names, pool
 from drasat.api.devicemodel.nodegpus import XID_GPU_LOST
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.devicelib import DeviceLib, GpuDevice
 from drasat.nodeplugin.gen import (
     drahealth_v1_pb2,
@@ -91,7 +91,7 @@ def pool_devices(lib: DeviceLib, gpus: Sequence[GpuDevice] | None = None) -> lis
     """Every device the device model publishes for this node (of `gpus`, or the lib's
     discovery), with the GPU each belongs to."""
     out = []
-    for device in pool.all_devices(slices.inventory(lib, gpus=gpus)):
+    for device in pool.all_devices(slicepublisher.inventory(lib, gpus=gpus)):
         attributes = device.get("attributes", {})
         uuid = attributes.get("parentUUID", attributes.get("uuid", {})).get("string")
         out.append(PoolDevice(device["name"], uuid))

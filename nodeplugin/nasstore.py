@@ -3,9 +3,9 @@
 The node plugin reads `spec.allocatedClaims` and writes `spec.allocatableDevices`,
 `spec.preparedClaims` and `status`. Writes go through `update(mutate)`: the store reads the object,
 the mutate function changes the model in place and returns whether it changed anything, and the
-store retries on a conflicting write (drasat.kube.nas.update does this against the API server).
-The prepare path uses `allocated_claim` and `set_prepared`, which touch only the claim's own
-entries of the raw object: parsing (and, in memory, deep-copying) the whole NAS with every
+store retries on a conflicting write (drasat.kube.nasclient.update does this against the API
+server). The prepare path uses `allocated_claim` and `set_prepared`, which touch only the claim's
+own entries of the raw object: parsing (and, in memory, deep-copying) the whole NAS with every
 device's placements for each claim was most of a prepare's time.
 """
 
@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from drasat.api.errors import describe_validation_error
+from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import AllocatedDevices, NodeAllocationState, PreparedDevices
 from drasat.kube import errors as kube_errors
 from drasat.kube import events as kube_events
-from drasat.kube import nas as kube_nas
+from drasat.kube import nasclient
 from drasat.kube import resources as kube_resources
 from drasat.kube.client import Api
 
@@ -119,7 +119,7 @@ class MemoryNasStore:
             if self.obj is None:
                 if not create:
                     raise NasError(f"NodeAllocationState {self.namespace}/{self.node} not found")
-                self.obj = kube_nas.new(namespace=self.namespace, node=self.node)
+                self.obj = nasclient.new(namespace=self.namespace, node=self.node)
             model = _parse(copy.deepcopy(self.obj), f"NodeAllocationState {self.node}")
             if mutate(model):
                 metadata = self.obj.get("metadata", {})
@@ -170,15 +170,15 @@ class KubeNasStore:
         self.recorder = kube_events.EventRecorder(api, component="drasat-nodeplugin", instance=node)
 
     def warn(self, reason: str, message: str) -> None:
-        ref = kube_nas.new(namespace=self.namespace, node=self.node)
+        ref = nasclient.new(namespace=self.namespace, node=self.node)
         with contextlib.suppress(kube_errors.KubeError):  # its uid: the Event shows with it
-            ref = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+            ref = nasclient.get(self.api, namespace=self.namespace, node=self.node)
         self.recorder.warning(ref, reason, message)
 
     def read(self) -> NodeAllocationState:
         where = f"NodeAllocationState {self.namespace}/{self.node}"
         try:
-            obj = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+            obj = nasclient.get(self.api, namespace=self.namespace, node=self.node)
         except kube_errors.KubeError as error:
             raise NasError(f"{where}: {error}") from error
         return _parse(obj, where)
@@ -199,7 +199,7 @@ class KubeNasStore:
         try:
             if create:
                 self._ensure()
-            kube_nas.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
+            nasclient.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
         except kube_errors.KubeError as error:
             raise NasError(f"{where}: {error}") from error
         return result[-1]
@@ -207,7 +207,7 @@ class KubeNasStore:
     def allocated_claim(self, uid: str) -> AllocatedDevices | None:
         where = f"NodeAllocationState {self.namespace}/{self.node}"
         try:
-            obj = kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+            obj = nasclient.get(self.api, namespace=self.namespace, node=self.node)
         except kube_errors.KubeError as error:
             raise NasError(f"{where}: {error}") from error
         return _allocated_entry(obj, uid, where)
@@ -222,15 +222,15 @@ class KubeNasStore:
             return obj if changed else None
 
         try:
-            kube_nas.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
+            nasclient.update(self.api, namespace=self.namespace, node=self.node, mutate=apply)
         except kube_errors.KubeError as error:
             raise NasError(f"{where}: {error}") from error
         return changed
 
     def _ensure(self) -> None:
         try:
-            kube_nas.get(self.api, namespace=self.namespace, node=self.node)
+            nasclient.get(self.api, namespace=self.namespace, node=self.node)
         except kube_errors.NotFound:
-            body = kube_nas.new(namespace=self.namespace, node=self.node, node_uid=self.node_uid)
+            body = nasclient.new(namespace=self.namespace, node=self.node, node_uid=self.node_uid)
             with contextlib.suppress(kube_errors.AlreadyExists):
                 self.api.create(kube_resources.nas(), body, namespace=self.namespace)

@@ -31,7 +31,7 @@ from drasat.nodeplugin import (
     mps,
     publish,
     registration,
-    slices,
+    slicepublisher,
     state,
     v1claims,
 )
@@ -110,7 +110,7 @@ class NodePlugin:
         store: NasStore,
         mps_runner: mps.Runner,
         claim_reader: v1claims.ClaimReader | None = None,
-        slice_publisher: slices.SlicePublisher | None = None,
+        slice_publisher: slicepublisher.SlicePublisher | None = None,
     ) -> None:
         self.config = config
         self.lib = lib
@@ -186,7 +186,7 @@ class NodePlugin:
         if ready is None:
             ready = bool(self._servers) or not self._started
         gpus = self.state.gpus()
-        profiles = slices.mig_profiles(self.lib, gpus)
+        profiles = slicepublisher.mig_profiles(self.lib, gpus)
         devices = publish.allocatable_devices(gpus, profiles, unhealthy=self.health.unhealthy)
         status = NasStatus.Ready if ready else NasStatus.NotReady
 
@@ -201,7 +201,7 @@ class NodePlugin:
         self.publish_slices()
         return nas
 
-    def publish_slices(self) -> slices.SyncResult | None:
+    def publish_slices(self) -> slicepublisher.SyncResult | None:
         """Sync the ResourceSlices with the GPUs and their health; a failure is logged (the next
         publish retries), it never stops the plugin."""
         if self.slice_publisher is None:
@@ -210,7 +210,7 @@ class NodePlugin:
             uuid: GpuHealth.from_xid(self.health.xids.get(uuid)) for uuid in self.health.unhealthy
         }
         try:
-            wanted = slices.inventory(
+            wanted = slicepublisher.inventory(
                 self.lib, health=unhealthy, shares=self.config.slice_shares, gpus=self.state.gpus()
             )
             return self.slice_publisher.sync(wanted)

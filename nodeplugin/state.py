@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from drasat.api import handles
 from drasat.api.devicemodel import names
-from drasat.api.errors import describe_validation_error, show
+from drasat.api.inputerrors import describe_validation_error, show
 from drasat.api.nas import (
     AllocatedDevices,
     ClaimInfo,

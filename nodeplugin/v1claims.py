@@ -48,8 +48,8 @@ from pydantic import ValidationError
 
 from drasat.api import deviceconfig
 from drasat.api.devicemodel import names, shares
-from drasat.api.errors import describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import describe_validation_error, show
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuShare, GpuSharing, SharingStrategy
 from drasat.kube import errors as kube_errors

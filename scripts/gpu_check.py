@@ -2,7 +2,7 @@
 changing them, in well under 5 minutes.
 
 1. discovery through the real `pynvml` (the plugin's `nvml.py`): GPUs, driver, MIG profiles;
-2. the ResourceSlices this node would publish (`slices.py`, the device model);
+2. the ResourceSlices this node would publish (`slicepublisher.py`, the device model);
 3. the CDI spec of a claim for GPU 0 (`nodeplugin/cdispec.py`: the plugin's own prepare of an
    exclusive whole GPU, which sets nothing on the GPU), and every path it lists present on the host;
 4. `nvidia-smi` (from the spec's mounts) run with only the spec's environment and its libraries'
@@ -148,10 +148,10 @@ def _discovery(lib: Any, report: Report) -> bool:
 
 
 def _slices(lib: Any, report: Report, node: str) -> None:
-    from drasat.nodeplugin import slices
+    from drasat.nodeplugin import slicepublisher
 
-    wanted = slices.inventory(lib, shares=True)
-    objects = slices.desired(node, wanted)
+    wanted = slicepublisher.inventory(lib, shares=True)
+    objects = slicepublisher.desired(node, wanted)
     devices = [d["name"] for o in objects for d in o["spec"].get("devices", [])]
     missing = [f"gpu-{g.minor}" for g in lib.gpus() if f"gpu-{g.minor}" not in devices]
     report.add(

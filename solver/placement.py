@@ -403,7 +403,7 @@ _DEFAULT_PARAMS = SolveParams()
 def solve(problem: Problem, params: SolveParams = _DEFAULT_PARAMS) -> Solution:
     """Place the problem's pods. Pure and deterministic: same input, same output.
 
-    Raises drasat.api.errors.InputError when the problem contradicts itself (see validate).
+    Raises drasat.api.inputerrors.InputError when the problem contradicts itself (see validate).
     `params.cache`: the caller's memo tables (a long-running caller keeps one; see cache.py);
     None: a fresh one for this solve.
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.solver import inventory
 from drasat.solver.cache import SolverCache
 from drasat.solver.problem import ClaimRequest, Problem

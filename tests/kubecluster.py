@@ -30,9 +30,9 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 
-_CLUSTERS_KEY = pytest.StashKey[list[cluster.Cluster]]()
+_CLUSTERS_KEY = pytest.StashKey[list[realcluster.Cluster]]()
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
@@ -42,15 +42,15 @@ def _terminate(signum: int, _frame: FrameType | None) -> None:
 
 def _session_cluster(
     request: pytest.FixtureRequest, folder: Path, *, classic: bool
-) -> Iterator[cluster.Cluster]:
+) -> Iterator[realcluster.Cluster]:
     try:
         bin_dir = binaries.locate(classic=classic)
     except binaries.MissingBinaries as exc:
         pytest.fail(f"the real control plane is not built: {exc}", pytrace=False)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        started = cluster.Cluster.start(directory=folder, bin_dir=bin_dir, die_with_parent=True)
-    except cluster.ClusterError as exc:
+        started = realcluster.Cluster.start(directory=folder, bin_dir=bin_dir, die_with_parent=True)
+    except realcluster.ClusterError as exc:
         signal.signal(signal.SIGTERM, previous)
         pytest.fail(f"the real control plane did not start: {exc}", pytrace=False)
     request.config.stash.setdefault(_CLUSTERS_KEY, []).append(started)
@@ -64,20 +64,20 @@ def _session_cluster(
 @pytest.fixture(scope="session")
 def kube_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[cluster.Cluster]:
+) -> Iterator[realcluster.Cluster]:
     yield from _session_cluster(request, tmp_path_factory.mktemp("kube-cluster"), classic=False)
 
 
 @pytest.fixture(scope="session")
 def classic_kube_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[cluster.Cluster]:
+) -> Iterator[realcluster.Cluster]:
     """Kubernetes v1.30.14 with classic DRA (`resource.k8s.io/v1alpha2`), for classic e2e tests."""
     yield from _session_cluster(request, tmp_path_factory.mktemp("kube-classic"), classic=True)
 
 
 @pytest.fixture(scope="session")
-def kube_api(kube_cluster: cluster.Cluster) -> Iterator[kubernetes.client.ApiClient]:
+def kube_api(kube_cluster: realcluster.Cluster) -> Iterator[kubernetes.client.ApiClient]:
     client = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
     with client:
         yield client
@@ -132,7 +132,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def kubectl_env(kube_cluster: cluster.Cluster) -> dict[str, str]:
+def kubectl_env(kube_cluster: realcluster.Cluster) -> dict[str, str]:
     """Environment for a subprocess (kubectl, drasat) to reach the cluster as administrator."""
     return {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig)}
 

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from drasat.api import catalog
 from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
-from drasat.api.errors import describe_validation_error
+from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from drasat.cli import main
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.testbed.simnvml import SimulatedNvml
 
@@ -20,7 +20,9 @@ def test_yaml_is_what_the_plugin_publishes(capsys: pytest.CaptureFixture[str]) -
     printed = list(yaml.safe_load_all(capsys.readouterr().out))
     fleet = SimulatedNvml(SPEC)
     lib = NvmlDeviceLib(fleet, run=fleet.run)
-    expected = slices.desired("n1", slices.inventory(lib, shares=True))  # shares by default
+    expected = slicepublisher.desired(
+        "n1", slicepublisher.inventory(lib, shares=True)
+    )  # shares by default
     assert printed == expected
     counters, devices = printed
     assert [c["name"] for c in counters["spec"]["sharedCounters"]] == [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 
 HELP = """\
       --feature-gates colonSeparatedMultimapStringString   Comma-separated list ...
@@ -39,7 +39,7 @@ def test_a_dependency_the_server_names_is_parsed() -> None:
         'E1203 run.go:72] "command failed" err="DRAWorkloadResourceClaims is enabled, but depends '
         'on features that are disabled: [GenericWorkload Other]"'
     )
-    assert cluster._disabled_dependencies(log) == {"GenericWorkload", "Other"}
+    assert realcluster._disabled_dependencies(log) == {"GenericWorkload", "Other"}
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_a_dependency_the_server_names_is_parsed() -> None:
     [(30, ("v1alpha2",)), (31, ("v1alpha3",)), (37, ("v1beta1", "v1beta2", "v1alpha3"))],
 )
 def test_resource_versions_by_minor(minor: int, versions: tuple[str, ...]) -> None:
-    assert cluster.resource_versions(minor) == versions
+    assert realcluster.resource_versions(minor) == versions
 
 
 def test_missing_binaries_name_the_build_command(tmp_path: Path) -> None:
@@ -63,12 +63,12 @@ def test_a_folder_that_is_not_a_cluster_is_never_emptied(tmp_path: Path) -> None
     precious = tmp_path / "mine"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
-    with pytest.raises(cluster.ClusterError, match="not empty and holds no cluster"):
-        cluster.Cluster.start(directory=precious, bin_dir=tmp_path / "bin")
+    with pytest.raises(realcluster.ClusterError, match="not empty and holds no cluster"):
+        realcluster.Cluster.start(directory=precious, bin_dir=tmp_path / "bin")
     assert (precious / "notes.txt").read_text() == "keep me"
 
 
-def _record(folder: Path, processes: list[cluster.Process]) -> None:
+def _record(folder: Path, processes: list[realcluster.Process]) -> None:
     state = {
         "bin_dir": str(folder),
         "url": "",
@@ -77,18 +77,18 @@ def _record(folder: Path, processes: list[cluster.Process]) -> None:
         "feature_gates": [],
         "processes": [p.__dict__ for p in processes],
     }
-    (folder / cluster.STATE_FILE).write_text(json.dumps(state))
+    (folder / realcluster.STATE_FILE).write_text(json.dumps(state))
 
 
 def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
     recorded = subprocess.Popen(["sleep", "60"])
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        started = cluster._start_time(recorded.pid) or ""
+        started = realcluster._start_time(recorded.pid) or ""
         # The bystander's pid with another start time: a recycled pid, which must not be signalled.
-        impostor = cluster.Process("kube-scheduler", bystander.pid, "1", "")
-        _record(tmp_path, [cluster.Process("etcd", recorded.pid, started, ""), impostor])
-        loaded = cluster.Cluster.load(tmp_path)
+        impostor = realcluster.Process("kube-scheduler", bystander.pid, "1", "")
+        _record(tmp_path, [realcluster.Process("etcd", recorded.pid, started, ""), impostor])
+        loaded = realcluster.Cluster.load(tmp_path)
         assert loaded.running()
         assert loaded.stop(grace=5) == ["etcd"]
         assert recorded.wait(5) is not None
@@ -103,9 +103,9 @@ def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
 def test_listening_ports_are_drawn_below_the_range_outgoing_connections_use() -> None:
     # The kernel's own pick (port 0) lies in the ephemeral range, where a busy machine's outgoing
     # connection can take it before the component binds (CI: etcd "address already in use").
-    low = cluster._ephemeral_low()
-    ports = {cluster.free_port() for _ in range(20)}
-    assert all(cluster._LISTEN_PORTS[0] <= port < low for port in ports)
+    low = realcluster._ephemeral_low()
+    ports = {realcluster.free_port() for _ in range(20)}
+    assert all(realcluster._LISTEN_PORTS[0] <= port < low for port in ports)
     assert len(ports) > 1  # drawn at random, not one fixed port every caller shares
 
 
@@ -113,18 +113,18 @@ def test_a_port_in_use_is_never_offered(monkeypatch: pytest.MonkeyPatch) -> None
     import socket
 
     with socket.socket() as held:
-        held.bind(("127.0.0.1", cluster.free_port()))
+        held.bind(("127.0.0.1", realcluster.free_port()))
         held.listen()
         taken = held.getsockname()[1]
-        draws = iter([taken - cluster._LISTEN_PORTS[0]] * 3 + [0] * 64)
-        monkeypatch.setattr(cluster.secrets, "randbelow", lambda _n: next(draws))
-        assert cluster.free_port() != taken
+        draws = iter([taken - realcluster._LISTEN_PORTS[0]] * 3 + [0] * 64)
+        monkeypatch.setattr(realcluster.secrets, "randbelow", lambda _n: next(draws))
+        assert realcluster.free_port() != taken
 
 
 def test_a_start_whose_port_was_taken_is_tried_again_on_other_ports(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    taken = cluster.ClusterError("etcd exited ...\nbind: address already in use")
+    taken = realcluster.ClusterError("etcd exited ...\nbind: address already in use")
     outcomes: list[object] = [taken, taken, "started"]
 
     def start_once(**_options: object) -> object:
@@ -133,9 +133,9 @@ def test_a_start_whose_port_was_taken_is_tried_again_on_other_ports(
             raise outcome
         return outcome
 
-    monkeypatch.setattr(cluster.Cluster, "_start_once", staticmethod(start_once))
+    monkeypatch.setattr(realcluster.Cluster, "_start_once", staticmethod(start_once))
     said: list[str] = []
-    assert cluster.Cluster.start(directory=tmp_path, progress=said.append) == "started"
+    assert realcluster.Cluster.start(directory=tmp_path, progress=said.append) == "started"
     assert said == ["a port was taken meanwhile: starting again on other ports"] * 2
 
 
@@ -146,15 +146,15 @@ def test_a_start_gives_up_after_its_attempts_and_other_errors_are_not_retried(
 
     def start_once(**_options: object) -> object:
         calls.append(1)
-        raise cluster.ClusterError(message)
+        raise realcluster.ClusterError(message)
 
-    monkeypatch.setattr(cluster.Cluster, "_start_once", staticmethod(start_once))
+    monkeypatch.setattr(realcluster.Cluster, "_start_once", staticmethod(start_once))
     message = "etcd exited\nbind: address already in use"
-    with pytest.raises(cluster.ClusterError, match="address already in use"):
-        cluster.Cluster.start(directory=tmp_path)
-    assert len(calls) == cluster._START_ATTEMPTS
+    with pytest.raises(realcluster.ClusterError, match="address already in use"):
+        realcluster.Cluster.start(directory=tmp_path)
+    assert len(calls) == realcluster._START_ATTEMPTS
     calls.clear()
     message = "timed out waiting for kube-apiserver"
-    with pytest.raises(cluster.ClusterError, match="timed out"):
-        cluster.Cluster.start(directory=tmp_path)
+    with pytest.raises(realcluster.ClusterError, match="timed out"):
+        realcluster.Cluster.start(directory=tmp_path)
     assert len(calls) == 1

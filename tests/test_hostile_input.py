@@ -14,7 +14,7 @@ import pytest
 import repo_layout
 
 from drasat import loading, policyfiles
-from drasat.api.errors import InputError, one_line, show
+from drasat.api.inputerrors import InputError, one_line, show
 from drasat.cli import main as cli_main
 from drasat.controller.policy import PolicySource
 from drasat.whatif import manifestindex
@@ -29,7 +29,7 @@ spec:
   - name: t4
     gpus: [{product: T4, count: 2}]
 """
-#: Longest error line accepted: a message is cut well before this (api/errors.py).
+#: Longest error line accepted: a message is cut well before this (api/inputerrors.py).
 MAX_LINE = 2500
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from drasat import policyfiles
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicySpec
 from drasat.cli import main
 from drasat.cli import policy as policy_cli

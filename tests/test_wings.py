@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.controller.app import App, Options
 from drasat.testbed.sim import apiserver
 

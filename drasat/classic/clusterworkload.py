@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
-from drasat.controller.nodes import ParsedNas
+from drasat.controller.nasnodes import ParsedNas
 from drasat.solver import workload
 from drasat.solver.problem import PodRequest
 

@@ -32,10 +32,9 @@ from drasat.classic import schedulingcontexts as scheduling
 from drasat.classic.clusterworkload import ClusterWorkload
 from drasat.classic.holds import Holds, Writes
 from drasat.classic.workqueue import WorkQueue
-from drasat.controller import allocation, nodes
+from drasat.controller import allocation, nasnodes
 from drasat.controller.metrics import Metrics
-from drasat.kube import errors, informer
-from drasat.kube import nas as nas_api
+from drasat.kube import errors, informer, nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
@@ -135,7 +134,7 @@ class Controller:
         self.writes = Writes()
         self.queue = WorkQueue(backoff_s=self.config.retry_backoff_s)
         self._decide = threading.Lock()
-        self._nas: dict[str, nodes.ParsedNas] = {}
+        self._nas: dict[str, nasnodes.ParsedNas] = {}
         self._nas_lock = threading.Lock()
         self.workload = ClusterWorkload()
         self._stop = threading.Event()
@@ -290,7 +289,7 @@ class Controller:
 
     # The NAS cache: parsed once per resourceVersion; our own writes land at once.
     def _remember_nas(self, obj: Obj) -> None:
-        parsed = nodes.parse(obj)
+        parsed = nasnodes.parse(obj)
         name = parsed.node.name
         with self._nas_lock:
             current = self._nas.get(name)
@@ -299,7 +298,7 @@ class Controller:
         if parsed.problem:
             self.recorder.warning(obj, "InvalidNodeAllocationState", parsed.problem)
 
-    def _nas_snapshot(self) -> dict[str, nodes.ParsedNas]:
+    def _nas_snapshot(self) -> dict[str, nasnodes.ParsedNas]:
         with self._nas_lock:
             return dict(self._nas)
 
@@ -348,7 +347,7 @@ class Controller:
         self,
         states: tuple[NodeState, ...],
         pod: PodRequest,
-        snapshot: dict[str, nodes.ParsedNas],
+        snapshot: dict[str, nasnodes.ParsedNas],
     ) -> Problem:
         """A one-pod problem whose target workload is what the whole cluster holds and awaits
         (`workload.py`), not that pod alone."""
@@ -386,7 +385,7 @@ class Controller:
         )
         return solution
 
-    def _owners(self, claims: list[Obj], snapshot: dict[str, nodes.ParsedNas]) -> dict[str, str]:
+    def _owners(self, claims: list[Obj], snapshot: dict[str, nasnodes.ParsedNas]) -> dict[str, str]:
         """Where a decision's claims live already: claim uid -> node, for the allocated ones.
 
         Ownership is read across every NAS object (the ledger), the writes in flight and the
@@ -400,7 +399,7 @@ class Controller:
             uid, key = str(claim["metadata"].get("uid", "")), informer.key_of(claim)
             if self.writes.node(uid) is not None:
                 raise Retry(f"claim {key} is being written")
-            listed = nodes.owners_of(snapshot, uid)
+            listed = nasnodes.owners_of(snapshot, uid)
             if not allocation.is_allocated(claim):
                 if listed:
                     raise Retry(f"claim {key} is allocated on {listed[0]} already")
@@ -450,7 +449,7 @@ class Controller:
             snapshot = self._nas_snapshot()
             self._owners([claim], snapshot)  # not allocated anywhere yet, nor being written
             problem = self._problem(
-                nodes.nodes_for(sorted(snapshot), snapshot, held), pod, snapshot
+                nasnodes.nodes_for(sorted(snapshot), snapshot, held), pod, snapshot
             )
             solution = self._timed_solve(problem, feasibility=False, kind="immediate")
             placement = solution.placement_of(pod.key)
@@ -476,7 +475,7 @@ class Controller:
         allocations: dict[str, AllocatedDevices],
         claims: dict[str, Obj],
         shareable: dict[str, bool],
-        snapshot: dict[str, nodes.ParsedNas],
+        snapshot: dict[str, nasnodes.ParsedNas],
     ) -> _Pending:
         """Register the claims as being written and hold their devices (under the decision lock,
         so no other decision sees them unowned) until the write ends."""
@@ -513,7 +512,7 @@ class Controller:
             if uid in pending.allocations:
                 pending.claims[uid] = self._ensure_finalizer(claim)
         try:
-            written = nas_api.update(
+            written = nasclient.update(
                 self.api,
                 namespace=self.config.namespace,
                 node=pending.node,
@@ -552,7 +551,7 @@ class Controller:
         in `writes` from the decision to the status (another replica's write, which this
         process cannot see, is caught by the status write, and resync removes its leftovers)."""
         self._check_leader()
-        fresh = nodes.parse(obj)
+        fresh = nasnodes.parse(obj)
         allocated = fresh.node.nas.allocatedClaims
         if fresh.resource_version != pending.nas_version:
             todo = {uid: d for uid, d in pending.allocations.items() if uid not in allocated}
@@ -569,7 +568,7 @@ class Controller:
             raise NoFit(fresh.unready_reason)
         ours = frozenset(c.uid for c in pending.pod.claims)
         held = self.holds.by_node(excluding=ours).get(fresh.name) or {}
-        node = nodes.with_held(fresh, held)
+        node = nasnodes.with_held(fresh, held)
         pod = replace(pending.pod, candidate_nodes=(fresh.name,))
         problem = self._problem((node,), pod, self._nas_snapshot())
         solution = self._timed_solve(problem, feasibility=False, kind="recheck")
@@ -654,7 +653,7 @@ class Controller:
         found = False
         for claim in claims:
             uid = str(claim["metadata"].get("uid", ""))
-            owner = nodes.owner_of(snapshot, uid)
+            owner = nasnodes.owner_of(snapshot, uid)
             if owner is not None and self.writes.node(uid) is None:
                 self._complete_from_nas(claim, owner)
                 found = True
@@ -683,7 +682,7 @@ class Controller:
         # Every NAS that lists the claim lets go of it, not only its status's node: an entry
         # left elsewhere would be finished into a new allocation (`_finish_listed`).
         node = allocation.allocated_node(claim)
-        listed = set(nodes.owners_of(self._nas_snapshot(), uid))
+        listed = set(nasnodes.owners_of(self._nas_snapshot(), uid))
         for name in sorted(listed | ({node} if node else set())):
             self._remove_from_nas(name, {uid})
         node = node or min(listed, default=None)
@@ -718,7 +717,7 @@ class Controller:
         log.info("deallocated %s", informer.key_of(claim), extra=where)
 
     def _remove_from_nas(self, node: str, uids: set[str]) -> None:
-        written = nas_api.remove_claims(
+        written = nasclient.remove_claims(
             self.api,
             namespace=self.config.namespace,
             node=node,
@@ -788,7 +787,7 @@ class Controller:
             if selected is not None:
                 pinned = replace(pod, candidate_nodes=(selected,))
                 problem = self._problem(
-                    nodes.nodes_for([selected, *homes], snapshot, held), pinned, snapshot
+                    nasnodes.nodes_for([selected, *homes], snapshot, held), pinned, snapshot
                 )
                 solution = self._timed_solve(problem, feasibility=False, kind="selected")
                 placement = solution.placement_of(key)
@@ -798,7 +797,7 @@ class Controller:
                     )
             if pending_write is None:
                 problem = self._problem(
-                    nodes.nodes_for([*candidates, *homes], snapshot, held), pod, snapshot
+                    nasnodes.nodes_for([*candidates, *homes], snapshot, held), pod, snapshot
                 )
                 solution = self._timed_solve(problem, feasibility=True, kind="feasibility")
                 feasibility = dict(solution.node_feasibility.get(key) or {})
@@ -900,7 +899,7 @@ class Controller:
             if claim["metadata"].get("uid") != uid or not status.get("allocation") or not ours:
                 return  # changed since the cache saw it: the next pass decides
             node = allocation.allocated_node(claim)
-            listed = nodes.owners_of(self._nas_snapshot(), uid)
+            listed = nasnodes.owners_of(self._nas_snapshot(), uid)
             if node is None:
                 if not listed:
                     self._repair(claim, self._nas_snapshot())  # reports it lost
@@ -920,7 +919,7 @@ class Controller:
         finally:
             self.writes.end({uid})
 
-    def _repair(self, claim: Obj, snapshot: dict[str, nodes.ParsedNas]) -> None:
+    def _repair(self, claim: Obj, snapshot: dict[str, nasnodes.ParsedNas]) -> None:
         """In its status but not in its node's NAS: re-write it there if its devices are free."""
         node = allocation.allocated_node(claim)
         devices = allocation.devices_from_status(claim)
@@ -941,7 +940,7 @@ class Controller:
         self._check_leader()
 
         def mutate(obj: Obj) -> Obj | None:
-            fresh = nodes.parse(obj).node.nas.allocatedClaims
+            fresh = nasnodes.parse(obj).node.nas.allocatedClaims
             if uid in fresh:
                 return None
             if allocation.conflicts(dict(fresh), devices):
@@ -949,7 +948,7 @@ class Controller:
             return allocation.nas_with(obj, {uid: devices})
 
         try:
-            written = nas_api.update(
+            written = nasclient.update(
                 self.api,
                 namespace=self.config.namespace,
                 node=node,

@@ -24,7 +24,7 @@ from drasat.api.claims import (
     GpuClaimParametersSpec,
     MigDeviceClaimParametersSpec,
 )
-from drasat.api.errors import describe_validation_error, one_line
+from drasat.api.inputerrors import describe_validation_error, one_line
 from drasat.api.quantity import to_bytes
 from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology, selects_mig_mode
 from drasat.solver.problem import ClaimRequest

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli import colour
 from drasat.cli.envflags import flag
 

@@ -11,7 +11,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli.envflags import flag, kubeconfig_flag
 
 if TYPE_CHECKING:  # the controller (Kubernetes client, solver) loads when it runs, not for --help

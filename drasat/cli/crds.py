@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from drasat.api import crds
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 
 HEADER = (
     "# Generated from the drasat.api models by `drasat crds`; do not edit by hand.\n"

@@ -52,13 +52,12 @@ from drasat import loading, policyfiles
 from drasat.api import cluster as cluster_api
 from drasat.api import crds
 from drasat.api.cluster import Cluster
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.nas import AllocatedDevices
 from drasat.controller.v1controller import REASON_REFUSED
 from drasat.testbed import democluster
-from drasat.testbed.controlplane import binaries
-from drasat.testbed.controlplane import cluster as controlplane
-from drasat.testbed.controlplane import kubelet as realkubelet
+from drasat.testbed.controlplane import binaries, realkubelet
+from drasat.testbed.controlplane import realcluster as controlplane
 from drasat.testbed.democluster import V1Cluster, core_path, v1_path
 from drasat.testbed.demoshow import (
     DemoError,

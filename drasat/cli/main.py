@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from drasat import __version__
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli import colour
 
 #: Subcommand modules of drasat.cli -> their one-line help. Each module has

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli.envflags import env as _env
 from drasat.cli.envflags import flag, kubeconfig_flag
 from drasat.nodeplugin import app, cdi, plugin, registration, state

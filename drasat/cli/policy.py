@@ -16,7 +16,7 @@ import yaml
 
 from drasat import loading, policyfiles
 from drasat.api import schemas
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli import colour
 
 

@@ -1,7 +1,7 @@
 """`drasat resourceslices`: the ResourceSlices the node plugin would publish for this node, and
 the DeviceClasses drasat ships, printed without a cluster.
 
-Same code path as the plugin (`drasat.nodeplugin.slices`): the GPUs come from NVML on a GPU
+Same code path as the plugin (`drasat.nodeplugin.slicepublisher`): the GPUs come from NVML on a GPU
 host, or from a simulated fleet (`--simulate-gpus`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from drasat.api.devicemodel import classes
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli.envflags import env as _env
 from drasat.cli.envflags import env_flag as _env_flag
 
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
 
 def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The slices (and classes) to print; DeviceError when NVML cannot be read."""
-    from drasat.nodeplugin import nvml, slices
+    from drasat.nodeplugin import nvml, slicepublisher
     from drasat.testbed import simnvml
 
     if not args.node_name:
@@ -73,10 +73,10 @@ def objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         lib = nvml.NvmlDeviceLib()
     try:
-        wanted = slices.inventory(lib, shares=args.shares, fallback=not args.no_fallback)
+        wanted = slicepublisher.inventory(lib, shares=args.shares, fallback=not args.no_fallback)
     finally:
         lib.shutdown()
-    out = slices.desired(args.node_name, wanted)
+    out = slicepublisher.desired(args.node_name, wanted)
     if args.with_classes:
         out = classes.device_classes() + out
     return out

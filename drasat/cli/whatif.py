@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli.envflags import kubeconfig_flag
 
 if TYPE_CHECKING:  # the solver (OR-Tools) and the rest load when the command runs, not for --help

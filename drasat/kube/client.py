@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client as _client
 from kubernetes import config as _config
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.kube import errors
 from drasat.kube.resources import Resource
 

@@ -37,12 +37,12 @@ from drasat.controller.policy import CONFIGMAP_KEY
 from drasat.controller.v1controller import TAINT_RULE
 from drasat.kube.client import KubeClient as OfficialClient
 from drasat.kube.client import configuration_for, load_configuration
-from drasat.nodeplugin import mps, nvml, registration, slices, v1claims
+from drasat.nodeplugin import mps, nvml, registration, slicepublisher, v1claims
 from drasat.nodeplugin.nasstore import KubeNasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
 from drasat.testbed import simnvml
-from drasat.testbed.controlplane import cluster as controlplane
-from drasat.testbed.controlplane import kubelet as realkubelet
+from drasat.testbed.controlplane import realcluster as controlplane
+from drasat.testbed.controlplane import realkubelet
 from drasat.testbed.demoshow import SETTLE_S, DemoError, Key, Out, PodOutcome, until
 from drasat.testbed.sim import (
     apiserver,
@@ -561,7 +561,7 @@ class V1Cluster(ClusterParts):
                     store=KubeNasStore(api, node=name, namespace=NAMESPACE),
                     mps_runner=mps.RecordingRunner(),
                     claim_reader=v1claims.KubeClaimReader(api),
-                    slice_publisher=slices.SlicePublisher(api, node_name=name),
+                    slice_publisher=slicepublisher.SlicePublisher(api, node_name=name),
                 )
                 node = SimNode(name, fleet, config, plugin)
                 self.nodes.append(node)
@@ -659,9 +659,9 @@ class V1Cluster(ClusterParts):
 
 
 class RealKubelet:
-    """A real kubelet (`drasat.testbed.controlplane.kubelet`) as the demo reads the simulated one:
-    the plugin it registered, and each pod it runs with what its containers were given, read from
-    the fake runtime's record of the kubelet's CreateContainer requests (their CDI devices,
+    """A real kubelet (`drasat.testbed.controlplane.realkubelet`) as the demo reads the simulated
+    one: the plugin it registered, and each pod it runs with what its containers were given, read
+    from the fake runtime's record of the kubelet's CreateContainer requests (their CDI devices,
     resolved against the plugin's CDI specs as a CDI-aware runtime would)."""
 
     def __init__(

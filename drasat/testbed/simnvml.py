@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from drasat.api import catalog
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.nodeplugin import mps, nvml
 from drasat.nodeplugin.devicelib import DeviceError
 

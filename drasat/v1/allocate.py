@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drasat.api.errors import one_line
+from drasat.api.inputerrors import one_line
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Gang, NodeState, PodRequest, Problem, Solution, SolveParams
-from drasat.v1 import devices, results
-from drasat.v1.devices import Published
+from drasat.v1 import publisheddevices, results
+from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import ALL, Claim, ClaimError, read_claim
 from drasat.v1.variants import MAX_VARIANTS, Devices, Option, claim_variants, solver_claims
 
@@ -117,7 +117,7 @@ def allocate(
 
     run = _Round(
         states={n.state.name: n.state for n in nodes},
-        lookup={n.state.name: devices.index(n.devices) for n in nodes},
+        lookup={n.state.name: publisheddevices.index(n.devices) for n in nodes},
         by_key={p.key: p for p in pods},
         policy=policy or AllocationPolicySpec(),
         params=params or SolveParams(),
@@ -389,7 +389,7 @@ def _record(
     outcome.placed[pod] = node
     by_claim: dict[str, list[tuple[Option, str | None]]] = {}
     for option in options:
-        if option.kind == devices.FALLBACK:
+        if option.kind == publisheddevices.FALLBACK:
             by_claim.setdefault(option.claim.uid, []).append((option, None))
     for uid, option in meaning.items():
         by_claim.setdefault(option.claim.uid, []).append((option, uid))

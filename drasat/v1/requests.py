@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drasat.api import deviceconfig
-from drasat.api.errors import one_line
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import one_line
 from drasat.api.quantity import to_bytes
 from drasat.v1 import cel
 

@@ -38,8 +38,8 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import SharingStrategy
-from drasat.v1 import devices
-from drasat.v1.devices import Published
+from drasat.v1 import publisheddevices
+from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import Claim, ClaimError
 from drasat.v1.variants import Option, default_consumed, share_compute
 
@@ -94,17 +94,17 @@ def device_results(
 ) -> list[Obj]:
     """The results of one solver claim (or of a fallback option when `entry` is None)."""
     if entry is None:
-        found = lookup[(devices.FALLBACK,)]
+        found = lookup[(publisheddevices.FALLBACK,)]
         return [_result(option, found, None)]
     out = []
     if entry.mig is not None:
         for mig in entry.mig.devices:
-            found = lookup[(devices.MIG, mig.parentUUID, mig.profile, mig.placement.start)]
+            found = lookup[(publisheddevices.MIG, mig.parentUUID, mig.profile, mig.placement.start)]
             out.append(_result(option, found, None))
         return out
     assert entry.gpu is not None
     for gpu in entry.gpu.devices:
-        found = lookup[(devices.GPU, gpu.uuid)]
+        found = lookup[(publisheddevices.GPU, gpu.uuid)]
         consumed = _whole(found)
         if entry.share is not None:
             memory = to_bytes(entry.share.memory) if entry.share.memory is not None else 0
@@ -208,7 +208,7 @@ def unpreparable(claim: Claim, options: Sequence[Option]) -> ClaimError | None:
     real = [
         o
         for o in options
-        if o.kind != devices.FALLBACK and any(d.driver == DRIVER_NAME for d in o.devices)
+        if o.kind != publisheddevices.FALLBACK and any(d.driver == DRIVER_NAME for d in o.devices)
     ]
     if not real:
         return None
@@ -227,7 +227,7 @@ def unpreparable(claim: Claim, options: Sequence[Option]) -> ClaimError | None:
 def _shape(option: Option) -> tuple[str, int | None]:
     """What one NAS entry holds: MIG devices, whole GPUs, or shares with one compute limit
     (their memory may differ: each GPU gets its own)."""
-    if option.kind == devices.MIG:
+    if option.kind == publisheddevices.MIG:
         return ("mig", None)
     if option.share is None:
         return ("whole", None)

@@ -49,8 +49,8 @@ from drasat.api import catalog
 from drasat.api.base import ObjectMeta
 from drasat.api.cluster import cpu_millis
 from drasat.api.devicemodel import devices, names
-from drasat.api.errors import InputError, describe_validation_error, show
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import InputError, describe_validation_error, show
 from drasat.api.nas import (
     AllocatableDevice,
     GpuInfo,
@@ -62,7 +62,7 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.solver.problem import NodeState
-from drasat.v1.devices import FALLBACK, GPU, MIG, Published
+from drasat.v1.publisheddevices import FALLBACK, GPU, MIG, Published
 from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice
 
 Obj = dict[str, Any]

@@ -30,8 +30,8 @@ from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuShare
 from drasat.solver import ClaimRequest, DeviceConstraint, GpuDemand, MigDemand
 from drasat.solver.problem import DeviceKey
-from drasat.v1 import cel, devices
-from drasat.v1.devices import Published
+from drasat.v1 import cel, publisheddevices
+from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim
 
 #: The most variants tried for one pod; the rest are not (said in the refusal).
@@ -197,7 +197,7 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
     #: claim there rather than try the next `firstAvailable` entry.
     stopped: frozenset[str] = frozenset()
     for alternative in request.alternatives:
-        base = Option(claim, request.name, alternative, devices.GPU)
+        base = Option(claim, request.name, alternative, publisheddevices.GPU)
         attributes = [c.attribute for _, c in base.constraints]
         failing = catalog.failing(alternative)
         # `All` evaluates every device of the node first: any failure fails the claim there.
@@ -205,9 +205,9 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
         matched = [d for d in catalog.matching(alternative) if d.pool not in left_out]
         stopped |= failing
         found = _has_attributes(matched, attributes)
-        gpus = [d for d in found if d.kind == devices.GPU]
-        migs = [d for d in found if d.kind == devices.MIG]
-        fallbacks = [d for d in found if d.kind == devices.FALLBACK]
+        gpus = [d for d in found if d.kind == publisheddevices.GPU]
+        migs = [d for d in found if d.kind == publisheddevices.MIG]
+        fallbacks = [d for d in found if d.kind == publisheddevices.FALLBACK]
         options = _gpu_options(base, gpus) + _mig_options(base, migs)
         if alternative.mode == ALL:
             options = _whole_sets(options, _all_set(alternative, matched))
@@ -216,7 +216,7 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
             out.append(
                 _with(
                     base,
-                    kind=devices.FALLBACK,
+                    kind=publisheddevices.FALLBACK,
                     count=0,
                     devices=tuple(fallbacks),
                     nodes=_nodes_of(fallbacks),
@@ -228,7 +228,7 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
 def _all_set(alternative: Alternative, matched: Sequence[Published]) -> list[Published]:
     """The devices upstream's `allocationMode: All` takes on each node: every device the
     selectors match whose published capacity covers the request (the CPU fallback aside)."""
-    found = [d for d in matched if d.kind != devices.FALLBACK]
+    found = [d for d in matched if d.kind != publisheddevices.FALLBACK]
     capacity = dict(alternative.capacity)
     return _fits_capacity(found, capacity) if capacity else found
 
@@ -345,7 +345,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     return [
         _with(
             base,
-            kind=devices.MIG,
+            kind=publisheddevices.MIG,
             count=n,
             profile=profile,
             devices=tuple(by_profile[profile]),
@@ -397,7 +397,7 @@ def _value(device: Published, attribute: str) -> str:
 
 
 def _device_key(device: Published) -> DeviceKey:
-    if device.kind == devices.MIG:
+    if device.kind == publisheddevices.MIG:
         return (str(device.gpu_uuid), device.profile, device.start)
     return (str(device.gpu_uuid), None, None)
 
@@ -442,7 +442,7 @@ def solver_claims(options: Sequence[Option]) -> tuple[list[ClaimRequest], dict[s
     meaning: dict[str, Option] = {}
     evenly = _evenly_shares(options)
     for o in options:
-        if o.kind == devices.FALLBACK:
+        if o.kind == publisheddevices.FALLBACK:
             continue
         extra = evenly.get(o.claim.uid) if o.share is not None else None
         for uid, request in _solver_claims(o, () if extra is None else (extra,)):
@@ -488,7 +488,7 @@ def _solver_claims(
     label = o.claim.name if len(o.claim.requests) == 1 else f"{o.claim.name}/{o.request}"
     base = f"{o.claim.uid}/{o.request}"
     constraints = device_constraints(o) + extra
-    if o.kind == devices.GPU and o.share is None:
+    if o.kind == publisheddevices.GPU and o.share is None:
         # v1 publishes MIG-enabled GPUs whole too, and the eligible set already says which
         # GPUs the request admits: the solver may give those in it whole.
         spec = GpuDemand(count=o.count, mig_mode_gpus_allowed=o.mig_gpus)

@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 from drasat import loading
 from drasat.api import catalog, cluster, groups, limits
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
-from drasat.v1 import devices as v1devices
+from drasat.v1 import publisheddevices
 from drasat.whatif import manifestindex, v1cluster
 from drasat.whatif.manifestindex import Ignored
 
@@ -36,18 +36,18 @@ class ClusterNodes:
     #: Devices of nodes read from ResourceSlices, as their driver published them, by node
     #: (other nodes publish what drasat's node plugin would: `published`).
     #: (node -> drasat's device name -> device; `api.devicemodel.names`).
-    devices: Mapping[str, Mapping[str, v1devices.Published]] = field(default_factory=dict)
+    devices: Mapping[str, Mapping[str, publisheddevices.Published]] = field(default_factory=dict)
     #: The Node objects given, by name.
     node_objects: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     #: Counter sets of the slices read: (driver, pool, set) -> counter -> value.
     counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]] = field(default_factory=dict)
     #: `published`'s answers, by node (the run asks several times per node).
-    _published: dict[str, tuple[v1devices.Published, ...]] = field(
+    _published: dict[str, tuple[publisheddevices.Published, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
     _states: dict[str, NodeState] = field(default_factory=dict, compare=False, repr=False)
 
-    def published(self, node: str) -> tuple[v1devices.Published, ...]:
+    def published(self, node: str) -> tuple[publisheddevices.Published, ...]:
         """What the node publishes: the slices read, or drasat's device model of its NAS."""
         found = self._published.get(node)
         if found is not None:
@@ -57,7 +57,7 @@ class ClusterNodes:
         else:
             if not self._states:
                 self._states.update((s.name, s) for s in self.states)
-            found = tuple(v1devices.drasat_devices(node, self._states[node].nas))
+            found = tuple(publisheddevices.drasat_devices(node, self._states[node].nas))
         self._published[node] = found
         return found
 

@@ -17,7 +17,7 @@ from drasat import loading
 from drasat.api import cluster, groups
 from drasat.api.base import Object
 from drasat.api.claims import DeviceClassParameters, GpuClaimParameters, MigDeviceClaimParameters
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.whatif import kinds
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

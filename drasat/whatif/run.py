@@ -14,7 +14,7 @@ from pathlib import Path
 
 from drasat import loading, policyfiles
 from drasat.api import groups
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, Problem, Solution, SolveParams
 from drasat.whatif import clusternodes, v1cluster, v1manifests, v1run

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from drasat import loading
 from drasat.api import limits
 from drasat.api.devicemodel import classes
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.v1 import slices
 from drasat.v1.slices import DRIVERS, NVIDIA_DRIVER, OWN_ALLOCATOR_TAINT, V1Node, node_state
 from drasat.whatif import v1kinds

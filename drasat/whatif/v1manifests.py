@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from drasat import loading
 from drasat.api import deviceconfig, groups
-from drasat.api.errors import InputError, show
+from drasat.api.inputerrors import InputError, show
 from drasat.v1 import extended
 from drasat.whatif import kinds, manifestindex, v1cluster, v1kinds, workloads
 from drasat.whatif.manifestindex import Ignored, located

@@ -44,7 +44,7 @@ from drasat.api.devicemodel import shares
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
 from drasat.solver.problem import Solution, Status, bound_text
-from drasat.v1.devices import FALLBACK, MIG, Published
+from drasat.v1.publisheddevices import FALLBACK, MIG, Published
 from drasat.whatif import html, table, v1gangs, v1manifests, v1preemption, v1run
 from drasat.whatif.v1run import V1Result
 

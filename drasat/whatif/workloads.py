@@ -16,7 +16,7 @@ from drasat import loading
 from drasat.api import cluster, limits
 from drasat.api.base import Object
 from drasat.api.cluster import cpu_millis
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.quantity import to_bytes
 from drasat.whatif import kinds, manifestindex
 

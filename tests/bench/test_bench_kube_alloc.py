@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 
 from bench import kube_alloc
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 
 def test_fleet_plan_spreads_mig_nodes_and_labels_the_churn_ones() -> None:
@@ -100,7 +100,7 @@ def test_percentile_is_nearest_rank() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_harness_on_the_real_control_plane(
-    kube_cluster: cluster.Cluster, tmp_path: pathlib.Path
+    kube_cluster: realcluster.Cluster, tmp_path: pathlib.Path
 ) -> None:
     argv = ["--kubeconfig", str(kube_cluster.kubeconfig), "--nodes", "2", "--pods", "2"]
     argv += ["--allocators", "kube,drasat", "--settle", "5", "--churn-nodes", "2"]

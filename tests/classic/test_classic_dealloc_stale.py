@@ -33,14 +33,14 @@ def test_a_stale_deleted_claim_is_not_deallocated_twice(caplog: pytest.LogCaptur
 
 
 def test_the_classic_ledger_removal_is_the_shared_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # One ledger-removal rule (issue 25): drasat.kube.nas.without_claims, which the v1
+    # One ledger-removal rule (issue 25): drasat.kube.nasclient.without_claims, which the v1
     # controller applies too (tests/controller/test_v1controller.py).
-    from drasat.kube import nas as nas_api
+    from drasat.kube import nasclient
 
     removed: list[set[str]] = []
-    rule = nas_api.without_claims
+    rule = nasclient.without_claims
     monkeypatch.setattr(
-        nas_api, "without_claims", lambda obj, uids: removed.append(set(uids)) or rule(obj, uids)
+        nasclient, "without_claims", lambda obj, uids: removed.append(set(uids)) or rule(obj, uids)
     )
     rig = Rig()
     rig.claim("c", finalizer=True)

@@ -12,7 +12,7 @@ from drasat.classic import params
 from drasat.classic import schedulingcontexts as scheduling
 from drasat.classic.holds import Holds
 from drasat.classic.workqueue import WorkQueue
-from drasat.controller import nodes
+from drasat.controller import nasnodes
 
 Obj = dict[str, Any]
 
@@ -116,7 +116,7 @@ def test_holds_are_fed_as_allocations_and_expire_on_the_fake_clock() -> None:
     holds.hold("u1", "n1", _devices("GPU-1"))
     assert holds.by_node() == {"n1": {"u1": _devices("GPU-1")}}
     assert holds.by_node(excluding=frozenset({"u1"})) == {}
-    node = nodes.with_held(nodes.parse(_nas()).node, holds.by_node()["n1"])
+    node = nasnodes.with_held(nasnodes.parse(_nas()).node, holds.by_node()["n1"])
     assert "held:u1" in node.nas.allocatedClaims
     holds.hold("u1", "n2", _devices("GPU-2"))  # one preferred node per claim
     assert set(holds.by_node()) == {"n2"}

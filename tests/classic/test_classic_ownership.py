@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from drasat.api.nas import AllocatedDevices
 from drasat.classic.controller import Controller, Retry
 from drasat.controller import allocation
-from drasat.kube import nas
+from drasat.kube import nasclient
 from drasat.kube import resources as r
 
 
@@ -97,7 +97,7 @@ def _entry(rig: Rig, name: str, gpu_index: int, node: str) -> AllocatedDevices:
 
 def _put(rig: Rig, name: str, node: str, devices: AllocatedDevices) -> None:
     uid = rig.uid(name)
-    nas.update(
+    nasclient.update(
         rig.api,
         namespace=NS,
         node=node,

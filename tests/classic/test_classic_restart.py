@@ -21,7 +21,7 @@ from ctl_events import events_for
 from drasat.api.nas import AllocatedDevices
 from drasat.classic.controller import Controller
 from drasat.controller import allocation
-from drasat.kube import nas
+from drasat.kube import nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, Obj
 
@@ -34,7 +34,7 @@ def _devices(c: Obj, uuid: str) -> AllocatedDevices:
 
 def _put_in_nas(api: KubeClient, node: str, c: Obj, uuid: str) -> None:
     devices = {c["metadata"]["uid"]: _devices(c, uuid)}
-    nas.update(api, namespace=NS, node=node, mutate=lambda o: allocation.nas_with(o, devices))
+    nasclient.update(api, namespace=NS, node=node, mutate=lambda o: allocation.nas_with(o, devices))
 
 
 def _put_in_status(api: KubeClient, node: str, c: Obj, uuid: str) -> None:

@@ -10,7 +10,7 @@ from ctl_cluster import add_claim, add_class, add_node, add_params, allocated_no
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
 from drasat.classic.clusterworkload import ClusterWorkload
 from drasat.classic.controller import Controller, default_solve
-from drasat.controller import nodes
+from drasat.controller import nasnodes
 from drasat.kube.client import KubeClient
 from drasat.solver import GpuDemand, Problem, Solution, SolveParams
 from drasat.solver.problem import ClaimRequest, PodRequest
@@ -18,8 +18,8 @@ from drasat.solver.problem import ClaimRequest, PodRequest
 Obj = dict[str, Any]
 
 
-def _nas(name: str, version: str, claims: dict[str, Obj]) -> nodes.ParsedNas:
-    return nodes.parse(
+def _nas(name: str, version: str, claims: dict[str, Obj]) -> nasnodes.ParsedNas:
+    return nasnodes.parse(
         {
             "metadata": {"name": name, "namespace": "drasat", "resourceVersion": version},
             "spec": {"allocatableDevices": [t4(0), t4(1)], "allocatedClaims": claims},

@@ -39,7 +39,7 @@ def workload_controllers(backend: Backend, request: pytest.FixtureRequest) -> It
             yield
         return
     # The session's kube-controller-manager runs the workload controllers
-    # (drasat.testbed.controlplane.cluster.WORKLOAD_CONTROLLERS).
+    # (drasat.testbed.controlplane.realcluster.WORKLOAD_CONTROLLERS).
     request.getfixturevalue("kube_cluster")
     yield
 

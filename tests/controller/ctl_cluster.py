@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from drasat.kube import errors, nas
+from drasat.kube import errors, nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import Api
 
@@ -60,7 +60,7 @@ def a100_mig(index: int) -> list[Obj]:
 
 
 def add_node(api: Api, name: str, devices: list[Obj], *, ready: bool = True) -> Obj:
-    body = nas.new(namespace=NS, node=name)
+    body = nasclient.new(namespace=NS, node=name)
     body["spec"]["allocatableDevices"] = devices
     body["status"] = "Ready" if ready else "NotReady"
     return api.create(r.NAS, body)

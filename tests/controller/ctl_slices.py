@@ -1,6 +1,6 @@
 """ResourceSlices for v1 controller tests, published by the node plugin's own publisher
-(`nodeplugin.slices`, over the device model `drasat.api.devicemodel`): what a real node plugin
-with these GPUs (and `--no-shares` or not) puts in the API."""
+(`nodeplugin.slicepublisher`, over the device model `drasat.api.devicemodel`): what a real node
+plugin with these GPUs (and `--no-shares` or not) puts in the API."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from drasat.api.devicemodel import pool
 from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory, profiles_by_gpu
 from drasat.api.nas import NodeAllocationStateSpec
 from drasat.kube.client import Api
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.v1 import slices as v1slices
 
 Obj = dict[str, Any]
@@ -31,9 +31,9 @@ def inventory(
     )
 
 
-def publish(api: Api, node: str, devices: list[Obj], **kw: Any) -> slices.SyncResult:
+def publish(api: Api, node: str, devices: list[Obj], **kw: Any) -> slicepublisher.SyncResult:
     """Publish the node's slices as its plugin would (the Node must exist: it owns them)."""
-    return slices.SlicePublisher(api, node_name=node).sync(inventory(devices, **kw))
+    return slicepublisher.SlicePublisher(api, node_name=node).sync(inventory(devices, **kw))
 
 
 def published(

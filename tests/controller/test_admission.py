@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drasat.api.devicemodel import classes
-from drasat.api.errors import InputError
 from drasat.api.groups import SCHEDULING_GATE
+from drasat.api.inputerrors import InputError
 from drasat.controller import admission, leader
 from drasat.controller.app import App, Options
 from drasat.kube import errors

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.cli import controller as cli
 from drasat.cli import main
 from drasat.controller.logs import JsonFormatter

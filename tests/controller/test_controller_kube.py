@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ctl_kubefake import FakeApi
 
-from drasat.kube import errors, events, informer, nas, resources, snapshot
+from drasat.kube import errors, events, informer, nasclient, resources, snapshot
 from drasat.kube.client import RateLimiter
 
 
@@ -77,7 +77,7 @@ def test_rate_limiter_lets_a_burst_through_then_paces() -> None:
 
 def _nas_api() -> FakeApi:
     api = FakeApi()
-    api.create(resources.NAS, nas.new(namespace="drasat", node="n1"))
+    api.create(resources.NAS, nasclient.new(namespace="drasat", node="n1"))
     return api
 
 
@@ -92,7 +92,7 @@ def test_nas_update_retries_on_conflict_and_calls_mutate_again() -> None:
         obj["spec"]["allocatedClaims"]["u1"] = {"x": 1}
         return obj
 
-    written = nas.update(
+    written = nasclient.update(
         api,
         namespace="drasat",
         node="n1",
@@ -107,7 +107,7 @@ def test_nas_update_retries_on_conflict_and_calls_mutate_again() -> None:
 def test_nas_update_no_change_writes_nothing() -> None:
     api = _nas_api()
     before = api.version
-    nas.update(api, namespace="drasat", node="n1", mutate=lambda obj: None)
+    nasclient.update(api, namespace="drasat", node="n1", mutate=lambda obj: None)
     assert api.version == before
 
 
@@ -119,8 +119,8 @@ def test_nas_update_gives_up_after_bounded_conflicts() -> None:
                   namespace="drasat")  # fmt: skip
         return obj
 
-    with pytest.raises(nas.TooManyConflicts):
-        nas.update(api, namespace="drasat", node="n1", mutate=racing, attempts=3,
+    with pytest.raises(nasclient.TooManyConflicts):
+        nasclient.update(api, namespace="drasat", node="n1", mutate=racing, attempts=3,
                    sleep=lambda s: None)  # fmt: skip
 
 
@@ -203,7 +203,7 @@ def test_events_never_raise_when_the_server_is_down() -> None:
 
 def test_snapshot_reads_every_kind_and_skips_unserved_ones() -> None:
     api = FakeApi()
-    api.create(resources.NAS, nas.new(namespace="drasat", node="n1"))
+    api.create(resources.NAS, nasclient.new(namespace="drasat", node="n1"))
     api.create(resources.RESOURCE_CLASSES, {"metadata": {"name": "gpu.drasat.io"},
                                            "driverName": "gpu.drasat.io"})  # fmt: skip
     real_list = api.list
@@ -227,8 +227,8 @@ def test_snapshot_over_http_gives_loader_documents(tmp_path: Any) -> None:
 
     with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
         api = KubeClient(configuration_for(server.url))
-        api.create(resources.NAS, nas.new(namespace="drasat", node="n1"))
-        api.create(resources.NAS, nas.new(namespace="elsewhere", node="n2"))
+        api.create(resources.NAS, nasclient.new(namespace="drasat", node="n1"))
+        api.create(resources.NAS, nasclient.new(namespace="elsewhere", node="n2"))
         params = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"count": 2}}
         api.create(resources.gpu_claim_parameters(), params)
         api.create(resources.RESOURCE_CLAIMS, {"metadata": {"name": "c", "namespace": "ns"},

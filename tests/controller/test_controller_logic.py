@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from drasat.api.nas import AllocatedDevices
-from drasat.controller import allocation, leader, nodes
-from drasat.kube import nas as nas_api
+from drasat.controller import allocation, leader, nasnodes
+from drasat.kube import nasclient
 
 Obj = dict[str, Any]
 
@@ -33,13 +33,13 @@ def _nas(status: str | None = "Ready", **spec: Any) -> Obj:
 
 
 def test_nas_not_ready_missing_or_invalid_makes_the_node_unsuitable_with_the_reason() -> None:
-    assert nodes.parse(_nas()).node.ready
-    not_ready = nodes.parse(_nas("NotReady")).node
+    assert nasnodes.parse(_nas()).node.ready
+    not_ready = nasnodes.parse(_nas("NotReady")).node
     assert not not_ready.ready and "NotReady" in not_ready.unready_reason
-    bad = nodes.parse(_nas(surprise=True))
+    bad = nasnodes.parse(_nas(surprise=True))
     assert not bad.node.ready and "spec.surprise: unknown field" in bad.problem
     assert "NodeAllocationState drasat/n1" in bad.node.unready_reason
-    assert "no NodeAllocationState" in nodes.missing("n9").unready_reason
+    assert "no NodeAllocationState" in nasnodes.missing("n9").unready_reason
 
 
 def _devices(uuid: str, uid: str = "u1") -> AllocatedDevices:
@@ -67,8 +67,8 @@ def test_nas_edits_are_idempotent() -> None:
     obj = _nas()
     assert allocation.nas_with(obj, {"u1": _devices("GPU-1")}) is not None
     assert allocation.nas_with(obj, {"u1": _devices("GPU-1")}) is None
-    assert nas_api.without_claims(obj, {"u1"}) is not None
-    assert nas_api.without_claims(obj, {"u1"}) is None
+    assert nasclient.without_claims(obj, {"u1"}) is not None
+    assert nasclient.without_claims(obj, {"u1"}) is None
 
 
 def test_conflicts_for_repair() -> None:

@@ -204,17 +204,18 @@ def test_the_ledger_removal_is_the_rule_both_controllers_share(
     api: KubeClient, controller: Callable[[], V1Controller], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One ledger-removal rule (issue 25): the v1 controller takes a claim out of the NAS with
-    # drasat.kube.nas.without_claims, as the classic controller's remove_claims does, not a copy.
-    from drasat.kube import nas as nas_api
+    # drasat.kube.nasclient.without_claims, as the classic controller's remove_claims does, not a
+    # copy.
+    from drasat.kube import nasclient
 
     removed: list[set[str]] = []
-    rule = nas_api.without_claims
+    rule = nasclient.without_claims
 
     def recorded(obj: Obj, uids: set[str]) -> Obj | None:
         removed.append(set(uids))
         return rule(obj, uids)
 
-    monkeypatch.setattr(nas_api, "without_claims", recorded)
+    monkeypatch.setattr(nasclient, "without_claims", recorded)
     _node(api, "n1", 1)
     _claim(api, "c1")
     pod = _pod(api, "p1", "c1")

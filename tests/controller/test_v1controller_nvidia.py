@@ -15,8 +15,8 @@ import pytest
 from ctl_cluster import NS
 
 from drasat.api.devicemodel import classes
-from drasat.api.errors import InputError
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import InputError
 from drasat.controller import drivers, explain, statusledger
 from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
 from drasat.kube import errors

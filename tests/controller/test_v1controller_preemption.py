@@ -19,8 +19,8 @@ from drasat.controller import v1inputs
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
-from drasat.v1 import devices
 from drasat.v1 import preemption as plan
+from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
 CLASSES = {c["metadata"]["name"]: c for c in classes.device_classes()}
@@ -77,7 +77,7 @@ def _cluster(
 ) -> tuple[v1.Node, list[Obj], dict[str, Obj]]:
     """A node with one T4 per running pod, each pod holding one of them."""
     state = make_node("n1", "T4", len(running))
-    node = v1.Node(state, tuple(devices.drasat_devices("n1", state.nas)))
+    node = v1.Node(state, tuple(publisheddevices.drasat_devices("n1", state.nas)))
     pods, claims = [], {}
     for name, priority, labels in running:
         claim = _claim(name)

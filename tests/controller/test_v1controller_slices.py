@@ -1,6 +1,6 @@
 """The v1 controller allocates what the nodes publish (issue 22 defect 13, Deliver 2): the
-ResourceSlices of drasat's driver, as the real node plugin writes them (`nodeplugin.slices` over
-the device model), not devices re-derived from the NAS. A `--no-shares` node's exclusive GPUs,
+ResourceSlices of drasat's driver, as the real node plugin writes them (`nodeplugin.slicepublisher`
+over the device model), not devices re-derived from the NAS. A `--no-shares` node's exclusive GPUs,
 device taints (health) and incomplete pools are read from the slices; the NAS stays the ledger.
 
 Each test gives the node a NAS that says something else than its slices (shareable, healthy,
@@ -108,7 +108,7 @@ def test_a_tainted_device_is_not_allocated(
 
 
 def _slice(api: KubeClient, node: str) -> Obj:
-    (found,) = ctl_slices.slices.SlicePublisher(api, node_name=node).existing()
+    (found,) = ctl_slices.slicepublisher.SlicePublisher(api, node_name=node).existing()
     return found
 
 

@@ -18,7 +18,7 @@ from ctl_cluster import NS
 from test_v1controller import _claim, _ledger, _node, _pod, _settled, _status
 
 from drasat import v1
-from drasat.controller import nodes, v1inputs
+from drasat.controller import nasnodes, v1inputs
 from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import informer
 from drasat.kube import resources as r
@@ -73,7 +73,7 @@ def _devices(api: KubeClient, name: str) -> list[str]:
 
 
 def _uuid(api: KubeClient, node: str, minor: int) -> str:
-    nas = nodes.parse(api.get(r.NAS, node, namespace=NS)).node.nas
+    nas = nasnodes.parse(api.get(r.NAS, node, namespace=NS)).node.nas
     return next(g.uuid for g in nas.gpus() if g.minor == minor)
 
 
@@ -245,7 +245,8 @@ def _snapshot(pods: list[Obj], claims: list[Obj], node_names: tuple[str, ...]) -
     classes = {DRIVER: {"metadata": {"name": DRIVER}, "spec": {"selectors": [
         {"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}}  # fmt: skip
     nas = {
-        n: nodes.parse({"metadata": {"name": n}, "spec": {}, "status": "Ready"}) for n in node_names
+        n: nasnodes.parse({"metadata": {"name": n}, "spec": {}, "status": "Ready"})
+        for n in node_names
     }
     node_objs = {n: {"metadata": {"name": n, "labels": {"zone": n}}} for n in node_names}
     return v1inputs.Snapshot(
@@ -486,7 +487,7 @@ def test_claim_statuses_are_read_once_while_neither_side_changes(
     claim["metadata"]["resourceVersion"] = "1"
     nas = {"metadata": {"name": "n1", "resourceVersion": "5"}, "spec": {}, "status": "Ready"}
     snapshot = _snapshot([], [claim], ())
-    snapshot.nas = {"n1": nodes.parse(nas)}
+    snapshot.nas = {"n1": nasnodes.parse(nas)}
     memo = v1inputs.StatusLedgers()
     for _ in range(3):  # three cycles, nothing changed: read once
         v1inputs.status_entries(snapshot, memo)
@@ -494,7 +495,7 @@ def test_claim_statuses_are_read_once_while_neither_side_changes(
         memo.rotate()
     assert calls == ["c"]
     nas["metadata"]["resourceVersion"] = "6"  # the node's NAS changed: read again
-    snapshot.nas = {"n1": nodes.parse(nas)}
+    snapshot.nas = {"n1": nasnodes.parse(nas)}
     v1inputs.ledger_of(claim, snapshot, memo)
     claim["metadata"]["resourceVersion"] = "2"  # the claim changed: read again
     v1inputs.ledger_of(claim, snapshot, memo)

@@ -13,8 +13,7 @@ from checker import make_node
 
 from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME, FINALIZER
-from drasat.controller import nodes as nas_nodes
-from drasat.controller import v1inputs
+from drasat.controller import nasnodes, v1inputs
 from drasat.v1 import results
 
 Obj = dict[str, Any]
@@ -74,7 +73,7 @@ def kube_node(name: str, **spec: Any) -> Obj:
 def snapshot(
     pods: list[Obj], claims: list[Obj], names: tuple[str, ...] = ("a", "b"), **fields: Any
 ) -> v1inputs.Snapshot:
-    nas = {n: nas_nodes.ParsedNas(make_node(n, "T4", 2), "1") for n in names}
+    nas = {n: nasnodes.ParsedNas(make_node(n, "T4", 2), "1") for n in names}
     return v1inputs.Snapshot(
         pods=pods,
         claims={v1inputs.claim_ref(c): c for c in claims},
@@ -303,8 +302,8 @@ def test_a_node_repeating_another_nodes_gpu_is_left_out_and_an_unready_one_publi
     twin = make_node("a", "T4", 2)  # the same UUIDs as node a's
     unready = make_node("c", "T4", 1, ready=False)
     snap = snapshot([], [], ("a", "c"))
-    snap.nas = {**snap.nas, "b": nas_nodes.ParsedNas(twin, "1"),
-                "c": nas_nodes.ParsedNas(unready, "1")}  # fmt: skip
+    snap.nas = {**snap.nas, "b": nasnodes.ParsedNas(twin, "1"),
+                "c": nasnodes.ParsedNas(unready, "1")}  # fmt: skip
     snap.published = ctl_slices.published({n: p.node.nas for n, p in snap.nas.items()})
     snap.nodes = {n: kube_node(n) for n in ("a", "b", "c")}
     found = {n.state.name: n for n in v1inputs.node_inputs(snap)}
@@ -351,14 +350,14 @@ def test_every_allocated_claim_naming_our_driver_holds_its_devices_as_its_status
     held = v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims
     gpu1 = next(g.uuid for g in snap.nas["a"].node.nas.gpus() if g.minor == 1)
     ((key, entry),) = held.items()
-    assert key == nas_nodes.HELD_PREFIX + "uid-sched/gpu"
+    assert key == nasnodes.HELD_PREFIX + "uid-sched/gpu"
     assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [gpu1]
     assert v1inputs.with_status_holds(snap).nas["b"] is snap.nas["b"]
     # the ledger already names those devices: nothing more is held
     _, ledger = v1inputs.ledger_of(theirs, snap)
     state = snap.nas["a"].node
     written = state.nas.model_copy(update={"allocatedClaims": dict(ledger)})
-    snap.nas = {**snap.nas, "a": nas_nodes.ParsedNas(
+    snap.nas = {**snap.nas, "a": nasnodes.ParsedNas(
         dataclasses.replace(state, nas=written), "2")}  # fmt: skip
     assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == set(ledger)
 
@@ -404,7 +403,7 @@ def test_a_claim_on_a_node_without_a_ledger_holds_nothing_and_other_claims_do_no
     )
     state = snap.nas["a"].node
     written = state.nas.model_copy(update={"allocatedClaims": {**other, **ledger}})
-    snap.nas = {**snap.nas, "a": nas_nodes.ParsedNas(
+    snap.nas = {**snap.nas, "a": nasnodes.ParsedNas(
         dataclasses.replace(state, nas=written), "2")}  # fmt: skip
     assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == {
         *other,
@@ -438,14 +437,14 @@ def test_a_cycle_sums_each_nodes_bound_pods_once_not_once_per_pending_pod(monkey
 
 def test_a_nas_is_parsed_again_only_when_its_version_changes(monkeypatch) -> None:
     parsed: list[str] = []
-    real = nas_nodes.parse
+    real = nasnodes.parse
 
-    def counted(obj: Obj) -> nas_nodes.ParsedNas:
+    def counted(obj: Obj) -> nasnodes.ParsedNas:
         parsed.append(obj["metadata"].get("resourceVersion", ""))
         return real(obj)
 
-    monkeypatch.setattr(nas_nodes, "parse", counted)
-    memo = nas_nodes.ParsedNases()
+    monkeypatch.setattr(nasnodes, "parse", counted)
+    memo = nasnodes.ParsedNases()
     obj = {"metadata": {"name": "a", "namespace": "drasat", "resourceVersion": "5"},
            "spec": {}, "status": "Ready"}  # fmt: skip
     first = memo.parse(obj)

@@ -29,7 +29,7 @@ from drasat.api import crds
 from drasat.api.devicemodel import shares
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.controller import v1inputs
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 NAMESPACE = "drasat"
 RESOURCE = ("resource.k8s.io", "v1")
@@ -75,7 +75,7 @@ def prepare(api: kubernetes.client.ApiClient) -> None:
 
 
 @contextlib.contextmanager
-def allocator(api: kubernetes.client.ApiClient, kube: cluster.Cluster) -> Iterator[Allocator]:
+def allocator(api: kubernetes.client.ApiClient, kube: realcluster.Cluster) -> Iterator[Allocator]:
     prepare(api)
     tmp = Path(tempfile.mkdtemp(prefix="alloc-"))
     with device_classes(api):

@@ -21,7 +21,7 @@ from kubeletkit import GpuNode, gpu_node
 from realkubeletkit import RealNode, real_node
 from slicekit import unique
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.testbed.sim import kubelet as simkubelet
 
 KINDS = ("simulated", "real")
@@ -142,7 +142,7 @@ class Node:
 def any_node(
     kind: str,
     api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     fleet: str,
     *,
     shares: bool = True,

@@ -13,7 +13,7 @@ import yaml
 from helm_binary import helm_path, kubectl_path
 from kubecluster import kubectl_env
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "drasat"
@@ -48,7 +48,7 @@ def render(
 
 
 def kubectl_apply(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     namespace: str,
     manifests: list[Manifest],
     cache: pathlib.Path,
@@ -68,7 +68,7 @@ def kubectl_apply(
     )
 
 
-def discovered_api_versions(kube_cluster: cluster.Cluster, cache: pathlib.Path) -> list[str]:
+def discovered_api_versions(kube_cluster: realcluster.Cluster, cache: pathlib.Path) -> list[str]:
     """What helm's Capabilities.APIVersions holds for this cluster on `helm install`: every
     served group/version, and every group/version/Kind of its top-level resources."""
     env = {**kubectl_env(kube_cluster), "KUBECACHEDIR": str(cache)}
@@ -90,7 +90,7 @@ def discovered_api_versions(kube_cluster: cluster.Cluster, cache: pathlib.Path) 
 
 
 def account_kubeconfig(
-    kube_cluster: cluster.Cluster, token: str, path: pathlib.Path
+    kube_cluster: realcluster.Cluster, token: str, path: pathlib.Path
 ) -> pathlib.Path:
     """A kubeconfig at `path` for the cluster's server and CA that authenticates with `token` (a
     ServiceAccount's): a drasat process started with it has exactly the RBAC that account has."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 
 def run(
@@ -25,7 +25,7 @@ def run(
             [sys.executable, *program, "--log-level", "INFO", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=cluster.sigterm_on_parent_death,
+            preexec_fn=realcluster.sigterm_on_parent_death,
         )
 
 

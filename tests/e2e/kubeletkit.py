@@ -28,7 +28,7 @@ from kubernetes.client import ApiException
 from drasat.api.devicemodel import names
 from drasat.api.groups import NAS_GROUP, VERSION
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.testbed.sim import kubeclient, kubelet
 from drasat.testbed.simnvml import SimulatedNvml
 
@@ -98,7 +98,7 @@ def _node_slices(custom: Any, node: str) -> list[Obj]:
 @contextlib.contextmanager
 def gpu_node(
     api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     name: str,
     fleet: str,
     *,

@@ -1,7 +1,7 @@
 """A GPU node with a real kubelet for end-to-end tests on the real control plane: the kubelet
-v1.37.2 (`drasat.testbed.controlplane.kubelet`) on `fakecri`, the in-memory container runtime that
-records every CreateContainer request, and drasat's real `drasat nodeplugin` process on a simulated
-fleet, registered through that kubelet's plugin watcher and driven only by it.
+v1.37.2 (`drasat.testbed.controlplane.realkubelet`) on `fakecri`, the in-memory container runtime
+that records every CreateContainer request, and drasat's real `drasat nodeplugin` process on a
+simulated fleet, registered through that kubelet's plugin watcher and driven only by it.
 
 The test reads what the container was given from the runtime's record (`containers`): the CDI
 device names the kubelet put in the request, resolved against the plugin's CDI specs
@@ -31,8 +31,8 @@ from kubernetes.client import ApiException
 from drasat.api.devicemodel import names
 from drasat.api.groups import DRIVER_NAME, NAS_GROUP, VERSION
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.testbed.controlplane import cluster
-from drasat.testbed.controlplane.kubelet import Kubelet
+from drasat.testbed.controlplane import realcluster
+from drasat.testbed.controlplane.realkubelet import Kubelet
 from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
@@ -254,7 +254,7 @@ def _node_slices(custom: Any, node: str) -> list[Obj]:
     return items
 
 
-def _publish_root_ca(core: Any, kube_cluster: cluster.Cluster) -> threading.Event:
+def _publish_root_ca(core: Any, kube_cluster: realcluster.Cluster) -> threading.Event:
     """Every namespace's `kube-root-ca.crt` while a real kubelet runs (it mounts it into each
     pod's token volume), as the root-CA publisher would: the session cluster runs without that
     controller, whose ConfigMaps would show in the API contract tests' listings. Set the
@@ -279,7 +279,7 @@ def _publish_root_ca(core: Any, kube_cluster: cluster.Cluster) -> threading.Even
 @contextlib.contextmanager
 def real_node(
     api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     name: str,
     fleet: str | None,
     *,

@@ -22,7 +22,7 @@ from kubernetes.client import ApiException
 
 from drasat.api.devicemodel import classes
 from drasat.api.devicemodel.nodegpus import Inventory
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.testbed.simnvml import SimulatedNvml
 
@@ -39,7 +39,7 @@ def fleet_inventory(spec: str, **options: Any) -> Inventory:
     """The inventory of a simulated fleet, shares on unless `shares=False`."""
     options.setdefault("shares", True)
     fleet = SimulatedNvml(spec)
-    return slices.inventory(NvmlDeviceLib(fleet, run=fleet.run), **options)
+    return slicepublisher.inventory(NvmlDeviceLib(fleet, run=fleet.run), **options)
 
 
 @dataclass
@@ -63,7 +63,9 @@ def gpu_node(api: kubernetes.client.ApiClient, spec: str, **options: Any) -> Ite
     custom = kubernetes.client.CustomObjectsApi(api)
     name = unique("sl")
     node = create_fake_node(api, name)
-    published = slices.desired(name, fleet_inventory(spec, **options), node_uid=node.metadata.uid)
+    published = slicepublisher.desired(
+        name, fleet_inventory(spec, **options), node_uid=node.metadata.uid
+    )
     try:
         for body in published:
             custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)

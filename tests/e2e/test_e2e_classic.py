@@ -42,7 +42,7 @@ from kubecluster import create_fake_node, exists, install_crds, service_account_
 from kubernetes.client import ApiException
 
 from drasat.api import crds
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.testbed.sim import errors, kubeclient, kubelet
 
 pytestmark = pytest.mark.timeout(420)
@@ -130,7 +130,7 @@ def _chart() -> list[dict[str, Any]]:
     return [d for d in render(NAMESPACE, "1.30.14") if d["kind"] in CHART_KINDS]
 
 
-def _install(kube: cluster.Cluster, api: kubernetes.client.ApiClient, work: Path) -> None:
+def _install(kube: realcluster.Cluster, api: kubernetes.client.ApiClient, work: Path) -> None:
     """What `helm install drasat` puts in a classic cluster (its CRDs first), less the
     Deployment and DaemonSet: their processes run here with their ServiceAccounts' tokens."""
     install_crds(api, crds.all_crds())
@@ -144,7 +144,7 @@ def _install(kube: cluster.Cluster, api: kubernetes.client.ApiClient, work: Path
     assert done.returncode == 0, done.stderr
 
 
-def _token_kubeconfig(kube: cluster.Cluster, token: str, path: Path) -> Path:
+def _token_kubeconfig(kube: realcluster.Cluster, token: str, path: Path) -> Path:
     """The admin kubeconfig with another bearer token (the server and its CA unchanged)."""
     config = json.loads(kube.kubeconfig.read_text())
     for user in config["users"]:
@@ -170,7 +170,7 @@ def _plugin_pod(client: kubeclient.KubeClient, node: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def classic(classic_kube_cluster: cluster.Cluster) -> Iterator[Classic]:
+def classic(classic_kube_cluster: realcluster.Cluster) -> Iterator[Classic]:
     kube = classic_kube_cluster
     kubeconfig = kube.kubeconfig
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))

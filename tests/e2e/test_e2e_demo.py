@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,7 +59,7 @@ def _demo(*args: str, bin_dir: pathlib.Path | None = None) -> tuple[pathlib.Path
         capture_output=True,
         text=True,
         timeout=240,
-        preexec_fn=cluster.sigterm_on_parent_death,
+        preexec_fn=realcluster.sigterm_on_parent_death,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -17,7 +17,7 @@ import yaml
 from helm_binary import kubectl_path
 from kubecluster import kubectl_env
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 APPLIED = [c for c in docs.commands() if docs.what_to_do(c) == docs.DRY_RUN]
 
@@ -37,7 +37,7 @@ def _namespaces(paths: list[pathlib.Path]) -> list[str]:
     return found
 
 
-def _kubectl(kube_cluster: cluster.Cluster, cache: pathlib.Path, *args: str) -> Any:
+def _kubectl(kube_cluster: realcluster.Cluster, cache: pathlib.Path, *args: str) -> Any:
     return subprocess.run(
         [str(kubectl_path()), *args],
         cwd=docs.ROOT,
@@ -60,7 +60,7 @@ def test_some_commands_apply_files() -> None:
 
 @pytest.mark.parametrize("command", APPLIED, ids=[c.id for c in APPLIED])
 def test_the_server_accepts_what_the_docs_apply(
-    command: docs.Command, kube_cluster: cluster.Cluster, cache: pathlib.Path
+    command: docs.Command, kube_cluster: realcluster.Cluster, cache: pathlib.Path
 ) -> None:
     namespaces = _namespaces(_files(command))
     for name in namespaces:

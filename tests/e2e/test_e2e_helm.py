@@ -51,7 +51,7 @@ from slicekit import device_classes
 
 from drasat.api import crds
 from drasat.api.devicemodel import classes
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"  # served from 1.36
 
@@ -81,7 +81,10 @@ CLASSIC_CLASS = {
 
 
 def server_dry_run(
-    kube_cluster: cluster.Cluster, namespace: str, manifests: list[Manifest], cache: pathlib.Path
+    kube_cluster: realcluster.Cluster,
+    namespace: str,
+    manifests: list[Manifest],
+    cache: pathlib.Path,
 ) -> subprocess.CompletedProcess[str]:
     """`kubectl apply --dry-run=server -o json` of `manifests` in one go. kubectl maps every kind
     before it sends anything, so one unknown kind fails the whole call, naming that kind."""
@@ -104,7 +107,7 @@ def drasat_crds(kube_api: kubernetes.client.ApiClient) -> list[Any]:
 @pytest.mark.parametrize("kube_version", sorted(CLASSIC_CLASS))
 @pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "non-default"])
 def test_every_object_the_server_serves_passes_a_server_side_dry_run(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     drasat_crds: list[Any],
     tmp_path: pathlib.Path,
@@ -172,7 +175,7 @@ WEBHOOK_KINDS = {"MutatingWebhookConfiguration", "Secret"}
     ids=["default", "non-default", "kube-scheduler"],
 )
 def test_every_v1_object_passes_a_server_side_dry_run(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     drasat_crds: list[Any],
     tmp_path: pathlib.Path,
@@ -215,7 +218,7 @@ TAINT_RULE: Manifest = {
 
 
 def test_the_device_taint_rule_passes_a_dry_run_in_every_version_served(
-    kube_cluster: cluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
+    kube_cluster: realcluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
 ) -> None:
     # 1.37 serves it as v1 (GA, on by default) and, with runtime-config (this cluster turns on
     # every resource.k8s.io version), as v1beta2 (1.36's beta) and v1alpha3 (1.34/1.35's alpha).
@@ -234,7 +237,7 @@ def test_the_device_taint_rule_passes_a_dry_run_in_every_version_served(
 
 
 def test_the_chart_checks_device_taint_rules_against_the_servers_discovery(
-    kube_cluster: cluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
+    kube_cluster: realcluster.Cluster, kube_namespace: str, tmp_path: pathlib.Path
 ) -> None:
     served = discovered_api_versions(kube_cluster, tmp_path / "kube-cache")
     assert "resource.k8s.io/v1/DeviceClass" in served and VAP in served
@@ -581,7 +584,7 @@ def test_the_admission_policy_lets_a_plugin_write_only_its_own_nodes_slices(
                 f'pool named after its node, not "{node_b}"' in json.loads(hidden.body)["message"]
             )
 
-            # its own node's slice: create, replace, delete, as nodeplugin/slices.py does
+            # its own node's slice: create, replace, delete, as nodeplugin/slicepublisher.py does
             assert create_as_plugin(_slice(f"{node_a}-gpu", node_a)) is None
             # (the plugin has no `get`: it lists its node's slices, as the administrator here)
             held = admin.get(name=f"{node_a}-gpu").to_dict()
@@ -630,7 +633,7 @@ def _args(container: Manifest, env: dict[str, str]) -> list[str]:
 
 def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     drasat_crds: list[Any],
     tmp_path: pathlib.Path,

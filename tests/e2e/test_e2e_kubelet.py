@@ -27,7 +27,7 @@ from kubernetes.client import ApiException
 from drasat.api import resourceslices
 from drasat.nodeplugin import publish
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.testbed.sim import errors, kubeclient
 from drasat.testbed.simnvml import SimulatedNvml
 
@@ -42,7 +42,7 @@ FLEET = "2xT4"
 def gpu_node(
     request: pytest.FixtureRequest,
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
 ) -> Iterator[GpuNode]:
     """The node with a hand-made slice; `indirect` parametrization gives the minors the slice
     advertises (default: the plugin's own GPUs)."""
@@ -175,7 +175,7 @@ def test_two_pods_each_with_one_exclusive_gpu_run_and_clean_up(
 
 
 def test_the_sim_client_speaks_https_with_the_clusters_ca_and_token(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
 ) -> None:
     client = kubeclient.KubeClient.from_kubeconfig(kube_cluster.kubeconfig)
     assert client.url.startswith("https://")

@@ -2,7 +2,7 @@
 the real v1.37 control plane, with drasat's real node plugin process on a simulated fleet.
 
 `drasat.testbed.sim.kubelet` runs the pods of the in-process demo; `kubelet` v1.37.2 on `fakecri`
-(`drasat.testbed.controlplane.kubelet`) is the one in production. Each scenario runs once per
+(`drasat.testbed.controlplane.realkubelet`) is the one in production. Each scenario runs once per
 kubelet (`kubelet` parameter: simulated, real) and records, inside the plugin, every
 NodePrepareResources and NodeUnprepareResources request it receives with its claims
 (`callrecord.py`: a gRPC server interceptor; the plugin itself is unchanged). The calls are compared
@@ -33,7 +33,7 @@ from kubeletkit import gpu_node
 from realkubeletkit import real_node
 from slicekit import applied, device_classes, unique
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -111,7 +111,7 @@ class Recorded:
 def on_node(
     request: pytest.FixtureRequest,
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     classes: None,
 ) -> Callable[..., contextlib.AbstractContextManager[Recorded]]:
     kind: str = request.param

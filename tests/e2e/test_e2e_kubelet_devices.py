@@ -36,7 +36,7 @@ from slicekit import RESOURCE, applied, device_classes, unique
 
 from drasat.api.devicemodel import names
 from drasat.api.devicemodel.classes import device_classes as device_classes_of
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.testbed.simnvml import SimulatedNvml
 
 pytestmark = pytest.mark.timeout(300)
@@ -72,7 +72,7 @@ def _results(node: Node, namespace: str, pod: str) -> list[dict[str, Any]]:
 
 
 def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, kubelet: str
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster, kubelet: str
 ) -> None:
     with (
         any_node(kubelet, kube_api, kube_cluster, "1xA100-40GB,mig=0") as node,
@@ -103,7 +103,7 @@ def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
 
 
 def test_gpu_test4_health_is_each_containers_own_device_on_the_simulated_kubelet(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, classes: None
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster, classes: None
 ) -> None:
     """The kubelet keys health entries by a device's first CDI id; one claim-wide id collapsed
     them into one."""
@@ -128,7 +128,7 @@ def test_gpu_test4_health_is_each_containers_own_device_on_the_simulated_kubelet
 
 def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_whole(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     kubelet: str,
 ) -> None:
@@ -197,7 +197,7 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
 
 
 def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, kubelet: str
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster, kubelet: str
 ) -> None:
     with (
         any_node(kubelet, kube_api, kube_cluster, "1xT4") as node,
@@ -223,7 +223,7 @@ def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
 
 
 def test_reference_case_b_two_pods_time_slice_one_gpu(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster, kubelet: str
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster, kubelet: str
 ) -> None:
     with (
         any_node(kubelet, kube_api, kube_cluster, "1xT4") as node,
@@ -247,7 +247,7 @@ def test_reference_case_b_two_pods_time_slice_one_gpu(
 
 def test_a_class_config_applies_and_the_claims_own_config_wins(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     kubelet: str,
 ) -> None:

@@ -34,7 +34,7 @@ from kubecluster import wait_for
 from kubernetes.client import ApiException
 from slicekit import unique
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "oracle"))
 import oraclekit
@@ -66,7 +66,7 @@ def oracle() -> Iterator[oraclekit.Oracle]:
 
 @pytest.fixture(scope="module")
 def nvidia_allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     allockit.prepare(kube_api)
     custom = kubernetes.client.CustomObjectsApi(kube_api)

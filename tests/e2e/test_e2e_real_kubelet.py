@@ -27,7 +27,7 @@ from realkubeletkit import RealNode, pod, real_node
 
 from drasat.api import resourceslices
 from drasat.nodeplugin.app import CRASH_AFTER_ENV
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,7 +68,7 @@ def _claim_of(api: kubernetes.client.ApiClient, namespace: str, pod_name: str) -
 
 @pytest.fixture
 def bare_node(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[RealNode]:
     with real_node(kube_api, kube_cluster, NODE, None) as node:
         yield node
@@ -76,7 +76,7 @@ def bare_node(
 
 @pytest.fixture
 def gpu_node(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[RealNode]:
     """Two T4s, whole GPUs only (the `gpu.drasat.io` class selects them)."""
     custom = kubernetes.client.CustomObjectsApi(kube_api)
@@ -90,7 +90,7 @@ def gpu_node(
 
 def test_the_kubelet_registers_its_node_and_runs_a_pod_on_the_fake_runtime(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_namespace: str,
     bare_node: RealNode,
 ) -> None:
@@ -287,7 +287,7 @@ def test_a_plugin_restart_while_the_kubelet_holds_a_claim(
 
 
 def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
 ) -> None:
     """`scripts/kube-cluster up --kubelets 2 --drasat-plugins 1xT4` (the module it runs): two
     Nodes registered by their kubelets, each kubelet registering its own node's plugin, which
@@ -300,7 +300,7 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
             [*command, "up", "--dir", str(folder), "--kubelets", "2", "--drasat-plugins", "1xT4"],
             env=env, check=True, capture_output=True, timeout=240,
         )  # fmt: skip
-        started = cluster.Cluster.load(folder)
+        started = realcluster.Cluster.load(folder)
         names = [p.name for p in started.processes]
         assert names[4:] == [
             "fakecri-node-1", "kubelet-node-1", "drasat-plugin-node-1",
@@ -331,8 +331,8 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
             assert f"{folder}/nodes/{node}/root/plugins/gpu.drasat.io/dra.sock" in log.read_text()
     finally:
         subprocess.run([*command, "down", "--dir", str(folder)], env=env, capture_output=True)
-        if (folder / cluster.STATE_FILE).exists():
-            assert not cluster.Cluster.load(folder).running()
+        if (folder / realcluster.STATE_FILE).exists():
+            assert not realcluster.Cluster.load(folder).running()
         shutil.rmtree(folder.parent, ignore_errors=True)
 
 

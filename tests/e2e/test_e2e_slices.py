@@ -22,8 +22,8 @@ from slicekit import RESOURCE, delete_slice, device_classes, fleet_inventory, un
 from drasat.api.devicemodel import classes
 from drasat.api.devicemodel.nodegpus import GpuHealth
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import slices
-from drasat.testbed.controlplane import cluster
+from drasat.nodeplugin import slicepublisher
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -129,16 +129,16 @@ def test_a_broken_slice_is_rejected_with_the_servers_message(
 
 
 def _pool(api: kube_client.KubeClient, node: str) -> list[Obj]:
-    listed = api.list(slices.RESOURCE_SLICES, field_selector=f"spec.nodeName={node}").items
+    listed = api.list(slicepublisher.RESOURCE_SLICES, field_selector=f"spec.nodeName={node}").items
     return sorted(listed, key=lambda s: s["metadata"]["name"])
 
 
 def test_the_publisher_keeps_the_pool_in_step_on_the_real_api_server(
-    kube_cluster: cluster.Cluster, node: Any
+    kube_cluster: realcluster.Cluster, node: Any
 ) -> None:
     api = kube_client.KubeClient(kube_client.load_configuration(str(kube_cluster.kubeconfig)))
     name = node.metadata.name
-    publisher = slices.SlicePublisher(api, node_name=name)
+    publisher = slicepublisher.SlicePublisher(api, node_name=name)
     hardware = fleet_inventory(SPEC)
     first = publisher.sync(hardware)
     assert first.generation == 1 and len(first.written) == 2
@@ -171,14 +171,14 @@ def test_the_publisher_keeps_the_pool_in_step_on_the_real_api_server(
 
 
 def test_slices_go_with_their_node(
-    kube_cluster: cluster.Cluster, kube_api: kubernetes.client.ApiClient
+    kube_cluster: realcluster.Cluster, kube_api: kubernetes.client.ApiClient
 ) -> None:
     """Owned by the Node: the garbage collector deletes them when the node goes."""
     api = kube_client.KubeClient(kube_client.load_configuration(str(kube_cluster.kubeconfig)))
     name = unique("gc")
     create_fake_node(kube_api, name)
     try:
-        slices.SlicePublisher(api, node_name=name).sync(fleet_inventory("1xT4"))
+        slicepublisher.SlicePublisher(api, node_name=name).sync(fleet_inventory("1xT4"))
         assert len(_pool(api, name)) == 1
     finally:
         kubernetes.client.CoreV1Api(kube_api).delete_node(name)

@@ -46,7 +46,7 @@ from slicekit import device_classes
 
 from drasat.api.groups import SCHEDULING_GATE
 from drasat.controller import admission
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,7 +123,7 @@ def _has_account(core: Any, namespace: str) -> bool:
 
 @contextlib.contextmanager
 def _installed(
-    kube_cluster: cluster.Cluster, manifests: list[Obj], tmp: pathlib.Path
+    kube_cluster: realcluster.Cluster, manifests: list[Obj], tmp: pathlib.Path
 ) -> Iterator[None]:
     done = kubectl_apply(kube_cluster, "drasat", manifests, tmp / "cache")
     assert done.returncode == 0, done.stderr
@@ -172,7 +172,7 @@ def _admission_time(core: Any, namespace: str, pod: Obj, n: int = 20) -> str:
 
 
 def test_the_policy_gates_pods_that_name_claims(
-    kube_api: Any, kube_cluster: cluster.Cluster, namespace: str, tmp_path: pathlib.Path
+    kube_api: Any, kube_cluster: realcluster.Cluster, namespace: str, tmp_path: pathlib.Path
 ) -> None:
     manifests = render("drasat", "1.37.2", _only(namespace), tmp_path, (MAP_V1,))
     objects = _admission_objects(manifests)
@@ -209,7 +209,7 @@ def test_the_policy_gates_pods_that_name_claims(
 
 
 def test_the_policy_leaves_other_namespaces_alone(
-    kube_api: Any, kube_cluster: cluster.Cluster, namespace: str, tmp_path: pathlib.Path
+    kube_api: Any, kube_cluster: realcluster.Cluster, namespace: str, tmp_path: pathlib.Path
 ) -> None:
     # the default selector: every namespace but kube-system
     manifests = render("drasat", "1.37.2", {}, tmp_path, (MAP_V1,))
@@ -260,14 +260,14 @@ def _listening(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found:
         yield found
 
 
 def _controller_account(
-    kube_api: Any, kube_cluster: cluster.Cluster, manifests: list[Obj], tmp: pathlib.Path
+    kube_api: Any, kube_cluster: realcluster.Cluster, manifests: list[Obj], tmp: pathlib.Path
 ) -> pathlib.Path:
     """A kubeconfig with the chart's controller ServiceAccount and its RBAC, applied."""
     rbac = [
@@ -285,7 +285,7 @@ def _controller_account(
 
 
 def test_the_controllers_webhook_gates_only_pods_of_drasats_classes(
-    kube_api: Any, kube_cluster: cluster.Cluster, namespace: str, tmp_path: pathlib.Path
+    kube_api: Any, kube_cluster: realcluster.Cluster, namespace: str, tmp_path: pathlib.Path
 ) -> None:
     """`drasat controller` with the chart's webhook flags (address and files of this machine)
     and the chart's RBAC for the controller's ServiceAccount."""
@@ -294,7 +294,7 @@ def test_the_controllers_webhook_gates_only_pods_of_drasats_classes(
     manifests = render("drasat", "1.37.2", values, tmp_path)
     allockit.prepare(kube_api)  # CRDs and the release namespace
     cert, key = _certificate(tmp_path)
-    port = cluster.free_port()
+    port = realcluster.free_port()
     kubeconfig = _controller_account(kube_api, kube_cluster, manifests, tmp_path)
     log = tmp_path / "webhook.log"
     core = kubernetes.client.CoreV1Api(kube_api)
@@ -355,7 +355,7 @@ def _check_the_webhook(kube_api: Any, core: Any, namespace: str) -> None:
 
 @pytest.mark.parametrize("down", ["closed", "silent"])
 def test_a_webhook_that_does_not_answer_never_blocks_a_pod(
-    kube_api: Any, kube_cluster: cluster.Cluster, namespace: str, tmp_path: pathlib.Path,
+    kube_api: Any, kube_cluster: realcluster.Cluster, namespace: str, tmp_path: pathlib.Path,
     down: str,
 ) -> None:  # fmt: skip
     values = _only(namespace)
@@ -369,7 +369,7 @@ def test_a_webhook_that_does_not_answer_never_blocks_a_pod(
             listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
             port = listener.getsockname()[1]
         else:
-            port = cluster.free_port()  # nothing listens
+            port = realcluster.free_port()  # nothing listens
         url = f"https://127.0.0.1:{port}{admission.PATH}"
         registration = _registration(manifests, url, cert.read_bytes(), timeout_s=1)
         stack.enter_context(_installed(kube_cluster, [registration], tmp_path))
@@ -386,7 +386,7 @@ def test_a_webhook_that_does_not_answer_never_blocks_a_pod(
 
 
 def test_a_pod_of_another_driver_is_let_go_at_once(
-    kube_api: Any, kube_cluster: cluster.Cluster, namespace: str, tmp_path: pathlib.Path,
+    kube_api: Any, kube_cluster: realcluster.Cluster, namespace: str, tmp_path: pathlib.Path,
     allocator: allockit.Allocator,
 ) -> None:  # fmt: skip
     """What the policy costs a pod with no claim of drasat's: gated at creation, let go at the
@@ -419,7 +419,7 @@ def _wait_let_go(core: Any, namespace: str, name: str) -> None:
 
 
 def test_the_chart_without_device_taint_rules_installs_the_gate_alone(
-    kube_api: Any, kube_cluster: cluster.Cluster, tmp_path: pathlib.Path
+    kube_api: Any, kube_cluster: realcluster.Cluster, tmp_path: pathlib.Path
 ) -> None:
     """What helm sees on a 1.34/1.35 server with default settings: the real server's discovery
     without DeviceTaintRule and MutatingAdmissionPolicy. The chart installs the webhook and runs

@@ -27,7 +27,7 @@ from kubeletkit import gpu_node
 from slicekit import applied, unique
 
 from drasat.api.devicemodel import names
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -36,13 +36,13 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found:
         yield found
 
 
-def _node(api: Any, kube: cluster.Cluster, prefix: str, fleet: str) -> Any:
+def _node(api: Any, kube: realcluster.Cluster, prefix: str, fleet: str) -> Any:
     return gpu_node(api, kube, unique(prefix), fleet, nas_namespace=allockit.NAMESPACE)
 
 
@@ -93,7 +93,7 @@ def _pods_manifest(tmp: pathlib.Path, namespace: str, names: list[str]) -> pathl
 
 def test_two_pods_each_get_their_own_gpu(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -111,7 +111,7 @@ def test_two_pods_each_get_their_own_gpu(
 
 
 def test_two_pods_share_one_time_sliced_gpu(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator
 ) -> None:
     with (
         _node(kube_api, kube_cluster, "v1ts", "1xT4") as node,
@@ -124,7 +124,7 @@ def test_two_pods_share_one_time_sliced_gpu(
 
 
 def test_gpu_test4_mig_devices_of_one_parent(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator
 ) -> None:
     with (
         _node(kube_api, kube_cluster, "v1mig", "1xA100-40GB,mig=0") as node,
@@ -141,7 +141,7 @@ def test_gpu_test4_mig_devices_of_one_parent(
 
 def test_a_pod_that_fits_nowhere_is_explained_and_waits(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -195,7 +195,7 @@ def test_a_pod_that_fits_nowhere_is_explained_and_waits(
 
 def test_the_controller_restarted_mid_flight_rebuilds_from_claim_status(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -259,7 +259,7 @@ def _as_pods(text: str) -> str:
 def test_nvidias_quickstart_specs_with_drasats_class_names_run(
     spec: str,
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -278,7 +278,7 @@ def test_nvidias_quickstart_specs_with_drasats_class_names_run(
 
 def test_a_claim_the_scheduler_gives_back_is_placed_on_another_node(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -344,7 +344,7 @@ def test_a_claim_the_scheduler_gives_back_is_placed_on_another_node(
 
 def test_two_replicas_one_leads_and_the_other_takes_over(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -393,7 +393,7 @@ def test_two_replicas_one_leads_and_the_other_takes_over(
 
 
 def test_an_optional_gpu_falls_back_to_the_cpu_device_when_the_gpu_is_taken(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator
 ) -> None:
     with (
         _node(kube_api, kube_cluster, "v1opt", "1xT4") as node,
@@ -405,7 +405,7 @@ def test_an_optional_gpu_falls_back_to_the_cpu_device_when_the_gpu_is_taken(
 
 
 def test_two_shares_are_placed_on_one_gpu(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator
 ) -> None:
     with (
         _node(kube_api, kube_cluster, "v1sh", "2xT4") as node,
@@ -421,7 +421,7 @@ def test_two_shares_are_placed_on_one_gpu(
 
 def test_a_pod_goes_to_the_node_with_cpu_left(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:

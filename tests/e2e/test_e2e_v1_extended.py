@@ -23,7 +23,7 @@ from kubeletkit import gpu_node
 from kubernetes.client import ApiException
 from slicekit import applied, unique
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.v1 import extended
 
 pytestmark = pytest.mark.timeout(400)
@@ -203,7 +203,7 @@ def test_kube_scheduler_deletes_an_extended_resource_claim_made_beforehand(
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found, _policy(kube_api):
         yield found
@@ -211,7 +211,7 @@ def allocator(
 
 def test_pods_asking_nvidia_com_gpu_run_on_gpus_drasat_allocated(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
 ) -> None:
     namespace = "gpu-extended"

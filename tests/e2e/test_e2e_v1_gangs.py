@@ -24,7 +24,7 @@ from kubeletkit import GpuNode, gpu_node
 from slicekit import applied, unique
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL, SCHEDULING_GATE
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -44,7 +44,7 @@ spec:
 @pytest.fixture(scope="module")
 def allocator(
     kube_api: kubernetes.client.ApiClient,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[allockit.Allocator]:
     policy = tmp_path_factory.mktemp("gangs") / "policy.yaml"
@@ -55,7 +55,7 @@ def allocator(
 
 
 @contextlib.contextmanager
-def _rack_node(api: Any, kube: cluster.Cluster, rack: str, fleet: str) -> Iterator[GpuNode]:
+def _rack_node(api: Any, kube: realcluster.Cluster, rack: str, fleet: str) -> Iterator[GpuNode]:
     """A node with the plugin on `fleet` (GPU UUIDs of its own: the node's name seeds them),
     labelled as in `rack`."""
     name = unique(f"gang-{rack}")
@@ -149,7 +149,7 @@ def _stays(check: Any, seconds: float) -> bool:
 
 
 def test_a_gang_lands_within_one_rack_or_not_at_all(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gang-rack"
@@ -191,7 +191,7 @@ def test_a_gang_lands_within_one_rack_or_not_at_all(
 
 
 def test_two_competing_gangs_end_with_one_whole_and_nothing_held_by_the_other(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gang-compete"

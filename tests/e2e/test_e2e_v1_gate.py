@@ -36,7 +36,7 @@ from slicekit import applied, unique
 from drasat.api.groups import SCHEDULING_GATE
 from drasat.controller import explain
 from drasat.kube.client import KubeClient, load_configuration
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -48,13 +48,13 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found:
         yield found
 
 
-def _node(api: Any, kube: cluster.Cluster, prefix: str, fleet: str) -> Any:
+def _node(api: Any, kube: realcluster.Cluster, prefix: str, fleet: str) -> Any:
     return gpu_node(api, kube, unique(prefix), fleet, nas_namespace=allockit.NAMESPACE)
 
 
@@ -142,7 +142,7 @@ def _stays(check: Any, seconds: float) -> bool:
 
 
 def test_gated_pods_bind_with_drasats_allocation(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gate-bind"
@@ -184,7 +184,7 @@ def other_driver(kube_api: Any) -> Iterator[str]:
 
 
 def test_pods_of_another_driver_are_let_go_at_once(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     other_driver: str, tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gate-other"
@@ -203,7 +203,7 @@ def test_pods_of_another_driver_are_let_go_at_once(
 
 
 def test_another_owners_gate_is_left_alone(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     other_driver: str, tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gate-kueue"
@@ -237,7 +237,7 @@ def test_another_owners_gate_is_left_alone(
 
 
 def test_a_refused_pod_stays_gated_with_its_reason(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gate-refused"
@@ -262,7 +262,7 @@ def test_a_refused_pod_stays_gated_with_its_reason(
 
 
 def test_a_restarted_controller_picks_up_gated_pods(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     namespace = "gate-restart"
@@ -314,7 +314,7 @@ def _bound_after(api: Any, namespace: str, names: list[str], started: float) -> 
 
 
 def test_creation_to_bound_gated_vs_ungated(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     """Creation -> bound, gated and not (printed, not asserted): one pod at a time on an idle
@@ -354,7 +354,7 @@ def test_creation_to_bound_gated_vs_ungated(
 
 
 def test_churn_gated_vs_ungated(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     """Creation -> bound under a light churn (printed, not asserted): 24 pods, one every 0.5 s,
@@ -400,7 +400,7 @@ def test_churn_gated_vs_ungated(
 
 
 def test_without_a_taint_rule_gated_pods_are_drasats(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     """No DeviceTaintRule: nothing keeps kube-scheduler's allocator off drasat's devices but the

@@ -25,7 +25,7 @@ from kubernetes.client import ApiException
 from slicekit import applied, unique
 
 from drasat.api.groups import SCHEDULING_GATE
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -34,7 +34,7 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found:
         yield found
@@ -118,7 +118,7 @@ def _events(api: Any, namespace: str, name: str, reason: str) -> list[str]:
 
 
 def test_the_smallest_lower_priority_pod_is_preempted_not_the_first(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     priorities: dict[str, str], tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     """4 GPUs: `big` (2 GPUs, low, created first), `small` (1 GPU, low) and `keep` (1 GPU,
@@ -157,7 +157,7 @@ def test_the_smallest_lower_priority_pod_is_preempted_not_the_first(
 
 
 def test_a_disruption_budget_is_respected(
-    kube_api: Any, kube_cluster: cluster.Cluster, allocator: allockit.Allocator,
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
     priorities: dict[str, str], tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     """2 GPUs: `guarded` (low, a PodDisruptionBudget allows no disruption) and `free` (mid). The

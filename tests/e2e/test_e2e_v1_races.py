@@ -24,7 +24,7 @@ from kubeletkit import gpu_node
 from slicekit import applied, unique
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 from drasat.v1 import results
 
 pytestmark = pytest.mark.timeout(400)
@@ -35,13 +35,13 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def allocator(
-    kube_api: kubernetes.client.ApiClient, kube_cluster: cluster.Cluster
+    kube_api: kubernetes.client.ApiClient, kube_cluster: realcluster.Cluster
 ) -> Iterator[allockit.Allocator]:
     with allockit.allocator(kube_api, kube_cluster) as found:
         yield found
 
 
-def _node(api: Any, kube: cluster.Cluster, prefix: str, fleet: str) -> Any:
+def _node(api: Any, kube: realcluster.Cluster, prefix: str, fleet: str) -> Any:
     return gpu_node(api, kube, unique(prefix), fleet, nas_namespace=allockit.NAMESPACE)
 
 
@@ -105,7 +105,7 @@ def _clash_events(api: Any, namespace: str) -> set[str]:
 
 def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
@@ -134,7 +134,7 @@ def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers(
 
 def test_a_clash_written_by_a_second_allocator_is_repaired_before_its_pod_starts(
     kube_api: Any,
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:

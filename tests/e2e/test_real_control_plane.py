@@ -16,13 +16,13 @@ from slicekit import delete_slice
 from drasat.api import resourceslices
 from drasat.nodeplugin import publish
 from drasat.nodeplugin.nvml import NvmlDeviceLib
-from drasat.testbed.controlplane import binaries, cluster
+from drasat.testbed.controlplane import binaries, realcluster
 from drasat.testbed.simnvml import SimulatedNvml
 
 RESOURCE = ("resource.k8s.io", "v1")
 
 
-def kubectl(kube_cluster: cluster.Cluster, *args: str) -> str:
+def kubectl(kube_cluster: realcluster.Cluster, *args: str) -> str:
     done = subprocess.run(
         [str(kubectl_path()), *args],
         env=kubectl_env(kube_cluster),
@@ -34,7 +34,7 @@ def kubectl(kube_cluster: cluster.Cluster, *args: str) -> str:
     return done.stdout
 
 
-def test_kubectl_sees_v1_37_and_every_v1_dra_kind(kube_cluster: cluster.Cluster) -> None:
+def test_kubectl_sees_v1_37_and_every_v1_dra_kind(kube_cluster: realcluster.Cluster) -> None:
     assert f"Server Version: {binaries.KUBE_VERSION}" in kubectl(kube_cluster, "version")
     rows = kubectl(kube_cluster, "api-resources", "--api-group=resource.k8s.io", "--no-headers")
     served = {(line.split()[0], line.split()[1]) for line in rows.splitlines() if line.strip()}
@@ -48,7 +48,7 @@ def test_kubectl_sees_v1_37_and_every_v1_dra_kind(kube_cluster: cluster.Cluster)
         assert (plural, "resource.k8s.io/v1") in served
 
 
-def test_every_dra_feature_gate_listed_is_on(kube_cluster: cluster.Cluster) -> None:
+def test_every_dra_feature_gate_listed_is_on(kube_cluster: realcluster.Cluster) -> None:
     listed = binaries.listed_gates(kube_cluster.bin_dir / "kube-apiserver")
     assert {g for g in listed if g.startswith("DRA")} <= set(kube_cluster.feature_gates)
     assert "DRAConsumableCapacity" in kube_cluster.feature_gates
@@ -143,15 +143,15 @@ def test_etcd_finding_its_port_taken_starts_again_on_other_ports(
     # ("bind: address already in use") make the start try again, on freshly drawn ports.
     import socket
 
-    draw = cluster.free_port
+    draw = realcluster.free_port
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", draw()))
         holder.listen()
         held = holder.getsockname()[1]
         draws = iter([held])
-        monkeypatch.setattr(cluster, "free_port", lambda: next(draws, None) or draw())
+        monkeypatch.setattr(realcluster, "free_port", lambda: next(draws, None) or draw())
         said: list[str] = []
-        started = cluster.Cluster.start(
+        started = realcluster.Cluster.start(
             directory=tmp_path / "cluster", progress=said.append, die_with_parent=True
         )
         try:

@@ -24,17 +24,17 @@ import yaml
 
 from drasat import loading, policyfiles
 from drasat.api import handles
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.nas import AllocatedDevices
 from drasat.classic import params
 from drasat.classic.whatif import manifests
-from drasat.controller import nodes as controller_nodes
+from drasat.controller import nasnodes
 from drasat.whatif import clusternodes, run
 
 from .mutate import SCALARS, Mutator
 
 REPO = Path(__file__).resolve().parents[2]
-#: Longest error message accepted (api/errors.py cuts each part at 1,000 characters).
+#: Longest error message accepted (api/inputerrors.py cuts each part at 1,000 characters).
 MAX_MESSAGE = 2200
 LINE_BREAKS = ("\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c")
 
@@ -328,7 +328,7 @@ def _claim_case(mutator: Mutator, claim: dict[str, Any]) -> dict[str, Any]:
 
 def run_nas(obj: dict[str, Any], workdir: Path) -> str:
     # The controller's view: never raises; a bad object makes its node unsuitable, named.
-    parsed = controller_nodes.parse(obj)
+    parsed = nasnodes.parse(obj)
     if parsed.problem:
         check_message(parsed.problem, "NodeAllocationState drasat/node-1")
     # The what-if's view of the same object (kubectl get nas -o yaml).

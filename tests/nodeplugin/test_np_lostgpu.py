@@ -14,7 +14,7 @@ from npfixtures import gpu_allocation, ref
 
 from drasat.api.devicemodel import taints
 from drasat.api.nas import Health
-from drasat.nodeplugin import slices
+from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.state import ClaimError
 
 UID = "c0ffee00-0000-4000-8000-000000000001"
@@ -27,9 +27,9 @@ class Slices:
     def __init__(self) -> None:
         self.published: list[Any] = []
 
-    def sync(self, wanted: Any) -> slices.SyncResult:
+    def sync(self, wanted: Any) -> slicepublisher.SyncResult:
         self.published.append(wanted)
-        return slices.SyncResult(generation=len(self.published))
+        return slicepublisher.SyncResult(generation=len(self.published))
 
 
 def lost_taints(node: Any, index: int) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import time
 import pynvml
 import pytest
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.testbed import simnvml
 
 

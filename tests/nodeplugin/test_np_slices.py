@@ -1,4 +1,4 @@
-"""Publishing ResourceSlices (`nodeplugin/slices.py`) against a small in-memory API: the
+"""Publishing ResourceSlices (`nodeplugin/slicepublisher.py`) against a small in-memory API: the
 kubelet-plugin helper library's rules (generation bump on change, nothing written when nothing
 changed, stale slices deleted, owned by the Node), and the inventory read from the hardware."""
 
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from drasat.api.devicemodel.nodegpus import GpuHealth
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.resources import NODES, Resource
-from drasat.nodeplugin import app, mps, registration, slices
+from drasat.nodeplugin import app, mps, registration, slicepublisher
 from drasat.nodeplugin.nasstore import MemoryNasStore
 from drasat.nodeplugin.nvml import NvmlDeviceLib
 from drasat.nodeplugin.plugin import Config, NodePlugin
@@ -99,8 +99,8 @@ def api() -> FakeApi:
 
 
 def test_first_publish_creates_the_pool_owned_by_the_node(api: FakeApi) -> None:
-    publisher = slices.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
-    done = publisher.sync(slices.inventory(lib("1xA100-40GB,1xT4,mig=0")))
+    publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+    done = publisher.sync(slicepublisher.inventory(lib("1xA100-40GB,1xT4,mig=0")))
     assert done.generation == 1
     assert done.written == ("n1-gpu.drasat.io-0", "n1-gpu.drasat.io-1")
     for held in api.pool():
@@ -111,20 +111,20 @@ def test_first_publish_creates_the_pool_owned_by_the_node(api: FakeApi) -> None:
 
 
 def test_nothing_is_written_when_nothing_changed(api: FakeApi) -> None:
-    publisher = slices.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+    publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
     hardware = lib("2xT4")
-    publisher.sync(slices.inventory(hardware))
+    publisher.sync(slicepublisher.inventory(hardware))
     before = list(api.writes)
-    again = publisher.sync(slices.inventory(hardware))
+    again = publisher.sync(slicepublisher.inventory(hardware))
     assert (again.generation, again.changed, api.writes) == (1, False, before)
 
 
 def test_a_health_change_bumps_the_generation_and_taints_the_gpu(api: FakeApi) -> None:
-    publisher = slices.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+    publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
     hardware = lib("2xT4")
-    publisher.sync(slices.inventory(hardware))
+    publisher.sync(slicepublisher.inventory(hardware))
     sick = hardware.gpus()[1].uuid
-    done = publisher.sync(slices.inventory(hardware, health={sick: GpuHealth.from_xid(48)}))
+    done = publisher.sync(slicepublisher.inventory(hardware, health={sick: GpuHealth.from_xid(48)}))
     assert done.generation == 2 and done.written == ("n1-gpu.drasat.io-0",)
     (held,) = api.pool()
     devices = {d["name"]: d for d in held["spec"]["devices"]}
@@ -134,27 +134,27 @@ def test_a_health_change_bumps_the_generation_and_taints_the_gpu(api: FakeApi) -
     assert "taints" not in devices["gpu-0"]
     assert held["spec"]["pool"]["generation"] == 2
     # The server's timeAdded is no change: nothing is written again.
-    again = slices.inventory(hardware, health={sick: GpuHealth.from_xid(48)})
+    again = slicepublisher.inventory(hardware, health={sick: GpuHealth.from_xid(48)})
     assert not publisher.sync(again).changed
     # Another change keeps the taint's time (eviction counts from it).
     gpu0 = hardware.gpus()[0].uuid
     both = {sick: GpuHealth.from_xid(48), gpu0: GpuHealth.from_xid(79)}
-    assert publisher.sync(slices.inventory(hardware, health=both)).generation == 3
+    assert publisher.sync(slicepublisher.inventory(hardware, health=both)).generation == 3
     (held,) = api.pool()
     assert held["spec"]["devices"][1]["taints"][0]["timeAdded"] == added
 
 
 def test_mig_mode_off_removes_the_counter_slice(api: FakeApi) -> None:
     """The generation is the highest existing + 1, and slices no longer wanted are deleted."""
-    publisher = slices.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
-    publisher.sync(slices.inventory(lib("1xA100-40GB,mig=0")))
+    publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+    publisher.sync(slicepublisher.inventory(lib("1xA100-40GB,mig=0")))
     assert len(api.pool()) == 2
     # Someone left a slice of a later generation behind (a crashed earlier plugin).
     stale = copy.deepcopy(api.pool()[1])
     stale["metadata"]["name"] = "n1-gpu.drasat.io-9"
     stale["spec"]["pool"]["generation"] = 5
-    api.create(slices.RESOURCE_SLICES, stale)
-    done = publisher.sync(slices.inventory(lib("1xA100-40GB")))
+    api.create(slicepublisher.RESOURCE_SLICES, stale)
+    done = publisher.sync(slicepublisher.inventory(lib("1xA100-40GB")))
     assert done.generation == 6
     assert done.deleted == ("n1-gpu.drasat.io-1", "n1-gpu.drasat.io-9")
     (held,) = api.pool()
@@ -163,8 +163,8 @@ def test_mig_mode_off_removes_the_counter_slice(api: FakeApi) -> None:
 
 
 def test_a_conflict_is_retried_from_a_fresh_read(api: FakeApi) -> None:
-    publisher = slices.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
-    publisher.sync(slices.inventory(lib("1xT4")))
+    publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+    publisher.sync(slicepublisher.inventory(lib("1xT4")))
     real_replace = api.replace
     calls = []
 
@@ -177,19 +177,20 @@ def test_a_conflict_is_retried_from_a_fresh_read(api: FakeApi) -> None:
         return real_replace(resource, body)
 
     api.replace = replace_once_stale  # type: ignore[method-assign]
-    done = publisher.sync(slices.inventory(lib("1xT4"), shares=True))
+    done = publisher.sync(slicepublisher.inventory(lib("1xT4"), shares=True))
     assert done.generation == 2 and len(calls) == 2
 
 
 def test_no_node_no_slices(api: FakeApi) -> None:
     del api.objects[(NODES.kind, "n1")]
     with pytest.raises(errors.NotFound):
-        slices.SlicePublisher(api, node_name="n1").sync(slices.inventory(lib("1xT4")))  # type: ignore[arg-type]
+        publisher = slicepublisher.SlicePublisher(api, node_name="n1")  # type: ignore[arg-type]
+        publisher.sync(slicepublisher.inventory(lib("1xT4")))
     assert api.pool() == []
 
 
 def test_inventory_reads_profiles_and_placements_from_nvml() -> None:
-    found = slices.inventory(lib("1xA100-40GB,1xT4,mig=0"), health={"x": GpuHealth()})
+    found = slicepublisher.inventory(lib("1xA100-40GB,1xT4,mig=0"), health={"x": GpuHealth()})
     (a100, t4) = found.ordered_gpus()
     assert a100.migEnabled and not t4.migEnabled
     profiles = {m.profile: m for m in found.mig_profiles[a100.uuid]}
@@ -210,7 +211,7 @@ def test_the_plugin_publishes_its_slices_and_taints_a_gpu_after_a_critical_xid(
         lib=hardware,
         store=MemoryNasStore(node="n1", namespace="drasat"),
         mps_runner=mps.RecordingRunner(),
-        slice_publisher=slices.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
+        slice_publisher=slicepublisher.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
     )
     plugin.publish(ready=False)
     (held,) = api.pool()
@@ -237,7 +238,7 @@ def test_a_failed_slice_publish_does_not_stop_the_plugin(
         lib=NvmlDeviceLib(sim, run=sim.run),
         store=MemoryNasStore(node="n1", namespace="drasat"),
         mps_runner=mps.RecordingRunner(),
-        slice_publisher=slices.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
+        slice_publisher=slicepublisher.SlicePublisher(api, node_name="n1"),  # type: ignore[arg-type]
     )
     plugin.publish(ready=False)  # the NAS is written; the slices wait for the next publish
     assert api.pool() == []

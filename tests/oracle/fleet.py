@@ -19,7 +19,7 @@ from drasat.api import catalog
 from drasat.api.devicemodel import classes, pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.nas import AllocatableDevice, Health, NodeAllocationStateSpec
-from drasat.v1 import devices
+from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
 
@@ -115,9 +115,11 @@ def build(case: NodeCase) -> Built:
     return Built(case, nas, v1.Node(state, tuple(_drasat_devices(case, nas))), slices)
 
 
-def _drasat_devices(case: NodeCase, nas: NodeAllocationStateSpec) -> list[devices.Published]:
+def _drasat_devices(
+    case: NodeCase, nas: NodeAllocationStateSpec
+) -> list[publisheddevices.Published]:
     # drasat's model of the node; where it can be told whether the node publishes shares, it is.
-    parameters = inspect.signature(devices.drasat_devices).parameters
+    parameters = inspect.signature(publisheddevices.drasat_devices).parameters
     if "shares" in parameters:
-        return devices.drasat_devices(case.name, nas, shares=case.shares)  # type: ignore[call-arg]
-    return devices.drasat_devices(case.name, nas)
+        return publisheddevices.drasat_devices(case.name, nas, shares=case.shares)  # type: ignore[call-arg]
+    return publisheddevices.drasat_devices(case.name, nas)

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.testbed.sim import apiserver, errors, kubeclient
 
 

@@ -8,11 +8,11 @@ import pytest
 
 from drasat.testbed.sim import (
     errors,
+    labelselectors,
     patching,
     resources,
     routing,
     scheduling,
-    selectors,
     validation,
 )
 
@@ -20,22 +20,22 @@ from drasat.testbed.sim import (
 @pytest.mark.parametrize("text", ["a in (x", "a notin", "=x", "a b c"])
 def test_bad_label_selectors_are_400(text: str) -> None:
     with pytest.raises(errors.ApiError) as caught:
-        selectors.parse_labels(text)
+        labelselectors.parse_labels(text)
     assert caught.value.code == 400
 
 
 def test_label_requirements_match_like_kubernetes() -> None:
-    reqs = selectors.parse_labels("env in (prod, staging),tier!=db,!legacy")
-    assert selectors.matches({"metadata": {"labels": {"env": "prod"}}}, labels=reqs, fields=[])
-    assert not selectors.matches(
+    reqs = labelselectors.parse_labels("env in (prod, staging),tier!=db,!legacy")
+    assert labelselectors.matches({"metadata": {"labels": {"env": "prod"}}}, labels=reqs, fields=[])
+    assert not labelselectors.matches(
         {"metadata": {"labels": {"env": "prod", "legacy": "1"}}}, labels=reqs, fields=[]
     )
-    assert not selectors.matches({"metadata": {}}, labels=reqs, fields=[])
+    assert not labelselectors.matches({"metadata": {}}, labels=reqs, fields=[])
 
 
 def test_field_values_of_missing_and_boolean_fields() -> None:
-    assert selectors.field_value({"spec": {}}, "spec.nodeName") == ""
-    assert selectors.field_value({"spec": {"x": True}}, "spec.x") == "true"
+    assert labelselectors.field_value({"spec": {}}, "spec.nodeName") == ""
+    assert labelselectors.field_value({"spec": {"x": True}}, "spec.x") == "true"
 
 
 def test_merge_patch_rfc7386() -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from checker import gpu_claim, make_node, pod
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.solver import Problem, solve
 
 

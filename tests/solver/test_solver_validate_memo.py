@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from checker import make_node
 
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.solver import Problem, SolverCache, inventory, validate
 
 

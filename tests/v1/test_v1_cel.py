@@ -262,7 +262,7 @@ def test_a_kind_is_one_number_for_every_device_of_it_and_another_for_another_kin
 
 
 def test_a_published_device_works_its_kind_out_once() -> None:
-    from drasat.v1.devices import Published
+    from drasat.v1.publisheddevices import Published
 
     device = Published(DRIVER, "node-a", _gpu("gpu-0", "A100", "GPU-a"), "gpu")
     first = device.kind_id

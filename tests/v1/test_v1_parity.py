@@ -16,7 +16,7 @@ from drasat.api.devicemodel import names
 from drasat.api.nas import AllocatedGpu, AllocatedGpus
 from drasat.solver import Problem, Solution, SolveParams
 from drasat.solver import solve as default_solve
-from drasat.v1 import devices, results
+from drasat.v1 import publisheddevices, results
 
 
 def _results(outcome: v1.Outcome, name: str) -> list[dict[str, Any]]:
@@ -422,7 +422,7 @@ def test_all_with_a_device_lacking_the_constraints_attribute_is_not_a_subset() -
 def _t4_and_a100() -> v1.Node:
     a100 = make_gpus("a", "A100-40GB", 1, first_index=1)
     state = make_node("a", "T4", 1, extra_gpus=a100)
-    return v1.Node(state, tuple(devices.drasat_devices("a", state.nas)))
+    return v1.Node(state, tuple(publisheddevices.drasat_devices("a", state.nas)))
 
 
 def test_all_shares_over_gpus_of_two_sizes_are_refused_not_a_subset() -> None:
@@ -565,7 +565,7 @@ def test_all_over_mig_devices_takes_every_placement_or_moves_on() -> None:
 def test_a_node_without_shares_publishes_exclusive_gpus() -> None:
     spec = node("a", "T4", 1)
     exclusive = v1.Node(
-        spec.state, tuple(devices.drasat_devices("a", spec.state.nas, shares=False))
+        spec.state, tuple(publisheddevices.drasat_devices("a", spec.state.nas, shares=False))
     )
     out = v1.allocate([exclusive], [pod("p", claim("c", {"g": exactly()}))], CLASSES)
     (result,) = _results(out, "c")

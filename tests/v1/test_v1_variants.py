@@ -12,7 +12,7 @@ from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 from drasat import v1
 from drasat.api import catalog
 from drasat.api.nas import AllocatableDevice
-from drasat.v1 import devices
+from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
 
@@ -126,7 +126,7 @@ def _mig_node(name: str, product: str) -> v1.Node:
     ]
     nas = plain.state.nas.model_copy(update={"allocatableDevices": allocatable})
     return v1.Node(
-        dataclasses.replace(plain.state, nas=nas), tuple(devices.drasat_devices(name, nas))
+        dataclasses.replace(plain.state, nas=nas), tuple(publisheddevices.drasat_devices(name, nas))
     )
 
 

@@ -12,7 +12,7 @@ from drasat import v1
 from drasat.api import catalog
 from drasat.api.devicemodel import classes
 from drasat.api.nas import AllocatableDevice
-from drasat.v1 import devices
+from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
 
@@ -34,7 +34,7 @@ def node(name: str, product: str, count: int = 1, *, mig: bool = False, **option
     ]
     nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
     state = dataclasses.replace(state, nas=nas)
-    return v1.Node(state, tuple(devices.drasat_devices(name, nas)))
+    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, nas)))
 
 
 def exactly(device_class: str = GPU, *cel: str, **fields: Any) -> Obj:

@@ -3,7 +3,7 @@ compact hardware description next to it (`default-cluster.yaml`).
 
 Each described node becomes a Node (Ready, its CPU, memory and labels allocatable) and the
 ResourceSlices drasat's node plugin publishes for its GPUs: the plugin's own code path
-(`drasat.nodeplugin.slices`, shares and the cpu-fallback device on, as its defaults) on the
+(`drasat.nodeplugin.slicepublisher`, shares and the cpu-fallback device on, as its defaults) on the
 simulated NVML fleet `drasat demo` gives that node (`democluster.fleet_spec`), so the what-if's
 example cluster is what the demo's node plugins publish. The what-if reads the file as it would
 read `kubectl get resourceslices,nodes -o yaml`. After the description, the device model or the
@@ -22,7 +22,7 @@ import yaml
 
 from drasat import loading
 from drasat.api import cluster as cluster_api
-from drasat.nodeplugin import nvml, slices
+from drasat.nodeplugin import nvml, slicepublisher
 from drasat.testbed import democluster, simnvml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -65,11 +65,11 @@ def objects() -> list[dict[str, Any]]:
             fleet = simnvml.SimulatedNvml(democluster.fleet_spec(cluster, group, name))
             lib = nvml.NvmlDeviceLib(fleet, run=fleet.run)
             try:
-                wanted = slices.inventory(lib, shares=True, fallback=True)
+                wanted = slicepublisher.inventory(lib, shares=True, fallback=True)
             finally:
                 lib.shutdown()
             out.append(node_object(name, group))
-            out.extend(slices.desired(name, wanted))
+            out.extend(slicepublisher.desired(name, wanted))
     return out
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from drasat import loading
 from drasat.api import cluster
-from drasat.api.errors import InputError, describe_validation_error
+from drasat.api.inputerrors import InputError, describe_validation_error
 from drasat.whatif import clusternodes
 
 

@@ -16,7 +16,7 @@ from drasat import loading
 from drasat.api import cluster
 from drasat.api.devicemodel import pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.nas import Health
 from drasat.whatif import clusternodes, v1cluster
 

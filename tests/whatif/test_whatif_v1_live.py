@@ -12,7 +12,7 @@ import yaml
 from kubecluster import create_fake_node, wait_for
 from kubernetes.client import ApiException
 
-from drasat.testbed.controlplane import cluster
+from drasat.testbed.controlplane import realcluster
 
 if TYPE_CHECKING:  # annotations only: several test folders have a conftest module
     from conftest import RunCli, WriteYaml
@@ -61,7 +61,7 @@ def _claims(custom: Any, namespace: str) -> list[dict[str, Any]]:
 
 
 def test_from_cluster_keeps_what_the_scheduler_allocated(
-    kube_cluster: cluster.Cluster,
+    kube_cluster: realcluster.Cluster,
     kube_api: kubernetes.client.ApiClient,
     kube_namespace: str,
     run_cli: RunCli,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from drasat import loading
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicySpec
 from drasat.whatif import v1manifests, v1run
 from drasat.whatif.run import _manifest_paths

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drasat import loading
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.whatif import clusternodes, v1manifests
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

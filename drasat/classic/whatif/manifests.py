@@ -22,7 +22,7 @@ from drasat.api.claims import (
     MigDeviceClaimParameters,
     MigDeviceClaimParametersSpec,
 )
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.classic.params import gpu_demand, mig_demand
 from drasat.solver.problem import ClaimRequest, PodRequest
 from drasat.whatif import kinds, manifestindex, workloads

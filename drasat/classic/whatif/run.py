@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from drasat import loading
 from drasat.api import nodefit
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.classic.whatif import manifests, report
 from drasat.solver.problem import Mode, PodRejection, Problem, Solution, SolveParams, Status
 from drasat.whatif import clusternodes

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drasat.testbed.controlplane import binaries, cluster, kubelet
+from drasat.testbed.controlplane import binaries, realcluster, realkubelet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir",
         type=Path,
-        default=cluster.default_dir(),
+        default=realcluster.default_dir(),
         help="the cluster folder: data, logs, kubeconfigs, pids (default: %(default)s)",
     )
     parser.add_argument(
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             return _up(args)
-        recorded = cluster.Cluster.load(args.dir)
-    except (cluster.ClusterError, binaries.MissingBinaries) as exc:
+        recorded = realcluster.Cluster.load(args.dir)
+    except (realcluster.ClusterError, binaries.MissingBinaries) as exc:
         print(f"kube-cluster: {exc}", file=sys.stderr)
         return 1
     if args.command == "down":
@@ -86,7 +86,7 @@ def _up(args: argparse.Namespace) -> int:
         print("kube-cluster: --kubelets runs v1.37 kubelets; not with --classic", file=sys.stderr)
         return 2
     bin_dir = args.bin_dir or binaries.default_dir(classic=args.classic)
-    started = cluster.Cluster.start(
+    started = realcluster.Cluster.start(
         directory=args.dir,
         bin_dir=bin_dir,
         timeout=args.timeout,
@@ -97,7 +97,7 @@ def _up(args: argparse.Namespace) -> int:
         name = f"node-{index}"
         progress(f"kubelet {name} on its fake container runtime")
         try:
-            node = kubelet.Kubelet.start(started, name, timeout=args.timeout)
+            node = realkubelet.Kubelet.start(started, name, timeout=args.timeout)
         except BaseException:
             started.stop()
             raise

@@ -15,12 +15,12 @@ from drasat.testbed.sim import (
     discovery,
     errors,
     faults,
+    labelselectors,
     paging,
     patching,
     resources,
     routing,
-    rules,
-    selectors,
+    semanticchecks,
     storage,
     validation,
 )
@@ -109,7 +109,7 @@ class Api:
         if unknown:
             # fieldValidation=Strict: the decoder refuses the object before validation runs.
             raise errors.unknown_fields(kind=rt.kind, version=rt.version, paths=unknown)
-        causes.extend(rules.check(rt, new, old))
+        causes.extend(semanticchecks.check(rt, new, old))
         if rt.group == _CRD_GROUP:
             causes.extend(self._crd_causes(new))
         causes = list(dict.fromkeys(causes))  # a schema and a rule may say the same
@@ -240,7 +240,7 @@ class Api:
         chosen = [
             self._list_item(rt, obj)
             for obj in items
-            if selectors.matches(obj, labels=labels, fields=fields)
+            if labelselectors.matches(obj, labels=labels, fields=fields)
         ]
         page, metadata = paging.page(chosen, query)
         return {
@@ -296,9 +296,11 @@ class Api:
     @staticmethod
     def selectors(
         rt: resources.ResourceType, query: Mapping[str, str]
-    ) -> tuple[list[selectors.Requirement], list[selectors.Requirement]]:
-        labels = selectors.parse_labels(query.get("labelSelector"))
-        fields = selectors.parse_fields(query.get("fieldSelector"), supported=rt.field_selectors)
+    ) -> tuple[list[labelselectors.Requirement], list[labelselectors.Requirement]]:
+        labels = labelselectors.parse_labels(query.get("labelSelector"))
+        fields = labelselectors.parse_fields(
+            query.get("fieldSelector"), supported=rt.field_selectors
+        )
         return labels, fields
 
     def _maybe_conflict(self, rt: resources.ResourceType, route: routing.Route) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drasat import loading
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.testbed.sim import errors, kubeclient, resources
 
 Obj = dict[str, Any]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from drasat import loading
-from drasat.api.errors import InputError
+from drasat.api.inputerrors import InputError
 from drasat.testbed.sim import errors
 
 Obj = dict[str, Any]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from drasat.testbed.sim import api, errors, routing, selectors, storage
+from drasat.testbed.sim import api, errors, labelselectors, routing, storage
 
 Obj = dict[str, Any]
 
@@ -66,7 +66,7 @@ class WatchStream:
                 ) from None
 
     def _matches(self, obj: Obj) -> bool:
-        return selectors.matches(obj, labels=self._labels, fields=self._fields)
+        return labelselectors.matches(obj, labels=self._labels, fields=self._fields)
 
     def _typed(self, event: storage.Event) -> tuple[str, Obj] | None:
         if event.store_key != self._rt.store_key:

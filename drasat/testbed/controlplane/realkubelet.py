@@ -1,4 +1,4 @@
-"""Real kubelets for the control plane in `cluster.py`: each with its own root folder, ports and
+"""Real kubelets for the control plane in `realcluster.py`: each with its own root folder, ports and
 container runtime (`fakecri`, the in-memory CRI fake `scripts/kube-build` builds beside the
 kubelet), registering its own Node with a node identity (`system:node:<name>` in `system:nodes`,
 a client certificate signed by the cluster's client CA, so the API server's Node authorizer and
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from drasat.testbed.controlplane import binaries
-from drasat.testbed.controlplane.cluster import Cluster, ClusterError, Process, free_port
+from drasat.testbed.controlplane.realcluster import Cluster, ClusterError, Process, free_port
 
 #: What `scripts/kube-build` builds for a node, beside the control plane.
 NODE_BINARIES = ("kubelet", "fakecri")

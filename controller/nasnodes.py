@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from drasat.api.errors import describe_validation_error
+from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import AllocatedDevices, NasStatus, NodeAllocationStateSpec
 from drasat.solver.problem import NodeState
 
