@@ -242,8 +242,9 @@ class App:
             ) from None
         self.lookup = lookup
         lookup.start()
-        log.info("admission webhook on %s%s: pods of drasat's get the scheduling gate",
-                 o.webhook_address, admission.PATH)  # fmt: skip
+        host, port = self.webhook.server_address[:2]  # the port bound where `:0` asked any
+        log.info("admission webhook on %s:%s%s: pods of drasat's get the scheduling gate",
+                 host, port, admission.PATH)  # fmt: skip
 
     def shutdown(self) -> None:
         self._done.set()

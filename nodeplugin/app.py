@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
+from drasat import stopsignals
 from drasat.api.inputerrors import InputError
 from drasat.kube import client as kube_client
 from drasat.nodeplugin import cdi, mps, nvml, registration, slicepublisher, state, v1claims
@@ -116,25 +115,19 @@ def run(
     plugin = build(options)
     if serve_metrics is not None:
         serve_metrics(plugin.state.metrics.registry)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        log.warning("signal %d: stopping", signum)
-        plugin.request_stop()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-    try:
-        report = plugin.start()
-    except NasError as error:
-        log.error("giving up: %s", error)
-        return 1
-    for line in report:
-        log.warning("start-up: %s", line)
-    if ready is not None:
-        ready.set()
-    try:
-        plugin.wait()
-    finally:
-        plugin.stop()
+    # A signal during the start ends its retries of the first NAS write (`giving up`).
+    with stopsignals.relayed(plugin.stopping):
+        try:
+            report = plugin.start()
+        except NasError as error:
+            log.error("giving up: %s", error)
+            return 1
+        for line in report:
+            log.warning("start-up: %s", line)
+        if ready is not None:
+            ready.set()
+        try:
+            plugin.stopping.wait()
+        finally:
+            plugin.stop()
     return 0

@@ -346,8 +346,7 @@ class NodePlugin:
             log.error("could not mark the NAS NotReady: %s", error)
         self.lib.shutdown()
 
-    def wait(self) -> None:
-        self._stop.wait()
-
-    def request_stop(self) -> None:
-        self._stop.set()
+    @property
+    def stopping(self) -> threading.Event:
+        """Set when the plugin stops (or is asked to): its threads end on it."""
+        return self._stop

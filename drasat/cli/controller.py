@@ -7,10 +7,10 @@ Every flag has an environment variable (DRASAT_<FLAG>, e.g. DRASAT_NAMESPACE); f
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
+from drasat import stopsignals
 from drasat.api.inputerrors import InputError
 from drasat.cli.envflags import flag, kubeconfig_flag
 
@@ -266,10 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log_format == "json":
         logs.use_json()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     controller_app = app.App(options(args), classic=classic_controller())
-    try:
+    with stopsignals.relayed(stop):
         controller_app.run(stop)
-    except KeyboardInterrupt:
-        controller_app.shutdown()
     return 0

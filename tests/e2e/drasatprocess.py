@@ -30,12 +30,15 @@ def run(
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 20 s."""
+    """SIGTERM, then SIGKILL after 20 s; before that, SIGUSR1 has a drasat command write its
+    threads' stacks to its log (drasat.stopsignals), to show where it hung."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(1)  # the stacks are written from C at once; a moment to reach the log
             process.kill()
             process.wait()
 

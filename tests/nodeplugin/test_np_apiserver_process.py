@@ -101,7 +101,9 @@ def _kubeconfig(path: Path, url: str) -> Path:
     return path
 
 
-def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Until `path` exists. Generous: a loaded 2-core machine once took the plugin's start past
+    30 s. A failure says the plugin's stderr (its stacks where it hung)."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if process.poll() is not None:
@@ -109,8 +111,33 @@ def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 30)
                 f"plugin exited: {process.stderr.read().decode() if process.stderr else ''}"
             )
         if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear")
+            process.send_signal(signal.SIGUSR1)  # the stacks, once drasat.stopsignals is set
+            try:
+                _, stderr = process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, stderr = process.communicate()
+            raise AssertionError(f"{path} did not appear; the plugin's stderr:\n{stderr.decode()}")
         time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """SIGTERM, then the process's stderr once it exited; one that did not within `timeout` is
+    asked for its threads' stacks (SIGUSR1), killed, and its stderr is the failure's message."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        try:
+            _, stderr = process.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+        raise AssertionError(
+            f"no exit {timeout:.0f}s after SIGTERM; its stderr, stacks last:\n{stderr.decode()}"
+        ) from None
+    return stderr.decode()
 
 
 def test_drasat_nodeplugin_process(
@@ -146,10 +173,10 @@ def test_drasat_nodeplugin_process(
                 "k8s.gpu.drasat.io/claim=claim-1"
             ]
         assert (short_tmp / "cdi" / "k8s.gpu.drasat.io-claim_claim-1.json").exists()
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-        assert process.returncode == 0, stderr.decode()
-        assert "SIMULATED GPUs (2xA100-40GB,mig=1)" in stderr.decode()  # never silently
+        stderr = _stop(process)
+        assert process.returncode == 0, stderr
+        assert "SIMULATED GPUs (2xA100-40GB,mig=1)" in stderr  # never silently
+        assert "signal 15: stopping" in stderr
         assert not registration_socket.exists()
         assert nas_object(api)["status"] == "NotReady"
     finally:
@@ -186,7 +213,7 @@ class PluginProcess:
         _wait_for(tmp / "registry" / "gpu.drasat.io-reg.sock", self.process)
         self.channel = grpc.insecure_channel(f"unix://{socket}")
         # a killed predecessor leaves its socket files; wait until this process answers
-        grpc.channel_ready_future(self.channel).result(timeout=30)
+        grpc.channel_ready_future(self.channel).result(timeout=120)
         self.node = dra_v1alpha3_pb2_grpc.NodeStub(self.channel)
 
     def call(self, method: str, uid: str) -> str:
@@ -204,8 +231,7 @@ class PluginProcess:
 
     def stop(self) -> int:
         self.channel.close()
-        self.process.send_signal(signal.SIGTERM)
-        self.process.communicate(timeout=30)
+        _stop(self.process)
         return self.process.returncode
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from drasat import stopsignals
 from drasat.api import crds
 from drasat.testbed.sim import actor, apiserver, controllers, kubeclient, v1scheduler
 
@@ -42,9 +42,7 @@ def main(
     )
     args = parser.parse_args(argv)
     done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
+    with stopsignals.relayed(done), apiserver.ApiServer.running(crds=crds.all_crds()) as server:
         if args.kubeconfig is not None:
             server.write_kubeconfig(args.kubeconfig)
         loops: list[actor.WatchDrivenLoop] = []
