@@ -45,16 +45,19 @@ def relayed(stop: threading.Event) -> Iterator[None]:
     os.set_blocking(write, False)  # set_wakeup_fd wants it so: a full pipe never blocks a handler
     relay = threading.Thread(target=_relay, args=(read, stop), name="drasat-signals", daemon=True)
     relay.start()
-    previous = {signum: signal.signal(signum, _noted_by_relay) for signum in STOP_SIGNALS}
+    # The fd before the handlers (and back in the reverse order): a signal between the two
+    # would otherwise reach a handler that does nothing with no fd to tell the relay.
     previous_fd = signal.set_wakeup_fd(write)
+    previous = {signum: signal.signal(signum, _noted_by_relay) for signum in STOP_SIGNALS}
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         yield
     finally:
         faulthandler.unregister(signal.SIGUSR1)
-        signal.set_wakeup_fd(previous_fd)
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            # None: a handler set outside Python, which signal.signal cannot put back.
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        signal.set_wakeup_fd(previous_fd)
         os.close(write)  # the relay reads the end of the pipe and ends
         relay.join()
         os.close(read)

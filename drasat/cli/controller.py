@@ -48,6 +48,13 @@ def _api_flags(g: Any) -> None:
     )
     flag(g, "--kube-api-qps", 50, "API requests per second (0: unlimited; default 50)", type=float)
     flag(g, "--kube-api-burst", 100, "API request burst (default 100)", type=int)
+    flag(
+        g,
+        "--resync-period",
+        30.0,
+        "seconds between full NAS/claim consistency passes (default 30)",
+        type=float,
+    )
 
 
 def _serving_flags(g: Any) -> None:
@@ -157,13 +164,6 @@ def _allocation_flags(g: Any) -> None:
         1.0,
         "seconds one cycle's batch solve may take; it is warm-started from placing the "
         "pods one by one, so stopping early never places fewer (default 1)",
-        type=float,
-    )
-    flag(
-        g,
-        "--resync-period",
-        30.0,
-        "seconds between full NAS/claim consistency passes (default 30)",
         type=float,
     )
 

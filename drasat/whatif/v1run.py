@@ -275,6 +275,8 @@ def run_v1(
         log.debug("allocation failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"
         outcome = Outcome(refused={p.key: (error,) for p in pods})
+    # A whole-run failure leaves nothing to plan preemptions from; one of some pods does not.
+    crashed = error is not None
     if error is None and outcome.failed:
         # A solve that raised for some pods (the rest were placed): drasat's fault, not the
         # pods' request, so the run fails (exit 1) as a whole-run failure does.
@@ -285,7 +287,7 @@ def run_v1(
     for key, why in held.items():
         if key in placing:
             outcome.refused[key] = (why,)
-    preempting = () if error else v1preemption.plans(
+    preempting = () if crashed else v1preemption.plans(
         node_list, workload, outcome, policy=policy, params=params, solve=solve,
         pods_in={p.key: p for p in pods},
     )  # fmt: skip

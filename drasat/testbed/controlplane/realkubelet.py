@@ -150,7 +150,10 @@ class Kubelet:
         root = root or cluster.directory / "nodes" / name
         root.mkdir(parents=True, exist_ok=True)
         node = cls(cluster=cluster, name=name, root=root)
-        node.ports = {"kubelet": free_port(), "healthz": free_port()}
+        kubelet_port = free_port()
+        # Two random draws may meet (about once in 22,000): the healthz port is drawn again.
+        healthz_port = next(p for p in iter(free_port, None) if p != kubelet_port)
+        node.ports = {"kubelet": kubelet_port, "healthz": healthz_port}
         listed = binaries.listed_gates(cluster.bin_dir / "kubelet")
         node.gates = sorted((set(cluster.feature_gates) | set(extra_gates)) & listed)
         deadline = time.monotonic() + timeout
