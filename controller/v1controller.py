@@ -47,9 +47,9 @@ from typing import Any, TypeVar
 
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
-from drasat.api.nas import AllocatedDevices
+from drasat.api.nas import AllocatedDevices, GpuInfo
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import allocation, decisions, extended, gangs, nasnodes, v1inputs
+from drasat.controller import allocation, decisions, extended, gangs, nasnodes, overcommit, v1inputs
 from drasat.controller.drivers import Published, taint_rule_name
 from drasat.controller.metrics import Metrics
 from drasat.controller.preemption import Preempter
@@ -731,30 +731,48 @@ class V1Controller:
     def _check_statuses(
         self, node: str, ledger: Mapping[str, AllocatedDevices], snapshot: v1inputs.Snapshot
     ) -> None:
-        """The devices about to be written are held by no claim whose status changed since the
-        snapshot (another allocator's decision the solve did not see); raises LedgerConflict.
-        The API server accepts two claims naming one device, so a decision of the same instant
-        can still slip through: `_clashes` repairs those."""
+        """The devices about to be written, beside what the node's claims hold now, hold no
+        more of a GPU than it has (`overcommit`, shares by their sums), once a claim there
+        changed since the snapshot (another allocator's decision the solve did not see); raises
+        LedgerConflict. The API server accepts two claims naming one device, so a decision of
+        the same instant can still slip through: `_clashes` repairs those."""
         uids = {e.claimInfo.uid for e in ledger.values()}
         parsed = snapshot.nas.get(node)
         if parsed is None:
             return
-        for claim in self.claims.items():
-            if snapshot.claims.get(informer.key_of(claim)) is claim:
-                continue  # unchanged: the solve counted it
-            if claim["metadata"].get("uid") in uids or v1inputs.allocated_node(claim) != node:
+        claims = self.claims.items()
+        if not any(
+            snapshot.claims.get(informer.key_of(c)) is not c  # unchanged: the solve counted it
+            and str(c["metadata"].get("uid")) not in uids
+            and v1inputs.allocated_node(c) == node
+            for c in claims
+        ):
+            return
+        now: dict[str, tuple[Obj, Mapping[str, AllocatedDevices]]] = {}
+        for claim in claims:
+            uid = str(claim["metadata"].get("uid"))
+            if uid in uids or v1inputs.allocated_node(claim) != node:
                 continue
-            held = (
+            now[uid] = (claim, (
                 status_entries_on(claim, snapshot.published[node])
                 if parsed.from_statuses
                 else results.ledger_from_status(claim, parsed.node.nas)
+            ))  # fmt: skip
+        # What the solve counted (our own writes the informer has not delivered, ledger
+        # entries), with every claim's entries as its status says them now.
+        held = {k: e for k, e in parsed.node.nas.allocatedClaims.items()
+                if e.claimInfo.uid not in now and e.claimInfo.uid not in uids}  # fmt: skip
+        for _, entries in now.values():
+            held.update(entries)
+        found = overcommit.with_added(held, ledger, {g.uuid: g for g in parsed.node.nas.gpus()})
+        if found is not None:
+            others = [now[u][0] for u in found.claims if u in now]
+            raise LedgerConflict(
+                f"devices on {node} would be over-committed beside "
+                f"{', '.join(v1inputs.claim_ref(c) for c in others) or 'the ledger'}: "
+                f"GPU {found.gpu} {found.why}",
+                status=409,
             )
-            for key, entry in ledger.items():
-                if any(allocation.exclusive_clash(entry, h) for h in held.values()):
-                    raise LedgerConflict(
-                        f"devices of {key} on {node} are held by {v1inputs.claim_ref(claim)}",
-                        status=409,
-                    )
 
     def _lift_gate(self, pod: Obj, why: str) -> bool:
         """Remove drasat's scheduling gate from the pod (the others' stay, in their order): one
@@ -842,10 +860,12 @@ class V1Controller:
 
         def mutate(obj: Obj) -> Obj | None:
             refused.clear()  # called again on each conflict, with the fresh object
-            held = dict(nasnodes.parse(obj).node.nas.allocatedClaims)
+            fresh = nasnodes.parse(obj).node.nas
+            held = dict(fresh.allocatedClaims)
+            gpus = {g.uuid: g for g in fresh.gpus()}
             added: dict[str, AllocatedDevices] = {}
             for pod in placed:
-                clash = _clash(node, pod.ledger, held)
+                clash = _clash(node, pod.ledger, held, gpus)
                 if clash is not None:
                     refused[pod.item.input.key] = clash
                     continue
@@ -962,34 +982,25 @@ class V1Controller:
         return changed
 
     def _clashes(self, snapshot: v1inputs.Snapshot) -> bool:
-        """Allocated claims whose statuses name one device (two allocators deciding at the same
-        instant, a stale replica, an admin): reported with an Event on both claims, and
+        """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
+        device named twice, or shares summing above it; two allocators deciding at the same
+        instant, a stale replica, an admin): reported with an Event on each claim, and
         repaired where one is not reserved yet: it gives its devices back (its allocation is
-        cleared, as kube-scheduler's PostFilter does), the one drasat wrote first if both are
+        cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
         unreserved. Never raises: a clash blocks nothing else. True when anything was written."""
         changed = False
         gave_back: set[str] = set()
         self._clashes_seen = set()
         for node, held in sorted(v1inputs.status_entries(snapshot, self._ledgers).items()):
-            by_gpu: dict[str, list[str]] = {}
-            for uid, (_, entries) in held.items():
-                for entry in entries.values():
-                    for gpu in allocation.gpus_touched(entry):
-                        by_gpu.setdefault(gpu, []).append(uid)
-            pairs: set[tuple[str, str]] = set()
-            for uids in by_gpu.values():
-                distinct = sorted(set(uids))
-                pairs.update((a, b) for i, a in enumerate(distinct) for b in distinct[i + 1 :])
-            for a, b in sorted(pairs):
-                if a in gave_back or b in gave_back:
-                    continue
-                (claim_a, entries_a), (claim_b, entries_b) = held[a], held[b]
-                if not any(allocation.exclusive_clash(x, y) for x in entries_a.values()
-                           for y in entries_b.values()):  # fmt: skip
-                    continue
+            parsed = snapshot.nas.get(node)
+            gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
+            entries = [e for _, found in held.values() for e in found.values()]
+            for found in overcommit.overcommits(entries, gpus):
+                if gave_back & set(found.claims):
+                    continue  # what is left may fit now: the next settle looks again
+                claims = [held[uid][0] for uid in found.claims]
                 giver = self._confined(
-                    f"clash on {node}", [claim_a, claim_b],
-                    self._repair_clash, node, claim_a, claim_b, held,
+                    f"clash on {node}", claims, self._repair_clash, node, found, held,
                 )  # fmt: skip
                 if giver:
                     gave_back.add(giver)
@@ -1018,22 +1029,29 @@ class V1Controller:
         return forgotten
 
     def _repair_clash(
-        self, node: str, a: Obj, b: Obj, held: Mapping[str, tuple[Obj, Mapping[str, Any]]]
+        self,
+        node: str,
+        found: overcommit.Overcommit,
+        held: Mapping[str, tuple[Obj, Mapping[str, Any]]],
     ) -> str | None:
-        """Report one clash and give one claim's devices back if possible; its uid, or None."""
-        refs = f"{v1inputs.claim_ref(a)} and {v1inputs.claim_ref(b)}"
-        unreserved = [c for c in (a, b) if not v1inputs.reserved_pods(c)]
+        """Report one over-commit and give one claim's devices back if possible; its uid, or
+        None."""
+        claims = [held[uid][0] for uid in found.claims]
+        refs = ("claims " if len(claims) > 1 else "claim ") + " and ".join(
+            v1inputs.claim_ref(c) for c in claims
+        )
+        what = f"GPU {found.gpu} on {node} ({found.why})"
+        unreserved = [c for c in claims if not v1inputs.reserved_pods(c)]
         if not unreserved:
-            pair = (node, *sorted((str(a["metadata"].get("uid")), str(b["metadata"].get("uid")))))
-            self._clashes_seen.add(pair)
-            if pair not in self._clashes_reported:  # reported once while it lasts
-                text = (f"claims {refs} both hold a device on {node} and both are reserved by "
-                        "pods: not repaired (delete one of the pods)")  # fmt: skip
-                self._fault(REASON_CLASH, text, [a, b])
+            seen = (node, *found.claims)
+            self._clashes_seen.add(seen)
+            if seen not in self._clashes_reported:  # reported once while it lasts
+                text = (f"{refs} hold more of {what} than it has and all are reserved "
+                        "by pods: not repaired (delete one of the pods)")  # fmt: skip
+                self._fault(REASON_CLASH, text, claims)
             return None
-        # Prefer giving back the one drasat wrote: the other allocator's claim keeps its device.
+        # Prefer giving back one drasat wrote: the other allocator's claim keeps its device.
         giver = min(unreserved, key=lambda c: (not self._wrote(c), v1inputs.claim_ref(c)))
-        other = b if giver is a else a
         meta = giver["metadata"]
         status = {k: v for k, v in (giver.get("status") or {}).items() if k != "allocation"}
         self._guard()
@@ -1049,10 +1067,10 @@ class V1Controller:
         keys |= {k for k, e in self._ledger_of(node).items() if e.claimInfo.uid == uid}
         if keys:
             self._remove_from_ledger(node, keys)
-        text = (f"claims {v1inputs.claim_ref(giver)} and {v1inputs.claim_ref(other)} both held a "
-                f"device on {node}; {v1inputs.claim_ref(giver)}, not reserved yet, gave its "
-                "allocation back and will be allocated again")  # fmt: skip
-        self._fault(REASON_CLASH, text, [giver, other])
+        text = (f"{refs} held more of {what} than it has; "
+                f"{v1inputs.claim_ref(giver)}, not reserved yet, gave its allocation back and "
+                "will be allocated again")  # fmt: skip
+        self._fault(REASON_CLASH, text, claims)
         return uid
 
     def _wrote(self, claim: Obj) -> bool:
@@ -1305,20 +1323,20 @@ class _Placed:
 
 
 def _clash(
-    node: str, ledger: Mapping[str, AllocatedDevices], held: Mapping[str, AllocatedDevices]
+    node: str,
+    ledger: Mapping[str, AllocatedDevices],
+    held: Mapping[str, AllocatedDevices],
+    gpus: Mapping[str, GpuInfo],
 ) -> LedgerConflict | None:
-    """Whether new ledger entries touch a device another claim holds. Shares beside shares are
-    the solver's to count (compute and memory sums); anything else touching the same GPU or MIG
-    slices is a clash."""
-    for key, entry in ledger.items():
-        if key in held:
-            continue
-        clash = [k for k, v in held.items() if v.claimInfo.uid != entry.claimInfo.uid
-                 and allocation.exclusive_clash(entry, v)]  # fmt: skip
-        if clash:
-            return LedgerConflict(f"devices of {key} on {node} are held by {', '.join(clash)}",
-                                  status=409)  # fmt: skip
-    return None
+    """Whether new ledger entries, beside those held, hold more of a GPU than it has
+    (`overcommit`: shares by their sums, anything else touching the same GPU or MIG slices)."""
+    found = overcommit.with_added(held, ledger, gpus)
+    if found is None:
+        return None
+    others = sorted({k for k, v in held.items() if v.claimInfo.uid in found.claims})
+    return LedgerConflict(f"devices on {node} would be over-committed beside "
+                          f"{', '.join(others)}: GPU {found.gpu} {found.why}",
+                          status=409)  # fmt: skip
 
 
 def _in_a_nas(claim: v1.ClaimAllocation) -> bool:
