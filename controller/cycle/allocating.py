@@ -111,8 +111,9 @@ class Allocator:
         self, snapshot: v1inputs.Snapshot, pending: list[v1inputs.Pending], cycle: int
     ) -> int:
         """Place the pods and write; how many were placed."""
-        params = SolveParams(mode=self._mode, time_limit_s=self._time_limit_s,
-                             cache=self.solver_cache)  # fmt: skip
+        params = SolveParams(
+            mode=self._mode, time_limit_s=self._time_limit_s, cache=self.solver_cache
+        )
         started = time.perf_counter()
         nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
         nodes = self._preemption.hold(nodes, [p.input.key for p in pending])

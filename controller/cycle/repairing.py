@@ -108,9 +108,8 @@ class Repairer:
                      refs, node, v1inputs.claim_ref(giver), error)  # fmt: skip
             return None
         uid = str(meta.get("uid"))
-        self._own.claims.pop(
-            uid, None
-        )  # given back by us, not by the scheduler: no unsuitable node
+        # Given back by us, not by the scheduler: no node becomes unsuitable for its pods.
+        self._own.claims.pop(uid, None)
         keys = set(held[uid][1]) if uid in held else set()
         keys |= {k for k, e in self._ledger.entries(node).items() if e.claimInfo.uid == uid}
         if keys:
