@@ -16,12 +16,12 @@ this process's memory of what it allocated there is settled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from drasat.api.nas import AllocatedDevices
 from drasat.controller import allocation, v1inputs
 from drasat.controller.cycle.ledger import Ledger
-from drasat.controller.cycle.ownwrites import OwnWrites
+from drasat.controller.cycle.ownwrites import OwnWrites, WrittenClaim
 from drasat.controller.cycle.writes import Writes
 from drasat.controller.metrics import Metrics
 from drasat.kube import errors
@@ -79,31 +79,19 @@ class Releaser:
             if parsed.from_statuses:
                 changed |= self._settle_from_statuses(name, by_uid, snapshot)
                 continue
-            stale: set[str] = set()
-            for key, entry in parsed.node.nas.allocatedClaims.items():
-                uid = entry.claimInfo.uid
-                claim = by_uid.get(uid)
-                if self._holds(claim, uid, name):
-                    continue
-                stale.add(key)
-                self._given_back(uid, name, claim, snapshot)
+            stale = stale_entries(parsed.node.nas.allocatedClaims, name, by_uid, self._own.claims)
+            for uid in stale.values():
+                self._given_back(uid, name, by_uid.get(uid), snapshot)
             if not stale:
                 continue
-            if self._writes.confined(f"ledger of {name}", [], self._remove_stale, name, stale):
+            if self._writes.confined(f"ledger of {name}", [], self._remove_stale, name, set(stale)):
                 self._metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
-        leaving: list[Obj] = []
         for claim in by_uid.values():
-            # Ours by finalizer, by status or by class: a claim whose DeviceClass was deleted
-            # is still released.
-            if not v1inputs.settles(claim, snapshot.classes):
-                continue
-            ref = v1inputs.claim_ref(claim)
-            if v1inputs.names_our_driver(claim):
+            if v1inputs.settles(claim, snapshot.classes) and v1inputs.names_our_driver(claim):
+                ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
-            if claim["metadata"].get("deletionTimestamp") and allocation.has_finalizer(claim):
-                leaving.append(claim)
-        changed |= self._release(leaving, snapshot)
+        changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
         return changed
 
     def _settle_from_statuses(
@@ -124,17 +112,6 @@ class Releaser:
                 self._given_back(uid, node, claim, snapshot)
                 forgotten = True
         return forgotten
-
-    def _holds(self, claim: Obj | None, uid: str, node: str) -> bool:
-        """Whether a ledger entry on `node` for claim `uid` is still held."""
-        written = self._own.claims.get(uid)
-        if claim is None:
-            return False
-        if written is not None and written.node == node and written.unseen_in(claim):
-            return True  # the cache has not seen our status write yet
-        if not v1inputs.is_allocated(claim):
-            return False
-        return v1inputs.allocated_node(claim) == node and v1inputs.names_our_driver(claim)
 
     def _given_back(
         self, uid: str, node: str, claim: Obj | None, snapshot: v1inputs.Snapshot
@@ -190,18 +167,10 @@ class Releaser:
         if not leaving:
             return False
         pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
-        free = [c for c in leaving if not self._still_reserved(c, pods)]
+        free = [c for c in leaving if not still_reserved(c, pods, self._look_up_pod)]
         if not free:
             return False
-        uids = {str(c["metadata"].get("uid")) for c in free}
-        by_node: dict[str, set[str]] = {}
-        for name, parsed in snapshot.nas.items():
-            if parsed.from_statuses:
-                continue  # no NAS there: the status was the ledger
-            keys = {k for k, e in parsed.node.nas.allocatedClaims.items()
-                    if e.claimInfo.uid in uids}  # fmt: skip
-            if keys:
-                by_node[name] = keys
+        by_node = ledger_keys(snapshot, {str(c["metadata"].get("uid")) for c in free})
         failed: set[str] = set()
 
         def clear(item: tuple[str, set[str]]) -> None:
@@ -224,27 +193,12 @@ class Releaser:
         )
         return bool(by_node) or any(done)
 
-    def _still_reserved(self, claim: Obj, pods: Mapping[str, Obj]) -> bool:
-        """Whether a pod still holds the claim. A reservation of a pod that is gone (or
-        finished, or deleted before it was bound) holds nothing, as the resourceclaim controller
-        decides before it clears `reservedFor`: the devices need not wait for that write. A
-        pod the cache does not know is looked up (it may be newer than the cache). `pods`: the
-        cycle's pods by uid, built once for all the claims leaving."""
-        meta = claim["metadata"]
-        for ref in (claim.get("status") or {}).get("reservedFor") or []:
-            if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
-                return True  # another kind of consumer: only its owner knows
-            pod = pods.get(str(ref.get("uid")))
-            if pod is None:
-                try:
-                    pod = self.api.get(r.PODS, ref.get("name", ""), namespace=meta["namespace"])
-                except errors.NotFound:
-                    continue
-                if pod["metadata"].get("uid") != ref.get("uid"):
-                    continue  # another pod of that name
-            if not v1inputs.pod_done(pod):
-                return True
-        return False
+    def _look_up_pod(self, namespace: str, name: str) -> Obj | None:
+        """A pod the cache does not know, read from the API server (None: not found)."""
+        try:
+            return self.api.get(r.PODS, name, namespace=namespace)
+        except errors.NotFound:
+            return None
 
     def _drop_finalizer(self, claim: Obj) -> bool:
         """Our finalizer off a released claim (its ledger entries are gone)."""
@@ -285,3 +239,82 @@ def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return str(condition.get("message") or condition.get("reason") or "unschedulable")
     return "the scheduler gave the claim back"
+
+
+# What is stale, leaving and still held: purely computational, over the snapshot and this
+# process's memory of its writes.
+def holds(claim: Obj | None, written: WrittenClaim | None, node: str) -> bool:
+    """Whether a ledger entry on `node` of `claim` (None: the claim is gone) is still held: the
+    claim is allocated on `node` with a result of drasat's driver, or this process wrote its
+    allocation there (`written`) and the cache has not seen that write yet."""
+    if claim is None:
+        return False
+    if written is not None and written.node == node and written.unseen_in(claim):
+        return True  # the cache has not seen our status write yet
+    if not v1inputs.is_allocated(claim):
+        return False
+    return v1inputs.allocated_node(claim) == node and v1inputs.names_our_driver(claim)
+
+
+def stale_entries(
+    ledger: Mapping[str, AllocatedDevices],
+    node: str,
+    by_uid: Mapping[str, Obj],
+    written: Mapping[str, WrittenClaim],
+) -> dict[str, str]:
+    """The entries of a node's ledger that no claim holds any more (`holds`): key -> claim
+    uid, in the ledger's order. `by_uid`: the snapshot's claims; `written`: this process's."""
+    out: dict[str, str] = {}
+    for key, entry in ledger.items():
+        uid = entry.claimInfo.uid
+        if not holds(by_uid.get(uid), written.get(uid), node):
+            out[key] = uid
+    return out
+
+
+def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Obj]:
+    """The claims being deleted that carry our finalizer: released once no pod holds them. Ours
+    by finalizer, by status or by class (`v1inputs.settles`): a claim whose DeviceClass was
+    deleted is still released."""
+    return [
+        c for c in claims
+        if v1inputs.settles(c, classes)
+        and c["metadata"].get("deletionTimestamp") and allocation.has_finalizer(c)
+    ]  # fmt: skip
+
+
+def still_reserved(
+    claim: Obj, pods: Mapping[str, Obj], look_up: Callable[[str, str], Obj | None]
+) -> bool:
+    """Whether a pod still holds the claim. A reservation of a pod that is gone (or finished,
+    or deleted before it was bound) holds nothing, as the resourceclaim controller decides
+    before it clears `reservedFor`: the devices need not wait for that write. A pod the cache
+    does not know is looked up (`look_up(namespace, name)`, None: not found; it may be newer
+    than the cache). `pods`: the cycle's pods by uid, built once for all the claims leaving."""
+    meta = claim["metadata"]
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
+            return True  # another kind of consumer: only its owner knows
+        pod = pods.get(str(ref.get("uid")))
+        if pod is None:
+            pod = look_up(meta["namespace"], ref.get("name", ""))
+            if pod is None:
+                continue
+            if pod["metadata"].get("uid") != ref.get("uid"):
+                continue  # another pod of that name
+        if not v1inputs.pod_done(pod):
+            return True
+    return False
+
+
+def ledger_keys(snapshot: v1inputs.Snapshot, uids: set[str]) -> dict[str, set[str]]:
+    """Node -> the keys of the ledger entries of the claims `uids`, on the nodes with a NAS (on
+    the others the status was the ledger)."""
+    out: dict[str, set[str]] = {}
+    for name, parsed in snapshot.nas.items():
+        if parsed.from_statuses:
+            continue  # no NAS there: the status was the ledger
+        keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid in uids}
+        if keys:
+            out[name] = keys
+    return out
