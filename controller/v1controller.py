@@ -110,6 +110,9 @@ class V1Config:
 
 
 class V1Controller:
+    """The v1 allocation loop (module docstring): the informers, the cycle thread, each cycle's
+    snapshot, and the cycle over the parts of `controller.cycle`."""
+
     def __init__(
         self,
         api: Api,
