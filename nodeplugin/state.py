@@ -357,6 +357,9 @@ class DeviceState:
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
         plan, source = (given, "claim") if given is not None else self._allocation(claim)
+        refusal = plan.refusal()
+        if refusal is not None:
+            raise ClaimError(f"claim {claim}: {refusal}")
         namespace = claim.namespace or plan.namespace
         name = claim.name or plan.name
         planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), plan)
