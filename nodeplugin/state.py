@@ -1099,7 +1099,7 @@ class DeviceState:
                     report.append(f"rolled back interrupted prepare of {record.uid}")
             except (ClaimError, DeviceError, OSError, NasError) as error:
                 report.append(f"could not finish {record.uid}: {error}")
-        report.extend(self.mps.ensure_all())
+        report.extend(self.ensure_mps_daemons())
         if self._kept_claims():
             report.append(
                 "MPS daemons no claim holds are kept: a claim whose checkpoint entry is "
@@ -1114,6 +1114,29 @@ class DeviceState:
         for line in report:
             log.warning("reconcile: %s", line)
         return report
+
+    def ensure_mps_daemons(self) -> list[str]:
+        """Every MPS daemon a claim holds runs with its limits (`MpsManager.ensure_all`); one
+        line per daemon. One found not running (its MPS host or the daemon itself died; the
+        claims' running clients lost their server) or whose limits had changed is reported: an
+        error line, a Warning Event on the NAS and the metrics."""
+        lines, down = [], 0
+        for found in self.mps.ensure_all():
+            line = found.line()
+            lines.append(line)
+            if found.outcome is mps.Outcome.adopted:
+                continue
+            log.error("%s", line)
+            self.metrics.mps_daemon_problems.labels(found.outcome.name).inc()
+            down += found.outcome is mps.Outcome.down
+            reason = {
+                mps.Outcome.down: "MpsDaemonDown",
+                mps.Outcome.restarted: "MpsDaemonRestarted",
+                mps.Outcome.limits_restored: "MpsDaemonLimitsRestored",
+            }[found.outcome]
+            self.store.warn(reason, line)
+        self.metrics.mps_daemons_down.set(down)
+        return lines
 
     def _kept_claims(self) -> bool:
         return any(e.kind in ("claim", "claims") for e in self.checkpoint.unreadable)
