@@ -8,6 +8,7 @@ container (docs/NODEPLUGIN.md, "Where the daemons run"). Every flag has an envir
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from drasat import stopsignals
 from drasat.cli.envflags import flag
 from drasat.nodeplugin import mps, mpshost
+from drasat.nodeplugin.devicelib import DeviceError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,12 @@ def register(subparsers: Any) -> None:
         "nvidia-cuda-mps-control, for a node plugin run with --simulate-gpus (testing)",
         action="store_true",
     )
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="print, as JSON, each daemon of the state folder: its record, whether it runs and "
+        "the limits it answers with (asked of the running MPS host), then exit",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,8 +77,44 @@ def runner(args: argparse.Namespace) -> mps.ProcessRunner:
     return mps.ProcessRunner(root=root if args.driver_root == "/" and root != "/" else "")
 
 
+def status(state: Path) -> int:
+    """What `--status` prints: one entry per daemon folder; exit 1 when the host does not answer."""
+    client = mpshost.MpsHostClient(state / mpshost.SOCKET_NAME)
+    manager = mps.MpsManager(state / "mps", client)
+    daemons = []
+    try:
+        for name in manager.names():
+            daemon = manager.read(name)
+            if daemon is None:
+                daemons.append({"name": name, "record": None, "alive": False})
+                continue
+            entry: dict[str, Any] = {
+                "name": name,
+                "devices": list(daemon.devices),
+                "scope": daemon.scope,
+                "pid": daemon.pid,
+                "namespace": daemon.namespace,
+                "limits": daemon.limits.dump(),
+                "alive": manager.alive(daemon),
+            }
+            if entry["alive"]:
+                asks = ["get_default_active_thread_percentage"] + [
+                    f"get_default_device_pinned_mem_limit {d}" for d in daemon.devices
+                ]
+                answers = client.control(daemon.description, asks).splitlines()
+                entry["answers"] = dict(zip(asks, answers, strict=False))
+            daemons.append(entry)
+    except DeviceError as error:
+        print(json.dumps({"error": str(error), "daemons": daemons}, indent=1))
+        return 1
+    print(json.dumps({"daemons": daemons}, indent=1))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     state = Path(args.state_dir)
+    if args.status:
+        return status(state)
     host = mpshost.MpsHost(state / "mps", runner(args), state / mpshost.SOCKET_NAME)
     stop = threading.Event()
     with stopsignals.relayed(stop):

@@ -339,6 +339,14 @@ def _prepare_share_processes(tmp: Path) -> Path:
     return folder / "pipe"
 
 
+def _status(tmp: Path) -> list[dict[str, Any]]:
+    argv = [sys.executable, "-m", "drasat", "mps-host", "--state-dir", str(tmp / "state")]
+    done = subprocess.run([*argv, "--status"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    daemons: list[dict[str, Any]] = json.loads(done.stdout)["daemons"]
+    return daemons
+
+
 def _compute_mode(tmp: Path) -> int:
     return int(json.loads((tmp / "fleet.json").read_text())[0]["compute_mode"])
 
@@ -375,6 +383,12 @@ def test_the_mps_hosts_daemons_outlive_the_plugin_and_are_adopted(short_tmp: Pat
         plugins[0].kill()  # the plugin's container ends: its whole PID namespace is killed
         assert _limits(pipe, gpu) == ["50", "16384M"]  # the daemon answers, with its limits
         assert _compute_mode(short_tmp) == EXCLUSIVE_PROCESS
+        (before,) = _status(short_tmp)  # what an operator sees (kubectl exec ... --status)
+        assert before["alive"] and before["name"] == pipe.parent.name
+        assert before["answers"] == {
+            "get_default_active_thread_percentage": "50",
+            f"get_default_device_pinned_mem_limit {gpu}": "16384M",
+        }
         plugins.append(_plugin(short_tmp, 2, *socket_flag))
         started = plugins[1].log.read_text()
         assert "): adopted" in started, started
@@ -382,6 +396,7 @@ def test_the_mps_hosts_daemons_outlive_the_plugin_and_are_adopted(short_tmp: Pat
         assert control_log.count("Startup pid") == 1  # the same daemon, never started again
         for uid in SHARES:
             assert _call(short_tmp, "NodeUnprepareResources", uid) == ""
+        assert _status(short_tmp) == []
         assert not pipe.parent.exists()  # its folders removed
         assert f"MPS daemon {pipe.parent.name} stopped" in (short_tmp / "host.log").read_text()
         assert _compute_mode(short_tmp) == 0  # NVML_COMPUTEMODE_DEFAULT
@@ -395,3 +410,10 @@ def test_the_client_says_where_the_host_should_be(short_tmp: Path) -> None:
     client = mpshost.MpsHostClient(short_tmp / "nothing.sock")
     with pytest.raises(DeviceError, match=r"MPS host at .*nothing.sock cannot be reached"):
         client.alive(mps.Process(1, "1", "pid:[1]"))
+    (short_tmp / "mps" / "mps-0123456789abcdef").mkdir(parents=True)
+    argv = [sys.executable, "-m", "drasat", "mps-host", "--state-dir", str(short_tmp), "--status"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0  # a folder without a record needs no host
+    assert json.loads(done.stdout)["daemons"] == [
+        {"name": "mps-0123456789abcdef", "record": None, "alive": False}
+    ]
