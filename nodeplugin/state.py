@@ -1443,9 +1443,19 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
 
 
 def _visible_env(visible: list[str]) -> dict[str, str]:
-    """The environment that says which GPUs and MIG devices (UUIDs) a container has."""
-    return {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
+    """The environment that says which GPUs and MIG devices (UUIDs) a container has.
+
+    `NVIDIA_VISIBLE_DEVICES` is `void`, as in the specs of NVIDIA's toolkit and DRA driver: the
+    spec gives the container its devices, and where nvidia-container-runtime is the node's
+    runtime (the GPU operator's default) a list of devices there makes its hook inject them
+    again with every utility program the image asks for (the MPS programs among them, which
+    containers do not get here) and, for `all` (what CUDA images set), every GPU of the node.
+    The devices are named in drasat's own variable."""
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "void",
         "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
         "DRASAT_GPU_COUNT": str(len(visible)),
     }
+    if visible:
+        env["DRASAT_GPU_UUIDS"] = ",".join(visible)
+    return env
