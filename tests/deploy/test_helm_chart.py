@@ -683,8 +683,13 @@ def test_chart_flags_are_accepted_by_drasat(
     options = controller_cli.options(controller)
     assert options.namespace == "drasat" and options.leader_elect
     assert options.policy_configmap == rendered.one("ConfigMap", "-policy")["metadata"]["name"]
-    plugin = nodeplugin_cli.options(_parsed(_container(rendered.one("DaemonSet", "-node-plugin")))).config
-    mounts = {m["mountPath"] for m in _container(rendered.one("DaemonSet", "-node-plugin"))["volumeMounts"]}
+    plugin = nodeplugin_cli.options(
+        _parsed(_container(rendered.one("DaemonSet", "-node-plugin")))
+    ).config
+    mounts = {
+        m["mountPath"]
+        for m in _container(rendered.one("DaemonSet", "-node-plugin"))["volumeMounts"]
+    }
     assert plugin.node_name == "gpu-node-1"
     # the plugin's socket dir <plugin dir>/gpu.drasat.io, its registry, CDI and state dirs are
     # all mounted where it will look
@@ -694,7 +699,9 @@ def test_chart_flags_are_accepted_by_drasat(
 
 def test_node_plugin_can_run_on_a_simulated_fleet(render: Render) -> None:
     # For trying the chart on a cluster without GPUs; the CLI checks the fleet text.
-    daemonset = render("nodePlugin.simulateGpus=2xA100-40GB\\,mig=all").one("DaemonSet", "-node-plugin")
+    daemonset = render("nodePlugin.simulateGpus=2xA100-40GB\\,mig=all").one(
+        "DaemonSet", "-node-plugin"
+    )
     options = nodeplugin_cli.options(_parsed(_container(daemonset)))
     assert options.simulate_gpus == "2xA100-40GB,mig=all"
 

@@ -28,9 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 _RUNNING = re.compile(r"^pod (\S+)  Pending -> Running on (\S+)$", re.MULTILINE)
 _CLAIM = re.compile(r"^pod (\S+)  Pending -> Running on \S+\n  claim (\S+): (\S+)$", re.MULTILINE)
-_VISIBLE = re.compile(
-    r"^pod (\S+)  .*\n  claim .*\n  log \[\S+\]: DRASAT_GPU_UUIDS=(\S+)", re.M
-)
+_VISIBLE = re.compile(r"^pod (\S+)  .*\n  claim .*\n  log \[\S+\]: DRASAT_GPU_UUIDS=(\S+)", re.M)
 #: CLAIM NODE DEVICES GPU NAS-SHARING TIME-SLICE RESERVED-FOR
 _ROW = re.compile(r"^  (\S+/\S+) +(\S+) +(\S+) +GPU \d+ \(\S+\) +(.+?) +(\w+) +(\S+)$", re.M)
 
