@@ -187,8 +187,8 @@ class MpsHost:
     # -- serving ---------------------------------------------------------------------------
 
     def serve(self, stop: threading.Event) -> None:
-        """Serve until `stop` is set; then stop the daemons this host started (they could not
-        outlive it: they are in its PID namespace)."""
+        """Serve until `stop` is set; then stop the daemons this host started (they would not
+        outlive it: they are its container's processes)."""
         self.socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # The state folder is the plugin's alone, also when it existed (as the plugin sets it).
         os.chmod(self.socket_path.parent, 0o700)

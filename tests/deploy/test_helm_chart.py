@@ -718,6 +718,7 @@ def test_the_mps_host_runs_the_daemons_beside_the_plugin(render: Render) -> None
         assert host_pod[key] == plugin_pod[key], key
     assert host["spec"]["updateStrategy"] == {"type": "OnDelete"}
     assert host_pod["automountServiceAccountToken"] is False
+    assert host_pod["shareProcessNamespace"] is True  # pause reaps the orphans, not drasat
     assert _container(host)["securityContext"]["privileged"] is True
     args = _parsed(_container(host))
     assert (args.command, args.state_dir, args.simulate) == ("mps-host", "/var/lib/drasat", False)
