@@ -210,12 +210,13 @@ def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
             (result,) = _results(node, *_where(pod))
             seen[result["request"]] = (
                 result["device"],
-                env["DRASAT_GPU_UUIDS"],
+                env.get("DRASAT_GPU_UUIDS", ""),
+                env["NVIDIA_VISIBLE_DEVICES"],
                 env["DRASAT_GPU_ALLOCATED"],
             )
         assert seen == {
-            "gpu-or-cpu/gpu": ("gpu-0", node.uuids["gpu-0"], "true"),
-            "gpu-or-cpu/cpu": ("cpu-fallback", "void", "false"),
+            "gpu-or-cpu/gpu": ("gpu-0", node.uuids["gpu-0"], "void", "true"),
+            "gpu-or-cpu/cpu": ("cpu-fallback", "", "void", "false"),
         }
         namespace = pods[0]["metadata"]["namespace"]
         node.delete_pods(namespace, *(p["metadata"]["name"] for p in pods))
