@@ -238,8 +238,8 @@ def test_v1_controller_rbac(render: Render) -> None:
     rendered = _v1(render)
     cluster = _grants(rendered.one("ClusterRole", "-controller"))
     resource = "resource.k8s.io"
-    # what controller/v1controller.py calls: informers (list, watch; the slices are the devices
-    # it allocates), the claim's finalizer
+    # what controller/v1controller.py and its parts (controller/cycle/) call: informers (list,
+    # watch; the slices are the devices it allocates), the claim's finalizer
     # (patch), its status (update), a re-read after a conflict (get), the taint rule
     assert cluster == {
         *((resource, "resourceclaims", v) for v in ("get", "list", "watch", "patch")),
