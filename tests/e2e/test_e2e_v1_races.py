@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import textwrap
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -184,4 +185,64 @@ def test_a_clash_written_by_a_second_allocator_is_repaired_before_its_pod_starts
         assert _devices(kube_api, ns, "theirs") == ["gpu-0"]
         assert f"{ns}/theirs" not in allocator.allocated()
         allockit.consistent(kube_api, allocator)
+    allockit.consistent(kube_api, allocator)
+
+
+def _gated_pod(namespace: str, name: str, claim: str) -> str:
+    """A pod as admission lets it in: with drasat's scheduling gate (the chart's policy gates
+    every pod that names claims)."""
+    return (
+        _pod(namespace, name, claim)
+        + "\n          schedulingGates: [{name: gpu.drasat.io/allocation}]"
+    )
+
+
+def _held_twice(api: Any, found: allockit.Allocator) -> list[str]:
+    """Each of drasat's devices held whole by more than one claim, with the claims."""
+    return [p for p in allockit.problems(api, found) if " is held by " in p]
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+def test_claims_tolerating_every_taint_beside_drasats_leave_no_device_held_twice(
+    kube_api: Any,
+    kube_cluster: realcluster.Cluster,
+    allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+    gated: bool,
+) -> None:
+    """Four claims whose requests tolerate every taint (as debug and "tolerate all" workloads
+    write) beside four ordinary ones, on four T4s, their pods created together: pods as
+    admission lets them in (gated), or as they arrive where admission does not gate (a namespace
+    outside its selector). drasat allocates every claim of its classes, tolerating or not; no
+    GPU is ever held by two claims, four pods run and four wait."""
+    ns = f"v1-tolall-{'g' if gated else 'u'}"
+    pod = _gated_pod if gated else _pod
+    text = _namespace(ns)
+    for i in range(4):
+        text += _claim(ns, f"plain-{i}", tolerates=False) + pod(ns, f"p-{i}", f"plain-{i}")
+        text += _claim(ns, f"tol-{i}", tolerates=True) + pod(ns, f"t-{i}", f"tol-{i}")
+    manifest = _manifest(tmp_path, "all", text)
+    pods = [f"p-{i}" for i in range(4)] + [f"t-{i}" for i in range(4)]
+    with _node(kube_api, kube_cluster, "v1tolall", "4xT4") as node, applied(kube_api, manifest):
+        seen: list[str] = []
+
+        def four_running_alone() -> bool:
+            seen.extend(_held_twice(kube_api, allocator))
+            running = [p for p in pods if node.kubelet.running(ns, p)]
+            return len(running) == 4 and not seen
+
+        try:
+            wait_for(four_running_alone, timeout=60, what="four pods running, each alone")
+        except Exception:
+            raise AssertionError(
+                f"held twice: {sorted(set(seen))}\n{allocator.text()[-3000:]}"
+            ) from None
+        # Twenty seconds later (the issue's observation), still no device held twice.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert not _held_twice(kube_api, allocator), allocator.text()[-3000:]
+            time.sleep(1)
+        running = [p for p in pods if node.kubelet.running(ns, p)]
+        assert len(running) == 4, running
+        node.delete_pods(kube_api, ns, *running)
     allockit.consistent(kube_api, allocator)
