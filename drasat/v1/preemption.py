@@ -416,13 +416,45 @@ def _held(outcome: Outcome) -> dict[str, dict[str, AllocatedDevices]]:
 def holding(nodes: Sequence[Node], holds: Iterable[Hold], priority: int, pod: str) -> list[Node]:
     """The nodes as a pod of `priority` sees them: the devices held for each preemptor of that
     priority or higher are taken (never its own)."""
+    return with_holds(nodes, applicable(holds, priority, {pod}))
+
+
+def applicable(holds: Iterable[Hold], priority: int, pods: Iterable[str]) -> list[Hold]:
+    """The holds against pods of `priority` (lower and equal priorities are held against; a
+    higher priority takes what is held), but for the holds of these pods themselves."""
+    mine = set(pods)
+    return [h for h in holds if h.priority >= priority and not (h.pods & mine)
+            and h.preemptor not in mine]  # fmt: skip
+
+
+def with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
+    """The nodes with these holds' devices taken."""
     held: dict[str, dict[str, AllocatedDevices]] = {}
     for found in holds:
-        if found.priority < priority or pod in found.pods or pod == found.preemptor:
-            continue
         for node, entries in found.held.items():
             held.setdefault(node, {}).update(entries)
     return [hold(n, held[n.state.name]) if n.state.name in held else n for n in nodes]
+
+
+def outlives_its_pods(claim: Obj) -> bool:
+    """Whether an allocated claim stays allocated when every pod using it has left, so that
+    evicting them frees nothing: a claim that no pod owns (a standalone claim, not one made
+    from the pod's template, which the garbage collector deletes with it) and that does not
+    carry kube-scheduler's finalizer (with which the resourceclaim controller deallocates it).
+    drasat's allocations carry neither today: nothing gives such a claim back."""
+    meta = claim.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    owners = meta.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, dict) and owner.get("kind") == "Pod" and owner.get("controller"):
+            return False
+    finalizers = meta.get("finalizers")
+    return DELETE_PROTECTION not in (finalizers if isinstance(finalizers, list) else [])
+
+
+#: kube-scheduler's finalizer on the claims it allocates: the resourceclaim controller
+#: deallocates such a claim once no pod uses it.
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 
 def checked(count: int) -> str:
