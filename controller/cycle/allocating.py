@@ -141,11 +141,14 @@ class Allocator:
         holds = self._preemption.holds(snapshot)
         policy = self._policy()
         placed, refused = 0, []
-        for group, seen in _groups(pending, holds, self._gangs.plan.of_pod):
-            outcome, by_key = self._place(snapshot, group, preemption.with_holds(nodes, seen),
-                                          policy, cycle)  # fmt: skip
+        by_key = {p.input.key: p for p in pending}
+        gangs = self._gangs.plan.gangs.values()
+        for group, seen in preemption.hold_groups([p.input for p in pending], holds, gangs):
+            items = [by_key[p.key] for p in group]
+            outcome, _ = self._place(snapshot, items, preemption.with_holds(nodes, seen), policy,
+                                     cycle)  # fmt: skip
             placed += len(outcome.placed)
-            nodes = _after(nodes, outcome, by_key)
+            nodes = preemption.placed_on(nodes, outcome, group)
             # A gang's pod alone never goes (all-or-nothing): a gang preempts as one, for all
             # its pods or none (`Preempter.consider`).
             refused += [by_key[k] for k in outcome.refused if k not in outcome.failed]
@@ -270,66 +273,6 @@ class Allocator:
             basis=decisions.basis(pod, decisions.pod_claims(pod, snapshot), inventory),
             controller=self._component,
         )
-
-
-def _groups(
-    pending: list[v1inputs.Pending], holds: list[preemption.Hold], of_gang: dict[str, str]
-) -> list[tuple[list[v1inputs.Pending], list[preemption.Hold]]]:
-    """The pods in groups that see the same holds (in their order; a gang's pods in one group,
-    seeing what any of them sees but its own), with those holds."""
-    if not holds:
-        return [(pending, [])] if pending else []
-    gang_pods: dict[str, list[v1inputs.Pending]] = {}
-    for item in pending:
-        gang = of_gang.get(item.input.key)
-        if gang is not None:
-            gang_pods.setdefault(gang, []).append(item)
-    groups: dict[frozenset[str], list[v1inputs.Pending]] = {}
-    seen: dict[frozenset[str], list[preemption.Hold]] = {}
-    done: set[str] = set()
-    for item in pending:
-        gang = of_gang.get(item.input.key)
-        members = gang_pods[gang] if gang is not None else [item]
-        if item.input.key in done:
-            continue
-        keys = {m.input.key for m in members}
-        found = preemption.applicable(holds, min(m.input.priority for m in members), keys)
-        key = frozenset(h.preemptor for h in found)
-        groups.setdefault(key, []).extend(members)
-        seen[key] = found
-        done |= keys
-    return [(group, seen[key]) for key, group in groups.items()]
-
-
-def _after(
-    nodes: list[v1.Node], outcome: v1.Outcome, by_key: dict[str, v1inputs.Pending]
-) -> list[v1.Node]:
-    """The nodes with the pods just placed on them (their claims' ledger entries, their CPU
-    and memory), for the groups and the plans after them."""
-    out = []
-    for node in nodes:
-        name = node.state.name
-        here = [by_key[k].input for k, n in outcome.placed.items() if n == name]
-        entries = {
-            key: entry
-            for pod in here
-            for claim in pod.claims
-            if (found := outcome.allocations.get(str(claim["metadata"].get("uid", ""))))
-            for key, entry in found.ledger.items()
-        }
-        if not here:
-            out.append(node)
-            continue
-        state = dataclasses.replace(
-            node.state,
-            nas=node.state.nas.model_copy(
-                update={"allocatedClaims": {**node.state.nas.allocatedClaims, **entries}}
-            ),
-            used_cpu_milli=node.state.used_cpu_milli + sum(p.cpu_milli for p in here),
-            used_memory_mib=node.state.used_memory_mib + sum(p.memory_mib for p in here),
-        )
-        out.append(dataclasses.replace(node, state=state))
-    return out
 
 
 def _with_placed(node: v1.Node, outcome: v1.Outcome, pod: v1.PodInput) -> v1.Node:

@@ -436,6 +436,63 @@ def with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
     return [hold(n, held[n.state.name]) if n.state.name in held else n for n in nodes]
 
 
+def hold_groups(
+    pods: Sequence[PodInput], holds: Sequence[Hold], gangs: Iterable[Gang] = ()
+) -> list[tuple[list[PodInput], list[Hold]]]:
+    """The pods in groups that see the same holds, each with those holds, in the pods' order
+    (a gang's pods in one group, which sees what any of them sees but the gang's own holds).
+    The caller places the groups one after the other, each over what the ones before left."""
+    if not holds:
+        return [(list(pods), [])] if pods else []
+    of_gang = {p: g for g in gangs for p in g.pods}
+    members: dict[str, list[PodInput]] = {}
+    for pod in pods:
+        if pod.key in of_gang:
+            members.setdefault(of_gang[pod.key].name, []).append(pod)
+    groups: dict[frozenset[str], list[PodInput]] = {}
+    seen: dict[frozenset[str], list[Hold]] = {}
+    done: set[str] = set()
+    for pod in pods:
+        if pod.key in done:
+            continue
+        gang = of_gang.get(pod.key)
+        unit = members[gang.name] if gang is not None else [pod]
+        keys = {p.key for p in unit}
+        found = applicable(holds, min(p.priority for p in unit), keys)
+        key = frozenset(h.preemptor for h in found)
+        groups.setdefault(key, []).extend(unit)
+        seen[key] = found
+        done |= keys
+    return [(group, seen[key]) for key, group in groups.items()]
+
+
+def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput]) -> list[Node]:
+    """The nodes with the outcome's placed pods on them (their claims' ledger entries, their
+    CPU and memory): what the next group or plan sees."""
+    by_key = {p.key: p for p in pods}
+    out = []
+    for node in nodes:
+        name = node.state.name
+        here = [by_key[k] for k, n in outcome.placed.items() if n == name and k in by_key]
+        if not here:
+            out.append(node)
+            continue
+        entries = dict(node.state.nas.allocatedClaims)
+        for pod in here:
+            for claim in pod.claims:
+                found = outcome.allocations.get(str(claim["metadata"].get("uid", "")))
+                if found is not None:
+                    entries.update(found.ledger)
+        state = dataclasses.replace(
+            node.state,
+            nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+            used_cpu_milli=node.state.used_cpu_milli + sum(p.cpu_milli for p in here),
+            used_memory_mib=node.state.used_memory_mib + sum(p.memory_mib for p in here),
+        )
+        out.append(dataclasses.replace(node, state=state))
+    return out
+
+
 def outlives_its_pods(claim: Obj) -> bool:
     """Whether an allocated claim stays allocated when every pod using it has left, so that
     evicting them frees nothing: a claim that no pod owns (a standalone claim, not one made

@@ -24,6 +24,7 @@ from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
 from drasat.v1 import preemption as plan
+from drasat.v1.nominations import Nomination
 from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
@@ -170,7 +171,7 @@ def test_the_victim_is_evicted_named_and_the_planned_allocation_held() -> None:
     # Written where a new leader finds it: the annotation and status.nominatedNodeName.
     assert ("ml/urgent", "status", {"status": {"nominatedNodeName": "n1"}}) in api.patches
     written = api.written(item.pod)
-    found = ctl.Nomination.of_pod(written)
+    found = Nomination.of_pod(written)
     assert found is not None and (found.node, found.victims) == ("n1", ("ml/small",))
     assert found.freed == ("uid-small",)
     # Once the victim's claim is given back, its GPU stays held for every pod of priority 100 or
@@ -196,7 +197,7 @@ def test_the_plan_counts_the_free_gpu_and_holds_it_too() -> None:
     api = FakeApi()
     preempter = _preempter(api)
     assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
-    found = ctl.Nomination.of_pod(api.written(item.pod))
+    found = Nomination.of_pod(api.written(item.pod))
     assert found is not None
     gpus = {d.uuid for e in found.held["n1"].values() for d in (e.gpu.devices if e.gpu else [])}
     assert len(gpus) == 2
