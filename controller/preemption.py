@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 REASON_PREEMPTING = "Preempting"
 REASON_PREEMPTED = "Preempted"
 REASON_REFUSED = "PreemptionRefused"
+#: Why a refused pod has no preemption (said once per reason, for `drasat explain`).
+REASON_NONE = "NoPreemption"
 #: How long a victim whose eviction was refused stays out of that preemptor's plans.
 REFUSED_TTL_S = 60.0
 #: How long a pod that could not preempt waits before it is planned again (a plan over a large
@@ -174,7 +176,7 @@ class Preempter:
         for found in planned.plans:
             pods = items[found.preemptor]
             if found.node is None:
-                self._say(found, now)
+                self._say(found, pods, now)
                 continue
             done += self._preempt(found, pods, snapshot, running, current, leaving)
         return done
@@ -239,10 +241,12 @@ class Preempter:
                     return True
         return False
 
-    def _say(self, found: Plan, now: float) -> None:
+    def _say(self, found: Plan, items: Sequence[v1inputs.Pending], now: float) -> None:
         last = self.said.get(found.preemptor)
         if last is None or last[0] != found.reason:  # once per reason
             log.info("no preemption for %s: %s", found.preemptor, found.reason)
+            for item in items:
+                self.recorder.normal(item.pod, REASON_NONE, found.reason)
         self.said[found.preemptor] = (found.reason, now)
 
     def _end_unbindable(self, snapshot: v1inputs.Snapshot, current: dict[str, Nomination]) -> None:

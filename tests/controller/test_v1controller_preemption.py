@@ -24,8 +24,8 @@ from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
 from drasat.v1 import preemption as plan
-from drasat.v1.nominations import Nomination
 from drasat.v1 import publisheddevices
+from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
 CLASSES = {c["metadata"]["name"]: c for c in classes.device_classes()}

@@ -20,6 +20,7 @@ from drasat.api import crds
 from drasat.api.devicemodel import classes
 from drasat.api.groups import NOMINATION_ANNOTATION, SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
+from drasat.controller import explain
 from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
@@ -218,3 +219,24 @@ def test_a_higher_priority_pod_takes_what_is_held_for_a_lower_one(
     _pod(api, "top", 200)
     _cycles(ctl, 3)
     assert _allocated(api, "top") and not _allocated(api, "mid")
+
+
+def test_explain_says_what_preemption_did_and_plans_for_a_pod(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    _node(api, "n1", 1)
+    _pod(api, "v", 0)
+    ctl, proxy = controller()
+    _cycles(ctl, 1)
+    _bind(api, "v", "n1")
+    _pod(api, "big", 100, gpus=2)  # fits nowhere, even with v gone
+    _cycles(ctl, 1)
+    text = explain.explain(api, "default", "big", options=explain.Options(namespace=NS))
+    assert "Preemption (NoPreemption" in text and "frees enough" in text, text
+    _pod(api, "hi", 100)
+    _cycles(ctl, 1)
+    assert proxy.evicted == ["default/v"]
+    text = explain.explain(api, "default", "hi", options=explain.Options(namespace=NS))
+    assert "Preemption: drasat nominated it to node n1 (status.nominatedNodeName)" in text, text
+    assert "it evicted default/v." in text
+    assert "held against pods of priority 100 and lower" in text
