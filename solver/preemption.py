@@ -9,7 +9,8 @@ CPU), and a set that does not fit is cut off on its node (some candidate outside
 too) and that node proposes again. Fitting is monotone in the set (evicting more frees more),
 so a cut removes only sets that cannot fit, and the first set that fits is the optimum (a
 logic-based Benders loop; `Choice.proven`). The search ends when a set fits or no node has a
-proposal left: then none exists, proven; only `budget_s` stops it earlier, said as not proven.
+proposal left: then none exists, proven; only `budget_s` (CPU seconds of the calling thread)
+stops it earlier, said as not proven.
 
 Cost: the policy's terms compared lexicographically (`Term`s in `order`: victims, then the sum
 of their priorities above the lowest, then the devices they hold — by default). A candidate
@@ -34,6 +35,7 @@ already); `choose` refuses a candidate of equal or higher priority outright. Pur
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +172,8 @@ def choose(
     )
     if nodes is not None:
         search.nodes = sorted(set(search.nodes) & set(nodes))
-    deadline = time.monotonic() + budget_s
+    # CPU time of this thread: a loaded machine slows the search, not its verdict.
+    deadline = time.thread_time() + budget_s
     checks = 0
     tried: list[tuple[str, frozenset[str]]] = []
     for node in search.nodes:
@@ -188,12 +191,12 @@ def choose(
                 + ("" if proven else " (not proven: a search ran out of time)"),
                 tried=tuple(tried),
             )
-        if time.monotonic() > deadline:
+        if time.thread_time() > deadline:
             return Choice(
                 None,
                 proven=False,
                 checks=checks,
-                reason=f"gave up after {budget_s:.0f}s and {checks} victim sets checked",
+                reason=f"gave up after {budget_s:.0f}s of CPU and {checks} victim sets checked",
                 tried=tuple(tried),
             )
         node = min(live, key=lambda n: (live[n].values, n))
@@ -298,8 +301,6 @@ class _Search:
     def _enumerate(self, node: str, devices: Devices) -> _Answer | str | None:
         best: tuple[Cost, tuple[str, ...]] | None = None
         for way in devices.ways:
-            if not way:
-                continue
             (need,) = way
             for needed in _frees(need, devices, self._key_unit):
                 units = tuple(sorted(needed))
@@ -361,9 +362,26 @@ class _Search:
         return _Answer(tuple(values), self._pods(found))
 
 
+#: The most GPU sets one whole-GPU need's enumeration looks at on a node (C(8, 4) = 70).
+MAX_GPU_SETS = 256
+
+
 def _single(devices: Devices) -> bool:
-    """Every way needs one device (then enumerating places is exact and cheap)."""
-    return all(len(way) == 1 and way[0].count == 1 for way in devices.ways)
+    """Every way needs one device, or whole GPUs of one request (then enumerating places is
+    exact and cheap)."""
+    for way in devices.ways:
+        if len(way) != 1:
+            return False
+        (need,) = way
+        if need.count == 1:
+            continue
+        if need.kind != Need.GPU or _combinations(len(need.gpus), need.count) > MAX_GPU_SETS:
+            return False
+    return True
+
+
+def _combinations(n: int, k: int) -> int:
+    return math.comb(n, k) if 0 <= k <= n else 0
 
 
 def _frees(need: Need, devices: Devices, unit_of: Mapping[str, str]) -> Iterable[frozenset[str]]:
@@ -391,6 +409,23 @@ def _frees(need: Need, devices: Devices, unit_of: Mapping[str, str]) -> Iterable
                     needed |= found
             else:
                 yield frozenset(needed)
+        return
+    if need.kind == Need.GPU and need.count > 1:
+        # Whole GPUs: each set of `count` of them, every hold on each gone.
+        freeable: dict[str, frozenset[str]] = {}
+        for uuid in sorted(need.gpus):
+            if uuid not in gpus:
+                continue
+            needed = set()
+            for hold in by_gpu.get(uuid, []):
+                found = units(hold)
+                if found is None:
+                    break
+                needed |= found
+            else:
+                freeable[uuid] = frozenset(needed)
+        for chosen in itertools.combinations(sorted(freeable), need.count):
+            yield frozenset().union(*(freeable[g] for g in chosen))
         return
     for uuid in sorted(need.gpus):
         card = gpus.get(uuid)

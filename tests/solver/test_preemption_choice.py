@@ -200,7 +200,7 @@ def _world(holding: list[tuple[str, int, str, int, int, str | None]]):
 @settings(max_examples=80, deadline=None)
 @given(
     holding=_holding,
-    want=st.sampled_from(["gpu", "share30", "share70", "mig2", "mig4"]),
+    want=st.sampled_from(["gpu", "gpu2", "share30", "share70", "mig2", "mig4"]),
     max_victims=st.integers(1, 4),
     budget=st.integers(0, 2),
 )
@@ -215,8 +215,9 @@ def test_with_devices_and_units_the_choice_is_the_brute_force_optimum(
     cands, holds = _world(holding)
     cands = [dataclasses.replace(c, budgets=("b",) if c.unit == "u1" else ()) for c in cands]
     gpus = {n: tuple(Gpu(f"{n}-g{i}", 16000) for i in range(2)) for n in ("n1", "n2")}
-    if want == "gpu":
-        need = Need(Need.GPU, gpus=frozenset(g.uuid for n in gpus.values() for g in n))
+    if want.startswith("gpu"):
+        count = int(want[3:] or 1)
+        need = Need(Need.GPU, count, gpus=frozenset(g.uuid for n in gpus.values() for g in n))
     elif want.startswith("share"):
         need = Need(Need.SHARE, gpus=frozenset(g.uuid for n in gpus.values() for g in n),
                     compute=int(want[5:]))  # fmt: skip
@@ -227,9 +228,11 @@ def test_with_devices_and_units_the_choice_is_the_brute_force_optimum(
 
     def fits(node: str, victims: frozenset[str]) -> bool:
         left = [h for h in holds[node] if not (h.holders and h.holders <= victims)]
+        if need.kind == Need.GPU and need.count > 1:
+            return sum(1 for g in gpus[node] if not any(h.gpu == g.uuid for h in left)) >= 2
         for gpu in gpus[node]:
             mine = [h for h in left if h.gpu == gpu.uuid]
-            if need.kind == Need.GPU and not mine:
+            if need.kind == Need.GPU and need.count == 1 and not mine:
                 return True
             if (
                 need.kind == Need.SHARE
