@@ -179,3 +179,11 @@ def examples(default: int) -> int:
     """Examples for one differential test: `default` (CI's short run), or
     $DRASAT_ORACLE_EXAMPLES (the long run of docs/RELIABILITY.md)."""
     return int(os.environ.get("DRASAT_ORACLE_EXAMPLES", default))
+
+
+def sequences(default: int) -> int:
+    """Sequences of the stateful oracle (test_oracle_stateful.py): `default` (CI's short run),
+    or $DRASAT_ORACLE_SEQUENCES (its long run, docs/RELIABILITY.md). Apart from
+    $DRASAT_ORACLE_EXAMPLES: a sequence is a cluster and a dozen steps, each a controller cycle
+    and a few oracle calls, a hundred times an example of the one-claim properties."""
+    return int(os.environ.get("DRASAT_ORACLE_SEQUENCES", default))
