@@ -171,6 +171,15 @@ class Cluster:
             self.api.create(r.RESOURCE_SLICES_V1, copy.deepcopy(body))
             self.tainted |= any(d.get("taints") for d in body["spec"].get("devices") or [])
 
+    def publish(self, slices: Iterable[Obj], device_classes: Iterable[Obj]) -> None:
+        """More ResourceSlices and DeviceClasses (another driver's, ...), read from then on."""
+        for body in device_classes:
+            self.api.create(r.DEVICE_CLASSES_V1, copy.deepcopy(body))
+        for body in slices:
+            self.api.create(r.RESOURCE_SLICES_V1, copy.deepcopy(body))
+        self.slices = self._items(r.RESOURCE_SLICES_V1)
+        self.classes = self._items(r.DEVICE_CLASSES_V1)
+
     # -- what the oracle reads -------------------------------------------------------------------
 
     def _items(self, resource: r.Resource) -> list[Obj]:

@@ -205,3 +205,43 @@ def test_a_whole_gpu_in_mig_mode_on_drasats_slices_is_given_as_upstream_gives_it
         pod = machine.pod_arrives([_claim()])
         machine.check()
         assert _devices(machine, pod) == ["n0/gpu-0"]
+
+
+NIC = "nic.example.com"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 35 items 4 and 5 (another branch): a claim with a GPU and another driver's "
+    "device (a NIC) is taken by drasat and refused; upstream places it. Not in the random "
+    "sequences (no other driver's devices are generated): this case is the oracle's check for it",
+)
+def test_known_a_claim_with_a_gpu_and_another_drivers_device(oracle: Oracle) -> None:
+    with _machine(oracle, _drasat("n0", T4)) as machine:
+        assert machine.cluster is not None
+        nic_class = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": NIC},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{NIC}"'}}]},
+        }
+        nic_slice = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"n0-{NIC}"},
+            "spec": {
+                "driver": NIC,
+                "nodeName": "n0",
+                "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "eth0"}],
+            },
+        }
+        machine.cluster.publish([nic_slice], [nic_class])
+        machine.known_differences = False
+        gpu_and_nic = _claim()
+        gpu_and_nic["spec"]["devices"]["requests"].append(
+            {"name": "nic", "exactly": {"deviceClassName": NIC, "allocationMode": "ExactCount",
+                                        "count": 1}}
+        )  # fmt: skip
+        machine.pod_arrives([gpu_and_nic])
+        machine.check()
