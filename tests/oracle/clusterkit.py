@@ -196,7 +196,7 @@ class Cluster:
 
     def arrive(self, claims: list[Obj]) -> str:
         """A pod with these claims (each created as a standalone ResourceClaim): its name."""
-        pod = f"p{next(self._names)}"
+        pod = f"p{next(self._names):03d}"  # creation order is name order
         entries = []
         for i, body in enumerate(claims):
             body = copy.deepcopy(body)
@@ -221,7 +221,7 @@ class Cluster:
     def bound_elsewhere(self, node: str, claims: list[Obj], allocations: list[Obj]) -> str:
         """A pod whose claims another allocator allocated (`allocations`, one per claim),
         reserved for it and bound to `node`, as kube-scheduler leaves them: its name."""
-        pod = f"p{next(self._names)}"
+        pod = f"p{next(self._names):03d}"  # creation order is name order
         names = [f"{pod}-c{i}" for i in range(len(claims))]
         body = {
             "metadata": {"name": pod, "namespace": "default"},
