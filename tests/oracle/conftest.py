@@ -1,7 +1,8 @@
 """The oracle, one process for the session; the differential tests' hypothesis settings.
 
 DRASAT_ORACLE_EXAMPLES scales the number of examples per test (`oraclekit.examples`; the long
-run of docs/RELIABILITY.md sets it); the defaults keep CI's run short.
+run of docs/RELIABILITY.md sets it), DRASAT_ORACLE_SEQUENCES the stateful oracle's sequences
+(`oraclekit.sequences`); the defaults keep CI's run short.
 """
 
 from __future__ import annotations

@@ -119,6 +119,19 @@ def test_mig_counters_another_allocator_consumed_are_counted(oracle: Oracle) -> 
         machine.check()
 
 
+def test_a_gpu_with_a_mig_device_in_use_is_not_given_whole(oracle: Oracle) -> None:
+    a100 = dataclasses.replace(T4, product="A100-40GB", mig=True)
+    with _machine(oracle, _drasat("n0", a100)) as machine:
+        mig = machine.pod_arrives([_claim(claimgen.MIG)])
+        assert len(_devices(machine, mig)) == 1
+        whole = machine.pod_arrives([_claim()])
+        machine.check()  # the MIG device's counters: upstream cannot give the GPU whole either
+        assert _devices(machine, whole) == []
+        machine._leave(mig)
+        assert _devices(machine, whole) == ["n0/gpu-0"]
+        machine.check()
+
+
 # -- the checks catch what they must --------------------------------------------------------------
 
 
