@@ -197,3 +197,24 @@ def claims(
 def nvidia_claims(name: str = "c", *, tolerations: bool = True) -> st.SearchStrategy[Obj]:
     """`claims` for NVIDIA's classes, over what NVIDIA's driver publishes."""
     return claims(name, tolerations=tolerations, words=NVIDIA)
+
+
+@st.composite
+def simple_claims(draw: st.DrawFn, name: str = "c", *, words: _Vocabulary = DRASAT) -> Obj:
+    """One request of one device (a whole GPU, a share or a MIG device) with at most one
+    selector: what most pods ask, and what fits often enough that sequences fill and empty
+    nodes (`claims` asks more than a small node has as often as not)."""
+    device_class = draw(st.sampled_from([words.gpu, words.gpu, words.mig]))
+    spec: Obj = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    selectors = words.gpu_selectors if device_class == words.gpu else words.mig_selectors
+    if draw(st.booleans()):
+        spec["selectors"] = [{"cel": {"expression": draw(st.sampled_from(selectors))}}]
+    if words.shares and device_class == words.gpu and draw(st.booleans()):
+        memory = draw(st.sampled_from(["2Gi", "4Gi", "8Gi"]))
+        spec["capacity"] = {"requests": {"memory": memory, "compute": "25"}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "a", "exactly": spec}]}},
+    }

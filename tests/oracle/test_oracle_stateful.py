@@ -13,7 +13,8 @@ claims beside drasat's. After every step, from what the API holds:
 
 The nodes are drasat's (the node plugin's slices and NodeAllocationState: whole GPUs, shares,
 MIG with partitionable counters; `fleet`) and NVIDIA's (NVIDIA-format slices: `nvidiaslices`);
-the claims `claimgen`'s, for either driver's classes, without the known differences (`known`).
+the claims `claimgen`'s (half of them one device with at most one selector, so that nodes fill
+and empty), for either driver's classes, without the known differences (`known`).
 docs/RELIABILITY.md says what this covers and what it does not.
 
 $DRASAT_ORACLE_SEQUENCES sets the number of sequences (the long run, docs/RELIABILITY.md); CI
@@ -100,12 +101,15 @@ class Sequences(RuleBasedStateMachine):
             SEEN["sequences"] += 1
 
     def _claims(self, data: st.DataObject, many: int, *, drasats: bool = True) -> list[Obj]:
-        """Claims for one driver's classes (one the cluster has nodes of), without the known
-        differences; `drasats`: only claims drasat allocates (a claim whose request tolerates
-        drasat's allocator taint is kube-scheduler's: `v1inputs.allocates`)."""
+        """Claims for one driver's classes (one the cluster has nodes of), each drawn again (up
+        to 5 times) while it runs into a known difference or (`drasats`) is not drasat's to
+        allocate (a claim whose request tolerates drasat's allocator taint is kube-scheduler's:
+        `v1inputs.allocates`); none if one still does, and the step is skipped (a filter would
+        end the whole sequence where it fails)."""
         drivers = {spec.drasat is not None for spec in self._cluster.nodes}
         nvidia = data.draw(st.sampled_from(sorted(drivers)), label="drasat's classes") is False
-        strategy = claimgen.nvidia_claims() if nvidia else claimgen.claims()
+        words = claimgen.NVIDIA if nvidia else claimgen.DRASAT
+        strategy = st.one_of(claimgen.simple_claims(words=words), claimgen.claims(words=words))
         tainted = self._cluster.tainted
 
         def wanted(claim: Obj) -> bool:
@@ -113,12 +117,25 @@ class Sequences(RuleBasedStateMachine):
                 return False
             return not drasats or not v1inputs.tolerates_allocator_taint(claim)
 
-        return [data.draw(strategy.filter(wanted), label=f"claim {i}") for i in range(many)]
+        out = []
+        for i in range(many):
+            for _ in range(5):
+                claim = data.draw(strategy, label=f"claim {i}")
+                if wanted(claim):
+                    out.append(claim)
+                    break
+                SEEN["claims drawn again (a known difference, or kube-scheduler's)"] += 1
+            else:
+                SEEN["steps skipped"] += 1
+                return []
+        return out
 
     @rule(data=st.data(), many=st.sampled_from([1, 1, 1, 2]))
     def arrive(self, data: st.DataObject, many: int) -> None:
         """A pod with one or two claims arrives; the controller's cycles run."""
-        self.pod_arrives(self._claims(data, many))
+        claims = self._claims(data, many)
+        if claims:
+            self.pod_arrives(claims)
 
     def pod_arrives(self, claims: list[Obj]) -> str:
         pod = self._cluster.arrive(claims)
@@ -169,7 +186,9 @@ class Sequences(RuleBasedStateMachine):
     def allocated_by_another(self, data: st.DataObject) -> None:
         """Another allocator (upstream's, as kube-scheduler) allocates a pod's claims on the
         first node where they fit beside every allocation, and binds the pod there."""
-        self.another_allocates(self._claims(data, 1, drasats=False))
+        claims = self._claims(data, 1, drasats=False)
+        if claims:
+            self.another_allocates(claims)
 
     def another_allocates(self, claims: list[Obj]) -> str | None:
         cluster = self._cluster
