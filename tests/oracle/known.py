@@ -89,3 +89,31 @@ def one_profile_per_request(claim: Obj) -> Obj:
         return claim
     devices = {**claim["spec"]["devices"], "constraints": constraints}
     return {**claim, "spec": {**claim["spec"], "devices": devices}}
+
+
+#: A selector that asks for a GPU in MIG mode (drasat then gives one whole).
+ASKS_MIG_MODE = 'device.attributes["gpu.drasat.io"].migEnabled'
+
+
+def mig_mode_tolerated(claim: Obj, taint: Obj) -> Obj:
+    """The claim with each request (or `firstAvailable` entry) whose selectors ask for MIG mode
+    tolerating `taint` (the one put on whole GPUs in MIG mode): drasat gives such a GPU whole
+    only to a request that asks for MIG mode (docs/CONTROLLER.md)."""
+    requests = []
+    for request in claim["spec"]["devices"]["requests"]:
+        request = dict(request)
+        if "exactly" in request:
+            request["exactly"] = _tolerating(request["exactly"], taint)
+        else:
+            request["firstAvailable"] = [_tolerating(e, taint) for e in request["firstAvailable"]]
+        requests.append(request)
+    devices = {**claim["spec"]["devices"], "requests": requests}
+    return {**claim, "spec": {**claim["spec"], "devices": devices}}
+
+
+def _tolerating(spec: Obj, taint: Obj) -> Obj:
+    expressions = [s.get("cel", {}).get("expression") for s in spec.get("selectors") or []]
+    if ASKS_MIG_MODE not in expressions:
+        return spec
+    toleration = {"key": taint["key"], "operator": "Exists"}
+    return {**spec, "tolerations": [*(spec.get("tolerations") or []), toleration]}

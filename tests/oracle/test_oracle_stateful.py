@@ -301,9 +301,11 @@ class Sequences(RuleBasedStateMachine):
         """The pods upstream places that it still places with the known differences that depend
         on the cluster's state applied (each counted in SEEN where it alone explains a pod):
 
-        - drasat gives no whole GPU in MIG mode to a claim (NVIDIA's dynamic MIG publishes the
-          whole GPU beside its MIG devices, and upstream hands it out): those GPUs are tainted
-          (`clusterkit.unusable`: matched, never allocated), unless allocated already;
+        - drasat gives a whole GPU in MIG mode only to a request that asks for MIG mode (never
+          on NVIDIA's slices, which publish no `migEnabled`); upstream to any: those GPUs are
+          tainted (`clusterkit.unusable`: matched, not allocated), unless allocated already,
+          and the requests that ask for MIG mode tolerate the taint
+          (`known.mig_mode_tolerated`);
         - the MIG devices of one request share a profile in drasat (`known.one_profile_per_
           request`): a request of two MIG devices where only distinct profiles are free is
           refused."""
@@ -316,11 +318,15 @@ class Sequences(RuleBasedStateMachine):
                 request, claims=[known.one_profile_per_request(c) for c in request["claims"]]
             )
 
+        def whole(request: Obj) -> Obj:
+            claims = [known.mig_mode_tolerated(c, clusterkit.UNUSABLE) for c in request["claims"]]
+            return dict(request, slices=reduced, claims=claims)
+
         variants = {
-            "known: a whole GPU in MIG mode": lambda r: dict(r, slices=reduced),
+            "known: a whole GPU in MIG mode": whole,
             "known: MIG devices of one request share a profile": shaped,
         }
-        both = self.oracle.ask_many([shaped(dict(r, slices=reduced)) for _, r, _ in found])
+        both = self.oracle.ask_many([shaped(whole(r)) for _, r, _ in found])
         out = []
         for item, answer in zip(found, both, strict=True):
             if answer.get("allocated"):

@@ -119,12 +119,15 @@ def test_mig_counters_another_allocator_consumed_are_counted(oracle: Oracle) -> 
         machine.check()
 
 
+ASKS_MIG_MODE = 'device.attributes["gpu.drasat.io"].migEnabled'
+
+
 def test_a_gpu_with_a_mig_device_in_use_is_not_given_whole(oracle: Oracle) -> None:
     a100 = dataclasses.replace(T4, product="A100-40GB", mig=True)
     with _machine(oracle, _drasat("n0", a100)) as machine:
         mig = machine.pod_arrives([_claim(claimgen.MIG)])
         assert len(_devices(machine, mig)) == 1
-        whole = machine.pod_arrives([_claim()])
+        whole = machine.pod_arrives([_selected(ASKS_MIG_MODE)])
         machine.check()  # the MIG device's counters: upstream cannot give the GPU whole either
         assert _devices(machine, whole) == []
         machine._leave(mig)
@@ -194,28 +197,27 @@ def test_known_two_mig_devices_of_distinct_profiles_without_a_constraint(oracle:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 35 item 6: on NVIDIA's dynamic MIG slices drasat gives no whole GPU in MIG mode "
-    "to a plain claim (the GPU publishes MIG devices); upstream allocates it whole (its counters "
-    "all free). On drasat's own slices the same claim gets the GPU whole: one rule for both is "
-    "another branch's",
+    reason="intended (docs/CONTROLLER.md): drasat gives a GPU in MIG mode whole only to a request "
+    "that asks for MIG mode (a container cannot run CUDA on it otherwise); upstream allocates it "
+    "whole to a plain claim while its counters are free",
 )
-def test_known_a_whole_gpu_in_mig_mode_on_nvidias_slices(oracle: Oracle) -> None:
-    with _machine(oracle, _nvidia("n0", "nv-a100")) as machine:
+@pytest.mark.parametrize("node", ["drasat", "nvidia"])
+def test_known_a_whole_gpu_in_mig_mode_to_a_plain_claim(oracle: Oracle, node: str) -> None:
+    a100 = dataclasses.replace(T4, product="A100-40GB", mig=True)
+    spec = _drasat("n0", a100) if node == "drasat" else _nvidia("n0", "nv-a100")
+    with _machine(oracle, spec) as machine:
         machine.known_differences = False
-        machine.pod_arrives([_claim(claimgen.NVIDIA_GPU)])
+        machine.pod_arrives([_claim(claimgen.GPU if node == "drasat" else claimgen.NVIDIA_GPU)])
         machine.check()
 
 
-def test_a_whole_gpu_in_mig_mode_on_drasats_slices_is_given_as_upstream_gives_it(
-    oracle: Oracle,
-) -> None:
-    # The other half of the difference above: on drasat's slices drasat and upstream agree
-    # today (the GPU goes whole). Whichever rule issue 35 item 6 settles on, one of this test
-    # and the one above changes.
+def test_a_whole_gpu_in_mig_mode_to_a_request_that_asks_for_mig_mode(oracle: Oracle) -> None:
+    # The other side of the difference above: asked for, the GPU goes whole, as upstream gives it,
+    # and the stateful checks agree without the known differences applied.
     a100 = dataclasses.replace(T4, product="A100-40GB", mig=True)
     with _machine(oracle, _drasat("n0", a100)) as machine:
         machine.known_differences = False
-        pod = machine.pod_arrives([_claim()])
+        pod = machine.pod_arrives([_selected(ASKS_MIG_MODE)])
         machine.check()
         assert _devices(machine, pod) == ["n0/gpu-0"]
 
