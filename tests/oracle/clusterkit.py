@@ -189,9 +189,6 @@ class Cluster:
         """Every claim by uid."""
         return {c["metadata"]["uid"]: c for c in self._items(r.RESOURCE_CLAIMS_V1)}
 
-    def pods(self) -> list[Obj]:
-        return self._items(r.PODS)
-
     # -- steps -----------------------------------------------------------------------------------
 
     def arrive(self, claims: list[Obj]) -> str:
