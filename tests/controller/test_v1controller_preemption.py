@@ -23,6 +23,7 @@ from drasat.controller import v1inputs
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
+from drasat.solver import Gang
 from drasat.v1 import preemption as plan
 from drasat.v1 import publisheddevices
 from drasat.v1.nominations import Nomination
@@ -402,3 +403,20 @@ def _two_gpus() -> Obj:
     claim = _claim("urgent")
     claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
     return claim
+
+
+def test_a_gang_preempts_as_one_or_not_at_all() -> None:
+    # Two victims, one GPU each; a gang of two 1-GPU pods: one plan evicts both and nominates
+    # both pods; with one of its pods not refused (placed, or waiting), nothing is evicted.
+    node, pods, claims = _cluster(("a", 1, {}), ("b", 1, {}))
+    w0, w1 = _urgent(claims, "w0"), _urgent(claims, "w1")
+    gang = Gang("ml/train", ("ml/w0", "ml/w1"))
+    api = FakeApi()
+    preempter = _preempter(api)
+    snapshot = _snapshot([*pods, w0.pod, w1.pod], claims)
+    assert preempter.consider(snapshot, [node], [w0], POLICY, {"ml/train": gang}) == 0
+    assert api.evicted == []
+    assert preempter.consider(snapshot, [node], [w0, w1], POLICY, {"ml/train": gang}) == 1
+    assert sorted(api.evicted) == ["ml/a", "ml/b"]
+    assert set(preempter.nominations) == {"ml/w0", "ml/w1"}
+    assert {n.gang for n in preempter.nominations.values()} == {"ml/train"}
