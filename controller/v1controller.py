@@ -346,15 +346,10 @@ class V1Controller:
         self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
-        pending = self.allocator.batch(everyone)
+        pending = self.allocator.batch(everyone, self.preemption.current(snapshot))
         if not pending:
             return False
-        # Preemptors whose victims are leaving go first, over the devices held for them.
-        first, rest = self.preemption.split(everyone, pending)
-        placed = self.allocator.place(snapshot, first, self.cycles) if first else 0
-        if first:
-            snapshot = self.snapshot()
-        placed += self.allocator.place(snapshot, rest, self.cycles) if rest else 0
+        placed = self.allocator.place(snapshot, pending, self.cycles)
         return self.allocator.more_left(everyone, pending, placed)
 
     def settle(self, snapshot: v1inputs.Snapshot) -> bool:
