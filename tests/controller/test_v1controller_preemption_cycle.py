@@ -138,8 +138,26 @@ def _gone(api: KubeClient, name: str) -> None:
             api.delete(resource, name, namespace="default")
 
 
+def _caught_up(ctl: V1Controller) -> None:
+    """Wait until the controller's pod and claim informers hold what the API server holds: a
+    cycle that ran before it saw a pod made a different (and right) decision for it."""
+    deadline = time.monotonic() + 10
+    for informer, resource in ((ctl.pods, r.PODS), (ctl.claims, r.RESOURCE_CLAIMS_V1)):
+        while True:
+            listed = ctl.api.list(resource, namespace="default").items
+            want = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in listed}
+            held = {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+                    for o in informer.items()
+                    if o["metadata"].get("namespace") == "default"}  # fmt: skip
+            if held == want:
+                break
+            assert time.monotonic() < deadline, f"the informer never caught up: {held} {want}"
+            time.sleep(0.02)
+
+
 def _cycles(ctl: V1Controller, n: int = 2) -> None:
     for _ in range(n):
+        _caught_up(ctl)
         ctl.cycle()
         time.sleep(0.15)
 
