@@ -166,8 +166,7 @@ class Releaser:
         it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
         if not leaving:
             return False
-        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
-        free = [c for c in leaving if not still_reserved(c, pods, self._look_up_pod)]
+        free = self._unheld(leaving, snapshot)
         if not free:
             return False
         by_node = ledger_keys(snapshot, {str(c["metadata"].get("uid")) for c in free})
@@ -192,6 +191,21 @@ class Releaser:
             ready,
         )
         return bool(by_node) or any(done)
+
+    def _unheld(self, claims: list[Obj], snapshot: v1inputs.Snapshot) -> list[Obj]:
+        """The claims no pod holds any more (`still_reserved`). A claim whose pod could not be
+        looked up (the API server answered 429 or 5xx, or timed out) is held for now: it waits
+        for the next cycle, said as a fault on it; the others go on."""
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        free = []
+        for claim in claims:
+            what = f"{v1inputs.claim_ref(claim)}: looking up the pods it is reserved for"
+            held = self._writes.confined(
+                what, [claim], still_reserved, claim, pods, self._look_up_pod
+            )
+            if held is False:
+                free.append(claim)
+        return free
 
     def _look_up_pod(self, namespace: str, name: str) -> Obj | None:
         """A pod the cache does not know, read from the API server (None: not found)."""
