@@ -8,7 +8,8 @@ the informers, each question answered by one part (`controller.cycle`):
    the truth: entries of claims that are gone, no longer allocated (the scheduler's PostFilter
    or the resourceclaim controller cleared them) or allocated elsewhere are removed; allocated
    claims missing from the ledger are written back (a restart, a lost write); a claim being
-   deleted loses our finalizer once nothing holds it. A deallocation of a claim this process
+   deleted loses our finalizer once nothing holds it; a claim of drasat's that no pod uses any
+   more is deallocated (`deallocation`). A deallocation by the scheduler of a claim this process
    wrote marks the node unsuitable for the claim's pods for `unsuitable_ttl_s`, with the
    scheduler's reason; then `repairing`: claims whose statuses name one device;
 2. gathers the pending pods with unallocated claims of ours (`wholegangs`: a gang's pods whole
@@ -39,6 +40,7 @@ alone.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +52,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, extended, nasnodes, taintrule, v1inputs
 from drasat.controller.cycle.allocating import Allocator, Solve
 from drasat.controller.cycle.allocationwrites import AllocationWriter
+from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.gates import Gates
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
@@ -107,6 +110,10 @@ class V1Config:
     #: The drivers whose DeviceClasses drasat allocates (`controller.drivers`): its own, NVIDIA's
     #: gpu.nvidia.com, or both. A node of NVIDIA's keeps its ledger in the claims' statuses.
     drivers: tuple[str, ...] = (DRIVER_NAME,)
+    #: Who deallocates a claim no pod uses any more: "drasat" (the settle) or, measured beside
+    #: it only (bench/deallocation.py), "resourceclaim-controller": drasat carries upstream's
+    #: finalizer and kube-controller-manager deallocates when `reservedFor` empties.
+    deallocation: str = os.environ.get("DRASAT_DEALLOCATION_BY", "drasat")
 
 
 class V1Controller:
@@ -184,12 +191,16 @@ class V1Controller:
                              writes=self.writes, own=self.own_writes, metrics=self.metrics,
                              attempts=config.nas_attempts)  # fmt: skip
         self.gates = Gates(self.api, writes=self.writes, metrics=self.metrics)
-        self.gangs = WholeGangs(recorder=self.recorder, gates=self.gates)
+        self.deallocator = Deallocator(self.api, writes=self.writes, ledger=self.ledger,
+                                       own=self.own_writes, metrics=self.metrics)  # fmt: skip
+        self.gangs = WholeGangs(recorder=self.recorder, gates=self.gates, writes=self.writes,
+                                deallocator=self.deallocator)  # fmt: skip
         #: pod key -> the last explanation (what `drasat explain` would print).
         self.explanations: dict[str, str] = {}
         writer = AllocationWriter(self.api, writes=self.writes, ledger=self.ledger,
                                   own=self.own_writes, gates=self.gates, claims=self.claims,
-                                  metrics=self.metrics, explanations=self.explanations)  # fmt: skip
+                                  metrics=self.metrics, explanations=self.explanations,
+                                  upstream_finalizer=config.deallocation != "drasat")  # fmt: skip
         self.allocator = Allocator(
             mode=config.mode, time_limit_s=config.time_limit_s, batch_max=config.batch_max,
             policy=self._policy, policy_source=config.policy_source,
@@ -201,6 +212,8 @@ class V1Controller:
         self.solver_cache = self.allocator.solver_cache
         self.releaser = Releaser(self.api, writes=self.writes, ledger=self.ledger,
                                  own=self.own_writes, ledgers=self._ledgers, metrics=self.metrics,
+                                 deallocator=self.deallocator,
+                                 deallocates=config.deallocation == "drasat",
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
                                  clock=self._clock)  # fmt: skip
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
@@ -285,7 +298,10 @@ class V1Controller:
 
     # One cycle.
     def snapshot(self) -> v1inputs.Snapshot:
-        claims = {informer.key_of(c): c for c in self.claims.items()}
+        # This process's deallocations count before the informer delivers them.
+        cached = self.claims.items()
+        self.own_writes.forget_claims({str(c["metadata"].get("uid")) for c in cached})
+        claims = {informer.key_of(c): self.own_writes.claim_over(c) for c in cached}
         parsed = {}
         for obj in self.nas.items():
             found = self._parsed_nas.parse(self.own_writes.nas_over(obj))

@@ -31,6 +31,11 @@ from drasat.v1 import results
 log = logging.getLogger(__name__)
 
 
+#: The finalizer kube-scheduler adds before it allocates a claim: the resourceclaim controller
+#: clears the allocation of a claim carrying it when its `reservedFor` empties.
+UPSTREAM_FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
 class LedgerConflict(errors.Conflict):
     """A device the solver chose is held by another claim (the fresh NAS or a claim's status)."""
 
@@ -64,6 +69,7 @@ class AllocationWriter:
         claims: informer.Informer,
         metrics: Metrics,
         explanations: dict[str, str],
+        upstream_finalizer: bool = False,
     ) -> None:
         self.api = api
         self._writes = writes
@@ -75,6 +81,7 @@ class AllocationWriter:
         self._metrics = metrics
         #: Each refused pod's explanation: a pod's goes once its claims are written.
         self._explanations = explanations
+        self._upstream_finalizer = upstream_finalizer
 
     def write(
         self,
@@ -191,7 +198,8 @@ class AllocationWriter:
         parsed = snapshot.nas.get(node)
         if parsed is None:
             return
-        for claim in self._claims.items():
+        for cached in self._claims.items():
+            claim = self._own.claim_over(cached)  # our deallocations count from their write
             if snapshot.claims.get(informer.key_of(claim)) is claim:
                 continue  # unchanged: the solve counted it
             if claim["metadata"].get("uid") in uids or v1inputs.allocated_node(claim) != node:
@@ -213,13 +221,16 @@ class AllocationWriter:
         status: kube-scheduler reads the claim once it is allocated (PreBind reserves it,
         PostFilter may give it back) and a claim changed after that meets its write with a 409,
         which it does not retry before its next attempt of the pod."""
-        if allocation.has_finalizer(claim):
+        wanted = allocation.finalizers_with(claim)
+        if self._upstream_finalizer and UPSTREAM_FINALIZER not in wanted:
+            wanted.append(UPSTREAM_FINALIZER)
+        if wanted == list(claim["metadata"].get("finalizers") or []):
             return claim
         self._writes.guard()
         meta = claim["metadata"]
         patch = {
             "metadata": {
-                "finalizers": allocation.finalizers_with(claim),
+                "finalizers": wanted,
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }
