@@ -167,7 +167,9 @@ class V1Controller:
 
         self.claims = make(r.RESOURCE_CLAIMS_V1)
         self.classes = make(r.DEVICE_CLASSES_V1)
-        self.pods = make(r.PODS)
+        self.pods = informer.Informer(
+            api, r.PODS, handler=self._on_pod_event, watch_timeout_s=timeout
+        )
         self.nodes = make(r.NODES)
         self.nas = make(r.NAS, namespace=self.config.namespace)
         #: What the nodes publish: the devices this controller allocates (every driver's
@@ -252,6 +254,11 @@ class V1Controller:
     @property
     def ready(self) -> bool:
         return all(inf.synced for inf in self._informers)
+
+    def _on_pod_event(self, kind: str, obj: Obj) -> None:
+        if kind == "DELETED":
+            self.releaser.pod_deleted(obj)
+        self._on_event(kind, obj)
 
     def _on_event(self, kind: str, obj: Obj) -> None:
         if not self._wake.is_set():

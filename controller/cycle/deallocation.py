@@ -2,7 +2,9 @@
 controller when its last consumer goes, kube-scheduler's PostFilter): `status.allocation` cleared
 with `reservedFor` and the devices' status, in one status write with the claim's resourceVersion
 as precondition, so a pod reserved for it meanwhile (the write answers 409) keeps it; then its
-ledger entries leave the node's NAS, then drasat's finalizer leaves the claim.
+ledger entries leave the node's NAS. drasat's finalizer leaves the claim at a later settle
+(`drop_finalizer`, off the path of the pod waiting for the devices), unless a pod names it
+again (then it is allocated again soon, finalizer and all).
 
 The order is the allocation's in reverse: the status first, since it is the truth (a crash after
 it leaves ledger entries of an unallocated claim, which the next settle removes; never a free
@@ -46,8 +48,8 @@ class Deallocator:
         self._metrics = metrics
 
     def deallocate(self, claim: Obj, still_unused: StillUnused, why: str) -> bool:
-        """Clear the claim's allocation, then its ledger entries and our finalizer; True when
-        this call cleared it. A claim that changed since `claim` was read is read again and
+        """Clear the claim's allocation, then its ledger entries; True when this call cleared
+        it. A claim that changed since `claim` was read is read again and
         cleared only if `still_unused` says so of the fresh copy; a claim another writer keeps
         changing is left to the next cycle (Conflict)."""
         meta = claim["metadata"]
@@ -87,7 +89,6 @@ class Deallocator:
             keys |= set(entries.ledger) if entries is not None else set()
             if keys:
                 self._ledger.remove(node, keys)
-        self.drop_finalizer(written)
         return True
 
     def drop_finalizer(self, claim: Obj) -> bool:

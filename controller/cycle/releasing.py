@@ -13,7 +13,9 @@
   deallocated (`deallocation.Deallocator`): a standalone claim whose last pod finished or left,
   a claim whose pod was deleted before it was bound, a claim left on a drained node whose next
   pod cannot go there. As the resourceclaim controller does for kube-scheduler's claims, but
-  from the state, not from the moment `reservedFor` empties: a restarted controller finds them.
+  from the state, not from the moment `reservedFor` empties: a restarted controller finds them;
+- a claim not allocated that no pod names and no ledger entry holds loses our finalizer (after
+  a deallocation, off the path of the pods waiting for its devices).
 
 A node of another driver (NVIDIA's) keeps no NAS: its ledger is the claims' statuses, and only
 this process's memory of what it allocated there is settled.
@@ -22,7 +24,7 @@ this process's memory of what it allocated there is settled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 from drasat.api import nodefit
 from drasat.api.nas import AllocatedDevices
@@ -37,6 +39,9 @@ from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 
 log = logging.getLogger(__name__)
+
+#: How many deleted pods' uids `Releaser.gone` keeps (the resourceclaim controller keeps 500).
+GONE_KEPT = 1000
 
 
 class Releaser:
@@ -69,6 +74,15 @@ class Releaser:
         self._clock = clock
         #: pod key -> node -> (until, reason).
         self.unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
+        #: The uids of the last pods the informer saw deleted (`pod_deleted`), oldest first.
+        self.gone: dict[str, None] = {}
+
+    def pod_deleted(self, pod: Obj) -> None:
+        """Remember a pod the informer saw deleted: a reservation of it holds nothing, and
+        needs no lookup (`still_reserved`). The last `GONE_KEPT` are kept."""
+        self.gone[str(pod["metadata"].get("uid"))] = None
+        while len(self.gone) > GONE_KEPT:
+            del self.gone[next(iter(self.gone))]
 
     def unsuitable_now(self) -> dict[str, dict[str, str]]:
         """pod key -> node -> why, for the nodes still unsuitable for the pod (the others are
@@ -106,7 +120,22 @@ class Releaser:
         changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
         if self._deallocates:
             changed |= self._deallocate_unused(snapshot)
+        self._drop_unneeded_finalizers(snapshot)
         return changed
+
+    def _drop_unneeded_finalizers(self, snapshot: v1inputs.Snapshot) -> None:
+        """Our finalizer off the claims that need it no more (`finalizer_unneeded`), side by
+        side. Nothing waits for these writes: the next cycles need not run for them."""
+        users = claim_users(snapshot.pods)
+        held = {e.claimInfo.uid for p in snapshot.nas.values() if not p.from_statuses
+                for e in p.node.nas.allocatedClaims.values()}  # fmt: skip
+        found = [c for c in snapshot.claims.values() if finalizer_unneeded(c, users, held)]
+        self._writes.in_parallel(
+            lambda claim: self._writes.confined(
+                v1inputs.claim_ref(claim), [claim], self._deallocator.drop_finalizer, claim
+            ),
+            found,
+        )
 
     def _deallocate_unused(self, snapshot: v1inputs.Snapshot) -> bool:
         """Deallocate the claims of drasat's that no pod uses any more (`unused`), side by side;
@@ -121,7 +150,7 @@ class Releaser:
         def still_unused(claim: Obj) -> bool:
             mine = users.get(v1inputs.claim_ref(claim), [])
             return deallocates(claim, snapshot.classes) and unused(
-                claim, mine, snapshot.nodes, pods, self._look_up_pod
+                claim, mine, snapshot.nodes, pods, self._look_up_pod, self.gone
             )
 
         found = []
@@ -252,7 +281,7 @@ class Releaser:
         for claim in claims:
             what = f"{v1inputs.claim_ref(claim)}: looking up the pods it is reserved for"
             held = self._writes.confined(
-                what, [claim], still_reserved, claim, pods, self._look_up_pod
+                what, [claim], still_reserved, claim, pods, self._look_up_pod, self.gone
             )
             if held is False:
                 free.append(claim)
@@ -331,18 +360,25 @@ def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Ob
 
 
 def still_reserved(
-    claim: Obj, pods: Mapping[str, Obj], look_up: Callable[[str, str], Obj | None]
+    claim: Obj,
+    pods: Mapping[str, Obj],
+    look_up: Callable[[str, str], Obj | None],
+    gone: Container[str] = frozenset(),
 ) -> bool:
     """Whether a pod still holds the claim. A reservation of a pod that is gone (or finished,
     or deleted before it was bound) holds nothing, as the resourceclaim controller decides
     before it clears `reservedFor`: the devices need not wait for that write. A pod the cache
     does not know is looked up (`look_up(namespace, name)`, None: not found; it may be newer
-    than the cache). `pods`: the cycle's pods by uid, built once for all the claims leaving."""
+    than the cache), unless the informer saw it deleted (`gone`: uids; the resourceclaim
+    controller keeps the same memory to spare that request). `pods`: the cycle's pods by uid,
+    built once for all the claims."""
     meta = claim["metadata"]
     for ref in (claim.get("status") or {}).get("reservedFor") or []:
         if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
             return True  # another kind of consumer: only its owner knows
         pod = pods.get(str(ref.get("uid")))
+        if pod is None and str(ref.get("uid")) in gone:
+            continue
         if pod is None:
             pod = look_up(meta["namespace"], ref.get("name", ""))
             if pod is None:
@@ -368,6 +404,19 @@ def deallocates(claim: Obj, classes: Mapping[str, Obj]) -> bool:
     if allocation.has_finalizer(claim):
         return True
     return not v1inputs.names_our_driver(claim) and v1inputs.allocates(claim, classes)
+
+
+def finalizer_unneeded(claim: Obj, users: Mapping[str, list[Obj]], held: Container[str]) -> bool:
+    """Whether the claim carries our finalizer for nothing: not allocated, not being deleted
+    (then it is released), named by no pod that is not done (`claim_users`: that pod's claim
+    is allocated again soon, and would need the finalizer again), and no ledger entry of it
+    left (`held`: the uids the NASes hold; the finalizer keeps the claim until they go)."""
+    if not allocation.has_finalizer(claim) or v1inputs.is_allocated(claim):
+        return False
+    meta = claim["metadata"]
+    if meta.get("deletionTimestamp") or str(meta.get("uid")) in held:
+        return False
+    return not users.get(v1inputs.claim_ref(claim))
 
 
 def claim_users(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
@@ -396,6 +445,7 @@ def unused(
     nodes: Mapping[str, Obj],
     pods: Mapping[str, Obj],
     look_up: Callable[[str, str], Obj | None],
+    gone: Container[str] = frozenset(),
 ) -> bool:
     """Whether no pod uses the allocated claim any more, nor will where it is allocated:
 
@@ -408,8 +458,9 @@ def unused(
       claim it was allocated for, but not on a drained node, where it would wait for ever.
 
     A claim allocated for a pending pod that kube-scheduler has not reserved it for yet is in
-    use. `pods`: the cycle's pods by uid; `look_up`: a pod the cache does not know."""
-    if still_reserved(claim, pods, look_up):
+    use. `pods`: the cycle's pods by uid; `look_up`, `gone`: a pod the cache does not know
+    (`still_reserved`)."""
+    if still_reserved(claim, pods, look_up, gone):
         return False
     name = v1inputs.allocated_node(claim)
     node = nodes.get(name) if name else None

@@ -113,9 +113,9 @@ def _reserve(api: FakeApi, claim: str, pod: Obj) -> None:
 def test_a_failed_lookup_of_a_departed_pod_delays_only_its_claim(
     api: FakeApi, controller: V1Controller, error: str
 ) -> None:
-    """Two claims being deleted, each reserved for a pod that is gone from the cache: the
-    lookup of one pod fails. That claim waits for the next cycle; the other is released in this
-    one."""
+    """Two claims being deleted, their pods gone: one was deleted before the controller
+    started (its cache never had it, so it is looked up), and that lookup fails. That claim
+    waits for the next cycle; the other is released in this one."""
     _node(api, "n1", 2)  # type: ignore[arg-type]
     pods = {}
     for i in (1, 2):
@@ -123,10 +123,12 @@ def test_a_failed_lookup_of_a_departed_pod_delays_only_its_claim(
         pods[i] = _pod(api, f"p{i}", f"c{i}")
     assert _cycles_until(controller, lambda: all(
         v1inputs.is_allocated(_get(api, f"c{i}") or {}) for i in (1, 2)))  # fmt: skip
-    for i in (1, 2):
-        _reserve(api, f"c{i}", pods[i])
+    # c1's pod went before this controller started: a pod its cache never had.
+    ghost = {"metadata": {"name": "ghost", "uid": "u-ghost"}}
+    for i, pod in ((1, ghost), (2, pods[2])):
+        _reserve(api, f"c{i}", pod)
         api.delete(r.RESOURCE_CLAIMS_V1, f"c{i}", namespace="default")
-    api.fail("get", "pods", ERRORS[error]("get pods p1"), name="p1")
+    api.fail("get", "pods", ERRORS[error]("get pods ghost"), name="ghost")
     for i in (1, 2):
         api.delete(r.PODS, f"p{i}", namespace="default")
     assert _cycles_until(controller, lambda: _get(api, "c2") is None)
