@@ -179,6 +179,10 @@ class V1Controller:
         self._informers = [
             self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
         ]  # fmt: skip
+        if DRIVER_NAME not in self.config.drivers:
+            # Only other drivers' nodes (NVIDIA's): their ledger is the claims' statuses, and
+            # drasat's CRDs need not be installed. The NAS cache stays empty.
+            self._informers.remove(self.nas)
         self._parts(solve)
 
     def _parts(self, solve: Solve | None) -> None:
