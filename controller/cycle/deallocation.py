@@ -30,6 +30,13 @@ from drasat.kube.client import Api, Obj
 
 log = logging.getLogger(__name__)
 
+#: How many times a deallocation is tried on a fresh read before the next cycle. Its pod done,
+#: a claim left allocated is written by the resourceclaim controller over and over: it removes
+#: the done pod from `reservedFor` (`syncClaim`) and adds it again (`syncPod` reserves an
+#: allocated claim for a bound pod whatever its phase) until the claim is deallocated, so a
+#: write between two of its writes may take a few tries (seen on 1.37: 3 tries did not do).
+ATTEMPTS = 10
+
 #: Whether a claim (as the API server has it now) may still be deallocated: asked again of the
 #: fresh claim when the first write met a change (409).
 StillUnused = Callable[[Obj], bool]
@@ -56,7 +63,7 @@ class Deallocator:
         uid = str(meta.get("uid"))
         node = v1inputs.allocated_node(claim)
         entries = self._own.claims.get(uid)
-        for _ in range(3):
+        for _ in range(ATTEMPTS):
             if not v1inputs.is_allocated(claim):
                 return False
             status = {k: v for k, v in (claim.get("status") or {}).items()
