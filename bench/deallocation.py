@@ -1,11 +1,10 @@
 """Who gives an unused claim's devices back, measured on the real control plane:
 
-    python -m bench.deallocation [--kubeconfig K] [--rounds 10] [--down 5] [--out DIR]
-                                 [--ways drasat,resourceclaim-controller]
+    python -m bench.deallocation [--kubeconfig K] [--rounds 10] [--restarts 3] [--down 5]
+                                 [--out DIR]
 
 A fake node (a Node object, no kubelet) publishes one simulated T4 in drasat's ResourceSlice
-(`bench.kube_alloc`'s fleet) and drasat's controller allocates it (`bench.drasat_allocator`).
-Per way of deallocating, in the same run on the same node, one after the other:
+(`bench.kube_alloc`'s fleet) and drasat's controller allocates it (`bench.drasat_allocator`):
 
 - **ends**: a standalone claim `u` is allocated for pod `pu`, which kube-scheduler binds to the
   node (its PreBind reserves the claim); a second claim `w` with pod `pw` waits, the GPU being
@@ -17,12 +16,11 @@ Per way of deallocating, in the same run on the same node, one after the other:
   again `--down` seconds later: whether `u` was given back at all, `freed` from the pod's end,
   and `reused` from the controller's start.
 
-The ways: `drasat` (the controller's settle deallocates a claim no pod uses: `releasing.unused`)
-and `resourceclaim-controller` (the controller adds upstream's `resource.kubernetes.io/
-delete-protection` finalizer to the claims it allocates, and kube-controller-manager's
-resourceclaim controller clears the allocation when the claim's `reservedFor` empties; selected
-by the controller's `DRASAT_DEALLOCATION_BY` environment variable). Results go to `--out`
-(results.json); the command prints the table.
+drasat's controller deallocates a claim no pod uses (`controller.cycle.releasing.unused`). At
+commit 51b779e the controller could instead carry upstream's `resource.kubernetes.io/
+delete-protection` finalizer, leaving the deallocation to kube-controller-manager's resourceclaim
+controller: this bench measured both side by side there (docs/PERFORMANCE.md §5.8). Results go to
+`--out` (results.json); the command prints the table.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ from drasat.api.groups import SCHEDULING_GATE
 Obj = dict[str, Any]
 RESOURCE = ("resource.k8s.io", "v1")
 NAMESPACE = "drasat"
-WAYS = ("drasat", "resourceclaim-controller")
 ENDINGS = ("finished", "deleted")
 
 
@@ -183,11 +180,17 @@ def restart(
         handle.process.wait(timeout=30)
         started = time.monotonic()
         cluster.end(pu, "finished")
-        time.sleep(down)
-        freed_down = not cluster.allocated(u)
+        freed_at = None
+        while time.monotonic() < started + down:
+            if freed_at is None and not cluster.allocated(u):
+                freed_at = time.monotonic()
+            time.sleep(0.02)
+        freed_down = freed_at is not None
         handle = drasat_allocator.restart(handle)
         up = time.monotonic()
-        freed = wait(lambda u=u: not cluster.allocated(u), 120, f"{u} freed") - started
+        if freed_at is None:
+            freed_at = wait(lambda u=u: not cluster.allocated(u), 120, f"{u} freed")
+        freed = freed_at - started
         reused = wait(lambda w=w: cluster.allocated(w), 120, f"{w} allocated") - up
         kube_alloc.say(
             f"  restart {i + 1}/{rounds}: freed while down {freed_down}, freed "
@@ -201,7 +204,6 @@ def restart(
 
 
 def run_way(kubeconfig: pathlib.Path, way: str, args: argparse.Namespace) -> Obj:
-    os.environ["DRASAT_DEALLOCATION_BY"] = way
     kube_alloc.say(f"way {way}")
     handle = drasat_allocator.start(kubeconfig, NAMESPACE)
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
@@ -215,7 +217,6 @@ def run_way(kubeconfig: pathlib.Path, way: str, args: argparse.Namespace) -> Obj
     finally:
         handle.stop()
         api.close()
-        os.environ.pop("DRASAT_DEALLOCATION_BY", None)
 
 
 def summary(results: Obj) -> str:
@@ -259,7 +260,7 @@ def bench(args: argparse.Namespace) -> Obj:
             with kube_alloc._device_classes(api):
                 kube_alloc.create_fleet(api, [node], workers=1)
                 try:
-                    ways = [run_way(kubeconfig, way, args) for way in args.ways]
+                    ways = [run_way(kubeconfig, "drasat", args)]
                 finally:
                     kube_alloc.delete_fleet(api, [node])
         finally:
@@ -290,7 +291,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=10, help="rounds per ending (10)")
     parser.add_argument("--restarts", type=int, default=3, help="restart rounds per way (3)")
     parser.add_argument("--down", type=float, default=5.0, help="seconds the controller is down")
-    parser.add_argument("--ways", type=lambda v: v.split(","), default=list(WAYS))
     parser.add_argument("--out", type=pathlib.Path, help="where results.json goes")
     return parser.parse_args(argv)
 

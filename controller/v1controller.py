@@ -40,7 +40,6 @@ alone.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -110,10 +109,6 @@ class V1Config:
     #: The drivers whose DeviceClasses drasat allocates (`controller.drivers`): its own, NVIDIA's
     #: gpu.nvidia.com, or both. A node of NVIDIA's keeps its ledger in the claims' statuses.
     drivers: tuple[str, ...] = (DRIVER_NAME,)
-    #: Who deallocates a claim no pod uses any more: "drasat" (the settle) or, measured beside
-    #: it only (bench/deallocation.py), "resourceclaim-controller": drasat carries upstream's
-    #: finalizer and kube-controller-manager deallocates when `reservedFor` empties.
-    deallocation: str = os.environ.get("DRASAT_DEALLOCATION_BY", "drasat")
 
 
 class V1Controller:
@@ -205,8 +200,7 @@ class V1Controller:
         self.explanations: dict[str, str] = {}
         writer = AllocationWriter(self.api, writes=self.writes, ledger=self.ledger,
                                   own=self.own_writes, gates=self.gates, claims=self.claims,
-                                  metrics=self.metrics, explanations=self.explanations,
-                                  upstream_finalizer=config.deallocation != "drasat")  # fmt: skip
+                                  metrics=self.metrics, explanations=self.explanations)  # fmt: skip
         self.allocator = Allocator(
             mode=config.mode, time_limit_s=config.time_limit_s, batch_max=config.batch_max,
             policy=self._policy, policy_source=config.policy_source,
@@ -219,7 +213,6 @@ class V1Controller:
         self.releaser = Releaser(self.api, writes=self.writes, ledger=self.ledger,
                                  own=self.own_writes, ledgers=self._ledgers, metrics=self.metrics,
                                  deallocator=self.deallocator,
-                                 deallocates=config.deallocation == "drasat",
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
                                  clock=self._clock)  # fmt: skip
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,

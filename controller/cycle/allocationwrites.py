@@ -31,11 +31,6 @@ from drasat.v1 import results
 log = logging.getLogger(__name__)
 
 
-#: The finalizer kube-scheduler adds before it allocates a claim: the resourceclaim controller
-#: clears the allocation of a claim carrying it when its `reservedFor` empties.
-UPSTREAM_FINALIZER = "resource.kubernetes.io/delete-protection"
-
-
 class LedgerConflict(errors.Conflict):
     """A device the solver chose is held by another claim (the fresh NAS or a claim's status)."""
 
@@ -69,7 +64,6 @@ class AllocationWriter:
         claims: informer.Informer,
         metrics: Metrics,
         explanations: dict[str, str],
-        upstream_finalizer: bool = False,
     ) -> None:
         self.api = api
         self._writes = writes
@@ -81,7 +75,6 @@ class AllocationWriter:
         self._metrics = metrics
         #: Each refused pod's explanation: a pod's goes once its claims are written.
         self._explanations = explanations
-        self._upstream_finalizer = upstream_finalizer
 
     def write(
         self,
@@ -221,16 +214,13 @@ class AllocationWriter:
         status: kube-scheduler reads the claim once it is allocated (PreBind reserves it,
         PostFilter may give it back) and a claim changed after that meets its write with a 409,
         which it does not retry before its next attempt of the pod."""
-        wanted = allocation.finalizers_with(claim)
-        if self._upstream_finalizer and UPSTREAM_FINALIZER not in wanted:
-            wanted.append(UPSTREAM_FINALIZER)
-        if wanted == list(claim["metadata"].get("finalizers") or []):
+        if allocation.has_finalizer(claim):
             return claim
         self._writes.guard()
         meta = claim["metadata"]
         patch = {
             "metadata": {
-                "finalizers": wanted,
+                "finalizers": allocation.finalizers_with(claim),
                 "resourceVersion": meta.get("resourceVersion"),
             }
         }

@@ -57,7 +57,6 @@ class Releaser:
         ledgers: v1inputs.StatusLedgers,
         metrics: Metrics,
         deallocator: Deallocator,
-        deallocates: bool = True,
         unsuitable_ttl_s: float,
         clock: Callable[[], float],
     ) -> None:
@@ -66,7 +65,6 @@ class Releaser:
         self._ledger = ledger
         self._own = own
         self._deallocator = deallocator
-        self._deallocates = deallocates
         #: Claim statuses read as ledger entries (the cycle's, shared with the other parts).
         self._ledgers = ledgers
         self._metrics = metrics
@@ -118,8 +116,7 @@ class Releaser:
                 ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
         changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
-        if self._deallocates:
-            changed |= self._deallocate_unused(snapshot)
+        changed |= self._deallocate_unused(snapshot)
         self._drop_unneeded_finalizers(snapshot)
         return changed
 

@@ -311,3 +311,24 @@ def test_a_failed_deallocation_is_that_claims_alone(
     assert _allocated(api, "c1")
     api.failures.clear()
     assert _until(ctl, lambda: _given_back(api, "c1"))
+
+
+def test_a_claim_rewritten_under_the_deallocation_is_read_again_and_deallocated(
+    api: FakeApi, controller: Callable[[], V1Controller]
+) -> None:
+    """While a done pod's claim stays allocated, the resourceclaim controller removes the pod
+    from `reservedFor` and adds it again, over and over: the deallocation's writes meet 409s,
+    and each is tried again on a fresh read within the same cycle."""
+    from drasat.kube import errors
+
+    _node(api, "n1", 1)  # type: ignore[arg-type]
+    _claim(api, "c1")
+    _pod(api, "p1", "c1")
+    ctl = controller()
+    _placed(api, ctl, "c1", "p1")
+    _phase(api, "p1", "Succeeded")
+    api.fail("replace_status", "resourceclaims", errors.Conflict("rewritten", status=409),
+             name="c1", times=6)  # fmt: skip
+    assert _until(ctl, lambda: not _allocated(api, "c1"))
+    assert api.failures[0].hits == 6
+    assert ctl.metrics.faults.labels("SettleFailed")._value.get() == 0
