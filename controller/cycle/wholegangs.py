@@ -91,20 +91,22 @@ class WholeGangs:
     def roll_back(
         self,
         snapshot: v1inputs.Snapshot,
-        placed: Iterable[str],
         written: Mapping[str, str],
         by_key: Mapping[str, v1inputs.Pending],
     ) -> None:
-        """A gang whose pods this cycle placed (`placed`) were not all written (`written`: a
-        write refused, a ledger conflict) gives back what was: the claims of its pods written
-        this cycle and of its pods allocated before (`gates_held`), each deallocated
-        (`Deallocator`; those drasat allocated: `releasing.deallocates`). Their gates are all still
-        held, so no pod has used them; a claim some pod was reserved for meanwhile is kept. The
-        gang is placed again, whole, at a later cycle."""
-        tried = set(placed)
+        """A gang this cycle tried (`by_key`: its pods in the batch) whose pods were not all
+        written (`written`: a write refused, a ledger conflict, or the gang not placed while
+        some of its pods were allocated before, a crash between writes) gives back what was:
+        the claims of its pods written this cycle and of its pods allocated before
+        (`gates_held`), each deallocated (`Deallocator`; those drasat allocated:
+        `releasing.deallocates`). Their gates are all still held, so no pod has used them; a
+        claim some pod was reserved for meanwhile is kept. The gang is placed again, whole, at a
+        later cycle."""
         for name, gang in sorted(self.plan.gangs.items()):
-            if not any(k in tried for k in gang.pods) or all(k in written for k in gang.pods):
+            if not all(k in by_key for k in gang.pods) or all(k in written for k in gang.pods):
                 continue
+            if not any(k in written for k in gang.pods) and not self.plan.gates_held.get(name):
+                continue  # nothing was allocated: nothing to give back
             pods = [by_key[k].pod for k in gang.pods if k in written]
             pods += self.plan.gates_held.get(name, [])
             claims = _allocated_claims(snapshot, pods)
@@ -114,7 +116,7 @@ class WholeGangs:
                     snapshot.classes,
                 )  # fmt: skip
             failed = ", ".join(k for k in gang.pods if k not in written)
-            text = (f"gang {name}: the allocation of {failed} could not be written; the "
+            text = (f"gang {name}: {failed} could not be allocated or written; the "
                     "allocations of its other pods were given back: the gang is placed again "
                     "whole")  # fmt: skip
             for pod in [by_key[k].pod for k in gang.pods] + self.plan.gates_held.get(name, []):
