@@ -137,6 +137,31 @@ def test_a_failed_lookup_of_a_departed_pod_delays_only_its_claim(
     assert _cycles_until(controller, lambda: _get(api, "c1") is None)
 
 
+@pytest.mark.parametrize("error", sorted(ERRORS))
+def test_a_ledger_that_cannot_be_written_delays_only_its_nodes_claims(
+    api: FakeApi, controller: V1Controller, error: str
+) -> None:
+    """Two claims being deleted, one on each node, their pods gone: n1's NAS write fails. n2's
+    claim is released (its ledger entry out, our finalizer dropped) in the same cycle; n1's
+    keeps its entry and finalizer until the write goes."""
+    for node in ("n1", "n2"):
+        _node(api, node, 1)  # type: ignore[arg-type]
+    for i in (1, 2):
+        _claim(api, f"c{i}")
+        _pod(api, f"p{i}", f"c{i}")
+    assert _cycles_until(controller, lambda: all(
+        v1inputs.is_allocated(_get(api, f"c{i}") or {}) for i in (1, 2)))  # fmt: skip
+    on = {i: v1inputs.allocated_node(_get(api, f"c{i}") or {}) for i in (1, 2)}
+    api.fail("replace", "nodeallocationstates", ERRORS[error]("replace nas"), name=on[1])
+    for i in (1, 2):
+        api.delete(r.PODS, f"p{i}", namespace="default")
+        api.delete(r.RESOURCE_CLAIMS_V1, f"c{i}", namespace="default")
+    assert _cycles_until(controller, lambda: _get(api, "c2") is None)
+    assert _get(api, "c1") is not None, "released with its ledger entry left behind"
+    api.failures.clear()
+    assert _cycles_until(controller, lambda: _get(api, "c1") is None)
+
+
 # -- the gate lifts and the template keeper ------------------------------------------------------
 
 
