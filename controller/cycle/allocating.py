@@ -189,6 +189,7 @@ class Allocator:
                     if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
             by_node.setdefault(node, []).append(Placed(item, mine))
         written = self._writer.write(snapshot, by_node, self._gangs.plan.of_pod)
+        self._gangs.roll_back(snapshot, written, by_key)
         self._gangs.lift(written, by_key)
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
