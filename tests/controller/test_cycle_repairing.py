@@ -113,7 +113,11 @@ class Evictions:
         name = body["metadata"]["name"]
         self.asked.append(f"{namespace}/{name}")
         if name in self.refuse:
-            raise errors.Unavailable("429 TooManyRequests: budget", status=429)
+            raise errors.Unavailable(
+                "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                "disruption budget.",
+                status=429,
+            )
         self._api.delete(r.PODS, name, namespace=namespace)
         return body
 
