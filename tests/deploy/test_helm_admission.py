@@ -100,8 +100,10 @@ def test_policy_where_none_is_served_is_refused(render: Render) -> None:
     for version in ("1.34.0", "1.35.0"):
         guessed = render("controller.admission.mode=policy", kube_version=version)
         assert guessed.returncode != 0
-        assert f"rendered without the cluster's APIs (helm template) for Kubernetes v{version}: " \
+        assert (
+            f"rendered without the cluster's APIs (helm template) for Kubernetes v{version}: "
             "MutatingAdmissionPolicy v1 is served by default from 1.36 only" in guessed.stderr
+        )
     # ... where it is: v1, as asked; where told what is served, that
     forced = _render(render, "controller.admission.mode=policy", kube_version="1.36.0")
     assert _gate_objects(forced)["MutatingAdmissionPolicy"]["apiVersion"] == (

@@ -481,9 +481,10 @@ def test_rbac_can_be_left_to_the_operator(render: Render) -> None:
 def test_node_admission_policy_follows_the_cluster(render: Render) -> None:
     # a real install's discovery (kinds listed) without the kind; helm template before 1.30
     served_kinds = ["resource.k8s.io/v1/DeviceClass"]
-    assert "ValidatingAdmissionPolicy" not in render(
-        kube_version="1.34.0", api_versions=served_kinds
-    ).kinds()
+    assert (
+        "ValidatingAdmissionPolicy"
+        not in render(kube_version="1.34.0", api_versions=served_kinds).kinds()
+    )
     assert "ValidatingAdmissionPolicy" not in render(kube_version="1.29.0").kinds()
     # helm template from 1.30 on: GA there, so assumed (the security controls stay in a GitOps
     # render), and the NOTES say so
