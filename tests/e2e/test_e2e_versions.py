@@ -102,8 +102,7 @@ def test_two_pods_each_get_an_exclusive_gpu(setup: Installed) -> None:
             (claim,) = setup.allocated_by_drasat(namespace, pod)
             (result,) = results(claim)
             assert isinstance(names.parse(result["device"]), names.GpuName), result
-            assert not result.get("shareID"), result
-            devices.add(result["device"])
+            devices.add(result["device"])  # (a shareable GPU taken whole still has a shareID)
         assert len(devices) == 2
     finally:
         setup.delete_namespace(namespace)

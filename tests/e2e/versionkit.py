@@ -47,6 +47,8 @@ NODE = "gpu-node-1"
 FLEET = "4xA100-40GB,mig=3"
 GATE = "gpu.drasat.io/allocation"
 WEBHOOK_SECRET = "drasat-e2e-webhook-tls"
+#: A node label no node has: the chart's controller Deployment's pod is never scheduled.
+UNSCHEDULABLE = "drasat-e2e/no-such-node"
 #: The label of what a drain leaves (`kubectl drain --pod-selector=!drasat-e2e-keep`).
 KEEP = "drasat-e2e-keep"
 
@@ -132,10 +134,14 @@ class Installed:
         wait_for(running, timeout=timeout, what=f"{', '.join(pods)} Running\n{self.logs()}")
 
     def claims_of(self, namespace: str, pod: str) -> list[Obj]:
-        """The ResourceClaims of a pod (from its status), as the server has them."""
+        """The ResourceClaims of a pod, as the server has them."""
         custom = kubernetes.client.CustomObjectsApi(self.api)
-        statuses = self.pod(namespace, pod).status.resource_claim_statuses or []
-        names = [s.resource_claim_name for s in statuses if s.resource_claim_name]
+        held = self.pod(namespace, pod)
+        # a claim named in the spec, or the one made from a template (named in the status)
+        names = [c.resource_claim_name for c in held.spec.resource_claims or []
+                 if c.resource_claim_name]  # fmt: skip
+        names += [s.resource_claim_name for s in held.status.resource_claim_statuses or []
+                  if s.resource_claim_name]  # fmt: skip
         return [
             custom.get_namespaced_custom_object(
                 "resource.k8s.io", "v1", namespace, "resourceclaims", n
@@ -156,9 +162,10 @@ class Installed:
         claims = self.claims_of(namespace, pod)
         assert claims, f"{namespace}/{pod} has no claims"
         ledger = self.nas()["spec"].get("allocatedClaims") or {}
+        held = {entry["claimInfo"]["uid"] for entry in ledger.values()}  # one per request
         for claim in claims:
             assert claim["status"]["allocation"]["devices"]["results"], claim
-            assert claim["metadata"]["uid"] in ledger, (claim["metadata"]["name"], ledger)
+            assert claim["metadata"]["uid"] in held, (claim["metadata"]["name"], ledger)
         return claims
 
     def nas(self) -> Obj:
@@ -239,6 +246,10 @@ def _helm_install(setup: Installed) -> None:
         "--set", "image.tag=0.1.0",
         "--set", f"controller.admission.webhook.tls.secretName={WEBHOOK_SECRET}",
         "--set-file", f"controller.admission.webhook.tls.caBundle={ca}",
+        # The chart's controller pod stays unscheduled: no image runs here, and the fake
+        # runtime's pods have a made-up address (192.168.192.168) that the kubelet's HTTP probes
+        # would be sent to. (The DaemonSet selects GPU-labelled nodes: none here.)
+        "--set-string", f"controller.nodeSelector.{UNSCHEDULABLE}=true",
     ]  # fmt: skip
     done = subprocess.run(
         command, env=setup.env(), capture_output=True, text=True, timeout=180, check=False
@@ -302,6 +313,10 @@ def _start_controller(setup: Installed) -> None:
         [*args, "--metrics-address", "", "--kubeconfig", str(kubeconfig)], setup.controller_log
     )
     setup.processes.append(process)
+    drasatprocess.wait_started(
+        process, lambda: bool(start_line(setup.controller_log, "controller")),
+        setup.controller_log, "the controller",
+    )  # fmt: skip
     if webhook:
         drasatprocess.wait_started(
             process, lambda: _bound(setup.controller_log) != 0, setup.controller_log,
