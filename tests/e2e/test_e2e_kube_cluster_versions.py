@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import drasatprocess
 import kubernetes
@@ -72,16 +73,21 @@ def test_kube_cluster_up_version_gives_plugins_a_controller_can_allocate_on(vers
                 assert done.returncode == 0, done.stderr
             custom = kubernetes.client.CustomObjectsApi(api)
 
-            def nas() -> object:
+            def nas() -> dict[str, Any]:
                 try:
-                    return custom.get_namespaced_custom_object(
+                    found: dict[str, Any] = custom.get_namespaced_custom_object(
                         NAS_GROUP, VERSION, "drasat", "nodeallocationstates", "node-1"
                     )
                 except kubernetes.client.ApiException:
-                    return None
+                    return {}
+                return found
+
+            def ledger() -> dict[str, Any]:
+                held: dict[str, Any] = nas().get("spec", {}).get("allocatedClaims") or {}
+                return held
 
             wait_for(
-                lambda: (nas() or {}).get("status") == "Ready",  # type: ignore[attr-defined]
+                lambda: nas().get("status") == "Ready",
                 timeout=120,
                 what=f"node-1's NAS, Ready\n{plugin_log.read_text(errors='replace')[-3000:]}",
             )
@@ -90,6 +96,12 @@ def test_kube_cluster_up_version_gives_plugins_a_controller_can_allocate_on(vers
             controller = drasatprocess.run(
                 ["controller", "--kubeconfig", str(started.kubeconfig)], log
             )
+            # it reads the NAS and keeps its DeviceTaintRule where served before the pods come
+            # (no admission here gates them: kube-scheduler tries them at once)
+            drasatprocess.wait_started(
+                controller, lambda: "controller: " in log.read_text(errors="replace"), log,
+                "the controller",
+            )  # fmt: skip
             done = subprocess.run(
                 [kubectl_bin, "apply", "-f",
                  str(ROOT / "deploy/examples/v1-reference-cases/exclusive-gpus.yaml")],
@@ -106,8 +118,14 @@ def test_kube_cluster_up_version_gives_plugins_a_controller_can_allocate_on(vers
                 timeout=180,
                 what=f"the reference case's pods\n{log.read_text(errors='replace')[-3000:]}",
             )
-            ledger = (nas() or {})["spec"].get("allocatedClaims") or {}  # type: ignore[index]
-            assert len(ledger) == 2, ledger
+            # drasat's ledger holds both claims (its allocation, or where no gate and no taint
+            # kept kube-scheduler's allocator away, the one it recorded)
+            tail = log.read_text(errors="replace")[-3000:]
+            wait_for(
+                lambda: len(ledger()) == 2,
+                timeout=60,
+                what=f"both claims in drasat's ledger\n{tail}",
+            )
     finally:
         if controller is not None:
             drasatprocess.stop(controller)
