@@ -43,8 +43,9 @@ from drasat.testbed.controlplane.realkubelet import Kubelet
 Obj = dict[str, Any]
 NAMESPACE = "drasat"
 NODE = "gpu-node-1"
-#: Three whole GPUs and one in MIG mode: the reference cases, a share, nvidia.com/gpu pods.
-FLEET = "4xA100-40GB,mig=3"
+#: Eight whole GPUs and one in MIG mode: every workload of the test at once (the reference
+#: cases 3, shares 1 or, where the server drops them, 2, nvidia.com/gpu pods 3, MIG 1).
+FLEET = "9xA100-40GB,mig=8"
 GATE = "gpu.drasat.io/allocation"
 WEBHOOK_SECRET = "drasat-e2e-webhook-tls"
 #: A node label no node has: the chart's controller Deployment's pod is never scheduled.
@@ -175,12 +176,14 @@ class Installed:
         )
         return nas
 
-    def delete_namespace(self, namespace: str) -> None:
-        """Delete a workload's namespace and wait until drasat's ledger is empty again (its
+    def delete_namespace(self, namespace: str, *, wait: bool = True) -> None:
+        """Delete a workload's namespace; with `wait`, until drasat's ledger is empty again (its
         claims deallocated, their devices unprepared)."""
         core = kubernetes.client.CoreV1Api(self.api)
         with contextlib.suppress(kubernetes.client.ApiException):
             core.delete_namespace(namespace)
+        if not wait:
+            return
         wait_for(
             lambda: not self.nas()["spec"].get("allocatedClaims"),
             timeout=120,
