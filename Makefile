@@ -57,7 +57,8 @@ e2e-versions: $(STAMP)
 	DRASAT_KUBE_BIN_1_34="$$(scripts/kube-build 1.34 | tail -n 1)" \
 	DRASAT_KUBE_BIN_1_35="$$(scripts/kube-build 1.35 | tail -n 1)" \
 	DRASAT_KUBE_BIN_1_36="$$(scripts/kube-build 1.36 | tail -n 1)" \
-	DRASAT_E2E_VERSIONS=1.34,1.35,1.36,1.37 $(BIN)/pytest tests/e2e/test_e2e_versions.py
+	DRASAT_E2E_VERSIONS=1.34,1.35,1.36,1.37 $(BIN)/pytest tests/e2e/test_e2e_versions.py \
+	  tests/e2e/test_e2e_kube_cluster_versions.py
 
 ## oracle: the differential tests against upstream's allocator and CEL (drasat-oracle over
 ## k8s.io/dynamic-resource-allocation v0.37.2, built first into ~/.cache/drasat when missing);
