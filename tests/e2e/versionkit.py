@@ -106,12 +106,17 @@ class Installed:
         return "\n".join(parts)
 
     def pod_spec(self, kind: str) -> Obj:
-        (workload,) = [m for m in self.manifests if m["kind"] == kind]
+        """The pod spec of the chart's controller Deployment or node plugin DaemonSet."""
+        name = {"Deployment": "-controller", "DaemonSet": "-node-plugin"}[kind]
+        (workload,) = [
+            m for m in self.manifests
+            if m["kind"] == kind and m["metadata"]["name"].endswith(name)
+        ]  # fmt: skip
         spec: Obj = workload["spec"]["template"]["spec"]
         return spec
 
     def container(self, kind: str) -> Obj:
-        (found,) = self.pod_spec(kind)["containers"]
+        (found,) = [c for c in self.pod_spec(kind)["containers"] if c["name"] != "mps-host"]
         return dict(found)
 
     def admission(self) -> str:
