@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml setup.py
 # `make demo` installs just those (pip's progress shown), and uses the full venv where one is.
 DEMO_STAMP := $(VENV)/.installed-demo
 $(DEMO_STAMP): pyproject.toml setup.py
-	@echo "make demo: first run: installing drasat and its [demo] extra into $(VENV) (a minute or two on a fresh machine; later runs start at once)"
+	@echo "make demo: first run: installing drasat and its [demo] extra into $(VENV) (pip shows its progress below: a few minutes on a fresh machine; later runs start at once)"
 	$(PYTHON) -m venv $(VENV)
 	PYTHONWARNINGS='ignore:Editable installation:UserWarning' \
 	  $(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[demo]'
