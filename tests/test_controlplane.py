@@ -84,7 +84,7 @@ def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
     recorded = subprocess.Popen(["sleep", "60"])
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        started = realcluster._start_time(recorded.pid) or ""
+        started = realcluster.start_time(recorded.pid) or ""
         # The bystander's pid with another start time: a recycled pid, which must not be signalled.
         impostor = realcluster.Process("kube-scheduler", bystander.pid, "1", "")
         _record(tmp_path, [realcluster.Process("etcd", recorded.pid, started, ""), impostor])

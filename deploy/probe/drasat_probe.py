@@ -89,16 +89,17 @@ def _unescape(text: str) -> str:
     return text.encode().decode("unicode_escape") if "\\" in text else text
 
 
-def folder(path: Path, table: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """What a folder holds and where it comes from."""
-    view: dict[str, Any] = {"path": str(path), "present": path.is_dir()}
+def folder(root: Path, path: str, table: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """What the folder `path` holds and the mount it comes from (`root`: where / is)."""
+    real = root / path.lstrip("/")
+    view: dict[str, Any] = {"path": path, "present": real.is_dir()}
     if view["present"]:
         try:
-            view["entries"] = sorted(entry.name for entry in path.iterdir())
+            view["entries"] = sorted(entry.name for entry in real.iterdir())
         except OSError as error:
             view["entries"] = f"unreadable: {error.strerror}"
-        view["writable"] = os.access(path, os.W_OK)
-    view["mount"] = table.get(str(path))
+        view["writable"] = os.access(real, os.W_OK)
+    view["mount"] = table.get(path)
     return view
 
 
@@ -121,8 +122,8 @@ def view(root: Path = Path("/"), environ: dict[str, str] | None = None) -> dict[
         "hostname": socket.gethostname(),
         "devices": device_nodes(root / "dev"),
         "env": gpu_env(env),
-        "mpsPipeDirectory": folder(root / pipe.lstrip("/"), table) | {"path": pipe},
-        "shm": folder(root / "dev/shm", table) | {"path": "/dev/shm"},
+        "mpsPipeDirectory": folder(root, pipe, table),
+        "shm": folder(root, "/dev/shm", table),
         "driverMounts": driver,
     }
 

@@ -126,7 +126,7 @@ def free_port() -> int:
     raise ClusterError("no free loopback port")
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (field 22 of /proc/PID/stat); None once it has
     exited (gone, or a zombie not yet reaped)."""
     try:
@@ -150,7 +150,7 @@ class Process:
         child = _CHILDREN.get(self.pid)
         if child is not None and child.poll() is not None:
             return False
-        return _start_time(self.pid) == self.started
+        return start_time(self.pid) == self.started
 
 
 @dataclass
@@ -288,6 +288,25 @@ class Cluster:
             "-keyout", str(self.client_ca_key), "-out", str(self.client_ca_file),
             "-subj", "/CN=drasat-client-ca",
         )  # fmt: skip
+        self._write_kubelet_client_certificate()
+
+    def _write_kubelet_client_certificate(self) -> None:
+        """The API server's identity towards kubelets (`kubectl logs`, `exec`): a certificate
+        of the client CA, which a kubelet that checks its callers trusts."""
+        self.sign_client_certificate(
+            self.directory / "apiserver-kubelet-client.key",
+            self.directory / "apiserver-kubelet-client.crt",
+            user="kube-apiserver-kubelet-client",
+            group="system:masters",
+        )
+
+    def _kubelet_client_args(self) -> list[str]:
+        return [
+            f"--kubelet-client-certificate={self.directory / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={self.directory / 'apiserver-kubelet-client.key'}",
+            # A test node's address is the loopback; its name resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
 
     @property
     def client_ca_file(self) -> Path:
@@ -359,12 +378,17 @@ class Cluster:
                 start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
                 preexec_fn=sigterm_on_parent_death if self.die_with_parent else None,
             )
-        process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
+        process = Process(name, child.pid, start_time(child.pid) or "", str(log))
         self.commands[name] = (binary, args, wrapper, cwd)
         _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
+        self.record(process)
+        return process
+
+    def record(self, process: Process) -> None:
+        """Count a process started otherwise (not by `spawn`) as one of the cluster's: `stop`
+        (here or from another process, `scripts/kube-cluster down`) signals it."""
         self.processes.append(process)
         self._save()
-        return process
 
     def _start_etcd(self, deadline: float) -> None:
         client, peer = self.ports["etcd"], self.ports["etcd-peer"]
@@ -412,6 +436,7 @@ class Cluster:
             f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}",
             "--allow-privileged=true",
             "--profiling=false",
+            *self._kubelet_client_args(),
         ]
 
     def _start_apiserver(self, deadline: float) -> None:
