@@ -68,7 +68,7 @@ demo-containerd: $(STAMP)
 	DRASAT_RUNTIME_BIN="$$(scripts/runtime-build | tail -n 1)" \
 	DRASAT_IMAGES="$$(scripts/image-build | tail -n 1)" \
 	DRASAT_CHART=deploy/helm/drasat \
-	DRASAT_HELM="$$($(BIN)/python tests/helm_binary.py | head -n 1)" \
+	DRASAT_HELM="$$($(BIN)/python tests/helm_binary.py | sed -n 1p)" \
 	$(BIN)/drasat demo --kube-bin "$$(scripts/kube-build | tail -n 1)" --runtime containerd
 
 ## gpu-check: on a machine with NVIDIA GPUs, read-only: discovery through the real pynvml, the

@@ -139,3 +139,66 @@ def test_rules_are_checked() -> None:
     for bad in ("10.96.0.1:443", "10.96.0.1=127.0.0.1:1", "a:0=b:1", "a:1=b:x"):
         with pytest.raises(ValueError, match="not"):
             netforward.parse_rule(bad, inward=False)
+
+
+def _connect_through(proxy: Path, target: str) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(20)
+    client.connect(str(proxy))
+    client.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    answer = b""
+    while not answer.endswith(b"\r\n\r\n"):
+        answer += client.recv(1)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    return client
+
+
+@needs_root
+def test_the_proxy_connects_inside_the_node_whose_subnet_holds_the_address(
+    netns: str, tmp_path: Path
+) -> None:
+    # The node's address on a bridge of its namespace (as a node's cni0); its echo server there.
+    subprocess.run(
+        ["nsenter", f"--net={netns}", "--", "sh", "-c",
+         "ip link add n0 type bridge && ip addr add 10.244.7.1/24 dev n0 && ip link set n0 up"],
+        check=True,
+    )  # fmt: skip
+    server = subprocess.Popen(
+        ["nsenter", f"--net={netns}", "--", sys.executable, "-c",
+         ECHO.replace('"127.0.0.1"', '"10.244.7.1"'), "5555"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    nodes = tmp_path / "nodes"
+    (nodes / "node-7").mkdir(parents=True)
+    (nodes / "node-7" / "network.json").write_text(
+        f'{{"subnet": "10.244.7.0/24", "netns": "{netns}"}}'
+    )
+    sock = tmp_path / "egress.sock"
+    log = tmp_path / "proxy.log"
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "drasat.testbed.controlplane.netforward", "--proxy", str(sock),
+         "--nodes", str(nodes)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while "listening" not in log.read_text():
+            assert proxy.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        with _connect_through(sock, "10.244.7.1:5555") as client:  # inside the node
+            client.sendall(b"through the proxy\n")
+            assert client.makefile("rb").readline() == b"through the proxy\n"
+        port, served = _echo_here()
+        with _connect_through(sock, f"127.0.0.1:{port}") as client:  # no node's: here
+            client.sendall(b"here\n")
+            assert client.makefile("rb").readline() == b"here\n"
+        served.join(10)
+        assert netforward.node_netns(nodes, "10.244.8.1") is None
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        server.kill()
+        server.wait()

@@ -64,20 +64,18 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
             timeout=timeout,
             die_with_parent=True,
             root_ca_publisher=True,
+            egress_proxy=True,
             progress=lambda line: say(f"  {line}"),
         )
-        for index in range(1, NODES + 1):
-            say(f"== node-{index}: containerd and the kubelet (importing {len(archives)} images)")
-            nodes.append(
-                containerdnode.ContainerdKubelet.start_on_containerd(
-                    cluster,
-                    f"node-{index}",
-                    index=index,
-                    runtime_dir=runtime,
-                    images=tuple(archives),
-                    timeout=timeout,
-                )
-            )
+        say(f"== {NODES} nodes: real kubelets on containerd {containerdnode.CONTAINERD_VERSION}")
+        nodes = containerdnode.start_nodes(
+            cluster,
+            NODES,
+            images=tuple(archives),
+            runtime_dir=runtime,
+            timeout=timeout,
+            progress=lambda line: say(f"  {line}"),
+        )
         say(f"== installing drasat's chart (localhost/drasat:dev; {deployment.VALUES_NOTE})")
         deployment.install(cluster, nodes, timeout=timeout)
         say(f"   every node serves its GPUs ({deployment.DEFAULT_FLEET} each, simulated)")

@@ -240,10 +240,14 @@ def collect(
     for pod in (p for n in names for p in pods(cluster, n)):
         node = nodes[pod["spec"]["nodeName"]]
         statuses = {s["name"]: s for s in pod["status"].get("containerStatuses") or []}
+        # A claim the pod names directly, or the one made for it from a template.
         claim_names = {
             s["name"]: s.get("resourceClaimName", "")
             for s in pod["status"].get("resourceClaimStatuses") or []
         }
+        for ref in pod["spec"].get("resourceClaims") or []:
+            if ref.get("resourceClaimName"):
+                claim_names[ref["name"]] = ref["resourceClaimName"]
         for container in pod["spec"]["containers"]:
             claims = []
             for ref in container.get("resources", {}).get("claims") or []:

@@ -69,19 +69,14 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         timeout=300,
         die_with_parent=True,
         root_ca_publisher=True,
+        egress_proxy=True,
     )
     nodes: dict[str, containerdnode.ContainerdKubelet] = {}
     try:
-        for index in (1, 2):
-            node = containerdnode.ContainerdKubelet.start_on_containerd(
-                cluster,
-                f"node-{index}",
-                index=index,
-                runtime_dir=runtime,
-                images=tuple(archives),
-                timeout=300,
-            )
-            nodes[node.name] = node
+        started = containerdnode.start_nodes(
+            cluster, 2, images=tuple(archives), runtime_dir=runtime, timeout=300
+        )
+        nodes = {n.name: n for n in started}
         deployment.install(cluster, list(nodes.values()), chart=CHART, timeout=420)
         yield cluster, nodes
     except BaseException:

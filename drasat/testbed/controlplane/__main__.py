@@ -112,6 +112,7 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=progress,
         root_ca_publisher=args.kubelets > 0,
+        egress_proxy=args.runtime == "containerd",
     )
     if args.runtime == "containerd":
         return _up_on_containerd(started, args, progress)
@@ -204,18 +205,14 @@ def _up_on_containerd(started: realcluster.Cluster, args: argparse.Namespace, pr
     archives = _archives(args)
     if args.install:
         deployment.check_images(archives)
-    nodes: list[containerdnode.ContainerdKubelet] = []
     try:
-        for index in range(1, args.kubelets + 1):
-            name = f"node-{index}"
-            progress(f"kubelet {name} on containerd ({len(archives) + 1} images to import)")
-            node = containerdnode.ContainerdKubelet.start_on_containerd(
-                started, name, index=index, images=tuple(archives), timeout=args.timeout
-            )
-            nodes.append(node)
+        nodes = containerdnode.start_nodes(
+            started, args.kubelets, images=tuple(archives), timeout=args.timeout, progress=progress
+        )
+        for node in nodes:
             print(
-                f"kube-cluster: kubelet {name} Ready on containerd; its /run and /var/lib are "
-                f"{node.fs}/run and {node.fs}/var-lib",
+                f"kube-cluster: kubelet {node.name} Ready on containerd; its /run and /var/lib "
+                f"are {node.fs}/run and {node.fs}/var-lib",
                 file=sys.stderr,
             )
         if args.install:

@@ -27,6 +27,7 @@ trusted for its port.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import hashlib
@@ -37,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,14 @@ CRI_NAMESPACE = "k8s.io"
 READY_MARKER = "drasat-node-ready"
 CLONE_NEWPID = 0x20000000
 
+#: The bridge of the node's pods, made before the kubelet starts: its address is the Node's.
+BRIDGE = "cni0"
 #: `sh -c` script, the first process of the node's namespaces ($1: the node's folder, $2: the
-#: pause program): bind the node's folders and private copies of the kubelet's kernel settings,
-#: make / shared, bring up the loopback with the Service address, then become the pause program.
-_NODE_INIT = (
-    (
-        """set -e
-node=$1; pause=$2
+#: pause program, $3: the node's address/prefix): bind the node's folders and private copies of
+#: the kubelet's kernel settings, make / shared, bring up the loopback with the Service address
+#: and the pods' bridge with the node's address, then become the pause program.
+_NODE_INIT_TEMPLATE = """set -e
+node=$1; pause=$2; address=$3
 mount --bind "$node/fs/run" /run
 mount --bind "$node/fs/var-lib" /var/lib
 for tunable in TUNABLES; do
@@ -91,14 +93,18 @@ done
 mount --make-rshared /
 ip link set lo up
 ip addr add SERVICE/32 dev lo
+ip link add BRIDGE type bridge
+ip addr add "$address" dev BRIDGE
+ip link set BRIDGE up
 : > /run/READY
 exec "$pause"
 """
-    )
-    .replace("TUNABLES", " ".join(KERNEL_TUNABLES))
+_NODE_INIT = (
+    _NODE_INIT_TEMPLATE.replace("TUNABLES", " ".join(KERNEL_TUNABLES))
     .replace("SERVICE", SERVICE_ADDRESS)
+    .replace("READY", READY_MARKER)
+    .replace("BRIDGE", BRIDGE)
 )
-_NODE_INIT = _NODE_INIT.replace("READY", READY_MARKER)
 
 
 def default_runtime_dir() -> Path:
@@ -192,6 +198,60 @@ def import_into_running(cluster: Cluster, archives: list[Path]) -> list[str]:
     return [p.name.removeprefix("node-") for p in nodes]
 
 
+def start_nodes(
+    cluster: Cluster,
+    count: int,
+    *,
+    images: tuple[Path, ...] = (),
+    runtime_dir: Path | None = None,
+    timeout: float = 180.0,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> list[ContainerdKubelet]:
+    """Start `node-1` .. `node-<count>` one after another, then import the image archives into
+    all of them at once (the import, not the start, takes most of the time); stops the nodes
+    started if one fails."""
+    nodes: list[ContainerdKubelet] = []
+    try:
+        for index in range(1, count + 1):
+            progress(f"node-{index}: containerd and the kubelet")
+            nodes.append(
+                ContainerdKubelet.start_on_containerd(
+                    cluster, f"node-{index}", index=index, runtime_dir=runtime_dir, timeout=timeout
+                )
+            )
+        if images:
+            progress(f"importing {', '.join(a.name for a in images)} into every node")
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+                for done in [pool.submit(n.import_images, images) for n in nodes]:
+                    done.result()
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return nodes
+
+
+def ensure_egress_proxy(cluster: Cluster, timeout: float = 30.0) -> Process:
+    """The cluster's egress proxy (`netforward --proxy`), started if it does not run: the API
+    server's way to the nodes' kubelets and pods."""
+    running = [p for p in cluster.processes if p.name == "egress-proxy" and p.alive()]
+    if running:
+        return running[0]
+    (cluster.directory / "nodes").mkdir(parents=True, exist_ok=True)
+    args = [
+        "-m", "drasat.testbed.controlplane.netforward",
+        "--proxy", str(cluster.egress_proxy_socket), "--nodes", str(cluster.directory / "nodes"),
+    ]  # fmt: skip
+    proxy = cluster.spawn("egress-proxy", sys.executable, args)
+    deadline = time.monotonic() + timeout
+    log = Path(proxy.log)
+    while "listening" not in log.read_text(errors="replace"):
+        if not proxy.alive() or time.monotonic() > deadline:
+            raise ClusterError(f"the egress proxy did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proxy
+
+
 def remove_node_cgroups(cluster: Cluster) -> list[str]:
     """After the cluster stopped: remove its containerd nodes' cgroups; those left in use."""
     folder = cluster.directory / "nodes"
@@ -279,6 +339,12 @@ class ContainerdKubelet(Kubelet):
             )
         if shutil.which("nsenter") is None or shutil.which("unshare") is None:
             raise ClusterError("nsenter and unshare (util-linux) are needed for containerd nodes")
+        if not cluster.egress_proxy:
+            raise ClusterError(
+                "containerd nodes have networks of their own: start the cluster with "
+                "egress_proxy=True, so that the API server reaches their kubelets"
+            )
+        ensure_egress_proxy(cluster)
         node = cls(
             cluster=cluster,
             name=name,
@@ -319,6 +385,15 @@ class ContainerdKubelet(Kubelet):
         return Path(path)
 
     @property
+    def subnet(self) -> str:
+        """The node's pods' subnet; its first address is the node's own (the bridge's)."""
+        return f"10.244.{self.index}.0/24"
+
+    @property
+    def address(self) -> str:
+        return f"10.244.{self.index}.1"
+
+    @property
     def cgroup(self) -> str:
         return cgroup_root(self.cluster, self.name)
 
@@ -339,6 +414,8 @@ class ContainerdKubelet(Kubelet):
             # Each pod's cgroup under the node's own (kubelet's cgroupRoot is every pod's parent
             # when cgroupsPerQOS is off).
             cgroupRoot=self.cgroup,
+            # The API server reaches the port through the egress proxy, at the Node's address.
+            address=self.address,
             # The API server's calls (logs, exec) carry its client certificate.
             authentication={
                 "anonymous": {"enabled": False},
@@ -350,9 +427,7 @@ class ContainerdKubelet(Kubelet):
 
     def _kubelet_args(self) -> list[str]:
         args = [a for a in super()._kubelet_args() if not a.startswith("--root-dir=")]
-        # The Node's address is the loopback, where the API server reaches its port
-        # (`netforward --out`).
-        return [*args, "--root-dir=/var/lib/kubelet", "--node-ip=127.0.0.1"]
+        return [*args, "--root-dir=/var/lib/kubelet", f"--node-ip={self.address}"]
 
     def _containerd_config(self) -> str:
         sandbox = (self.runtime_dir / "pause.image").read_text().strip()
@@ -370,6 +445,9 @@ state = "/run/containerd"
 
 [plugins.'io.containerd.cri.v1.runtime']
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  # No container's oom_score_adj below containerd's own: lowering it needs CAP_SYS_RESOURCE,
+  # which some hosts (this project's among them) leave out of root's capabilities.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
@@ -395,7 +473,7 @@ state = "/run/containerd"
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": f"10.244.{self.index}.0/24"}]],
+                        "ranges": [[{"subnet": self.subnet, "gateway": self.address}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
                 }
@@ -436,7 +514,7 @@ state = "/run/containerd"
             "unshare", "--pid", "--fork", "--kill-child", "--mount", "--net",
             "--propagation", "slave", "--mount-proc", "--",
             "sh", "-c", _NODE_INIT, "drasat-node", str(self.root),
-            str(self.runtime_dir / "pause"),
+            str(self.runtime_dir / "pause"), f"{self.address}/24",
         ]  # fmt: skip
         if self.cluster.die_with_parent:
             # unshare blocks SIGTERM while it waits for its child: SIGKILL it, and its
@@ -469,17 +547,18 @@ state = "/run/containerd"
         # SIGTERM ends it, and with it every process of the node's PID namespace.
         self.node = Process(f"node-{self.name}", first, start_time(first) or "", str(log))
         self.cluster.record(self.node)
+        # What the egress proxy reads to reach the node's addresses (its kubelet, its pods).
+        network = {"subnet": self.subnet, "netns": f"/proc/{first}/ns/net"}
+        (self.root / "network.json").write_text(json.dumps(network) + "\n")
 
     def _start_forwarder(self, deadline: float) -> None:
         assert self.node is not None
         api = self.cluster.ports["apiserver"]
-        kubelet = self.ports["kubelet"]
         args = [
             "-m", "drasat.testbed.controlplane.netforward",
             "--netns", f"/proc/{self.node.pid}/ns/net",
             "--into", f"{SERVICE_ADDRESS}:{SERVICE_PORT}=127.0.0.1:{api}",
             "--into", f"127.0.0.1:{api}=127.0.0.1:{api}",
-            "--out", f"127.0.0.1:{kubelet}=127.0.0.1:{kubelet}",
         ]  # fmt: skip
         self.forwarder = self.cluster.spawn(
             f"netforward-{self.name}", sys.executable, args, cwd=self.root

@@ -1,19 +1,21 @@
-"""TCP forwarding between this machine's network namespace and a test node's own.
+"""TCP between this machine's network namespace and the test nodes' own, without touching the
+network configuration of either (no route, no NAT rule, no interface here).
 
-`python -m drasat.testbed.controlplane.netforward --netns /proc/PID/ns/net RULE...` listens and
-connects on both sides of the boundary from one process: a socket belongs to the network namespace
-its creator was in when it was made, so the process enters the node's namespace (setns) only to
-make that side's sockets, and returns. Rules:
+A socket belongs to the network namespace its creator was in when it was made: this process
+enters a node's namespace (setns) only to make that side's sockets, and returns. Two modes:
 
-- `--into ADDR:PORT=ADDR:PORT`: listen inside the node, connect out here (the API server, which
-  listens on this machine's loopback, for the node's kubelet, its host-network pods and, at the
-  `kubernetes` Service's address, its pods);
-- `--out ADDR:PORT=ADDR:PORT`: listen here, connect inside the node (the kubelet's port, for the
-  API server's `kubectl logs`/`exec`).
+- `--netns /proc/PID/ns/net RULE...`, one process per node, listens on both sides of its
+  boundary. `--into ADDR:PORT=ADDR:PORT` listens inside the node and connects out here (the API
+  server, which listens on this machine's loopback, for the node's kubelet and host-network pods,
+  and at the `kubernetes` Service's address for its pods); `--out` listens here and connects
+  inside the node.
+- `--proxy SOCKET --nodes DIR`, one process per cluster: an HTTP CONNECT proxy on a unix socket,
+  the API server's egress to the cluster (`--egress-selector-config-file`, as with Konnectivity):
+  `CONNECT ADDR:PORT` is connected inside the node whose subnet holds ADDR (its kubelet, its
+  pods), as `DIR/<node>/network.json` says, and here for any other address.
 
 Bytes are relayed as they come, each direction closed on its own (TLS runs end to end through
-it). Nothing is changed in either namespace's network configuration: no route, no NAT rule, no
-interface. Prints `listening` once every listener is bound, and runs until SIGTERM.
+it). Prints `listening` once every listener is bound, and runs until SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import ipaddress
+import json
 import os
 import signal
 import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
+DESCRIPTION = "TCP between this machine's network namespace and the test nodes' own."
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -74,6 +80,21 @@ class Namespaces:
             return make()
         finally:
             _setns(self.own)
+
+
+def in_netns(path: str, make: Callable[[], T]) -> T:
+    """`make()` run inside the network namespace at `path` (its sockets stay there)."""
+    target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _setns(target)
+        try:
+            return make()
+        finally:
+            _setns(own)
+    finally:
+        os.close(target)
+        os.close(own)
 
 
 def _listener(address: tuple[str, int]) -> socket.socket:
@@ -122,9 +143,64 @@ async def _serve(rule: Rule, spaces: Namespaces) -> asyncio.Server:
     return await asyncio.start_server(handle, sock=listening)
 
 
-async def run(rules: list[Rule], node_netns: str) -> None:
-    spaces = Namespaces(node_netns)
-    servers = [await _serve(rule, spaces) for rule in rules]
+def node_netns(nodes: Path, address: str) -> str | None:
+    """The network namespace of the node whose subnet holds `address` (the `network.json` of
+    each node's folder: `subnet`, `netns`), or None for this machine's."""
+    try:
+        wanted = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    for record in sorted(nodes.glob("*/network.json")):
+        try:
+            network = json.loads(record.read_text())
+            if wanted in ipaddress.ip_network(network["subnet"]):
+                return str(network["netns"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+async def _proxy(socket_path: str, nodes: Path) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = (await reader.readline()).decode(errors="replace").split()
+        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+            pass  # the request's headers
+        try:
+            if len(request) != 3 or request[0] != "CONNECT":
+                raise ValueError("not a CONNECT request")
+            host, port = _address(request[1].replace("[", "").replace("]", ""))
+        except ValueError:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            writer.close()
+            return
+        netns = node_netns(nodes, host)
+        sock = in_netns(netns, _tcp) if netns else _tcp()
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (host, port))
+        except OSError as error:
+            sock.close()
+            writer.write(f"HTTP/1.1 502 Bad Gateway\r\n\r\n{error}".encode())
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        far_reader, far_writer = await asyncio.open_connection(sock=sock)
+        await asyncio.gather(_relay(reader, far_writer), _relay(far_reader, writer))
+        for w in (writer, far_writer):
+            w.close()
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    return await asyncio.start_unix_server(handle, path=socket_path)
+
+
+def _tcp() -> socket.socket:
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+
+async def _until_stopped(servers: list[asyncio.Server]) -> None:
     print("listening", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -135,19 +211,35 @@ async def run(rules: list[Rule], node_netns: str) -> None:
         server.close()
 
 
+async def run(rules: list[Rule], node_netns: str) -> None:
+    spaces = Namespaces(node_netns)
+    await _until_stopped([await _serve(rule, spaces) for rule in rules])
+
+
+async def run_proxy(socket_path: str, nodes: Path) -> None:
+    await _until_stopped([await _proxy(socket_path, nodes)])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="netforward", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--netns", required=True, help="the node's network namespace (a path)")
+    parser = argparse.ArgumentParser(prog="netforward", description=DESCRIPTION)
+    parser.add_argument("--netns", help="the node's network namespace (a path)")
     parser.add_argument("--into", action="append", default=[], metavar="LISTEN=CONNECT")
     parser.add_argument("--out", action="append", default=[], metavar="LISTEN=CONNECT")
+    parser.add_argument("--proxy", metavar="SOCKET", help="serve HTTP CONNECT on this socket")
+    parser.add_argument("--nodes", type=Path, help="with --proxy: the nodes' folders")
     args = parser.parse_args(argv)
+    if bool(args.proxy) == bool(args.netns) or bool(args.proxy) != bool(args.nodes):
+        parser.error("give --netns with rules, or --proxy with --nodes")
     try:
         rules = [parse_rule(r, inward=True) for r in args.into]
         rules += [parse_rule(r, inward=False) for r in args.out]
     except ValueError as error:
         parser.error(str(error))
     try:
-        asyncio.run(run(rules, args.netns))
+        if args.proxy:
+            asyncio.run(run_proxy(args.proxy, args.nodes))
+        else:
+            asyncio.run(run(rules, args.netns))
     except OSError as error:
         print(f"netforward: {error}", file=sys.stderr)
         return 1

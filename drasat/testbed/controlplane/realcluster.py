@@ -49,12 +49,14 @@ def resource_versions(minor: int) -> tuple[str, ...]:
     return ("v1beta1", "v1beta2", "v1alpha3")
 
 
-#: The controllers that make the pods of Deployments, ReplicaSets, Jobs and StatefulSets.
+#: The controllers that make the pods of Deployments, ReplicaSets, Jobs, StatefulSets and
+#: DaemonSets (drasat's chart runs its node plugin as one).
 WORKLOAD_CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
     "job-controller",
     "statefulset-controller",
+    "daemonset-controller",
 )
 #: kube-controller-manager's controllers for fake nodes: claims from templates, the pods of the
 #: workloads users apply (Deployments through ReplicaSets, Jobs, StatefulSets), owner cascades,
@@ -161,6 +163,8 @@ class Cluster:
     bin_dir: Path
     url: str = ""
     root_ca_publisher: bool = False
+    #: The API server reaches nodes through the egress proxy (`egress_proxy_socket`).
+    egress_proxy: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     feature_gates: list[str] = field(default_factory=list)
@@ -198,8 +202,14 @@ class Cluster:
         progress: Callable[[str], None] = lambda _line: None,
         die_with_parent: bool = False,
         root_ca_publisher: bool = False,
+        egress_proxy: bool = False,
     ) -> Cluster:
         """Start all four components in a fresh `directory`; stop what started if one fails.
+
+        `egress_proxy`: the API server's connections to the cluster (kubelets, webhooks, pods)
+        go through an HTTP CONNECT proxy on `egress_proxy_socket`, as with Konnectivity: test
+        nodes whose network is a namespace of their own start one
+        (`containerdnode.ensure_egress_proxy`).
 
         `die_with_parent`: the kernel ends each component when the process that started it dies
         (a test run killed with SIGKILL leaves nothing behind); `scripts/kube-cluster up` leaves
@@ -214,6 +224,7 @@ class Cluster:
                     progress=progress,
                     die_with_parent=die_with_parent,
                     root_ca_publisher=root_ca_publisher,
+                    egress_proxy=egress_proxy,
                 )
             except ClusterError as error:
                 if "address already in use" not in str(error) or attempt + 1 == _START_ATTEMPTS:
@@ -231,6 +242,7 @@ class Cluster:
         progress: Callable[[str], None],
         die_with_parent: bool,
         root_ca_publisher: bool,
+        egress_proxy: bool = False,
     ) -> Cluster:
         folder = binaries.locate(bin_dir)
         if (directory / STATE_FILE).exists():
@@ -243,6 +255,7 @@ class Cluster:
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
         cluster.root_ca_publisher = root_ca_publisher
+        cluster.egress_proxy = egress_proxy
         cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
             name: free_port()
@@ -299,6 +312,32 @@ class Cluster:
             user="kube-apiserver-kubelet-client",
             group="system:masters",
         )
+
+    @property
+    def egress_proxy_socket(self) -> Path:
+        return self.directory / "egress.sock"
+
+    def _egress_args(self) -> list[str]:
+        """With `egress_proxy`: the EgressSelectorConfiguration sending the `cluster` egress
+        through the HTTP CONNECT proxy's unix socket."""
+        if not self.egress_proxy:
+            return []
+        config = {
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {
+                    "name": "cluster",
+                    "connection": {
+                        "proxyProtocol": "HTTPConnect",
+                        "transport": {"uds": {"udsName": str(self.egress_proxy_socket)}},
+                    },
+                }
+            ],
+        }
+        path = self.directory / "egress-selector.json"
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        return [f"--egress-selector-config-file={path}"]
 
     def _kubelet_client_args(self) -> list[str]:
         return [
@@ -437,6 +476,7 @@ class Cluster:
             "--allow-privileged=true",
             "--profiling=false",
             *self._kubelet_client_args(),
+            *self._egress_args(),
         ]
 
     def _start_apiserver(self, deadline: float) -> None:
@@ -520,6 +560,7 @@ class Cluster:
             "tokens": self.tokens,
             "feature_gates": self.feature_gates,
             "minor": self.minor,
+            "egress_proxy": self.egress_proxy,
             "processes": [asdict(p) for p in self.processes],
         }
         path = self.directory / STATE_FILE
@@ -541,6 +582,7 @@ class Cluster:
             tokens=state["tokens"],
             feature_gates=state["feature_gates"],
             minor=state.get("minor", 0),
+            egress_proxy=state.get("egress_proxy", False),
             processes=[Process(**p) for p in state["processes"]],
         )
 
