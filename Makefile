@@ -31,10 +31,13 @@ test: $(STAMP)
 	$(BIN)/python scripts/check.py
 
 ## e2e: the tests against the real control plane alone (etcd, kube-apiserver, kube-scheduler,
-## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing)
+## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing), the
+## containerd nodes' among them (the runtime and the images built first too)
 e2e: $(STAMP)
 	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" \
 	DRASAT_KUBE_CLASSIC_BIN="$$(scripts/kube-build classic | tail -n 1)" \
+	DRASAT_RUNTIME_BIN="$$(scripts/runtime-build | tail -n 1)" \
+	DRASAT_IMAGES="$$(scripts/image-build | tail -n 1)" \
 	$(BIN)/pytest tests/e2e tests/contract
 
 ## oracle: the differential tests against upstream's allocator and CEL (drasat-oracle over

@@ -152,7 +152,13 @@ class Process:
         child = _CHILDREN.get(self.pid)
         if child is not None and child.poll() is not None:
             return False
-        return start_time(self.pid) == self.started
+        if start_time(self.pid) == self.started:
+            return True
+        if child is not None:
+            # It exited between the two looks: reap it now, or it stays a zombie (and a zombie
+            # in a test node's PID namespace keeps the namespace's first process from exiting).
+            child.poll()
+        return False
 
 
 @dataclass
