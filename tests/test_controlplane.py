@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -158,3 +159,18 @@ def test_a_start_gives_up_after_its_attempts_and_other_errors_are_not_retried(
     with pytest.raises(realcluster.ClusterError, match="timed out"):
         realcluster.Cluster.start(directory=tmp_path)
     assert len(calls) == 1
+
+
+def test_a_child_seen_exited_between_the_two_looks_is_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alive() polls the child (still running), then reads its start time: a child that exits in
+    # between reads as gone (a zombie has none). It must be reaped then, or its zombie stays
+    # (in a containerd node's PID namespace it kept the node's first process from ever exiting).
+    cluster = realcluster.Cluster(directory=tmp_path, bin_dir=tmp_path)
+    (tmp_path / "logs").mkdir()
+    process = cluster.spawn("sleeper", sys.executable, ["-c", "import time; time.sleep(0.5)"])
+    child = realcluster._CHILDREN[process.pid]
+    monkeypatch.setattr(realcluster, "start_time", lambda _pid: None)  # as right after its exit
+    assert not process.alive()
+    assert child.returncode == 0  # reaped, not left a zombie

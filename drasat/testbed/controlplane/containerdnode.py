@@ -615,9 +615,20 @@ state = "/run/containerd"
         process left in its PID namespace (shims, containers); then the forwarder, and remove
         the node's cgroups."""
         super().stop()
-        for process in (self.node, self.forwarder):
-            if process is not None:
-                self.cluster.stop_process(process, signal.SIGTERM)
+        if self.node is not None and self.node.alive():
+            os.kill(self.node.pid, signal.SIGTERM)
+            # The kernel ends every process of the namespace and waits until each is reaped:
+            # bounded, so a process no one reaps shows as an error, not a hang.
+            deadline = time.monotonic() + 60
+            while self.node.alive():
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"node {self.name}: its first process (pid {self.node.pid}) did not end "
+                        "within 60 s of SIGTERM (a process of its namespace left unreaped?)"
+                    )
+                time.sleep(0.05)
+        if self.forwarder is not None:
+            self.cluster.stop_process(self.forwarder, signal.SIGTERM)
         if self._holder is not None:
             try:
                 self._holder.wait(timeout=15)

@@ -157,7 +157,9 @@ class Process:
         if child is not None:
             # It exited between the two looks: reap it now, or it stays a zombie (and a zombie
             # in a test node's PID namespace keeps the namespace's first process from exiting).
-            child.poll()
+            # A multithreaded one can be reaped only once its last thread is gone: wait for it.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
         return False
 
 
