@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import docs_commands as docs
-import fakedriver
 import helm_binary
 import pytest
 
 from drasat.cli import main
+from drasat.testbed import fakedriver
 
 ROOT = docs.ROOT
 ALL = docs.commands()
