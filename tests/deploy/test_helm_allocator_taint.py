@@ -66,14 +66,19 @@ def test_the_policy_guards_the_classes_of_the_drivers_drasat_allocates(render: R
 
 
 def test_no_policy_without_drasats_v1_controller_or_validating_policies(render: Render) -> None:
+    served = "resource.k8s.io/v1/DeviceClass"  # discovery known: the kinds listed are all served
     for rendered in (
         render("allocator=kube-scheduler", kube_version=V1, api_versions=[VAP]),
         render("nodeAdmissionPolicy.enabled=false", kube_version=V1, api_versions=[VAP]),
-        render(kube_version=V1),  # no ValidatingAdmissionPolicy served
+        render(kube_version=V1, api_versions=[served]),  # no ValidatingAdmissionPolicy served
         render(api_versions=[VAP]),  # classic DRA
     ):
         assert rendered.returncode == 0, rendered.stderr
         assert NAME not in [m["metadata"]["name"] for m in rendered.manifests]
+    # `helm template` without the cluster's kinds assumes what 1.37 serves: the policy is there
+    assumed = render(kube_version=V1)
+    assert assumed.returncode == 0, assumed.stderr
+    assert NAME in [m["metadata"]["name"] for m in assumed.manifests]
 
 
 # -- the policy's CEL against the controller's rule ------------------------------------------------
