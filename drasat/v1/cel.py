@@ -45,6 +45,8 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
+from drasat.v1 import celcheck
+
 Obj = dict[str, Any]
 
 #: Attributes that tell equal devices apart (drasat's and NVIDIA's names); an expression that
@@ -851,13 +853,6 @@ def _compile_error(error: Exception) -> str:
     return _one_line(text.partition(" (in activation")[0])
 
 
-#: The fields of `device` (k8s.io/dynamic-resource-allocation/cel); another is a compile error
-#: upstream (`undefined field 'x'`), which cel-python, untyped, does not see.
-_DEVICE_FIELDS = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
-_DEVICE_FIELD_RE = re.compile(r"\bdevice\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-_STRING_RE = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
-
-
 #: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
 #: so the claim is refused naming the expression instead of failing on every device.
 _UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
@@ -885,12 +880,11 @@ def compile_selector(expression: str) -> Selector:
         raise SelectorError(
             f"CEL expression {expression!r} does not compile: {_compile_error(error)}"
         ) from None
-    for match in _DEVICE_FIELD_RE.finditer(_STRING_RE.sub("''", expression)):
-        if match.group(1) not in _DEVICE_FIELDS:
-            raise SelectorError(
-                f"CEL expression {expression!r} does not compile: undefined field "
-                f"'{match.group(1)}'"
-            )
+    try:
+        # cel-python does not check types; the API server's cel-go does, and refuses the object.
+        celcheck.check(ast)
+    except celcheck.CheckError as error:
+        raise SelectorError(f"CEL expression {expression!r} does not compile: {error}") from None
     selector = Selector(expression, program, bool(_IDENTITY_RE.search(expression)))
     if len(_COMPILED) < 4096:
         _COMPILED[expression] = selector

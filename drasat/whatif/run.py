@@ -17,7 +17,7 @@ from drasat.api import groups
 from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, Problem, Solution, SolveParams
-from drasat.whatif import clusternodes, v1cluster, v1manifests, v1run
+from drasat.whatif import apivalidation, clusternodes, manifestindex, v1cluster, v1manifests, v1run
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ def read_inputs(
     if manifest_files and not files:
         # As `kubectl apply -f` says of an empty input ("no objects passed to apply").
         raise InputError("no objects (the manifests are empty)", where=", ".join(manifest_files))
+    for document in files:
+        _as_the_api_server_checks(document)
     if live is not None:
         nodes_of = [d for d in live if _describes_nodes(d)]
         rest = [d for d in live if not _describes_nodes(d)]
@@ -111,6 +113,22 @@ def read_inputs(
         manifests_embedded=not manifest_files,
         skip_unsupported=skip_unsupported,
     )
+
+
+def _as_the_api_server_checks(document: loading.Document) -> None:
+    """InputError for what `kubectl apply` of the document would be refused: a version or kind
+    Kubernetes does not serve, a pod's claims or extended resources it refuses."""
+    data = document.data
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return  # the envelope's own check names what is missing
+    problem = apivalidation.unserved(api_version, kind)
+    for spec, path in apivalidation.pod_specs(data) if problem is None else ():
+        problem = apivalidation.pod_spec_problem(spec, path)
+        if problem:
+            break
+    if problem:
+        raise InputError(problem, where=manifestindex.located(document, None))
 
 
 def _describes_nodes(document: loading.Document) -> bool:

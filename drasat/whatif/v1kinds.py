@@ -18,7 +18,15 @@ import copy
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta
@@ -124,8 +132,8 @@ class ExactDeviceRequest(Strict):
     deviceClassName: str = Field(min_length=1, max_length=limits.MAX_NAME)
     selectors: list[DeviceSelector] | None = Field(None, max_length=MAX_SELECTORS)
     allocationMode: AllocationMode | None = None
-    count: int | None = Field(None, ge=1, le=limits.MAX_DEVICES_PER_CLAIM)
-    adminAccess: bool | None = None
+    count: StrictInt | None = Field(None, ge=1)
+    adminAccess: StrictBool | None = None
     tolerations: list[Toleration] | None = Field(None, max_length=16)
     capacity: CapacityRequirements | None = None
 

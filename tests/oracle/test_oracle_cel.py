@@ -71,3 +71,34 @@ def test_selectors_evaluate_as_kube_scheduler_evaluates_them(
         mine = _drasat(expression, devices)
         for (_, device), m, theirs in zip(devices, mine, upstream["results"], strict=True):
             assert _same(m, theirs), (expression, device["name"], m, theirs)
+
+
+def _compiles(expression: str) -> str | None:
+    """None where drasat compiles the selector, else why not."""
+    try:
+        cel.compile_selector(expression)
+    except cel.SelectorError as error:
+        return str(error)
+    return None
+
+
+@settings(
+    max_examples=examples(1500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(expressions=st.lists(celgen.with_mistakes(), min_size=1, max_size=8))
+def test_a_selector_compiles_where_the_api_server_compiles_it(
+    oracle: Oracle, expressions: list[str]
+) -> None:
+    """The API server compiles (and type checks) every selector of a claim, template or class
+    when it is created and refuses the object when one does not compile: drasat refuses exactly
+    those, so the what-if refuses what `kubectl apply` would and places what it would accept."""
+    answers = oracle.ask_many([{"op": "cel", "expression": e, "devices": []} for e in expressions])
+    for expression, upstream in zip(expressions, answers, strict=True):
+        refused = _compiles(expression)
+        assert (refused is None) == upstream["compiles"], (
+            expression,
+            refused,
+            upstream.get("compileError"),
+        )

@@ -133,8 +133,8 @@ CASES = [
     pytest.param(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\n"
         "spec: {containers: [], resourceClaims: [{name: g}]}\n",
-        "document 1: Pod ns/p: spec.resourceClaims[0]: a pod claim names exactly one of "
-        "resourceClaimName or resourceClaimTemplateName (directly or under source)",
+        "document 1: Pod ns/p: spec.resourceClaims[0]: Invalid value: must specify one of: "
+        "`resourceClaimName`, `resourceClaimTemplateName`",
         id="pod-claim-without-source",
     ),
     pytest.param(
