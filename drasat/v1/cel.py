@@ -883,6 +883,10 @@ def compile_selector(expression: str) -> Selector:
     try:
         # cel-python does not check types; the API server's cel-go does, and refuses the object.
         celcheck.check(ast)
+    except celcheck.CostError as error:
+        raise SelectorError(
+            f"CEL expression {expression!r}: {error} (the API server's estimate of its cost)"
+        ) from None
     except celcheck.CheckError as error:
         raise SelectorError(f"CEL expression {expression!r} does not compile: {error}") from None
     selector = Selector(expression, program, bool(_IDENTITY_RE.search(expression)))

@@ -318,9 +318,26 @@ def _position(tree: Any) -> str:
     return ""
 
 
+class CostError(CheckError):
+    """The API server estimates the expression's cost past its limit and refuses it."""
+
+
+#: Functions whose cost cel-go estimates by the length of a string (those that read all of
+#: it): inside a loop over a value of unknown size (an attribute, dyn) the estimate passes the
+#: API server's limit (startsWith, endsWith, charAt and numeric conversions stay within it).
+_STRING_COST = frozenset({
+    "contains", "matches", "find", "findAll", "indexOf", "lastIndexOf", "replace", "split",
+    "lowerAscii", "upperAscii", "trim", "substring", "join", "string", "bytes", "semver",
+    "isSemver", "quantity", "isQuantity",
+})  # fmt: skip
+TOO_COMPLEX = "too complex, exceeds cost limit"
+
+
 class _Checker:
     def __init__(self) -> None:
         self.scopes: list[dict[str, Type]] = [{"device": DEVICE}]
+        #: Loops over a value of unknown size (dyn) around the node being checked.
+        self.unbounded_loops = 0
 
     def fail(self, where: Any, message: str) -> CheckError:
         position = _position(where)
@@ -436,6 +453,9 @@ class _Checker:
         operator, a, b = self.binary(tree)
         symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
                   "in": "in"}[operator]  # fmt: skip
+        if operator == "ne" and a == b and a in (QUANTITY, SEMVER, URL, IP, CIDR):
+            # cel-go's estimate has no bound for `!=` of two Kubernetes library values.
+            raise CostError(TOO_COMPLEX)
         if operator in ("eq", "ne"):
             ok = _same(a, b)
         elif operator == "in":
@@ -553,7 +573,9 @@ class _Checker:
             return self.call(tree, f"{qualified}.{method}", None, args)
         if method in _MEMBER_MACROS and len(args) in _MEMBER_MACROS[method]:
             return self.macro(tree, method, self.check(target), args)
-        return self.call(_Call(tree.children[1]), method, self.check(target), args)
+        return self.call(
+            _Call(tree.children[1]), method, self.check(target), args, literal=_is_literal(target)
+        )
 
     def macro(self, tree: Tree[Any], name: str, target: Type, args: Sequence[Any]) -> Type:
         variables = [_unwrap(a) for a in args[:-1]]
@@ -581,11 +603,16 @@ class _Checker:
         if isinstance(target, tuple) and target[0] == "optional":
             element = target[1]
         scope = dict(zip(names, [key, element] if len(names) == 2 else [element], strict=False))
+        unbounded = target == DYN
+        if unbounded and self.unbounded_loops:
+            raise CostError(TOO_COMPLEX)
         self.scopes.append(scope)
+        self.unbounded_loops += unbounded
         try:
             results = [self.check(a) for a in args[len(variables) :]]
         finally:
             self.scopes.pop()
+            self.unbounded_loops -= unbounded
         body = results[-1]
         if name in ("all", "exists", "exists_one", "existsOne", "filter") and not _same(
             BOOL, results[0]
@@ -601,14 +628,28 @@ class _Checker:
             return map_of(key, body) if name == "transformMap" else map_of(DYN, DYN)
         return optional_of(body) if name == "optMap" else body
 
-    def call(self, tree: Any, name: str, receiver: Type | None, args: Sequence[Any]) -> Type:
+    def call(
+        self,
+        tree: Any,
+        name: str,
+        receiver: Type | None,
+        args: Sequence[Any],
+        *,
+        literal: bool = True,
+    ) -> Type:
+        """A function call; `literal`: the receiver (if any) is a literal."""
         overloads = LIBRARY.get(name)
         if overloads is None:
             raise self.fail(tree, f"undeclared reference to '{name}' (in container '')")
+        # cel-go's estimate: type() has no bound, a string function in a loop over an
+        # unbounded value costs the string's length times the loop's.
+        sized = literal and all(_is_literal(a) for a in args)
+        if name == "type" or (name in _STRING_COST and self.unbounded_loops and not sized):
+            raise CostError(TOO_COMPLEX)
         kinds = [self.check(a) for a in args]
-        literal = _constant_problem(name, args)
-        if literal is not None:
-            raise self.fail(args[-1] if name in _REGEX_FUNCTIONS else args[0], literal)
+        constant = _constant_problem(name, args)
+        if constant is not None:
+            raise self.fail(args[-1] if name in _REGEX_FUNCTIONS else args[0], constant)
         for overload in overloads:
             if (overload.receiver is None) != (receiver is None):
                 continue
@@ -669,6 +710,12 @@ def _string_literal(tree: Any) -> str | None:
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _is_literal(tree: Any) -> bool:
+    """A literal, whose size cel-go's estimate knows."""
+    found = _unwrap(tree)
+    return isinstance(found, Token) or (isinstance(found, Tree) and found.data == "literal")
 
 
 def _args(exprlist: Any) -> list[Any]:

@@ -62,6 +62,11 @@ CLASSIC = {"resource.k8s.io/v1alpha2": frozenset({"ResourceClass", "ResourceClai
                                                   "ResourceClaimTemplate",
                                                   "PodSchedulingContext"})}  # fmt: skip
 
+#: Kinds the what-if reads whose names are DNS subdomains.
+NAMED_LIKE_SUBDOMAINS = frozenset({
+    "Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "PriorityClass", "ResourceClaim",
+    "ResourceClaimTemplate", "DeviceClass",
+})  # fmt: skip
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _WHOLE = re.compile(r"^[+]?[0-9]+$")
@@ -113,6 +118,56 @@ def dns_subdomain(value: str) -> str | None:
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
             "'-' or '.', and must start and end with an alphanumeric character"
         )
+    return None
+
+
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def driver_name(value: str) -> str | None:
+    """Kubernetes' message when `value` is not a driver name (a CSI driver's rules), or None."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    return dns_subdomain(value.lower())
+
+
+def fully_qualified_name(value: str) -> str | None:
+    """Kubernetes' message when `value` is not `domain/name` (an attribute's full name)."""
+    domain, slash, name = value.partition("/")
+    if not slash:
+        return "a fully qualified name must be a domain and a name separated by a slash"
+    if not domain:
+        return "the domain must not be empty"
+    if not name:
+        return "the name must not be empty"
+    found = driver_name(domain)
+    if found:
+        return found
+    if len(name) > 32:
+        return "must be no more than 32 characters"
+    if not _C_IDENTIFIER.match(name):
+        return (
+            "a valid C identifier must start with alphabetic character or '_', followed by a "
+            "string of alphanumeric characters or '_'"
+        )
+    return None
+
+
+def object_name_problem(data: Mapping[str, Any]) -> str | None:
+    """`metadata.name: ...` or `metadata.namespace: ...` when the API server refuses the
+    object's name (a DNS subdomain) or namespace (a DNS label), else None. Pure."""
+    metadata = data.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    if isinstance(name, str) and name:
+        why = dns_subdomain(name)
+        if why:
+            return f'metadata.name: Invalid value: "{name}": {why}'
+    if isinstance(namespace, str) and namespace:
+        why = dns_label(namespace)
+        if why:
+            return f'metadata.namespace: Invalid value: "{namespace}": {why}'
     return None
 
 

@@ -123,6 +123,8 @@ def _as_the_api_server_checks(document: loading.Document) -> None:
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return  # the envelope's own check names what is missing
     problem = apivalidation.unserved(api_version, kind)
+    if problem is None and kind in apivalidation.NAMED_LIKE_SUBDOMAINS:
+        problem = apivalidation.object_name_problem(data)
     for spec, path in apivalidation.pod_specs(data) if problem is None else ():
         problem = apivalidation.pod_spec_problem(spec, path)
         if problem:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from drasat.api.nas import AllocatedDevices
@@ -54,6 +55,12 @@ def plans(
     running, users = _running(workload, outcome, states)
     out = []
     for pod in sorted(wanting, key=lambda p: (-p.priority, p.key)):
+        if not any(r.priority < pod.priority for r in running):
+            # No pod it may evict (nor any for the pods after it, of no higher priority).
+            break
+        if params.deadline is not None and time.monotonic() >= params.deadline:
+            log.debug("preemptions not planned past the time limit: %s and after", pod.key)
+            break
         try:
             found = preemption.plan(
                 pod, list(states.values()), running, users, workload.classes,
