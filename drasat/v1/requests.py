@@ -54,6 +54,8 @@ class Alternative:
     class_config: tuple[Obj, ...] = ()
     #: The request's `tolerations` of device taints, as written (copied to its results).
     tolerations: tuple[Obj, ...] = ()
+    #: How many of `selectors`, from the first, are the class's (the rest are the request's).
+    class_selectors: int = 0
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def _alternative(
         raise ClaimError(
             ref, f"{where}.adminAccess", "admin access is not supported by drasat's driver"
         )
-    selectors = []
+    selectors: list[cel.Selector] = []
     class_selectors = (device_class.get("spec") or {}).get("selectors") or []
     for origin, entries in (
         (f"DeviceClass {class_name} spec.selectors", class_selectors),
@@ -261,4 +263,5 @@ def _alternative(
         tuple(sorted(capacity)),
         class_config,
         tuple(spec.get("tolerations") or ()),
+        len(class_selectors),
     )

@@ -6,8 +6,12 @@ tests/whatif/test_whatif_apiserver_oracle.py compares generated ones with the re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
-from conftest import RunCli, WriteYaml
+
+if TYPE_CHECKING:
+    from conftest import RunCli, WriteYaml
 
 TEMPLATE = """
 apiVersion: {version}
@@ -159,3 +163,51 @@ def test_what_the_api_server_accepts_is_not_refused(
 ) -> None:
     result = run_cli("-f", write_yaml("app.yaml", manifests))
     assert result.code == 0, result
+
+
+def test_more_pods_than_one_run_places_is_refused_before_any_work_saying_how_to_split(
+    run_cli: RunCli, write_yaml: WriteYaml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100,000 replicas grew past 7 GB and gave no answer; now one line, before expanding a pod."""
+    big = _manifests()  # its template, for the replicas
+    deployment = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: big, namespace: ml}
+spec:
+  replicas: 100000
+  selector: {matchLabels: {app: big}}
+  template:
+    metadata: {labels: {app: big}}
+    spec:
+      containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+      resourceClaims: [{name: gpu, resourceClaimTemplateName: t4}]
+"""
+    path = write_yaml("app.yaml", big.split("---")[0] + "---" + deployment)
+    result = run_cli("-f", path)
+    assert result.code == 2 and result.out == ""
+    (line,) = result.err.splitlines()
+    assert line.startswith(
+        f"error: {path}: document 2: Deployment ml/big: spec.replicas: the manifests stand for "
+        "100,000 pods so far, more than one what-if run places (10,000; DRASAT_WHATIF_MAX_PODS "
+        "sets another): split the input"
+    ), line
+    monkeypatch.setenv("DRASAT_WHATIF_MAX_PODS", "100000")
+    monkeypatch.setenv("DRASAT_MAX_PODS", "99999")  # the cluster's own limit still holds after
+    assert "more than 99,999 pods" in run_cli("-f", path).err
+
+
+def test_past_the_time_limit_no_batch_model_is_built() -> None:
+    """The time limit holds for the whole run: a batch solve that starts past it answers with
+    its first pass instead of building the model (which outgrew the limit at 2,000 replicas)."""
+    import time
+
+    from drasat.solver import solve
+    from drasat.solver.problem import Mode
+    from drasat.whatif import run
+
+    inputs = run.read_inputs(cluster=None, manifest_files=[], policy=None)
+    result = run.run_v1(inputs, mode=Mode.batch, solve=solve, deadline=time.monotonic() - 1)
+    # No time for the batch model: the first pass's placements, not proven, no bound.
+    (solution,) = result.outcome.solutions
+    assert solution.status.name == "FEASIBLE" and solution.best_bound is None, solution

@@ -17,17 +17,19 @@ import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kubernetes
 import manifestgen
 import pytest
 import yaml
-from conftest import RunCli
 from hypothesis import HealthCheck, given, settings
 from kubernetes.client import ApiException
 
 from drasat.whatif import v1cluster
+
+if TYPE_CHECKING:
+    from conftest import RunCli
 
 Obj = dict[str, Any]
 

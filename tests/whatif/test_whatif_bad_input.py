@@ -106,8 +106,8 @@ CASES = [
     ),
     pytest.param(
         _claim("{resourceClassNam: gpu.drasat.io}"),
-        "document 1: ResourceClaim ns/c: spec.resourceClassName: Field required; "
-        "spec.resourceClassNam: unknown field",
+        "document 1: ResourceClaim ns/c: spec.resourceClassNam: unknown field; "
+        "spec.resourceClassName: Field required",
         id="mistyped-claim-field",
     ),
     pytest.param(
