@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from drasat.api import handles
-from drasat.api.devicemodel import names
+from drasat.api.devicemodel import names, shares
 from drasat.api.inputerrors import describe_validation_error, show
 from drasat.api.nas import (
     AllocatedDevices,
@@ -59,7 +59,7 @@ from drasat.api.nas import (
 )
 from drasat.api.policy import LifecycleActionName
 from drasat.api.quantity import to_bytes
-from drasat.api.sharing import SharingStrategy, TimeSlice
+from drasat.api.sharing import GpuShare, SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
 from drasat.nodeplugin import metrics as nodemetrics
 from drasat.nodeplugin.checkpoint import (
@@ -206,6 +206,7 @@ class DeviceState:
         #: prepare ends: two prepares of one placement cannot both pass the check and then
         #: undo each other's device.
         self._mig_lock = threading.Lock()
+        self._shares_lock = threading.Lock()
         self._reserved: dict[str, list[PlannedMig]] = {}
         self._gpus: list[GpuDevice] | None = None
         #: GPUs that fell off the bus (the health monitor's finding; lost ones at discovery too).
@@ -357,6 +358,9 @@ class DeviceState:
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
         plan, source = (given, "claim") if given is not None else self._allocation(claim)
+        refusal = plan.refusal()
+        if refusal is not None:
+            raise ClaimError(f"claim {claim}: {refusal}")
         namespace = claim.namespace or plan.namespace
         name = claim.name or plan.name
         planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), plan)
@@ -384,7 +388,9 @@ class DeviceState:
             devices=devices,
         )
         self._check_gpus(plan)
-        self.checkpoint.put(record)
+        with self._shares_lock:  # two shares of one GPU are checked one after the other
+            self._check_share_room(record, plan)
+            self.checkpoint.put(record)
         self._step("recorded")
         try:
             return self._prepare(record, plan)
@@ -453,6 +459,42 @@ class DeviceState:
                 raise ClaimError(
                     f"allocated GPU {uuid} fell off the bus (NVML_ERROR_GPU_IS_LOST, XID 79): "
                     "it needs a reset before anything can use it"
+                )
+
+    def _check_share_room(self, record: ClaimRecord, plan: DevicePlan) -> None:
+        """A share's MPS limits, beside those of the shares recorded here on the same GPUs, hold
+        no more of a GPU than it has (`shares.overcommitted`: compute percentages and pinned
+        memory summed, the sums the allocator places shares by); ClaimError naming the others.
+        An allocation that says otherwise (two allocators, a stale ledger) would run its
+        tenants past the GPU."""
+        if plan.share is None:
+            return
+        mine = _share_takes(record.uid, plan)
+        others: dict[str, list[tuple[str, GpuShare]]] = {}
+        for other in self.checkpoint.records():
+            if other.uid == record.uid:
+                continue
+            try:
+                their = other.allocated()
+            except ValidationError:
+                continue
+            if their.share is None:
+                continue
+            for uuid, take in _share_takes(other.uid, their).items():
+                ref = f"{other.namespace}/{other.name} ({other.uid})"
+                others.setdefault(uuid, []).append((ref, take))
+        for uuid, take in mine.items():
+            beside = others.get(uuid, [])
+            gpu = self._gpu(uuid)
+            why = shares.overcommitted(
+                [take, *(t for _, t in beside)], gpu.memory_bytes if gpu is not None else None
+            )
+            if why is not None:
+                holders = ", ".join(sorted(ref for ref, _ in beside))
+                raise ClaimError(
+                    f"claim {record.namespace}/{record.name}: its share of GPU {uuid} beside "
+                    f"the shares prepared here (claims {holders}) would hold more than the GPU "
+                    f"has: {why}"
                 )
 
     def _plan_migs(self, claim: ClaimRef, plan: DevicePlan) -> list[PlannedMig]:
@@ -1096,7 +1138,7 @@ class DeviceState:
                     report.append(f"rolled back interrupted prepare of {record.uid}")
             except (ClaimError, DeviceError, OSError, NasError) as error:
                 report.append(f"could not finish {record.uid}: {error}")
-        report.extend(self.mps.ensure_all())
+        report.extend(self.ensure_mps_daemons())
         if self._kept_claims():
             report.append(
                 "MPS daemons no claim holds are kept: a claim whose checkpoint entry is "
@@ -1111,6 +1153,29 @@ class DeviceState:
         for line in report:
             log.warning("reconcile: %s", line)
         return report
+
+    def ensure_mps_daemons(self) -> list[str]:
+        """Every MPS daemon a claim holds runs with its limits (`MpsManager.ensure_all`); one
+        line per daemon. One found not running (its MPS host or the daemon itself died; the
+        claims' running clients lost their server) or whose limits had changed is reported: an
+        error line, a Warning Event on the NAS and the metrics."""
+        lines, down = [], 0
+        for found in self.mps.ensure_all():
+            line = found.line()
+            lines.append(line)
+            if found.outcome is mps.Outcome.adopted:
+                continue
+            log.error("%s", line)
+            self.metrics.mps_daemon_problems.labels(found.outcome.name).inc()
+            down += found.outcome is mps.Outcome.down
+            reason = {
+                mps.Outcome.down: "MpsDaemonDown",
+                mps.Outcome.restarted: "MpsDaemonRestarted",
+                mps.Outcome.limits_restored: "MpsDaemonLimitsRestored",
+            }[found.outcome]
+            self.store.warn(reason, line)
+        self.metrics.mps_daemons_down.set(down)
+        return lines
 
     def _kept_claims(self) -> bool:
         return any(e.kind in ("claim", "claims") for e in self.checkpoint.unreadable)
@@ -1362,6 +1427,21 @@ def _mps_limits(uid: str, plan: DevicePlan, visible: list[str]) -> mps.MpsLimits
     return mps.MpsLimits(uid, tuple(visible), threads, pinned)
 
 
+def _share_takes(uid: str, plan: DevicePlan) -> dict[str, GpuShare]:
+    """GPU uuid -> what a share claim's MPS limits give it of that GPU: its active thread
+    percentage where its share limits compute (none: a memory-only share takes no compute, as
+    the allocator counts it), its pinned memory limit there."""
+    limits = _mps_limits(uid, plan, list(plan.gpus))
+    compute = limits.thread_percentage if plan.share is not None and plan.share.compute else None
+    out = {}
+    for index, uuid in enumerate(plan.gpus):
+        memory = limits.pinned_limit_bytes.get(index)
+        if compute is None and memory is None:
+            continue
+        out[uuid] = GpuShare(compute=compute, memory=None if memory is None else str(memory))
+    return out
+
+
 def _lifecycle_setting(action: LifecycleActionName, value: Any) -> tuple[Setting, SettingValue]:
     try:
         if action is LifecycleActionName.setComputeMode:
@@ -1417,9 +1497,19 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
 
 
 def _visible_env(visible: list[str]) -> dict[str, str]:
-    """The environment that says which GPUs and MIG devices (UUIDs) a container has."""
-    return {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
+    """The environment that says which GPUs and MIG devices (UUIDs) a container has.
+
+    `NVIDIA_VISIBLE_DEVICES` is `void`, as in the specs of NVIDIA's toolkit and DRA driver: the
+    spec gives the container its devices, and where nvidia-container-runtime is the node's
+    runtime (the GPU operator's default) a list of devices there makes its hook inject them
+    again with every utility program the image asks for (the MPS programs among them, which
+    containers do not get here) and, for `all` (what CUDA images set), every GPU of the node.
+    The devices are named in drasat's own variable."""
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "void",
         "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
         "DRASAT_GPU_COUNT": str(len(visible)),
     }
+    if visible:
+        env["DRASAT_GPU_UUIDS"] = ",".join(visible)
+    return env
