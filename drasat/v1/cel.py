@@ -857,6 +857,8 @@ def _compile_error(error: Exception) -> str:
 #: so the claim is refused naming the expression instead of failing on every device.
 _UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
 
+#: What the API server says of a selector past its cost estimate's limit.
+TOO_COMPLEX = celcheck.TOO_COMPLEX
 _ENVIRONMENT = celpy.Environment()
 _COMPILED: dict[str, Selector] = {}
 

@@ -338,6 +338,9 @@ class _Checker:
         self.scopes: list[dict[str, Type]] = [{"device": DEVICE}]
         #: Loops over a value of unknown size (dyn) around the node being checked.
         self.unbounded_loops = 0
+        #: Past the API server's cost limit: refused only once the whole tree type checks, as
+        #: the server estimates the cost of what cel-go has checked (a type error is named first).
+        self.too_complex = False
 
     def fail(self, where: Any, message: str) -> CheckError:
         position = _position(where)
@@ -415,33 +418,28 @@ class _Checker:
 
     def node_expr(self, tree: Tree[Any]) -> Type:
         condition, left, right = tree.children
-        if not _same(BOOL, self.check(condition)):
-            raise self.fail(condition, "found no matching overload for '_?_:_'")
-        a, b = self.check(left), self.check(right)
-        if not _same(a, b):
+        kind, a, b = self.check(condition), self.check(left), self.check(right)
+        if not (_same(BOOL, kind) and _same(a, b)):
             raise self.fail(
                 tree,
                 f"found no matching overload for '_?_:_' applied to "
-                f"'(bool, {name_of(a)}, {name_of(b)})'",
+                f"'({name_of(kind)}, {name_of(a)}, {name_of(b)})'",
             )
         return _joined(a, b)
 
-    def logic(self, tree: Tree[Any], operator: str) -> Type:
-        left, right = tree.children
-        a, b = self.check(left), self.check(right)
-        if not (_same(BOOL, a) and _same(BOOL, b)):
-            raise self.fail(
-                tree,
-                f"found no matching overload for '_{operator}_' applied to "
-                f"'({name_of(a)}, {name_of(b)})'",
-            )
+    def logic(self, tree: Tree[Any]) -> Type:
+        # cel-go asserts each operand of && and || is bool (no overload lookup), at the operand.
+        for operand in tree.children:
+            kind = self.check(operand)
+            if not _same(BOOL, kind):
+                raise self.fail(operand, f"expected type 'bool' but found '{name_of(kind)}'")
         return BOOL
 
     def node_conditionalor(self, tree: Tree[Any]) -> Type:
-        return self.logic(tree, "||")
+        return self.logic(tree)
 
     def node_conditionaland(self, tree: Tree[Any]) -> Type:
-        return self.logic(tree, "&&")
+        return self.logic(tree)
 
     def binary(self, tree: Tree[Any]) -> tuple[str, Type, Type]:
         """(operator, left type, right type) of `relation`, `addition`, `multiplication`."""
@@ -455,7 +453,7 @@ class _Checker:
                   "in": "in"}[operator]  # fmt: skip
         if operator == "ne" and a == b and a in (QUANTITY, SEMVER, URL, IP, CIDR):
             # cel-go's estimate has no bound for `!=` of two Kubernetes library values.
-            raise CostError(TOO_COMPLEX)
+            self.too_complex = True
         if operator in ("eq", "ne"):
             ok = _same(a, b)
         elif operator == "in":
@@ -605,7 +603,7 @@ class _Checker:
         scope = dict(zip(names, [key, element] if len(names) == 2 else [element], strict=False))
         unbounded = target == DYN
         if unbounded and self.unbounded_loops:
-            raise CostError(TOO_COMPLEX)
+            self.too_complex = True
         self.scopes.append(scope)
         self.unbounded_loops += unbounded
         try:
@@ -643,10 +641,10 @@ class _Checker:
             raise self.fail(tree, f"undeclared reference to '{name}' (in container '')")
         # cel-go's estimate: type() has no bound, a string function in a loop over an
         # unbounded value costs the string's length times the loop's.
+        kinds = [self.check(a) for a in args]
         sized = literal and all(_is_literal(a) for a in args)
         if name == "type" or (name in _STRING_COST and self.unbounded_loops and not sized):
-            raise CostError(TOO_COMPLEX)
-        kinds = [self.check(a) for a in args]
+            self.too_complex = True
         constant = _constant_problem(name, args)
         if constant is not None:
             raise self.fail(args[-1] if name in _REGEX_FUNCTIONS else args[0], constant)
@@ -725,7 +723,10 @@ def _args(exprlist: Any) -> list[Any]:
 def check(tree: Any) -> Type:
     """The type of a parsed selector (celpy's tree); CheckError where cel-go's checker refuses
     it, or where its type is not bool (or dyn), as the API server refuses such a selector."""
-    kind = _Checker().check(tree)
+    checker = _Checker()
+    kind = checker.check(tree)
     if kind not in (BOOL, DYN):
         raise CheckError(f"must evaluate to bool or the unknown type, not {name_of(kind)}")
+    if checker.too_complex:
+        raise CostError(TOO_COMPLEX)
     return kind

@@ -31,6 +31,14 @@ def _drasat(expression: str, devices: list[tuple[str, Obj]]) -> list[Obj]:
     return out
 
 
+def _past_the_cost_limit(expression: str) -> bool:
+    try:
+        cel.compile_selector(expression)
+    except cel.SelectorError as error:
+        return cel.TOO_COMPLEX in str(error)
+    return False
+
+
 def _same(mine: Obj, theirs: Obj) -> bool:
     if "match" in theirs:
         return mine == theirs
@@ -66,19 +74,20 @@ def test_selectors_evaluate_as_kube_scheduler_evaluates_them(
         ]
     )
     for expression, upstream in zip(expressions, answers, strict=True):
-        if not upstream["compiles"]:
-            continue
+        if not upstream["compiles"] or _past_the_cost_limit(expression):
+            continue  # neither can be in a claim: the API server refuses both
         mine = _drasat(expression, devices)
         for (_, device), m, theirs in zip(devices, mine, upstream["results"], strict=True):
             assert _same(m, theirs), (expression, device["name"], m, theirs)
 
 
 def _compiles(expression: str) -> str | None:
-    """None where drasat compiles the selector, else why not."""
+    """None where drasat compiles the selector, else why not. A selector past the API server's
+    cost estimate compiles (upstream's compiler does not refuse it; its validation does)."""
     try:
         cel.compile_selector(expression)
     except cel.SelectorError as error:
-        return str(error)
+        return None if cel.TOO_COMPLEX in str(error) else str(error)
     return None
 
 

@@ -321,3 +321,31 @@ def test_types_known_before_evaluation_are_checked_when_compiled(
     with pytest.raises(cel.SelectorError, match="does not compile") as refused:
         cel.compile_selector(expression)
     assert says in str(refused.value)
+
+
+M = 'device.capacity["gpu.drasat.io"].memory'
+
+
+@pytest.mark.parametrize("expression", [f"{M} != {M}", f"type({A}.index) == int"])
+def test_a_selector_past_the_api_servers_cost_limit_is_refused(expression: str) -> None:
+    """The API server estimates a selector's cost when it creates the object and refuses one
+    past its limit: cel-go's estimate has no bound for `!=` of two quantities or for type()."""
+    with pytest.raises(cel.SelectorError, match=cel.TOO_COMPLEX):
+        cel.compile_selector(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "says"),
+    [
+        (f"({M} != {M}) && {M}.greaterThan({M})", "undeclared reference to 'greaterThan'"),
+        (f'type({A}.index) == int && "a".contain("a")', "undeclared reference to 'contain'"),
+        (f"{M} != {M} || 1", "expected type 'bool' but found 'int'"),
+        (f"{M} != {M} ? 1 : 2", "must evaluate to bool or the unknown type, not int"),
+    ],
+)  # fmt: skip
+def test_a_type_error_is_named_before_the_cost_limit(expression: str, says: str) -> None:
+    """cel-go checks the whole expression before the API server estimates its cost: where a
+    selector has both, the server names the type error, and so does drasat."""
+    with pytest.raises(cel.SelectorError, match="does not compile") as refused:
+        cel.compile_selector(expression)
+    assert says in str(refused.value)
