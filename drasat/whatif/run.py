@@ -18,7 +18,15 @@ from drasat.api import groups
 from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, Problem, Solution, SolveParams
-from drasat.whatif import apivalidation, clusternodes, manifestindex, v1cluster, v1manifests, v1run
+from drasat.whatif import (
+    apivalidation,
+    clusternodes,
+    manifestindex,
+    v1cluster,
+    v1kinds,
+    v1manifests,
+    v1run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +181,10 @@ def _as_the_api_server_checks(document: loading.Document) -> None:
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return  # the envelope's own check names what is missing
     problem = apivalidation.unserved(api_version, kind)
-    if problem is None and kind in apivalidation.NAMED_LIKE_SUBDOMAINS:
+    # Claims, templates and classes have their names checked after their model decodes, in
+    # v1manifests: the server decodes before it validates.
+    decoded_later = api_version in v1kinds.VERSIONS and kind in v1manifests.KINDS
+    if problem is None and kind in apivalidation.NAMED_LIKE_SUBDOMAINS and not decoded_later:
         problem = apivalidation.object_name_problem(data)
     for spec, path in apivalidation.pod_specs(data) if problem is None else ():
         problem = apivalidation.pod_spec_problem(spec, path)

@@ -101,6 +101,22 @@ REFUSED = [
         'value: "1.5": must be an integer',
         id="extended-resource-not-whole",
     ),
+    pytest.param(
+        """
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaimTemplate
+        metadata: {name: T4_bad, namespace: ml}
+        spec:
+          spec:
+            devices:
+              requests:
+              - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: "two"}}
+        """,
+        # The server decodes before it validates: the count's type is named, not the name.
+        "document 1: ResourceClaimTemplate ml/T4_bad: spec.spec.devices.requests[0].exactly."
+        "count: Input should be a valid integer",
+        id="decoding-error-before-a-bad-name",
+    ),
 ]
 
 

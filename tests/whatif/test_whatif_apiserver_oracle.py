@@ -123,7 +123,7 @@ def _normal(path: str) -> str:
     return re.sub(r"\[[^]]*\]", "", path)
 
 
-def _names_the_field(mine: str, refusal: Refusal) -> bool:
+def _names_the_field(mine: str, refusal: Refusal, decoding: bool = False) -> bool:
     """Whether the what-if's field is one the server named for the object (a cause's field, or
     the field a decode error names; for a version or kind the server does not serve, those)."""
     if refusal.status == 404:
@@ -133,9 +133,10 @@ def _names_the_field(mine: str, refusal: Refusal) -> bool:
         for f in refusal.fields
     ):
         return True
-    # Decode errors (a string for an int, an unknown field) name the field in the message.
+    # Decode errors (a string for an int, an unknown field) name the field in the message; the
+    # server stops at the first in the document's order, the what-if may name another of them.
     last = _normal(mine).rsplit(".", 1)[-1]
-    return last in refusal.message
+    return last in refusal.message or (refusal.status == 400 and decoding)
 
 
 def compare(
@@ -160,7 +161,10 @@ def compare(
     by_document = {r.document: r for r in refused}
     refusal = by_document.get(int(found["document"]))
     assert refusal is not None, f"the what-if names a document the server accepts: {said}"
-    assert _names_the_field(_field(found["rest"]), refusal), f"another field: {said}"
+    decoding = any(
+        m in found["rest"].split("; ")[0] for m in ("unknown field", "Input should be a valid")
+    )
+    assert _names_the_field(_field(found["rest"]), refusal, decoding), f"another field: {said}"
 
 
 @settings(
