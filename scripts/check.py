@@ -51,13 +51,15 @@ def main() -> int:
 
 
 def _build_kube() -> int:
-    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane, and
-    scripts/oracle-build for upstream's allocator; the last stdout line of each is its binaries'
-    folder, which the tests get as DRASAT_KUBE_BIN, DRASAT_KUBE_CLASSIC_BIN and DRASAT_ORACLE_BIN
-    (progress goes to stderr, shown as it comes)."""
+    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane and for
+    the oldest version users run that drasat is installed on (1.34, tests/e2e/test_e2e_versions.py),
+    and scripts/oracle-build for upstream's allocator; the last stdout line of each is its
+    binaries' folder, which the tests get as DRASAT_KUBE_BIN, DRASAT_KUBE_CLASSIC_BIN,
+    DRASAT_KUBE_BIN_1_34 and DRASAT_ORACLE_BIN (progress goes to stderr, shown as it comes)."""
     for flavour, variable in (
         ("current", "DRASAT_KUBE_BIN"),
         ("classic", "DRASAT_KUBE_CLASSIC_BIN"),
+        ("1.34", "DRASAT_KUBE_BIN_1_34"),
     ):
         command = [str(REPO / "scripts" / "kube-build"), flavour]
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True)

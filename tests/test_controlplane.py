@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -158,3 +159,65 @@ def test_a_start_gives_up_after_its_attempts_and_other_errors_are_not_retried(
     with pytest.raises(realcluster.ClusterError, match="timed out"):
         realcluster.Cluster.start(directory=tmp_path)
     assert len(calls) == 1
+
+
+# ---------------------------------------------------------------- the versions users run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("minor", sorted(binaries.USER_VERSIONS))
+def test_each_version_is_the_one_its_go_module_pins_and_kube_build_names(minor: str) -> None:
+    """binaries.USER_VERSIONS, e2e/kube-<minor>/go.mod and scripts/kube-build agree."""
+    patch = binaries.USER_VERSIONS[minor]
+    go_mod = (REPO / "e2e" / f"kube-{minor}" / "go.mod").read_text()
+    assert f"\tk8s.io/kubernetes {patch}" in go_mod
+    assert f"k8s.io/api => k8s.io/api v0.{patch.removeprefix('v1.')}" in go_mod
+    script = (REPO / "scripts" / "kube-build").read_text()
+    assert f"{minor}|" in script or f"|{minor})" in script
+    assert binaries.version_dir(minor).name == f"kube-{patch}"
+
+
+def test_a_version_folder_can_be_named_by_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRASAT_KUBE_BIN_1_34", str(tmp_path))
+    assert binaries.version_dir("1.34") == tmp_path
+    assert binaries.version_dir("1.37") == binaries.default_dir()
+    with pytest.raises(binaries.MissingBinaries, match=re.escape("scripts/kube-build 1.34")):
+        binaries.locate(version="1.34")
+    with pytest.raises(
+        binaries.MissingBinaries, match=re.escape("not one of 1.34, 1.35, 1.36, 1.37")
+    ):
+        binaries.version_dir("1.33")
+
+
+def test_default_gates_start_the_release_as_it_comes(tmp_path: Path) -> None:
+    """`up --version`: no --feature-gates, no --runtime-config (a user's cluster); without it,
+    every DRA gate and every resource.k8s.io version beside v1 turned on."""
+    cluster = realcluster.Cluster(directory=tmp_path, bin_dir=tmp_path, minor=34)
+    cluster.ports = {"etcd": 1, "apiserver": 2}
+    cluster.default_gates = True
+    assert not [
+        a
+        for a in cluster._apiserver_args()
+        if a.startswith(("--feature-gates", "--runtime-config"))
+    ]
+    cluster.default_gates = False
+    cluster.feature_gates = ["DRAConsumableCapacity"]
+    args = cluster._apiserver_args()
+    assert "--feature-gates=DRAConsumableCapacity=true" in args
+    assert (
+        "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,"
+        "resource.k8s.io/v1alpha3=true" in args
+    )
+
+
+def test_kube_cluster_refuses_a_version_it_does_not_build() -> None:
+    done = subprocess.run(
+        ["python3", "-m", "drasat.testbed.controlplane", "up", "--version", "1.33"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={"DRASAT_KUBE_BIN_SKIP_BUILD": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "invalid choice: '1.33'" in done.stderr

@@ -185,7 +185,9 @@ def test_the_check_finds_the_commands() -> None:
     by_id = {c.id: c for c in ALL}
     readme = [c for c in ALL if c.doc == "README.md"]
     assert any(c.text == "drasat policy list" for c in readme)  # comment cut off
-    install = next(c for c in readme if c.text.startswith("helm install"))
+    install = next(
+        c for c in readme if c.text.startswith("helm install") and "<registry>" in c.text
+    )
     assert install.text.endswith("--set image.repository=<registry>/drasat")  # lines joined
     shown = next(c for c in ALL if c.output and c.text.startswith("drasat whatif"))
     assert shown.output.startswith("POD ")
@@ -248,7 +250,7 @@ def test_no_doc_installs_drasat_by_a_package_name_pypi_does_not_serve() -> None:
     project's package); the docs install the demo extra from a wheel built here."""
     for doc in docs.DOCS:
         assert "pip install 'drasat[" not in doc.read_text(), doc
-    assert "pip install 'dist/<the wheel>.whl[demo]'" in _doc("README.md")
+    assert "pip install 'dist/drasat-0.1.0-py3-none-any.whl[demo]'" in _doc("README.md")
 
 
 def test_the_quickstart_readme_names_the_devices_the_whatif_gives(

@@ -622,8 +622,12 @@ def _check_demo_extra() -> None:
         pkg for pkg, module in DEMO_EXTRA.items() if importlib.util.find_spec(module) is None
     ]
     if missing:
+        # drasat is not published on PyPI: `drasat[demo]` names nothing pip can install
         raise InputError(
-            f"drasat demo needs {', '.join(missing)}: pip install 'drasat[demo]'", where="demo"
+            f"drasat demo needs {', '.join(missing)}, drasat's demo extra: pip install "
+            f"'<the drasat wheel>[demo]' (README.md, Quick start), or pip install "
+            f"{' '.join(missing)}",
+            where="demo",
         )
 
 

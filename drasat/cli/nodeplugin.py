@@ -40,6 +40,14 @@ def _api_flags(g: Any) -> None:
         fallback="POD_NAMESPACE",
     )
     kubeconfig_flag(g)
+    flag(
+        g,
+        "--start-timeout",
+        120.0,
+        "seconds the first NodeAllocationState write is retried while the API server, the "
+        "namespace or drasat's CRDs are not there yet (0: until they are; default 120)",
+        type=float,
+    )
 
 
 def _kubelet_flags(g: Any) -> None:
@@ -228,6 +236,7 @@ def options(args: argparse.Namespace) -> app.Options:
         gc_interval_s=args.gc_interval,
         publish_slices=args.resourceslices,
         slice_shares=args.shares,
+        start_timeout_s=args.start_timeout,
     )
     return app.Options(
         config=config,

@@ -37,6 +37,8 @@ def test_v1_guards_the_plugins_writes_and_the_controllers_pod_updates_failing_cl
     guarded = " ".join(v["expression"] for v in controller["validations"])
     for field in ("spec.containers", "spec.initContainers", "metadata.labels", "spec.tolerations"):
         assert f"object.{field} == oldObject.{field}" in guarded, field
+    # of the annotations, only the preemptor's nomination may change
+    assert "k == 'gpu.drasat.io/nomination'" in guarded
     # the scheduling gate is a scheduling aid: its policy admits a pod when it cannot evaluate
     gate = rendered.one("MutatingAdmissionPolicy", "-scheduling-gate")
     assert gate["spec"]["failurePolicy"] == "Ignore"
@@ -46,7 +48,8 @@ def test_no_controller_policy_without_drasats_v1_controller(render: Render) -> N
     for rendered in (
         render("allocator=kube-scheduler", kube_version=V1, api_versions=[VAP]),
         render("nodeAdmissionPolicy.enabled=false", kube_version=V1, api_versions=[VAP]),
-        render(kube_version=V1),  # no ValidatingAdmissionPolicy served
+        # a real install's discovery, without ValidatingAdmissionPolicy
+        render(kube_version=V1, api_versions=["resource.k8s.io/v1/DeviceClass"]),
     ):
         assert rendered.returncode == 0, rendered.stderr
         names = [m["metadata"]["name"] for m in rendered.manifests]

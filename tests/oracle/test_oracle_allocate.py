@@ -16,6 +16,7 @@ from typing import Any
 
 import claimgen
 import fleet
+import known
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from oraclekit import Oracle, examples
@@ -36,51 +37,9 @@ SETTINGS = settings(
 )
 
 
-def _specs(claim: Obj) -> list[Obj]:
-    out = []
-    for request in claim["spec"]["devices"]["requests"]:
-        out.extend(request.get("firstAvailable") or [request.get("exactly") or {}])
-    return out
-
-
 def _known(claim: Obj, node: fleet.NodeCase) -> str | None:
     """Which known difference the case runs into, if any."""
-    specs = _specs(claim)
-    kinds = {s["deviceClassName"] for s in specs}
-    if kinds == {claimgen.GPU, claimgen.MIG}:
-        return "mig-and-whole"
-    limits = {_compute_limit(s) for s in specs if s["deviceClassName"] == claimgen.GPU}
-    if len(limits) > 1:
-        # Whole GPUs beside shares, or shares of two compute limits, in one claim: the node
-        # plugin cannot prepare them, drasat refuses them (intended, docs/CONTROLLER.md).
-        return "plugin-shapes"
-    if any(
-        "capacity" in s and (s.get("allocationMode") == "All" or s.get("count", 1) > 1)
-        for s in specs
-    ):
-        return "several-shares"
-    if any(s.get("tolerations") for s in specs) and any(g.unhealthy for g in node.gpus):
-        return "tolerated-taint"
-    requests = claim["spec"]["devices"]["requests"]
-    distinct_profile = any(
-        c.get("distinctAttribute") == "gpu.drasat.io/profile"
-        for c in claim["spec"]["devices"].get("constraints") or []
-    )
-    if distinct_profile and any(
-        s["deviceClassName"] == claimgen.MIG
-        and (s.get("allocationMode") == "All" or s.get("count", 1) > 1)
-        for s in specs
-    ):
-        # A request's MIG options are split by profile: its devices share one profile.
-        return "mig-profiles-in-one-request"
-    first_available_mig = any(
-        any(e["deviceClassName"] == claimgen.MIG for e in r.get("firstAvailable") or [])
-        for r in requests
-    )
-    if first_available_mig and sum(s["deviceClassName"] == claimgen.MIG for s in specs) > 2:
-        # MIG options multiply by profile: past MAX_VARIANTS combinations drasat stops trying.
-        return "variants-cap"
-    return None
+    return known.difference(claim, tainted=any(g.unhealthy for g in node.gpus))
 
 
 def _mig_mode_gpu_whole(built: fleet.Built, allocation: Obj) -> bool:
@@ -91,14 +50,6 @@ def _mig_mode_gpu_whole(built: fleet.Built, allocation: Obj) -> bool:
         if isinstance(parsed, names.GpuName) and parsed.minor in in_mig_mode:
             return True
     return False
-
-
-def _compute_limit(spec: Obj) -> str | None:
-    """A GPU request's compute limit as drasat's node plugin sees it (None: a whole GPU)."""
-    requests = (spec.get("capacity") or {}).get("requests")
-    if requests is None:
-        return None
-    return str(requests.get("compute", "0"))  # the published default: no limit
 
 
 def _drasat(built: fleet.Built, claim: Obj) -> Obj | None:

@@ -38,6 +38,15 @@ def main(argv: list[str] | None = None) -> int:
         f"v1alpha2) from $DRASAT_KUBE_CLASSIC_BIN or {binaries.default_dir(classic=True)}",
     )
     parser.add_argument(
+        "--version",
+        choices=binaries.VERSIONS,
+        default=None,
+        help="up: Kubernetes MINOR as a user's cluster of that version comes, with its default "
+        "feature gates and API versions (nothing turned on), from $DRASAT_KUBE_BIN_1_34 (...) or "
+        "the cache scripts/kube-build MINOR builds into (default: "
+        f"{binaries.KUBE_VERSION} with every DRA gate on)",
+    )
+    parser.add_argument(
         "--kubelets",
         type=int,
         default=0,
@@ -51,7 +60,16 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="up, with --kubelets: also start drasat's node plugin for each kubelet on the "
         "simulated fleet FLEET (e.g. 2xT4), registering through that kubelet's plugin watcher "
-        "(needs drasat importable by this Python)",
+        "(needs drasat importable by this Python); each keeps its NodeAllocationState in "
+        "--drasat-namespace, waiting until that namespace and drasat's CRDs exist (a `drasat "
+        "controller` then allocates on them)",
+    )
+    parser.add_argument(
+        "--drasat-namespace",
+        default="drasat",
+        metavar="NS",
+        help="up, with --drasat-plugins: the node plugins' driver namespace, where the "
+        "controller reads their NodeAllocationStates (default: %(default)s, the chart's)",
     )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for up")
     args = parser.parse_args(argv)
@@ -85,13 +103,17 @@ def _up(args: argparse.Namespace) -> int:
     if args.kubelets and args.classic:
         print("kube-cluster: --kubelets runs v1.37 kubelets; not with --classic", file=sys.stderr)
         return 2
-    bin_dir = args.bin_dir or binaries.default_dir(classic=args.classic)
+    if args.version and args.classic:
+        print("kube-cluster: --version and --classic are two different clusters", file=sys.stderr)
+        return 2
+    bin_dir = args.bin_dir or _bin_dir_of_version(args)
     started = realcluster.Cluster.start(
         directory=args.dir,
         bin_dir=bin_dir,
         timeout=args.timeout,
         progress=progress,
         root_ca_publisher=args.kubelets > 0,
+        default_gates=args.version is not None,
     )
     for index in range(1, args.kubelets + 1):
         name = f"node-{index}"
@@ -107,11 +129,29 @@ def _up(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         if args.drasat_plugins:
-            plugin = node.start_drasat_plugin(args.drasat_plugins, python=sys.executable)
+            plugin = node.start_drasat_plugin(
+                args.drasat_plugins, python=sys.executable, namespace=args.drasat_namespace
+            )
             print(f"kube-cluster: drasat's node plugin for {name}: {plugin.log}", file=sys.stderr)
+    if args.drasat_plugins:
+        print(
+            f"kube-cluster: drasat's node plugins publish their NodeAllocationStates in namespace "
+            f"{args.drasat_namespace} once it and drasat's CRDs exist (helm install ... "
+            f"--namespace {args.drasat_namespace} --create-namespace, or kubectl create namespace "
+            f"{args.drasat_namespace} and kubectl apply -f deploy/helm/drasat/crds/), then "
+            "register with their kubelets",
+            file=sys.stderr,
+        )
     print(f"kube-cluster: up at {started.url} (logs in {args.dir / 'logs'})", file=sys.stderr)
     print(started.kubeconfig)
     return 0
+
+
+def _bin_dir_of_version(args: argparse.Namespace) -> Path:
+    """The binaries of `--version` (default: the current control plane's, or classic's)."""
+    if args.version is None:
+        return binaries.default_dir(classic=args.classic)
+    return binaries.locate(version=args.version)
 
 
 if __name__ == "__main__":

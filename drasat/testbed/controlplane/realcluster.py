@@ -4,7 +4,9 @@ cluster folder.
 
 The API server runs with token authentication and RBAC, every `resource.k8s.io` version it serves
 and every `DRA*` feature gate its `-h` lists (plus the gates those depend on), so device taints,
-partitionable devices, consumable capacity and binding conditions are all there. The controller
+partitionable devices, consumable capacity and binding conditions are all there; or, with
+`default_gates` (`scripts/kube-cluster up --version 1.34`), as that release comes: its default
+feature gates and API versions, what a user's cluster of that version has. The controller
 manager runs the controllers DRA and the usual workloads need (claims from templates, Deployments,
 ReplicaSets, Jobs, StatefulSets) but no node lifecycle: fake nodes send no heartbeat. `cluster.json`
 in the folder records the pids (with their start times, so a recycled pid is never signalled) for
@@ -167,6 +169,8 @@ class Cluster:
     processes: list[Process] = field(default_factory=list)
     die_with_parent: bool = False
     minor: int = 0
+    #: The release's default feature gates and API versions, nothing turned on.
+    default_gates: bool = False
     #: What `spawn` started each process name with, for `restart` (this process only).
     commands: dict[str, tuple[str, list[str], tuple[str, ...], Path | None]] = field(
         default_factory=dict, repr=False
@@ -198,6 +202,7 @@ class Cluster:
         progress: Callable[[str], None] = lambda _line: None,
         die_with_parent: bool = False,
         root_ca_publisher: bool = False,
+        default_gates: bool = False,
     ) -> Cluster:
         """Start all four components in a fresh `directory`; stop what started if one fails.
 
@@ -214,6 +219,7 @@ class Cluster:
                     progress=progress,
                     die_with_parent=die_with_parent,
                     root_ca_publisher=root_ca_publisher,
+                    default_gates=default_gates,
                 )
             except ClusterError as error:
                 if "address already in use" not in str(error) or attempt + 1 == _START_ATTEMPTS:
@@ -231,6 +237,7 @@ class Cluster:
         progress: Callable[[str], None],
         die_with_parent: bool,
         root_ca_publisher: bool,
+        default_gates: bool = False,
     ) -> Cluster:
         folder = binaries.locate(bin_dir)
         if (directory / STATE_FILE).exists():
@@ -243,6 +250,7 @@ class Cluster:
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
         cluster.root_ca_publisher = root_ca_publisher
+        cluster.default_gates = default_gates
         cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
             name: free_port()
@@ -385,12 +393,19 @@ class Cluster:
         self._wait("etcd", deadline, lambda: _http_ok(f"http://127.0.0.1:{client}/health"))
 
     def _apiserver_args(self) -> list[str]:
-        apis = [f"resource.k8s.io/{v}" for v in resource_versions(self.minor)]
+        apis = (
+            []
+            if self.default_gates
+            else [f"resource.k8s.io/{v}" for v in resource_versions(self.minor)]
+        )
         if "GenericWorkload" in self.feature_gates:
             # DRAWorkloadResourceClaims needs it, and the scheduler waits for its PodGroup
             # informer to sync before it takes its lease.
             apis.append("scheduling.k8s.io/v1beta1")
         runtime = ",".join(f"{api}=true" for api in apis)
+        chosen = [f"--runtime-config={runtime}"] if runtime else []
+        if self.feature_gates:
+            chosen.append(f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}")
         return [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
             "--bind-address=127.0.0.1",
@@ -408,16 +423,19 @@ class Cluster:
             f"--service-account-signing-key-file={self.directory / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--endpoint-reconciler-type=none",  # loopback is not a valid endpoint address
-            f"--runtime-config={runtime}",
-            f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}",
+            *chosen,
             "--allow-privileged=true",
             "--profiling=false",
         ]
 
     def _start_apiserver(self, deadline: float) -> None:
         listed = binaries.listed_gates(self.bin_dir / "kube-apiserver")
-        self.feature_gates = sorted(
-            g for g in listed if g.startswith("DRA") or g == "DynamicResourceAllocation"
+        self.feature_gates = (
+            []
+            if self.default_gates
+            else sorted(
+                g for g in listed if g.startswith("DRA") or g == "DynamicResourceAllocation"
+            )
         )
         while True:
             process = self._spawn("kube-apiserver", self._apiserver_args())
@@ -447,7 +465,9 @@ class Cluster:
 
     def _start_controllers(self, deadline: float) -> None:
         gates = ",".join(f"{g}=true" for g in self.feature_gates)
-        common = ["--leader-elect=true", f"--feature-gates={gates}", "--profiling=false"]
+        common = ["--leader-elect=true", "--profiling=false"]
+        if gates:
+            common.append(f"--feature-gates={gates}")
         self._spawn(
             "kube-controller-manager",
             [
@@ -495,6 +515,7 @@ class Cluster:
             "tokens": self.tokens,
             "feature_gates": self.feature_gates,
             "minor": self.minor,
+            "default_gates": self.default_gates,
             "processes": [asdict(p) for p in self.processes],
         }
         path = self.directory / STATE_FILE
@@ -516,6 +537,7 @@ class Cluster:
             tokens=state["tokens"],
             feature_gates=state["feature_gates"],
             minor=state.get("minor", 0),
+            default_gates=state.get("default_gates", False),
             processes=[Process(**p) for p in state["processes"]],
         )
 

@@ -302,14 +302,17 @@ class Kubelet:
                 raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
             time.sleep(0.2)
 
-    def start_drasat_plugin(self, fleet: str, *, python: str) -> Process:
+    def start_drasat_plugin(self, fleet: str, *, python: str, namespace: str = "drasat") -> Process:
         """drasat's node plugin (`python -m drasat nodeplugin`) on the simulated `fleet`, as the
-        cluster administrator, registering with this kubelet and publishing the node's slices;
-        its sockets, state and CDI specs in this node's folder. Returns at once (the kubelet
-        registers it within seconds)."""
+        cluster administrator, keeping the node's NodeAllocationState in `namespace` (where a
+        `drasat controller` reads it) and publishing the node's slices; its sockets, state and
+        CDI specs in this node's folder. Returns at once: the plugin publishes, then registers
+        with this kubelet, once `namespace` and drasat's CRDs exist (it waits for them: a chart
+        installed later makes both)."""
         args = [
             "-m", "drasat", "--log-level", "INFO", "nodeplugin", "--node-name", self.name,
-            "--simulate-gpus", f"{fleet},state={self.root / 'fleet.json'}", "--in-memory-nas",
+            "--simulate-gpus", f"{fleet},state={self.root / 'fleet.json'}",
+            "--namespace", namespace, "--start-timeout", "0",
             "--kubeconfig", str(self.cluster.kubeconfig), "--kubelet-api", "structured",
             "--resourceslices", "--kubelet-plugin-dir", str(self.plugins_dir),
             "--kubelet-registry-dir", str(self.registry_dir),
