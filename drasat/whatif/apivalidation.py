@@ -302,3 +302,19 @@ def pod_specs(data: Mapping[str, Any]) -> Sequence[tuple[Any, str]]:
     if isinstance(template, Mapping):
         return [(template.get("spec"), "spec.template.spec")]
     return []
+
+
+#: Integer fields of workloads and pod specs: a value of another type is a decoding error.
+_WORKLOAD_INTEGERS = ("replicas", "parallelism", "completions")
+
+
+def decodes(data: Mapping[str, Any]) -> bool:
+    """Whether the workload's or pod's integer fields decode (a string `replicas: "2"` does not):
+    the API server decodes before it validates, so such a document's decoding error is named
+    (by the workload model) before any problem of its pod spec. Pure."""
+    spec = data.get("spec")
+    if not isinstance(spec, Mapping):
+        return True
+    values = [spec.get(f) for f in _WORKLOAD_INTEGERS] if data.get("kind") != "Pod" else []
+    values += [s.get("priority") for s, _ in pod_specs(data) if isinstance(s, Mapping)]
+    return all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values)

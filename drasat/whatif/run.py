@@ -186,7 +186,10 @@ def _as_the_api_server_checks(document: loading.Document) -> None:
     decoded_later = api_version in v1kinds.VERSIONS and kind in v1manifests.KINDS
     if problem is None and kind in apivalidation.NAMED_LIKE_SUBDOMAINS and not decoded_later:
         problem = apivalidation.object_name_problem(data)
-    for spec, path in apivalidation.pod_specs(data) if problem is None else ():
+    # A field that does not decode is named by the workload's model, later, as the server names
+    # it before its pod spec's problems.
+    checked = problem is None and apivalidation.decodes(data)
+    for spec, path in apivalidation.pod_specs(data) if checked else ():
         problem = apivalidation.pod_spec_problem(spec, path)
         if problem:
             break

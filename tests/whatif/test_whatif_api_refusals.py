@@ -117,6 +117,24 @@ REFUSED = [
         "count: Input should be a valid integer",
         id="decoding-error-before-a-bad-name",
     ),
+    pytest.param(
+        """
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: app, namespace: ml}
+        spec:
+          replicas: "2"
+          selector: {matchLabels: {app: gen}}
+          template:
+            metadata: {labels: {app: gen}}
+            spec:
+              containers: [{name: app, image: x, resources: {claims: [{name: gpu}]}}]
+              resourceClaims: [{name: gpu}]
+        """,
+        # The replicas' type is named before the pod claim that names no claim.
+        "document 1: Deployment ml/app: spec.replicas: Input should be a valid integer",
+        id="decoding-error-before-a-pod-spec-problem",
+    ),
 ]
 
 
