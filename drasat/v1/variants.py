@@ -2,7 +2,8 @@
 
 Each request of a claim offers options: its alternatives (`exactly`, or each `firstAvailable`
 entry in order), each split by the kind of device its selectors match (whole GPUs, then MIG
-devices by profile, smallest first, then the CPU fallback), `allocationMode: All` split by how
+devices by profile, smallest first, and for a request of several MIG devices any matching
+profiles, then the CPU fallback), `allocationMode: All` split by how
 many devices a node has, a share split by what it consumes of each GPU (what it leaves out it
 takes as the published capacity's default says: all of the memory, none of the compute). An
 option carries the very devices it may use (selectors evaluated per device, MIG placements
@@ -74,11 +75,14 @@ class Option:
         return found
 
     @property
-    def placements(self) -> frozenset[tuple[str, int]]:
-        """MIG: the (parent UUID, start) placements it may take (one object, as `eligible`)."""
+    def placements(self) -> frozenset[tuple[str, str, int]]:
+        """MIG: the (parent UUID, profile, start) devices it may take (one object, as
+        `eligible`)."""
         found = self.memo.get("placements")
         if found is None:
-            found = frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
+            found = frozenset(
+                (str(d.gpu_uuid), str(d.profile), int(d.start or 0)) for d in self.devices
+            )
             self.memo["placements"] = found
         return found
 
@@ -356,6 +360,10 @@ def _share_options(
 
 
 def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
+    """One option per profile, smallest first (the devices of one request alike where they
+    can be); then, when the request takes several devices and its selectors admit several
+    profiles, one option of every matching device, any profile (upstream takes any devices
+    the selectors match: two on a GPU whose free ones are a 3g and a 2g are those two)."""
     if not migs:
         return []
     by_profile: dict[str, list[Published]] = {}
@@ -368,7 +376,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     # `All`: every placement of the profile on the node, as many MIG devices (`_whole_sets`
     # keeps the nodes where they are all the node's matching devices; overlapping placements
     # then fail in the solver, as they exhaust upstream's counters).
-    return [
+    out = [
         _with(
             base,
             kind=publisheddevices.MIG,
@@ -380,6 +388,13 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
         for profile in sorted(by_profile, key=size)
         for n, nodes in _counts(base, by_profile[profile])
     ]
+    several = base.alternative.mode == ALL or base.alternative.count > 1
+    if several and len(by_profile) > 1:
+        out += [
+            _with(base, kind=publisheddevices.MIG, count=n, devices=tuple(migs), nodes=nodes)
+            for n, nodes in _counts(base, migs)
+        ]
+    return out
 
 
 def _with(base: Option, **changes: Any) -> Option:
