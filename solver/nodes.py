@@ -229,8 +229,8 @@ def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
     starts = None
     if request.placements is not None:
         by_uuid: dict[str, list[tuple[str, int]]] = {}
-        for uuid, profile, start in request.placements:
-            by_uuid.setdefault(uuid, []).append((profile, start))
+        for uuid, mig_profile, start in request.placements:
+            by_uuid.setdefault(uuid, []).append((mig_profile, start))
         starts = {uuid: tuple(sorted(taken)) for uuid, taken in by_uuid.items()}
     values = []
     for constraint in request.constraints:

@@ -255,8 +255,8 @@ def test_several_mig_devices_of_one_request_may_be_of_distinct_profiles() -> Non
     # 2g.10gb (free at 4 only) and a 1g.5gb at start 6: no profile gives two, the two
     # profiles together do. Upstream takes any devices the selectors match; drasat once held
     # one request's devices to one profile and refused it.
-    held = _allocate([node("a", "A100-40GB", mig=True)],
-                     claim("big", {"m": exactly(MIG, attr("profile") + ' == "4g.20gb"')}))  # fmt: skip
+    big = claim("big", {"m": exactly(MIG, attr("profile") + ' == "4g.20gb"')})
+    held = _allocate([node("a", "A100-40GB", mig=True)], big)
     (entry,) = held.allocations.values()
     busy = _with_ledger(node("a", "A100-40GB", mig=True), entry.ledger)
     either = (
