@@ -22,6 +22,7 @@ from drasat.v1.allocate import (
     Outcome,
     PodInput,
     allocate,
+    with_allocations,
     with_other_devices,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "Outcome",
     "PodInput",
     "allocate",
+    "with_allocations",
     "with_other_devices",
 ]

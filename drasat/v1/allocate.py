@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,7 +290,8 @@ class _Round:
                 outcome.fail(placement.pod, "writing its allocation", error)
                 continue
             node = placement.node
-            self.states[node] = _with_ledger(self.states[node], outcome, placement.pod)
+            here = [a for a in outcome.allocations.values() if a.node == node]
+            self.states[node] = with_allocations(self.states[node], here)
         for rejection in solution.unplaced:
             outcome.refused[rejection.pod] = rejection.reasons
 
@@ -482,19 +483,19 @@ def _record(
         )
 
 
-def _with_ledger(state: NodeState, outcome: Outcome, pod: str) -> NodeState:
-    """The node with the claims just placed there added to its allocatedClaims, and the other
-    drivers' devices they took to what its amounts hold."""
+def with_allocations(state: NodeState, allocations: Iterable[ClaimAllocation]) -> NodeState:
+    """The node with these claims placed on it: their entries added to its allocatedClaims, and
+    what their other drivers' devices draw taken from its amounts (once per claim: a claim
+    already taken there, shared by several pods, draws nothing again)."""
     entries = dict(state.nas.allocatedClaims)
     amounts = dict(state.amounts)
     device_claims = set(state.device_claims)
-    for allocation in outcome.allocations.values():
-        if allocation.node == state.name:
-            entries.update(allocation.ledger)
-            if not allocation.device_claims <= device_claims:
-                for name, much in allocation.drawn:
-                    amounts[name] -= much
-                device_claims |= allocation.device_claims
+    for allocation in allocations:
+        entries.update(allocation.ledger)
+        if not allocation.device_claims <= device_claims:
+            for name, much in allocation.drawn:
+                amounts[name] -= much
+            device_claims |= allocation.device_claims
     nas = state.nas.model_copy(update={"allocatedClaims": entries})
     return dataclasses.replace(
         state,

@@ -36,7 +36,14 @@ from drasat.solver import Gang, Problem, Solution, SolveParams
 from drasat.solver import preemption as choice
 from drasat.solver.inventory import share_memory_mib
 from drasat.v1 import publisheddevices
-from drasat.v1.allocate import Node, Outcome, PodInput, allocate, pod_variants
+from drasat.v1.allocate import (
+    Node,
+    Outcome,
+    PodInput,
+    allocate,
+    pod_variants,
+    with_allocations,
+)
 
 Obj = dict[str, object]
 Solve = Callable[[Problem, SolveParams], Solution]
@@ -467,8 +474,8 @@ def hold_groups(
 
 
 def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput]) -> list[Node]:
-    """The nodes with the outcome's placed pods on them (their claims' ledger entries, their
-    CPU and memory): what the next group or plan sees."""
+    """The nodes with the outcome's placed pods on them (their claims' ledger entries and other
+    drivers' devices, their CPU and memory): what the next group or plan sees."""
     by_key = {p.key: p for p in pods}
     out = []
     for node in nodes:
@@ -477,15 +484,10 @@ def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput])
         if not here:
             out.append(node)
             continue
-        entries = dict(node.state.nas.allocatedClaims)
-        for pod in here:
-            for claim in pod.claims:
-                found = outcome.allocations.get(str(claim["metadata"].get("uid", "")))
-                if found is not None:
-                    entries.update(found.ledger)
+        uids = {str(c["metadata"].get("uid", "")) for pod in here for c in pod.claims}
+        mine = [outcome.allocations[u] for u in sorted(uids) if u in outcome.allocations]
         state = dataclasses.replace(
-            node.state,
-            nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+            with_allocations(node.state, mine),
             used_cpu_milli=node.state.used_cpu_milli + sum(p.cpu_milli for p in here),
             used_memory_mib=node.state.used_memory_mib + sum(p.memory_mib for p in here),
         )
