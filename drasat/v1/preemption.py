@@ -624,18 +624,26 @@ def _node_devices(
     here = {g.uuid for g in gpus}
     ways = []
     for options in variants:
+        if any(o.kind == publisheddevices.OTHER for o in options):
+            # Another driver's device (a NIC) is not among the search's device facts: a way
+            # that needs one is not planned for, so no pod is evicted for a NIC still held.
+            continue
         needs = []
         for option in options:
             if option.kind == publisheddevices.FALLBACK:
                 continue
             if option.kind == publisheddevices.MIG:
+                # One need has one media flag: a way of several profiles (`profile` None)
+                # offers only its placements without media extensions, so a plan never counts
+                # a media engine it does not check.
+                media = option.profile is not None and _media(option.profile)
                 placements = frozenset(
-                    (gpu, start, sizes.get((product.get(gpu, ""), option.profile or ""), {})
-                     .get(start, 0))
-                    for gpu, start in option.placements if gpu in here
+                    (gpu, start, sizes.get((product.get(gpu, ""), profile), {}).get(start, 0))
+                    for gpu, profile, start in option.placements
+                    if gpu in here and (option.profile is not None or not _media(profile))
                 )  # fmt: skip
                 needs.append(choice.Need(choice.Need.MIG, option.count, placements=placements,
-                                         media=_media(option.profile or "")))  # fmt: skip
+                                         media=media))  # fmt: skip
             elif option.share is not None:
                 needs.append(choice.Need(choice.Need.SHARE, option.count,
                                          gpus=option.eligible & here,
