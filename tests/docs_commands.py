@@ -71,6 +71,12 @@ RULES: list[tuple[str, str]] = [
     # Benchmarks take minutes to hours (traces from ../shared/traces): their flags are parsed by
     # their own parser here, and tests/bench runs small ones.
     (r"^\.venv/bin/python -m bench\.", FLAGS),
+    (
+        r"^python3 -m pip (wheel|install) ",
+        "builds or installs the wheel: tests/test_packaging.py builds it with pip wheel and "
+        "installs it with its demo extra in a fresh venv",
+    ),
+    (r"^scripts/kube-build", "a Go build of minutes: make test and make e2e-versions run it"),
 ]
 
 

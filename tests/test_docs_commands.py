@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import docs_commands as docs
-import fakedriver
 import helm_binary
 import pytest
 
 from drasat.cli import main
+from drasat.testbed import fakedriver
 
 ROOT = docs.ROOT
 ALL = docs.commands()
@@ -184,7 +184,9 @@ def test_the_check_finds_the_commands() -> None:
     by_id = {c.id: c for c in ALL}
     readme = [c for c in ALL if c.doc == "README.md"]
     assert any(c.text == "drasat policy list" for c in readme)  # comment cut off
-    install = next(c for c in readme if c.text.startswith("helm install"))
+    install = next(
+        c for c in readme if c.text.startswith("helm install") and "<registry>" in c.text
+    )
     assert install.text.endswith("--set image.repository=<registry>/drasat")  # lines joined
     shown = next(c for c in ALL if c.output and c.text.startswith("drasat whatif"))
     assert shown.output.startswith("POD ")
