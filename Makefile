@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo whatif test e2e e2e-versions oracle kube check lint typecheck layers without-classic unit generate gpu-check mutation clean lock licences sbom
+.PHONY: demo demo-containerd whatif test e2e e2e-versions oracle kube runtime image check lint typecheck layers without-classic unit generate gpu-check mutation clean lock licences sbom
 
 # setuptools' editable install always adds a note (folders named like the package may shadow it),
 # which pip relays as a 10-line warning: filtered, as it asks nothing of the user.
@@ -41,10 +41,13 @@ test: $(STAMP)
 	$(BIN)/python scripts/check.py
 
 ## e2e: the tests against the real control plane alone (etcd, kube-apiserver, kube-scheduler,
-## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing)
+## kube-controller-manager v1.37.2; built first into ~/.cache/drasat when missing), the
+## containerd nodes' among them (the runtime and the images built first too)
 e2e: $(STAMP)
 	DRASAT_KUBE_BIN="$$(scripts/kube-build | tail -n 1)" \
 	DRASAT_KUBE_CLASSIC_BIN="$$(scripts/kube-build classic | tail -n 1)" \
+	DRASAT_RUNTIME_BIN="$$(scripts/runtime-build | tail -n 1)" \
+	DRASAT_IMAGES="$$(scripts/image-build | tail -n 1)" \
 	$(BIN)/pytest tests/e2e tests/contract
 
 ## e2e-versions: drasat installed by its chart on real 1.34, 1.35, 1.36 and 1.37 control planes with
@@ -72,6 +75,29 @@ kube:
 	scripts/kube-build
 	scripts/kube-build classic
 	scripts/kube-build 1.34
+
+## runtime: build the test nodes' container runtime into ~/.cache/drasat (containerd v2.4.2, runc
+## v1.5.3, the CNI plugins v1.10.0 from Go modules; the pause image built here)
+runtime:
+	scripts/runtime-build
+
+## image: build localhost/drasat:dev (deploy/Dockerfile) and localhost/drasat-probe:dev
+## (deploy/probe) with buildah on a Debian base made here (debootstrap), as archives in
+## build/images, and import them into the nodes of a running `scripts/kube-cluster up --kubelets N
+## --runtime containerd` cluster (buildah and debootstrap are installed with apt when missing)
+image: $(STAMP)
+	scripts/image-build
+	scripts/kube-cluster import-images
+
+## demo-containerd: drasat as it is deployed, watched: the real control plane, two kubelets on
+## real containerd, drasat's chart with localhost/drasat:dev, the probe workloads; prints per pod
+## what its container sees (drasat demo --kube-bin DIR --runtime containerd; builds what it needs)
+demo-containerd: $(STAMP)
+	DRASAT_RUNTIME_BIN="$$(scripts/runtime-build | tail -n 1)" \
+	DRASAT_IMAGES="$$(scripts/image-build | tail -n 1)" \
+	DRASAT_CHART=deploy/helm/drasat \
+	DRASAT_HELM="$$($(BIN)/python tests/helm_binary.py | sed -n 1p)" \
+	$(BIN)/drasat demo --kube-bin "$$(scripts/kube-build | tail -n 1)" --runtime containerd
 
 ## gpu-check: on a machine with NVIDIA GPUs, read-only: discovery through the real pynvml, the
 ## ResourceSlices, GPU 0's CDI spec with its paths checked, nvidia-smi (and a CUDA sample when

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
     recorded = subprocess.Popen(["sleep", "60"])
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        started = realcluster._start_time(recorded.pid) or ""
+        started = realcluster.start_time(recorded.pid) or ""
         # The bystander's pid with another start time: a recycled pid, which must not be signalled.
         impostor = realcluster.Process("kube-scheduler", bystander.pid, "1", "")
         _record(tmp_path, [realcluster.Process("etcd", recorded.pid, started, ""), impostor])
@@ -221,3 +222,18 @@ def test_kube_cluster_refuses_a_version_it_does_not_build() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "invalid choice: '1.33'" in done.stderr
+
+
+def test_a_child_seen_exited_between_the_two_looks_is_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alive() polls the child (still running), then reads its start time: a child that exits in
+    # between reads as gone (a zombie has none). It must be reaped then, or its zombie stays
+    # (in a containerd node's PID namespace it kept the node's first process from ever exiting).
+    cluster = realcluster.Cluster(directory=tmp_path, bin_dir=tmp_path)
+    (tmp_path / "logs").mkdir()
+    process = cluster.spawn("sleeper", sys.executable, ["-c", "import time; time.sleep(0.5)"])
+    child = realcluster._CHILDREN[process.pid]
+    monkeypatch.setattr(realcluster, "start_time", lambda _pid: None)  # as right after its exit
+    assert not process.alive()
+    assert child.returncode == 0  # reaped, not left a zombie

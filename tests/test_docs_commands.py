@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import docs_commands as docs
-import fakedriver
 import helm_binary
 import pytest
 import yaml
 
 from drasat.cli import main
+from drasat.testbed import fakedriver
 
 ROOT = docs.ROOT
 ALL = docs.commands()

@@ -141,6 +141,13 @@ def _cdi_flags(g: Any) -> None:
         "",
         "where this process reads the dev root's dev/ nodes (default: the dev root)",
     )
+    flag(
+        g,
+        "--proc-root",
+        "/proc",
+        "where this process reads driver/nvidia-caps/mig-minors, the MIG capability device "
+        "numbers (default /proc)",
+    )
 
 
 def _state_flags(g: Any) -> None:
@@ -222,6 +229,7 @@ def options(args: argparse.Namespace) -> app.Options:
         dev_root=args.dev_root,
         driver_root_mount=args.container_driver_root,
         dev_root_mount=args.container_dev_root,
+        proc_root=Path(args.proc_root),
         cdi_mode=cdi.CdiMode(args.cdi_mode),
         cdi_hook_path=args.cdi_hook_path,
         toolkit_spec_dirs=tuple(
