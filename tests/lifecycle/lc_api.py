@@ -47,6 +47,8 @@ class Fault:
     code: int | str
     name: str | None = None
     times: int = 1
+    #: Rounds it stays armed (`FaultPlan.tick` after each round).
+    rounds: int = 1
     after_write: bool = False
 
     def matches(self, verb: str, plural: str, name: str | None) -> bool:
@@ -67,7 +69,7 @@ class Fault:
 
 
 class FaultPlan:
-    """The faults armed for the next cycle; `injected` counts what was met (verb, plural, code)."""
+    """The faults armed for the next cycles; `injected` counts what was met (verb, plural, code)."""
 
     def __init__(self) -> None:
         self.armed: list[Fault] = []
@@ -77,8 +79,11 @@ class FaultPlan:
     def arm(self, fault: Fault) -> None:
         self.armed.append(fault)
 
-    def disarm(self) -> None:
-        self.armed = []
+    def tick(self) -> None:
+        """A round is over: faults whose rounds are spent (or whose calls are) go."""
+        for fault in self.armed:
+            fault.rounds -= 1
+        self.armed = [f for f in self.armed if f.rounds > 0 and f.times > 0]
 
     def take(self, verb: str, plural: str, name: str | None) -> Fault | None:
         if threading.current_thread() is not self.thread:
@@ -147,7 +152,9 @@ class ModelApi:
         self.faults = faults
         self.tracker = tracker
 
-    def _call(self, verb: str, resource: Resource, name: str | None, call: Callable[[], Any]) -> Any:
+    def _call(
+        self, verb: str, resource: Resource, name: str | None, call: Callable[[], Any]
+    ) -> Any:
         fault = self.faults.take(verb, resource.plural, name)
         if fault is None:
             return call()

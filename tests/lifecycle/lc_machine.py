@@ -16,7 +16,7 @@ Invariants (`Violation.kind`), checked after every round of every step:
   `mig-overlap`, `mig-gpu-given-whole`, `mig-on-plain-gpu`, `unknown-device`) and by the NAS
   ledger (the same kinds, `ledger-` in front): at once when only drasat's allocations are
   involved; one involving an allocation of another allocator must be gone within `bound` rounds
-  (`foreign-overlap-kept`, `ledger-foreign-overlap-kept`);
+  (`foreign-<kind>-kept`, `ledger-foreign-<kind>-kept`);
 - every allocation drasat made has a live consumer, or is released within `bound` rounds
   (`unused-claim-kept`);
 - every pending pod (a gang: all its pods) that fits alone in what is free is bound within
@@ -35,18 +35,20 @@ the end of the test), not raised; every other kind fails the step.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 from typing import Any, ClassVar
 
+import lc_objects as objects
 import lc_truth as truth
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from lc_api import FAULT_CODES, Fault
-from lc_world import A100_PROFILES, GiB, NAMESPACE, World, pod_claim_names, tolerates_all
+from lc_objects import GANG_KINDS, KINDS, POD_KINDS, PRIORITIES, SHARED_KINDS
+from lc_world import NAMESPACE, World, pod_claim_names, tolerates_all
 
-from drasat.api.devicemodel import classes
-from drasat.api.groups import DRIVER_NAME, GANG_LABEL, GANG_SIZE_LABEL, SCHEDULING_GATE
+from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
 from drasat.kube import errors
 from drasat.kube import resources as r
 
@@ -55,61 +57,19 @@ Obj = dict[str, Any]
 NODES = {"n1": "t4x2", "n2": "a100mig+t4", "n3": "t4x2"}
 #: Live pods the model keeps at most (the cluster is full well before).
 MAX_PODS = 14
-
-
-def _request(device_class: str, **extra: Any) -> Obj:
-    return {"deviceClassName": device_class, **extra}
-
-
-def _mig(profile: str) -> Obj:
-    cel = f'device.attributes["{DRIVER_NAME}"].profile == "{profile}"'
-    return _request(classes.MIG_CLASS, selectors=[{"cel": {"expression": cel}}])
-
-
-def _mig_ask(profile: str) -> truth.Ask:
-    _, size, starts, _ = A100_PROFILES[profile]
-    return truth.Ask(mig=(size, starts))
-
-
-_TIME_SLICED = {
-    "opaque": {
-        "driver": DRIVER_NAME,
-        "parameters": {
-            "apiVersion": f"{DRIVER_NAME}/v1alpha1",
-            "kind": "GpuConfig",
-            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}},
-        },
-    }
-}
-
-#: The kinds of claim the model makes: (the claim's spec.devices, what it asks of a node).
-KINDS: dict[str, tuple[Obj, truth.Ask | None]] = {
-    "gpu": ({"requests": [{"name": "gpu", "exactly": _request(classes.GPU_CLASS)}]},
-            truth.Ask(whole=1)),
-    "gpu2": ({"requests": [{"name": "gpu", "exactly": _request(
-        classes.GPU_CLASS, allocationMode="ExactCount", count=2)}]}, truth.Ask(whole=2)),
-    "time-sliced": ({"requests": [{"name": "gpu", "exactly": _request(classes.GPU_CLASS)}],
-                     "config": [_TIME_SLICED]}, truth.Ask(whole=1)),
-    "share-4g": ({"requests": [{"name": "gpu", "exactly": _request(
-        classes.GPU_CLASS, capacity={"requests": {"memory": "4Gi", "compute": "25"}})}]},
-        truth.Ask(share=(4 * GiB, 25))),
-    "share-10g": ({"requests": [{"name": "gpu", "exactly": _request(
-        classes.GPU_CLASS, capacity={"requests": {"memory": "10Gi", "compute": "40"}})}]},
-        truth.Ask(share=(10 * GiB, 40))),
-    "mig-1g": ({"requests": [{"name": "gpu", "exactly": _mig("1g.5gb")}]}, _mig_ask("1g.5gb")),
-    "mig-2g": ({"requests": [{"name": "gpu", "exactly": _mig("2g.10gb")}]}, _mig_ask("2g.10gb")),
-    "mig-3g": ({"requests": [{"name": "gpu", "exactly": _mig("3g.20gb")}]}, _mig_ask("3g.20gb")),
-    "optional": ({"requests": [{"name": "gpu", "firstAvailable": [
-        {"name": "gpu", "deviceClassName": classes.GPU_CLASS},
-        {"name": "cpu", "deviceClassName": classes.FALLBACK_CLASS}]}]}, truth.Ask(anywhere=True)),
-    "cpu": ({"requests": [{"name": "gpu", "exactly": _request(classes.FALLBACK_CLASS)}]},
-            truth.Ask(anywhere=True)),
-    # kube-scheduler's (it tolerates drasat's allocator taint): the second allocator's.
-    "tolerates-all": ({"requests": [{"name": "gpu", "exactly": _request(
-        classes.GPU_CLASS, tolerations=[{"operator": "Exists"}])}]}, None),
-}  # fmt: skip
-GANG_KINDS = ("gpu", "mig-1g", "share-4g")
-SHARED_KINDS = ("gpu", "time-sliced", "share-4g", "optional")
+#: The calls a cycle makes (verb, kind): where an injected error meets the controller.
+CONTROLLER_CALLS = (
+    ("get", "pods"),  # a gate's pod read again, a departed pod looked up
+    ("patch", "pods"),  # the scheduling gate lifted
+    ("create", "pods"),  # an eviction
+    ("get", "resourceclaims"),  # a claim read again after a conflict
+    ("patch", "resourceclaims"),  # the finalizer added or dropped
+    ("replace_status", "resourceclaims"),  # an allocation written or given back
+    ("get", "nodeallocationstates"),  # the ledger read again after a conflict
+    ("replace", "nodeallocationstates"),  # the ledger written
+    ("create", "events"),  # a refusal's reason
+    ("patch", "events"),  # a decision updated
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +224,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     ) -> None:
         key = f"{problem.gpu} {sorted({u.claim for u in problem.claims})}"
         if problem.foreign:
-            owed[(f"{prefix}foreign-overlap-kept", key)] = (
+            owed[(f"{prefix}foreign-{problem.kind}-kept", key)] = (
                 f"{problem.text}; another allocator's allocation is one of them and the overlap "
                 "is not repaired"
             )
@@ -335,7 +295,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         for index, claim in enumerate(found):
             assert claim is not None
             kind = self._kind_of(pod, index, claim)
-            if kind is None or tolerates_all(claim) or claim["metadata"]["uid"] in self.world.foreign:
+            if (
+                kind is None
+                or tolerates_all(claim)
+                or claim["metadata"]["uid"] in self.world.foreign
+            ):
                 return None  # another allocator's claim
             ask = KINDS[kind][1]
             if ask is None:
@@ -409,7 +373,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"gang {gang} ({len(pods)} pods) fits in what is free and is not bound"
             )
 
-    def _reasons(self, pods: list[Obj], by_name: dict[str, Obj], owed: dict[tuple[str, str], str]) -> None:
+    def _reasons(
+        self, pods: list[Obj], by_name: dict[str, Obj], owed: dict[tuple[str, str], str]
+    ) -> None:
         waiting = []
         for pod in pods:
             if not _pending(pod):
@@ -437,6 +403,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _name(self, prefix: str) -> str:
         return f"{prefix}{next(self.names)}"
 
+    def _claim_objects(self) -> list[Obj]:
+        return self.world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+
     def _live_pods(self) -> list[Obj]:
         return [
             p for p in self.world.admin.list(r.PODS, namespace=NAMESPACE).items
@@ -445,18 +414,18 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _create_claim(self, kind: str) -> str:
         name = self._name("c")
-        body = {"metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": {"devices": KINDS[kind][0]}}  # fmt: skip
-        self.world.admin.create(r.RESOURCE_CLAIMS_V1, body, namespace=NAMESPACE)
+        self.world.admin.create(
+            r.RESOURCE_CLAIMS_V1, objects.claim(name, kind), namespace=NAMESPACE
+        )
         self.claims[name] = kind
         self.claim_kinds[name] = kind
         return name
 
     def _create_template(self, kind: str) -> str:
         name = self._name("t")
-        body = {"metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": {"spec": {"devices": KINDS[kind][0]}}}  # fmt: skip
-        self.world.admin.create(r.RESOURCE_CLAIM_TEMPLATES_V1, body, namespace=NAMESPACE)
+        self.world.admin.create(
+            r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template(name, kind), namespace=NAMESPACE
+        )
         self.templates[name] = kind
         self.template_kinds[name] = kind
         return name
@@ -466,19 +435,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         labels: dict[str, str] | None = None,
     ) -> str:  # fmt: skip
         name = self._name("p")
-        source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
-        spec: Obj = {
-            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", **source}],
-            # As the chart's admission gates every pod with claims.
-            "schedulingGates": [{"name": SCHEDULING_GATE}],
-        }
-        if priority:
-            spec["priority"] = priority
-        meta: Obj = {"name": name, "namespace": NAMESPACE}
-        if labels:
-            meta["labels"] = labels
-        self.world.admin.create(r.PODS, {"metadata": meta, "spec": spec}, namespace=NAMESPACE)
+        body = objects.pod(name, claim=claim, template=template, priority=priority, labels=labels)
+        self.world.admin.create(r.PODS, body, namespace=NAMESPACE)
         return name
 
     # --- rules: workloads ---------------------------------------------------------------------
@@ -507,16 +465,39 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def delete_claim(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.claims)), label="claim")
-        try:
+        with contextlib.suppress(errors.NotFound):
             self.world.admin.delete(r.RESOURCE_CLAIMS_V1, name, namespace=NAMESPACE)
-        except errors.NotFound:
-            pass
         del self.claims[name]
         self._settle("delete_claim")
 
-    @precondition(lambda self: (self.templates or self.claims) and len(self._live_pods()) < MAX_PODS)
-    @rule(data=st.data(), priority=st.sampled_from([0, 0, 100, 1000]))
-    def create_pod(self, data: st.DataObject, priority: int) -> None:
+    @precondition(lambda self: len(self._live_pods()) < MAX_PODS)
+    @rule(kind=st.sampled_from(POD_KINDS), priority=st.sampled_from(PRIORITIES))
+    def pod_of_new_template(self, kind: str, priority: int) -> None:
+        self._create_pod(template=self._create_template(kind), priority=priority)
+        self._settle("pod_of_new_template")
+
+    @precondition(lambda self: len(self._live_pods()) < MAX_PODS)
+    @rule(kind=st.sampled_from(POD_KINDS), priority=st.sampled_from(PRIORITIES))
+    def pod_of_new_claim(self, kind: str, priority: int) -> None:
+        self._create_pod(claim=self._create_claim(kind), priority=priority)
+        self._settle("pod_of_new_claim")
+
+    @precondition(lambda self: len(self._live_pods()) < MAX_PODS)
+    @rule(standalone=st.booleans())
+    def pod_for_the_second_allocator(self, standalone: bool) -> None:
+        """A pod whose claim tolerates drasat's allocator taint (kube-scheduler allocates it)."""
+        if standalone:
+            self._create_pod(claim=self._create_claim("tolerates-all"))
+        else:
+            self._create_pod(template=self._create_template("tolerates-all"))
+        self._settle("pod_for_the_second_allocator")
+
+    @precondition(
+        lambda self: (self.templates or self.claims) and len(self._live_pods()) < MAX_PODS
+    )
+    @rule(data=st.data(), priority=st.sampled_from(PRIORITIES))
+    def pod_of_existing(self, data: st.DataObject, priority: int) -> None:
+        """Another pod of a template (a claim of its own) or of a standalone claim (shared)."""
         sources = [("template", t) for t in sorted(self.templates)]
         sources += [("claim", c) for c in sorted(self.claims)]
         how, name = data.draw(st.sampled_from(sources), label="source")
@@ -524,7 +505,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._create_pod(template=name, priority=priority)
         else:
             self._create_pod(claim=name, priority=priority)
-        self._settle("create_pod")
+        self._settle("pod_of_existing")
 
     @precondition(lambda self: len(self._live_pods()) < MAX_PODS - 2)
     @rule(kind=st.sampled_from(SHARED_KINDS), pods=st.integers(2, 3))
@@ -561,16 +542,14 @@ class LifecycleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.world.rounds > 0)
     @rule(data=st.data())
     def delete_pod(self, data: st.DataObject) -> None:
-        names = sorted(p["metadata"]["name"]
-                       for p in self.world.admin.list(r.PODS, namespace=NAMESPACE).items)  # fmt: skip
+        listed = self.world.admin.list(r.PODS, namespace=NAMESPACE).items
+        names = sorted(p["metadata"]["name"] for p in listed)
         if not names:
             self._settle("delete_pod (none)")
             return
         name = data.draw(st.sampled_from(names), label="pod")
-        try:
+        with contextlib.suppress(errors.NotFound):
             self.world.admin.delete(r.PODS, name, namespace=NAMESPACE)
-        except errors.NotFound:
-            pass
         self._settle("delete_pod")
 
     # --- rules: nodes -------------------------------------------------------------------------
@@ -595,10 +574,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _delete_pods_on(self, node: str) -> None:
         for pod in self.world.admin.list(r.PODS, namespace=NAMESPACE).items:
             if (pod.get("spec") or {}).get("nodeName") == node:
-                try:
+                with contextlib.suppress(errors.NotFound):
                     self.world.admin.delete(r.PODS, pod["metadata"]["name"], namespace=NAMESPACE)
-                except errors.NotFound:
-                    pass
 
     @precondition(lambda self: len(self.deleted_nodes) < len(NODES) - 1)
     @rule(data=st.data())
@@ -623,12 +600,11 @@ class LifecycleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.claims)
     @rule(data=st.data(), onto_held=st.booleans())
     def admin_allocates(self, data: st.DataObject, onto_held: bool) -> None:
-        """An admin writes a claim's status.allocation: a whole GPU not in MIG mode, one that
-        some claim holds (`onto_held`) or one nobody holds."""
-        claims = {c["metadata"]["name"]: c
-                  for c in self.world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items}  # fmt: skip
+        """An admin writes a claim's status.allocation: a GPU not in MIG mode (whole, or a share
+        for a share claim), one that some claim holds (`onto_held`) or one nobody holds."""
+        claims = {c["metadata"]["name"]: c for c in self._claim_objects()}
         names = sorted(n for n in self.claims if n in claims and not truth.results_of(claims[n])
-                       and self.claims[n] in ("gpu", "time-sliced"))  # fmt: skip
+                       and _on_a_whole_gpu(self.claims[n]))  # fmt: skip
         held = self.world.allocated_devices()
         spots = [
             (node, f"gpu-{g.minor}")
@@ -641,22 +617,45 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         name = data.draw(st.sampled_from(names), label="claim")
         node, device = data.draw(st.sampled_from(spots), label="device")
-        self.world.write_allocation(claims[name], node, device)
+        ask = KINDS[self.claims[name]][1]
+        share = ask.share if ask is not None else None
+        self.world.write_allocation(claims[name], node, device, share=share)
         self._settle("admin_allocates")
 
     @rule(
-        verb=st.sampled_from(["get", "list", "create", "replace", "replace_status", "patch",
-                              "delete"]),
-        plural=st.sampled_from(["resourceclaims", "pods", "nodeallocationstates", "events"]),
+        call=st.sampled_from(CONTROLLER_CALLS),
         code=st.sampled_from(FAULT_CODES),
-        times=st.sampled_from([1, 3]),
+        times=st.sampled_from([1, 3, 1000]),
+        rounds=st.sampled_from([1, 4, 12]),
         after_write=st.booleans(),
-    )  # fmt: skip
-    def api_fault(self, verb: str, plural: str, code: Any, times: int, after_write: bool) -> None:
-        """The next calls of one verb on one kind in the next cycle fail."""
-        self.world.faults.arm(Fault(verb, plural, code, times=times,
-                                    after_write=after_write and code == "timeout"))  # fmt: skip
+    )
+    def api_fault(
+        self, call: tuple[str, str], code: Any, times: int, rounds: int, after_write: bool
+    ) -> None:
+        """The next `times` calls of one verb on one kind by the leader's cycles fail, for the
+        next `rounds` rounds (so also during the rules that come next)."""
+        verb, plural = call
+        after_write = after_write and code == "timeout" and verb not in ("get", "list")
+        self.world.faults.arm(
+            Fault(verb, plural, code, times=times, rounds=rounds, after_write=after_write)
+        )
         self._settle("api_fault")
+
+    @rule(
+        data=st.data(),
+        verb=st.sampled_from(["replace_status", "patch"]),
+        code=st.sampled_from([500, 409, 429]),
+    )
+    def object_refused(self, data: st.DataObject, verb: str, code: Any) -> None:
+        """Every write of one verb on one claim fails for the next 30 rounds (a webhook or a
+        validation refusing that object, a server failing on it)."""
+        listed = self._claim_objects()
+        names = sorted(c["metadata"]["name"] for c in listed if not truth.results_of(c))
+        if names:
+            name = data.draw(st.sampled_from(names), label="claim")
+            refused = Fault(verb, "resourceclaims", code, name=name, times=10**6, rounds=30)
+            self.world.faults.arm(refused)
+        self._settle("object_refused")
 
     @rule()
     def restart_leader(self) -> None:
@@ -691,6 +690,10 @@ def _pending(pod: Obj) -> bool:
 
 def _all_allocated(pod: Obj, by_name: dict[str, Obj]) -> bool:
     names = pod_claim_names(pod)
-    return None not in names and all(
-        truth.results_of(by_name.get(str(n)) or {}) for n in names
-    )
+    return None not in names and all(truth.results_of(by_name.get(str(n)) or {}) for n in names)
+
+
+def _on_a_whole_gpu(kind: str) -> bool:
+    """Whether claims of the kind take a GPU not in MIG mode (whole or a share of it)."""
+    ask = KINDS[kind][1]
+    return ask is not None and (ask.whole == 1 or ask.share is not None)

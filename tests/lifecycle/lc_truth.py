@@ -192,11 +192,11 @@ def problems(
         plain = [u for u in uses if u.slices is None]
         names = ", ".join(sorted({u.claim for u in uses}))
         if gpu.mig and plain:
-            out.append(Problem("mig-gpu-given-whole", where, tuple(plain),
-                               f"{where} is in MIG mode and given whole or shared to {names}"))  # fmt: skip
+            text = f"{where} is in MIG mode and given whole or shared to {names}"
+            out.append(Problem("mig-gpu-given-whole", where, tuple(plain), text))
         if not gpu.mig and migs:
-            out.append(Problem("mig-on-plain-gpu", where, tuple(migs),
-                               f"{where} is not in MIG mode and holds MIG placements of {names}"))  # fmt: skip
+            text = f"{where} is not in MIG mode and holds MIG placements of {names}"
+            out.append(Problem("mig-on-plain-gpu", where, tuple(migs), text))
         wholes = [u for u in plain if u.whole]
         if len({u.uid for u in plain}) > 1 and wholes:
             out.append(Problem("device-held-twice", where, tuple(plain),
@@ -338,7 +338,9 @@ class Free:
 
 
 def free_on(
-    node: str, gpus: Mapping[str, Sequence[Gpu]], held: Mapping[tuple[str, int], list[Use]],
+    node: str,
+    gpus: Mapping[str, Sequence[Gpu]],
+    held: Mapping[tuple[str, int], list[Use]],
     ignore: set[str],
 ) -> Free:
     """The node's free GPUs, the claims `ignore` (uids) not counted."""

@@ -25,11 +25,13 @@ rule then rounds until one changes nothing (at most `max_rounds`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +81,8 @@ class Gpu:
 
 #: Node shapes: the GPUs each kind of node has, (product, memory, MIG mode).
 SHAPES: dict[str, tuple[tuple[str, int, bool], ...]] = {
+    "t4x1": (("Tesla T4", 15 * GiB, False),),
+    "a100mig": (("NVIDIA A100-SXM4-40GB", 40 * GiB, True),),
     "t4x2": (("Tesla T4", 15 * GiB, False), ("Tesla T4", 15 * GiB, False)),
     "a100mig+t4": (("NVIDIA A100-SXM4-40GB", 40 * GiB, True), ("Tesla T4", 15 * GiB, False)),
 }
@@ -309,7 +313,7 @@ class World:
             except Exception as error:  # the finding "a cycle aborts"
                 log.exception("cycle raised")
                 self.aborts.append((self.rounds, f"{type(error).__name__}: {error}"))
-        self.faults.disarm()
+        self.faults.tick()
         self.second_allocator_pass(view)
         for actor in (self.manager.run_once, self.scheduler.run_once, self.kubelet_pass):
             try:
@@ -368,7 +372,7 @@ class World:
 
     def set_phase(self, pod: Obj, phase: str) -> None:
         meta = pod["metadata"]
-        try:
+        with contextlib.suppress(errors.NotFound):
             self.admin.patch(
                 r.PODS,
                 meta["name"],
@@ -376,8 +380,6 @@ class World:
                 namespace=meta["namespace"],
                 subresource="status",
             )
-        except errors.NotFound:
-            pass
 
     # --- what is allocated (for the second allocator) -----------------------------------------
 
@@ -432,9 +434,16 @@ class World:
         return None
 
     def write_allocation(
-        self, claim: Obj, node: str, device: str, *, finalizer: bool = False
+        self,
+        claim: Obj,
+        node: str,
+        device: str,
+        *,
+        finalizer: bool = False,
+        share: tuple[int, int] | None = None,
     ) -> bool:
-        """An allocation written by someone other than drasat (recorded as foreign)."""
+        """An allocation written by someone other than drasat (recorded as foreign): the whole
+        device, or a share of it (memory bytes, compute %) as upstream's allocator writes one."""
         meta = claim["metadata"]
         if finalizer:
             kept = list(meta.get("finalizers") or [])
@@ -450,7 +459,10 @@ class World:
                 except errors.KubeError:
                     return False
         request = first_request_name(claim)
-        result = {"request": request, "driver": DRIVER_NAME, "pool": node, "device": device}
+        result: Obj = {"request": request, "driver": DRIVER_NAME, "pool": node, "device": device}
+        if share is not None:
+            result["consumedCapacity"] = {"memory": str(share[0]), "compute": str(share[1])}
+            result["shareID"] = str(uuid.uuid4())
         allocation = {
             "devices": {"results": [result]},
             "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [

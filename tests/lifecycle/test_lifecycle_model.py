@@ -1,7 +1,7 @@
 """The lifecycle model's short form (`lc_machine.LifecycleMachine`; docs/RELIABILITY.md, "The
 lifecycle model"): at least `DRASAT_LIFECYCLE_STEPS` steps (default 200) over the seeds
 `DRASAT_LIFECYCLE_SEEDS` (default one), each example `DRASAT_LIFECYCLE_STEPS_PER_EXAMPLE` steps at
-most (default 50).
+most (default 30).
 
 The long run: `DRASAT_LIFECYCLE_STEPS=5000 DRASAT_LIFECYCLE_SEEDS=1,2,3,4
 .venv/bin/pytest tests/lifecycle/test_lifecycle_model.py -p no:cacheprovider --timeout=0 -s`.
@@ -9,6 +9,7 @@ The long run: `DRASAT_LIFECYCLE_STEPS=5000 DRASAT_LIFECYCLE_SEEDS=1,2,3,4
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -20,11 +21,23 @@ from lc_machine import LifecycleMachine, Stats
 #: Open defects: violation kind -> the defect. Their violations are counted and said at the end,
 #: not failed; the engineers fixing one remove its line (and flip its test in
 #: test_lifecycle_defects.py).
-KNOWN_DEFECTS: dict[str, str] = {}
+KNOWN_DEFECTS: dict[str, str] = {
+    "unused-claim-kept": "a standalone claim keeps its devices after its last pod went",
+    "mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
+    "ledger-mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
+    "foreign-device-held-twice-kept": "a GPU held by another allocator's claim too, for ever",
+    "ledger-foreign-device-held-twice-kept": "a GPU held by another allocator's claim too, for ever",
+    "foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
+    "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
+}
+
+# The controller's own log lines (every refusal, every injected fault) would drown the report;
+# what the model finds it says itself.
+logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 STEPS = int(os.environ.get("DRASAT_LIFECYCLE_STEPS", "200"))
 SEEDS = [int(s) for s in os.environ.get("DRASAT_LIFECYCLE_SEEDS", "1").split(",") if s]
-PER_EXAMPLE = int(os.environ.get("DRASAT_LIFECYCLE_STEPS_PER_EXAMPLE", "50"))
+PER_EXAMPLE = int(os.environ.get("DRASAT_LIFECYCLE_STEPS_PER_EXAMPLE", "30"))
 
 
 def run(seed_value: int, steps: int, known: frozenset[str], *, shrink: bool = True) -> Stats:

@@ -1,0 +1,164 @@
+"""The defects the lifecycle model found, each as a small explicit sequence on the model's
+cluster (`lc_world.World`: the real controller, the simulated API server, scheduler,
+controller-manager and kubelets). Each is expected to fail until its fix lands: the engineer
+fixing one flips its `xfail` (strict, so a fix that makes it pass is noticed) and removes the
+matching line of `KNOWN_DEFECTS` in test_lifecycle_model.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import lc_objects as objects
+import lc_truth as truth
+import pytest
+from lc_api import Fault
+from lc_world import NAMESPACE, World
+
+from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+from drasat.kube import resources as r
+
+Obj = dict[str, Any]
+#: Rounds each actor gets after a change (the model's bound on an obligation).
+BOUND = 8
+
+logging.getLogger("drasat").setLevel(logging.CRITICAL)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Callable[..., World]]:
+    made: list[World] = []
+
+    def make(**nodes: str) -> World:
+        made.append(World(nodes=nodes))
+        return made[-1]
+
+    yield make
+    for world in made:
+        world.close()
+
+
+def _claim(world: World, name: str, kind: str) -> None:
+    world.admin.create(r.RESOURCE_CLAIMS_V1, objects.claim(name, kind), namespace=NAMESPACE)
+
+
+def _pod(world: World, name: str, **kw: Any) -> None:
+    world.admin.create(r.PODS, objects.pod(name, **kw), namespace=NAMESPACE)
+
+
+def _get(world: World, resource: r.Resource, name: str) -> Obj:
+    return world.admin.get(resource, name, namespace=NAMESPACE)
+
+
+def _problems(world: World) -> list[truth.Problem]:
+    claims = world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+    held, _ = truth.holdings(claims, world.gpus, world.foreign)
+    return truth.problems(held, world.gpus)
+
+
+def _run(world: World, rounds: int = BOUND) -> None:
+    for _ in range(rounds):
+        world.round()
+
+
+@pytest.mark.xfail(strict=True, reason="an unused standalone claim keeps its devices for ever")
+def test_a_standalone_claim_is_given_back_when_its_last_pod_goes(
+    cluster: Callable[..., World],
+) -> None:
+    world = cluster(n1="t4x1")
+    _claim(world, "shared", "gpu")
+    _pod(world, "a", claim="shared")
+    _run(world, 3)
+    assert truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "shared"))
+    world.admin.delete(r.PODS, "a", namespace=NAMESPACE)
+    _run(world)
+    assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "shared")), (
+        "the claim still holds its GPU with no pod using it"
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="a MIG-mode GPU goes whole to a plain GPU claim")
+def test_a_mig_mode_gpu_is_never_given_whole(cluster: Callable[..., World]) -> None:
+    world = cluster(n1="a100mig")
+    _claim(world, "one-gpu", "gpu")
+    _pod(world, "a", claim="one-gpu")
+    _run(world, 3)
+    assert not _problems(world)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="an overlap with kube-scheduler's allocation is left for ever"
+)
+def test_two_allocators_deciding_at_once_leave_no_gpu_held_twice(
+    cluster: Callable[..., World],
+) -> None:
+    """drasat's cycle and kube-scheduler's allocator (for a claim tolerating every taint)
+    decide in the same round over one free T4: both take it, both pods run."""
+    world = cluster(n1="t4x1")
+    _claim(world, "drasats", "gpu")
+    _claim(world, "schedulers", "tolerates-all")
+    _pod(world, "a", claim="drasats")
+    _pod(world, "b", claim="schedulers")
+    _run(world, 2)
+    _run(world)
+    assert not _problems(world)
+
+
+@pytest.mark.xfail(strict=True, reason="shares beside shares are never checked as sums")
+def test_shares_written_beyond_a_gpus_memory_are_repaired(cluster: Callable[..., World]) -> None:
+    """An admin writes a 10 GiB share onto the T4 where drasat gave a 10 GiB share: 20 of
+    15 GiB, both pods running."""
+    world = cluster(n1="t4x1")
+    _claim(world, "first", "share-10g")
+    _pod(world, "a", claim="first")
+    _run(world, 3)
+    _claim(world, "second", "share-10g")
+    world.write_allocation(
+        _get(world, r.RESOURCE_CLAIMS_V1, "second"), "n1", "gpu-0", share=(10 * 2**30, 40)
+    )
+    _pod(world, "b", claim="second")
+    _run(world)
+    assert not _problems(world)
+
+
+@pytest.mark.xfail(strict=True, reason="a 429 on a departed pod's lookup aborts the cycle")
+def test_a_429_looking_up_a_departed_pod_does_not_abort_the_cycle(
+    cluster: Callable[..., World],
+) -> None:
+    """A claim being deleted is reserved for a pod the cache no longer has: the controller
+    looks the pod up, and that lookup answers 429."""
+    world = cluster(n1="t4x1")
+    _claim(world, "leaving", "gpu")
+    _pod(world, "a", claim="leaving")
+    _run(world, 3)
+    world.admin.delete(r.RESOURCE_CLAIMS_V1, "leaving", namespace=NAMESPACE)
+    _run(world, 1)
+    world.faults.arm(Fault("get", "pods", 429, times=1000, rounds=1))
+    world.admin.delete(r.PODS, "a", namespace=NAMESPACE)
+    _run(world, 1)
+    assert not world.aborts
+
+
+@pytest.mark.xfail(strict=True, reason="a gang written in part keeps the written members' GPUs")
+def test_a_gang_whose_write_fails_in_part_gives_the_written_pods_gpus_back(
+    cluster: Callable[..., World],
+) -> None:
+    """Every status write of one gang member's claim is refused (a 500 each time); the members
+    written beside it must not keep their GPUs while the gang cannot be whole."""
+    world = cluster(n1="t4x2", n2="t4x2")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("member", "gpu"), namespace=NAMESPACE
+    )
+    labels = {GANG_LABEL: "g", GANG_SIZE_LABEL: "3"}
+    for name in ("m1", "m2", "m3"):
+        _pod(world, name, template="member", labels=labels)
+    _run(world, 1)  # the resourceclaim controller makes the members' claims
+    first = truth.claim_names(_get(world, r.PODS, "m1"))[0]
+    assert first is not None
+    world.faults.arm(Fault("replace_status", "resourceclaims", 500, name=first, times=10**6,
+                           rounds=10**6))  # fmt: skip
+    _run(world)
+    claims = world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+    allocated = [truth.claim_ref(c) for c in claims if truth.results_of(c)]
+    assert not allocated or len(allocated) == 3, f"only {allocated} of the gang allocated"
