@@ -25,8 +25,8 @@ KNOWN_DEFECTS: dict[str, str] = {
     "unused-claim-kept": "a standalone claim keeps its devices after its last pod went",
     "mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
     "ledger-mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
-    "foreign-device-held-twice-kept": "a GPU held by another allocator's claim too, for ever",
-    "ledger-foreign-device-held-twice-kept": "a GPU held by another allocator's claim too, for ever",
+    "foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
+    "ledger-foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
     "foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
 }
