@@ -206,6 +206,7 @@ class World:
         #: Cycles that raised: (round, text).
         self.aborts: list[tuple[int, str]] = []
         self.rounds = 0
+        self.faulted = False
         self.leader = 0
         #: Who takes the lease when the leader loses it in the middle of a cycle.
         self.next_leader = 0
@@ -307,12 +308,15 @@ class World:
             for replica in self.replicas:
                 replica.lease_left = -1
         leader = self.replicas[self.leader]
+        met = len(self.faults.injected)
         if leader.controller is not None:
             try:
                 leader.controller.cycle()
             except Exception as error:  # the finding "a cycle aborts"
                 log.exception("cycle raised")
                 self.aborts.append((self.rounds, f"{type(error).__name__}: {error}"))
+        #: Whether this round's cycle met an injected API error.
+        self.faulted = len(self.faults.injected) > met
         self.faults.tick()
         self.second_allocator_pass(view)
         for actor in (self.manager.run_once, self.scheduler.run_once, self.kubelet_pass):

@@ -29,6 +29,7 @@ KNOWN_DEFECTS: dict[str, str] = {
     "ledger-foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
     "foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
+    "gang-partly-allocated": "a gang written in part keeps the written members' devices",
 }
 
 # The controller's own log lines (every refusal, every injected fault) would drown the report;
