@@ -6,6 +6,7 @@ ResourceClaimTemplates, standalone claims and claims shared by several pods, of 
 model knows (`KINDS`: exclusive GPUs, two GPUs, time-sliced, shares by `capacity.requests`, MIG
 profiles, a GPU else the CPU fallback, the CPU fallback, a claim tolerating drasat's allocator
 taint), created and deleted; pods of them with priorities, gangs; pods finish or are deleted;
+a claim deleted with its pods;
 nodes cordoned, uncordoned, drained, deleted and back; an admin's allocation written onto a free
 or a held GPU; API errors on a verb of a kind for the next cycle; the leader restarted; the lease
 moving to the other replica, also in the middle of a cycle.
@@ -558,6 +559,21 @@ class LifecycleMachine(RuleBasedStateMachine):
         with contextlib.suppress(errors.NotFound):
             self.world.admin.delete(r.PODS, name, namespace=NAMESPACE)
         self._settle("delete_pod")
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def delete_workload(self, data: st.DataObject) -> None:
+        """`kubectl delete -f` of a standalone claim and its pods: the claim first, then each
+        pod naming it, in one step."""
+        name = data.draw(st.sampled_from(sorted(self.claims)), label="claim")
+        with contextlib.suppress(errors.NotFound):
+            self.world.admin.delete(r.RESOURCE_CLAIMS_V1, name, namespace=NAMESPACE)
+        del self.claims[name]
+        for pod in self.world.admin.list(r.PODS, namespace=NAMESPACE).items:
+            if name in truth.claim_names(pod):
+                with contextlib.suppress(errors.NotFound):
+                    self.world.admin.delete(r.PODS, pod["metadata"]["name"], namespace=NAMESPACE)
+        self._settle("delete_workload")
 
     # --- rules: nodes -------------------------------------------------------------------------
 
