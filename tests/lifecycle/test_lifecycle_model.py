@@ -30,6 +30,7 @@ KNOWN_DEFECTS: dict[str, str] = {
     "foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "gang-partly-allocated": "a gang written in part keeps the written members' devices",
+    "cycle-aborted": "an API error looking up a departed pod aborts the cycle",
 }
 
 # The controller's own log lines (every refusal, every injected fault) would drown the report;
