@@ -123,8 +123,11 @@ class Tracker:
         self.seen[plural] = max(self.seen.get(plural, 0), version)
 
     def caught_up(self, newest: Callable[[str], int]) -> bool:
+        """Every kind listed so far is watched and has handled the newest write of its kind (a
+        kind listed and not watched yet has not: writes after its list would be missed)."""
         with self._lock:
-            return bool(self.seen) and all(v >= newest(p) for p, v in self.seen.items())
+            kinds = set(self.seen) | set(self._listed)
+            return bool(kinds) and all(self.seen.get(p, -1) >= newest(p) for p in kinds)
 
 
 class _TrackedStream:
