@@ -288,6 +288,8 @@ class World:
     def catch_up(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         for replica in self.replicas:
+            if replica.controller is None:
+                continue  # stopped: no informers
             while not replica.tracker.caught_up(self.newest):
                 if time.monotonic() > deadline:
                     behind = {p: (v, self.newest(p)) for p, v in replica.tracker.seen.items()}
