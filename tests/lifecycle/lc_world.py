@@ -315,7 +315,7 @@ class World:
             try:
                 leader.controller.cycle()
             except Exception as error:  # the finding "a cycle aborts"
-                log.exception("cycle raised")
+                log.info("cycle raised", exc_info=True)
                 self.aborts.append((self.rounds, f"{type(error).__name__}: {error}"))
         #: Whether this round's cycle met an injected API error.
         self.faulted = len(self.faults.injected) > met
