@@ -179,11 +179,11 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _observe(self) -> bool:
         """Check everything after a round; whether an obligation is open."""
-        admin = self.world.admin
-        claims = admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
-        pods = admin.list(r.PODS, namespace=NAMESPACE).items
-        nodes = {n["metadata"]["name"]: n for n in admin.list(r.NODES).items}
-        nases = admin.list(r.NAS, namespace=self.world.config.namespace).items
+        read = self.world.read
+        claims = read(r.RESOURCE_CLAIMS_V1, NAMESPACE)
+        pods = read(r.PODS, NAMESPACE)
+        nodes = {n["metadata"]["name"]: n for n in read(r.NODES)}
+        nases = read(r.NAS, self.world.config.namespace)
         gpus = {n: g for n, g in self.world.gpus.items() if n in nodes}
         foreign = {
             str(c["metadata"]["uid"]) for c in claims if truth.is_foreign(c, self.world.foreign)
@@ -398,7 +398,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 waiting.append(pod)
         if not waiting:
             return
-        events = self.world.admin.list(r.EVENTS, namespace=NAMESPACE).items
+        events = self.world.read(r.EVENTS, NAMESPACE)
         said = {str((e.get("involvedObject") or {}).get("uid")) for e in events}
         for pod in waiting:
             if str(pod["metadata"]["uid"]) not in said:
@@ -412,11 +412,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         return f"{prefix}{next(self.names)}"
 
     def _claim_objects(self) -> list[Obj]:
-        return self.world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+        return self.world.read(r.RESOURCE_CLAIMS_V1, NAMESPACE)
 
     def _live_pods(self) -> list[Obj]:
         return [
-            p for p in self.world.admin.list(r.PODS, namespace=NAMESPACE).items
+            p for p in self.world.read(r.PODS, NAMESPACE)
             if not truth.pod_done(p)
         ]  # fmt: skip
 
@@ -550,7 +550,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.world.rounds > 0)
     @rule(data=st.data())
     def delete_pod(self, data: st.DataObject) -> None:
-        listed = self.world.admin.list(r.PODS, namespace=NAMESPACE).items
+        listed = self.world.read(r.PODS, NAMESPACE)
         names = sorted(p["metadata"]["name"] for p in listed)
         if not names:
             self._settle("delete_pod (none)")
@@ -569,7 +569,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         with contextlib.suppress(errors.NotFound):
             self.world.admin.delete(r.RESOURCE_CLAIMS_V1, name, namespace=NAMESPACE)
         del self.claims[name]
-        for pod in self.world.admin.list(r.PODS, namespace=NAMESPACE).items:
+        for pod in self.world.read(r.PODS, NAMESPACE):
             if name in truth.claim_names(pod):
                 with contextlib.suppress(errors.NotFound):
                     self.world.admin.delete(r.PODS, pod["metadata"]["name"], namespace=NAMESPACE)
@@ -595,7 +595,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._settle("drain")
 
     def _delete_pods_on(self, node: str) -> None:
-        for pod in self.world.admin.list(r.PODS, namespace=NAMESPACE).items:
+        for pod in self.world.read(r.PODS, NAMESPACE):
             if (pod.get("spec") or {}).get("nodeName") == node:
                 with contextlib.suppress(errors.NotFound):
                     self.world.admin.delete(r.PODS, pod["metadata"]["name"], namespace=NAMESPACE)

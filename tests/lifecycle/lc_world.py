@@ -47,7 +47,7 @@ from drasat.kube import errors, nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
 from drasat.nodeplugin import slicepublisher
-from drasat.testbed.sim import apiserver, controllers, kubeclient, v1scheduler
+from drasat.testbed.sim import apiserver, controllers, kubeclient, routing, v1scheduler
 
 Obj = dict[str, Any]
 NAS_NAMESPACE = "drasat"
@@ -281,6 +281,14 @@ class World:
                 self._scanned = events[-1].resource_version
         return self._newest.get(plural, 0)
 
+    def read(self, resource: r.Resource, namespace: str | None = None) -> list[Obj]:
+        """Every object of a kind as the server stores it (the model's own reads and the model's
+        kubelets read storage directly: the truth, without an HTTP round trip)."""
+        route = routing.Route(resource.group, resource.version, resource.plural)
+        rt = self.server.api.resource(route)
+        items, _ = self.server.api.store.list_objects(rt, namespace)
+        return items
+
     @property
     def version(self) -> int:
         return int(self.server.api.store.resource_version)
@@ -321,7 +329,9 @@ class World:
         self.faulted = len(self.faults.injected) > met
         self.faults.tick()
         self.second_allocator_pass(view)
-        for actor in (self.manager.run_once, self.scheduler.run_once, self.kubelet_pass):
+        # The controller-manager's resourceclaim controller and garbage collector (the model
+        # makes no Deployments, ReplicaSets, Jobs or NoExecute taints).
+        for actor in (self.manager.sync_claims, self.scheduler.run_once, self.kubelet_pass):
             try:
                 actor()
             except Exception as error:  # an actor meets what another actor did: next round
@@ -349,12 +359,9 @@ class World:
     def kubelet_pass(self) -> None:
         """Each node's kubelet starts the bound pods whose claims are allocated and reserved for
         them (it prepares them); a pod bound to a node that is gone waits for the pod GC."""
-        nodes = {n["metadata"]["name"] for n in self.admin.list(r.NODES).items}
-        claims = {
-            c["metadata"]["name"]: c
-            for c in self.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
-        }
-        for pod in self.admin.list(r.PODS, namespace=NAMESPACE).items:
+        nodes = {n["metadata"]["name"] for n in self.read(r.NODES)}
+        claims = {c["metadata"]["name"]: c for c in self.read(r.RESOURCE_CLAIMS_V1, NAMESPACE)}
+        for pod in self.read(r.PODS, NAMESPACE):
             meta, spec = pod["metadata"], pod.get("spec") or {}
             phase = (pod.get("status") or {}).get("phase", "Pending")
             if phase != "Pending" or not spec.get("nodeName") or meta.get("deletionTimestamp"):
@@ -392,7 +399,7 @@ class World:
     def allocated_devices(self) -> dict[str, set[str]]:
         """node -> names of drasat's devices some claim's status names (any allocator)."""
         out: dict[str, set[str]] = {}
-        for claim in self.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items:
+        for claim in self.read(r.RESOURCE_CLAIMS_V1, NAMESPACE):
             for result in results_of(claim):
                 out.setdefault(str(result.get("pool")), set()).add(str(result.get("device")))
         return out
@@ -402,17 +409,14 @@ class World:
         taint (drasat leaves those to it): a whole non-MIG GPU free in `view` (the allocations
         of the round before: it decides at the same instant as drasat's cycle), the scheduler's
         finalizer added as kube-scheduler does."""
-        claims = {
-            c["metadata"]["name"]: c
-            for c in self.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
-        }
+        claims = {c["metadata"]["name"]: c for c in self.read(r.RESOURCE_CLAIMS_V1, NAMESPACE)}
         cordoned = {
             n["metadata"]["name"]
-            for n in self.admin.list(r.NODES).items
+            for n in self.read(r.NODES)
             if (n.get("spec") or {}).get("unschedulable")
         }
         taken = {node: set(devs) for node, devs in view.items()}
-        for pod in self.admin.list(r.PODS, namespace=NAMESPACE).items:
+        for pod in self.read(r.PODS, NAMESPACE):
             if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
             for name in pod_claim_names(pod):
