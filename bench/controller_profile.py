@@ -132,7 +132,7 @@ def controller_over(
 
 
 def params(controller: V1Controller) -> SolveParams:
-    """What the controller's cycle solves with (`V1Controller._place`)."""
+    """What the controller's cycle solves with (`controller.cycle.allocating.Allocator.place`)."""
     return SolveParams(
         mode=controller.config.mode,
         time_limit_s=controller.config.time_limit_s,

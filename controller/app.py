@@ -19,10 +19,11 @@ from typing import Any, Protocol
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.inputerrors import InputError
 from drasat.controller import admission, leader
+from drasat.controller.cycle.allocating import Solve
 from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
-from drasat.controller.v1controller import Solve, V1Config, V1Controller
+from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import Api, KubeClient, load_configuration

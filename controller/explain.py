@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME, FINALIZER, SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
-from drasat.controller import decisions, leader, nasnodes, policy, v1controller, v1inputs
+from drasat.controller import decisions, leader, nasnodes, policy, v1inputs
+from drasat.controller.cycle import allocating
 from drasat.controller.drivers import Published
 from drasat.controller.statusledger import ledgers_from_statuses
 from drasat.kube import errors
@@ -278,7 +279,7 @@ def _what_if(
             lines.append(f"    claim {placed.namespace}/{placed.name}: {devices}")
     else:
         reasons = outcome.refused.get(key, ())
-        lines.append(f"  pod {key} would fit nowhere: {v1controller.explanation(item, reasons)}")
+        lines.append(f"  pod {key} would fit nowhere: {allocating.explanation(item, reasons)}")
     return lines
 
 

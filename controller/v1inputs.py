@@ -112,7 +112,7 @@ def is_ours(claim: Obj, ours: Mapping[str, Obj]) -> bool:
     return bool(_class_names(claim) & set(ours))
 
 
-#: The taint drasat's DeviceTaintRule puts on every device of its driver (`v1controller`).
+#: The taint drasat's DeviceTaintRule puts on every device of its driver (`taintrule`).
 ALLOCATOR_TAINT = {"key": f"{DRIVER_NAME}/allocator", "value": "drasat", "effect": "NoSchedule"}
 
 

@@ -14,12 +14,22 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from drasat import stopsignals
 from drasat.api.inputerrors import InputError
 from drasat.kube import client as kube_client
-from drasat.nodeplugin import cdi, mps, nvml, registration, slicepublisher, state, v1claims
+from drasat.nodeplugin import (
+    cdi,
+    mps,
+    mpshost,
+    nvml,
+    registration,
+    slicepublisher,
+    state,
+    v1claims,
+)
 from drasat.nodeplugin.devicelib import DeviceLib
 from drasat.nodeplugin.nasstore import KubeNasStore, MemoryNasStore, NasError, NasStore
 from drasat.nodeplugin.plugin import Config, NodePlugin
@@ -42,6 +52,9 @@ class Options:
     simulator: Simulator | None = None
     kubeconfig: str | None = None
     in_memory_nas: bool = False
+    #: The MPS host's socket (`drasat mps-host`), which runs the MPS daemons; "": this process
+    #: runs them itself, and they die with it.
+    mps_host_socket: str = ""
 
 
 def build(options: Options) -> NodePlugin:
@@ -67,6 +80,15 @@ def build(options: Options) -> NodePlugin:
         # The host's MPS binaries, chrooted into the host's root where the plugin sees it.
         host_root = config.driver_root_mount if config.driver_root == "/" else ""
         runner = mps.ProcessRunner(root=host_root)
+    if options.mps_host_socket:
+        program = mps.SIM_PROGRAM if options.simulate_gpus else mps.REAL_PROGRAM
+        runner = mpshost.MpsHostClient(Path(options.mps_host_socket), program=program)
+    elif os.getpid() == 1:
+        log.warning(
+            "MPS daemons are this process's children and it is PID 1 of its PID namespace (a "
+            "container): they die when it exits, under running workloads; run `drasat "
+            "mps-host` and give --mps-host-socket (the Helm chart does)"
+        )
     store: NasStore
     api: kube_client.KubeClient | None = None
     if not options.in_memory_nas or options.kubeconfig:

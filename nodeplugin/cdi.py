@@ -110,8 +110,9 @@ def driver_edits(
     """The spec-level edits of the driver `files` found under `driver_root` (the host's path).
 
     Hooks are those of `nvidia-ctk cdi generate` (`internal/discover/hooks.go`): the hook binary
-    gets its own name as argv[0], `create-symlinks --link target::link ...` and `update-ldcache
-    --folder <dir> ...` for the folders of the mounted libraries; no hook without a `hook_path`.
+    gets its own name as argv[0], `create-symlinks --link target::link ...`, `update-ldcache
+    --folder <dir> ...` for the folders of the mounted libraries and
+    `disable-device-node-modification`; no hook without a `hook_path`.
     This is a purely computational function with no side effects."""
     mounts = tuple(
         Mount(driverfiles.join(driver_root, files.sources.get(p, p)), p, DRIVER_MOUNT_OPTIONS)
@@ -127,6 +128,11 @@ def driver_edits(
     if hook_path and folders:
         args = [a for folder in folders for a in ("--folder", folder)]
         hooks.append(Hook(hook_path, (name, "update-ldcache", *args), env=env))
+    if hook_path:
+        # The container's /proc/driver/nvidia/params says ModifyDeviceFiles: 0, so that
+        # libnvidia-ml and nvidia-smi in it never create the device nodes of GPUs the spec does
+        # not give it (the toolkit's specs carry this hook since its 1.17.8).
+        hooks.append(Hook(hook_path, (name, "disable-device-node-modification"), env=env))
     return ClaimEdits(device_nodes=files.control_nodes, mounts=mounts, hooks=tuple(hooks))
 
 

@@ -24,6 +24,20 @@ class Metrics:
             "GPUs that fell off the bus (NVML_ERROR_GPU_IS_LOST or XID 79), tainted NoExecute.",
             registry=r,
         )
+        self.mps_daemons_down = Gauge(
+            f"{PREFIX}_mps_daemons_down",
+            "MPS daemons that claims hold but that are not running and could not be started "
+            "again at the last check (start-up and every garbage-collection round).",
+            registry=r,
+        )
+        self.mps_daemon_problems = Counter(
+            f"{PREFIX}_mps_daemon_problems",
+            "MPS daemons found not running (restarted: started again, their clients lost their "
+            "server; down: could not be) or enforcing other limits than recorded "
+            "(limits_restored), by outcome.",
+            ["outcome"],
+            registry=r,
+        )
         self.checkpoint_read_failures = Counter(
             f"{PREFIX}_checkpoint_read_failures",
             "Checkpoint entries found unreadable at start-up, by kind (claim, claims, "

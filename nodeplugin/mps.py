@@ -54,6 +54,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -236,6 +237,25 @@ def render(
     return loaded
 
 
+@dataclass(frozen=True)
+class Process:
+    """A started daemon: its pid and start time (field 22 of /proc/PID/stat, so a pid reused by
+    another process is not taken for it) in the PID namespace `namespace` (`/proc/self/ns/pid`
+    of whoever started it; "" in records of earlier versions: the plugin's own)."""
+
+    pid: int
+    started: str
+    namespace: str = ""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (`pid:[4026531836]`); pids mean something only in it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (field 22 of /proc/PID/stat); None once it has
     exited (gone, or a zombie not yet reaped)."""
@@ -267,13 +287,18 @@ def alive(pid: int, started: str) -> bool:
 
 
 class Runner(Protocol):
+    """What runs the daemons' processes: this process itself (`ProcessRunner`), or the node's
+    MPS host over its socket (`drasat.nodeplugin.mpshost.MpsHostClient`)."""
+
     program: tuple[str, ...]
 
-    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int: ...
+    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> Process: ...
+
+    def alive(self, process: Process) -> bool: ...
 
     def control(self, daemon: dict[str, Any], commands: list[str]) -> str: ...
 
-    def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None: ...
+    def stop(self, daemon: dict[str, Any], daemon_dir: Path, process: Process | None) -> None: ...
 
 
 class ProcessRunner:
@@ -305,6 +330,7 @@ class ProcessRunner:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.die_with_interpreter = False
+        self.namespace = pid_namespace()
 
     def _argv(self, daemon: dict[str, Any], daemon_dir: Path) -> list[str]:
         """The daemon's command line. Every wrapper `exec`s the next, so the pid the plugin
@@ -316,8 +342,15 @@ class ProcessRunner:
         unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
         if not self.root:
             return [*unshare, 'mount --bind "$0" /dev/shm && exec "$@"', shm, *command]
-        script = 'mount --bind "$0" "$1/dev/shm" && exec chroot "$@"'
-        return [*unshare, script, shm, self.root, *command]
+        # Inside the root the daemon's pipe/ and log/ are bound from where this process has them
+        # read-write: the chart mounts the host root read-only, and a name a container planted
+        # in pipe/ (a link to a host file) then leads nowhere the daemon can write.
+        script = (
+            'shm=$0 root=$1 dir=$2; shift 2; mount --bind "$shm" "$root/dev/shm" && '
+            'mount --bind "$dir/pipe" "$root$dir/pipe" && '
+            'mount --bind "$dir/log" "$root$dir/log" && exec chroot "$root" "$@"'
+        )
+        return [*unshare, script, shm, self.root, str(daemon_dir), *command]
 
     def _rooted(self, argv: list[str]) -> list[str]:
         return ["chroot", self.root, *argv] if self.root else argv
@@ -326,7 +359,11 @@ class ProcessRunner:
         """The control client's command line (commands go to its stdin)."""
         return self._rooted(list(self.program))
 
-    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> int:
+    def alive(self, process: Process) -> bool:
+        """Whether `process` runs: a pid of this PID namespace with its start time."""
+        return process.namespace in ("", self.namespace) and alive(process.pid, process.started)
+
+    def start(self, daemon: dict[str, Any], daemon_dir: Path) -> Process:
         env = {**os.environ, **daemon["env"]}
         output = daemon_dir / "log" / "daemon.out"
         argv = self._argv(daemon, daemon_dir)
@@ -338,7 +375,9 @@ class ProcessRunner:
                     stdin=subprocess.DEVNULL,
                     stdout=sink,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,  # outlives the plugin; a plugin restart adopts it
+                    # Its own session: a signal to this process's group does not reach it. It
+                    # still lives in this process's PID namespace, and dies with its init.
+                    start_new_session=True,
                     cwd=daemon_dir,
                 )
         except OSError as error:
@@ -360,7 +399,7 @@ class ProcessRunner:
                     f"(exit {child.returncode}){': ' + tail if tail else ''}"
                 )
             time.sleep(0.01)
-        return child.pid
+        return Process(child.pid, start_time(child.pid) or "", self.namespace)
 
     def control(self, daemon: dict[str, Any], commands: list[str]) -> str:
         """Send `commands` to the running daemon through its control client (one per line, as
@@ -385,10 +424,11 @@ class ProcessRunner:
             )
         return output
 
-    def stop(self, daemon: dict[str, Any], daemon_dir: Path, pid: int, started: str) -> None:
-        """Stop the daemon; `pid` 0: its pid is unknown (killed before it was recorded), so only
-        `quit` is sent, through its pipe directory."""
-        if pid and not alive(pid, started):
+    def stop(self, daemon: dict[str, Any], daemon_dir: Path, process: Process | None) -> None:
+        """Stop the daemon: `quit` through its pipe directory, then signals. `process` None: its
+        pid is unknown (killed before it was recorded), so only `quit` is sent. A process of
+        another PID namespace is not this runner's to stop (it is taken for stopped)."""
+        if process is not None and not self.alive(process):
             return
         env = {**os.environ, **daemon["env"]}
         try:
@@ -402,8 +442,9 @@ class ProcessRunner:
             )
         except (OSError, subprocess.SubprocessError) as error:
             log.warning("MPS %s: %s %s: %s", daemon["name"], self.program[0], daemon["stop"], error)
-        if not pid:
+        if process is None:
             return
+        pid, started = process.pid, process.started
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             if sig is not None and alive(pid, started):
                 log.warning(
@@ -478,9 +519,16 @@ class Daemon:
     scope: str = ""  # claim_scope / namespace_scope; "" in records of earlier versions
     limits: DaemonLimits = field(default_factory=DaemonLimits)
     starter: str = ""  # the claim whose prepare started it
+    namespace: str = ""  # the PID namespace of `pid` ("" in records of earlier versions)
+
+    @property
+    def process(self) -> Process:
+        return Process(self.pid, self.started, self.namespace)
 
     def running(self) -> bool:
-        return alive(self.pid, self.started)
+        """Whether it runs, seen from this process's PID namespace (the plugin's own daemons;
+        `MpsManager` asks its runner, which knows where its daemons live)."""
+        return self.namespace in ("", pid_namespace()) and alive(self.pid, self.started)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -488,11 +536,73 @@ class Daemon:
             "devices": list(self.devices),
             "pid": self.pid,
             "started": self.started,
+            "namespace": self.namespace,
             "description": self.description,
             "scope": self.scope,
             "limits": self.limits.dump(),
             "starter": self.starter,
         }
+
+
+class Outcome(StrEnum):
+    """What `MpsManager.ensure_all` found of a daemon its claims hold."""
+
+    adopted = "adopted"  # it runs, enforcing its recorded limits
+    limits_restored = "limits restored"  # it runs, but its defaults had changed: set again
+    restarted = "restarted"  # it was not running: started again (its clients lost their server)
+    down = "down"  # not running, and it cannot be started
+
+
+@dataclass(frozen=True)
+class Ensured:
+    name: str
+    devices: tuple[str, ...]
+    claims: tuple[str, ...]
+    outcome: Outcome
+    detail: str = ""
+
+    def line(self) -> str:
+        devices = ", ".join(self.devices) or "devices unknown"
+        text = f"MPS daemon {self.name} ({devices}; claims {', '.join(self.claims)}): "
+        return text + self.outcome.value + (f": {self.detail}" if self.detail else "")
+
+
+def _fresh_folders(daemon_dir: Path) -> None:
+    """The daemon's folders as a daemon starts into them: `pipe/` and `shm/` empty real folders,
+    `log/` as it was. The first two are bind-mounted read-write into the containers of the
+    daemon's claims, so a daemon started again finds there whatever a container left (a FIFO or
+    socket where the daemon makes its own, a link to a host file under a name it writes):
+    every entry is removed, links themselves and never what they point to. The folders stay the
+    same ones: the mounts of running containers hold them, and their clients reach the new
+    daemon through them."""
+    for sub in ("pipe", "shm"):
+        folder = daemon_dir / sub
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+    (daemon_dir / "log").mkdir(parents=True, exist_ok=True, mode=0o755)
+    # The shared memory and pipes are used by clients of any uid in the containers.
+    os.chmod(daemon_dir / "pipe", 0o755)
+    os.chmod(daemon_dir / "shm", 0o1777)
+
+
+_ANSWER = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)", re.IGNORECASE)
+
+
+def _answer_mib(text: str) -> float | None:
+    """A control answer (`30`, `8192M`, `8G`, `0`) as a number (MiB for memory); None when it is
+    not one."""
+    match = _ANSWER.match(text)
+    if match is None:
+        return None
+    value = float(match.group(1))
+    return value * {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0}[match.group(2).upper()]
 
 
 class MpsManager:
@@ -535,6 +645,7 @@ class MpsManager:
                 scope=str(body.get("scope") or ""),
                 limits=DaemonLimits.load(body.get("limits")),
                 starter=str(body.get("starter") or ""),
+                namespace=str(body.get("namespace") or ""),
             )
         except FileNotFoundError:
             return None
@@ -543,6 +654,10 @@ class MpsManager:
                 "MPS daemon record %s is unreadable (%s); treated as not running", path, error
             )
             return None
+
+    def alive(self, daemon: Daemon) -> bool:
+        """Whether the recorded daemon runs (asked of the runner that started it)."""
+        return self.runner.alive(daemon.process)
 
     def names(self) -> list[str]:
         """Every daemon directory on disk."""
@@ -555,7 +670,7 @@ class MpsManager:
         found = {}
         for name in self.names():
             daemon = self.read(name)
-            if daemon is not None and daemon.running():
+            if daemon is not None and self.alive(daemon):
                 found[name] = daemon
         return found
 
@@ -599,7 +714,7 @@ class MpsManager:
         """One control command to daemon `name` (e.g. `get_default_active_thread_percentage`);
         its answer. DeviceError when the daemon does not run."""
         daemon = self.read(name)
-        if daemon is None or not daemon.running():
+        if daemon is None or not self.alive(daemon):
             raise DeviceError(f"MPS daemon {name} is not running")
         return self.runner.control(daemon.description, [command])
 
@@ -632,26 +747,40 @@ class MpsManager:
                     stopped.append(name)
             return stopped
 
-    def ensure_all(self) -> list[str]:
-        """Every daemon with users runs: adopted when alive, started again when dead. One line
-        per daemon saying which."""
-        lines = []
+    def ensure_all(self) -> list[Ensured]:
+        """Every daemon with users runs with its recorded limits: adopted when alive (its
+        defaults read back and set again where they differ), started again when dead. What
+        each was found to be."""
+        found = []
         with self.lock:
             for name, users in sorted(self._users.items()):
                 if not users:
                     continue
+                claims = tuple(sorted(users))
                 daemon = self.read(name)
                 devices = daemon.devices if daemon is not None else ()
                 if not devices:
-                    lines.append(f"MPS daemon {name}: no record of its devices; claims {users}")
+                    found.append(
+                        Ensured(name, (), claims, Outcome.down, "no record of its devices")
+                    )
                     continue
                 assert daemon is not None
                 try:
-                    how = self._ensure(name, devices, scope=daemon.scope, wanted=None)
-                    lines.append(f"MPS daemon {name} ({', '.join(devices)}): {how}")
+                    outcome = self._ensure(
+                        name, devices, scope=daemon.scope, wanted=None, verify=True
+                    )
+                    detail = ""
+                    if outcome is Outcome.restarted:
+                        where = f"pid {daemon.pid} in {daemon.namespace or 'the plugin'}"
+                        detail = (
+                            f"it was not running ({where}); started again with its limits "
+                            f"{daemon.limits.dump()}; the claims' running clients lost their "
+                            "MPS server"
+                        )
+                    found.append(Ensured(name, devices, claims, outcome, detail))
                 except (DeviceError, OSError) as error:
-                    lines.append(f"MPS daemon {name}: cannot start: {error}")
-        return lines
+                    found.append(Ensured(name, devices, claims, Outcome.down, str(error)))
+        return found
 
     def _check_overlap(self, name: str, scope: str, devices: tuple[str, ...]) -> None:
         for other in self.names():
@@ -687,15 +816,22 @@ class MpsManager:
         wanted: DaemonLimits | None,
         first: bool = False,
         starter: str = "",
-    ) -> str:
-        """'adopted' (it runs), 'started' (first start) or 'restarted' (it had died). The daemon
-        enforces `wanted` (None: what its record says); a running one serving other claims is
-        widened to bound theirs and `wanted` both. `first`: the daemon has no other user."""
+        verify: bool = False,
+    ) -> Outcome:
+        """Adopted (it runs), restarted (it had died) or started (`Outcome.restarted` without a
+        record). The daemon enforces `wanted` (None: what its record says); a running one
+        serving other claims is widened to bound theirs and `wanted` both. `first`: the daemon
+        has no other user. `verify`: read a running daemon's defaults back, and set them again
+        where they differ from its record."""
         daemon = self.read(name)
-        if daemon is not None and daemon.running():
+        if daemon is not None and self.alive(daemon):
             if wanted is not None:
                 self._widen(daemon, wanted if first else daemon.limits.widest(wanted))
-            return "adopted"
+            elif verify and not self._enforces(daemon):
+                self.runner.control(daemon.description, daemon.limits.commands())
+                log.warning("MPS daemon %s: limits set again to %s", name, daemon.limits.dump())
+                return Outcome.limits_restored
+            return Outcome.adopted
         limits = wanted if wanted is not None else DaemonLimits()
         if daemon is not None and not first:
             limits = daemon.limits if wanted is None else daemon.limits.widest(wanted)
@@ -705,16 +841,20 @@ class MpsManager:
             log.warning(
                 "MPS daemon %s (pid %d) is not running; starting it again", name, daemon.pid
             )
-        for sub in ("pipe", "log", "shm"):
-            (daemon_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o755)
-        # The shared memory and pipes are used by clients of any uid in the containers.
-        (daemon_dir / "shm").chmod(0o1777)
-        (daemon_dir / "pipe" / CONTROL_FIFO).unlink(missing_ok=True)  # a dead daemon's
-        pid = self.runner.start(description, daemon_dir)
+        _fresh_folders(daemon_dir)
+        process = self.runner.start(description, daemon_dir)
         if daemon is not None and not starter:
             starter = daemon.starter
         started = Daemon(
-            name, devices, pid, start_time(pid) or "", description, scope, limits, starter
+            name,
+            devices,
+            process.pid,
+            process.started,
+            description,
+            scope,
+            limits,
+            starter,
+            process.namespace,
         )
         self._write(started)
         # Before any client: the claim's containers start only after its prepare returns.
@@ -724,12 +864,33 @@ class MpsManager:
         log.info(
             "MPS daemon %s (pid %d) started for %s (%s), limits %s",
             name,
-            pid,
+            process.pid,
             ", ".join(devices),
             scope,
             limits.dump(),
         )
-        return "started" if daemon is None else "restarted"
+        return Outcome.restarted
+
+    def _enforces(self, daemon: Daemon) -> bool:
+        """Whether the running daemon's defaults are those of its record (read back through its
+        control interface; an answer that is not a number counts as different)."""
+        limits = daemon.limits
+        asks = ["get_default_active_thread_percentage"] + [
+            f"get_default_device_pinned_mem_limit {device}" for device, _ in limits.pinned_bytes
+        ]
+        try:
+            answers = self.runner.control(daemon.description, asks).splitlines()
+        except DeviceError as error:
+            log.warning("MPS daemon %s: cannot read its limits back: %s", daemon.name, error)
+            return False
+        if len(answers) != len(asks):
+            return False
+        wanted = [float(limits.thread_percentage or 100)] + [
+            float(max(1, -(-n // 2**20))) for _, n in limits.pinned_bytes
+        ]
+        return all(
+            _answer_mib(answer) == value for answer, value in zip(answers, wanted, strict=True)
+        )
 
     def _widen(self, daemon: Daemon, limits: DaemonLimits) -> None:
         """Make a running daemon enforce `limits`: its defaults (for servers it starts later)
@@ -764,11 +925,11 @@ class MpsManager:
         daemon = self.read(name)
         daemon_dir = self.daemon_dir(name)
         if daemon is not None:
-            self.runner.stop(daemon.description, daemon_dir, daemon.pid, daemon.started)
+            self.runner.stop(daemon.description, daemon_dir, daemon.process)
             log.info("MPS daemon %s (pid %d) stopped", name, daemon.pid)
         elif (daemon_dir / "pipe" / CONTROL_FIFO).exists():
             # Started but not recorded (the plugin was killed in between): ask it to quit.
             unknown = {"name": name, "stop": "quit", "env": _control_env(daemon_dir)}
-            self.runner.stop(unknown, daemon_dir, 0, "")
+            self.runner.stop(unknown, daemon_dir, None)
         shutil.rmtree(self.daemon_dir(name), ignore_errors=True)
         self._users.pop(name, None)

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from drasat.api import limits
 from drasat.api.base import Spec
-from drasat.api.sharing import GpuShare, GpuSharing
+from drasat.api.sharing import GpuShare, GpuSharing, SharingStrategy
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,22 @@ class DevicePlan:
     share: GpuShare | None = None
     optional: bool | None = None
     lifecycle: tuple[Step, ...] | None = None
+
+    def refusal(self) -> str | None:
+        """Why no node may set this plan up, whatever its hardware (None: nothing). The rule
+        for every kubelet generation: the classic entry and a v1 claim's results both become a
+        plan, and the preparer asks it before it changes anything."""
+        timesliced = (
+            self.sharing is not None and self.sharing.strategy is SharingStrategy.TimeSlicing
+        )
+        if self.share is not None and timesliced:
+            gpus = ", ".join(self.gpus) or "its GPU"
+            return (
+                f"the claim is a share of {gpus}: a share runs under MPS, which enforces its "
+                "limits; sharing strategy TimeSlicing would set the time-slice of the whole GPU, "
+                "which other claims use too"
+            )
+        return None
 
     def parents(self) -> list[str]:
         """The GPUs the claim uses, whole or by a MIG device, each once in the claim's order."""

@@ -315,10 +315,9 @@ class NodePlugin:
             if collected:
                 log.warning("unprepared claims no longer allocated here: %s", ", ".join(collected))
             try:
-                # A daemon that died between prepares is started again for its claims' clients.
-                for line in self.state.mps.ensure_all():
-                    if not line.endswith(": adopted"):
-                        log.warning("%s", line)
+                # A daemon that died between prepares is reported and started again for its
+                # claims' clients.
+                self.state.ensure_mps_daemons()
             except Exception:
                 log.exception("MPS daemons")
             try:

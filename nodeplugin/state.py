@@ -357,6 +357,9 @@ class DeviceState:
             self._rollback(record)
             self._remove_prepared(record.uid)  # it may have been written just before the crash
         plan, source = (given, "claim") if given is not None else self._allocation(claim)
+        refusal = plan.refusal()
+        if refusal is not None:
+            raise ClaimError(f"claim {claim}: {refusal}")
         namespace = claim.namespace or plan.namespace
         name = claim.name or plan.name
         planned = self._plan_migs(ClaimRef(claim.uid, namespace, name), plan)
@@ -1096,7 +1099,7 @@ class DeviceState:
                     report.append(f"rolled back interrupted prepare of {record.uid}")
             except (ClaimError, DeviceError, OSError, NasError) as error:
                 report.append(f"could not finish {record.uid}: {error}")
-        report.extend(self.mps.ensure_all())
+        report.extend(self.ensure_mps_daemons())
         if self._kept_claims():
             report.append(
                 "MPS daemons no claim holds are kept: a claim whose checkpoint entry is "
@@ -1111,6 +1114,29 @@ class DeviceState:
         for line in report:
             log.warning("reconcile: %s", line)
         return report
+
+    def ensure_mps_daemons(self) -> list[str]:
+        """Every MPS daemon a claim holds runs with its limits (`MpsManager.ensure_all`); one
+        line per daemon. One found not running (its MPS host or the daemon itself died; the
+        claims' running clients lost their server) or whose limits had changed is reported: an
+        error line, a Warning Event on the NAS and the metrics."""
+        lines, down = [], 0
+        for found in self.mps.ensure_all():
+            line = found.line()
+            lines.append(line)
+            if found.outcome is mps.Outcome.adopted:
+                continue
+            log.error("%s", line)
+            self.metrics.mps_daemon_problems.labels(found.outcome.name).inc()
+            down += found.outcome is mps.Outcome.down
+            reason = {
+                mps.Outcome.down: "MpsDaemonDown",
+                mps.Outcome.restarted: "MpsDaemonRestarted",
+                mps.Outcome.limits_restored: "MpsDaemonLimitsRestored",
+            }[found.outcome]
+            self.store.warn(reason, line)
+        self.metrics.mps_daemons_down.set(down)
+        return lines
 
     def _kept_claims(self) -> bool:
         return any(e.kind in ("claim", "claims") for e in self.checkpoint.unreadable)
@@ -1417,9 +1443,19 @@ def _record_prepared(record: ClaimRecord) -> PreparedDevices:
 
 
 def _visible_env(visible: list[str]) -> dict[str, str]:
-    """The environment that says which GPUs and MIG devices (UUIDs) a container has."""
-    return {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else "void",
+    """The environment that says which GPUs and MIG devices (UUIDs) a container has.
+
+    `NVIDIA_VISIBLE_DEVICES` is `void`, as in the specs of NVIDIA's toolkit and DRA driver: the
+    spec gives the container its devices, and where nvidia-container-runtime is the node's
+    runtime (the GPU operator's default) a list of devices there makes its hook inject them
+    again with every utility program the image asks for (the MPS programs among them, which
+    containers do not get here) and, for `all` (what CUDA images set), every GPU of the node.
+    The devices are named in drasat's own variable."""
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "void",
         "DRASAT_GPU_ALLOCATED": "true" if visible else "false",
         "DRASAT_GPU_COUNT": str(len(visible)),
     }
+    if visible:
+        env["DRASAT_GPU_UUIDS"] = ",".join(visible)
+    return env

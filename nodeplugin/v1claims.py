@@ -351,16 +351,6 @@ def _plan(
             "prepare applies one configuration to all of a claim's devices"
         )
     config = next(iter(merged.values()))
-    timesliced = (
-        config.sharing is not None and config.sharing.strategy is SharingStrategy.TimeSlicing
-    )
-    if share is not None and timesliced:
-        shared = next(d.device for d in gpus if d.share is not None)
-        raise _Refused(
-            f"device {shared} is a share of its GPU: a share runs under MPS, which enforces its "
-            "limits; sharing strategy TimeSlicing would set the time-slice of the whole GPU, "
-            "which other claims use too"
-        )
     sharing = config.sharing
     if per_gpu_memory:
         pinned = _with_pinned_memory(sharing.dump() if sharing else None, per_gpu_memory)

@@ -53,7 +53,7 @@ def _pods(out: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
 
 def _visible(pods: dict[str, tuple[str, dict[str, dict[str, str]]]], pod: str) -> str:
     (env,) = pods[pod][1].values()
-    return env["NVIDIA_VISIBLE_DEVICES"]
+    return env["DRASAT_GPU_UUIDS"]
 
 
 #: An allocation row of the v1 flow: CLAIM NODE DEVICES GPU NAS-SHARING TIME-SLICE RESERVED-FOR.
@@ -118,7 +118,7 @@ def test_v1_mig_devices_are_made_for_the_claim_and_destroyed_after(
     # Each container names one request: its log shows that request's MIG device alone.
     logs = pods["gpu-test4-v1/pod"][1]
     assert sorted(logs) == ["ctr0", "ctr1", "ctr2", "ctr3"]
-    visible = [env["NVIDIA_VISIBLE_DEVICES"] for env in logs.values()]
+    visible = [env["DRASAT_GPU_UUIDS"] for env in logs.values()]
     assert len(set(visible)) == 4 and all(v.startswith("MIG-") for v in visible)
     # Four MIG devices of one GPU, on disjoint memory slices, listed by the NAS ledger.
     placements = re.findall(r"MIG (\S+) on GPU (\d) \(slices (\d)-(\d)\)", out)

@@ -55,7 +55,7 @@ def test_without_a_gpu_it_says_so_and_exits_77() -> None:
 @pytest.fixture
 def driver(tmp_path: Path) -> Path:
     # The fake nvidia-smi prints what a container would see: the claim's GPU and the libraries.
-    script = 'echo "GPU 0: Tesla T4 (UUID: $NVIDIA_VISIBLE_DEVICES) libs=$LD_LIBRARY_PATH"'
+    script = 'echo "GPU 0: Tesla T4 (UUID: $DRASAT_GPU_UUIDS) libs=$LD_LIBRARY_PATH"'
     root = fakedriver.make(tmp_path / "root", smi_script=script)
     hook = root / "usr/bin/nvidia-cdi-hook"
     hook.write_text("")

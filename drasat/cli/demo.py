@@ -54,7 +54,7 @@ from drasat.api import crds
 from drasat.api.cluster import Cluster
 from drasat.api.inputerrors import InputError
 from drasat.api.nas import AllocatedDevices
-from drasat.controller.v1controller import REASON_REFUSED
+from drasat.controller import decisions
 from drasat.testbed import democluster
 from drasat.testbed.controlplane import binaries, realkubelet
 from drasat.testbed.controlplane import realcluster as controlplane
@@ -315,7 +315,7 @@ class V1Demo(democluster.DemoSteps):
             e
             for e in events
             if e.get("type") == "Warning"
-            and e.get("reason") == REASON_REFUSED
+            and e.get("reason") == decisions.REASON
             and (e.get("involvedObject") or {}).get("kind") == "Pod"
             and (e.get("involvedObject") or {}).get("name") == key[1]
         ]

@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "explain": "show drasat's controller's decision on a pod, or why there is none (v1)",
     "crds": "print the CustomResourceDefinitions (generated from the API models)",
     "demo": "run the whole system in one process on an example and watch it work",
+    "mps-host": "run this node's MPS control daemons for the node plugin",
     "nodeplugin": "run the kubelet DRA plugin of this node",
     "policy": "validate allocation policies, print their schema, show the shipped ones",
     "resourceslices": "print the ResourceSlices the node plugin would publish (resource.k8s.io/v1)",

@@ -154,6 +154,14 @@ def _state_flags(g: Any) -> None:
     )
     flag(
         g,
+        "--mps-host-socket",
+        "",
+        "the socket of this node's `drasat mps-host`, which then runs the MPS daemons, so "
+        "that they outlive this process's container (the Helm chart: <state dir>/mps-host.sock; "
+        "default: none, this process runs them and they die with it)",
+    )
+    flag(
+        g,
         "--gc-interval",
         60,
         "seconds between unpreparing claims no longer allocated here (0: off; default 60)",
@@ -227,6 +235,7 @@ def options(args: argparse.Namespace) -> app.Options:
         simulator=simulator() if args.simulate_gpus else None,
         kubeconfig=args.kubeconfig,
         in_memory_nas=args.in_memory_nas,
+        mps_host_socket=args.mps_host_socket,
     )
 
 

@@ -34,7 +34,7 @@ from drasat.api.devicemodel import classes
 from drasat.api.nas import NodeAllocationState
 from drasat.controller.app import App, Options
 from drasat.controller.policy import CONFIGMAP_KEY
-from drasat.controller.v1controller import TAINT_RULE
+from drasat.controller.taintrule import TAINT_RULE
 from drasat.kube.client import KubeClient as OfficialClient
 from drasat.kube.client import configuration_for, load_configuration
 from drasat.nodeplugin import mps, nvml, registration, slicepublisher, v1claims

@@ -61,9 +61,10 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
 
 
 def env_line(env: dict[str, str]) -> str:
-    """A container's GPU environment, NVIDIA_VISIBLE_DEVICES first (the claim UID left out)."""
+    """A container's GPU environment, its devices (DRASAT_GPU_UUIDS) first (the claim UID left
+    out)."""
     keys = sorted(k for k in env if k != "DRASAT_CLAIM_UID")
-    keys.sort(key=lambda k: k != "NVIDIA_VISIBLE_DEVICES")
+    keys.sort(key=lambda k: k != "DRASAT_GPU_UUIDS")
     return " ".join(f"{k}={env[k]}" for k in keys)
 
 

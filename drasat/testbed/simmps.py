@@ -8,10 +8,13 @@ milliseconds) with the two invocations the node plugin uses of the real one:
   directory's `control` FIFO (what clients and the plugin look for) and
   `nvidia-cuda-mps-control.pid`, writes `control.log` in the log directory (a `Cmd:` line per
   command, as the real one logs them), answers control commands, and runs until told to quit
-  (SIGTERM or SIGINT) or until its pipe directory is removed (then nobody can reach it).
+  (`quit` through the FIFO, SIGTERM or SIGINT) or until its pipe directory is removed (then
+  nobody can reach it).
 - `simmps.py` without arguments: the control client. It reads commands on stdin and sends each
   to the daemon of `CUDA_MPS_PIPE_DIRECTORY` through its `control` FIFO, printing the answer;
-  `quit` signals the daemon to stop. Without a daemon it fails as the real one does.
+  `quit` asks the daemon to stop, through the FIFO too (as the real client does: no pid read
+  from the pipe directory, which containers can write, and none that means anything across PID
+  namespaces). Without a daemon it fails as the real one does.
 
 The daemon keeps the per-client defaults of the real one's interface:
 `set_default_active_thread_percentage <1..100>` / `get_default_active_thread_percentage`,
@@ -95,7 +98,11 @@ def daemon() -> int:
             for line in lines:
                 reply_to, _, command = line.decode(errors="replace").partition("\t")
                 log.write(f"[{_now()}] Cmd:{command}\n")
-                status, answer = defaults.run(command)
+                if command.strip() == "quit":
+                    stop.append(0)
+                    status, answer = 0, ""
+                else:
+                    status, answer = defaults.run(command)
                 _reply(Path(reply_to), status, answer)
         os.close(control_fd)
         why = "quit" if stop else "pipe directory removed"
@@ -178,14 +185,6 @@ def control() -> int:
     for serial, line in enumerate(sys.stdin):
         command = line.strip()
         if not command:
-            continue
-        if command == "quit":
-            try:
-                pid = int((pipe / PID_FILE).read_text())
-            except (OSError, ValueError):
-                print("Cannot find MPS control daemon process", file=sys.stderr)
-                return 1
-            os.kill(pid, signal.SIGTERM)
             continue
         status, answer = _ask(pipe, command, serial)
         if status != 0:

@@ -50,7 +50,7 @@ def _pods(out: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
 
 def _visible(pods: dict[str, tuple[str, dict[str, dict[str, str]]]], pod: str) -> str:
     (env,) = pods[pod][1].values()
-    return env["NVIDIA_VISIBLE_DEVICES"]
+    return env["DRASAT_GPU_UUIDS"]
 
 
 IMPOSSIBLE = """

@@ -117,7 +117,7 @@ def test_a_pod_runs_with_the_gpu_of_its_cdi_spec(demo: DemoCluster) -> None:
     assert claim.name == "solo-gpu" and claim.resource_handle  # the controller's handle
     env = run.claim_env(claim.uid)
     fleet_uuids = {gpu.uuid for gpu in node.fleet.gpus}
-    assert env["NVIDIA_VISIBLE_DEVICES"] in fleet_uuids
+    assert env["DRASAT_GPU_UUIDS"] in fleet_uuids
     assert env["DRASAT_CLAIM_UID"] == claim.uid
     assert run.devices[claim.uid] == [f"k8s.gpu.drasat.io/claim={claim.uid}"]
     # The runtime's view is the spec file the plugin wrote, found by kind and device name.
@@ -132,7 +132,7 @@ def test_a_shared_claim_stays_prepared_until_its_last_pod_stops(demo: DemoCluste
     node, kl = _node(demo)
     left = kl.wait_running("kl", "left", timeout=30)
     right = kl.wait_running("kl", "right", timeout=30)
-    assert left.env["NVIDIA_VISIBLE_DEVICES"] == right.env["NVIDIA_VISIBLE_DEVICES"]
+    assert left.env["DRASAT_GPU_UUIDS"] == right.env["DRASAT_GPU_UUIDS"]
     (claim,) = left.claims
     demo.client.delete(kubeclient.path("", "v1", "pods", namespace="kl", name="left"))
     kl.wait_stopped("kl", "left", timeout=15)

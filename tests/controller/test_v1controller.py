@@ -13,7 +13,8 @@ import pytest
 from ctl_cluster import NS, add_node, t4
 
 from drasat.api.devicemodel import classes
-from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
+from drasat.controller.taintrule import TAINT_RULE
+from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
@@ -151,7 +152,7 @@ def test_a_claim_given_back_leaves_the_ledger_and_its_node_for_a_while(
     claim["status"] = {}  # what kube-scheduler's PostFilter does
     api.replace_status(r.RESOURCE_CLAIMS_V1, claim)
     assert _settled(ctl, lambda: not _ledger(api, "n1"))
-    assert "default/p1" in ctl._unsuitable
+    assert "default/p1" in ctl.releaser.unsuitable
     assert not _status(api, "c1").get("allocation")  # not placed on n1 again
     assert "lately" in ctl.explanations["default/p1"]
 
@@ -337,7 +338,7 @@ def test_pods_that_fit_nowhere_never_keep_a_new_pod_waiting(api: KubeClient) -> 
     ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, batch_max=2))
     ctl.start(sync_timeout_s=10, cycles=False)
     try:
-        assert _settled(ctl, lambda: len(ctl._refused_at) == 2)
+        assert _settled(ctl, lambda: len(ctl.allocator.refused_at) == 2)
         _claim(api, "c1")
         _pod(api, "late", "c1")
         assert _settled(ctl, lambda: _status(api, "c1").get("allocation"))

@@ -349,7 +349,7 @@ def test_a_restart_lets_go_of_pods_allocated_before_it(
     _pod(api, "p1", ["c1"], [SCHEDULING_GATE])
     first = controller()
     # The first replica stops between the status write and the gate.
-    monkeypatch.setattr(first, "_lift_gate", lambda pod, why: False)
+    monkeypatch.setattr(first.gates, "lift", lambda pod, why: False)
     assert _settled(first, lambda: _allocated(api, "c1"))
     first.stop()
     assert _gates(api, "p1") == [SCHEDULING_GATE]

@@ -18,7 +18,8 @@ from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.inputerrors import InputError
 from drasat.controller import drivers, explain, statusledger
-from drasat.controller.v1controller import TAINT_RULE, V1Config, V1Controller
+from drasat.controller.taintrule import TAINT_RULE
+from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
@@ -169,12 +170,12 @@ def test_a_claim_written_before_the_cache_saw_it_still_holds_its_gpu(
     _claim(api, "c1", _gpu())
     _pod(api, "p1", "c1")
     assert _settled(ctl, lambda: _allocation(api, "c1"))
-    (written,) = ctl._written.values()
+    (written,) = ctl.own_writes.claims.values()
     snap = ctl.snapshot()
     before = dict(snap.claims["default/c1"], status={})
     before["metadata"] = {**before["metadata"], "resourceVersion": "1"}
     found = statusledger.ledgers_from_statuses(
-        snap.published, [before], {}, ctl._written, (NVIDIA,)
+        snap.published, [before], {}, ctl.own_writes.claims, (NVIDIA,)
     )
     assert found["t4"].node.nas.allocatedClaims == written.ledger
     # The same GPU as the status names, once the cache has it.
@@ -294,5 +295,5 @@ def test_a_claim_the_scheduler_gives_back_marks_the_node_unsuitable_for_its_pod(
     assert _settled(ctl, lambda: _allocation(api, "c1"))
     claim = api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
     api.replace_status(r.RESOURCE_CLAIMS_V1, {**claim, "status": {}})  # kube-scheduler's PostFilter
-    assert _settled(ctl, lambda: "default/p1" in ctl._unsuitable)
-    assert set(ctl._unsuitable["default/p1"]) == {"t4"}
+    assert _settled(ctl, lambda: "default/p1" in ctl.releaser.unsuitable)
+    assert set(ctl.releaser.unsuitable["default/p1"]) == {"t4"}

@@ -163,7 +163,7 @@ def test_a_clash_is_repaired_by_the_claim_not_reserved_yet(
     assert _ledger_uuids(api, "n1", keeper) == {_uuid(api, "n1", 0)}
     assert not _ledger_uuids(api, "n1", giver)
     assert _event_objects(api, "DeviceClash") == {"mine", "theirs"}
-    assert "default/p" not in ctl._unsuitable  # given back by us, not by the scheduler
+    assert "default/p" not in ctl.releaser.unsuitable  # given back by us, not by the scheduler
 
 
 # Defect 3: claims that tolerate the allocator taint are kube-scheduler's.

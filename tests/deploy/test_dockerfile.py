@@ -123,8 +123,12 @@ def test_runs_as_a_non_root_user(steps: list[Instruction]) -> None:
 def test_chart_uses_the_image_entrypoint(render: Render) -> None:
     # The chart passes args only, so the image's ENTRYPOINT (drasat) runs them.
     rendered = render()
-    for kind in ("Deployment", "DaemonSet"):
-        container = rendered.one(kind)["spec"]["template"]["spec"]["containers"][0]
+    for kind, name in (
+        ("Deployment", ""),
+        ("DaemonSet", "-node-plugin"),
+        ("DaemonSet", "-mps-host"),
+    ):
+        container = rendered.one(kind, name)["spec"]["template"]["spec"]["containers"][0]
         assert "command" not in container
         assert container["args"][0].startswith("--log-level=")
 

@@ -84,7 +84,8 @@ def test_default_values_render_valid_manifests(render: Render) -> None:
     rendered = render()
     assert rendered.returncode == 0, rendered.stderr
     assert sorted(rendered.kinds()) == sorted(
-        ["ServiceAccount", "ServiceAccount", "ConfigMap", "Service", "Deployment", "DaemonSet"]
+        ["ServiceAccount", "ServiceAccount", "ConfigMap", "Service", "Deployment"]
+        + ["DaemonSet"] * 2  # the node plugin and the MPS host
         + ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] * 2
         + ["DeviceClassParameters", "ResourceClass"]
     )
@@ -171,7 +172,7 @@ def _mounts(daemonset: Manifest) -> dict[str, tuple[Manifest, Manifest]]:
 
 
 def test_node_plugin_daemonset_mounts(render: Render) -> None:
-    mounts = _mounts(render().one("DaemonSet"))
+    mounts = _mounts(render().one("DaemonSet", "-node-plugin"))
     plugin, plugin_volume = mounts["plugin-dir"]
     assert plugin["mountPath"] == plugin_volume["hostPath"]["path"]
     assert plugin["mountPath"] == "/var/lib/kubelet/plugins/gpu.drasat.io"
@@ -192,7 +193,7 @@ def test_node_plugin_daemonset_mounts(render: Render) -> None:
 def test_node_plugin_daemonset_runs_on_gpu_nodes_and_marks_not_ready_on_stop(
     render: Render,
 ) -> None:
-    daemonset = render().one("DaemonSet")
+    daemonset = render().one("DaemonSet", "-node-plugin")
     pod = daemonset["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -270,7 +271,7 @@ def test_non_default_values_render_valid_manifests(render: Render, tmp_path: pat
     assert pod["imagePullSecrets"] == [{"name": "pull-secret"}]
     assert pod["priorityClassName"] == "system-cluster-critical"
 
-    daemonset = rendered.one("DaemonSet")
+    daemonset = rendered.one("DaemonSet", "-node-plugin")
     mounts = _mounts(daemonset)
     assert mounts["plugin-dir"][0]["mountPath"] == "/var/lib/k0s/kubelet/plugins/gpu.drasat.io"
     assert mounts["registry-dir"][1]["hostPath"]["path"] == "/var/lib/k0s/kubelet/plugins_registry"
@@ -682,8 +683,13 @@ def test_chart_flags_are_accepted_by_drasat(
     options = controller_cli.options(controller)
     assert options.namespace == "drasat" and options.leader_elect
     assert options.policy_configmap == rendered.one("ConfigMap", "-policy")["metadata"]["name"]
-    plugin = nodeplugin_cli.options(_parsed(_container(rendered.one("DaemonSet")))).config
-    mounts = {m["mountPath"] for m in _container(rendered.one("DaemonSet"))["volumeMounts"]}
+    plugin = nodeplugin_cli.options(
+        _parsed(_container(rendered.one("DaemonSet", "-node-plugin")))
+    ).config
+    mounts = {
+        m["mountPath"]
+        for m in _container(rendered.one("DaemonSet", "-node-plugin"))["volumeMounts"]
+    }
     assert plugin.node_name == "gpu-node-1"
     # the plugin's socket dir <plugin dir>/gpu.drasat.io, its registry, CDI and state dirs are
     # all mounted where it will look
@@ -693,6 +699,40 @@ def test_chart_flags_are_accepted_by_drasat(
 
 def test_node_plugin_can_run_on_a_simulated_fleet(render: Render) -> None:
     # For trying the chart on a cluster without GPUs; the CLI checks the fleet text.
-    daemonset = render("nodePlugin.simulateGpus=2xA100-40GB\\,mig=all").one("DaemonSet")
+    daemonset = render("nodePlugin.simulateGpus=2xA100-40GB\\,mig=all").one(
+        "DaemonSet", "-node-plugin"
+    )
     options = nodeplugin_cli.options(_parsed(_container(daemonset)))
     assert options.simulate_gpus == "2xA100-40GB,mig=all"
+
+
+def test_the_mps_host_runs_the_daemons_beside_the_plugin(render: Render) -> None:
+    """The MPS daemons run in a DaemonSet of their own (so they outlive the plugin's pod), on
+    the plugin's nodes, without API access, replaced only when deleted; the plugin is pointed at
+    its socket in the state folder both mount at the same path."""
+    rendered = render()
+    plugin = rendered.one("DaemonSet", "-node-plugin")
+    host = rendered.one("DaemonSet", "-mps-host")
+    plugin_pod, host_pod = plugin["spec"]["template"]["spec"], host["spec"]["template"]["spec"]
+    for key in ("nodeSelector", "tolerations", "priorityClassName"):
+        assert host_pod[key] == plugin_pod[key], key
+    assert host["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert host_pod["automountServiceAccountToken"] is False
+    assert host_pod["shareProcessNamespace"] is True  # pause reaps the orphans, not drasat
+    assert _container(host)["securityContext"]["privileged"] is True
+    args = _parsed(_container(host))
+    assert (args.command, args.state_dir, args.simulate) == ("mps-host", "/var/lib/drasat", False)
+    options = nodeplugin_cli.options(_parsed(_container(plugin)))
+    assert options.mps_host_socket == "/var/lib/drasat/mps-host.sock"
+    host_mounts = {m["name"]: m["mountPath"] for m in _container(host)["volumeMounts"]}
+    assert host_mounts["state-dir"] == str(options.config.state_dir)
+    validate_all(rendered.manifests)
+
+
+def test_the_mps_host_follows_the_simulated_fleet_and_can_be_left_out(render: Render) -> None:
+    simulated = render("nodePlugin.simulateGpus=T4").one("DaemonSet", "-mps-host")
+    assert _parsed(_container(simulated)).simulate is True
+    rendered = render("nodePlugin.mpsHost.enabled=false")
+    assert rendered.kinds().count("DaemonSet") == 1
+    plugin = nodeplugin_cli.options(_parsed(_container(rendered.one("DaemonSet"))))
+    assert plugin.mps_host_socket == ""

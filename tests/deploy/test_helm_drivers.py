@@ -21,7 +21,7 @@ def test_the_default_is_drasats_own_driver(render: Render) -> None:
     rendered = render(kube_version="1.37.2", api_versions=SERVED)
     assert rendered.returncode == 0, rendered.stderr
     assert "--driver=gpu.drasat.io" in _container(rendered.one("Deployment"))["args"]
-    assert rendered.kinds().count("DaemonSet") == 1
+    assert rendered.kinds().count("DaemonSet") == 2  # the node plugin, the MPS host
 
 
 def test_nvidias_driver_alone_installs_the_controller_only(render: Render) -> None:
@@ -50,7 +50,7 @@ def test_both_drivers(render: Render) -> None:
     )
     assert rendered.returncode == 0, rendered.stderr
     assert "--driver=gpu.drasat.io,gpu.nvidia.com" in _container(rendered.one("Deployment"))["args"]
-    assert rendered.kinds().count("DaemonSet") == 1
+    assert rendered.kinds().count("DaemonSet") == 2  # the node plugin, the MPS host
     assert rendered.kinds().count("DeviceClass") == 3
 
 

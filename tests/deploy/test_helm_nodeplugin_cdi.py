@@ -19,7 +19,7 @@ from drasat.nodeplugin import cdi
 def _plugin(rendered: Any) -> tuple[Manifest, Any]:
     """The DaemonSet's container, and its arguments parsed by `drasat nodeplugin` itself."""
     assert rendered.returncode == 0, rendered.stderr
-    daemonset = rendered.one("DaemonSet")
+    daemonset = rendered.one("DaemonSet", "-node-plugin")
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     args = [a for a in container["args"] if not a.startswith("--log-level")]
     parsed = main.build_parser(only="nodeplugin").parse_args(args)

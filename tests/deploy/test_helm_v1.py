@@ -50,7 +50,7 @@ def test_auto_installs_v1_on_1_34_and_later(render: Render, kube_version: str) -
     validate_all(rendered.manifests, kube=kube_version.rsplit(".", 1)[0])
     controller = _container(rendered.one("Deployment"))["args"]
     assert "--dra-api=v1" in controller and "--device-taint" in controller
-    plugin = _container(rendered.one("DaemonSet"))["args"]
+    plugin = _container(rendered.one("DaemonSet", "-node-plugin"))["args"]
     assert "--kubelet-api=structured" in plugin and "--resourceslices" in plugin
 
 
@@ -62,7 +62,7 @@ def test_auto_installs_classic_up_to_1_31(render: Render, kube_version: str) -> 
     assert not any(
         a.startswith("--dra-api") for a in _container(rendered.one("Deployment"))["args"]
     )
-    plugin = _container(rendered.one("DaemonSet"))["args"]
+    plugin = _container(rendered.one("DaemonSet", "-node-plugin"))["args"]
     assert "--kubelet-api=classic" in plugin and "--resourceslices" not in plugin
 
 
@@ -238,8 +238,8 @@ def test_v1_controller_rbac(render: Render) -> None:
     rendered = _v1(render)
     cluster = _grants(rendered.one("ClusterRole", "-controller"))
     resource = "resource.k8s.io"
-    # what controller/v1controller.py calls: informers (list, watch; the slices are the devices
-    # it allocates), the claim's finalizer
+    # what controller/v1controller.py and its parts (controller/cycle/) call: informers (list,
+    # watch; the slices are the devices it allocates), the claim's finalizer
     # (patch), its status (update), a re-read after a conflict (get), the taint rule
     assert cluster == {
         *((resource, "resourceclaims", v) for v in ("get", "list", "watch", "patch")),
@@ -300,7 +300,7 @@ def test_kube_scheduler_allocator_installs_no_controller(render: Render) -> None
     names = [m["metadata"]["name"] for m in rendered.manifests]
     assert not [n for n in names if "controller" in n], names
     assert kinds.count("DeviceClass") == 3
-    plugin = _container(rendered.one("DaemonSet"))["args"]
+    plugin = _container(rendered.one("DaemonSet", "-node-plugin"))["args"]
     assert "--resourceslices" in plugin
     validate_all(rendered.manifests, kube="1.37")
 
@@ -309,11 +309,11 @@ def test_kube_scheduler_allocator_installs_no_controller(render: Render) -> None
 
 
 def test_v1_node_plugin_flags_are_accepted_by_drasat(render: Render) -> None:
-    daemonset = _v1(render, "nodePlugin.shares=false").one("DaemonSet")
+    daemonset = _v1(render, "nodePlugin.shares=false").one("DaemonSet", "-node-plugin")
     config = nodeplugin_cli.options(_parsed(_container(daemonset))).config
     assert config.kubelet_api.value == "structured"
     assert config.publish_slices and not config.slice_shares
-    both = _v1(render, "nodePlugin.kubeletApi=both").one("DaemonSet")
+    both = _v1(render, "nodePlugin.kubeletApi=both").one("DaemonSet", "-node-plugin")
     config = nodeplugin_cli.options(_parsed(_container(both))).config
     assert config.kubelet_api.value == "both" and config.slice_shares
 

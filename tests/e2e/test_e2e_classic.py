@@ -374,7 +374,7 @@ def test_exclusive_gpus_each_pod_its_own_gpu(classic: Classic) -> None:
             assert status["driverName"] == DRIVER
             assert [r["uid"] for r in status["reservedFor"]] == [run.uid]
             assert FINALIZER in claim["metadata"]["finalizers"]
-            gpu = run.env["NVIDIA_VISIBLE_DEVICES"]
+            gpu = run.env["DRASAT_GPU_UUIDS"]
             assert uuids[gpu] == node  # a GPU of the node the pod runs on
             allocated = _nas(classic, node)["spec"]["allocatedClaims"][ref.uid]
             assert [d["uuid"] for d in allocated["gpu"]["devices"]] == [gpu]
@@ -395,7 +395,7 @@ def test_shared_time_sliced_gpu_both_pods_on_one_gpu(classic: Classic) -> None:
     try:
         runs = {name: _run(classic, namespace, name) for name in pods}
         (node,) = {node for node, _ in runs.values()}
-        gpus = {run.env["NVIDIA_VISIBLE_DEVICES"] for _, run in runs.values()}
+        gpus = {run.env["DRASAT_GPU_UUIDS"] for _, run in runs.values()}
         (gpu,) = gpus
         assert uuids[gpu] == node
         claim = _claim(classic, namespace, "shared-gpu")
@@ -430,7 +430,7 @@ def test_both_cases_at_once_then_a_pod_beyond_the_free_gpus_waits_for_one(
     _apply(classic, "shared-time-sliced-gpu.yaml")
     try:
         runs = {(ns, name): _run(classic, ns, name) for ns, names in pods.items() for name in names}
-        gpus = {key: run.env["NVIDIA_VISIBLE_DEVICES"] for key, (_, run) in runs.items()}
+        gpus = {key: run.env["DRASAT_GPU_UUIDS"] for key, (_, run) in runs.items()}
         assert len(set(gpus.values())) == 3, gpus
         assert gpus["gpu-test2", "pod1"] == gpus["gpu-test2", "pod2"]
 
@@ -466,7 +466,7 @@ def test_both_cases_at_once_then_a_pod_beyond_the_free_gpus_waits_for_one(
         core.delete_namespaced_pod("pod1", "gpu-test1")
         node, run = _run(classic, "gpu-test1", "pod3")
         freed_node = runs["gpu-test1", "pod1"][0]
-        assert (node, run.env["NVIDIA_VISIBLE_DEVICES"]) == (freed_node, gpus["gpu-test1", "pod1"])
+        assert (node, run.env["DRASAT_GPU_UUIDS"]) == (freed_node, gpus["gpu-test1", "pod1"])
     finally:
         for namespace, names in pods.items():
             _delete_namespace(classic, namespace, names)

@@ -28,9 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 _RUNNING = re.compile(r"^pod (\S+)  Pending -> Running on (\S+)$", re.MULTILINE)
 _CLAIM = re.compile(r"^pod (\S+)  Pending -> Running on \S+\n  claim (\S+): (\S+)$", re.MULTILINE)
-_VISIBLE = re.compile(
-    r"^pod (\S+)  .*\n  claim .*\n  log \[\S+\]: NVIDIA_VISIBLE_DEVICES=(\S+)", re.M
-)
+_VISIBLE = re.compile(r"^pod (\S+)  .*\n  claim .*\n  log \[\S+\]: DRASAT_GPU_UUIDS=(\S+)", re.M)
 #: CLAIM NODE DEVICES GPU NAS-SHARING TIME-SLICE RESERVED-FOR
 _ROW = re.compile(r"^  (\S+/\S+) +(\S+) +(\S+) +GPU \d+ \(\S+\) +(.+?) +(\w+) +(\S+)$", re.M)
 
@@ -132,7 +130,7 @@ def test_the_demo_runs_a_deployment_a_job_and_a_statefulset_on_real_kubelets() -
     # gpu-test4's pods on the A100 node (four MIG devices of one parent each); the kubelet gave
     # each container the one MIG device of the request it names
     assert by_owner["gpu-test4"] == ["a100-node", "a100-node"], out
-    visible = re.findall(r"^  log \[ctr\d\]: NVIDIA_VISIBLE_DEVICES=(\S+) ", out, re.M)
+    visible = re.findall(r"^  log \[ctr\d\]: DRASAT_GPU_UUIDS=(\S+) ", out, re.M)
     assert len(visible) == 8 and len(set(visible)) == 8, out
     assert all(v.startswith("MIG-") and "," not in v for v in visible), out
     shared = re.findall(r"^pod workloads/web-\d  Pending -> Running on \S+\n  claim (\S+): (\S+)$",

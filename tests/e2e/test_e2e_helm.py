@@ -782,7 +782,12 @@ def test_drasat_runs_with_the_charts_rbac_and_policies_alone(
 
 
 def _container_of(manifests: list[Manifest], kind: str) -> Manifest:
-    (workload,) = [m for m in manifests if m["kind"] == kind]
+    """The container of the chart's one workload of `kind` (the DaemonSet: the node plugin's)."""
+    (workload,) = [
+        m
+        for m in manifests
+        if m["kind"] == kind and not m["metadata"]["name"].endswith("-mps-host")
+    ]
     (container,) = workload["spec"]["template"]["spec"]["containers"]
     return container
 

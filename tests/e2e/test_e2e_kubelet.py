@@ -123,9 +123,9 @@ def test_two_pods_each_with_one_exclusive_gpu_run_and_clean_up(
         assert device.cdi_device_ids == (own,)  # the device's own CDI device
         env = run.env
         # The container sees exactly the GPU the scheduler allocated to its claim.
-        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[device.device_name]
+        assert env["DRASAT_GPU_UUIDS"] == gpu_node.uuids[device.device_name]
         assert env["DRASAT_CLAIM_UID"] == claim.uid
-        visible[name] = env["NVIDIA_VISIBLE_DEVICES"]
+        visible[name] = env["DRASAT_GPU_UUIDS"]
         api_claim = custom.get_namespaced_custom_object(
             *RESOURCE, kube_namespace, "resourceclaims", claim.name
         )

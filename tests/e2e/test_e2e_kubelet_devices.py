@@ -91,7 +91,7 @@ def test_gpu_test4_mig_devices_are_created_at_the_allocated_placements(
         assert sum(size for _, size in placements) == 8
         # Each container names one request: it gets that request's MIG device and no other.
         visible = {
-            c: node.container_env(*_where(pod), c)["NVIDIA_VISIBLE_DEVICES"].split(",")
+            c: node.container_env(*_where(pod), c)["DRASAT_GPU_UUIDS"].split(",")
             for c in CONTAINERS
         }
         assert all(len(seen) == 1 for seen in visible.values()), visible
@@ -143,7 +143,7 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
             (result,) = _results(node, *_where(pod))
             assert result["device"] == "gpu-0" and result["shareID"]
             share_ids.add(result["shareID"])
-            assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+            assert env["DRASAT_GPU_UUIDS"] == node.uuids["gpu-0"]
             assert env["DRASAT_GPU_SHARE_COMPUTE"] == "25"
             assert env["DRASAT_GPU_SHARE_MEMORY"] == str(4 * GiB)
             assert "CUDA_MPS_PIPE_DIRECTORY" in env
@@ -190,7 +190,7 @@ def test_two_shares_of_one_gpu_get_their_limits_then_an_exclusive_claim_gets_it_
         (result,) = _results(node, kube_namespace, "whole")
         assert result["consumedCapacity"]["compute"] == "0" and result["shareID"]  # defaults
         assert result["device"] == "gpu-0"
-        assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+        assert env["DRASAT_GPU_UUIDS"] == node.uuids["gpu-0"]
         assert "DRASAT_GPU_SHARE_COMPUTE" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
         node.delete_pods(kube_namespace, "whole")
         node.cleaned_up()
@@ -210,12 +210,13 @@ def test_optional_gpu_one_pod_gets_the_gpu_the_other_runs_cpu_only(
             (result,) = _results(node, *_where(pod))
             seen[result["request"]] = (
                 result["device"],
+                env.get("DRASAT_GPU_UUIDS", ""),
                 env["NVIDIA_VISIBLE_DEVICES"],
                 env["DRASAT_GPU_ALLOCATED"],
             )
         assert seen == {
-            "gpu-or-cpu/gpu": ("gpu-0", node.uuids["gpu-0"], "true"),
-            "gpu-or-cpu/cpu": ("cpu-fallback", "void", "false"),
+            "gpu-or-cpu/gpu": ("gpu-0", node.uuids["gpu-0"], "void", "true"),
+            "gpu-or-cpu/cpu": ("cpu-fallback", "", "void", "false"),
         }
         namespace = pods[0]["metadata"]["namespace"]
         node.delete_pods(namespace, *(p["metadata"]["name"] for p in pods))
@@ -233,7 +234,7 @@ def test_reference_case_b_two_pods_time_slice_one_gpu(
         for pod in pods:
             node.wait_running(*_where(pod))
             devices.append(node.container_cdi_devices(*_where(pod)))
-            assert node.container_env(*_where(pod))["NVIDIA_VISIBLE_DEVICES"] == node.uuids["gpu-0"]
+            assert node.container_env(*_where(pod))["DRASAT_GPU_UUIDS"] == node.uuids["gpu-0"]
         assert devices[0] == devices[1]  # one claim, reserved for both pods
         assert len(node.cdi_specs) == 1 and len(node.checkpoint_files) == 1  # prepared once
         assert SimulatedNvml(node.fleet).gpus[0].time_slice == 3  # Long

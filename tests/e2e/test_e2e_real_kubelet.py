@@ -142,9 +142,9 @@ def test_two_pods_each_get_exactly_their_claims_gpu_from_the_kubelet(
         # the device's own CDI device (<claim uid>-<device name>)
         assert created["cdiDevices"] == [f"k8s.gpu.drasat.io/claim={uid}-{result['device']}"]
         env = gpu_node.cdi_env(created["cdiDevices"])
-        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_node.uuids[result["device"]]
+        assert env["DRASAT_GPU_UUIDS"] == gpu_node.uuids[result["device"]]
         assert env["DRASAT_CLAIM_UID"] == uid
-        visible[name] = env["NVIDIA_VISIBLE_DEVICES"]
+        visible[name] = env["DRASAT_GPU_UUIDS"]
 
         # Device health: the plugin's DRAResourceHealth stream, shown by the kubelet in the
         # pod's status (ResourceHealthStatus is on by default in 1.37), keyed by the CDI id.

@@ -25,7 +25,7 @@ class Node:
     sim: simnvml.SimulatedNvml
     lib: nvml.NvmlDeviceLib
     store: MemoryNasStore
-    runner: mps.RecordingRunner
+    runner: mps.Runner
     plugin: NodePlugin
 
     @property
@@ -60,11 +60,11 @@ class Node:
         return {k: v for k, v in pairs if k in limits}
 
 
-def make_node(root: Path, fleet: str, **config: Any) -> Node:
+def make_node(root: Path, fleet: str, *, runner: mps.Runner | None = None, **config: Any) -> Node:
     sim = simnvml.SimulatedNvml(fleet)
     lib = nvml.NvmlDeviceLib(sim, run=sim.run)
     store = MemoryNasStore(node=NODE, namespace=NAMESPACE)
-    runner = mps.RecordingRunner()
+    runner = runner if runner is not None else mps.RecordingRunner()
     settings: dict[str, Any] = {
         "node_name": NODE,
         "namespace": NAMESPACE,

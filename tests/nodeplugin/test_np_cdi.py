@@ -146,6 +146,7 @@ def test_prepared_specs_are_valid(node_factory: Any, short_tmp: Any, kind: str) 
     assert {h["args"][1] for h in spec["containerEdits"]["hooks"]} == {
         "create-symlinks",
         "update-ldcache",
+        "disable-device-node-modification",
     }
 
 

@@ -78,9 +78,9 @@ def test_the_spec_lists_exactly_the_drivers_paths(node_factory: Any, short_tmp: 
     for path, mount in mounts.items():
         assert mount["hostPath"] == f"{root}{path}"
         assert mount["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]
-    symlinks, ldcache = shared["hooks"]
-    assert symlinks["hookName"] == ldcache["hookName"] == "createContainer"
-    assert symlinks["path"] == ldcache["path"] == "/usr/bin/nvidia-cdi-hook"
+    symlinks, ldcache, nodes = shared["hooks"]
+    assert symlinks["hookName"] == ldcache["hookName"] == nodes["hookName"] == "createContainer"
+    assert symlinks["path"] == ldcache["path"] == nodes["path"] == "/usr/bin/nvidia-cdi-hook"
     assert symlinks["args"][:3] == ["nvidia-cdi-hook", "create-symlinks", "--link"]
     assert symlinks["args"][2::2] == ["--link"] * 8
     assert ldcache["args"] == [
@@ -91,12 +91,17 @@ def test_the_spec_lists_exactly_the_drivers_paths(node_factory: Any, short_tmp: 
         "--folder",
         f"{LIBDIR}/vdpau",
     ]
-    assert ldcache["env"] == ["NVIDIA_CTK_DEBUG=false"]
+    assert ldcache["env"] == nodes["env"] == ["NVIDIA_CTK_DEBUG=false"]
+    # libnvidia-ml and nvidia-smi in the container make no device node of another GPU
+    assert nodes["args"] == ["nvidia-cdi-hook", "disable-device-node-modification"]
     (device,) = spec["devices"]
     edits = device["containerEdits"]
     assert edits["deviceNodes"] == [{"path": "/dev/nvidia0", "hostPath": f"{root}/dev/nvidia0"}]
     assert "mounts" not in edits and "hooks" not in edits
-    assert f"NVIDIA_VISIBLE_DEVICES={node.gpu(0)}" in edits["env"]
+    # the spec gives the GPU; nvidia-container-runtime's hook adds nothing (void), and the
+    # container learns its devices from drasat's own variable
+    assert "NVIDIA_VISIBLE_DEVICES=void" in edits["env"]
+    assert f"DRASAT_GPU_UUIDS={node.gpu(0)}" in edits["env"]
     assert spec["cdiVersion"] == "0.5.0"  # hostPath; hooks need nothing newer
 
 
@@ -408,7 +413,7 @@ def test_toolkit_mode_names_the_toolkits_devices(
     assert "containerEdits" not in spec  # the toolkit's spec has the driver
     edits = spec["devices"][0]["containerEdits"]
     assert "deviceNodes" not in edits and "mounts" not in edits
-    assert f"NVIDIA_VISIBLE_DEVICES={node.gpu(1)}" in edits["env"]
+    assert f"DRASAT_GPU_UUIDS={node.gpu(1)}" in edits["env"]
 
 
 def test_toolkit_mode_without_the_toolkits_device_fails(node_factory: Any, short_tmp: Path) -> None:

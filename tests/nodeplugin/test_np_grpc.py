@@ -227,7 +227,7 @@ def test_64_concurrent_prepares_and_unprepares(served: Any) -> None:
             if uid.startswith("mig-")
             else migs[uid].gpu.devices[0].uuid
         )
-        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_CLAIM_UID"]) == (own, uid)
+        assert (env["DRASAT_GPU_UUIDS"], env["DRASAT_CLAIM_UID"]) == (own, uid)
     assert all(gpu_instances(node, g) == [(s, 1) for s in range(7)] for g in range(8))
     with futures.ThreadPoolExecutor(16) as pool:
         errors = list(pool.map(lambda u: kubelet.unprepare(u).claims[u].error, uids))

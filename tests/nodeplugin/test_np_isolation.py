@@ -179,8 +179,23 @@ def test_a_share_may_not_set_the_gpus_time_slice(a100: Any) -> None:
     claim = v1_claim("ts", ("share", NODE, "gpu-0"), config=[_config(_drasat(sharing=sharing))])
     claims.add(_share(claim, 30, "8Gi"))
     error = v1.prepare(("ts", "claim"))["ts"].error
-    assert "device gpu-0 is a share" in error and "TimeSlicing" in error
+    assert f"the claim is a share of {node.gpu(0)}" in error and "TimeSlicing" in error
     assert node.sim.gpus[0].time_slice == 0
+    assert node.state.checkpoint.get("ts") is None
+
+
+def test_a_classic_share_may_not_set_the_gpus_time_slice_either(a100: Any) -> None:
+    # One rule for both kubelet generations: a classic share asking for TimeSlicing set the
+    # whole GPU's time-slice (the refusal was the v1 translation's only).
+    node, _, _ = a100
+    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"timeSlice": "Long"}}
+    share = {"compute": 30, "memory": "8Gi"}
+    node.allocate("ts-1", gpu_allocation("ts-1", node.gpu(0), sharing=sharing, share=share))
+    with pytest.raises(ClaimError, match=f"the claim is a share of {node.gpu(0)}.*TimeSlicing"):
+        node.state.prepare(ref("ts-1"))
+    assert (node.sim.gpus[0].time_slice, node.sim.gpus[0].compute_mode) == (0, 0)
+    assert node.state.checkpoint.get("ts-1") is None
+    assert not node.daemons()
 
 
 def test_the_policys_lifecycle_is_not_applied_to_a_slices_parent(node_factory: Any) -> None:
@@ -280,7 +295,7 @@ def test_the_daemons_limits_survive_its_restart(node_factory: Any) -> None:
     while mps.start_time(daemon.pid) is not None:
         time.sleep(0.02)
     restarted = node.restart()
-    assert any(line.endswith(": restarted") for line in restarted.state.reconcile())
+    assert any("): restarted: it was not running" in line for line in restarted.state.reconcile())
     assert restarted.state.mps.query(name, "get_default_active_thread_percentage") == "50"
     limit = f"get_default_device_pinned_mem_limit {node.gpu(0)}"
     assert restarted.state.mps.query(name, limit) == "4096M"

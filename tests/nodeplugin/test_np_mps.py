@@ -131,7 +131,7 @@ def test_a_restarted_plugin_starts_a_dead_daemon_again(node_factory: Any) -> Non
     assert _gone(pid)
     restarted = node.restart()
     report = restarted.state.reconcile()
-    assert any(line.endswith(": restarted") for line in report), report
+    assert any("): restarted: it was not running" in line for line in report), report
     new_pid = _pid(restarted)
     assert new_pid != pid
     # same daemon directory: the claims' specs (and their running containers' mounts) hold
@@ -156,7 +156,7 @@ def test_a_pid_reused_by_another_process_is_not_taken_for_the_daemon(
     body["pid"] = os.getpid()  # a live process, started at another time
     record.write_text(json.dumps(body))
     restarted = node.restart()
-    assert any(line.endswith(": restarted") for line in restarted.state.reconcile())
+    assert any("): restarted: it was not running" in line for line in restarted.state.reconcile())
     assert _pid(restarted) not in (daemon.pid, os.getpid())
     restarted.state.unprepare(ref("one"))
 
@@ -414,8 +414,10 @@ def test_the_real_runners_command_lines() -> None:
     host = mps.ProcessRunner(root="/driver-root")
     assert host._argv(described, Path("/s/d")) == [
         "unshare", "--mount", "--propagation", "private", "sh", "-c",
-        'mount --bind "$0" "$1/dev/shm" && exec chroot "$@"',
-        "/s/d/shm", "/driver-root", "nvidia-cuda-mps-control", "-f",
+        'shm=$0 root=$1 dir=$2; shift 2; mount --bind "$shm" "$root/dev/shm" && '
+        'mount --bind "$dir/pipe" "$root$dir/pipe" && '
+        'mount --bind "$dir/log" "$root$dir/log" && exec chroot "$root" "$@"',
+        "/s/d/shm", "/driver-root", "/s/d", "nvidia-cuda-mps-control", "-f",
     ]  # fmt: skip
     assert host.control_argv() == ["chroot", "/driver-root", "nvidia-cuda-mps-control"]
     plain = mps.ProcessRunner(private_shm=False)

@@ -31,7 +31,7 @@ def test_exclusive_gpus(node_factory: Any) -> None:
     ids = node.state.prepare(ref(UID))
     assert ids == [f"k8s.gpu.drasat.io/claim={UID}"]
     env = env_of(node, UID)
-    assert env["NVIDIA_VISIBLE_DEVICES"] == f"{node.gpu(0)},{node.gpu(1)}"
+    assert env["DRASAT_GPU_UUIDS"] == f"{node.gpu(0)},{node.gpu(1)}"
     nodes = [n["path"] for n in spec_of(node, UID)["devices"][0]["containerEdits"]["deviceNodes"]]
     assert {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"} <= set(nodes)
     prepared = node.store.read().spec.preparedClaims[UID]
@@ -66,7 +66,7 @@ def test_mig_created_at_allocated_placement(node_factory: Any) -> None:
     device = prepared.devices[0]
     assert (device.profile, device.placement.start, device.parentUUID) == ("1g.5gb", 6, node.gpu(1))
     assert device.uuid.startswith("MIG-")
-    assert env_of(node, UID)["NVIDIA_VISIBLE_DEVICES"] == device.uuid
+    assert env_of(node, UID)["DRASAT_GPU_UUIDS"] == device.uuid
     node.state.unprepare(ref(UID))
     assert gpu_instances(node, 1) == []
 

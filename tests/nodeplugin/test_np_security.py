@@ -21,6 +21,7 @@ from npfixtures import (
     V1,
     Claims,
     Node,
+    claim_info,
     gpu_allocation,
     gpu_instances,
     make_node,
@@ -118,6 +119,41 @@ def test_a_claims_cdi_spec_holds_only_its_own_device_nodes(claims: list[tuple[st
     finally:
         mps.stop_simulated()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_every_claims_spec_says_void_and_names_its_devices_in_drasats_variable(
+    node_factory: Any,
+) -> None:
+    """Every device of every claim's spec (a whole GPU, a MIG slice, a share, an optional claim
+    without a device) sets `NVIDIA_VISIBLE_DEVICES=void`, so nvidia-container-runtime (the GPU
+    operator's default runtime) injects nothing beyond the spec: no other GPU (CUDA images say
+    `all`), no MPS programs. The container's own devices are in `DRASAT_GPU_UUIDS`."""
+    node = node_factory("2xA100-40GB,mig=1")
+
+    def check(uid: str, uuids: str | None) -> None:
+        spec = json.loads(node.state.cdi.path(uid).read_text())
+        shared = spec.get("containerEdits", {}).get("env", [])
+        assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES") for e in shared)
+        for device in spec["devices"]:
+            env = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+            assert env["NVIDIA_VISIBLE_DEVICES"] == "void", (uid, device["name"])
+            assert env.get("DRASAT_GPU_UUIDS") == uuids, (uid, device["name"])
+
+    node.allocate("whole", gpu_allocation("whole", node.gpu(0)))
+    node.allocate("slice", mig_allocation("slice", node.gpu(1), "1g.5gb", 0, 1))
+    optional = {"claimInfo": claim_info("none"), "gpu": {"devices": []}, "optional": True}
+    node.allocate("none", optional)
+    for uid in ("whole", "slice", "none"):
+        node.state.prepare(ref(uid))
+    (slice_step,) = [s for s in node.state.checkpoint.get("slice").applied if s.kind == "mig"]
+    check("whole", node.gpu(0))
+    check("slice", slice_step.mig_uuid)
+    check("none", None)
+    node.state.unprepare(ref("whole"))
+    node.allocate("share", gpu_allocation("share", node.gpu(0), share={"compute": 30}))
+    node.state.prepare(ref("share"))
+    check("share", node.gpu(0))
+    mps.stop_simulated()
 
 
 def test_the_state_folder_is_the_plugins_alone_even_when_it_existed(short_tmp: Path) -> None:

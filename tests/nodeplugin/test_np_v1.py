@@ -46,7 +46,7 @@ def test_whole_gpus_from_the_results_one_device_per_result(two_t4: Any) -> None:
         (["b"], NODE, "gpu-0", [f"{CDI_KIND}=u1-gpu-0"]),
     ]
     env = _spec_env(node, "u1")
-    assert env["NVIDIA_VISIBLE_DEVICES"] == f"{node.gpu(1)},{node.gpu(0)}"
+    assert env["DRASAT_GPU_UUIDS"] == f"{node.gpu(1)},{node.gpu(0)}"
     assert env["DRASAT_GPU_COUNT"] == "2"
     # Each device's own CDI device: a container naming request "a" gets gpu-1 and nothing else.
     spec = json.loads((node.config.cdi_root / "k8s.gpu.drasat.io-claim_u1.json").read_text())
@@ -54,7 +54,7 @@ def test_whole_gpus_from_the_results_one_device_per_result(two_t4: Any) -> None:
     assert sorted(own) == ["u1-gpu-0", "u1-gpu-1"]
     for name, minor in (("u1-gpu-1", 1), ("u1-gpu-0", 0)):
         device_env = dict(e.split("=", 1) for e in own[name]["env"])
-        assert (device_env["NVIDIA_VISIBLE_DEVICES"], device_env["DRASAT_GPU_COUNT"]) == (
+        assert (device_env["DRASAT_GPU_UUIDS"], device_env["DRASAT_GPU_COUNT"]) == (
             node.gpu(minor),
             "1",
         )
@@ -85,7 +85,7 @@ def test_results_of_other_drivers_and_the_classic_service_are_apart(two_t4: Any)
     claims.add(claim)
     (device,) = v1.prepare(("u2", "claim"))["u2"].devices
     assert device.device_name == "gpu-0"
-    assert _spec_env(node, "u2")["NVIDIA_VISIBLE_DEVICES"] == node.gpu(0)
+    assert _spec_env(node, "u2")["DRASAT_GPU_UUIDS"] == node.gpu(0)
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def test_mig_devices_are_created_at_the_placements_of_their_names(mig_node: Any)
     assert prepared is not None
     placed = [(d.profile, d.placement.start, d.placement.size) for d in prepared.devices]
     assert placed == [("1g.5gb", 6, 1), ("3g.20gb", 0, 4), ("2g.10gb", 4, 2)]
-    visible = _env(node, "m1")["NVIDIA_VISIBLE_DEVICES"].split(",")
+    visible = _env(node, "m1")["DRASAT_GPU_UUIDS"].split(",")
     assert visible == [d.uuid for d in prepared.devices]
     writes = node.store.writes
     assert v1.prepare(("m1", "claim"))["m1"] == answer  # idempotent
@@ -138,7 +138,7 @@ def test_shares_get_their_limits_under_mps(a100: Any) -> None:
     env = _env(node, "s1")
     assert env["DRASAT_GPU_SHARE_COMPUTE"] == "30"
     assert env["DRASAT_GPU_SHARE_MEMORY"] == str(8 * 2**30)
-    assert env["NVIDIA_VISIBLE_DEVICES"] == node.gpu(0)
+    assert env["DRASAT_GPU_UUIDS"] == node.gpu(0)
     assert node.lib.settings(node.gpu(0)).compute_mode is ComputeMode.ExclusiveProcess
     done = v1.unprepare("s1", "s2")
     assert {uid: answer.error for uid, answer in done.items()} == {"s1": "", "s2": ""}
@@ -180,7 +180,7 @@ def test_cpu_fallback_prepares_to_the_optional_claim_without_devices(a100: Any) 
         (["gpu-or-cpu"], NODE, "cpu-fallback", [f"{CDI_KIND}=f1-cpu-fallback"], "")
     ]
     env = _env(node, "f1")
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and "DRASAT_GPU_UUIDS" not in env
     assert env["DRASAT_GPU_ALLOCATED"] == "false" and env["DRASAT_GPU_COUNT"] == "0"
     spec = json.loads((node.config.cdi_root / "k8s.gpu.drasat.io-claim_f1.json").read_text())
     assert "deviceNodes" not in spec["devices"][0]["containerEdits"]
@@ -193,7 +193,7 @@ def test_cpu_fallback_beside_a_gpu_adds_nothing(a100: Any) -> None:
     claims.add(v1_claim("f2", ("gpu", NODE, "gpu-1"), ("maybe/cpu", NODE, "cpu-fallback")))
     answer = v1.prepare(("f2", "claim"))["f2"]
     assert [d[2] for d in _devices(answer)] == ["gpu-1", "cpu-fallback"]
-    assert _env(node, "f2")["NVIDIA_VISIBLE_DEVICES"] == node.gpu(1)
+    assert _env(node, "f2")["DRASAT_GPU_UUIDS"] == node.gpu(1)
 
 
 TIME_SLICING_LONG = {
@@ -238,7 +238,7 @@ def test_nvidia_mps_config_on_a_mig_device(mig_node: Any) -> None:
     }
     claims.add(v1_claim("t2", ("mig", NODE, "gpu-1-mig-1g5gb-19-0"), config=[_config(mps)]))
     assert v1.prepare(("t2", "claim"))["t2"].error == ""
-    visible = _env(node, "t2")["NVIDIA_VISIBLE_DEVICES"]
+    visible = _env(node, "t2")["DRASAT_GPU_UUIDS"]
     assert visible.startswith("MIG-")
     assert list(node.daemons().values()) == [(visible,)]  # the MIG device's own daemon
     ((name, _),) = node.daemons().items()
@@ -454,7 +454,7 @@ def test_each_mig_device_of_gpu_test4_is_a_cdi_device_of_its_own(mig_node: Any) 
     for name in names:
         env = _device_env(own[f"g4-{name}"])
         start = int(name.rsplit("-", 1)[1])
-        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_GPU_COUNT"]) == (by_start[start], "1")
+        assert (env["DRASAT_GPU_UUIDS"], env["DRASAT_GPU_COUNT"]) == (by_start[start], "1")
         assert env["DRASAT_CLAIM_UID"] == "g4" and env["DRASAT_GPU_ALLOCATED"] == "true"
         assert [n["path"] for n in own[f"g4-{name}"]["deviceNodes"]][-1] == "/dev/nvidia1"
     # The whole claim's device still has all four (what a container naming no request sees).
@@ -491,7 +491,7 @@ def test_devices_of_one_request_each_list_the_whole_request(a100: Any) -> None:
     for minor in (0, 1):
         edits = own[f"r2-gpu-{minor}"]
         env = _device_env(edits)
-        assert (env["NVIDIA_VISIBLE_DEVICES"], env["DRASAT_GPU_COUNT"]) == (both, "2")
+        assert (env["DRASAT_GPU_UUIDS"], env["DRASAT_GPU_COUNT"]) == (both, "2")
         assert "CUDA_MPS_PIPE_DIRECTORY" in env
         mounts = {m["containerPath"] for m in edits["mounts"]}
         assert {"/tmp/nvidia-mps", "/dev/shm"} <= mounts

@@ -18,7 +18,7 @@ def visible(node: Node, uid: str) -> str:
     spec = json.loads((node.config.cdi_root / f"k8s.gpu.drasat.io-claim_{uid}.json").read_text())
     device = spec["devices"][0]  # the whole claim's (each allocated device follows)
     env = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
-    return env["NVIDIA_VISIBLE_DEVICES"]
+    return env["DRASAT_GPU_UUIDS"]
 
 
 class Outage(Claims):

@@ -1,0 +1,320 @@
+"""The ledger settled with the claims, whose status is the truth (the first step of a cycle):
+
+- entries of claims that are gone, no longer allocated (the scheduler's PostFilter or the
+  resourceclaim controller cleared them) or allocated elsewhere leave the ledger; a claim this
+  process allocated that lost its allocation while it still exists was given back by the
+  scheduler: its node is unsuitable for the claim's pods for `unsuitable_ttl_s`, with the
+  scheduler's reason (`Releaser.unsuitable`);
+- allocated claims missing from the ledger are written back (a restart, a lost write);
+- claims being deleted that no pod holds any more are released: their ledger entries go, then
+  our finalizer.
+
+A node of another driver (NVIDIA's) keeps no NAS: its ledger is the claims' statuses, and only
+this process's memory of what it allocated there is settled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from drasat.api.nas import AllocatedDevices
+from drasat.controller import allocation, v1inputs
+from drasat.controller.cycle.ledger import Ledger
+from drasat.controller.cycle.ownwrites import OwnWrites, WrittenClaim
+from drasat.controller.cycle.writes import Writes
+from drasat.controller.metrics import Metrics
+from drasat.kube import errors
+from drasat.kube import resources as r
+from drasat.kube.client import Api, Obj
+
+log = logging.getLogger(__name__)
+
+
+class Releaser:
+    """Settles the ledger and releases the claims nothing holds."""
+
+    def __init__(
+        self,
+        api: Api,
+        *,
+        writes: Writes,
+        ledger: Ledger,
+        own: OwnWrites,
+        ledgers: v1inputs.StatusLedgers,
+        metrics: Metrics,
+        unsuitable_ttl_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.api = api
+        self._writes = writes
+        self._ledger = ledger
+        self._own = own
+        #: Claim statuses read as ledger entries (the cycle's, shared with the other parts).
+        self._ledgers = ledgers
+        self._metrics = metrics
+        self._unsuitable_ttl_s = unsuitable_ttl_s
+        self._clock = clock
+        #: pod key -> node -> (until, reason).
+        self.unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
+
+    def unsuitable_now(self) -> dict[str, dict[str, str]]:
+        """pod key -> node -> why, for the nodes still unsuitable for the pod (the others are
+        forgotten)."""
+        now = self._clock()
+        out: dict[str, dict[str, str]] = {}
+        for pod, by_node in list(self.unsuitable.items()):
+            live = {n: why for n, (until, why) in by_node.items() if until > now}
+            if live:
+                out[pod] = live
+            else:
+                del self.unsuitable[pod]
+        return out
+
+    def settle(self, snapshot: v1inputs.Snapshot) -> bool:
+        """Bring the ledger in line with the claims' status; True when anything was written."""
+        by_uid = {str(c["metadata"].get("uid")): c for c in snapshot.claims.values()}
+        changed = False
+        for name, parsed in snapshot.nas.items():
+            if parsed.from_statuses:
+                changed |= self._settle_from_statuses(name, by_uid, snapshot)
+                continue
+            stale = stale_entries(parsed.node.nas.allocatedClaims, name, by_uid, self._own.claims)
+            for uid in stale.values():
+                self._given_back(uid, name, by_uid.get(uid), snapshot)
+            if not stale:
+                continue
+            if self._writes.confined(f"ledger of {name}", [], self._remove_stale, name, set(stale)):
+                self._metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
+                changed = True
+        for claim in by_uid.values():
+            if v1inputs.settles(claim, snapshot.classes) and v1inputs.names_our_driver(claim):
+                ref = v1inputs.claim_ref(claim)
+                changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
+        changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
+        return changed
+
+    def _settle_from_statuses(
+        self, node: str, by_uid: Mapping[str, Obj], snapshot: v1inputs.Snapshot
+    ) -> bool:
+        """A node whose ledger is the claims' statuses (NVIDIA's driver) has nothing to write
+        back; a claim this process allocated there that lost its allocation was given back by
+        the scheduler, as a stale NAS entry says on drasat's nodes. True when a write this
+        process remembered is forgotten (the snapshot counted it)."""
+        forgotten = False
+        for uid, written in list(self._own.claims.items()):
+            if written.node != node:
+                continue
+            claim = by_uid.get(uid)
+            if claim is not None and written.unseen_in(claim):
+                continue  # the cache has not seen our status write yet
+            if claim is None or v1inputs.allocated_node(claim) != node:
+                self._given_back(uid, node, claim, snapshot)
+                forgotten = True
+        return forgotten
+
+    def _given_back(
+        self, uid: str, node: str, claim: Obj | None, snapshot: v1inputs.Snapshot
+    ) -> None:
+        """A claim this process allocated lost its allocation while it still exists: the
+        scheduler could not bind its pods there. Remember that node for those pods."""
+        written = self._own.claims.pop(uid, None)
+        if written is None or claim is None or claim["metadata"].get("deletionTimestamp"):
+            return
+        for pod_key in written.pods:
+            reason = _scheduler_reason(snapshot, pod_key)
+            until = self._clock() + self._unsuitable_ttl_s
+            self.unsuitable.setdefault(pod_key, {})[node] = (until, reason)
+            log.info("%s: claim %s was given back on %s (%s); trying elsewhere",
+                     pod_key, v1inputs.claim_ref(claim), node, reason)  # fmt: skip
+
+    def _restore(self, claim: Obj, snapshot: v1inputs.Snapshot) -> bool:
+        """The claim's ledger entries on its node, by the devices its status names (whoever
+        allocated it): missing ones are written back; entries naming other devices (the claim
+        was given back and allocated again between cycles) are replaced."""
+        uid = str(claim["metadata"].get("uid"))
+        written = self._own.claims.get(uid)
+        if written is not None and written.unseen_in(claim):
+            return False  # the cache has not seen our own status write yet
+        node, entries = v1inputs.ledger_of(claim, snapshot, self._ledgers)
+        parsed = snapshot.nas.get(node or "")
+        if node is None or parsed is None or not entries:
+            return False
+        ledger = parsed.node.nas.allocatedClaims
+        current = {k: e for k, e in ledger.items() if e.claimInfo.uid == uid}
+        if allocation.device_ids(current.values()) == allocation.device_ids(entries.values()):
+            missing = {k: v for k, v in entries.items() if k not in ledger}
+            if not missing or current:
+                return False
+        ref = v1inputs.claim_ref(claim)
+        if current and len(_devices_named(entries)) < len(v1inputs.our_results(claim)):
+            # Some result names a device this node's NAS does not list: keep what is there
+            # rather than drop devices the claim may hold.
+            log.info("ledger of %s: %s names devices the node does not list", node, ref)
+            return False
+        self._ledger.replace_claim(node, uid, entries)
+        kind = "nas-corrected" if current else "nas-rewritten"
+        self._metrics.repairs.labels(kind).inc()
+        log.info("ledger of %s: %s %s from its status", node,
+                 "corrected" if current else "restored", ref)  # fmt: skip
+        return True
+
+    def _release(self, leaving: list[Obj], snapshot: v1inputs.Snapshot) -> bool:
+        """Claims being deleted that no pod holds any more: their ledger entries go, one NAS
+        write per node (the nodes side by side), then our finalizer, the claims side by side.
+        True when anything was written. A departure frees its devices in the cycle that sees
+        it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
+        if not leaving:
+            return False
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        free = [c for c in leaving if not still_reserved(c, pods, self._look_up_pod)]
+        if not free:
+            return False
+        by_node = ledger_keys(snapshot, {str(c["metadata"].get("uid")) for c in free})
+        failed: set[str] = set()
+
+        def clear(item: tuple[str, set[str]]) -> None:
+            node, keys = item
+            what = f"ledger of {node}"
+            if self._writes.confined(what, [], self._remove_stale, node, keys) is None:
+                failed.add(node)
+
+        self._writes.in_parallel(clear, sorted(by_node.items()))
+        # A claim whose entries could not leave its node's ledger keeps our finalizer: the
+        # next cycle tries again (the ledger never forgets a claim that still holds devices).
+        stuck = {e.claimInfo.uid for n in failed for k, e in
+                 snapshot.nas[n].node.nas.allocatedClaims.items() if k in by_node[n]}  # fmt: skip
+        ready = [c for c in free if str(c["metadata"].get("uid")) not in stuck]
+        done = self._writes.in_parallel(
+            lambda claim: self._writes.confined(
+                v1inputs.claim_ref(claim), [claim], self._drop_finalizer, claim
+            ),
+            ready,
+        )
+        return bool(by_node) or any(done)
+
+    def _look_up_pod(self, namespace: str, name: str) -> Obj | None:
+        """A pod the cache does not know, read from the API server (None: not found)."""
+        try:
+            return self.api.get(r.PODS, name, namespace=namespace)
+        except errors.NotFound:
+            return None
+
+    def _drop_finalizer(self, claim: Obj) -> bool:
+        """Our finalizer off a released claim (its ledger entries are gone)."""
+        meta = claim["metadata"]
+        patch = {
+            "metadata": {
+                "finalizers": allocation.finalizers_without(claim),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        self._writes.guard()
+        try:
+            self.api.patch(r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"])
+        except (errors.NotFound, errors.Conflict, errors.Invalid):
+            return False
+        self._own.claims.pop(str(meta.get("uid")), None)
+        log.info("released %s", v1inputs.claim_ref(claim))
+        return True
+
+    def _remove_stale(self, node: str, keys: set[str]) -> bool:
+        self._ledger.remove(node, keys)
+        return True
+
+
+def _devices_named(entries: Mapping[str, AllocatedDevices]) -> list[object]:
+    """One item per device the entries name (a CPU fallback entry counts as its device)."""
+    out: list[object] = []
+    for entry in entries.values():
+        gpus = entry.gpu.devices if entry.gpu else []
+        migs = entry.mig.devices if entry.mig else []
+        out.extend([*gpus, *migs] or ([entry] if entry.optional else []))
+    return out
+
+
+def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:
+    pod = next((p for p in snapshot.pods if v1inputs.pod_key(p) == pod_key), None)
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "unschedulable")
+    return "the scheduler gave the claim back"
+
+
+# What is stale, leaving and still held: purely computational, over the snapshot and this
+# process's memory of its writes.
+def holds(claim: Obj | None, written: WrittenClaim | None, node: str) -> bool:
+    """Whether a ledger entry on `node` of `claim` (None: the claim is gone) is still held: the
+    claim is allocated on `node` with a result of drasat's driver, or this process wrote its
+    allocation there (`written`) and the cache has not seen that write yet."""
+    if claim is None:
+        return False
+    if written is not None and written.node == node and written.unseen_in(claim):
+        return True  # the cache has not seen our status write yet
+    if not v1inputs.is_allocated(claim):
+        return False
+    return v1inputs.allocated_node(claim) == node and v1inputs.names_our_driver(claim)
+
+
+def stale_entries(
+    ledger: Mapping[str, AllocatedDevices],
+    node: str,
+    by_uid: Mapping[str, Obj],
+    written: Mapping[str, WrittenClaim],
+) -> dict[str, str]:
+    """The entries of a node's ledger that no claim holds any more (`holds`): key -> claim
+    uid, in the ledger's order. `by_uid`: the snapshot's claims; `written`: this process's."""
+    out: dict[str, str] = {}
+    for key, entry in ledger.items():
+        uid = entry.claimInfo.uid
+        if not holds(by_uid.get(uid), written.get(uid), node):
+            out[key] = uid
+    return out
+
+
+def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Obj]:
+    """The claims being deleted that carry our finalizer: released once no pod holds them. Ours
+    by finalizer, by status or by class (`v1inputs.settles`): a claim whose DeviceClass was
+    deleted is still released."""
+    return [
+        c for c in claims
+        if v1inputs.settles(c, classes)
+        and c["metadata"].get("deletionTimestamp") and allocation.has_finalizer(c)
+    ]  # fmt: skip
+
+
+def still_reserved(
+    claim: Obj, pods: Mapping[str, Obj], look_up: Callable[[str, str], Obj | None]
+) -> bool:
+    """Whether a pod still holds the claim. A reservation of a pod that is gone (or finished,
+    or deleted before it was bound) holds nothing, as the resourceclaim controller decides
+    before it clears `reservedFor`: the devices need not wait for that write. A pod the cache
+    does not know is looked up (`look_up(namespace, name)`, None: not found; it may be newer
+    than the cache). `pods`: the cycle's pods by uid, built once for all the claims leaving."""
+    meta = claim["metadata"]
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
+            return True  # another kind of consumer: only its owner knows
+        pod = pods.get(str(ref.get("uid")))
+        if pod is None:
+            pod = look_up(meta["namespace"], ref.get("name", ""))
+            if pod is None:
+                continue
+            if pod["metadata"].get("uid") != ref.get("uid"):
+                continue  # another pod of that name
+        if not v1inputs.pod_done(pod):
+            return True
+    return False
+
+
+def ledger_keys(snapshot: v1inputs.Snapshot, uids: set[str]) -> dict[str, set[str]]:
+    """Node -> the keys of the ledger entries of the claims `uids`, on the nodes with a NAS (on
+    the others the status was the ledger)."""
+    out: dict[str, set[str]] = {}
+    for name, parsed in snapshot.nas.items():
+        if parsed.from_statuses:
+            continue  # no NAS there: the status was the ledger
+        keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid in uids}
+        if keys:
+            out[name] = keys
+    return out

@@ -1,0 +1,179 @@
+"""What the ledger's settle decides, as pure functions of the snapshot and this process's memory
+of its writes (`drasat.controller.cycle.releasing`): which ledger entries are stale, which claims
+are leaving, whether a pod still holds a leaving claim, and which entries a release removes.
+The writes themselves are tested through the cycle (test_v1controller.py, _trust.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from checker import make_node
+from test_v1inputs import OURS, claim, exactly, on_node, result, snapshot
+
+from drasat.api.groups import FINALIZER
+from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
+from drasat.controller import nasnodes
+from drasat.controller.cycle import releasing
+from drasat.controller.cycle.ownwrites import WrittenClaim
+
+Obj = dict[str, Any]
+
+
+def _entry(uid: str, gpu: str = "GPU-0") -> AllocatedDevices:
+    return AllocatedDevices(
+        claimInfo=ClaimInfo(namespace="default", name=uid, uid=uid),
+        gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=gpu)]),
+    )
+
+
+def _allocated(
+    name: str, node: str = "a", driver: str = "gpu.drasat.io", version: str = "5"
+) -> Obj:
+    found = claim(name, exactly(), allocation=on_node(node, result("gpu-0", node, driver=driver)))
+    found["metadata"]["resourceVersion"] = version
+    return found
+
+
+def _written(node: str = "a", version: str = "7") -> WrittenClaim:
+    return WrittenClaim(node=node, version=version)
+
+
+# -- holds: a ledger entry is kept while its claim holds it --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("found", "written", "held"),
+    [
+        # Guards: an entry of a claim that is gone is released.
+        (None, None, False),
+        (None, _written(), False),
+        # Guards: a claim allocated on the entry's node with drasat's driver keeps it.
+        (_allocated("c"), None, True),
+        # Guards: a claim allocated elsewhere (given back, allocated again) frees this node's.
+        (_allocated("c", node="b"), None, False),
+        # Guards: a claim whose status names another driver only is not drasat's to hold.
+        (_allocated("c", driver="other.example.com"), None, False),
+        # Guards: a claim the scheduler gave back (no allocation) frees it.
+        (claim("c", exactly(), resourceVersion="5"), None, False),
+        # Guards: our own status write the cache has not seen yet holds, allocated or not.
+        ({**claim("c", exactly()), "metadata": {**claim("c")["metadata"], "resourceVersion": "5"}},
+         _written(version="7"), True),
+        # Guards: once the cache has seen a newer version, the status decides again.
+        ({**claim("c", exactly()), "metadata": {**claim("c")["metadata"], "resourceVersion": "8"}},
+         _written(version="7"), False),
+        # Guards: our write on another node does not hold this node's entry.
+        ({**claim("c", exactly()), "metadata": {**claim("c")["metadata"], "resourceVersion": "5"}},
+         _written(node="b", version="7"), False),
+    ],
+)  # fmt: skip
+def test_an_entry_is_held_while_its_claim_is_allocated_there_or_our_write_is_unseen(
+    found: Obj | None, written: WrittenClaim | None, held: bool
+) -> None:
+    assert releasing.holds(found, written, "a") is held
+
+
+def test_stale_entries_are_those_no_claim_holds_in_the_ledgers_order() -> None:
+    ledger = {
+        "gone/gpu": _entry("gone"),
+        "kept/gpu": _entry("kept"),
+        "moved/gpu": _entry("moved"),
+        "mine/gpu": _entry("mine"),
+    }
+    by_uid = {
+        "kept": _allocated("kept"),
+        "moved": _allocated("moved", node="b"),
+        "mine": {"metadata": {"name": "mine", "namespace": "default", "resourceVersion": "1"}},
+    }
+    found = releasing.stale_entries(ledger, "a", by_uid, {"mine": _written(version="2")})
+    assert list(found.items()) == [("gone/gpu", "gone"), ("moved/gpu", "moved")]
+
+
+# -- which claims leave, and whether a pod still holds one ----------------------------------------
+
+
+def _deleted(found: Obj, *finalizers: str) -> Obj:
+    meta = {**found["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    return {**found, "metadata": {**meta, "finalizers": list(finalizers)}}
+
+
+def test_a_claim_leaves_when_it_is_being_deleted_with_our_finalizer() -> None:
+    ours = _deleted(_allocated("ours"), FINALIZER)
+    no_finalizer = _deleted(_allocated("bare"))
+    not_deleted = {**_allocated("live"), "metadata": {**_allocated("live")["metadata"],
+                                                       "finalizers": [FINALIZER]}}  # fmt: skip
+    # A claim whose DeviceClass is gone is still ours by its finalizer.
+    orphan = _deleted(claim("orphan", exactly("deleted-class")), FINALIZER)
+    other = _deleted(claim("other", exactly("other-gpu")), "example.com/keep")
+    found = releasing.claims_leaving([ours, no_finalizer, not_deleted, orphan, other], OURS)
+    assert [c["metadata"]["name"] for c in found] == ["ours", "orphan"]
+
+
+def _reserved(*refs: Obj) -> Obj:
+    return {**claim("c"), "status": {"reservedFor": list(refs)}}
+
+
+def _pod(uid: str, phase: str = "Running", name: str = "p") -> Obj:
+    return {"metadata": {"name": name, "namespace": "default", "uid": uid},
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def _nobody(namespace: str, name: str) -> Obj | None:
+    return None
+
+
+POD_REF = {"resource": "pods", "name": "p", "uid": "u1"}
+
+
+@pytest.mark.parametrize(
+    ("found", "pods", "look_up", "held"),
+    [
+        # Guards: no reservation holds nothing.
+        (_reserved(), {}, _nobody, False),
+        # Guards: a running pod of the cache holds it.
+        (_reserved(POD_REF), {"u1": _pod("u1")}, _nobody, True),
+        # Guards: a finished pod holds nothing (the resourceclaim controller would clear it).
+        (_reserved(POD_REF), {"u1": _pod("u1", "Succeeded")}, _nobody, False),
+        # Guards: a pod the cache does not know is looked up; gone, it holds nothing.
+        (_reserved(POD_REF), {}, _nobody, False),
+        # Guards: looked up and running, it holds it (it may be newer than the cache).
+        (_reserved(POD_REF), {}, lambda ns, name: _pod("u1"), True),
+        # Guards: a pod of that name with another uid is another pod.
+        (_reserved(POD_REF), {}, lambda ns, name: _pod("u2"), False),
+        # Guards: another kind of consumer: only its owner knows, so it holds.
+        (_reserved({"resource": "jobs", "apiGroup": "batch", "name": "j", "uid": "j1"}), {},
+         _nobody, True),
+    ],
+)  # fmt: skip
+def test_a_leaving_claim_is_held_only_by_a_live_pod_or_a_consumer_of_another_kind(
+    found: Obj, pods: dict[str, Obj], look_up: Any, held: bool
+) -> None:
+    assert releasing.still_reserved(found, pods, look_up) is held
+
+
+def test_a_lookup_asks_for_the_reserved_pods_name_in_the_claims_namespace() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def look_up(namespace: str, name: str) -> Obj | None:
+        asked.append((namespace, name))
+        return None
+
+    releasing.still_reserved(_reserved(POD_REF), {}, look_up)
+    assert asked == [("default", "p")]
+
+
+def test_a_release_removes_the_claims_entries_on_the_nodes_with_a_nas_only() -> None:
+    base = snapshot([], [])
+    ledger = {"x/gpu": _entry("x"), "x/mig": _entry("x"), "y/gpu": _entry("y")}
+    nas = {
+        "a": nasnodes.ParsedNas(make_node("a", "T4", 2, allocated=ledger), "1"),
+        "b": nasnodes.ParsedNas(make_node("b", "T4", 2, allocated={"z/gpu": _entry("z")}), "1"),
+        # A node whose ledger is the claims' statuses: nothing to remove there.
+        "n": dataclasses.replace(
+            nasnodes.ParsedNas(make_node("n", "T4", 1, allocated={"x/gpu": _entry("x")}), "1"),
+            from_statuses=True,
+        ),
+    }
+    found = releasing.ledger_keys(dataclasses.replace(base, nas=nas), {"x", "z"})
+    assert found == {"a": {"x/gpu", "x/mig"}, "b": {"z/gpu"}}
