@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 
 import pytest
@@ -51,11 +52,13 @@ def run(seed_value: int, steps: int, known: frozenset[str], *, shrink: bool = Tr
     Machine.known = known
     Machine.stats = Stats()
     phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
+    started = time.monotonic()
     while Machine.stats.steps < steps:
         test = get_state_machine_test(
             Machine,
             settings=settings(
-                max_examples=max(1, (steps - Machine.stats.steps) // PER_EXAMPLE + 1),
+                # A few examples per call: a line of progress after each (with -s).
+                max_examples=max(1, min(5, (steps - Machine.stats.steps) // PER_EXAMPLE + 1)),
                 stateful_step_count=PER_EXAMPLE,
                 deadline=None,
                 database=None,
@@ -66,6 +69,9 @@ def run(seed_value: int, steps: int, known: frozenset[str], *, shrink: bool = Tr
         )
         seed(seed_value * 1000 + Machine.stats.examples)(test)
         test()
+        stats = Machine.stats
+        print(f"seed {seed_value}: {stats.steps} steps, {stats.rounds} rounds, "
+              f"{stats.examples} examples, {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
     return Machine.stats
 
 
