@@ -69,9 +69,9 @@ def run(seed_value: int, steps: int, known: frozenset[str], *, shrink: bool = Tr
         )
         seed(seed_value * 1000 + Machine.stats.examples)(test)
         test()
-        stats = Machine.stats
+        stats, took = Machine.stats, time.monotonic() - started
         print(f"seed {seed_value}: {stats.steps} steps, {stats.rounds} rounds, "
-              f"{stats.examples} examples, {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+              f"{stats.examples} examples, {took:.0f} s", flush=True)  # fmt: skip
     return Machine.stats
 
 
