@@ -30,6 +30,10 @@ Invariants (`Violation.kind`), checked after every round of every step:
 - the ledger and the claims' statuses agree within `bound` rounds (`ledger-disagrees`);
 - no cycle raises (`cycle-aborted`).
 
+Preemption is driven (priorities) but not checked yet: its invariants (each eviction followed by
+its preemptor's placement, no two preemptors counting one device, no partly bound gang, no
+eviction of equal or higher priority) join `_observe` as further obligations.
+
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
 """
