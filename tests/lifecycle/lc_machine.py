@@ -413,7 +413,10 @@ class LifecycleMachine(RuleBasedStateMachine):
     # --- helpers for rules --------------------------------------------------------------------
 
     def _name(self, prefix: str) -> str:
-        return f"{prefix}{next(self.names)}"
+        # Zero-padded: the name order is the creation order, so the controller's order of pods
+        # (creationTimestamp, in whole seconds of the machine's clock, then name) is the same
+        # whichever second a pod is created in.
+        return f"{prefix}{next(self.names):04d}"
 
     def _claim_objects(self) -> list[Obj]:
         return self.world.read(r.RESOURCE_CLAIMS_V1, NAMESPACE)

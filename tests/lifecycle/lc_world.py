@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import logging
 import threading
@@ -42,10 +43,12 @@ from drasat.api.devicemodel import classes
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import NodeAllocationStateSpec
+from drasat.api.policy import AllocationPolicySpec, SolverBudget
 from drasat.controller.v1controller import V1Config, V1Controller
 from drasat.kube import errors, nasclient
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, configuration_for
+from drasat.kube.events import EventRecorder
 from drasat.nodeplugin import slicepublisher
 from drasat.testbed.sim import apiserver, controllers, kubeclient, routing, v1scheduler
 
@@ -162,10 +165,17 @@ class Replica:
         self.controller = V1Controller(
             api,  # type: ignore[arg-type]
             self.world.config,
+            policy=lambda: self.world.policy,
             may_write=self.may_write,
+            # Events deduplicated on the model's clock, not the machine's.
+            recorder=EventRecorder(
+                api,  # type: ignore[arg-type]
+                component=self.world.config.component,
+                clock=lambda: datetime.datetime.fromtimestamp(self.world.clock.now, datetime.UTC),
+            ),
             clock=self.world.clock,
         )
-        self.controller.start(sync_timeout_s=20, cycles=False)
+        self.controller.start(sync_timeout_s=60, cycles=False)
 
     def stop(self) -> None:
         if self.controller is not None:
@@ -195,7 +205,15 @@ class World:
             batch_window_s=0,
             unsuitable_ttl_s=5.0,
             write_workers=1,  # one order of writes: the same run for the same steps
-            time_limit_s=2.0,
+            # Solves that always finish (they take milliseconds here): a time limit met on a
+            # loaded machine would make a step's outcome depend on the machine's speed.
+            time_limit_s=120.0,
+            # A refusal's decision Event follows every change of the decision (its refresh
+            # counts the machine's seconds).
+            decision_refresh_s=0.0,
+        )
+        self.policy = AllocationPolicySpec(
+            solver=SolverBudget(timeLimitSeconds=120, onlineTimeLimitSeconds=60, workers=1)
         )
         self.scheduler = v1scheduler.V1Scheduler(self.sim)
         self.manager = controllers.ControllerManager(self.sim, clock=lambda: self.clock.now)
@@ -293,7 +311,7 @@ class World:
     def version(self) -> int:
         return int(self.server.api.store.resource_version)
 
-    def catch_up(self, timeout: float = 20.0) -> None:
+    def catch_up(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         for replica in self.replicas:
             if replica.controller is None:
