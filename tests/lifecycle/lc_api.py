@@ -150,10 +150,18 @@ class ModelApi:
     """`drasat.kube.client.Api` for one replica: the real client plus the module docstring's
     three additions."""
 
-    def __init__(self, inner: KubeClient, faults: FaultPlan, tracker: Tracker) -> None:
+    def __init__(
+        self,
+        inner: KubeClient,
+        faults: FaultPlan,
+        tracker: Tracker,
+        evicted: Callable[[str], None] = lambda pod: None,
+    ) -> None:
         self.inner = inner
         self.faults = faults
         self.tracker = tracker
+        #: Told of each pod this replica evicted (namespace/name).
+        self.evicted = evicted
 
     def _call(
         self, verb: str, resource: Resource, name: str | None, call: Callable[[], Any]
@@ -228,6 +236,7 @@ class ModelApi:
         if uid and pod["metadata"].get("uid") != uid:
             raise errors.Conflict(f"pod {namespace}/{name}: uid precondition failed", status=409)
         self.inner.delete(r.PODS, name, namespace=namespace)
+        self.evicted(f"{namespace}/{name}")
         return body
 
     def replace(self, resource: Resource, body: Obj) -> Obj:

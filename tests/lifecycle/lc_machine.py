@@ -22,7 +22,8 @@ Invariants (`Violation.kind`), checked after every round of every step:
   (`unused-claim-kept`) (the liveness bounds count rounds whose cycle met no injected API
   error, `AGES_UNDER_FAULTS` aside);
 - every pending pod (a gang: all its pods) that fits alone in what is free is bound within
-  `bound` rounds (`pod-not-placed`);
+  `bound` rounds (`pod-not-placed`; `pod-not-placed-after-preemption` within a nomination's
+  lifetime after the controller evicted a pod);
 - no gang stays with some pods allocated and others not beyond `bound` rounds
   (`gang-partly-allocated`);
 - every pod with a claim of drasat's left unallocated has an Event of drasat's within `bound`
@@ -63,6 +64,8 @@ Obj = dict[str, Any]
 NODES = {"n1": "t4x2", "n2": "a100mig+t4", "n3": "t4x2"}
 #: Live pods the model keeps at most (the cluster is full well before).
 MAX_PODS = 14
+#: Rounds (seconds of the controller's clock) a preemption holds devices for its preemptor.
+NOMINATION_ROUNDS = 300
 #: Obligations that age also in rounds whose cycle met an injected API error: one object's
 #: refused write must not leave a gang's other pods holding devices.
 AGES_UNDER_FAULTS = frozenset({"gang-partly-allocated"})
@@ -218,6 +221,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             if n in gpus and not (node.get("spec") or {}).get("unschedulable")
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
+        if self._preempting():
+            # Devices freed by an eviction are held for its preemptor: a pod waiting beside
+            # such a hold is counted apart (the hold's own rules come with preemption's checks).
+            for key in [k for k in owed if k[0] == "pod-not-placed"]:
+                owed[("pod-not-placed-after-preemption", key[1])] = owed.pop(key)
         self._reasons(pods, by_name, owed)
         for key in list(self.ages):
             if key not in owed:
@@ -230,6 +238,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             if self.ages[key] > self.bound:
                 self._violate(Violation(key[0], key[1], f"{text} (for {self.ages[key]} rounds)"))
         return any(key not in self.reported for key in owed)
+
+    def _preempting(self) -> bool:
+        """Whether the controller evicted a pod within a nomination's lifetime."""
+        since = self.world.rounds - NOMINATION_ROUNDS
+        return any(at > since for at, _ in self.world.evictions)
 
     def _held_problem(
         self, problem: truth.Problem, prefix: str, owed: dict[tuple[str, str], str]

@@ -161,7 +161,7 @@ class Replica:
     def start(self) -> None:
         self.tracker = Tracker()
         self.client = KubeClient(configuration_for(self.world.server.url), request_timeout=10)
-        api = ModelApi(self.client, self.world.faults, self.tracker)
+        api = ModelApi(self.client, self.world.faults, self.tracker, self.world.note_eviction)
         self.controller = V1Controller(
             api,  # type: ignore[arg-type]
             self.world.config,
@@ -221,6 +221,8 @@ class World:
         self.shapes: dict[str, str] = {}
         #: Claim uid -> the results an allocator other than drasat wrote (the model's record).
         self.foreign: dict[str, list[Obj]] = {}
+        #: Pods the controller evicted (preemption): (round, namespace/name).
+        self.evictions: list[tuple[int, str]] = []
         #: Cycles that raised: (round, text).
         self.aborts: list[tuple[int, str]] = []
         self.rounds = 0
@@ -236,6 +238,9 @@ class World:
         for replica in self.replicas:
             replica.start()
         self.catch_up()
+
+    def note_eviction(self, pod: str) -> None:
+        self.evictions.append((self.rounds, pod))
 
     # --- set up -------------------------------------------------------------------------------
 

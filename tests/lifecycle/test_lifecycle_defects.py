@@ -162,3 +162,31 @@ def test_a_gang_whose_write_fails_in_part_gives_the_written_pods_gpus_back(
     claims = world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
     allocated = [truth.claim_ref(c) for c in claims if truth.results_of(c)]
     assert not allocated or len(allocated) == 3, f"only {allocated} of the gang allocated"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a preemption's hold keeps a freed GPU idle for a preemptor that never fits"
+)
+def test_a_gpu_freed_by_preemption_does_not_idle_when_its_preemptor_cannot_fit(
+    cluster: Callable[..., World],
+) -> None:
+    """Two T4s: one held by a standalone claim shared by two pods, one by a template's claim.
+    A pod of priority 1000 asking for both evicts all three; the standalone claim is never given
+    back, so the preemptor never fits, and the T4 the template's claim freed is held for it:
+    a pod that fits there waits."""
+    world = cluster(n1="t4x2")
+    _claim(world, "shared", "gpu")
+    _pod(world, "a", claim="shared")
+    _pod(world, "b", claim="shared")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("one", "gpu"), namespace=NAMESPACE
+    )
+    _pod(world, "c", template="one")
+    _run(world, 3)
+    _claim(world, "both", "gpu2")
+    _pod(world, "urgent", claim="both", priority=1000)
+    _run(world, 3)
+    assert world.evictions, "no preemption happened"
+    _pod(world, "late", template="one")
+    _run(world)
+    assert _get(world, r.PODS, "late")["spec"].get("nodeName"), "the free T4 went to no one"

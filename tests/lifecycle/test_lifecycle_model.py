@@ -32,6 +32,8 @@ KNOWN_DEFECTS: dict[str, str] = {
     "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "gang-partly-allocated": "a gang written in part keeps the written members' devices",
     "cycle-aborted": "an API error looking up a departed pod aborts the cycle",
+    "pod-not-placed-after-preemption": "a preemption holds a freed GPU for a preemptor that "
+    "never fits (its victims' standalone claims are never given back)",
 }
 
 # The controller's own log lines (every refusal, every injected fault) would drown the report;
