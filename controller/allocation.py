@@ -159,20 +159,6 @@ def device_ids(entries: Iterable[AllocatedDevices]) -> frozenset[tuple[object, .
     return frozenset(out)
 
 
-def gpus_touched(entry: AllocatedDevices) -> set[str]:
-    """The GPU uuids an entry uses in any way (whole, shared, or a MIG device's parent)."""
-    found = {d.uuid for d in entry.gpu.devices} if entry.gpu else set()
-    return found | ({m.parentUUID for m in entry.mig.devices} if entry.mig else set())
-
-
-def exclusive_clash(a: AllocatedDevices, b: AllocatedDevices) -> bool:
-    """Whether two entries of different claims cannot both hold their devices: any use of one
-    GPU by both, except shares beside shares (the solver counts their sums)."""
-    if a.share is not None and b.share is not None:
-        return False
-    return bool(conflicts({"other": b}, a))
-
-
 # Pods.
 def pod_claim_names(pod: Obj) -> dict[str, str]:
     """pod.spec.resourceClaims[].name -> the ResourceClaim name (template claims from status,

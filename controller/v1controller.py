@@ -333,7 +333,8 @@ class V1Controller:
     def _cycle(self) -> bool:
         snapshot = self.snapshot()
         if self._may_write():
-            self._templates.ensure(snapshot.pods)  # pods converted from nvidia.com/gpu
+            # Pods converted from nvidia.com/gpu: templates of the class that serves it.
+            self._templates.ensure(snapshot.pods, self.classes.items(), self.config.drivers)
         if self.settle(snapshot):
             snapshot = self.snapshot()
         everyone, waiting = v1inputs.pending_pods(snapshot)

@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from drasat.api import handles
-from drasat.api.devicemodel import names
+from drasat.api.devicemodel import names, shares
 from drasat.api.inputerrors import describe_validation_error, show
 from drasat.api.nas import (
     AllocatedDevices,
@@ -59,7 +59,7 @@ from drasat.api.nas import (
 )
 from drasat.api.policy import LifecycleActionName
 from drasat.api.quantity import to_bytes
-from drasat.api.sharing import SharingStrategy, TimeSlice
+from drasat.api.sharing import GpuShare, SharingStrategy, TimeSlice
 from drasat.nodeplugin import cdi, checkpoint, mps
 from drasat.nodeplugin import metrics as nodemetrics
 from drasat.nodeplugin.checkpoint import (
@@ -206,6 +206,7 @@ class DeviceState:
         #: prepare ends: two prepares of one placement cannot both pass the check and then
         #: undo each other's device.
         self._mig_lock = threading.Lock()
+        self._shares_lock = threading.Lock()
         self._reserved: dict[str, list[PlannedMig]] = {}
         self._gpus: list[GpuDevice] | None = None
         #: GPUs that fell off the bus (the health monitor's finding; lost ones at discovery too).
@@ -387,7 +388,9 @@ class DeviceState:
             devices=devices,
         )
         self._check_gpus(plan)
-        self.checkpoint.put(record)
+        with self._shares_lock:  # two shares of one GPU are checked one after the other
+            self._check_share_room(record, plan)
+            self.checkpoint.put(record)
         self._step("recorded")
         try:
             return self._prepare(record, plan)
@@ -456,6 +459,42 @@ class DeviceState:
                 raise ClaimError(
                     f"allocated GPU {uuid} fell off the bus (NVML_ERROR_GPU_IS_LOST, XID 79): "
                     "it needs a reset before anything can use it"
+                )
+
+    def _check_share_room(self, record: ClaimRecord, plan: DevicePlan) -> None:
+        """A share's MPS limits, beside those of the shares recorded here on the same GPUs, hold
+        no more of a GPU than it has (`shares.overcommitted`: compute percentages and pinned
+        memory summed, the sums the allocator places shares by); ClaimError naming the others.
+        An allocation that says otherwise (two allocators, a stale ledger) would run its
+        tenants past the GPU."""
+        if plan.share is None:
+            return
+        mine = _share_takes(record.uid, plan)
+        others: dict[str, list[tuple[str, GpuShare]]] = {}
+        for other in self.checkpoint.records():
+            if other.uid == record.uid:
+                continue
+            try:
+                their = other.allocated()
+            except ValidationError:
+                continue
+            if their.share is None:
+                continue
+            for uuid, take in _share_takes(other.uid, their).items():
+                ref = f"{other.namespace}/{other.name} ({other.uid})"
+                others.setdefault(uuid, []).append((ref, take))
+        for uuid, take in mine.items():
+            beside = others.get(uuid, [])
+            gpu = self._gpu(uuid)
+            why = shares.overcommitted(
+                [take, *(t for _, t in beside)], gpu.memory_bytes if gpu is not None else None
+            )
+            if why is not None:
+                holders = ", ".join(sorted(ref for ref, _ in beside))
+                raise ClaimError(
+                    f"claim {record.namespace}/{record.name}: its share of GPU {uuid} beside "
+                    f"the shares prepared here (claims {holders}) would hold more than the GPU "
+                    f"has: {why}"
                 )
 
     def _plan_migs(self, claim: ClaimRef, plan: DevicePlan) -> list[PlannedMig]:
@@ -1386,6 +1425,21 @@ def _mps_limits(uid: str, plan: DevicePlan, visible: list[str]) -> mps.MpsLimits
         if share.memory is not None:
             pinned = dict.fromkeys(range(len(visible)), to_bytes(share.memory))
     return mps.MpsLimits(uid, tuple(visible), threads, pinned)
+
+
+def _share_takes(uid: str, plan: DevicePlan) -> dict[str, GpuShare]:
+    """GPU uuid -> what a share claim's MPS limits give it of that GPU: its active thread
+    percentage where its share limits compute (none: a memory-only share takes no compute, as
+    the allocator counts it), its pinned memory limit there."""
+    limits = _mps_limits(uid, plan, list(plan.gpus))
+    compute = limits.thread_percentage if plan.share is not None and plan.share.compute else None
+    out = {}
+    for index, uuid in enumerate(plan.gpus):
+        memory = limits.pinned_limit_bytes.get(index)
+        if compute is None and memory is None:
+            continue
+        out[uuid] = GpuShare(compute=compute, memory=None if memory is None else str(memory))
+    return out
 
 
 def _lifecycle_setting(action: LifecycleActionName, value: Any) -> tuple[Setting, SettingValue]:

@@ -50,9 +50,10 @@ class GpuDemand:
     topology: Topology | None = None
     #: Whether a GPU in MIG mode may be given whole to this claim (its MIG devices then go to
     #: the claim's pod, paired by `MigDemand.gpu_claim_name`). False: only GPUs without MIG.
-    #: Whole GPUs only: a share never sits on a GPU in MIG mode. Each wing decides: a classic
-    #: claim by asking `migEnabled: true` in its selector (`selects_mig_mode`), a v1 claim when
-    #: its selectors admit such a GPU.
+    #: Whole GPUs only: a share never sits on a GPU in MIG mode. Each wing decides by one rule,
+    #: the claim asks for MIG mode: a classic claim by `migEnabled: true` in its selector
+    #: (`selects_mig_mode`), a v1 request when its CEL selectors admit a MIG-mode GPU and not
+    #: the same GPU out of MIG mode (`drasat.v1.variants.Devices.asks_mig_mode`).
     mig_mode_gpus_allowed: bool = False
 
     def __post_init__(self) -> None:

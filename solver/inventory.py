@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from drasat.api import catalog
+from drasat.api.devicemodel import shares
 from drasat.api.nas import (
     AllocatedDevices,
     GpuInfo,
@@ -30,14 +31,13 @@ from drasat.api.nas import (
     NodeAllocationStateSpec,
     PreparedDevices,
 )
-from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuShare
 from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.problem import NodeState
 
 MiB = 2**20
 #: GPU memory is modelled in MiB: small integers for CP-SAT, exact enough for any product.
-FULL_COMPUTE = 100
+FULL_COMPUTE = shares.FULL_COMPUTE
 
 
 @dataclass(frozen=True)
@@ -228,9 +228,7 @@ def _mig_options(profiles: list[MigInfo]) -> dict[str, tuple[MigOption, ...]]:
 
 
 def share_memory_mib(share: GpuShare | None) -> int:
-    if share is None or share.memory is None:
-        return 0
-    return -(-to_bytes(share.memory) // MiB)
+    return 0 if share is None else shares.memory_mib(share)
 
 
 @dataclass

@@ -31,10 +31,19 @@ DRIVER = "gpu.nvidia.com"
 KINDS = ("nv-t4", "nv-a100", "nv-a100-static")
 
 
+#: The extended resource NVIDIA's chart has its GPU class serve.
+EXTENDED_RESOURCE = "nvidia.com/gpu"
+
+
 def device_classes() -> list[Obj]:
     """NVIDIA's DeviceClasses as its Helm chart installs them (`gpu.nvidia.com`,
-    `mig.nvidia.com`): the benchmark's, so both publish the same."""
-    return nvidia_alloc.nvidia_classes()
+    `mig.nvidia.com`): the benchmark's, so both publish the same, and the GPU class's
+    `extendedResourceName: nvidia.com/gpu`."""
+    out = nvidia_alloc.nvidia_classes()
+    for body in out:
+        if body["metadata"]["name"] == DRIVER:
+            body["spec"]["extendedResourceName"] = EXTENDED_RESOURCE
+    return out
 
 
 def _example() -> dict[str, list[Obj]]:

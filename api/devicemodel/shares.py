@@ -20,9 +20,12 @@ This is a purely computational module.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from drasat.api.nas import GpuInfo
+from drasat.api.quantity import to_bytes
+from drasat.api.sharing import GpuShare
 
 Obj = dict[str, Any]
 
@@ -70,3 +73,33 @@ def takes_whole(memory: int, compute: int, gpu_memory: int) -> bool:
 def exclusive_capacities(gpu: GpuInfo) -> dict[str, Obj]:
     """`capacity` of a whole GPU that is not shared."""
     return {MEMORY: {"value": str(gpu.memoryBytes)}, COMPUTE: {"value": "100"}}
+
+
+#: A GPU's compute in the unit shares ask it in: percent of its SMs.
+FULL_COMPUTE = 100
+
+
+def memory_mib(share: GpuShare) -> int:
+    """The memory a share holds, in whole MiB rounded up (0 when it names none): the unit the
+    solver counts shares in, and `overcommitted` too."""
+    if share.memory is None:
+        return 0
+    return -(-to_bytes(share.memory) // MiB)
+
+
+def overcommitted(found: Iterable[GpuShare], gpu_memory_bytes: int | None) -> str | None:
+    """Why shares side by side on one GPU hold more of it than it has, or None when they fit:
+    their compute above 100%, or their memory (each rounded up to whole MiB) above the GPU's
+    (whole MiB; None: not known, only compute is checked). The solver places shares by the
+    same sums (`solver.model.share_room`); the controller checks what was written with it, the
+    node plugin what it prepares."""
+    found = list(found)
+    compute = sum(share.compute or 0 for share in found)
+    if compute > FULL_COMPUTE:
+        return f"compute {compute}% of {FULL_COMPUTE}%"
+    if gpu_memory_bytes is None:
+        return None
+    memory, capacity = sum(memory_mib(share) for share in found), gpu_memory_bytes // MiB
+    if memory > capacity:
+        return f"memory {memory} MiB of {capacity} MiB"
+    return None

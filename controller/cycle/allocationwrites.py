@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices
-from drasat.controller import allocation, nasnodes, v1inputs
+from drasat.api.nas import AllocatedDevices, GpuInfo
+from drasat.controller import allocation, nasnodes, overcommit, v1inputs
 from drasat.controller.cycle.gates import Gates
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites, WrittenClaim
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 
 class LedgerConflict(errors.Conflict):
-    """A device the solver chose is held by another claim (the fresh NAS or a claim's status)."""
+    """A device the solver chose would over-commit its GPU beside another claim (the fresh NAS
+    or a claim's status)."""
 
 
 @dataclass
@@ -183,30 +184,48 @@ class AllocationWriter:
     def _check_statuses(
         self, node: str, ledger: Mapping[str, AllocatedDevices], snapshot: v1inputs.Snapshot
     ) -> None:
-        """The devices about to be written are held by no claim whose status changed since the
-        snapshot (another allocator's decision the solve did not see); raises LedgerConflict.
-        The API server accepts two claims naming one device, so a decision of the same instant
-        can still slip through: `Repairer.clashes` repairs those."""
+        """The devices about to be written, beside what the node's claims hold now, hold no
+        more of a GPU than it has (`overcommit`, shares by their sums), once a claim there
+        changed since the snapshot (another allocator's decision the solve did not see); raises
+        LedgerConflict. The API server accepts two claims naming one device, so a decision of
+        the same instant can still slip through: `Repairer.clashes` repairs those."""
         uids = {e.claimInfo.uid for e in ledger.values()}
         parsed = snapshot.nas.get(node)
         if parsed is None:
             return
-        for claim in self._claims.items():
-            if snapshot.claims.get(informer.key_of(claim)) is claim:
-                continue  # unchanged: the solve counted it
-            if claim["metadata"].get("uid") in uids or v1inputs.allocated_node(claim) != node:
+        claims = self._claims.items()
+        if not any(
+            snapshot.claims.get(informer.key_of(c)) is not c  # unchanged: the solve counted it
+            and str(c["metadata"].get("uid")) not in uids
+            and v1inputs.allocated_node(c) == node
+            for c in claims
+        ):
+            return
+        now: dict[str, tuple[Obj, Mapping[str, AllocatedDevices]]] = {}
+        for claim in claims:
+            uid = str(claim["metadata"].get("uid"))
+            if uid in uids or v1inputs.allocated_node(claim) != node:
                 continue
-            held = (
+            now[uid] = (claim, (
                 status_entries_on(claim, snapshot.published[node])
                 if parsed.from_statuses
                 else results.ledger_from_status(claim, parsed.node.nas)
+            ))  # fmt: skip
+        # What the solve counted (our own writes the informer has not delivered, ledger
+        # entries), with every claim's entries as its status says them now.
+        held = {k: e for k, e in parsed.node.nas.allocatedClaims.items()
+                if e.claimInfo.uid not in now and e.claimInfo.uid not in uids}  # fmt: skip
+        for _, entries in now.values():
+            held.update(entries)
+        found = overcommit.with_added(held, ledger, {g.uuid: g for g in parsed.node.nas.gpus()})
+        if found is not None:
+            others = [now[u][0] for u in found.claims if u in now]
+            raise LedgerConflict(
+                f"devices on {node} would be over-committed beside "
+                f"{', '.join(v1inputs.claim_ref(c) for c in others) or 'the ledger'}: "
+                f"GPU {found.gpu} {found.why}",
+                status=409,
             )
-            for key, entry in ledger.items():
-                if any(allocation.exclusive_clash(entry, h) for h in held.values()):
-                    raise LedgerConflict(
-                        f"devices of {key} on {node} are held by {v1inputs.claim_ref(claim)}",
-                        status=409,
-                    )
 
     def _ensure_finalizer(self, claim: Obj) -> Obj:
         """Our finalizer on a claim about to be allocated; the claim as written. Before the
@@ -245,10 +264,12 @@ class AllocationWriter:
 
         def mutate(obj: Obj) -> Obj | None:
             refused.clear()  # called again on each conflict, with the fresh object
-            held = dict(nasnodes.parse(obj).node.nas.allocatedClaims)
+            fresh = nasnodes.parse(obj).node.nas
+            held = dict(fresh.allocatedClaims)
+            gpus = {g.uuid: g for g in fresh.gpus()}
             added: dict[str, AllocatedDevices] = {}
             for pod in placed:
-                clash = _clash(node, pod.ledger, held)
+                clash = _clash(node, pod.ledger, held, gpus)
                 if clash is not None:
                     refused[pod.item.input.key] = clash
                     continue
@@ -302,20 +323,20 @@ class AllocationWriter:
 
 
 def _clash(
-    node: str, ledger: Mapping[str, AllocatedDevices], held: Mapping[str, AllocatedDevices]
+    node: str,
+    ledger: Mapping[str, AllocatedDevices],
+    held: Mapping[str, AllocatedDevices],
+    gpus: Mapping[str, GpuInfo],
 ) -> LedgerConflict | None:
-    """Whether new ledger entries touch a device another claim holds. Shares beside shares are
-    the solver's to count (compute and memory sums); anything else touching the same GPU or MIG
-    slices is a clash."""
-    for key, entry in ledger.items():
-        if key in held:
-            continue
-        clash = [k for k, v in held.items() if v.claimInfo.uid != entry.claimInfo.uid
-                 and allocation.exclusive_clash(entry, v)]  # fmt: skip
-        if clash:
-            return LedgerConflict(f"devices of {key} on {node} are held by {', '.join(clash)}",
-                                  status=409)  # fmt: skip
-    return None
+    """Whether new ledger entries, beside those held, hold more of a GPU than it has
+    (`overcommit`: shares by their sums, anything else touching the same GPU or MIG slices)."""
+    found = overcommit.with_added(held, ledger, gpus)
+    if found is None:
+        return None
+    others = sorted({k for k, v in held.items() if v.claimInfo.uid in found.claims})
+    return LedgerConflict(f"devices on {node} would be over-committed beside "
+                          f"{', '.join(others)}: GPU {found.gpu} {found.why}",
+                          status=409)  # fmt: skip
 
 
 def _in_a_nas(claim: v1.ClaimAllocation) -> bool:

@@ -1,7 +1,9 @@
-"""Clashes between allocated claims: two claims whose statuses name one device (two allocators
-deciding at the same instant, a stale replica, an admin). Each is reported with an Event on both
-claims, and repaired where one is not reserved yet: it gives its devices back (its allocation is
-cleared, as kube-scheduler's PostFilter does), the one drasat wrote first if both are unreserved.
+"""Clashes between allocated claims: claims whose statuses hold more of a GPU than it has
+(`controller.overcommit`: one device named twice, or shares summing above it; two allocators
+deciding at the same instant, a stale replica, an admin). Each is reported with an Event on every
+claim of it, and repaired where one is not reserved yet: it gives its devices back (its allocation
+is cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
+unreserved.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from drasat.controller import allocation, v1inputs
+from drasat.controller import allocation, overcommit, v1inputs
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
 from drasat.controller.cycle.writes import Writes
@@ -41,39 +43,30 @@ class Repairer:
         self._own = own
         #: Claim statuses read as ledger entries (the cycle's, shared with the other parts).
         self._ledgers = ledgers
-        #: (node, uid, uid) of clashes that cannot be repaired, reported once while they last.
+        #: (node, uids...) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
 
     def clashes(self, snapshot: v1inputs.Snapshot) -> bool:
-        """Allocated claims whose statuses name one device (two allocators deciding at the same
-        instant, a stale replica, an admin): reported with an Event on both claims, and
+        """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
+        device named twice, or shares summing above it; two allocators deciding at the same
+        instant, a stale replica, an admin): reported with an Event on each claim, and
         repaired where one is not reserved yet: it gives its devices back (its allocation is
-        cleared, as kube-scheduler's PostFilter does), the one drasat wrote first if both are
+        cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
         unreserved. Never raises: a clash blocks nothing else. True when anything was written."""
         changed = False
         gave_back: set[str] = set()
         self._clashes_seen = set()
         for node, held in sorted(v1inputs.status_entries(snapshot, self._ledgers).items()):
-            by_gpu: dict[str, list[str]] = {}
-            for uid, (_, entries) in held.items():
-                for entry in entries.values():
-                    for gpu in allocation.gpus_touched(entry):
-                        by_gpu.setdefault(gpu, []).append(uid)
-            pairs: set[tuple[str, str]] = set()
-            for uids in by_gpu.values():
-                distinct = sorted(set(uids))
-                pairs.update((a, b) for i, a in enumerate(distinct) for b in distinct[i + 1 :])
-            for a, b in sorted(pairs):
-                if a in gave_back or b in gave_back:
-                    continue
-                (claim_a, entries_a), (claim_b, entries_b) = held[a], held[b]
-                if not any(allocation.exclusive_clash(x, y) for x in entries_a.values()
-                           for y in entries_b.values()):  # fmt: skip
-                    continue
+            parsed = snapshot.nas.get(node)
+            gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
+            entries = [e for _, found in held.values() for e in found.values()]
+            for found in overcommit.overcommits(entries, gpus):
+                if gave_back & set(found.claims):
+                    continue  # what is left may fit now: the next settle looks again
+                claims = [held[uid][0] for uid in found.claims]
                 giver = self._writes.confined(
-                    f"clash on {node}", [claim_a, claim_b],
-                    self._repair_clash, node, claim_a, claim_b, held,
+                    f"clash on {node}", claims, self._repair_clash, node, found, held,
                 )  # fmt: skip
                 if giver:
                     gave_back.add(giver)
@@ -82,22 +75,29 @@ class Repairer:
         return changed
 
     def _repair_clash(
-        self, node: str, a: Obj, b: Obj, held: Mapping[str, tuple[Obj, Mapping[str, Any]]]
+        self,
+        node: str,
+        found: overcommit.Overcommit,
+        held: Mapping[str, tuple[Obj, Mapping[str, Any]]],
     ) -> str | None:
-        """Report one clash and give one claim's devices back if possible; its uid, or None."""
-        refs = f"{v1inputs.claim_ref(a)} and {v1inputs.claim_ref(b)}"
-        unreserved = [c for c in (a, b) if not v1inputs.reserved_pods(c)]
+        """Report one over-commit and give one claim's devices back if possible; its uid, or
+        None."""
+        claims = [held[uid][0] for uid in found.claims]
+        refs = ("claims " if len(claims) > 1 else "claim ") + " and ".join(
+            v1inputs.claim_ref(c) for c in claims
+        )
+        what = f"GPU {found.gpu} on {node} ({found.why})"
+        unreserved = [c for c in claims if not v1inputs.reserved_pods(c)]
         if not unreserved:
-            pair = (node, *sorted((str(a["metadata"].get("uid")), str(b["metadata"].get("uid")))))
-            self._clashes_seen.add(pair)
-            if pair not in self._clashes_reported:  # reported once while it lasts
-                text = (f"claims {refs} both hold a device on {node} and both are reserved by "
-                        "pods: not repaired (delete one of the pods)")  # fmt: skip
-                self._writes.fault(REASON_CLASH, text, [a, b])
+            seen = (node, *found.claims)
+            self._clashes_seen.add(seen)
+            if seen not in self._clashes_reported:  # reported once while it lasts
+                text = (f"{refs} hold more of {what} than it has and all are reserved "
+                        "by pods: not repaired (delete one of the pods)")  # fmt: skip
+                self._writes.fault(REASON_CLASH, text, claims)
             return None
-        # Prefer giving back the one drasat wrote: the other allocator's claim keeps its device.
+        # Prefer giving back one drasat wrote: the other allocator's claim keeps its device.
         giver = min(unreserved, key=lambda c: (not self._wrote(c), v1inputs.claim_ref(c)))
-        other = b if giver is a else a
         meta = giver["metadata"]
         status = {k: v for k, v in (giver.get("status") or {}).items() if k != "allocation"}
         self._writes.guard()
@@ -114,10 +114,10 @@ class Repairer:
         keys |= {k for k, e in self._ledger.entries(node).items() if e.claimInfo.uid == uid}
         if keys:
             self._ledger.remove(node, keys)
-        text = (f"claims {v1inputs.claim_ref(giver)} and {v1inputs.claim_ref(other)} both held a "
-                f"device on {node}; {v1inputs.claim_ref(giver)}, not reserved yet, gave its "
-                "allocation back and will be allocated again")  # fmt: skip
-        self._writes.fault(REASON_CLASH, text, [giver, other])
+        text = (f"{refs} held more of {what} than it has; "
+                f"{v1inputs.claim_ref(giver)}, not reserved yet, gave its allocation back and "
+                "will be allocated again")  # fmt: skip
+        self._writes.fault(REASON_CLASH, text, claims)
         return uid
 
     def _wrote(self, claim: Obj) -> bool:

@@ -54,8 +54,9 @@ class Option:
     devices: tuple[Published, ...] = ()
     #: The nodes it is limited to; None: any node with one of its devices.
     nodes: frozenset[str] | None = None
-    #: Whole GPUs: some eligible GPU is MIG-enabled (published whole, consuming all its
-    #: counters), so the solver must not keep whole claims off MIG-enabled GPUs.
+    #: Whole GPUs: the request asks for MIG mode (`Devices.asks_mig_mode`) and some eligible
+    #: GPU is in it (published whole, consuming all its counters), so the solver may give it
+    #: whole; otherwise it keeps whole claims off MIG-enabled GPUs.
     mig_gpus: bool = False
     #: Derived data of `devices` (eligible GPUs, placements, constraint values), shared by the
     #: copies of an option rebound to another claim of the same spec (`dataclasses.replace`
@@ -111,6 +112,7 @@ class Devices:
     by_node: Mapping[str, Sequence[Published]]
     _matched: dict[tuple[object, ...], list[Published]] = field(default_factory=dict)
     _failing: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
+    _mig_mode: dict[tuple[object, ...], bool] = field(default_factory=dict)
 
     def matching(self, alternative: Alternative) -> list[Published]:
         """The devices the alternative's selectors admit (the class's, then the request's).
@@ -149,6 +151,30 @@ class Devices:
         """The nodes where one of the alternative's selectors fails on some device."""
         self.matching(alternative)
         return self._failing[tuple(s.expression for s in alternative.selectors)]
+
+    def asks_mig_mode(self, alternative: Alternative, gpus: Sequence[Published]) -> bool:
+        """Whether the alternative asks for a GPU in MIG mode: its selectors admit one of these
+        MIG-enabled GPUs and not the same GPU out of MIG mode (`migEnabled` false). The one rule
+        by which a GPU in MIG mode goes whole, on drasat's devices and NVIDIA's alike, as a
+        classic claim asks `migEnabled: true` (`claimspec.selects_mig_mode`): a container
+        handed a MIG-mode GPU with no GPU instance cannot run CUDA on it. A device whose driver
+        publishes no `migEnabled` (NVIDIA's) cannot be asked for so."""
+        key = tuple(s.expression for s in alternative.selectors)
+        for d in gpus:
+            if d.attribute("migEnabled") is not True:
+                continue
+            memo = (key, d.kind_id)
+            found = self._mig_mode.get(memo)
+            if found is None:
+                attributes = d.device.get("attributes") or {}
+                out_of_mig = {k: {"bool": False} for k in attributes
+                              if k.rpartition("/")[2] == "migEnabled"}  # fmt: skip
+                twin = {**d.device, "attributes": {**attributes, **out_of_mig}}
+                found = cel.evaluate_all(alternative.selectors, d.driver, twin) is not True
+                self._mig_mode[memo] = found
+            if found:
+                return True
+        return False
 
 
 def _nodes_of(found: Sequence[Published]) -> frozenset[str]:
@@ -208,7 +234,8 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
         gpus = [d for d in found if d.kind == publisheddevices.GPU]
         migs = [d for d in found if d.kind == publisheddevices.MIG]
         fallbacks = [d for d in found if d.kind == publisheddevices.FALLBACK]
-        options = _gpu_options(base, gpus) + _mig_options(base, migs)
+        mig_mode = catalog.asks_mig_mode(alternative, gpus)
+        options = _gpu_options(base, gpus, mig_mode) + _mig_options(base, migs)
         if alternative.mode == ALL:
             options = _whole_sets(options, _all_set(alternative, matched))
         out.extend(options)
@@ -266,17 +293,17 @@ def _constrained_across(option: Option) -> bool:
     )
 
 
-def _gpu_options(base: Option, gpus: list[Published]) -> list[Option]:
+def _gpu_options(base: Option, gpus: list[Published], mig_mode: bool) -> list[Option]:
     if not gpus:
         return []
     capacity = dict(base.alternative.capacity)
     if not capacity:
-        return _whole_options(base, gpus)
+        return _whole_options(base, gpus, mig_mode)
     gpus = _fits_capacity(gpus, capacity)
     shareable = [d for d in gpus if d.device.get("allowMultipleAllocations")]
     # A device that takes one allocation is allocated whole, whatever the request asks of it.
     exclusive = [d for d in gpus if not d.device.get("allowMultipleAllocations")]
-    return _share_options(base, shareable, capacity) + _whole_options(base, exclusive)
+    return _share_options(base, shareable, capacity) + _whole_options(base, exclusive, mig_mode)
 
 
 def _counts(base: Option, found: list[Published]) -> list[tuple[int, frozenset[str] | None]]:
@@ -293,12 +320,11 @@ def _counts(base: Option, found: list[Published]) -> list[tuple[int, frozenset[s
     return [(n, frozenset(nodes)) for n, nodes in sorted(by_count.items(), reverse=True)]
 
 
-def _whole_options(base: Option, gpus: list[Published]) -> list[Option]:
+def _whole_options(base: Option, gpus: list[Published], mig_mode: bool) -> list[Option]:
     if not gpus:
         return []
-    mig_gpus = any(d.attribute("migEnabled") is True for d in gpus)
     return [
-        _with(base, count=n, devices=tuple(gpus), nodes=nodes, mig_gpus=mig_gpus)
+        _with(base, count=n, devices=tuple(gpus), nodes=nodes, mig_gpus=mig_mode)
         for n, nodes in _counts(base, gpus)
     ]
 
@@ -489,8 +515,8 @@ def _solver_claims(
     base = f"{o.claim.uid}/{o.request}"
     constraints = device_constraints(o) + extra
     if o.kind == publisheddevices.GPU and o.share is None:
-        # v1 publishes MIG-enabled GPUs whole too, and the eligible set already says which
-        # GPUs the request admits: the solver may give those in it whole.
+        # v1 publishes MIG-enabled GPUs whole too: the solver gives those of the eligible set
+        # whole only to a request that asks for MIG mode.
         spec = GpuDemand(count=o.count, mig_mode_gpus_allowed=o.mig_gpus)
         request = ClaimRequest(
             base, o.claim.namespace, label, gpu=spec, eligible=o.eligible, constraints=constraints

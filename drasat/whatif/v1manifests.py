@@ -437,6 +437,14 @@ class _Compiler:
     checked: set[str] = field(default_factory=set)
     bound: list[Obj] = field(default_factory=list)
 
+    @property
+    def extended_class(self) -> str:
+        """The class the templates of converted pods ask for: the one the input's DeviceClasses
+        say serves `nvidia.com/gpu` (`extendedResourceName`, as kube-scheduler picks it), else
+        drasat's."""
+        found = [e.document.data for e in self.index.classes.values()]
+        return extended.device_class_for(extended.RESOURCE, found) or extended.DEVICE_CLASS
+
     def pods(self, entries: list[manifestindex.Entry[Any]]) -> list[V1Pod]:
         for position, child in workloads.with_children(entries).items():
             parent = entries[position]
@@ -519,7 +527,7 @@ class _Compiler:
         if entry.from_template and isinstance(generated, str) and generated:
             key, ref_path, name = (pod.namespace, generated), "status", generated
         elif entry.from_template:
-            template = self.index.templates.get(key) or _drasats_template(*key)
+            template = self.index.templates.get(key) or _drasats_template(*key, self.extended_class)
             if template is None:
                 if key in self.index.skipped_templates:
                     return (
@@ -573,8 +581,8 @@ class _Compiler:
 
 
 def _converted(pod: workloads.PodInstance) -> workloads.PodInstance:
-    """The pod as drasat's admission policy leaves it: `nvidia.com/gpu` -> claims of drasat's
-    class (`drasat.v1.extended`)."""
+    """The pod as drasat's admission policy leaves it: `nvidia.com/gpu` -> claims from the
+    templates drasat's controller makes (`drasat.v1.extended`)."""
     try:
         converted = extended.convert(_dump(pod.spec), where=pod.spec_path)
     except extended.ConversionError as error:
@@ -585,13 +593,13 @@ def _converted(pod: workloads.PodInstance) -> workloads.PodInstance:
 
 
 def _drasats_template(
-    namespace: str, name: str
+    namespace: str, name: str, device_class: str
 ) -> manifestindex.Entry[v1kinds.ResourceClaimTemplate] | None:
     """A template drasat's controller creates for converted pods, when not in the manifests."""
     count = extended.template_count(name)
     if count is None:
         return None
-    body = extended.template(namespace, count)
+    body = extended.template(namespace, count, device_class)
     document = loading.Document("<made by drasat's controller>", 1, body)
     return manifestindex.Entry(
         document, v1kinds.ResourceClaimTemplate.model_validate(body), namespace

@@ -15,6 +15,8 @@
 //	  AllocationResults hold (as the scheduler's claim tracker counts them) in use. "error" is
 //	  a fatal error (a CEL runtime error on some device, a bad request): the scheduler then
 //	  fails the pod's scheduling attempt, the claim is not allocated.
+//	  With "claims":[C...] instead of "claim": a pod's claims together, as kube-scheduler
+//	  allocates them on one node (all or none); the answer has "allocations", one per claim.
 //	{"op":"validate", ...allocate's fields..., "allocation":<v1 AllocationResult>}
 //	  -> {"valid":bool,"reason":S}
 //	  whether upstream accepts that allocation for the claim: the allocator is run with every
@@ -22,7 +24,7 @@
 //	  limited to the devices the allocation gives it, through a device-name attribute the
 //	  oracle adds; an All request keeps every device (its result must be all of them). Valid
 //	  when upstream then allocates, with the same devices per request and the same consumed
-//	  capacity, share IDs where it sets them, and the same tolerations.
+//	  capacity, share IDs where it sets them, the same tolerations, and the same node selector.
 //
 // A malformed line gets {"error": "..."} with "bad request" in it; the process goes on.
 package main
@@ -77,6 +79,7 @@ type request struct {
 	Slices     []resourceapi.ResourceSlice    `json:"slices"`
 	Classes    []resourceapi.DeviceClass      `json:"classes"`
 	Claim      *resourceapi.ResourceClaim     `json:"claim"`
+	Claims     []*resourceapi.ResourceClaim   `json:"claims"`
 	Allocated  []resourceapi.AllocationResult `json:"allocated"`
 	Allocation *resourceapi.AllocationResult  `json:"allocation"`
 }
@@ -130,10 +133,18 @@ func answer(line []byte) (result any) {
 	case "cel":
 		return evaluate(req)
 	case "allocate":
-		if req.Claim == nil {
-			return map[string]any{"error": "bad request: allocate needs a claim"}
+		if (req.Claim == nil) == (len(req.Claims) == 0) {
+			return map[string]any{"error": "bad request: allocate needs a claim or claims (one of them)"}
 		}
-		return allocate(req, req.Slices, req.Claim)
+		if req.Claim != nil {
+			return allocate(req, req.Slices, req.Claim)
+		}
+		for i, claim := range req.Claims {
+			if claim == nil {
+				return map[string]any{"error": fmt.Sprintf("bad request: claims[%d] is null", i)}
+			}
+		}
+		return allocateAll(req, req.Slices, req.Claims)
 	case "validate":
 		if req.Claim == nil || req.Allocation == nil {
 			return map[string]any{"error": "bad request: validate needs a claim and an allocation"}
@@ -212,6 +223,16 @@ func allocatedState(results []resourceapi.AllocationResult) structured.Allocated
 }
 
 func allocate(req request, slices []resourceapi.ResourceSlice, claim *resourceapi.ResourceClaim) map[string]any {
+	answer := allocateAll(req, slices, []*resourceapi.ResourceClaim{claim})
+	if allocations, ok := answer["allocations"].([]resourceapi.AllocationResult); ok {
+		delete(answer, "allocations")
+		answer["allocation"] = allocations[0]
+	}
+	return answer
+}
+
+// allocateAll: the claims of one pod on one node, as kube-scheduler's Filter allocates them.
+func allocateAll(req request, slices []resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) map[string]any {
 	ctx := context.Background()
 	byName := classes{}
 	for i := range req.Classes {
@@ -226,7 +247,7 @@ func allocate(req request, slices []resourceapi.ResourceSlice, claim *resourceap
 		return map[string]any{"allocated": false, "error": err.Error()}
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: req.Node, Labels: req.NodeLabels}}
-	results, err := allocator.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+	results, err := allocator.Allocate(ctx, node, claims)
 	if err != nil {
 		return map[string]any{
 			"allocated":    false,
@@ -237,7 +258,7 @@ func allocate(req request, slices []resourceapi.ResourceSlice, claim *resourceap
 	if len(results) == 0 {
 		return map[string]any{"allocated": false}
 	}
-	return map[string]any{"allocated": true, "allocation": results[0]}
+	return map[string]any{"allocated": true, "allocations": results}
 }
 
 type resultKey struct{ request, driver, pool, device string }
@@ -333,7 +354,13 @@ func validate(req request) map[string]any {
 	if upstream["allocated"] != true {
 		return invalid("upstream cannot allocate the claim on these devices")
 	}
-	theirs := upstream["allocation"].(resourceapi.AllocationResult).Devices.Results
+	theirAllocation := upstream["allocation"].(resourceapi.AllocationResult)
+	theirs := theirAllocation.Devices.Results
+	mineSelector, _ := json.Marshal(req.Allocation.NodeSelector)
+	theirSelector, _ := json.Marshal(theirAllocation.NodeSelector)
+	if string(mineSelector) != string(theirSelector) {
+		return invalid("nodeSelector %s, upstream %s", mineSelector, theirSelector)
+	}
 	mine := map[resultKey]resourceapi.DeviceRequestAllocationResult{}
 	for _, r := range given {
 		if _, twice := mine[keyOf(r)]; twice {

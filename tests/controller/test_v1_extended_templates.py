@@ -77,3 +77,50 @@ def test_a_template_deleted_while_pods_name_it_is_made_again_after_the_recheck(
     assert made.ensure(pods) == []  # not asked again within the period
     now[0] = 61.0
     assert made.ensure(pods) == ["a/drasat-nvidia-com-gpu-1"]
+
+
+def _class(name: str, resource: str | None = None) -> Obj:
+    spec: Obj = {"selectors": [{"cel": {"expression": "true"}}]}
+    if resource is not None:
+        spec["extendedResourceName"] = resource
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def _template_class(api: KubeClient, namespace: str, name: str) -> str:
+    body = api.get(r.RESOURCE_CLAIM_TEMPLATES_V1, name, namespace=namespace)
+    return str(extended.template_class(body))
+
+
+def test_the_templates_are_of_the_class_whose_extended_resource_name_it_is(
+    api: KubeClient,
+) -> None:
+    # drasat allocating for NVIDIA's driver: NVIDIA's chart gives gpu.nvidia.com the resource.
+    classes = [_class("gpu.nvidia.com", "nvidia.com/gpu"), _class("mig.nvidia.com")]
+    made = keeper.TemplateKeeper(api)
+    assert made.ensure([_pod("a", 1)], classes, ["gpu.nvidia.com"]) == ["a/drasat-nvidia-com-gpu-1"]
+    assert _template_class(api, "a", "drasat-nvidia-com-gpu-1") == "gpu.nvidia.com"
+
+
+def test_no_class_serving_the_resource_for_nvidias_driver_makes_no_template(
+    api: KubeClient,
+) -> None:
+    made = keeper.TemplateKeeper(api)
+    assert made.ensure([_pod("a", 1)], [_class("gpu.nvidia.com")], ["gpu.nvidia.com"]) == []
+    assert _templates(api, "a") == []
+
+
+def test_a_template_of_drasats_made_for_another_class_is_made_again(api: KubeClient) -> None:
+    # Made when drasat's class served nvidia.com/gpu; NVIDIA's class names it now.
+    now = [0.0]
+    made = keeper.TemplateKeeper(api, recheck_s=60, clock=lambda: now[0])
+    assert made.ensure([_pod("a", 1)], []) == ["a/drasat-nvidia-com-gpu-1"]
+    assert _template_class(api, "a", "drasat-nvidia-com-gpu-1") == "gpu.drasat.io"
+    classes = [_class("gpu.nvidia.com", "nvidia.com/gpu")]
+    assert made.ensure([_pod("a", 1)], classes) == ["a/drasat-nvidia-com-gpu-1"]
+    assert _template_class(api, "a", "drasat-nvidia-com-gpu-1") == "gpu.nvidia.com"
+    # Someone else's template of that name is never replaced.
+    theirs = extended.template("b", 1)
+    theirs["metadata"]["labels"] = {"owner": "someone"}
+    api.create(r.RESOURCE_CLAIM_TEMPLATES_V1, theirs, namespace="b")
+    assert made.ensure([_pod("b", 1)], classes) == []
+    assert _template_class(api, "b", "drasat-nvidia-com-gpu-1") == "gpu.drasat.io"

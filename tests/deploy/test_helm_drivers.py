@@ -32,11 +32,12 @@ def test_nvidias_driver_alone_installs_the_controller_only(render: Render) -> No
     # Nothing of the node plugin: its ServiceAccount, RBAC, own-NAS and own-slices policies.
     names = [m["metadata"]["name"] for m in rendered.manifests]
     assert not [n for n in names if "node-plugin" in n]
-    # The gate still comes from admission; no conversion of nvidia.com/gpu into drasat's class
-    # (NVIDIA's DeviceClass serves nvidia.com/gpu, when it names it).
+    # The gate still comes from admission, and the conversion of nvidia.com/gpu: its templates
+    # are of NVIDIA's class, which NVIDIA's chart has serve nvidia.com/gpu (kube-scheduler's own
+    # claim for such a pod it cannot allocate: drasat's DeviceTaintRule is on the devices).
     policies = [m["metadata"]["name"] for m in rendered.manifests
                 if m["kind"] == "MutatingAdmissionPolicy"]  # fmt: skip
-    assert policies == ["drasat-scheduling-gate"]
+    assert policies == ["drasat-scheduling-gate", "drasat-extended-resources"]
     args = _container(rendered.one("Deployment"))["args"]
     assert "--driver=gpu.nvidia.com" in args and "--device-taint" in args
     validate_all(rendered.manifests, kube="1.37")

@@ -51,3 +51,10 @@ def test_not_in_classic_mode_nor_without_the_controller(render: Render) -> None:
     assert not KINDS & _kinds(classic)
     no_controller = _render(render, "allocator=kube-scheduler", api_versions=[MAP])
     assert not KINDS & _kinds(no_controller)
+
+
+def test_installed_where_drasat_allocates_for_nvidias_driver(render: Render) -> None:
+    # NVIDIA's chart gives its class `extendedResourceName: nvidia.com/gpu`: the converted pods'
+    # templates are of that class (controller/extended.py), which drasat allocates.
+    rendered = _render(render, "controller.drivers={gpu.nvidia.com}", api_versions=[MAP])
+    assert _kinds(rendered) == KINDS

@@ -248,7 +248,9 @@ def test_v1_controller_rbac(render: Render) -> None:
         (resource, "deviceclasses", "list"), (resource, "deviceclasses", "watch"),
         (resource, "resourceslices", "list"), (resource, "resourceslices", "watch"),
         *((resource, "devicetaintrules", v) for v in ("get", "create", "update")),
-        (resource, "resourceclaimtemplates", "create"),  # of pods converted from nvidia.com/gpu
+        # the templates of pods converted from nvidia.com/gpu: made, and made again (read,
+        # deleted, created) of the class that serves it now
+        *((resource, "resourceclaimtemplates", v) for v in ("create", "get", "delete")),
         # pending pods; drasat's scheduling gate lifted (patch), the pod re-read on a conflict
         *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
         # preemption: victims evicted through the Eviction API, budgets read when choosing
@@ -270,9 +272,7 @@ def test_v1_controller_rbac(render: Render) -> None:
     policy = _grants(
         _v1(render, "controller.admission.mode=policy").one("ClusterRole", "-controller")
     )
-    assert cluster - policy == {
-        (resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")
-    }
+    assert cluster - policy == {(resource, "resourceclaimtemplates", v) for v in ("list", "watch")}
     assert (
         "--no-device-taint"
         in _container(_v1(render, "controller.deviceTaint=false").one("Deployment"))["args"]

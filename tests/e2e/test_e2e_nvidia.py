@@ -305,3 +305,83 @@ def test_nvidias_quickstart_specs_are_allocated_by_drasat_and_valid_upstream(
             assert verdict["valid"], (claim["metadata"]["name"], verdict["reason"])
         # No NodeAllocationState: the ledger of NVIDIA's nodes is the claims' statuses.
         assert not set(allockit.ledgers(kube_api)) & set(fleet)
+
+
+def test_pods_asking_nvidia_com_gpu_are_allocated_by_drasat_on_nvidias_gpus(
+    kube_api: kubernetes.client.ApiClient, nvidia_allocator: allockit.Allocator
+) -> None:
+    """NVIDIA's chart gives its class `gpu.nvidia.com` `extendedResourceName: nvidia.com/gpu`.
+    kube-scheduler's own claim for such a pod it cannot allocate (drasat's DeviceTaintRule is on
+    every NVIDIA device), so drasat's admission policy converts the pod and drasat's controller
+    makes its template of that class: drasat allocates, kube-scheduler binds. The init container
+    uses the app container's GPU (one GPU for the pod, as Kubernetes counts it)."""
+    core = kubernetes.client.CoreV1Api(kube_api)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    namespace = unique("nv-extended")
+    limits = {"limits": {nvidiaslices.EXTENDED_RESOURCE: "1"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": namespace},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "initContainers": [{"name": "fetch", "image": "x", "resources": limits}],
+            "containers": [{"name": "train", "image": "x", "resources": limits}],
+        },
+    }
+    node, slices = nvidiaslices.node("nv-t4", unique("nv-t4"))
+    with _fleet(kube_api, [(node, slices)]), _extended_policy(kube_api):
+        core.create_namespace({"metadata": {"name": namespace}})
+        try:
+            wait_for(lambda: _has_sa(core, namespace), 60, what=f"{namespace}'s ServiceAccount")
+            wait_for(lambda: _policy_ready(core, namespace), 30, what="the admission policy")
+            core.create_namespaced_pod(namespace, pod)
+
+            def bound() -> str | None:
+                found = core.read_namespaced_pod("trainer", namespace)
+                return found.spec.node_name or None
+
+            where = wait_for(bound, 120, what=f"the pod bound\n{nvidia_allocator.text()[-3000:]}")
+            assert where == node["metadata"]["name"]
+            template = custom.get_namespaced_custom_object(
+                *RESOURCE, namespace, "resourceclaimtemplates", "drasat-nvidia-com-gpu-1"
+            )
+            (request,) = template["spec"]["spec"]["devices"]["requests"]
+            assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+            (claim,) = [c for c in allockit.claims(kube_api)
+                        if c["metadata"]["namespace"] == namespace]  # fmt: skip
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert result["driver"] == "gpu.nvidia.com"
+            ref = f"{namespace}/{claim['metadata']['name']}"
+            assert nvidia_allocator.allocated().get(ref) == where  # drasat wrote it
+        finally:
+            _delete_namespace(core, namespace)
+
+
+@contextlib.contextmanager
+def _extended_policy(api: kubernetes.client.ApiClient) -> Iterator[None]:
+    """drasat's nvidia.com/gpu admission policy and binding, as the chart installs them."""
+    from drasat.v1 import extended
+
+    custom = kubernetes.client.CustomObjectsApi(api)
+    admission = ("admissionregistration.k8s.io", "v1")
+    made = []
+    try:
+        policy, binding = extended.admission_policy()
+        for body, plural in ((policy, "mutatingadmissionpolicies"),
+                             (binding, "mutatingadmissionpolicybindings")):  # fmt: skip
+            custom.create_cluster_custom_object(*admission, plural, body)
+            made.append(plural)
+        yield
+    finally:
+        for plural in reversed(made):
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(*admission, plural, extended.POLICY_NAME)
+
+
+def _policy_ready(core: Any, namespace: str) -> bool:
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+             "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+                 "limits": {nvidiaslices.EXTENDED_RESOURCE: "1"}}}]}}  # fmt: skip
+    created = core.create_namespaced_pod(namespace, probe, dry_run="All")
+    return bool(created.spec.resource_claims)

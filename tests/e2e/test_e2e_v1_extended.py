@@ -61,7 +61,7 @@ def _container(name: str, **resources: Obj) -> Obj:
 
 
 #: Pod specs as users write them: one container, two containers (1 and 2 GPUs, limits and
-#: requests), an init container, a pod with a claim of its own beside.
+#: requests), init containers and a sidecar, a pod with a claim of its own beside.
 SPECS = {
     "one": {"containers": [_container("c", limits={"nvidia.com/gpu": "1"})]},
     "two": {
@@ -75,6 +75,21 @@ SPECS = {
     "init": {
         "initContainers": [_container("setup", limits={"nvidia.com/gpu": "1"})],
         "containers": [_container("c"), _container("d", limits={"nvidia.com/gpu": "1"})],
+    },
+    # Init containers as Kubernetes counts them: they use the long-lived containers' GPUs first
+    # and share one claim for what those lack; a sidecar (restartPolicy Always) is long-lived.
+    "init-only": {
+        "initContainers": [_container("setup", limits={"nvidia.com/gpu": "2"})],
+        "containers": [_container("c")],
+    },
+    "inits": {
+        "initContainers": [
+            _container("a", limits={"nvidia.com/gpu": "3"}),
+            {**_container("proxy", limits={"nvidia.com/gpu": "1"}), "restartPolicy": "Always"},
+            _container("b", limits={"nvidia.com/gpu": "4"}),
+            _container("c", limits={"nvidia.com/gpu": "1"}),
+        ],
+        "containers": [_container("d"), _container("e", limits={"nvidia.com/gpu": "2"})],
     },
     "beside": {
         "containers": [

@@ -427,3 +427,40 @@ def _check_isolation(node: Node, prepared: dict[str, tuple[str, str]]) -> None:
     for host, users in mounted.items():
         assert len({prepared[u][1] for u in users}) == 1, (host, users)
         assert len(users) == 1 or all(prepared[u][0] == "share" for u in users), (host, users)
+
+
+# Shares prepared on one GPU hold no more of it than it has: the MPS limits the plugin sets add
+# up to at most the GPU's compute and memory (`shares.overcommitted`, the sums the allocator
+# places by). An allocation that says otherwise (two allocators, a stale ledger) is refused
+# here rather than run two tenants past the GPU.
+@pytest.mark.parametrize(
+    ("first", "second", "why"),
+    [
+        ({"memory": "12Gi"}, {"memory": "12Gi"}, "memory 24576 MiB of 15360 MiB"),
+        ({"compute": 60}, {"compute": 60}, "compute 120% of 100%"),
+    ],
+)
+def test_a_share_past_what_the_gpu_has_beside_those_prepared_is_refused(
+    node_factory: Any, first: dict[str, Any], second: dict[str, Any], why: str
+) -> None:
+    node = node_factory("T4")
+    node.allocate("one", gpu_allocation("one", node.gpu(0), share=first))
+    node.state.prepare(ref("one"))
+    node.allocate("two", gpu_allocation("two", node.gpu(0), share=second))
+    with pytest.raises(ClaimError, match=rf"claims default/claim \(one\).*{why}"):
+        node.state.prepare(ref("two"))
+    assert node.state.checkpoint.get("two") is None
+    (name,) = node.daemons()
+    assert node.state.mps.users(name) == {"one"}
+    # What fits beside it is prepared.
+    node.allocate("three", gpu_allocation("three", node.gpu(0), share={"memory": "3Gi"}))
+    node.state.prepare(ref("three"))
+
+
+def test_a_v1_share_past_what_the_gpu_has_is_refused(a100: Any) -> None:
+    _, claims, v1 = a100
+    claims.add(_share(v1_claim("big", ("share", NODE, "gpu-0"), name="big"), 60, "16Gi"))
+    claims.add(_share(v1_claim("more", ("share", NODE, "gpu-0"), name="more"), 50, "4Gi"))
+    assert v1.prepare(("big", "big"))["big"].error == ""
+    error = v1.prepare(("more", "more"))["more"].error
+    assert "compute 110% of 100%" in error and "default/big (big)" in error

@@ -112,8 +112,9 @@ def test_a_restarted_plugin_adopts_the_running_daemon(node_factory: Any) -> None
     report = restarted.state.reconcile()
     assert any(line.endswith(": adopted") for line in report), report
     assert _pid(restarted) == pid  # the same process, not a new one
-    # a new claim joins it, and the adopted daemon still stops after the last claim
-    restarted.allocate("late", gpu_allocation("late", node.gpu(0), share={"compute": 10}))
+    # a new claim joins it (what is left of the GPU: the shares took all of its compute), and
+    # the adopted daemon still stops after the last claim
+    restarted.allocate("late", gpu_allocation("late", node.gpu(0), share={"memory": "1Gi"}))
     restarted.state.prepare(ref("late"))
     assert _pid(restarted) == pid
     for uid in ["late", *(s[0] for s in SHARES)]:

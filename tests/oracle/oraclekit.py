@@ -104,6 +104,18 @@ class Oracle:
         bool}: what the structured allocator does with one claim on `node`."""
         return self.ask(_allocation_request("allocate", node, slices, classes, claim, allocated))
 
+    def allocate_pod(
+        self,
+        node: str,
+        slices: Sequence[Obj],
+        classes: Sequence[Obj],
+        claims: Sequence[Obj],
+        allocated: Sequence[Obj] = (),
+    ) -> Obj:
+        """{"allocated": bool, "allocations": [AllocationResult], "error": str, "failedOnNode":
+        bool}: a pod's claims allocated together on `node`, as kube-scheduler's Filter does."""
+        return self.ask(pod_request(node, slices, classes, claims, allocated))
+
     def validate(
         self,
         node: str,
@@ -114,9 +126,7 @@ class Oracle:
         allocated: Sequence[Obj] = (),
     ) -> Obj:
         """{"valid": bool, "reason": str}: whether upstream accepts `allocation` for the claim."""
-        request = _allocation_request("validate", node, slices, classes, claim, allocated)
-        request["allocation"] = allocation
-        return self.ask(request)
+        return self.ask(validate_request(node, slices, classes, claim, allocation, allocated))
 
 
 def _allocation_request(
@@ -137,7 +147,43 @@ def _allocation_request(
     }
 
 
+def pod_request(
+    node: str,
+    slices: Sequence[Obj],
+    classes: Sequence[Obj],
+    claims: Sequence[Obj],
+    allocated: Sequence[Obj] = (),
+) -> Obj:
+    """The request of `Oracle.allocate_pod` (for `ask_many`)."""
+    request = _allocation_request("allocate", node, slices, classes, {}, allocated)
+    del request["claim"]
+    request["claims"] = list(claims)
+    return request
+
+
+def validate_request(
+    node: str,
+    slices: Sequence[Obj],
+    classes: Sequence[Obj],
+    claim: Obj,
+    allocation: Obj,
+    allocated: Sequence[Obj] = (),
+) -> Obj:
+    """The request of `Oracle.validate` (for `ask_many`)."""
+    request = _allocation_request("validate", node, slices, classes, claim, allocated)
+    request["allocation"] = allocation
+    return request
+
+
 def examples(default: int) -> int:
     """Examples for one differential test: `default` (CI's short run), or
     $DRASAT_ORACLE_EXAMPLES (the long run of docs/RELIABILITY.md)."""
     return int(os.environ.get("DRASAT_ORACLE_EXAMPLES", default))
+
+
+def sequences(default: int) -> int:
+    """Sequences of the stateful oracle (test_oracle_stateful.py): `default` (CI's short run),
+    or $DRASAT_ORACLE_SEQUENCES (its long run, docs/RELIABILITY.md). Apart from
+    $DRASAT_ORACLE_EXAMPLES: a sequence is a cluster and a dozen steps, each a controller cycle
+    and a few oracle calls, a hundred times an example of the one-claim properties."""
+    return int(os.environ.get("DRASAT_ORACLE_SEQUENCES", default))

@@ -16,11 +16,13 @@ from typing import Any
 
 import claimgen
 import fleet
+import known
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from oraclekit import Oracle, examples
 
 from drasat import v1
+from drasat.api.devicemodel import names
 
 Obj = dict[str, Any]
 CLASSES = list(fleet.CLASSES.values())
@@ -35,59 +37,19 @@ SETTINGS = settings(
 )
 
 
-def _specs(claim: Obj) -> list[Obj]:
-    out = []
-    for request in claim["spec"]["devices"]["requests"]:
-        out.extend(request.get("firstAvailable") or [request.get("exactly") or {}])
-    return out
-
-
 def _known(claim: Obj, node: fleet.NodeCase) -> str | None:
     """Which known difference the case runs into, if any."""
-    specs = _specs(claim)
-    kinds = {s["deviceClassName"] for s in specs}
-    if kinds == {claimgen.GPU, claimgen.MIG}:
-        return "mig-and-whole"
-    limits = {_compute_limit(s) for s in specs if s["deviceClassName"] == claimgen.GPU}
-    if len(limits) > 1:
-        # Whole GPUs beside shares, or shares of two compute limits, in one claim: the node
-        # plugin cannot prepare them, drasat refuses them (intended, docs/CONTROLLER.md).
-        return "plugin-shapes"
-    if any(
-        "capacity" in s and (s.get("allocationMode") == "All" or s.get("count", 1) > 1)
-        for s in specs
-    ):
-        return "several-shares"
-    if any(s.get("tolerations") for s in specs) and any(g.unhealthy for g in node.gpus):
-        return "tolerated-taint"
-    requests = claim["spec"]["devices"]["requests"]
-    distinct_profile = any(
-        c.get("distinctAttribute") == "gpu.drasat.io/profile"
-        for c in claim["spec"]["devices"].get("constraints") or []
-    )
-    if distinct_profile and any(
-        s["deviceClassName"] == claimgen.MIG
-        and (s.get("allocationMode") == "All" or s.get("count", 1) > 1)
-        for s in specs
-    ):
-        # A request's MIG options are split by profile: its devices share one profile.
-        return "mig-profiles-in-one-request"
-    first_available_mig = any(
-        any(e["deviceClassName"] == claimgen.MIG for e in r.get("firstAvailable") or [])
-        for r in requests
-    )
-    if first_available_mig and sum(s["deviceClassName"] == claimgen.MIG for s in specs) > 2:
-        # MIG options multiply by profile: past MAX_VARIANTS combinations drasat stops trying.
-        return "variants-cap"
-    return None
+    return known.difference(claim, tainted=any(g.unhealthy for g in node.gpus))
 
 
-def _compute_limit(spec: Obj) -> str | None:
-    """A GPU request's compute limit as drasat's node plugin sees it (None: a whole GPU)."""
-    requests = (spec.get("capacity") or {}).get("requests")
-    if requests is None:
-        return None
-    return str(requests.get("compute", "0"))  # the published default: no limit
+def _mig_mode_gpu_whole(built: fleet.Built, allocation: Obj) -> bool:
+    """Whether an allocation holds a GPU in MIG mode whole."""
+    in_mig_mode = {g.minor for g in built.nas.gpus() if g.migEnabled}
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        parsed = names.parse(str(result.get("device", "")))
+        if isinstance(parsed, names.GpuName) and parsed.minor in in_mig_mode:
+            return True
+    return False
 
 
 def _drasat(built: fleet.Built, claim: Obj) -> Obj | None:
@@ -118,6 +80,10 @@ def test_drasat_places_a_claim_iff_upstream_can(
     built = fleet.build(node)
     upstream = oracle.allocate(node.name, built.slices, CLASSES, claim)
     mine = _drasat(built, claim)
+    if mine is None and upstream.get("allocated"):
+        # Known, by what upstream chose: it gave a GPU in MIG mode whole to a request that does
+        # not ask for MIG mode, which drasat never does (test_known_a_mig_mode_gpu_whole).
+        assume(not _mig_mode_gpu_whole(built, upstream["allocation"]))
     assert (mine is not None) == bool(upstream.get("allocated")), (
         f"drasat {'placed' if mine is not None else 'refused'} the claim, upstream "
         f"{'allocated' if upstream.get('allocated') else 'did not'}: {upstream.get('error')}"
@@ -267,3 +233,21 @@ def test_known_distinct_mig_profiles_in_one_request(oracle: Oracle) -> None:
     mig = {"deviceClassName": claimgen.MIG, "allocationMode": "ExactCount", "count": 2}
     claim = _claim(mig, constraints=[{"distinctAttribute": "gpu.drasat.io/profile"}])
     _check(oracle, _node(_gpu("A100-40GB", mig=True)), claim)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="drasat gives a GPU in MIG mode whole only to a request whose selectors ask for MIG "
+    "mode (a container cannot run CUDA on a MIG-mode GPU without a GPU instance); upstream gives "
+    "it to any request of the class (intended)",
+)
+def test_known_a_mig_mode_gpu_whole(oracle: Oracle) -> None:
+    _check(oracle, _node(_gpu("A100-40GB", mig=True)), _claim({"deviceClassName": claimgen.GPU}))
+
+
+def test_a_request_asking_for_mig_mode_gets_the_gpu_whole_as_upstream_gives_it(
+    oracle: Oracle,
+) -> None:
+    asks = {"cel": {"expression": f"{claimgen.D}.migEnabled"}}
+    spec = {"deviceClassName": claimgen.GPU, "selectors": [asks]}
+    _check(oracle, _node(_gpu("A100-40GB", mig=True)), _claim(spec))

@@ -55,6 +55,30 @@ def test_validate_accepts_upstreams_own_answer_and_refuses_a_changed_one(oracle:
     assert not verdict["valid"] and "shareID" in verdict["reason"]
 
 
+def test_validate_compares_the_node_selector(oracle: Oracle) -> None:
+    node = _one_t4()
+    allocation = oracle.allocate("n1", node.slices, CLASSES, _claim())["allocation"]
+    term = allocation["nodeSelector"]["nodeSelectorTerms"][0]
+    assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    term["matchFields"][0]["values"] = ["n2"]
+    verdict = oracle.validate("n1", node.slices, CLASSES, _claim(), allocation)
+    assert not verdict["valid"] and verdict["reason"].startswith("nodeSelector")
+
+
+def test_allocate_places_a_pods_claims_together_or_not_at_all(oracle: Oracle) -> None:
+    two = [_claim(), {**_claim(), "metadata": {"name": "d", "namespace": "default", "uid": "d"}}]
+    one_gpu = oracle.allocate_pod("n1", _one_t4().slices, CLASSES, two)
+    assert one_gpu == {"allocated": False}  # one T4 for two claims
+    gpus = (fleet.GpuCase(product="T4", mig=False, numa=None, pci=False, unhealthy=False),) * 2
+    answer = oracle.allocate_pod("n1", fleet.build(fleet.NodeCase("n1", gpus, False)).slices,
+                                 CLASSES, two)  # fmt: skip
+    assert answer["allocated"] and "allocation" not in answer
+    devices = [a["devices"]["results"][0]["device"] for a in answer["allocations"]]
+    assert sorted(devices) == ["gpu-0", "gpu-1"]
+    with pytest.raises(OracleError, match="a claim or claims"):
+        oracle.ask({"op": "allocate", "node": "n1", "slices": [], "classes": [], "claims": []})
+
+
 def test_cel_answers_per_device(oracle: Oracle) -> None:
     devices = [(fleet.DRIVER, d) for d in _one_t4().published()]
     answer = oracle.cel('device.attributes["gpu.drasat.io"].type == "gpu"', devices)

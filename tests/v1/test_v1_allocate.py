@@ -264,15 +264,29 @@ def test_the_ledger_says_how_each_device_is_shared_as_the_configs_say() -> None:
     assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
 
 
-def test_a_whole_gpu_request_may_take_a_mig_enabled_gpu_published_whole() -> None:
-    out = v1.allocate(
-        [node("m", "A100-40GB", 1, mig=True)], [pod("p", claim("c", {"g": exactly()}))], CLASSES
-    )
+MIG_MODE = 'device.attributes["gpu.drasat.io"].migEnabled'
+
+
+def test_a_whole_gpu_request_takes_a_mig_enabled_gpu_only_when_it_asks_for_mig_mode() -> None:
+    """A MIG-mode GPU is published whole too, but a container handed one with no GPU instance
+    cannot run CUDA on it: a plain request is refused it, one selecting MIG mode gets it."""
+    a100 = [node("m", "A100-40GB", 1, mig=True)]
+    out = v1.allocate(a100, [pod("p", claim("c", {"g": exactly()}))], CLASSES)
+    assert not out.placed
+    assert "no GPU without MIG" in out.refused["default/p"][0]
+    # A selector that admits the GPU whatever its mode does not ask for MIG mode.
+    named = exactly(GPU, 'device.attributes["gpu.drasat.io"].productName.startsWith("NVIDIA")')
+    out = v1.allocate(a100, [pod("p", claim("c", {"g": named}))], CLASSES)
+    assert not out.placed
+    out = v1.allocate(a100, [pod("p", claim("c", {"g": exactly(GPU, MIG_MODE)}))], CLASSES)
     assert _devices(out, "c") == ["gpu-0"]
     # ... and then none of its MIG devices is free
     out = v1.allocate(
-        [node("m", "A100-40GB", 1, mig=True)],
-        [pod("p", claim("c", {"g": exactly()})), pod("q", claim("d", {"m": _profile("1g.5gb")}))],
+        a100,
+        [
+            pod("p", claim("c", {"g": exactly(GPU, MIG_MODE)})),
+            pod("q", claim("d", {"m": _profile("1g.5gb")})),
+        ],
         CLASSES,
     )
     assert len(out.placed) == 1
@@ -280,8 +294,8 @@ def test_a_whole_gpu_request_may_take_a_mig_enabled_gpu_published_whole() -> Non
 
 def test_a_mig_enabled_gpu_goes_whole_by_the_claims_own_word_not_by_a_selector() -> None:
     """The v1 path tells the solver directly that a MIG-enabled GPU may go whole
-    (`GpuDemand.mig_mode_gpus_allowed`); it adds no selector to undo the classic default (a
-    claim that must ask `migEnabled: true`), and says it only where a MIG GPU is eligible."""
+    (`GpuDemand.mig_mode_gpus_allowed`, where the request's CEL selectors ask for MIG mode); it
+    adds no selector of the classic kind, and says it only where such a GPU is eligible."""
     asked: list[Problem] = []
 
     def record(problem: Problem, params: SolveParams) -> Solution:
@@ -289,12 +303,15 @@ def test_a_mig_enabled_gpu_goes_whole_by_the_claims_own_word_not_by_a_selector()
         return solve(problem, params)
 
     nodes = [node("m", "A100-40GB", 1, mig=True), node("a", "T4", 1)]
-    pods = [pod("p", claim("c", {"g": exactly()})), pod("q", claim("d", {"g": exactly()}))]
+    either = exactly(GPU, f"{MIG_MODE} || true")
+    pods = [
+        pod("p", claim("c", {"g": exactly(GPU, MIG_MODE)})),
+        pod("q", claim("d", {"g": either})),
+    ]
     out = v1.allocate(nodes, pods, CLASSES, solve=record)
-    assert sorted(_devices(out, "c") + _devices(out, "d")) == ["gpu-0", "gpu-0"]
+    assert out.placed == {"default/p": "m", "default/q": "a"}
     specs = [c.gpu for p in asked for r in p.pods for c in r.claims]
     assert specs and all(s is not None and s.selector is None for s in specs)
-    assert {s.mig_mode_gpus_allowed for s in specs if s is not None} == {True}
+    assert sorted(s.mig_mode_gpus_allowed for s in specs if s is not None) == [False, True]
     out = v1.allocate([node("a", "T4", 1)], pods[:1], CLASSES, solve=record)
-    (last,) = asked[-1].pods[0].claims
-    assert last.gpu is not None and not last.gpu.mig_mode_gpus_allowed
+    assert not out.placed  # only the A100 is in MIG mode

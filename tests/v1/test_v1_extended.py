@@ -20,7 +20,7 @@ def _gpus(n: Any, **more: Any) -> Obj:
     return {"limits": {"nvidia.com/gpu": n, **more}}
 
 
-def test_each_container_gets_its_own_claim_of_its_count() -> None:
+def test_each_long_lived_container_gets_its_own_claim_of_its_count() -> None:
     spec = {
         "initContainers": [{"name": "setup", "resources": _gpus("1")}],
         "containers": [
@@ -30,11 +30,12 @@ def test_each_container_gets_its_own_claim_of_its_count() -> None:
         ],
     }
     converted = extended.convert(spec)
-    assert converted.counts == (1, 2, 1)
+    assert converted.counts == (2, 1)
     out = converted.spec
+    # The init container runs before them: it uses a's GPUs (below).
     assert out["initContainers"][0]["resources"] == {
         "limits": {},
-        "claims": [{"name": "drasat-gpu-init-0"}],
+        "claims": [{"name": "drasat-gpu-0"}],
     }
     assert out["containers"][0]["resources"] == {
         "limits": {"cpu": "1"},
@@ -43,7 +44,6 @@ def test_each_container_gets_its_own_claim_of_its_count() -> None:
     }
     assert out["containers"][1] == {"name": "b"}
     assert out["resourceClaims"] == [
-        {"name": "drasat-gpu-init-0", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-1"},
         {"name": "drasat-gpu-0", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-2"},
         {"name": "drasat-gpu-2", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-1"},
     ]
@@ -144,17 +144,149 @@ def _containers() -> st.SearchStrategy[list[Obj]]:
 
 
 @given(init=_containers(), main=_containers())
-def test_every_gpu_asked_becomes_one_claim_and_a_second_pass_changes_nothing(
+def test_every_container_asking_uses_a_claim_and_a_second_pass_changes_nothing(
     init: list[Obj], main: list[Obj]
 ) -> None:
     spec = {"initContainers": init, "containers": main}
-    asked = [int(c["resources"]["limits"]["nvidia.com/gpu"]) for c in init + main
-             if "nvidia.com/gpu" in (c["resources"].get("limits") or {})]  # fmt: skip
+    asking = ["nvidia.com/gpu" in (c["resources"].get("limits") or {}) for c in init + main]
     converted = extended.convert(spec)
-    assert list(converted.counts) == asked
     claims = converted.spec.get("resourceClaims") or []
-    assert len(claims) == len({c["name"] for c in claims}) == len(asked)
-    assert [extended.template_count(c["resourceClaimTemplateName"]) for c in claims] == asked
+    assert len(claims) == len({c["name"] for c in claims}) == len(converted.counts)
+    assert [extended.template_count(c["resourceClaimTemplateName"]) for c in claims] == list(
+        converted.counts
+    )
+    named = {c["name"] for c in claims}
+    containers = converted.spec["initContainers"] + converted.spec["containers"]
+    for container, asked in zip(containers, asking, strict=True):
+        used = {c["name"] for c in container["resources"].get("claims") or []}
+        assert bool(used) == asked and used <= named
     assert not extended.asks(converted.spec)
     again = extended.convert(converted.spec)
     assert not again.changed and again.spec == converted.spec
+
+
+# Init containers are counted as Kubernetes counts: a pod needs max(its largest init container
+# (with the sidecars started before it), the sum of its long-lived containers), per resource.
+# kube-scheduler's own claim does the same (1.37 `createRequestsAndMappings`): a non-sidecar init
+# container first reuses the devices of the long-lived containers after it, and the init
+# containers' extra needs share one request of the largest.
+
+
+def _init(name: str, n: int, *, sidecar: bool = False) -> Obj:
+    container: Obj = {"name": name, "resources": _gpus(str(n))}
+    if sidecar:
+        container["restartPolicy"] = "Always"
+    return container
+
+
+def _devices(spec: Obj) -> int:
+    claims = extended.convert(spec).spec.get("resourceClaims") or []
+    return sum(extended.template_count(c["resourceClaimTemplateName"]) or 0 for c in claims)
+
+
+def _claims_of(container: Obj) -> list[str]:
+    return [c["name"] for c in container["resources"].get("claims") or []]
+
+
+def test_an_init_container_reuses_the_gpus_of_the_app_containers_after_it() -> None:
+    spec = {"initContainers": [_init("setup", 1)], "containers": [_init("main", 1)]}
+    out = extended.convert(spec).spec
+    assert out["resourceClaims"] == [
+        {"name": "drasat-gpu-0", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-1"}
+    ]
+    assert _claims_of(out["initContainers"][0]) == ["drasat-gpu-0"]
+    assert _claims_of(out["containers"][0]) == ["drasat-gpu-0"]
+
+
+def test_init_containers_share_one_claim_of_the_largest_extra() -> None:
+    spec = {
+        "initContainers": [_init("a", 3), _init("b", 2)],
+        "containers": [_init("main", 1), {"name": "idle"}],
+    }
+    out = extended.convert(spec).spec
+    assert out["resourceClaims"] == [
+        {"name": "drasat-gpu-0", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-1"},
+        {"name": "drasat-gpu-init", "resourceClaimTemplateName": "drasat-nvidia-com-gpu-2"},
+    ]
+    assert [_claims_of(c) for c in out["initContainers"]] == [
+        ["drasat-gpu-0", "drasat-gpu-init"],
+        ["drasat-gpu-0", "drasat-gpu-init"],
+    ]
+    assert _devices(spec) == 3  # max(3, 1)
+
+
+def test_a_sidecar_is_long_lived_its_gpus_its_own_and_counted_with_the_app() -> None:
+    spec = {
+        "initContainers": [_init("setup", 2), _init("proxy", 1, sidecar=True), _init("late", 1)],
+        "containers": [_init("main", 1)],
+    }
+    out = extended.convert(spec).spec
+    names = {c["name"]: c["resourceClaimTemplateName"] for c in out["resourceClaims"]}
+    assert names == {
+        "drasat-gpu-init-1": "drasat-nvidia-com-gpu-1",
+        "drasat-gpu-0": "drasat-nvidia-com-gpu-1",
+    }
+    # setup reuses the sidecar's and main's GPUs (started after it): 2 of 2; late reuses main's.
+    assert [_claims_of(c) for c in out["initContainers"]] == [
+        ["drasat-gpu-init-1", "drasat-gpu-0"],
+        ["drasat-gpu-init-1"],
+        ["drasat-gpu-0"],
+    ]
+    assert _devices(spec) == 2
+
+
+_counts = st.lists(st.integers(0, 4), max_size=4)
+
+
+@given(init=_counts, sidecars=st.lists(st.booleans(), max_size=4), main=_counts)
+def test_a_pod_gets_as_many_gpus_as_kubernetes_counts_for_it(
+    init: list[int], sidecars: list[bool], main: list[int]
+) -> None:
+    inits = [
+        _init(f"i{k}", n, sidecar=k < len(sidecars) and sidecars[k]) for k, n in enumerate(init)
+    ]
+    spec = {"initContainers": inits, "containers": [_init(f"m{k}", n) for k, n in enumerate(main)]}
+    long_lived = sum(main) + sum(
+        n for c, n in zip(inits, init, strict=True) if c.get("restartPolicy")
+    )
+    before = 0
+    largest_init = 0
+    for container, n in zip(inits, init, strict=True):
+        if container.get("restartPolicy"):
+            before += n
+        else:
+            largest_init = max(largest_init, n + before)
+    assert _devices(spec) == max(long_lived, largest_init)
+
+
+# The class is the one whose `extendedResourceName` names the resource, as kube-scheduler picks
+# it (k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache).
+
+
+def _class(name: str, resource: str | None = None, created: str = "2026-01-01T00:00:00Z") -> Obj:
+    spec: Obj = {} if resource is None else {"extendedResourceName": resource}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
+
+
+def test_the_class_naming_the_resource_serves_it_the_newest_first() -> None:
+    nvidia = _class("gpu.nvidia.com", "nvidia.com/gpu")
+    assert extended.device_class_for("nvidia.com/gpu", [nvidia, _class("x")]) == "gpu.nvidia.com"
+    newer = _class("b-new", "nvidia.com/gpu", created="2026-02-01T00:00:00Z")
+    found = extended.device_class_for("nvidia.com/gpu", [nvidia, newer, _class("a-old")])
+    assert found == "b-new"
+    # Created in the same second: the lower name.
+    same = _class("a-same", "nvidia.com/gpu")
+    assert extended.device_class_for("nvidia.com/gpu", [nvidia, same]) == "a-same"
+    # None names it: the default (drasat's class); the implicit name of any class.
+    assert extended.device_class_for("nvidia.com/gpu", [_class("x")]) == "gpu.drasat.io"
+    assert extended.device_class_for("nvidia.com/gpu", [], default=None) is None
+    implicit = "deviceclass.resource.kubernetes.io/x"
+    assert extended.device_class_for(implicit, [_class("x")], default=None) == "x"
+
+
+def test_the_template_is_of_the_class_given() -> None:
+    body = extended.template("team-a", 2, "gpu.nvidia.com")
+    (request,) = body["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": "gpu.nvidia.com", "count": 2}
+    (found,) = extended.missing_templates([_pod("a", "drasat-nvidia-com-gpu-2")], [], "x")
+    assert found["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "x"

@@ -317,13 +317,15 @@ def test_claims_the_node_plugin_cannot_prepare_are_refused_naming_the_request(
 
 
 def test_a_preparable_alternative_is_taken_instead_of_one_the_plugin_refuses() -> None:
+    # Whole GPUs in MIG mode: the requests ask for MIG mode.
+    mig_mode = [{"cel": {"expression": 'device.attributes["gpu.drasat.io"].migEnabled'}}]
     either = {
         "firstAvailable": [
             {"name": "mig", "deviceClassName": MIG},
-            {"name": "gpu", "deviceClassName": GPU},
+            {"name": "gpu", "deviceClassName": GPU, "selectors": mig_mode},
         ]
     }
-    written = claim("c", {"g": exactly(), "x": either})
+    written = claim("c", {"g": exactly(selectors=mig_mode), "x": either})
     out = v1.allocate([node("m", "A100-40GB", 3, mig=True)], [pod("p", written)], CLASSES)
     assert sorted(r["request"] for r in _results(out, "c")) == ["g", "x/gpu"]
 
@@ -400,7 +402,9 @@ def test_another_drivers_devices_are_not_held_to_drasats_plugin_shapes() -> None
         }
 
     classes = {"gpu": nvidia_class("gpu"), "mig": nvidia_class("mig")}
-    written = claim("c", {"g": exactly("gpu"), "m": exactly("mig")})
+    # The whole GPU is in MIG mode: the request asks for MIG mode.
+    whole = exactly("gpu", 'device.attributes["gpu.nvidia.com"].migEnabled')
+    written = claim("c", {"g": whole, "m": exactly("mig")})
     out = v1.allocate([nvidia], [pod("p", written)], classes)
     assert out.placed == {"default/p": "m"}
     assert sorted(r["driver"] for r in _results(out, "c")) == ["gpu.nvidia.com"] * 2

@@ -80,3 +80,48 @@ def test_the_example_is_placed_on_the_embedded_cluster(run_cli: RunCli) -> None:
     rows = {r[0]: r for r in _rows(result.out)}
     assert rows["gpu-extended/one-gpu"][3].count("gpu: ") == 1
     assert rows["gpu-extended/two-gpus"][3].count("gpu: ") == 2
+
+
+#: NVIDIA's GPU class as NVIDIA's chart installs it: it serves nvidia.com/gpu.
+NVIDIA_CLASS = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  extendedResourceName: nvidia.com/gpu
+  selectors:
+  - cel:
+      expression: >-
+        device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'
+"""
+
+NVIDIA_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: trainer}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+  initContainers:
+  - {name: fetch, image: x, resources: {limits: {nvidia.com/gpu: 1}}}
+  containers:
+  - {name: train, image: x, resources: {limits: {nvidia.com/gpu: 1}}}
+"""
+
+
+def test_nvidia_com_gpu_is_served_by_the_class_the_input_says_serves_it(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    slices = Path(__file__).resolve().parents[2] / (
+        "deploy/examples/v1-nvidia-quickstart/cluster/nvidia-slices.yaml"
+    )
+    app = write_yaml("app.yaml", NVIDIA_CLASS + "---" + NVIDIA_POD)
+    result = run_cli("--cluster", str(slices), "-f", app)
+    assert result.code == 0, result.err
+    # One GPU of NVIDIA's for the pod: the init container uses the app container's.
+    ((pod, claim, node, devices),) = _rows(result.out)
+    assert (pod, claim, node) == ("ml/trainer", "drasat-gpu-0", "nv-t4")
+    assert devices.count("gpu: ") == 1
+    # Without NVIDIA's class in the input, drasat's class serves it: no device on these slices.
+    app = write_yaml("plain.yaml", NVIDIA_POD)
+    result = run_cli("--cluster", str(slices), "-f", app)
+    assert [r[2] for r in _rows(result.out)] == ["-"]

@@ -1,0 +1,119 @@
+"""Which known difference from kube-scheduler's allocator a claim runs into, if any
+(docs/CONTROLLER.md, "Differences from kube-scheduler's allocator"; each has an exact strict-xfail
+test in test_oracle_allocate.py): the differential tests keep these claims out of their random
+cases, for drasat's classes and NVIDIA's alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import claimgen
+
+Obj = dict[str, Any]
+
+GPU_CLASSES = {claimgen.GPU, claimgen.NVIDIA_GPU}
+MIG_CLASSES = {claimgen.MIG, claimgen.NVIDIA_MIG}
+PROFILES = {"gpu.drasat.io/profile", "gpu.nvidia.com/profile"}
+
+
+def specs(claim: Obj) -> list[Obj]:
+    """Every `exactly` request and `firstAvailable` entry of the claim."""
+    out = []
+    for request in claim["spec"]["devices"]["requests"]:
+        out.extend(request.get("firstAvailable") or [request.get("exactly") or {}])
+    return out
+
+
+def _many(spec: Obj) -> bool:
+    return spec.get("allocationMode") == "All" or spec.get("count", 1) > 1
+
+
+def difference(claim: Obj, tainted: bool) -> str | None:
+    """The known difference the claim runs into (None: none), where `tainted` says whether a
+    device it may get carries a taint (an unhealthy GPU)."""
+    found = specs(claim)
+    kinds = {s["deviceClassName"] for s in found}
+    if kinds & GPU_CLASSES and kinds & MIG_CLASSES:
+        return "mig-and-whole"
+    limits = {compute_limit(s) for s in found if s["deviceClassName"] in GPU_CLASSES}
+    if len(limits) > 1:
+        # Whole GPUs beside shares, or shares of two compute limits, in one claim: the node
+        # plugin cannot prepare them, drasat refuses them (intended, docs/CONTROLLER.md).
+        return "plugin-shapes"
+    if any("capacity" in s and _many(s) for s in found):
+        return "several-shares"
+    if tainted and any(s.get("tolerations") for s in found):
+        return "tolerated-taint"
+    constraints = claim["spec"]["devices"].get("constraints") or []
+    distinct_profile = any(c.get("distinctAttribute") in PROFILES for c in constraints)
+    if distinct_profile and any(s["deviceClassName"] in MIG_CLASSES and _many(s) for s in found):
+        # A request's MIG options are split by profile: its devices share one profile.
+        return "mig-profiles-in-one-request"
+    first_available_mig = any(
+        any(e["deviceClassName"] in MIG_CLASSES for e in r.get("firstAvailable") or [])
+        for r in claim["spec"]["devices"]["requests"]
+    )
+    if first_available_mig and sum(s["deviceClassName"] in MIG_CLASSES for s in found) > 2:
+        # MIG options multiply by profile: past MAX_VARIANTS combinations drasat stops trying.
+        return "variants-cap"
+    return None
+
+
+def compute_limit(spec: Obj) -> str | None:
+    """A GPU request's compute limit as drasat's node plugin sees it (None: a whole GPU)."""
+    requests = (spec.get("capacity") or {}).get("requests")
+    if requests is None:
+        return None
+    return str(requests.get("compute", "0"))  # the published default: no limit
+
+
+#: The attribute of a MIG class's devices that names their profile.
+PROFILE_OF = {claimgen.MIG: "gpu.drasat.io/profile", claimgen.NVIDIA_MIG: "gpu.nvidia.com/profile"}
+
+
+def one_profile_per_request(claim: Obj) -> Obj:
+    """The claim with each request (or `firstAvailable` entry) of several MIG devices held to
+    one profile (a `matchAttribute` on the profile over it): how drasat reads such a request,
+    whose MIG options it splits by profile ("several MIG devices of distinct profiles in one
+    request are refused", docs/CONTROLLER.md)."""
+    constraints = list(claim["spec"]["devices"].get("constraints") or [])
+    for request in claim["spec"]["devices"]["requests"]:
+        entries = [(request["name"], request["exactly"])] if "exactly" in request else [
+            (f"{request['name']}/{e['name']}", e) for e in request.get("firstAvailable") or []
+        ]  # fmt: skip
+        for name, spec in entries:
+            attribute = PROFILE_OF.get(spec["deviceClassName"])
+            if attribute is not None and _many(spec):
+                constraints.append({"requests": [name], "matchAttribute": attribute})
+    if not constraints:
+        return claim
+    devices = {**claim["spec"]["devices"], "constraints": constraints}
+    return {**claim, "spec": {**claim["spec"], "devices": devices}}
+
+
+#: A selector that asks for a GPU in MIG mode (drasat then gives one whole).
+ASKS_MIG_MODE = 'device.attributes["gpu.drasat.io"].migEnabled'
+
+
+def mig_mode_tolerated(claim: Obj, taint: Obj) -> Obj:
+    """The claim with each request (or `firstAvailable` entry) whose selectors ask for MIG mode
+    tolerating `taint` (the one put on whole GPUs in MIG mode): drasat gives such a GPU whole
+    only to a request that asks for MIG mode (docs/CONTROLLER.md)."""
+    requests = []
+    for request in claim["spec"]["devices"]["requests"]:
+        request = dict(request)
+        if "exactly" in request:
+            request["exactly"] = _tolerating(request["exactly"], taint)
+        else:
+            request["firstAvailable"] = [_tolerating(e, taint) for e in request["firstAvailable"]]
+        requests.append(request)
+    devices = {**claim["spec"]["devices"], "requests": requests}
+    return {**claim, "spec": {**claim["spec"], "devices": devices}}
+
+
+def _tolerating(spec: Obj, taint: Obj) -> Obj:
+    expressions = [s.get("cel", {}).get("expression") for s in spec.get("selectors") or []]
+    if ASKS_MIG_MODE not in expressions:
+        return spec
+    toleration = {"key": taint["key"], "operator": "Exists"}
+    return {**spec, "tolerations": [*(spec.get("tolerations") or []), toleration]}
