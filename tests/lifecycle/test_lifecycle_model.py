@@ -24,12 +24,8 @@ from lc_machine import LifecycleMachine, Stats
 #: test_lifecycle_defects.py).
 KNOWN_DEFECTS: dict[str, str] = {
     "unused-claim-kept": "a standalone claim keeps its devices after its last pod went",
-    "mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
-    "ledger-mig-gpu-given-whole": "a MIG-mode GPU goes whole to a plain GPU claim",
     "foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
     "ledger-foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
-    "foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
-    "ledger-foreign-shares-over-capacity-kept": "shares beside shares are never checked as sums",
     "gang-partly-allocated": "a gang written in part keeps the written members' devices",
     "cycle-aborted": "an API error looking up a departed pod aborts the cycle",
     "pod-not-placed-after-preemption": "a preemption holds a freed GPU for a preemptor that "
