@@ -40,6 +40,8 @@ SCHEDULING_GATE = "gpu.drasat.io/allocation"
 #: one gang) and how many pods it has; its pods are allocated all-or-nothing in one solve.
 GANG_LABEL = "gpu.drasat.io/gang"
 GANG_SIZE_LABEL = "gpu.drasat.io/gang-size"
+#: On a preemptor pod: what is held for it while its victims leave (`controller.preemption`).
+NOMINATION_ANNOTATION = "gpu.drasat.io/nomination"
 CDI_VENDOR = "k8s.gpu.drasat.io"
 CDI_CLASS = "claim"
 

@@ -49,6 +49,7 @@ class DrasatController:
     metrics_url: str
     #: The controller's /metrics text, read by `stop()` just before it ends the process.
     metrics: str = ""
+    kubeconfig: pathlib.Path | None = None
 
     def read_metrics(self) -> str:
         with contextlib.suppress(OSError), urllib.request.urlopen(self.metrics_url, timeout=5) as r:
@@ -154,17 +155,45 @@ def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
     install(api, namespace)
     nodes = _node_states(api, namespace)
     log = pathlib.Path(tempfile.mkdtemp(prefix="bench-drasat-")) / "controller.log"
+    process, url = _launch(kubeconfig, namespace, log)
+    handle = DrasatController(process, api, namespace, nodes, log, f"{url}/metrics", "",
+                              kubeconfig)  # fmt: skip
+    _wait_started(handle, url)
+    return handle
+
+
+def restart(handle: DrasatController) -> DrasatController:
+    """The controller process started again (the one before has ended, or is ended here) over
+    the same NodeAllocationStates and DeviceTaintRule: a restart, as a rollout does it."""
+    if handle.process.poll() is None:
+        handle.process.terminate()
+        handle.process.wait(timeout=20)
+    assert handle.kubeconfig is not None
+    process, url = _launch(handle.kubeconfig, handle.namespace, handle.log)
+    found = DrasatController(process, handle.api, handle.namespace, handle.nodes, handle.log,
+                             f"{url}/metrics", "", handle.kubeconfig)  # fmt: skip
+    _wait_started(found, url)
+    return found
+
+
+def _launch(
+    kubeconfig: pathlib.Path, namespace: str, log: pathlib.Path
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "drasat", "--log-level", "INFO", "controller", "--dra-api", "v1",
              "--kubeconfig", str(kubeconfig), "--namespace", namespace,
              "--metrics-address", f"127.0.0.1:{port}", "--kube-api-qps", "0", *EXTRA_ARGS],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    handle = DrasatController(process, api, namespace, nodes, log, f"{url}/metrics")
-    custom = kubernetes.client.CustomObjectsApi(api)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _wait_started(handle: DrasatController, url: str) -> None:
+    """Until the DeviceTaintRule exists and /readyz answers (every informer synced)."""
+    process, log = handle.process, handle.log
+    custom = kubernetes.client.CustomObjectsApi(handle.api)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -179,4 +208,3 @@ def start(kubeconfig: pathlib.Path, namespace: str) -> DrasatController:
                     f"drasat's controller did not start:\n{log.read_text()[-3000:]}"
                 ) from None
             time.sleep(0.2)
-    return handle

@@ -121,6 +121,7 @@ class App:
         log.info("DRA API: %s (--dra-api %s)", self.dra_api, options.dra_api)
         if self.dra_api == "v1":
             log.info("allocating the claims of the DeviceClasses of %s", ", ".join(options.drivers))
+            self._check_ledger_kind()
         self.controller: Loop
         if self.dra_api == "v1":
             self.controller = V1Controller(
@@ -173,6 +174,27 @@ class App:
             return answer
         return "classic"
 
+    def _check_ledger_kind(self) -> None:
+        """drasat's own nodes keep their ledger in NodeAllocationStates: with its driver among
+        those allocated, a server that does not serve that kind (drasat's CRDs not installed) is
+        said once, as an input error (exit 2), rather than watched for ever. NVIDIA's nodes need
+        no NAS (their ledger is the claims' statuses): without drasat's driver the controller
+        neither needs nor watches the kind. A server that cannot be asked now is not an answer:
+        the informers retry."""
+        if DRIVER_NAME not in self.options.drivers:
+            return
+        try:
+            self.api.list(r.NAS, namespace=self.options.namespace)
+        except errors.NotFound:
+            raise InputError(
+                f"the API server does not serve {r.NAS.plural}.{r.NAS.group} (drasat's CRDs are "
+                f"not installed): the nodes of drasat's driver ({DRIVER_NAME}) keep their ledger "
+                "there. Install the CRDs (`drasat crds | kubectl apply -f -`, or the Helm chart), "
+                "or allocate NVIDIA's nodes only (--driver gpu.nvidia.com), which need none"
+            ) from None
+        except errors.KubeError as error:
+            log.info("cannot check for %s now (%s): the informers retry", r.NAS.plural, error)
+
     def _policy_source(self) -> PolicySource:
         def counted(result: str) -> None:
             self.metrics.policy_reloads.labels(result).inc()
@@ -204,11 +226,18 @@ class App:
     def run(self, stop: threading.Event | None = None) -> None:
         """Serve metrics, lead (or not), run the controller until `stop` or lost leadership."""
         if self.options.metrics_address:
-            self.server = serve(
-                self.options.metrics_address,
-                self.metrics.registry,
-                ready=lambda: self._started and self.controller.ready,
-            )
+            address = self.options.metrics_address
+            try:
+                self.server = serve(
+                    address,
+                    self.metrics.registry,
+                    ready=lambda: self._started and self.controller.ready,
+                )
+            except (OSError, ValueError) as error:  # the port is taken, a host that is not ours
+                raise InputError(
+                    f"--metrics-address {address!r}: cannot serve there: "
+                    f"{getattr(error, 'strerror', None) or error}"
+                ) from None
         if self.options.webhook_address:
             self._serve_webhook()
         stop = stop or threading.Event()

@@ -32,6 +32,7 @@ from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.solver import Mode, SolveParams
+from drasat.v1.nominations import Nomination
 
 _CONFIGMAP_SOURCE = re.compile(r"^ConfigMap (?P<namespace>[^/ ]+)/(?P<name>\S+) key (?P<key>\S+)$")
 
@@ -204,13 +205,66 @@ def _decision(
                 "Nothing it decided from has changed since (the pod, its claims, drasat's "
                 "devices, ledger and classes): this is its current decision."
             )
+            lines.extend(preempting(pod, listed, found, now))
             return "\n".join(lines)
         lines.append(f"This decision is stale: {', '.join(changed)} changed since; the "
                      "controller decides again in its next cycle.")  # fmt: skip
     else:
         lines.append(_no_decision(api, key, options))
+    lines.extend(preempting(pod, listed, found, now))
     lines.extend(_what_if(api, item, pending, found, options, decision))
     return "\n".join(lines)
+
+
+#: The Events of drasat's preemption on a preemptor (`controller.preemption`).
+_PREEMPTION_REASONS = ("Preempting", "PreemptionRefused", "NoPreemption")
+
+
+def preempting(
+    pod: Obj, events: list[Obj], found: v1inputs.Snapshot, now: datetime.datetime
+) -> list[str]:
+    """What preemption did or plans for a pending pod: its nomination (what is held for it,
+    and what it waits for), else the controller's last word on preempting for it."""
+    nomination = Nomination.of_pod(pod)
+    if nomination is not None:
+        allocated = {
+            str(c["metadata"].get("uid", ""))
+            for c in found.claims.values()
+            if v1inputs.is_allocated(c)
+        }
+        victims = ", ".join(nomination.victims) or "nobody (pods already leaving free enough)"
+        held = sorted({e.claimInfo.name for entries in nomination.held.values()
+                       for e in entries.values()})  # fmt: skip
+        lines = [
+            f"Preemption: drasat nominated it to node {nomination.node} "
+            f"(status.nominatedNodeName) at {nomination.since}, priority {nomination.priority}"
+            + (f", for gang {nomination.gang}" if nomination.gang else "")
+            + f": it evicted {victims}.",
+            f"  The allocation planned for it (claims {', '.join(held) or 'none'}) is held "
+            f"against pods of priority {nomination.priority} and lower until it is placed.",
+        ]
+        waiting = [u for u in nomination.freed if u in allocated]
+        if waiting:
+            lines.append(f"  It waits: {len(waiting)} claim(s) its victims held are still "
+                         "allocated (being given back); it does not preempt again "
+                         "meanwhile.")  # fmt: skip
+        else:
+            lines.append("  Its victims' claims are given back: it is placed at the next cycle, "
+                         "unless a pod of higher priority took the devices (then it plans "
+                         "again).")  # fmt: skip
+        return lines
+    said = [e for e in events if e.get("reason") in _PREEMPTION_REASONS]
+    if not said:
+        return []
+    last = max(said, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    stamp = str(last.get("lastTimestamp") or last.get("eventTime") or "")
+    age = ""
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        age = f", {_age(now - when)} ago"
+    except ValueError:
+        pass
+    return [f"Preemption ({last.get('reason')}{age}): {last.get('message', '')}"]
 
 
 def _no_decision(api: Api, key: str, options: Options) -> str:

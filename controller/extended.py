@@ -32,10 +32,12 @@ Obj = dict[str, Any]
 class TemplateKeeper:
     """Creates the templates that pending pods name and that do not exist yet.
 
-    What it made (or found made) it does not try again for `recheck_s`, nor a template it could
-    not create (a namespace being deleted): a template deleted by hand is made again within that
-    time, and a failure is logged once per period, not once per cycle. A change of the class
-    that serves the resource is looked at once for every template pending pods name."""
+    What it made (or found made) it does not try again for `recheck_s`, nor a template the API
+    server refused (a namespace being deleted): a template deleted by hand is made again within
+    that time, and a refusal is logged once per period, not once per cycle. A create that found
+    the server unavailable (a 429, a 5xx, a timeout) is tried again at the next cycle. A change
+    of the class that serves the resource is looked at once for every template pending pods
+    name."""
 
     def __init__(
         self, api: Api, *, recheck_s: float = 60.0, clock: Callable[[], float] = time.monotonic
@@ -81,6 +83,10 @@ class TemplateKeeper:
             except errors.AlreadyExists:
                 if not self._made_again(body, device_class):
                     continue
+            except errors.Unavailable as error:
+                del self._tried[key]  # not refused: tried again at the next cycle
+                log.info("cannot create ResourceClaimTemplate %s/%s now: %s", *key, error)
+                continue
             except errors.KubeError as error:
                 log.warning("cannot create ResourceClaimTemplate %s/%s: %s", *key, error)
                 continue

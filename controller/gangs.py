@@ -30,6 +30,7 @@ from drasat.v1.gangs import gang_key, incomplete, label_of
 
 REASON_INCOMPLETE = "GangIncomplete"
 REASON_PLACED = "GangAllocated"
+REASON_ROLLED_BACK = "GangRolledBack"
 
 
 @dataclass

@@ -15,7 +15,10 @@ class Metrics:
             f"{PREFIX}_allocations", "Claims allocated (NAS and claim status written).", registry=r
         )
         self.deallocations = Counter(
-            f"{PREFIX}_deallocations", "Claims deallocated (removed from NAS).", registry=r
+            f"{PREFIX}_deallocations",
+            "Claims deallocated: by drasat (no pod uses them any more), or their NAS entries "
+            "removed after another writer deallocated them.",
+            registry=r,
         )
         self.failures = Counter(
             f"{PREFIX}_failures",

@@ -1,70 +1,74 @@
-"""Preemption in the v1 controller: a refused pod evicts the lower-priority pods the solver
-chooses, and the devices they free are held for it until it is placed.
+"""Preemption in the v1 controller: a refused pod evicts the lower-priority pods the planner
+chooses, and the allocation it was planned is held for it until it is placed.
 
-After a cycle's refusals, `Preempter.consider` asks `drasat.v1.preemption.plan` (the solver's
-choice, with the allocator as the fit check) for each refused pod that may preempt: preemption
-enabled by the policy, a priority above some running pod's, and not `preemptionPolicy: Never`.
-The running pods of lower priority holding drasat's claims are the candidates; each
-PodDisruptionBudget allows at most its `status.disruptionsAllowed` of its pods. The victims are
-evicted through the Eviction API (the API server refuses an eviction a budget does not allow:
-429), with an Event on the preemptor naming the victims (`Preempting`) and one on each victim
-naming the preemptor (`Preempted`).
+After a cycle's placements, `Preempter.consider` hands the refused pods that may preempt
+(preemption enabled by the policy, a priority above some running pod's, not `preemptionPolicy:
+Never`; a gang whose pods are all refused, as one) to the one planner,
+`drasat.v1.preemption.plan_all`, over the nodes as the cycle's placements left them and the
+devices already held. The victims of each plan are evicted through the Eviction API (the API
+server refuses an eviction a budget does not allow: 429), each with an Event naming the
+preemptor (`Preempted`), and then the preemptor gets `Preempting`, naming the victims evicted.
 
-A nomination then holds the freed claims' devices for the preemptor: every other pod is placed
-over nodes whose ledger keeps those devices taken (`hold`), while the preemptor is placed first,
-without them, in a solve of its own (`split`), as soon as the victims' claims are given back. A
-nomination ends when the preemptor is no longer pending (placed, or deleted) or after
-`NOMINATION_TTL_S`. An eviction refused by a budget ends the nomination at once and keeps that
-victim out of the preemptor's next plan for `REFUSED_TTL_S`: it picks again, the victims already
-evicted counting as leaving (their claims are freed in the next plan, at no cost).
+**A nomination** then holds the preemptor's whole planned allocation (the victims' devices and
+the free ones its fit check used) against pods of its priority and lower (`holds`, which the
+allocation and every later plan apply), as kube-scheduler holds a nominated pod's request. It is
+written where a restarted controller or a new leader finds it: the annotation
+`gpu.drasat.io/nomination` on the preemptor's pod (node, priority, victims, the claims they free
+and the held ledger entries) and the pod's `status.nominatedNodeName`. A nomination ends when
+its pod is placed or deleted, when a higher-priority preemption on its node displaces it (as
+upstream clears the lower-priority nominations of a node it preempts on), or when the claims its
+victims free are all given back and it is still refused (a higher-priority pod took the devices,
+or the node changed): then it plans again. While those claims are still allocated it does not
+preempt again (KEP-5690's settling rule). An eviction that fails ends the nomination before it
+is written, and keeps that victim out of the preemptor's plans for `REFUSED_TTL_S`; the
+`PreemptionRefused` Event names the cause (a budget, the API server's throttling, RBAC, a server
+error).
 
-Nominations live in this process: a restarted controller or a new leader finds the victims gone
-and the devices free, and places the preemptor in its first cycle if no older pod takes them.
+A preemptor that kube-scheduler could not bind on its nominated node after drasat placed it
+there (its claim given back: inter-pod affinity, host ports, anything drasat's filters do not
+check) is not preempted for again for `UNBINDABLE_BACKOFF_S`: evicting more pods for it could
+go in vain the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from drasat.api import nodefit
-from drasat.api.nas import AllocatedDevices
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import v1inputs
 from drasat.kube import errors, eviction
+from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
+from drasat.solver import Gang
 from drasat.v1 import Node, preemption
-from drasat.v1.preemption import Running
+from drasat.v1.gangs import gang_key, label_of
+from drasat.v1.nominations import Nomination, holds_of
+from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
 log = logging.getLogger(__name__)
 
 REASON_PREEMPTING = "Preempting"
 REASON_PREEMPTED = "Preempted"
 REASON_REFUSED = "PreemptionRefused"
-#: How long the devices stay held for a preemptor that has not been placed.
-NOMINATION_TTL_S = 300.0
-#: How long a victim whose eviction a budget refused stays out of that preemptor's plans.
+#: Why a refused pod has no preemption (said once per reason, for `drasat explain`).
+REASON_NONE = "NoPreemption"
+#: How long a victim whose eviction was refused stays out of that preemptor's plans.
 REFUSED_TTL_S = 60.0
 #: How long a pod that could not preempt waits before it is planned again (a plan over a large
 #: cluster takes a fraction of a second: not every cycle for every refused pod).
 RETRY_S = 30.0
-
-
-@dataclass
-class Nomination:
-    """Devices held for a preemptor while its victims leave."""
-
-    preemptor: str
-    node: str
-    victims: tuple[str, ...]
-    #: The freed claims' ledger entries, kept taken for every other pod.
-    held: Mapping[str, AllocatedDevices]
-    since: float
+#: How long drasat does not preempt for a pod kube-scheduler could not bind where drasat
+#: placed it after a preemption.
+UNBINDABLE_BACKOFF_S = 300.0
 
 
 @dataclass
@@ -73,45 +77,45 @@ class Preempter:
     recorder: EventRecorder
     clock: Callable[[], float] = time.monotonic
     may_write: Callable[[], bool] = lambda: True
+    #: pod key -> its nomination, as this process wrote it (the pod informer may lag).
     nominations: dict[str, Nomination] = field(default_factory=dict)
-    #: preemptor -> victim -> until when it is not evicted for it again (a budget refused).
+    #: pod uid -> nominations this process ended (the informer may still show them).
+    _ended: set[tuple[str, str]] = field(default_factory=set)
+    #: preemptor -> victim -> until when it is not evicted for it again (an eviction failed).
     _refused: dict[str, dict[str, float]] = field(default_factory=dict)
     _budgets_said: bool = False
-    #: preemptor -> why it could not preempt, as last logged, and when.
-    _said: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: preemptor -> why it could not preempt, as last said, and when.
+    said: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: preemptor -> until when it does not preempt (kube-scheduler could not bind it).
+    _backoff: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # The cycle's hooks.
-    def split(
-        self, everyone: Sequence[v1inputs.Pending], batch: Sequence[v1inputs.Pending]
-    ) -> tuple[list[v1inputs.Pending], list[v1inputs.Pending]]:
-        """The nominated preemptors among every pending pod (placed first, over the devices
-        held for them, whether the batch holds them or not) and the rest of the batch.
-        Nominations whose preemptor is no longer pending, or that expired, end here."""
-        keys = {p.input.key for p in everyone}
-        now = self.clock()
-        for key, found in list(self.nominations.items()):
-            if now - found.since > NOMINATION_TTL_S:
-                log.info("preemption for %s: its devices on %s are no longer held (%.0fs)",
-                         key, found.node, NOMINATION_TTL_S)  # fmt: skip
-                del self.nominations[key]
-            elif key not in keys:
-                del self.nominations[key]  # placed (its claims are allocated) or gone
-        self._said = {k: v for k, v in self._said.items() if k in keys}
-        self._refused = {k: v for k, v in self._refused.items() if k in keys}
-        first = [p for p in everyone if p.input.key in self.nominations]
-        rest = [p for p in batch if p.input.key not in self.nominations]
-        return first, rest
+    def holds(self, snapshot: v1inputs.Snapshot) -> list[Hold]:
+        """The devices held for every nominated preemptor still pending: from the pods'
+        annotations (a restarted controller or a new leader reads them there) and this
+        process's own writes. Nominations of pods no longer pending end here."""
+        return holds_of(self.current(snapshot).values())
 
-    def hold(self, nodes: Sequence[Node], placing: Iterable[str]) -> list[Node]:
-        """The nodes with the devices held for every nominated preemptor not in `placing`."""
-        placing = set(placing)
-        held: dict[str, dict[str, AllocatedDevices]] = {}
-        for found in self.nominations.values():
-            if found.preemptor not in placing:
-                held.setdefault(found.node, {}).update(found.held)
-        return [preemption.hold(n, held[n.state.name]) if n.state.name in held else n
-                for n in nodes]  # fmt: skip
+    def current(self, snapshot: v1inputs.Snapshot) -> dict[str, Nomination]:
+        """pod key -> the live nomination of each pending pod."""
+        pending = {v1inputs.pod_key(p): p for p in snapshot.pods if v1inputs.is_pending(p)}
+        out: dict[str, Nomination] = {}
+        for key, pod in pending.items():
+            found = Nomination.of_pod(pod)
+            if found is not None and (found.uid, found.since) not in self._ended:
+                out[key] = found
+        for key, found in list(self.nominations.items()):
+            still = pending.get(key)
+            if still is None or str(still["metadata"].get("uid", "")) != found.uid:
+                del self.nominations[key]  # placed (bound, or its claims allocated) or gone
+                continue
+            out[key] = found
+        live = set(pending)
+        self._refused = {k: v for k, v in self._refused.items() if k in live}
+        self.said = {k: v for k, v in self.said.items() if k in live}
+        self._backoff = {k: v for k, v in self._backoff.items() if k in live}
+        return out
 
     def consider(
         self,
@@ -119,11 +123,14 @@ class Preempter:
         nodes: Sequence[Node],
         refused: Sequence[v1inputs.Pending],
         policy: AllocationPolicySpec,
+        gangs: Mapping[str, Gang] | None = None,
     ) -> int:
-        """Preempt for the refused pods that may; how many preemptors got victims. A failure
-        here is logged and never stops the cycle (the pods stay refused, tried again next)."""
+        """Preempt for the refused pods that may; how many preemptors got victims. `nodes`:
+        the cluster as this cycle's placements left it; `gangs`: the cycle's gangs (a gang's
+        pods preempt together, only when all are refused). A failure here is logged and never
+        stops the cycle (the pods stay refused, tried again next)."""
         try:
-            return self._consider(snapshot, nodes, refused, policy)
+            return self._consider(snapshot, nodes, refused, policy, gangs or {})
         except errors.KubeError as error:
             log.warning("preemption: %s", error)
         except Exception:
@@ -136,63 +143,128 @@ class Preempter:
         nodes: Sequence[Node],
         refused: Sequence[v1inputs.Pending],
         policy: AllocationPolicySpec,
+        gangs: Mapping[str, Gang],
     ) -> int:
         if not policy.preemption.enabled:
             return 0
-        wanting = [p for p in refused if self._may_preempt(p)]
-        if not wanting:
-            return 0
+        current = self.current(snapshot)
+        self._end_unbindable(snapshot, current)
         running, users, leaving = running_pods(snapshot)
         lowest = min((r.priority for r in running), default=None)
-        wanting = [p for p in wanting if lowest is not None and p.input.priority > lowest]
+        wanting = self._wanting(snapshot, refused, gangs, current, lowest)
         if not wanting:
             return 0
         read = self._budgets(snapshot)
         labels = {v1inputs.pod_key(p): (p.get("metadata") or {}) for p in snapshot.pods}
         running = [_with_budgets(r, labels[r.key], read) for r in running]
         allowance = {name: allowed for name, (_, _, allowed) in read.items()}
-        # Claims of pods already leaving are freed in the plans, unless held for a preemptor.
-        held = {e.claimInfo.uid for n in self.nominations.values() for e in n.held.values()}
-        planned = 0
-        for item in wanting:
-            now = self.clock()
-            last = self._said.get(item.input.key)
-            if last is not None and now - last[1] < RETRY_S:
-                continue  # it could not preempt a moment ago: not planned every cycle
-            skip = {v for v, until in self._refused.get(item.input.key, {}).items() if until > now}
-            base = [preemption.without(n, leaving.get(n.state.name, set()) - held) for n in nodes]
-            found = preemption.plan(
-                item.input,
-                base,
-                [r for r in running if r.key not in skip and not self._victim_elsewhere(r.key)],
-                users,
-                snapshot.classes,
-                policy=policy,
-                budgets=allowance,
-            )
+        base = [preemption.without(n, leaving.get(n.state.name, set())) for n in nodes]
+        now = self.clock()
+        planned = preemption.plan_all(
+            [w for w, _ in wanting],
+            base,
+            [r for r in running if not self._skipped(r.key, wanting, now)],
+            users,
+            snapshot.classes,
+            policy=policy,
+            budgets=allowance,
+            holds=holds_of(current.values()),
+            lasting=lasting_claims(snapshot),
+        )
+        items = {w.key: pods for w, pods in wanting}
+        done = 0
+        for found in planned.plans:
+            pods = items[found.preemptor]
             if found.node is None:
-                if last is None or last[0] != found.reason:  # once per reason
-                    log.info("no preemption for %s: %s", item.input.key, found.reason)
-                self._said[item.input.key] = (found.reason, now)
+                self._say(found, pods, now)
                 continue
-            if not found.victims:  # pods already leaving free enough: it waits for them
-                log.debug("%s waits for devices being freed on %s", item.input.key, found.node)
-                continue
-            node = next(n for n in base if n.state.name == found.node)
-            planned += self._preempt(item, found, preemption.entries_of(node, found.freed),
-                                     snapshot, running, allowance)  # fmt: skip
-        return planned
+            done += self._preempt(found, pods, snapshot, running, current, leaving)
+        return done
 
     # Inside.
-    def _may_preempt(self, item: v1inputs.Pending) -> bool:
-        spec = item.pod.get("spec") or {}
-        if spec.get("preemptionPolicy") == "Never":
-            return False
-        return item.input.key not in self.nominations
+    def _wanting(
+        self,
+        snapshot: v1inputs.Snapshot,
+        refused: Sequence[v1inputs.Pending],
+        gangs: Mapping[str, Gang],
+        current: dict[str, Nomination],
+        lowest: int | None,
+    ) -> list[tuple[Wanting, list[v1inputs.Pending]]]:
+        """The refused pods that may preempt now, a gang's all together (or none of them);
+        the nominations that end here leave `current`."""
+        now = self.clock()
+        allocated = {
+            str(c["metadata"].get("uid", "")): c
+            for c in snapshot.claims.values()
+            if v1inputs.is_allocated(c)
+        }
+        of_gang = {p: name for name, gang in gangs.items() for p in gang.pods}
+        by_gang: dict[str, list[v1inputs.Pending]] = {}
+        out: list[tuple[Wanting, list[v1inputs.Pending]]] = []
+        for item in refused:
+            key = item.input.key
+            if (item.pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+                continue
+            if self._backoff.get(key, 0.0) > now:
+                continue
+            found = current.get(key)
+            if found is not None:
+                if any(uid in allocated for uid in found.freed):
+                    continue  # its victims' claims are still being given back: it waits
+                # Given back and still refused: the devices went elsewhere; it plans again.
+                self._end(found, item.pod, "its victims' devices were given back and it still "
+                          "did not fit")  # fmt: skip
+                del current[key]
+            if lowest is None or item.input.priority <= lowest:
+                continue
+            last = self.said.get(key)
+            if last is not None and now - last[1] < RETRY_S:
+                continue  # it could not preempt a moment ago: not planned every cycle
+            name = of_gang.get(key)
+            if name is None:
+                out.append((Wanting.of(item.input), [item]))
+            else:
+                by_gang.setdefault(name, []).append(item)
+        for name, items in by_gang.items():
+            gang = gangs[name]
+            if {i.input.key for i in items} != set(gang.pods):
+                continue  # some of its pods were placed or wait: never for a part of a gang
+            ordered = sorted(items, key=lambda i: i.input.key)
+            out.append((Wanting(tuple(i.input for i in ordered), gang), ordered))
+        return out
 
-    def _victim_elsewhere(self, key: str) -> bool:
-        """Already evicted for another preemptor: never counted twice."""
-        return any(key in n.victims for n in self.nominations.values())
+    def _skipped(self, victim: str, wanting: Sequence[tuple[Wanting, object]], now: float) -> bool:
+        """A victim whose eviction failed lately for one of these preemptors."""
+        for want, _ in wanting:
+            for pod in want.pods:
+                if self._refused.get(pod.key, {}).get(victim, 0.0) > now:
+                    return True
+        return False
+
+    def _say(self, found: Plan, items: Sequence[v1inputs.Pending], now: float) -> None:
+        last = self.said.get(found.preemptor)
+        if last is None or last[0] != found.reason:  # once per reason
+            log.info("no preemption for %s: %s", found.preemptor, found.reason)
+            for item in items:
+                self.recorder.normal(item.pod, REASON_NONE, found.reason)
+        self.said[found.preemptor] = (found.reason, now)
+
+    def _end_unbindable(self, snapshot: v1inputs.Snapshot, current: dict[str, Nomination]) -> None:
+        """A nominee whose claim kube-scheduler gave back on its nominated node: no more
+        preemption for it for a while (more victims could go in vain the same way)."""
+        pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
+        for key, found in list(current.items()):
+            why = (snapshot.unsuitable.get(key) or {}).get(found.node)
+            if why is None:
+                continue
+            self._backoff[key] = self.clock() + UNBINDABLE_BACKOFF_S
+            text = (f"kube-scheduler could not bind it on node {found.node}, where drasat had "
+                    f"freed devices for it ({why}); drasat does not preempt for it again for "
+                    f"{UNBINDABLE_BACKOFF_S:.0f}s")  # fmt: skip
+            self.said[key] = (text, self.clock())
+            self.recorder.warning(pods[key], REASON_REFUSED, text)
+            self._end(found, pods[key], "kube-scheduler could not bind it there")
+            del current[key]
 
     def _budgets(self, snapshot: v1inputs.Snapshot) -> dict[str, tuple[str, Obj | None, int]]:
         """PodDisruptionBudget ns/name -> (namespace, selector, disruptions allowed now).
@@ -217,58 +289,146 @@ class Preempter:
 
     def _preempt(
         self,
-        item: v1inputs.Pending,
-        found: preemption.Plan,
-        held: Mapping[str, AllocatedDevices],
+        found: Plan,
+        items: Sequence[v1inputs.Pending],
         snapshot: v1inputs.Snapshot,
         running: Sequence[Running],
-        allowance: Mapping[str, int],
+        current: Mapping[str, Nomination],
+        leaving: Mapping[str, set[str]],
     ) -> int:
+        """Evict the plan's victims, then write its nomination; 1 when it evicted."""
         if not self.may_write():
             return 0
         pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
         priorities = {r.key: r.priority for r in running}
-        key, node = item.input.key, found.node
-        assert node is not None
-        proof = "proven optimal" if found.proven else "optimality not proven"
-        proof += f", {preemption.checked(found.checks)}"
-        named = ", ".join(f"{v} (priority {priorities.get(v, 0)})" for v in found.victims)
-        self.recorder.normal(item.pod, REASON_PREEMPTING,
-                             f"evicting {named} on node {node} to free the devices this pod "
-                             f"(priority {item.input.priority}) needs; the victims are the "
-                             f"solver's choice ({proof})")  # fmt: skip
-        self.nominations[key] = Nomination(key, node, found.victims, held, self.clock())
+        lead = items[0]
+        evicted: list[str] = []
         for victim in found.victims:
-            pod = pods[victim]
-            try:
-                evicted = eviction.evict(self.api, pod)
-            except errors.KubeError as error:
-                log.warning("preemption for %s: evicting %s failed: %s", key, victim, error)
-                evicted = False
-            if evicted:
-                log.info("preemption: evicted %s on %s for %s", victim, node, key)
-                self.recorder.warning(pod, REASON_PREEMPTED,
-                                      f"evicted by drasat for pod {key} (priority "
-                                      f"{item.input.priority}), which needs its devices on "
-                                      f"node {node}")  # fmt: skip
+            failure = self._evict(pods[victim], found, lead)
+            if failure is None:
+                evicted.append(victim)
                 continue
-            # A budget (or the server) refused: pick again next cycle without this victim.
-            self.nominations.pop(key, None)
-            self._refused.setdefault(key, {})[victim] = self.clock() + REFUSED_TTL_S
-            self.recorder.warning(item.pod, REASON_REFUSED,
-                                  f"the eviction of {victim} was refused (a "
-                                  "PodDisruptionBudget does not allow it now); drasat picks "
-                                  "other victims")  # fmt: skip
+            # Ended before it is written: it picks again next cycle without this victim.
+            for item in items:
+                self._refused.setdefault(item.input.key, {})[victim] = self.clock() + REFUSED_TTL_S
+                done = f"; {', '.join(evicted)} evicted already" if evicted else ""
+                self.recorder.warning(item.pod, REASON_REFUSED,
+                                      f"the eviction of {victim} was refused: {failure}{done}; "
+                                      "drasat picks other victims")  # fmt: skip
             return 0
-        return 1
+        # Nominations of lower priority on these nodes may no longer fit: they plan again.
+        nodes = set(found.pods.values())
+        for other in current.values():
+            if other.priority < found.priority and other.node in nodes and other.pod in pods:
+                self._end(other, pods[other.pod], f"a pod of priority {found.priority} "
+                          f"preempted on node {other.node}")  # fmt: skip
+        freed = found.freed
+        if not found.victims:
+            # It waits for pods already leaving: the claims they free are what it waits for.
+            freed = tuple(sorted({u for n in nodes for u in leaving.get(n, set())}))
+        stamp = _stamp()
+        for item in items:
+            node = found.pods.get(item.input.key, found.node or "")
+            mine = {n: e for n, e in found.held.items() if n == node}
+            nomination = Nomination(item.input.key, str(item.pod["metadata"].get("uid", "")),
+                                    node, item.input.priority, found.victims, freed, mine, stamp,
+                                    found.preemptor if len(items) > 1 else None)  # fmt: skip
+            self._nominate(item.pod, nomination)
+            if found.victims:
+                named = ", ".join(f"{v} (priority {priorities.get(v, 0)})" for v in evicted)
+                proof = "proven optimal" if found.proven else "optimality not proven"
+                proof += f", {preemption.checked(found.checks)}"
+                whom = f" for gang {found.preemptor}" if len(items) > 1 else ""
+                self.recorder.normal(item.pod, REASON_PREEMPTING,
+                                     f"evicted {named}{whom} to free the devices this pod "
+                                     f"(priority {item.input.priority}) needs on node {node}; "
+                                     f"they are held for it until it is placed; the victims "
+                                     f"are the solver's choice ({proof})")  # fmt: skip
+        return 1 if found.victims else 0
+
+    def _evict(self, pod: Obj, found: Plan, lead: v1inputs.Pending) -> str | None:
+        """Evict one victim; None when evicted (or gone), else why not, in words."""
+        key = v1inputs.pod_key(pod)
+        try:
+            if eviction.evict(self.api, pod):
+                log.info("preemption: evicted %s for %s", key, found.preemptor)
+                self.recorder.warning(pod, REASON_PREEMPTED,
+                                      f"evicted by drasat for {_whom(found, lead)} (priority "
+                                      f"{found.priority}), which needs its devices on node "
+                                      f"{found.node}")  # fmt: skip
+                return None
+            return "a PodDisruptionBudget does not allow it now (429)"
+        except errors.Unavailable as error:
+            if error.status == 429:
+                return f"the API server is throttling drasat's requests ({error})"
+            return f"the API server failed ({error})"
+        except errors.KubeError as error:
+            if error.status == 403:
+                return (f"drasat's controller may not evict pods ({error}): it needs create on "
+                        "pods/eviction (the chart grants it)")  # fmt: skip
+            return f"the API server refused it ({error})"
+
+    def _nominate(self, pod: Obj, nomination: Nomination) -> None:
+        """Write the nomination on the pod (annotation, then `status.nominatedNodeName`); kept
+        in memory first, so that the cycles before the informer shows it hold it too."""
+        self.nominations[nomination.pod] = nomination
+        meta = pod["metadata"]
+        patch = {"metadata": {"annotations": {NOMINATION_ANNOTATION: nomination.annotation()}}}
+        try:
+            self.api.patch(r.PODS, meta["name"], patch, namespace=meta["namespace"])
+            self.api.patch(r.PODS, meta["name"], {"status": {"nominatedNodeName":
+                           nomination.node}}, namespace=meta["namespace"],
+                           subresource="status")  # fmt: skip
+        except errors.KubeError as error:
+            # Held in memory still; a restart before the write reaches the pod loses the hold.
+            log.warning("preemption: cannot write the nomination of %s: %s", nomination.pod, error)
+
+    def _end(self, found: Nomination, pod: Obj, why: str) -> None:
+        """End a nomination: the hold goes, the annotation and `nominatedNodeName` too."""
+        log.info("preemption: the nomination of %s on %s ends: %s", found.pod, found.node, why)
+        self.nominations.pop(found.pod, None)
+        self._ended.add((found.uid, found.since))
+        if not self.may_write():
+            return
+        meta = pod["metadata"]
+        try:
+            self.api.patch(r.PODS, meta["name"],
+                           {"metadata": {"annotations": {NOMINATION_ANNOTATION: None}}},
+                           namespace=meta["namespace"])  # fmt: skip
+            self.api.patch(r.PODS, meta["name"], {"status": {"nominatedNodeName": None}},
+                           namespace=meta["namespace"], subresource="status")  # fmt: skip
+        except errors.NotFound:
+            pass
+        except errors.KubeError as error:
+            log.warning("preemption: cannot clear the nomination of %s: %s", found.pod, error)
+
+
+def _whom(found: Plan, lead: v1inputs.Pending) -> str:
+    if found.preemptor != lead.input.key:
+        return f"gang {found.preemptor}"
+    return f"pod {found.preemptor}"
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lasting_claims(snapshot: v1inputs.Snapshot) -> frozenset[str]:
+    """The allocated claims that stay allocated when their pods leave (`outlives_its_pods`)."""
+    return frozenset(
+        str(c["metadata"].get("uid", ""))
+        for c in snapshot.claims.values()
+        if v1inputs.is_allocated(c) and preemption.outlives_its_pods(c)
+    )
 
 
 def running_pods(
     snapshot: v1inputs.Snapshot,
 ) -> tuple[list[Running], dict[str, frozenset[str]], dict[str, set[str]]]:
-    """The pods on nodes that hold drasat's allocated claims there; claim uid -> every pod
-    using it (pending, running or leaving: a claim is freed only with all of them); node ->
-    the claims held only by pods already leaving (being deleted), which the next plan frees."""
+    """The pods on nodes that hold drasat's allocated claims there (a gang's with its key); claim
+    uid -> every pod using it (pending, running or leaving: a claim is freed only with all of
+    them); node -> the claims held only by pods already leaving (being deleted), which the next
+    plan frees."""
     by_name = snapshot.claims
     running: list[Running] = []
     users: dict[str, set[str]] = {}
@@ -299,13 +459,21 @@ def running_pods(
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         mine = tuple(u for u in uids if where.get(u) == node_name)
-        running.append(Running(key, str(node_name), priority, mine, cpu, memory))
+        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=_unit(pod)))
     leaving: dict[str, set[str]] = {}
     for held in leaving_pods.values():
         for uid in held:
             if users.get(uid, set()) <= set(leaving_pods):
                 leaving.setdefault(where[uid], set()).add(uid)
     return running, {k: frozenset(v) for k, v in users.items()}, leaving
+
+
+def _unit(pod: Obj) -> str | None:
+    """The pod's gang, evicted whole (labels)."""
+    found = label_of(pod)
+    if isinstance(found, tuple):
+        return gang_key(pod, found[0])
+    return None
 
 
 def _with_budgets(

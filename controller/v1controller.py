@@ -8,7 +8,8 @@ the informers, each question answered by one part (`controller.cycle`):
    the truth: entries of claims that are gone, no longer allocated (the scheduler's PostFilter
    or the resourceclaim controller cleared them) or allocated elsewhere are removed; allocated
    claims missing from the ledger are written back (a restart, a lost write); a claim being
-   deleted loses our finalizer once nothing holds it. A deallocation of a claim this process
+   deleted loses our finalizer once nothing holds it; a claim of drasat's that no pod uses any
+   more is deallocated (`deallocation`). A deallocation by the scheduler of a claim this process
    wrote marks the node unsuitable for the claim's pods for `unsuitable_ttl_s`, with the
    scheduler's reason; then `repairing`: claims whose statuses name one device;
 2. gathers the pending pods with unallocated claims of ours (`wholegangs`: a gang's pods whole
@@ -50,6 +51,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, extended, nasnodes, taintrule, v1inputs
 from drasat.controller.cycle.allocating import Allocator, Solve
 from drasat.controller.cycle.allocationwrites import AllocationWriter
+from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.gates import Gates
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
@@ -160,7 +162,9 @@ class V1Controller:
 
         self.claims = make(r.RESOURCE_CLAIMS_V1)
         self.classes = make(r.DEVICE_CLASSES_V1)
-        self.pods = make(r.PODS)
+        self.pods = informer.Informer(
+            api, r.PODS, handler=self._on_pod_event, watch_timeout_s=timeout
+        )
         self.nodes = make(r.NODES)
         self.nas = make(r.NAS, namespace=self.config.namespace)
         #: What the nodes publish: the devices this controller allocates (every driver's
@@ -170,6 +174,10 @@ class V1Controller:
         self._informers = [
             self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
         ]  # fmt: skip
+        if DRIVER_NAME not in self.config.drivers:
+            # Only other drivers' nodes (NVIDIA's): their ledger is the claims' statuses, and
+            # drasat's CRDs need not be installed. The NAS cache stays empty.
+            self._informers.remove(self.nas)
         self._parts(solve)
 
     def _parts(self, solve: Solve | None) -> None:
@@ -184,7 +192,10 @@ class V1Controller:
                              writes=self.writes, own=self.own_writes, metrics=self.metrics,
                              attempts=config.nas_attempts)  # fmt: skip
         self.gates = Gates(self.api, writes=self.writes, metrics=self.metrics)
-        self.gangs = WholeGangs(recorder=self.recorder, gates=self.gates)
+        self.deallocator = Deallocator(self.api, writes=self.writes, ledger=self.ledger,
+                                       own=self.own_writes, metrics=self.metrics)  # fmt: skip
+        self.gangs = WholeGangs(recorder=self.recorder, gates=self.gates, writes=self.writes,
+                                deallocator=self.deallocator)  # fmt: skip
         #: pod key -> the last explanation (what `drasat explain` would print).
         self.explanations: dict[str, str] = {}
         writer = AllocationWriter(self.api, writes=self.writes, ledger=self.ledger,
@@ -201,6 +212,7 @@ class V1Controller:
         self.solver_cache = self.allocator.solver_cache
         self.releaser = Releaser(self.api, writes=self.writes, ledger=self.ledger,
                                  own=self.own_writes, ledgers=self._ledgers, metrics=self.metrics,
+                                 deallocator=self.deallocator,
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
                                  clock=self._clock)  # fmt: skip
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
@@ -239,6 +251,11 @@ class V1Controller:
     @property
     def ready(self) -> bool:
         return all(inf.synced for inf in self._informers)
+
+    def _on_pod_event(self, kind: str, obj: Obj) -> None:
+        if kind == "DELETED":
+            self.releaser.pod_deleted(obj)
+        self._on_event(kind, obj)
 
     def _on_event(self, kind: str, obj: Obj) -> None:
         if not self._wake.is_set():
@@ -285,7 +302,10 @@ class V1Controller:
 
     # One cycle.
     def snapshot(self) -> v1inputs.Snapshot:
-        claims = {informer.key_of(c): c for c in self.claims.items()}
+        # This process's deallocations count before the informer delivers them.
+        cached = self.claims.items()
+        self.own_writes.forget_claims({str(c["metadata"].get("uid")) for c in cached})
+        claims = {informer.key_of(c): self.own_writes.claim_over(c) for c in cached}
         parsed = {}
         for obj in self.nas.items():
             found = self._parsed_nas.parse(self.own_writes.nas_over(obj))
@@ -346,15 +366,10 @@ class V1Controller:
         self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
-        pending = self.allocator.batch(everyone)
+        pending = self.allocator.batch(everyone, self.preemption.current(snapshot))
         if not pending:
             return False
-        # Preemptors whose victims are leaving go first, over the devices held for them.
-        first, rest = self.preemption.split(everyone, pending)
-        placed = self.allocator.place(snapshot, first, self.cycles) if first else 0
-        if first:
-            snapshot = self.snapshot()
-        placed += self.allocator.place(snapshot, rest, self.cycles) if rest else 0
+        placed = self.allocator.place(snapshot, pending, self.cycles)
         return self.allocator.more_left(everyone, pending, placed)
 
     def settle(self, snapshot: v1inputs.Snapshot) -> bool:

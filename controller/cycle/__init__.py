@@ -2,7 +2,8 @@
 owning one question over the cycle's snapshot:
 
 - `releasing`: the ledger settled with the claims' statuses (stale entries out, entries restored
-  from statuses, claims that no pod holds released);
+  from statuses, claims being deleted that no pod holds released, claims no pod uses any more
+  deallocated: `deallocation`, which the gang writes use too);
 - `repairing`: allocated claims whose statuses name one device (clashes);
 - `allocating`: the order and solve of the cycle's pending pods, their refusals and decisions;
   `allocationwrites`: the writes of what was placed (ledger entries, finalizer, status, gate);

@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from drasat import v1
 from drasat.api.groups import SCHEDULING_GATE
@@ -27,6 +27,7 @@ from drasat.kube.client import Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Mode, Problem, Solution, SolveParams
 from drasat.solver.cache import SolverCache
+from drasat.v1 import preemption
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +81,43 @@ class Allocator:
         #: Pod key -> when it was last refused (orders the next cycles' pods).
         self.refused_at: dict[str, float] = {}
 
-    def batch(self, everyone: list[v1inputs.Pending]) -> list[v1inputs.Pending]:
-        """The pods this cycle tries, in order. Pods not yet refused first (a refusal stands
-        until something changes), and among them the higher priority first, as kube-scheduler's
-        queue orders; then the oldest. At most `batch_max`, a gang's pods all or none."""
+    def batch(
+        self, everyone: list[v1inputs.Pending], nominated: Collection[str] = ()
+    ) -> list[v1inputs.Pending]:
+        """The pods this cycle tries, in order: the higher priority first, as kube-scheduler's
+        queue orders (a freed device goes to the highest priority that fits), then nominated
+        preemptors, then pods not yet refused, then the longest-refused, then the oldest. At
+        most `batch_max`, a gang's pods all or none; when pods not tried yet are left out, pods
+        refused before take at most half of the cap (a cap full of pods that fit nowhere never
+        keeps a new pod waiting cycle after cycle)."""
         live = {p.input.key for p in everyone}
         self._decisions.forget(str(p.pod["metadata"].get("uid")) for p in everyone)
         self.refused_at = {k: t for k, t in self.refused_at.items() if k in live}
-        ordered = sorted(
-            enumerate(everyone),
-            key=lambda item: (
-                self.refused_at.get(item[1].input.key, 0.0),
-                -item[1].input.priority,
-                item[0],
-            ),
-        )
-        return gangs.batch([p for _, p in ordered], self._batch_max, self._gangs.plan)
+        chosen = set(nominated)
+        ordered = [
+            p
+            for _, p in sorted(
+                enumerate(everyone),
+                key=lambda item: (
+                    -item[1].input.priority,
+                    item[1].input.key not in chosen,
+                    self.refused_at.get(item[1].input.key, 0.0),
+                    item[0],
+                ),
+            )
+        ]
+        untried = sum(1 for p in ordered if p.input.key not in self.refused_at)
+        if len(ordered) > self._batch_max and untried:
+            room = self._batch_max - min(untried, self._batch_max // 2)
+            kept, taken = [], 0
+            for item in ordered:
+                again = item.input.key in self.refused_at and item.input.key not in chosen
+                if again and taken >= room:
+                    continue
+                taken += again
+                kept.append(item)
+            ordered = kept
+        return gangs.batch(ordered, self._batch_max, self._gangs.plan)
 
     def more_left(
         self, everyone: list[v1inputs.Pending], pending: list[v1inputs.Pending], placed: int
@@ -110,14 +132,43 @@ class Allocator:
     def place(
         self, snapshot: v1inputs.Snapshot, pending: list[v1inputs.Pending], cycle: int
     ) -> int:
-        """Place the pods and write; how many were placed."""
+        """Place the pods and write; how many were placed. The devices held for nominated
+        preemptors are taken for the pods of their priority and lower (`Preempter.holds`): the
+        pods go in groups that see the same holds, the higher priority first, each over the
+        nodes as the groups before it left them; the refused then go to preemption, over the
+        nodes as the whole cycle left them."""
+        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
+        holds = self._preemption.holds(snapshot)
+        policy = self._policy()
+        placed, refused = 0, []
+        by_key = {p.input.key: p for p in pending}
+        gangs = self._gangs.plan.gangs.values()
+        for group, seen in preemption.hold_groups([p.input for p in pending], holds, gangs):
+            items = [by_key[p.key] for p in group]
+            outcome, _ = self._place(snapshot, items, preemption.with_holds(nodes, seen), policy,
+                                     cycle)  # fmt: skip
+            placed += len(outcome.placed)
+            nodes = preemption.placed_on(nodes, outcome, group)
+            # A gang's pod alone never goes (all-or-nothing): a gang preempts as one, for all
+            # its pods or none (`Preempter.consider`).
+            refused += [by_key[k] for k in outcome.refused if k not in outcome.failed]
+        self._preemption.consider(snapshot, nodes, refused, policy, self._gangs.plan.gangs)
+        return placed
+
+    def _place(
+        self,
+        snapshot: v1inputs.Snapshot,
+        pending: list[v1inputs.Pending],
+        nodes: list[v1.Node],
+        policy: AllocationPolicySpec,
+        cycle: int,
+    ) -> tuple[v1.Outcome, dict[str, v1inputs.Pending]]:
+        """One `drasat.v1.allocate` call for the pods (each alone should it fail), its writes
+        and each refusal told."""
         params = SolveParams(
             mode=self._mode, time_limit_s=self._time_limit_s, cache=self.solver_cache
         )
         started = time.perf_counter()
-        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
-        nodes = self._preemption.hold(nodes, [p.input.key for p in pending])
-        policy = self._policy()
         try:
             outcome = v1.allocate(
                 nodes, [p.input for p in pending], snapshot.classes,
@@ -138,6 +189,7 @@ class Allocator:
                     if c["metadata"]["uid"] in outcome.allocations]  # fmt: skip
             by_node.setdefault(node, []).append(Placed(item, mine))
         written = self._writer.write(snapshot, by_node, self._gangs.plan.of_pod)
+        self._gangs.roll_back(snapshot, written, by_key)
         self._gangs.lift(written, by_key)
         now = self._clock()
         for pod_key, reasons in outcome.refused.items():
@@ -145,11 +197,7 @@ class Allocator:
             self._refused(by_key[pod_key], reasons, snapshot, cycle)
         for pod_key in outcome.placed:
             self.refused_at.pop(pod_key, None)
-        # A gang's pod alone never goes (all-or-nothing): victims evicted for it would be in vain.
-        refused = [by_key[k] for k in outcome.refused
-                   if k not in outcome.failed and k not in self._gangs.plan.of_pod]  # fmt: skip
-        self._preemption.consider(snapshot, nodes, refused, policy)
-        return len(outcome.placed)
+        return outcome, by_key
 
     def _count(self, outcome: v1.Outcome, pods: int, elapsed: float, cycle: int) -> None:
         """The solve's metrics and log line; the allocator's own failures counted apart."""

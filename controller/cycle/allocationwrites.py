@@ -193,7 +193,8 @@ class AllocationWriter:
         parsed = snapshot.nas.get(node)
         if parsed is None:
             return
-        claims = self._claims.items()
+        # Our deallocations count from their write, as in the snapshot.
+        claims = [self._own.claim_over(c) for c in self._claims.items()]
         if not any(
             snapshot.claims.get(informer.key_of(c)) is not c  # unchanged: the solve counted it
             and str(c["metadata"].get("uid")) not in uids

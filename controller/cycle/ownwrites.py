@@ -4,7 +4,9 @@ wrote down, nor takes its own new status for a claim given back.
 
 - `claims`: each claim this process allocated (`WrittenClaim`: its node, the status version
   written, its pods and ledger entries), until it is released, given back or repaired;
-- `nases`: each node's NAS as this process last wrote it, until the informer's copy is as new.
+- `nases`: each node's NAS as this process last wrote it, until the informer's copy is as new;
+- `released`: each claim this process deallocated, as it wrote it, until the informer's copy
+  is as new (the next cycle neither counts its devices held nor writes its ledger entries back).
 
 Only memory: the parts that write (`ledger.Ledger`, `allocationwrites`, `releasing`,
 `repairing`) update it; no I/O here.
@@ -44,6 +46,29 @@ class OwnWrites:
         self.claims: dict[str, WrittenClaim] = {}
         #: Node name -> its NAS as this process last wrote it.
         self.nases: dict[str, Obj] = {}
+        #: Claim uid -> the claim as this process last wrote it when it deallocated it.
+        self.released: dict[str, Obj] = {}
+
+    def remember_claim(self, obj: Obj) -> None:
+        """A claim this process deallocated counts as written from the moment it is written."""
+        self.released[str(obj["metadata"].get("uid"))] = obj
+
+    def claim_over(self, cached: Obj) -> Obj:
+        """The claim as the cycle counts it: this process's deallocation while it is newer than
+        the informer's copy (then forgotten: the informer has caught up)."""
+        uid = str(cached["metadata"].get("uid"))
+        mine = self.released.get(uid)
+        if mine is None:
+            return cached
+        if _version_newer(mine, cached):
+            return mine
+        self.released.pop(uid, None)  # (the writes' threads ask too)
+        return cached
+
+    def forget_claims(self, live: set[str]) -> None:
+        """Forget the deallocations of claims the informer no longer has (deleted)."""
+        for uid in [u for u in self.released if u not in live]:
+            del self.released[uid]
 
     def nas_over(self, cached: Obj) -> Obj:
         """The node's NAS as the cycle counts it: this process's last write while it is newer

@@ -7,7 +7,15 @@
   scheduler's reason (`Releaser.unsuitable`);
 - allocated claims missing from the ledger are written back (a restart, a lost write);
 - claims being deleted that no pod holds any more are released: their ledger entries go, then
-  our finalizer.
+  our finalizer;
+- claims of drasat's that no pod uses any more (`unused`: no live consumer in `reservedFor`,
+  no bound pod naming them, no pending pod that could still go where they are allocated) are
+  deallocated (`deallocation.Deallocator`): a standalone claim whose last pod finished or left,
+  a claim whose pod was deleted before it was bound, a claim left on a drained node whose next
+  pod cannot go there. As the resourceclaim controller does for kube-scheduler's claims, but
+  from the state, not from the moment `reservedFor` empties: a restarted controller finds them;
+- a claim not allocated that no pod names and no ledger entry holds loses our finalizer (after
+  a deallocation, off the path of the pods waiting for its devices).
 
 A node of another driver (NVIDIA's) keeps no NAS: its ledger is the claims' statuses, and only
 this process's memory of what it allocated there is settled.
@@ -16,10 +24,12 @@ this process's memory of what it allocated there is settled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
+from drasat.api import nodefit
 from drasat.api.nas import AllocatedDevices
 from drasat.controller import allocation, v1inputs
+from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites, WrittenClaim
 from drasat.controller.cycle.writes import Writes
@@ -29,6 +39,9 @@ from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 
 log = logging.getLogger(__name__)
+
+#: How many deleted pods' uids `Releaser.gone` keeps (the resourceclaim controller keeps 500).
+GONE_KEPT = 1000
 
 
 class Releaser:
@@ -43,6 +56,7 @@ class Releaser:
         own: OwnWrites,
         ledgers: v1inputs.StatusLedgers,
         metrics: Metrics,
+        deallocator: Deallocator,
         unsuitable_ttl_s: float,
         clock: Callable[[], float],
     ) -> None:
@@ -50,6 +64,7 @@ class Releaser:
         self._writes = writes
         self._ledger = ledger
         self._own = own
+        self._deallocator = deallocator
         #: Claim statuses read as ledger entries (the cycle's, shared with the other parts).
         self._ledgers = ledgers
         self._metrics = metrics
@@ -57,6 +72,15 @@ class Releaser:
         self._clock = clock
         #: pod key -> node -> (until, reason).
         self.unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
+        #: The uids of the last pods the informer saw deleted (`pod_deleted`), oldest first.
+        self.gone: dict[str, None] = {}
+
+    def pod_deleted(self, pod: Obj) -> None:
+        """Remember a pod the informer saw deleted: a reservation of it holds nothing, and
+        needs no lookup (`still_reserved`). The last `GONE_KEPT` are kept."""
+        self.gone[str(pod["metadata"].get("uid"))] = None
+        while len(self.gone) > GONE_KEPT:
+            del self.gone[next(iter(self.gone))]
 
     def unsuitable_now(self) -> dict[str, dict[str, str]]:
         """pod key -> node -> why, for the nodes still unsuitable for the pod (the others are
@@ -92,7 +116,53 @@ class Releaser:
                 ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
         changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
+        changed |= self._deallocate_unused(snapshot)
+        self._drop_unneeded_finalizers(snapshot)
         return changed
+
+    def _drop_unneeded_finalizers(self, snapshot: v1inputs.Snapshot) -> None:
+        """Our finalizer off the claims that need it no more (`finalizer_unneeded`), side by
+        side. Nothing waits for these writes: the next cycles need not run for them."""
+        users = claim_users(snapshot.pods)
+        held = {e.claimInfo.uid for p in snapshot.nas.values() if not p.from_statuses
+                for e in p.node.nas.allocatedClaims.values()}  # fmt: skip
+        found = [c for c in snapshot.claims.values() if finalizer_unneeded(c, users, held)]
+        self._writes.in_parallel(
+            lambda claim: self._writes.confined(
+                v1inputs.claim_ref(claim), [claim], self._deallocator.drop_finalizer, claim
+            ),
+            found,
+        )
+
+    def _deallocate_unused(self, snapshot: v1inputs.Snapshot) -> bool:
+        """Deallocate the claims of drasat's that no pod uses any more (`unused`), side by side;
+        True when any was. A claim whose pods cannot be looked up now waits for the next cycle;
+        one whose write fails is that claim's alone (`Writes.confined`)."""
+        candidates = [c for c in snapshot.claims.values() if deallocates(c, snapshot.classes)]
+        if not candidates:
+            return False
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        users = claim_users(snapshot.pods)
+
+        def still_unused(claim: Obj) -> bool:
+            mine = users.get(v1inputs.claim_ref(claim), [])
+            return deallocates(claim, snapshot.classes) and unused(
+                claim, mine, snapshot.nodes, pods, self._look_up_pod, self.gone
+            )
+
+        found = []
+        for claim in candidates:
+            what = f"{v1inputs.claim_ref(claim)}: looking up the pods it is reserved for"
+            if self._writes.confined(what, [claim], still_unused, claim):
+                found.append(claim)
+        done = self._writes.in_parallel(
+            lambda claim: self._writes.confined(
+                v1inputs.claim_ref(claim), [claim], self._deallocator.deallocate,
+                claim, still_unused, "no pod uses it any more",
+            ),
+            found,
+        )  # fmt: skip
+        return any(done)
 
     def _settle_from_statuses(
         self, node: str, by_uid: Mapping[str, Obj], snapshot: v1inputs.Snapshot
@@ -166,8 +236,7 @@ class Releaser:
         it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
         if not leaving:
             return False
-        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
-        free = [c for c in leaving if not still_reserved(c, pods, self._look_up_pod)]
+        free = self._unheld(leaving, snapshot)
         if not free:
             return False
         by_node = ledger_keys(snapshot, {str(c["metadata"].get("uid")) for c in free})
@@ -193,30 +262,34 @@ class Releaser:
         )
         return bool(by_node) or any(done)
 
+    def _drop_finalizer(self, claim: Obj) -> bool:
+        """Our finalizer off a released claim (its ledger entries are gone)."""
+        dropped = self._deallocator.drop_finalizer(claim)
+        if dropped:
+            log.info("released %s", v1inputs.claim_ref(claim))
+        return dropped
+
+    def _unheld(self, claims: list[Obj], snapshot: v1inputs.Snapshot) -> list[Obj]:
+        """The claims no pod holds any more (`still_reserved`). A claim whose pod could not be
+        looked up (the API server answered 429 or 5xx, or timed out) is held for now: it waits
+        for the next cycle, said as a fault on it; the others go on."""
+        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
+        free = []
+        for claim in claims:
+            what = f"{v1inputs.claim_ref(claim)}: looking up the pods it is reserved for"
+            held = self._writes.confined(
+                what, [claim], still_reserved, claim, pods, self._look_up_pod, self.gone
+            )
+            if held is False:
+                free.append(claim)
+        return free
+
     def _look_up_pod(self, namespace: str, name: str) -> Obj | None:
         """A pod the cache does not know, read from the API server (None: not found)."""
         try:
             return self.api.get(r.PODS, name, namespace=namespace)
         except errors.NotFound:
             return None
-
-    def _drop_finalizer(self, claim: Obj) -> bool:
-        """Our finalizer off a released claim (its ledger entries are gone)."""
-        meta = claim["metadata"]
-        patch = {
-            "metadata": {
-                "finalizers": allocation.finalizers_without(claim),
-                "resourceVersion": meta.get("resourceVersion"),
-            }
-        }
-        self._writes.guard()
-        try:
-            self.api.patch(r.RESOURCE_CLAIMS_V1, meta["name"], patch, namespace=meta["namespace"])
-        except (errors.NotFound, errors.Conflict, errors.Invalid):
-            return False
-        self._own.claims.pop(str(meta.get("uid")), None)
-        log.info("released %s", v1inputs.claim_ref(claim))
-        return True
 
     def _remove_stale(self, node: str, keys: set[str]) -> bool:
         self._ledger.remove(node, keys)
@@ -284,18 +357,25 @@ def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Ob
 
 
 def still_reserved(
-    claim: Obj, pods: Mapping[str, Obj], look_up: Callable[[str, str], Obj | None]
+    claim: Obj,
+    pods: Mapping[str, Obj],
+    look_up: Callable[[str, str], Obj | None],
+    gone: Container[str] = frozenset(),
 ) -> bool:
     """Whether a pod still holds the claim. A reservation of a pod that is gone (or finished,
     or deleted before it was bound) holds nothing, as the resourceclaim controller decides
     before it clears `reservedFor`: the devices need not wait for that write. A pod the cache
     does not know is looked up (`look_up(namespace, name)`, None: not found; it may be newer
-    than the cache). `pods`: the cycle's pods by uid, built once for all the claims leaving."""
+    than the cache), unless the informer saw it deleted (`gone`: uids; the resourceclaim
+    controller keeps the same memory to spare that request). `pods`: the cycle's pods by uid,
+    built once for all the claims."""
     meta = claim["metadata"]
     for ref in (claim.get("status") or {}).get("reservedFor") or []:
         if ref.get("resource", "pods") != "pods" or ref.get("apiGroup"):
             return True  # another kind of consumer: only its owner knows
         pod = pods.get(str(ref.get("uid")))
+        if pod is None and str(ref.get("uid")) in gone:
+            continue
         if pod is None:
             pod = look_up(meta["namespace"], ref.get("name", ""))
             if pod is None:
@@ -305,6 +385,90 @@ def still_reserved(
         if not v1inputs.pod_done(pod):
             return True
     return False
+
+
+def deallocates(claim: Obj, classes: Mapping[str, Obj]) -> bool:
+    """Whether drasat deallocates the claim once no pod uses it: allocated, not being deleted
+    (then it is released), and allocated by drasat. A claim of drasat's driver says so by our
+    finalizer, added before its status and by nothing else (an allocation another writer put
+    there, an admin's or a stale replica's, is not drasat's to take back). A claim of another
+    driver drasat allocates (NVIDIA's: no NAS, so no finalizer, one write fewer per pod) is
+    drasat's when its class is one drasat allocates (`v1inputs.allocates`: drasat is then its
+    one allocator; a claim that tolerates the allocator taint is kube-scheduler's, whose
+    deallocation is the resourceclaim controller's)."""
+    if not v1inputs.is_allocated(claim) or claim["metadata"].get("deletionTimestamp"):
+        return False
+    if allocation.has_finalizer(claim):
+        return True
+    return not v1inputs.names_our_driver(claim) and v1inputs.allocates(claim, classes)
+
+
+def finalizer_unneeded(claim: Obj, users: Mapping[str, list[Obj]], held: Container[str]) -> bool:
+    """Whether the claim carries our finalizer for nothing: not allocated, not being deleted
+    (then it is released), named by no pod that is not done (`claim_users`: that pod's claim
+    is allocated again soon, and would need the finalizer again), and no ledger entry of it
+    left (`held`: the uids the NASes hold; the finalizer keeps the claim until they go)."""
+    if not allocation.has_finalizer(claim) or v1inputs.is_allocated(claim):
+        return False
+    meta = claim["metadata"]
+    if meta.get("deletionTimestamp") or str(meta.get("uid")) in held:
+        return False
+    return not users.get(v1inputs.claim_ref(claim))
+
+
+def claim_users(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
+    """Claim `namespace/name` -> the pods not done that name it (in `spec.resourceClaims`, a
+    template's claim by `status.resourceClaimStatuses`, or as kube-scheduler's claim of their
+    extended resources)."""
+    out: dict[str, list[Obj]] = {}
+    for pod in pods:
+        if v1inputs.pod_done(pod):
+            continue
+        namespace = str(pod["metadata"].get("namespace", ""))
+        names = [n for n in v1inputs.pod_claim_names(pod) if n]
+        extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get(
+            "resourceClaimName"
+        )
+        if extended:
+            names.append(str(extended))
+        for name in dict.fromkeys(names):
+            out.setdefault(f"{namespace}/{name}", []).append(pod)
+    return out
+
+
+def unused(
+    claim: Obj,
+    users: Iterable[Obj],
+    nodes: Mapping[str, Obj],
+    pods: Mapping[str, Obj],
+    look_up: Callable[[str, str], Obj | None],
+    gone: Container[str] = frozenset(),
+) -> bool:
+    """Whether no pod uses the allocated claim any more, nor will where it is allocated:
+
+    - no consumer in its `reservedFor` still holds it (`still_reserved`: a finished, deleted or
+      replaced pod holds nothing, as the resourceclaim controller decides);
+    - no pod naming it (`users`, from `claim_users`) is bound: a bound pod the resourceclaim
+      controller has not reserved it for yet will use it;
+    - no pending pod naming it could go to the node it is allocated on (`nodefit.unfit`: a
+      cordoned or deleted node, taints, node selectors and affinity): a pending pod keeps the
+      claim it was allocated for, but not on a drained node, where it would wait for ever.
+
+    A claim allocated for a pending pod that kube-scheduler has not reserved it for yet is in
+    use. `pods`: the cycle's pods by uid; `look_up`, `gone`: a pod the cache does not know
+    (`still_reserved`)."""
+    if still_reserved(claim, pods, look_up, gone):
+        return False
+    name = v1inputs.allocated_node(claim)
+    node = nodes.get(name) if name else None
+    for pod in users:
+        if (pod.get("spec") or {}).get("nodeName"):
+            return False
+        if name is None:
+            return False  # allocated where its node selector says, not on one node: kept
+        if node is not None and nodefit.unfit(pod, node) is None:
+            return False
+    return True
 
 
 def ledger_keys(snapshot: v1inputs.Snapshot, uids: set[str]) -> dict[str, set[str]]:

@@ -13,7 +13,8 @@ PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
 def evict(api: Api, pod: Obj) -> bool:
     """Ask the API server to evict the pod: True when it is evicted (or already gone), False
-    when a PodDisruptionBudget does not allow it now (429). Other errors are raised."""
+    when a PodDisruptionBudget does not allow it now (429 naming the budget). Other errors,
+    the API server's own throttling (429 without a budget) among them, are raised."""
     meta = pod.get("metadata") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     body: Obj = {
@@ -30,7 +31,7 @@ def evict(api: Api, pod: Obj) -> bool:
     except (errors.NotFound, errors.Conflict):
         return True  # gone, or replaced by a pod of the same name (the uid precondition)
     except errors.Unavailable as error:
-        if error.status == 429:
+        if error.status == 429 and "disruption budget" in str(error).lower():
             return False
         raise
     return True

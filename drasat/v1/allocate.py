@@ -152,6 +152,15 @@ def allocate(
     return outcome
 
 
+def pod_variants(
+    pod: PodInput, nodes: Sequence[Node], classes: Mapping[str, Obj]
+) -> list[list[Option]]:
+    """The ways the pod's claims can be met on these nodes, best first, as `allocate` tries
+    them (its claims read as it reads them: a claim it cannot read raises)."""
+    catalog = Devices({n.state.name: n.devices for n in nodes})
+    return _pod_variants(pod, classes, catalog, {}, {})
+
+
 def _ordinal(n: int) -> str:
     return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
 

@@ -1,29 +1,46 @@
-"""Preemption for `resource.k8s.io/v1` claims: which running pods a refused pod would evict.
+"""Preemption for `resource.k8s.io/v1` claims: the one planner the controller and the what-if
+both run, over the cluster as the cycle's placements left it.
 
-`plan` turns the cluster into the solver's question (`drasat.solver.preemption.choose`): the
-running pods of lower priority that hold drasat's devices on the preemptor's candidate nodes are
-the candidates; whether the preemptor fits once a set of them is gone is answered by the
+`plan_all` takes the refused pods that may preempt (`Wanting`: a pod, or a gang's pods as one),
+highest priority first, and gives each a `Plan`: the victims, where its pods go, and the
+allocation its fit check found (`Plan.held`: its devices, the victims' and the free ones it
+counted on). Each plan's allocation is held against every later plan (`Hold`, held against
+lower and equal priorities, as kube-scheduler holds a nominated pod's request), its victims
+leave (their devices not held are free to later plans, at no cost), and the budgets they spend
+are spent: two preemptors never count one device, one victim or one disruption twice.
+
+One plan for one pod (`plan`) turns the cluster into the solver's question
+(`drasat.solver.preemption.choose`): the running pods of lower priority that hold drasat's
+devices on the preemptor's candidate nodes are the candidates, a running gang one unit (all its
+running pods or none); whether the preemptor fits once a set of them is gone is answered by the
 allocator itself (`allocate` on that node, with the freed claims' ledger entries and the
 victims' CPU and memory taken off), so what preemption frees is exactly what allocation uses —
-whole GPUs, MIG placements, share capacity. A claim shared by several pods is freed only when
-every pod using it is a victim. Shared by the controller and the what-if; purely computational.
+whole GPUs, MIG placements, share capacity. A claim is freed only when every pod using it is a
+victim and it does not outlive its pods (`lasting`: a standalone claim nobody deallocates). The
+solver's search knows each node's devices (`devices`), so it proposes only sets that free a
+place for them. A gang preempts as one: its pods are planned one after the other, each over the
+nodes the ones before it left, and the gang gets one plan, or none and no victim.
+
+Purely computational.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from drasat.api.devicemodel.classes import GPU_CLASS
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import Problem, Solution, SolveParams
+from drasat.solver import Gang, Problem, Solution, SolveParams
 from drasat.solver import preemption as choice
-from drasat.v1.allocate import Node, PodInput, allocate
+from drasat.solver.inventory import share_memory_mib
+from drasat.v1 import publisheddevices
+from drasat.v1.allocate import Node, Outcome, PodInput, allocate, pod_variants
 
 Obj = dict[str, object]
 Solve = Callable[[Problem, SolveParams], Solution]
+MiB = 2**20
 
 #: Ledger keys of devices held for a preemptor while its victims leave (never a real claim's).
 NOMINATED_PREFIX = "nominated:"
@@ -42,19 +59,219 @@ class Running:
     memory_mib: int = 0
     #: The PodDisruptionBudgets that select it.
     budgets: tuple[str, ...] = ()
+    #: Its gang (namespace/name): a gang is evicted whole or not at all. None: no gang.
+    unit: str | None = None
+
+
+@dataclass(frozen=True)
+class Wanting:
+    """A preemptor: one pod, or the pods of a gang, planned as one."""
+
+    pods: tuple[PodInput, ...]
+    gang: Gang | None = None
+
+    @classmethod
+    def of(cls, pod: PodInput) -> Wanting:
+        return cls((pod,))
+
+    @property
+    def key(self) -> str:
+        return self.gang.name if self.gang is not None else self.pods[0].key
+
+    @property
+    def priority(self) -> int:
+        """A gang's is its lowest pod's: it preempts only pods below every one of its pods."""
+        return min(p.priority for p in self.pods)
 
 
 @dataclass(frozen=True)
 class Plan:
+    #: The preemptor's key (a pod's, or a gang's).
     preemptor: str
-    #: Where the preemptor goes once the victims are gone; None: nowhere (`reason`).
+    #: Where the preemptor goes once the victims are gone (a gang: its first pod's node);
+    #: None: nowhere (`reason`).
     node: str | None
     victims: tuple[str, ...] = ()
-    #: The claims the victims free (uids): their devices are held for the preemptor.
+    #: The claims the victims free (uids): no other plan counts them free.
     freed: tuple[str, ...] = ()
     proven: bool = True
     checks: int = 0
     reason: str = ""
+    priority: int = 0
+    #: pod key -> its node (one for a pod, each of a gang's).
+    pods: Mapping[str, str] = field(default_factory=dict)
+    #: node -> the ledger entries of the allocation the fit check found: what is held for it.
+    held: Mapping[str, Mapping[str, AllocatedDevices]] = field(default_factory=dict)
+
+    @property
+    def waits(self) -> bool:
+        """It fits once pods already leaving are gone: nobody is evicted, it waits for them."""
+        return self.node is not None and not self.victims
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Devices held for a preemptor: against pods of its priority or lower, not its own."""
+
+    preemptor: str
+    pods: frozenset[str]
+    priority: int
+    held: Mapping[str, Mapping[str, AllocatedDevices]]
+
+    @classmethod
+    def of(cls, plan: Plan) -> Hold:
+        return cls(plan.preemptor, frozenset(plan.pods), plan.priority, plan.held)
+
+
+@dataclass(frozen=True)
+class Planned:
+    plans: tuple[Plan, ...] = ()
+    #: Every hold after the plans: those given, then each plan's.
+    holds: tuple[Hold, ...] = ()
+
+
+def plan_all(
+    wanting: Sequence[Wanting],
+    nodes: Sequence[Node],
+    running: Iterable[Running],
+    users: Mapping[str, frozenset[str]],
+    classes: Mapping[str, Obj],
+    *,
+    policy: AllocationPolicySpec | None = None,
+    budgets: Mapping[str, int] | None = None,
+    holds: Sequence[Hold] = (),
+    lasting: frozenset[str] = frozenset(),
+    params: SolveParams | None = None,
+    solve: Solve | None = None,
+) -> Planned:
+    """Each preemptor's plan, highest priority first (then as given), every plan made over what
+    the ones before it hold, evict and spend. `nodes`: the cluster as the cycle left it (the
+    claims of pods already leaving taken off: they are free, unless held); `holds`: the devices
+    already held for nominated preemptors; `lasting`: claims that stay allocated when their
+    pods leave."""
+    policy = policy or AllocationPolicySpec()
+    if not policy.preemption.enabled:
+        return Planned((), tuple(holds))
+    state = _State(
+        {n.state.name: n for n in nodes},
+        [r for r in running],
+        dict(budgets or {}),
+        list(holds),
+    )
+    out = []
+    ordered = sorted(enumerate(wanting), key=lambda item: (-item[1].priority, item[0]))
+    for _, want in ordered:
+        found = _plan_unit(want, state, users, classes, policy, lasting, params, solve)
+        out.append(found)
+        if found.node is not None:
+            state.commit(found)
+    return Planned(tuple(out), tuple(state.holds))
+
+
+@dataclass
+class _State:
+    """The cluster as the plans so far leave it."""
+
+    nodes: dict[str, Node]
+    running: list[Running]
+    budgets: dict[str, int]
+    holds: list[Hold]
+
+    def commit(self, found: Plan) -> None:
+        gone = set(found.victims)
+        freed = set(found.freed)
+        by_node: dict[str, list[Running]] = {}
+        for r in self.running:
+            if r.key in gone:
+                by_node.setdefault(r.node, []).append(r)
+                for name in r.budgets:
+                    if name in self.budgets:
+                        self.budgets[name] -= 1
+        for name, pods in by_node.items():
+            self.nodes[name] = without(self.nodes[name], freed, pods)
+        self.running = [r for r in self.running if r.key not in gone]
+        self.holds.append(Hold.of(found))
+
+
+def _plan_unit(
+    want: Wanting,
+    state: _State,
+    users: Mapping[str, frozenset[str]],
+    classes: Mapping[str, Obj],
+    policy: AllocationPolicySpec,
+    lasting: frozenset[str],
+    params: SolveParams | None,
+    solve: Solve | None,
+) -> Plan:
+    """One preemptor's plan over the state (not changed): a pod's, or a gang's pod by pod."""
+    if want.gang is None:
+        pod = want.pods[0]
+        nodes = holding(list(state.nodes.values()), state.holds, pod.priority, pod.key)
+        return plan(pod, nodes, state.running, users, classes, policy=policy,
+                    budgets=state.budgets, lasting=lasting, params=params,
+                    solve=solve)  # fmt: skip
+    # A gang: each pod over what the ones before it leave; all planned, or nothing.
+    trial = _State(dict(state.nodes), list(state.running), dict(state.budgets), list(state.holds))
+    domain: str | None = None
+    victims: list[str] = []
+    freed: list[str] = []
+    pods: dict[str, str] = {}
+    held: dict[str, dict[str, AllocatedDevices]] = {}
+    proven, checks = True, 0
+    by_domain = _domains(state.nodes.values(), want.gang)
+    for pod in sorted(want.pods, key=lambda p: p.key):
+        nodes = holding(list(trial.nodes.values()), trial.holds, want.priority, pod.key)
+        if domain is not None:
+            pod = dataclasses.replace(pod, candidate_nodes=_within(pod, by_domain[domain]))
+        found = plan(pod, nodes, trial.running, users, classes, policy=policy,
+                     budgets=trial.budgets, lasting=lasting, params=params,
+                     solve=solve)  # fmt: skip
+        checks += found.checks
+        proven = proven and found.proven
+        if found.node is None:
+            return Plan(want.key, None, proven=proven, checks=checks, priority=want.priority,
+                        reason=f"gang {want.key}: pod {pod.key}: {found.reason}; a gang "
+                        "preempts for all its pods or for none")  # fmt: skip
+        if want.gang.required and want.gang.topology_key is not None and domain is None:
+            domain = next((d for d, names in by_domain.items() if found.node in names), None)
+            if domain is None:
+                return Plan(want.key, None, proven=proven, checks=checks,
+                            priority=want.priority,
+                            reason=f"gang {want.key}: node {found.node} has no label "
+                            f"{want.gang.topology_key}")  # fmt: skip
+        victims += found.victims
+        freed += found.freed
+        pods.update(found.pods)
+        for node, entries in found.held.items():
+            held.setdefault(node, {}).update(entries)
+        trial.commit(dataclasses.replace(found, priority=want.priority))
+    return Plan(
+        want.key,
+        pods[sorted(pods)[0]],
+        tuple(sorted(set(victims))),
+        tuple(sorted(set(freed))),
+        proven,
+        checks,
+        priority=want.priority,
+        pods=pods,
+        held=held,
+    )
+
+
+def _domains(nodes: Iterable[Node], gang: Gang) -> dict[str, frozenset[str]]:
+    if gang.topology_key is None:
+        return {}
+    out: dict[str, set[str]] = {}
+    for node in nodes:
+        value = dict(node.state.labels).get(gang.topology_key)
+        if value is not None:
+            out.setdefault(value, set()).add(node.state.name)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _within(pod: PodInput, names: frozenset[str]) -> tuple[str, ...]:
+    allowed = names if pod.candidate_nodes is None else names & set(pod.candidate_nodes)
+    return tuple(sorted(allowed))
 
 
 def plan(
@@ -66,47 +283,38 @@ def plan(
     *,
     policy: AllocationPolicySpec | None = None,
     budgets: Mapping[str, int] | None = None,
+    lasting: frozenset[str] = frozenset(),
     params: SolveParams | None = None,
     solve: Solve | None = None,
 ) -> Plan:
     """The victims that let `preemptor` fit, chosen by the solver, or why there are none.
 
     `users`: claim uid -> the keys of every pod using it (a claim is freed only when all are
-    victims); `budgets`: PodDisruptionBudget name -> the disruptions it allows now."""
+    victims); `budgets`: PodDisruptionBudget name -> the disruptions it allows now; `lasting`:
+    claims that stay allocated when their pods leave (evicting their pods frees nothing)."""
     policy = policy or AllocationPolicySpec()
     settings = policy.preemption
     by_node = {n.state.name: n for n in nodes}
     allowed = set(by_node) if preemptor.candidate_nodes is None else set(preemptor.candidate_nodes)
-    pods = {
-        p.key: p
-        for p in running
-        if p.priority < preemptor.priority and p.node in allowed and p.node in by_node and p.claims
-    }
-    candidates = [
-        choice.Candidate(
-            key=p.key,
-            node=p.node,
-            priority=p.priority,
-            devices=_devices(by_node[p.node], p.claims),
-            budgets=p.budgets,
-            gpus=_gpus(entries_of(by_node[p.node], p.claims).values()),
-        )
-        for p in pods.values()
-    ]
+    everyone = list(running)
+    pods = _candidates(preemptor, everyone, allowed, by_node, users, lasting)
 
     def freed(victims: frozenset[str]) -> set[str]:
         return {
             uid
             for key in victims
             for uid in pods[key].claims
-            if users.get(uid, frozenset({key})) <= victims
+            if uid not in lasting and users.get(uid, frozenset({key})) <= victims
         }
 
+    answers: dict[tuple[str, frozenset[str]], Outcome] = {}
+
     def fits(node: str, victims: frozenset[str]) -> bool:
-        gone = [pods[k] for k in victims]
+        gone = [pods[k] for k in victims if pods[k].node == node]
         state = without(by_node[node], freed(victims), gone)
         alone = dataclasses.replace(preemptor, candidate_nodes=(node,))
         outcome = allocate([state], [alone], classes, policy=policy, params=params, solve=solve)
+        answers[(node, victims)] = outcome
         return preemptor.key in outcome.placed
 
     # Pods already leaving (the caller took their claims off) may free enough: no victim then.
@@ -114,22 +322,43 @@ def plan(
     if nodes_here:
         now = allocate(nodes_here, [preemptor], classes, policy=policy, params=params, solve=solve)
         if preemptor.key in now.placed:
-            return Plan(preemptor.key, now.placed[preemptor.key],
-                        reason="it fits without victims (devices being freed)")  # fmt: skip
+            where = now.placed[preemptor.key]
+            return Plan(preemptor.key, where, priority=preemptor.priority,
+                        reason="it fits without victims (devices being freed)",
+                        pods={preemptor.key: where}, held=_held(now))  # fmt: skip
+    units = _whole_units(pods, everyone)
+    candidates = [
+        choice.Candidate(
+            key=p.key,
+            node=p.node,
+            priority=p.priority,
+            devices=_devices(by_node[p.node], p.claims) if p.node in by_node else 0,
+            budgets=p.budgets,
+            unit=p.unit,
+        )
+        for p in pods.values()
+        if p.unit is None or p.unit in units
+    ]
+    here = sorted({c.node for c in candidates if c.node in allowed})
+    devices = {}
+    for name in here:
+        found_devices = _node_devices(by_node[name], preemptor, classes, users, pods, lasting)
+        if found_devices is not None:
+            devices[name] = found_devices
     found = choice.choose(
         preemptor.priority,
-        candidates,
+        [c for c in candidates if c.node in allowed or c.unit is not None],
         fits,
         max_victims=settings.maxVictims,
         budgets=budgets,
         order=settings.minimize,
-        whole=_whole(
-            preemptor, [by_node[n] for n in sorted({p.node for p in pods.values()})], pods, users
-        ),
+        devices=devices,
+        nodes=here,
     )
     if found.node is None:
         return Plan(preemptor.key, None, proven=found.proven, checks=found.checks,
-                    reason=found.reason)  # fmt: skip
+                    reason=found.reason, priority=preemptor.priority)  # fmt: skip
+    outcome = answers[(found.node, frozenset(found.victims))]
     return Plan(
         preemptor.key,
         found.node,
@@ -137,7 +366,152 @@ def plan(
         tuple(sorted(freed(frozenset(found.victims)))),
         found.proven,
         found.checks,
+        priority=preemptor.priority,
+        pods={preemptor.key: found.node},
+        held=_held(outcome),
     )
+
+
+def _candidates(
+    preemptor: PodInput,
+    running: Sequence[Running],
+    allowed: set[str],
+    by_node: Mapping[str, Node],
+    users: Mapping[str, frozenset[str]],
+    lasting: frozenset[str],
+) -> dict[str, Running]:
+    """The pods of lower priority that could free something: on a candidate node (or a gang's
+    member elsewhere whose gang has a pod on one) and holding a claim that can be freed."""
+    lower = [r for r in running if r.priority < preemptor.priority and r.node in by_node]
+    units_here = {r.unit for r in lower if r.unit is not None and r.node in allowed}
+    out = {}
+    for r in lower:
+        if r.unit is None and (r.node not in allowed or not r.claims):
+            continue
+        if r.unit is not None and r.unit not in units_here:
+            continue
+        if r.unit is None and all(uid in lasting for uid in r.claims):
+            continue  # its claims stay when it leaves: evicting it frees nothing
+        out[r.key] = r
+    return out
+
+
+def _whole_units(pods: Mapping[str, Running], running: Sequence[Running]) -> set[str]:
+    """The gangs every running pod of which is a candidate (a gang with a pod of the
+    preemptor's priority or above, or off the cluster's nodes, is never a victim)."""
+    members: dict[str, set[str]] = {}
+    for r in running:
+        if r.unit is not None:
+            members.setdefault(r.unit, set()).add(r.key)
+    return {unit for unit, keys in members.items() if keys <= pods.keys()}
+
+
+def _held(outcome: Outcome) -> dict[str, dict[str, AllocatedDevices]]:
+    out: dict[str, dict[str, AllocatedDevices]] = {}
+    for allocation in outcome.allocations.values():
+        out.setdefault(allocation.node, {}).update(allocation.ledger)
+    return out
+
+
+def holding(nodes: Sequence[Node], holds: Iterable[Hold], priority: int, pod: str) -> list[Node]:
+    """The nodes as a pod of `priority` sees them: the devices held for each preemptor of that
+    priority or higher are taken (never its own)."""
+    return with_holds(nodes, applicable(holds, priority, {pod}))
+
+
+def applicable(holds: Iterable[Hold], priority: int, pods: Iterable[str]) -> list[Hold]:
+    """The holds against pods of `priority` (lower and equal priorities are held against; a
+    higher priority takes what is held), but for the holds of these pods themselves."""
+    mine = set(pods)
+    return [h for h in holds if h.priority >= priority and not (h.pods & mine)
+            and h.preemptor not in mine]  # fmt: skip
+
+
+def with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
+    """The nodes with these holds' devices taken."""
+    held: dict[str, dict[str, AllocatedDevices]] = {}
+    for found in holds:
+        for node, entries in found.held.items():
+            held.setdefault(node, {}).update(entries)
+    return [hold(n, held[n.state.name]) if n.state.name in held else n for n in nodes]
+
+
+def hold_groups(
+    pods: Sequence[PodInput], holds: Sequence[Hold], gangs: Iterable[Gang] = ()
+) -> list[tuple[list[PodInput], list[Hold]]]:
+    """The pods in groups that see the same holds, each with those holds, in the pods' order
+    (a gang's pods in one group, which sees what any of them sees but the gang's own holds).
+    The caller places the groups one after the other, each over what the ones before left."""
+    if not holds:
+        return [(list(pods), [])] if pods else []
+    of_gang = {p: g for g in gangs for p in g.pods}
+    members: dict[str, list[PodInput]] = {}
+    for pod in pods:
+        if pod.key in of_gang:
+            members.setdefault(of_gang[pod.key].name, []).append(pod)
+    groups: dict[frozenset[str], list[PodInput]] = {}
+    seen: dict[frozenset[str], list[Hold]] = {}
+    done: set[str] = set()
+    for pod in pods:
+        if pod.key in done:
+            continue
+        gang = of_gang.get(pod.key)
+        unit = members[gang.name] if gang is not None else [pod]
+        keys = {p.key for p in unit}
+        found = applicable(holds, min(p.priority for p in unit), keys)
+        key = frozenset(h.preemptor for h in found)
+        groups.setdefault(key, []).extend(unit)
+        seen[key] = found
+        done |= keys
+    return [(group, seen[key]) for key, group in groups.items()]
+
+
+def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput]) -> list[Node]:
+    """The nodes with the outcome's placed pods on them (their claims' ledger entries, their
+    CPU and memory): what the next group or plan sees."""
+    by_key = {p.key: p for p in pods}
+    out = []
+    for node in nodes:
+        name = node.state.name
+        here = [by_key[k] for k, n in outcome.placed.items() if n == name and k in by_key]
+        if not here:
+            out.append(node)
+            continue
+        entries = dict(node.state.nas.allocatedClaims)
+        for pod in here:
+            for claim in pod.claims:
+                found = outcome.allocations.get(str(claim["metadata"].get("uid", "")))
+                if found is not None:
+                    entries.update(found.ledger)
+        state = dataclasses.replace(
+            node.state,
+            nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+            used_cpu_milli=node.state.used_cpu_milli + sum(p.cpu_milli for p in here),
+            used_memory_mib=node.state.used_memory_mib + sum(p.memory_mib for p in here),
+        )
+        out.append(dataclasses.replace(node, state=state))
+    return out
+
+
+def outlives_its_pods(claim: Obj) -> bool:
+    """Whether an allocated claim stays allocated when every pod using it has left, so that
+    evicting them frees nothing: a claim that no pod owns (a standalone claim, not one made
+    from the pod's template, which the garbage collector deletes with it) and that does not
+    carry kube-scheduler's finalizer (with which the resourceclaim controller deallocates it).
+    drasat's allocations carry neither today: nothing gives such a claim back."""
+    meta = claim.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    owners = meta.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, dict) and owner.get("kind") == "Pod" and owner.get("controller"):
+            return False
+    finalizers = meta.get("finalizers")
+    return DELETE_PROTECTION not in (finalizers if isinstance(finalizers, list) else [])
+
+
+#: kube-scheduler's finalizer on the claims it allocates: the resourceclaim controller
+#: deallocates such a claim once no pod uses it.
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 
 def checked(count: int) -> str:
@@ -177,9 +551,8 @@ def entries_of(node: Node, claims: Iterable[str]) -> dict[str, AllocatedDevices]
 
 
 def hold(node: Node, held: Mapping[str, AllocatedDevices]) -> Node:
-    """The node with devices held for a preemptor (its victims' ledger entries, kept after
-    they leave so no other pod takes them): entries of a claim still in the ledger are not
-    added twice."""
+    """The node with devices held for a preemptor (the allocation planned for it, kept taken so
+    no other pod takes them): entries of a claim already in the ledger are not added twice."""
     present = {e.claimInfo.uid for e in node.state.nas.allocatedClaims.values()}
     extra = {
         NOMINATED_PREFIX + key: entry
@@ -204,73 +577,90 @@ def _devices(node: Node, claims: Sequence[str]) -> int:
     return count
 
 
-def whole_gpus_needed(claims: Sequence[Obj]) -> int:
-    """How many whole GPUs the claims need, when that is all they ask: every request `exactly`
-    of drasat's GPU class, by count, without capacity (a share). 0 when anything else is asked
-    (a share, MIG, firstAvailable, All): then no count of whole GPUs is necessary."""
-    need = 0
-    for claim in claims:
-        spec = claim.get("spec")
-        devices = spec.get("devices") if isinstance(spec, dict) else None
-        requests = devices.get("requests") if isinstance(devices, dict) else None
-        if not isinstance(requests, list) or not requests:
-            return 0
-        for request in requests:
-            exactly = request.get("exactly") if isinstance(request, dict) else None
-            if not isinstance(exactly, dict) or exactly.get("deviceClassName") != GPU_CLASS:
-                return 0
-            if (
-                exactly.get("capacity")
-                or exactly.get("allocationMode", "ExactCount") != "ExactCount"
-            ):
-                return 0
-            count = exactly.get("count", 1)
-            if not isinstance(count, int) or count < 1:
-                return 0
-            need += count
-    return need
-
-
-def _whole(
+def _node_devices(
+    node: Node,
     preemptor: PodInput,
-    nodes: Sequence[Node],
-    pods: Mapping[str, Running],
+    classes: Mapping[str, Obj],
     users: Mapping[str, frozenset[str]],
-) -> choice.WholeGpus | None:
-    """What the preemptor needs of whole GPUs, and what each node has free or could free."""
-    need = whole_gpus_needed(preemptor.claims)
-    if not need:
+    pods: Mapping[str, Running],
+    lasting: frozenset[str],
+) -> choice.Devices | None:
+    """The node's GPUs, what each claim there holds of them and who frees it, and the
+    preemptor's needs by way its claims can be met (None: its claims cannot be read)."""
+    nas = node.state.nas
+    gpus = tuple(choice.Gpu(g.uuid, (g.memoryBytes or 0) // MiB) for g in nas.gpus() if g.uuid)
+    sizes = {(m.parentProductName, m.profile): {p.start: p.size for p in m.placements}
+             for m in nas.mig_profiles()}  # fmt: skip
+    product = {g.uuid: g.productName for g in nas.gpus()}
+
+    def holders(uid: str) -> frozenset[str] | None:
+        found = users.get(uid)
+        if uid in lasting or not found or not found <= pods.keys():
+            return None
+        return found
+
+    holds: list[choice.Hold] = []
+    for entry in nas.allocatedClaims.values():
+        who = holders(entry.claimInfo.uid)
+        holds.extend(_holds(entry, who))
+    for uid, prepared in nas.preparedClaims.items():
+        if any(e.claimInfo.uid == uid for e in nas.allocatedClaims.values()):
+            continue
+        who = holders(uid)
+        for gpu in prepared.gpu.devices if prepared.gpu else []:
+            holds.append(choice.Hold(gpu.uuid, who, whole=True))
+        for mig in prepared.mig.devices if prepared.mig else []:
+            slices = frozenset(range(mig.placement.start, mig.placement.end))
+            holds.append(choice.Hold(mig.parentUUID, who, slices=slices, media=_media(mig.profile)))
+    for orphan in nas.orphanMigDevices:
+        slices = frozenset(range(orphan.placement.start, orphan.placement.end))
+        holds.append(choice.Hold(orphan.parentUUID, None, slices=slices))
+    try:
+        variants = pod_variants(preemptor, [node], classes)
+    except Exception:  # its claims are refused when read: the allocator says why
         return None
-    free: dict[str, int] = {}
-    freeable: dict[str, frozenset[str]] = {}
-    for node in nodes:
-        nas = node.state.nas
-        gpus = {d.gpu.uuid for d in nas.allocatableDevices if d.gpu is not None}
-        holders: dict[str, set[str]] = {}  # GPU -> the claims that hold it
-        for entry in nas.allocatedClaims.values():
-            for gpu in _gpus([entry]):
-                holders.setdefault(gpu, set()).add(entry.claimInfo.uid)
-        for uid, prepared in nas.preparedClaims.items():
-            found = [d.uuid for d in prepared.gpu.devices] if prepared.gpu else []
-            found += [d.parentUUID for d in prepared.mig.devices] if prepared.mig else []
-            for gpu in found:
-                holders.setdefault(gpu, set()).add(uid)
-        free[node.state.name] = len(gpus - set(holders))
-        # A GPU can be freed when every pod using every claim on it is a candidate here.
-        freeable[node.state.name] = frozenset(
-            gpu
-            for gpu, claims in holders.items()
-            if all(users.get(c, frozenset({"?"})) <= pods.keys() for c in claims)
-        )
-    return choice.WholeGpus(need, free, freeable)
+    here = {g.uuid for g in gpus}
+    ways = []
+    for options in variants:
+        needs = []
+        for option in options:
+            if option.kind == publisheddevices.FALLBACK:
+                continue
+            if option.kind == publisheddevices.MIG:
+                placements = frozenset(
+                    (gpu, start, sizes.get((product.get(gpu, ""), option.profile or ""), {})
+                     .get(start, 0))
+                    for gpu, start in option.placements if gpu in here
+                )  # fmt: skip
+                needs.append(choice.Need(choice.Need.MIG, option.count, placements=placements,
+                                         media=_media(option.profile or "")))  # fmt: skip
+            elif option.share is not None:
+                needs.append(choice.Need(choice.Need.SHARE, option.count,
+                                         gpus=option.eligible & here,
+                                         compute=option.share.compute or 0,
+                                         memory_mib=share_memory_mib(option.share)))  # fmt: skip
+            else:
+                needs.append(choice.Need(choice.Need.GPU, option.count,
+                                         gpus=option.eligible & here))  # fmt: skip
+        ways.append(tuple(needs))
+    return choice.Devices(gpus, tuple(holds), tuple(ways))
 
 
-def _gpus(entries: Iterable[AllocatedDevices]) -> frozenset[str]:
-    """The GPUs ledger entries touch (whole, shared, or a MIG device's parent)."""
-    out: set[str] = set()
-    for entry in entries:
-        if entry.gpu is not None:
-            out.update(d.uuid for d in entry.gpu.devices)
-        if entry.mig is not None:
-            out.update(d.parentUUID for d in entry.mig.devices)
-    return frozenset(out)
+def _holds(entry: AllocatedDevices, who: frozenset[str] | None) -> list[choice.Hold]:
+    out = []
+    if entry.gpu is not None:
+        for device in entry.gpu.devices:
+            if entry.share is not None:
+                out.append(choice.Hold(device.uuid, who, compute=entry.share.compute or 0,
+                                       memory_mib=share_memory_mib(entry.share)))  # fmt: skip
+            else:
+                out.append(choice.Hold(device.uuid, who, whole=True))
+    if entry.mig is not None:
+        for mig in entry.mig.devices:
+            slices = frozenset(range(mig.placement.start, mig.placement.end))
+            out.append(choice.Hold(mig.parentUUID, who, slices=slices, media=_media(mig.profile)))
+    return out
+
+
+def _media(profile: str) -> bool:
+    return profile.endswith("+me")

@@ -24,7 +24,8 @@ from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Gang, Problem, Solution, SolveParams
-from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, results
+from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, preemption, results
+from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Plan
 from drasat.whatif import clusternodes, v1manifests, v1preemption
 
@@ -125,6 +126,18 @@ def _only_pool(claim: Obj, pool: str) -> Obj:
         **claim,
         "status": {**claim["status"], "allocation": {**allocation, "devices": devices}},
     }
+
+
+def _merge(into: Outcome, found: Outcome) -> None:
+    """One group's outcome added to the run's."""
+    into.placed.update(found.placed)
+    into.allocations.update(found.allocations)
+    into.refused.update(found.refused)
+    into.solutions.extend(found.solutions)
+    into.failed.update(found.failed)
+    into.untried += found.untried
+    for key in found.placed:
+        into.refused.pop(key, None)
 
 
 def pod_inputs(
@@ -266,11 +279,22 @@ def run_v1(
         if any(k in placing for k in g.pods)
     ]
     error = None
+    # As the controller's cycle: the higher priority first, nominated preemptors before their
+    # peers, and the devices held for a nominee taken for every pod of its priority or lower.
+    nominated = {n.pod: n for p in workload.pods if (n := Nomination.of_pod(p.obj)) is not None}
+    pods = [p for _, p in sorted(enumerate(pods), key=lambda item: (
+        -item[1].priority, item[1].key not in nominated, item[0]))]  # fmt: skip
+    holds = holds_of(n for k, n in nominated.items() if k in placing)
     try:
-        outcome = allocate(
-            node_list, pods, workload.classes, policy=policy, params=params, solve=solve,
-            gangs=complete,
-        )  # fmt: skip
+        outcome = Outcome()
+        seen_nodes = node_list
+        for group, seen in preemption.hold_groups(pods, holds, complete):
+            placed = allocate(
+                preemption.with_holds(seen_nodes, seen), group, workload.classes,
+                policy=policy, params=params, solve=solve, gangs=complete,
+            )  # fmt: skip
+            _merge(outcome, placed)
+            seen_nodes = preemption.placed_on(seen_nodes, placed, group)
     except Exception as failure:  # a solver bug must still end in a report, not a traceback
         log.debug("allocation failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"
@@ -289,6 +313,6 @@ def run_v1(
             outcome.refused[key] = (why,)
     preempting = () if crashed else v1preemption.plans(
         node_list, workload, outcome, policy=policy, params=params, solve=solve,
-        pods_in={p.key: p for p in pods},
+        pods_in={p.key: p for p in pods}, gangs=complete, holds=holds,
     )  # fmt: skip
     return V1Result(cluster, workload, outcome, blocked, error, tuple(complete), preempting)

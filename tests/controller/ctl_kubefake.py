@@ -3,7 +3,8 @@
 It keeps what the controller relies on: resourceVersion (409 on stale writes), 404, AlreadyExists,
 finalizers + deletionTimestamp, the status subresource (spec and status written apart), merge
 patches, and watches that replay from a resourceVersion (410 when too old). Faults: `conflict_first`
-(every first write of an object answers 409), `down` (every call fails as unreachable), and
+(every first write of an object answers 409), `down` (every call fails as unreachable),
+`fail(verb, plural, error)` (a chosen call answers with an error: a 429, a 5xx, a timeout), and
 `drop_watches()`.
 """
 
@@ -15,6 +16,8 @@ import queue
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from drasat.kube import errors
@@ -59,6 +62,40 @@ class _Stream:
         self.api._forget(self)
 
 
+@dataclass
+class Failure:
+    """Calls of `verb` on `plural` (and `name`, when given) answer `error`, `times` times (None:
+    until removed)."""
+
+    verb: str
+    plural: str
+    error: errors.KubeError
+    name: str | None = None
+    times: int | None = None
+    #: How many calls it answered.
+    hits: int = 0
+
+    def matches(self, verb: str, plural: str, name: str | None) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return (self.verb in (verb, "*") and self.plural in (plural, "*")
+                and self.name in (None, name))  # fmt: skip
+
+
+def too_many_requests(what: str = "injected") -> errors.KubeError:
+    """What a rate-limited API server (API Priority and Fairness) answers."""
+    return errors.from_status(429, "TooManyRequests", f"{what}: too many requests")
+
+
+def server_error(what: str = "injected") -> errors.KubeError:
+    return errors.from_status(500, "InternalError", f"{what}: internal error")
+
+
+def timed_out(what: str = "injected") -> errors.KubeError:
+    """What the client raises when a request times out (`KubeClient`: urllib3's timeout)."""
+    return errors.Unavailable(f"{what}: read timed out")
+
+
 class FakeApi:
     def __init__(self, *, history: int = 10_000) -> None:
         self.lock = threading.RLock()
@@ -70,6 +107,7 @@ class FakeApi:
         self.conflict_first = False
         self._written: set[tuple[str, str, str, str]] = set()
         self.down = False
+        self.failures: list[Failure] = []
         self.calls: list[tuple[str, str]] = []  # (verb, plural)
 
     # Faults.
@@ -79,10 +117,38 @@ class FakeApi:
         for stream in streams:
             stream.close()
 
-    def _check(self, verb: str, resource: Resource) -> None:
+    def fail(
+        self,
+        verb: str,
+        plural: str,
+        error: errors.KubeError | None = None,
+        *,
+        name: str | None = None,
+        times: int | None = None,
+    ) -> Failure:
+        """Calls of `verb` ("*": any) on `plural` ("*": any; `name`: that object only) answer
+        `error` (a 500 by default), `times` times or until `failures` is cleared."""
+        found = Failure(verb, plural, error or server_error(f"{verb} {plural}"), name, times)
+        self.failures.append(found)
+        return found
+
+    @contextmanager
+    def unfailing(self) -> Iterator[None]:
+        """The test's own calls, answered whatever `failures` says."""
+        kept, self.failures = self.failures, []
+        try:
+            yield
+        finally:
+            self.failures = kept
+
+    def _check(self, verb: str, resource: Resource, name: str | None = None) -> None:
         self.calls.append((verb, resource.plural))
         if self.down:
             raise errors.Unavailable(f"{verb} {resource.plural}: connection refused")
+        for failure in self.failures:
+            if failure.matches(verb, resource.plural, name):
+                failure.hits += 1
+                raise failure.error
 
     def _maybe_conflict(self, key: tuple[str, str, str], verb: str) -> None:
         if self.conflict_first and (*key, verb) not in self._written:
@@ -126,7 +192,7 @@ class FakeApi:
     # Api.
     def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         with self.lock:
-            self._check("get", resource)
+            self._check("get", resource, name)
             obj = self.objects.get(self._key(resource, namespace, name))
             if obj is None:
                 raise errors.NotFound(f"{resource.plural} {namespace}/{name} not found", status=404)
@@ -172,7 +238,7 @@ class FakeApi:
 
     def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
         with self.lock:
-            self._check("create", resource)
+            self._check("create", resource, (body.get("metadata") or {}).get("name"))
             obj = resource.stamp(copy.deepcopy(body))
             meta = obj.setdefault("metadata", {})
             if namespace and resource.namespaced:
@@ -214,12 +280,12 @@ class FakeApi:
 
     def replace(self, resource: Resource, body: Obj) -> Obj:
         with self.lock:
-            self._check("replace", resource)
+            self._check("replace", resource, (body.get("metadata") or {}).get("name"))
             return self._update(resource, body, status=False)
 
     def replace_status(self, resource: Resource, body: Obj) -> Obj:
         with self.lock:
-            self._check("replace_status", resource)
+            self._check("replace_status", resource, (body.get("metadata") or {}).get("name"))
             return self._update(resource, body, status=True)
 
     def patch(
@@ -233,7 +299,7 @@ class FakeApi:
     ) -> Obj:
         assert isinstance(patch, dict), "the fake applies merge patches only"
         with self.lock:
-            self._check("patch", resource)
+            self._check("patch", resource, name)
             key = self._key(resource, namespace, name)
             current = self.objects.get(key)
             if current is None:
@@ -255,7 +321,7 @@ class FakeApi:
 
     def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
         with self.lock:
-            self._check("delete", resource)
+            self._check("delete", resource, name)
             key = self._key(resource, namespace, name)
             current = self.objects.get(key)
             if current is None:

@@ -177,3 +177,125 @@ def test_a_release_removes_the_claims_entries_on_the_nodes_with_a_nas_only() -> 
     }
     found = releasing.ledger_keys(dataclasses.replace(base, nas=nas), {"x", "z"})
     assert found == {"a": {"x/gpu", "x/mig"}, "b": {"z/gpu"}}
+
+
+def test_a_pod_the_informer_saw_deleted_is_not_looked_up() -> None:
+    asked: list[str] = []
+
+    def look_up(namespace: str, name: str) -> Obj | None:
+        asked.append(name)
+        return _pod("u1")  # what a stale answer would say
+
+    assert not releasing.still_reserved(_reserved(POD_REF), {}, look_up, gone={"u1"})
+    assert asked == []
+
+
+# -- which claims drasat deallocates, and when a claim is used -----------------------------------
+
+
+def _ours(found: Obj) -> Obj:
+    return {**found, "metadata": {**found["metadata"], "finalizers": [FINALIZER]}}
+
+
+@pytest.mark.parametrize(
+    ("found", "deallocates"),
+    [
+        # Guards: drasat's allocation says so by our finalizer.
+        (_ours(_allocated("c")), True),
+        # Guards: being deleted, it is released, not deallocated.
+        (_deleted(_allocated("c"), FINALIZER), False),
+        # Guards: not allocated: nothing to give back.
+        (_ours(claim("c", exactly())), False),
+        # Guards: drasat's driver without our finalizer: another writer's allocation.
+        (_allocated("c"), False),
+        # Guards: another driver's claim of a class drasat allocates (NVIDIA's: no finalizer).
+        (_allocated("c", driver="gpu.nvidia.com"), True),
+    ],
+)  # fmt: skip
+def test_drasat_deallocates_what_it_allocated(found: Obj, deallocates: bool) -> None:
+    assert releasing.deallocates(found, OURS) is deallocates
+
+
+def _node_obj(name: str, **spec: Any) -> Obj:
+    return {"metadata": {"name": name, "labels": {"zone": "z1"}}, "spec": spec}
+
+
+def _user(phase: str = "Pending", node: str | None = None, **spec: Any) -> Obj:
+    found = _pod("u9", phase, name="user")
+    if node:
+        spec["nodeName"] = node
+    return {**found, "spec": spec}
+
+
+NODES = {"a": _node_obj("a")}
+
+
+@pytest.mark.parametrize(
+    ("users", "nodes", "used"),
+    [
+        # Guards: no pod names it: unused.
+        ([], NODES, False),
+        # Guards: a pending pod that can go where it is allocated keeps it (the scheduler has
+        # not reserved it yet).
+        ([_user()], NODES, True),
+        # Guards: a bound pod keeps it (the resourceclaim controller reserves it soon).
+        ([_user("Running", node="a")], {}, True),
+        # Guards: a pending pod that may not go there (the node cordoned, deleted, unselected)
+        # does not keep it: it is allocated again where the pod can go.
+        ([_user()], {"a": _node_obj("a", unschedulable=True)}, False),
+        ([_user()], {}, False),
+        ([_user(nodeSelector={"zone": "z2"})], NODES, False),
+        # Guards: a pod that tolerates the cordon may still go there.
+        ([_user(tolerations=[{"key": "node.kubernetes.io/unschedulable",
+                              "operator": "Exists"}])], {"a": _node_obj("a", unschedulable=True)},
+         True),
+    ],
+)  # fmt: skip
+def test_a_claim_is_used_by_a_live_reservation_a_bound_pod_or_a_pod_that_can_go_there(
+    users: list[Obj], nodes: dict[str, Obj], used: bool
+) -> None:
+    found = _ours(_allocated("c"))
+    assert releasing.unused(found, users, nodes, {}, _nobody) is not used
+    # A live reservation keeps it whoever names it.
+    running = _pod("u1")
+    reserved = {**found, "status": {**found["status"], "reservedFor": [POD_REF]}}
+    assert not releasing.unused(reserved, users, nodes, {"u1": running}, _nobody)
+
+
+def test_the_users_of_a_claim_are_the_pods_not_done_that_name_it() -> None:
+    def named(name: str, phase: str, **status: Any) -> Obj:
+        return {
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": "c"},
+                                        {"name": "t", "resourceClaimTemplateName": "tpl"}]},
+            "status": {"phase": phase, **status},
+        }  # fmt: skip
+
+    made = {"resourceClaimStatuses": [{"name": "t", "resourceClaimName": "made"}],
+            "extendedResourceClaimStatus": {"resourceClaimName": "ext"}}  # fmt: skip
+    found = releasing.claim_users([named("a", "Running", **made), named("b", "Succeeded")])
+    assert {k: [p["metadata"]["name"] for p in v] for k, v in found.items()} == {
+        "default/c": ["a"], "default/made": ["a"], "default/ext": ["a"]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("found", "named", "held", "unneeded"),
+    [
+        # Guards: given back, named by no pod, no ledger entry: the finalizer goes.
+        (_ours(claim("c", exactly())), False, False, True),
+        # Guards: a pod names it: allocated again soon, the finalizer stays.
+        (_ours(claim("c", exactly())), True, False, False),
+        # Guards: a ledger entry still holds it: the finalizer keeps the claim until it goes.
+        (_ours(claim("c", exactly())), False, True, False),
+        # Guards: allocated, or being deleted (released instead), or not ours: left alone.
+        (_ours(_allocated("c")), False, False, False),
+        (_deleted(claim("c", exactly()), FINALIZER), False, False, False),
+        (claim("c", exactly()), False, False, False),
+    ],
+)  # fmt: skip
+def test_our_finalizer_goes_once_nothing_needs_it(
+    found: Obj, named: bool, held: bool, unneeded: bool
+) -> None:
+    users = {releasing.v1inputs.claim_ref(found): [_pod("u1")]} if named else {}
+    uid = str(found["metadata"].get("uid"))
+    assert releasing.finalizer_unneeded(found, users, {uid} if held else set()) is unneeded

@@ -254,15 +254,102 @@ def test_a_gang_written_in_part_keeps_every_gate_until_the_rest_is_written(
     )
     ctl.start(sync_timeout_s=10, cycles=False)
     try:
-        # w0 and w2 hold their devices, w1 does not: no gate is lifted, not by the next cycle
-        # either (the gang has a pod still to allocate, whose write fails again) ...
+        # w1's write fails: w0 and w2, written beside it, give their devices back in the same
+        # cycle (never a gang held in part), and no gate is lifted; the next cycle the same ...
         for _ in range(2):
             ctl.cycle()
-            assert [bool(_node_of(api, f"w{i}")) for i in range(3)] == [True, False, True]
+            assert [bool(_node_of(api, f"w{i}")) for i in range(3)] == [False, False, False]
             assert all(_gated(api, f"w{i}") for i in range(3))
         # ... until w1 is written: then all three gates go.
         _cycles(ctl)
         assert all(_node_of(api, f"w{i}") for i in range(3))
         assert not any(_gated(api, f"w{i}") for i in range(3))
+    finally:
+        ctl.stop()
+
+
+@pytest.mark.parametrize("fails", ["status", "finalizer"])
+def test_a_gang_whose_write_fails_in_part_gives_back_what_was_written(fails: str) -> None:
+    """Every write of one member's claim is refused (a 500); the members written beside it give
+    their GPUs back in the same cycle (their gates still held: no pod used them), so the gang is
+    never held in part; once the writes go, it is placed whole."""
+    import time
+
+    from ctl_kubefake import FakeApi
+
+    api = FakeApi()
+    for body in classes.device_classes():
+        api.create(r.DEVICE_CLASSES_V1, body)
+    for name in ("n1", "n2"):
+        _node(api, name, 2)  # type: ignore[arg-type]
+    for name in ("m1", "m2", "m3"):
+        _member(api, name, "g", "3")  # type: ignore[arg-type]
+    verb = "replace_status" if fails == "status" else "patch"
+    api.fail(verb, "resourceclaims", name="m2")
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, device_taint=False))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        tried = 0
+        for _ in range(6):
+            ctl.cycle()
+            tried += bool(api.failures[0].hits)
+            held = [m for m in ("m1", "m2", "m3") if _node_of(api, m)]  # type: ignore[arg-type]
+            assert held == [], f"the gang is held in part: {held}"
+            assert all(_gated(api, m) for m in ("m1", "m2", "m3"))  # type: ignore[arg-type]
+            time.sleep(0.05)
+        assert tried, "the failing write was never tried"
+        assert ctl.metrics.deallocations._value.get() >= 2
+        api.failures.clear()
+        deadline = time.monotonic() + 10
+        while any(_gated(api, m) for m in ("m1", "m2", "m3")):  # type: ignore[arg-type]
+            assert time.monotonic() < deadline, "the gang was not placed once the writes went"
+            ctl.cycle()
+            time.sleep(0.05)
+        assert all(_node_of(api, m) for m in ("m1", "m2", "m3"))  # type: ignore[arg-type]
+    finally:
+        ctl.stop()
+
+
+def test_a_gang_member_allocated_before_a_crash_is_given_back_when_the_rest_cannot_be() -> None:
+    """A controller crashed between a gang's writes: w0's claim is allocated (our finalizer, its
+    status), its gate held, and the rest of the gang does not fit now. The gang is placed whole
+    or not at all: w0's GPU is given back rather than held for a gang that cannot run."""
+    import time
+
+    from ctl_kubefake import FakeApi
+
+    from drasat.api.groups import FINALIZER
+    from drasat.v1 import results
+
+    api = FakeApi()
+    for body in classes.device_classes():
+        api.create(r.DEVICE_CLASSES_V1, body)
+    for name in ("n1", "n2"):
+        _node(api, name, 1)  # type: ignore[arg-type]
+    for i in range(3):
+        _member(api, f"w{i}", "train", "3")  # type: ignore[arg-type]
+    api.patch(r.RESOURCE_CLAIMS_V1, "w0", {"metadata": {"finalizers": [FINALIZER]}},
+              namespace="default")  # fmt: skip
+    claim = api.get(r.RESOURCE_CLAIMS_V1, "w0", namespace="default")
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.drasat.io", "pool": "n1",
+                                 "device": "gpu-0"}]},
+        "nodeSelector": results.node_selector("n1"),
+        "allocationTimestamp": "2026-01-01T00:00:00Z",
+    }}  # fmt: skip
+    api.replace_status(r.RESOURCE_CLAIMS_V1, claim)
+    ctl = V1Controller(api, V1Config(namespace=NS, batch_window_s=0, device_taint=False))
+    ctl.start(sync_timeout_s=10, cycles=False)
+    try:
+        deadline = time.monotonic() + 10
+        while _node_of(api, "w0"):  # type: ignore[arg-type]
+            assert time.monotonic() < deadline, "w0 holds its GPU for a gang that cannot run"
+            ctl.cycle()
+            time.sleep(0.05)
+        for _ in range(3):
+            ctl.cycle()
+            time.sleep(0.05)
+        assert [_node_of(api, f"w{i}") for i in range(3)] == [None, None, None]  # type: ignore[arg-type]
+        assert all(_gated(api, f"w{i}") for i in range(3))  # type: ignore[arg-type]
     finally:
         ctl.stop()

@@ -297,3 +297,27 @@ def test_a_claim_the_scheduler_gives_back_marks_the_node_unsuitable_for_its_pod(
     api.replace_status(r.RESOURCE_CLAIMS_V1, {**claim, "status": {}})  # kube-scheduler's PostFilter
     assert _settled(ctl, lambda: "default/p1" in ctl.releaser.unsuitable)
     assert set(ctl.releaser.unsuitable["default/p1"]) == {"t4"}
+
+
+def test_a_claim_of_nvidias_whose_pod_finished_is_given_back(
+    api: KubeClient, controller: Callable[..., V1Controller]
+) -> None:
+    """NVIDIA's claims carry no finalizer of drasat's; drasat is their one allocator (the class
+    is NVIDIA's, the claim does not tolerate the allocator taint), so one no pod uses any more
+    is deallocated as drasat's own are, and the next pod gets its GPU."""
+    _publish(api, "nv-t4", "t4")
+    ctl = controller()
+    for i in (1, 2):
+        _claim(api, f"c{i}", _gpu())
+        _pod(api, f"p{i}", f"c{i}")
+    assert _settled(ctl, lambda: _allocation(api, "c1") and _allocation(api, "c2"))
+    _claim(api, "c3", _gpu())
+    _pod(api, "p3", "c3")
+    ctl.cycle()
+    assert not _allocation(api, "c3")  # both GPUs held
+    done = api.get(r.PODS, "p1", namespace="default")
+    api.replace_status(r.PODS, {**done, "status": {**(done.get("status") or {}),
+                                                   "phase": "Succeeded"}})  # fmt: skip
+    assert _settled(ctl, lambda: not _allocation(api, "c1"))
+    assert _settled(ctl, lambda: _allocation(api, "c3"))
+    assert _allocation(api, "c2")

@@ -1,7 +1,10 @@
 """The controller's side of preemption (`controller.preemption.Preempter`) over a recording fake
-API: the victim is evicted through the Eviction API with Events naming each other, its devices
-are held for the preemptor, a budget's 429 makes it pick again without that victim, and a
-PodDisruptionBudget read from the API keeps its pod. The real API server and kubelets run it in
+API: the victim is evicted through the Eviction API with Events naming each other (`Preempting`
+only once an eviction happened), the preemptor's planned allocation is held for it and written
+on the pod (annotation and `status.nominatedNodeName`, which a new leader reads back), a failed
+eviction names its cause and makes it pick again without that victim, a PodDisruptionBudget read
+from the API keeps its pod, a nominee waits while its victims' claims are given back, a claim
+that outlives its pods is never counted as freed. The real API server and kubelets run it in
 tests/e2e/test_e2e_v1_preemption.py."""
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ from checker import make_node
 
 from drasat import v1
 from drasat.api.devicemodel import classes
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec, Preemption
 from drasat.controller import preemption as ctl
 from drasat.controller import v1inputs
 from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
+from drasat.solver import Gang
 from drasat.v1 import preemption as plan
 from drasat.v1 import publisheddevices
+from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
 CLASSES = {c["metadata"]["name"]: c for c in classes.device_classes()}
@@ -30,17 +36,30 @@ POLICY = AllocationPolicySpec()
 class FakeApi:
     """Records evictions and Events; refuses evictions of the named pods with a 429."""
 
-    def __init__(self, refuse: set[str] | None = None, budgets: list[Obj] | None = None) -> None:
+    def __init__(
+        self,
+        refuse: set[str] | None = None,
+        budgets: list[Obj] | None = None,
+        error: errors.KubeError | None = None,
+    ) -> None:
         self.refuse = refuse or set()
         self.budgets = budgets or []
+        self.error = error
         self.evicted: list[str] = []
         self.events: list[tuple[str, str, str]] = []
+        self.patches: list[tuple[str, str, Obj]] = []
 
     def create(self, resource: Any, body: Obj, *, namespace: str | None = None) -> Obj:
         if resource.kind == "Eviction":
             name = body["metadata"]["name"]
             if name in self.refuse:
-                raise errors.Unavailable("429 TooManyRequests", status=429)
+                if self.error is not None:
+                    raise self.error
+                raise errors.Unavailable(
+                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                    "disruption budget.",
+                    status=429,
+                )
             self.evicted.append(f"{namespace}/{name}")
         elif resource.kind == "Event":
             involved = body.get("involvedObject") or body.get("regarding") or {}
@@ -50,15 +69,38 @@ class FakeApi:
     def list(self, resource: Any, **_: Any) -> ObjectList:
         return ObjectList(self.budgets, "1")
 
+    def patch(self, resource: Any, name: str, patch: Obj, *, namespace: str | None = None,
+              subresource: str = "") -> Obj:  # fmt: skip
+        self.patches.append((f"{namespace}/{name}", subresource, patch))
+        return patch
 
-def _claim(name: str) -> Obj:
+    def written(self, pod: Obj) -> Obj:
+        """The pod with the patches of its annotations applied (what the informer shows next)."""
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        annotations = dict(pod["metadata"].get("annotations") or {})
+        for who, subresource, patch in self.patches:
+            if who == key and not subresource:
+                for k, v in patch["metadata"]["annotations"].items():
+                    if v is None:
+                        annotations.pop(k, None)
+                    else:
+                        annotations[k] = v
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+
+
+def _claim(name: str, *, standalone: bool = False) -> Obj:
+    """A claim made from its pod's template (owned by the pod, deleted with it), or standalone."""
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": f"pod-{name}",
+             "controller": True}  # fmt: skip
+    request = {"name": "g", "exactly": {"deviceClassName": "gpu.drasat.io"}}
+    meta = {"name": name, "namespace": "ml", "uid": f"uid-{name}",
+            "ownerReferences": [] if standalone else [owner]}  # fmt: skip
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
-        "spec": {"devices": {"requests": [{"name": "g", "exactly": {
-            "deviceClassName": "gpu.drasat.io"}}]}},
-    }  # fmt: skip
+        "metadata": meta,
+        "spec": {"devices": {"requests": [request]}},
+    }
 
 
 def _pod(name: str, priority: int, claim: str, node: str | None = None, **labels: str) -> Obj:
@@ -73,14 +115,14 @@ def _pod(name: str, priority: int, claim: str, node: str | None = None, **labels
 
 
 def _cluster(
-    *running: tuple[str, int, dict[str, str]],
+    *running: tuple[str, int, dict[str, str]], free: int = 0, standalone: tuple[str, ...] = ()
 ) -> tuple[v1.Node, list[Obj], dict[str, Obj]]:
-    """A node with one T4 per running pod, each pod holding one of them."""
-    state = make_node("n1", "T4", len(running))
+    """A node with one T4 per running pod, each pod holding one of them, and `free` more."""
+    state = make_node("n1", "T4", len(running) + free)
     node = v1.Node(state, tuple(publisheddevices.drasat_devices("n1", state.nas)))
     pods, claims = [], {}
     for name, priority, labels in running:
-        claim = _claim(name)
+        claim = _claim(name, standalone=name in standalone)
         found = v1.allocate([node], [v1.PodInput(f"ml/{name}", "ml", (claim,))], CLASSES)
         (allocation,) = found.allocations.values()
         entries = {**node.state.nas.allocatedClaims, **allocation.ledger}
@@ -91,11 +133,14 @@ def _cluster(
     return node, pods, claims
 
 
-def _urgent(claims: dict[str, Obj]) -> v1inputs.Pending:
-    claim = _claim("urgent")
-    claims["ml/urgent"] = claim
-    pod = _pod("urgent", 100, "urgent")
-    item = v1.PodInput("ml/urgent", "ml", (claim,), priority=100, candidate_nodes=("n1",))
+def _urgent(
+    claims: dict[str, Obj], name: str = "urgent", priority: int = 100, count: int = 1
+) -> v1inputs.Pending:
+    claim = _claim(name)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = count
+    claims[f"ml/{name}"] = claim
+    pod = _pod(name, priority, name)
+    item = v1.PodInput(f"ml/{name}", "ml", (claim,), priority=priority, candidate_nodes=("n1",))
     return v1inputs.Pending(pod, item, (claim,), {})
 
 
@@ -107,42 +152,87 @@ def _preempter(api: FakeApi) -> ctl.Preempter:
     return ctl.Preempter(api, EventRecorder(api, component="test"))  # type: ignore[arg-type]
 
 
-def test_the_victim_is_evicted_named_and_its_devices_held() -> None:
+def _events(api: FakeApi, pod: str, reason: str) -> list[str]:
+    return [m for n, r, m in api.events if n == pod and r == reason]
+
+
+def test_the_victim_is_evicted_named_and_the_planned_allocation_held() -> None:
     node, pods, claims = _cluster(("big", 5, {}), ("small", 1, {}))
     item = _urgent(claims)
     api = FakeApi()
     preempter = _preempter(api)
-    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    snapshot = _snapshot([*pods, item.pod], claims)
+    assert preempter.consider(snapshot, [node], [item], POLICY) == 1
     assert api.evicted == ["ml/small"]
-    (said,) = [m for n, r, m in api.events if n == "urgent" and r == "Preempting"]
-    assert said.startswith("evicting ml/small (priority 1) on node n1")
-    (victim,) = [m for n, r, m in api.events if n == "small" and r == "Preempted"]
+    (said,) = _events(api, "urgent", "Preempting")
+    assert said.startswith("evicted ml/small (priority 1) to free the devices this pod "
+                           "(priority 100) needs on node n1")  # fmt: skip
+    (victim,) = _events(api, "small", "Preempted")
     assert "for pod ml/urgent (priority 100)" in victim
-    # Once the victim's claim is given back its GPU stays held for everyone but the preemptor.
+    # Written where a new leader finds it: the annotation and status.nominatedNodeName.
+    assert ("ml/urgent", "status", {"status": {"nominatedNodeName": "n1"}}) in api.patches
+    written = api.written(item.pod)
+    found = Nomination.of_pod(written)
+    assert found is not None and (found.node, found.victims) == ("n1", ("ml/small",))
+    assert found.freed == ("uid-small",)
+    # Once the victim's claim is given back, its GPU stays held for every pod of priority 100 or
+    # lower but the preemptor; a new Preempter (a restart) reads the hold from the pod.
     gone = plan.without(node, {"uid-small"})
-    other = v1.PodInput("ml/other", "ml", (_claim("other"),))
-    (held,) = preempter.hold([gone], placing=["ml/other"])
-    assert not v1.allocate([held], [other], CLASSES).placed
-    (free,) = preempter.hold([gone], placing=["ml/urgent"])
-    assert v1.allocate([free], [item.input], CLASSES).placed == {"ml/urgent": "n1"}
-    # The preemptor goes first while it is pending; once placed, its nomination ends.
-    first, rest = preempter.split([item], [])
-    assert first == [item] and rest == []
-    assert preempter.split([], []) == ([], []) and not preempter.nominations
+    later = _snapshot([*[p for p in pods if p["metadata"]["name"] != "small"], written], claims)
+    for who in (preempter, _preempter(FakeApi())):
+        holds = who.holds(later)
+        other = v1.PodInput("ml/other", "ml", (_claim("other"),), priority=100)
+        seen = plan.with_holds([gone], plan.applicable(holds, 100, {"ml/other"}))
+        assert not v1.allocate(seen, [other], CLASSES).placed
+        seen = plan.with_holds([gone], plan.applicable(holds, 100, {"ml/urgent"}))
+        assert v1.allocate(seen, [item.input], CLASSES).placed == {"ml/urgent": "n1"}
+    # Once it is no longer pending (placed and bound), the nomination is gone.
+    bound = {**written, "spec": {**written["spec"], "nodeName": "n1"}}
+    assert preempter.holds(_snapshot([bound], claims)) == []
 
 
-def test_a_refused_eviction_picks_again_without_that_victim() -> None:
+def test_the_plan_counts_the_free_gpu_and_holds_it_too() -> None:
+    # n1 has a free GPU and v's: a 2-GPU preemptor evicts v and both GPUs are held for it.
+    node, pods, claims = _cluster(("v", 1, {}), free=1)
+    item = _urgent(claims, count=2)
+    api = FakeApi()
+    preempter = _preempter(api)
+    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    found = Nomination.of_pod(api.written(item.pod))
+    assert found is not None
+    gpus = {d.uuid for e in found.held["n1"].values() for d in (e.gpu.devices if e.gpu else [])}
+    assert len(gpus) == 2
+
+
+def test_a_failed_eviction_names_its_cause_and_picks_again_without_that_victim() -> None:
     node, pods, claims = _cluster(("a", 1, {}), ("b", 2, {}))
     item = _urgent(claims)
     api = FakeApi(refuse={"a"})
     preempter = _preempter(api)
     snapshot = _snapshot([*pods, item.pod], claims)
     assert preempter.consider(snapshot, [node], [item], POLICY) == 0
-    assert not preempter.nominations
-    assert any(r == "PreemptionRefused" and n == "urgent" for n, r, _ in api.events)
+    assert not preempter.nominations and not api.patches
+    (refused,) = _events(api, "urgent", "PreemptionRefused")
+    assert "PodDisruptionBudget does not allow it now" in refused
+    assert _events(api, "urgent", "Preempting") == []  # nothing was evicted
     # The next cycle: `a` is left out, `b` goes.
     assert preempter.consider(snapshot, [node], [item], POLICY) == 1
     assert api.evicted == ["ml/b"]
+
+
+def test_preemption_refused_says_rbac_or_a_server_error() -> None:
+    causes = {
+        errors.KubeError("403 Forbidden", status=403): "may not evict pods",
+        errors.Unavailable("500 InternalError", status=500): "the API server failed",
+        errors.Unavailable("429 TooManyRequests: slow down", status=429): "throttling",
+    }
+    for error, says in causes.items():
+        node, pods, claims = _cluster(("a", 1, {}))
+        item = _urgent(claims)
+        api = FakeApi(refuse={"a"}, error=error)
+        _preempter(api).consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY)
+        (refused,) = _events(api, "urgent", "PreemptionRefused")
+        assert says in refused and "PodDisruptionBudget" not in refused, refused
 
 
 def test_a_budget_read_from_the_api_keeps_its_pod() -> None:
@@ -158,6 +248,81 @@ def test_a_budget_read_from_the_api_keeps_its_pod() -> None:
     assert api.evicted == ["ml/b"]
 
 
+def test_a_budget_is_spent_once_in_a_cycle() -> None:
+    node, pods, claims = _cluster(("a", 1, {"app": "x"}), ("b", 1, {"app": "x"}))
+    budget = {
+        "metadata": {"name": "one", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    p1, p2 = _urgent(claims, "p1"), _urgent(claims, "p2")
+    api = FakeApi(budgets=[budget])
+    snapshot = _snapshot([*pods, p1.pod, p2.pod], claims)
+    assert _preempter(api).consider(snapshot, [node], [p1, p2], POLICY) == 1
+    assert len(api.evicted) == 1
+
+
+def test_two_preemptors_in_one_cycle_never_count_one_free_gpu() -> None:
+    # 3 GPUs: one free, v1's and v2's. Two 2-GPU preemptors: one evicts, the other not.
+    node, pods, claims = _cluster(("v1", 1, {}), ("v2", 1, {}), free=1)
+    p1, p2 = _urgent(claims, "p1", count=2), _urgent(claims, "p2", count=2)
+    api = FakeApi()
+    snapshot = _snapshot([*pods, p1.pod, p2.pod], claims)
+    assert _preempter(api).consider(snapshot, [node], [p1, p2], POLICY) == 1
+    assert len(api.evicted) == 1
+
+
+def test_a_victim_whose_claim_outlives_it_is_never_evicted_for_nothing() -> None:
+    # v's claim is standalone: evicting v would free nothing (nobody gives the claim back).
+    node, pods, claims = _cluster(("v", 1, {}), standalone=("v",))
+    item = _urgent(claims)
+    api = FakeApi()
+    assert _preempter(api).consider(_snapshot([*pods, item.pod], claims), [node], [item],
+                                    POLICY) == 0  # fmt: skip
+    assert api.evicted == []
+
+
+def test_a_nominee_waits_while_its_victims_claims_are_given_back() -> None:
+    node, pods, claims = _cluster(("v", 1, {}))
+    item = _urgent(claims)
+    now = [0.0]
+    api = FakeApi()
+    preempter = ctl.Preempter(api, EventRecorder(api, component="test"), clock=lambda: now[0])  # type: ignore[arg-type]
+    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    # v is leaving but its claim is still allocated: refused again, no new eviction.
+    leaving = {**pods[0], "metadata": {**pods[0]["metadata"], "deletionTimestamp": "now"}}
+    written = api.written(item.pod)
+    now[0] = ctl.RETRY_S + 1
+    assert preempter.consider(_snapshot([leaving, written], claims), [node], [item], POLICY) == 0
+    assert api.evicted == ["ml/v"] and preempter.nominations
+    # Its claim is gone, and a higher-priority pod took the GPU meanwhile: the nomination ends
+    # and it plans again (nothing to evict here now).
+    del claims["ml/v"]
+    taken = plan.without(node, set())
+    preempter.consider(_snapshot([written], claims), [taken], [item], POLICY)
+    assert not preempter.nominations
+    assert any(p[2] == {"metadata": {"annotations": {NOMINATION_ANNOTATION: None}}}
+               for p in api.patches)  # fmt: skip
+
+
+def test_a_higher_priority_preemption_displaces_a_lower_nomination() -> None:
+    # low (50) evicted v and holds its GPU; high (100) needs 2 GPUs: it takes that GPU (a hold
+    # is against lower and equal priorities only) and evicts w; low's nomination ends.
+    node, pods, claims = _cluster(("v", 1, {}), ("w", 1, {}))
+    low = _urgent(claims, "low", priority=50)
+    api = FakeApi()
+    preempter = _preempter(api)
+    assert preempter.consider(_snapshot([*pods, low.pod], claims), [node], [low], POLICY) == 1
+    assert api.evicted == ["ml/v"]
+    del claims["ml/v"]
+    high = _urgent(claims, "high", priority=100, count=2)
+    snapshot = _snapshot([pods[1], api.written(low.pod), high.pod], claims)
+    gone = plan.without(node, {"uid-v"})
+    assert preempter.consider(snapshot, [gone], [high], POLICY) == 1
+    assert api.evicted == ["ml/v", "ml/w"]
+    assert set(preempter.nominations) == {"ml/high"}
+
+
 def test_never_and_disabled_do_not_preempt() -> None:
     node, pods, claims = _cluster(("a", 1, {}))
     item = _urgent(claims)
@@ -168,6 +333,22 @@ def test_never_and_disabled_do_not_preempt() -> None:
         **item.pod["spec"], "preemptionPolicy": "Never"}})  # fmt: skip
     assert _preempter(api).consider(_snapshot(pods, claims), [node], [never], POLICY) == 0
     assert api.evicted == []
+
+
+def test_a_nominee_kube_scheduler_could_not_bind_is_not_preempted_for_again() -> None:
+    node, pods, claims = _cluster(("v", 1, {}), ("w", 1, {}))
+    item = _urgent(claims)
+    api = FakeApi()
+    preempter = _preempter(api)
+    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    written = api.written(item.pod)
+    snapshot = _snapshot([p for p in pods if p["metadata"]["name"] == "w"] + [written], claims)
+    snapshot.unsuitable = {"ml/urgent": {"n1": "node(s) didn't have free ports"}}
+    del claims["ml/v"]
+    assert preempter.consider(snapshot, [plan.without(node, {"uid-v"})], [item], POLICY) == 0
+    assert api.evicted == ["ml/v"]
+    (said,) = _events(api, "urgent", "PreemptionRefused")
+    assert "could not bind it on node n1" in said and "free ports" in said
 
 
 def test_running_pods_and_shared_claims() -> None:
@@ -209,7 +390,7 @@ def test_a_pod_that_could_not_preempt_waits_before_it_is_planned_again() -> None
         item.input, claims=(_two_gpus(),)))  # fmt: skip
     snapshot = _snapshot([*pods, bigger.pod], claims)
     assert preempter.consider(snapshot, [node], [bigger], POLICY) == 0  # 2 GPUs: never
-    assert "ml/urgent" in preempter._said
+    assert "ml/urgent" in preempter.said
     now[0] = ctl.RETRY_S / 2
     calls = api.evicted[:]
     assert preempter.consider(snapshot, [node], [item], POLICY) == 0  # not planned yet
@@ -222,3 +403,20 @@ def _two_gpus() -> Obj:
     claim = _claim("urgent")
     claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
     return claim
+
+
+def test_a_gang_preempts_as_one_or_not_at_all() -> None:
+    # Two victims, one GPU each; a gang of two 1-GPU pods: one plan evicts both and nominates
+    # both pods; with one of its pods not refused (placed, or waiting), nothing is evicted.
+    node, pods, claims = _cluster(("a", 1, {}), ("b", 1, {}))
+    w0, w1 = _urgent(claims, "w0"), _urgent(claims, "w1")
+    gang = Gang("ml/train", ("ml/w0", "ml/w1"))
+    api = FakeApi()
+    preempter = _preempter(api)
+    snapshot = _snapshot([*pods, w0.pod, w1.pod], claims)
+    assert preempter.consider(snapshot, [node], [w0], POLICY, {"ml/train": gang}) == 0
+    assert api.evicted == []
+    assert preempter.consider(snapshot, [node], [w0, w1], POLICY, {"ml/train": gang}) == 1
+    assert sorted(api.evicted) == ["ml/a", "ml/b"]
+    assert set(preempter.nominations) == {"ml/w0", "ml/w1"}
+    assert {n.gang for n in preempter.nominations.values()} == {"ml/train"}

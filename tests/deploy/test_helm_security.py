@@ -37,6 +37,8 @@ def test_v1_guards_the_plugins_writes_and_the_controllers_pod_updates_failing_cl
     guarded = " ".join(v["expression"] for v in controller["validations"])
     for field in ("spec.containers", "spec.initContainers", "metadata.labels", "spec.tolerations"):
         assert f"object.{field} == oldObject.{field}" in guarded, field
+    # of the annotations, only the preemptor's nomination may change
+    assert "k == 'gpu.drasat.io/nomination'" in guarded
     # the scheduling gate is a scheduling aid: its policy admits a pod when it cannot evaluate
     gate = rendered.one("MutatingAdmissionPolicy", "-scheduling-gate")
     assert gate["spec"]["failurePolicy"] == "Ignore"

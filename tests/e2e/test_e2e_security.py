@@ -265,8 +265,9 @@ def test_the_controllers_token_may_only_lift_drasats_gate_from_a_pod(
     controller_policy: kubernetes.client.ApiClient,
 ) -> None:
     """The chart's ValidatingAdmissionPolicy on the controller's `patch pods` grant: removing
-    drasat's gate passes (another owner's stays); changing the image, a label, the tolerations,
-    the node selector or another owner's gate is refused naming what."""
+    drasat's gate and setting drasat's nomination annotation pass (another owner's gate stays);
+    changing the image, a label, another annotation, the tolerations, the node selector or
+    another owner's gate is refused naming what."""
     admin = kubernetes.client.CoreV1Api(kube_api)
     controller = kubernetes.client.CoreV1Api(controller_policy)
 
@@ -306,6 +307,12 @@ def test_the_controllers_token_may_only_lift_drasats_gate_from_a_pod(
         assert denied is not None and denied.status == 403, (what, denied)
         assert what in json.loads(denied.body)["message"], what
     assert patch("p", [{"op": "remove", "path": "/spec/schedulingGates/1"}]) is None
+    # A preemptor's nomination: drasat's own annotation and status.nominatedNodeName.
+    nomination = {"metadata": {"annotations": {"gpu.drasat.io/nomination": "{}"}}}
+    assert patch("p", nomination) is None
+    assert patch("p", {"metadata": {"annotations": {"gpu.drasat.io/nomination": None}}}) is None
+    controller.patch_namespaced_pod_status("p", kube_namespace,
+                                           {"status": {"nominatedNodeName": "n"}})  # fmt: skip
     pod = admin.read_namespaced_pod("p", kube_namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == ["example.com/queue"]
     assert pod.spec.containers[0].image == "app:1" and pod.metadata.labels == {"app": "x"}

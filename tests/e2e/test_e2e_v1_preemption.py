@@ -145,7 +145,8 @@ def test_the_smallest_lower_priority_pod_is_preempted_not_the_first(
         assert {"big", "keep", "urgent"} <= set(pods), sorted(pods)
         assert all(pods[p].metadata.deletion_timestamp is None for p in ("big", "keep"))
         (said,) = _events(kube_api, namespace, "urgent", "Preempting")
-        assert f"evicting {namespace}/small (priority 10) on node {node_name}" in said, said
+        wanted = f"evicted {namespace}/small (priority 10) to free the devices this pod "
+        assert said.startswith(wanted + f"(priority 1000) needs on node {node_name}"), said
         assert "proven optimal" in said
         (victim,) = _events(kube_api, namespace, "small", "Preempted")
         assert f"for pod {namespace}/urgent (priority 1000)" in victim
@@ -191,7 +192,7 @@ def test_a_disruption_budget_is_respected(
         assert "free" not in pods or pods["free"].metadata.deletion_timestamp is not None
         assert pods["guarded"].metadata.deletion_timestamp is None
         (said,) = _events(kube_api, namespace, "urgent", "Preempting")
-        assert f"evicting {namespace}/free (priority 20)" in said, said
+        assert f"evicted {namespace}/free (priority 20)" in said, said
         assert not _events(kube_api, namespace, "guarded", "Preempted")
         allockit.consistent(kube_api, allocator)
         node.delete_pods(kube_api, namespace, "guarded", "urgent")

@@ -6,14 +6,16 @@ allocator (tests/v1/test_v1_preemption.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drasat.api.policy import PreemptionTerm as Term
-from drasat.solver.preemption import Candidate, choose
+from drasat.solver.preemption import Candidate, Devices, Gpu, Hold, Need, choose
 
 
 def _capacity(free: dict[str, int], need: int, cands: list[Candidate]):
@@ -155,3 +157,131 @@ def test_the_choice_is_the_brute_force_optimum(
     assert fits(choice.node, frozenset(choice.victims))
     assert cost(choice.victims) == best
     assert choice.proven
+
+
+# With the devices: who holds what of each GPU, and what the preemptor needs.
+_holding = st.lists(
+    st.tuples(
+        st.sampled_from(["n1", "n2"]),
+        st.integers(0, 1),  # GPU index on its node
+        st.sampled_from(["whole", "share", "mig"]),
+        st.integers(0, 6),  # share compute (x10 %) or MIG start
+        st.integers(0, 9),  # priority
+        st.sampled_from([None, "u1", "u2"]),  # unit (a gang)
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+def _world(holding: list[tuple[str, int, str, int, int, str | None]]):
+    """Candidates and each node's holds, MIG holds one slice each, kept consistent (a GPU held
+    whole holds nothing else; shares and MIG never on one GPU)."""
+    cands, holds, kinds = [], {"n1": [], "n2": []}, {}
+    for i, (node, gpu, kind, amount, priority, unit) in enumerate(holding):
+        uuid = f"{node}-g{gpu}"
+        if kinds.setdefault(uuid, kind) != kind or (
+            kind == "whole" and any(h.gpu == uuid for h in holds[node])
+        ):
+            continue
+        key = f"d/p{i}"
+        cands.append(Candidate(key, node, priority, unit=unit))
+        if kind == "whole":
+            holds[node].append(Hold(uuid, frozenset({key}), whole=True))
+        elif kind == "share":
+            holds[node].append(Hold(uuid, frozenset({key}), compute=10 * (amount + 1)))
+        elif not any(h.gpu == uuid and amount in h.slices for h in holds[node]):
+            holds[node].append(Hold(uuid, frozenset({key}), slices=frozenset({amount})))
+        else:
+            cands.pop()
+    return cands, holds
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    holding=_holding,
+    want=st.sampled_from(["gpu", "gpu2", "share30", "share70", "mig2", "mig4"]),
+    max_victims=st.integers(1, 4),
+    budget=st.integers(0, 2),
+)
+def test_with_devices_and_units_the_choice_is_the_brute_force_optimum(
+    holding: list[tuple[str, int, str, int, int, str | None]],
+    want: str,
+    max_victims: int,
+    budget: int,
+) -> None:
+    """The device facts only speed the search up: the answer is the cheapest unit-closed set
+    (a gang whole or not at all) that fits, within max_victims and a budget on unit u1."""
+    cands, holds = _world(holding)
+    cands = [dataclasses.replace(c, budgets=("b",) if c.unit == "u1" else ()) for c in cands]
+    gpus = {n: tuple(Gpu(f"{n}-g{i}", 16000) for i in range(2)) for n in ("n1", "n2")}
+    if want.startswith("gpu"):
+        count = int(want[3:] or 1)
+        need = Need(Need.GPU, count, gpus=frozenset(g.uuid for n in gpus.values() for g in n))
+    elif want.startswith("share"):
+        need = Need(Need.SHARE, gpus=frozenset(g.uuid for n in gpus.values() for g in n),
+                    compute=int(want[5:]))  # fmt: skip
+    else:
+        size = int(want[3:])
+        places = [(g.uuid, s, size) for n in gpus.values() for g in n for s in range(0, 8, size)]
+        need = Need(Need.MIG, placements=frozenset(places))
+
+    def fits(node: str, victims: frozenset[str]) -> bool:
+        left = [h for h in holds[node] if not (h.holders and h.holders <= victims)]
+        if need.kind == Need.GPU and need.count > 1:
+            return sum(1 for g in gpus[node] if not any(h.gpu == g.uuid for h in left)) >= 2
+        for gpu in gpus[node]:
+            mine = [h for h in left if h.gpu == gpu.uuid]
+            if need.kind == Need.GPU and need.count == 1 and not mine:
+                return True
+            if (
+                need.kind == Need.SHARE
+                and not any(h.whole or h.slices for h in mine)
+                and sum(h.compute for h in mine) + need.compute <= 100
+            ):
+                return True
+            if need.kind == Need.MIG:
+                for g, start, size in need.placements:
+                    taken = {s for h in mine for s in h.slices}
+                    if (
+                        g == gpu.uuid
+                        and not any(h.whole or h.compute for h in mine)
+                        and not (taken & set(range(start, start + size)))
+                    ):
+                        return True
+        return False
+
+    devices = {n: Devices(gpus[n], tuple(holds[n]), ((need,),)) for n in gpus}
+    choice = choose(100, cands, fits, max_victims=max_victims, budgets={"b": budget},
+                    devices=devices)  # fmt: skip
+    plain = choose(100, cands, fits, max_victims=max_victims, budgets={"b": budget})
+    low = min((c.priority for c in cands), default=0)
+    by_key = {c.key: c for c in cands}
+
+    def cost(victims: Iterable[str]) -> tuple[int, int, int]:
+        chosen = [by_key[v] for v in victims]
+        return (len(chosen), sum(c.priority - low for c in chosen), sum(c.devices for c in chosen))
+
+    units = {c.unit or c.key for c in cands}
+    best = None
+    for size in range(1, len(units) + 1):
+        for combo in itertools.combinations(sorted(units), size):
+            victims = frozenset(c.key for c in cands if (c.unit or c.key) in combo)
+            if len(victims) > max_victims or sum(by_key[v].unit == "u1" for v in victims) > budget:
+                continue
+            for node in ("n1", "n2"):
+                here = any(by_key[v].node == node for v in victims)
+                if here and fits(node, victims) and (best is None or cost(victims) < best):
+                    best = cost(victims)
+    for found in (choice, plain):
+        assert found.proven
+        if best is None:
+            assert found.node is None
+            continue
+        assert found.node is not None and fits(found.node, frozenset(found.victims))
+        assert cost(found.victims) == best
+        assert all(
+            {c.key for c in cands if c.unit == by_key[v].unit} <= set(found.victims)
+            for v in found.victims
+            if by_key[v].unit
+        )

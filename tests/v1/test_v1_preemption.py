@@ -143,11 +143,3 @@ def test_no_victim_when_the_pod_fits_already() -> None:
     p = pod("hi", claim("hi", {"g": exactly()}), priority=10)
     found = preemption.plan(p, nodes, run, _users(run), CLASSES)
     assert (found.node, found.victims) == ("n1", ())
-
-
-def test_whole_gpus_needed_reads_only_plain_whole_gpu_claims() -> None:
-    assert preemption.whole_gpus_needed([claim("a", {"g": exactly(count=2)}),
-                                         claim("b", {"g": exactly()})]) == 3  # fmt: skip
-    assert preemption.whole_gpus_needed([claim("s", {"s": SHARE})]) == 0
-    assert preemption.whole_gpus_needed([claim("m", {"m": exactly("mig.drasat.io")})]) == 0
-    assert preemption.whole_gpus_needed([claim("all", {"g": exactly(allocationMode="All")})]) == 0

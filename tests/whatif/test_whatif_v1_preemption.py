@@ -33,8 +33,17 @@ value: 1000
 """
 
 
-def _running(name: str, devices: list[str], priority: str) -> str:
-    """A pod bound to n1 whose claim holds these devices already."""
+def _running(name: str, devices: list[str], priority: str, *, standalone: bool = False) -> str:
+    """A pod bound to n1 whose claim holds these devices already: a claim of its own (its
+    template's, owned by it), or a standalone one (which outlives it)."""
+    owner = (
+        ""
+        if standalone
+        else (
+            f", ownerReferences: [{{apiVersion: v1, kind: Pod, name: {name}, uid: u-{name}, "
+            "controller: true}]"
+        )
+    )
     results = ", ".join(
         f"{{request: gpu, driver: gpu.drasat.io, pool: n1, device: {d}}}" for d in devices
     )
@@ -42,7 +51,7 @@ def _running(name: str, devices: list[str], priority: str) -> str:
         ---
         apiVersion: resource.k8s.io/v1
         kind: ResourceClaim
-        metadata: {{namespace: ml, name: {name}}}
+        metadata: {{namespace: ml, name: {name}{owner}}}
         spec:
           devices:
             requests: [{{name: gpu, exactly: {{deviceClassName: gpu.drasat.io,
@@ -66,7 +75,7 @@ def _running(name: str, devices: list[str], priority: str) -> str:
         """)
 
 
-def _pending(name: str, priority: str, never: bool = False) -> str:
+def _pending(name: str, priority: str, never: bool = False, count: int = 1) -> str:
     policy = "\n          preemptionPolicy: Never" if never else ""
     return textwrap.dedent(f"""
         ---
@@ -75,7 +84,8 @@ def _pending(name: str, priority: str, never: bool = False) -> str:
         metadata: {{namespace: ml, name: {name}}}
         spec:
           devices:
-            requests: [{{name: gpu, exactly: {{deviceClassName: gpu.drasat.io}}}}]
+            requests: [{{name: gpu, exactly: {{deviceClassName: gpu.drasat.io,
+                         count: {count}}}}}]
         ---
         apiVersion: v1
         kind: Pod
@@ -129,3 +139,23 @@ def test_two_preemptors_never_count_on_one_victim(tmp_path: Path) -> None:
         "preemption: ml/u2 (priority 1000) would evict ml/big (priority 10) on n1 "
         "(proven optimal, 1 set checked)",
     ], text
+
+
+def test_two_preemptors_never_count_one_free_gpu(tmp_path: Path) -> None:
+    # 4 T4s: one free, v1's, v2's (low), keep's (high). Two 2-GPU preemptors: only one of them
+    # can run, so one eviction, as the controller makes it.
+    workload = (_running("v1", ["gpu-0"], "low") + _running("v2", ["gpu-1"], "low")
+                + _running("keep", ["gpu-3"], "high"))  # fmt: skip
+    text = _whatif(tmp_path, workload + _pending("u1", "high", count=2)
+                   + _pending("u2", "high", count=2))  # fmt: skip
+    said = [line for line in text.splitlines() if line.startswith("preemption:")]
+    assert len(said) == 1 and "ml/u1" in said[0], text
+
+
+def test_a_pod_whose_claim_outlives_it_frees_nothing(tmp_path: Path) -> None:
+    # big's claim is standalone: nobody gives it back when big leaves, so only small can go.
+    workload = (_running("big", ["gpu-0", "gpu-1"], "low", standalone=True)
+                + _running("small", ["gpu-2"], "low", standalone=True)
+                + _running("keep", ["gpu-3"], "high"))  # fmt: skip
+    text = _whatif(tmp_path, workload + _pending("urgent", "high"))
+    assert "preemption:" not in text

@@ -1,0 +1,112 @@
+"""A preemptor's nomination: what is held for it while its victims leave, written on its pod
+where a restarted controller, a new leader and the what-if read it back.
+
+The annotation `gpu.drasat.io/nomination` on the preemptor's pod holds its node, priority,
+victims, the claims they free (it waits while any is still allocated) and the ledger entries of
+the allocation planned for it (`held`); the pod's `status.nominatedNodeName` says the node, as
+kube-scheduler's nominations do. A gang's pods each carry their own part with the gang's key:
+they hold as one (`holds_of`). Purely computational.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drasat.api.groups import NOMINATION_ANNOTATION
+from drasat.api.nas import AllocatedDevices
+from drasat.v1.preemption import Hold
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+
+
+def _pod_key(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """What is held for a preemptor pod (one per pod; a gang's pods share its `gang`)."""
+
+    pod: str  # namespace/name
+    uid: str
+    node: str
+    priority: int
+    victims: tuple[str, ...]
+    #: The claims its victims free (uids): while any is still allocated, it waits.
+    freed: tuple[str, ...]
+    #: node -> ledger key -> entry: the allocation planned for it.
+    held: Mapping[str, Mapping[str, AllocatedDevices]]
+    since: str
+    gang: str | None = None
+
+    def annotation(self) -> str:
+        return json.dumps(
+            {
+                "node": self.node,
+                "priority": self.priority,
+                "victims": list(self.victims),
+                "freed": list(self.freed),
+                "held": {
+                    node: {
+                        k: e.model_dump(mode="json", exclude_none=True) for k, e in found.items()
+                    }
+                    for node, found in self.held.items()
+                },
+                "since": self.since,
+                **({"gang": self.gang} if self.gang else {}),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def of_pod(cls, pod: Obj) -> Nomination | None:
+        """The pod's nomination as written on it; None without one, or when unreadable (said)."""
+        meta = pod.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(NOMINATION_ANNOTATION)
+        if not text:
+            return None
+        try:
+            found = json.loads(text)
+            held = {
+                str(node): {str(k): AllocatedDevices.model_validate(e) for k, e in entries.items()}
+                for node, entries in found["held"].items()
+            }
+            return cls(
+                _pod_key(pod),
+                str(meta.get("uid", "")),
+                str(found["node"]),
+                int(found["priority"]),
+                tuple(str(v) for v in found.get("victims") or ()),
+                tuple(str(c) for c in found.get("freed") or ()),
+                held,
+                str(found.get("since", "")),
+                found.get("gang"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("pod %s: annotation %s is not drasat's nomination (%s); ignored",
+                        _pod_key(pod), NOMINATION_ANNOTATION, error)  # fmt: skip
+            return None
+
+
+def holds_of(nominations: Iterable[Nomination]) -> list[Hold]:
+    """The holds of the nominations: a gang's pods hold as one (none holds against another)."""
+    by_owner: dict[str, list[Nomination]] = {}
+    for found in nominations:
+        by_owner.setdefault(found.gang or found.pod, []).append(found)
+    out = []
+    for owner, members in sorted(by_owner.items()):
+        held: dict[str, dict[str, AllocatedDevices]] = {}
+        for member in members:
+            for node, entries in member.held.items():
+                held.setdefault(node, {}).update(entries)
+        priority = min(m.priority for m in members)
+        out.append(Hold(owner, frozenset(m.pod for m in members), priority, held))
+    return out
