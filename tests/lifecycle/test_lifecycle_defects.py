@@ -63,7 +63,6 @@ def _run(world: World, rounds: int = BOUND) -> None:
         world.round()
 
 
-@pytest.mark.xfail(strict=True, reason="an unused standalone claim keeps its devices for ever")
 def test_a_standalone_claim_is_given_back_when_its_last_pod_goes(
     cluster: Callable[..., World],
 ) -> None:
@@ -121,7 +120,6 @@ def test_shares_written_beyond_a_gpus_memory_are_repaired(cluster: Callable[...,
     assert not _problems(world)
 
 
-@pytest.mark.xfail(strict=True, reason="a 429 on a departed pod's lookup aborts the cycle")
 def test_a_429_looking_up_a_departed_pod_does_not_abort_the_cycle(
     cluster: Callable[..., World],
 ) -> None:
@@ -139,7 +137,6 @@ def test_a_429_looking_up_a_departed_pod_does_not_abort_the_cycle(
     assert not world.aborts
 
 
-@pytest.mark.xfail(strict=True, reason="a gang written in part keeps the written members' GPUs")
 def test_a_gang_whose_write_fails_in_part_gives_the_written_pods_gpus_back(
     cluster: Callable[..., World],
 ) -> None:
@@ -163,16 +160,12 @@ def test_a_gang_whose_write_fails_in_part_gives_the_written_pods_gpus_back(
     assert not allocated or len(allocated) == 3, f"only {allocated} of the gang allocated"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a preemption's hold keeps a freed GPU idle for a preemptor that never fits"
-)
-def test_a_gpu_freed_by_preemption_does_not_idle_when_its_preemptor_cannot_fit(
+def test_a_preemptor_evicting_every_pod_of_a_standalone_claim_gets_its_gpus(
     cluster: Callable[..., World],
 ) -> None:
-    """Two T4s: one held by a standalone claim shared by two pods, one by a template's claim.
-    A pod of priority 1000 asking for both evicts all three; the standalone claim is never given
-    back, so the preemptor never fits, and the T4 the template's claim freed is held for it:
-    a pod that fits there waits."""
+    """Two T4s: one held by a standalone claim of drasat's shared by two pods, one by a
+    template's claim. A pod of priority 1000 asking for both evicts all three: drasat gives the
+    standalone claim back once its pods left, so the preemptor gets both T4s."""
     world = cluster(n1="t4x2")
     _claim(world, "shared", "gpu")
     _pod(world, "a", claim="shared")
@@ -184,8 +177,32 @@ def test_a_gpu_freed_by_preemption_does_not_idle_when_its_preemptor_cannot_fit(
     _run(world, 3)
     _claim(world, "both", "gpu2")
     _pod(world, "urgent", claim="both", priority=1000)
-    _run(world, 3)
-    assert world.evictions, "no preemption happened"
-    _pod(world, "late", template="one")
     _run(world)
-    assert _get(world, r.PODS, "late")["spec"].get("nodeName"), "the free T4 went to no one"
+    assert sorted(pod for _, pod in world.evictions) == ["ml/a", "ml/b", "ml/c"]
+    assert (_get(world, r.PODS, "urgent").get("status") or {}).get("phase") == "Running"
+    assert len(truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "both"))) == 2
+    assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "shared"))
+
+
+def test_a_preemptor_that_cannot_fit_once_its_victims_left_evicts_no_one(
+    cluster: Callable[..., World],
+) -> None:
+    """As above, but an admin allocated the standalone claim (not drasat's: nobody gives it
+    back). Evicting its pods would free nothing, so the preemptor, which needs both T4s, evicts
+    no one (no T4 freed for a preemptor that never fits, idle while other pods wait)."""
+    world = cluster(n1="t4x2")
+    _claim(world, "shared", "gpu")
+    assert world.write_allocation(_get(world, r.RESOURCE_CLAIMS_V1, "shared"), "n1", "gpu-0")
+    _pod(world, "a", claim="shared")
+    _pod(world, "b", claim="shared")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("one", "gpu"), namespace=NAMESPACE
+    )
+    _pod(world, "c", template="one")
+    _run(world, 3)
+    assert (_get(world, r.PODS, "c").get("status") or {}).get("phase") == "Running"
+    _claim(world, "both", "gpu2")
+    _pod(world, "urgent", claim="both", priority=1000)
+    _run(world)
+    assert world.evictions == []
+    assert (_get(world, r.PODS, "c").get("status") or {}).get("phase") == "Running"

@@ -23,13 +23,8 @@ from lc_machine import LifecycleMachine, Stats
 #: not failed; the engineers fixing one remove its line (and flip its test in
 #: test_lifecycle_defects.py).
 KNOWN_DEFECTS: dict[str, str] = {
-    "unused-claim-kept": "a standalone claim keeps its devices after its last pod went",
     "foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
     "ledger-foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
-    "gang-partly-allocated": "a gang written in part keeps the written members' devices",
-    "cycle-aborted": "an API error looking up a departed pod aborts the cycle",
-    "pod-not-placed-after-preemption": "a preemption holds a freed GPU for a preemptor that "
-    "never fits (its victims' standalone claims are never given back)",
 }
 
 # The controller's own log lines (every refusal, every injected fault) would drown the report;
