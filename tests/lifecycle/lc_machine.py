@@ -29,7 +29,9 @@ Invariants (`Violation.kind`), checked after every round of every step:
 - every pod with a claim of drasat's left unallocated has an Event of drasat's within `bound`
   rounds (`refusal-without-reason`);
 - the ledger and the claims' statuses agree within `bound` rounds (`ledger-disagrees`);
-- no cycle raises (`cycle-aborted`).
+- no cycle raises (`cycle-aborted`);
+- a claim of drasat's seen allocated while a pod naming it was bound stays allocated while that
+  pod lives on its node (`claim-deallocated-under-its-pod`, at once).
 
 Preemption is driven (priorities) but not checked yet: its invariants (each eviction followed by
 its preemptor's placement, no two preemptors counting one device, no partly bound gang, no
@@ -142,6 +144,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.deleted_nodes: set[str] = set()
         self.ages: dict[tuple[str, str], int] = {}
         self.reported: set[tuple[str, str]] = set()
+        #: (pod uid, claim uid): the claim seen allocated while the pod was bound and live.
+        self.used: set[tuple[str, str]] = set()
         self.failures: list[Violation] = []
         self.aborts_seen = 0
         self.faults_seen = 0
@@ -215,6 +219,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._held_problem(problem, "ledger-", owed)
         by_name = {c["metadata"]["name"]: c for c in claims}
         self._unused(claims, pods, foreign, owed)
+        self._kept_while_used(claims, pods, nodes)
         self._ledger_agrees(claims, nases, nodes, owed)
         usable = sorted(
             n for n, node in nodes.items()
@@ -271,6 +276,35 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"claim {truth.claim_ref(claim)}{deleting} keeps its allocation on {where} with "
                 "no pod that uses it"
             )
+
+    def _kept_while_used(self, claims: list[Obj], pods: list[Obj], nodes: dict[str, Obj]) -> None:
+        """A claim of drasat's seen allocated while a pod naming it was bound stays allocated as
+        long as that pod lives on its node (not done, not being deleted, the node there): a
+        deallocation under a pod that uses it, or is about to, gives its devices to another."""
+        by_name = {c["metadata"]["name"]: c for c in claims}
+        for pod in pods:
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            node = spec.get("nodeName")
+            if (
+                not node
+                or node not in nodes
+                or truth.pod_done(pod)
+                or meta.get("deletionTimestamp")
+            ):
+                continue
+            for name in truth.claim_names(pod):
+                claim = by_name.get(name or "")
+                if claim is None or str(claim["metadata"]["uid"]) in self.world.foreign:
+                    continue
+                key = (str(meta["uid"]), str(claim["metadata"]["uid"]))
+                if truth.results_of(claim):
+                    self.used.add(key)
+                elif key in self.used:
+                    self._violate(Violation(
+                        "claim-deallocated-under-its-pod", f"{key[0]} {key[1]}",
+                        f"claim {truth.claim_ref(claim)} was deallocated while pod "
+                        f"{meta['name']}, bound to {node}, uses it",
+                    ))  # fmt: skip
 
     def _ledger_agrees(
         self, claims: list[Obj], nases: list[Obj], nodes: dict[str, Obj],

@@ -1,5 +1,6 @@
-"""The lifecycle model's checks fail when they should: a controller that never places, and
-allocations over what a GPU has, are caught (a model whose checks cannot fail proves nothing)."""
+"""The lifecycle model's checks fail when they should: a controller that never places,
+allocations over what a GPU has, and a claim deallocated under its running pod are caught (a
+model whose checks cannot fail proves nothing)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,17 @@ def test_shares_beyond_a_gpus_memory_are_caught_at_once(machine: LifecycleMachin
     machine.world.replicas[1].stop()
     machine.create_claim("cpu")
     assert "shares-over-capacity" in _kinds(machine)
+
+
+def test_a_claim_deallocated_under_its_running_pod_is_caught_at_once(
+    machine: LifecycleMachine,
+) -> None:
+    machine.pod_of_new_claim("gpu", 0)
+    admin = machine.world.admin
+    (claim,) = [c for c in admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+                if (c.get("status") or {}).get("allocation")]  # fmt: skip
+    admin.replace_status(r.RESOURCE_CLAIMS_V1, {**claim, "status": {}})
+    machine.world.leader = 1
+    machine.world.replicas[1].stop()  # nobody allocates it again
+    machine.create_claim("cpu")
+    assert "claim-deallocated-under-its-pod" in _kinds(machine)
