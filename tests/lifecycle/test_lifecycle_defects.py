@@ -14,7 +14,7 @@ from typing import Any
 import lc_objects as objects
 import lc_truth as truth
 import pytest
-from lc_api import Fault
+from lc_api import Fault, ModelApi
 from lc_world import NAMESPACE, World
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
@@ -206,3 +206,39 @@ def test_a_preemptor_that_cannot_fit_once_its_victims_left_evicts_no_one(
     _run(world)
     assert world.evictions == []
     assert (_get(world, r.PODS, "c").get("status") or {}).get("phase") == "Running"
+
+
+def test_a_deallocation_racing_the_scheduler_keeps_the_claim_it_reserved(
+    cluster: Callable[..., World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standalone claim's last pod finished: the cycle deallocates it. Between its read and
+    its write, a pod without drasat's gate (nothing holds it) names the claim and kube-scheduler
+    reserves the allocated claim for it and binds it. The deallocation's write meets the
+    reservation (409), reads the claim again and keeps it: the new pod runs on its devices."""
+    world = cluster(n1="t4x1")
+    _claim(world, "shared", "gpu")
+    _pod(world, "a", claim="shared")
+    _run(world, 3)
+    uid = _get(world, r.RESOURCE_CLAIMS_V1, "shared")["metadata"]["uid"]
+    raced: list[str] = []
+    write = ModelApi.replace_status
+
+    def racing(api: ModelApi, resource: r.Resource, body: Obj) -> Obj:
+        deallocating = not (body.get("status") or {}).get("allocation")
+        if deallocating and body["metadata"].get("uid") == uid and not raced:
+            raced.append("b")
+            late = objects.pod("b", claim="shared")
+            del late["spec"]["schedulingGates"]
+            world.admin.create(r.PODS, late, namespace=NAMESPACE)
+            world.scheduler.run_once()
+        return write(api, resource, body)
+
+    monkeypatch.setattr(ModelApi, "replace_status", racing)
+    world.set_phase(_get(world, r.PODS, "a"), "Succeeded")
+    _run(world)
+    assert raced, "the claim was never deallocated"
+    assert _get(world, r.PODS, "b")["spec"].get("nodeName") == "n1"
+    claim = _get(world, r.RESOURCE_CLAIMS_V1, "shared")
+    assert truth.results_of(claim), "the claim was deallocated under the pod it is reserved for"
+    assert (_get(world, r.PODS, "b").get("status") or {}).get("phase") == "Running"
+    assert not _problems(world)
