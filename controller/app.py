@@ -24,7 +24,7 @@ from drasat.controller.metrics import Metrics
 from drasat.controller.metrics_server import serve
 from drasat.controller.policy import CONFIGMAP_KEY, PolicySource
 from drasat.controller.v1controller import V1Config, V1Controller
-from drasat.kube import errors
+from drasat.kube import errors, served
 from drasat.kube import resources as r
 from drasat.kube.client import Api, KubeClient, load_configuration
 from drasat.solver import Mode
@@ -124,6 +124,9 @@ class App:
             self._check_ledger_kind()
         self.controller: Loop
         if self.dra_api == "v1":
+            device_taint = options.device_taint
+            if isinstance(self.api, served.Prober):
+                device_taint = self._fit_to_server(self.api, device_taint)
             self.controller = V1Controller(
                 self.api,
                 V1Config(
@@ -133,7 +136,7 @@ class App:
                     time_limit_s=options.cycle_time_limit_s,
                     mode=Mode(options.cycle_mode),
                     resync_s=min(options.resync_s, 10.0),
-                    device_taint=options.device_taint,
+                    device_taint=device_taint,
                     policy_source=self.policy.source,
                     drivers=options.drivers,
                 ),
@@ -194,6 +197,20 @@ class App:
             ) from None
         except errors.KubeError as error:
             log.info("cannot check for %s now (%s): the informers retry", r.NAS.plural, error)
+
+    def _fit_to_server(self, api: served.Prober, device_taint: bool) -> bool:
+        """What this API server serves and keeps (drasat.kube.served), said in one log line;
+        whether to keep the DeviceTaintRule (not where no version of it is served)."""
+        findings = [
+            served.claim_shares(api, self.options.namespace),
+            served.mutating_admission_policies(api),
+        ]
+        if device_taint:
+            taint = served.device_taint_rules(api)
+            findings.insert(0, taint)
+            device_taint = taint.on
+        log.warning("%s", served.line("controller", findings))
+        return device_taint
 
     def _policy_source(self) -> PolicySource:
         def counted(result: str) -> None:

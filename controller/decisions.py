@@ -99,7 +99,7 @@ def inventory_versions(snapshot: v1inputs.Snapshot) -> list[str]:
     claims: drasat's ResourceSlices and NodeAllocationStates, and its DeviceClasses."""
     out = [p.resource_version for p in snapshot.nas.values()]
     out += [v for found in snapshot.published.values() for v in found.versions]
-    out += [_version(c) for c in snapshot.classes.values()]
+    out += [_version(c) for c in snapshot.claim_classes.values()]
     return out
 
 

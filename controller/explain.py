@@ -72,15 +72,22 @@ def snapshot(
     for obj in api.list(r.NAS, namespace=namespace).items:
         found = nasnodes.parse(obj)
         parsed[found.node.name] = found
-    published = Published(drivers).read(api.list(r.RESOURCE_SLICES_V1).items)
+    found_slices = api.list(r.RESOURCE_SLICES_V1).items
+    published = Published(drivers).read(found_slices)
     parsed |= ledgers_from_statuses(published, claims.values(), parsed, {}, drivers)
+    classes = api.list(r.DEVICE_CLASSES_V1).items
+    ours = v1inputs.our_classes(classes, drivers)
+    others, others_held = v1inputs.other_devices(found_slices, claims.values(), ours, drivers)
     return v1inputs.Snapshot(
         pods=api.list(r.PODS).items,
         claims=claims,
-        classes=v1inputs.our_classes(api.list(r.DEVICE_CLASSES_V1).items, drivers),
+        classes=ours,
         nodes={str(n["metadata"]["name"]): n for n in api.list(r.NODES).items},
         nas=parsed,
         published=published,
+        device_classes={str(c["metadata"]["name"]): c for c in classes},
+        others=others,
+        others_held=others_held,
     )
 
 
@@ -313,7 +320,7 @@ def _what_if(
         outcome = v1.allocate(
             v1inputs.node_inputs(found),
             [p.input for p in batch],
-            found.classes,
+            found.claim_classes,
             policy=spec,
             params=SolveParams(mode=Mode(mode)),
         )

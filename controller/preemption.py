@@ -166,7 +166,7 @@ class Preempter:
             base,
             [r for r in running if not self._skipped(r.key, wanting, now)],
             users,
-            snapshot.classes,
+            snapshot.claim_classes,
             policy=policy,
             budgets=allowance,
             holds=holds_of(current.values()),

@@ -317,14 +317,22 @@ class V1Controller:
         parsed |= ledgers_from_statuses(
             published, claims.values(), parsed, self.own_writes.claims, self.config.drivers
         )
+        classes = self.classes.items()
+        ours = v1inputs.our_classes(classes, self.config.drivers)
+        others, others_held = v1inputs.other_devices(
+            self.slices.items(), claims.values(), ours, self.config.drivers
+        )
         return v1inputs.Snapshot(
             pods=self.pods.items(),
             claims=claims,
-            classes=v1inputs.our_classes(self.classes.items(), self.config.drivers),
+            classes=ours,
             nodes={str(n["metadata"]["name"]): n for n in self.nodes.items()},
             nas=parsed,
             unsuitable=unsuitable,
             published=published,
+            device_classes={str(c["metadata"]["name"]): c for c in classes},
+            others=others,
+            others_held=others_held,
         )
 
     def cycle(self) -> bool:

@@ -36,7 +36,7 @@ from drasat.api import nodefit
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.controller import allocation, nasnodes
 from drasat.solver import NodeState
-from drasat.v1 import Node, PodInput, results, slices
+from drasat.v1 import Node, PodInput, otherdevices, results, slices, with_other_devices
 
 Obj = dict[str, Any]
 
@@ -212,6 +212,18 @@ class Snapshot:
     #: kube-scheduler reads; `drasat.v1.slices`): the devices the cycle allocates. The NAS is
     #: the ledger of allocated and prepared claims only.
     published: Mapping[str, slices.NodeDevices] = field(default_factory=dict)
+    #: Every DeviceClass by name, drasat's or not: a claim drasat takes may ask for another
+    #: driver's devices beside its GPUs (empty: `classes` only).
+    device_classes: Mapping[str, Obj] = field(default_factory=dict)
+    #: What each node publishes of other drivers' devices (`drasat.v1.otherdevices`), and what
+    #: allocated claims hold of them by their statuses (node -> amount -> held).
+    others: Mapping[str, otherdevices.NodeOthers] = field(default_factory=dict)
+    others_held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def claim_classes(self) -> dict[str, Obj]:
+        """The classes a claim drasat takes is read against: every class (drasat's win)."""
+        return {**self.device_classes, **self.classes}
 
 
 @dataclass(frozen=True)
@@ -460,8 +472,36 @@ def node_inputs(snapshot: Snapshot) -> list[Node]:
             labels=tuple(sorted(((node.get("metadata") or {}).get("labels") or {}).items())),
         )
         published = tuple(found.read.devices.values()) if state.ready else ()
-        out.append(Node(state, published))
+        held = snapshot.others_held.get(name)
+        out.append(with_other_devices(Node(state, published), snapshot.others.get(name), held))
     return out
+
+
+def other_devices(
+    found: Iterable[Obj],
+    claims: Iterable[Obj],
+    ours: Mapping[str, Obj],
+    drivers: Iterable[str],
+) -> tuple[dict[str, otherdevices.NodeOthers], dict[str, dict[str, int]]]:
+    """Other drivers' devices (any driver but the ones drasat allocates as GPUs, `drivers`) by
+    node, from the ResourceSlices `found`, and what the `claims` hold of them (their statuses:
+    those drivers keep no NAS). Read only when a claim drasat allocates and has not allocated
+    yet names a class not of `ours` (a NIC beside its GPU): other drivers' slices are parsed
+    for the cycles that need them, not every cycle."""
+    claims = list(claims)
+    if not any(asks_other_devices(c, ours) for c in claims):
+        return {}, {}
+    others = otherdevices.read(found, frozenset(drivers))
+    if not others:
+        return {}, {}
+    return others, otherdevices.held(claims, others)
+
+
+def asks_other_devices(claim: Obj, ours: Mapping[str, Obj]) -> bool:
+    """Whether drasat is to allocate the claim and it also names a class not of `ours`."""
+    if is_allocated(claim) or not allocates(claim, ours):
+        return False
+    return bool(_class_names(claim) - set(ours))
 
 
 class StatusLedgers:

@@ -20,6 +20,7 @@ from typing import Any
 from drasat import stopsignals
 from drasat.api.inputerrors import InputError
 from drasat.kube import client as kube_client
+from drasat.kube import served
 from drasat.nodeplugin import (
     cdi,
     mps,
@@ -109,6 +110,7 @@ def build(options: Options) -> NodePlugin:
                 "--kubelet-api structured or both"
             )
         publisher = slicepublisher.SlicePublisher(api, node_name=config.node_name)
+        config = fit_to_server(config, api)
     plugin = NodePlugin(
         config,
         lib=lib,
@@ -124,6 +126,17 @@ def build(options: Options) -> NodePlugin:
         log.warning("fault injection: the process exits after step %s", crash_after)
         plugin.state.faults.append(state.Fault(crash_after, state.ProcessExit()))
     return plugin
+
+
+def fit_to_server(config: Config, api: served.Prober) -> Config:
+    """Publish only what this API server keeps of the slices (drasat.kube.served): asked once,
+    said in one log line."""
+    capacity = served.slice_shares(api, config.node_name)
+    counters = served.slice_counters(api, config.node_name)
+    log.warning("%s", served.line(f"node plugin on {config.node_name}", (capacity, counters)))
+    return dataclasses.replace(
+        config, slice_consumable_capacity=capacity.on, slice_counters=counters.on
+    )
 
 
 def run(

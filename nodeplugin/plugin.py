@@ -8,6 +8,7 @@ calls the DRA socket as soon as it sees the registration). Stop: status NotReady
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -70,7 +71,9 @@ class Config:
     health_events: bool = True
     health_wait_ms: int = 1000  # one NVML event wait; also how long a stop may wait for it
     workers: int = 16
-    start_timeout_s: float = 120.0  # how long the first NAS write is retried
+    #: How long the first NAS write is retried (0: until it succeeds, e.g. while the namespace
+    #: and CRDs a chart installs later are not there yet).
+    start_timeout_s: float = 120.0
     #: Publish the node's `resource.k8s.io/v1` ResourceSlices (with a structured kubelet API
     #: and API access), so the kube-scheduler allocates from them.
     publish_slices: bool = False
@@ -78,6 +81,12 @@ class Config:
     #: prepare takes shares (MPS limits) and treats a result that consumed the whole GPU (a
     #: request without capacity.requests) as exclusive.
     slice_shares: bool = True
+    #: What the API server keeps of the slices (asked at start, drasat.kube.served): devices
+    #: that allow multiple allocations (DRAConsumableCapacity; off: no shares either) and MIG
+    #: counter sets (DRAPartitionableDevices). What it would drop is not published, so a publish
+    #: compares with what the server stored.
+    slice_consumable_capacity: bool = True
+    slice_counters: bool = True
 
     @property
     def dra_socket(self) -> Path:
@@ -211,7 +220,12 @@ class NodePlugin:
         }
         try:
             wanted = slicepublisher.inventory(
-                self.lib, health=unhealthy, shares=self.config.slice_shares, gpus=self.state.gpus()
+                self.lib,
+                health=unhealthy,
+                shares=self.config.slice_shares,
+                gpus=self.state.gpus(),
+                consumable_capacity=self.config.slice_consumable_capacity,
+                counters=self.config.slice_counters,
             )
             return self.slice_publisher.sync(wanted)
         except Exception as error:  # the API is down, the Node is gone: try again next time
@@ -292,7 +306,8 @@ class NodePlugin:
         return report
 
     def _publish_first(self) -> None:
-        delay, deadline = 0.5, time.monotonic() + self.config.start_timeout_s
+        timeout = self.config.start_timeout_s
+        delay, deadline = 0.5, time.monotonic() + (timeout if timeout > 0 else math.inf)
         while True:
             try:
                 self.publish(ready=False)

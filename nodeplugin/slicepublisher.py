@@ -73,11 +73,14 @@ def inventory(
     shares: bool = False,
     fallback: bool = True,
     gpus: Sequence[GpuDevice] | None = None,
+    consumable_capacity: bool = True,
+    counters: bool = True,
 ) -> Inventory:
     """What the hardware has now: GPUs (`gpus`, or the lib's discovery), each MIG-enabled GPU's
     profiles and placements (NVML's `nvmlDeviceGetGpuInstancePossiblePlacements`), and the
     unhealthy GPUs. A lost GPU is published with its health (a NoExecute taint) as long as it is
-    known by its uuid."""
+    known by its uuid. `consumable_capacity`, `counters`: what the API server keeps
+    (drasat.api.devicemodel.nodegpus.Inventory)."""
     found = [g for g in (lib.gpus() if gpus is None else gpus) if g.uuid]
     health = dict(health or {})
     nvml_profiles = mig_profiles(lib, found)
@@ -97,6 +100,8 @@ def inventory(
         instance_limits=limits,
         shares=shares,
         fallback=fallback,
+        consumable_capacity=consumable_capacity,
+        counters=counters,
     )
 
 

@@ -3,7 +3,8 @@
 Used by `make test` (and so by `.ci/run`): format, lint, types, layering (mypy and import-linter
 through scripts/typecheck.py and scripts/layers.py, which give them each part's folder under its
 `drasat.*` name), the real control plane's binaries (built by scripts/kube-build into their cache
-when missing; a cold build takes minutes), a copy without the classic wing
+when missing; a cold build takes minutes), the test nodes' container runtime and drasat's images
+(scripts/runtime-build, scripts/image-build; likewise cached), a copy without the classic wing
 (scripts/without_classic.py: it installs and its v1 tests pass; some of those use the binaries,
 so they are built first), then the test suite, whose real-cluster tests use them. pytest's exit
 code 5 ("no tests collected") is treated as a failure, not a pass.
@@ -26,6 +27,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("types", [sys.executable, str(REPO / "scripts" / "typecheck.py")]),
     ("layers", [sys.executable, str(REPO / "scripts" / "layers.py")]),
     ("kube binaries", [str(REPO / "scripts" / "kube-build")]),
+    ("runtime and images", [str(REPO / "scripts" / "runtime-build")]),
     ("without classic", [sys.executable, str(REPO / "scripts" / "without_classic.py")]),
     ("tests", [sys.executable, "-m", "pytest", *sys.argv[1:]]),
 ]
@@ -38,7 +40,8 @@ def main() -> int:
         shown = shown[1:] if shown[0] == "-m" else shown
         print(f"==> {name}: {Path(shown[0]).name} {' '.join(shown[1:])}")
         sys.stdout.flush()
-        code = _build_kube() if name == "kube binaries" else subprocess.call(command)
+        builds = {"kube binaries": _build_kube, "runtime and images": _build_runtime_and_images}
+        code = builds[name]() if name in builds else subprocess.call(command)
         elapsed = time.monotonic() - started
         if code != 0:
             reason = (
@@ -51,13 +54,15 @@ def main() -> int:
 
 
 def _build_kube() -> int:
-    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane, and
-    scripts/oracle-build for upstream's allocator; the last stdout line of each is its binaries'
-    folder, which the tests get as DRASAT_KUBE_BIN, DRASAT_KUBE_CLASSIC_BIN and DRASAT_ORACLE_BIN
-    (progress goes to stderr, shown as it comes)."""
+    """scripts/kube-build for the current (v1.37) and the classic (v1.30) control plane and for
+    the oldest version users run that drasat is installed on (1.34, tests/e2e/test_e2e_versions.py),
+    and scripts/oracle-build for upstream's allocator; the last stdout line of each is its
+    binaries' folder, which the tests get as DRASAT_KUBE_BIN, DRASAT_KUBE_CLASSIC_BIN,
+    DRASAT_KUBE_BIN_1_34 and DRASAT_ORACLE_BIN (progress goes to stderr, shown as it comes)."""
     for flavour, variable in (
         ("current", "DRASAT_KUBE_BIN"),
         ("classic", "DRASAT_KUBE_CLASSIC_BIN"),
+        ("1.34", "DRASAT_KUBE_BIN_1_34"),
     ):
         command = [str(REPO / "scripts" / "kube-build"), flavour]
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
@@ -71,6 +76,21 @@ def _build_kube() -> int:
     if done.returncode != 0:
         return done.returncode
     os.environ["DRASAT_ORACLE_BIN"] = done.stdout.strip().splitlines()[-1]
+    return 0
+
+
+def _build_runtime_and_images() -> int:
+    """scripts/runtime-build (containerd, runc, the CNI plugins, the pause image) and
+    scripts/image-build (localhost/drasat:dev and localhost/drasat-probe:dev), each at once when
+    its cache is fresh; the tests get their folders as DRASAT_RUNTIME_BIN and DRASAT_IMAGES."""
+    for script, variable in (
+        ("runtime-build", "DRASAT_RUNTIME_BIN"),
+        ("image-build", "DRASAT_IMAGES"),
+    ):
+        done = subprocess.run([str(REPO / "scripts" / script)], stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            return done.returncode
+        os.environ[variable] = done.stdout.strip().splitlines()[-1]
     return 0
 
 

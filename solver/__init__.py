@@ -44,7 +44,7 @@ the whole set; online mode is PER_POD_OPTIMAL with no bound (`best_bound`, `gap`
 """
 
 from drasat.solver.cache import SolverCache
-from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology
+from drasat.solver.claimspec import DeviceDemand, GpuDemand, MigDemand, Requirement, Topology
 from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
@@ -64,6 +64,7 @@ from drasat.solver.problem import (
 __all__ = [
     "ClaimRequest",
     "DeviceConstraint",
+    "DeviceDemand",
     "Gang",
     "GpuDemand",
     "MigDemand",

@@ -1,5 +1,5 @@
-"""What a claim asks the solver for, in the solver's own terms: GPUs (whole or a share) or one
-MIG device.
+"""What a claim asks the solver for, in the solver's own terms: GPUs (whole or a share), one
+MIG device, or other drivers' devices it knows by name alone.
 
 Each wing converts its own input at its edge: the classic wing its GpuClaimParameters and
 MigDeviceClaimParameters (`drasat.classic.params`), the v1 path each option of a request
@@ -121,6 +121,28 @@ class MigDemand:
         if self.sharing is not None:
             fields["sharing"] = self.sharing.model_dump(mode="json", exclude_none=True)
         return _text(fields)
+
+
+@dataclass(frozen=True)
+class DeviceDemand:
+    """`count` distinct devices the solver knows by name alone: another driver's (a NIC, an
+    FPGA), which drasat allocates beside its GPUs for one claim. Each of `choices` is a device
+    by key and what taking it draws on its node's amounts (`NodeState.amounts`: the device
+    itself, a capacity of a device several claims share, a shared counter); a device whose
+    amounts are not on a node is not there."""
+
+    count: int
+    #: (device key, ((amount name, how much), ...)), in the caller's order.
+    choices: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"a device claim takes at least one device, not {self.count}")
+
+    def key(self) -> str:
+        """The count as text (the choices are compared by their interned number: thousands of
+        them for a request that any node's devices meet)."""
+        return _text({"devices": self.count})
 
 
 def selects_mig_mode(selector: GpuSelector | None) -> bool:

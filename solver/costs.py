@@ -175,7 +175,8 @@ def device(claim: Claim, gpu: GpuSlot, option: MigOption | None, rules: Rules) -
 def priced(claim: Claim, rules: Rules) -> bool:
     """Whether the claim's GPUs have a workload part (whole and share claims, with a target
     workload and the fragmentation term)."""
-    return bool(rules.weights.fragmentation and rules.workload and claim.kind is not Kind.mig)
+    kind = claim.kind
+    return bool(rules.weights.fragmentation and rules.workload and kind in (Kind.whole, Kind.share))
 
 
 def claim_workload(

@@ -10,6 +10,8 @@ A purely computational module. Decisions written down here:
 - MIG by needs: every profile whose memory and compute slices cover the needs is a candidate;
   waste = memory slices + compute slices above the smallest candidate of that product.
 - A share claim (`share`) sits on a non-MIG GPU; its compute is 0 when it states only memory.
+- A device claim (`DeviceDemand`) takes other drivers' devices, never a GPU: no policy rule,
+  budget or cost speaks of them; only the amounts they draw on bound them.
 - Pod priority = pod.priority + the highest namespacePriorities entry whose glob matches.
 - Policy eligibility: allowedProducts (union of the product globs of every rule whose namespace
   glob matches; no matching rule: every product) and reservations without `count` (matching GPUs
@@ -20,6 +22,7 @@ A purely computational module. Decisions written down here:
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -29,11 +32,16 @@ from drasat.api.sharing import GpuSharing, default_sharing
 from drasat.solver.inventory import GpuSlot, MigOption, share_memory_mib
 from drasat.solver.problem import ClaimRequest, PodRequest
 
+#: What taking one device draws on its node's amounts: ((amount name, how much), ...).
+Draws = tuple[tuple[str, int], ...]
+
 
 class Kind(StrEnum):
     whole = "whole"
     share = "share"
     mig = "mig"
+    #: Other drivers' devices, known by name alone (`DeviceDemand`).
+    device = "device"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class Claim:
             names_gpu(self.selector)
             or request.eligible is not None
             or request.placements is not None
+            or request.device is not None
             or bool(request.constraints)
         )
 
@@ -83,6 +92,8 @@ class Claim:
     def describe_mig(self) -> str:
         if self.profile is not None:
             return self.profile
+        if self.lists_devices:
+            return "a MIG device of the request's"
         needs = []
         if self.need_memory_bytes:
             needs.append(f"memory>={self.need_memory_bytes // 2**20}Mi")
@@ -90,15 +101,23 @@ class Claim:
             needs.append(f"computeSlices>={self.need_compute_slices}")
         return "MIG " + " ".join(needs)
 
+    @property
+    def lists_devices(self) -> bool:
+        """A MIG claim of no profile whose caller lists the devices it may take (any profile
+        among them): the list decides, not needs."""
+        return self.profile is None and self.request.placements is not None
+
     def placement_allowed(self, gpu: GpuSlot, option: MigOption) -> bool:
         """Whether the caller's eligible placements (if any) admit this one on this GPU."""
         placements = self.request.placements
-        return placements is None or (gpu.info.uuid, option.start) in placements
+        return placements is None or (gpu.info.uuid, option.profile, option.start) in placements
 
     def mig_fits(self, option: MigOption) -> bool:
         """Whether the profile at this placement is one this claim may take."""
         if self.profile is not None:
             return option.profile == self.profile
+        if self.lists_devices:
+            return True  # `placement_allowed` reads the list
         if option.media_extensions:
             return False  # needs never call for media engines; keep +me for who names it
         if self.need_memory_bytes and option.memory_bytes < self.need_memory_bytes:
@@ -147,6 +166,22 @@ def normalize(request: ClaimRequest, pod: PodRequest) -> Claim:
             paired_with=None,
             sharing=spec.sharing or default_sharing(),
         )
+    if request.device is not None:
+        return Claim(
+            request=request,
+            kind=Kind.device,
+            count=request.device.count,
+            optional=False,
+            selector=None,
+            allows_mig_gpu=False,
+            share_compute=0,
+            share_memory_mib=0,
+            profile=None,
+            need_memory_bytes=0,
+            need_compute_slices=0,
+            paired_with=None,
+            sharing=default_sharing(),
+        )
     mig = request.mig
     assert mig is not None  # ClaimRequest guarantees exactly one
     return Claim(
@@ -175,9 +210,24 @@ def pod_priority(pod: PodRequest, policy: AllocationPolicySpec) -> int:
     return pod.priority + (max(matching) if matching else 0)
 
 
+def device_choices(claim: Claim, amounts: Mapping[str, int]) -> list[tuple[str, Draws]]:
+    """A device claim's choices a node with these free amounts can give now: every amount
+    they draw is on the node, with enough left."""
+    spec = claim.request.device
+    if spec is None:
+        return []
+    return [
+        (key, draws)
+        for key, draws in spec.choices
+        if all(amounts.get(name, -1) >= much for name, much in draws)
+    ]
+
+
 def device_fits(claim: Claim, gpu: GpuSlot) -> bool:
     """Whether the claim's kind, selector, eligible set and MIG mode admit this GPU (ignoring
     what is taken)."""
+    if claim.kind is Kind.device:
+        return False  # another driver's devices, never a GPU
     eligible = claim.request.eligible
     if eligible is not None and gpu.info.uuid not in eligible:
         return False

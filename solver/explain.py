@@ -19,7 +19,7 @@ from drasat.solver.reasons import (
     BEST,
     NODE,
     ClaimId,
-    ClaimRef,
+    ClaimsRef,
     Label,
     Obstacle,
     Part,
@@ -55,12 +55,8 @@ def model_blocker(
                 best=best,
             )
         return Obstacle(("rules", text), (*text, " (node ", NODE, ")"), text)
-    refs: list[Part] = []
-    for index, claim in enumerate(entry.claims):
-        if not claim.optional:
-            refs.extend([", "] if refs else [])
-            refs.append(ClaimRef(index))
-    text = ("claims ", *refs, " do not fit together in what is free")
+    together = ClaimsRef(tuple(i for i, c in enumerate(entry.claims) if not c.optional))
+    text = (together, " do not fit together in what is free")
     return Obstacle(("together",), (*text, " on node ", NODE), (*text, " on any node"))
 
 

@@ -30,7 +30,8 @@ from drasat.solver.solving import Result
 
 @dataclass(frozen=True)
 class Chosen:
-    """One device choice: a GPU (uuid) and, for MIG, the profile at a placement."""
+    """One device choice: a GPU (uuid) and, for MIG, the profile at a placement; for a device
+    claim (`Kind.device`), another driver's device by its key in `uuid`."""
 
     uuid: str
     profile: str | None = None
@@ -116,6 +117,10 @@ def placements(
                 chosen_of(d)
                 for d in built.devices.get(claim.uid, [])
                 if d.gpu.node == node and result.value(d.var)
+            ] + [
+                Chosen(u.key)
+                for u in built.units.get(claim.uid, [])
+                if u.node == node and result.value(u.var)
             ]
         out[entry.key] = (node, claims)
     return out

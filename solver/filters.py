@@ -86,6 +86,8 @@ def _selector_text(claim: Claim) -> str:
 def claim_blocker(claim: Claim, index: int, node: NodeView, rules: Rules) -> Obstacle | None:
     """Why the claim (the pod's claim at `index`) alone cannot be satisfied on this node:
     selector, capacity, then policy."""
+    if claim.kind is Kind.device:
+        return _device_blocker(claim, index, node)
     fitting = [g for g in node.gpus if demand.device_fits(claim, g)]
     if not fitting:
         return _note_unhealthy(_no_match(claim, index, node))
@@ -98,6 +100,30 @@ def claim_blocker(claim: Claim, index: int, node: NodeView, rules: Rules) -> Obs
     rule = next(r for g in fitting if (r := rules.blocking_rule(claim, g)) is not None)
     text = _claim(index, f": {rule}")
     return Obstacle(("rule", rule, ClaimRef(index)), (*text, " (node ", NODE, ")"), text)
+
+
+def _device_blocker(claim: Claim, index: int, node: NodeView) -> Obstacle | None:
+    """A device claim: enough of its devices free on the node (other drivers' devices)."""
+    free = len(demand.device_choices(claim, node.amounts))
+    if free >= claim.count:
+        return None
+    plural = "s" if claim.count > 1 else ""
+    return Obstacle(
+        ("devices", ClaimRef(index)),
+        _claim(
+            index,
+            f": needs {claim.count} device{plural} of another driver; {free} that its "
+            "selectors match free on node ",
+            NODE,
+        ),
+        _claim(
+            index,
+            f": needs {claim.count} device{plural} of another driver on one node; at most ",
+            BEST,
+            " that its selectors match free on any node",
+        ),
+        best=free,
+    )
 
 
 def _note_unhealthy(obstacle: Obstacle) -> Obstacle:

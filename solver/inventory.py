@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from drasat.api import catalog
@@ -178,6 +179,10 @@ class NodeView:
     #: What the usable GPUs are, not what is taken of them (interned: equal for nodes of the
     #: same hardware; selectors on uuid aside, eligibility is read from it).
     hardware_key: int = 0
+    #: What is left of other drivers' devices' amounts (`NodeState.amounts`). Part of
+    #: `exact_key` only: a pod with a device claim reads the node by its exact state (its
+    #: choices name devices), and the others never read it.
+    amounts: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def used_before(self) -> bool:
@@ -382,14 +387,15 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
         unready_reason=node.unready_reason,
         gpus=canonical,
         unhealthy=tuple(unhealthy),
-        allocated=frozenset(nas.allocatedClaims),
+        allocated=frozenset(nas.allocatedClaims) | node.device_claims,
         namespace_use=_namespace_use(nas.allocatedClaims),
         cpu_free_milli=cpu_free,
         memory_free_mib=memory_free,
         canonical_key=canonical_key,
-        exact_key=intern((canonical_key, tuple(g.identity() for g in canonical))),
+        exact_key=intern((canonical_key, tuple(g.identity() for g in canonical), node.amounts)),
         uuids=frozenset(g.uuid for g in nas.gpus()),
         hardware_key=intern(tuple(sorted(g.hardware_id for g in canonical))),
+        amounts=dict(node.amounts),
     )
 
 

@@ -6,6 +6,11 @@ and explanations (one pod on its candidate nodes, each rule behind an assumption
 Stages, in CP-SAT's usual order: data (eligible devices per claim) -> variables -> constraints ->
 objective. Solving and reading values live in `solving.py` and `extract.py`.
 
+Other drivers' devices (a device claim, `DeviceDemand`) are literals of their own (`UnitVar`):
+a claim takes `count` of them on its node, what they draw on the node's amounts stays within
+what is left (`amounts`), and a claim's `matchAttribute`/`distinctAttribute` constraints read
+them beside its GPUs (a GPU and a NIC on one PCIe root). They carry no cost.
+
 Objective, lexicographic: first maximize placed pods weighted by `1 + priority - lowest priority`
 (then optional claims that got devices), then minimize the policy's weighted costs. Each cost
 term is computed by one function of `costs.py`, which the per-node enumeration (`nodes.py`) adds
@@ -69,6 +74,17 @@ class DeviceVar:
 
 
 @dataclass
+class UnitVar:
+    """A device claim (`Kind.device`) taking one of another driver's devices on one node."""
+
+    claim: Claim
+    node: str
+    key: str
+    draws: demand.Draws
+    var: cp_model.IntVar
+
+
+@dataclass
 class Built:
     model: cp_model.CpModel
     at: dict[tuple[str, str], cp_model.IntVar]  # (pod, node)
@@ -78,6 +94,8 @@ class Built:
     got: dict[tuple[str, str], cp_model.IntVar]  # optional claim (uid, node) -> has devices
     primary: list[tuple[int, cp_model.IntVar]]
     secondary: list[tuple[int, cp_model.IntVar]]
+    #: Device claim uid -> its literals, one per device it may take (other drivers' devices).
+    units: dict[str, list[UnitVar]] = field(default_factory=dict)
     #: Assumption literal -> the rule it enforces, in user terms (explain mode); claims and
     #: nodes it names are ids in the label (reasons.py), never spelled into its text.
     assumptions: dict[int, reasons.Label] = field(default_factory=dict)
@@ -161,7 +179,7 @@ def _free_ways(claim: Claim, gpu: GpuSlot) -> list[MigOption | None]:
 def claim_shape(claim: Claim) -> tuple[object, bool]:
     """What eligibility reads of a claim (its namespace and spec), and whether it names GPUs
     by index or uuid (then GPUs in equal states still differ)."""
-    spec = claim.request.gpu or claim.request.mig
+    spec = claim.request.gpu or claim.request.mig or claim.request.device
     assert spec is not None
     text = spec.key()
     names_gpus = demand.names_gpu(claim.selector) or claim.request.eligible is not None
@@ -261,6 +279,9 @@ class _Builder:
                 self.m.add_at_most_one(b.placed[p.key] for p in pods)
 
     def device_variables(self, claim: Claim, node: NodeView, devices_here: cp_model.IntVar) -> None:
+        if claim.kind is Kind.device:
+            self.unit_variables(claim, node, devices_here)
+            return
         vars_here: list[DeviceVar] = []
         for gpu in node.gpus:
             blocked_by, ways = self._ways(claim, gpu)
@@ -280,6 +301,37 @@ class _Builder:
             self.topology(claim, vars_here, devices_here)
         if costs.priced(claim, self.rules) and not costs.per_device(claim):
             self.whole_workload(claim, node, vars_here, devices_here)
+
+    def unit_variables(self, claim: Claim, node: NodeView, devices_here: cp_model.IntVar) -> None:
+        """A device claim takes `count` distinct devices among its choices the node has room
+        for now (`amounts` bounds them together with the other claims)."""
+        units = [
+            UnitVar(claim, node.name, key, draws, self.m.new_bool_var(f"u_{claim.ref}_{key}"))
+            for key, draws in demand.device_choices(claim, node.amounts)
+        ]
+        self.built.units.setdefault(claim.uid, []).extend(units)
+        c = self.m.add(
+            cp_model.LinearExpr.sum([u.var for u in units]) == claim.count * devices_here
+        )
+        literal = self.rule(("claim ", reasons.ClaimId(claim.uid), f": needs {_devices(claim)}"))
+        if literal is not None:
+            c.only_enforce_if(literal)
+
+    def amounts(self) -> None:
+        """What the devices taken draw on each amount of a node stays within what is left."""
+        per_amount: dict[tuple[str, str], list[tuple[int, cp_model.IntVar]]] = {}
+        for units in self.built.units.values():
+            for u in units:
+                for name, much in u.draws:
+                    per_amount.setdefault((u.node, name), []).append((much, u.var))
+        for (node, name), terms in per_amount.items():
+            left = self.nodes[node].amounts.get(name, 0)
+            if sum(much for much, _ in terms) <= left:
+                continue
+            weighted = cp_model.LinearExpr.weighted_sum(
+                [v for _, v in terms], [m for m, _ in terms]
+            )
+            self.m.add(weighted <= left)
 
     def _ways(self, claim: Claim, gpu: GpuSlot) -> tuple[str | None, list[MigOption | None]]:
         """(policy rule forbidding it or None, ways the claim can take the GPU); memoized by
@@ -413,12 +465,18 @@ class _Builder:
         out: dict[str, dict[str, list[cp_model.IntVar]]] = {}
         for claim, constraint in members:
             values = constraint.value_of()
-            for d in self.built.devices.get(claim.uid, []):
-                value = values.get(device_key(d))
+            taken = [
+                (device_key(d), d.gpu.node, d.var) for d in self.built.devices.get(claim.uid, [])
+            ]
+            taken += [
+                ((u.key, None, None), u.node, u.var) for u in self.built.units.get(claim.uid, [])
+            ]
+            for key, node, var in taken:
+                value = values.get(key)
                 if value is None:
-                    self.m.add(d.var == 0)
+                    self.m.add(var == 0)
                     continue
-                out.setdefault(d.gpu.node, {}).setdefault(value, []).append(d.var)
+                out.setdefault(node, {}).setdefault(value, []).append(var)
         return out
 
     def _distinct(
@@ -778,6 +836,7 @@ class _Builder:
         self.device_constraints()
         self.share_groups()
         self.gpu_capacity()
+        self.amounts()
         self.node_capacity()
         self.budgets()
         self.node_costs()
@@ -800,6 +859,11 @@ def device_key(d: DeviceVar) -> DeviceKey:
     if d.option is None:
         return (d.gpu.info.uuid, None, None)
     return (d.gpu.info.uuid, d.option.profile, d.option.start)
+
+
+def _devices(claim: Claim) -> str:
+    """A device claim's need in words (a model rule's label)."""
+    return f"{claim.count} device{'s' if claim.count > 1 else ''} of its request free on the node"
 
 
 def _need(entry: PodEntry, resource: str) -> int:

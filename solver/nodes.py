@@ -51,8 +51,11 @@ from drasat.solver.problem import Status
 from drasat.solver.reasons import Names, Obstacle
 from drasat.solver.rules import Rules
 
-#: Canonical device choice: (claim index in the pod, GPU position, profile, start, size).
+#: Canonical device choice: (claim index in the pod, GPU position, profile, start, size); for a
+#: device claim's device (`_UNIT` as its position) its key in the profile's place (such a pod
+#: is evaluated per exact node state: keys are no canonical positions).
 _Pick = tuple[int, int, str | None, int, int]
+_UNIT = -1
 
 
 @dataclass(frozen=True)
@@ -74,19 +77,20 @@ class Evaluation:
     optimal: bool = True
 
 
-#: Per claim: its eligible uuids (None: any), its eligible placement starts by uuid (None:
+#: Per claim: its eligible uuids (None: any), its eligible (profile, start) by uuid (None:
 #: any), and per device constraint its devices' values by uuid ((profile, start), value).
 _Eligibility = tuple[
     frozenset[str] | None,
-    Mapping[str, tuple[int, ...]] | None,
+    Mapping[str, tuple[tuple[str, int], ...]] | None,
     tuple[Mapping[str, tuple[tuple[tuple[str | None, int | None], str], ...]], ...],
 ]
 
 
-#: Per claim, of one GPU: eligible, its eligible starts (None: any), its devices' values.
+#: Per claim, of one GPU: eligible, its eligible (profile, start) (None: any), its devices'
+#: values.
 _GpuLimits = tuple[
     bool,
-    tuple[int, ...] | None,
+    tuple[tuple[str, int], ...] | None,
     tuple[tuple[tuple[tuple[str | None, int | None], str], ...], ...],
 ]
 
@@ -105,7 +109,7 @@ class PodShape:
     refs: tuple[str, ...] = ()
     #: Claims limited to some GPUs (an eligible set, MIG placements: v1 claims, whose
     #: selectors were evaluated per device) and naming none otherwise: per claim, the eligible
-    #: uuids (None: any) and the eligible placement starts by uuid (None: any). A node's state
+    #: uuids (None: any) and the eligible (profile, start) by uuid (None: any). A node's state
     #: is then told apart by which of its GPUs (in canonical positions) are eligible, not by
     #: their identity, so equal nodes still share one evaluation (`_state`). None: no such claim
     #: (or `names_gpus`).
@@ -154,11 +158,15 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
     names_gpus = rules.names_gpus or (rules.workload.names_gpus and not rows)
     groups: dict[str, int] = {}
     for claim in entry.claims:
-        spec = claim.request.gpu or claim.request.mig
+        spec = claim.request.gpu or claim.request.mig or claim.request.device
         assert spec is not None
         # The spec's fields, serialized (equal text: equal fields); a key, never searched.
         text = spec.key() + _eligible_text(claim, groups, rules)
         names_gpus = names_gpus or _names_gpus(claim)
+        if claim.request.device is not None:
+            # Its choices name devices, and what is left of them is the node's exact state.
+            names_gpus = True
+            text += f" devices=#{rules.cache.intern_large(claim.request.device.choices)}"
         if claim.request.gpu is not None and claim.request.gpu.topology is not None:
             names_gpus = True  # NVLink peers are named by uuid
         paired = next((i for i, c in enumerate(entry.claims) if c.uid == claim.paired_with), None)
@@ -220,9 +228,9 @@ def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
         return cast(_Eligibility, known)
     starts = None
     if request.placements is not None:
-        by_uuid: dict[str, list[int]] = {}
-        for uuid, start in request.placements:
-            by_uuid.setdefault(uuid, []).append(start)
+        by_uuid: dict[str, list[tuple[str, int]]] = {}
+        for uuid, mig_profile, start in request.placements:
+            by_uuid.setdefault(uuid, []).append((mig_profile, start))
         starts = {uuid: tuple(sorted(taken)) for uuid, taken in by_uuid.items()}
     values = []
     for constraint in request.constraints:
@@ -325,8 +333,11 @@ def outcome(pod: PodShape, node: NodeView, evaluation: Evaluation) -> NodeOutcom
     assert evaluation.picks is not None
     chosen: dict[str, list[Chosen]] = {c.uid: [] for c in pod.entry.claims}
     for index, position, profile, start, size in evaluation.picks:
-        uuid = node.gpus[position].uuid
-        chosen[pod.entry.claims[index].uid].append(Chosen(uuid, profile, start, size))
+        if position == _UNIT:
+            found = Chosen(str(profile))
+        else:
+            found = Chosen(node.gpus[position].uuid, profile, start, size)
+        chosen[pod.entry.claims[index].uid].append(found)
     return NodeOutcome(chosen, evaluation.primary, evaluation.secondary, evaluation.optimal)
 
 
@@ -398,11 +409,14 @@ def _compute(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget
         # "Does not fit" is proven only by INFEASIBLE, not by a time-out.
         return Evaluation(None, optimal=result.status is Status.INFEASIBLE)
     _, chosen = extract.placements(built, result, [one])[entry.key]
-    picks = []
+    picks: list[_Pick] = []
     positions = {g.uuid: g.position for g in node.gpus}
     for index, claim in enumerate(entry.claims):
         for c in chosen.get(claim.uid, []):
-            picks.append((index, positions[c.uuid], c.profile, c.start, c.size))
+            if claim.kind is Kind.device:
+                picks.append((index, _UNIT, c.uuid, 0, 0))
+            else:
+                picks.append((index, positions[c.uuid], c.profile, c.start, c.size))
     return Evaluation(
         tuple(picks), result.primary, result.secondary, result.status is Status.OPTIMAL
     )
@@ -414,6 +428,8 @@ def _enumerable(entry: PodEntry, rules: Rules) -> bool:
     if len(entry.claims) != 1:
         return False
     (claim,) = entry.claims
+    if claim.kind is Kind.device:
+        return False  # the model counts the amounts other drivers' devices draw on
     gpu = claim.request.gpu
     if gpu is not None and gpu.topology is not None and claim.count > 1:
         return False

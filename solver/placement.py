@@ -40,7 +40,7 @@ from drasat.solver import (
     workload,
 )
 from drasat.solver.cache import SolverCache, fresh
-from drasat.solver.demand import Claim
+from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
 from drasat.solver.model import PodEntry
@@ -112,11 +112,17 @@ class _State:
         node = self.nodes[decision.node]
         before = self.views[decision.node]
         by_uid = {c.uid: c for c in claims}
+        devices = {
+            uid: tuple(c.uuid for c in chosen)
+            for uid, chosen in decision.chosen.items()
+            if by_uid[uid].kind is Kind.device
+        }
         allocations = {
             uid: extract.with_lifecycle(
                 extract.allocation(by_uid[uid], chosen), self.init_actions, before
             )
             for uid, chosen in decision.chosen.items()
+            if uid not in devices
         }
         claims_now = dict(node.nas.allocatedClaims)
         claims_now.update(allocations)
@@ -126,17 +132,21 @@ class _State:
             nas=nas,
             used_cpu_milli=node.used_cpu_milli + pod.cpu_milli,
             used_memory_mib=node.used_memory_mib + pod.memory_mib,
+            amounts=_drawn(node.amounts, [by_uid[uid] for uid in devices], devices),
+            device_claims=node.device_claims | frozenset(devices),
         )
         self.nodes[decision.node] = updated
         self.views[decision.node] = view_of(updated, self.rules.cache)
         self.changed.append(decision.node)
-        for uid in allocations:
+        for uid in [*allocations, *devices]:
             self.owners.setdefault(uid, decision.node)
         for request in pod.claims:
             if not request.shareable:
                 self.exclusive_users.setdefault(request.uid, pod.key)
         self._spend(pod, before, allocations)
-        return PodPlacement(pod=pod.key, node=decision.node, allocations=allocations)
+        return PodPlacement(
+            pod=pod.key, node=decision.node, allocations=allocations, devices=devices
+        )
 
     def _spend(self, pod: PodRequest, before: NodeView, new: dict[str, AllocatedDevices]) -> None:
         by_namespace: dict[str, tuple[int, int, list[str]]] = {}
@@ -153,6 +163,23 @@ class _State:
         for namespace, (gpus, slices, uuids) in by_namespace.items():
             opened = [g for g in before.gpus if g.uuid in set(uuids) and g.untouched]
             self.rules.spend(namespace, gpus, slices, opened)
+
+
+def _drawn(
+    amounts: tuple[tuple[str, int], ...],
+    claims: Sequence[Claim],
+    taken: dict[str, tuple[str, ...]],
+) -> tuple[tuple[str, int], ...]:
+    """The node's amounts less what the device claims' devices just taken draw on."""
+    if not claims:
+        return amounts
+    left = dict(amounts)
+    for claim in claims:
+        draws = dict(claim.request.device.choices) if claim.request.device is not None else {}
+        for key in taken[claim.uid]:
+            for name, much in draws[key]:
+                left[name] -= much
+    return tuple(left.items())
 
 
 @dataclass
@@ -444,7 +471,12 @@ def _batch(
     )
     warm.placements = gangs.whole(warm.placements, problem.gangs, problem.nodes)
     #: What one pod's online decision cost: explaining a pod after the solve costs about three.
-    decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))
+    warm_s = time.monotonic() - warm_started
+    decision_s = warm_s / max(1, len(problem.pods))
+    if params.deadline is not None and time.monotonic() + warm_s >= params.deadline:
+        # Building the batch model costs at least what the warm start did: with no time left
+        # for it, the warm start's placements are the answer (not proven optimal).
+        return _warm_only(warm, started)
     state = _State.initial(problem, views, cache)
     in_gang = gangs.of_pod(problem.gangs)
     entries, inputs, feasibility, pruned = _batch_entries(
@@ -489,6 +521,33 @@ def _batch(
         gap=gap,
         wall_time_s=time.perf_counter() - started,
         node_feasibility=feasibility,
+    )
+
+
+def _warm_only(warm: _Online, started: float) -> Solution:
+    """The warm start's placements as the solution, when the deadline leaves no time for the
+    batch model: FEASIBLE, no bound, the pods it left out unexplained."""
+    placed = {p.pod for p in warm.placements}
+    unplaced = [
+        PodRejection(
+            r.pod,
+            r.reasons
+            or (
+                "not placed by the first pass, and no time left for the batch model (the time "
+                "limit ran out)",
+            ),
+        )
+        for r in warm.unplaced
+        if r.pod not in placed
+    ]
+    return Solution(
+        status=Status.FEASIBLE,
+        placements=tuple(warm.placements),
+        unplaced=tuple(unplaced),
+        objective=float(-warm.secondary),
+        best_bound=None,
+        gap=None,
+        wall_time_s=time.perf_counter() - started,
     )
 
 
@@ -673,7 +732,8 @@ def _explain_after(pod: PodRequest, state: _State, budget: solving.Budget) -> tu
 
 
 def _chosen_of(placement: PodPlacement) -> dict[str, list[Chosen]]:
-    out: dict[str, list[Chosen]] = {}
+    out: dict[str, list[Chosen]] = {uid: [Chosen(k) for k in keys]
+                                    for uid, keys in placement.devices.items()}  # fmt: skip
     for uid, entry in placement.allocations.items():
         if entry.gpu is not None:
             out[uid] = [Chosen(d.uuid) for d in entry.gpu.devices]
@@ -692,6 +752,8 @@ def _hint(built: model.Built, placements: Sequence[PodPlacement]) -> dict[int, i
     hint.update({v.index: 0 for v in built.got.values()})
     for devices in built.devices.values():
         hint.update({d.var.index: 0 for d in devices})
+    for units in built.units.values():
+        hint.update({u.var.index: 0 for u in units})
     for placement in placements:
         at = built.at.get((placement.pod, placement.node))
         if at is None:
@@ -708,6 +770,9 @@ def _hint(built: model.Built, placements: Sequence[PodPlacement]) -> dict[int, i
             for d in built.devices.get(uid, []):
                 if d.gpu.node == placement.node and extract.chosen_of(d) in wanted:
                     hint[d.var.index] = 1
+            for u in built.units.get(uid, []):
+                if u.node == placement.node and Chosen(u.key) in wanted:
+                    hint[u.var.index] = 1
     # A pod already counted by a shared claim's first pod still needs its own `at`.
     return hint
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
-from drasat.solver.claimspec import GpuDemand, MigDemand
+from drasat.solver.claimspec import DeviceDemand, GpuDemand, MigDemand
 
 if TYPE_CHECKING:
     from drasat.solver.cache import SolverCache
@@ -37,10 +37,18 @@ class NodeState:
     used_cpu_milli: int = 0
     used_memory_mib: int = 0
     labels: tuple[tuple[str, str], ...] = ()
+    #: What is left of each amount other drivers' devices draw on (`DeviceDemand`): a device
+    #: taken whole (1), a capacity of a device several claims share, a shared counter; by
+    #: name, unique in the cluster. Empty: the node has none of them.
+    amounts: tuple[tuple[str, int], ...] = ()
+    #: Device claims (`DeviceDemand`) allocated here already: no NAS entry holds them, and a
+    #: pod of one of them goes here (as `allocatedClaims` pins a GPU claim's pods).
+    device_claims: frozenset[str] = frozenset()
 
 
 #: A device in the solver's terms: (GPU uuid, None, None) for a whole GPU or a share, (parent
-#: uuid, profile, start) for a MIG placement.
+#: uuid, profile, start) for a MIG placement, (key, None, None) for another driver's device
+#: (`DeviceDemand`).
 DeviceKey = tuple[str, str | None, int | None]
 
 
@@ -70,8 +78,8 @@ class DeviceConstraint:
 
 @dataclass(frozen=True)
 class ClaimRequest:
-    """A ResourceClaim of ours with what it asks for: exactly one of gpu or mig, each wing's
-    parameters converted at its edge (`claimspec`)."""
+    """A ResourceClaim of ours with what it asks for: exactly one of gpu, mig or device, each
+    wing's parameters converted at its edge (`claimspec`)."""
 
     uid: str
     namespace: str
@@ -87,19 +95,25 @@ class ClaimRequest:
     #: Claims of one pod with the same key go on one GPU (a v1 claim's MIG devices constrained
     #: to one parent); None: no such constraint.
     same_gpu: str | None = None
-    #: A MIG claim: the (parent GPU UUID, start) placements it may take, decided by the caller
-    #: (a v1 request's selectors on the MIG devices' own attributes); None: every placement.
-    placements: frozenset[tuple[str, int]] | None = None
+    #: A MIG claim: the MIG devices it may take, each (parent GPU UUID, profile, start),
+    #: decided by the caller (a v1 request's selectors on the MIG devices' own attributes);
+    #: None: every placement of its profile. With no profile, any device listed here (a v1
+    #: request of several MIG devices whose selectors admit several profiles).
+    placements: frozenset[tuple[str, str, int]] | None = None
     #: Constraints with other claims of the pod on the devices taken (see DeviceConstraint).
     constraints: tuple[DeviceConstraint, ...] = ()
     #: Share claims with the same key are the shares of one ResourceClaim (a v1 claim's), which
     #: the node plugin prepares as one: spread over several GPUs, they take GPUs no other share
     #: claim of their namespace uses (one MPS daemon per set of GPUs). None: a claim of its own.
     share_group: str | None = None
+    #: Other drivers' devices instead of a GPU or MIG device (a v1 claim's request of them).
+    device: DeviceDemand | None = None
 
     def __post_init__(self) -> None:
-        if (self.gpu is None) == (self.mig is None):
-            raise ValueError(f"claim {self.namespace}/{self.name}: exactly one of gpu or mig")
+        if sum(spec is not None for spec in (self.gpu, self.mig, self.device)) != 1:
+            raise ValueError(
+                f"claim {self.namespace}/{self.name}: exactly one of gpu, mig or device"
+            )
 
 
 @dataclass(frozen=True)
@@ -185,6 +199,9 @@ class PodPlacement:
     #: New allocations for this pod's claims: claim uid -> the NAS allocatedClaims entry.
     #: A claim that was already allocated (or placed earlier for another pod) is not repeated.
     allocations: dict[str, AllocatedDevices]
+    #: New device claims (`DeviceDemand`): claim uid -> the keys of the devices taken. Not
+    #: ledger entries: other drivers' devices are no NAS's.
+    devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

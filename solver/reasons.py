@@ -27,6 +27,21 @@ class ClaimRef:
 
 
 @dataclass(frozen=True)
+class ClaimsRef:
+    """Some of the pod's claims, rendered as "claims a, b", each ResourceClaim once: the
+    solver claims of one ResourceClaim (its MIG devices, its shares) carry its name each, so
+    one of them alone reads "claim a's devices"."""
+
+    indices: tuple[int, ...]
+
+    def render(self, claims: Sequence[str]) -> str:
+        named = list(dict.fromkeys(claims[i] for i in self.indices))
+        if len(named) == 1:
+            return f"claim {named[0]}'s devices"
+        return "claims " + ", ".join(named)
+
+
+@dataclass(frozen=True)
 class NodeRef:
     """The node the text is about, rendered as its name."""
 
@@ -48,7 +63,7 @@ BEST = Stat("best")
 GPUS = Stat("gpus")
 UNHEALTHY = UnhealthyNote()
 
-Part = str | ClaimRef | NodeRef | Stat | UnhealthyNote
+Part = str | ClaimRef | ClaimsRef | NodeRef | Stat | UnhealthyNote
 Text = tuple[Part, ...]
 
 
@@ -103,6 +118,8 @@ def render(text: Text, names: Names, best: int = 0, gpus: int = 0) -> str:
             out.append(part)
         elif isinstance(part, ClaimRef):
             out.append(names.claims[part.index])
+        elif isinstance(part, ClaimsRef):
+            out.append(part.render(names.claims))
         elif isinstance(part, NodeRef):
             out.append(names.node)
         elif isinstance(part, Stat):
@@ -122,6 +139,8 @@ def node_text(text: Text, claims: tuple[str, ...], node: str, unhealthy: int) ->
             out.append(part)
         elif kind is ClaimRef:
             out.append(claims[part.index])  # type: ignore[union-attr,index]
+        elif kind is ClaimsRef:
+            out.append(part.render(claims))  # type: ignore[union-attr]
         elif kind is NodeRef:
             out.append(node)
         elif kind is UnhealthyNote and unhealthy:

@@ -71,6 +71,17 @@ RULES: list[tuple[str, str]] = [
     # Benchmarks take minutes to hours (traces from ../shared/traces): their flags are parsed by
     # their own parser here, and tests/bench runs small ones.
     (r"^\.venv/bin/python -m bench\.", FLAGS),
+    (
+        r"^/usr/bin/time -v \.venv/bin/python -m drasat whatif --cluster big/",
+        "times the what-if on the inputs the benchmark before it wrote (minutes); "
+        "tests/whatif/test_whatif_api_refusals.py holds the limit on pods",
+    ),
+    (
+        r"^python3 -m pip (wheel|install) ",
+        "builds or installs the wheel: tests/test_packaging.py builds it with pip wheel and "
+        "installs it with its demo extra in a fresh venv",
+    ),
+    (r"^scripts/kube-build", "a Go build of minutes: make test and make e2e-versions run it"),
 ]
 
 

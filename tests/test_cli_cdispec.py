@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import fakedriver
 import pytest
 import yaml
-from fakedriver import LIBDIR, VERSION
 
 from drasat.cli import main
 from drasat.nodeplugin import cdi, driverfiles
+from drasat.testbed import fakedriver
+from drasat.testbed.fakedriver import LIBDIR, VERSION
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -84,7 +86,7 @@ def test_down_stops_exactly_the_recorded_processes(tmp_path: Path) -> None:
     recorded = subprocess.Popen(["sleep", "60"])
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        started = realcluster._start_time(recorded.pid) or ""
+        started = realcluster.start_time(recorded.pid) or ""
         # The bystander's pid with another start time: a recycled pid, which must not be signalled.
         impostor = realcluster.Process("kube-scheduler", bystander.pid, "1", "")
         _record(tmp_path, [realcluster.Process("etcd", recorded.pid, started, ""), impostor])
@@ -158,3 +160,80 @@ def test_a_start_gives_up_after_its_attempts_and_other_errors_are_not_retried(
     with pytest.raises(realcluster.ClusterError, match="timed out"):
         realcluster.Cluster.start(directory=tmp_path)
     assert len(calls) == 1
+
+
+# ---------------------------------------------------------------- the versions users run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("minor", sorted(binaries.USER_VERSIONS))
+def test_each_version_is_the_one_its_go_module_pins_and_kube_build_names(minor: str) -> None:
+    """binaries.USER_VERSIONS, e2e/kube-<minor>/go.mod and scripts/kube-build agree."""
+    patch = binaries.USER_VERSIONS[minor]
+    go_mod = (REPO / "e2e" / f"kube-{minor}" / "go.mod").read_text()
+    assert f"\tk8s.io/kubernetes {patch}" in go_mod
+    assert f"k8s.io/api => k8s.io/api v0.{patch.removeprefix('v1.')}" in go_mod
+    script = (REPO / "scripts" / "kube-build").read_text()
+    assert f"{minor}|" in script or f"|{minor})" in script
+    assert binaries.version_dir(minor).name == f"kube-{patch}"
+
+
+def test_a_version_folder_can_be_named_by_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRASAT_KUBE_BIN_1_34", str(tmp_path))
+    assert binaries.version_dir("1.34") == tmp_path
+    assert binaries.version_dir("1.37") == binaries.default_dir()
+    with pytest.raises(binaries.MissingBinaries, match=re.escape("scripts/kube-build 1.34")):
+        binaries.locate(version="1.34")
+    with pytest.raises(
+        binaries.MissingBinaries, match=re.escape("not one of 1.34, 1.35, 1.36, 1.37")
+    ):
+        binaries.version_dir("1.33")
+
+
+def test_default_gates_start_the_release_as_it_comes(tmp_path: Path) -> None:
+    """`up --version`: no --feature-gates, no --runtime-config (a user's cluster); without it,
+    every DRA gate and every resource.k8s.io version beside v1 turned on."""
+    cluster = realcluster.Cluster(directory=tmp_path, bin_dir=tmp_path, minor=34)
+    cluster.ports = {"etcd": 1, "apiserver": 2}
+    cluster.default_gates = True
+    assert not [
+        a
+        for a in cluster._apiserver_args()
+        if a.startswith(("--feature-gates", "--runtime-config"))
+    ]
+    cluster.default_gates = False
+    cluster.feature_gates = ["DRAConsumableCapacity"]
+    args = cluster._apiserver_args()
+    assert "--feature-gates=DRAConsumableCapacity=true" in args
+    assert (
+        "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,"
+        "resource.k8s.io/v1alpha3=true" in args
+    )
+
+
+def test_kube_cluster_refuses_a_version_it_does_not_build() -> None:
+    done = subprocess.run(
+        ["python3", "-m", "drasat.testbed.controlplane", "up", "--version", "1.33"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={"DRASAT_KUBE_BIN_SKIP_BUILD": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "invalid choice: '1.33'" in done.stderr
+
+
+def test_a_child_seen_exited_between_the_two_looks_is_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alive() polls the child (still running), then reads its start time: a child that exits in
+    # between reads as gone (a zombie has none). It must be reaped then, or its zombie stays
+    # (in a containerd node's PID namespace it kept the node's first process from ever exiting).
+    cluster = realcluster.Cluster(directory=tmp_path, bin_dir=tmp_path)
+    (tmp_path / "logs").mkdir()
+    process = cluster.spawn("sleeper", sys.executable, ["-c", "import time; time.sleep(0.5)"])
+    child = realcluster._CHILDREN[process.pid]
+    monkeypatch.setattr(realcluster, "start_time", lambda _pid: None)  # as right after its exit
+    assert not process.alive()
+    assert child.returncode == 0  # reaped, not left a zombie

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fakedriver
 import pytest
+
+from drasat.testbed import fakedriver
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
 

@@ -113,9 +113,11 @@ def mig_devices(
     *,
     limits: Mapping[int, int] | None = None,
     health: GpuHealth | None = None,
+    counters: bool = True,
 ) -> list[Obj]:
     """One device per (profile, placement) of a MIG-enabled GPU, by profile id then start.
-    Profiles without a GPU-instance profile id (it names the device) are left out."""
+    Profiles without a GPU-instance profile id (it names the device) are left out. `counters`:
+    each consumes its memory slices of the GPU's counter set (off: the placement alone)."""
     out: list[Obj] = []
     caps = partitions.instance_caps(profiles, limits or {})
     ordered = sorted(
@@ -147,19 +149,20 @@ def mig_devices(
                 "name": names.mig_name(gpu.minor, mig.profile, mig.giProfileId, placement.start),
                 "attributes": attributes,
                 "capacity": capacity,
-                "consumesCounters": partitions.mig_consumption(
-                    gpu, mig, placement.start, placement.size, capped=mig.giProfileId in caps
-                ),
             }
+            if counters:
+                device["consumesCounters"] = partitions.mig_consumption(
+                    gpu, mig, placement.start, placement.size, capped=mig.giProfileId in caps
+                )
             out.append(_with_taints(device, health))
     return out
 
 
-def fallback_device() -> Obj:
+def fallback_device(*, multiple: bool = True) -> Obj:
     """`cpu-fallback`: the node's "no GPU" device, allocatable any number of times; prepared
-    as an empty CDI edit."""
-    return {
-        "name": names.CPU_FALLBACK,
-        "attributes": {"type": {"string": TYPE_FALLBACK}},
-        "allowMultipleAllocations": True,
-    }
+    as an empty CDI edit. `multiple`: say so (`allowMultipleAllocations`, which a server without
+    DRAConsumableCapacity drops; drasat's controller knows the device by its type either way)."""
+    device: Obj = {"name": names.CPU_FALLBACK, "attributes": {"type": {"string": TYPE_FALLBACK}}}
+    if multiple:
+        device["allowMultipleAllocations"] = True
+    return device

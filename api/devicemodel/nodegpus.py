@@ -38,7 +38,14 @@ class Inventory:
     `instance_limits` maps a MIG-enabled GPU's UUID to the most instances NVML allows per
     GPU-instance profile id (`instanceCount`; `1g.5gb+me`: 1). `shares`: publish non-MIG GPUs
     as shareable (consumable capacity; off by default until the node plugin's v1 prepare takes
-    shares); `fallback`: publish the node's `cpu-fallback` device."""
+    shares); `fallback`: publish the node's `cpu-fallback` device.
+
+    What the API server keeps, where a feature gate of Kubernetes 1.34/1.35 is off by default
+    (it drops the fields otherwise, drasat.kube.served asks it): `consumable_capacity`
+    (DRAConsumableCapacity: `allowMultipleAllocations`, so shares and a fallback device that many
+    claims take; off: whole GPUs only) and `counters` (DRAPartitionableDevices: the counter sets
+    that tie a MIG-enabled GPU's placements together; off: the placements alone, which drasat's
+    NAS ledger keeps apart)."""
 
     gpus: Sequence[GpuInfo]
     mig_profiles: Mapping[str, Sequence[MigInfo]] = field(default_factory=dict)
@@ -46,6 +53,8 @@ class Inventory:
     instance_limits: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     shares: bool = False
     fallback: bool = True
+    consumable_capacity: bool = True
+    counters: bool = True
 
     def ordered_gpus(self) -> list[GpuInfo]:
         return sorted(self.gpus, key=lambda gpu: gpu.minor)

@@ -43,21 +43,27 @@ def all_devices(inventory: Inventory) -> list[Obj]:
         out.append(
             devices.gpu_device(
                 gpu,
-                profiles=profiles,
+                profiles=profiles if inventory.counters else (),
                 limits=limits,
-                shareable=inventory.shares and not gpu.migEnabled,
+                shareable=inventory.shares and inventory.consumable_capacity and not gpu.migEnabled,
                 health=health,
             )
         )
-        out.extend(devices.mig_devices(gpu, profiles, limits=limits, health=health))
+        out.extend(
+            devices.mig_devices(
+                gpu, profiles, limits=limits, health=health, counters=inventory.counters
+            )
+        )
     if inventory.fallback:
-        out.append(devices.fallback_device())
+        out.append(devices.fallback_device(multiple=inventory.consumable_capacity))
     return out
 
 
 def counter_sets(inventory: Inventory) -> list[Obj]:
     """The counter set of every MIG-enabled GPU that offers profiles, in minor order."""
-    out = []
+    out: list[Obj] = []
+    if not inventory.counters:
+        return out
     for gpu in inventory.ordered_gpus():
         profiles = inventory.mig_profiles.get(gpu.uuid, ()) if gpu.migEnabled else ()
         if profiles:

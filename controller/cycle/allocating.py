@@ -171,7 +171,7 @@ class Allocator:
         started = time.perf_counter()
         try:
             outcome = v1.allocate(
-                nodes, [p.input for p in pending], snapshot.classes,
+                nodes, [p.input for p in pending], snapshot.claim_classes,
                 policy=policy, params=params, solve=self._solve,
                 gangs=list(self._gangs.plan.gangs.values()),
             )  # fmt: skip
@@ -228,7 +228,7 @@ class Allocator:
         for item in pending:
             try:
                 found = v1.allocate(
-                    nodes, [item.input], snapshot.classes,
+                    nodes, [item.input], snapshot.claim_classes,
                     policy=policy, params=params, solve=self._solve,
                     gangs=list(self._gangs.plan.gangs.values()),  # a gang's pod alone: not placed
                 )  # fmt: skip
@@ -277,16 +277,13 @@ class Allocator:
 
 
 def _with_placed(node: v1.Node, outcome: v1.Outcome, pod: v1.PodInput) -> v1.Node:
-    """The node with a pod just placed there: its claims' ledger entries and its cpu/memory."""
+    """The node with a pod just placed there: its claims' ledger entries and other drivers'
+    devices, and its cpu/memory."""
     mine = [a for a in outcome.allocations.values() if a.node == node.state.name]
     if not mine:
         return node
-    entries = dict(node.state.nas.allocatedClaims)
-    for placed in mine:
-        entries.update(placed.ledger)
     state = dataclasses.replace(
-        node.state,
-        nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+        v1.with_allocations(node.state, mine),
         used_cpu_milli=node.state.used_cpu_milli + pod.cpu_milli,
         used_memory_mib=node.state.used_memory_mib + pod.memory_mib,
     )

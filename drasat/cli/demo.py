@@ -151,6 +151,21 @@ def register(subparsers: Any) -> None:
         "~/.cache/drasat/kube-v1.37.2), started in a temporary folder and stopped at the end",
     )
     parser.add_argument(
+        "--runtime",
+        choices=("fake", "containerd"),
+        default="fake",
+        help="with --kube-bin: the kubelets' container runtime: fake (no container runs; the "
+        "default) or containerd: real kubelets on real containerd (scripts/runtime-build), "
+        "drasat installed by its chart with localhost/drasat:dev (scripts/image-build) and the "
+        "probe workloads, printing per pod what its container sees (make demo-containerd)",
+    )
+    parser.add_argument(
+        "--images",
+        type=pathlib.Path,
+        metavar="DIR",
+        help="with --runtime containerd: the image archives' folder (default: $DRASAT_IMAGES)",
+    )
+    parser.add_argument(
         "--allow-pending",
         action="store_true",
         help="exit 0 even when some pod stays Pending (examples that show a refusal)",
@@ -594,6 +609,16 @@ def run(args: argparse.Namespace, stream: TextIO) -> int:
     classic = getattr(args, "classic", False)
     if classic and getattr(args, "kube_bin", None) is not None:
         raise InputError("the real control plane runs the v1 flow only", where="--kube-bin")
+    if getattr(args, "runtime", "fake") == "containerd":
+        if classic or args.example or args.manifests or args.cluster:
+            raise InputError(
+                "runs its own probe workloads on simulated GPUs of its own: no --classic, "
+                "--example, -f or --cluster",
+                where="--runtime containerd",
+            )
+        from drasat.cli import containerddemo  # the containerd test bed, loaded only here
+
+        return containerddemo.run(args, stream)
     sources = _sources(args, DEFAULT_EXAMPLE if classic else V1_EXAMPLE)
     cluster, source = read_cluster(args.cluster, examples=bool(args.example))
     documents, policy_text, policy_name = split_policy([d for _, s in sources for d in s])
@@ -622,8 +647,12 @@ def _check_demo_extra() -> None:
         pkg for pkg, module in DEMO_EXTRA.items() if importlib.util.find_spec(module) is None
     ]
     if missing:
+        # drasat is not published on PyPI: `drasat[demo]` names nothing pip can install
         raise InputError(
-            f"drasat demo needs {', '.join(missing)}: pip install 'drasat[demo]'", where="demo"
+            f"drasat demo needs {', '.join(missing)}, drasat's demo extra: pip install "
+            f"'<the drasat wheel>[demo]' (README.md, Quick start), or pip install "
+            f"{' '.join(missing)}",
+            where="demo",
         )
 
 

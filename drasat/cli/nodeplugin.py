@@ -40,6 +40,14 @@ def _api_flags(g: Any) -> None:
         fallback="POD_NAMESPACE",
     )
     kubeconfig_flag(g)
+    flag(
+        g,
+        "--start-timeout",
+        120.0,
+        "seconds the first NodeAllocationState write is retried while the API server, the "
+        "namespace or drasat's CRDs are not there yet (0: until they are; default 120)",
+        type=float,
+    )
 
 
 def _kubelet_flags(g: Any) -> None:
@@ -133,6 +141,13 @@ def _cdi_flags(g: Any) -> None:
         "",
         "where this process reads the dev root's dev/ nodes (default: the dev root)",
     )
+    flag(
+        g,
+        "--proc-root",
+        "/proc",
+        "where this process reads driver/nvidia-caps/mig-minors, the MIG capability device "
+        "numbers (default /proc)",
+    )
 
 
 def _state_flags(g: Any) -> None:
@@ -214,6 +229,7 @@ def options(args: argparse.Namespace) -> app.Options:
         dev_root=args.dev_root,
         driver_root_mount=args.container_driver_root,
         dev_root_mount=args.container_dev_root,
+        proc_root=Path(args.proc_root),
         cdi_mode=cdi.CdiMode(args.cdi_mode),
         cdi_hook_path=args.cdi_hook_path,
         toolkit_spec_dirs=tuple(
@@ -228,6 +244,7 @@ def options(args: argparse.Namespace) -> app.Options:
         gc_interval_s=args.gc_interval,
         publish_slices=args.resourceslices,
         slice_shares=args.shares,
+        start_timeout_s=args.start_timeout,
     )
     return app.Options(
         config=config,

@@ -356,6 +356,32 @@ class KubeClient:
         )
         return result
 
+    def create_dry_run(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+        """The object as the server would store it (defaults set, the fields a turned-off
+        feature gate drops dropped), after validation and admission; nothing is stored."""
+        namespace = namespace or (body.get("metadata") or {}).get("namespace")
+        result: Obj = self._request(
+            "POST",
+            resource.path(namespace=namespace),
+            query=[("dryRun", "All")],
+            body=resource.stamp(body),
+        )
+        return result
+
+    def served_kinds(self, group_version: str) -> frozenset[str]:
+        """The kinds of the top-level resources the server serves in `group_version` (e.g.
+        `resource.k8s.io/v1`); none where it serves no such version (discovery answers 404)."""
+        path = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+        try:
+            found = self._request("GET", path)
+        except errors.NotFound:
+            return frozenset()
+        return frozenset(
+            str(entry.get("kind"))
+            for entry in found.get("resources") or []
+            if "/" not in str(entry.get("name", ""))
+        )
+
     def replace(self, resource: Resource, body: Obj) -> Obj:
         result: Obj = self._request("PUT", _object_path(resource, body), body=body)
         return result

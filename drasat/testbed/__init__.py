@@ -10,5 +10,5 @@ Nothing in the product (the controller, node plugin, what-if, solver, API types)
 package (import-linter's contracts in pyproject.toml); the CLI does for `drasat demo` and for the
 node plugin's `--simulate-gpus`. It ships in the wheel; its own dependencies (the official
 schemas the simulated API server validates against) come with the `demo` extra:
-`pip install 'drasat[demo]'`.
+`pip install '<the drasat wheel>[demo]'` (README.md, Quick start).
 """

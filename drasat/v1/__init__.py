@@ -6,6 +6,8 @@ mode and the what-if share (never a second copy).
   node plugin's device model; other drivers' read by the caller);
 - `slices` (models in `slicekinds`): ResourceSlices read into each node's devices, as upstream
   reads pools (the controller's inventory, and the what-if's for slices it is given);
+- `otherdevices`: other drivers' devices (a NIC beside a GPU in one claim) from their slices,
+  what taking each draws, and what allocated claims hold of them;
 - `requests`: a claim's requests, alternatives, constraints and configs, or why not;
 - `variants`: the ways a pod's claims can be met, as solver claims, best first;
 - `results`: placements as `status.allocation` and NAS ledger entries, and back;
@@ -14,6 +16,22 @@ mode and the what-if share (never a second copy).
 Purely computational: no Kubernetes client, no I/O.
 """
 
-from drasat.v1.allocate import ClaimAllocation, Node, Outcome, PodInput, allocate
+from drasat.v1.allocate import (
+    ClaimAllocation,
+    Node,
+    Outcome,
+    PodInput,
+    allocate,
+    with_allocations,
+    with_other_devices,
+)
 
-__all__ = ["ClaimAllocation", "Node", "Outcome", "PodInput", "allocate"]
+__all__ = [
+    "ClaimAllocation",
+    "Node",
+    "Outcome",
+    "PodInput",
+    "allocate",
+    "with_allocations",
+    "with_other_devices",
+]

@@ -19,18 +19,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from drasat.api.inputerrors import one_line
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
-from drasat.solver import Gang, NodeState, PodRequest, Problem, Solution, SolveParams
-from drasat.v1 import publisheddevices, results
+from drasat.solver import (
+    Gang,
+    NodeState,
+    PodPlacement,
+    PodRequest,
+    Problem,
+    Solution,
+    SolveParams,
+)
+from drasat.v1 import cel, otherdevices, publisheddevices, results
 from drasat.v1.publisheddevices import Published
-from drasat.v1.requests import ALL, Claim, ClaimError, read_claim
-from drasat.v1.variants import MAX_VARIANTS, Devices, Option, claim_variants, solver_claims
+from drasat.v1.requests import ALL, Alternative, Claim, ClaimError, read_claim
+from drasat.v1.variants import (
+    MAX_VARIANTS,
+    Devices,
+    Option,
+    choices,
+    claim_variants,
+    solver_claims,
+)
 
 Obj = dict[str, Any]
 Solve = Callable[[Problem, SolveParams], Solution]
@@ -42,6 +57,18 @@ class Node:
 
     state: NodeState
     devices: tuple[Published, ...]
+
+
+def with_other_devices(
+    node: Node, found: otherdevices.NodeOthers | None, used: Mapping[str, int] | None = None
+) -> Node:
+    """The node with other drivers' devices beside its GPUs (`otherdevices`): their published
+    devices, and what is left of their amounts once `used` (what allocated claims hold,
+    `otherdevices.held`) is taken out. A node that is not ready offers none."""
+    if found is None or not found.devices or not node.state.ready:
+        return node
+    state = dataclasses.replace(node.state, amounts=otherdevices.left(found, used or {}))
+    return Node(state, (*node.devices, *found.devices))
 
 
 @dataclass(frozen=True)
@@ -67,6 +94,10 @@ class ClaimAllocation:
     allocation: Obj
     #: The NAS `allocatedClaims` entries it stands for, by key (`<uid>/<request>[#i]`).
     ledger: Mapping[str, AllocatedDevices]
+    #: Other drivers' devices it took (no ledger entry: their ledger is the claim's status):
+    #: what they draw on the node's amounts, and the solver claims that took them.
+    drawn: tuple[tuple[str, int], ...] = ()
+    device_claims: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -191,12 +222,7 @@ class _NoDevice(Exception):
     """No published device matches some request of the claim."""
 
     def __init__(self, claim: Claim, catalog: Devices) -> None:
-        text = f"claim {claim.ref}: {_no_device(claim)}"
-        unmatched = all(not catalog.matching(a) for r in claim.requests for a in r.alternatives)
-        drivers = sorted({d.driver for found in catalog.by_node.values() for d in found})
-        if unmatched and drivers:
-            text += "; " + PUBLISHES.format(drivers=", ".join(drivers))
-        super().__init__(text)
+        super().__init__(f"claim {claim.ref}: {_no_device(claim, catalog)}")
 
 
 @dataclass
@@ -251,7 +277,7 @@ class _Round:
                     placement.node,
                     options,
                     meaning,
-                    placement.allocations,
+                    placement,
                     self.lookup[placement.node],
                 )
             except Exception as error:
@@ -259,7 +285,8 @@ class _Round:
                 outcome.fail(placement.pod, "writing its allocation", error)
                 continue
             node = placement.node
-            self.states[node] = _with_ledger(self.states[node], outcome, placement.pod)
+            here = [a for a in outcome.allocations.values() if a.node == node]
+            self.states[node] = with_allocations(self.states[node], here)
         for rejection in solution.unplaced:
             outcome.refused[rejection.pod] = rejection.reasons
 
@@ -319,17 +346,17 @@ def _combine(
         _combine(per_claim, i + 1, prefix + options, rank + k, out)
 
 
-def _no_device(claim: Claim) -> str:
-    """Why the claim has no way to be met: its requests and their classes, with the first
-    selector error; with constraints, that their attributes are needed too."""
+def _no_device(claim: Claim, catalog: Devices) -> str:
+    """Why the claim has no way to be met: per request, the first cause that left it without
+    devices (the class, a selector that matched none of what the ones before it admitted or
+    failed on a device, the count or capacity asked); with constraints, that their attributes
+    are needed too."""
     parts = []
     for request in claim.requests:
         for alternative in request.alternatives:
-            errors = [s.error for s in alternative.selectors if s.error]
             text = f"request {alternative.result_name} (class {alternative.device_class})"
-            if errors:
-                text += f": {errors[0]}"
-            parts.append(text)
+            cause = first_cause(alternative, catalog)
+            parts.append(f"{text}: {cause}" if cause else text)
     text = "no published device matches " + "; ".join(parts)
     if any(a.mode == ALL for r in claim.requests for a in r.alternatives):
         text += (
@@ -339,6 +366,68 @@ def _no_device(claim: Claim) -> str:
     if claim.constraints:
         text += " with the attributes of " + ", ".join(c.label for c in claim.constraints)
     return text
+
+
+def first_cause(alternative: Alternative, catalog: Devices) -> str:
+    """What excluded the last candidate devices of one way to meet a request, in the order
+    kube-scheduler's allocator checks them: the class's selectors, then the request's one by
+    one, then the count and capacity asked; "" when each step left some device (the claim's
+    constraints, or the combination, are then the cause)."""
+    drivers = sorted({d.driver for found in catalog.by_node.values() for d in found})
+    admitted: list[Published] = []
+    for end in range(alternative.class_selectors, len(alternative.selectors) + 1):
+        step = dataclasses.replace(alternative, selectors=alternative.selectors[:end])
+        found = catalog.matching(step)
+        failure = _failure(step, admitted if end > alternative.class_selectors else None, catalog)
+        if failure:
+            return failure
+        if found:
+            admitted = found
+            continue
+        if end == alternative.class_selectors:
+            cause = f"no device of the cluster is of class {alternative.device_class}"
+            return f"{cause}; {PUBLISHES.format(drivers=', '.join(drivers))}" if drivers else cause
+        index = end - 1 - alternative.class_selectors
+        selector = alternative.selectors[end - 1]
+        return (
+            f"selectors[{index}] {selector.expression!r} matches none of the {len(admitted)} "
+            f"device(s) of the class"
+        )
+    if alternative.capacity:
+        asked = ", ".join(f"{name} {value}" for name, value in alternative.capacity)
+        return (
+            f"{len(admitted)} device(s) match its selectors; none offers the capacity asked "
+            f"({asked})"
+        )
+    chosen = {id(d) for d in admitted}
+    most = max(
+        (sum(1 for d in found if id(d) in chosen) for found in catalog.by_node.values()),
+        default=0,
+    )
+    if alternative.mode != ALL and alternative.count > most:
+        return (
+            f"it asks for {alternative.count} devices; at most {most} of the devices matching "
+            "its selectors are on one node"
+        )
+    return ""
+
+
+def _failure(step: Alternative, admitted: list[Published] | None, catalog: Devices) -> str:
+    """The error of the step's last selector on the first device it fails on (of those the
+    selectors before it admitted; None: the class's selectors, over every device)."""
+    if not step.selectors or not catalog.failing(step):
+        return ""
+    last = step.selectors[-1]
+    devices = (
+        admitted
+        if admitted is not None
+        else [d for found in catalog.by_node.values() for d in found]
+    )
+    for device in devices:
+        result = cel.evaluate_all(step.selectors, device.driver, device.device)
+        if isinstance(result, cel.Failure):
+            return f"{last.expression!r} failed on device {device.name}: {result.message}"
+    return ""
 
 
 def _solve_round(
@@ -392,10 +481,11 @@ def _record(
     node: str,
     options: Sequence[Option],
     meaning: Mapping[str, Option],
-    placed: Mapping[str, AllocatedDevices],
+    placement: PodPlacement,
     lookup: Mapping[tuple[object, ...], Published],
 ) -> None:
     outcome.placed[pod] = node
+    placed = placement.allocations
     by_claim: dict[str, list[tuple[Option, str | None]]] = {}
     for option in options:
         if option.kind == publisheddevices.FALLBACK:
@@ -409,7 +499,16 @@ def _record(
         found: list[Obj] = []
         ledger: dict[str, AllocatedDevices] = {}
         result_names: dict[str, str] = {}
+        drawn: list[tuple[str, int]] = []
+        device_claims: set[str] = set()
         for option, solver_uid in entries:
+            if solver_uid is not None and solver_uid in placement.devices:
+                keys = placement.devices[solver_uid]
+                found.extend(results.other_results(option, keys, lookup))
+                draws = dict(choices(option))
+                drawn.extend(d for key in keys for d in draws[key])
+                device_claims.add(solver_uid)
+                continue
             if solver_uid is None:
                 found.extend(results.device_results(option, None, lookup))
                 key = f"{claim_uid}/{option.request}"
@@ -436,14 +535,28 @@ def _record(
             node=node,
             allocation=results.allocation(node, found, config),
             ledger=ledger,
+            drawn=tuple(drawn),
+            device_claims=frozenset(device_claims),
         )
 
 
-def _with_ledger(state: NodeState, outcome: Outcome, pod: str) -> NodeState:
-    """The node with the claims just placed there added to its allocatedClaims."""
+def with_allocations(state: NodeState, allocations: Iterable[ClaimAllocation]) -> NodeState:
+    """The node with these claims placed on it: their entries added to its allocatedClaims, and
+    what their other drivers' devices draw taken from its amounts (once per claim: a claim
+    already taken there, shared by several pods, draws nothing again)."""
     entries = dict(state.nas.allocatedClaims)
-    for allocation in outcome.allocations.values():
-        if allocation.node == state.name:
-            entries.update(allocation.ledger)
+    amounts = dict(state.amounts)
+    device_claims = set(state.device_claims)
+    for allocation in allocations:
+        entries.update(allocation.ledger)
+        if not allocation.device_claims <= device_claims:
+            for name, much in allocation.drawn:
+                amounts[name] -= much
+            device_claims |= allocation.device_claims
     nas = state.nas.model_copy(update={"allocatedClaims": entries})
-    return dataclasses.replace(state, nas=nas)
+    return dataclasses.replace(
+        state,
+        nas=nas,
+        amounts=tuple(amounts.items()),
+        device_claims=frozenset(device_claims),
+    )

@@ -27,6 +27,7 @@ Purely computational.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,7 +37,14 @@ from drasat.solver import Gang, Problem, Solution, SolveParams
 from drasat.solver import preemption as choice
 from drasat.solver.inventory import share_memory_mib
 from drasat.v1 import publisheddevices
-from drasat.v1.allocate import Node, Outcome, PodInput, allocate, pod_variants
+from drasat.v1.allocate import (
+    Node,
+    Outcome,
+    PodInput,
+    allocate,
+    pod_variants,
+    with_allocations,
+)
 
 Obj = dict[str, object]
 Solve = Callable[[Problem, SolveParams], Solution]
@@ -148,7 +156,8 @@ def plan_all(
     the ones before it hold, evict and spend. `nodes`: the cluster as the cycle left it (the
     claims of pods already leaving taken off: they are free, unless held); `holds`: the devices
     already held for nominated preemptors; `lasting`: claims that stay allocated when their
-    pods leave."""
+    pods leave. Past `params.deadline` (the what-if's; the controller sets none) no more plans
+    are made."""
     policy = policy or AllocationPolicySpec()
     if not policy.preemption.enabled:
         return Planned((), tuple(holds))
@@ -161,6 +170,12 @@ def plan_all(
     out = []
     ordered = sorted(enumerate(wanting), key=lambda item: (-item[1].priority, item[0]))
     for _, want in ordered:
+        if (
+            params is not None
+            and params.deadline is not None
+            and time.monotonic() >= params.deadline
+        ):
+            break  # the what-if's time limit holds for the whole run: the rest are not planned
         found = _plan_unit(want, state, users, classes, policy, lasting, params, solve)
         out.append(found)
         if found.node is not None:
@@ -467,8 +482,8 @@ def hold_groups(
 
 
 def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput]) -> list[Node]:
-    """The nodes with the outcome's placed pods on them (their claims' ledger entries, their
-    CPU and memory): what the next group or plan sees."""
+    """The nodes with the outcome's placed pods on them (their claims' ledger entries and other
+    drivers' devices, their CPU and memory): what the next group or plan sees."""
     by_key = {p.key: p for p in pods}
     out = []
     for node in nodes:
@@ -477,15 +492,10 @@ def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput])
         if not here:
             out.append(node)
             continue
-        entries = dict(node.state.nas.allocatedClaims)
-        for pod in here:
-            for claim in pod.claims:
-                found = outcome.allocations.get(str(claim["metadata"].get("uid", "")))
-                if found is not None:
-                    entries.update(found.ledger)
+        uids = {str(c["metadata"].get("uid", "")) for pod in here for c in pod.claims}
+        mine = [outcome.allocations[u] for u in sorted(uids) if u in outcome.allocations]
         state = dataclasses.replace(
-            node.state,
-            nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+            with_allocations(node.state, mine),
             used_cpu_milli=node.state.used_cpu_milli + sum(p.cpu_milli for p in here),
             used_memory_mib=node.state.used_memory_mib + sum(p.memory_mib for p in here),
         )
@@ -623,18 +633,26 @@ def _node_devices(
     here = {g.uuid for g in gpus}
     ways = []
     for options in variants:
+        if any(o.kind == publisheddevices.OTHER for o in options):
+            # Another driver's device (a NIC) is not among the search's device facts: a way
+            # that needs one is not planned for, so no pod is evicted for a NIC still held.
+            continue
         needs = []
         for option in options:
             if option.kind == publisheddevices.FALLBACK:
                 continue
             if option.kind == publisheddevices.MIG:
+                # One need has one media flag: a way of several profiles (`profile` None)
+                # offers only its placements without media extensions, so a plan never counts
+                # a media engine it does not check.
+                media = option.profile is not None and _media(option.profile)
                 placements = frozenset(
-                    (gpu, start, sizes.get((product.get(gpu, ""), option.profile or ""), {})
-                     .get(start, 0))
-                    for gpu, start in option.placements if gpu in here
+                    (gpu, start, sizes.get((product.get(gpu, ""), profile), {}).get(start, 0))
+                    for gpu, profile, start in option.placements
+                    if gpu in here and (option.profile is not None or not _media(profile))
                 )  # fmt: skip
                 needs.append(choice.Need(choice.Need.MIG, option.count, placements=placements,
-                                         media=_media(option.profile or "")))  # fmt: skip
+                                         media=media))  # fmt: skip
             elif option.share is not None:
                 needs.append(choice.Need(choice.Need.SHARE, option.count,
                                          gpus=option.eligible & here,

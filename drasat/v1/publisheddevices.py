@@ -4,8 +4,9 @@ profile and start, the CPU fallback).
 
 drasat's own devices are computed from the node's NAS through the node plugin's device model
 (`drasat.api.devicemodel`), so the controller and the what-if see exactly what the plugin
-publishes; other drivers' slices (NVIDIA's, in the what-if) are read into the same shape by the
-caller. This is a purely computational module.
+publishes; other drivers' slices (NVIDIA's GPUs, `drasat.v1.slices`; any other driver's
+devices, `drasat.v1.otherdevices`) are read into the same shape by the caller. This is a
+purely computational module.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ Obj = dict[str, Any]
 GPU = model.TYPE_GPU
 MIG = model.TYPE_MIG
 FALLBACK = model.TYPE_FALLBACK
+#: Another driver's device (a NIC, an FPGA: `drasat.v1.otherdevices`), known by its key alone.
+OTHER = "other"
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Published:
     driver: str
     pool: str
     device: Obj
-    #: GPU, MIG or FALLBACK.
+    #: GPU, MIG, FALLBACK or OTHER.
     kind: str
     #: The GPU (whole) or the MIG device's parent; None for the fallback.
     gpu_uuid: str | None = None
@@ -46,6 +49,12 @@ class Published:
     @property
     def name(self) -> str:
         return str(self.device["name"])
+
+    @property
+    def key(self) -> str:
+        """`<driver>/<pool>/<device>`: the device, unique in the cluster (the solver's name
+        for another driver's device)."""
+        return f"{self.driver}/{self.pool}/{self.name}"
 
     @functools.cached_property
     def kind_id(self) -> int:
@@ -104,13 +113,15 @@ def drasat_devices(
 
 def index(devices: Iterable[Published]) -> dict[tuple[object, ...], Published]:
     """Lookup from the solver's terms to a device: ("gpu", uuid), ("mig", parent, profile,
-    start), ("fallback",)."""
+    start), ("other", key), ("fallback",)."""
     out: dict[tuple[object, ...], Published] = {}
     for d in devices:
         if d.kind == GPU:
             out[(GPU, d.gpu_uuid)] = d
         elif d.kind == MIG:
             out[(MIG, d.gpu_uuid, d.profile, d.start)] = d
+        elif d.kind == OTHER:
+            out[(OTHER, d.key)] = d
         else:
             out.setdefault((FALLBACK,), d)
     return out

@@ -38,10 +38,10 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import SharingStrategy
-from drasat.v1 import publisheddevices
+from drasat.v1 import otherdevices, publisheddevices
 from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import Claim, ClaimError
-from drasat.v1.variants import Option, default_consumed, share_compute
+from drasat.v1.variants import Option, choices, default_consumed, share_compute
 
 Obj = dict[str, Any]
 
@@ -114,6 +114,20 @@ def device_results(
                 shares.COMPUTE: str(entry.share.compute or 0),
             }
         out.append(_result(option, found, consumed))
+    return out
+
+
+def other_results(
+    option: Option, keys: Sequence[str], lookup: Mapping[tuple[object, ...], Published]
+) -> list[Obj]:
+    """The results of other drivers' devices taken for one request (`keys`), each naming the
+    driver, pool and device it is; a device that allows several allocations with what this
+    one consumes of it, as upstream writes it."""
+    drawn = dict(choices(option))
+    out = []
+    for key in keys:
+        found = lookup[(publisheddevices.OTHER, key)]
+        out.append(_result(option, found, otherdevices.consumed_of(found, drawn[key])))
     return out
 
 

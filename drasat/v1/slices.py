@@ -199,7 +199,7 @@ def _healthy(device: Device, ruled: bool = False) -> bool:
     return not (own or ruled)
 
 
-def _published(device: Device, raw: Obj) -> Obj:
+def published_device(device: Device, raw: Obj) -> Obj:
     """The device as given (v1's shape), its capacities and counters as plain integers
     (`4864Mi` -> `5100273664`), the form drasat's device model writes."""
     out = dict(raw)
@@ -274,7 +274,7 @@ class NodeReader:
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
     ) -> None:
         driver = found.driver
-        source = Published(driver, found.name, _published(device, raw), kind="")
+        source = Published(driver, found.name, published_device(device, raw), kind="")
         ruled = any(
             r.spec.taint.effect in BLOCKING_EFFECTS
             and r.spec.deviceSelector is not None

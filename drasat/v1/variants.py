@@ -2,7 +2,8 @@
 
 Each request of a claim offers options: its alternatives (`exactly`, or each `firstAvailable`
 entry in order), each split by the kind of device its selectors match (whole GPUs, then MIG
-devices by profile, smallest first, then the CPU fallback), `allocationMode: All` split by how
+devices by profile, smallest first, and for a request of several MIG devices any matching
+profiles, then the CPU fallback), `allocationMode: All` split by how
 many devices a node has, a share split by what it consumes of each GPU (what it leaves out it
 takes as the published capacity's default says: all of the memory, none of the compute). An
 option carries the very devices it may use (selectors evaluated per device, MIG placements
@@ -25,14 +26,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drasat.api import nodefit
 from drasat.api.devicemodel import shares
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import GpuShare
-from drasat.solver import ClaimRequest, DeviceConstraint, GpuDemand, MigDemand
+from drasat.solver import ClaimRequest, DeviceConstraint, DeviceDemand, GpuDemand, MigDemand
 from drasat.solver.problem import DeviceKey
-from drasat.v1 import cel, publisheddevices
+from drasat.v1 import cel, otherdevices, publisheddevices
 from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import ALL, Alternative, AttributeConstraint, Claim
+from drasat.v1.slices import BLOCKING_EFFECTS
 
 #: The most variants tried for one pod; the rest are not (said in the refusal).
 MAX_VARIANTS = 16
@@ -74,11 +77,14 @@ class Option:
         return found
 
     @property
-    def placements(self) -> frozenset[tuple[str, int]]:
-        """MIG: the (parent UUID, start) placements it may take (one object, as `eligible`)."""
+    def placements(self) -> frozenset[tuple[str, str, int]]:
+        """MIG: the (parent UUID, profile, start) devices it may take (one object, as
+        `eligible`)."""
         found = self.memo.get("placements")
         if found is None:
-            found = frozenset((str(d.gpu_uuid), int(d.start or 0)) for d in self.devices)
+            found = frozenset(
+                (str(d.gpu_uuid), str(d.profile), int(d.start or 0)) for d in self.devices
+            )
             self.memo["placements"] = found
         return found
 
@@ -233,9 +239,11 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
         found = _has_attributes(matched, attributes)
         gpus = [d for d in found if d.kind == publisheddevices.GPU]
         migs = [d for d in found if d.kind == publisheddevices.MIG]
+        others = [d for d in found if d.kind == publisheddevices.OTHER]
         fallbacks = [d for d in found if d.kind == publisheddevices.FALLBACK]
         mig_mode = catalog.asks_mig_mode(alternative, gpus)
         options = _gpu_options(base, gpus, mig_mode) + _mig_options(base, migs)
+        options += _other_options(base, others)
         if alternative.mode == ALL:
             options = _whole_sets(options, _all_set(alternative, matched))
         out.extend(options)
@@ -356,6 +364,10 @@ def _share_options(
 
 
 def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
+    """One option per profile, smallest first (the devices of one request alike where they
+    can be); then, when the request takes several devices and its selectors admit several
+    profiles, one option of every matching device, any profile (upstream takes any devices
+    the selectors match: two on a GPU whose free ones are a 3g and a 2g are those two)."""
     if not migs:
         return []
     by_profile: dict[str, list[Published]] = {}
@@ -368,7 +380,7 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
     # `All`: every placement of the profile on the node, as many MIG devices (`_whole_sets`
     # keeps the nodes where they are all the node's matching devices; overlapping placements
     # then fail in the solver, as they exhaust upstream's counters).
-    return [
+    out = [
         _with(
             base,
             kind=publisheddevices.MIG,
@@ -380,6 +392,41 @@ def _mig_options(base: Option, migs: list[Published]) -> list[Option]:
         for profile in sorted(by_profile, key=size)
         for n, nodes in _counts(base, by_profile[profile])
     ]
+    several = base.alternative.mode == ALL or base.alternative.count > 1
+    if several and len(by_profile) > 1:
+        out += [
+            _with(base, kind=publisheddevices.MIG, count=n, devices=tuple(migs), nodes=nodes)
+            for n, nodes in _counts(base, migs)
+        ]
+    return out
+
+
+def _other_options(base: Option, others: list[Published]) -> list[Option]:
+    """Other drivers' devices the request may take: those whose taints it tolerates and whose
+    capacity (and request policy) admits what it asks (`otherdevices.draws`)."""
+    alternative = base.alternative
+    requested = dict(alternative.capacity)
+    usable = [
+        d
+        for d in others
+        if _tolerated(d, alternative.tolerations) and otherdevices.draws(d, requested) is not None
+    ]
+    if not usable:
+        return []
+    return [
+        _with(base, kind=publisheddevices.OTHER, count=n, devices=tuple(usable), nodes=nodes)
+        for n, nodes in _counts(base, usable)
+    ]
+
+
+def _tolerated(device: Published, tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the request tolerates every taint of the device that keeps allocations off it
+    (upstream's allocator skips a device with a NoSchedule or NoExecute taint the request does
+    not tolerate)."""
+    return all(
+        taint.get("effect") not in BLOCKING_EFFECTS or nodefit.tolerates(list(tolerations), taint)
+        for taint in device.device.get("taints") or []
+    )
 
 
 def _with(base: Option, **changes: Any) -> Option:
@@ -425,7 +472,20 @@ def _value(device: Published, attribute: str) -> str:
 def _device_key(device: Published) -> DeviceKey:
     if device.kind == publisheddevices.MIG:
         return (str(device.gpu_uuid), device.profile, device.start)
+    if device.kind == publisheddevices.OTHER:
+        return (device.key, None, None)
     return (str(device.gpu_uuid), None, None)
+
+
+def choices(option: Option) -> tuple[tuple[str, otherdevices.Draws], ...]:
+    """An option of other drivers' devices: each device by key and what taking it draws (one
+    object for the copies of the option, as `eligible`)."""
+    found = option.memo.get("choices")
+    if found is None:
+        requested = dict(option.alternative.capacity)
+        found = tuple((d.key, otherdevices.draws(d, requested) or ()) for d in option.devices)
+        option.memo["choices"] = found
+    return found
 
 
 def device_constraints(option: Option) -> tuple[DeviceConstraint, ...]:
@@ -514,6 +574,12 @@ def _solver_claims(
     label = o.claim.name if len(o.claim.requests) == 1 else f"{o.claim.name}/{o.request}"
     base = f"{o.claim.uid}/{o.request}"
     constraints = device_constraints(o) + extra
+    if o.kind == publisheddevices.OTHER:
+        wanted = DeviceDemand(count=o.count, choices=choices(o))
+        request = ClaimRequest(
+            base, o.claim.namespace, label, device=wanted, constraints=constraints
+        )
+        return [(base, request)]
     if o.kind == publisheddevices.GPU and o.share is None:
         # v1 publishes MIG-enabled GPUs whole too: the solver gives those of the eligible set
         # whole only to a request that asks for MIG mode.

@@ -107,6 +107,15 @@ def test_install_doc_uses_the_charts_real_values() -> None:
     keys = re.findall(r"--set(?:-string|-json|-file)? \"?([\w.]+)=", text)
     assert keys, "INSTALL.md shows no --set"
     for key in keys:
+        if key.startswith("policy.spec."):
+            # the AllocationPolicy's own spec (values.schema.json embeds its schema)
+            model: type[BaseModel] = policy.AllocationPolicySpec
+            *path, last = key.removeprefix("policy.spec.").split(".")
+            for part in path:
+                assert part in model.model_fields, f"INSTALL.md: --set {key}: no such field"
+                model = model.model_fields[part].annotation  # type: ignore[assignment]
+            assert last in model.model_fields, f"INSTALL.md: --set {key}: no such field"
+            continue
         node = values
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, (

@@ -96,10 +96,23 @@ def test_policy_where_none_is_served_is_refused(render: Render) -> None:
     assert refused.returncode != 0
     assert "controller.admission.mode=policy but this cluster (Kubernetes v1.35.0) serves no " \
         "MutatingAdmissionPolicy" in refused.stderr  # fmt: skip
-    # helm template cannot tell: v1, as asked
-    forced = _render(render, "controller.admission.mode=policy", kube_version="1.35.0")
+    # helm template cannot tell: not v1 where that is not served by default (before 1.36)
+    for version in ("1.34.0", "1.35.0"):
+        guessed = render("controller.admission.mode=policy", kube_version=version)
+        assert guessed.returncode != 0
+        assert (
+            f"rendered without the cluster's APIs (helm template) for Kubernetes v{version}: "
+            "MutatingAdmissionPolicy v1 is served by default from 1.36 only" in guessed.stderr
+        )
+    # ... where it is: v1, as asked; where told what is served, that
+    forced = _render(render, "controller.admission.mode=policy", kube_version="1.36.0")
     assert _gate_objects(forced)["MutatingAdmissionPolicy"]["apiVersion"] == (
         "admissionregistration.k8s.io/v1"
+    )
+    told = _render(render, "controller.admission.mode=policy", kube_version="1.35.0",
+                   api_versions=[MAP_V1BETA1])  # fmt: skip
+    assert _gate_objects(told)["MutatingAdmissionPolicy"]["apiVersion"] == (
+        "admissionregistration.k8s.io/v1beta1"
     )
 
 

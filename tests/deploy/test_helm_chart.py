@@ -88,6 +88,8 @@ def test_default_values_render_valid_manifests(render: Render) -> None:
         + ["DaemonSet"] * 2  # the node plugin and the MPS host
         + ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] * 2
         + ["DeviceClassParameters", "ResourceClass"]
+        # helm template cannot see the cluster: the security policy is assumed served (GA 1.30)
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )
     validate_all(rendered.manifests)
     for manifest in rendered.manifests:
@@ -478,7 +480,16 @@ def test_rbac_can_be_left_to_the_operator(render: Render) -> None:
 
 
 def test_node_admission_policy_follows_the_cluster(render: Render) -> None:
-    assert "ValidatingAdmissionPolicy" not in render().kinds()
+    # a real install's discovery (kinds listed) without the kind; helm template before 1.30
+    served_kinds = ["resource.k8s.io/v1/DeviceClass"]
+    assert (
+        "ValidatingAdmissionPolicy"
+        not in render(kube_version="1.34.0", api_versions=served_kinds).kinds()
+    )
+    assert "ValidatingAdmissionPolicy" not in render(kube_version="1.29.0").kinds()
+    # helm template from 1.30 on: GA there, so assumed (the security controls stay in a GitOps
+    # render), and the NOTES say so
+    assert "ValidatingAdmissionPolicy" in render(kube_version="1.34.0").kinds()
     rendered = render(api_versions=[VAP])
     validate_all(rendered.manifests)
     policy = rendered.one("ValidatingAdmissionPolicy")
@@ -581,8 +592,14 @@ def test_notes_tell_the_user_how_to_check_the_install(
 def test_notes_warn_when_the_node_admission_policy_is_missing(
     helm: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    text = _notes(helm, tmp_path)
+    text = _notes(helm, tmp_path, "--api-versions", "resource.k8s.io/v1/DeviceClass")
     assert "the node admission policy was not created (this cluster does not serve" in text
+    older = _notes(helm, tmp_path / "older", "--kube-version", "1.29.0")
+    assert "not created (Kubernetes v1.29.0 is older than 1.30, where" in older
+    assumed = _notes(helm, tmp_path / "assumed", "--kube-version", "1.34.0")
+    assert "Rendered without the cluster's APIs" in assumed
+    assert "- ValidatingAdmissionPolicy v1 (GA since 1.30): the security policies are" in assumed
+    assert "node admission policy was not created" not in assumed
 
 
 # ---------------------------------------------------------------- the admission policy's CEL

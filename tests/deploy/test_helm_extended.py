@@ -43,6 +43,12 @@ def test_auto_installs_it_only_where_the_api_server_serves_it(render: Render) ->
     assert not KINDS & _kinds(_render(render, "extendedResources.enabled=false",
                                       api_versions=[MAP]))  # fmt: skip
     assert _kinds(_render(render, "extendedResources.enabled=true")) == KINDS
+    # asked for where MutatingAdmissionPolicy v1 is not served (1.34/1.35), or cannot be assumed
+    for api_versions in (["resource.k8s.io/v1/DeviceClass"], []):
+        refused = render("extendedResources.enabled=true", kube_version="1.35.0",
+                         api_versions=api_versions)  # fmt: skip
+        assert refused.returncode != 0
+        assert "extendedResources.enabled=true needs MutatingAdmissionPolicy v1" in refused.stderr
 
 
 def test_not_in_classic_mode_nor_without_the_controller(render: Render) -> None:

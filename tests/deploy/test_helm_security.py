@@ -48,7 +48,8 @@ def test_no_controller_policy_without_drasats_v1_controller(render: Render) -> N
     for rendered in (
         render("allocator=kube-scheduler", kube_version=V1, api_versions=[VAP]),
         render("nodeAdmissionPolicy.enabled=false", kube_version=V1, api_versions=[VAP]),
-        render(kube_version=V1),  # no ValidatingAdmissionPolicy served
+        # a real install's discovery, without ValidatingAdmissionPolicy
+        render(kube_version=V1, api_versions=["resource.k8s.io/v1/DeviceClass"]),
     ):
         assert rendered.returncode == 0, rendered.stderr
         names = [m["metadata"]["name"] for m in rendered.manifests]

@@ -255,6 +255,8 @@ def test_v1_controller_rbac(render: Render) -> None:
         *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
         # preemption: victims evicted through the Eviction API, budgets read when choosing
         ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),
+        # a preemptor's nomination: status.nominatedNodeName
+        ("", "pods/status", "patch"),
         # the admission webhook (helm template cannot tell MutatingAdmissionPolicy is served)
         *((resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")),
         ("", "nodes", "list"), ("", "nodes", "watch"),

@@ -21,11 +21,12 @@ from typing import Any
 import drasatprocess
 import kubernetes
 import pytest
-from kubecluster import wait_for
+from kubecluster import install_crds, wait_for
 from kubernetes.client import ApiException
 from realkubeletkit import RealNode, pod, real_node
 
-from drasat.api import resourceslices
+from drasat.api import crds, resourceslices
+from drasat.api.groups import NAS_GROUP, VERSION
 from drasat.nodeplugin.app import CRASH_AFTER_ENV
 from drasat.testbed.controlplane import binaries, realcluster
 
@@ -290,8 +291,10 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
     kube_cluster: realcluster.Cluster,
 ) -> None:
     """`scripts/kube-cluster up --kubelets 2 --drasat-plugins 1xT4` (the module it runs): two
-    Nodes registered by their kubelets, each kubelet registering its own node's plugin, which
-    publishes that node's slice; `down` stops every process it started."""
+    Nodes registered by their kubelets; once the plugins' namespace and drasat's CRDs exist (a
+    chart installed later makes them), each kubelet registers its own node's plugin, which keeps
+    that node's NodeAllocationState there and publishes its slice; `down` stops every process it
+    started."""
     folder = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp")) / "c"  # short socket paths
     env = {**os.environ, "DRASAT_KUBE_BIN": str(kube_cluster.bin_dir)}
     command = [sys.executable, "-m", "drasat.testbed.controlplane"]
@@ -315,12 +318,18 @@ def test_kube_cluster_up_starts_kubelets_each_with_drasats_plugin(
                 n.status.node_info.kubelet_version == binaries.KUBE_VERSION for n in nodes.values()
             )
             custom = kubernetes.client.CustomObjectsApi(client)
+            core.create_namespace({"metadata": {"name": "drasat"}})
+            install_crds(client, crds.all_crds())
 
             def published() -> bool:
                 listed = custom.list_cluster_custom_object(*RESOURCE, "resourceslices")["items"]
                 return sorted(s["spec"]["nodeName"] for s in listed) == ["node-1", "node-2"]
 
-            wait_for(published, timeout=60, what="each node's plugin to publish its slice")
+            wait_for(published, timeout=90, what="each node's plugin to publish its slice")
+            held = custom.list_namespaced_custom_object(
+                NAS_GROUP, VERSION, "drasat", "nodeallocationstates"
+            )["items"]
+            assert sorted(n["metadata"]["name"] for n in held) == ["node-1", "node-2"]
         for node in ("node-1", "node-2"):
             log = folder / "logs" / f"drasat-plugin-{node}.log"
             wait_for(

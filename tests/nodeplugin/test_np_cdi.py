@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import fakedriver
 import jsonschema
 import pytest
 from npfixtures import gpu_allocation, mig_allocation, ref
 
 from drasat.nodeplugin import cdi
+from drasat.testbed import fakedriver
 
 _NAME = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 _STRINGS = {"type": "array", "items": {"type": "string"}}

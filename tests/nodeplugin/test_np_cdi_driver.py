@@ -12,16 +12,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import fakedriver
 import jsonschema
 import pytest
-from fakedriver import LIBDIR, VERSION
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from npfixtures import NODE, V1, Claims, gpu_allocation, mig_allocation, ref, v1_claim
 from test_np_cdi import CDI_SCHEMA
 
 from drasat.nodeplugin import cdi, driverfiles, state
+from drasat.testbed import fakedriver
+from drasat.testbed.fakedriver import LIBDIR, VERSION
 
 UID = "claim-0001"
 LIBS = [f"{LIBDIR}/{name}.{VERSION}" for name, _, _ in fakedriver.LIBRARIES]

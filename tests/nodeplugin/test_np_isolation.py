@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import fakedriver
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,6 +43,7 @@ from npfixtures import (
 from drasat.nodeplugin import mps
 from drasat.nodeplugin.devicelib import ComputeMode
 from drasat.nodeplugin.state import ClaimError
+from drasat.testbed import fakedriver
 
 POWER_LIMIT = {"action": "setPowerLimitWatts", "value": 200}
 LOCKED_CLOCKS = {"action": "lockGpuClocksMHz", "value": 210}

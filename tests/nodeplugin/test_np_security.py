@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import fakedriver
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +30,7 @@ from npfixtures import (
 )
 
 from drasat.nodeplugin import driverfiles, mps
+from drasat.testbed import fakedriver
 
 #: `/proc/driver/nvidia-caps/mig-minors`'s management capabilities in the fake driver: whoever
 #: opens `config` may create and destroy any GPU's MIG devices, `monitor` may watch them all.

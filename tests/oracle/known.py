@@ -13,7 +13,6 @@ Obj = dict[str, Any]
 
 GPU_CLASSES = {claimgen.GPU, claimgen.NVIDIA_GPU}
 MIG_CLASSES = {claimgen.MIG, claimgen.NVIDIA_MIG}
-PROFILES = {"gpu.drasat.io/profile", "gpu.nvidia.com/profile"}
 
 
 def specs(claim: Obj) -> list[Obj]:
@@ -44,11 +43,6 @@ def difference(claim: Obj, tainted: bool) -> str | None:
         return "several-shares"
     if tainted and any(s.get("tolerations") for s in found):
         return "tolerated-taint"
-    constraints = claim["spec"]["devices"].get("constraints") or []
-    distinct_profile = any(c.get("distinctAttribute") in PROFILES for c in constraints)
-    if distinct_profile and any(s["deviceClassName"] in MIG_CLASSES and _many(s) for s in found):
-        # A request's MIG options are split by profile: its devices share one profile.
-        return "mig-profiles-in-one-request"
     first_available_mig = any(
         any(e["deviceClassName"] in MIG_CLASSES for e in r.get("firstAvailable") or [])
         for r in claim["spec"]["devices"]["requests"]
@@ -65,30 +59,6 @@ def compute_limit(spec: Obj) -> str | None:
     if requests is None:
         return None
     return str(requests.get("compute", "0"))  # the published default: no limit
-
-
-#: The attribute of a MIG class's devices that names their profile.
-PROFILE_OF = {claimgen.MIG: "gpu.drasat.io/profile", claimgen.NVIDIA_MIG: "gpu.nvidia.com/profile"}
-
-
-def one_profile_per_request(claim: Obj) -> Obj:
-    """The claim with each request (or `firstAvailable` entry) of several MIG devices held to
-    one profile (a `matchAttribute` on the profile over it): how drasat reads such a request,
-    whose MIG options it splits by profile ("several MIG devices of distinct profiles in one
-    request are refused", docs/CONTROLLER.md)."""
-    constraints = list(claim["spec"]["devices"].get("constraints") or [])
-    for request in claim["spec"]["devices"]["requests"]:
-        entries = [(request["name"], request["exactly"])] if "exactly" in request else [
-            (f"{request['name']}/{e['name']}", e) for e in request.get("firstAvailable") or []
-        ]  # fmt: skip
-        for name, spec in entries:
-            attribute = PROFILE_OF.get(spec["deviceClassName"])
-            if attribute is not None and _many(spec):
-                constraints.append({"requests": [name], "matchAttribute": attribute})
-    if not constraints:
-        return claim
-    devices = {**claim["spec"]["devices"], "constraints": constraints}
-    return {**claim, "spec": {**claim["spec"], "devices": devices}}
 
 
 #: A selector that asks for a GPU in MIG mode (drasat then gives one whole).

@@ -223,13 +223,9 @@ def test_known_the_variants_cap(oracle: Oracle) -> None:
     _check(oracle, _node(_gpu("A100-40GB", mig=True)), _claim(first, {**mig, "selectors": start0}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a request's MIG options are split by profile, so the devices of one request share a "
-    "profile: two MIG devices of distinct profiles in one request are refused by drasat; "
-    "upstream allocates them (found by test_drasat_places_a_claim_iff_upstream_can)",
-)
-def test_known_distinct_mig_profiles_in_one_request(oracle: Oracle) -> None:
+def test_distinct_mig_profiles_in_one_request(oracle: Oracle) -> None:
+    # Found by test_drasat_places_a_claim_iff_upstream_can when one request's MIG devices
+    # shared a profile in drasat.
     mig = {"deviceClassName": claimgen.MIG, "allocationMode": "ExactCount", "count": 2}
     claim = _claim(mig, constraints=[{"distinctAttribute": "gpu.drasat.io/profile"}])
     _check(oracle, _node(_gpu("A100-40GB", mig=True)), claim)

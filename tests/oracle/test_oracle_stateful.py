@@ -305,39 +305,22 @@ class Sequences(RuleBasedStateMachine):
           on NVIDIA's slices, which publish no `migEnabled`); upstream to any: those GPUs are
           tainted (`clusterkit.unusable`: matched, not allocated), unless allocated already,
           and the requests that ask for MIG mode tolerate the taint
-          (`known.mig_mode_tolerated`);
-        - the MIG devices of one request share a profile in drasat (`known.one_profile_per_
-          request`): a request of two MIG devices where only distinct profiles are free is
-          refused."""
+          (`known.mig_mode_tolerated`)."""
         assert self.cluster is not None
         whole = clusterkit.mig_mode_gpus(self.cluster.slices) - clusterkit.devices_of(held)
         reduced = clusterkit.unusable(self.cluster.slices, whole)
 
         def shaped(request: Obj) -> Obj:
-            return dict(
-                request, claims=[known.one_profile_per_request(c) for c in request["claims"]]
-            )
-
-        def whole(request: Obj) -> Obj:
             claims = [known.mig_mode_tolerated(c, clusterkit.UNUSABLE) for c in request["claims"]]
             return dict(request, slices=reduced, claims=claims)
 
-        variants = {
-            "known: a whole GPU in MIG mode": whole,
-            "known: MIG devices of one request share a profile": shaped,
-        }
-        both = self.oracle.ask_many([shaped(whole(r)) for _, r, _ in found])
+        answers = self.oracle.ask_many([shaped(r) for _, r, _ in found])
         out = []
-        for item, answer in zip(found, both, strict=True):
+        for item, answer in zip(found, answers, strict=True):
             if answer.get("allocated"):
                 out.append(item)
-                continue
-            for label, change in variants.items():
-                if not self.oracle.ask(change(item[1])).get("allocated"):
-                    SEEN[label] += 1
-                    break
             else:
-                SEEN["known: both together"] += 1
+                SEEN["known: a whole GPU in MIG mode"] += 1
         return out
 
 

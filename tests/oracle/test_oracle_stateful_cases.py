@@ -181,18 +181,15 @@ def test_the_release_check_sees_a_claim_kept(oracle: Oracle) -> None:
 # -- what the stateful oracle found ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drasat splits a request's MIG options by profile, so one request's devices share a "
-    "profile: a request of two MIG devices on a GPU whose free ones are of distinct profiles "
-    "(NVIDIA's static MIG: 3g.20gb, 2g.10gb, 1g.5gb) is refused; upstream allocates 3g + 2g "
-    "(the documented difference, found without distinctAttribute by the stateful oracle)",
-)
-def test_known_two_mig_devices_of_distinct_profiles_without_a_constraint(oracle: Oracle) -> None:
+def test_two_mig_devices_of_distinct_profiles_without_a_constraint(oracle: Oracle) -> None:
+    # NVIDIA's static MIG A100 holds a 3g.20gb, a 2g.10gb and a 1g.5gb: a request of two MIG
+    # devices takes two of them, of distinct profiles, as upstream does (found by the stateful
+    # oracle when drasat held one request's MIG devices to one profile).
     with _machine(oracle, _nvidia("n0", "nv-a100-static")) as machine:
         machine.known_differences = False
-        machine.pod_arrives([_claim(claimgen.NVIDIA_MIG, count=2)])
+        pod = machine.pod_arrives([_claim(claimgen.NVIDIA_MIG, count=2)])
         machine.check()
+        assert len(_devices(machine, pod)) == 2
 
 
 @pytest.mark.xfail(
@@ -225,13 +222,11 @@ def test_a_whole_gpu_in_mig_mode_to_a_request_that_asks_for_mig_mode(oracle: Ora
 NIC = "nic.example.com"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35 items 4 and 5 (another branch): a claim with a GPU and another driver's "
-    "device (a NIC) is taken by drasat and refused; upstream places it. Not in the random "
-    "sequences (no other driver's devices are generated): this case is the oracle's check for it",
-)
-def test_known_a_claim_with_a_gpu_and_another_drivers_device(oracle: Oracle) -> None:
+def test_a_claim_with_a_gpu_and_another_drivers_device(oracle: Oracle) -> None:
+    # drasat takes the claim for its GPU and places the NIC beside it, as upstream does (it
+    # refused the claim, "DeviceClass not found", when it read only its own classes). Not in
+    # the random sequences (no other driver's devices are generated): this case is the oracle's
+    # check for it.
     with _machine(oracle, _drasat("n0", T4)) as machine:
         assert machine.cluster is not None
         nic_class = {

@@ -133,12 +133,27 @@ def test_distinct_shares_take_two_gpus(mode: Mode) -> None:
 @pytest.mark.parametrize("start", [0, 2, 5])
 def test_eligible_placements_choose_the_mig_start(mode: Mode, start: int) -> None:
     claim = dataclasses.replace(
-        mig_claim("m", "1g.5gb"), placements=frozenset({("GPU-n1-0", start)})
+        mig_claim("m", "1g.5gb"), placements=frozenset({("GPU-n1-0", "1g.5gb", start)})
     )
     problem = Problem(nodes=(make_node("n1", "A100-40GB", mig=True),), pods=(pod("p", claim),))
     (entry,) = _entries(_solve(problem, mode)).values()
     assert entry.mig is not None
     assert [d.placement.start for d in entry.mig.devices] == [start]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_mig_claim_of_no_profile_takes_any_device_it_lists(mode: Mode) -> None:
+    # Listed devices of two profiles (one placement each): the claim takes either, and only
+    # a listed one, whatever the needs of a claim of no profile would say.
+    listed = frozenset({("GPU-n1-0", "3g.20gb", 4), ("GPU-n1-0", "1g.5gb+me", 0)})
+    claim = dataclasses.replace(mig_claim("m", None), placements=listed)
+    pair = dataclasses.replace(claim, uid="m2", name="m2")
+    problem = Problem(
+        nodes=(make_node("n1", "A100-40GB", mig=True),), pods=(pod("p", claim, pair),)
+    )
+    entries = _entries(_solve(problem, mode))
+    taken = sorted((d.profile, d.placement.start) for e in entries.values() for d in e.mig.devices)  # type: ignore[union-attr]
+    assert taken == [("1g.5gb+me", 0), ("3g.20gb", 4)]
 
 
 def test_the_model_of_required_numa_builds_over_gpus_without_numa() -> None:

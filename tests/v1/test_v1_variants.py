@@ -248,3 +248,35 @@ def test_each_mig_profile_of_a_request_keeps_its_own_placements() -> None:
     assert out.placed == {"default/p-c": "a"}
     profiles = {r["device"].split("-mig-")[1].split("-")[0] for r in _results(out, "c")}
     assert len(_results(out, "c")) == 5 and profiles <= {"1g5gb", "1g5gbme"}
+
+
+def test_several_mig_devices_of_one_request_may_be_of_distinct_profiles() -> None:
+    # A 4g.20gb held at start 0 leaves slices 4-7 free on the A100. The request admits a
+    # 2g.10gb (free at 4 only) and a 1g.5gb at start 6: no profile gives two, the two
+    # profiles together do. Upstream takes any devices the selectors match; drasat once held
+    # one request's devices to one profile and refused it.
+    big = claim("big", {"m": exactly(MIG, attr("profile") + ' == "4g.20gb"')})
+    held = _allocate([node("a", "A100-40GB", mig=True)], big)
+    (entry,) = held.allocations.values()
+    busy = _with_ledger(node("a", "A100-40GB", mig=True), entry.ledger)
+    either = (
+        f'{attr("profile")} == "2g.10gb" || '
+        f'({attr("profile")} == "1g.5gb" && {attr("placementStart")} == 6)'
+    )
+    out = _allocate([busy], claim("c", {"m": exactly(MIG, either, count=2)}))
+    assert out.placed == {"default/p-c": "a"}
+    assert _devices(out, "c") == ["gpu-0-mig-1g5gb-19-6", "gpu-0-mig-2g10gb-14-4"]
+
+
+def test_a_request_of_several_mig_devices_that_do_not_fit_names_its_claim_once() -> None:
+    # Two 4g.20gb on one A100: each alone fits, not both; the refusal names the claim once.
+    two = exactly(MIG, attr("profile") + ' == "4g.20gb"', count=2)
+    out = _allocate([node("a", "A100-40GB", mig=True)], claim("c", {"m": two}))
+    (reason,) = out.refused["default/p-c"]
+    assert "claim default/c's devices do not fit together" in reason
+    assert "default/c, default/c" not in reason
+
+
+def _with_ledger(found: v1.Node, ledger: Any) -> v1.Node:
+    nas = found.state.nas.model_copy(update={"allocatedClaims": dict(ledger)})
+    return dataclasses.replace(found, state=dataclasses.replace(found.state, nas=nas))

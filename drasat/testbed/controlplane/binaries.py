@@ -12,6 +12,12 @@ import subprocess
 from pathlib import Path
 
 KUBE_VERSION = "v1.37.2"
+#: The Kubernetes versions users run, beside KUBE_VERSION (`scripts/kube-build 1.34`, ...): each
+#: minor's latest patch release the Go module proxy serves, the one e2e/kube-<minor>/go.mod pins
+#: (tests/test_controlplane.py checks they agree).
+USER_VERSIONS = {"1.34": "v1.34.4", "1.35": "v1.35.4", "1.36": "v1.36.3"}
+#: Every version `scripts/kube-cluster up --version` starts, oldest first.
+VERSIONS = (*USER_VERSIONS, KUBE_VERSION.removeprefix("v").rsplit(".", 1)[0])
 #: The last Kubernetes minor with classic DRA (`resource.k8s.io/v1alpha2`), for classic e2e tests.
 CLASSIC_VERSION = "v1.30.14"
 ETCD_VERSION = "v3.7.3"
@@ -40,13 +46,41 @@ def default_dir(*, classic: bool = False) -> Path:
     return cache / "drasat" / f"kube-{version}"
 
 
-def locate(directory: Path | None = None, *, classic: bool = False) -> Path:
-    """The folder holding all four binaries, or MissingBinaries naming what is absent."""
+def version_variable(minor: str) -> str:
+    """The variable naming a version's binaries: `DRASAT_KUBE_BIN_1_34` (1.37: DRASAT_KUBE_BIN)."""
+    if minor not in USER_VERSIONS:
+        return "DRASAT_KUBE_BIN"
+    return "DRASAT_KUBE_BIN_" + minor.replace(".", "_")
+
+
+def version_dir(minor: str) -> Path:
+    """The binaries of Kubernetes `minor` (one of VERSIONS): its variable if set, else
+    `~/.cache/drasat/kube-<patch release>`, where `scripts/kube-build <minor>` builds them."""
+    if minor not in VERSIONS:
+        raise MissingBinaries(f"Kubernetes {minor}: not one of {', '.join(VERSIONS)}")
+    if minor not in USER_VERSIONS:
+        return default_dir()
+    explicit = os.environ.get(version_variable(minor))
+    if explicit:
+        return Path(explicit)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "drasat" / f"kube-{USER_VERSIONS[minor]}"
+
+
+def locate(
+    directory: Path | None = None, *, classic: bool = False, version: str | None = None
+) -> Path:
+    """The folder holding all four binaries, or MissingBinaries naming what is absent.
+    `version`: a minor of VERSIONS (its folder, when `directory` is not given)."""
+    if directory is None and version is not None:
+        directory = version_dir(version)
     folder = directory or default_dir(classic=classic)
     missing = [name for name in NAMES if not os.access(folder / name, os.X_OK)]
     if missing:
         build = "scripts/kube-build classic" if classic else "scripts/kube-build"
         variable = "DRASAT_KUBE_CLASSIC_BIN" if classic else "DRASAT_KUBE_BIN"
+        if version is not None and version in USER_VERSIONS:
+            build, variable = f"scripts/kube-build {version}", version_variable(version)
         raise MissingBinaries(
             f"{folder}: no {', '.join(missing)}: build them with {build} "
             f"(a cold build takes several minutes; see README.md) or set {variable}"

@@ -4,7 +4,9 @@ cluster folder.
 
 The API server runs with token authentication and RBAC, every `resource.k8s.io` version it serves
 and every `DRA*` feature gate its `-h` lists (plus the gates those depend on), so device taints,
-partitionable devices, consumable capacity and binding conditions are all there. The controller
+partitionable devices, consumable capacity and binding conditions are all there; or, with
+`default_gates` (`scripts/kube-cluster up --version 1.34`), as that release comes: its default
+feature gates and API versions, what a user's cluster of that version has. The controller
 manager runs the controllers DRA and the usual workloads need (claims from templates, Deployments,
 ReplicaSets, Jobs, StatefulSets) but no node lifecycle: fake nodes send no heartbeat. `cluster.json`
 in the folder records the pids (with their start times, so a recycled pid is never signalled) for
@@ -49,12 +51,14 @@ def resource_versions(minor: int) -> tuple[str, ...]:
     return ("v1beta1", "v1beta2", "v1alpha3")
 
 
-#: The controllers that make the pods of Deployments, ReplicaSets, Jobs and StatefulSets.
+#: The controllers that make the pods of Deployments, ReplicaSets, Jobs, StatefulSets and
+#: DaemonSets (drasat's chart runs its node plugin as one).
 WORKLOAD_CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
     "job-controller",
     "statefulset-controller",
+    "daemonset-controller",
 )
 #: kube-controller-manager's controllers for fake nodes: claims from templates, the pods of the
 #: workloads users apply (Deployments through ReplicaSets, Jobs, StatefulSets), owner cascades,
@@ -126,7 +130,7 @@ def free_port() -> int:
     raise ClusterError("no free loopback port")
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (field 22 of /proc/PID/stat); None once it has
     exited (gone, or a zombie not yet reaped)."""
     try:
@@ -150,7 +154,15 @@ class Process:
         child = _CHILDREN.get(self.pid)
         if child is not None and child.poll() is not None:
             return False
-        return _start_time(self.pid) == self.started
+        if start_time(self.pid) == self.started:
+            return True
+        if child is not None:
+            # It exited between the two looks: reap it now, or it stays a zombie (and a zombie
+            # in a test node's PID namespace keeps the namespace's first process from exiting).
+            # A multithreaded one can be reaped only once its last thread is gone: wait for it.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+        return False
 
 
 @dataclass
@@ -161,12 +173,16 @@ class Cluster:
     bin_dir: Path
     url: str = ""
     root_ca_publisher: bool = False
+    #: The API server reaches nodes through the egress proxy (`egress_proxy_socket`).
+    egress_proxy: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     feature_gates: list[str] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
     die_with_parent: bool = False
     minor: int = 0
+    #: The release's default feature gates and API versions, nothing turned on.
+    default_gates: bool = False
     #: What `spawn` started each process name with, for `restart` (this process only).
     commands: dict[str, tuple[str, list[str], tuple[str, ...], Path | None]] = field(
         default_factory=dict, repr=False
@@ -198,8 +214,15 @@ class Cluster:
         progress: Callable[[str], None] = lambda _line: None,
         die_with_parent: bool = False,
         root_ca_publisher: bool = False,
+        default_gates: bool = False,
+        egress_proxy: bool = False,
     ) -> Cluster:
         """Start all four components in a fresh `directory`; stop what started if one fails.
+
+        `egress_proxy`: the API server's connections to the cluster (kubelets, webhooks, pods)
+        go through an HTTP CONNECT proxy on `egress_proxy_socket`, as with Konnectivity: test
+        nodes whose network is a namespace of their own start one
+        (`containerdnode.ensure_egress_proxy`).
 
         `die_with_parent`: the kernel ends each component when the process that started it dies
         (a test run killed with SIGKILL leaves nothing behind); `scripts/kube-cluster up` leaves
@@ -214,6 +237,8 @@ class Cluster:
                     progress=progress,
                     die_with_parent=die_with_parent,
                     root_ca_publisher=root_ca_publisher,
+                    default_gates=default_gates,
+                    egress_proxy=egress_proxy,
                 )
             except ClusterError as error:
                 if "address already in use" not in str(error) or attempt + 1 == _START_ATTEMPTS:
@@ -231,6 +256,8 @@ class Cluster:
         progress: Callable[[str], None],
         die_with_parent: bool,
         root_ca_publisher: bool,
+        default_gates: bool = False,
+        egress_proxy: bool = False,
     ) -> Cluster:
         folder = binaries.locate(bin_dir)
         if (directory / STATE_FILE).exists():
@@ -243,6 +270,8 @@ class Cluster:
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         cluster = cls(directory=directory, bin_dir=folder, die_with_parent=die_with_parent)
         cluster.root_ca_publisher = root_ca_publisher
+        cluster.default_gates = default_gates
+        cluster.egress_proxy = egress_proxy
         cluster.minor = binaries.minor_version(folder / "kube-apiserver")
         cluster.ports = {
             name: free_port()
@@ -288,6 +317,51 @@ class Cluster:
             "-keyout", str(self.client_ca_key), "-out", str(self.client_ca_file),
             "-subj", "/CN=drasat-client-ca",
         )  # fmt: skip
+        self._write_kubelet_client_certificate()
+
+    def _write_kubelet_client_certificate(self) -> None:
+        """The API server's identity towards kubelets (`kubectl logs`, `exec`): a certificate
+        of the client CA, which a kubelet that checks its callers trusts."""
+        self.sign_client_certificate(
+            self.directory / "apiserver-kubelet-client.key",
+            self.directory / "apiserver-kubelet-client.crt",
+            user="kube-apiserver-kubelet-client",
+            group="system:masters",
+        )
+
+    @property
+    def egress_proxy_socket(self) -> Path:
+        return self.directory / "egress.sock"
+
+    def _egress_args(self) -> list[str]:
+        """With `egress_proxy`: the EgressSelectorConfiguration sending the `cluster` egress
+        through the HTTP CONNECT proxy's unix socket."""
+        if not self.egress_proxy:
+            return []
+        config = {
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {
+                    "name": "cluster",
+                    "connection": {
+                        "proxyProtocol": "HTTPConnect",
+                        "transport": {"uds": {"udsName": str(self.egress_proxy_socket)}},
+                    },
+                }
+            ],
+        }
+        path = self.directory / "egress-selector.json"
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        return [f"--egress-selector-config-file={path}"]
+
+    def _kubelet_client_args(self) -> list[str]:
+        return [
+            f"--kubelet-client-certificate={self.directory / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={self.directory / 'apiserver-kubelet-client.key'}",
+            # A test node's address is the loopback; its name resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
 
     @property
     def client_ca_file(self) -> Path:
@@ -359,12 +433,17 @@ class Cluster:
                 start_new_session=True,  # outlives `scripts/kube-cluster up`; no terminal signals
                 preexec_fn=sigterm_on_parent_death if self.die_with_parent else None,
             )
-        process = Process(name, child.pid, _start_time(child.pid) or "", str(log))
+        process = Process(name, child.pid, start_time(child.pid) or "", str(log))
         self.commands[name] = (binary, args, wrapper, cwd)
         _CHILDREN[child.pid] = child  # polled by `alive`, so an exited child is reaped
+        self.record(process)
+        return process
+
+    def record(self, process: Process) -> None:
+        """Count a process started otherwise (not by `spawn`) as one of the cluster's: `stop`
+        (here or from another process, `scripts/kube-cluster down`) signals it."""
         self.processes.append(process)
         self._save()
-        return process
 
     def _start_etcd(self, deadline: float) -> None:
         client, peer = self.ports["etcd"], self.ports["etcd-peer"]
@@ -385,12 +464,19 @@ class Cluster:
         self._wait("etcd", deadline, lambda: _http_ok(f"http://127.0.0.1:{client}/health"))
 
     def _apiserver_args(self) -> list[str]:
-        apis = [f"resource.k8s.io/{v}" for v in resource_versions(self.minor)]
+        apis = (
+            []
+            if self.default_gates
+            else [f"resource.k8s.io/{v}" for v in resource_versions(self.minor)]
+        )
         if "GenericWorkload" in self.feature_gates:
             # DRAWorkloadResourceClaims needs it, and the scheduler waits for its PodGroup
             # informer to sync before it takes its lease.
             apis.append("scheduling.k8s.io/v1beta1")
         runtime = ",".join(f"{api}=true" for api in apis)
+        chosen = [f"--runtime-config={runtime}"] if runtime else []
+        if self.feature_gates:
+            chosen.append(f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}")
         return [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
             "--bind-address=127.0.0.1",
@@ -408,16 +494,21 @@ class Cluster:
             f"--service-account-signing-key-file={self.directory / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--endpoint-reconciler-type=none",  # loopback is not a valid endpoint address
-            f"--runtime-config={runtime}",
-            f"--feature-gates={','.join(f'{g}=true' for g in self.feature_gates)}",
+            *chosen,
             "--allow-privileged=true",
             "--profiling=false",
+            *self._kubelet_client_args(),
+            *self._egress_args(),
         ]
 
     def _start_apiserver(self, deadline: float) -> None:
         listed = binaries.listed_gates(self.bin_dir / "kube-apiserver")
-        self.feature_gates = sorted(
-            g for g in listed if g.startswith("DRA") or g == "DynamicResourceAllocation"
+        self.feature_gates = (
+            []
+            if self.default_gates
+            else sorted(
+                g for g in listed if g.startswith("DRA") or g == "DynamicResourceAllocation"
+            )
         )
         while True:
             process = self._spawn("kube-apiserver", self._apiserver_args())
@@ -447,7 +538,9 @@ class Cluster:
 
     def _start_controllers(self, deadline: float) -> None:
         gates = ",".join(f"{g}=true" for g in self.feature_gates)
-        common = ["--leader-elect=true", f"--feature-gates={gates}", "--profiling=false"]
+        common = ["--leader-elect=true", "--profiling=false"]
+        if gates:
+            common.append(f"--feature-gates={gates}")
         self._spawn(
             "kube-controller-manager",
             [
@@ -495,6 +588,8 @@ class Cluster:
             "tokens": self.tokens,
             "feature_gates": self.feature_gates,
             "minor": self.minor,
+            "default_gates": self.default_gates,
+            "egress_proxy": self.egress_proxy,
             "processes": [asdict(p) for p in self.processes],
         }
         path = self.directory / STATE_FILE
@@ -516,6 +611,8 @@ class Cluster:
             tokens=state["tokens"],
             feature_gates=state["feature_gates"],
             minor=state.get("minor", 0),
+            default_gates=state.get("default_gates", False),
+            egress_proxy=state.get("egress_proxy", False),
             processes=[Process(**p) for p in state["processes"]],
         )
 

@@ -141,32 +141,36 @@ class Kubelet:
     ) -> Kubelet:
         """Start the runtime and the kubelet for Node `name`; return once the Node is Ready and
         schedulable. Stops what it started if that does not happen within `timeout`."""
-        locate_node_binaries(cluster.bin_dir)
+        node = cls(cluster=cluster, name=name, root=root or cluster.directory / "nodes" / name)
+        node.boot(extra_gates=extra_gates, timeout=timeout)
+        return node
+
+    def boot(self, *, extra_gates: tuple[str, ...] = (), timeout: float = 120.0) -> None:
+        """Start this node's runtime and kubelet (what `start` does once it has made the
+        object; a kind of node with another runtime overrides `_start_runtime`)."""
+        locate_node_binaries(self.cluster.bin_dir)
         if os.geteuid() != 0:
             raise ClusterError(
-                f"kubelet {name}: the real kubelet runs as root (its cgroups, sysctls and mount "
-                "namespace); run the tests as root or leave out the real-kubelet tests"
+                f"kubelet {self.name}: the real kubelet runs as root (its cgroups, sysctls and "
+                "mount namespace); run the tests as root or leave out the real-kubelet tests"
             )
-        root = root or cluster.directory / "nodes" / name
-        root.mkdir(parents=True, exist_ok=True)
-        node = cls(cluster=cluster, name=name, root=root)
+        self.root.mkdir(parents=True, exist_ok=True)
         kubelet_port = free_port()
         # Two random draws may meet (about once in 22,000): the healthz port is drawn again.
         healthz_port = next(p for p in iter(free_port, None) if p != kubelet_port)
-        node.ports = {"kubelet": kubelet_port, "healthz": healthz_port}
-        listed = binaries.listed_gates(cluster.bin_dir / "kubelet")
-        node.gates = sorted((set(cluster.feature_gates) | set(extra_gates)) & listed)
+        self.ports = {"kubelet": kubelet_port, "healthz": healthz_port}
+        listed = binaries.listed_gates(self.cluster.bin_dir / "kubelet")
+        self.gates = sorted((set(self.cluster.feature_gates) | set(extra_gates)) & listed)
         deadline = time.monotonic() + timeout
         try:
-            node._write_identity()
-            node._write_config()
-            node._start_runtime(deadline)
-            node._start_kubelet()
-            node.wait_ready(deadline - time.monotonic())
+            self._write_identity()
+            self._write_config()
+            self._start_runtime(deadline)
+            self._start_kubelet()
+            self.wait_ready(deadline - time.monotonic())
         except BaseException:
-            node.stop()
+            self.stop()
             raise
-        return node
 
     def _write_identity(self) -> None:
         """A client certificate for `system:node:<name>` (group `system:nodes`) and its
@@ -302,14 +306,17 @@ class Kubelet:
                 raise ClusterError(f"timed out waiting for {what}\n{self.logs()}")
             time.sleep(0.2)
 
-    def start_drasat_plugin(self, fleet: str, *, python: str) -> Process:
+    def start_drasat_plugin(self, fleet: str, *, python: str, namespace: str = "drasat") -> Process:
         """drasat's node plugin (`python -m drasat nodeplugin`) on the simulated `fleet`, as the
-        cluster administrator, registering with this kubelet and publishing the node's slices;
-        its sockets, state and CDI specs in this node's folder. Returns at once (the kubelet
-        registers it within seconds)."""
+        cluster administrator, keeping the node's NodeAllocationState in `namespace` (where a
+        `drasat controller` reads it) and publishing the node's slices; its sockets, state and
+        CDI specs in this node's folder. Returns at once: the plugin publishes, then registers
+        with this kubelet, once `namespace` and drasat's CRDs exist (it waits for them: a chart
+        installed later makes both)."""
         args = [
             "-m", "drasat", "--log-level", "INFO", "nodeplugin", "--node-name", self.name,
-            "--simulate-gpus", f"{fleet},state={self.root / 'fleet.json'}", "--in-memory-nas",
+            "--simulate-gpus", f"{fleet},state={self.root / 'fleet.json'}",
+            "--namespace", namespace, "--start-timeout", "0",
             "--kubeconfig", str(self.cluster.kubeconfig), "--kubelet-api", "structured",
             "--resourceslices", "--kubelet-plugin-dir", str(self.plugins_dir),
             "--kubelet-registry-dir", str(self.registry_dir),

@@ -108,12 +108,20 @@ plugin, none of drasat's classes, no nvidia.com/gpu conversion into drasat's cla
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the security ValidatingAdmissionPolicies are created. auto: where the cluster serves
+admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy; where helm cannot tell (`helm
+template` without kinds in --api-versions), assumed from 1.30 on, where it is GA and served by
+default (the NOTES say so): a GitOps render keeps its security controls.
+*/}}
 {{- define "drasat.nodeAdmissionPolicy.enabled" -}}
 {{- $setting := .Values.nodeAdmissionPolicy.enabled }}
-{{- if eq (toString $setting) "auto" }}
+{{- if ne (toString $setting) "auto" }}
+{{- $setting }}
+{{- else if eq (include "drasat.discoveryKnowsKinds" .) "true" }}
 {{- .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" }}
 {{- else }}
-{{- $setting }}
+{{- semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}
 {{- end }}
 {{- end }}
 
@@ -155,6 +163,20 @@ where turned on), else the webhook (always available).
 {{- "admissionregistration.k8s.io/v1" }}
 {{- else if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" }}
 {{- "admissionregistration.k8s.io/v1beta1" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The MutatingAdmissionPolicy version to render where the values ask for one (admission.mode=policy,
+extendedResources.enabled=true): the one served; where helm cannot tell (no kinds), v1 from 1.36
+on, where it is GA and served by default; "" where neither (validate.yaml explains).
+*/}}
+{{- define "drasat.admissionPolicyApi.rendered" -}}
+{{- $served := include "drasat.admissionPolicyApi" . }}
+{{- if $served }}
+{{- $served }}
+{{- else if and (ne (include "drasat.discoveryKnowsKinds" .) "true") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) }}
+{{- "admissionregistration.k8s.io/v1" }}
 {{- end }}
 {{- end }}
 

@@ -1,10 +1,18 @@
 """A fake NVIDIA driver root for tests: files named and linked as a real 550.54.15 install has them
-(regular files stand in for libraries, device nodes and firmware), a leftover of an older driver
-that must not be picked, and a `/proc` with the MIG capability minors."""
+(regular files stand in for libraries and firmware; device nodes are regular files too, or real
+character devices for a container runtime to create in containers), a leftover of an older
+driver that must not be picked, and a `/proc` with the MIG capability minors.
+
+The character devices (`char_devices=True`, root only) carry NVIDIA's numbers where they are
+fixed (major 195: `nvidia<N>` at minor N, `nvidiactl` 255, `nvidia-modeset` 254) and majors of
+the range Linux reserves for local use where the driver's are dynamic (`nvidia-uvm` 120,
+`nvidia-caps` 121): on a machine without the driver, opening one fails (ENXIO) and touches
+nothing."""
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -30,6 +38,16 @@ BINARIES = (
 )
 CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
+#: (major, minor) of each fixed node for `char_devices` (see the module's doc).
+NVIDIA_MAJOR = 195
+UVM_MAJOR = 120
+CAPS_MAJOR = 121
+CONTROL_NUMBERS = {
+    "/dev/nvidiactl": (NVIDIA_MAJOR, 255),
+    "/dev/nvidia-modeset": (NVIDIA_MAJOR, 254),
+    "/dev/nvidia-uvm": (UVM_MAJOR, 0),
+    "/dev/nvidia-uvm-tools": (UVM_MAJOR, 1),
+}
 
 
 def _file(path: Path, text: str = "", mode: int = 0o644) -> None:
@@ -57,10 +75,23 @@ def make(
     smi_script: str = "",
     modeset: bool = False,
     caps_nodes: bool = True,
+    char_devices: bool = False,
 ) -> Path:
     """Lay out a driver root (also its dev root) and `<root>/proc`; returns `root`.
 
-    `smi_script`: a shell script body for bin/nvidia-smi (else an empty executable)."""
+    `smi_script`: a shell script body for bin/nvidia-smi (else an empty executable);
+    `char_devices`: device nodes are character devices (see the module's doc)."""
+
+    def node(path: str, numbers: tuple[int, int]) -> None:
+        target = root / path.lstrip("/")
+        if not char_devices:
+            _file(target)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(*numbers))
+        target.chmod(0o666)
+
     lib = root / libdir.lstrip("/")
     for name, soname, dot_so in LIBRARIES:
         _file(lib / f"{name}.{VERSION}")
@@ -78,18 +109,19 @@ def make(
     for name in FIRMWARE:
         _file(root / f"lib/firmware/nvidia/{VERSION}/{name}")
     _file(root / f"lib/firmware/nvidia/{OLD}/gsp_ga10x.bin")
-    for node in (*CONTROL, *(["/dev/nvidia-modeset"] if modeset else [])):
-        _file(root / node.lstrip("/"))
+    for control in (*CONTROL, *(["/dev/nvidia-modeset"] if modeset else [])):
+        node(control, CONTROL_NUMBERS[control])
     lines = ["config 1", "monitor 2"]
     for gpu in range(gpus):
-        _file(root / f"dev/nvidia{gpu}")
+        node(f"/dev/nvidia{gpu}", (NVIDIA_MAJOR, gpu))
         for gi in range(15):
             lines.append(f"gpu{gpu}/gi{gi}/access {cap_minor(gpu, gi)}")
             for ci in range(8):
                 lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {cap_minor(gpu, gi, ci)}")
     for line in lines[2:]:
         if caps_nodes:
-            _file(root / f"dev/nvidia-caps/nvidia-cap{line.split()[1]}")
+            minor = int(line.split()[1])
+            node(f"/dev/nvidia-caps/nvidia-cap{minor}", (CAPS_MAJOR, minor))
     _file(root / "proc/driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n")
     return root
 
