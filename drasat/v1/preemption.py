@@ -508,7 +508,8 @@ def outlives_its_pods(claim: Obj) -> bool:
     evicting them frees nothing: a claim that no pod owns (a standalone claim, not one made
     from the pod's template, which the garbage collector deletes with it) and that does not
     carry kube-scheduler's finalizer (with which the resourceclaim controller deallocates it).
-    drasat's allocations carry neither today: nothing gives such a claim back."""
+    A standalone claim drasat allocated is given back by drasat's own settle: the controller
+    leaves those out (`drasat.controller.preemption.lasting_claims`)."""
     meta = claim.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     owners = meta.get("ownerReferences")
