@@ -245,6 +245,10 @@ def _ratio(a: Obj) -> str:
     return f"{a['evicted'] / a['placed']:.2f}" if a["placed"] else "-"
 
 
+def _waits(a: Obj) -> str:
+    return f"{a['wait_p50_s']} / {a['wait_p99_s']}" if a["placed"] else "-"
+
+
 def summary(results: Obj) -> str:
     lines = [
         "| allocator | fleet filled | preemptors placed | evicted | evictions per placed "
@@ -255,7 +259,7 @@ def summary(results: Obj) -> str:
         lines.append(
             f"| {a['allocator']} | {a['filled']} of {a['slots']} | {a['placed']} of "
             f"{a['preemptors']} | {a['evicted']} | {_ratio(a)} | {a['wasted_evictions']} "
-            f"| {a['min_evictions_for_placed']} | {a['wait_p50_s']} / {a['wait_p99_s']} |"
+            f"| {a['min_evictions_for_placed']} | {_waits(a)} |"
         )
     for a in results["allocators"]:
         if a["pending_reason"]:
