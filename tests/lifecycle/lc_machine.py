@@ -33,9 +33,15 @@ Invariants (`Violation.kind`), checked after every round of every step:
 - a claim of drasat's seen allocated while a pod naming it was bound stays allocated while that
   pod lives on its node (`claim-deallocated-under-its-pod`, at once).
 
-Preemption is driven (priorities) but not checked yet: its invariants (each eviction followed by
-its preemptor's placement, no two preemptors counting one device, no partly bound gang, no
-eviction of equal or higher priority) join `_observe` as further obligations.
+- every pod the controller evicted had a lower priority than the preemptor whose nomination names
+  it (`eviction-of-equal-or-higher-priority`, at once);
+- every eviction is followed within `bound` rounds by its preemptor placed, unless the preemptor
+  is gone or its nomination ended with a reason said on it (`PreemptionRefused`,
+  `NoPreemption`) or because a higher-priority pod preempted on its node since
+  (`preemptor-not-placed-after-eviction`).
+
+Not checked yet: PodDisruptionBudgets (the simulated server has none: every eviction succeeds),
+and no two preemptors counting one device beyond what the held-twice checks see.
 
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
@@ -58,8 +64,10 @@ from lc_objects import GANG_KINDS, KINDS, POD_KINDS, PRIORITIES, SHARED_KINDS
 from lc_world import NAMESPACE, World, pod_claim_names, tolerates_all
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+from drasat.controller.preemption import REASON_NONE, REASON_REFUSED
 from drasat.kube import errors
 from drasat.kube import resources as r
+from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
 
@@ -146,6 +154,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.reported: set[tuple[str, str]] = set()
         #: (pod uid, claim uid): the claim seen allocated while the pod was bound and live.
         self.used: set[tuple[str, str]] = set()
+        #: namespace/name -> the pod's priority, as last seen (an evicted pod is gone).
+        self.priorities: dict[str, int] = {}
+        #: Evicted pod (namespace/name) -> the nomination seen naming it as a victim.
+        self.evicted_for: dict[str, Nomination] = {}
+        #: Evicted pods whose priority was checked against their preemptor's.
+        self.evictions_checked: set[str] = set()
         self.failures: list[Violation] = []
         self.aborts_seen = 0
         self.faults_seen = 0
@@ -226,6 +240,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if n in gpus and not (node.get("spec") or {}).get("unschedulable")
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
+        self._preemptions(pods, owed)
         if self._preempting():
             # Devices freed by an eviction are held for its preemptor: a pod waiting beside
             # such a hold is counted apart (the hold's own rules come with preemption's checks).
@@ -431,6 +446,63 @@ class LifecycleMachine(RuleBasedStateMachine):
             owed[("pod-not-placed", f"gang {gang}")] = (
                 f"gang {gang} ({len(pods)} pods) fits in what is free and is not bound"
             )
+
+    def _preemptions(self, pods: list[Obj], owed: dict[tuple[str, str], str]) -> None:
+        """Each eviction the controller made, against the nomination naming its victim: the
+        victim's priority below the preemptor's (at once), and the preemptor placed within
+        `bound` rounds unless it is gone, or its nomination ended with a reason said on it
+        (`PreemptionRefused`, `NoPreemption`) or because a higher-priority pod preempted on its
+        node later."""
+        live = {f"{NAMESPACE}/{p['metadata']['name']}": p for p in pods}
+        for key, pod in live.items():
+            self.priorities[key] = int((pod.get("spec") or {}).get("priority") or 0)
+        nominations = {k: n for k, p in live.items() if (n := Nomination.of_pod(p)) is not None}
+        evictions = self.world.evictions
+        for nomination in nominations.values():
+            for victim in nomination.victims:
+                if any(v == victim for _, v in evictions):
+                    self.evicted_for.setdefault(victim, nomination)
+        for _, victim in evictions:
+            found = self.evicted_for.get(victim)
+            if found is None or victim in self.evictions_checked:
+                continue  # none: its nomination was not written (a refused write)
+            self.evictions_checked.add(victim)
+            mine = self.priorities.get(victim)
+            if mine is not None and mine >= found.priority:
+                self._violate(Violation(
+                    "eviction-of-equal-or-higher-priority", victim,
+                    f"{victim} (priority {mine}) evicted for {found.pod} (priority "
+                    f"{found.priority})"))  # fmt: skip
+        for at, victim in evictions:
+            found = self.evicted_for.get(victim)
+            pod = live.get(found.pod) if found is not None else None
+            if found is None or pod is None or str(pod["metadata"]["uid"]) != found.uid:
+                continue  # gone (deleted, or another pod of its name)
+            if not _pending(pod):
+                continue
+            held = nominations.get(found.pod)
+            ended = held is None or victim not in held.victims
+            if ended and (self._preemption_said(pod) or self._displaced(found, at)):
+                continue
+            owed[("preemptor-not-placed-after-eviction", found.uid)] = (
+                f"{victim} was evicted for {found.pod}, which is not placed"
+                + ("" if held else ", has no nomination and no Event saying why")
+            )
+
+    def _displaced(self, found: Nomination, at: int) -> bool:
+        """Whether a pod of higher priority preempted on the nomination's node since `at` (which
+        ends it: it plans again)."""
+        others = [(t, self.evicted_for.get(v)) for t, v in self.world.evictions if t >= at]
+        return any(o is not None and o.node == found.node and o.priority > found.priority
+                   for _, o in others)  # fmt: skip
+
+    def _preemption_said(self, pod: Obj) -> bool:
+        uid = str(pod["metadata"]["uid"])
+        return any(
+            str((e.get("involvedObject") or {}).get("uid")) == uid
+            and e.get("reason") in (REASON_REFUSED, REASON_NONE)
+            for e in self.world.read(r.EVENTS, NAMESPACE)
+        )
 
     def _reasons(
         self, pods: list[Obj], by_name: dict[str, Obj], owed: dict[tuple[str, str], str]

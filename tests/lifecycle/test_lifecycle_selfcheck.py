@@ -1,6 +1,7 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
-allocations over what a GPU has, and a claim deallocated under its running pod are caught (a
-model whose checks cannot fail proves nothing)."""
+allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
+of no higher priority and an eviction whose preemptor is never placed are caught (a model whose
+checks cannot fail proves nothing)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE
 
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.kube import resources as r
+from drasat.v1.nominations import Nomination
 
 logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
@@ -75,3 +78,42 @@ def test_a_claim_deallocated_under_its_running_pod_is_caught_at_once(
     machine.world.replicas[1].stop()  # nobody allocates it again
     machine.create_claim("cpu")
     assert "claim-deallocated-under-its-pod" in _kinds(machine)
+
+
+def _evict_as_a_broken_controller(machine: LifecycleMachine, victim_priority: int,
+                                  preemptor_priority: int) -> None:  # fmt: skip
+    """A running pod, then a pending one for which the leader — stopped, so nothing places it
+    afterwards — evicts the first and writes a nomination naming it, as the controller does."""
+    machine.pod_of_new_claim("gpu", victim_priority)
+    admin = machine.world.admin
+    (victim,) = [p for p in admin.list(r.PODS, namespace=NAMESPACE).items
+                 if p["spec"].get("nodeName")]  # fmt: skip
+    machine.world.leader = 1
+    machine.world.replicas[1].stop()
+    machine.pod_of_new_claim("gpu", preemptor_priority)
+    (preemptor,) = [p for p in admin.list(r.PODS, namespace=NAMESPACE).items
+                    if not p["spec"].get("nodeName")]  # fmt: skip
+    meta = preemptor["metadata"]
+    nomination = Nomination(f"{NAMESPACE}/{meta['name']}", meta["uid"], victim["spec"]["nodeName"],
+                            preemptor_priority, (f"{NAMESPACE}/{victim['metadata']['name']}",),
+                            (), {}, "2026-01-01T00:00:00.000000Z")  # fmt: skip
+    admin.patch(r.PODS, meta["name"],
+                {"metadata": {"annotations": {NOMINATION_ANNOTATION: nomination.annotation()}}},
+                namespace=NAMESPACE)  # fmt: skip
+    admin.delete(r.PODS, victim["metadata"]["name"], namespace=NAMESPACE)
+    machine.world.note_eviction(f"{NAMESPACE}/{victim['metadata']['name']}")
+    machine.create_claim("cpu")
+
+
+def test_an_eviction_for_a_pod_of_the_same_priority_is_caught_at_once(
+    machine: LifecycleMachine,
+) -> None:
+    _evict_as_a_broken_controller(machine, 100, 100)
+    assert "eviction-of-equal-or-higher-priority" in _kinds(machine)
+
+
+def test_an_eviction_whose_preemptor_is_never_placed_is_caught(machine: LifecycleMachine) -> None:
+    _evict_as_a_broken_controller(machine, 0, 1000)
+    kinds = _kinds(machine)
+    assert "preemptor-not-placed-after-eviction" in kinds
+    assert "eviction-of-equal-or-higher-priority" not in kinds
