@@ -7,9 +7,10 @@ model knows (`KINDS`: exclusive GPUs, two GPUs, time-sliced, shares by `capacity
 profiles, a GPU else the CPU fallback, the CPU fallback, a claim tolerating drasat's allocator
 taint), created and deleted; pods of them with priorities, gangs; pods finish or are deleted;
 a claim deleted with its pods;
-nodes cordoned, uncordoned, drained, deleted and back; an admin's allocation written onto a free
-or a held GPU; API errors on a verb of a kind for the next cycle; the leader restarted; the lease
-moving to the other replica, also in the middle of a cycle.
+nodes cordoned, uncordoned, drained, deleted and back; PodDisruptionBudgets created and deleted;
+an admin's allocation written onto a free or a held GPU; API errors on a verb of a kind for the
+next cycle; the leader restarted; the lease moving to the other replica, also in the middle of a
+cycle.
 
 Invariants (`Violation.kind`), checked after every round of every step:
 
@@ -40,8 +41,13 @@ Invariants (`Violation.kind`), checked after every round of every step:
   `NoPreemption`) or because a higher-priority pod preempted on its node since
   (`preemptor-not-placed-after-eviction`).
 
-Not checked yet: PodDisruptionBudgets (the simulated server has none: every eviction succeeds),
-and no two preemptors counting one device beyond what the held-twice checks see.
+- no eviction the controller asks for is refused by a PodDisruptionBudget
+  (`eviction-refused-by-a-budget`, at once): the model's budgets (every pod of the namespace, a
+  `minAvailable`) say their allowance currently, and its Eviction API refuses what they do not
+  allow, as the API server does, so a budget is never exceeded and a refusal means the
+  controller overspent one.
+
+Not checked yet: no two preemptors counting one device beyond what the held-twice checks see.
 
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
@@ -160,6 +166,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.evicted_for: dict[str, Nomination] = {}
         #: Evicted pods whose priority was checked against their preemptor's.
         self.evictions_checked: set[str] = set()
+        self.budget_refusals_seen = 0
         self.failures: list[Violation] = []
         self.aborts_seen = 0
         self.faults_seen = 0
@@ -241,6 +248,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
         self._preemptions(pods, owed)
+        self._budgets_kept()
         if self._preempting():
             # Devices freed by an eviction are held for its preemptor: a pod waiting beside
             # such a hold is counted apart (the hold's own rules come with preemption's checks).
@@ -489,6 +497,17 @@ class LifecycleMachine(RuleBasedStateMachine):
                 + ("" if held else ", has no nomination and no Event saying why")
             )
 
+    def _budgets_kept(self) -> None:
+        """No eviction the controller asks for is refused by a budget: the model's budgets say
+        their allowance currently, so a refusal means the controller spent one allowance twice or
+        chose a victim its budget did not allow."""
+        for at, pod, budget in self.world.budget_refusals[self.budget_refusals_seen :]:
+            self._violate(Violation(
+                "eviction-refused-by-a-budget", f"{pod} {budget} {at}",
+                f"the controller asked to evict {pod}, which budget {budget} did not allow "
+                f"(round {at})"))  # fmt: skip
+        self.budget_refusals_seen = len(self.world.budget_refusals)
+
     def _displaced(self, found: Nomination, at: int) -> bool:
         """Whether a pod of higher priority preempted on the nomination's node since `at` (which
         ends it: it plans again)."""
@@ -672,6 +691,19 @@ class LifecycleMachine(RuleBasedStateMachine):
         pod = self.world.admin.get(r.PODS, name, namespace=NAMESPACE)
         self.world.set_phase(pod, phase)
         self._settle("finish_pod")
+
+    @rule(least=st.integers(1, 6))
+    def create_budget(self, least: int) -> None:
+        """A PodDisruptionBudget over every pod of the namespace: at least `least` bound."""
+        self.world.budgets[self._name("b")] = least
+        self._settle("create_budget")
+
+    @precondition(lambda self: self.world.budgets)
+    @rule(data=st.data())
+    def delete_budget(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.world.budgets)), label="budget")
+        del self.world.budgets[name]
+        self._settle("delete_budget")
 
     @precondition(lambda self: self.world.rounds > 0)
     @rule(data=st.data())

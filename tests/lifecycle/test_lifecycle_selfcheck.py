@@ -1,6 +1,7 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
 allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
-of no higher priority and an eviction whose preemptor is never placed are caught (a model whose
+of no higher priority, an eviction whose preemptor is never placed and an eviction a budget does
+not allow are caught (a model whose
 checks cannot fail proves nothing)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE
 
 from drasat.api.groups import NOMINATION_ANNOTATION
+from drasat.controller.preemption import Preempter
 from drasat.kube import resources as r
 from drasat.v1.nominations import Nomination
 
@@ -117,3 +119,37 @@ def test_an_eviction_whose_preemptor_is_never_placed_is_caught(machine: Lifecycl
     kinds = _kinds(machine)
     assert "preemptor-not-placed-after-eviction" in kinds
     assert "eviction-of-equal-or-higher-priority" not in kinds
+
+
+def _full_of_low_priority_pods(machine: LifecycleMachine) -> None:
+    """Every whole GPU of the model's nodes (five T4s) held by a pod of priority 0."""
+    for _ in range(5):
+        machine.pod_of_new_claim("gpu", 0)
+    bound = [p for p in machine.world.admin.list(r.PODS, namespace=NAMESPACE).items
+             if p["spec"].get("nodeName")]  # fmt: skip
+    assert len(bound) == 5
+
+
+def test_an_eviction_a_budget_does_not_allow_is_caught(
+    machine: LifecycleMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _full_of_low_priority_pods(machine)
+    machine.create_budget(5)  # no disruption allowed
+    # A controller that chooses its victims without reading the budgets.
+    monkeypatch.setattr(Preempter, "_budgets", lambda self, snapshot: {})
+    machine.pod_of_new_claim("gpu", 1000)
+    assert "eviction-refused-by-a-budget" in _kinds(machine)
+
+
+def test_one_allowance_is_spent_once_by_two_preemptors_in_one_cycle(
+    machine: LifecycleMachine,
+) -> None:
+    _full_of_low_priority_pods(machine)
+    machine.create_budget(4)  # one disruption allowed
+    for _ in range(2):
+        machine._create_pod(claim=machine._create_claim("gpu"), priority=1000)
+    machine._settle("two preemptors")
+    assert len(machine.world.evictions) == 1
+    assert not machine.world.budget_refusals
+    assert not _kinds(machine) & {"eviction-refused-by-a-budget",
+                                  "preemptor-not-placed-after-eviction"}  # fmt: skip
