@@ -15,7 +15,9 @@ import lc_objects as objects
 import lc_truth as truth
 import pytest
 from lc_api import Fault, ModelApi
+from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE, World
+from test_lifecycle_model import KNOWN_DEFECTS
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
 from drasat.kube import resources as r
@@ -242,3 +244,70 @@ def test_a_deallocation_racing_the_scheduler_keeps_the_claim_it_reserved(
     assert truth.results_of(claim), "the claim was deallocated under the pod it is reserved for"
     assert (_get(world, r.PODS, "b").get("status") or {}).get("phase") == "Running"
     assert not _problems(world)
+
+
+def test_a_gang_member_written_before_the_lease_was_lost_is_given_back(
+    cluster: Callable[..., World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader writes one member's claim of a gang of two and loses the lease before the
+    other's (a crash between writes alike); every status write of the other member's claim is
+    refused. The written member keeps drasat's gate, so kube-scheduler neither reserves its
+    claim nor binds it, and the next leader gives its GPU back while the gang cannot be whole
+    (found by seed 3 of the long run, where the simulated scheduler bound the gated pod)."""
+    world = cluster(n1="t4x2")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("member", "gpu"), namespace=NAMESPACE
+    )
+    labels = {GANG_LABEL: "g", GANG_SIZE_LABEL: "2"}
+    for name in ("m1", "m2"):
+        _pod(world, name, template="member", labels=labels)
+    _run(world, 1)  # the resourceclaim controller makes the members' claims
+    first, second = (truth.claim_names(_get(world, r.PODS, m))[0] for m in ("m1", "m2"))
+    assert first is not None and second is not None
+    world.faults.arm(Fault("replace_status", "resourceclaims", 500, name=second, times=10**6,
+                           rounds=10**6))  # fmt: skip
+    write = ModelApi.replace_status
+
+    def lease_lost_after_first(api: ModelApi, resource: r.Resource, body: Obj) -> Obj:
+        written = write(api, resource, body)
+        if body["metadata"]["name"] == first and (body.get("status") or {}).get("allocation"):
+            world.replicas[world.leader].lease_left = 0
+            world.next_leader = 1 - world.leader
+        return written
+
+    monkeypatch.setattr(ModelApi, "replace_status", lease_lost_after_first)
+    _run(world, 1)
+    monkeypatch.setattr(ModelApi, "replace_status", write)
+    assert truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), "m1 was never written"
+    _run(world)
+    assert not _get(world, r.PODS, "m1")["spec"].get("nodeName"), "a gated pod was bound"
+    assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), (
+        "m1 keeps its GPU while m2 cannot be allocated"
+    )
+
+
+def test_the_ledger_entry_of_a_claim_its_other_allocator_gave_back_is_not_drasats() -> None:
+    """drasat's cycle and kube-scheduler's allocator (a claim tolerating every taint) take the
+    one T4 at the same instant (the open defect above); drasat's settle writes the other claim's
+    ledger entry from its status. That pod finishes and the resourceclaim controller deallocates
+    its claim after drasat's cycle: for one round the ledger still names it, until the next
+    settle removes it. That remnant is the other allocator's overlap, not a device drasat gave
+    out twice (seed 4 of the long run reported it as `ledger-device-held-twice`)."""
+    machine = LifecycleMachine()
+    machine.known = frozenset(KNOWN_DEFECTS)
+    try:
+        machine.world.close()
+        world = machine.world = World(nodes={"n1": "t4x1"})
+        _claim(world, "drasats", "gpu")
+        _claim(world, "schedulers", "tolerates-all")
+        _pod(world, "a", claim="drasats")
+        _pod(world, "b", claim="schedulers")
+        machine._settle("two allocators at once")
+        ledger = world.read(r.NAS, world.config.namespace)[0]["spec"]["allocatedClaims"]
+        assert len(ledger) == 2, "drasat's ledger does not name both claims"
+        world.set_phase(_get(world, r.PODS, "b"), "Succeeded")
+        machine._settle("the other allocator's pod finished")
+        assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "schedulers"))
+        assert not machine.failures, [str(v) for v in machine.failures]
+    finally:
+        machine.teardown()
