@@ -8,9 +8,10 @@ also when a test or the start failed.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from drasat.testbed.controlplane import binaries, containerdnode, deployment, re
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "drasat"
+#: The marker of the tests that use the shared cluster (registered by tests/e2e/conftest.py).
+MARKER = "containerd_cluster"
 #: Two nodes, as `scripts/kube-cluster up --kubelets 2 --runtime containerd --install`.
 NODES = 2
 
@@ -80,3 +83,45 @@ def deploy(directory: Path) -> Iterator[Deployed]:
         cluster.stop()
         left = containerdnode.remove_node_cgroups(cluster)
         assert not left, f"cgroups left behind: {left}"
+
+
+class SharedCluster:
+    """The one cluster of a session (`start(folder)`, `deploy` by default), started by the first
+    test that asks and stopped by `stop`; a failed start is not tried again (each later test
+    fails at once, saying why), a skipped one is."""
+
+    def __init__(self, start: Callable[[Path], AbstractContextManager[Deployed]] = deploy) -> None:
+        self._start = start
+        self._stack: contextlib.ExitStack | None = None
+        self._deployed: Deployed | None = None
+        self._failed = ""
+
+    def get(self, folder: Callable[[], Path]) -> Deployed:
+        """The running cluster, started in `folder()` when none runs."""
+        if self._failed:
+            pytest.fail(f"the containerd cluster failed to start: {self._failed}", pytrace=False)
+        if self._deployed is None:
+            stack = contextlib.ExitStack()
+            try:
+                self._deployed = stack.enter_context(self._start(folder()))
+            except BaseException as error:
+                stack.close()
+                if not isinstance(error, pytest.skip.Exception):
+                    self._failed = (f"{type(error).__name__}: {error}".splitlines() or [""])[0]
+                raise
+            self._stack = stack
+        return self._deployed
+
+    def stop(self) -> None:
+        """Stop the running cluster, if any (every process of it; see `deploy`)."""
+        stack, self._stack, self._deployed = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+def last_of_run(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Whether `item` is the last of a run of tests that use the shared cluster: it is marked
+    and the next test (if any) is not, so the cluster can stop now."""
+    return bool(item.get_closest_marker(MARKER)) and not (
+        nextitem is not None and nextitem.get_closest_marker(MARKER)
+    )

@@ -38,7 +38,7 @@ RESOURCE = ("resource.k8s.io", "v1")
 SHARES = {"share-a": ("30", "4Gi"), "share-b": ("50", "8Gi")}
 PLUGIN = "app.kubernetes.io/component=node-plugin"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.containerd_cluster]
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 300) -> Any:

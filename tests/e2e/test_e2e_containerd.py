@@ -25,7 +25,7 @@ from helm_binary import kubectl_path
 from drasat.testbed import probes
 from drasat.testbed.controlplane import deployment, realcluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.containerd_cluster]
 
 
 def _kubectl(cluster: realcluster.Cluster, *args: str) -> subprocess.CompletedProcess[str]:
