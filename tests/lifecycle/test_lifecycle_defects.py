@@ -88,9 +88,6 @@ def test_a_mig_mode_gpu_is_never_given_whole(cluster: Callable[..., World]) -> N
     assert not _problems(world)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="an overlap with kube-scheduler's allocation is left for ever"
-)
 def test_two_allocators_deciding_at_once_leave_no_gpu_held_twice(
     cluster: Callable[..., World],
 ) -> None:

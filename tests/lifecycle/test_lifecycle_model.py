@@ -22,10 +22,7 @@ from lc_machine import LifecycleMachine, Stats
 #: Open defects: violation kind -> the defect. Their violations are counted and said at the end,
 #: not failed; the engineers fixing one remove its line (and flip its test in
 #: test_lifecycle_defects.py).
-KNOWN_DEFECTS: dict[str, str] = {
-    "foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
-    "ledger-foreign-device-held-twice-kept": "another allocator's overlap is never repaired",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 # The controller's own log lines (every refusal, every injected fault) would drown the report;
 # what the model finds it says itself.
