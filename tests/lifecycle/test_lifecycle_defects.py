@@ -15,9 +15,7 @@ import lc_objects as objects
 import lc_truth as truth
 import pytest
 from lc_api import Fault, ModelApi
-from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE, World
-from test_lifecycle_model import KNOWN_DEFECTS
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
 from drasat.kube import resources as r
@@ -281,30 +279,3 @@ def test_a_gang_member_written_before_the_lease_was_lost_is_given_back(
     assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), (
         "m1 keeps its GPU while m2 cannot be allocated"
     )
-
-
-def test_the_ledger_entry_of_a_claim_its_other_allocator_gave_back_is_not_drasats() -> None:
-    """drasat's cycle and kube-scheduler's allocator (a claim tolerating every taint) take the
-    one T4 at the same instant (the open defect above); drasat's settle writes the other claim's
-    ledger entry from its status. That pod finishes and the resourceclaim controller deallocates
-    its claim after drasat's cycle: for one round the ledger still names it, until the next
-    settle removes it. That remnant is the other allocator's overlap, not a device drasat gave
-    out twice (seed 4 of the long run reported it as `ledger-device-held-twice`)."""
-    machine = LifecycleMachine()
-    machine.known = frozenset(KNOWN_DEFECTS)
-    try:
-        machine.world.close()
-        world = machine.world = World(nodes={"n1": "t4x1"})
-        _claim(world, "drasats", "gpu")
-        _claim(world, "schedulers", "tolerates-all")
-        _pod(world, "a", claim="drasats")
-        _pod(world, "b", claim="schedulers")
-        machine._settle("two allocators at once")
-        ledger = world.read(r.NAS, world.config.namespace)[0]["spec"]["allocatedClaims"]
-        assert len(ledger) == 2, "drasat's ledger does not name both claims"
-        world.set_phase(_get(world, r.PODS, "b"), "Succeeded")
-        machine._settle("the other allocator's pod finished")
-        assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, "schedulers"))
-        assert not machine.failures, [str(v) for v in machine.failures]
-    finally:
-        machine.teardown()
