@@ -7,7 +7,6 @@ are fixed and stay as regression tests."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,8 +22,6 @@ from drasat.kube import resources as r
 Obj = dict[str, Any]
 #: Rounds each actor gets after a change (the model's bound on an obligation).
 BOUND = 8
-
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ model whose checks cannot fail proves nothing)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import lc_objects as objects
@@ -13,8 +12,6 @@ from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE
 
 from drasat.kube import resources as r
-
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 
 @pytest.fixture
