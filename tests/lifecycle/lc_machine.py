@@ -233,7 +233,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         for text in unknown:
             self._violate(Violation("ledger-unknown-device", text, f"the ledger names {text}"))
         for problem in truth.problems(ledger, gpus):
-            if any(u.uid in foreign for u in problem.claims):
+            if any(u.uid in foreign or truth.foreign_entry(u, problem.gpu, self.world.foreign)
+                   for u in problem.claims):  # fmt: skip
                 problem = dataclasses.replace(
                     problem, claims=tuple(dataclasses.replace(u, foreign=True)
                                           for u in problem.claims))  # fmt: skip

@@ -6,7 +6,6 @@ checks cannot fail proves nothing)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import lc_objects as objects
@@ -18,8 +17,6 @@ from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.controller.preemption import Preempter
 from drasat.kube import resources as r
 from drasat.v1.nominations import Nomination
-
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 
 @pytest.fixture
