@@ -7,11 +7,15 @@ one claim at a time (what is left may fit):
 - where a claim of it is not reserved yet, it gives its devices back (its allocation is cleared,
   as kube-scheduler's PostFilter does), one drasat wrote first if several are unreserved;
 - where every claim of it is reserved (two tenants on one GPU), the pods of one claim are
-  evicted through the Eviction API (a PodDisruptionBudget is respected: refused, it is tried
-  again each settle), with an Event on each; once they are gone the claim is no longer reserved
-  and gives its devices back as above. Which claim goes (`goes`): one whose pods are not running
-  yet before one whose pods run (nothing is lost), then the one drasat did not write (drasat's
-  ledger, policy and gangs stand on its own), then the younger (its pods started last).
+  deleted, with an Event on each; once they are gone the claim is no longer reserved and gives
+  its devices back as above. Deleted, not evicted: a PodDisruptionBudget could refuse an
+  eviction for ever and leave two tenants on one GPU for ever, so, as Kubernetes does for a
+  device that must not be used (the device-taint eviction controller, the NoExecute taint
+  manager), the pod is deleted with the grace period it asks for, no budget consulted, and its
+  uid as a precondition (a new pod of the same name is never hit). Which claim goes (`goes`):
+  one whose pods are not running yet before one whose pods run (nothing is lost), then the one
+  drasat did not write (drasat's ledger, policy and gangs stand on its own), then the younger
+  (its pods started last).
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ from drasat.kube.client import Api, Obj
 log = logging.getLogger(__name__)
 
 REASON_CLASH = "DeviceClash"
-#: On a pod drasat evicted because its claim shares a GPU with another tenant's.
+#: On a pod drasat deleted because its claim shares a GPU with another tenant's.
 REASON_CLASH_EVICTED = "DeviceClashEvicted"
 
 
 def goes(
     claims: Sequence[Obj], pods: Mapping[str, Obj], wrote: Callable[[Obj], bool]
 ) -> tuple[Obj, str]:
-    """Which of the clashing claims, all reserved, gives way (its pods are evicted), and why.
+    """Which of the clashing claims, all reserved, gives way (its pods are deleted), and why.
     The least loss first: a claim none of whose pods runs yet (nothing has started on the GPU),
     then one drasat did not write (the other allocator broke the one-allocator rule; drasat's
     ledger and policy account for its own), then the younger (the latest first start of its
@@ -88,7 +92,7 @@ class Repairer:
         device named twice, or shares summing above it; two allocators deciding at the same
         instant, a stale replica, an admin): reported with an Event on each claim, and
         repaired by one claim (module docstring): one not reserved yet gives its devices back,
-        or, all reserved, the pods of the one that `goes` are evicted. Never raises: a clash
+        or, all reserved, the pods of the one that `goes` are deleted. Never raises: a clash
         blocks nothing else. True when anything was written."""
         changed = False
         gave_back: set[str] = set()
@@ -119,7 +123,7 @@ class Repairer:
         pods: Mapping[str, Obj],
     ) -> str | None:
         """Report one over-commit and repair it by one claim if possible (its devices given
-        back, or its pods evicted); that claim's uid, or None."""
+        back, or its pods deleted); that claim's uid, or None."""
         claims = [held[uid][0] for uid in found.claims]
         refs = ("claims " if len(claims) > 1 else "claim ") + " and ".join(
             v1inputs.claim_ref(c) for c in claims
@@ -127,7 +131,9 @@ class Repairer:
         what = f"GPU {found.gpu} on {node} ({found.why})"
         unreserved = [c for c in claims if not v1inputs.reserved_pods(c)]
         if not unreserved:
-            return self._evict(node, found, claims, pods, f"{refs} hold more of {what} than it has")
+            return self._delete(
+                node, found, claims, pods, f"{refs} hold more of {what} than it has"
+            )
         # Prefer giving back one drasat wrote: the other allocator's claim keeps its device.
         giver = min(unreserved, key=lambda c: (not self._wrote(c), v1inputs.claim_ref(c)))
         meta = giver["metadata"]
@@ -152,7 +158,7 @@ class Repairer:
         self._writes.fault(REASON_CLASH, text, claims)
         return uid
 
-    def _evict(
+    def _delete(
         self,
         node: str,
         found: overcommit.Overcommit,
@@ -160,8 +166,9 @@ class Repairer:
         pods: Mapping[str, Obj],
         clash: str,
     ) -> str | None:
-        """Every claim of the clash is reserved: evict the pods of the one that `goes`. Its
-        uid once its pods are evicted or leaving, else None (reported once while it lasts)."""
+        """Every claim of the clash is reserved: delete the pods of the one that `goes` (no
+        PodDisruptionBudget consulted: module docstring). Its uid once its pods are deleted or
+        leaving, else None (reported once while it lasts)."""
         loser, why = goes(claims, pods, self._wrote)
         ref = v1inputs.claim_ref(loser)
         users = [pods.get(u) for u in sorted(v1inputs.reserved_pods(loser))]
@@ -169,37 +176,35 @@ class Repairer:
             return None  # changed since the snapshot: the next settle looks again
         if None in users:
             # A consumer that is not a pod drasat sees (the resourceclaim controller drops a pod
-            # that is gone from `reservedFor`): nothing to evict yet.
+            # that is gone from `reservedFor`): nothing to delete yet.
             self._report_once(node, found, claims, f"{clash} and all are reserved: {ref} "
                               f"gives way ({why}) once its consumers are pods")  # fmt: skip
             return None
-        evicting = [
+        deleting = [
             p for p in users if p is not None and not p["metadata"].get("deletionTimestamp")
         ]
-        refused = []
-        for pod in evicting:
+        for pod in deleting:
             self._writes.guard()
-            if not eviction.evict(self.api, pod):
-                refused.append(v1inputs.pod_key(pod))
-                continue
-            log.info("clash on %s: evicted %s (claim %s)", node, v1inputs.pod_key(pod), ref)
+            if not eviction.delete_pod(self.api, pod):
+                continue  # gone meanwhile, or its name is another pod's now: not ours to stop
+            log.info("clash on %s: deleted %s (claim %s)", node, v1inputs.pod_key(pod), ref)
             self._writes.recorder.warning(pod, REASON_CLASH_EVICTED,
-                                          f"evicted by drasat: {clash}, each in use by pods; "
-                                          f"{ref} gives way ({why})")  # fmt: skip
-        if refused:
-            self._report_once(node, found, claims, f"{clash} and all are reserved: the eviction "
-                              f"of {', '.join(refused)} (the pods of {ref}) was refused by a "
-                              "PodDisruptionBudget; tried again at each settle")  # fmt: skip
-            return None
-        if evicting:
-            named = ", ".join(map(v1inputs.pod_key, evicting))
+                                          f"deleted by drasat: {clash}, each in use by pods; "
+                                          f"{ref} gives way ({why}). Deleted, not evicted: "
+                                          "PodDisruptionBudgets are not consulted, since a "
+                                          "budget could keep two tenants on one GPU for ever "
+                                          "(as Kubernetes deletes the pods of a device tainted "
+                                          "NoExecute)")  # fmt: skip
+        if deleting:
+            named = ", ".join(map(v1inputs.pod_key, deleting))
             self._writes.fault(REASON_CLASH, f"{clash} and all are reserved by pods: {ref} gives "
-                               f"way ({why}), its pods evicted ({named}); it gives its "
-                               "allocation back once they are gone", claims)  # fmt: skip
+                               f"way ({why}), its pods deleted ({named}; no PodDisruptionBudget "
+                               "consulted); it gives its allocation back once they are gone",
+                               claims)  # fmt: skip
         return str(loser["metadata"].get("uid"))
 
     def _fresh(self, claims: Sequence[Obj]) -> bool:
-        """Whether the API server still holds each claim as the snapshot does (an eviction on a
+        """Whether the API server still holds each claim as the snapshot does (a deletion on a
         stale cache would stop a tenant for nothing)."""
         for claim in claims:
             meta = claim["metadata"]

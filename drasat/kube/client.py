@@ -100,7 +100,13 @@ class Api(Protocol):
         subresource: str = "",
     ) -> Obj: ...
 
-    def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None: ...
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None
+    ) -> None:
+        """Delete the object; with `uid`, only while the name is that object's (a precondition:
+        Conflict when another object of the name has been created since). A pod gets the grace
+        period its spec asks for."""
+        ...
 
 
 class RateLimiter:
@@ -405,8 +411,13 @@ class KubeClient:
         result: Obj = self._request("PATCH", path, body=patch, content_type=content_type)
         return result
 
-    def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
-        self._request("DELETE", resource.path(namespace=namespace, name=name))
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None
+    ) -> None:
+        options = None
+        if uid:
+            options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        self._request("DELETE", resource.path(namespace=namespace, name=name), body=options)
 
 
 def _object_path(resource: Resource, body: Obj, subresource: str = "") -> str:

@@ -1,12 +1,15 @@
-"""Evicting a pod through the Eviction API (`policy/v1` Eviction, the `pods/eviction`
-subresource) and reading PodDisruptionBudgets: the API server refuses an eviction that a budget
-does not allow (429), which is how a budget is respected even when drasat's view of it is stale."""
+"""Stopping a pod, the two ways Kubernetes does: evicting it through the Eviction API (`policy/v1`
+Eviction, the `pods/eviction` subresource), which a PodDisruptionBudget may refuse (429: the API
+server enforces the budget even when drasat's view of it is stale), for a disruption that may wait
+(preemption); and deleting it (`delete_pod`), which no budget holds back, for a pod that must not
+keep using its device (as Kubernetes' device-taint eviction controller and NoExecute taint manager
+delete the pods of a tainted device or node). And reading PodDisruptionBudgets."""
 
 from __future__ import annotations
 
 from drasat.kube import errors
 from drasat.kube.client import Api, Obj
-from drasat.kube.resources import Resource
+from drasat.kube.resources import PODS, Resource
 
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
@@ -34,6 +37,20 @@ def evict(api: Api, pod: Obj) -> bool:
         if error.status == 429 and "disruption budget" in str(error).lower():
             return False
         raise
+    return True
+
+
+def delete_pod(api: Api, pod: Obj) -> bool:
+    """Delete the pod, no PodDisruptionBudget consulted, with the grace period its spec asks for:
+    True when this call deleted it (or started its graceful deletion), False when it is gone
+    already or its name is another pod's now (its uid is the precondition, so a pod created
+    since under the same name is never hit). Other errors are raised."""
+    meta = pod.get("metadata") or {}
+    name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    try:
+        api.delete(PODS, name, namespace=namespace, uid=str(meta.get("uid") or "") or None)
+    except (errors.NotFound, errors.Conflict):
+        return False
     return True
 
 

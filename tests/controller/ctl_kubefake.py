@@ -319,13 +319,17 @@ class FakeApi:
                     new["status"] = current["status"]
             return self._store(resource, key, new, "MODIFIED")
 
-    def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None
+    ) -> None:
         with self.lock:
             self._check("delete", resource, name)
             key = self._key(resource, namespace, name)
             current = self.objects.get(key)
             if current is None:
                 raise errors.NotFound(f"{key} not found", status=404)
+            if uid and current["metadata"].get("uid") != uid:
+                raise errors.Conflict(f"{key}: uid precondition {uid} failed", status=409)
             if current["metadata"].get("finalizers"):
                 if not current["metadata"].get("deletionTimestamp"):
                     new = copy.deepcopy(current)

@@ -1,9 +1,11 @@
 """Clashes whose claims are all reserved (`drasat.controller.cycle.repairing`): two tenants on
-one GPU are never left so. The pods of the claim that `goes` are evicted through the Eviction
-API, with Events; once they are gone the claim, no longer reserved, gives its devices back.
-`goes` is a pure function (the table below); the evictions run through the cycle on the
-in-process API server, whose Eviction subresource is played by `Evictions` (it records, refuses
-with a budget's 429, or deletes the pod as the API server does). On the real control plane:
+one GPU are never left so. The pods of the claim that `goes` are deleted (a uid precondition; no
+PodDisruptionBudget consulted, as Kubernetes' device-taint eviction controller does for a device
+that must not be used), with Events; once they are gone the claim, no longer reserved, gives its
+devices back. `goes` is a pure function (the table below); the deletions run through the cycle
+on the in-process API server, wrapped by `Evictions`, which records every pod deletion and
+every Eviction asked (refused with a budget's 429 for a pod in `refuse`, as the API server does
+where a budget allows no disruption). On the real control plane:
 tests/e2e/test_e2e_v1_races.py."""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from test_v1controller_trust import _devices, _event_objects, _events, _get, _se
 from drasat.controller import v1inputs
 from drasat.controller.cycle import repairing
 from drasat.controller.v1controller import V1Config, V1Controller
-from drasat.kube import errors
+from drasat.kube import errors, eviction
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient
 from drasat.v1 import results
@@ -91,18 +93,20 @@ def test_goes_counts_a_shared_claims_running_pod_and_its_earliest_start() -> Non
     assert found["metadata"]["name"] == "a" and "started last" in said
 
 
-# -- the cycle evicts ------------------------------------------------------------------------------
+# -- the cycle deletes -----------------------------------------------------------------------------
 
 
 class Evictions:
-    """The in-process API server with the Eviction subresource: an eviction of a pod named in
-    `refuse` answers 429 (a PodDisruptionBudget), any other deletes the pod (as the API server
-    does once a budget allows it). Every other call goes to the server."""
+    """The in-process API server, recording what the controller stops pods with: each pod
+    deletion (`deleted`: namespace/name and the uid precondition) and each Eviction (`asked`; one
+    of a pod named in `refuse` answers 429, a PodDisruptionBudget, any other deletes the pod as
+    the API server does once a budget allows it). Every other call goes to the server."""
 
     def __init__(self, api: KubeClient) -> None:
         self._api = api
         self.refuse: set[str] = set()
         self.asked: list[str] = []
+        self.deleted: list[tuple[str, str | None]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
@@ -120,6 +124,14 @@ class Evictions:
             )
         self._api.delete(r.PODS, name, namespace=namespace)
         return body
+
+    def delete(
+        self, resource: r.Resource, name: str, *, namespace: str | None = None,
+        uid: str | None = None,
+    ) -> None:  # fmt: skip
+        if resource.plural == "pods":
+            self.deleted.append((f"{namespace}/{name}", uid))
+        self._api.delete(resource, name, namespace=namespace, uid=uid)
 
 
 @pytest.fixture
@@ -200,12 +212,18 @@ def _two_tenants(api: KubeClient, controller: Callable[[], V1Controller]) -> V1C
     return ctl
 
 
-def test_two_reserved_claims_on_one_gpu_the_other_allocators_pods_are_evicted(
+def _uid(api: KubeClient, pod: str) -> str:
+    return str(api.get(r.PODS, pod, namespace="default")["metadata"]["uid"])
+
+
+def test_two_reserved_claims_on_one_gpu_the_other_allocators_pods_are_deleted(
     api: KubeClient, evictions: Evictions, controller: Callable[[], V1Controller]
 ) -> None:
     ctl = _two_tenants(api, controller)
+    q = _uid(api, "q")
     assert _settled(ctl, lambda: _pod_gone(api, "q"))
-    assert evictions.asked == ["default/q"]
+    # Deleted, that pod only (its uid a precondition), not evicted: no budget is asked.
+    assert evictions.deleted == [("default/q", q)] and evictions.asked == []
     assert not _pod_gone(api, "p")
     assert _devices(api, "mine") == ["gpu-0"]
     assert _event_objects(api, "DeviceClash") == {"mine", "theirs"}
@@ -221,26 +239,41 @@ def test_two_reserved_claims_on_one_gpu_the_other_allocators_pods_are_evicted(
     api.replace_status(r.RESOURCE_CLAIMS_V1, found)
     assert _settled(ctl, lambda: not _status(api, "theirs").get("allocation"))
     assert _devices(api, "mine") == ["gpu-0"]
-    assert evictions.asked == ["default/q"]  # once
+    assert evictions.deleted == [("default/q", q)]  # once
 
 
-def test_an_eviction_a_budget_refuses_is_reported_once_and_tried_again(
+def test_a_budget_that_allows_no_disruption_does_not_hold_the_repair_back(
     api: KubeClient, evictions: Evictions, controller: Callable[[], V1Controller]
 ) -> None:
+    """A PodDisruptionBudget guarding the pod that must go would refuse its eviction for ever,
+    leaving two tenants on one GPU: the pod is deleted, the budget not consulted, as Kubernetes
+    deletes the pods of a device tainted NoExecute; the Event on the pod says so."""
     evictions.refuse = {"q"}
     ctl = _two_tenants(api, controller)
-    assert _settled(ctl, lambda: len(evictions.asked) >= 3)
-    assert set(evictions.asked) == {"default/q"}
-    assert not _pod_gone(api, "q") and not _pod_gone(api, "p")
-    assert _devices(api, "mine") == ["gpu-0"] and _devices(api, "theirs") == ["gpu-0"]
-    (said,) = {e["message"] for e in _events(api, "DeviceClash")}
-    assert "refused by a PodDisruptionBudget" in said
-    assert len(_events(api, "DeviceClash")) == 2  # once per claim while it lasts
-    evictions.refuse = set()
     assert _settled(ctl, lambda: _pod_gone(api, "q"))
+    assert not _pod_gone(api, "p") and evictions.asked == []
+    (deleted,) = _events(api, repairing.REASON_CLASH_EVICTED)
+    assert "deleted by drasat" in deleted["message"]
+    assert "PodDisruptionBudgets are not consulted" in deleted["message"]
 
 
-def test_shares_summing_above_the_gpu_both_in_use_one_claims_pods_are_evicted(
+def test_the_uid_precondition_spares_a_new_pod_of_the_same_name(api: KubeClient) -> None:
+    """`eviction.delete_pod` deletes the pod it was given, not one created since under its name
+    (the API server's uid precondition: 409, read as gone)."""
+    _node(api, "n1", 1)
+    _claim(api, "c")
+    _pod(api, "p", "c")
+    old = api.get(r.PODS, "p", namespace="default")
+    api.delete(r.PODS, "p", namespace="default")
+    _pod(api, "p", "c")
+    assert eviction.delete_pod(api, old) is False
+    assert _uid(api, "p") != old["metadata"]["uid"]
+    assert eviction.delete_pod(api, api.get(r.PODS, "p", namespace="default")) is True
+    assert _pod_gone(api, "p")
+    assert eviction.delete_pod(api, old) is False  # gone: nothing to delete
+
+
+def test_shares_summing_above_the_gpu_both_in_use_one_claims_pods_are_deleted(
     api: KubeClient, evictions: Evictions, controller: Callable[[], V1Controller]
 ) -> None:
     """Shares count as sums (`controller.overcommit`): 12 GiB and 12 GiB on a 15 GiB T4, each
@@ -256,17 +289,17 @@ def test_shares_summing_above_the_gpu_both_in_use_one_claims_pods_are_evicted(
         _reserve_for(api, name, pod)
     ctl = controller()
     assert _settled(ctl, lambda: _pod_gone(api, "p-b"))
-    assert evictions.asked == ["default/p-b"]
+    assert [pod for pod, _ in evictions.deleted] == ["default/p-b"]
     assert _allocated(api, "a") and not _pod_gone(api, "p-a")
     (said,) = {e["message"] for e in _events(api, "DeviceClash")}
     assert "shares summing to" in said and "default/b gives way (its pods started last)" in said
 
 
-def test_a_claim_changed_since_the_snapshot_is_not_evicted_for(
+def test_a_claim_changed_since_the_snapshot_is_not_repaired_for(
     api: KubeClient, evictions: Evictions, controller: Callable[[], V1Controller]
 ) -> None:
     """The clash is confirmed on the API server before a tenant is stopped: a snapshot whose
-    claim changed since (here: the server has a newer version) evicts nothing this settle."""
+    claim changed since (here: the server has a newer version) deletes nothing this settle."""
     ctl = _two_tenants(api, controller)
     _seen(ctl, "theirs", v1inputs.reserved_pods)
     snapshot = ctl.snapshot()
@@ -275,12 +308,12 @@ def test_a_claim_changed_since_the_snapshot_is_not_evicted_for(
     found["metadata"].setdefault("labels", {})["changed"] = "yes"
     api.replace(r.RESOURCE_CLAIMS_V1, found)
     ctl.repairer.clashes(snapshot)
-    assert evictions.asked == []
+    assert evictions.deleted == []
     _seen(ctl, "theirs", lambda c: bool(c.get("metadata", {}).get("labels")))
     assert _settled(ctl, lambda: _pod_gone(api, "q"))
 
 
-def test_consumers_that_are_not_pods_drasat_sees_are_reported_not_evicted(
+def test_consumers_that_are_not_pods_drasat_sees_are_reported_not_deleted(
     api: KubeClient, evictions: Evictions, controller: Callable[[], V1Controller]
 ) -> None:
     _node(api, "n1", 1)
@@ -300,7 +333,7 @@ def test_consumers_that_are_not_pods_drasat_sees_are_reported_not_evicted(
     for _ in range(3):
         ctl.cycle()
         time.sleep(0.05)
-    assert evictions.asked == []
+    assert evictions.deleted == [] and evictions.asked == []
     (said,) = {e["message"] for e in _events(api, "DeviceClash")}
     assert "once its consumers are pods" in said
     assert v1inputs.is_allocated(_get(api, "a")) and v1inputs.is_allocated(_get(api, "b"))

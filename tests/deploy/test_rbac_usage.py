@@ -129,9 +129,12 @@ class Recording:
                    kw.get("namespace"), name)  # fmt: skip
         return self.api.patch(resource, name, patch, **kw)
 
-    def delete(self, resource: r.Resource, name: str, *, namespace: str | None = None) -> None:
+    def delete(
+        self, resource: r.Resource, name: str, *, namespace: str | None = None,
+        uid: str | None = None,
+    ) -> None:  # fmt: skip
         self._note("delete", resource, namespace, name)
-        self.api.delete(resource, name, namespace=namespace)
+        self.api.delete(resource, name, namespace=namespace, uid=uid)
 
     def close(self) -> None:
         self.api.close()

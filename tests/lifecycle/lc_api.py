@@ -292,9 +292,14 @@ class ModelApi:
             ),
         )
 
-    def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None
+    ) -> None:
         self._call(
-            "delete", resource, name, lambda: self.inner.delete(resource, name, namespace=namespace)
+            "delete",
+            resource,
+            name,
+            lambda: self.inner.delete(resource, name, namespace=namespace, uid=uid),
         )
 
 

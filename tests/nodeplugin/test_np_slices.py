@@ -75,7 +75,9 @@ class FakeApi:
         self.writes.append(("replace", key[1]))
         return stored
 
-    def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> None:
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None
+    ) -> None:
         if self.objects.pop((resource.kind, name), None) is None:
             raise errors.NotFound(name)
         self.writes.append(("delete", name))
