@@ -251,8 +251,9 @@ def test_v1_controller_rbac(render: Render) -> None:
         # the templates of pods converted from nvidia.com/gpu: made, and made again (read,
         # deleted, created) of the class that serves it now
         *((resource, "resourceclaimtemplates", v) for v in ("create", "get", "delete")),
-        # pending pods; drasat's scheduling gate lifted (patch), the pod re-read on a conflict
-        *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
+        # pending pods; drasat's scheduling gate lifted (patch), the pod re-read on a conflict;
+        # the pods of a claim that gives way to another tenant's on one GPU deleted
+        *(("", "pods", v) for v in ("get", "list", "watch", "patch", "delete")),
         # preemption: victims evicted through the Eviction API, budgets read when choosing
         ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),
         # a preemptor's nomination: status.nominatedNodeName

@@ -249,14 +249,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
         self._preemptions(pods, owed)
-        # A clash with another allocator's allocation is repaired by evicting the pods of the
-        # claim that gives way, which a budget may refuse (by design: tried again each cycle):
-        # no finding of preemption's, and the repair's bound does not run while a budget blocks it.
-        repairing = any(k[0].startswith(("foreign-", "ledger-foreign-")) for k in owed)
-        blocked = repairing and any(
-            at >= self.world.rounds - 1 for at, _, _ in self.world.budget_refusals
-        )
-        self._budgets_kept(repairing)
+        self._budgets_kept()
         if self._preempting():
             # Devices freed by an eviction are held for its preemptor: a pod waiting beside
             # such a hold is counted apart (the hold's own rules come with preemption's checks).
@@ -270,7 +263,6 @@ class LifecycleMachine(RuleBasedStateMachine):
             # An obligation needs writes: a round whose cycle met an injected error does not
             # count (the bound is in rounds without one), except where the error is the point.
             counts = not self.world.faulted or key[0] in AGES_UNDER_FAULTS
-            counts = counts and not (blocked and key[0].startswith(("foreign-", "ledger-foreign-")))
             self.ages[key] = self.ages.get(key, 0) + int(counts)
             if self.ages[key] > self.bound:
                 self._violate(Violation(key[0], key[1], f"{text} (for {self.ages[key]} rounds)"))
@@ -506,13 +498,11 @@ class LifecycleMachine(RuleBasedStateMachine):
                 + ("" if held else ", has no nomination and no Event saying why")
             )
 
-    def _budgets_kept(self, repairing: bool) -> None:
+    def _budgets_kept(self) -> None:
         """No eviction the controller asks for is refused by a budget: the model's budgets say
         their allowance currently, so a refusal means the controller spent one allowance twice or
-        chose a victim its budget did not allow. Not while a clash is repaired (`repairing`)."""
+        chose a victim its budget did not allow."""
         for at, pod, budget in self.world.budget_refusals[self.budget_refusals_seen :]:
-            if repairing:
-                continue
             self._violate(Violation(
                 "eviction-refused-by-a-budget", f"{pod} {budget} {at}",
                 f"the controller asked to evict {pod}, which budget {budget} did not allow "

@@ -1,8 +1,8 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
 allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
 of no higher priority, an eviction whose preemptor is never placed and an eviction a budget does
-not allow are caught (a model whose
-checks cannot fail proves nothing)."""
+not allow are caught (a model whose checks cannot fail proves nothing); and two tenants on one
+GPU are parted within the bound even where a budget allows no disruption (the repair deletes)."""
 
 from __future__ import annotations
 
@@ -150,3 +150,38 @@ def test_one_allowance_is_spent_once_by_two_preemptors_in_one_cycle(
     assert not machine.world.budget_refusals
     assert not _kinds(machine) & {"eviction-refused-by-a-budget",
                                   "preemptor-not-placed-after-eviction"}  # fmt: skip
+
+
+def test_two_tenants_on_one_gpu_are_parted_though_a_budget_allows_no_disruption(
+    machine: LifecycleMachine,
+) -> None:
+    """Another allocator's claim written onto a GPU that drasat's running pod holds, in use by a
+    pod of its own on that node: the repair deletes the pod of the claim that gives way within
+    the bound although a budget allows no disruption (an eviction would be refused for ever,
+    two tenants left on one GPU), and asks for no eviction."""
+    _full_of_low_priority_pods(machine)
+    admin = machine.world.admin
+    (held,) = [c for c in admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+               if c["metadata"]["name"] == sorted(machine.claims)[0]]  # fmt: skip
+    (result,) = held["status"]["allocation"]["devices"]["results"]
+    (tenant,) = [p for p in admin.list(r.PODS, namespace=NAMESPACE).items
+                 if p["spec"]["resourceClaims"][0].get("resourceClaimName")
+                 == held["metadata"]["name"]]  # fmt: skip
+    name = machine._create_claim("gpu")
+    body = objects.pod("intruder", claim=name)
+    body["spec"].pop("schedulingGates")
+    body["spec"]["nodeName"] = result["pool"]
+    intruder = admin.create(r.PODS, body, namespace=NAMESPACE)
+    claim = admin.get(r.RESOURCE_CLAIMS_V1, name, namespace=NAMESPACE)
+    assert machine.world.write_allocation(claim, result["pool"], result["device"])
+    claim = admin.get(r.RESOURCE_CLAIMS_V1, name, namespace=NAMESPACE)
+    claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "intruder", "uid": intruder["metadata"]["uid"]}
+    ]
+    admin.replace_status(r.RESOURCE_CLAIMS_V1, claim)
+    machine.world.set_phase(intruder, (tenant.get("status") or {}).get("phase") or "Pending")
+    machine.create_budget(6)  # six pods bound, at least six: no disruption allowed
+    pods = {p["metadata"]["name"] for p in admin.list(r.PODS, namespace=NAMESPACE).items}
+    assert "intruder" not in pods and tenant["metadata"]["name"] in pods
+    assert not machine.world.budget_refusals and not machine.world.evictions
+    assert not _kinds(machine)
