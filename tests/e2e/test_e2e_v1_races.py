@@ -285,7 +285,7 @@ def test_claims_tolerating_every_taint_whose_pods_reach_kube_scheduler_are_repai
     one an administrator exempted from the toleration policy): kube-scheduler's allocator may
     take a tolerating claim while drasat allocates another claim onto the same GPU. Whatever
     overlaps is repaired: the claim not reserved yet gives its devices back, or, both in use,
-    the pods of the claim drasat did not write are evicted. Within a minute four pods run
+    the pods of the claim drasat did not write are deleted. Within a minute four pods run
     alone, and stay so. On main two of the four T4s stayed held twice."""
     ns = "v1-tolall-u"
     text, pods = _tolerating_beside_ordinary(ns, gated=False)
@@ -295,9 +295,9 @@ def test_claims_tolerating_every_taint_whose_pods_reach_kube_scheduler_are_repai
         # What the race left to repair this time (it differs from run to run).
         core = kubernetes.client.CoreV1Api(kube_api)
         events = core.list_namespaced_event(ns).items
-        evicted = sorted({e.involved_object.name for e in events
+        deleted = sorted({e.involved_object.name for e in events
                           if e.reason == "DeviceClashEvicted"})  # fmt: skip
         print(f"repaired: clashes on claims {sorted(_clash_events(kube_api, ns))}, "
-              f"pods evicted {evicted}")  # fmt: skip
+              f"pods deleted {deleted}")  # fmt: skip
         node.delete_pods(kube_api, ns, *running)
     allockit.consistent(kube_api, allocator)
