@@ -8,11 +8,13 @@ unreserved.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from drasat.controller import allocation, overcommit, v1inputs
+from drasat.controller.cycle.changes import Scope
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
 from drasat.controller.cycle.writes import Writes
@@ -47,17 +49,26 @@ class Repairer:
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
 
-    def clashes(self, snapshot: v1inputs.Snapshot) -> bool:
+    def clashes(self, snapshot: v1inputs.Snapshot, scope: Scope | None = None) -> bool:
         """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
         device named twice, or shares summing above it; two allocators deciding at the same
         instant, a stale replica, an admin): reported with an Event on each claim, and
         repaired where one is not reserved yet: it gives its devices back (its allocation is
         cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
-        unreserved. Never raises: a clash blocks nothing else. True when anything was written."""
+        unreserved. Never raises: a clash blocks nothing else. True when anything was written.
+        `scope`: only the claims allocated on these nodes (`changes.Changes`); None: all."""
         changed = False
         gave_back: set[str] = set()
         self._clashes_seen = set()
-        for node, held in sorted(v1inputs.status_entries(snapshot, self._ledgers).items()):
+        looked_at = snapshot
+        if scope is not None and not scope.nodes:
+            looked_at = dataclasses.replace(snapshot, claims={})
+        elif scope is not None:
+            # Every claim allocated on a node in scope (a clash is between a node's claims).
+            on_nodes = {k: c for k, c in snapshot.claims.items()
+                        if v1inputs.allocated_node(c) in scope.nodes}  # fmt: skip
+            looked_at = dataclasses.replace(snapshot, claims=on_nodes)
+        for node, held in sorted(v1inputs.status_entries(looked_at, self._ledgers).items()):
             parsed = snapshot.nas.get(node)
             gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
             entries = [e for _, found in held.values() for e in found.values()]
@@ -71,6 +82,9 @@ class Repairer:
                 if giver:
                     gave_back.add(giver)
                     changed = True
+        if scope is not None:
+            # Clashes on the nodes out of scope are as they were: still reported once.
+            self._clashes_seen |= {c for c in self._clashes_reported if c[0] not in scope.nodes}
         self._clashes_reported = self._clashes_seen
         return changed
 
