@@ -160,16 +160,16 @@ def _diff(before: _Seen, after: _Seen, snapshot: v1inputs.Snapshot) -> Scope:
                         claims.add(found)
     for uid in _changed(before.own, after.own):
         claims.add(uid)
-        for seen in (before.own.get(uid), after.own.get(uid)):
-            if seen is not None:
-                nodes.add(seen[1])
+        for written in (before.own.get(uid), after.own.get(uid)):
+            if written is not None:
+                nodes.add(written[1])
     changed_nas = _changed(before.nas, after.nas)
     changed_nodes = _changed(before.nodes, after.nodes)
     for name in changed_nas:
         nodes.add(name)
-        for seen in (before.nas.get(name), after.nas.get(name)):
-            if seen is not None:
-                claims |= seen[1]
+        for ledger in (before.nas.get(name), after.nas.get(name)):
+            if ledger is not None:
+                claims |= ledger[1]
     touched = changed_nas | changed_nodes
     if touched:
         for uid, claim in after.claims.items():
