@@ -69,10 +69,10 @@ class Changes:
 
     def scope(self, snapshot: v1inputs.Snapshot, own: Mapping[str, WrittenClaim]) -> Scope | None:
         """What the settle of `snapshot` covers (None: everything); `settled` records it."""
-        seen = _view(snapshot, own)
+        before = self._seen
+        seen = _view(snapshot, own, before)
         self._pending = seen
         self.settles += 1
-        before = self._seen
         if before is None or self._since_full + 1 >= self._full_every:
             self._since_full = 0
             self.full_settles += 1
@@ -100,13 +100,21 @@ def _version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
-def _view(snapshot: v1inputs.Snapshot, own: Mapping[str, WrittenClaim]) -> _Seen:
-    nas = {
-        name: (parsed.resource_version, frozenset(
-            e.claimInfo.uid for e in parsed.node.nas.allocatedClaims.values()
-        ) if not parsed.from_statuses else frozenset())
-        for name, parsed in snapshot.nas.items()
-    }  # fmt: skip
+def _view(
+    snapshot: v1inputs.Snapshot, own: Mapping[str, WrittenClaim], before: _Seen | None
+) -> _Seen:
+    known = before.nas if before is not None else {}
+    nas: dict[str, tuple[str, frozenset[str]]] = {}
+    for name, parsed in snapshot.nas.items():
+        version = parsed.resource_version
+        seen = known.get(name)
+        if version and seen is not None and seen[0] == version:
+            nas[name] = seen  # the same NAS: the same ledger
+        elif parsed.from_statuses:
+            nas[name] = (version, frozenset())
+        else:
+            ledger = parsed.node.nas.allocatedClaims.values()
+            nas[name] = (version, frozenset(e.claimInfo.uid for e in ledger))
     return _Seen(
         claims={_uid(c): c for c in snapshot.claims.values()},
         pods={_uid(p): p for p in snapshot.pods},
