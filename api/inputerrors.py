@@ -76,7 +76,10 @@ def field_path(location: Sequence[int | str]) -> str:
 def describe_validation_error(error: ValidationError, *, prefix: Sequence[int | str] = ()) -> str:
     """The first problems of a pydantic error as `path: message; path: message`."""
     parts = []
-    for item in error.errors()[:3]:
+    # As the API server answers: what cannot be decoded (a wrong type, an unknown field) before
+    # what is decoded but invalid.
+    found = sorted(error.errors(), key=lambda item: not _is_decoding(item["type"]))
+    for item in found[:3]:
         location = [p for p in item["loc"] if not _is_union_tag(p)]
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
@@ -86,6 +89,14 @@ def describe_validation_error(error: ValidationError, *, prefix: Sequence[int | 
     if more > 0:
         parts.append(f"and {more} more")
     return one_line("; ".join(parts))
+
+
+def _is_decoding(kind: str) -> bool:
+    return (
+        kind == "extra_forbidden"
+        or kind.endswith(("_type", "_parsing"))
+        or kind in ("int_from_float",)
+    )
 
 
 def _is_union_tag(part: int | str) -> bool:

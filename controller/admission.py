@@ -12,8 +12,9 @@ and their DeviceClasses, so it gates only the pods drasat allocates:
   does not carry drasat's gate yet: `CLAIMS_CONDITION` and `GATE_CONDITIONS`, the CEL the chart's
   policy and webhook registration use, and `may_gate`, the same rule here;
 - it is gated when one of its claims (a template's, or one it names) is drasat's to allocate
-  (`v1inputs.allocates`: a request names a DeviceClass of drasat's driver and does not tolerate
-  the allocator taint), and is not allocated yet; or when a template or claim it names does not
+  (`v1inputs.allocates`: a request names a DeviceClass of drasat's driver, tolerating the
+  allocator taint or not; a claim asking for admin access alone is not), and is not allocated
+  yet; or when a template or claim it names does not
   exist yet or cannot be read: the controller lets such a pod go at its first cycle once its
   claims show it has nothing for drasat, while an ungated pod of drasat's would go the slow
   path.

@@ -170,7 +170,7 @@ def _allocator(claim: Obj) -> str:
         fields = json.dumps(entry.get("fieldsV1") or {})
         if entry.get("subresource") == "status" and '"f:allocation"' in fields:
             return str(entry.get("manager") or "?")
-    return "another allocator (kube-scheduler, for a claim that tolerates drasat's taint)"
+    return "another allocator (kube-scheduler, for a pod it saw without drasat's gate, or an admin)"
 
 
 def _decision(

@@ -44,6 +44,7 @@ from drasat.api import nodefit
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import v1inputs
+from drasat.controller.cycle import releasing
 from drasat.kube import errors, eviction
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
@@ -414,11 +415,16 @@ def _stamp() -> str:
 
 
 def lasting_claims(snapshot: v1inputs.Snapshot) -> frozenset[str]:
-    """The allocated claims that stay allocated when their pods leave (`outlives_its_pods`)."""
+    """The allocated claims that stay allocated when their pods leave: those that the
+    resourceclaim controller does not deallocate (`outlives_its_pods`) and drasat's settle does
+    not either (`releasing.deallocates`: drasat's own allocations, given back once no pod uses
+    them, so evicting every pod of a standalone claim of drasat's frees its devices)."""
     return frozenset(
         str(c["metadata"].get("uid", ""))
         for c in snapshot.claims.values()
-        if v1inputs.is_allocated(c) and preemption.outlives_its_pods(c)
+        if v1inputs.is_allocated(c)
+        and preemption.outlives_its_pods(c)
+        and not releasing.deallocates(c, snapshot.classes)
     )
 
 

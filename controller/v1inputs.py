@@ -3,7 +3,8 @@ the allocator's input (`drasat.v1`). Shared by the controller's cycle and `drasa
 explanation is the decision the controller would make.
 
 - a claim is ours when one of its requests names a DeviceClass whose selectors speak of
-  drasat's driver (`gpu.drasat.io`);
+  drasat's driver (`gpu.drasat.io`), whether or not it tolerates drasat's allocator taint (one
+  allocator per device; only a claim asking for admin access alone is kube-scheduler's);
 - a pod is pending when it is not bound, not being deleted and not finished; its claims come
   from `spec.resourceClaims` (a template's claim by the name in `status.resourceClaimStatuses`,
   which the real resourceclaim controller writes);
@@ -118,22 +119,44 @@ ALLOCATOR_TAINT = {"key": f"{DRIVER_NAME}/allocator", "value": "drasat", "effect
 
 def tolerates_allocator_taint(claim: Obj) -> bool:
     """Whether a request of the claim (any `exactly` or `firstAvailable` alternative) tolerates
-    the allocator taint: kube-scheduler's allocator may then hand it drasat's devices, so the
-    claim is the scheduler's and drasat leaves it alone (one allocator per claim)."""
-    for request in _requests(claim):
-        for alternative in _alternatives(request):
-            tolerations = [
-                t for t in _array(alternative.get("tolerations")) if isinstance(t, Mapping)
-            ]
-            if tolerations and nodefit.tolerates(tolerations, ALLOCATOR_TAINT):
-                return True
-    return False
+    the allocator taint: kube-scheduler's allocator may then hand it drasat's devices, if its
+    pod reaches kube-scheduler before drasat allocates it."""
+    return any(_tolerates(a) for r in _requests(claim) for a in _alternatives(r))
+
+
+def _tolerates(alternative: Mapping[str, Any]) -> bool:
+    tolerations = [t for t in _array(alternative.get("tolerations")) if isinstance(t, Mapping)]
+    return bool(tolerations) and nodefit.tolerates(tolerations, ALLOCATOR_TAINT)
+
+
+def admin_access_only(claim: Obj, ours: Mapping[str, Obj]) -> bool:
+    """Whether every request of the claim that names a class of ours asks for admin access
+    (`exactly.adminAccess`) and tolerates the allocator taint. Admin access holds no device (the
+    device stays with the claims that hold it; upstream's allocator counts it as using nothing)
+    and the API server admits it only in namespaces an administrator labelled
+    `resource.kubernetes.io/admin-access`; drasat's allocator does not give it, so such a claim
+    is left to kube-scheduler's, as its toleration asks."""
+    found = [
+        r
+        for r in _requests(claim)
+        if any(a.get("deviceClassName") in ours for a in _alternatives(r))
+    ]
+    return bool(found) and all(
+        _object(r.get("exactly")).get("adminAccess") is True
+        and _tolerates(_object(r.get("exactly")))
+        for r in found
+    )
 
 
 def allocates(claim: Obj, ours: Mapping[str, Obj]) -> bool:
-    """Whether drasat allocates the claim: it names a class of ours and does not tolerate the
-    allocator taint (then it is kube-scheduler's)."""
-    return is_ours(claim, ours) and not tolerates_allocator_taint(claim)
+    """Whether drasat allocates the claim: it names a class of ours. Whether its requests
+    tolerate the allocator taint does not matter: kube-scheduler's allocator must never hand out
+    a device drasat allocates too (the two would pick the same device at the same instant), and
+    a tenant must not take its claims out of drasat's policy (`namespaceLimits`) with a
+    toleration. The scheduling gate keeps kube-scheduler off the claim's pod until drasat has
+    allocated it. Only a claim asking for admin access alone is kube-scheduler's
+    (`admin_access_only`)."""
+    return is_ours(claim, ours) and not admin_access_only(claim, ours)
 
 
 def names_our_driver(claim: Obj) -> bool:
@@ -271,8 +294,9 @@ def pending_pods(
             theirs = next((c for c in claims if is_ours(c, snapshot.classes)
                            and not is_allocated(c)), None)  # fmt: skip
             if theirs is not None:
-                waiting[key] = (f"claim {claim_ref(theirs)} tolerates drasat's allocator taint: "
-                                "kube-scheduler allocates it")  # fmt: skip
+                waiting[key] = (f"claim {claim_ref(theirs)} asks for admin access and "
+                                "tolerates drasat's allocator taint: kube-scheduler "
+                                "allocates it")  # fmt: skip
             continue
         others = others_gates(pod)
         if others:

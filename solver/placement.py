@@ -471,7 +471,12 @@ def _batch(
     )
     warm.placements = gangs.whole(warm.placements, problem.gangs, problem.nodes)
     #: What one pod's online decision cost: explaining a pod after the solve costs about three.
-    decision_s = (time.monotonic() - warm_started) / max(1, len(problem.pods))
+    warm_s = time.monotonic() - warm_started
+    decision_s = warm_s / max(1, len(problem.pods))
+    if params.deadline is not None and time.monotonic() + warm_s >= params.deadline:
+        # Building the batch model costs at least what the warm start did: with no time left
+        # for it, the warm start's placements are the answer (not proven optimal).
+        return _warm_only(warm, started)
     state = _State.initial(problem, views, cache)
     in_gang = gangs.of_pod(problem.gangs)
     entries, inputs, feasibility, pruned = _batch_entries(
@@ -516,6 +521,33 @@ def _batch(
         gap=gap,
         wall_time_s=time.perf_counter() - started,
         node_feasibility=feasibility,
+    )
+
+
+def _warm_only(warm: _Online, started: float) -> Solution:
+    """The warm start's placements as the solution, when the deadline leaves no time for the
+    batch model: FEASIBLE, no bound, the pods it left out unexplained."""
+    placed = {p.pod for p in warm.placements}
+    unplaced = [
+        PodRejection(
+            r.pod,
+            r.reasons
+            or (
+                "not placed by the first pass, and no time left for the batch model (the time "
+                "limit ran out)",
+            ),
+        )
+        for r in warm.unplaced
+        if r.pod not in placed
+    ]
+    return Solution(
+        status=Status.FEASIBLE,
+        placements=tuple(warm.placements),
+        unplaced=tuple(unplaced),
+        objective=float(-warm.secondary),
+        best_bound=None,
+        gap=None,
+        wall_time_s=time.perf_counter() - started,
     )
 
 

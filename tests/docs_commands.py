@@ -72,6 +72,11 @@ RULES: list[tuple[str, str]] = [
     # their own parser here, and tests/bench runs small ones.
     (r"^\.venv/bin/python -m bench\.", FLAGS),
     (
+        r"^/usr/bin/time -v \.venv/bin/python -m drasat whatif --cluster big/",
+        "times the what-if on the inputs the benchmark before it wrote (minutes); "
+        "tests/whatif/test_whatif_api_refusals.py holds the limit on pods",
+    ),
+    (
         r"^python3 -m pip (wheel|install) ",
         "builds or installs the wheel: tests/test_packaging.py builds it with pip wheel and "
         "installs it with its demo extra in a fresh venv",

@@ -22,6 +22,7 @@ from typing import Any
 import docs_commands as docs
 import helm_binary
 import pytest
+import yaml
 
 from drasat.cli import main
 from drasat.testbed import fakedriver
@@ -211,3 +212,64 @@ def test_the_docs_lead_with_current_kubernetes(doc: str, classic_tail: set[str])
     (legacy,) = [i for i, h in enumerate(headings) if h.startswith("Classic DRA (legacy)")]
     assert legacy > 0 and set(headings[legacy + 1 :]) <= classic_tail, headings
     assert "resource.k8s.io/v1`" in (ROOT / doc).read_text().split("## Classic DRA")[0]
+
+
+# -- claims of the docs that a command can check --------------------------------------------------
+
+
+def _doc(name: str) -> str:
+    return " ".join((ROOT / name).read_text().split())
+
+
+def test_the_chart_installs_the_validating_admission_policies_install_md_counts() -> None:
+    """docs/INSTALL.md: "the three ValidatingAdmissionPolicies" (it said two)."""
+    assert "the three ValidatingAdmissionPolicies" in _doc("docs/INSTALL.md")
+    helm = helm_binary.helm_path()
+    # As helm install sees a 1.37 server (its admissionregistration and resource APIs served).
+    done = subprocess.run(
+        [str(helm), "template", "drasat", str(ROOT / "deploy/helm/drasat"), "-n", "drasat",
+         "--kube-version", "1.37.0",
+         "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+         "--api-versions", "resource.k8s.io/v1/DeviceClass"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    kinds = [d.get("kind") for d in yaml.safe_load_all(done.stdout) if d]
+    assert kinds.count("ValidatingAdmissionPolicy") == 3
+
+
+def test_no_doc_says_drasat_does_not_preempt_while_it_does_by_default() -> None:
+    from drasat import policyfiles
+
+    assert policyfiles.shipped("default").spec.preemption.enabled
+    for doc in docs.DOCS:
+        assert "drasat does not preempt" not in " ".join(doc.read_text().split()), doc
+
+
+def test_no_doc_installs_drasat_by_a_package_name_pypi_does_not_serve() -> None:
+    """drasat is not published: `pip install 'drasat[demo]'` would fetch nothing (or another
+    project's package); the docs install the demo extra from a wheel built here."""
+    for doc in docs.DOCS:
+        assert "pip install 'drasat[" not in doc.read_text(), doc
+    assert "pip install 'dist/drasat-0.1.0-py3-none-any.whl[demo]'" in _doc("README.md")
+
+
+def test_the_quickstart_readme_names_the_devices_the_whatif_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """deploy/examples/v1-nvidia-quickstart/README.md names gpu-test4's first pod's devices."""
+    readme = _doc("deploy/examples/v1-nvidia-quickstart/README.md")
+    named = re.search(r"gets `(gpu-0-mig-[^`]+)`, `…-(19-\d)`, `([^`]+)` and `([^`]+)` on", readme)
+    assert named is not None, "the README no longer names gpu-test4's devices this way"
+    first, second, third, fourth = named.groups()
+    second = first.rsplit("-", 2)[0] + "-" + second
+    out = io.StringIO()
+    monkeypatch.chdir(ROOT)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main.main([
+            "whatif",
+            "--cluster", "deploy/examples/v1-nvidia-quickstart/cluster/nvidia-slices.yaml",
+            "-f", "deploy/examples/v1-nvidia-quickstart/gpu-test4.yaml",
+        ])  # fmt: skip
+    row = next(r for r in out.getvalue().splitlines() if "nv-a100 " in r)
+    for device in (first, second, third, fourth):
+        assert f": {device} (" in row, (device, row)

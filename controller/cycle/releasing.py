@@ -404,8 +404,9 @@ def deallocates(claim: Obj, classes: Mapping[str, Obj]) -> bool:
     there, an admin's or a stale replica's, is not drasat's to take back). A claim of another
     driver drasat allocates (NVIDIA's: no NAS, so no finalizer, one write fewer per pod) is
     drasat's when its class is one drasat allocates (`v1inputs.allocates`: drasat is then its
-    one allocator; a claim that tolerates the allocator taint is kube-scheduler's, whose
-    deallocation is the resourceclaim controller's)."""
+    one allocator, whether the claim tolerates the allocator taint or not; a claim asking for
+    admin access alone is kube-scheduler's, whose deallocation is the resourceclaim
+    controller's)."""
     if not v1inputs.is_allocated(claim) or claim["metadata"].get("deletionTimestamp"):
         return False
     if allocation.has_finalizer(claim):

@@ -1,16 +1,24 @@
 """Clashes between allocated claims: claims whose statuses hold more of a GPU than it has
 (`controller.overcommit`: one device named twice, or shares summing above it; two allocators
-deciding at the same instant, a stale replica, an admin). Each is reported with an Event on every
-claim of it, and repaired where one is not reserved yet: it gives its devices back (its allocation
-is cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
-unreserved.
+deciding at the same instant, a stale replica, an admin, a namespace an administrator exempted
+from the toleration policy). Each is reported with an Event on every claim of it, and repaired,
+one claim at a time (what is left may fit):
+
+- where a claim of it is not reserved yet, it gives its devices back (its allocation is cleared,
+  as kube-scheduler's PostFilter does), one drasat wrote first if several are unreserved;
+- where every claim of it is reserved (two tenants on one GPU), the pods of one claim are
+  evicted through the Eviction API (a PodDisruptionBudget is respected: refused, it is tried
+  again each settle), with an Event on each; once they are gone the claim is no longer reserved
+  and gives its devices back as above. Which claim goes (`goes`): one whose pods are not running
+  yet before one whose pods run (nothing is lost), then the one drasat did not write (drasat's
+  ledger, policy and gangs stand on its own), then the younger (its pods started last).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drasat.controller import allocation, overcommit, v1inputs
@@ -18,13 +26,41 @@ from drasat.controller.cycle.changes import Scope
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
 from drasat.controller.cycle.writes import Writes
-from drasat.kube import errors
+from drasat.kube import errors, eviction
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 
 log = logging.getLogger(__name__)
 
 REASON_CLASH = "DeviceClash"
+#: On a pod drasat evicted because its claim shares a GPU with another tenant's.
+REASON_CLASH_EVICTED = "DeviceClashEvicted"
+
+
+def goes(
+    claims: Sequence[Obj], pods: Mapping[str, Obj], wrote: Callable[[Obj], bool]
+) -> tuple[Obj, str]:
+    """Which of the clashing claims, all reserved, gives way (its pods are evicted), and why.
+    The least loss first: a claim none of whose pods runs yet (nothing has started on the GPU),
+    then one drasat did not write (the other allocator broke the one-allocator rule; drasat's
+    ledger and policy account for its own), then the younger (the latest first start of its
+    pods), then by name. `pods`: every pod by uid.
+
+    This is a purely computational function."""
+
+    def order(claim: Obj) -> tuple[bool, bool, str, str]:
+        users = [pods[u] for u in v1inputs.reserved_pods(claim) if u in pods]
+        running = any((p.get("status") or {}).get("phase") == "Running" for p in users)
+        # "~" sorts after every timestamp: a pod not started yet is the youngest
+        starts = [str((p.get("status") or {}).get("startTime") or "~") for p in users]
+        return (not running, not wrote(claim), min(starts, default="~"), v1inputs.claim_ref(claim))
+
+    ranked = sorted(claims, key=order, reverse=True)
+    loser, kept = order(ranked[0]), order(ranked[1]) if len(ranked) > 1 else None
+    whys = ("its pods are not running yet", "drasat did not allocate it",
+            "its pods started last", "by name")  # fmt: skip
+    why = next((w for w, a, b in zip(whys, loser, kept or loser, strict=True) if a != b), whys[-1])
+    return ranked[0], why
 
 
 class Repairer:
@@ -53,21 +89,23 @@ class Repairer:
         """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
         device named twice, or shares summing above it; two allocators deciding at the same
         instant, a stale replica, an admin): reported with an Event on each claim, and
-        repaired where one is not reserved yet: it gives its devices back (its allocation is
-        cleared, as kube-scheduler's PostFilter does), one drasat wrote first if several are
-        unreserved. Never raises: a clash blocks nothing else. True when anything was written.
-        `scope`: only the claims allocated on these nodes (`changes.Changes`); None: all."""
+        repaired by one claim (module docstring): one not reserved yet gives its devices back,
+        or, all reserved, the pods of the one that `goes` are evicted. Never raises: a clash
+        blocks nothing else. True when anything was written. `scope`: only the claims allocated
+        on these nodes (`changes.Changes`) and on the nodes of clashes still open (an eviction
+        a PodDisruptionBudget refused is tried again at each settle); None: all."""
         changed = False
         gave_back: set[str] = set()
+        reported = self._clashes_reported
         self._clashes_seen = set()
         looked_at = snapshot
-        if scope is not None and not scope.nodes:
-            looked_at = dataclasses.replace(snapshot, claims={})
-        elif scope is not None:
-            # Every claim allocated on a node in scope (a clash is between a node's claims).
+        if scope is not None:
+            # Every claim allocated on a node looked at: a clash is between one node's claims.
+            nodes = scope.nodes | {c[0] for c in reported}
             on_nodes = {k: c for k, c in snapshot.claims.items()
-                        if v1inputs.allocated_node(c) in scope.nodes}  # fmt: skip
+                        if nodes and v1inputs.allocated_node(c) in nodes}  # fmt: skip
             looked_at = dataclasses.replace(snapshot, claims=on_nodes)
+        pods: dict[str, Obj] | None = None  # by uid, built for the first clash
         for node, held in sorted(v1inputs.status_entries(looked_at, self._ledgers).items()):
             parsed = snapshot.nas.get(node)
             gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
@@ -76,15 +114,14 @@ class Repairer:
                 if gave_back & set(found.claims):
                     continue  # what is left may fit now: the next settle looks again
                 claims = [held[uid][0] for uid in found.claims]
+                if pods is None:
+                    pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
                 giver = self._writes.confined(
-                    f"clash on {node}", claims, self._repair_clash, node, found, held,
+                    f"clash on {node}", claims, self._repair_clash, node, found, held, pods,
                 )  # fmt: skip
                 if giver:
                     gave_back.add(giver)
                     changed = True
-        if scope is not None:
-            # Clashes on the nodes out of scope are as they were: still reported once.
-            self._clashes_seen |= {c for c in self._clashes_reported if c[0] not in scope.nodes}
         self._clashes_reported = self._clashes_seen
         return changed
 
@@ -93,9 +130,10 @@ class Repairer:
         node: str,
         found: overcommit.Overcommit,
         held: Mapping[str, tuple[Obj, Mapping[str, Any]]],
+        pods: Mapping[str, Obj],
     ) -> str | None:
-        """Report one over-commit and give one claim's devices back if possible; its uid, or
-        None."""
+        """Report one over-commit and repair it by one claim if possible (its devices given
+        back, or its pods evicted); that claim's uid, or None."""
         claims = [held[uid][0] for uid in found.claims]
         refs = ("claims " if len(claims) > 1 else "claim ") + " and ".join(
             v1inputs.claim_ref(c) for c in claims
@@ -103,13 +141,7 @@ class Repairer:
         what = f"GPU {found.gpu} on {node} ({found.why})"
         unreserved = [c for c in claims if not v1inputs.reserved_pods(c)]
         if not unreserved:
-            seen = (node, *found.claims)
-            self._clashes_seen.add(seen)
-            if seen not in self._clashes_reported:  # reported once while it lasts
-                text = (f"{refs} hold more of {what} than it has and all are reserved "
-                        "by pods: not repaired (delete one of the pods)")  # fmt: skip
-                self._writes.fault(REASON_CLASH, text, claims)
-            return None
+            return self._evict(node, found, claims, pods, f"{refs} hold more of {what} than it has")
         # Prefer giving back one drasat wrote: the other allocator's claim keeps its device.
         giver = min(unreserved, key=lambda c: (not self._wrote(c), v1inputs.claim_ref(c)))
         meta = giver["metadata"]
@@ -133,6 +165,75 @@ class Repairer:
                 "will be allocated again")  # fmt: skip
         self._writes.fault(REASON_CLASH, text, claims)
         return uid
+
+    def _evict(
+        self,
+        node: str,
+        found: overcommit.Overcommit,
+        claims: list[Obj],
+        pods: Mapping[str, Obj],
+        clash: str,
+    ) -> str | None:
+        """Every claim of the clash is reserved: evict the pods of the one that `goes`. Its
+        uid once its pods are evicted or leaving, else None (reported once while it lasts)."""
+        loser, why = goes(claims, pods, self._wrote)
+        ref = v1inputs.claim_ref(loser)
+        users = [pods.get(u) for u in sorted(v1inputs.reserved_pods(loser))]
+        if not self._fresh(claims):
+            return None  # changed since the snapshot: the next settle looks again
+        if None in users:
+            # A consumer that is not a pod drasat sees (the resourceclaim controller drops a pod
+            # that is gone from `reservedFor`): nothing to evict yet.
+            self._report_once(node, found, claims, f"{clash} and all are reserved: {ref} "
+                              f"gives way ({why}) once its consumers are pods")  # fmt: skip
+            return None
+        evicting = [
+            p for p in users if p is not None and not p["metadata"].get("deletionTimestamp")
+        ]
+        refused = []
+        for pod in evicting:
+            self._writes.guard()
+            if not eviction.evict(self.api, pod):
+                refused.append(v1inputs.pod_key(pod))
+                continue
+            log.info("clash on %s: evicted %s (claim %s)", node, v1inputs.pod_key(pod), ref)
+            self._writes.recorder.warning(pod, REASON_CLASH_EVICTED,
+                                          f"evicted by drasat: {clash}, each in use by pods; "
+                                          f"{ref} gives way ({why})")  # fmt: skip
+        if refused:
+            self._report_once(node, found, claims, f"{clash} and all are reserved: the eviction "
+                              f"of {', '.join(refused)} (the pods of {ref}) was refused by a "
+                              "PodDisruptionBudget; tried again at each settle")  # fmt: skip
+            return None
+        if evicting:
+            named = ", ".join(map(v1inputs.pod_key, evicting))
+            self._writes.fault(REASON_CLASH, f"{clash} and all are reserved by pods: {ref} gives "
+                               f"way ({why}), its pods evicted ({named}); it gives its "
+                               "allocation back once they are gone", claims)  # fmt: skip
+        return str(loser["metadata"].get("uid"))
+
+    def _fresh(self, claims: Sequence[Obj]) -> bool:
+        """Whether the API server still holds each claim as the snapshot does (an eviction on a
+        stale cache would stop a tenant for nothing)."""
+        for claim in claims:
+            meta = claim["metadata"]
+            try:
+                current = self.api.get(
+                    r.RESOURCE_CLAIMS_V1, meta["name"], namespace=meta["namespace"]
+                )
+            except errors.NotFound:
+                return False
+            if current["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
+                return False
+        return True
+
+    def _report_once(
+        self, node: str, found: overcommit.Overcommit, claims: list[Obj], text: str
+    ) -> None:
+        seen = (node, *found.claims)
+        self._clashes_seen.add(seen)
+        if seen not in self._clashes_reported:  # reported once while it lasts
+            self._writes.fault(REASON_CLASH, text, claims)
 
     def _wrote(self, claim: Obj) -> bool:
         """Whether drasat allocated the claim (this process, or one before it: our finalizer)."""

@@ -35,9 +35,9 @@ from drasat.solver import (
     Solution,
     SolveParams,
 )
-from drasat.v1 import otherdevices, publisheddevices, results
+from drasat.v1 import cel, otherdevices, publisheddevices, results
 from drasat.v1.publisheddevices import Published
-from drasat.v1.requests import ALL, Claim, ClaimError, read_claim
+from drasat.v1.requests import ALL, Alternative, Claim, ClaimError, read_claim
 from drasat.v1.variants import (
     MAX_VARIANTS,
     Devices,
@@ -222,12 +222,7 @@ class _NoDevice(Exception):
     """No published device matches some request of the claim."""
 
     def __init__(self, claim: Claim, catalog: Devices) -> None:
-        text = f"claim {claim.ref}: {_no_device(claim)}"
-        unmatched = all(not catalog.matching(a) for r in claim.requests for a in r.alternatives)
-        drivers = sorted({d.driver for found in catalog.by_node.values() for d in found})
-        if unmatched and drivers:
-            text += "; " + PUBLISHES.format(drivers=", ".join(drivers))
-        super().__init__(text)
+        super().__init__(f"claim {claim.ref}: {_no_device(claim, catalog)}")
 
 
 @dataclass
@@ -351,17 +346,17 @@ def _combine(
         _combine(per_claim, i + 1, prefix + options, rank + k, out)
 
 
-def _no_device(claim: Claim) -> str:
-    """Why the claim has no way to be met: its requests and their classes, with the first
-    selector error; with constraints, that their attributes are needed too."""
+def _no_device(claim: Claim, catalog: Devices) -> str:
+    """Why the claim has no way to be met: per request, the first cause that left it without
+    devices (the class, a selector that matched none of what the ones before it admitted or
+    failed on a device, the count or capacity asked); with constraints, that their attributes
+    are needed too."""
     parts = []
     for request in claim.requests:
         for alternative in request.alternatives:
-            errors = [s.error for s in alternative.selectors if s.error]
             text = f"request {alternative.result_name} (class {alternative.device_class})"
-            if errors:
-                text += f": {errors[0]}"
-            parts.append(text)
+            cause = first_cause(alternative, catalog)
+            parts.append(f"{text}: {cause}" if cause else text)
     text = "no published device matches " + "; ".join(parts)
     if any(a.mode == ALL for r in claim.requests for a in r.alternatives):
         text += (
@@ -371,6 +366,68 @@ def _no_device(claim: Claim) -> str:
     if claim.constraints:
         text += " with the attributes of " + ", ".join(c.label for c in claim.constraints)
     return text
+
+
+def first_cause(alternative: Alternative, catalog: Devices) -> str:
+    """What excluded the last candidate devices of one way to meet a request, in the order
+    kube-scheduler's allocator checks them: the class's selectors, then the request's one by
+    one, then the count and capacity asked; "" when each step left some device (the claim's
+    constraints, or the combination, are then the cause)."""
+    drivers = sorted({d.driver for found in catalog.by_node.values() for d in found})
+    admitted: list[Published] = []
+    for end in range(alternative.class_selectors, len(alternative.selectors) + 1):
+        step = dataclasses.replace(alternative, selectors=alternative.selectors[:end])
+        found = catalog.matching(step)
+        failure = _failure(step, admitted if end > alternative.class_selectors else None, catalog)
+        if failure:
+            return failure
+        if found:
+            admitted = found
+            continue
+        if end == alternative.class_selectors:
+            cause = f"no device of the cluster is of class {alternative.device_class}"
+            return f"{cause}; {PUBLISHES.format(drivers=', '.join(drivers))}" if drivers else cause
+        index = end - 1 - alternative.class_selectors
+        selector = alternative.selectors[end - 1]
+        return (
+            f"selectors[{index}] {selector.expression!r} matches none of the {len(admitted)} "
+            f"device(s) of the class"
+        )
+    if alternative.capacity:
+        asked = ", ".join(f"{name} {value}" for name, value in alternative.capacity)
+        return (
+            f"{len(admitted)} device(s) match its selectors; none offers the capacity asked "
+            f"({asked})"
+        )
+    chosen = {id(d) for d in admitted}
+    most = max(
+        (sum(1 for d in found if id(d) in chosen) for found in catalog.by_node.values()),
+        default=0,
+    )
+    if alternative.mode != ALL and alternative.count > most:
+        return (
+            f"it asks for {alternative.count} devices; at most {most} of the devices matching "
+            "its selectors are on one node"
+        )
+    return ""
+
+
+def _failure(step: Alternative, admitted: list[Published] | None, catalog: Devices) -> str:
+    """The error of the step's last selector on the first device it fails on (of those the
+    selectors before it admitted; None: the class's selectors, over every device)."""
+    if not step.selectors or not catalog.failing(step):
+        return ""
+    last = step.selectors[-1]
+    devices = (
+        admitted
+        if admitted is not None
+        else [d for found in catalog.by_node.values() for d in found]
+    )
+    for device in devices:
+        result = cel.evaluate_all(step.selectors, device.driver, device.device)
+        if isinstance(result, cel.Failure):
+            return f"{last.expression!r} failed on device {device.name}: {result.message}"
+    return ""
 
 
 def _solve_round(

@@ -45,6 +45,8 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
+from drasat.v1 import celcheck
+
 Obj = dict[str, Any]
 
 #: Attributes that tell equal devices apart (drasat's and NVIDIA's names); an expression that
@@ -851,17 +853,12 @@ def _compile_error(error: Exception) -> str:
     return _one_line(text.partition(" (in activation")[0])
 
 
-#: The fields of `device` (k8s.io/dynamic-resource-allocation/cel); another is a compile error
-#: upstream (`undefined field 'x'`), which cel-python, untyped, does not see.
-_DEVICE_FIELDS = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
-_DEVICE_FIELD_RE = re.compile(r"\bdevice\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-_STRING_RE = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
-
-
 #: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
 #: so the claim is refused naming the expression instead of failing on every device.
 _UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
 
+#: What the API server says of a selector past its cost estimate's limit.
+TOO_COMPLEX = celcheck.TOO_COMPLEX
 _ENVIRONMENT = celpy.Environment()
 _COMPILED: dict[str, Selector] = {}
 
@@ -885,12 +882,15 @@ def compile_selector(expression: str) -> Selector:
         raise SelectorError(
             f"CEL expression {expression!r} does not compile: {_compile_error(error)}"
         ) from None
-    for match in _DEVICE_FIELD_RE.finditer(_STRING_RE.sub("''", expression)):
-        if match.group(1) not in _DEVICE_FIELDS:
-            raise SelectorError(
-                f"CEL expression {expression!r} does not compile: undefined field "
-                f"'{match.group(1)}'"
-            )
+    try:
+        # cel-python does not check types; the API server's cel-go does, and refuses the object.
+        celcheck.check(ast)
+    except celcheck.CostError as error:
+        raise SelectorError(
+            f"CEL expression {expression!r}: {error} (the API server's estimate of its cost)"
+        ) from None
+    except celcheck.CheckError as error:
+        raise SelectorError(f"CEL expression {expression!r} does not compile: {error}") from None
     selector = Selector(expression, program, bool(_IDENTITY_RE.search(expression)))
     if len(_COMPILED) < 4096:
         _COMPILED[expression] = selector

@@ -27,6 +27,7 @@ Purely computational.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -155,7 +156,8 @@ def plan_all(
     the ones before it hold, evict and spend. `nodes`: the cluster as the cycle left it (the
     claims of pods already leaving taken off: they are free, unless held); `holds`: the devices
     already held for nominated preemptors; `lasting`: claims that stay allocated when their
-    pods leave."""
+    pods leave. Past `params.deadline` (the what-if's; the controller sets none) no more plans
+    are made."""
     policy = policy or AllocationPolicySpec()
     if not policy.preemption.enabled:
         return Planned((), tuple(holds))
@@ -168,6 +170,12 @@ def plan_all(
     out = []
     ordered = sorted(enumerate(wanting), key=lambda item: (-item[1].priority, item[0]))
     for _, want in ordered:
+        if (
+            params is not None
+            and params.deadline is not None
+            and time.monotonic() >= params.deadline
+        ):
+            break  # the what-if's time limit holds for the whole run: the rest are not planned
         found = _plan_unit(want, state, users, classes, policy, lasting, params, solve)
         out.append(found)
         if found.node is not None:
@@ -500,7 +508,8 @@ def outlives_its_pods(claim: Obj) -> bool:
     evicting them frees nothing: a claim that no pod owns (a standalone claim, not one made
     from the pod's template, which the garbage collector deletes with it) and that does not
     carry kube-scheduler's finalizer (with which the resourceclaim controller deallocates it).
-    drasat's allocations carry neither today: nothing gives such a claim back."""
+    A standalone claim drasat allocated is given back by drasat's own settle: the controller
+    leaves those out (`drasat.controller.preemption.lasting_claims`)."""
     meta = claim.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     owners = meta.get("ownerReferences")

@@ -54,6 +54,8 @@ class Alternative:
     class_config: tuple[Obj, ...] = ()
     #: The request's `tolerations` of device taints, as written (copied to its results).
     tolerations: tuple[Obj, ...] = ()
+    #: How many of `selectors`, from the first, are the class's (the rest are the request's).
+    class_selectors: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         for i, c in enumerate(devices.get("constraints") or [])
     )
     config = _configs(ref, devices.get("config") or [])
+    _within_claim_limit(ref, requests)
     return Claim(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "")),
@@ -134,6 +137,27 @@ def read_claim(claim: Obj, classes: Mapping[str, Obj]) -> Claim:
         constraints=constraints,
         config=tuple(config),
     )
+
+
+#: The most devices one allocation holds (resource.k8s.io's AllocationResultsMaxSize): the API
+#: server stores a claim asking more, which kube-scheduler's allocator then refuses to allocate.
+CLAIM_LIMIT = 32
+
+
+def _within_claim_limit(ref: str, requests: tuple[Request, ...]) -> None:
+    """As upstream's allocator counts before it allocates: each request's fewest devices
+    (ExactCount's count; the smallest of its firstAvailable entries), summed over the claim."""
+    total = 0
+    for i, request in enumerate(requests):
+        fewest = min(a.count if a.mode == EXACT_COUNT else 0 for a in request.alternatives)
+        if fewest > CLAIM_LIMIT - total:
+            raise ClaimError(
+                ref,
+                f"spec.devices.requests[{i}]",
+                f"request {request.name}: adding {fewest} devices exceeds the claim limit of "
+                f"{CLAIM_LIMIT}, with {total} already accounted for",
+            )
+        total += fewest
 
 
 def _configs(ref: str, entries: list[Obj]) -> list[Obj]:
@@ -203,7 +227,7 @@ def _alternative(
         raise ClaimError(
             ref, f"{where}.adminAccess", "admin access is not supported by drasat's driver"
         )
-    selectors = []
+    selectors: list[cel.Selector] = []
     class_selectors = (device_class.get("spec") or {}).get("selectors") or []
     for origin, entries in (
         (f"DeviceClass {class_name} spec.selectors", class_selectors),
@@ -239,4 +263,5 @@ def _alternative(
         tuple(sorted(capacity)),
         class_config,
         tuple(spec.get("tolerations") or ()),
+        len(class_selectors),
     )

@@ -313,14 +313,20 @@ def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, Al
     """The ledger entries a claim's status.allocation stands for on the node whose NAS is given,
     keyed as `allocate` keys them (`<uid>/<request>`; MIG devices and a request's several
     shares `#<i>`). Results of other drivers or pools are skipped; a device the node does not
-    have is skipped too (the caller compares counts to notice)."""
+    have is skipped too (the caller compares counts to notice), and so is a result with admin
+    access: it holds nothing (the device stays with the claims that hold it), as upstream's
+    allocator and kube-scheduler count it."""
     meta = claim.get("metadata") or {}
     uid = str(meta.get("uid", ""))
     info = ClaimInfo(
         namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), uid=uid
     )
     allocated = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-    ours = [r for r in allocated.get("results") or [] if r.get("driver") == DRIVER_NAME]
+    ours = [
+        r
+        for r in allocated.get("results") or []
+        if r.get("driver") == DRIVER_NAME and r.get("adminAccess") is not True
+    ]
     shares_per_request: dict[str, int] = {}
     for result in ours:
         if _result_share(result, nas) is not None:

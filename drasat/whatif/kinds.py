@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta, Spec
@@ -154,7 +154,7 @@ class PodSpec(Open):
     resourceClaims: list[PodResourceClaim] = Field(
         default_factory=list, max_length=limits.MAX_CLAIMS_PER_POD
     )
-    priority: int | None = None
+    priority: StrictInt | None = None
     priorityClassName: str | None = None
     nodeName: str | None = None
     nodeSelector: dict[str, str] | None = None
@@ -175,15 +175,15 @@ class PodTemplate(Open):
 class ReplicatedSpec(Open):
     """Deployment, ReplicaSet and StatefulSet: `replicas` copies of the template."""
 
-    replicas: int = Field(1, ge=0, le=limits.MAX_PODS)
+    replicas: StrictInt = Field(1, ge=0, le=limits.MAX_PODS)
     template: PodTemplate
 
 
 class JobSpec(Open):
     """Job: `parallelism` pods at once, never more than `completions`."""
 
-    parallelism: int = Field(1, ge=0, le=limits.MAX_PODS)
-    completions: int | None = Field(None, ge=0, le=limits.MAX_PODS)
+    parallelism: StrictInt = Field(1, ge=0, le=limits.MAX_PODS)
+    completions: StrictInt | None = Field(None, ge=0, le=limits.MAX_PODS)
     template: PodTemplate
 
 
@@ -198,7 +198,7 @@ class Job(Object):
 
 
 class PriorityClass(Object):
-    value: int
+    value: StrictInt
     globalDefault: bool | None = None
     description: str | None = None
     preemptionPolicy: str | None = None

@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from drasat import loading, policyfiles
 from drasat.api import groups
 from drasat.api.inputerrors import InputError
 from drasat.api.policy import AllocationPolicy, AllocationPolicySpec
 from drasat.solver.problem import Mode, Problem, Solution, SolveParams
-from drasat.whatif import clusternodes, v1cluster, v1manifests, v1run
+from drasat.whatif import (
+    apivalidation,
+    clusternodes,
+    manifestindex,
+    v1cluster,
+    v1kinds,
+    v1manifests,
+    v1run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +93,9 @@ def read_inputs(
     if manifest_files and not files:
         # As `kubectl apply -f` says of an empty input ("no objects passed to apply").
         raise InputError("no objects (the manifests are empty)", where=", ".join(manifest_files))
+    for document in files:
+        _as_the_api_server_checks(document)
+    _within_one_run(files)
     if live is not None:
         nodes_of = [d for d in live if _describes_nodes(d)]
         rest = [d for d in live if not _describes_nodes(d)]
@@ -111,6 +123,78 @@ def read_inputs(
         manifests_embedded=not manifest_files,
         skip_unsupported=skip_unsupported,
     )
+
+
+#: The most pods one run places: past it the solver's model alone outgrows the time limit
+#: and memory grows past 2 GiB (docs/PERFORMANCE.md, "What-if at cluster scale"), so such an
+#: input is refused before any work, saying how to split it. DRASAT_WHATIF_MAX_PODS sets another.
+MAX_PODS_PER_RUN = 10_000
+
+
+def _within_one_run(documents: Sequence[loading.Document]) -> None:
+    """InputError, before any work, when the manifests stand for more pods than one run places:
+    counted as the API server's controllers would make them (a Pod, a workload's replicas, a
+    Job's parallelism up to its completions)."""
+    most = loading.env_limit("DRASAT_WHATIF_MAX_PODS", MAX_PODS_PER_RUN)
+    total = 0
+    for document in documents:
+        count, field = _pods_made(document.data)
+        total += count
+        if total > most:
+            raise InputError(
+                f"{field}: the manifests stand for {total:,} pods so far, more than one what-if "
+                f"run places ({most:,}; DRASAT_WHATIF_MAX_PODS sets another): split the input, "
+                "e.g. run each workload or namespace apart, or ask what fewer replicas of the "
+                "same template get (they are placed alike)",
+                where=manifestindex.located(document, None),
+            )
+
+
+def _pods_made(data: Mapping[str, Any]) -> tuple[int, str]:
+    """(how many pods the document makes, the field that says so); (0, "") for other kinds."""
+    kind, spec = data.get("kind"), data.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    group = groups.group_of(str(data.get("apiVersion", "")))
+    if kind == "Pod" and group == "":
+        return 1, "kind"
+    if group == "apps" and kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+        replicas = spec.get("replicas", 1)
+        return (int(replicas) if _whole(replicas) else 0), "spec.replicas"
+    if group == "batch" and kind == "Job":
+        parallelism, completions = spec.get("parallelism", 1), spec.get("completions")
+        count = int(parallelism) if _whole(parallelism) else 0
+        if isinstance(completions, int) and _whole(completions):
+            count = min(count, completions)
+        return count, "spec.parallelism"
+    return 0, ""
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _as_the_api_server_checks(document: loading.Document) -> None:
+    """InputError for what `kubectl apply` of the document would be refused: a version or kind
+    Kubernetes does not serve, a pod's claims or extended resources it refuses."""
+    data = document.data
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return  # the envelope's own check names what is missing
+    problem = apivalidation.unserved(api_version, kind)
+    # Claims, templates and classes have their names checked after their model decodes, in
+    # v1manifests: the server decodes before it validates.
+    decoded_later = api_version in v1kinds.VERSIONS and kind in v1manifests.KINDS
+    if problem is None and kind in apivalidation.NAMED_LIKE_SUBDOMAINS and not decoded_later:
+        problem = apivalidation.object_name_problem(data)
+    # A field that does not decode is named by the workload's model, later, as the server names
+    # it before its pod spec's problems.
+    checked = problem is None and apivalidation.decodes(data)
+    for spec, path in apivalidation.pod_specs(data) if checked else ():
+        problem = apivalidation.pod_spec_problem(spec, path)
+        if problem:
+            break
+    if problem:
+        raise InputError(problem, where=manifestindex.located(document, None))
 
 
 def _describes_nodes(document: loading.Document) -> bool:

@@ -18,13 +18,22 @@ import copy
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta
 from drasat.api.quantity import to_bytes
 from drasat.v1 import cel, slicekinds
 from drasat.v1.slicekinds import Open, Strict
+from drasat.whatif import apivalidation
 
 Obj = dict[str, Any]
 
@@ -120,24 +129,44 @@ class CapacityRequirements(Strict):
         return value
 
 
+def _checked(check: Any, value: str) -> str:
+    """`value` when `check` (an `apivalidation` name check) finds nothing wrong."""
+    why = check(value)
+    if why:
+        raise ValueError(f"Invalid value: {value!r}: {why}")
+    return value
+
+
 class ExactDeviceRequest(Strict):
     deviceClassName: str = Field(min_length=1, max_length=limits.MAX_NAME)
+
+    @field_validator("deviceClassName")
+    @classmethod
+    def _class_name(cls, value: str) -> str:
+        return _checked(apivalidation.dns_subdomain, value)
+
     selectors: list[DeviceSelector] | None = Field(None, max_length=MAX_SELECTORS)
     allocationMode: AllocationMode | None = None
-    count: int | None = Field(None, ge=1, le=limits.MAX_DEVICES_PER_CLAIM)
-    adminAccess: bool | None = None
+    #: 0 is unset (the API server defaults it to 1); below 0 it refuses.
+    count: StrictInt | None = Field(None, ge=0)
+    adminAccess: StrictBool | None = None
     tolerations: list[Toleration] | None = Field(None, max_length=16)
     capacity: CapacityRequirements | None = None
 
     @model_validator(mode="after")
     def _count_with_mode(self) -> ExactDeviceRequest:
-        if self.allocationMode is AllocationMode.All and self.count is not None:
+        if self.allocationMode is AllocationMode.All and self.count:
             raise ValueError("count: must not be set with allocationMode All")
         return self
 
 
 class DeviceSubRequest(ExactDeviceRequest):
     name: str = Field(min_length=1, max_length=limits.MAX_NAMESPACE)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _checked(apivalidation.dns_label, value)
 
 
 class DeviceRequest(Strict):
@@ -146,6 +175,11 @@ class DeviceRequest(Strict):
     firstAvailable: list[DeviceSubRequest] | None = Field(
         None, min_length=1, max_length=MAX_SUBREQUESTS
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _checked(apivalidation.dns_label, value)
 
     @model_validator(mode="after")
     def _one_form(self) -> DeviceRequest:
@@ -165,6 +199,11 @@ class DeviceConstraint(Strict):
     matchAttribute: str | None = None
     distinctAttribute: str | None = None
 
+    @field_validator("matchAttribute", "distinctAttribute")
+    @classmethod
+    def _qualified(cls, value: str | None) -> str | None:
+        return None if value is None else _checked(apivalidation.fully_qualified_name, value)
+
     @model_validator(mode="after")
     def _one_rule(self) -> DeviceConstraint:
         if (self.matchAttribute is None) == (self.distinctAttribute is None):
@@ -175,6 +214,11 @@ class DeviceConstraint(Strict):
 class OpaqueDeviceConfiguration(Strict):
     driver: str = Field(min_length=1, max_length=limits.MAX_NAME)
     parameters: dict[str, Any]
+
+    @field_validator("driver")
+    @classmethod
+    def _driver(cls, value: str) -> str:
+        return _checked(apivalidation.driver_name, value)
 
 
 class DeviceClaimConfiguration(Strict):

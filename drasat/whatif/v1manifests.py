@@ -34,7 +34,7 @@ from drasat import loading
 from drasat.api import deviceconfig, groups
 from drasat.api.inputerrors import InputError, show
 from drasat.v1 import extended
-from drasat.whatif import kinds, manifestindex, v1cluster, v1kinds, workloads
+from drasat.whatif import apivalidation, kinds, manifestindex, v1cluster, v1kinds, workloads
 from drasat.whatif.manifestindex import Ignored, located
 
 Obj = dict[str, Any]
@@ -407,9 +407,13 @@ def _unique(
 def _validate(model: type[ModelT], document: loading.Document, namespace: str) -> ModelT:
     converted = loading.Document(document.source, document.number, _as_v1(document.data))
     try:
-        return loading.validate(model, converted)
+        found = loading.validate(model, converted)
     except InputError as error:
         raise InputError(error.detail, where=located(document, namespace)) from None
+    problem = apivalidation.object_name_problem(document.data)
+    if problem:
+        raise InputError(problem, where=located(document, namespace))
+    return found
 
 
 def _check_configs(configs: Sequence[Any], path: str, where: str) -> None:

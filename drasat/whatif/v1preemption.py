@@ -63,6 +63,12 @@ def plans(
         for c in workload.claims.values()
         if v1manifests.allocated(c.obj) and preemption.outlives_its_pods(c.obj)
     )
+    # Only running pods are evicted and none start while planning: a pod with no running pod of
+    # lower priority has no plan, and trying one for each of many such pods would outlast the
+    # time limit.
+    wanting = [w for w in wanting if any(r.priority < w.priority for r in running)]
+    if not wanting:
+        return ()
     try:
         found = preemption.plan_all(
             wanting, after, running, users, workload.classes, policy=policy, holds=holds,

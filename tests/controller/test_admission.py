@@ -132,10 +132,18 @@ def test_the_gate_goes_after_the_other_owners_gates() -> None:
         ({"resourceClaimTemplateName": "t"}, [_template("t", "mig.drasat.io")],
          f"template {NS}/t asks for drasat's devices"),
         ({"resourceClaimTemplateName": "t"}, [_template("t", OTHER_DRIVER)], None),
-        # a request that tolerates drasat's allocator taint is kube-scheduler's to allocate
+        # a request that tolerates drasat's allocator taint is still drasat's to allocate
         ({"resourceClaimTemplateName": "t"},
          [_template("t", "gpu.drasat.io", tolerations=[
-             {"key": "gpu.drasat.io/allocator", "operator": "Exists"}])], None),
+             {"key": "gpu.drasat.io/allocator", "operator": "Exists"}])],
+         f"template {NS}/t asks for drasat's devices"),
+        ({"resourceClaimTemplateName": "t"},
+         [_template("t", "gpu.drasat.io", tolerations=[{"operator": "Exists"}])],
+         f"template {NS}/t asks for drasat's devices"),
+        # admin access (holds no device) that tolerates the taint is kube-scheduler's
+        ({"resourceClaimTemplateName": "t"},
+         [_template("t", "gpu.drasat.io", adminAccess=True,
+                    tolerations=[{"operator": "Exists"}])], None),
         # not there yet: gated, the controller lets it go once the claim shows it is not ours
         ({"resourceClaimTemplateName": "t"}, [], f"template {NS}/t does not exist yet"),
         ({"resourceClaimName": "c"}, [_claim("c", "gpu.drasat.io")],

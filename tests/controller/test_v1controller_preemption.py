@@ -4,8 +4,8 @@ only once an eviction happened), the preemptor's planned allocation is held for 
 on the pod (annotation and `status.nominatedNodeName`, which a new leader reads back), a failed
 eviction names its cause and makes it pick again without that victim, a PodDisruptionBudget read
 from the API keeps its pod, a nominee waits while its victims' claims are given back, a claim
-that outlives its pods is never counted as freed. The real API server and kubelets run it in
-tests/e2e/test_e2e_v1_preemption.py."""
+that outlives its pods is never counted as freed (a standalone claim drasat gives back is). The
+real API server and kubelets run it in tests/e2e/test_e2e_v1_preemption.py."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 from checker import make_node
 
 from drasat import v1
+from drasat.api import groups
 from drasat.api.devicemodel import classes
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec, Preemption
@@ -280,6 +281,18 @@ def test_a_victim_whose_claim_outlives_it_is_never_evicted_for_nothing() -> None
     assert _preempter(api).consider(_snapshot([*pods, item.pod], claims), [node], [item],
                                     POLICY) == 0  # fmt: skip
     assert api.evicted == []
+
+
+def test_a_standalone_claim_drasat_gives_back_is_freed_with_its_last_pod() -> None:
+    # v's claim is standalone but drasat allocated it (our finalizer): drasat deallocates it
+    # once v leaves, so evicting v frees its GPU.
+    node, pods, claims = _cluster(("v", 1, {}), standalone=("v",))
+    claims["ml/v"]["metadata"]["finalizers"] = [groups.FINALIZER]
+    item = _urgent(claims)
+    api = FakeApi()
+    assert _preempter(api).consider(_snapshot([*pods, item.pod], claims), [node], [item],
+                                    POLICY) == 1  # fmt: skip
+    assert api.evicted == ["ml/v"]
 
 
 def test_a_nominee_waits_while_its_victims_claims_are_given_back() -> None:

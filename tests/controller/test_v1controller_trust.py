@@ -166,24 +166,27 @@ def test_a_clash_is_repaired_by_the_claim_not_reserved_yet(
     assert "default/p" not in ctl.releaser.unsuitable  # given back by us, not by the scheduler
 
 
-# Defect 3: claims that tolerate the allocator taint are kube-scheduler's.
-def test_a_claim_that_tolerates_the_allocator_taint_is_left_to_kube_scheduler(
+# A claim that tolerates the allocator taint is drasat's all the same (one allocator per
+# device): left to kube-scheduler, both allocators handed the same GPUs out on the real 1.37
+# control plane (tests/e2e/test_e2e_v1_races.py).
+def test_a_claim_that_tolerates_the_allocator_taint_is_allocated_by_drasat(
     api: KubeClient, controller: Callable[[], V1Controller]
 ) -> None:
-    _node(api, "n1", 2)
-    _tolerating_claim(api, "sched")
-    _pod(api, "ps", "sched")
+    _node(api, "n1", 3)
+    _tolerating_claim(api, "tol")
+    _pod(api, "pt", "tol")
     ctl = controller()
-    _cycles(ctl)
-    assert not _status(api, "sched").get("allocation")
-    _, waiting = v1inputs.pending_pods(ctl.snapshot())
-    assert "kube-scheduler allocates it" in waiting["default/ps"]
-    # kube-scheduler allocates it on gpu-1: drasat counts it at once, and in the ledger.
+    assert _settled(ctl, lambda: _status(api, "tol").get("allocation"))
+    assert _devices(api, "tol") == ["gpu-0"]
+    assert "gpu.drasat.io/deletion-protection" in _get(api, "tol")["metadata"]["finalizers"]
+    # One kube-scheduler allocated anyway (a namespace exempted from the toleration policy, a
+    # pod that reached it ungated) is counted at once, and in the ledger.
+    _tolerating_claim(api, "sched")
     _allocate_directly(api, "sched", "n1", "gpu-1", reserved=True)
     _claim(api, "c")
     _pod(api, "p", "c")
     assert _settled(ctl, lambda: _status(api, "c").get("allocation"))
-    assert _devices(api, "c") == ["gpu-0"]
+    assert _devices(api, "c") == ["gpu-2"]
     assert _ledger_uuids(api, "n1", "sched") == {_uuid(api, "n1", 1)}
     assert not _events(api, "DeviceClash")
 
@@ -454,7 +457,7 @@ def test_claim_ownership_by_finalizer_status_or_class() -> None:
     other_taint["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
         {"key": "example.com/other", "operator": "Exists"}
     ]
-    assert not v1inputs.allocates(tolerant, classes)
+    assert v1inputs.allocates(tolerant, classes)
     assert v1inputs.allocates(other_taint, classes)
     assert v1inputs.allocates(_claim_obj("c"), classes)
     orphan = _claim_obj("x", "deleted.class")

@@ -145,10 +145,13 @@ def test_claim_ref_reserved_pods_and_pod_key() -> None:
     assert v1inputs.pod_key(pod("p")) == "default/p"
 
 
-def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers() -> None:
+def test_every_claim_of_our_classes_is_drasats_tolerating_the_allocator_taint_or_not() -> None:
+    """A toleration of the allocator taint (`operator: Exists` without a key, as "tolerate all"
+    workloads write, or by key) does not hand the claim to kube-scheduler: both allocators
+    would pick the same device, and the claim would escape drasat's policy."""
     exists = exactly(tolerations=[{"operator": "Exists"}])
     assert v1inputs.tolerates_allocator_taint(claim("c", exists))
-    assert not v1inputs.allocates(claim("c", exists), OURS)
+    assert v1inputs.allocates(claim("c", exists), OURS)
     assert v1inputs.allocates(claim("c", exactly()), OURS)
     other_key = exactly(tolerations=[{"key": "example.com/x", "operator": "Exists"}])
     assert not v1inputs.tolerates_allocator_taint(claim("c", other_key))
@@ -157,6 +160,25 @@ def test_a_claim_that_tolerates_the_allocator_taint_is_kube_schedulers() -> None
     first = {"name": "gpu", "firstAvailable": [{"name": "x", "deviceClassName": classes.GPU_CLASS,
                                               "tolerations": [by_key]}]}  # fmt: skip
     assert v1inputs.tolerates_allocator_taint(claim("c", first))
+    assert v1inputs.allocates(claim("c", first), OURS)
+    assert not v1inputs.allocates(claim("c", exactly("other-gpu", tolerations=[by_key])), OURS)
+
+
+def test_only_a_claim_asking_for_admin_access_alone_and_tolerating_is_kube_schedulers() -> None:
+    """Admin access holds no device, and drasat's allocator does not give it: tolerating the
+    taint, it is kube-scheduler's; not tolerating, drasat takes it (and refuses it with its
+    reason); beside an ordinary request of drasat's class, drasat takes the claim."""
+    admin = exactly(adminAccess=True, tolerations=[{"operator": "Exists"}])
+    assert v1inputs.admin_access_only(claim("c", admin), OURS)
+    assert not v1inputs.allocates(claim("c", admin), OURS)
+    assert v1inputs.allocates(claim("c", exactly(adminAccess=True)), OURS)
+    both = claim("c", admin)
+    both["spec"]["devices"]["requests"].append({**exactly(), "name": "b"})
+    assert v1inputs.allocates(both, OURS)
+    # a request of another driver's class beside it is not drasat's to judge
+    other = claim("c", admin)
+    other["spec"]["devices"]["requests"].append({**exactly("other-gpu"), "name": "b"})
+    assert not v1inputs.allocates(other, OURS)
 
 
 def test_a_claim_settles_with_drasat_by_finalizer_status_or_class() -> None:
@@ -173,7 +195,7 @@ def test_a_claim_settles_with_drasat_by_finalizer_status_or_class() -> None:
 
 
 def test_a_pod_with_a_claim_of_kube_schedulers_or_scheduling_gates_waits() -> None:
-    tolerant = claim("t", exactly(tolerations=[{"operator": "Exists"}]))
+    tolerant = claim("t", exactly(adminAccess=True, tolerations=[{"operator": "Exists"}]))
     gated = pod("gated", "c1", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
     found, waiting = v1inputs.pending_pods(
         snapshot([pod("p", "t"), gated], [tolerant, claim("c1", exactly())])

@@ -23,6 +23,7 @@ def test_v1_guards_the_plugins_writes_and_the_controllers_pod_updates_failing_cl
         "drasat-node-plugin-own-nas",
         "drasat-node-plugin-own-slices",
         "drasat-controller-lifts-gates-only",
+        "drasat-claims-keep-drasats-taint",
     }
     bindings = [m for m in rendered.manifests if m["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)

@@ -166,8 +166,9 @@ def problems(api: kubernetes.client.ApiClient, found: Allocator) -> list[str]:
         if not results:
             continue
         ref = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-        # A claim that tolerates the allocator taint is kube-scheduler's (one allocator per
-        # claim); every other allocation of drasat's devices must be drasat's own.
+        # A claim that tolerates the allocator taint may be kube-scheduler's where its pod
+        # reached the scheduler ungated (drasat repairs what overlaps); every other allocation
+        # of drasat's devices must be drasat's own.
         if ref not in written and not v1inputs.tolerates_allocator_taint(claim):
             out.append(f"{ref} was allocated by someone else than drasat's controller")
         uid = claim["metadata"]["uid"]

@@ -2,12 +2,15 @@
 node plugin's pod leaves the running MPS shares, their daemon and its limits as they were, and the
 plugin's new pod adopts the daemon.
 
-It needs such a cluster and skips without one:
+In `make test` it runs on the containerd cluster of the session's `deployed` fixture
+(tests/e2e/containerdkit.py: two real kubelets on real containerd, the chart installed with the
+images built here), which test_e2e_containerd.py shares: started once, stopped at the end. Given
+an existing cluster instead, it runs there and starts none:
 
     scripts/kube-cluster up --kubelets 2 --runtime containerd --install   # prints a kubeconfig
     DRASAT_E2E_CLUSTER=<that kubeconfig> .venv/bin/pytest -q tests/e2e/test_e2e_cluster_mps.py
 
-`DRASAT_E2E_CLUSTER_NAMESPACE` names the chart's namespace (default `drasat`),
+`DRASAT_E2E_CLUSTER_NAMESPACE` names the chart's namespace there (default `drasat`),
 `DRASAT_E2E_PROBE_IMAGE` the workloads' image (default `localhost/drasat-probe:dev`, whose
 command prints what the container sees and sleeps). The daemons are read through the MPS host's
 own report (`kubectl exec <mps-host pod> -- drasat mps-host --status`), so the test works on any
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,11 +38,7 @@ RESOURCE = ("resource.k8s.io", "v1")
 SHARES = {"share-a": ("30", "4Gi"), "share-b": ("50", "8Gi")}
 PLUGIN = "app.kubernetes.io/component=node-plugin"
 
-pytestmark = pytest.mark.skipif(
-    not KUBECONFIG,
-    reason="no cluster with drasat installed: run `scripts/kube-cluster up --kubelets 2 "
-    "--runtime containerd --install` and set DRASAT_E2E_CLUSTER to the kubeconfig it prints",
-)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.containerd_cluster]
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 300) -> Any:
@@ -52,11 +52,20 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = 300) -> Any:
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
+@pytest.fixture(scope="module")
+def kubeconfig(request: pytest.FixtureRequest) -> str:
+    """DRASAT_E2E_CLUSTER's, else the session's containerd cluster's (started if need be)."""
+    if KUBECONFIG:
+        return KUBECONFIG
+    cluster, _ = request.getfixturevalue("deployed")
+    return str(cluster.kubeconfig)
+
+
 @pytest.fixture
-def api() -> Iterator[Any]:
+def api(kubeconfig: str) -> Iterator[Any]:
     import kubernetes
 
-    client = kubernetes.config.new_client_from_config(config_file=KUBECONFIG)
+    client = kubernetes.config.new_client_from_config(config_file=kubeconfig)
     yield client
     client.close()
 
@@ -169,6 +178,11 @@ def test_deleting_the_node_plugins_pod_leaves_mps_shares_running(api: Any) -> No
         }
         ours = our_daemons()
         assert ours and all(d["alive"] for d in ours), ours
+        # Each node's plugin and MPS host have a state folder of their own (on the test bed's
+        # nodes too, several on one machine): no other node's host knows of these daemons.
+        names = {d["name"] for d in ours}
+        for other in sorted({p.spec.node_name for p in plugins} - {node}):
+            assert not [d for d in _status(api, other) if d["name"] in names], other
         for daemon in ours:  # one for both shares on one GPU (bounded by 50 %), else one each
             limit = daemon["limits"]["threadPercentage"]
             assert daemon["answers"]["get_default_active_thread_percentage"] == str(limit)
@@ -195,7 +209,8 @@ def test_deleting_the_node_plugins_pod_leaves_mps_shares_running(api: Any) -> No
         # The new plugin adopted it.
         log = core.read_namespaced_pod_log(new.metadata.name, DRASAT_NAMESPACE)
         for daemon in ours:
-            assert f"MPS daemon {daemon['name']} (" in log and "): adopted" in log, log[-3000:]
+            adopted = re.compile(rf"MPS daemon {daemon['name']} \([^)]*\): adopted$", re.M)
+            assert adopted.search(log), log[-3000:]
     finally:
         for pod in probes():
             with contextlib.suppress(kubernetes.client.ApiException):

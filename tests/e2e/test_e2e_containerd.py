@@ -8,86 +8,24 @@ device nodes, variables and mounts of drasat's CDI specs, which containerd appli
 of the container holds them).
 
 Needs root, and the runtime and images built: `make test` builds them first (DRASAT_RUNTIME_BIN,
-DRASAT_IMAGES); a missing one fails with the command to run.
+DRASAT_IMAGES); a missing one fails with the command to run. The cluster is the session's
+`deployed` fixture (tests/e2e/containerdkit.py), which test_e2e_cluster_mps.py shares.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from helm_binary import helm_path, kubectl_path
+from containerdkit import Deployed
+from helm_binary import kubectl_path
 
 from drasat.testbed import probes
-from drasat.testbed.controlplane import binaries, containerdnode, deployment, realcluster
+from drasat.testbed.controlplane import deployment, realcluster
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy" / "helm" / "drasat"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1200),
-    pytest.mark.skipif(os.geteuid() != 0, reason="containerd nodes run as root"),
-]
-
-Deployed = tuple[realcluster.Cluster, dict[str, containerdnode.ContainerdKubelet]]
-
-
-def _archives() -> list[Path]:
-    folder = os.environ.get("DRASAT_IMAGES")
-    if not folder:
-        pytest.fail(
-            "DRASAT_IMAGES is not set: build the images with scripts/image-build (make test "
-            "does) and set it to the folder it prints",
-            pytrace=False,
-        )
-    archives = sorted(Path(folder).glob("*.tar"))
-    try:
-        deployment.check_images(archives)
-    except realcluster.ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
-    return archives
-
-
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    try:
-        bin_dir = binaries.locate()
-        runtime = containerdnode.locate_runtime()
-    except binaries.MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
-    archives = _archives()
-    os.environ.setdefault("DRASAT_HELM", str(helm_path()))
-    cluster = realcluster.Cluster.start(
-        directory=tmp_path_factory.mktemp("containerd") / "cluster",
-        bin_dir=bin_dir,
-        timeout=300,
-        die_with_parent=True,
-        root_ca_publisher=True,
-        egress_proxy=True,
-    )
-    nodes: dict[str, containerdnode.ContainerdKubelet] = {}
-    try:
-        started = containerdnode.start_nodes(
-            cluster, 2, images=tuple(archives), runtime_dir=runtime, timeout=300
-        )
-        nodes = {n.name: n for n in started}
-        deployment.install(cluster, list(nodes.values()), chart=CHART, timeout=420)
-        yield cluster, nodes
-    except BaseException:
-        print("\n".join(n.logs(40) for n in nodes.values()))
-        raise
-    finally:
-        for node in nodes.values():
-            node.stop()
-        cluster.stop()
-        left = containerdnode.remove_node_cgroups(cluster)
-        assert not left, f"cgroups left behind: {left}"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.containerd_cluster]
 
 
 def _kubectl(cluster: realcluster.Cluster, *args: str) -> subprocess.CompletedProcess[str]:

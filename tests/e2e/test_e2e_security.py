@@ -16,12 +16,14 @@ from typing import Any
 
 import kubernetes
 import pytest
+import slicekit
 from chartkit import render
 from kubecluster import install_crds, service_account_token, wait_for
 from kubernetes import dynamic
 from kubernetes.client import ApiException
 
 from drasat.api import crds
+from drasat.controller import v1inputs
 
 TENANT_RULES = [
     {
@@ -35,6 +37,8 @@ TENANT_RULES = [
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
 ]
+
+Obj = dict[str, Any]
 
 ALLOCATION = {
     "devices": {
@@ -316,3 +320,182 @@ def test_the_controllers_token_may_only_lift_drasats_gate_from_a_pod(
     pod = admin.read_namespaced_pod("p", kube_namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == ["example.com/queue"]
     assert pod.spec.containers[0].image == "app:1" and pod.metadata.labels == {"app": "x"}
+
+
+# --- a tenant's claims stay drasat's: no toleration of its allocator taint ----------------------
+
+TAINT_POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+EXEMPT = "gpu.drasat.io/tolerate-allocator-taint"
+OTHER_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "nic.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "nic.example.com"'}}]},
+}
+
+
+@pytest.fixture
+def taint_policy(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, tmp_path: pathlib.Path
+) -> Iterator[None]:
+    """The chart's policy on tolerations of drasat's allocator taint, created for real under a
+    unique prefix, its binding narrowed to `kube_namespace` (the other modules of the session
+    write tolerating claims on purpose); drasat's DeviceClasses and another driver's."""
+    prefix = f"e2e-{uuid.uuid4().hex[:6]}-drasat"
+    manifests = render(kube_namespace, "1.37.2", {"fullnameOverride": prefix}, tmp_path)
+    wanted = [
+        m
+        for m in manifests
+        if m["metadata"]["name"] == f"{prefix}-claims-keep-drasats-taint"
+        and m["kind"] in TAINT_POLICY_KINDS
+    ]
+    assert sorted(m["kind"] for m in wanted) == sorted(TAINT_POLICY_KINDS)
+    binding = next(m for m in wanted if m["kind"].endswith("Binding"))
+    binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"].append(
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [kube_namespace]}
+    )
+    client = dynamic.DynamicClient(kube_api)
+    classes = client.resources.get(api_version="resource.k8s.io/v1", kind="DeviceClass")
+    made = []
+    with slicekit.device_classes(kube_api):
+        try:
+            with contextlib.suppress(ApiException):
+                classes.create(body=OTHER_CLASS)
+                made.append((classes, OTHER_CLASS["metadata"]["name"]))
+            for manifest in wanted:
+                resource = client.resources.get(
+                    api_version=manifest["apiVersion"], kind=manifest["kind"]
+                )
+                resource.create(body=manifest)
+                made.append((resource, manifest["metadata"]["name"]))
+            yield
+        finally:
+            for resource, name in reversed(made):
+                with contextlib.suppress(ApiException):
+                    resource.delete(name=name)
+
+
+def _tolerating(name: str, *tolerations: Obj, device_class: str = "gpu.drasat.io") -> Obj:
+    return _claim(name, deviceClassName=device_class, tolerations=list(tolerations))
+
+
+#: Tolerations of a request, each with whether it tolerates drasat's allocator taint
+#: (`v1inputs.tolerates_allocator_taint` says so for each below, checked in the test).
+TOLERATIONS: list[tuple[str, Obj, bool]] = [
+    ("every taint", {"operator": "Exists"}, True),
+    ("every NoSchedule taint", {"operator": "Exists", "effect": "NoSchedule"}, True),
+    ("every NoExecute taint", {"operator": "Exists", "effect": "NoExecute"}, False),
+    ("the key", {"key": "gpu.drasat.io/allocator", "operator": "Exists"}, True),
+    (
+        "key and value",
+        {"key": "gpu.drasat.io/allocator", "operator": "Equal", "value": "drasat"},
+        True,
+    ),
+    (
+        "another value",
+        {"key": "gpu.drasat.io/allocator", "operator": "Equal", "value": "other"},
+        False,
+    ),
+    ("another key", {"key": "gpu.nvidia.com/xid", "operator": "Exists"}, False),
+]
+
+
+def test_a_tenant_cannot_take_its_claims_out_of_drasats_allocator_with_a_toleration(
+    kube_api: kubernetes.client.ApiClient,
+    kube_namespace: str,
+    tenant: kubernetes.client.ApiClient,
+    taint_policy: None,
+) -> None:
+    """The chart's ValidatingAdmissionPolicy on the real API server: a ResourceClaim or
+    ResourceClaimTemplate whose request of drasat's class tolerates drasat's allocator taint
+    (`exactly` or a `firstAvailable` entry) is refused at creation, exactly when the controller's
+    own rule says it tolerates it; another driver's class and other taints pass; an
+    administrator's label on the namespace lets them in (the tenant cannot set it)."""
+    claims = dynamic.DynamicClient(tenant).resources.get(
+        api_version="resource.k8s.io/v1", kind="ResourceClaim"
+    )
+    templates = dynamic.DynamicClient(tenant).resources.get(
+        api_version="resource.k8s.io/v1", kind="ResourceClaimTemplate"
+    )
+
+    def create(resource: Any, body: Obj) -> ApiException | None:
+        try:
+            resource.create(body=body, namespace=kube_namespace)
+        except ApiException as exc:
+            return exc
+        return None
+
+    # The policy takes effect once the server's informers hold it and the classes.
+    probes = iter(range(10_000))
+    wait_for(
+        lambda: create(claims, _tolerating(f"probe-{next(probes)}", {"operator": "Exists"})),
+        what="the toleration policy to refuse a claim",
+    )
+    for i, (what, toleration, tolerated) in enumerate(TOLERATIONS):
+        body = _tolerating(f"c-{i}", toleration)
+        assert v1inputs.tolerates_allocator_taint(body) is tolerated, what
+        refused = create(claims, body)
+        assert (refused is not None) is tolerated, (what, refused)
+        if refused is not None:
+            assert refused.status == 403, (what, refused)
+            message = json.loads(refused.body)["message"]
+            assert "DeviceClass gpu.drasat.io tolerates drasat's allocator" in message, message
+            assert EXEMPT in message
+    # a firstAvailable entry, and a template's request
+    first = _claim("first")
+    first["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "mig.drasat.io",
+         "tolerations": [{"operator": "Exists"}]}]}]  # fmt: skip
+    assert create(claims, first) is not None
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+        "spec": {"spec": _tolerating("x", {"operator": "Exists"})["spec"]},
+    }
+    assert create(templates, template) is not None
+    # another driver's class is not drasat's to guard; a claim without tolerations passes
+    other = _tolerating("nic", {"operator": "Exists"}, device_class="nic.example.com")
+    assert create(claims, other) is None
+    assert create(claims, _claim("plain")) is None
+    # the exemption is the administrator's: the tenant cannot label its namespace
+    core_as_tenant = kubernetes.client.CoreV1Api(tenant)
+    label = {"metadata": {"labels": {EXEMPT: "true"}}}
+    with pytest.raises(ApiException) as denied:
+        core_as_tenant.patch_namespace(kube_namespace, label)
+    assert denied.value.status == 403
+    kubernetes.client.CoreV1Api(kube_api).patch_namespace(kube_namespace, label)
+    wait_for(
+        lambda: (
+            create(claims, _tolerating(f"exempt-{next(probes)}", {"operator": "Exists"})) is None
+        ),
+        what="the labelled namespace to admit a tolerating claim",
+    )
+    assert create(templates, template) is None
+
+
+def test_admin_access_that_tolerates_the_taint_is_admitted_where_admin_access_is(
+    kube_api: kubernetes.client.ApiClient, kube_namespace: str, taint_policy: None
+) -> None:
+    """Admin access holds no device and stays kube-scheduler's (v1inputs.admin_access_only):
+    in a namespace labelled for admin access, the policy lets it tolerate the taint."""
+    kubernetes.client.CoreV1Api(kube_api).patch_namespace(
+        kube_namespace, {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    )
+    claims = dynamic.DynamicClient(kube_api).resources.get(
+        api_version="resource.k8s.io/v1", kind="ResourceClaim"
+    )
+    probes = iter(range(10_000))
+
+    def refused(name: str, **request: Any) -> bool:
+        body = _claim(f"{name}-{next(probes)}", tolerations=[{"operator": "Exists"}], **request)
+        try:
+            claims.create(body=body, namespace=kube_namespace)
+        except ApiException as exc:
+            assert exc.status == 403, exc
+            return True
+        return False
+
+    wait_for(lambda: refused("probe"), what="the toleration policy to refuse a claim")
+    assert not refused("admin", adminAccess=True)
+    assert refused("mine")

@@ -246,3 +246,44 @@ def _expressions() -> st.SearchStrategy[str]:
 
 
 _EXPRESSIONS = _expressions()
+
+
+#: Mistakes a user makes in a selector, each a rewrite of a generated one: a function name one
+#: letter short, a misspelt variable, a quantity compared with a number, a string compared with
+#: a number, an attribute used as the whole expression, a method of another type, an unquoted
+#: domain, a heterogeneous list.
+_MISTAKES = (
+    (".contains(", ".contain("),
+    (".startsWith(", ".startWith("),
+    (".matches(", ".match("),
+    ("quantity(", "quantty("),
+    ("semver(", "semVer("),
+    (".compareTo(", ".compare("),
+    (".isGreaterThan(", ".greaterThan("),
+    ("device.", "devices."),
+    ("device.attributes", "device.attribute"),
+    (".asInteger()", ""),
+    ('.compareTo(quantity("1")) ', " "),
+    ("lowerAscii()", "lowerAscii"),
+    ('device.driver == "gpu.drasat.io"', "device.driver == 1"),
+    ('device.driver == "gpu.drasat.io"', "device.driver"),
+    ('device.driver == "gpu.drasat.io"', "device.driver == gpu.drasat.io"),
+    (".size()", ".len()"),
+    ("in [", 'in ["x", 1, '),
+    ("true", "1"),
+    ("has(", "exists("),
+)
+
+
+def with_mistakes() -> st.SearchStrategy[str]:
+    """A generated selector, maybe with one of `_MISTAKES` made in it (one the API server may or
+    may not refuse: the checker's verdict is compared, not assumed)."""
+    return st.tuples(expressions(), st.lists(st.sampled_from(_MISTAKES), max_size=2)).map(
+        lambda t: _rewrite(t[0], t[1])
+    )
+
+
+def _rewrite(expression: str, mistakes: list[tuple[str, str]]) -> str:
+    for old, new in mistakes:
+        expression = expression.replace(old, new, 1)
+    return expression

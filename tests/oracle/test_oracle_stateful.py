@@ -102,10 +102,11 @@ class Sequences(RuleBasedStateMachine):
 
     def _claims(self, data: st.DataObject, many: int, *, drasats: bool = True) -> list[Obj]:
         """Claims for one driver's classes (one the cluster has nodes of), each drawn again (up
-        to 5 times) while it runs into a known difference or (`drasats`) is not drasat's to
-        allocate (a claim whose request tolerates drasat's allocator taint is kube-scheduler's:
-        `v1inputs.allocates`); none if one still does, and the step is skipped (a filter would
-        end the whole sequence where it fails)."""
+        to 5 times) while it runs into a known difference or (`drasats`) tolerates drasat's
+        allocator taint (drasat allocates such a claim too, `v1inputs.allocates`, but these
+        sequences give it only to the other allocator, as kube-scheduler takes it for an
+        ungated pod); none if one still does, and the step is skipped (a filter would end the
+        whole sequence where it fails)."""
         drivers = {spec.drasat is not None for spec in self._cluster.nodes}
         nvidia = data.draw(st.sampled_from(sorted(drivers)), label="drasat's classes") is False
         words = claimgen.NVIDIA if nvidia else claimgen.DRASAT

@@ -156,10 +156,12 @@ def test_a_deadline_already_past_still_gives_every_pod_an_answer() -> None:
     assert_valid(problem, found)
     assert len(found.placements) == 1 and len(found.unplaced) == 1
     (reasons,) = [r.reasons for r in found.unplaced]
+    # No time for the batch model at all: the warm start's placements are the answer.
     assert reasons == (
-        "fits on some node alone, not beside the pods placed in this solve (not explained "
-        "node by node: the time limit ran out)",
+        "not placed by the first pass, and no time left for the batch model (the time limit "
+        "ran out)",
     )
+    assert found.best_bound is None
     # Without a deadline the same pod is explained node by node.
     explained = solve(problem, SolveParams(mode=Mode.batch))
     assert "time limit ran out" not in " ".join(explained.unplaced[0].reasons)

@@ -246,7 +246,9 @@ def test_a_device_field_upstream_does_not_declare_does_not_compile() -> None:
     field is its compile error `undefined field`; cel-python, untyped, would fail per device."""
     with pytest.raises(cel.SelectorError) as error:
         cel.compile_selector('device.nosuch == 1 || device.driver == "x"')
-    assert str(error.value).endswith("does not compile: undefined field 'nosuch'")
+    assert str(error.value).endswith(
+        "does not compile: ERROR: <input>:1:8: undefined field 'nosuch'"
+    )
     # The names inside a string are no fields.
     cel.compile_selector('device.driver == "device.nosuch"')
 

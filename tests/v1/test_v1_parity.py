@@ -502,7 +502,7 @@ def test_a_selector_that_fails_on_a_device_stops_the_search_there() -> None:
     out = v1.allocate([node("a", "T4", 2, numa=[None, 0])], [pod("p", wanted)], CLASSES)  # type: ignore[list-item]
     assert out.placed == {}
     (reason,) = out.refused["default/p"]
-    assert "failed on a device: no such key: numaNode" in reason, reason
+    assert "failed on device gpu-0: no such key: numaNode" in reason, reason
     out = v1.allocate([node("a", "T4", 2, numa=[0, None])], [pod("p", wanted)], CLASSES)  # type: ignore[list-item]
     assert _devices(out, "c") == ["gpu-0"]
     guarded = exactly(GPU, "has(" + attr("numaNode") + ") && " + attr("numaNode") + " == 0")

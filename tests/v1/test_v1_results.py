@@ -196,13 +196,16 @@ def test_status_read_back_exact_entries() -> None:
     assert key == "uid-whole/g" and share is None  # all its capacity: the GPU held whole
 
 
-def test_results_of_other_drivers_and_devices_the_node_lacks_are_skipped() -> None:
+def test_results_of_other_drivers_devices_the_node_lacks_and_admin_access_are_skipped() -> None:
     nas = node("a", "T4", 1).state.nas
     status = {"allocation": {"devices": {"results": [
         {"request": "g", "driver": "gpu.example.com", "pool": "a", "device": "gpu-0"},
         {"request": "h", "driver": "gpu.drasat.io", "pool": "a", "device": "gpu-7"},
         {"request": "m", "driver": "gpu.drasat.io", "pool": "a", "device": "gpu-0-mig-1g5gb-19-0"},
         {"request": "k", "driver": "gpu.drasat.io", "pool": "a", "device": "gpu-0"},
+        # admin access holds nothing (upstream's allocator and kube-scheduler skip it alike)
+        {"request": "x", "driver": "gpu.drasat.io", "pool": "a", "device": "gpu-0",
+         "adminAccess": True},
     ]}}}  # fmt: skip
     written = claim("c", {})
     written["status"] = status

@@ -106,8 +106,8 @@ CASES = [
     ),
     pytest.param(
         _claim("{resourceClassNam: gpu.drasat.io}"),
-        "document 1: ResourceClaim ns/c: spec.resourceClassName: Field required; "
-        "spec.resourceClassNam: unknown field",
+        "document 1: ResourceClaim ns/c: spec.resourceClassNam: unknown field; "
+        "spec.resourceClassName: Field required",
         id="mistyped-claim-field",
     ),
     pytest.param(
@@ -133,8 +133,8 @@ CASES = [
     pytest.param(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\n"
         "spec: {containers: [], resourceClaims: [{name: g}]}\n",
-        "document 1: Pod ns/p: spec.resourceClaims[0]: a pod claim names exactly one of "
-        "resourceClaimName or resourceClaimTemplateName (directly or under source)",
+        "document 1: Pod ns/p: spec.resourceClaims[0]: Invalid value: must specify one of: "
+        "`resourceClaimName`, `resourceClaimTemplateName`",
         id="pod-claim-without-source",
     ),
     pytest.param(

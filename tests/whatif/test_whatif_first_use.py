@@ -69,8 +69,9 @@ def test_nvidias_classes_on_the_embedded_cluster_say_what_it_publishes(run_cli: 
     reasons = [line for line in result.out.splitlines() if " not placed: " in line]
     assert len(reasons) == 2 and all(
         line.endswith(
-            "no published device matches request gpu (class gpu.nvidia.com); the embedded "
-            "example cluster (no --cluster) publishes devices of gpu.drasat.io only"
+            "no published device matches request gpu (class gpu.nvidia.com): no device of the "
+            "cluster is of class gpu.nvidia.com; the embedded example cluster (no --cluster) "
+            "publishes devices of gpu.drasat.io only"
         )
         for line in reasons
     )

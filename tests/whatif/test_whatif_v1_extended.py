@@ -69,7 +69,10 @@ def test_a_count_that_is_not_whole_is_bad_input_naming_the_field(
     app = write_yaml("app.yaml", DEPLOYMENT % "'1.5'")
     result = run_cli("--cluster", cluster, "-f", app)
     assert result.code == 2
-    assert "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu" in result.err
+    assert (
+        "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "
+        '"1.5": must be an integer'
+    ) in result.err
     assert "Deployment ml/trainer" in result.err and "Traceback" not in result.err
 
 

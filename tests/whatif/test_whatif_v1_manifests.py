@@ -373,8 +373,8 @@ def test_skip_unsupported_leaves_out_the_file_and_the_pods_that_need_it() -> Non
         (
             ("exactly: {deviceClassName", "exactly: {devicClassName"),
             "app.yaml: document 1: ResourceClaimTemplate ml/one-gpu: "
-            "spec.spec.devices.requests[0].exactly.deviceClassName: Field required; "
-            "spec.spec.devices.requests[0].exactly.devicClassName: unknown field",
+            "spec.spec.devices.requests[0].exactly.devicClassName: unknown field; "
+            "spec.spec.devices.requests[0].exactly.deviceClassName: Field required",
         ),
         (
             (
