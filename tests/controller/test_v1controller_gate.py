@@ -386,7 +386,7 @@ def test_ungated_pods_work_as_before_and_are_said_once(
         _claim(api, f"c{i}")
         _pod(api, f"p{i}", [f"c{i}"], [])
     ctl = controller()
-    with caplog.at_level(logging.WARNING, logger="drasat.controller.v1controller"):
+    with caplog.at_level(logging.WARNING, logger="drasat.controller.cycle.gates"):
         assert _settled(ctl, lambda: _allocated(api, "c1") and _allocated(api, "c2"))
         _cycles(ctl, 2)
     said = [m for m in caplog.messages if "without drasat's scheduling gate" in m]

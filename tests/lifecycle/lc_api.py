@@ -15,7 +15,9 @@ controller can tell from a real server:
   makes of those answers. A timeout of a write may come after the server applied it
   (`after_write`), as a real timeout can;
 - **the Eviction API and PodDisruptionBudgets**, which the simulated server does not serve: an
-  eviction deletes the pod (uid precondition checked first), and there are no budgets.
+  eviction deletes the pod (uid precondition checked first) unless a budget selecting it allows no
+  disruption now (429, as the API server answers); the budgets are the model's (`budgets`), their
+  `status.disruptionsAllowed` always current.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from drasat.controller.preemption import selects
 from drasat.kube import errors
 from drasat.kube import resources as r
 from drasat.kube.client import KubeClient, ObjectList, Patch, WatchEvent
@@ -156,12 +159,18 @@ class ModelApi:
         faults: FaultPlan,
         tracker: Tracker,
         evicted: Callable[[str], None] = lambda pod: None,
+        budgets: Callable[[], list[Obj]] = list,
+        refused: Callable[[str, str], None] = lambda pod, budget: None,
     ) -> None:
         self.inner = inner
         self.faults = faults
         self.tracker = tracker
         #: Told of each pod this replica evicted (namespace/name).
         self.evicted = evicted
+        #: The PodDisruptionBudgets now, with their status.
+        self.budgets = budgets
+        #: Told of each eviction a budget refused (namespace/name, the budget's name).
+        self.refused = refused
 
     def _call(
         self, verb: str, resource: Resource, name: str | None, call: Callable[[], Any]
@@ -187,7 +196,7 @@ class ModelApi:
         field_selector: str | None = None,
     ) -> ObjectList:
         if resource.plural == "poddisruptionbudgets":
-            return ObjectList([], "0")  # the model has no budgets
+            return ObjectList(self.budgets(), "0")  # the model's, never faulted
 
         def call() -> ObjectList:
             found = self.inner.list(
@@ -235,6 +244,20 @@ class ModelApi:
         pod = self.inner.get(r.PODS, name, namespace=namespace)
         if uid and pod["metadata"].get("uid") != uid:
             raise errors.Conflict(f"pod {namespace}/{name}: uid precondition failed", status=409)
+        for budget in self.budgets():
+            meta = budget["metadata"]
+            if (
+                meta.get("namespace") == namespace
+                and selects(budget["spec"].get("selector"), pod["metadata"].get("labels") or {})
+                and int(budget["status"]["disruptionsAllowed"]) < 1
+            ):
+                self.refused(f"{namespace}/{name}", str(meta["name"]))
+                raise errors.Unavailable(
+                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                    f"disruption budget {meta['name']}",
+                    status=429,
+                    reason="TooManyRequests",
+                )
         self.inner.delete(r.PODS, name, namespace=namespace)
         self.evicted(f"{namespace}/{name}")
         return body

@@ -7,9 +7,10 @@ model knows (`KINDS`: exclusive GPUs, two GPUs, time-sliced, shares by `capacity
 profiles, a GPU else the CPU fallback, the CPU fallback, a claim tolerating drasat's allocator
 taint), created and deleted; pods of them with priorities, gangs; pods finish or are deleted;
 a claim deleted with its pods;
-nodes cordoned, uncordoned, drained, deleted and back; an admin's allocation written onto a free
-or a held GPU; API errors on a verb of a kind for the next cycle; the leader restarted; the lease
-moving to the other replica, also in the middle of a cycle.
+nodes cordoned, uncordoned, drained, deleted and back; PodDisruptionBudgets created and deleted;
+an admin's allocation written onto a free or a held GPU; API errors on a verb of a kind for the
+next cycle; the leader restarted; the lease moving to the other replica, also in the middle of a
+cycle.
 
 Invariants (`Violation.kind`), checked after every round of every step:
 
@@ -33,9 +34,20 @@ Invariants (`Violation.kind`), checked after every round of every step:
 - a claim of drasat's seen allocated while a pod naming it was bound stays allocated while that
   pod lives on its node (`claim-deallocated-under-its-pod`, at once).
 
-Preemption is driven (priorities) but not checked yet: its invariants (each eviction followed by
-its preemptor's placement, no two preemptors counting one device, no partly bound gang, no
-eviction of equal or higher priority) join `_observe` as further obligations.
+- every pod the controller evicted had a lower priority than the preemptor whose nomination names
+  it (`eviction-of-equal-or-higher-priority`, at once);
+- every eviction is followed within `bound` rounds by its preemptor placed, unless the preemptor
+  is gone or its nomination ended with a reason said on it (`PreemptionRefused`,
+  `NoPreemption`) or because a higher-priority pod preempted on its node since
+  (`preemptor-not-placed-after-eviction`).
+
+- no eviction the controller asks for is refused by a PodDisruptionBudget
+  (`eviction-refused-by-a-budget`, at once): the model's budgets (every pod of the namespace, a
+  `minAvailable`) say their allowance currently, and its Eviction API refuses what they do not
+  allow, as the API server does, so a budget is never exceeded and a refusal means the
+  controller overspent one.
+
+Not checked yet: no two preemptors counting one device beyond what the held-twice checks see.
 
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
@@ -58,8 +70,10 @@ from lc_objects import GANG_KINDS, KINDS, POD_KINDS, PRIORITIES, SHARED_KINDS
 from lc_world import NAMESPACE, World, pod_claim_names, tolerates_all
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+from drasat.controller.preemption import REASON_NONE, REASON_REFUSED
 from drasat.kube import errors
 from drasat.kube import resources as r
+from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
 
@@ -146,6 +160,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.reported: set[tuple[str, str]] = set()
         #: (pod uid, claim uid): the claim seen allocated while the pod was bound and live.
         self.used: set[tuple[str, str]] = set()
+        #: namespace/name -> the pod's priority, as last seen (an evicted pod is gone).
+        self.priorities: dict[str, int] = {}
+        #: Evicted pod (namespace/name) -> the nomination seen naming it as a victim.
+        self.evicted_for: dict[str, Nomination] = {}
+        #: Evicted pods whose priority was checked against their preemptor's.
+        self.evictions_checked: set[str] = set()
+        self.budget_refusals_seen = 0
         self.failures: list[Violation] = []
         self.aborts_seen = 0
         self.faults_seen = 0
@@ -212,7 +233,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         for text in unknown:
             self._violate(Violation("ledger-unknown-device", text, f"the ledger names {text}"))
         for problem in truth.problems(ledger, gpus):
-            if any(u.uid in foreign for u in problem.claims):
+            if any(u.uid in foreign or truth.foreign_entry(u, problem.gpu, self.world.foreign)
+                   for u in problem.claims):  # fmt: skip
                 problem = dataclasses.replace(
                     problem, claims=tuple(dataclasses.replace(u, foreign=True)
                                           for u in problem.claims))  # fmt: skip
@@ -226,6 +248,15 @@ class LifecycleMachine(RuleBasedStateMachine):
             if n in gpus and not (node.get("spec") or {}).get("unschedulable")
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
+        self._preemptions(pods, owed)
+        # A clash with another allocator's allocation is repaired by evicting the pods of the
+        # claim that gives way, which a budget may refuse (by design: tried again each cycle):
+        # no finding of preemption's, and the repair's bound does not run while a budget blocks it.
+        repairing = any(k[0].startswith(("foreign-", "ledger-foreign-")) for k in owed)
+        blocked = repairing and any(
+            at >= self.world.rounds - 1 for at, _, _ in self.world.budget_refusals
+        )
+        self._budgets_kept(repairing)
         if self._preempting():
             # Devices freed by an eviction are held for its preemptor: a pod waiting beside
             # such a hold is counted apart (the hold's own rules come with preemption's checks).
@@ -239,6 +270,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             # An obligation needs writes: a round whose cycle met an injected error does not
             # count (the bound is in rounds without one), except where the error is the point.
             counts = not self.world.faulted or key[0] in AGES_UNDER_FAULTS
+            counts = counts and not (blocked and key[0].startswith(("foreign-", "ledger-foreign-")))
             self.ages[key] = self.ages.get(key, 0) + int(counts)
             if self.ages[key] > self.bound:
                 self._violate(Violation(key[0], key[1], f"{text} (for {self.ages[key]} rounds)"))
@@ -432,6 +464,76 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"gang {gang} ({len(pods)} pods) fits in what is free and is not bound"
             )
 
+    def _preemptions(self, pods: list[Obj], owed: dict[tuple[str, str], str]) -> None:
+        """Each eviction the controller made, against the nomination naming its victim: the
+        victim's priority below the preemptor's (at once), and the preemptor placed within
+        `bound` rounds unless it is gone, or its nomination ended with a reason said on it
+        (`PreemptionRefused`, `NoPreemption`) or because a higher-priority pod preempted on its
+        node later."""
+        live = {f"{NAMESPACE}/{p['metadata']['name']}": p for p in pods}
+        for key, pod in live.items():
+            self.priorities[key] = int((pod.get("spec") or {}).get("priority") or 0)
+        nominations = {k: n for k, p in live.items() if (n := Nomination.of_pod(p)) is not None}
+        evictions = self.world.evictions
+        for nomination in nominations.values():
+            for victim in nomination.victims:
+                if any(v == victim for _, v in evictions):
+                    self.evicted_for.setdefault(victim, nomination)
+        for _, victim in evictions:
+            found = self.evicted_for.get(victim)
+            if found is None or victim in self.evictions_checked:
+                continue  # none: its nomination was not written (a refused write)
+            self.evictions_checked.add(victim)
+            mine = self.priorities.get(victim)
+            if mine is not None and mine >= found.priority:
+                self._violate(Violation(
+                    "eviction-of-equal-or-higher-priority", victim,
+                    f"{victim} (priority {mine}) evicted for {found.pod} (priority "
+                    f"{found.priority})"))  # fmt: skip
+        for at, victim in evictions:
+            found = self.evicted_for.get(victim)
+            pod = live.get(found.pod) if found is not None else None
+            if found is None or pod is None or str(pod["metadata"]["uid"]) != found.uid:
+                continue  # gone (deleted, or another pod of its name)
+            if not _pending(pod):
+                continue
+            held = nominations.get(found.pod)
+            ended = held is None or victim not in held.victims
+            if ended and (self._preemption_said(pod) or self._displaced(found, at)):
+                continue
+            owed[("preemptor-not-placed-after-eviction", found.uid)] = (
+                f"{victim} was evicted for {found.pod}, which is not placed"
+                + ("" if held else ", has no nomination and no Event saying why")
+            )
+
+    def _budgets_kept(self, repairing: bool) -> None:
+        """No eviction the controller asks for is refused by a budget: the model's budgets say
+        their allowance currently, so a refusal means the controller spent one allowance twice or
+        chose a victim its budget did not allow. Not while a clash is repaired (`repairing`)."""
+        for at, pod, budget in self.world.budget_refusals[self.budget_refusals_seen :]:
+            if repairing:
+                continue
+            self._violate(Violation(
+                "eviction-refused-by-a-budget", f"{pod} {budget} {at}",
+                f"the controller asked to evict {pod}, which budget {budget} did not allow "
+                f"(round {at})"))  # fmt: skip
+        self.budget_refusals_seen = len(self.world.budget_refusals)
+
+    def _displaced(self, found: Nomination, at: int) -> bool:
+        """Whether a pod of higher priority preempted on the nomination's node since `at` (which
+        ends it: it plans again)."""
+        others = [(t, self.evicted_for.get(v)) for t, v in self.world.evictions if t >= at]
+        return any(o is not None and o.node == found.node and o.priority > found.priority
+                   for _, o in others)  # fmt: skip
+
+    def _preemption_said(self, pod: Obj) -> bool:
+        uid = str(pod["metadata"]["uid"])
+        return any(
+            str((e.get("involvedObject") or {}).get("uid")) == uid
+            and e.get("reason") in (REASON_REFUSED, REASON_NONE)
+            for e in self.world.read(r.EVENTS, NAMESPACE)
+        )
+
     def _reasons(
         self, pods: list[Obj], by_name: dict[str, Obj], owed: dict[tuple[str, str], str]
     ) -> None:
@@ -600,6 +702,19 @@ class LifecycleMachine(RuleBasedStateMachine):
         pod = self.world.admin.get(r.PODS, name, namespace=NAMESPACE)
         self.world.set_phase(pod, phase)
         self._settle("finish_pod")
+
+    @rule(least=st.integers(1, 6))
+    def create_budget(self, least: int) -> None:
+        """A PodDisruptionBudget over every pod of the namespace: at least `least` bound."""
+        self.world.budgets[self._name("b")] = least
+        self._settle("create_budget")
+
+    @precondition(lambda self: self.world.budgets)
+    @rule(data=st.data())
+    def delete_budget(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.world.budgets)), label="budget")
+        del self.world.budgets[name]
+        self._settle("delete_budget")
 
     @precondition(lambda self: self.world.rounds > 0)
     @rule(data=st.data())

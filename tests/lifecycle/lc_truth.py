@@ -89,6 +89,16 @@ def is_foreign(claim: Obj, foreign: Mapping[str, list[Obj]]) -> bool:
     return now == [(x.get("pool"), x.get("device")) for x in written]
 
 
+def foreign_entry(use: Use, gpu: str, foreign: Mapping[str, list[Obj]]) -> bool:
+    """Whether a ledger entry's use of `gpu` (node/gpu-<minor>) is that of an allocation another
+    allocator wrote (its recorded write names that device), whatever the claim's status says
+    now: the entry outlives the allocation by one cycle when that allocator gives it back after
+    drasat's cycle (drasat's next settle removes it; `ledger-disagrees` bounds that)."""
+    node, _, device = gpu.partition("/")
+    return any(x.get("pool") == node and x.get("device") == device
+               for x in foreign.get(use.uid, []))  # fmt: skip
+
+
 def holdings(
     claims: Iterable[Obj], gpus: Mapping[str, Sequence[Gpu]], foreign: Mapping[str, list[Obj]]
 ) -> tuple[dict[tuple[str, int], list[Use]], list[str]]:

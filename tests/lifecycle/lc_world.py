@@ -161,7 +161,8 @@ class Replica:
     def start(self) -> None:
         self.tracker = Tracker()
         self.client = KubeClient(configuration_for(self.world.server.url), request_timeout=10)
-        api = ModelApi(self.client, self.world.faults, self.tracker, self.world.note_eviction)
+        api = ModelApi(self.client, self.world.faults, self.tracker, self.world.note_eviction,
+                       self.world.budget_objects, self.world.note_budget_refusal)  # fmt: skip
         self.controller = V1Controller(
             api,  # type: ignore[arg-type]
             self.world.config,
@@ -223,6 +224,10 @@ class World:
         self.foreign: dict[str, list[Obj]] = {}
         #: Pods the controller evicted (preemption): (round, namespace/name).
         self.evictions: list[tuple[int, str]] = []
+        #: PodDisruptionBudgets of the namespace: name -> minAvailable (every pod selected).
+        self.budgets: dict[str, int] = {}
+        #: Evictions a budget refused: (round, namespace/name, budget).
+        self.budget_refusals: list[tuple[int, str, str]] = []
         #: Cycles that raised: (round, text).
         self.aborts: list[tuple[int, str]] = []
         self.rounds = 0
@@ -241,6 +246,34 @@ class World:
 
     def note_eviction(self, pod: str) -> None:
         self.evictions.append((self.rounds, pod))
+
+    def note_budget_refusal(self, pod: str, budget: str) -> None:
+        self.budget_refusals.append((self.rounds, pod, budget))
+
+    def budget_objects(self) -> list[Obj]:
+        """The budgets as the API server serves them: `disruptionsAllowed` from the pods bound
+        and running now (the disruption controller's healthy pods, always current here)."""
+        healthy = sum(
+            1
+            for p in self.admin.list(r.PODS, namespace=NAMESPACE).items
+            if (p.get("spec") or {}).get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
+        )
+        return [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"minAvailable": least, "selector": {}},
+                "status": {
+                    "disruptionsAllowed": max(0, healthy - least),
+                    "currentHealthy": healthy,
+                    "desiredHealthy": least,
+                },
+            }
+            for name, least in sorted(self.budgets.items())
+        ]
 
     # --- set up -------------------------------------------------------------------------------
 

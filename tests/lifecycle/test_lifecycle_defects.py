@@ -7,7 +7,6 @@ are fixed and stay as regression tests."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,8 +22,6 @@ from drasat.kube import resources as r
 Obj = dict[str, Any]
 #: Rounds each actor gets after a change (the model's bound on an obligation).
 BOUND = 8
-
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 
 @pytest.fixture
@@ -239,3 +236,43 @@ def test_a_deallocation_racing_the_scheduler_keeps_the_claim_it_reserved(
     assert truth.results_of(claim), "the claim was deallocated under the pod it is reserved for"
     assert (_get(world, r.PODS, "b").get("status") or {}).get("phase") == "Running"
     assert not _problems(world)
+
+
+def test_a_gang_member_written_before_the_lease_was_lost_is_given_back(
+    cluster: Callable[..., World], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader writes one member's claim of a gang of two and loses the lease before the
+    other's (a crash between writes alike); every status write of the other member's claim is
+    refused. The written member keeps drasat's gate, so kube-scheduler neither reserves its
+    claim nor binds it, and the next leader gives its GPU back while the gang cannot be whole
+    (found by seed 3 of the long run, where the simulated scheduler bound the gated pod)."""
+    world = cluster(n1="t4x2")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("member", "gpu"), namespace=NAMESPACE
+    )
+    labels = {GANG_LABEL: "g", GANG_SIZE_LABEL: "2"}
+    for name in ("m1", "m2"):
+        _pod(world, name, template="member", labels=labels)
+    _run(world, 1)  # the resourceclaim controller makes the members' claims
+    first, second = (truth.claim_names(_get(world, r.PODS, m))[0] for m in ("m1", "m2"))
+    assert first is not None and second is not None
+    world.faults.arm(Fault("replace_status", "resourceclaims", 500, name=second, times=10**6,
+                           rounds=10**6))  # fmt: skip
+    write = ModelApi.replace_status
+
+    def lease_lost_after_first(api: ModelApi, resource: r.Resource, body: Obj) -> Obj:
+        written = write(api, resource, body)
+        if body["metadata"]["name"] == first and (body.get("status") or {}).get("allocation"):
+            world.replicas[world.leader].lease_left = 0
+            world.next_leader = 1 - world.leader
+        return written
+
+    monkeypatch.setattr(ModelApi, "replace_status", lease_lost_after_first)
+    _run(world, 1)
+    monkeypatch.setattr(ModelApi, "replace_status", write)
+    assert truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), "m1 was never written"
+    _run(world)
+    assert not _get(world, r.PODS, "m1")["spec"].get("nodeName"), "a gated pod was bound"
+    assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), (
+        "m1 keeps its GPU while m2 cannot be allocated"
+    )

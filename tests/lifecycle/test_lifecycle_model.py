@@ -9,7 +9,6 @@ The long run: `DRASAT_LIFECYCLE_STEPS=5000 DRASAT_LIFECYCLE_SEEDS=1,2,3,4
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 import warnings
@@ -24,9 +23,6 @@ from lc_machine import LifecycleMachine, Stats
 #: test_lifecycle_defects.py).
 KNOWN_DEFECTS: dict[str, str] = {}
 
-# The controller's own log lines (every refusal, every injected fault) would drown the report;
-# what the model finds it says itself.
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
 
 STEPS = int(os.environ.get("DRASAT_LIFECYCLE_STEPS", "200"))
 SEEDS = [int(s) for s in os.environ.get("DRASAT_LIFECYCLE_SEEDS", "1").split(",") if s]

@@ -1,10 +1,11 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
-allocations over what a GPU has, and a claim deallocated under its running pod are caught (a
-model whose checks cannot fail proves nothing)."""
+allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
+of no higher priority, an eviction whose preemptor is never placed and an eviction a budget does
+not allow are caught (a model whose
+checks cannot fail proves nothing)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import lc_objects as objects
@@ -12,9 +13,10 @@ import pytest
 from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE
 
+from drasat.api.groups import NOMINATION_ANNOTATION
+from drasat.controller.preemption import Preempter
 from drasat.kube import resources as r
-
-logging.getLogger("drasat").setLevel(logging.CRITICAL)
+from drasat.v1.nominations import Nomination
 
 
 @pytest.fixture
@@ -75,3 +77,76 @@ def test_a_claim_deallocated_under_its_running_pod_is_caught_at_once(
     machine.world.replicas[1].stop()  # nobody allocates it again
     machine.create_claim("cpu")
     assert "claim-deallocated-under-its-pod" in _kinds(machine)
+
+
+def _evict_as_a_broken_controller(machine: LifecycleMachine, victim_priority: int,
+                                  preemptor_priority: int) -> None:  # fmt: skip
+    """A running pod, then a pending one for which the leader — stopped, so nothing places it
+    afterwards — evicts the first and writes a nomination naming it, as the controller does."""
+    machine.pod_of_new_claim("gpu", victim_priority)
+    admin = machine.world.admin
+    (victim,) = [p for p in admin.list(r.PODS, namespace=NAMESPACE).items
+                 if p["spec"].get("nodeName")]  # fmt: skip
+    machine.world.leader = 1
+    machine.world.replicas[1].stop()
+    machine.pod_of_new_claim("gpu", preemptor_priority)
+    (preemptor,) = [p for p in admin.list(r.PODS, namespace=NAMESPACE).items
+                    if not p["spec"].get("nodeName")]  # fmt: skip
+    meta = preemptor["metadata"]
+    nomination = Nomination(f"{NAMESPACE}/{meta['name']}", meta["uid"], victim["spec"]["nodeName"],
+                            preemptor_priority, (f"{NAMESPACE}/{victim['metadata']['name']}",),
+                            (), {}, "2026-01-01T00:00:00.000000Z")  # fmt: skip
+    admin.patch(r.PODS, meta["name"],
+                {"metadata": {"annotations": {NOMINATION_ANNOTATION: nomination.annotation()}}},
+                namespace=NAMESPACE)  # fmt: skip
+    admin.delete(r.PODS, victim["metadata"]["name"], namespace=NAMESPACE)
+    machine.world.note_eviction(f"{NAMESPACE}/{victim['metadata']['name']}")
+    machine.create_claim("cpu")
+
+
+def test_an_eviction_for_a_pod_of_the_same_priority_is_caught_at_once(
+    machine: LifecycleMachine,
+) -> None:
+    _evict_as_a_broken_controller(machine, 100, 100)
+    assert "eviction-of-equal-or-higher-priority" in _kinds(machine)
+
+
+def test_an_eviction_whose_preemptor_is_never_placed_is_caught(machine: LifecycleMachine) -> None:
+    _evict_as_a_broken_controller(machine, 0, 1000)
+    kinds = _kinds(machine)
+    assert "preemptor-not-placed-after-eviction" in kinds
+    assert "eviction-of-equal-or-higher-priority" not in kinds
+
+
+def _full_of_low_priority_pods(machine: LifecycleMachine) -> None:
+    """Every whole GPU of the model's nodes (five T4s) held by a pod of priority 0."""
+    for _ in range(5):
+        machine.pod_of_new_claim("gpu", 0)
+    bound = [p for p in machine.world.admin.list(r.PODS, namespace=NAMESPACE).items
+             if p["spec"].get("nodeName")]  # fmt: skip
+    assert len(bound) == 5
+
+
+def test_an_eviction_a_budget_does_not_allow_is_caught(
+    machine: LifecycleMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _full_of_low_priority_pods(machine)
+    machine.create_budget(5)  # no disruption allowed
+    # A controller that chooses its victims without reading the budgets.
+    monkeypatch.setattr(Preempter, "_budgets", lambda self, snapshot: {})
+    machine.pod_of_new_claim("gpu", 1000)
+    assert "eviction-refused-by-a-budget" in _kinds(machine)
+
+
+def test_one_allowance_is_spent_once_by_two_preemptors_in_one_cycle(
+    machine: LifecycleMachine,
+) -> None:
+    _full_of_low_priority_pods(machine)
+    machine.create_budget(4)  # one disruption allowed
+    for _ in range(2):
+        machine._create_pod(claim=machine._create_claim("gpu"), priority=1000)
+    machine._settle("two preemptors")
+    assert len(machine.world.evictions) == 1
+    assert not machine.world.budget_refusals
+    assert not _kinds(machine) & {"eviction-refused-by-a-budget",
+                                  "preemptor-not-placed-after-eviction"}  # fmt: skip

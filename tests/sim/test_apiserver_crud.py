@@ -132,6 +132,18 @@ def test_pod_spec_is_immutable_but_binding_sets_node(core: kubernetes.client.Cor
     assert again.value.status == 409
 
 
+def test_a_pod_with_a_scheduling_gate_is_never_bound(core: kubernetes.client.CoreV1Api) -> None:
+    gated = pod("p1")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    core.create_namespaced_pod("default", gated)
+    binding = {"metadata": {"name": "p1"}, "target": {"kind": "Node", "name": "n1"}}
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod_binding("p1", "default", binding, _preload_content=False)
+    assert caught.value.status == 409
+    assert "non-empty .spec.schedulingGates" in status_of(caught.value)["message"]
+    assert core.read_namespaced_pod("p1", "default").spec.node_name is None
+
+
 def test_strategic_merge_patch_from_the_typed_client(core: kubernetes.client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod("p1", a="1", b="2"))
     patched = core.patch_namespaced_pod(

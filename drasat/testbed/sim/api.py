@@ -489,6 +489,11 @@ class Api:
                     "Conflict",
                     f"pod {route.name} is already assigned to node {current['spec']['nodeName']!r}",
                 )
+            if current["spec"].get("schedulingGates"):
+                # As kube-apiserver: a pod that is not ready for scheduling is never bound.
+                raise errors.ApiError(
+                    409, "Conflict", f"pod {route.name} has non-empty .spec.schedulingGates"
+                )
             current["spec"]["nodeName"] = node
             return current
 

@@ -22,6 +22,9 @@ which). For a pod whose claims are allocated it does what kube-scheduler does:
   through `pods/binding` to the first fitting node by name (kube-scheduler scores; the contract
   tests use one fitting node).
 
+A pod carrying a scheduling gate is left alone (neither reserved nor bound) until its gates
+are all lifted, as kube-scheduler's SchedulingGates plugin keeps it out of the queue.
+
 Pods without claims are bound to the first node that fits them (`plain_pods`, on by default, as
 the one default scheduler of a cluster). Pods naming another `schedulerName` are left alone.
 Creating claims from templates and releasing `reservedFor` is the resourceclaim controller's work
@@ -106,6 +109,8 @@ class PodScheduler(actor.WatchDrivenLoop):
         for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
             if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
+            if (pod.get("spec") or {}).get("schedulingGates"):
+                continue  # kube-scheduler's SchedulingGates: not queued until every gate is gone
             if not self._ours(pod):
                 continue
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
