@@ -1,7 +1,8 @@
 """drasat's v1 controller alone at scale, on the real control plane: how its cost grows with nodes.
 
     python -m bench.controller_scale [--kubeconfig K] [--nodes 250,500,1000,2000]
-                                     [--rounds 5 --pods 64] [--profile] [--out DIR]
+                                     [--rounds 5 --pods 64] [--idle 5] [--profile] [--out DIR]
+                                     [--full-settle-every 1,30]
 
 The fleet of `bench.kube_alloc` (8 simulated GPUs a node; a quarter of the nodes MIG-mode
 A100-40GB or H100-80GB publishing the whole GPU and every MIG placement with their counters, the
@@ -12,7 +13,8 @@ step a fresh controller (`V1Controller`, in this process so each cycle can be ti
 - **informer sync**: `start()` until every informer (slices, nodes, NASes, claims, pods,
   classes) has listed;
 - **first cycle**: the first `cycle()`, no pod pending (reads every node's slices once);
-- **idle cycle**: a `cycle()` with nothing pending (what every resync costs);
+- **idle cycle**: a `cycle()` with nothing pending (what every resync costs), then `--idle`
+  more once the informers hold what the first ones wrote (their p50);
 - **busy cycles**: `--rounds` times, `--pods` gated pods of the fill mix (whole GPUs, 2 and
   4 GPUs, MIG by profile, shares) are created, and once the controller's informers hold their
   claims one `cycle()` places them (solve, ledger, claim statuses, gates lifted; kube-scheduler
@@ -20,6 +22,8 @@ step a fresh controller (`V1Controller`, in this process so each cycle can be ti
   `solver_seconds` histogram, which times `v1.allocate`).
 - **RSS**: the process's resident memory after the sync, less before the controller existed.
 
+`--full-settle-every` measures a fresh controller for each value on the same fleet, back to back
+(1: every cycle settles every node's ledger, as before cycles settled only what changed).
 Results go to `--out` (results.json, summary.md).
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
 import datetime
 import gc
 import io
@@ -84,13 +89,16 @@ def measure(
     nodes: int,
     args: argparse.Namespace,
     run: str,
+    full_settle_every: int | None = None,
 ) -> Obj:
     gc.collect()
     before = rss_mib()
     client = KubeClient(load_configuration(str(kubeconfig)), request_timeout=120)
     config = V1Config(namespace=args.drasat_namespace, batch_max=args.pods)
+    if full_settle_every is not None:
+        config = dataclasses.replace(config, full_settle_every=full_settle_every)
     controller = V1Controller(client, config)
-    out: Obj = {"nodes": nodes}
+    out: Obj = {"nodes": nodes, "full_settle_every": config.full_settle_every}
     done = threading.Event()
     try:
         started = time.perf_counter()
@@ -101,13 +109,19 @@ def measure(
         first, _ = timed_cycle(controller)
         idle, _ = timed_cycle(controller)
         out["first_cycle_s"], out["idle_cycle_s"] = round(first, 3), round(idle, 3)
+        # More idle cycles once the informers hold what the first ones wrote: the steady cost
+        # of a resync or an unrelated event.
+        time.sleep(2)
+        idles = sorted(timed_cycle(controller)[0] for _ in range(args.idle))
+        out["idle_cycles_s"] = [round(w, 3) for w in idles]
+        out["idle_cycle_p50_s"] = round(kube_alloc._percentile(idles, 50), 3)
         kube_alloc.say(f"{nodes} nodes: sync {out['sync_s']}s, first cycle {first:.2f}s")
         shapes = kube_alloc.fill_shapes()
         rng = random.Random(nodes)
         core = kubernetes.client.CoreV1Api(api)
         cycles: list[tuple[float, float]] = []
         profile = cProfile.Profile() if args.profile else None
-        with kube_alloc.namespace(api, f"{run}-n{nodes}") as ns:
+        with kube_alloc.namespace(api, f"{run}-n{nodes}-f{config.full_settle_every}") as ns:
             kube_alloc._create_templates(api, ns, {s.name: s.request for s in shapes})
             for round_ in range(args.rounds):
                 chosen = rng.choices(shapes, weights=[s.weight for s in shapes], k=args.pods)
@@ -179,7 +193,8 @@ def bench(args: argparse.Namespace) -> Obj:
                         f"fleet: {count} nodes ({fleet.created_s:.0f}s for the new ones, NAS "
                         f"{time.perf_counter() - started:.0f}s)"
                     )
-                    steps.append(measure(api, kubeconfig, count, args, run))
+                    for every in args.full_settle_every or [None]:
+                        steps.append(measure(api, kubeconfig, count, args, run, every))
             finally:
                 kube_alloc.delete_fleet(api, planned[:made])
                 drasat_allocator.remove_states(
@@ -190,14 +205,15 @@ def bench(args: argparse.Namespace) -> Obj:
 
 def summary(results: Obj) -> str:
     lines = [
-        "| nodes | informer sync s | RSS MiB | first cycle s | idle cycle s "
-        "| busy cycle p50 / p99 s (pods each) | solve share |",
-        "|---:|---:|---:|---:|---:|---|---:|",
+        "| nodes | full settle every | informer sync s | RSS MiB | first cycle s "
+        "| idle cycle s (next; p50 of more) | busy cycle p50 / p99 s (pods each) | solve share |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for s in results["steps"]:
         lines.append(
-            f"| {s['nodes']} | {s['sync_s']} | {s['rss_mib']} | {s['first_cycle_s']} "
-            f"| {s['idle_cycle_s']} | {s.get('busy_cycle_p50_s')} / {s.get('busy_cycle_p99_s')} "
+            f"| {s['nodes']} | {s.get('full_settle_every', '')} | {s['sync_s']} | {s['rss_mib']} "
+            f"| {s['first_cycle_s']} | {s['idle_cycle_s']}; {s.get('idle_cycle_p50_s')} "
+            f"| {s.get('busy_cycle_p50_s')} / {s.get('busy_cycle_p99_s')} "
             f"({s.get('pods', 0) // max(1, len(s.get('busy_cycles', [1])))}) "
             f"| {100 * s.get('solve_share', 0):.0f}% |"
         )
@@ -215,6 +231,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="busy cycles per step")
     parser.add_argument("--pods", type=int, default=64, help="pods per busy cycle")
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--idle", type=int, default=5, help="idle cycles timed after the first")
+    parser.add_argument(
+        "--full-settle-every",
+        default="",
+        help="comma-separated V1Config.full_settle_every values, each measured on the same fleet "
+        "(1: every cycle settles every node, as before the settle was scoped)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the last busy cycle")
     parser.add_argument("--drasat-namespace", default="drasat")
     parser.add_argument("--run", default="")
@@ -226,6 +249,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.nodes = [int(n) for n in args.nodes.split(",") if n]
     except ValueError:
         parser.error(f"--nodes {args.nodes}: comma-separated node counts")
+    try:
+        args.full_settle_every = [int(n) for n in args.full_settle_every.split(",") if n]
+    except ValueError:
+        parser.error(f"--full-settle-every {args.full_settle_every}: comma-separated counts")
     if not args.nodes or args.nodes != sorted(set(args.nodes)) or args.nodes[0] < 1:
         parser.error("--nodes: ascending, distinct, at least 1")
     if args.rounds < 1 or args.pods < 1:

@@ -51,6 +51,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, extended, nasnodes, taintrule, v1inputs
 from drasat.controller.cycle.allocating import Allocator, Solve
 from drasat.controller.cycle.allocationwrites import AllocationWriter
+from drasat.controller.cycle.changes import FULL_EVERY, Changes
 from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.gates import Gates
 from drasat.controller.cycle.ledger import Ledger
@@ -84,6 +85,10 @@ class V1Config:
     batch_max: int = 64
     #: A cycle runs at least this often (settles the ledger, retries the refused).
     resync_s: float = 10.0
+    #: Every this many settles, every node's ledger is settled against every claim, whatever
+    #: changed (a safety net: between them, a cycle settles only the nodes and claims whose
+    #: objects changed; 1: every settle is full).
+    full_settle_every: int = FULL_EVERY
     #: How long a node stays unsuitable for a pod after the scheduler gave its claim back.
     unsuitable_ttl_s: float = 60.0
     device_taint: bool = True
@@ -215,6 +220,8 @@ class V1Controller:
                                  deallocator=self.deallocator,
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
                                  clock=self._clock)  # fmt: skip
+        #: What changed since the last settle (a cycle settles only that).
+        self.changes = Changes(config.full_settle_every)
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
                                  own=self.own_writes, ledgers=self._ledgers)  # fmt: skip
 
@@ -382,7 +389,17 @@ class V1Controller:
 
     def settle(self, snapshot: v1inputs.Snapshot) -> bool:
         """The ledger settled with the claims' statuses (`Releaser.settle`), then the clashes
-        between claims repaired (`Repairer.clashes`); True when anything was written."""
-        changed = self.releaser.settle(snapshot)
-        changed |= self.repairer.clashes(snapshot)
+        between claims repaired (`Repairer.clashes`); True when anything was written. Only the
+        nodes and claims whose objects changed since the last settle are settled again
+        (`changes.Changes`), with a full settle every `full_settle_every` settles and after
+        one in which something failed."""
+        scope = self.changes.scope(snapshot, self.own_writes.claims)
+        failures = self.writes.failures
+        try:
+            changed = self.releaser.settle(snapshot, scope)
+            changed |= self.repairer.clashes(snapshot, scope)
+        except BaseException:
+            self.changes.forget()
+            raise
+        self.changes.settled(failed=self.writes.failures != failures)
         return changed

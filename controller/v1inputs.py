@@ -268,7 +268,7 @@ def pending_pods(
     why (a claim not created yet)."""
     waiting: dict[str, str] = {}
     out: list[Pending] = []
-    room = _nodes_room(snapshot)
+    room: _Room | None = None  # worked out for the first pod that needs it (none: idle)
     #: `_fit_key` -> (excluded, candidates) of the pods that ask that of a node.
     alike: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
     ordered = sorted(
@@ -307,6 +307,8 @@ def pending_pods(
         # Every allocated claim of the pod, of any driver, pins it to the nodes its
         # allocation's node selector selects.
         pinned = [c for c in claims if is_allocated(c)]
+        if room is None:
+            room = _nodes_room(snapshot)
         if pinned or key in snapshot.unsuitable:
             excluded = _excluded(pod, snapshot, room, pinned)
             candidates = _candidates(snapshot, excluded)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from drasat.api import nodefit
 from drasat.api.nas import AllocatedDevices
 from drasat.controller import allocation, v1inputs
+from drasat.controller.cycle.changes import Scope
 from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites, WrittenClaim
@@ -95,13 +96,17 @@ class Releaser:
                 del self.unsuitable[pod]
         return out
 
-    def settle(self, snapshot: v1inputs.Snapshot) -> bool:
-        """Bring the ledger in line with the claims' status; True when anything was written."""
+    def settle(self, snapshot: v1inputs.Snapshot, scope: Scope | None = None) -> bool:
+        """Bring the ledger in line with the claims' status; True when anything was written.
+        `scope`: only these nodes' ledgers and these claims (`changes.Changes`: the others are
+        as the last settle left them); None: all. Claims being deleted are all looked at."""
         by_uid = {str(c["metadata"].get("uid")): c for c in snapshot.claims.values()}
         changed = False
         for name, parsed in snapshot.nas.items():
             if parsed.from_statuses:
                 changed |= self._settle_from_statuses(name, by_uid, snapshot)
+                continue
+            if scope is not None and name not in scope.nodes:
                 continue
             stale = stale_entries(parsed.node.nas.allocatedClaims, name, by_uid, self._own.claims)
             for uid in stale.values():
@@ -111,22 +116,27 @@ class Releaser:
             if self._writes.confined(f"ledger of {name}", [], self._remove_stale, name, set(stale)):
                 self._metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
-        for claim in by_uid.values():
+        claims = list(by_uid.values()) if scope is None else scope.claims_of(by_uid.values())
+        for claim in claims:
             if v1inputs.settles(claim, snapshot.classes) and v1inputs.names_our_driver(claim):
                 ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
         changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
-        changed |= self._deallocate_unused(snapshot)
-        self._drop_unneeded_finalizers(snapshot)
+        changed |= self._deallocate_unused(snapshot, claims)
+        self._drop_unneeded_finalizers(snapshot, claims)
         return changed
 
-    def _drop_unneeded_finalizers(self, snapshot: v1inputs.Snapshot) -> None:
-        """Our finalizer off the claims that need it no more (`finalizer_unneeded`), side by
-        side. Nothing waits for these writes: the next cycles need not run for them."""
+    def _drop_unneeded_finalizers(self, snapshot: v1inputs.Snapshot, claims: list[Obj]) -> None:
+        """Our finalizer off the claims (of `claims`) that need it no more
+        (`finalizer_unneeded`), side by side. Nothing waits for these writes: the next cycles
+        need not run for them."""
+        maybe = [c for c in claims if allocation.has_finalizer(c) and not v1inputs.is_allocated(c)]
+        if not maybe:
+            return
         users = claim_users(snapshot.pods)
         held = {e.claimInfo.uid for p in snapshot.nas.values() if not p.from_statuses
                 for e in p.node.nas.allocatedClaims.values()}  # fmt: skip
-        found = [c for c in snapshot.claims.values() if finalizer_unneeded(c, users, held)]
+        found = [c for c in maybe if finalizer_unneeded(c, users, held)]
         self._writes.in_parallel(
             lambda claim: self._writes.confined(
                 v1inputs.claim_ref(claim), [claim], self._deallocator.drop_finalizer, claim
@@ -134,11 +144,11 @@ class Releaser:
             found,
         )
 
-    def _deallocate_unused(self, snapshot: v1inputs.Snapshot) -> bool:
-        """Deallocate the claims of drasat's that no pod uses any more (`unused`), side by side;
-        True when any was. A claim whose pods cannot be looked up now waits for the next cycle;
-        one whose write fails is that claim's alone (`Writes.confined`)."""
-        candidates = [c for c in snapshot.claims.values() if deallocates(c, snapshot.classes)]
+    def _deallocate_unused(self, snapshot: v1inputs.Snapshot, claims: list[Obj]) -> bool:
+        """Deallocate the claims (of `claims`) of drasat's that no pod uses any more (`unused`),
+        side by side; True when any was. A claim whose pods cannot be looked up now waits for
+        the next cycle; one whose write fails is that claim's alone (`Writes.confined`)."""
+        candidates = [c for c in claims if deallocates(c, snapshot.classes)]
         if not candidates:
             return False
         pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
@@ -351,8 +361,8 @@ def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Ob
     deleted is still released."""
     return [
         c for c in claims
-        if v1inputs.settles(c, classes)
-        and c["metadata"].get("deletionTimestamp") and allocation.has_finalizer(c)
+        if c["metadata"].get("deletionTimestamp") and allocation.has_finalizer(c)
+        and v1inputs.settles(c, classes)
     ]  # fmt: skip
 
 

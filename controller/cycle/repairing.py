@@ -20,11 +20,13 @@ one claim at a time (what is left may fit):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drasat.controller import allocation, overcommit, v1inputs
+from drasat.controller.cycle.changes import Scope
 from drasat.controller.cycle.ledger import Ledger
 from drasat.controller.cycle.ownwrites import OwnWrites
 from drasat.controller.cycle.writes import Writes
@@ -87,18 +89,28 @@ class Repairer:
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
 
-    def clashes(self, snapshot: v1inputs.Snapshot) -> bool:
+    def clashes(self, snapshot: v1inputs.Snapshot, scope: Scope | None = None) -> bool:
         """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
         device named twice, or shares summing above it; two allocators deciding at the same
         instant, a stale replica, an admin): reported with an Event on each claim, and
         repaired by one claim (module docstring): one not reserved yet gives its devices back,
         or, all reserved, the pods of the one that `goes` are deleted. Never raises: a clash
-        blocks nothing else. True when anything was written."""
+        blocks nothing else. True when anything was written. `scope`: only the claims allocated
+        on these nodes (`changes.Changes`) and on the nodes of clashes still open (their pods may
+        still be leaving); None: all."""
         changed = False
         gave_back: set[str] = set()
+        reported = self._clashes_reported
         self._clashes_seen = set()
-        pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
-        for node, held in sorted(v1inputs.status_entries(snapshot, self._ledgers).items()):
+        looked_at = snapshot
+        if scope is not None:
+            # Every claim allocated on a node looked at: a clash is between one node's claims.
+            nodes = scope.nodes | {c[0] for c in reported}
+            on_nodes = {k: c for k, c in snapshot.claims.items()
+                        if nodes and v1inputs.allocated_node(c) in nodes}  # fmt: skip
+            looked_at = dataclasses.replace(snapshot, claims=on_nodes)
+        pods: dict[str, Obj] | None = None  # by uid, built for the first clash
+        for node, held in sorted(v1inputs.status_entries(looked_at, self._ledgers).items()):
             parsed = snapshot.nas.get(node)
             gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
             entries = [e for _, found in held.values() for e in found.values()]
@@ -106,6 +118,8 @@ class Repairer:
                 if gave_back & set(found.claims):
                     continue  # what is left may fit now: the next settle looks again
                 claims = [held[uid][0] for uid in found.claims]
+                if pods is None:
+                    pods = {str(p["metadata"].get("uid")): p for p in snapshot.pods}
                 giver = self._writes.confined(
                     f"clash on {node}", claims, self._repair_clash, node, found, held, pods,
                 )  # fmt: skip

@@ -43,6 +43,8 @@ class Writes:
         #: Asks for another cycle soon (a write that failed is retried there).
         self.wake = wake
         self._pool: ThreadPoolExecutor | None = None
+        #: How many `confined` steps failed so far (a settle that saw one settles all next).
+        self.failures = 0
 
     def guard(self) -> None:
         """Before every write: this replica must still lead."""
@@ -67,6 +69,7 @@ class Writes:
         except LeaseLost:
             raise
         except Exception as error:
+            self.failures += 1
             self.fault("SettleFailed", f"{what}: {short(error)}", objects)
             return None
 
