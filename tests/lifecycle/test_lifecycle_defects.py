@@ -276,3 +276,38 @@ def test_a_gang_member_written_before_the_lease_was_lost_is_given_back(
     assert not truth.results_of(_get(world, r.RESOURCE_CLAIMS_V1, first)), (
         "m1 keeps its GPU while m2 cannot be allocated"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stale ledger entry of a pending claim counts as its "
+    "allocation in the solve: the member is placed with nothing to write",
+)
+def test_a_gang_member_whose_stale_ledger_entry_stayed_is_not_taken_as_allocated(
+    cluster: Callable[..., World],
+) -> None:
+    """Every status write of one gang member's claim is refused (a 500 each time): its ledger
+    entry, written before its status, is left for the next ledger settle to remove, and that
+    settle's NAS write is refused once (a 429). The next solve must not count the entry as the
+    claim's allocation, which placed the member with nothing to write and let the gang go with
+    one member unallocated (found by seed 3 of the long run)."""
+    world = cluster(n1="t4x2")
+    world.admin.create(
+        r.RESOURCE_CLAIM_TEMPLATES_V1, objects.template("member", "share-4g"), namespace=NAMESPACE
+    )
+    labels = {GANG_LABEL: "g", GANG_SIZE_LABEL: "3"}
+    for name in ("m1", "m2", "m3"):
+        _pod(world, name, template="member", labels=labels)
+    _run(world, 1)  # the resourceclaim controller makes the members' claims
+    third = truth.claim_names(_get(world, r.PODS, "m3"))[0]
+    assert third is not None
+    world.faults.arm(Fault("replace_status", "resourceclaims", 500, name=third, times=10**6,
+                           rounds=10**6))  # fmt: skip
+    _run(world, 1)
+    world.faults.arm(Fault("replace", "nodeallocationstates", 429))
+    _run(world)
+    claims = world.admin.list(r.RESOURCE_CLAIMS_V1, namespace=NAMESPACE).items
+    allocated = [truth.claim_ref(c) for c in claims if truth.results_of(c)]
+    assert not allocated, f"only {allocated} of the gang allocated"
+    for name in ("m1", "m2", "m3"):
+        assert not _get(world, r.PODS, name)["spec"].get("nodeName"), f"{name} was bound"
