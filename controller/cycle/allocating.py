@@ -17,6 +17,7 @@ from drasat import v1
 from drasat.api.groups import SCHEDULING_GATE
 from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import decisions, gangs, v1inputs
+from drasat.controller.cycle import releasing
 from drasat.controller.cycle.allocationwrites import AllocationWriter, Placed
 from drasat.controller.cycle.ownwrites import OwnWrites
 from drasat.controller.cycle.wholegangs import WholeGangs
@@ -137,7 +138,9 @@ class Allocator:
         pods go in groups that see the same holds, the higher priority first, each over the
         nodes as the groups before it left them; the refused then go to preemption, over the
         nodes as the whole cycle left them."""
-        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(snapshot, self._ledgers))
+        to_allocate = [c for p in pending for c in p.claims]
+        solved = releasing.stale_entries_as_holds(snapshot, to_allocate, self._own.claims)
+        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(solved, self._ledgers))
         holds = self._preemption.holds(snapshot)
         policy = self._policy()
         placed, refused = 0, []

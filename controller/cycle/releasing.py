@@ -23,12 +23,13 @@ this process's memory of what it allocated there is settled.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Container, Iterable, Mapping
 
 from drasat.api import nodefit
 from drasat.api.nas import AllocatedDevices
-from drasat.controller import allocation, v1inputs
+from drasat.controller import allocation, nasnodes, v1inputs
 from drasat.controller.cycle.changes import Scope
 from drasat.controller.cycle.deallocation import Deallocator
 from drasat.controller.cycle.ledger import Ledger
@@ -353,6 +354,35 @@ def stale_entries(
         if not holds(by_uid.get(uid), written.get(uid), node):
             out[key] = uid
     return out
+
+
+def stale_entries_as_holds(
+    snapshot: v1inputs.Snapshot, to_allocate: Iterable[Obj], written: Mapping[str, WrittenClaim]
+) -> v1inputs.Snapshot:
+    """The snapshot with each stale ledger entry (`stale_entries`) of a claim about to be
+    allocated (`to_allocate`) kept as a hold of its devices, not as that claim's entry. Such an
+    entry is left when the claim's status write failed after its ledger write, until a settle
+    removes it (that write may fail too); the solver takes a claim with a ledger entry on a node
+    as allocated there, so it would place the claim's pod with nothing to write (a gang let go
+    with a member unallocated). Its devices stay taken until the settle removes the entry."""
+    uids = {str(c["metadata"].get("uid")) for c in to_allocate}
+    by_uid = {str(c["metadata"].get("uid")): c for c in snapshot.claims.values()}
+    nas = dict(snapshot.nas)
+    for name, parsed in snapshot.nas.items():
+        if parsed.from_statuses:
+            continue
+        ledger = parsed.node.nas.allocatedClaims
+        mine = {k: e for k, e in ledger.items() if e.claimInfo.uid in uids}
+        stale = stale_entries(mine, name, by_uid, written) if mine else {}
+        if not stale:
+            continue
+        claims = {(nasnodes.HELD_PREFIX + k if k in stale else k): e for k, e in ledger.items()}
+        state = parsed.node
+        state = dataclasses.replace(
+            state, nas=state.nas.model_copy(update={"allocatedClaims": claims})
+        )
+        nas[name] = dataclasses.replace(parsed, node=state)
+    return dataclasses.replace(snapshot, nas=nas)
 
 
 def claims_leaving(claims: Iterable[Obj], classes: Mapping[str, Obj]) -> list[Obj]:

@@ -278,11 +278,6 @@ def test_a_gang_member_written_before_the_lease_was_lost_is_given_back(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stale ledger entry of a pending claim counts as its "
-    "allocation in the solve: the member is placed with nothing to write",
-)
 def test_a_gang_member_whose_stale_ledger_entry_stayed_is_not_taken_as_allocated(
     cluster: Callable[..., World],
 ) -> None:
