@@ -90,6 +90,32 @@ def test_stale_entries_are_those_no_claim_holds_in_the_ledgers_order() -> None:
     assert list(found.items()) == [("gone/gpu", "gone"), ("moved/gpu", "moved")]
 
 
+def test_a_stale_entry_of_a_claim_to_allocate_is_solved_as_a_hold_not_as_its_allocation() -> None:
+    """The solver takes a claim with a ledger entry on a node as allocated there: a stale one
+    (its status write failed after the ledger write) of a claim the cycle allocates is kept as a
+    hold of its devices. Our write the cache has not seen stays the claim's entry; a stale entry
+    of a claim not allocated now is the settle's, left as it is."""
+    pending = claim("pending", exactly(), uid="pending")
+    mine = claim("mine", exactly(), uid="mine")
+    mine["metadata"]["resourceVersion"] = "1"
+    ledger = {
+        "pending/gpu": _entry("pending"),
+        "mine/gpu": _entry("mine", "GPU-1"),
+        "gone/gpu": _entry("gone"),
+    }
+    base = snapshot([], [pending, mine])
+    nas = {"a": nasnodes.ParsedNas(make_node("a", "T4", 2, allocated=ledger), "1")}
+    found = releasing.stale_entries_as_holds(
+        dataclasses.replace(base, nas=nas), [pending, mine], {"mine": _written(version="2")}
+    )
+    claims = found.nas["a"].node.nas.allocatedClaims
+    assert list(claims) == [nasnodes.HELD_PREFIX + "pending/gpu", "mine/gpu", "gone/gpu"]
+    assert claims[nasnodes.HELD_PREFIX + "pending/gpu"] == ledger["pending/gpu"]
+    # A claim not allocated this cycle keeps its stale entry for the settle to remove.
+    alone = releasing.stale_entries_as_holds(dataclasses.replace(base, nas=nas), [pending], {})
+    assert list(alone.nas["a"].node.nas.allocatedClaims) == list(claims)
+
+
 # -- which claims leave, and whether a pod still holds one ----------------------------------------
 
 
