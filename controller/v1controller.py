@@ -63,7 +63,7 @@ from drasat.controller.cycle.writes import LeaseLost, Writes
 from drasat.controller.drivers import Published
 from drasat.controller.metrics import Metrics
 from drasat.controller.preemption import Preempter
-from drasat.controller.statusledger import ledgers_from_statuses
+from drasat.controller.statusledger import ledgers_from_statuses, with_own_writes
 from drasat.kube import informer
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
@@ -326,8 +326,13 @@ class V1Controller:
         )
         classes = self.classes.items()
         ours = v1inputs.our_classes(classes, self.config.drivers)
+        # Other drivers' devices (a NIC) have no ledger: this process's own status writes
+        # count before the informer delivers them, as they do on NVIDIA's nodes.
         others, others_held = v1inputs.other_devices(
-            self.slices.items(), claims.values(), ours, self.config.drivers
+            self.slices.items(),
+            with_own_writes(claims.values(), self.own_writes.claims),
+            ours,
+            self.config.drivers,
         )
         return v1inputs.Snapshot(
             pods=self.pods.items(),
