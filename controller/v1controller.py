@@ -223,7 +223,8 @@ class V1Controller:
         #: What changed since the last settle (a cycle settles only that).
         self.changes = Changes(config.full_settle_every)
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
-                                 own=self.own_writes, ledgers=self._ledgers)  # fmt: skip
+                                 own=self.own_writes, ledgers=self._ledgers,
+                                 slices=self.slices.items, drivers=config.drivers)  # fmt: skip
 
     # Life cycle.
     def start(self, *, sync_timeout_s: float = 30.0, cycles: bool = True) -> None:
