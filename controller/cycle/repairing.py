@@ -3,8 +3,7 @@
 deciding at the same instant, a stale replica, an admin, a namespace an administrator exempted
 from the toleration policy), or more of another driver's device (a NIC) than its slices publish
 where a claim drasat wrote holds one (`overcommit.other_overcommits`). Each is reported with an
-Event on every claim of it, and repaired,
-one claim at a time (what is left may fit):
+Event on every claim of it, and repaired, one claim at a time (what is left may fit):
 
 - where a claim of it is not reserved yet, it gives its devices back (its allocation is cleared,
   as kube-scheduler's PostFilter does), one drasat wrote first if several are unreserved;
