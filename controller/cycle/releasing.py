@@ -9,10 +9,11 @@
 - claims being deleted that no pod holds any more are released: their ledger entries go, then
   our finalizer;
 - claims of drasat's that no pod uses any more (`unused`: no live consumer in `reservedFor`,
-  no bound pod naming them, no pending pod that could still go where they are allocated) are
-  deallocated (`deallocation.Deallocator`): a standalone claim whose last pod finished or left,
-  a claim whose pod was deleted before it was bound, a claim left on a drained node whose next
-  pod cannot go there. As the resourceclaim controller does for kube-scheduler's claims, but
+  no bound pod naming them, no pending pod that could still go where they are allocated and is
+  neither refused by drasat's allocation nor held by another owner's gate) are deallocated
+  (`deallocation.Deallocator`): a standalone claim whose last pod finished or left, a claim
+  whose pod was deleted before it was bound, a claim left on a drained node whose next pod
+  cannot go there, a claim pinning its refused pod to a full node. As the resourceclaim controller does for kube-scheduler's claims, but
   from the state, not from the moment `reservedFor` empties: a restarted controller finds them;
 - a claim not allocated that no pod names and no ledger entry holds loses our finalizer (after
   a deallocation, off the path of the pods waiting for its devices).
