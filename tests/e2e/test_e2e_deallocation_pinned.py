@@ -1,12 +1,13 @@
-"""Hostile review of issue 35 on the real 1.37 control plane: a standalone claim no pod uses
-any more, pinned to a full node by a pending pod that names it beside a claim that cannot fit
-there, is never given back, and the pod waits for ever (tests/controller/
-test_hostile35_pinned_claim.py has it on the in-memory API server).
+"""On the real 1.37 control plane: a standalone claim no pod uses any more, pinned to a full node
+by a pending pod that names it beside a claim that cannot fit there, is given back, and the pod
+is placed where both fit (tests/controller/test_cycle_deallocation_pinned.py has it on the
+in-memory API server).
 
 The resourceclaim controller clears the finished pod's reservation but leaves the allocation
 (drasat's claims do not carry upstream's finalizer); kube-scheduler's PostFilter, which would
 deallocate an unreserved claim of a pod that fits nowhere, never sees the pod: drasat's gate
-holds it while its other claim is not allocated."""
+holds it while its other claim is not allocated. drasat's settle gives such a claim back once
+its allocation refused the pod."""
 
 from __future__ import annotations
 
