@@ -55,7 +55,7 @@ def test_a_pod_is_not_stuck_behind_its_unused_claim_pinned_to_a_full_node(
     allocator: allockit.Allocator,
     tmp_path: pathlib.Path,
 ) -> None:
-    ns = "h35-pinned"
+    ns = "pinned-claim"
     first = _manifest(
         tmp_path,
         "first",
@@ -66,12 +66,12 @@ def test_a_pod_is_not_stuck_behind_its_unused_claim_pinned_to_a_full_node(
         + _pod(ns, "a", "shared"),
     )
     with contextlib.ExitStack() as stack:
-        one = stack.enter_context(_node(kube_api, kube_cluster, "h35p", "2xT4"))
+        one = stack.enter_context(_node(kube_api, kube_cluster, "pinned1", "2xT4"))
         stack.enter_context(applied(kube_api, first))
         one.wait_running(ns, "r")
         one.wait_running(ns, "a")
         assert _node_of(kube_api, ns, "shared") == one.name
-        two = stack.enter_context(_node(kube_api, kube_cluster, "h35p2", "2xT4,seed=second"))
+        two = stack.enter_context(_node(kube_api, kube_cluster, "pinned2", "2xT4,seed=second"))
         later = _manifest(
             tmp_path, "later", _claim(ns, "extra") + _two_claim_pod(ns, "p2", "shared", "extra")
         )
