@@ -102,13 +102,15 @@ def test_percentile_is_nearest_rank() -> None:
 def test_harness_on_the_real_control_plane(
     kube_cluster: realcluster.Cluster, tmp_path: pathlib.Path
 ) -> None:
-    argv = ["--kubeconfig", str(kube_cluster.kubeconfig), "--nodes", "2", "--pods", "2"]
+    # Three nodes: the two churn nodes (MIG mode) and one without MIG, where a fill pod asking
+    # a whole GPU goes (drasat gives a GPU in MIG mode whole only to a request asking MIG mode).
+    argv = ["--kubeconfig", str(kube_cluster.kubeconfig), "--nodes", "3", "--pods", "2"]
     argv += ["--allocators", "kube,drasat", "--settle", "5", "--churn-nodes", "2"]
     argv += ["--churn-claims", "4", "--churn-lifetime", "10", "--churn-load", "0.2"]
     argv += ["--patience", "30", "--out", str(tmp_path), "--run", "kbsmoke"]
     assert kube_alloc.main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
-    assert data["gpus"] == 16 and data["mig_nodes"] == 2
+    assert data["gpus"] == 24 and data["mig_nodes"] == 2
     kube, drasat = data["allocators"]
     assert (kube["allocator"], drasat["allocator"]) == ("kube", "drasat")
     assert drasat["status"] == "ran" and drasat["fill"]["bound"] == 2
@@ -134,7 +136,7 @@ def test_harness_on_the_real_control_plane(
     for kind, profiles in served.items():
         if not kind.startswith("needs-"):
             assert {p.replace(".", "") for p in profiles} <= {kind.split("-", 2)[2]}, profiles
-    assert "| kube | 2 × 8 = 16 | 2 | 2 |" in (tmp_path / "summary.md").read_text()
+    assert "| kube | 3 × 8 = 24 | 2 | 2 |" in (tmp_path / "summary.md").read_text()
     # The run leaves nothing behind: nodes, slices, namespaces.
     api = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
     with api:
