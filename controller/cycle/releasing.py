@@ -13,8 +13,9 @@
   neither refused by drasat's allocation nor held by another owner's gate) are deallocated
   (`deallocation.Deallocator`): a standalone claim whose last pod finished or left, a claim
   whose pod was deleted before it was bound, a claim left on a drained node whose next pod
-  cannot go there, a claim pinning its refused pod to a full node. As the resourceclaim controller does for kube-scheduler's claims, but
-  from the state, not from the moment `reservedFor` empties: a restarted controller finds them;
+  cannot go there, a claim pinning its refused pod to a full node. As the resourceclaim
+  controller and kube-scheduler's PostFilter do for kube-scheduler's claims, but from the
+  state, not from the moment `reservedFor` empties: a restarted controller finds them;
 - a claim not allocated that no pod names and no ledger entry holds loses our finalizer (after
   a deallocation, off the path of the pods waiting for its devices).
 
