@@ -219,7 +219,8 @@ class V1Controller:
                                  own=self.own_writes, ledgers=self._ledgers, metrics=self.metrics,
                                  deallocator=self.deallocator,
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
-                                 clock=self._clock)  # fmt: skip
+                                 clock=self._clock,
+                                 refused=lambda: self.allocator.refused_at.keys())  # fmt: skip
         #: What changed since the last settle (a cycle settles only that).
         self.changes = Changes(config.full_settle_every)
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
