@@ -15,6 +15,11 @@ A MIG entry is counted by its placement whatever else it says: a share of a MIG 
 the device. Entries of one claim never clash with each other (a claim's MIG devices and its
 whole GPU are one tenant's).
 
+Another driver's devices drasat allocates beside its GPUs (a NIC: `drasat.v1.otherdevices`)
+have no ledger entries; claims' results over-commit one (`other_overcommits`) when two name a
+device taken whole, or their draws on a capacity or shared counter exceed what its slices
+publish.
+
 This is a purely computational module.
 """
 
@@ -22,19 +27,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from drasat.api.devicemodel import shares
 from drasat.api.nas import AllocatedDevices, AllocatedMigDevice, GpuInfo
 from drasat.api.sharing import GpuShare
+from drasat.v1 import otherdevices
+
+Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Overcommit:
-    """Claims (uids, sorted) that together hold more of one GPU than it has, and why."""
+    """Claims (uids, sorted) that together hold more of one GPU than it has, and why (`what`:
+    how the device is named, "GPU <uuid>" unless another driver's device)."""
 
     gpu: str
     claims: tuple[str, ...]
     why: str
+    what: str = ""
+
+    @property
+    def named(self) -> str:
+        return self.what or f"GPU {self.gpu}"
 
 
 @dataclass
@@ -115,3 +130,39 @@ def with_added(
         if mine & set(found.claims):
             return found
     return None
+
+
+def other_overcommits(
+    claims: Iterable[tuple[str, Obj]], found: otherdevices.NodeOthers
+) -> list[Overcommit]:
+    """Claims (uid, claim) whose statuses together hold more of one of another driver's
+    devices on a node (a NIC; `found`, as its slices publish it) than it has: a device taken
+    whole named by two, or capacities or shared counters drawn beyond what is published."""
+    by_key = {d.key: d for d in found.devices}
+    drawn: dict[str, dict[str, int]] = {}
+    for uid, claim in claims:
+        allocated = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocated.get("devices") or {}).get("results") or []:
+            if not isinstance(result, dict):
+                continue
+            device = by_key.get(
+                f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+            )
+            if device is None:
+                continue
+            for name, much in otherdevices.result_draws(device, result):
+                by_claim = drawn.setdefault(name, {})
+                by_claim[uid] = by_claim.get(uid, 0) + much
+    out = []
+    for name, by_claim in sorted(drawn.items()):
+        has = found.amounts.get(name, 0)
+        total = sum(by_claim.values())
+        if total <= has or len(by_claim) < 2:
+            continue
+        holders = tuple(sorted(by_claim))
+        kind, _, rest = name.partition("/")
+        what = f"{kind} {rest}"
+        why = (f"named by {len(holders)} claims" if kind == "device"
+               else f"{total} held of {has}")  # fmt: skip
+        out.append(Overcommit(rest, holders, why, what))
+    return out

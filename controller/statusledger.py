@@ -39,6 +39,9 @@ class Write(Protocol):
     @property
     def ledger(self) -> Mapping[str, AllocatedDevices]: ...
 
+    @property
+    def allocation(self) -> Obj: ...
+
 
 def newer(a: str, b: str) -> bool:
     """Whether resourceVersion `a` is newer than `b` (opaque strings compare as different)."""
@@ -46,6 +49,31 @@ def newer(a: str, b: str) -> bool:
         return int(a) > int(b)
     except ValueError:
         return a != b
+
+
+def with_own_writes(claims: Iterable[Obj], written: Mapping[str, Write]) -> list[Obj]:
+    """The claims as their statuses count: a claim whose status this process wrote and the
+    informer has not delivered yet counts by that write, as does a written claim the cache does
+    not hold yet (what other drivers' devices, a NIC, are held: they have no ledger entries)."""
+    out: list[Obj] = []
+    seen: set[str] = set()
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        seen.add(uid)
+        mine = written.get(uid)
+        if (
+            mine is not None
+            and mine.allocation
+            and newer(mine.version, str(meta.get("resourceVersion", "")))
+        ):
+            status = {**(claim.get("status") or {}), "allocation": mine.allocation}
+            claim = {**claim, "status": status}
+        out.append(claim)
+    for uid, mine in written.items():
+        if uid not in seen and mine.allocation:
+            out.append({"metadata": {"uid": uid}, "status": {"allocation": mine.allocation}})
+    return out
 
 
 def in_drasat_terms(claim: Obj, read: slices.V1Node) -> Obj:

@@ -63,7 +63,7 @@ from drasat.controller.cycle.writes import LeaseLost, Writes
 from drasat.controller.drivers import Published
 from drasat.controller.metrics import Metrics
 from drasat.controller.preemption import Preempter
-from drasat.controller.statusledger import ledgers_from_statuses
+from drasat.controller.statusledger import ledgers_from_statuses, with_own_writes
 from drasat.kube import informer
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
@@ -219,11 +219,13 @@ class V1Controller:
                                  own=self.own_writes, ledgers=self._ledgers, metrics=self.metrics,
                                  deallocator=self.deallocator,
                                  unsuitable_ttl_s=config.unsuitable_ttl_s,
-                                 clock=self._clock)  # fmt: skip
+                                 clock=self._clock,
+                                 refused=lambda: self.allocator.refused_at.keys())  # fmt: skip
         #: What changed since the last settle (a cycle settles only that).
         self.changes = Changes(config.full_settle_every)
         self.repairer = Repairer(self.api, writes=self.writes, ledger=self.ledger,
-                                 own=self.own_writes, ledgers=self._ledgers)  # fmt: skip
+                                 own=self.own_writes, ledgers=self._ledgers,
+                                 slices=self.slices.items, drivers=config.drivers)  # fmt: skip
 
     # Life cycle.
     def start(self, *, sync_timeout_s: float = 30.0, cycles: bool = True) -> None:
@@ -326,8 +328,13 @@ class V1Controller:
         )
         classes = self.classes.items()
         ours = v1inputs.our_classes(classes, self.config.drivers)
+        # Other drivers' devices (a NIC) have no ledger: this process's own status writes
+        # count before the informer delivers them, as they do on NVIDIA's nodes.
         others, others_held = v1inputs.other_devices(
-            self.slices.items(), claims.values(), ours, self.config.drivers
+            self.slices.items(),
+            with_own_writes(claims.values(), self.own_writes.claims),
+            ours,
+            self.config.drivers,
         )
         return v1inputs.Snapshot(
             pods=self.pods.items(),

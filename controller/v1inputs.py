@@ -577,14 +577,26 @@ def status_entries(
     snapshot: Snapshot, memo: StatusLedgers | None = None
 ) -> dict[str, dict[str, tuple[Obj, dict[str, Any]]]]:
     """node -> claim uid -> (claim, the ledger entries its status stands for there), for every
-    allocated claim with a result of drasat's driver, whoever allocated it."""
+    allocated claim with a result of drasat's driver, whoever allocated it, and every claim
+    held in a ledger built from the claims' statuses (a node of another driver drasat allocates
+    for, NVIDIA's: its results name that driver)."""
     out: dict[str, dict[str, tuple[Obj, dict[str, Any]]]] = {}
+    from_statuses: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, parsed in snapshot.nas.items():
+        if parsed.from_statuses:
+            by_uid = from_statuses.setdefault(name, {})
+            for key, entry in parsed.node.nas.allocatedClaims.items():
+                by_uid.setdefault(entry.claimInfo.uid, {})[key] = entry
     for claim in snapshot.claims.values():
+        uid = str((claim.get("metadata") or {}).get("uid", ""))
         if not names_our_driver(claim):
+            node = allocated_node(claim)
+            held = from_statuses.get(node or "", {}).get(uid)
+            if node is not None and held:
+                out.setdefault(node, {})[uid] = (claim, held)
             continue
         node, entries = ledger_of(claim, snapshot, memo)
         if node is not None and entries:
-            uid = str((claim.get("metadata") or {}).get("uid", ""))
             out.setdefault(node, {})[uid] = (claim, entries)
     return out
 

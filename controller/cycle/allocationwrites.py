@@ -313,7 +313,7 @@ class AllocationWriter:
                 continue
             version = str(written["metadata"].get("resourceVersion", ""))
             self._own.claims[placed.uid] = WrittenClaim(
-                placed.node, version, {item.input.key}, placed.ledger
+                placed.node, version, {item.input.key}, placed.ledger, stamped
             )
             self._metrics.allocations.inc()
             where = {"claim": v1inputs.claim_ref(claim), "uid": placed.uid, "node": placed.node}

@@ -31,6 +31,9 @@ class WrittenClaim:
     pods: set[str] = field(default_factory=set)
     #: Its ledger entries: what a node without a NAS counts until the informer sees the status.
     ledger: Mapping[str, AllocatedDevices] = field(default_factory=dict)
+    #: The allocation written: what other drivers' devices (a NIC) it holds, counted until the
+    #: informer sees the status (they have no ledger entries).
+    allocation: Obj = field(default_factory=dict)
 
     def unseen_in(self, claim: Obj) -> bool:
         """Whether `claim` (the informer's copy) is older than the status this process wrote:

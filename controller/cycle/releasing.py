@@ -9,11 +9,13 @@
 - claims being deleted that no pod holds any more are released: their ledger entries go, then
   our finalizer;
 - claims of drasat's that no pod uses any more (`unused`: no live consumer in `reservedFor`,
-  no bound pod naming them, no pending pod that could still go where they are allocated) are
-  deallocated (`deallocation.Deallocator`): a standalone claim whose last pod finished or left,
-  a claim whose pod was deleted before it was bound, a claim left on a drained node whose next
-  pod cannot go there. As the resourceclaim controller does for kube-scheduler's claims, but
-  from the state, not from the moment `reservedFor` empties: a restarted controller finds them;
+  no bound pod naming them, no pending pod that could still go where they are allocated and is
+  neither refused by drasat's allocation nor held by another owner's gate) are deallocated
+  (`deallocation.Deallocator`): a standalone claim whose last pod finished or left, a claim
+  whose pod was deleted before it was bound, a claim left on a drained node whose next pod
+  cannot go there, a claim pinning its refused pod to a full node. As the resourceclaim
+  controller and kube-scheduler's PostFilter do for kube-scheduler's claims, but from the
+  state, not from the moment `reservedFor` empties: a restarted controller finds them;
 - a claim not allocated that no pod names and no ledger entry holds loses our finalizer (after
   a deallocation, off the path of the pods waiting for its devices).
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 
 from drasat.api import nodefit
 from drasat.api.nas import AllocatedDevices
@@ -61,6 +63,7 @@ class Releaser:
         deallocator: Deallocator,
         unsuitable_ttl_s: float,
         clock: Callable[[], float],
+        refused: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.api = api
         self._writes = writes
@@ -76,6 +79,10 @@ class Releaser:
         self.unsuitable: dict[str, dict[str, tuple[float, str]]] = {}
         #: The uids of the last pods the informer saw deleted (`pod_deleted`), oldest first.
         self.gone: dict[str, None] = {}
+        #: The keys of the pending pods drasat's allocation refused last (`unused`).
+        self._refused = refused
+        #: Those the last settle saw: a pod refused since names claims to look at again.
+        self._refused_seen: frozenset[str] = frozenset()
 
     def pod_deleted(self, pod: Obj) -> None:
         """Remember a pod the informer saw deleted: a reservation of it holds nothing, and
@@ -123,7 +130,13 @@ class Releaser:
                 ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
         changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
-        changed |= self._deallocate_unused(snapshot, claims)
+        refused = frozenset(self._refused())
+        fresh = refused - self._refused_seen
+        again = _claims_of(snapshot, fresh) if scope is not None and fresh else []
+        self._refused_seen = refused
+        seen = {str(c["metadata"].get("uid")) for c in claims}
+        extra = [c for c in again if str(c["metadata"].get("uid")) not in seen]
+        changed |= self._deallocate_unused(snapshot, claims + extra, refused)
         self._drop_unneeded_finalizers(snapshot, claims)
         return changed
 
@@ -145,10 +158,13 @@ class Releaser:
             found,
         )
 
-    def _deallocate_unused(self, snapshot: v1inputs.Snapshot, claims: list[Obj]) -> bool:
-        """Deallocate the claims (of `claims`) of drasat's that no pod uses any more (`unused`),
-        side by side; True when any was. A claim whose pods cannot be looked up now waits for
-        the next cycle; one whose write fails is that claim's alone (`Writes.confined`)."""
+    def _deallocate_unused(
+        self, snapshot: v1inputs.Snapshot, claims: list[Obj], refused: Container[str]
+    ) -> bool:
+        """Deallocate the claims (of `claims`) of drasat's that no pod uses any more (`unused`;
+        `refused`: the pods drasat's allocation refused), side by side; True when any was. A
+        claim whose pods cannot be looked up now waits for the next cycle; one whose write
+        fails is that claim's alone (`Writes.confined`)."""
         candidates = [c for c in claims if deallocates(c, snapshot.classes)]
         if not candidates:
             return False
@@ -158,7 +174,7 @@ class Releaser:
         def still_unused(claim: Obj) -> bool:
             mine = users.get(v1inputs.claim_ref(claim), [])
             return deallocates(claim, snapshot.classes) and unused(
-                claim, mine, snapshot.nodes, pods, self._look_up_pod, self.gone
+                claim, mine, snapshot.nodes, pods, self._look_up_pod, self.gone, refused
             )
 
         found = []
@@ -315,6 +331,17 @@ def _devices_named(entries: Mapping[str, AllocatedDevices]) -> list[object]:
         migs = entry.mig.devices if entry.mig else []
         out.extend([*gpus, *migs] or ([entry] if entry.optional else []))
     return out
+
+
+def _claims_of(snapshot: v1inputs.Snapshot, pod_keys: Container[str]) -> list[Obj]:
+    """The existing claims the pods `pod_keys` name."""
+    out: dict[str, Obj] = {}
+    for name, users in claim_users(p for p in snapshot.pods
+                                   if v1inputs.pod_key(p) in pod_keys).items():  # fmt: skip
+        claim = snapshot.claims.get(name)
+        if claim is not None and users:
+            out[name] = claim
+    return list(out.values())
 
 
 def _scheduler_reason(snapshot: v1inputs.Snapshot, pod_key: str) -> str:
@@ -484,6 +511,7 @@ def unused(
     pods: Mapping[str, Obj],
     look_up: Callable[[str, str], Obj | None],
     gone: Container[str] = frozenset(),
+    refused: Container[str] = frozenset(),
 ) -> bool:
     """Whether no pod uses the allocated claim any more, nor will where it is allocated:
 
@@ -493,7 +521,12 @@ def unused(
       controller has not reserved it for yet will use it;
     - no pending pod naming it could go to the node it is allocated on (`nodefit.unfit`: a
       cordoned or deleted node, taints, node selectors and affinity): a pending pod keeps the
-      claim it was allocated for, but not on a drained node, where it would wait for ever.
+      claim it was allocated for, but not on a drained node, where it would wait for ever;
+    - a pending pod keeps it neither while another owner's scheduling gate holds the pod
+      (Kueue's: it cannot run now, and may wait for hours) nor once drasat's allocation refused
+      the pod (`refused`: pod keys), which may only go where its allocated claims are: given
+      back, the claim is allocated again with the pod's others, wherever they all fit, as
+      kube-scheduler's PostFilter deallocates an unreserved claim of a pod that fits nowhere.
 
     A claim allocated for a pending pod that kube-scheduler has not reserved it for yet is in
     use. `pods`: the cycle's pods by uid; `look_up`, `gone`: a pod the cache does not know
@@ -505,6 +538,8 @@ def unused(
     for pod in users:
         if (pod.get("spec") or {}).get("nodeName"):
             return False
+        if v1inputs.others_gates(pod) or v1inputs.pod_key(pod) in refused:
+            continue  # cannot run now, or cannot be placed with the claim where it is
         if name is None:
             return False  # allocated where its node selector says, not on one node: kept
         if node is not None and nodefit.unfit(pod, node) is None:

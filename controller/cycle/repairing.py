@@ -1,8 +1,9 @@
 """Clashes between allocated claims: claims whose statuses hold more of a GPU than it has
 (`controller.overcommit`: one device named twice, or shares summing above it; two allocators
 deciding at the same instant, a stale replica, an admin, a namespace an administrator exempted
-from the toleration policy). Each is reported with an Event on every claim of it, and repaired,
-one claim at a time (what is left may fit):
+from the toleration policy), or more of another driver's device (a NIC) than its slices publish
+where a claim drasat wrote holds one (`overcommit.other_overcommits`). Each is reported with an
+Event on every claim of it, and repaired, one claim at a time (what is left may fit):
 
 - where a claim of it is not reserved yet, it gives its devices back (its allocation is cleared,
   as kube-scheduler's PostFilter does), one drasat wrote first if several are unreserved;
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from drasat.controller import allocation, overcommit, v1inputs
@@ -33,6 +34,7 @@ from drasat.controller.cycle.writes import Writes
 from drasat.kube import errors, eviction
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
+from drasat.v1 import otherdevices
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class Repairer:
         ledger: Ledger,
         own: OwnWrites,
         ledgers: v1inputs.StatusLedgers,
+        slices: Callable[[], Iterable[Obj]] = lambda: (),
+        drivers: Iterable[str] = (),
     ) -> None:
         self.api = api
         self._writes = writes
@@ -85,9 +89,14 @@ class Repairer:
         self._own = own
         #: Claim statuses read as ledger entries (the cycle's, shared with the other parts).
         self._ledgers = ledgers
+        #: Every ResourceSlice, and the drivers drasat models as GPUs: other drivers' devices
+        #: (a NIC) held by claims drasat wrote are checked against what their slices publish.
+        self._slices = slices
+        self._drivers = frozenset(drivers)
         #: (node, uids...) of clashes that cannot be repaired, reported once while they last.
         self._clashes_reported: set[tuple[str, ...]] = set()
         self._clashes_seen: set[tuple[str, ...]] = set()
+        self._others: dict[str, otherdevices.NodeOthers] | None = None
 
     def clashes(self, snapshot: v1inputs.Snapshot, scope: Scope | None = None) -> bool:
         """Allocated claims whose statuses hold more of a GPU than it has (`overcommit`: one
@@ -110,11 +119,18 @@ class Repairer:
                         if nodes and v1inputs.allocated_node(c) in nodes}  # fmt: skip
             looked_at = dataclasses.replace(snapshot, claims=on_nodes)
         pods: dict[str, Obj] | None = None  # by uid, built for the first clash
-        for node, held in sorted(v1inputs.status_entries(looked_at, self._ledgers).items()):
+        by_node = v1inputs.status_entries(looked_at, self._ledgers)
+        others = self._other_holders(looked_at)
+        for node in sorted(set(by_node) | set(others)):
+            held = {**others.get(node, {}), **by_node.get(node, {})}
             parsed = snapshot.nas.get(node)
             gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
-            entries = [e for _, found in held.values() for e in found.values()]
-            for found in overcommit.overcommits(entries, gpus):
+            entries = [e for _, found in by_node.get(node, {}).values() for e in found.values()]
+            found_all = overcommit.overcommits(entries, gpus)
+            if node in others and self._others is not None and node in self._others:
+                holders = [(uid, claim) for uid, (claim, _) in others[node].items()]
+                found_all += overcommit.other_overcommits(holders, self._others[node])
+            for found in found_all:
                 if gave_back & set(found.claims):
                     continue  # what is left may fit now: the next settle looks again
                 claims = [held[uid][0] for uid in found.claims]
@@ -129,6 +145,32 @@ class Repairer:
         self._clashes_reported = self._clashes_seen
         return changed
 
+    def _other_holders(
+        self, snapshot: v1inputs.Snapshot
+    ) -> dict[str, dict[str, tuple[Obj, Mapping[str, Any]]]]:
+        """node -> claim uid -> (claim, no entries) for the allocated claims holding other
+        drivers' devices (a NIC) on a node where a claim drasat wrote holds one: drasat is one
+        of their two allocators there (kube-scheduler allocates such a device too). Other
+        drivers' slices are read only then."""
+        self._others = None
+        found: dict[str, dict[str, tuple[Obj, Mapping[str, Any]]]] = {}
+        ours: set[str] = set()
+        for claim in snapshot.claims.values():
+            node = v1inputs.allocated_node(claim)
+            allocated = (claim.get("status") or {}).get("allocation") or {}
+            results = (allocated.get("devices") or {}).get("results") or []
+            if node is None or not any(
+                isinstance(x, dict) and x.get("driver") not in self._drivers for x in results
+            ):
+                continue
+            found.setdefault(node, {})[str(claim["metadata"].get("uid"))] = (claim, {})
+            if self._wrote(claim):
+                ours.add(node)
+        if not ours:
+            return {}
+        self._others = otherdevices.read(self._slices(), self._drivers)
+        return {node: held for node, held in found.items() if node in ours}
+
     def _repair_clash(
         self,
         node: str,
@@ -142,7 +184,7 @@ class Repairer:
         refs = ("claims " if len(claims) > 1 else "claim ") + " and ".join(
             v1inputs.claim_ref(c) for c in claims
         )
-        what = f"GPU {found.gpu} on {node} ({found.why})"
+        what = f"{found.named} on {node} ({found.why})"
         unreserved = [c for c in claims if not v1inputs.reserved_pods(c)]
         if not unreserved:
             return self._delete(

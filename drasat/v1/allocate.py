@@ -347,17 +347,20 @@ def _combine(
 
 
 def _no_device(claim: Claim, catalog: Devices) -> str:
-    """Why the claim has no way to be met: per request, the first cause that left it without
-    devices (the class, a selector that matched none of what the ones before it admitted or
-    failed on a device, the count or capacity asked); with constraints, that their attributes
-    are needed too."""
-    parts = []
+    """Why the claim has no way to be met: per request with a cause (every request when none
+    has), the first cause that left it without devices (the class, a selector that matched none
+    of what the ones before it admitted or failed on a device, the count or capacity asked);
+    with constraints, that their attributes are needed too."""
+    parts, caused = [], []
     for request in claim.requests:
         for alternative in request.alternatives:
             text = f"request {alternative.result_name} (class {alternative.device_class})"
             cause = first_cause(alternative, catalog)
             parts.append(f"{text}: {cause}" if cause else text)
-    text = "no published device matches " + "; ".join(parts)
+            if cause:
+                caused.append(parts[-1])
+    # A request some device meets is no cause: naming it sends the user after the wrong one.
+    text = "no published device matches " + "; ".join(caused or parts)
     if any(a.mode == ALL for r in claim.requests for a in r.alternatives):
         text += (
             " (allocationMode All: on no node can all the matching devices be taken together;"

@@ -12,7 +12,7 @@ import pytest
 from checker import make_node
 from test_v1inputs import OURS, claim, exactly, on_node, result, snapshot
 
-from drasat.api.groups import FINALIZER
+from drasat.api.groups import FINALIZER, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
 from drasat.controller import nasnodes
 from drasat.controller.cycle import releasing
@@ -286,6 +286,28 @@ def test_a_claim_is_used_by_a_live_reservation_a_bound_pod_or_a_pod_that_can_go_
     running = _pod("u1")
     reserved = {**found, "status": {**found["status"], "reservedFor": [POD_REF]}}
     assert not releasing.unused(reserved, users, nodes, {"u1": running}, _nobody)
+
+
+def test_a_pending_pod_that_cannot_be_placed_with_the_claim_or_run_now_does_not_keep_it() -> None:
+    """A pod drasat's allocation refused (it may only go where the claim is) or another owner's
+    gate holds (Kueue's) keeps no claim nobody reserves; another pending pod that can go there
+    still does, and so does a bound pod, refused or not."""
+    found = _ours(_allocated("c"))
+    refused = _user()
+    key = f"{refused['metadata']['namespace']}/{refused['metadata']['name']}"
+    gated = _user(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    ours = _user(schedulingGates=[{"name": SCHEDULING_GATE}])
+    assert releasing.unused(found, [refused], NODES, {}, _nobody, refused={key})
+    assert not releasing.unused(found, [refused], NODES, {}, _nobody)
+    assert releasing.unused(found, [gated], NODES, {}, _nobody)
+    assert not releasing.unused(found, [ours], NODES, {}, _nobody)
+    other = {**_user(), "metadata": {**refused["metadata"], "name": "other", "uid": "u8"}}
+    assert not releasing.unused(found, [refused, other], NODES, {}, _nobody, refused={key})
+    bound = _user("Running", node="a")
+    assert not releasing.unused(found, [bound], NODES, {}, _nobody, refused={key})
+    reserved = {**found, "status": {**found["status"], "reservedFor": [POD_REF]}}
+    assert not releasing.unused(reserved, [refused], NODES, {"u1": _pod("u1")}, _nobody,
+                                refused={key})  # fmt: skip
 
 
 def test_the_users_of_a_claim_are_the_pods_not_done_that_name_it() -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from drasat.api.nas import AllocatedDevices, GpuInfo
 from drasat.controller import overcommit
 from drasat.solver import Problem, SolveParams, solve
+from drasat.v1 import otherdevices
 
 T4 = GpuInfo(index=0, uuid="GPU-t4", memoryBytes=16106127360, productName="Tesla T4")
 A100 = GpuInfo(
@@ -121,3 +122,62 @@ def test_the_solver_places_a_share_exactly_where_the_rule_says_it_fits(
     placed = bool(solve(problem, SolveParams()).placements)
     fits = overcommit.with_added(entries, {"c": _entry("c", gpu.uuid, share=new)}, gpus) is None
     assert placed == fits
+
+
+# Other drivers' devices (a NIC): held by the claims' results, against what their slices publish.
+
+NIC = "nic.example.com"
+
+
+def _nic_slice(*devices: dict[str, Any], counters: list[dict[str, Any]] | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "driver": NIC,
+        "nodeName": "n1",
+        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        "devices": list(devices),
+    }
+    if counters:
+        spec["sharedCounters"] = counters
+    found = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+             "metadata": {"name": "n1-nic"}, "spec": spec}  # fmt: skip
+    return otherdevices.read([found], {"gpu.drasat.io"})["n1"]
+
+
+def _holding(uid: str, *devices: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    results = [{"request": "nic", "driver": NIC, "pool": "n1", "device": d, **fields}
+               for d in devices]  # fmt: skip
+    return uid, {"status": {"allocation": {"devices": {"results": results}}}}
+
+
+def test_a_nic_named_by_two_claims_overcommits_it() -> None:
+    found = _nic_slice({"name": "eth0"}, {"name": "eth1"})
+    clash = overcommit.other_overcommits(
+        [_holding("a", "eth0"), _holding("b", "eth0"), _holding("c", "eth1")], found
+    )
+    assert clash == [
+        overcommit.Overcommit(
+            f"{NIC}/n1/eth0", ("a", "b"), "named by 2 claims", f"device {NIC}/n1/eth0"
+        )
+    ]
+    assert overcommit.other_overcommits([_holding("a", "eth0"), _holding("c", "eth1")], found) == []
+    # One claim naming a NIC twice is one tenant's (upstream refuses it before it is written).
+    assert overcommit.other_overcommits([_holding("a", "eth0", "eth0")], found) == []
+
+
+def test_a_shared_nic_overcommits_only_beyond_its_capacity() -> None:
+    shared = {"name": "eth0", "allowMultipleAllocations": True,
+              "capacity": {"bandwidth": {"value": "100"}}}  # fmt: skip
+    found = _nic_slice(shared)
+    fits = [_holding(u, "eth0", consumedCapacity={"bandwidth": "50"}) for u in "ab"]
+    assert overcommit.other_overcommits(fits, found) == []
+    over = [*fits, _holding("c", "eth0", consumedCapacity={"bandwidth": "1"})]
+    (clash,) = overcommit.other_overcommits(over, found)
+    assert clash.claims == ("a", "b", "c") and clash.why == "101 held of 100"
+
+
+def test_nics_beyond_a_shared_counter_overcommit_it() -> None:
+    vf = {"consumesCounters": [{"counterSet": "port", "counters": {"vfs": {"value": "1"}}}]}
+    counters = [{"name": "port", "counters": {"vfs": {"value": "1"}}}]
+    found = _nic_slice({"name": "vf0", **vf}, {"name": "vf1", **vf}, counters=counters)
+    (clash,) = overcommit.other_overcommits([_holding("a", "vf0"), _holding("b", "vf1")], found)
+    assert clash.claims == ("a", "b") and clash.what == f"counter {NIC}/n1/port/vfs"
