@@ -210,9 +210,13 @@ def summary(results: Obj) -> str:
         "|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for s in results["steps"]:
+        # Results of runs before these two were measured leave them out: shown as "—".
+        every = s.get("full_settle_every", "—")
+        idle_more = s.get("idle_cycle_p50_s")
+        idle = f"{s['idle_cycle_s']}" + ("" if idle_more is None else f"; {idle_more}")
         lines.append(
-            f"| {s['nodes']} | {s.get('full_settle_every', '')} | {s['sync_s']} | {s['rss_mib']} "
-            f"| {s['first_cycle_s']} | {s['idle_cycle_s']}; {s.get('idle_cycle_p50_s')} "
+            f"| {s['nodes']} | {every} | {s['sync_s']} | {s['rss_mib']} "
+            f"| {s['first_cycle_s']} | {idle} "
             f"| {s.get('busy_cycle_p50_s')} / {s.get('busy_cycle_p99_s')} "
             f"({s.get('pods', 0) // max(1, len(s.get('busy_cycles', [1])))}) "
             f"| {100 * s.get('solve_share', 0):.0f}% |"

@@ -28,4 +28,9 @@ def test_summary_row() -> None:
         "pods": 128,
     }
     table = controller_scale.summary({"steps": [step]})
-    assert table.splitlines()[-1] == "| 250 | 7.7 | 120.5 | 9.98 | 0.4 | 1.0 / 3.0 (64) | 25% |"
+    assert table.splitlines()[-1] == "| 250 | — | 7.7 | 120.5 | 9.98 | 0.4 | 1.0 / 3.0 (64) | 25% |"
+    step |= {"full_settle_every": 30, "idle_cycle_p50_s": 0.08}
+    table = controller_scale.summary({"steps": [step]})
+    assert table.splitlines()[-1] == (
+        "| 250 | 30 | 7.7 | 120.5 | 9.98 | 0.4; 0.08 | 1.0 / 3.0 (64) | 25% |"
+    )
