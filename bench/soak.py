@@ -53,11 +53,11 @@ every bound pod to run, then checks, retrying for 30 s before a finding counts:
 
 At every `--drain-every` operations and at the end the soak deletes everything, then checks that
 nothing is left (no claim, ledger entry, CDI file, checkpoint record, MIG instance, MPS daemon
-directory or process), and that a pod per whole GPU of every node (pinned to it) all run: what
-fits, runs. The resident memory of each drasat process is sampled at every checkpoint; a process
-that lived through at least four samples must not grow by more than 25% (and 32 MiB) after its
-second. Results: a JSON file and a summary in `--out` (default `build/soak`); exit 1 on any
-violation.
+directory or process), and that a pod per whole GPU not in MIG mode of every node (pinned to it)
+all run: what fits, runs. The resident memory of each drasat process is sampled at every
+checkpoint; a process that lived through at least four samples must not grow by more than 25%
+(and 32 MiB) after its second. Results: a JSON file and a summary in `--out` (default
+`build/soak`); exit 1 on any violation.
 """
 
 from __future__ import annotations
@@ -1105,8 +1105,9 @@ class Soak:
         )
 
     def drain(self, what: str) -> None:
-        """Delete everything; nothing may be left; then one pod per whole GPU of every node
-        must run (what fits runs), and is deleted again."""
+        """Delete everything; nothing may be left; then one pod per whole GPU not in MIG mode of
+        every node must run (what fits runs), and is deleted again. A GPU in MIG mode goes whole
+        only to a request asking for MIG mode, which the plain `exclusive` claim does not."""
         for item in self.items:
             self.delete_item(item)
         self.items.clear()
@@ -1114,7 +1115,8 @@ class Soak:
         fill = [
             self.create_item("exclusive", node=node.name)
             for node in self.nodes
-            for _ in parse_fleet(node.fleet).gpus  # whole GPUs, also those in MIG mode
+            for gpu in parse_fleet(node.fleet).gpus
+            if not gpu.mig_enabled
         ]
         try:
             _wait(
