@@ -49,6 +49,7 @@ def test_whole_gpu_spec(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     assert [h["args"][1] for h in spec["containerEdits"]["hooks"]] == [
         "create-symlinks",
         "update-ldcache",
+        "disable-device-node-modification",
     ]
 
 

@@ -286,8 +286,8 @@ def test_only_the_loader_parses_yaml() -> None:
     # Every reader of user YAML (the what-if, `policy validate`, the controller's policy file or
     # ConfigMap, the demo) goes through drasat.loading; the two other YAML reads parse files
     # drasat wrote itself.
-    # its MPS template, CDI specs
-    own_modules = {"drasat.nodeplugin.mps", "drasat.testbed.sim.kubelet"}
+    # its MPS template, CDI specs, the test bed's probe workloads (a file shipped in the package)
+    own_modules = {"drasat.nodeplugin.mps", "drasat.testbed.sim.kubelet", "drasat.testbed.probes"}
     readers = set()
     for module, path in repo_layout.module_files().items():
         if path.suffix != ".py" or ".gen." in module:
