@@ -160,9 +160,14 @@ def test_the_validity_check_sees_a_device_held_twice(oracle: Oracle) -> None:
 
 def test_the_feasibility_check_sees_a_pod_left_waiting(oracle: Oracle) -> None:
     with _machine(oracle, _drasat("n0", T4)) as machine:
-        # drasat leaves a claim that tolerates its allocator taint to kube-scheduler; the
-        # oracle, asked as if drasat should place it, sees the GPU it could have.
-        machine.pod_arrives([_claim(tolerations=[{"operator": "Exists"}])])
+        # A controller that runs no cycle leaves the pod waiting; the oracle sees the GPU it
+        # could have. (drasat allocates every claim of its classes, tolerating its allocator
+        # taint or not, so such a claim no longer makes a pod wait.)
+        cluster = machine.cluster
+        assert cluster is not None
+        cluster.controller.stop()
+        cluster.run = lambda: None  # type: ignore[method-assign]
+        machine.pod_arrives([_claim()])
         with pytest.raises(AssertionError, match="upstream places it on n0"):
             machine.no_pod_waits_that_upstream_places()
 
