@@ -4,6 +4,7 @@ package; README and docs/INSTALL.md say that preemption is on and how to turn it
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,9 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def _make_n(*args: str) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    # Run under `make test` too: a make started by make says "Entering directory" unless told
+    # not to, and inherits the outer one's flags.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
-    )
+        ["make", "--no-print-directory", "-n", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True, env=env,
+    )  # fmt: skip
     return done.stdout.splitlines()
 
 
