@@ -397,18 +397,27 @@ def _frees(need: Need, devices: Devices, unit_of: Mapping[str, str]) -> Iterable
             return None
         return frozenset(unit_of[h] for h in hold.holders)
 
+    def all_units(holds: Iterable[Hold]) -> frozenset[str] | None:
+        """The units whose going frees every hold of `holds`; None when one cannot go."""
+        needed: set[str] = set()
+        for hold in holds:
+            found = units(hold)
+            if found is None:
+                return None
+            needed |= found
+        return frozenset(needed)
+
     if need.kind == Need.MIG:
         for gpu, start, size in sorted(need.placements):
             slices = set(range(start, start + size))
-            needed: set[str] = set()
-            for hold in by_gpu.get(gpu, ()):
-                if hold.whole or hold.slices & slices or (need.media and hold.media):
-                    found = units(hold)
-                    if found is None:
-                        break
-                    needed |= found
-            else:
-                yield frozenset(needed)
+            overlapping = [
+                h
+                for h in by_gpu.get(gpu, ())
+                if h.whole or h.slices & slices or (need.media and h.media)
+            ]
+            freed = all_units(overlapping)
+            if freed is not None:
+                yield freed
         return
     if need.kind == Need.GPU and need.count > 1:
         # Whole GPUs: each set of `count` of them, every hold on each gone.
@@ -416,14 +425,9 @@ def _frees(need: Need, devices: Devices, unit_of: Mapping[str, str]) -> Iterable
         for uuid in sorted(need.gpus):
             if uuid not in gpus:
                 continue
-            needed = set()
-            for hold in by_gpu.get(uuid, []):
-                found = units(hold)
-                if found is None:
-                    break
-                needed |= found
-            else:
-                freeable[uuid] = frozenset(needed)
+            freed = all_units(by_gpu.get(uuid, []))
+            if freed is not None:
+                freeable[uuid] = freed
         for chosen in itertools.combinations(sorted(freeable), need.count):
             yield frozenset().union(*(freeable[g] for g in chosen))
         return
@@ -433,14 +437,9 @@ def _frees(need: Need, devices: Devices, unit_of: Mapping[str, str]) -> Iterable
             continue
         holds = by_gpu.get(uuid, [])
         if need.kind == Need.GPU:
-            needed = set()
-            for hold in holds:
-                found = units(hold)
-                if found is None:
-                    break
-                needed |= found
-            else:
-                yield frozenset(needed)
+            freed = all_units(holds)
+            if freed is not None:
+                yield freed
             continue
         # A share: whole GPUs and MIG devices there must go; then enough of the shares.
         must: set[str] = set()
