@@ -9,9 +9,10 @@ purely computational module.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from typing_extensions import TypedDict
 
 from drasat.api import limits
 from drasat.api.base import Object, Spec
@@ -35,21 +36,36 @@ class Open(BaseModel):
 # ResourceSlices: lenient beyond what the device model reads.
 
 
-class DeviceAttribute(Strict):
-    """One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
-    exactly one: once per device, not per attribute, as slices hold thousands)."""
+#: One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
+#: exactly one: once per device, not per attribute). A plain dict, not a model: a MIG fleet's
+#: slices hold hundreds of thousands of attributes, and a model each was most of the time
+#: their first read took (`bench.slice_read`).
+DeviceAttribute = TypedDict(  # noqa: UP013 (its keys `int` and `bool` would shadow the types)
+    "DeviceAttribute",
+    {
+        "int": NotRequired[int | None],
+        "bool": NotRequired[bool | None],
+        "string": NotRequired[str | None],
+        "version": NotRequired[str | None],
+    },
+)
+DeviceAttribute.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
+    extra="forbid", str_max_length=limits.MAX_STRING
+)
 
-    int_: int | None = Field(None, alias="int")
-    bool_: bool | None = Field(None, alias="bool")
-    string: str | None = None
-    version: str | None = None
 
-    @property
-    def value(self) -> int | bool | str:
-        for value in (self.int_, self.bool_, self.string, self.version):
-            if value is not None:
-                return value
-        raise AssertionError("validated: one value")  # pragma: no cover
+def value_of(attribute: DeviceAttribute) -> int | bool | str:
+    """The attribute's one value."""
+    found: tuple[int | bool | str | None, ...] = (
+        attribute.get("int"),
+        attribute.get("bool"),
+        attribute.get("string"),
+        attribute.get("version"),
+    )
+    for value in found:
+        if value is not None:
+            return value
+    raise AssertionError("validated: one value")  # pragma: no cover
 
 
 #: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).
@@ -94,10 +110,11 @@ class Device(Open):
     def _one_value_each(cls, value: Any) -> Any:
         if isinstance(value, dict):
             for name, attribute in value.items():
-                if (
-                    isinstance(attribute, dict)
-                    and sum(v is not None for v in attribute.values()) != 1
+                if not isinstance(attribute, dict) or (
+                    len(attribute) == 1 and None not in attribute.values()
                 ):
+                    continue  # not a mapping (refused by the type), or one value: the usual case
+                if sum(v is not None for v in attribute.values()) != 1:
                     raise ValueError(
                         f"{name}: exactly one of int, bool, string or version must be set"
                     )

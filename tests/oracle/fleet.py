@@ -19,7 +19,7 @@ from drasat.api import catalog
 from drasat.api.devicemodel import classes, pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.nas import AllocatableDevice, Health, NodeAllocationStateSpec
-from drasat.v1 import publisheddevices
+from drasat.v1 import nasinventory, publisheddevices
 
 Obj = dict[str, Any]
 
@@ -105,7 +105,7 @@ def build(case: NodeCase) -> Built:
             if d.mig is not None
         ]
     nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
-    state = dataclasses.replace(state, nas=nas)
+    state = dataclasses.replace(state, devices=nasinventory.devices_of(nas))
     inventory = Inventory(
         gpus=nas.gpus(),
         mig_profiles=profiles_by_gpu(nas.gpus(), nas.mig_profiles()),
@@ -121,5 +121,7 @@ def _drasat_devices(
     # drasat's model of the node; where it can be told whether the node publishes shares, it is.
     parameters = inspect.signature(publisheddevices.drasat_devices).parameters
     if "shares" in parameters:
-        return publisheddevices.drasat_devices(case.name, nas, shares=case.shares)  # type: ignore[call-arg]
-    return publisheddevices.drasat_devices(case.name, nas)
+        return publisheddevices.drasat_devices(
+            case.name, nasinventory.devices_of(nas), shares=case.shares
+        )
+    return publisheddevices.drasat_devices(case.name, nasinventory.devices_of(nas))
