@@ -9,9 +9,9 @@ purely computational module.
 from __future__ import annotations
 
 import functools
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 from typing_extensions import TypedDict
 
 from drasat.api import limits
@@ -56,15 +56,9 @@ DeviceAttribute.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
 
 def value_of(attribute: DeviceAttribute) -> int | bool | str:
     """The attribute's one value."""
-    found: tuple[int | bool | str | None, ...] = (
-        attribute.get("int"),
-        attribute.get("bool"),
-        attribute.get("string"),
-        attribute.get("version"),
-    )
-    for value in found:
+    for value in attribute.values():
         if value is not None:
-            return value
+            return cast(int | bool | str, value)
     raise AssertionError("validated: one value")  # pragma: no cover
 
 
@@ -72,18 +66,23 @@ def value_of(attribute: DeviceAttribute) -> int | bool | str:
 _bytes = functools.lru_cache(maxsize=4096, typed=True)(to_bytes)
 
 
-class Quantity(Open):
-    value: StrictInt | str
+def _parses(value: int | str) -> int | str:
+    _bytes(value)
+    return value
 
-    @field_validator("value")
-    @classmethod
-    def _quantity(cls, value: int | str) -> int | str:
-        _bytes(value)
-        return value
 
-    @property
-    def amount(self) -> int:
-        return _bytes(self.value)
+#: A capacity or counter: `{value}` and, kept unchecked, what else v1 says of it
+#: (`requestPolicy`). A plain dict, as `DeviceAttribute`.
+class Quantity(TypedDict):
+    value: Annotated[StrictInt | str, AfterValidator(_parses)]
+
+
+Quantity.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+
+
+def amount(quantity: Quantity) -> int:
+    """The quantity in its base unit (bytes, or a plain count)."""
+    return _bytes(quantity["value"])
 
 
 class CounterConsumption(Strict):
@@ -124,7 +123,7 @@ class Device(Open):
     @classmethod
     def _bare_quantities(cls, value: Any) -> Any:
         # v1alpha3 (1.31) wrote a capacity as a bare quantity; later versions as {value}.
-        if isinstance(value, dict):
+        if isinstance(value, dict) and any(isinstance(v, int | str) for v in value.values()):
             return {k: {"value": v} if isinstance(v, int | str) else v for k, v in value.items()}
         return value
 

@@ -60,7 +60,7 @@ from drasat.solver.nodemodel import Gpu, MigProfile, Placement
 from drasat.solver.problem import NodeState
 from drasat.v1 import nasinventory
 from drasat.v1.publisheddevices import FALLBACK, GPU, MIG, Published
-from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice, value_of
+from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice, amount, value_of
 
 Obj = dict[str, Any]
 
@@ -211,16 +211,16 @@ def published_device(device: Device, raw: Obj) -> Obj:
     out = dict(raw)
     if device.capacity:
         out["capacity"] = {
-            name: {**raw["capacity"][name], "value": str(q.amount)}
+            name: {**raw["capacity"][name], "value": str(amount(q))}
             if isinstance(raw["capacity"][name], dict)
-            else {"value": str(q.amount)}
+            else {"value": str(amount(q))}
             for name, q in device.capacity.items()
         }
     if device.consumesCounters:
         out["consumesCounters"] = [
             {
                 "counterSet": c.counterSet,
-                "counters": {n: {"value": str(q.amount)} for n, q in c.counters.items()},
+                "counters": {n: {"value": str(amount(q))} for n, q in c.counters.items()},
             }
             for c in device.consumesCounters
         ]
@@ -262,7 +262,7 @@ class NodeReader:
         for _where, item, _ in found.slices:
             for counter_set in item.spec.sharedCounters or []:
                 counter_sets[(found.driver, found.name, counter_set.name)] = {
-                    k: q.amount for k, q in counter_set.counters.items()
+                    k: amount(q) for k, q in counter_set.counters.items()
                 }
         for where, item, data in found.slices:
             for index, device in enumerate(item.spec.devices):
@@ -282,10 +282,7 @@ class NodeReader:
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
     ) -> None:
         driver = found.driver
-        # What each kind of device becomes (its `kind` and what it is in the solver's terms
-        # are filled in below).
-        source = Published(driver, found.name, published_device(device, raw), kind="")
-        ruled = any(
+        ruled = bool(self.rules) and any(
             r.spec.taint.effect in BLOCKING_EFFECTS
             and r.spec.deviceSelector is not None
             and r.spec.deviceSelector.selects(driver, found.name, device.name)
@@ -293,11 +290,12 @@ class NodeReader:
         )
         kind = _text(device, driver, "type")
         if kind == devices.TYPE_GPU:
-            self._gpu(source, device, driver, where, ruled)
+            self._gpu(found.name, device, raw, driver, where, ruled)
         elif kind == devices.TYPE_MIG:
-            self.migs.append(self._mig(source, device, driver, counter_sets, ruled))
+            self.migs.append(self._mig(found.name, device, raw, driver, counter_sets, ruled))
         elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
-            self._source(names.CPU_FALLBACK, replace(source, kind=FALLBACK), where)
+            source = Published(driver, found.name, published_device(device, raw), FALLBACK)
+            self._source(names.CPU_FALLBACK, source, where)
         elif kind == "vfio":
             self.skipped.append(
                 Skipped(where, f"device {device.name}", "VFIO passthrough is not supported")
@@ -313,7 +311,9 @@ class NodeReader:
         self.sources[name] = source
         self.where[name] = where
 
-    def _gpu(self, source: Published, device: Device, driver: str, where: str, ruled: bool) -> None:
+    def _gpu(
+        self, pool: str, device: Device, raw: Obj, driver: str, where: str, ruled: bool
+    ) -> None:
         parsed = names.parse(device.name)
         minor = _int(device, driver, "minor")
         if minor is None:
@@ -331,26 +331,28 @@ class NodeReader:
         for what, value in (("minor", minor), ("index", index)):
             if value is not None and value < 0:
                 raise ValueError(f"attributes.{what}: {value} is negative")
-        if device.capacity["memory"].amount < 0:
+        if amount(device.capacity["memory"]) < 0:
             raise ValueError("capacity.memory: negative")
         gpu = Gpu(
             index=minor if index is None else index,
             uuid=uuid,
             minor=minor,
             migEnabled=bool(_attribute(device, driver, "migEnabled")),
-            memoryBytes=device.capacity["memory"].amount,
+            memoryBytes=amount(device.capacity["memory"]),
             pciBusID=_text(device, driver, devices.PCI_BUS_ID) or None,
             numaNode=_int(device, driver, "numaNode"),
             healthy=_healthy(device, ruled),
             **_product(device, driver),
         )
         self.gpus[uuid] = gpu
-        self._source(names.gpu_name(minor), replace(source, kind=GPU, gpu_uuid=uuid), where)
+        source = Published(driver, pool, published_device(device, raw), GPU, uuid)
+        self._source(names.gpu_name(minor), source, where)
 
     def _mig(
         self,
-        source: Published,
+        pool: str,
         device: Device,
+        raw: Obj,
         driver: str,
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
         ruled: bool,
@@ -374,9 +376,11 @@ class NodeReader:
             size = found.memory_slices
         if start + size > 8:
             raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
-        memory = device.capacity["memory"].amount if "memory" in device.capacity else 0
+        memory = amount(device.capacity["memory"]) if "memory" in device.capacity else 0
         return _Mig(
-            source=replace(source, kind=MIG, gpu_uuid=parent, profile=profile, start=start),
+            source=Published(
+                driver, pool, published_device(device, raw), MIG, parent, profile, start
+            ),
             parent_uuid=parent,
             minor=minor,
             profile=profile,
