@@ -256,8 +256,8 @@ class Drasat(Policy):
         for name, product in names:
             count = sum(1 for g in gpus if g.node == name)
             node = solver_online._node(name, product, True, rng, 0.0)
-            gpus = tuple(g for g in node.devices.gpus if g.index < count)  # a short last node
-            devices = dataclasses.replace(node.devices, gpus=gpus)
+            kept = tuple(g for g in node.devices.gpus if g.index < count)  # a short last node
+            devices = dataclasses.replace(node.devices, gpus=kept)
             states.append(dataclasses.replace(node, devices=devices))
         self.states = states
         self.products = dict(names)
