@@ -1,9 +1,9 @@
 """What a node has free: its usable GPUs, their MIG layouts and existing allocations, as plain data.
 
 A purely computational module: a NodeState (its devices, `nodemodel`, and its ledger) becomes a
-NodeView of GpuSlots, each
-holding what is already taken on that GPU (held whole, share sums, occupied MIG memory slices) and
-the MIG placements its product offers. Existing allocations are facts here; nothing moves them.
+NodeView of GpuSlots, each holding what is already taken on that GPU (held whole, share sums,
+occupied MIG memory slices) and the MIG placements its product offers. Existing allocations are
+facts here; nothing moves them.
 
 Taken is what `allocatedClaims` holds, and also what the node still has in use without an
 allocation: claims in `preparedClaims` that are no longer (or never were, v1 claims) in
@@ -156,7 +156,7 @@ class NodeView:
     ready: bool
     unready_reason: str
     gpus: tuple[GpuSlot, ...]
-    #: Every GPU the NAS lists, healthy or not (explanations count the unhealthy ones).
+    #: The unhealthy GPUs the node lists (explanations count them).
     unhealthy: tuple[str, ...]
     #: Claim uids already allocated on this node.
     allocated: frozenset[str]
@@ -169,7 +169,7 @@ class NodeView:
     canonical_key: int = 0
     #: canonical_key plus every GPU's identity: equal only for the same node state.
     exact_key: int = 0
-    #: Every GPU uuid the NAS lists, healthy or not.
+    #: Every GPU uuid the node lists, healthy or not.
     uuids: frozenset[str] = frozenset()
     #: What the usable GPUs are, not what is taken of them (interned: equal for nodes of the
     #: same hardware; selectors on uuid aside, eligibility is read from it).
