@@ -95,13 +95,13 @@ def build(case: NodeCase) -> Built:
         if g.mig:
             migs.setdefault(g.product, None)
     state = make_node(case.name, case.gpus[0].product, 0, extra_gpus=gpus)
-    allocatable = list(state.nas.allocatableDevices)
+    allocatable = nasinventory.allocatable_of(state.devices)
     for product in sorted(migs):
         template = make_node("t", product, 1, mig=True)
         ids = {p.name: p.gi_profile_id for p in catalog.find_product(product).mig_profiles}
         allocatable += [
             AllocatableDevice(mig=d.mig.model_copy(update={"giProfileId": ids[d.mig.profile]}))
-            for d in template.nas.allocatableDevices
+            for d in nasinventory.allocatable_of(template.devices)
             if d.mig is not None
         ]
     nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
