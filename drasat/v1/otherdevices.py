@@ -111,22 +111,26 @@ def _add(
     known.slices.append((where, found, data))
 
 
+def _validated(pool: slices.Pool) -> list[tuple[str, ResourceSlice, Obj]]:
+    """The pool's slices with their models (this module's pools hold validated slices only:
+    `_add`)."""
+    return [(where, item, data) for where, item, data in pool.slices if item is not None]
+
+
 def _node(node: str, pools: Sequence[slices.Pool], notes: list[str]) -> NodeOthers:
     devices: list[Published] = []
     amounts: dict[str, int] = {}
     for pool in pools:
-        for _, item, _ in pool.slices:
+        for _, item, _ in _validated(pool):
             for counter_set in item.spec.sharedCounters or []:
                 for counter, quantity in counter_set.counters.items():
                     amounts[_counter(pool.driver, pool.name, counter_set.name, counter)] = amount(
                         quantity
                     )
-        for where, item, data in pool.slices:
+        for where, item, data in _validated(pool):
             for index, device in enumerate(item.spec.devices):
                 raw = data["spec"]["devices"][index]
-                published = Published(
-                    pool.driver, pool.name, slices.published_device(device, raw), OTHER
-                )
+                published = Published(pool.driver, pool.name, slices.published_device(raw), OTHER)
                 if device.allowMultipleAllocations and device.consumesCounters:
                     notes.append(
                         f"{where}: device {device.name}: a device that allows several "

@@ -85,6 +85,12 @@ def amount(quantity: Quantity) -> int:
     return _bytes(quantity["value"])
 
 
+def base_units(value: int | str) -> int:
+    """A quantity's value (`4864Mi`, `7`) in its base unit; raises ValueError when it does not
+    parse."""
+    return _bytes(value)
+
+
 class CounterConsumption(Strict):
     counterSet: str
     counters: dict[str, Quantity]

@@ -60,7 +60,7 @@ from drasat.solver.nodemodel import Gpu, MigProfile, Placement
 from drasat.solver.problem import NodeState
 from drasat.v1 import nasinventory
 from drasat.v1.publisheddevices import FALLBACK, GPU, MIG, Published
-from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice, amount, value_of
+from drasat.v1.slicekinds import DeviceTaintRule, ResourceSlice, base_units
 
 Obj = dict[str, Any]
 
@@ -122,8 +122,10 @@ class Pool:
     generation: int
     count: int
     node: str | None
-    #: (where, validated slice, the slice in v1's shape as given).
-    slices: list[tuple[str, ResourceSlice, Obj]] = field(default_factory=list)
+    #: (where, validated slice, the slice in v1's shape as given). The validated slice is None
+    #: for a slice read as the API server served it (`read_node`): the reader reads the slice
+    #: as given, never the model.
+    slices: list[tuple[str, ResourceSlice | None, Obj]] = field(default_factory=list)
 
     def incomplete(self) -> str | None:
         """Why the pool cannot be used yet (some of its slices are missing), or None."""
@@ -134,6 +136,54 @@ class Pool:
             f"{len(self.slices)} of its {self.count} slices (spec.pool.resourceSliceCount): "
             "its devices are not all known"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """What a slice says of its pool."""
+
+    driver: str
+    pool: str
+    generation: int
+    count: int
+    node: str | None
+
+    @classmethod
+    def of(cls, found: ResourceSlice) -> _Head:
+        spec = found.spec
+        return cls(
+            spec.driver,
+            spec.pool.name,
+            spec.pool.generation,
+            spec.pool.resourceSliceCount,
+            spec.nodeName,
+        )
+
+    @classmethod
+    def served(cls, data: Obj) -> _Head:
+        """The head of a slice as the API server serves it (validated there); raises
+        `NotAsServed` on what the server never serves, so the slice is validated here."""
+        spec = data["spec"]
+        pool = spec["pool"]
+        head = cls(
+            spec["driver"],
+            pool["name"],
+            pool.get("generation", 0),
+            pool.get("resourceSliceCount", 1),
+            spec.get("nodeName"),
+        )
+        texts_ok = all(isinstance(t, str) and t for t in (head.driver, head.pool))
+        counts_ok = all(type(n) is int for n in (head.generation, head.count))
+        if not (texts_ok and counts_ok and head.generation >= 0 and head.count >= 1):
+            raise NotAsServed("spec.pool")
+        if head.node is not None and not isinstance(head.node, str):
+            raise NotAsServed("spec.nodeName")
+        return head
+
+
+class NotAsServed(Exception):
+    """A slice read without validating it again is not as the API server serves it: it is read
+    again with full validation, which names what is wrong."""
 
 
 def add_slice(
@@ -149,82 +199,112 @@ def add_slice(
     """Put one validated slice in its pool: a newer generation replaces the pool read so far,
     an older one is skipped, as is a driver that is not a GPU driver. Raises InputError when
     two slices of one pool name different nodes."""
-    spec = found.spec
-    if spec.driver not in DRIVERS:
-        skipped.append(Skipped(source, what, f"driver {spec.driver} is not a GPU driver"))
+    _add(pools, skipped, _Head.of(found), found, data, where=where, source=source, what=what)
+
+
+def _add(
+    pools: dict[tuple[str, str], Pool],
+    skipped: list[Skipped],
+    head: _Head,
+    found: ResourceSlice | None,
+    data: Obj,
+    *,
+    where: str,
+    source: str,
+    what: str,
+) -> None:
+    if head.driver not in DRIVERS:
+        skipped.append(Skipped(source, what, f"driver {head.driver} is not a GPU driver"))
         return
-    key = (spec.driver, spec.pool.name)
+    key = (head.driver, head.pool)
     known = pools.get(key)
-    if known is None or spec.pool.generation > known.generation:
-        known = Pool(
-            spec.driver, spec.pool.name, spec.pool.generation, spec.pool.resourceSliceCount, None
-        )
+    if known is None or head.generation > known.generation:
+        known = Pool(head.driver, head.pool, head.generation, head.count, None)
         pools[key] = known
-    elif spec.pool.generation < known.generation:
+    elif head.generation < known.generation:
         skipped.append(Skipped(source, what, "an older generation of its pool"))
         return
-    if spec.nodeName:
-        if known.node not in (None, spec.nodeName):
+    if head.node:
+        if known.node not in (None, head.node):
             raise InputError(
-                f"spec.nodeName: {show(spec.nodeName)}, but pool {spec.pool.name!r} is on node "
+                f"spec.nodeName: {show(head.node)}, but pool {head.pool!r} is on node "
                 f"{known.node!r}",
                 where=where,
             )
-        known.node = spec.nodeName
-    known.count = spec.pool.resourceSliceCount
+        known.node = head.node
+    known.count = head.count
     known.slices.append((where, found, data))
 
 
-# One node's devices.
+# One node's devices, read from the slices in v1's shape (validated by the models of
+# `slicekinds`, or by the API server that served them): plain dicts, one reading for both.
 
 
-def _attribute(device: Device, driver: str, name: str) -> int | bool | str | None:
+def _attribute(attributes: Obj, driver: str, name: str) -> int | bool | str | None:
     """An attribute by its short name or qualified in the driver's domain."""
-    found = device.attributes.get(name)
+    found = attributes.get(name)
     if found is None:
-        found = device.attributes.get(f"{driver}/{name}")
-    return None if found is None else value_of(found)
+        found = attributes.get(f"{driver}/{name}")
+        if found is None:
+            return None
+    # `slicekinds.value_of`, inlined: a MIG fleet's first read looks up a million attributes.
+    for value in found.values():
+        if value is not None:
+            return value  # type: ignore[no-any-return]
+    return None
 
 
-def _text(device: Device, driver: str, name: str) -> str:
-    value = _attribute(device, driver, name)
+def _text(attributes: Obj, driver: str, name: str) -> str:
+    value = _attribute(attributes, driver, name)
     return value if isinstance(value, str) else ""
 
 
-def _int(device: Device, driver: str, name: str) -> int | None:
-    value = _attribute(device, driver, name)
+def _int(attributes: Obj, driver: str, name: str) -> int | None:
+    value = _attribute(attributes, driver, name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _healthy(device: Device, ruled: bool = False) -> bool:
+def _quantity(given: Any) -> int:
+    """A capacity or counter in its base unit: `{value}`, or a bare quantity (v1alpha3)."""
+    return base_units(given["value"] if isinstance(given, dict) else given)
+
+
+def _healthy(device: Obj, ruled: bool = False) -> bool:
     """No taint that keeps allocations off it: its own (drasat's allocator taint aside) or,
     `ruled`, a DeviceTaintRule's."""
     own = any(
-        t.effect in BLOCKING_EFFECTS and t.key != OWN_ALLOCATOR_TAINT for t in device.taints or []
+        t["effect"] in BLOCKING_EFFECTS and t["key"] != OWN_ALLOCATOR_TAINT
+        for t in device.get("taints") or []
     )
     return not (own or ruled)
 
 
-def published_device(device: Device, raw: Obj) -> Obj:
+def published_device(raw: Obj) -> Obj:
     """The device as given (v1's shape), its capacities and counters as plain integers
     (`4864Mi` -> `5100273664`), the form drasat's device model writes."""
     out = dict(raw)
-    if device.capacity:
+    if capacity := raw.get("capacity"):
         out["capacity"] = {
-            name: {**raw["capacity"][name], "value": str(amount(q))}
-            if isinstance(raw["capacity"][name], dict)
-            else {"value": str(amount(q))}
-            for name, q in device.capacity.items()
+            name: {**given, "value": _plain(given["value"])}
+            if isinstance(given, dict)
+            else {"value": _plain(given)}
+            for name, given in capacity.items()
         }
-    if device.consumesCounters:
+    if consumed := raw.get("consumesCounters"):
         out["consumesCounters"] = [
             {
-                "counterSet": c.counterSet,
-                "counters": {n: {"value": str(amount(q))} for n, q in c.counters.items()},
+                "counterSet": c["counterSet"],
+                "counters": {n: {"value": _plain(q["value"])} for n, q in c["counters"].items()},
             }
-            for c in device.consumesCounters
+            for c in consumed
         ]
     return out
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _plain(value: int | str) -> str:
+    """A quantity as a plain integer (slices repeat few distinct quantities many times)."""
+    return str(base_units(value))
 
 
 @dataclass
@@ -239,8 +319,8 @@ class _Mig:
     start: int
     size: int
     memory: int
-    #: The device as read, for its product's facts when its parent is not published whole.
-    device: Device
+    #: The device's attributes, for its product's facts when its parent is not published whole.
+    attributes: Obj
     driver: str
     healthy: bool
 
@@ -259,50 +339,44 @@ class NodeReader:
 
     def read_pool(self, found: Pool, counter_sets: CounterSets) -> None:
         """Raises InputError naming the slice and the device's field."""
-        for _where, item, _ in found.slices:
-            for counter_set in item.spec.sharedCounters or []:
-                counter_sets[(found.driver, found.name, counter_set.name)] = {
-                    k: amount(q) for k, q in counter_set.counters.items()
+        for _where, _, data in found.slices:
+            for counter_set in data["spec"].get("sharedCounters") or []:
+                counter_sets[(found.driver, found.name, counter_set["name"])] = {
+                    k: _quantity(q) for k, q in counter_set["counters"].items()
                 }
-        for where, item, data in found.slices:
-            for index, device in enumerate(item.spec.devices):
-                raw = data["spec"]["devices"][index]
-                path = f"spec.devices[{index}] ({device.name})"
+        for where, _, data in found.slices:
+            for index, device in enumerate(data["spec"].get("devices") or []):
+                path = f"spec.devices[{index}] ({device['name']})"
                 try:
-                    self._device(found, device, raw, f"{where}: {path}", counter_sets)
+                    self._device(found, device, f"{where}: {path}")
                 except ValueError as error:
                     raise InputError(f"{path}: {error}", where=where) from None
 
-    def _device(
-        self,
-        found: Pool,
-        device: Device,
-        raw: Obj,
-        where: str,
-        counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
-    ) -> None:
+    def _device(self, found: Pool, device: Obj, where: str) -> None:
         driver = found.driver
+        name = device["name"]
+        attributes = device.get("attributes") or {}
         ruled = bool(self.rules) and any(
             r.spec.taint.effect in BLOCKING_EFFECTS
             and r.spec.deviceSelector is not None
-            and r.spec.deviceSelector.selects(driver, found.name, device.name)
+            and r.spec.deviceSelector.selects(driver, found.name, name)
             for r in self.rules
         )
-        kind = _text(device, driver, "type")
+        kind = _text(attributes, driver, "type")
         if kind == devices.TYPE_GPU:
-            self._gpu(found.name, device, raw, driver, where, ruled)
+            self._gpu(found.name, device, attributes, driver, where, ruled)
         elif kind == devices.TYPE_MIG:
-            self.migs.append(self._mig(found.name, device, raw, driver, counter_sets, ruled))
+            self.migs.append(self._mig(found.name, device, attributes, driver, ruled))
         elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
-            source = Published(driver, found.name, published_device(device, raw), FALLBACK)
+            source = Published(driver, found.name, published_device(device), FALLBACK)
             self._source(names.CPU_FALLBACK, source, where)
         elif kind == "vfio":
             self.skipped.append(
-                Skipped(where, f"device {device.name}", "VFIO passthrough is not supported")
+                Skipped(where, f"device {name}", "VFIO passthrough is not supported")
             )
         else:
             self.skipped.append(
-                Skipped(where, f"device {device.name}", f"type {show(kind)} is not modelled")
+                Skipped(where, f"device {name}", f"type {show(kind)} is not modelled")
             )
 
     def _source(self, name: str, source: Published, where: str) -> None:
@@ -312,61 +386,55 @@ class NodeReader:
         self.where[name] = where
 
     def _gpu(
-        self, pool: str, device: Device, raw: Obj, driver: str, where: str, ruled: bool
+        self, pool: str, device: Obj, attributes: Obj, driver: str, where: str, ruled: bool
     ) -> None:
-        parsed = names.parse(device.name)
-        minor = _int(device, driver, "minor")
+        parsed = names.parse(device["name"])
+        minor = _int(attributes, driver, "minor")
         if minor is None:
             if not isinstance(parsed, names.GpuName):
                 raise ValueError("name: not gpu-<minor>, and no minor attribute")
             minor = parsed.minor
-        uuid = _text(device, driver, "uuid")
+        uuid = _text(attributes, driver, "uuid")
         if not uuid:
             raise ValueError("attributes.uuid: missing")
         if uuid in self.gpus:
             raise ValueError(f"GPU {uuid} is published twice on node {self.node}")
-        if "memory" not in device.capacity:
+        capacity = device.get("capacity") or {}
+        if "memory" not in capacity:
             raise ValueError("capacity.memory: missing")
-        index = _int(device, driver, "index")
+        index = _int(attributes, driver, "index")
         for what, value in (("minor", minor), ("index", index)):
             if value is not None and value < 0:
                 raise ValueError(f"attributes.{what}: {value} is negative")
-        if amount(device.capacity["memory"]) < 0:
+        memory = _quantity(capacity["memory"])
+        if memory < 0:
             raise ValueError("capacity.memory: negative")
         gpu = Gpu(
             index=minor if index is None else index,
             uuid=uuid,
             minor=minor,
-            migEnabled=bool(_attribute(device, driver, "migEnabled")),
-            memoryBytes=amount(device.capacity["memory"]),
-            pciBusID=_text(device, driver, devices.PCI_BUS_ID) or None,
-            numaNode=_int(device, driver, "numaNode"),
+            migEnabled=bool(_attribute(attributes, driver, "migEnabled")),
+            memoryBytes=memory,
+            pciBusID=_text(attributes, driver, devices.PCI_BUS_ID) or None,
+            numaNode=_int(attributes, driver, "numaNode"),
             healthy=_healthy(device, ruled),
-            **_product(device, driver),
+            **_product(attributes, driver),
         )
         self.gpus[uuid] = gpu
-        source = Published(driver, pool, published_device(device, raw), GPU, uuid)
+        source = Published(driver, pool, published_device(device), GPU, uuid)
         self._source(names.gpu_name(minor), source, where)
 
-    def _mig(
-        self,
-        pool: str,
-        device: Device,
-        raw: Obj,
-        driver: str,
-        counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
-        ruled: bool,
-    ) -> _Mig:
-        parent = _text(device, driver, "parentUUID")
-        profile = _text(device, driver, "profile")
+    def _mig(self, pool: str, device: Obj, attributes: Obj, driver: str, ruled: bool) -> _Mig:
+        parent = _text(attributes, driver, "parentUUID")
+        profile = _text(attributes, driver, "profile")
         if not parent or not profile:
             raise ValueError("attributes: a MIG device names its parentUUID and profile")
-        if not _text(device, driver, "productName"):
+        if not _text(attributes, driver, "productName"):
             raise ValueError("attributes.productName: missing")
-        minor, profile_id, start = _mig_numbers(device, driver)
-        size = _placement_size(device, driver, start)
+        minor, profile_id, start = _mig_numbers(device["name"], attributes, driver)
+        size = _placement_size(device, attributes, driver, start)
         if size is None:
-            known = catalog.product_for_name(_text(device, driver, "productName"))
+            known = catalog.product_for_name(_text(attributes, driver, "productName"))
             found = known.profile(profile) if known else None
             if found is None:
                 raise ValueError(
@@ -376,11 +444,10 @@ class NodeReader:
             size = found.memory_slices
         if start + size > 8:
             raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
-        memory = amount(device.capacity["memory"]) if "memory" in device.capacity else 0
+        capacity = device.get("capacity") or {}
+        memory = _quantity(capacity["memory"]) if "memory" in capacity else 0
         return _Mig(
-            source=Published(
-                driver, pool, published_device(device, raw), MIG, parent, profile, start
-            ),
+            source=Published(driver, pool, published_device(device), MIG, parent, profile, start),
             parent_uuid=parent,
             minor=minor,
             profile=profile,
@@ -388,7 +455,7 @@ class NodeReader:
             start=start,
             size=size,
             memory=memory,
-            device=device,
+            attributes=attributes,
             driver=driver,
             healthy=_healthy(device, ruled),
         )
@@ -405,7 +472,7 @@ class NodeReader:
             if found is None:
                 found = by_key[key] = _Profile(mig.profile_id, mig.memory or None, {})
             found.placements.setdefault((mig.start, mig.size), None)
-            name = names.mig_name(mig.minor, mig.profile, mig.profile_id, mig.start)
+            name = _mig_name(mig.minor, mig.profile, mig.profile_id, mig.start)
             self._source(name, mig.source, f"{mig.source.pool}/{mig.source.name}")
         profiles = tuple(
             MigProfile(
@@ -430,7 +497,7 @@ class NodeReader:
         healthy = healthy and mig.healthy
         if gpu is None:
             memory = 0
-            facts = _product(mig.device, mig.driver)
+            facts = _product(mig.attributes, mig.driver)
             product = catalog.product_for_name(str(facts["productName"]))
             if product is not None:
                 memory = product.memory_bytes
@@ -451,15 +518,15 @@ class _Profile:
     placements: dict[tuple[int, int], None]
 
 
-def _product(device: Device, driver: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"productName": _text(device, driver, "productName")}
+def _product(attributes: Obj, driver: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"productName": _text(attributes, driver, "productName")}
     if not out["productName"]:
         raise ValueError("attributes.productName: missing")
     for name in ("brand", "architecture"):
-        if value := _text(device, driver, name):
+        if value := _text(attributes, driver, name):
             out[name] = value
     for name in ("cudaComputeCapability", "driverVersion", "cudaDriverVersion"):
-        if value := _text(device, driver, name):
+        if value := _text(attributes, driver, name):
             out[name] = _short_version(value)
     return out
 
@@ -473,28 +540,41 @@ def _short_version(version: str) -> str:
     return ".".join(parts)
 
 
-def _mig_numbers(device: Device, driver: str) -> tuple[int, int, int]:
+def _mig_numbers(name: str, attributes: Obj, driver: str) -> tuple[int, int, int]:
     """(parent minor, GPU-instance profile id, placement start) of a MIG device."""
-    parsed = names.parse(device.name)
-    if isinstance(parsed, names.MigName):
-        minor, profile_id, start = parsed.minor, parsed.profile_id, parsed.start
-    elif match := _NVIDIA_MIG.match(device.name):
-        minor, profile_id, start = int(match[1]), int(match[3]), int(match[4])
-    else:
+    numbers = _numbers_in_name(name)
+    if numbers is None:
         raise ValueError("name: not gpu-<minor>-mig-<profile>-<profileID>-<start>")
+    minor, profile_id, start = numbers
     for attribute, value in (("parentMinor", minor), ("placementStart", start)):
-        given = _int(device, driver, attribute)
+        given = _int(attributes, driver, attribute)
         if given is not None and given != value:
             raise ValueError(f"attributes.{attribute}: {given}, but the name says {value}")
     return minor, profile_id, start
 
 
-def _placement_size(device: Device, driver: str, start: int) -> int | None:
-    if (size := _int(device, driver, "placementSize")) is not None:
+@functools.lru_cache(maxsize=4096)
+def _numbers_in_name(name: str) -> tuple[int, int, int] | None:
+    """(parent minor, profile id, start) that a MIG device's name says, drasat's or NVIDIA's
+    (every node of a fleet repeats the same few hundred names)."""
+    parsed = names.parse(name)
+    if isinstance(parsed, names.MigName):
+        return parsed.minor, parsed.profile_id, parsed.start
+    if match := _NVIDIA_MIG.match(name):
+        return int(match[1]), int(match[3]), int(match[4])
+    return None
+
+
+#: `names.mig_name`, remembered: every node of a fleet names the same few hundred placements.
+_mig_name = functools.lru_cache(maxsize=4096)(names.mig_name)
+
+
+def _placement_size(device: Obj, attributes: Obj, driver: str, start: int) -> int | None:
+    if (size := _int(attributes, driver, "placementSize")) is not None:
         return size
-    slices = [int(m[1]) for k in device.capacity if (m := _STATIC_SLICE.match(k))]
-    for consumption in device.consumesCounters or []:
-        slices += [int(m[1]) for k in consumption.counters if (m := _COUNTER_SLICE.match(k))]
+    slices = [int(m[1]) for k in device.get("capacity") or {} if (m := _STATIC_SLICE.match(k))]
+    for consumption in device.get("consumesCounters") or []:
+        slices += [int(m[1]) for k in consumption["counters"] if (m := _COUNTER_SLICE.match(k))]
     if not slices:
         return None
     if sorted(slices) != list(range(start, start + len(slices))):
@@ -573,24 +653,45 @@ class NodeDevices:
     versions: tuple[str, ...] = ()
 
 
-def read_node(node: str, found: Sequence[Obj], *, driver: str = DRIVER_NAME) -> NodeDevices:
-    """One node's devices of `driver` from its slices (v1 objects as served): the complete pools
-    of their newest generation. Never raises: a slice that does not validate, or a device the
-    model cannot read, makes the node's devices unusable, with the reason."""
+def read_node(
+    node: str, found: Sequence[Obj], *, driver: str = DRIVER_NAME, served: bool = False
+) -> NodeDevices:
+    """One node's devices of `driver` from its slices (v1 objects): the complete pools of their
+    newest generation. Never raises: a slice that does not validate, or a device the model
+    cannot read, makes the node's devices unusable, with the reason.
+
+    `served`: the slices are as the API server serves them, validated there against v1's rules
+    (which the models of `slicekinds` hold too), so they are read without validating them again
+    (validating was a third of the controller's first read of a fleet). The answer is the same:
+    a node whose slices the reading cannot use (anything the server never serves, or a device
+    the model cannot read) is read again with validation, which names what is wrong
+    (tests/v1/test_v1_slices_served.py holds both)."""
     found_versions = tuple(sorted(_version(o)[1] for o in found))
-    return replace(_read_node(node, found, driver), versions=found_versions)
+    answer = None
+    if served:
+        # The fallback below catches everything: whatever a slice the server never serves
+        # makes the unvalidated reading raise, the validated reading answers it.
+        with contextlib.suppress(Exception):
+            answer = _read_node(node, found, driver, validate=False)
+    if answer is None or answer.read is None:
+        answer = _read_node(node, found, driver, validate=True)
+    return replace(answer, versions=found_versions)
 
 
-def _read_node(node: str, found: Sequence[Obj], driver: str) -> NodeDevices:
+def _read_node(node: str, found: Sequence[Obj], driver: str, *, validate: bool) -> NodeDevices:
     pools: dict[tuple[str, str], Pool] = {}
     skipped: list[Skipped] = []
     for obj in found:
         name = str((obj.get("metadata") or {}).get("name", ""))
         where = f"ResourceSlice {name}"
-        envelope = {k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         try:
-            parsed = ResourceSlice.model_validate(envelope)
-            add_slice(pools, skipped, parsed, obj, where=where, source=where, what=where)
+            if validate:
+                envelope = {k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+                parsed: ResourceSlice | None = ResourceSlice.model_validate(envelope)
+                head = _Head.of(parsed)  # type: ignore[arg-type]
+            else:
+                parsed, head = None, _Head.served(obj)
+            _add(pools, skipped, head, parsed, obj, where=where, source=where, what=where)
         except ValidationError as error:
             return NodeDevices(node, None, f"{where}: {describe_validation_error(error)}")
         except InputError as error:
@@ -621,8 +722,10 @@ class Reader:
     """`read_node` for every node, remembering each node's answer while its slices are the
     same (a cycle reads every node; slices change rarely). Keeps no I/O, only memory."""
 
-    def __init__(self, driver: str = DRIVER_NAME) -> None:
+    def __init__(self, driver: str = DRIVER_NAME, *, served: bool = True) -> None:
         self.driver = driver
+        #: The slices are as the API server serves them (`read_node`'s `served`).
+        self.served = served
         self._known: dict[str, tuple[tuple[tuple[str, str], ...], NodeDevices]] = {}
 
     def read(self, found: Iterable[Obj]) -> dict[str, NodeDevices]:
@@ -644,7 +747,7 @@ class Reader:
                 unread.append((node, objs, key))
         with _collector_paused() if len(unread) > 1 else contextlib.nullcontext():
             for node, objs, key in unread:
-                out[node] = read_node(node, objs, driver=self.driver)
+                out[node] = read_node(node, objs, driver=self.driver, served=self.served)
                 self._known[node] = (key, out[node])
         for node in set(self._known) - set(out):
             del self._known[node]
