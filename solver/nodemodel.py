@@ -17,7 +17,7 @@ and memory, memory slices in use) is counted from the node's ledger (`NodeState.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +75,8 @@ class NodeDevices:
 
     gpus: tuple[Gpu, ...] = ()
     mig_profiles: tuple[MigProfile, ...] = ()
+    #: Where they were read, as a message names it (`spec.allocatableDevices`, `ResourceSlices
+    #: of gpu.drasat.io`): the solver names the source of a contradiction it finds (one GPU on
+    #: two nodes) without knowing the edges. Not part of equality: the same devices are equal
+    #: wherever they were read.
+    source: str = field(default="devices", compare=False)

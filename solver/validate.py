@@ -7,7 +7,7 @@ specs, one GPU uuid on two nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from drasat.api.inputerrors import InputError
 from drasat.solver import inventory
@@ -37,7 +37,7 @@ def check(problem: Problem, cache: SolverCache) -> dict[str, inventory.NodeView]
     key = tuple([v.uuids for v in views])
     if key not in cache.uuids_checked:
         if sum(len(v.uuids) for v in views) != len(frozenset().union(*(v.uuids for v in views))):
-            _duplicate_gpu(views)
+            _duplicate_gpu(views, {n.name: n.devices.source for n in problem.nodes})
         cache.put(cache.uuids_checked, key, True, UUIDS_CHECKED_SIZE)
     pods: set[str] = set()
     claims: dict[str, tuple[ClaimRequest, str]] = {}
@@ -68,13 +68,14 @@ def _duplicate_node(problem: Problem) -> None:
         nodes.add(node.name)
 
 
-def _duplicate_gpu(views: Iterable[inventory.NodeView]) -> None:
+def _duplicate_gpu(views: Iterable[inventory.NodeView], sources: Mapping[str, str]) -> None:
+    """Raise InputError naming the GPU, both nodes and where each node's devices were read."""
     owner: dict[str, str] = {}
     for view in views:
         for uuid in sorted(view.uuids):
             other = owner.setdefault(uuid, view.name)
             if other != view.name:
                 raise InputError(
-                    f"node {view.name}: spec.allocatableDevices gpu.uuid {uuid} is also on node "
-                    f"{other}"
+                    f"node {view.name}: gpu.uuid {uuid} (its {sources[view.name]}) is also on "
+                    f"node {other} (its {sources[other]})"
                 )

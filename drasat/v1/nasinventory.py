@@ -59,6 +59,7 @@ def devices_of(spec: NodeAllocationStateSpec) -> NodeDevices:
     return NodeDevices(
         gpus=tuple(gpu_of(g) for g in spec.gpus()),
         mig_profiles=tuple(profile_of(m) for m in spec.mig_profiles()),
+        source="spec.allocatableDevices",
     )
 
 

@@ -486,7 +486,9 @@ class NodeReader:
             for (product, profile), found in by_key.items()
         )
         gpus = tuple(sorted(self.gpus.values(), key=lambda g: g.minor))
-        state = node_state(self.node, nodemodel.NodeDevices(gpus, profiles), node, where)
+        drivers = sorted({d.driver for d in self.sources.values()}) or sorted(DRIVERS)
+        read = nodemodel.NodeDevices(gpus, profiles, f"ResourceSlices of {', '.join(drivers)}")
+        state = node_state(self.node, read, node, where)
         return V1Node(self.node, state, node, dict(self.sources))
 
     def _parent_of(self, mig: _Mig) -> None:

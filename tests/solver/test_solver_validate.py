@@ -20,7 +20,9 @@ def test_duplicate_node_names() -> None:
 def test_gpu_uuid_on_two_nodes() -> None:
     first = make_node("n1", "T4")
     second = dataclasses.replace(first, name="n2")
-    with pytest.raises(InputError, match=r"gpu\.uuid GPU-n1-0 is also on node n1"):
+    with pytest.raises(
+        InputError, match=r"gpu\.uuid GPU-n1-0 \(its spec\.allocatableDevices\) is also on node n1"
+    ):
         solve(Problem(nodes=(first, second), pods=()))
 
 

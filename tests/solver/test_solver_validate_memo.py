@@ -21,5 +21,7 @@ def test_checked_uuid_sets_are_remembered_and_a_changed_node_is_checked_again() 
     validate.check(Problem(nodes=(first, dataclasses.replace(second, ready=True)), pods=()), cache)
     # One node now carries the other's GPUs: checked afresh, and caught.
     clash = dataclasses.replace(first, name="memo-n2")
-    with pytest.raises(InputError, match=r"gpu\.uuid GPU-memo-n1-0 is also on node memo-n1"):
+    with pytest.raises(
+        InputError, match=r"gpu\.uuid GPU-memo-n1-0 \(its [^)]*\) is also on node memo-n1"
+    ):
         validate.check(Problem(nodes=(first, clash), pods=()), cache)

@@ -8,10 +8,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from drasat.api.devicemodel import pool
 from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory
 from drasat.api.groups import DRIVER_NAME
+from drasat.api.inputerrors import InputError
 from drasat.api.nas import GpuInfo, Health
+from drasat.solver import Problem, solve
 from drasat.v1 import slices
 
 Obj = dict[str, Any]
@@ -136,3 +140,16 @@ def test_reading_slices_builds_the_solvers_devices_and_no_nas() -> None:
     ]
     assert "nas" not in vars(found.read)
     assert [g.health for g in found.read.nas.spec.gpus()] == [Health.Healthy, Health.Unhealthy]
+
+
+def test_one_gpu_on_two_nodes_is_named_by_the_slices_it_was_read_from() -> None:
+    first = slices.read_node("n1", published("n1", 1))
+    second = slices.read_node("n2", published("n2", 1))  # the same uuid, GPU-0
+    assert first.read is not None and second.read is not None
+    nodes = (first.read.state, second.read.state)
+    with pytest.raises(InputError) as raised:
+        solve(Problem(nodes=nodes, pods=()))
+    assert str(raised.value) == (
+        "node n2: gpu.uuid GPU-0 (its ResourceSlices of gpu.drasat.io) is also on node n1 "
+        "(its ResourceSlices of gpu.drasat.io)"
+    )
