@@ -59,6 +59,21 @@ def _drasat(built: fleet.Built, claim: Obj) -> Obj | None:
     return out.allocations[claim["metadata"]["uid"]].allocation
 
 
+def _has_its_devices(built: fleet.Built) -> None:
+    """The node has every GPU it was drawn with, in drasat's model and in its slices, and a MIG
+    device of each GPU in MIG mode: a fleet that lost its devices (as the cases once did) has
+    both allocators refuse every claim, and the feasibility property holds with nothing
+    compared."""
+    minors = sorted(g.minor for g in built.node.state.devices.gpus)
+    assert len(minors) == len(built.case.gpus), built.case
+    published = [str(d["name"]) for d in built.published()]
+    for minor, case in zip(minors, built.case.gpus, strict=True):
+        assert names.gpu_name(minor) in published, built.case
+        if case.mig:
+            assert any(n.startswith(f"gpu-{minor}-mig-") for n in published), built.case
+    assert any(d.kind == "gpu" for d in built.node.devices), built.case
+
+
 def _check(oracle: Oracle, built: fleet.Built, claim: Obj) -> None:
     upstream = oracle.allocate(built.case.name, built.slices, CLASSES, claim)
     mine = _drasat(built, claim)
@@ -78,6 +93,7 @@ def test_drasat_places_a_claim_iff_upstream_can(
 ) -> None:
     assume(_known(claim, node) is None)
     built = fleet.build(node)
+    _has_its_devices(built)
     upstream = oracle.allocate(node.name, built.slices, CLASSES, claim)
     mine = _drasat(built, claim)
     if mine is None and upstream.get("allocated"):
@@ -97,10 +113,31 @@ def test_every_allocation_drasat_writes_is_one_upstream_accepts(
 ) -> None:
     assume(_known(claim, node) is None)
     built = fleet.build(node)
+    _has_its_devices(built)
     mine = _drasat(built, claim)
     assume(mine is not None)
     verdict = oracle.validate(node.name, built.slices, CLASSES, claim, mine)
     assert verdict["valid"], verdict["reason"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"deviceClassName": claimgen.GPU},
+        {"deviceClassName": claimgen.MIG},
+        {"deviceClassName": claimgen.GPU, "allocationMode": "ExactCount", "count": 2},
+    ],
+    ids=["a whole GPU", "a MIG device", "two whole GPUs"],
+)
+def test_the_random_cases_nodes_place_what_they_have(oracle: Oracle, spec: Obj) -> None:
+    """The nodes the properties above draw place claims, by drasat and by upstream alike: the
+    properties compare allocations, not two refusals of empty nodes."""
+    built = _node(_gpu("T4"), _gpu("L4"), _gpu("A100-40GB", mig=True))
+    _has_its_devices(built)
+    claim = _claim(spec)
+    assert _drasat(built, claim) is not None
+    assert oracle.allocate(built.case.name, built.slices, CLASSES, claim).get("allocated")
+    _check(oracle, built, claim)
 
 
 # -- the known differences, each exact (docs/CONTROLLER.md; /tmp reproductions in the report) ----
