@@ -272,10 +272,10 @@ def _quantity(given: Any) -> int:
 def _healthy(device: Obj, ruled: bool = False) -> bool:
     """No taint that keeps allocations off it: its own (drasat's allocator taint aside) or,
     `ruled`, a DeviceTaintRule's."""
-    own = any(
-        t["effect"] in BLOCKING_EFFECTS and t["key"] != OWN_ALLOCATOR_TAINT
-        for t in device.get("taints") or []
-    )
+    taints = device.get("taints")
+    if not taints:
+        return not ruled
+    own = any(t["effect"] in BLOCKING_EFFECTS and t["key"] != OWN_ALLOCATOR_TAINT for t in taints)
     return not (own or ruled)
 
 
