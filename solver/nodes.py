@@ -57,6 +57,8 @@ from drasat.solver.rules import Rules
 #: is evaluated per exact node state: keys are no canonical positions).
 _Pick = tuple[int, int, str | None, int, int]
 _UNIT = -1
+#: `_state` of a node where the pod's first required claim may take no GPU.
+_NONE_ELIGIBLE = "none eligible"
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class PodShape:
     #: limited to the same GPUs share each node's reading (a cycle's pods are of many shapes
     #: and few eligible sets; reading every node once per shape was most of a busy cycle).
     eligibility_id: int = 0
+    #: The eligible GPUs of the pod's first required claim (None: not limited, or no such
+    #: claim): a node with none of them fails that claim first (`filters.node_blocker` checks
+    #: the claims in order), whatever else it holds, so `_state` reads it no further.
+    gate: frozenset[str] | None = None
 
 
 def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
@@ -203,6 +209,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         for c in entry.claims
     )
     eligibility_id = 0
+    gate = None
     if (limited or rows) and not names_gpus:
         eligibility = tuple(_eligibility(c, rules) for c in entry.claims)
         read = (
@@ -210,6 +217,9 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
             (rules.fingerprint, rules.workload.id) if rows else None,
         )
         eligibility_id = rules.cache.intern(read)
+        first = next((c for c in entry.claims if not c.optional), None)
+        if first is not None and first.kind is not Kind.device:
+            gate = first.request.eligible
     shape_id = rules.cache.intern(key)
     return PodShape(
         entry,
@@ -220,6 +230,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         eligibility,
         rows and not names_gpus,
         eligibility_id,
+        gate,
     )
 
 
@@ -297,6 +308,15 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
         return node.canonical_key
     key = (pod.eligibility_id, node.exact_key, rules.node_class_id(node.name) if pod.rows else 0)
     found = rules.cache.eligibility.get(key)
+    if found is None and pod.gate is not None and pod.gate.isdisjoint(g.uuid for g in node.gpus):
+        # Its first required claim may take none of the node's GPUs: the pod does not fit, for
+        # the same reason on every node of this canonical state.
+        found = rules.cache.put(
+            rules.cache.eligibility,
+            key,
+            rules.cache.intern((node.canonical_key, _NONE_ELIGIBLE)),
+            size=ELIGIBILITY_SIZE,
+        )
     if found is None:
         numbers: dict[str, int] = {}
         signature: list[object] = []

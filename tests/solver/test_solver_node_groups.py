@@ -134,3 +134,36 @@ def test_shapes_limited_to_the_same_gpus_read_each_node_once(
     assert {p.node for p in solution.placements} <= {f"n{i:03d}" for i in range(0, 200, 2)}
     # Once per node (400 GPUs), and again for each node a pod changed: not 8 x 400.
     assert reads < 2 * 400
+
+
+def test_nodes_without_an_eligible_gpu_are_not_read_gpu_by_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A MIG profile of one product admits a few nodes of thousands: the others fail the pod's
+    # first claim whatever they hold, and are not read GPU by GPU; the decisions and the
+    # reasons are those of the pass over every node.
+    from drasat.solver import nodes as nodes_module
+
+    reads = 0
+    original = nodes_module._gpu_eligibility
+
+    def counted(shape: nodes_module.PodShape, uuid: str) -> object:
+        nonlocal reads
+        reads += 1
+        return original(shape, uuid)
+
+    monkeypatch.setattr(nodes_module, "_gpu_eligibility", counted)
+    nodes = tuple(make_node(f"n{i:03d}", "T4", count=2) for i in range(200))
+    eligible = frozenset(f"GPU-n{i:03d}-{g}" for i in range(190, 200) for g in range(2))
+    pods = tuple(
+        pod(f"p{i}", dataclasses.replace(gpu_claim(f"c{i}"), eligible=eligible))
+        for i in range(24)
+    )
+    problem = Problem(nodes=nodes, pods=pods, policy=AllocationPolicySpec())
+    grouped = solve(problem, SolveParams(mode=Mode.online, cache=SolverCache()))
+    assert reads <= 2 * 20 * 2  # the 20 eligible GPUs, again as pods land on their nodes
+    every_node = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
+    assert_valid(problem, grouped)
+    assert grouped.placements == every_node.placements
+    assert grouped.unplaced == every_node.unplaced
+    assert len(grouped.placements) == 20 and len(grouped.unplaced) == 4
