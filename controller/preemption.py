@@ -51,7 +51,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
 from drasat.v1 import Node, preemption
-from drasat.v1.gangs import gang_key, label_of
+from drasat.v1.gangs import Member, member_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -465,7 +465,8 @@ def running_pods(
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         mine = tuple(u for u in uids if where.get(u) == node_name)
-        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=_unit(pod)))
+        unit = _unit(pod, snapshot.pod_groups)
+        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit))
     leaving: dict[str, set[str]] = {}
     for held in leaving_pods.values():
         for uid in held:
@@ -474,12 +475,10 @@ def running_pods(
     return running, {k: frozenset(v) for k, v in users.items()}, leaving
 
 
-def _unit(pod: Obj) -> str | None:
-    """The pod's gang, evicted whole (labels)."""
-    found = label_of(pod)
-    if isinstance(found, tuple):
-        return gang_key(pod, found[0])
-    return None
+def _unit(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> str | None:
+    """The pod's gang, evicted whole (its PodGroup, or its labels)."""
+    found = member_of(pod, pod_groups)
+    return found.gang if isinstance(found, Member) else None
 
 
 def _with_budgets(

@@ -50,7 +50,8 @@ class WholeGangs:
     ) -> list[v1inputs.Pending]:
         """This cycle's gangs (`controller.gangs`): the pods of gangs not complete are left out
         (a Normal Event says why), and no pod of an unfinished gang is let go by `ungate`."""
-        plan = gangs.plan(snapshot.pods, [p.input.key for p in everyone], waiting, ungate, policy)
+        plan = gangs.plan(snapshot.pods, [p.input.key for p in everyone], waiting, ungate, policy,
+                          snapshot.pod_groups)  # fmt: skip
         self.plan = plan
         for pods in plan.gates_held.values():
             for pod in pods:
