@@ -51,6 +51,11 @@ class Plan:
     gates_held: dict[str, list[Obj]] = field(default_factory=dict)
     #: Pod key -> the Warning for a bad label.
     invalid: dict[str, str] = field(default_factory=dict)
+    #: Pod key -> (pod, why): pods of an admitted PodGroup whose claims are not allocated yet
+    #: but whose gate is lifted now: kube-scheduler schedules a PodGroup only once every pod of it
+    #: is ungated (drasat allocates their claims when devices free; until then kube-scheduler
+    #: finds them unschedulable).
+    ungate_early: dict[str, tuple[Obj, str]] = field(default_factory=dict)
 
 
 def plan(
@@ -70,6 +75,7 @@ def plan(
     members: dict[str, list[Obj]] = {}
     minimum: dict[str, int] = {}
     source: dict[str, str] = {}
+    group: dict[str, bool] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
@@ -88,6 +94,7 @@ def plan(
         members.setdefault(found.gang, []).append(pod)
         minimum[found.gang] = max(minimum.get(found.gang, 0), found.minimum)
         source[found.gang] = found.source
+        group[found.gang] = found.pod_group
     topology = policy.gangs
     for gang, pods_of in sorted(members.items()):
         keys = sorted(v1inputs.pod_key(p) for p in pods_of)
@@ -106,7 +113,16 @@ def plan(
             why = (f"gang {gang}: pod {stuck} waits ({waiting[stuck]}): none of its pods is "
                    "allocated before all can be")  # fmt: skip
         if why is None and len(placed) >= least:
-            continue  # admitted: its other pods go one by one
+            # Admitted: its other pods go one by one.
+            if group[gang]:
+                for pod in pods_of:
+                    key = v1inputs.pod_key(pod)
+                    if key in todo and v1inputs.has_our_gate(pod):
+                        out.ungate_early[key] = (pod, (
+                            f"{least} pods of gang {gang} are allocated: kube-scheduler "
+                            "schedules a PodGroup only once every pod of it is ungated; drasat "
+                            "allocates this pod's claims when devices free"))  # fmt: skip
+            continue
         # Not admitted yet: no pod of the gang is let go.
         out.gates_held[gang] = [to_ungate[k][0] for k in keys if k in to_ungate]
         if why is not None:

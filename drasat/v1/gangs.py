@@ -65,6 +65,11 @@ class Member:
     #: Where the membership comes from, in words (for the Events).
     source: str
 
+    @property
+    def pod_group(self) -> bool:
+        """Whether the gang is a PodGroup's (kube-scheduler schedules it as one)."""
+        return self.gang.partition("/")[2].startswith(POD_GROUP_KEY)
+
 
 def pod_group_name(pod: Obj) -> str | None:
     """The PodGroup the pod names (`spec.schedulingGroup.podGroupName`), if any."""

@@ -102,3 +102,20 @@ def test_a_waiting_pod_holds_the_gang_back_only_below_its_minimum() -> None:
     assert found.gangs["ns/g"].pods == ("ns/a", "ns/b")
     stuck = _plan(pods, ["a"], waiting={**waits, "ns/b": waits["ns/c"]})
     assert not stuck.gangs and "waits" in stuck.held["ns/a"]
+
+
+def test_an_admitted_podgroup_lets_its_other_pods_go_to_kube_scheduler() -> None:
+    """kube-scheduler schedules a PodGroup only once every pod of it is ungated: past the
+    minimum, its pods still to allocate lose drasat's gate; a label gang's keep it."""
+    gate = {"schedulingGates": [{"name": "gpu.drasat.io/allocation"}]}
+    grouped = [_pod(n, group="train") for n in ("a", "b", "c")]
+    labelled = [_pod(n, label=("g", "2")) for n in ("d", "e", "f")]
+    for pod in grouped + labelled:
+        pod["spec"].update(gate)
+    allocated = {
+        f"ns/{n}": (p, "allocated") for n, p in zip("abde", grouped[:2] + labelled[:2], strict=True)
+    }
+    found = _plan(grouped + labelled, ["c", "f"], to_ungate=allocated)
+    assert list(found.ungate_early) == ["ns/c"]
+    assert "kube-scheduler schedules a PodGroup only once" in found.ungate_early["ns/c"][1]
+    assert not found.gangs and not found.gates_held
