@@ -56,8 +56,8 @@ class WholeGangs:
         for pods in plan.gates_held.values():
             for pod in pods:
                 ungate.pop(v1inputs.pod_key(pod), None)
-        for pod, why in plan.ungate_early.values():
-            self._gates.lift_confined(pod, why)
+        for pod, early in plan.ungate_early.values():
+            self._gates.lift_confined(pod, early)
         kept = []
         for item in everyone:
             why = plan.held.get(item.input.key)
