@@ -47,7 +47,11 @@ Invariants (`Violation.kind`), checked after every round of every step:
   allow, as the API server does, so a budget is never exceeded and a refusal means the
   controller overspent one.
 
-Not checked yet: no two preemptors counting one device beyond what the held-twice checks see.
+- no two preemptors count one device: the devices two nominations hold never overlap
+  (`nominations-overlap`, at once between nominations of one priority;
+  `nominations-overlap-kept` within `bound` rounds where a higher priority displaced a lower
+  one), and no claim allocated while a nomination holds takes its devices for pods of no higher
+  priority than the nominee's (`nominated-device-given-away`, at once).
 
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
@@ -120,6 +124,10 @@ class Stats:
     rules: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     faults: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     known: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    #: Rounds in which a nomination held devices, and allocations made in such rounds (what
+    #: the nomination invariants were checked on).
+    holding_rounds: int = 0
+    allocations_beside_holds: int = 0
 
     def note_known(self, violation: Violation) -> None:
         found = self.known.setdefault(violation.kind, [])
@@ -129,6 +137,10 @@ class Stats:
     def summary(self) -> str:
         lines = [f"{self.examples} examples, {self.steps} steps, {self.rounds} rounds"]
         lines.append("rules: " + ", ".join(f"{k} {v}" for k, v in sorted(self.rules.items())))
+        lines.append(
+            f"rounds with a nomination holding devices: {self.holding_rounds}, "
+            f"allocations checked against holds: {self.allocations_beside_holds}"
+        )
         if self.faults:
             lines.append("API faults met: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(self.faults.items())))  # fmt: skip
@@ -549,9 +561,13 @@ class LifecycleMachine(RuleBasedStateMachine):
             str(c["metadata"]["uid"]): c for c in claims
             if truth.results_of(c) and str(c["metadata"]["uid"]) not in foreign
         }  # fmt: skip
+        if self.holding_before and holding:
+            type(self).stats.holding_rounds += 1
         for uid, claim in sorted(allocated.items()):
             if uid in self.allocated_before:
                 continue
+            if self.holding_before and holding:
+                type(self).stats.allocations_beside_holds += 1
             consumers = truth.live_consumers(claim, pods)
             if not consumers:
                 continue

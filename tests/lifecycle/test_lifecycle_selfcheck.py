@@ -1,7 +1,8 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
 allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
-of no higher priority, an eviction whose preemptor is never placed and an eviction a budget does
-not allow are caught (a model whose checks cannot fail proves nothing); and two tenants on one
+of no higher priority, an eviction whose preemptor is never placed, an eviction a budget does
+not allow, two nominations holding one GPU and a held GPU given to a lower-priority pod are
+caught (a model whose checks cannot fail proves nothing); and two tenants on one
 GPU are parted within the bound even where a budget allows no disruption (the repair deletes)."""
 
 from __future__ import annotations
