@@ -124,7 +124,7 @@ class Repairer:
         for node in sorted(set(by_node) | set(others)):
             held = {**others.get(node, {}), **by_node.get(node, {})}
             parsed = snapshot.nas.get(node)
-            gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
+            gpus = {g.uuid: g for g in parsed.node.devices.gpus} if parsed is not None else {}
             entries = [e for _, found in by_node.get(node, {}).values() for e in found.values()]
             found_all = overcommit.overcommits(entries, gpus)
             if node in others and self._others is not None and node in self._others:

@@ -660,10 +660,11 @@ def _node_devices(
     """The node's GPUs, what each claim there holds of them and who frees it, and the
     preemptor's needs by way its claims can be met (None: its claims cannot be read)."""
     nas = node.state.nas
-    gpus = tuple(choice.Gpu(g.uuid, (g.memoryBytes or 0) // MiB) for g in nas.gpus() if g.uuid)
+    inventory = node.state.devices
+    gpus = tuple(choice.Gpu(g.uuid, (g.memoryBytes or 0) // MiB) for g in inventory.gpus if g.uuid)
     sizes = {(m.parentProductName, m.profile): {p.start: p.size for p in m.placements}
-             for m in nas.mig_profiles()}  # fmt: skip
-    product = {g.uuid: g.productName for g in nas.gpus()}
+             for m in inventory.mig_profiles}  # fmt: skip
+    product = {g.uuid: g.productName for g in inventory.gpus}
 
     def holders(uid: str) -> frozenset[str] | None:
         found = users.get(uid)
