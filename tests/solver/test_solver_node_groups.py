@@ -156,8 +156,7 @@ def test_nodes_without_an_eligible_gpu_are_not_read_gpu_by_gpu(
     nodes = tuple(make_node(f"n{i:03d}", "T4", count=2) for i in range(200))
     eligible = frozenset(f"GPU-n{i:03d}-{g}" for i in range(190, 200) for g in range(2))
     pods = tuple(
-        pod(f"p{i}", dataclasses.replace(gpu_claim(f"c{i}"), eligible=eligible))
-        for i in range(24)
+        pod(f"p{i}", dataclasses.replace(gpu_claim(f"c{i}"), eligible=eligible)) for i in range(24)
     )
     problem = Problem(nodes=nodes, pods=pods, policy=AllocationPolicySpec())
     grouped = solve(problem, SolveParams(mode=Mode.online, cache=SolverCache()))
