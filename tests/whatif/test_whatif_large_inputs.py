@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from drasat import loading
 from drasat.cli import whatif as whatif_cli
+from drasat.v1 import extended
+from drasat.whatif import v1manifests
 
 if TYPE_CHECKING:
     from conftest import RunCli
@@ -32,3 +35,42 @@ def test_a_run_collects_young_garbage_less_often_and_old_as_before(run_cli: RunC
     assert result.code == 0, result.err
     assert gc.get_threshold() == (whatif_cli.YOUNG_COLLECTION_EVERY, 10, 10)
     assert gc.isenabled()
+
+
+def test_a_workloads_template_is_converted_once_for_all_its_replicas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Replicas share their template's spec: converting `nvidia.com/gpu` once gives each the
+    # same spec, and each still gets claims of its own.
+    calls: list[str] = []
+    convert = extended.convert
+
+    def counted(spec: Any, *args: Any, **kwargs: Any) -> extended.Converted:
+        calls.append(str(kwargs.get("where")))
+        return convert(spec, *args, **kwargs)
+
+    monkeypatch.setattr(extended, "convert", counted)
+    documents = loading.parse_documents(DEPLOYMENT, "app.yaml")
+    workload = v1manifests.compile_v1(documents)
+    assert calls == ["spec.template.spec"]
+    assert len(workload.pods) == 3
+    specs = {id(pod.instance.spec) for pod in workload.pods}
+    assert len(specs) == 1
+    claims = {claim.key for pod in workload.pods for _, claim in pod.claims}
+    assert len(claims) == 3
+    assert workload.pods[0].instance.spec.resourceClaims  # converted into a claim
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {namespace: ml, name: trainer}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: trainer}}
+  template:
+    metadata: {labels: {app: trainer}}
+    spec:
+      containers:
+      - {name: train, image: x, resources: {limits: {nvidia.com/gpu: 1}}}
+"""
