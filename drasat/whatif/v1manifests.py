@@ -594,11 +594,15 @@ def _converted(
     the id stays its own), not once per replica."""
     found = done.get(id(pod.spec))
     if found is None:
-        try:
-            converted = extended.convert(_dump(pod.spec), where=pod.spec_path)
-        except extended.ConversionError as error:
-            raise InputError(str(error), where=pod.where) from None
-        spec = kinds.PodSpec.model_validate(converted.spec) if converted.changed else pod.spec
+        spec, written = pod.spec, _dump(pod.spec)
+        # Most pods ask for no `nvidia.com/gpu`: nothing to copy and convert.
+        if extended.asks(written):
+            try:
+                converted = extended.convert(written, where=pod.spec_path)
+            except extended.ConversionError as error:
+                raise InputError(str(error), where=pod.where) from None
+            if converted.changed:
+                spec = kinds.PodSpec.model_validate(converted.spec)
         found = done[id(pod.spec)] = (pod.spec, spec)
     return pod if found[1] is pod.spec else dataclasses.replace(pod, spec=found[1])
 

@@ -50,14 +50,15 @@ def test_a_workloads_template_is_converted_once_for_all_its_replicas(
         return convert(spec, *args, **kwargs)
 
     monkeypatch.setattr(extended, "convert", counted)
-    documents = loading.parse_documents(DEPLOYMENT, "app.yaml")
+    documents = loading.parse_documents(DEPLOYMENT + "---" + POD, "app.yaml")
     workload = v1manifests.compile_v1(documents)
+    # Only the template asks for `nvidia.com/gpu`: the pod, which does not, is not converted.
     assert calls == ["spec.template.spec"]
-    assert len(workload.pods) == 3
-    specs = {id(pod.instance.spec) for pod in workload.pods}
+    assert len(workload.pods) == 4
+    specs = {id(pod.instance.spec) for pod in workload.pods[:3]}
     assert len(specs) == 1
     claims = {claim.key for pod in workload.pods for _, claim in pod.claims}
-    assert len(claims) == 3
+    assert len(claims) == 4
     assert workload.pods[0].instance.spec.resourceClaims  # converted into a claim
 
 
@@ -73,4 +74,13 @@ spec:
     spec:
       containers:
       - {name: train, image: x, resources: {limits: {nvidia.com/gpu: 1}}}
+"""
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: solo}
+spec:
+  containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: drasat-nvidia-com-gpu-1}]
 """
