@@ -1,0 +1,106 @@
+"""Hostile review of preemption and nominations inside the v1 controller's cycle, on the
+in-process API server (the harness of test_v1controller_preemption_cycle.py). Each test is a
+defect found by the review, marked xfail(strict) until it is fixed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from test_v1controller_preemption_cycle import (
+    Evicting,
+    _allocated,
+    _bind,
+    _cycles,
+    _node,
+    _pod,
+)
+from test_v1controller_preemption_cycle import api as _api_fixture  # noqa: F401
+from test_v1controller_preemption_cycle import controller as _controller_fixture  # noqa: F401
+
+from drasat.api.groups import NOMINATION_ANNOTATION
+from drasat.controller.v1controller import V1Controller
+from drasat.kube import resources as r
+from drasat.kube.client import KubeClient
+
+Obj = dict[str, Any]
+NS = "default"
+
+
+def _gpu_uuids(api: KubeClient, node: str) -> list[str]:
+    from ctl_cluster import NS as DRIVER_NS
+
+    nas = api.get(r.NAS, node, namespace=DRIVER_NS)
+    return [d["gpu"]["uuid"] for d in nas["spec"]["allocatableDevices"] if "gpu" in d]
+
+
+def _forged(node: str, uuids: list[str], priority: int, freed: list[str] | None = None) -> str:
+    """What a tenant writes on its own pod: drasat's nomination format, read from the source."""
+    held = {
+        f"forged-{i}": {
+            "claimInfo": {"namespace": NS, "name": f"forged-{i}", "uid": f"forged-uid-{i}"},
+            "gpu": {"devices": [{"uuid": u}]},
+        }
+        for i, u in enumerate(uuids)
+    }
+    return json.dumps({"node": node, "priority": priority, "victims": [],
+                       "freed": freed or [], "held": {node: held},
+                       "since": "2030-01-01T00:00:00.000000Z"})  # fmt: skip
+
+
+def _squatter(api: KubeClient, name: str, annotation: str, **spec: Any) -> Obj:
+    """A tenant's pod of priority 0 that never runs (another owner's gate) and carries a
+    nomination annotation it wrote itself: nothing stops a tenant annotating its own pod."""
+    return api.create(
+        r.PODS,
+        {
+            "metadata": {"name": name, "namespace": NS,
+                         "annotations": {NOMINATION_ANNOTATION: annotation}},
+            "spec": {"priority": 0, "containers": [{"name": "c", "image": "x"}],
+                     "schedulingGates": [{"name": "example.com/never"}], **spec},
+        },
+        namespace=NS,
+    )  # fmt: skip
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a nomination annotation a tenant forges on its own pending pod is held: any priority, "
+    "any node, any device, for ever",
+)
+def test_a_forged_nomination_on_a_tenants_own_pod_holds_no_gpu(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    _node(api, "n1", 2)
+    uuids = _gpu_uuids(api, "n1")
+    # Priority 0 pod, no claim at all, never schedulable; its forged nomination claims priority
+    # 2**31-1 and both GPUs of n1.
+    _squatter(api, "squatter", _forged("n1", uuids, 2**31 - 1))
+    ctl, _ = controller()
+    _pod(api, "urgent", 1_000_000)
+    _cycles(ctl, 3)
+    assert _allocated(api, "urgent"), "an empty node's GPUs are held for a forged nomination"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a forged nomination makes drasat evict another tenant's running pod although a GPU "
+    "is free",
+)
+def test_a_forged_nomination_makes_no_one_evict_a_running_pod(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    # n2: v (priority 0) runs on its one GPU. n1's GPU is free but for the forged hold.
+    _node(api, "n2", 1)
+    _pod(api, "v", 0)
+    ctl, proxy = controller()
+    _cycles(ctl, 1)
+    assert _allocated(api, "v")
+    _bind(api, "v", "n2")
+    _node(api, "n1", 1)
+    _squatter(api, "squatter", _forged("n1", _gpu_uuids(api, "n1"), 2**31 - 1))
+    _pod(api, "urgent", 100)
+    _cycles(ctl, 3)
+    assert proxy.evicted == [], "drasat evicted a running pod for a tenant's forged hold"
