@@ -9,16 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import test_v1controller_preemption_cycle as base
 from test_v1controller_preemption_cycle import (
     Evicting,
     _allocated,
     _bind,
     _cycles,
+    _gone,
     _node,
     _pod,
 )
-from test_v1controller_preemption_cycle import api as _api_fixture  # noqa: F401
-from test_v1controller_preemption_cycle import controller as _controller_fixture  # noqa: F401
 
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.controller.v1controller import V1Controller
@@ -27,6 +27,9 @@ from drasat.kube.client import KubeClient
 
 Obj = dict[str, Any]
 NS = "default"
+# The in-process API server and the controller on it, as the cycle tests make them.
+api = base.api
+controller = base.controller
 
 
 def _gpu_uuids(api: KubeClient, node: str) -> list[str]:
@@ -104,3 +107,46 @@ def test_a_forged_nomination_makes_no_one_evict_a_running_pod(
     _pod(api, "urgent", 100)
     _cycles(ctl, 3)
     assert proxy.evicted == [], "drasat evicted a running pod for a tenant's forged hold"
+
+
+def _member(
+    api: KubeClient, name: str, priority: int, labels: dict[str, str], gpus: int = 1
+) -> None:
+    """A pod with a claim of its own (owned by it) and these labels (a label gang's)."""
+    _pod(api, name, priority, gpus=gpus)
+    api.patch(r.PODS, name, {"metadata": {"labels": labels}}, namespace=NS)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a nominee that is no longer tried (its gang became incomplete) keeps its hold for "
+    "ever: the GPUs its victims freed idle while lower priorities wait",
+)
+def test_a_gang_nominee_no_longer_tried_does_not_hold_its_gpus_for_ever(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+
+    # n1: 2 T4s, v1 and v2 (priority 0) on them. A gang of 2 (priority 100) preempts both.
+    _node(api, "n1", 2)
+    _pod(api, "v1", 0)
+    _pod(api, "v2", 0)
+    ctl, proxy = controller()
+    _cycles(ctl, 1)
+    _bind(api, "v1", "n1")
+    _bind(api, "v2", "n1")
+    gang = {GANG_LABEL: "g", GANG_SIZE_LABEL: "2"}
+    _member(api, "g0", 100, gang)
+    _member(api, "g1", 100, gang)
+    _cycles(ctl, 1)
+    assert sorted(proxy.evicted) == ["default/v1", "default/v2"]
+    # The tenant raises the gang's minimum to 3 (or deletes g1): the gang is incomplete, none of
+    # its pods is tried any more, for as long as it stays so.
+    api.patch(r.PODS, "g0", {"metadata": {"labels": {GANG_SIZE_LABEL: "3"}}}, namespace=NS)
+    api.patch(r.PODS, "g1", {"metadata": {"labels": {GANG_SIZE_LABEL: "3"}}}, namespace=NS)
+    _gone(api, "v1")
+    _gone(api, "v2")
+    _cycles(ctl, 3)
+    _pod(api, "lo", 50)
+    _cycles(ctl, 3)
+    assert _allocated(api, "lo"), "two GPUs stay held for a gang that is not even tried"
