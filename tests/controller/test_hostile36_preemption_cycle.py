@@ -150,3 +150,57 @@ def test_a_gang_nominee_no_longer_tried_does_not_hold_its_gpus_for_ever(
     _pod(api, "lo", 50)
     _cycles(ctl, 3)
     assert _allocated(api, "lo"), "two GPUs stay held for a gang that is not even tried"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a label gang of more running pods than preemption.maxVictims is never a victim: a "
+    "tenant labels its pods gang-size 1 (no all-or-nothing cost) and is immune to preemption",
+)
+def test_gang_labels_of_minimum_one_buy_no_immunity_from_preemption(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+
+    # n1: 5 T4s, each held by a priority-0 pod of one label gang whose minimum is 1: its pods
+    # are placed one by one as any pod (gang-size is a minimum), yet run as one victim unit.
+    _node(api, "n1", 5)
+    ctl, proxy = controller()
+    shield = {GANG_LABEL: "shield", GANG_SIZE_LABEL: "1"}
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        _member(api, name, 0, shield)
+    _cycles(ctl, 3)
+    assert all(_allocated(api, n) for n in names)
+    for name in names:
+        _bind(api, name, "n1")
+    _pod(api, "urgent", 1000)
+    _cycles(ctl, 2)
+    # Evicting one of them leaves 4 running, above the gang's minimum of 1.
+    assert len(proxy.evicted) == 1, proxy.evicted
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a gang's priority is its lowest pod's as a preemptor but its highest as a victim: "
+    "one high-priority pod labelled into a gang shields every low-priority pod of it",
+)
+def test_one_high_priority_pod_in_a_label_gang_shields_no_low_priority_pod(
+    api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
+) -> None:
+    from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
+
+    # n1: 2 T4s: `boss` (priority 2000) and `cheap` (priority 0), one label gang of minimum 1.
+    _node(api, "n1", 2)
+    ctl, proxy = controller()
+    shield = {GANG_LABEL: "shield", GANG_SIZE_LABEL: "1"}
+    _member(api, "boss", 2000, shield)
+    _member(api, "cheap", 0, shield)
+    _cycles(ctl, 3)
+    assert _allocated(api, "boss") and _allocated(api, "cheap")
+    _bind(api, "boss", "n1")
+    _bind(api, "cheap", "n1")
+    _pod(api, "urgent", 1000)
+    _cycles(ctl, 2)
+    # As a preemptor this gang would count as priority 0; as a victim it counts as 2000.
+    assert proxy.evicted == ["default/cheap"], proxy.evicted
