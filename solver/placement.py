@@ -82,7 +82,8 @@ class _State:
     init_actions: tuple[LifecycleAction, ...] = ()
     #: The nodes placed on, in order (what `nodegroups.Groups.update` reads).
     changed: list[str] = field(default_factory=list)
-    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`).
+    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`), taken
+    #: from the cache's and given back after the pass.
     groups: dict[tuple[int, tuple[str, ...] | None], nodegroups.Groups] = field(
         default_factory=dict
     )
@@ -277,11 +278,13 @@ def _best(
     key = (shape.key_id, candidate_nodes)
     groups = state.groups.get(key)
     if groups is None:
-        groups = nodegroups.Groups.of(shape, views, state.rules, len(state.changed))
+        # Kept from an earlier solve over the same candidates, or made afresh.
+        groups = state.rules.cache.take_groups(key, [v.name for v in views])
+        if groups is None:
+            groups = nodegroups.Groups.of(shape, views, state.rules, state.changed)
         state.groups[key] = groups
-    else:
-        groups.update(shape, state.views, state.changed, state.rules)
-    view, evaluation, optimal = nodegroups.best(shape, groups, state.views, state.rules, budget)
+    groups.update(shape, state.views, state.changed, state.rules)
+    view, evaluation, optimal = groups.best(shape, state.rules, budget)
     if view is None or evaluation is None:
         return None, [], optimal
     outcome = nodes.outcome(shape, view, evaluation)
@@ -377,6 +380,8 @@ def _online(
         result.placements.append(state.place(pod, inputs.claims, decision))
         result.primary += decision.primary
         result.secondary += decision.secondary
+    # The next solve starts from these groups (moving only the nodes that changed since).
+    state.rules.cache.keep_groups(state.groups)
     return result
 
 
