@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from drasat.solver.nodes import Evaluation
     from drasat.solver.problem import NodeState
     from drasat.solver.reasons import Obstacle
+    from drasat.solver.validate import Checked
     from drasat.solver.workload import Workload
 
 K = TypeVar("K")
@@ -87,6 +88,9 @@ class SolverCache:
         self.limits: dict[tuple[object, ...], Any] = {}
         #: (pod shape, GPU state, node class, GPU identity or ()) -> ways a claim takes the GPU.
         self.gpu_ways: dict[tuple[object, ...], tuple[tuple[int, int, MigOption | None], ...]] = {}
+        #: The cluster of the last full check (`validate.Checked`): the next solve's nodes are
+        #: compared with it by identity.
+        self.checked: Checked | None = None
         #: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
         self.uuids_checked: dict[tuple[frozenset[str], ...], bool] = {}
         #: Policy fingerprint -> node name -> Rules.node_class (and its interned number).
