@@ -152,17 +152,12 @@ class SolverCache:
             table[key] = value
         return value
 
-    def take_groups(
-        self, key: tuple[int, tuple[str, ...] | None], names: list[str]
-    ) -> Groups | None:
-        """The groups kept for `key`, taken out of the cache, if they were made over exactly
-        these candidates in this order (else None, and they are dropped)."""
+    def take_groups(self, key: tuple[int, tuple[str, ...] | None]) -> Groups | None:
+        """The groups kept for `key`, taken out of the cache (None: none kept)."""
         with self.lock:  # two solves never take the same groups
             found = self.groups.pop(key, None)
             if found is not None:
                 self.groups_held -= found.size
-        if found is None or found.names != names:
-            return None
         return found
 
     def keep_groups(self, made: dict[tuple[int, tuple[str, ...] | None], Groups]) -> None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_not
 
 from drasat.solver import nodes, solving
 from drasat.solver.inventory import NodeView
@@ -59,7 +61,7 @@ class Groups:
     #: top (the group's new first position has its own entry).
     ranking: list[tuple[int, int, int, Key]] = field(default_factory=list)
     #: The change log (`placement._State.changed`) these groups follow, and how much of it is
-    #: applied; another log (another solve's): every node is compared with its view instead.
+    #: applied.
     log: list[str] | None = None
     applied: int = 0
 
@@ -89,20 +91,36 @@ class Groups:
         changed: list[str],
         rules: Rules,
     ) -> None:
-        """Move the nodes placed on since the last update (`changed`: the state's log), or, on
-        a log other than the last one, every node whose view is not the one last seen. `views`
-        must hold every candidate (the names the groups were made of)."""
-        if changed is self.log:
-            moved: Sequence[str] = changed[self.applied :]
-        else:
-            seen = self.seen
-            moved = [name for i, name in enumerate(self.names) if views[name] is not seen[i]]
-            self.log = changed
-        for name in moved:
+        """Move the nodes placed on since the last update (`changed`: the state's log, the one
+        these groups follow: `of`, `adopt`)."""
+        for name in changed[self.applied :]:
             position = self.where.get(name)
             if position is not None:  # else not a candidate
                 self._move(position, views[name], nodes.memo_key(shape, views[name], rules))
         self.applied = len(changed)
+
+    def adopt(
+        self,
+        shape: nodes.PodShape,
+        candidates: Sequence[NodeView],
+        changed: list[str],
+        rules: Rules,
+    ) -> bool:
+        """Groups kept from an earlier solve, for this solve's `candidates` (in node order) and
+        its change log: every node whose view is not the one last seen moves. False (and
+        nothing changed): they were made over other candidates or in another order."""
+        if len(candidates) != len(self.names):
+            return False
+        # Compared in C: at thousands of nodes a Python loop over them is most of a decision.
+        moved = list(compress(range(len(candidates)), map(is_not, self.seen, candidates)))
+        names = self.names
+        if any(candidates[p].name != names[p] for p in moved):
+            return False
+        for position in moved:
+            view = candidates[position]
+            self._move(position, view, nodes.memo_key(shape, view, rules))
+        self.log, self.applied = changed, len(changed)
+        return True
 
     def _move(self, position: int, view: NodeView, key: Key) -> None:
         self.seen[position] = view

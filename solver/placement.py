@@ -23,6 +23,8 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, not_
 
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import LifecycleAction
@@ -91,7 +93,9 @@ class _State:
     @classmethod
     def initial(cls, problem: Problem, views: dict[str, NodeView], cache: SolverCache) -> _State:
         """`views`: the problem's nodes' views by name, in node order (from validate.check)."""
-        states = {n.name: n for n in problem.nodes}
+        # The passes over every node below run in C (map, compress): at a thousand nodes and
+        # more a Python loop over them is a good part of a one-pod solve.
+        states = dict(zip(views, problem.nodes, strict=True))  # same names, same order
         rules = Rules(problem.policy, tuple(views.values()), cache)
         if rules.weights.fragmentation:
             chosen = workload.select(problem.policy, problem.workload, problem.pods, cache)
@@ -99,10 +103,10 @@ class _State:
         # One pass over the nodes for every claim of every pod (not one per claim).
         wanted = {c.uid for pod in problem.pods for c in pod.claims}
         owners: dict[str, str] = {}
-        for view in views.values():
-            if not view.allocated.isdisjoint(wanted):
-                for uid in view.allocated & wanted:
-                    owners.setdefault(uid, view.name)
+        allocated = map(attrgetter("allocated"), views.values())
+        for view in compress(views.values(), map(not_, map(wanted.isdisjoint, allocated))):
+            for uid in view.allocated & wanted:
+                owners.setdefault(uid, view.name)
         init = tuple(problem.policy.lifecycle.init)
         return cls(states, dict(views), rules, owners, init_actions=init)
 
@@ -279,11 +283,12 @@ def _best(
     groups = state.groups.get(key)
     if groups is None:
         # Kept from an earlier solve over the same candidates, or made afresh.
-        groups = state.rules.cache.take_groups(key, [v.name for v in views])
-        if groups is None:
+        groups = state.rules.cache.take_groups(key)
+        if groups is None or not groups.adopt(shape, views, state.changed, state.rules):
             groups = nodegroups.Groups.of(shape, views, state.rules, state.changed)
         state.groups[key] = groups
-    groups.update(shape, state.views, state.changed, state.rules)
+    else:
+        groups.update(shape, state.views, state.changed, state.rules)
     view, evaluation, optimal = groups.best(shape, state.rules, budget)
     if view is None or evaluation is None:
         return None, [], optimal

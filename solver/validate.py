@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
+from operator import is_not
 
 from drasat.api.inputerrors import InputError
 from drasat.solver import inventory
@@ -56,11 +58,9 @@ def _views(problem: Problem, cache: SolverCache) -> dict[str, inventory.NodeView
     only when their GPUs changed is the whole cluster checked again."""
     last = cache.checked
     if last is not None and len(last.nodes) == len(problem.nodes):
-        changed = [
-            (node, before)
-            for node, before in zip(problem.nodes, last.nodes, strict=True)
-            if node is not before
-        ]
+        # Compared in C: at thousands of nodes a Python loop over them costs more.
+        pairs = zip(problem.nodes, last.nodes, strict=True)
+        changed = list(compress(pairs, map(is_not, problem.nodes, last.nodes)))
         if len(changed) <= _FEW_CHANGED:
             views = dict(last.views)
             for node, before in changed:
