@@ -63,8 +63,8 @@ INTERNED_SIZE = 1 << 20
 #: Large values kept by identity (`SolverCache.intern_large`): a few per claim template.
 _LARGE_SIZE = 4096
 #: Nodes the kept online groups may hold in all (each (pod shape, candidate set) holds one entry
-#: per candidate): a few hundred pod shapes at about a thousand nodes.
-GROUP_NODES = 1 << 19
+#: per candidate, about 200 bytes): some 200 pod shapes at a thousand nodes, 50 at 5,000.
+GROUP_NODES = 1 << 18
 
 
 class SolverCache:

@@ -166,7 +166,7 @@ class Groups:
             first = self._first(key)
             if first is None:
                 continue
-            evaluation = nodes.evaluate(shape, self.seen[first], rules, budget)
+            evaluation = nodes.evaluate(shape, self.seen[first], rules, budget, key)
             self.evaluations[key] = evaluation
             if not evaluation.optimal:
                 self.unproven.add(key)

@@ -296,9 +296,17 @@ def memo_key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int
     return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
-def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
-    """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    key = memo_key(pod, node, rules)
+def evaluate(
+    pod: PodShape,
+    node: NodeView,
+    rules: Rules,
+    budget: solving.Budget,
+    key: tuple[int, int, int] | None = None,
+) -> Evaluation:
+    """The pod's best placement on the node (`picks` None: it does not fit). Memoized.
+    `key`: the node's memo_key, when the caller has it."""
+    if key is None:
+        key = memo_key(pod, node, rules)
     memo = rules.cache.evaluations
     found = memo.get(key)
     if found is None:

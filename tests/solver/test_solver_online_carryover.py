@@ -202,3 +202,22 @@ def test_the_target_workload_is_read_once_per_cache(monkeypatch: pytest.MonkeyPa
         )
         solve(problem, SolveParams(mode=Mode.online, cache=cache))
     assert builds[0] == 1
+
+
+def test_kept_groups_stay_within_their_bound_and_the_oldest_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from drasat.solver import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "GROUP_NODES", 25)
+    node_states = tuple(make_node(f"n{i}", "T4", count=2) for i in range(10))
+    cache = SolverCache()
+    for i in range(4):  # four shapes (their CPU), ten candidates each: two fit the bound
+        request = pod(f"p{i}", gpu_claim(f"c{i}"), cpu_milli=100 * (i + 1))
+        problem = Problem(nodes=node_states, pods=(request,), policy=AllocationPolicySpec())
+        fresh = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
+        kept = solve(problem, SolveParams(mode=Mode.online, cache=cache))
+        assert kept.placements == fresh.placements
+        assert cache.groups_held <= 25
+    assert len(cache.groups) == 2
+    assert cache.groups_held == sum(g.size for g in cache.groups.values()) == 20
