@@ -71,7 +71,7 @@ class Groups:
     ) -> Groups:
         """The groups of `views` as they are now, `log` the state's change log so far."""
         names = [v.name for v in views]
-        keys = [nodes.memo_key(shape, v, rules) for v in views]
+        keys = nodes.memo_keys(shape, views, rules)
         groups = cls(names, {n: i for i, n in enumerate(names)}, list(views), keys)
         groups.log, groups.applied = log, len(log)
         for position, key in enumerate(keys):
@@ -166,7 +166,11 @@ class Groups:
             first = self._first(key)
             if first is None:
                 continue
-            evaluation = nodes.evaluate(shape, self.seen[first], rules, budget, key)
+            view = self.seen[first]
+            if nodes.cannot_fit(shape, view):  # most groups, once the cluster fills up
+                evaluation = nodes.DOES_NOT_FIT
+            else:
+                evaluation = nodes.evaluate(shape, view, rules, budget, key)
             self.evaluations[key] = evaluation
             if not evaluation.optimal:
                 self.unproven.add(key)

@@ -221,3 +221,19 @@ def test_kept_groups_stay_within_their_bound_and_the_oldest_go(
         assert cache.groups_held <= 25
     assert len(cache.groups) == 2
     assert cache.groups_held == sum(g.size for g in cache.groups.values()) == 20
+
+
+def test_groups_whose_cpu_rules_the_pod_out_are_not_evaluated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 40 nodes in 40 states (their CPU), the pod fits the CPU of the last 4: a new shape looks
+    # at those 4 only (before: all 40 evaluated), and lands on the first of them.
+    evaluations = _counting(monkeypatch, nodes, "evaluate")
+    node_states = tuple(
+        make_node(f"n{i:03d}", "T4", count=2, cpu_milli=1000 * (i + 1)) for i in range(40)
+    )
+    request = pod("big", gpu_claim("c"), cpu_milli=37_000)
+    problem = Problem(nodes=node_states, pods=(request,), policy=AllocationPolicySpec())
+    solution = solve(problem, SolveParams(mode=Mode.online, cache=SolverCache()))
+    assert [p.node for p in solution.placements] == ["n036"]
+    assert evaluations[0] == 4
