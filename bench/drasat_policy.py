@@ -40,6 +40,7 @@ from drasat.solver import (
     SolverCache,
     solve,
 )
+from drasat.v1 import nasinventory
 
 GiB = 2**30
 NAMESPACE = "openb"
@@ -91,9 +92,9 @@ def node_states(nodes: Nodes) -> list[NodeState]:
             for g in range(int(nodes.gpus[i]))
         ]
         states.append(
-            NodeState(
-                name=name,
-                nas=NodeAllocationStateSpec(allocatableDevices=devices),
+            nasinventory.node_state(
+                name,
+                NodeAllocationStateSpec(allocatableDevices=devices),
                 cpu_milli=int(nodes.cpu_milli[i]),
                 memory_mib=int(nodes.memory_mib[i]),
             )

@@ -60,6 +60,10 @@ TABLE_SIZE = 65536
 #: Interned values kept before the table starts afresh (numbers are never reused, so entries
 #: keyed by old numbers simply stop matching).
 INTERNED_SIZE = 1 << 20
+#: Bound of `SolverCache.eligibility`: one entry per node and set of limits a cycle's pods hold
+#: (thousands of nodes times a few eligible sets, past TABLE_SIZE, which emptied the table in
+#: the middle of every pass over the nodes).
+ELIGIBILITY_SIZE = 1 << 18
 #: Large values kept by identity (`SolverCache.intern_large`): a few per claim template.
 _LARGE_SIZE = 4096
 #: Nodes the kept online groups may hold in all (each (pod shape, candidate set) holds one entry
@@ -80,9 +84,9 @@ class SolverCache:
         self.evaluations: dict[tuple[int, int, int], Evaluation] = {}
         #: The same key -> why the pod does not fit the node (None: no blocker found).
         self.blockers: dict[tuple[int, int, int], Obstacle | None] = {}
-        #: (pod shape, node exact state) -> the node's state as a pod limited to some GPUs
-        #: reads it (`nodes._state`).
-        self.eligibility: dict[tuple[int, int], int] = {}
+        #: (pod shape's limits, node exact state, node class or 0) -> the node's state as a
+        #: pod limited to some GPUs reads it (`nodes._state`).
+        self.eligibility: dict[tuple[int, int, int], int] = {}
         #: (interned eligible set, interned placements, interned constraint values) -> a claim's
         #: limits by uuid (`nodes._eligibility`).
         self.limits: dict[tuple[object, ...], Any] = {}

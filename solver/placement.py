@@ -489,10 +489,16 @@ def _batch(
         return _warm_only(warm, started)
     state = _State.initial(problem, views, cache)
     in_gang = gangs.of_pod(problem.gangs)
-    entries, inputs, feasibility, pruned = _batch_entries(
-        problem, views, params, state, online_budget, in_gang, warm.placements
-    )
-    built = model.build(entries, state.rules)
+    build_by = _build_deadline(params, decision_s * len(warm.unplaced))
+    try:
+        entries, inputs, feasibility, pruned = _batch_entries(
+            problem, views, params, state, online_budget, in_gang, warm.placements, build_by
+        )
+        built = model.build(entries, state.rules, deadline=build_by)
+    except model.OutOfTime:
+        # The model would not be built in the time the deadline leaves for it (tens of
+        # thousands of pods): the warm start's placements are the answer, as above.
+        return _warm_only(warm, started)
     gangs.constrain(
         built.model, built.placed, built.at, built.secondary, problem.gangs, problem.nodes
     )
@@ -569,10 +575,12 @@ def _batch_entries(
     online_budget: solving.Budget,
     in_gang: dict[str, Gang],
     warm_placements: Sequence[PodPlacement],
+    deadline: float | None = None,
 ) -> tuple[list[PodEntry], dict[str, _PodInput], dict[str, dict[str, str | None]], bool]:
     """The batch model's pods, each with the nodes it may take (its best `keep`, the warm
     start's node always among them), their inputs, each node's feasibility as the pod alone
-    would find it (when asked), and whether some pod lost nodes to that cut."""
+    would find it (when asked), and whether some pod lost nodes to that cut. Raises
+    model.OutOfTime once `deadline` (`time.monotonic()`) has passed."""
     order = {name: i for i, name in enumerate(views)}
     entries: list[PodEntry] = []
     inputs: dict[str, _PodInput] = {}
@@ -584,6 +592,8 @@ def _batch_entries(
     pruned = False
     ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
     for pod in problem.pods:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise model.OutOfTime
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
         candidates, _ = _candidates(pod_input, state)
@@ -607,6 +617,17 @@ def _batch_entries(
         pruned = pruned or dropped
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     return entries, inputs, feasibility, pruned
+
+
+def _build_deadline(params: SolveParams, explaining_warm_s: float) -> float | None:
+    """By when the batch model must be built (`time.monotonic()`), under the caller's deadline:
+    early enough for the shortest search and what `_search_budget` keeps back after it (the
+    explanations and a tenth for the caller). None: no deadline."""
+    if params.deadline is None:
+        return None
+    remaining = params.deadline - time.monotonic()
+    explaining = 3 * explaining_warm_s if params.explain else 0.0
+    return time.monotonic() + 0.9 * remaining - explaining - _MIN_SEARCH_S
 
 
 def _search_budget(

@@ -44,7 +44,6 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drasat.api.nas import NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuShare
@@ -255,23 +254,10 @@ def select(
 ShapeKey = tuple[str, int, int]
 
 
-def allocated_shapes(nas: NodeAllocationStateSpec) -> Counter[ShapeKey]:
-    """The GPU claim shapes a node's allocatedClaims hold (MIG devices and shares without a
-    compute percentage left out). Selectors are not recorded in the NAS, so none is kept."""
-    found: Counter[ShapeKey] = Counter()
-    for entry in nas.allocatedClaims.values():
-        if entry.gpu is None or not entry.gpu.devices:
-            continue
-        if entry.share is not None:
-            if entry.share.compute:
-                found[(entry.claimInfo.namespace, 1, entry.share.compute)] += 1
-            continue
-        found[(entry.claimInfo.namespace, len(entry.gpu.devices), FULL_COMPUTE)] += 1
-    return found
-
-
 def pending_shapes(pods: Iterable[PodRequest]) -> Counter[ShapeKey]:
-    """The GPU claim shapes of pods still to place, counted as `allocated_shapes` does."""
+    """The GPU claim shapes of pods still to place (MIG devices and shares without a compute
+    percentage left out), counted as the classic wing counts a NAS's (`allocated_shapes` in
+    drasat/classic/clusterworkload.py)."""
     found: Counter[ShapeKey] = Counter()
     for pod in pods:
         for request in pod.claims:
