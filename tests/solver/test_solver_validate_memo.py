@@ -64,9 +64,7 @@ def test_a_changed_node_that_takes_another_nodes_gpus_is_caught() -> None:
     cache = SolverCache()
     node_states = [make_node(f"took-{i}", "T4") for i in range(4)]
     validate.check(Problem(nodes=tuple(node_states), pods=()), cache)
-    gpus = node_states[0].nas.allocatableDevices
-    node_states[2] = dataclasses.replace(
-        node_states[2], nas=node_states[2].nas.model_copy(update={"allocatableDevices": gpus})
-    )
+    # Node took-2 now publishes took-0's GPUs.
+    node_states[2] = dataclasses.replace(node_states[0], name="took-2")
     with pytest.raises(InputError, match=r"gpu\.uuid GPU-took-0-0 is also on node took-0"):
         validate.check(Problem(nodes=tuple(node_states), pods=()), cache)
