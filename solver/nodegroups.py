@@ -11,9 +11,9 @@ since the groups' last use move. The answer is a pass over every node's: the bes
 node's is its group's).
 
 Groups outlive a solve: the caller's SolverCache keeps them (`SolverCache.take_groups`), and the
-next solve over the same candidates in the same order moves only the nodes whose view is not
-the one their key was read from (a node whose state did not change keeps its view object,
-`inventory.view_of`).
+next solve over the same candidates in the same order moves only the nodes whose exact state
+(`NodeView.exact_key`, an interned number: equal numbers, equal states) is not the one their
+key was read from.
 
 A purely computational module; the groups live in the placement's state (`placement._State`)
 during a solve.
@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import is_not
+from operator import attrgetter, ne
 
 from drasat.solver import nodes, solving
 from drasat.solver.inventory import NodeView
@@ -33,6 +33,9 @@ from drasat.solver.rules import Rules
 
 #: A node's evaluation's memo key (`nodes.memo_key`).
 Key = tuple[int, int, int]
+
+_name = attrgetter("name")
+_exact_key = attrgetter("exact_key")
 
 
 @dataclass
@@ -43,8 +46,10 @@ class Groups:
     names: list[str]
     #: Name -> position.
     where: dict[str, int]
-    #: Position -> the view its key was read from.
-    seen: list[NodeView]
+    #: Position -> the exact state (`NodeView.exact_key`) its key was read from: what a node's
+    #: memo key depends on besides its name (held as a number, not as the view, so that kept
+    #: groups do not keep old views alive).
+    states: list[int]
     #: Position -> the node's memo key when last seen.
     keys: list[Key]
     #: Memo key -> positions, smallest first. A node that moved to another key stays in its old
@@ -72,7 +77,8 @@ class Groups:
         """The groups of `views` as they are now, `log` the state's change log so far."""
         names = [v.name for v in views]
         keys = nodes.memo_keys(shape, views, rules)
-        groups = cls(names, {n: i for i, n in enumerate(names)}, list(views), keys)
+        states = [v.exact_key for v in views]
+        groups = cls(names, {n: i for i, n in enumerate(names)}, states, keys)
         groups.log, groups.applied = log, len(log)
         for position, key in enumerate(keys):
             groups.heaps.setdefault(key, []).append(position)  # in order: already a heap
@@ -107,15 +113,13 @@ class Groups:
         rules: Rules,
     ) -> bool:
         """Groups kept from an earlier solve, for this solve's `candidates` (in node order) and
-        its change log: every node whose view is not the one last seen moves. False (and
+        its change log: every node whose state is not the one last seen moves. False (and
         nothing changed): they were made over other candidates or in another order."""
-        if len(candidates) != len(self.names):
-            return False
         # Compared in C: at thousands of nodes a Python loop over them is most of a decision.
-        moved = list(compress(range(len(candidates)), map(is_not, self.seen, candidates)))
-        names = self.names
-        if any(candidates[p].name != names[p] for p in moved):
+        if list(map(_name, candidates)) != self.names:
             return False
+        now = map(_exact_key, candidates)
+        moved = list(compress(range(len(candidates)), map(ne, self.states, now)))
         for position in moved:
             view = candidates[position]
             self._move(position, view, nodes.memo_key(shape, view, rules))
@@ -123,7 +127,7 @@ class Groups:
         return True
 
     def _move(self, position: int, view: NodeView, key: Key) -> None:
-        self.seen[position] = view
+        self.states[position] = view.exact_key
         old = self.keys[position]
         if key == old:
             return
@@ -157,16 +161,20 @@ class Groups:
             heapq.heappush(self.ranking, (-evaluation.primary, evaluation.secondary, first, key))
 
     def best(
-        self, shape: nodes.PodShape, rules: Rules, budget: solving.Budget
+        self,
+        shape: nodes.PodShape,
+        views: Mapping[str, NodeView],
+        rules: Rules,
+        budget: solving.Budget,
     ) -> tuple[NodeView | None, nodes.Evaluation | None, bool]:
         """The best node of the groups for the pod, its evaluation, and whether every
         evaluation was proven (see the module docstring). The groups must be up to date
-        (`update`)."""
+        (`update`); `views`: the nodes' views now, by name."""
         for key in sorted(self.pending):
             first = self._first(key)
             if first is None:
                 continue
-            view = self.seen[first]
+            view = views[self.names[first]]
             if nodes.cannot_fit(shape, view):  # most groups, once the cluster fills up
                 evaluation = nodes.DOES_NOT_FIT
             else:
@@ -188,7 +196,7 @@ class Groups:
         while ranking:
             _, _, position, key = ranking[0]
             if self._first(key) == position:
-                return self.seen[position], self.evaluations[key], optimal
+                return views[self.names[position]], self.evaluations[key], optimal
             heapq.heappop(ranking)
         return None, None, optimal
 

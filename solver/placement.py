@@ -289,7 +289,7 @@ def _best(
         state.groups[key] = groups
     else:
         groups.update(shape, state.views, state.changed, state.rules)
-    view, evaluation, optimal = groups.best(shape, state.rules, budget)
+    view, evaluation, optimal = groups.best(shape, state.views, state.rules, budget)
     if view is None or evaluation is None:
         return None, [], optimal
     outcome = nodes.outcome(shape, view, evaluation)
