@@ -521,10 +521,13 @@ def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput])
     """The nodes with the outcome's placed pods on them (their claims' ledger entries and other
     drivers' devices, their CPU and memory): what the next group or plan sees."""
     by_key = {p.key: p for p in pods}
+    placed: dict[str, list[PodInput]] = {}
+    for key, name in outcome.placed.items():
+        if key in by_key:
+            placed.setdefault(name, []).append(by_key[key])
     out = []
     for node in nodes:
-        name = node.state.name
-        here = [by_key[k] for k, n in outcome.placed.items() if n == name and k in by_key]
+        here = placed.get(node.state.name, [])
         if not here:
             out.append(node)
             continue
