@@ -345,9 +345,39 @@ def memo_key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int
     return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
-def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
-    """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    key = memo_key(pod, node, rules)
+def memo_keys(pod: PodShape, views: Sequence[NodeView], rules: Rules) -> list[tuple[int, int, int]]:
+    """memo_key() of each node, in order: one loop, for the thousands of nodes a new pod shape
+    groups."""
+    if pod.eligibility is not None and not pod.names_gpus:
+        return [memo_key(pod, node, rules) for node in views]
+    class_id, key_id = rules.node_class_id, pod.key_id
+    if pod.names_gpus:
+        return [(key_id, class_id(node.name), node.exact_key) for node in views]
+    return [(key_id, class_id(node.name), node.canonical_key) for node in views]
+
+
+def cannot_fit(pod: PodShape, node: NodeView) -> bool:
+    """Whether the node's free CPU or memory rules the pod out: then its evaluation is
+    `Evaluation(None)` whatever else the node holds (both `_compute` paths check this first),
+    and a caller with many nodes to look at need not ask for it."""
+    return not _fits_cpu(pod.entry, node)
+
+
+#: What `evaluate` gives a node that `cannot_fit` the pod.
+DOES_NOT_FIT = Evaluation(None)
+
+
+def evaluate(
+    pod: PodShape,
+    node: NodeView,
+    rules: Rules,
+    budget: solving.Budget,
+    key: tuple[int, int, int] | None = None,
+) -> Evaluation:
+    """The pod's best placement on the node (`picks` None: it does not fit). Memoized.
+    `key`: the node's memo_key, when the caller has it."""
+    if key is None:
+        key = memo_key(pod, node, rules)
     memo = rules.cache.evaluations
     found = memo.get(key)
     if found is None:

@@ -23,6 +23,8 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, not_
 
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import LifecycleAction
@@ -82,7 +84,8 @@ class _State:
     init_actions: tuple[LifecycleAction, ...] = ()
     #: The nodes placed on, in order (what `nodegroups.Groups.update` reads).
     changed: list[str] = field(default_factory=list)
-    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`).
+    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`), taken
+    #: from the cache's and given back after the pass.
     groups: dict[tuple[int, tuple[str, ...] | None], nodegroups.Groups] = field(
         default_factory=dict
     )
@@ -90,7 +93,9 @@ class _State:
     @classmethod
     def initial(cls, problem: Problem, views: dict[str, NodeView], cache: SolverCache) -> _State:
         """`views`: the problem's nodes' views by name, in node order (from validate.check)."""
-        states = {n.name: n for n in problem.nodes}
+        # The passes over every node below run in C (map, compress): at a thousand nodes and
+        # more a Python loop over them is a good part of a one-pod solve.
+        states = dict(zip(views, problem.nodes, strict=True))  # same names, same order
         rules = Rules(problem.policy, tuple(views.values()), cache)
         if rules.weights.fragmentation:
             chosen = workload.select(problem.policy, problem.workload, problem.pods, cache)
@@ -98,10 +103,10 @@ class _State:
         # One pass over the nodes for every claim of every pod (not one per claim).
         wanted = {c.uid for pod in problem.pods for c in pod.claims}
         owners: dict[str, str] = {}
-        for view in views.values():
-            if not view.allocated.isdisjoint(wanted):
-                for uid in view.allocated & wanted:
-                    owners.setdefault(uid, view.name)
+        allocated = map(attrgetter("allocated"), views.values())
+        for view in compress(views.values(), map(not_, map(wanted.isdisjoint, allocated))):
+            for uid in view.allocated & wanted:
+                owners.setdefault(uid, view.name)
         init = tuple(problem.policy.lifecycle.init)
         return cls(states, dict(views), rules, owners, init_actions=init)
 
@@ -277,11 +282,14 @@ def _best(
     key = (shape.key_id, candidate_nodes)
     groups = state.groups.get(key)
     if groups is None:
-        groups = nodegroups.Groups.of(shape, views, state.rules, len(state.changed))
+        # Kept from an earlier solve over the same candidates, or made afresh.
+        groups = state.rules.cache.take_groups(key)
+        if groups is None or not groups.adopt(shape, views, state.changed, state.rules):
+            groups = nodegroups.Groups.of(shape, views, state.rules, state.changed)
         state.groups[key] = groups
     else:
         groups.update(shape, state.views, state.changed, state.rules)
-    view, evaluation, optimal = nodegroups.best(shape, groups, state.views, state.rules, budget)
+    view, evaluation, optimal = groups.best(shape, state.views, state.rules, budget)
     if view is None or evaluation is None:
         return None, [], optimal
     outcome = nodes.outcome(shape, view, evaluation)
@@ -377,6 +385,8 @@ def _online(
         result.placements.append(state.place(pod, inputs.claims, decision))
         result.primary += decision.primary
         result.secondary += decision.secondary
+    # The next solve starts from these groups (moving only the nodes that changed since).
+    state.rules.cache.keep_groups(state.groups)
     return result
 
 
