@@ -366,3 +366,19 @@ def test_the_demo_runs_each_pod_where_the_whatif_places_it(
     code, out = _run_v1(capsys, *(arg for path in paths for arg in ("-f", str(path))))
     assert code == 0, out
     assert oneanswer.demo_placement(out) == planned, out
+
+
+def test_a_cluster_of_nvidias_driver_is_for_the_whatif(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """The demo simulates drasat's node plugin on every node: a compact node published in
+    NVIDIA's format is refused (exit 2, one line naming the field), not run as drasat's."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "apiVersion: whatif.drasat.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n"
+        "  nodes: [{name: n, driver: gpu.nvidia.com, gpus: [{product: T4}]}]\n",
+        encoding="utf-8",
+    )
+    assert main(["demo", "--cluster", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "spec.nodes[0].driver: gpu.nvidia.com: the demo runs drasat's node plugin" in line
