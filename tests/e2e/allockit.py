@@ -77,9 +77,9 @@ def prepare(api: kubernetes.client.ApiClient) -> None:
 @contextlib.contextmanager
 def allocator(api: kubernetes.client.ApiClient, kube: realcluster.Cluster) -> Iterator[Allocator]:
     prepare(api)
-    tmp = Path(tempfile.mkdtemp(prefix="alloc-"))
-    with device_classes(api):
-        log = tmp / "controller.log"
+    # The log goes with the fixture: a failing wait prints its tail first.
+    with device_classes(api), tempfile.TemporaryDirectory(prefix="alloc-") as tmp:
+        log = Path(tmp) / "controller.log"
         process = start(kube.kubeconfig, log)
         found = Allocator(process, log, kube.kubeconfig)
         custom = kubernetes.client.CustomObjectsApi(api)

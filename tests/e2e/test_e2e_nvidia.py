@@ -73,7 +73,8 @@ def nvidia_allocator(
     for body in nvidiaslices.device_classes():
         with contextlib.suppress(ApiException):
             custom.create_cluster_custom_object(*RESOURCE, "deviceclasses", body)
-    log = pathlib.Path(tempfile.mkdtemp(prefix="alloc-nv-")) / "controller.log"
+    folder = tempfile.TemporaryDirectory(prefix="alloc-nv-")
+    log = pathlib.Path(folder.name) / "controller.log"
     process = allockit.start(kube_cluster.kubeconfig, log, "--driver", "gpu.nvidia.com")
     found = allockit.Allocator(process, log, kube_cluster.kubeconfig)
     try:
@@ -81,6 +82,7 @@ def nvidia_allocator(
         yield found
     finally:
         drasatprocess.stop(found.process)
+        folder.cleanup()
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(*RESOURCE, "devicetaintrules", RULE)
         for body in nvidiaslices.device_classes():
