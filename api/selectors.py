@@ -75,18 +75,29 @@ class VersionComparator(Spec):
 
 
 class GpuProperties(Protocol):
-    """What a selector reads of a GPU (the NAS `gpu` entry satisfies it)."""
+    """What a selector reads of a GPU (the NAS `gpu` entry and the solver's `Gpu` satisfy it;
+    read only)."""
 
-    index: int
-    uuid: str
-    migEnabled: bool
-    memoryBytes: int
-    productName: str
-    brand: str
-    architecture: str
-    cudaComputeCapability: str
-    driverVersion: str
-    cudaDriverVersion: str
+    @property
+    def index(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def migEnabled(self) -> bool: ...
+    @property
+    def memoryBytes(self) -> int: ...
+    @property
+    def productName(self) -> str: ...
+    @property
+    def brand(self) -> str: ...
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def cudaComputeCapability(self) -> str: ...
+    @property
+    def driverVersion(self) -> str: ...
+    @property
+    def cudaDriverVersion(self) -> str: ...
 
 
 _PROPERTIES = (

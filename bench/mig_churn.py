@@ -256,13 +256,9 @@ class Drasat(Policy):
         for name, product in names:
             count = sum(1 for g in gpus if g.node == name)
             node = solver_online._node(name, product, True, rng, 0.0)
-            devices = [
-                d
-                for d in node.nas.allocatableDevices
-                if d.gpu is None or d.gpu.index < count  # a short last node
-            ]
-            nas = node.nas.model_copy(update={"allocatableDevices": devices})
-            states.append(dataclasses.replace(node, nas=nas))
+            kept = tuple(g for g in node.devices.gpus if g.index < count)  # a short last node
+            devices = dataclasses.replace(node.devices, gpus=kept)
+            states.append(dataclasses.replace(node, devices=devices))
         self.states = states
         self.products = dict(names)
         self.index = {n.name: i for i, n in enumerate(states)}

@@ -31,8 +31,7 @@ from drasat.api.nas import (
     MigPlacement,
     NodeAllocationStateSpec,
 )
-from drasat.solver import NodeState
-from drasat.v1 import preemption, publisheddevices
+from drasat.v1 import nasinventory, preemption, publisheddevices
 from drasat.v1.preemption import Running
 
 CLASSES = {c["metadata"]["name"]: c for c in classes.device_classes()}
@@ -69,8 +68,9 @@ def _node(name: str) -> v1.Node:
         )
         for i in range(8)
     ]
-    state = NodeState(name=name, nas=NodeAllocationStateSpec(allocatableDevices=gpus))
-    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, state.nas)))
+    spec = NodeAllocationStateSpec(allocatableDevices=gpus)
+    state = nasinventory.node_state(name, spec)
+    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, state.devices)))
 
 
 def fleet(count: int, seed: int = 0) -> tuple[list[v1.Node], list[Running]]:
@@ -127,12 +127,20 @@ def _copies(
     nodes, out = [], []
     for i in range(count):
         name = f"n{i}"
+        template_nas = template.state.nas.model_copy(
+            update={"allocatableDevices": nasinventory.allocatable_of(template.state.devices)}
+        )
         nas = NodeAllocationStateSpec.model_validate_json(
-            template.state.nas.model_dump_json().replace("GPU-n0-", f"GPU-{name}-")
+            template_nas.model_dump_json().replace("GPU-n0-", f"GPU-{name}-")
             .replace("uid-n0-", f"uid-{name}-")
         )  # fmt: skip
-        state = dataclasses.replace(template.state, name=name, nas=nas)
-        nodes.append(v1.Node(state, tuple(publisheddevices.drasat_devices(name, nas))))
+        state = dataclasses.replace(
+            template.state,
+            name=name,
+            devices=nasinventory.devices_of(nas),
+            nas=nasinventory.ledger_of(nas),
+        )
+        nodes.append(v1.Node(state, tuple(publisheddevices.drasat_devices(name, state.devices))))
         for r in running:
             uid = r.claims[0].replace("uid-n0-", f"uid-{name}-")
             out.append(Running(r.key.replace("p0-", f"p{i}-"), name, r.priority, (uid,)))
@@ -160,8 +168,9 @@ def _one_node(product: str, mig: bool) -> v1.Node:
             )
             for p in found.mig_profiles
         ]
-    state = NodeState(name="n0", nas=NodeAllocationStateSpec(allocatableDevices=devices))
-    return v1.Node(state, tuple(publisheddevices.drasat_devices("n0", state.nas)))
+    spec = NodeAllocationStateSpec(allocatableDevices=devices)
+    state = nasinventory.node_state("n0", spec)
+    return v1.Node(state, tuple(publisheddevices.drasat_devices("n0", state.devices)))
 
 
 def filled(count: int, kind: str, seed: int = 0) -> tuple[list[v1.Node], list[Running]]:

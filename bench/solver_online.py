@@ -49,6 +49,7 @@ from drasat.solver import (
     inventory,
     solve,
 )
+from drasat.v1 import nasinventory
 
 
 def _node(
@@ -110,7 +111,7 @@ def _node(
                 )
             )
     nas = NodeAllocationStateSpec(allocatableDevices=devices, allocatedClaims=allocated)
-    return NodeState(name=name, nas=nas)
+    return nasinventory.node_state(name, nas)
 
 
 def cluster(nodes: int, occupancy: float, seed: int = 1) -> list[NodeState]:

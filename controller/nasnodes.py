@@ -1,4 +1,5 @@
-"""NodeAllocationState objects -> the solver's NodeState, with tentative holds as allocations.
+"""NodeAllocationState objects -> the solver's NodeState (its devices in the solver's terms,
+`drasat.v1.nasinventory`; the NAS its ledger), with tentative holds as allocations.
 
 A purely computational module. A node whose NAS is missing, NotReady or does not validate is kept
 in the problem as not ready, with the reason (naming the field) that ends up in unsuitableNodes'
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import AllocatedDevices, NasStatus, NodeAllocationStateSpec
 from drasat.solver.problem import NodeState
+from drasat.v1 import nasinventory
 
 Obj = dict[str, Any]
 
@@ -50,9 +52,9 @@ def parse(obj: Obj) -> ParsedNas:
     if status != NasStatus.Ready.value:
         reason = f"{where} is {status or 'without status'} (node plugin not ready)"
         return ParsedNas(
-            NodeState(name=name, nas=spec, ready=False, unready_reason=reason), version
+            nasinventory.node_state(name, spec, ready=False, unready_reason=reason), version
         )
-    return ParsedNas(NodeState(name=name, nas=spec), version)
+    return ParsedNas(nasinventory.node_state(name, spec), version)
 
 
 class ParsedNases:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drasat.api.devicemodel import shares
-from drasat.api.nas import AllocatedDevices, AllocatedMigDevice, GpuInfo
+from drasat.api.nas import AllocatedDevices, AllocatedMigDevice
 from drasat.api.sharing import GpuShare
+from drasat.solver.nodemodel import Gpu
 from drasat.v1 import otherdevices
 
 Obj = dict[str, Any]
@@ -100,9 +101,7 @@ def _pairs(uuid: str, use: _Use) -> list[Overcommit]:
     return [Overcommit(uuid, pair, why) for pair, why in sorted(found.items())]
 
 
-def overcommits(
-    entries: Iterable[AllocatedDevices], gpus: Mapping[str, GpuInfo]
-) -> list[Overcommit]:
+def overcommits(entries: Iterable[AllocatedDevices], gpus: Mapping[str, Gpu]) -> list[Overcommit]:
     """Every over-commit of the entries on one node, by GPU uuid (`gpus`: the node's GPUs; one
     not among them has its shares checked by compute alone)."""
     out: list[Overcommit] = []
@@ -120,7 +119,7 @@ def overcommits(
 def with_added(
     held: Mapping[str, AllocatedDevices],
     added: Mapping[str, AllocatedDevices],
-    gpus: Mapping[str, GpuInfo],
+    gpus: Mapping[str, Gpu],
 ) -> Overcommit | None:
     """The first over-commit that entries `added` (by ledger key; a key `held` has already is
     held) take part in beside `held`; None when they fit."""

@@ -100,7 +100,7 @@ def entries(claim: Obj, read: slices.V1Node) -> dict[str, AllocatedDevices]:
     """The ledger entries the claim's status stands for on the node whose devices are `read`."""
     if not v1inputs.is_allocated(claim):
         return {}
-    return results.ledger_from_status(in_drasat_terms(claim, read), read.nas.spec)
+    return results.ledger_from_status(in_drasat_terms(claim, read), read.state.devices)
 
 
 def status_entries_on(claim: Obj, found: slices.NodeDevices) -> dict[str, AllocatedDevices]:
@@ -158,8 +158,7 @@ def ledgers_from_statuses(
                 unready_reason=f"its ResourceSlices cannot be used: {found.problem}",
             )  # fmt: skip
         else:
-            inventory = found.read.nas.spec.allocatableDevices
-            spec = NodeAllocationStateSpec(allocatableDevices=inventory, allocatedClaims=held[name])
-            state = NodeState(name=name, nas=spec)
+            spec = NodeAllocationStateSpec(allocatedClaims=held[name])
+            state = NodeState(name=name, devices=found.read.state.devices, nas=spec)
         out[name] = nasnodes.ParsedNas(state, "", from_statuses=True)
     return out

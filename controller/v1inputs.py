@@ -242,6 +242,9 @@ class Snapshot:
     #: allocated claims hold of them by their statuses (node -> amount -> held).
     others: Mapping[str, otherdevices.NodeOthers] = field(default_factory=dict)
     others_held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The PodGroups (`scheduling.k8s.io`) by namespace/name where the API server serves them
+    #: (gangs: `drasat.v1.gangs.member_of`); None: not served, gangs come from labels only.
+    pod_groups: Mapping[str, Obj] | None = None
 
     @property
     def claim_classes(self) -> dict[str, Obj]:
@@ -480,8 +483,8 @@ def node_inputs(snapshot: Snapshot) -> list[Node]:
         found = snapshot.published.get(name)
         if node is None or found is None or found.read is None:
             continue
-        inventory = found.read.nas.spec.allocatableDevices
-        uuids = {d.gpu.uuid for d in inventory if d.gpu is not None}
+        inventory = found.read.state.devices
+        uuids = {g.uuid for g in inventory.gpus}
         if uuids & seen:
             continue
         seen |= uuids
@@ -489,7 +492,7 @@ def node_inputs(snapshot: Snapshot) -> list[Node]:
         ledger: NodeState = parsed.node
         state = dataclasses.replace(
             ledger,
-            nas=ledger.nas.model_copy(update={"allocatableDevices": inventory}),
+            devices=inventory,
             cpu_milli=capacity.cpu_milli,
             memory_mib=capacity.memory_mib,
             used_cpu_milli=capacity.used_cpu_milli,
@@ -544,13 +547,13 @@ class StatusLedgers:
         meta = claim.get("metadata") or {}
         version = str(meta.get("resourceVersion") or "")
         if not version or not parsed.resource_version:
-            return results.ledger_from_status(claim, parsed.node.nas)
+            return results.ledger_from_status(claim, parsed.node.devices)
         key = (str(meta.get("uid", "")), version, node, parsed.resource_version)
         found = self._used.get(key)
         if found is None:
             found = self._kept.get(key)
             if found is None:
-                found = results.ledger_from_status(claim, parsed.node.nas)
+                found = results.ledger_from_status(claim, parsed.node.devices)
             self._used[key] = found
         return found
 
@@ -570,7 +573,7 @@ def ledger_of(
         return node, {}
     if memo is not None:
         return node, memo.get(claim, node, parsed)
-    return node, results.ledger_from_status(claim, parsed.node.nas)
+    return node, results.ledger_from_status(claim, parsed.node.devices)
 
 
 def status_entries(

@@ -1,8 +1,9 @@
 """What a node has free: its usable GPUs, their MIG layouts and existing allocations, as plain data.
 
-A purely computational module: a NodeState (NAS snapshot) becomes a NodeView of GpuSlots, each
-holding what is already taken on that GPU (held whole, share sums, occupied MIG memory slices) and
-the MIG placements its product offers. Existing allocations are facts here; nothing moves them.
+A purely computational module: a NodeState (its devices, `nodemodel`, and its ledger) becomes a
+NodeView of GpuSlots, each holding what is already taken on that GPU (held whole, share sums,
+occupied MIG memory slices) and the MIG placements its product offers. Existing allocations are
+facts here; nothing moves them.
 
 Taken is what `allocatedClaims` holds, and also what the node still has in use without an
 allocation: claims in `preparedClaims` that are no longer (or never were, v1 claims) in
@@ -24,16 +25,10 @@ from dataclasses import dataclass, field
 
 from drasat.api import catalog
 from drasat.api.devicemodel import shares
-from drasat.api.nas import (
-    AllocatedDevices,
-    GpuInfo,
-    Health,
-    MigInfo,
-    NodeAllocationStateSpec,
-    PreparedDevices,
-)
+from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec, PreparedDevices
 from drasat.api.sharing import GpuShare
 from drasat.solver.cache import SolverCache, fresh
+from drasat.solver.nodemodel import Gpu, MigProfile
 from drasat.solver.problem import NodeState
 
 MiB = 2**20
@@ -66,7 +61,7 @@ class GpuSlot:
 
     node: str
     position: int  # index in NodeView.gpus (canonical order, see build_view)
-    info: GpuInfo
+    info: Gpu
     memory_mib: int
     #: Held whole by an existing exclusive GPU claim (on a MIG GPU: the paired-claim pattern).
     held_whole: bool
@@ -161,7 +156,7 @@ class NodeView:
     ready: bool
     unready_reason: str
     gpus: tuple[GpuSlot, ...]
-    #: Every GPU the NAS lists, healthy or not (explanations count the unhealthy ones).
+    #: The unhealthy GPUs the node lists (explanations count them).
     unhealthy: tuple[str, ...]
     #: Claim uids already allocated on this node.
     allocated: frozenset[str]
@@ -174,7 +169,7 @@ class NodeView:
     canonical_key: int = 0
     #: canonical_key plus every GPU's identity: equal only for the same node state.
     exact_key: int = 0
-    #: Every GPU uuid the NAS lists, healthy or not.
+    #: Every GPU uuid the node lists, healthy or not.
     uuids: frozenset[str] = frozenset()
     #: What the usable GPUs are, not what is taken of them (interned: equal for nodes of the
     #: same hardware; selectors on uuid aside, eligibility is read from it).
@@ -200,10 +195,10 @@ def _product(product_name: str) -> catalog.Product | None:
 _PROFILE_NAME = re.compile(r"^(\d+)g\.(\d+)gb")
 
 
-def _profile_facts(info: MigInfo) -> tuple[int, int, bool]:
-    """(memory bytes, compute slices, media extensions) of a NAS MIG entry.
+def _profile_facts(info: MigProfile) -> tuple[int, int, bool]:
+    """(memory bytes, compute slices, media extensions) of a MIG profile.
 
-    NAS values first; else the catalog's; else what the profile name spells ("3g.40gb").
+    The node's values first; else the catalog's; else what the profile name spells ("3g.40gb").
     """
     product = _product(info.parentProductName)
     known = product.profile(info.profile) if product is not None else None
@@ -219,8 +214,8 @@ def _profile_facts(info: MigInfo) -> tuple[int, int, bool]:
     return memory or 0, compute or 0, info.profile.endswith("+me")
 
 
-def _mig_options(profiles: list[MigInfo]) -> dict[str, tuple[MigOption, ...]]:
-    """Product name -> every (profile, placement) its GPUs offer, in NAS order."""
+def _mig_options(profiles: tuple[MigProfile, ...]) -> dict[str, tuple[MigOption, ...]]:
+    """Product name -> every (profile, placement) its GPUs offer, in the node's order."""
     by_product: dict[str, list[MigOption]] = {}
     for info in profiles:
         memory, compute, media = _profile_facts(info)
@@ -332,12 +327,12 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
     nas = node.nas
     taken = _taken(nas)
     spread = _spread_shares(nas.allocatedClaims)
-    options = _mig_options(nas.mig_profiles())
+    options = _mig_options(node.devices.mig_profiles)
     option_ids = {product: intern(o) for product, o in options.items()}
     gpus: list[GpuSlot] = []
     unhealthy: list[str] = []
-    for info in sorted(nas.gpus(), key=lambda g: (g.index, g.uuid)):
-        if info.health is not Health.Healthy:
+    for info in sorted(node.devices.gpus, key=lambda g: (g.index, g.uuid)):
+        if not info.healthy:
             unhealthy.append(info.uuid)
             continue
         state = taken.get(info.uuid, _Taken())
@@ -393,7 +388,7 @@ def build_view(node: NodeState, cache: SolverCache | None = None) -> NodeView:
         memory_free_mib=memory_free,
         canonical_key=canonical_key,
         exact_key=intern((canonical_key, tuple(g.identity() for g in canonical), node.amounts)),
-        uuids=frozenset(g.uuid for g in nas.gpus()),
+        uuids=frozenset(g.uuid for g in node.devices.gpus),
         hardware_key=intern(tuple(sorted(g.hardware_id for g in canonical))),
         amounts=dict(node.amounts),
     )

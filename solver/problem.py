@@ -1,9 +1,9 @@
 """The solver's input and output: a placement problem and its solution.
 
 Plain frozen dataclasses over the API types and the solver's own claim specification
-(`claimspec`). A problem holds nodes (their allocatable devices and existing allocations, which
-are never moved), pods (each with one or more claims) and the policy. The solver turns it into
-a Solution; it never does I/O.
+(`claimspec`) and node model (`nodemodel`). A problem holds nodes (their devices and existing
+allocations, which are never moved), pods (each with one or more claims) and the policy. The
+solver turns it into a Solution; it never does I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.solver.claimspec import DeviceDemand, GpuDemand, MigDemand
+from drasat.solver.nodemodel import NodeDevices
 
 if TYPE_CHECKING:
     from drasat.solver.cache import SolverCache
@@ -25,9 +26,13 @@ class NodeState:
     """One node as the solver sees it."""
 
     name: str
-    #: allocatableDevices + allocatedClaims (existing, never moved); preparedClaims without an
-    #: allocation and orphanMigDevices count as busy (inventory).
-    nas: NodeAllocationStateSpec
+    #: What the node has (`nodemodel`), built at the edge from what was read: its slices, a
+    #: `Cluster`, a NAS's allocatableDevices (`drasat.v1.nasinventory`).
+    devices: NodeDevices = field(default_factory=NodeDevices)
+    #: The node's ledger: allocatedClaims (existing, never moved); preparedClaims without an
+    #: allocation and orphanMigDevices count as busy (inventory). Its allocatableDevices are
+    #: left empty: the devices are `devices`, one record of them.
+    nas: NodeAllocationStateSpec = field(default_factory=NodeAllocationStateSpec)
     #: False: the node is unsuitable for every claim (NAS missing or NotReady).
     ready: bool = True
     unready_reason: str = ""
@@ -44,6 +49,13 @@ class NodeState:
     #: Device claims (`DeviceDemand`) allocated here already: no NAS entry holds them, and a
     #: pod of one of them goes here (as `allocatedClaims` pins a GPU claim's pods).
     device_claims: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.nas.allocatableDevices:
+            raise ValueError(
+                f"node {self.name}: the ledger's allocatableDevices are not read; pass the "
+                "node's devices (drasat.v1.nasinventory.node_state)"
+            )
 
 
 #: A device in the solver's terms: (GPU uuid, None, None) for a whole GPU or a share, (parent

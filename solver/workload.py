@@ -44,7 +44,6 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drasat.api.nas import NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuShare
@@ -118,9 +117,22 @@ class Workload:
         cls, shapes: Sequence[WorkloadShape], cache: SolverCache | None = None
     ) -> Workload:
         """An explicit workload (policy or solver input): every shape, the heaviest MAX_CLASSES
-        if there are more."""
-        entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
-        return cls._build(entries, 1.0, fresh(cache), memory=True)
+        if there are more. Memoized: a long-running caller passes the same shapes to every
+        solve (the same object: not even serialized again)."""
+        cache = fresh(cache)
+        known = cache.workloads.get(id(shapes))
+        if known is not None and known[0] is shapes:
+            return known[1]
+        # The shapes' fields, serialized (equal text: equal shapes); a key, never searched.
+        text = tuple(s.model_dump_json() for s in shapes)
+        made = cache.workloads_by_text.get(text)
+        if made is None:
+            entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
+            made = cls._build(entries, 1.0, cache, memory=True)
+            cache.put(cache.workloads_by_text, text, made, _WORKLOADS_SIZE)
+        # The entry holds the shapes, so their id is not reused while it stands.
+        cache.put(cache.workloads, id(shapes), (shapes, made), _WORKLOADS_SIZE)
+        return made
 
     @classmethod
     def _build(
@@ -191,6 +203,10 @@ class Workload:
         return Workload(classes, self.total, scaled_id, self.names_uuid, self.names_gpus)
 
 
+#: Workloads kept per cache (`Workload.from_shapes`): one per policy or caller's list.
+_WORKLOADS_SIZE = 64
+
+
 def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:
     """A stand-in pod with one claim of the shape (eligibility is read from its claim)."""
     # A shape's selector takes MIG-mode GPUs where it asks for migEnabled: true. The measure
@@ -238,23 +254,10 @@ def select(
 ShapeKey = tuple[str, int, int]
 
 
-def allocated_shapes(nas: NodeAllocationStateSpec) -> Counter[ShapeKey]:
-    """The GPU claim shapes a node's allocatedClaims hold (MIG devices and shares without a
-    compute percentage left out). Selectors are not recorded in the NAS, so none is kept."""
-    found: Counter[ShapeKey] = Counter()
-    for entry in nas.allocatedClaims.values():
-        if entry.gpu is None or not entry.gpu.devices:
-            continue
-        if entry.share is not None:
-            if entry.share.compute:
-                found[(entry.claimInfo.namespace, 1, entry.share.compute)] += 1
-            continue
-        found[(entry.claimInfo.namespace, len(entry.gpu.devices), FULL_COMPUTE)] += 1
-    return found
-
-
 def pending_shapes(pods: Iterable[PodRequest]) -> Counter[ShapeKey]:
-    """The GPU claim shapes of pods still to place, counted as `allocated_shapes` does."""
+    """The GPU claim shapes of pods still to place (MIG devices and shares without a compute
+    percentage left out), counted as the classic wing counts a NAS's (`allocated_shapes` in
+    drasat/classic/clusterworkload.py)."""
     found: Counter[ShapeKey] = Counter()
     for pod in pods:
         for request in pod.claims:

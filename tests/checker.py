@@ -24,7 +24,9 @@ from drasat.api.quantity import to_bytes
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuShare
 from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology
+from drasat.solver.nodemodel import NodeDevices
 from drasat.solver.problem import ClaimRequest, NodeState, PodRequest, Problem, Solution
+from drasat.v1 import nasinventory
 
 # -- building clusters and pods ------------------------------------------------------------------
 
@@ -94,9 +96,9 @@ def make_node(
     products = {product_key} if mig else set()
     devices += [AllocatableDevice(mig=m) for key in sorted(products) for m in mig_entries(key)]
     spec = NodeAllocationStateSpec(allocatableDevices=devices, allocatedClaims=allocated or {})
-    return NodeState(
-        name=name,
-        nas=spec,
+    return nasinventory.node_state(
+        name,
+        spec,
         ready=ready,
         unready_reason="" if ready else "NAS NotReady",
         cpu_milli=cpu_milli,
@@ -189,9 +191,9 @@ def _asks_mig_enabled(selector: GpuSelector | None) -> bool:
     )
 
 
-def _mig_facts(nas: NodeAllocationStateSpec, product: str, profile: str) -> tuple[int, int] | None:
-    """(memory bytes, compute slices) of a profile, from NAS or the catalog."""
-    for info in nas.mig_profiles():
+def _mig_facts(devices: NodeDevices, product: str, profile: str) -> tuple[int, int] | None:
+    """(memory bytes, compute slices) of a profile, from the node or the catalog."""
+    for info in devices.mig_profiles:
         if info.parentProductName == product and info.profile == profile:
             known = catalog.product_for_name(product)
             entry = known.profile(profile) if known is not None else None
@@ -201,10 +203,10 @@ def _mig_facts(nas: NodeAllocationStateSpec, product: str, profile: str) -> tupl
     return None
 
 
-def _placements(nas: NodeAllocationStateSpec, product: str, profile: str) -> set[tuple[int, int]]:
+def _placements(devices: NodeDevices, product: str, profile: str) -> set[tuple[int, int]]:
     return {
         (p.start, p.size)
-        for info in nas.mig_profiles()
+        for info in devices.mig_profiles
         if info.parentProductName == product and info.profile == profile
         for p in info.placements
     }
@@ -275,7 +277,7 @@ class _Checker:
         self, claim: ClaimRequest, entry: AllocatedDevices, node: NodeState, pod: PodRequest
     ) -> None:
         ref = f"claim {claim.namespace}/{claim.name}"
-        gpus = {g.uuid: g for g in node.nas.gpus()}
+        gpus = {g.uuid: g for g in node.devices.gpus}
         if entry.claimInfo.uid != claim.uid or entry.claimInfo.name != claim.name:
             self.fail(f"{ref}: claimInfo {entry.claimInfo} does not name the claim")
         if claim.gpu is not None:
@@ -298,7 +300,7 @@ class _Checker:
                 if gpu is None:
                     self.fail(f"{ref}: GPU {uuid} is not on node {node.name}")
                     continue
-                if gpu.health != "Healthy":
+                if not gpu.healthy:
                     self.fail(f"{ref}: GPU {uuid} is unhealthy")
                 if spec.selector is not None and not spec.selector.matches(gpu):
                     self.fail(f"{ref}: GPU {uuid} does not match {spec.selector.describe()}")
@@ -318,7 +320,7 @@ class _Checker:
             return
         if mig.profile is not None and device.profile != mig.profile:
             self.fail(f"{ref}: profile {device.profile}, asked {mig.profile}")
-        facts = _mig_facts(node.nas, gpu.productName, device.profile)
+        facts = _mig_facts(node.devices, gpu.productName, device.profile)
         if facts is None:
             self.fail(f"{ref}: profile {device.profile} not offered for {gpu.productName}")
             return
@@ -327,7 +329,7 @@ class _Checker:
         if facts[1] < mig.compute_slices:
             self.fail(f"{ref}: {device.profile} has fewer compute slices than asked")
         here = (device.placement.start, device.placement.size)
-        if here not in _placements(node.nas, gpu.productName, device.profile):
+        if here not in _placements(node.devices, gpu.productName, device.profile):
             self.fail(f"{ref}: {device.profile} cannot be placed at {here}")
         if mig.gpu_claim_name is not None:
             partners = [
@@ -373,7 +375,7 @@ class _Checker:
     def check_node(
         self, node: NodeState, claims: dict[str, AllocatedDevices], owner: dict[str, str]
     ) -> None:
-        gpus = {g.uuid: g for g in node.nas.gpus()}
+        gpus = {g.uuid: g for g in node.devices.gpus}
         whole: dict[str, list[str]] = {}
         shares: dict[str, list[GpuShare]] = {}
         migs: dict[str, list[tuple[str, str, MigPlacement]]] = {}
@@ -431,7 +433,7 @@ class _Checker:
         rules = self.problem.policy.rules
         for uid, (node_name, entry, _) in new.items():
             namespace = entry.claimInfo.namespace
-            gpus = {g.uuid: g for g in self.nodes[node_name].nas.gpus()}
+            gpus = {g.uuid: g for g in self.nodes[node_name].devices.gpus}
             used = [d.uuid for d in entry.gpu.devices] if entry.gpu is not None else []
             used += [d.parentUUID for d in entry.mig.devices] if entry.mig is not None else []
             for uuid in used:

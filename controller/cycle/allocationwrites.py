@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from drasat import v1
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices, GpuInfo
+from drasat.api.nas import AllocatedDevices
 from drasat.controller import allocation, nasnodes, overcommit, v1inputs
 from drasat.controller.cycle.gates import Gates
 from drasat.controller.cycle.ledger import Ledger
@@ -26,6 +26,7 @@ from drasat.controller.statusledger import status_entries_on
 from drasat.kube import errors, informer
 from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
+from drasat.solver.nodemodel import Gpu
 from drasat.v1 import results
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class AllocationWriter:
             now[uid] = (claim, (
                 status_entries_on(claim, snapshot.published[node])
                 if parsed.from_statuses
-                else results.ledger_from_status(claim, parsed.node.nas)
+                else results.ledger_from_status(claim, parsed.node.devices)
             ))  # fmt: skip
         # What the solve counted (our own writes the informer has not delivered, ledger
         # entries), with every claim's entries as its status says them now.
@@ -218,7 +219,7 @@ class AllocationWriter:
                 if e.claimInfo.uid not in now and e.claimInfo.uid not in uids}  # fmt: skip
         for _, entries in now.values():
             held.update(entries)
-        found = overcommit.with_added(held, ledger, {g.uuid: g for g in parsed.node.nas.gpus()})
+        found = overcommit.with_added(held, ledger, {g.uuid: g for g in parsed.node.devices.gpus})
         if found is not None:
             others = [now[u][0] for u in found.claims if u in now]
             raise LedgerConflict(
@@ -265,9 +266,9 @@ class AllocationWriter:
 
         def mutate(obj: Obj) -> Obj | None:
             refused.clear()  # called again on each conflict, with the fresh object
-            fresh = nasnodes.parse(obj).node.nas
-            held = dict(fresh.allocatedClaims)
-            gpus = {g.uuid: g for g in fresh.gpus()}
+            fresh = nasnodes.parse(obj).node
+            held = dict(fresh.nas.allocatedClaims)
+            gpus = {g.uuid: g for g in fresh.devices.gpus}
             added: dict[str, AllocatedDevices] = {}
             for pod in placed:
                 clash = _clash(node, pod.ledger, held, gpus)
@@ -327,7 +328,7 @@ def _clash(
     node: str,
     ledger: Mapping[str, AllocatedDevices],
     held: Mapping[str, AllocatedDevices],
-    gpus: Mapping[str, GpuInfo],
+    gpus: Mapping[str, Gpu],
 ) -> LedgerConflict | None:
     """Whether new ledger entries, beside those held, hold more of a GPU than it has
     (`overcommit`: shares by their sums, anything else touching the same GPU or MIG slices)."""

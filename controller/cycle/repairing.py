@@ -124,7 +124,7 @@ class Repairer:
         for node in sorted(set(by_node) | set(others)):
             held = {**others.get(node, {}), **by_node.get(node, {})}
             parsed = snapshot.nas.get(node)
-            gpus = {g.uuid: g for g in parsed.node.nas.gpus()} if parsed is not None else {}
+            gpus = {g.uuid: g for g in parsed.node.devices.gpus} if parsed is not None else {}
             entries = [e for _, found in by_node.get(node, {}).values() for e in found.values()]
             found_all = overcommit.overcommits(entries, gpus)
             if node in others and self._others is not None and node in self._others:
@@ -200,6 +200,10 @@ class Repairer:
         except (errors.Conflict, errors.NotFound) as error:
             log.info("clash of %s on %s: %s changed meanwhile (%s); next cycle",
                      refs, node, v1inputs.claim_ref(giver), error)  # fmt: skip
+            # Counted as a failure, so that the next settle covers everything: a conflict that
+            # brought no change of the claim (a webhook refusing its writes with 409) sends no
+            # event, and a settle of what changed alone would never look at this clash again.
+            self._writes.failures += 1
             return None
         uid = str(meta.get("uid"))
         # Given back by us, not by the scheduler: no node becomes unsuitable for its pods.

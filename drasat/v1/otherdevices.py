@@ -35,7 +35,7 @@ from drasat.api.inputerrors import describe_validation_error
 from drasat.api.quantity import to_bytes
 from drasat.v1 import slices
 from drasat.v1.publisheddevices import OTHER, Published
-from drasat.v1.slicekinds import ResourceSlice
+from drasat.v1.slicekinds import ResourceSlice, amount
 
 Obj = dict[str, Any]
 #: What taking a device draws on its node's amounts: ((amount name, how much), ...).
@@ -118,8 +118,8 @@ def _node(node: str, pools: Sequence[slices.Pool], notes: list[str]) -> NodeOthe
         for _, item, _ in pool.slices:
             for counter_set in item.spec.sharedCounters or []:
                 for counter, quantity in counter_set.counters.items():
-                    amounts[_counter(pool.driver, pool.name, counter_set.name, counter)] = (
-                        quantity.amount
+                    amounts[_counter(pool.driver, pool.name, counter_set.name, counter)] = amount(
+                        quantity
                     )
         for where, item, data in pool.slices:
             for index, device in enumerate(item.spec.devices):
@@ -135,7 +135,7 @@ def _node(node: str, pools: Sequence[slices.Pool], notes: list[str]) -> NodeOthe
                     continue
                 if device.allowMultipleAllocations:
                     for name, quantity in device.capacity.items():
-                        amounts[_capacity(published.key, name)] = quantity.amount
+                        amounts[_capacity(published.key, name)] = amount(quantity)
                 else:
                     amounts[_device(published.key)] = 1
                 devices.append(published)

@@ -2,7 +2,7 @@
 pool, tied to what the solver models (a whole GPU by UUID, a MIG placement by parent UUID,
 profile and start, the CPU fallback).
 
-drasat's own devices are computed from the node's NAS through the node plugin's device model
+drasat's own devices are computed from the node's devices through the node plugin's device model
 (`drasat.api.devicemodel`), so the controller and the what-if see exactly what the plugin
 publishes; other drivers' slices (NVIDIA's GPUs, `drasat.v1.slices`; any other driver's
 devices, `drasat.v1.otherdevices`) are read into the same shape by the caller. This is a
@@ -20,8 +20,8 @@ from drasat.api.devicemodel import devices as model
 from drasat.api.devicemodel import names, pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import NodeAllocationStateSpec
-from drasat.v1 import cel
+from drasat.solver.nodemodel import NodeDevices
+from drasat.v1 import cel, nasinventory
 
 Obj = dict[str, Any]
 
@@ -83,11 +83,10 @@ class Published:
         return None if found is None else found[1]
 
 
-def drasat_devices(
-    node: str, nas: NodeAllocationStateSpec, *, shares: bool = True
-) -> list[Published]:
-    """What drasat's node plugin publishes for this NAS (the fallback device on, as the
-    plugin's default; shares unless the node plugin runs with `--no-shares`)."""
+def drasat_devices(node: str, found: NodeDevices, *, shares: bool = True) -> list[Published]:
+    """What drasat's node plugin publishes for a node of these devices (the fallback device on,
+    as the plugin's default; shares unless the node plugin runs with `--no-shares`)."""
+    nas = nasinventory.nas_spec(found)
     gpus = nas.gpus()
     inventory = Inventory(
         gpus=gpus, mig_profiles=profiles_by_gpu(gpus, nas.mig_profiles()), shares=shares

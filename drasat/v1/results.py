@@ -34,10 +34,10 @@ from drasat.api.nas import (
     AllocatedMigDevices,
     ClaimInfo,
     MigPlacement,
-    NodeAllocationStateSpec,
 )
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import SharingStrategy
+from drasat.solver.nodemodel import NodeDevices
 from drasat.v1 import otherdevices, publisheddevices
 from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import Claim, ClaimError
@@ -309,8 +309,8 @@ def fallback_entry(option: Option) -> AllocatedDevices:
     return AllocatedDevices(claimInfo=info, gpu=AllocatedGpus(devices=[]), optional=True)
 
 
-def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, AllocatedDevices]:
-    """The ledger entries a claim's status.allocation stands for on the node whose NAS is given,
+def ledger_from_status(claim: Obj, devices: NodeDevices) -> dict[str, AllocatedDevices]:
+    """The ledger entries a claim's status.allocation stands for on the node of `devices`,
     keyed as `allocate` keys them (`<uid>/<request>`; MIG devices and a request's several
     shares `#<i>`). Results of other drivers or pools are skipped; a device the node does not
     have is skipped too (the caller compares counts to notice), and so is a result with admin
@@ -329,10 +329,10 @@ def ledger_from_status(claim: Obj, nas: NodeAllocationStateSpec) -> dict[str, Al
     ]
     shares_per_request: dict[str, int] = {}
     for result in ours:
-        if _result_share(result, nas) is not None:
+        if _result_share(result, devices) is not None:
             request = _request_of(result)
             shares_per_request[request] = shares_per_request.get(request, 0) + 1
-    reader = _StatusReader(info, nas, shares_per_request)
+    reader = _StatusReader(info, devices, shares_per_request)
     for result in ours:
         reader.add(result)
     return with_configs(reader.out, allocated.get("config") or [], reader.result_names)
@@ -342,11 +342,11 @@ def _request_of(result: Obj) -> str:
     return str(result.get("request", "")).partition("/")[0]
 
 
-def _result_share(result: Obj, nas: NodeAllocationStateSpec) -> Any:
+def _result_share(result: Obj, devices: NodeDevices) -> Any:
     parsed = names.parse(str(result.get("device", "")))
     if not isinstance(parsed, names.GpuName):
         return None
-    gpu = next((g for g in nas.gpus() if g.minor == parsed.minor), None)
+    gpu = next((g for g in devices.gpus if g.minor == parsed.minor), None)
     return None if gpu is None else _share_of(result, gpu.memoryBytes)
 
 
@@ -354,11 +354,11 @@ class _StatusReader:
     """Ledger entries from a claim's results, one result at a time (`ledger_from_status`)."""
 
     def __init__(
-        self, info: ClaimInfo, nas: NodeAllocationStateSpec, shares_per_request: Mapping[str, int]
+        self, info: ClaimInfo, devices: NodeDevices, shares_per_request: Mapping[str, int]
     ) -> None:
         self.info = info
-        self.by_minor = {gpu.minor: gpu for gpu in nas.gpus()}
-        self.migs = {(m.parentProductName, m.giProfileId): m for m in nas.mig_profiles()}
+        self.by_minor = {gpu.minor: gpu for gpu in devices.gpus}
+        self.migs = {(m.parentProductName, m.giProfileId): m for m in devices.mig_profiles}
         self.shares_per_request = shares_per_request
         self.out: dict[str, AllocatedDevices] = {}
         self.result_names: dict[str, str] = {}

@@ -9,9 +9,10 @@ purely computational module.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Annotated, Any, NotRequired, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from typing_extensions import TypedDict
 
 from drasat.api import limits
 from drasat.api.base import Object, Spec
@@ -35,39 +36,53 @@ class Open(BaseModel):
 # ResourceSlices: lenient beyond what the device model reads.
 
 
-class DeviceAttribute(Strict):
-    """One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
-    exactly one: once per device, not per attribute, as slices hold thousands)."""
+#: One value of `int`, `bool`, `string` or `version` (`Device.attributes` checks there is
+#: exactly one: once per device, not per attribute). A plain dict, not a model: a MIG fleet's
+#: slices hold hundreds of thousands of attributes, and a model each was most of the time
+#: their first read took (`bench.slice_read`).
+DeviceAttribute = TypedDict(  # noqa: UP013 (its keys `int` and `bool` would shadow the types)
+    "DeviceAttribute",
+    {
+        "int": NotRequired[int | None],
+        "bool": NotRequired[bool | None],
+        "string": NotRequired[str | None],
+        "version": NotRequired[str | None],
+    },
+)
+DeviceAttribute.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
+    extra="forbid", str_max_length=limits.MAX_STRING
+)
 
-    int_: int | None = Field(None, alias="int")
-    bool_: bool | None = Field(None, alias="bool")
-    string: str | None = None
-    version: str | None = None
 
-    @property
-    def value(self) -> int | bool | str:
-        for value in (self.int_, self.bool_, self.string, self.version):
-            if value is not None:
-                return value
-        raise AssertionError("validated: one value")  # pragma: no cover
+def value_of(attribute: DeviceAttribute) -> int | bool | str:
+    """The attribute's one value."""
+    for value in attribute.values():
+        if value is not None:
+            return cast(int | bool | str, value)
+    raise AssertionError("validated: one value")  # pragma: no cover
 
 
 #: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).
 _bytes = functools.lru_cache(maxsize=4096, typed=True)(to_bytes)
 
 
-class Quantity(Open):
-    value: StrictInt | str
+def _parses(value: int | str) -> int | str:
+    _bytes(value)
+    return value
 
-    @field_validator("value")
-    @classmethod
-    def _quantity(cls, value: int | str) -> int | str:
-        _bytes(value)
-        return value
 
-    @property
-    def amount(self) -> int:
-        return _bytes(self.value)
+#: A capacity or counter: `{value}` and, kept unchecked, what else v1 says of it
+#: (`requestPolicy`). A plain dict, as `DeviceAttribute`.
+class Quantity(TypedDict):
+    value: Annotated[StrictInt | str, AfterValidator(_parses)]
+
+
+Quantity.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+
+
+def amount(quantity: Quantity) -> int:
+    """The quantity in its base unit (bytes, or a plain count)."""
+    return _bytes(quantity["value"])
 
 
 class CounterConsumption(Strict):
@@ -94,10 +109,11 @@ class Device(Open):
     def _one_value_each(cls, value: Any) -> Any:
         if isinstance(value, dict):
             for name, attribute in value.items():
-                if (
-                    isinstance(attribute, dict)
-                    and sum(v is not None for v in attribute.values()) != 1
+                if not isinstance(attribute, dict) or (
+                    len(attribute) == 1 and None not in attribute.values()
                 ):
+                    continue  # not a mapping (refused by the type), or one value: the usual case
+                if sum(v is not None for v in attribute.values()) != 1:
                     raise ValueError(
                         f"{name}: exactly one of int, bool, string or version must be set"
                     )
@@ -107,7 +123,7 @@ class Device(Open):
     @classmethod
     def _bare_quantities(cls, value: Any) -> Any:
         # v1alpha3 (1.31) wrote a capacity as a bare quantity; later versions as {value}.
-        if isinstance(value, dict):
+        if isinstance(value, dict) and any(isinstance(v, int | str) for v in value.values()):
             return {k: {"value": v} if isinstance(v, int | str) else v for k, v in value.items()}
         return value
 

@@ -1,5 +1,5 @@
-"""The devices a node publishes, read from its ResourceSlices: one NodeAllocationState-shaped
-inventory per node (what the solver models) with the way back to each published device.
+"""The devices a node publishes, read from its ResourceSlices: the solver's node model of each
+node (`drasat.solver.nodemodel`) with the way back to each published device.
 
 The controller and the what-if read slices here and nowhere else: the controller the slices of
 drasat's driver as the API server serves them (the source kube-scheduler reads), the what-if
@@ -9,7 +9,7 @@ Pools are read as upstream's allocator reads them (`structured.GatherPools`): pe
 name), only the highest generation counts, and a pool missing some of its `resourceSliceCount`
 slices is not used (its devices are not all known yet: the driver is publishing).
 
-Devices of two drivers become drasat's model (`drasat.api.nas`):
+Devices of two drivers become the solver's model:
 
 - drasat's `gpu.drasat.io`: the device model's own names and attributes (`api.devicemodel`):
   `gpu-<minor>` whole GPUs, `gpu-<minor>-mig-<profile>-<id>-<start>` MIG placements with
@@ -22,9 +22,10 @@ Devices of two drivers become drasat's model (`drasat.api.nas`):
   of the GPU's counter set `gpu-<minor>-counter-set` (dynamic MIG). A MIG-enabled GPU that
   NVIDIA does not publish whole (static MIG) is built from its MIG devices' parent attributes.
 
-Each whole GPU is a `GpuInfo`, MIG placements become one `MigInfo` per product and profile with
-the placements published. A device taint with effect NoSchedule or NoExecute (its own, or a
-DeviceTaintRule's: `gpu.nvidia.com/xid`, `gpu.drasat.io/gpu-lost`, ...) makes its GPU Unhealthy,
+Each whole GPU is a `Gpu`, MIG placements become one `MigProfile` per product and profile with
+the placements published (plain dataclasses: nothing read is validated twice). A device taint
+with effect NoSchedule or NoExecute (its own, or a DeviceTaintRule's: `gpu.nvidia.com/xid`,
+`gpu.drasat.io/gpu-lost`, ...) makes its GPU unhealthy,
 so nothing new is allocated on it; drasat's allocator taint (`gpu.drasat.io/allocator`, put on
 every device of drasat's by the DeviceTaintRule of drasat's own controller, to keep
 kube-scheduler's allocator away) is not a health problem to drasat. Every device keeps its source
@@ -37,6 +38,7 @@ This is a purely computational module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -51,19 +53,14 @@ from drasat.api.cluster import cpu_millis
 from drasat.api.devicemodel import devices, names
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.inputerrors import InputError, describe_validation_error, show
-from drasat.api.nas import (
-    AllocatableDevice,
-    GpuInfo,
-    Health,
-    MigInfo,
-    MigPlacement,
-    NodeAllocationState,
-    NodeAllocationStateSpec,
-)
+from drasat.api.nas import NodeAllocationState, NodeAllocationStateSpec
 from drasat.api.quantity import to_bytes
+from drasat.solver import nodemodel
+from drasat.solver.nodemodel import Gpu, MigProfile, Placement
 from drasat.solver.problem import NodeState
+from drasat.v1 import nasinventory
 from drasat.v1.publisheddevices import FALLBACK, GPU, MIG, Published
-from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice
+from drasat.v1.slicekinds import Device, DeviceTaintRule, ResourceSlice, amount, value_of
 
 Obj = dict[str, Any]
 
@@ -89,12 +86,21 @@ CounterSets = dict[tuple[str, str, str], dict[str, int]]
 @dataclass(frozen=True)
 class V1Node:
     name: str
-    nas: NodeAllocationState
+    #: The solver's node: its devices (`state.devices`), CPU, memory, labels, readiness.
     state: NodeState
     #: The Node object when one was given.
     node: Obj | None
     #: drasat's device name (`api.devicemodel.names`) -> the device it stands for.
     devices: Mapping[str, Published]
+
+    @functools.cached_property
+    def nas(self) -> NodeAllocationState:
+        """The devices as a NodeAllocationState (the what-if shows and writes one), built on
+        first use: the controller's reading never needs it."""
+        return NodeAllocationState(
+            metadata=ObjectMeta(name=self.name),
+            spec=nasinventory.nas_spec(self.state.devices),
+        )
 
 
 @dataclass(frozen=True)
@@ -174,10 +180,10 @@ def add_slice(
 
 def _attribute(device: Device, driver: str, name: str) -> int | bool | str | None:
     """An attribute by its short name or qualified in the driver's domain."""
-    for key in (name, f"{driver}/{name}"):
-        if key in device.attributes:
-            return device.attributes[key].value
-    return None
+    found = device.attributes.get(name)
+    if found is None:
+        found = device.attributes.get(f"{driver}/{name}")
+    return None if found is None else value_of(found)
 
 
 def _text(device: Device, driver: str, name: str) -> str:
@@ -205,16 +211,16 @@ def published_device(device: Device, raw: Obj) -> Obj:
     out = dict(raw)
     if device.capacity:
         out["capacity"] = {
-            name: {**raw["capacity"][name], "value": str(q.amount)}
+            name: {**raw["capacity"][name], "value": str(amount(q))}
             if isinstance(raw["capacity"][name], dict)
-            else {"value": str(q.amount)}
+            else {"value": str(amount(q))}
             for name, q in device.capacity.items()
         }
     if device.consumesCounters:
         out["consumesCounters"] = [
             {
                 "counterSet": c.counterSet,
-                "counters": {n: {"value": str(q.amount)} for n, q in c.counters.items()},
+                "counters": {n: {"value": str(amount(q))} for n, q in c.counters.items()},
             }
             for c in device.consumesCounters
         ]
@@ -233,7 +239,9 @@ class _Mig:
     start: int
     size: int
     memory: int
-    product: dict[str, Any]
+    #: The device as read, for its product's facts when its parent is not published whole.
+    device: Device
+    driver: str
     healthy: bool
 
 
@@ -243,7 +251,7 @@ class NodeReader:
     def __init__(self, node: str, rules: Sequence[DeviceTaintRule] = ()) -> None:
         self.node = node
         self.rules = rules
-        self.gpus: dict[str, GpuInfo] = {}
+        self.gpus: dict[str, Gpu] = {}
         self.migs: list[_Mig] = []
         self.sources: dict[str, Published] = {}
         self.skipped: list[Skipped] = []
@@ -254,7 +262,7 @@ class NodeReader:
         for _where, item, _ in found.slices:
             for counter_set in item.spec.sharedCounters or []:
                 counter_sets[(found.driver, found.name, counter_set.name)] = {
-                    k: q.amount for k, q in counter_set.counters.items()
+                    k: amount(q) for k, q in counter_set.counters.items()
                 }
         for where, item, data in found.slices:
             for index, device in enumerate(item.spec.devices):
@@ -274,8 +282,7 @@ class NodeReader:
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
     ) -> None:
         driver = found.driver
-        source = Published(driver, found.name, published_device(device, raw), kind="")
-        ruled = any(
+        ruled = bool(self.rules) and any(
             r.spec.taint.effect in BLOCKING_EFFECTS
             and r.spec.deviceSelector is not None
             and r.spec.deviceSelector.selects(driver, found.name, device.name)
@@ -283,11 +290,12 @@ class NodeReader:
         )
         kind = _text(device, driver, "type")
         if kind == devices.TYPE_GPU:
-            self._gpu(source, device, driver, where, ruled)
+            self._gpu(found.name, device, raw, driver, where, ruled)
         elif kind == devices.TYPE_MIG:
-            self.migs.append(self._mig(source, device, driver, counter_sets, ruled))
+            self.migs.append(self._mig(found.name, device, raw, driver, counter_sets, ruled))
         elif kind == devices.TYPE_FALLBACK and driver == DRIVER_NAME:
-            self._source(names.CPU_FALLBACK, replace(source, kind=FALLBACK), where)
+            source = Published(driver, found.name, published_device(device, raw), FALLBACK)
+            self._source(names.CPU_FALLBACK, source, where)
         elif kind == "vfio":
             self.skipped.append(
                 Skipped(where, f"device {device.name}", "VFIO passthrough is not supported")
@@ -303,7 +311,9 @@ class NodeReader:
         self.sources[name] = source
         self.where[name] = where
 
-    def _gpu(self, source: Published, device: Device, driver: str, where: str, ruled: bool) -> None:
+    def _gpu(
+        self, pool: str, device: Device, raw: Obj, driver: str, where: str, ruled: bool
+    ) -> None:
         parsed = names.parse(device.name)
         minor = _int(device, driver, "minor")
         if minor is None:
@@ -318,24 +328,31 @@ class NodeReader:
         if "memory" not in device.capacity:
             raise ValueError("capacity.memory: missing")
         index = _int(device, driver, "index")
-        gpu = GpuInfo(
+        for what, value in (("minor", minor), ("index", index)):
+            if value is not None and value < 0:
+                raise ValueError(f"attributes.{what}: {value} is negative")
+        if amount(device.capacity["memory"]) < 0:
+            raise ValueError("capacity.memory: negative")
+        gpu = Gpu(
             index=minor if index is None else index,
             uuid=uuid,
             minor=minor,
             migEnabled=bool(_attribute(device, driver, "migEnabled")),
-            memoryBytes=device.capacity["memory"].amount,
+            memoryBytes=amount(device.capacity["memory"]),
             pciBusID=_text(device, driver, devices.PCI_BUS_ID) or None,
             numaNode=_int(device, driver, "numaNode"),
-            health=Health.Healthy if _healthy(device, ruled) else Health.Unhealthy,
+            healthy=_healthy(device, ruled),
             **_product(device, driver),
         )
         self.gpus[uuid] = gpu
-        self._source(names.gpu_name(minor), replace(source, kind=GPU, gpu_uuid=uuid), where)
+        source = Published(driver, pool, published_device(device, raw), GPU, uuid)
+        self._source(names.gpu_name(minor), source, where)
 
     def _mig(
         self,
-        source: Published,
+        pool: str,
         device: Device,
+        raw: Obj,
         driver: str,
         counter_sets: Mapping[tuple[str, str, str], Mapping[str, int]],
         ruled: bool,
@@ -344,6 +361,8 @@ class NodeReader:
         profile = _text(device, driver, "profile")
         if not parent or not profile:
             raise ValueError("attributes: a MIG device names its parentUUID and profile")
+        if not _text(device, driver, "productName"):
+            raise ValueError("attributes.productName: missing")
         minor, profile_id, start = _mig_numbers(device, driver)
         size = _placement_size(device, driver, start)
         if size is None:
@@ -357,9 +376,11 @@ class NodeReader:
             size = found.memory_slices
         if start + size > 8:
             raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
-        memory = device.capacity["memory"].amount if "memory" in device.capacity else 0
+        memory = amount(device.capacity["memory"]) if "memory" in device.capacity else 0
         return _Mig(
-            source=replace(source, kind=MIG, gpu_uuid=parent, profile=profile, start=start),
+            source=Published(
+                driver, pool, published_device(device, raw), MIG, parent, profile, start
+            ),
             parent_uuid=parent,
             minor=minor,
             profile=profile,
@@ -367,65 +388,67 @@ class NodeReader:
             start=start,
             size=size,
             memory=memory,
-            product=_product(device, driver),
+            device=device,
+            driver=driver,
             healthy=_healthy(device, ruled),
         )
 
     def finish(self, node: Obj | None, where: str = "") -> V1Node:
-        """The node's NAS and NodeState, once every pool is read."""
+        """The node's devices and NodeState, once every pool is read."""
         for mig in self.migs:
             self._parent_of(mig)
-        by_key: dict[tuple[str, str], MigInfo] = {}
+        by_key: dict[tuple[str, str], _Profile] = {}
         for mig in sorted(self.migs, key=lambda m: (m.profile_id, m.profile, m.start)):
             parent = self.gpus[mig.parent_uuid]
             key = (parent.productName, mig.profile)
-            info = by_key.setdefault(
-                key,
-                MigInfo(
-                    profile=mig.profile,
-                    parentProductName=parent.productName,
-                    placements=[],
-                    giProfileId=mig.profile_id,
-                    memoryBytes=mig.memory or None,
-                    computeSlices=_compute_slices(mig.profile),
-                ),
-            )
-            placement = MigPlacement(start=mig.start, size=mig.size)
-            if placement not in info.placements:
-                info.placements.append(placement)
+            found = by_key.get(key)
+            if found is None:
+                found = by_key[key] = _Profile(mig.profile_id, mig.memory or None, {})
+            found.placements.setdefault((mig.start, mig.size), None)
             name = names.mig_name(mig.minor, mig.profile, mig.profile_id, mig.start)
             self._source(name, mig.source, f"{mig.source.pool}/{mig.source.name}")
-        gpus = sorted(self.gpus.values(), key=lambda g: g.minor)
-        nas = NodeAllocationState(
-            metadata=ObjectMeta(name=self.node),
-            spec=NodeAllocationStateSpec(
-                allocatableDevices=[AllocatableDevice(gpu=g) for g in gpus]
-                + [AllocatableDevice(mig=m) for m in by_key.values()]
-            ),
+        profiles = tuple(
+            MigProfile(
+                profile=profile,
+                parentProductName=product,
+                placements=tuple(Placement(start, size) for start, size in found.placements),
+                giProfileId=found.profile_id,
+                memoryBytes=found.memory,
+                computeSlices=_compute_slices(profile),
+            )
+            for (product, profile), found in by_key.items()
         )
-        return V1Node(self.node, nas, node_state(nas, node, where), node, dict(self.sources))
+        gpus = tuple(sorted(self.gpus.values(), key=lambda g: g.minor))
+        state = node_state(self.node, nodemodel.NodeDevices(gpus, profiles), node, where)
+        return V1Node(self.node, state, node, dict(self.sources))
 
     def _parent_of(self, mig: _Mig) -> None:
         """Mark the parent MIG-enabled, or build it from the MIG device when NVIDIA does not
         publish it whole (static MIG)."""
         gpu = self.gpus.get(mig.parent_uuid)
-        healthy = gpu.health is Health.Healthy if gpu else True
+        healthy = gpu.healthy if gpu else True
         healthy = healthy and mig.healthy
         if gpu is None:
             memory = 0
-            product = catalog.product_for_name(str(mig.product.get("productName", "")))
+            facts = _product(mig.device, mig.driver)
+            product = catalog.product_for_name(str(facts["productName"]))
             if product is not None:
                 memory = product.memory_bytes
-            gpu = GpuInfo(
+            gpu = Gpu(
                 index=mig.minor, uuid=mig.parent_uuid, minor=mig.minor, memoryBytes=memory,
-                **mig.product,
+                **facts,
             )  # fmt: skip
-        self.gpus[mig.parent_uuid] = gpu.model_copy(
-            update={
-                "migEnabled": True,
-                "health": Health.Healthy if healthy else Health.Unhealthy,
-            }
-        )
+        if not gpu.migEnabled or gpu.healthy != healthy:
+            self.gpus[mig.parent_uuid] = replace(gpu, migEnabled=True, healthy=healthy)
+
+
+@dataclass
+class _Profile:
+    """One MIG profile of one product while a node is read: its placements in order."""
+
+    profile_id: int
+    memory: int | None
+    placements: dict[tuple[int, int], None]
 
 
 def _product(device: Device, driver: str) -> dict[str, Any]:
@@ -493,11 +516,18 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> NodeState:
-    """The solver's node: devices from the NAS, CPU, memory, labels and readiness from the Node
-    (None: unconstrained and Ready)."""
+def node_state(
+    name: str,
+    devices: nodemodel.NodeDevices,
+    node: Obj | None,
+    where: str = "",
+    ledger: NodeAllocationStateSpec | None = None,
+) -> NodeState:
+    """The solver's node: its devices, its ledger (None: nothing allocated), CPU, memory, labels
+    and readiness from the Node (None: unconstrained and Ready)."""
+    nas = ledger if ledger is not None else NodeAllocationStateSpec()
     if node is None:
-        return NodeState(name=nas.metadata.name, nas=nas.spec)
+        return NodeState(name=name, devices=devices, nas=nas)
     status = _mapping(node.get("status"))
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     if not isinstance(allocatable, dict):
@@ -515,8 +545,9 @@ def node_state(nas: NodeAllocationState, node: Obj | None, where: str = "") -> N
         raise InputError(f"status.allocatable: {error}", where=where) from None
     labels = _mapping(_mapping(node.get("metadata")).get("labels"))
     return NodeState(
-        name=nas.metadata.name,
-        nas=nas.spec,
+        name=name,
+        devices=devices,
+        nas=nas,
         ready=not reason,
         unready_reason=reason,
         cpu_milli=cpu,

@@ -20,7 +20,7 @@ from drasat.api import catalog, cluster, groups, limits
 from drasat.api.inputerrors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
-from drasat.v1 import publisheddevices
+from drasat.v1 import nasinventory, publisheddevices
 from drasat.whatif import manifestindex, nvidiaformat, v1cluster
 from drasat.whatif.manifestindex import Ignored
 
@@ -57,7 +57,7 @@ class ClusterNodes:
         else:
             if not self._states:
                 self._states.update((s.name, s) for s in self.states)
-            found = tuple(publisheddevices.drasat_devices(node, self._states[node].nas))
+            found = tuple(publisheddevices.drasat_devices(node, self._states[node].devices))
         self._published[node] = found
         return found
 
@@ -256,7 +256,9 @@ def _state(
     node: dict[str, Any] | None = None,
 ) -> NodeState:
     if node is not None:
-        state = v1cluster.node_state(nas, node)
+        devices = nasinventory.devices_of(nas.spec)
+        ledger = nasinventory.ledger_of(nas.spec)
+        state = v1cluster.node_state(nas.metadata.name, devices, node, ledger=ledger)
         if expanded is not None:
             state = dataclasses.replace(
                 state,
@@ -270,9 +272,9 @@ def _state(
             )
         return state
     ready = nas.status is not NasStatus.NotReady
-    return NodeState(
-        name=nas.metadata.name,
-        nas=nas.spec,
+    return nasinventory.node_state(
+        nas.metadata.name,
+        nas.spec,
         ready=ready,
         unready_reason="" if ready else "NodeAllocationState status is NotReady",
         cpu_milli=expanded.cpu_milli if expanded else None,

@@ -43,6 +43,7 @@ from drasat.api import catalog
 from drasat.api.devicemodel import shares
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
+from drasat.solver.nodemodel import Gpu
 from drasat.solver.problem import Solution, Status, bound_text
 from drasat.v1.publisheddevices import FALLBACK, MIG, Published
 from drasat.whatif import html, table, v1gangs, v1manifests, v1preemption, v1run
@@ -264,7 +265,7 @@ class _Devices:
     """Every published device of the cluster by (driver, pool, name), and each GPU by UUID."""
 
     published: Mapping[tuple[str, str, str], Published]
-    gpus: Mapping[str, GpuInfo]
+    gpus: Mapping[str, Gpu]
 
     @classmethod
     def of(cls, result: V1Result) -> _Devices:
@@ -273,7 +274,7 @@ class _Devices:
             for state in result.cluster.states
             for d in result.cluster.published(state.name)
         }
-        gpus = {g.uuid: g for state in result.cluster.states for g in state.nas.gpus()}
+        gpus = {g.uuid: g for state in result.cluster.states for g in state.devices.gpus}
         return cls(published, gpus)
 
     def describe(self, found: Obj, *, wide: bool) -> str:
@@ -297,7 +298,7 @@ class _Devices:
         return f"{text} ({on})" if wide else text
 
 
-def _share(consumed: Mapping[str, Any], gpu: GpuInfo | None) -> str:
+def _share(consumed: Mapping[str, Any], gpu: Gpu | None) -> str:
     """`25%, 4Gi` for a part of a GPU; empty for all of it (a whole GPU on a shareable device)."""
     if not consumed:
         return ""

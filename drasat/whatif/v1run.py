@@ -89,7 +89,7 @@ def node_inputs(cluster: clusternodes.ClusterNodes, workload: v1manifests.V1Work
             continue
         renamed = in_drasat_terms(claim.obj, cluster)
         for name, state in states.items():
-            entries = results.ledger_from_status(_only_pool(renamed, name), state.nas)
+            entries = results.ledger_from_status(_only_pool(renamed, name), state.devices)
             ledgers.setdefault(name, {}).update(entries)
     out = []
     for state in cluster.states:

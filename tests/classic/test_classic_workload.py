@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from ctl_cluster import add_claim, add_class, add_node, add_params, allocated_node, claim, t4, wait
 
 from drasat.api.policy import AllocationPolicySpec, ObjectiveTerm, Term, WorkloadShape
-from drasat.classic.clusterworkload import ClusterWorkload
+from drasat.classic.clusterworkload import ClusterWorkload, allocated_shapes
 from drasat.classic.controller import Controller, default_solve
 from drasat.controller import nasnodes
 from drasat.kube.client import KubeClient
@@ -97,3 +98,13 @@ def test_one_claim_decisions_see_the_claims_the_cluster_already_holds(
     last = next(p for p in reversed(seen) if p.pods[0].claims[0].name == "small")
     # the 2-GPU claim held in the NAS and the pending 1-GPU claim, half and half
     assert sorted(_summary(last.workload)) == [(1, 100, 500), (2, 100, 500)]
+
+
+def test_a_nas_counts_its_whole_gpu_claims_and_shares_with_a_compute_percentage() -> None:
+    parsed = _nas(
+        "n", "1", {"a": _entry("a", 1, 50), "b": _entry("b", 1, 50), "c": _entry("c", 2),
+                   "d": _entry("d", 1), "e": {**_entry("e", 0)}}
+    )  # fmt: skip
+    assert allocated_shapes(parsed.node.nas) == Counter(
+        {("ns", 1, 50): 2, ("ns", 2, 100): 1, ("ns", 1, 100): 1}
+    )

@@ -12,6 +12,8 @@ from drasat.api.devicemodel.nodegpus import GpuHealth, Inventory, profiles_by_gp
 from drasat.api.nas import NodeAllocationStateSpec
 from drasat.kube.client import Api
 from drasat.nodeplugin import slicepublisher
+from drasat.solver import nodemodel
+from drasat.v1 import nasinventory
 from drasat.v1 import slices as v1slices
 
 Obj = dict[str, Any]
@@ -37,12 +39,13 @@ def publish(api: Api, node: str, devices: list[Obj], **kw: Any) -> slicepublishe
 
 
 def published(
-    by_node: Mapping[str, NodeAllocationStateSpec], *, shares: bool = True
+    by_node: Mapping[str, nodemodel.NodeDevices], *, shares: bool = True
 ) -> dict[str, v1slices.NodeDevices]:
-    """`Snapshot.published` for unit tests: what each node's plugin publishes for its NAS's
-    devices (the device model's slices, read back by the controller's reader)."""
+    """`Snapshot.published` for unit tests: what each node's plugin publishes for its devices
+    (the device model's slices, read back by the controller's reader)."""
     found: list[Obj] = []
-    for node, spec in by_node.items():
+    for node, devices in by_node.items():
+        spec = nasinventory.nas_spec(devices)
         wanted = Inventory(
             gpus=spec.gpus(),
             mig_profiles=profiles_by_gpu(spec.gpus(), spec.mig_profiles()),

@@ -112,7 +112,7 @@ def test_the_solver_places_a_share_exactly_where_the_rule_says_it_fits(
     held: list[dict[str, Any]], new: dict[str, Any]
 ) -> None:
     node = make_node("n1", "T4")
-    (gpu,) = node.nas.gpus()
+    (gpu,) = node.devices.gpus
     entries = {f"h{i}": _entry(f"h{i}", gpu.uuid, share=s) for i, s in enumerate(held)}
     gpus = {gpu.uuid: gpu}
     if overcommit.overcommits(entries.values(), gpus):

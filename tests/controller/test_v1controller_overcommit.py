@@ -171,7 +171,9 @@ def test_a_share_in_the_fresh_ledger_is_summed_at_the_ledger_write(api: KubeClie
     _node(api, "n1", 1)
     _share_claim(api, "c")
     _pod(api, "p", "c")
-    uuid = next(g.uuid for g in nasnodes.parse(api.get(r.NAS, "n1", namespace=NS)).node.nas.gpus())
+    uuid = next(
+        g.uuid for g in nasnodes.parse(api.get(r.NAS, "n1", namespace=NS)).node.devices.gpus
+    )
     entry = {
         "claimInfo": {"namespace": "default", "name": "stale", "uid": "uid-stale"},
         "gpu": {"devices": [{"uuid": uuid}]},

@@ -120,7 +120,7 @@ def _cluster(
 ) -> tuple[v1.Node, list[Obj], dict[str, Obj]]:
     """A node with one T4 per running pod, each pod holding one of them, and `free` more."""
     state = make_node("n1", "T4", len(running) + free)
-    node = v1.Node(state, tuple(publisheddevices.drasat_devices("n1", state.nas)))
+    node = v1.Node(state, tuple(publisheddevices.drasat_devices("n1", state.devices)))
     pods, claims = [], {}
     for name, priority, labels in running:
         claim = _claim(name, standalone=name in standalone)

@@ -73,8 +73,8 @@ def _devices(api: KubeClient, name: str) -> list[str]:
 
 
 def _uuid(api: KubeClient, node: str, minor: int) -> str:
-    nas = nasnodes.parse(api.get(r.NAS, node, namespace=NS)).node.nas
-    return next(g.uuid for g in nas.gpus() if g.minor == minor)
+    devices = nasnodes.parse(api.get(r.NAS, node, namespace=NS)).node.devices
+    return next(g.uuid for g in devices.gpus if g.minor == minor)
 
 
 def _ledger_uuids(api: KubeClient, node: str, claim: str) -> set[str]:
@@ -258,7 +258,7 @@ def _snapshot(pods: list[Obj], claims: list[Obj], node_names: tuple[str, ...]) -
         classes=classes,
         nodes=node_objs,
         nas=nas,
-        published=ctl_slices.published({n: p.node.nas for n, p in nas.items()}),
+        published=ctl_slices.published({n: p.node.devices for n, p in nas.items()}),
     )
 
 

@@ -80,7 +80,7 @@ def snapshot(
         classes=OURS,
         nodes=fields.pop("nodes", {n: kube_node(n) for n in names}),
         nas=nas,
-        published=ctl_slices.published({n: p.node.nas for n, p in nas.items()}),
+        published=ctl_slices.published({n: p.node.devices for n, p in nas.items()}),
         **fields,
     )
 
@@ -326,7 +326,7 @@ def test_a_node_repeating_another_nodes_gpu_is_left_out_and_an_unready_one_publi
     snap = snapshot([], [], ("a", "c"))
     snap.nas = {**snap.nas, "b": nasnodes.ParsedNas(twin, "1"),
                 "c": nasnodes.ParsedNas(unready, "1")}  # fmt: skip
-    snap.published = ctl_slices.published({n: p.node.nas for n, p in snap.nas.items()})
+    snap.published = ctl_slices.published({n: p.node.devices for n, p in snap.nas.items()})
     snap.nodes = {n: kube_node(n) for n in ("a", "b", "c")}
     found = {n.state.name: n for n in v1inputs.node_inputs(snap)}
     assert set(found) == {"a", "c"}
@@ -335,7 +335,7 @@ def test_a_node_repeating_another_nodes_gpu_is_left_out_and_an_unready_one_publi
 
 def test_ledger_of_a_claim_is_what_its_status_names_on_its_node() -> None:
     snap = snapshot([], [])
-    gpu1 = next(g for g in snap.nas["a"].node.nas.gpus() if g.minor == 1)
+    gpu1 = next(g for g in snap.nas["a"].node.devices.gpus if g.minor == 1)
     held = claim("c", exactly(), allocation=on_node("a", result("gpu-1", "a")))
     node, entries = v1inputs.ledger_of(held, snap)
     assert node == "a"
@@ -370,7 +370,7 @@ def test_every_allocated_claim_naming_our_driver_holds_its_devices_as_its_status
     entries = v1inputs.status_entries(snap)
     assert set(entries) == {"a"} and set(entries["a"]) == {"uid-sched"}
     held = v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims
-    gpu1 = next(g.uuid for g in snap.nas["a"].node.nas.gpus() if g.minor == 1)
+    gpu1 = next(g.uuid for g in snap.nas["a"].node.devices.gpus if g.minor == 1)
     ((key, entry),) = held.items()
     assert key == nasnodes.HELD_PREFIX + "uid-sched/gpu"
     assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [gpu1]

@@ -19,7 +19,7 @@ from drasat.api import catalog
 from drasat.api.devicemodel import classes, pool
 from drasat.api.devicemodel.nodegpus import Inventory, profiles_by_gpu
 from drasat.api.nas import AllocatableDevice, Health, NodeAllocationStateSpec
-from drasat.v1 import publisheddevices
+from drasat.v1 import nasinventory, publisheddevices
 
 Obj = dict[str, Any]
 
@@ -95,17 +95,17 @@ def build(case: NodeCase) -> Built:
         if g.mig:
             migs.setdefault(g.product, None)
     state = make_node(case.name, case.gpus[0].product, 0, extra_gpus=gpus)
-    allocatable = list(state.nas.allocatableDevices)
+    allocatable = nasinventory.allocatable_of(state.devices)
     for product in sorted(migs):
         template = make_node("t", product, 1, mig=True)
         ids = {p.name: p.gi_profile_id for p in catalog.find_product(product).mig_profiles}
         allocatable += [
             AllocatableDevice(mig=d.mig.model_copy(update={"giProfileId": ids[d.mig.profile]}))
-            for d in template.nas.allocatableDevices
+            for d in nasinventory.allocatable_of(template.devices)
             if d.mig is not None
         ]
     nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
-    state = dataclasses.replace(state, nas=nas)
+    state = dataclasses.replace(state, devices=nasinventory.devices_of(nas))
     inventory = Inventory(
         gpus=nas.gpus(),
         mig_profiles=profiles_by_gpu(nas.gpus(), nas.mig_profiles()),
@@ -121,5 +121,7 @@ def _drasat_devices(
     # drasat's model of the node; where it can be told whether the node publishes shares, it is.
     parameters = inspect.signature(publisheddevices.drasat_devices).parameters
     if "shares" in parameters:
-        return publisheddevices.drasat_devices(case.name, nas, shares=case.shares)  # type: ignore[call-arg]
-    return publisheddevices.drasat_devices(case.name, nas)
+        return publisheddevices.drasat_devices(
+            case.name, nasinventory.devices_of(nas), shares=case.shares
+        )
+    return publisheddevices.drasat_devices(case.name, nasinventory.devices_of(nas))

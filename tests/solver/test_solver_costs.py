@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from test_solver_properties import PRODUCTS, SELECTORS, _existing
 
 from drasat.api.nas import (
-    AllocatableDevice,
     AllocatedDevices,
     AllocatedGpu,
     AllocatedGpus,
@@ -30,6 +29,7 @@ from drasat.solver.model import PodEntry
 from drasat.solver.problem import ClaimRequest, NodeState, PodRequest
 from drasat.solver.rules import Rules
 from drasat.solver.workload import Workload
+from drasat.v1 import nasinventory
 
 BUDGET = solving.Budget(time_limit_s=10.0, workers=1, seed=0)
 
@@ -104,10 +104,8 @@ def _node(rng: random.Random, name: str) -> NodeState:
         node = _existing(rng, node, product_key, mig)
     if rng.random() < 0.3:
         extra = make_gpus(name, rng.choice(["T4", "L4"]), rng.randint(1, 2), first_index=count)
-        devices = [*node.nas.allocatableDevices, *(AllocatableDevice(gpu=g) for g in extra)]
-        node = dataclasses.replace(
-            node, nas=node.nas.model_copy(update={"allocatableDevices": devices})
-        )
+        gpus = (*node.devices.gpus, *(nasinventory.gpu_of(g) for g in extra))
+        node = dataclasses.replace(node, devices=dataclasses.replace(node.devices, gpus=gpus))
     cpu = rng.choice([None, 4000, 8000, 16000])
     memory = rng.choice([None, 16384, 65536])
     return dataclasses.replace(

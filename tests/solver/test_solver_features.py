@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from checker import assert_valid, gpu_claim, make_gpus, make_node, mig_claim, pod
 
-from drasat.api.nas import AllocatedDevices, Health, NodeAllocationStateSpec
+from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Mode, Problem, Solution, SolveParams, solve
 
@@ -160,10 +160,9 @@ def test_claim_already_allocated_pins_its_pods(mode: Mode) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_unhealthy_gpus_are_not_used(mode: Mode) -> None:
     node = make_node("n1", "T4", count=2)
-    devices = [d.model_copy(deep=True) for d in node.nas.allocatableDevices]
-    assert devices[0].gpu is not None
-    devices[0].gpu.health = Health.Unhealthy
-    node = dataclasses.replace(node, nas=NodeAllocationStateSpec(allocatableDevices=devices))
+    first, *rest = node.devices.gpus
+    gpus = (dataclasses.replace(first, healthy=False), *rest)
+    node = dataclasses.replace(node, devices=dataclasses.replace(node.devices, gpus=gpus))
     problem = Problem(nodes=(node,), pods=(pod("a", gpu_claim("a")), pod("b", gpu_claim("b"))))
     solution = _solve(problem, mode)
     assert _entries(solution)["uid-default-a"].gpu.devices[0].uuid == "GPU-n1-1"  # type: ignore[union-attr]
@@ -246,7 +245,7 @@ def test_sharing_defaults_to_nvidia_time_slicing() -> None:
 def test_mig_profile_facts_fall_back_to_the_catalog() -> None:
     # The example NAS lists MIG entries without memoryBytes: needs use the catalog's values.
     node = make_node("n1", "A100-80GB", mig=True)
-    assert all(m.memoryBytes is None for m in node.nas.mig_profiles())
+    assert all(m.memoryBytes is None for m in node.devices.mig_profiles)
     problem = Problem(nodes=(node,), pods=(pod("p", mig_claim("m", memory="30Gi")),))
     (entry,) = _entries(_solve(problem, Mode.online)).values()
     assert entry.mig is not None and entry.mig.devices[0].profile == "3g.40gb"
@@ -304,10 +303,9 @@ def test_mig_claim_paired_with_an_allocated_gpu_claim_goes_on_its_gpu(mode: Mode
 
 def test_unhealthy_gpus_are_mentioned_in_node_reasons() -> None:
     node = make_node("n1", "T4")
-    devices = [d.model_copy(deep=True) for d in node.nas.allocatableDevices]
-    assert devices[0].gpu is not None
-    devices[0].gpu.health = Health.Unhealthy
-    node = dataclasses.replace(node, nas=NodeAllocationStateSpec(allocatableDevices=devices))
+    first, *rest = node.devices.gpus
+    gpus = (dataclasses.replace(first, healthy=False), *rest)
+    node = dataclasses.replace(node, devices=dataclasses.replace(node.devices, gpus=gpus))
     problem = Problem(nodes=(node,), pods=(pod("p", gpu_claim("c")),))
     solution = solve(problem, SolveParams(mode=Mode.online, node_feasibility=True))
     assert "1 unhealthy GPUs not counted" in str(solution.node_feasibility["default/p"]["n1"])

@@ -39,7 +39,7 @@ def _existing(rng: random.Random, node: NodeState, product_key: str, mig: bool) 
     product = catalog.find_product(product_key)
     assert product is not None
     allocated: dict[str, AllocatedDevices] = {}
-    for gpu in node.nas.gpus():
+    for gpu in node.devices.gpus:
         roll = rng.random()
         if roll < 0.5:
             continue
@@ -78,11 +78,11 @@ def _existing(rng: random.Random, node: NodeState, product_key: str, mig: bool) 
     return make_node(
         node.name,
         product_key,
-        count=len(node.nas.gpus()),
+        count=len(node.devices.gpus),
         mig=mig,
         allocated=allocated,
         ready=node.ready,
-        numa=[g.numaNode or 0 for g in node.nas.gpus()],
+        numa=[g.numaNode or 0 for g in node.devices.gpus],
     )
 
 

@@ -189,7 +189,7 @@ def test_the_ledger_read_back_from_status_is_the_one_written() -> None:
         pod("p3", claim("c3", {"g": exactly()})),
     ]
     out = v1.allocate(nodes, pods, CLASSES)
-    by_node = {n.state.name: n.state.nas for n in nodes}
+    by_node = {n.state.name: n.state.devices for n in nodes}
     for placed in out.allocations.values():
         written = claim(placed.name, {})
         written["status"] = {"allocation": placed.allocation}
@@ -260,7 +260,7 @@ def test_the_ledger_says_how_each_device_is_shared_as_the_configs_say() -> None:
     assert entry.gpu is not None and entry.gpu.sharing is not None
     assert entry.gpu.sharing.timeSlicingConfig.timeSlice == "Long"
     written["status"] = {"allocation": out.allocations["uid-c"].allocation}
-    (read,) = results.ledger_from_status(written, nodes[0].state.nas).values()
+    (read,) = results.ledger_from_status(written, nodes[0].state.devices).values()
     assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
 
 

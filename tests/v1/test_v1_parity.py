@@ -189,7 +189,7 @@ def test_count_two_shares_read_back_from_status() -> None:
     out = v1.allocate(nodes, [pod("p", written)], CLASSES)
     placed = out.allocations["uid-c"]
     written["status"] = {"allocation": placed.allocation}
-    read = results.ledger_from_status(written, nodes[0].state.nas)
+    read = results.ledger_from_status(written, nodes[0].state.devices)
     held = sorted(d.uuid for e in read.values() if e.gpu for d in e.gpu.devices)
     assert held == sorted(d.uuid for e in placed.ledger.values() if e.gpu for d in e.gpu.devices)
     assert len(held) == 2
@@ -238,7 +238,7 @@ def test_a_class_config_aimed_at_a_subrequest_sets_the_nas_sharing() -> None:
     assert entry.gpu is not None and entry.gpu.sharing is not None
     assert entry.gpu.sharing.timeSlicingConfig.timeSlice == "Long"
     written["status"] = {"allocation": out.allocations["uid-c"].allocation}
-    (read,) = results.ledger_from_status(written, nodes[0].state.nas).values()
+    (read,) = results.ledger_from_status(written, nodes[0].state.devices).values()
     assert read.gpu is not None and read.gpu.sharing == entry.gpu.sharing
 
 
@@ -426,7 +426,7 @@ def test_all_with_a_device_lacking_the_constraints_attribute_is_not_a_subset() -
 def _t4_and_a100() -> v1.Node:
     a100 = make_gpus("a", "A100-40GB", 1, first_index=1)
     state = make_node("a", "T4", 1, extra_gpus=a100)
-    return v1.Node(state, tuple(publisheddevices.drasat_devices("a", state.nas)))
+    return v1.Node(state, tuple(publisheddevices.drasat_devices("a", state.devices)))
 
 
 def test_all_shares_over_gpus_of_two_sizes_are_refused_not_a_subset() -> None:
@@ -569,7 +569,7 @@ def test_all_over_mig_devices_takes_every_placement_or_moves_on() -> None:
 def test_a_node_without_shares_publishes_exclusive_gpus() -> None:
     spec = node("a", "T4", 1)
     exclusive = v1.Node(
-        spec.state, tuple(publisheddevices.drasat_devices("a", spec.state.nas, shares=False))
+        spec.state, tuple(publisheddevices.drasat_devices("a", spec.state.devices, shares=False))
     )
     out = v1.allocate([exclusive], [pod("p", claim("c", {"g": exactly()}))], CLASSES)
     (result,) = _results(out, "c")

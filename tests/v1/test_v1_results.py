@@ -133,7 +133,7 @@ def _read(outcome: v1.Outcome, name: str, nodes: list[v1.Node]) -> dict[str, Any
     placed = next(a for a in outcome.allocations.values() if a.name == name)
     written = claim(name, {})
     written["status"] = {"allocation": placed.allocation}
-    nas = next(n.state.nas for n in nodes if n.state.name == placed.node)
+    nas = next(n.state.devices for n in nodes if n.state.name == placed.node)
     return results.ledger_from_status(written, nas)
 
 
@@ -184,7 +184,7 @@ def test_status_read_back_exact_entries() -> None:
         claim("compute", {"s": _share(compute="30")}),
         claim("whole", {"g": exactly()}),
     )
-    parent = nodes[0].state.nas.gpus()[0].uuid
+    parent = nodes[0].state.devices.gpus[0].uuid
     migs = _held(_read(out, "migs", nodes))
     assert set(migs) == {"uid-migs/m#0", "uid-migs/m#1"}
     assert sorted(m[1][0][2] for m in migs.values()) == [0, 4]  # the two 3g.20gb placements
@@ -197,7 +197,7 @@ def test_status_read_back_exact_entries() -> None:
 
 
 def test_results_of_other_drivers_devices_the_node_lacks_and_admin_access_are_skipped() -> None:
-    nas = node("a", "T4", 1).state.nas
+    nas = node("a", "T4", 1).state.devices
     status = {"allocation": {"devices": {"results": [
         {"request": "g", "driver": "gpu.example.com", "pool": "a", "device": "gpu-0"},
         {"request": "h", "driver": "gpu.drasat.io", "pool": "a", "device": "gpu-7"},
@@ -212,7 +212,7 @@ def test_results_of_other_drivers_devices_the_node_lacks_and_admin_access_are_sk
     read = results.ledger_from_status(written, nas)
     assert list(read) == ["uid-c/k"]
     entry = read["uid-c/k"]
-    assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [nas.gpus()[0].uuid]
+    assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [nas.gpus[0].uuid]
     assert entry.claimInfo.model_dump() == {"namespace": "default", "name": "c", "uid": "uid-c"}
     assert results.ledger_from_status(claim("c", {}), nas) == {}
 

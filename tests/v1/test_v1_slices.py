@@ -123,3 +123,16 @@ def test_other_drivers_and_slices_without_a_node_are_not_read() -> None:
     del shared["spec"]["nodeName"]
     shared["spec"]["allNodes"] = True
     assert slices.Reader().read([other, shared]) == {}
+
+
+def test_reading_slices_builds_the_solvers_devices_and_no_nas() -> None:
+    # The controller's first cycle reads every node: each becomes the solver's devices, and the
+    # NAS-shaped record (what the what-if shows) is built only when asked for.
+    found = slices.read_node("n1", published("n1", 2, health={"GPU-1": GpuHealth.from_xid(48)}))
+    assert found.read is not None
+    assert [(g.uuid, g.healthy) for g in found.read.state.devices.gpus] == [
+        ("GPU-0", True),
+        ("GPU-1", False),
+    ]
+    assert "nas" not in vars(found.read)
+    assert [g.health for g in found.read.nas.spec.gpus()] == [Health.Healthy, Health.Unhealthy]

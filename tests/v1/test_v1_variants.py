@@ -11,7 +11,6 @@ from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api import catalog
-from drasat.api.nas import AllocatableDevice
 from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
@@ -118,15 +117,14 @@ def _mig_node(name: str, product: str) -> v1.Node:
     """A MIG-enabled node whose profiles carry their memory, as the node plugin reads it."""
     plain = node(name, product, 1, mig=True)
     memory = {p.name: p.memory_bytes for p in catalog.find_product(product).mig_profiles}
-    allocatable = [
-        AllocatableDevice(mig=d.mig.model_copy(update={"memoryBytes": memory[d.mig.profile]}))
-        if d.mig is not None
-        else d
-        for d in plain.state.nas.allocatableDevices
-    ]
-    nas = plain.state.nas.model_copy(update={"allocatableDevices": allocatable})
+    profiles = tuple(
+        dataclasses.replace(m, memoryBytes=memory[m.profile])
+        for m in plain.state.devices.mig_profiles
+    )
+    devices = dataclasses.replace(plain.state.devices, mig_profiles=profiles)
     return v1.Node(
-        dataclasses.replace(plain.state, nas=nas), tuple(publisheddevices.drasat_devices(name, nas))
+        dataclasses.replace(plain.state, devices=devices),
+        tuple(publisheddevices.drasat_devices(name, devices)),
     )
 
 

@@ -11,7 +11,6 @@ from checker import make_node
 from drasat import v1
 from drasat.api import catalog
 from drasat.api.devicemodel import classes
-from drasat.api.nas import AllocatableDevice
 from drasat.v1 import publisheddevices
 
 Obj = dict[str, Any]
@@ -26,15 +25,12 @@ def node(name: str, product: str, count: int = 1, *, mig: bool = False, **option
     ids = (
         {p.name: p.gi_profile_id for p in catalog.find_product(product).mig_profiles} if mig else {}
     )
-    allocatable = [
-        AllocatableDevice(mig=d.mig.model_copy(update={"giProfileId": ids[d.mig.profile]}))
-        if d.mig is not None
-        else d
-        for d in state.nas.allocatableDevices
-    ]
-    nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
-    state = dataclasses.replace(state, nas=nas)
-    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, nas)))
+    profiles = tuple(
+        dataclasses.replace(m, giProfileId=ids[m.profile]) for m in state.devices.mig_profiles
+    )
+    devices = dataclasses.replace(state.devices, mig_profiles=profiles)
+    state = dataclasses.replace(state, devices=devices)
+    return v1.Node(state, tuple(publisheddevices.drasat_devices(name, devices)))
 
 
 def exactly(device_class: str = GPU, *cel: str, **fields: Any) -> Obj:

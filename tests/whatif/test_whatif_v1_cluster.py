@@ -258,7 +258,7 @@ def test_the_example_nvidia_dump_reads_as_three_nodes() -> None:
     t4 = read.states[0]
     assert (t4.cpu_milli, t4.memory_mib, t4.ready) == (32_000, 251 * 1024, True)
     assert ("nvidia.com/gpu.product", "Tesla-T4") in t4.labels
-    assert [g.health for g in t4.nas.gpus()] == [Health.Healthy] * 2 + [Health.Unhealthy]
+    assert [g.healthy for g in t4.devices.gpus] == [True, True, False]
     assert len(read.published("nv-a100")) == 26  # the whole GPU and 25 MIG placements
     assert read.node_objects["nv-t4"]["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
 
