@@ -4,8 +4,10 @@ The trace's nodes become NodeStates (CPU, memory, one GpuInfo per GPU with a pro
 the trace's model) and each task a pod with one GpuClaimParameters claim: `count` whole GPUs, or
 a `share` of one GPU (compute = gpu_milli / 10 percent), and a productName selector for its
 gpu_spec. The solver places the pods in arrival order, one decision at a time
-(`SolveParams(mode=Mode.online)`), in chunks of consecutive pods so that one call covers many
-decisions; the replay's own capacity model checks every decision it returns.
+(`SolveParams(mode=Mode.online)`), one pod per solver call by default (as a pod arriving alone
+meets it: the replay's time per pod is the decision's latency), or in chunks of consecutive pods
+(one call covers many decisions); the replay's own capacity model checks every decision it
+returns.
 
 The fragmentation term's target workload (`Problem.workload`) is the one FGD gets: the trace's
 popular pod classes covering 95% of the pod list, with their frequencies (`target_shapes`).
@@ -235,11 +237,21 @@ class DrasatOnline(Policy):
         return decisions / seconds if seconds else float("nan")
 
 
-def factory(name: str, *, chunk: int = 64) -> Callable[[], Policy]:
-    """`drasat`, `drasat-frag`, `drasat-binpack`, each also with the `-local` suffix."""
+#: Pods per solver call of the `-local` policies: the solver estimates their workload from the
+#: call's pods, so the chunk is part of the policy.
+LOCAL_CHUNK = 64
+
+
+def factory(name: str, *, chunk: int | None = None) -> Callable[[], Policy]:
+    """`drasat`, `drasat-frag`, `drasat-binpack`, each also with the `-local` suffix.
+
+    `chunk`: pods per solver call. Default: 1 (each decision its own call, so the time the
+    replay records per pod is the decision's latency; with a target workload the decisions do
+    not depend on the chunk), LOCAL_CHUNK for the `-local` policies."""
     base = name.removesuffix(LOCAL)
     if base not in POLICIES:
         known = ", ".join([*POLICIES, *(p + LOCAL for p in POLICIES)])
         raise SystemExit(f"unknown drasat policy {name!r}; known: {known}")
     target = not name.endswith(LOCAL)
-    return lambda: DrasatOnline(name, POLICIES[base], chunk=chunk, target=target)
+    size = chunk if chunk is not None else (1 if target else LOCAL_CHUNK)
+    return lambda: DrasatOnline(name, POLICIES[base], chunk=size, target=target)

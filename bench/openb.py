@@ -62,6 +62,7 @@ def policy_factories(
     random_ties: bool,
     windows: Sequence[int] = (),
     batch_seconds: float | None = None,
+    chunk: int | None = None,
 ) -> dict[str, PolicyFactory]:
     """Name -> constructor; drasat's policies are imported only when asked for. With `windows`,
     each drasat policy runs through the controller's batch path once per window size
@@ -80,7 +81,7 @@ def policy_factories(
         elif name.startswith("drasat"):
             from bench import drasat_policy
 
-            factories[name] = drasat_policy.factory(name)
+            factories[name] = drasat_policy.factory(name, chunk=chunk)
         else:
             known = ", ".join([*openb_sim.BASELINES, "drasat", "drasat-frag"])
             raise SystemExit(f"unknown policy {name!r}; known: {known}")
@@ -100,6 +101,8 @@ class Run:
     decision_p50_ms: float
     decision_p99_ms: float
     decisions_per_s: float
+    decision_cpu_p50_ms: float = math.nan
+    decision_cpu_p99_ms: float = math.nan
 
 
 def run_one(
@@ -126,6 +129,7 @@ def run_one(
     policy = make()
     result = replay.replay(nodes, pods.take(order), policy, target, rng, bar)
     decided = result.decision_s[result.placed] * 1000
+    decided_cpu = result.decision_cpu_s[result.placed] * 1000
     rate = getattr(policy, "decisions_per_s", None)  # drasat: solver calls cover many pods
     return Run(
         pod_list=pod_list,
@@ -143,6 +147,8 @@ def run_one(
         decisions_per_s=float(rate())
         if callable(rate)
         else len(decided) / max(result.wall_s, 1e-9),
+        decision_cpu_p50_ms=float(np.percentile(decided_cpu, 50)) if decided.size else math.nan,
+        decision_cpu_p99_ms=float(np.percentile(decided_cpu, 99)) if decided.size else math.nan,
     )
 
 
@@ -187,6 +193,8 @@ def summarize(
                 "decision_p50_ms": round(_mean([r.decision_p50_ms for r in mine]), 3),
                 "decision_p99_ms": round(_mean([r.decision_p99_ms for r in mine]), 3),
                 "decisions_per_s": round(_mean([r.decisions_per_s for r in mine]), 1),
+                "decision_cpu_p50_ms": round(_mean([r.decision_cpu_p50_ms for r in mine]), 3),
+                "decision_cpu_p99_ms": round(_mean([r.decision_cpu_p99_ms for r in mine]), 3),
             }
         )
     return rows
@@ -303,6 +311,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="MODULE:FUNCTION",
         help="the cycle solve to use instead of the solver's batch mode (the controller's)",
     )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        metavar="N",
+        help="drasat's online policies: pods per solver call (default 1, so each pod's recorded "
+        "time is its decision's latency; 64 for the -local policies, which estimate their "
+        "workload from a call's pods)",
+    )
     parser.add_argument("--max-pods", type=int, default=0, help="truncate each replay (smoke)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/openb"))
     parser.add_argument("--no-plot", action="store_true")
@@ -322,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         return report(args)
     lists = list(POD_LISTS) if args.pod_list == ["all"] else args.pod_list
+    if args.chunk is not None and args.chunk < 1:
+        raise SystemExit(f"--chunk {args.chunk}: pods per call is a positive integer")
     if any(k < 1 for k in args.window):
         raise SystemExit(f"--window {args.window}: window sizes are positive integers")
     if args.batch_solver:
@@ -333,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         random_ties=args.ties == "random",
         windows=args.window,
         batch_seconds=args.batch_seconds,
+        chunk=args.chunk,
     )
     nodes = openb_trace.read_nodes(args.traces / NODE_LIST)
     published = openb_trace.published_figures(args.traces / "README.md")

@@ -66,6 +66,8 @@ class ReplayResult:
     total_gpus: int
     wall_s: float
     decision_s: FloatArray  # per pod: time the policy took to choose
+    #: per pod: this process's CPU time in that choice (what waiting for a shared core leaves out)
+    decision_cpu_s: FloatArray
 
 
 def replay(
@@ -88,13 +90,15 @@ def replay(
     frag[0] = cluster.frag.sum()
     placed = np.zeros(pods.count, dtype=np.bool_)
     decision = np.zeros(pods.count, dtype=np.float64)
+    decision_cpu = np.zeros(pods.count, dtype=np.float64)
     started = time.monotonic()
     for p in range(pods.count):
         feasible = cluster.feasible(pods, p, allowed[spec_of[p]])
         if len(feasible):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             choice = policy.choose(cluster, pods, p, feasible, rng)
             decision[p] = time.perf_counter() - t0
+            decision_cpu[p] = time.process_time() - c0
             if choice is not None:
                 cluster.place(pods, p, *choice)
                 placed[p] = True
@@ -113,6 +117,7 @@ def replay(
         total_gpus=nodes.total_gpus,
         wall_s=time.monotonic() - started,
         decision_s=decision,
+        decision_cpu_s=decision_cpu,
     )
 
 

@@ -2,7 +2,7 @@
 render), v1 inputs beside the classic what-if on the same fleet.
 
     python -m bench.whatif_scale [--fleet 60x220 300x1100 5000x1000] [--mode batch]
-                                 [--out bench/results/whatif_scale] [--keep DIR]
+                                 [--out bench/results/whatif_scale] [--keep DIR] [--shares]
 
 Each configuration `NODESxPODS` writes its inputs to files and runs `drasat whatif` on them in a
 fresh process (`python -m drasat whatif ... -o table`), timing the whole command as a user meets
@@ -158,9 +158,10 @@ def _shape(i: int) -> str:
     return ("gpu", "gpu", "gpu", "gpu", "t4", "mig", "mig", "shared", "mig4", "either")[i % 10]
 
 
-def v1_pods(pods: int, driver: str) -> list[Obj]:
+def v1_pods(pods: int, driver: str, *, shares: bool = False) -> list[Obj]:
     """v1 manifests: templates, shared claims and pods, with NVIDIA's classes (`driver`
-    gpu.nvidia.com) or drasat's (gpu.drasat.io)."""
+    gpu.nvidia.com) or drasat's (gpu.drasat.io); `shares`: the four pods in ten that take a GPU
+    take an integer share of one instead (compute 30, memory 4Gi: drasat's capacity)."""
     gpu_class, mig_class = (
         ("gpu.nvidia.com", "mig.nvidia.com")
         if driver == NVIDIA
@@ -205,7 +206,7 @@ def v1_pods(pods: int, driver: str) -> list[Obj]:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         mig4,
         either,
-        template("gpu", {"deviceClassName": gpu_class}),
+        template("gpu", {"deviceClassName": gpu_class, **(_SHARE if shares else {})}),
         template("t4", t4),
         template("mig", mig("1g.5gb")),
     ]
@@ -230,6 +231,10 @@ def v1_pods(pods: int, driver: str) -> list[Obj]:
         else:
             out.append(_pod(namespace, f"pod-{i:05d}", {"resourceClaimTemplateName": shape}))
     return out
+
+
+#: A share of a GPU by drasat's capacity (`v1_pods(shares=True)`).
+_SHARE: Obj = {"capacity": {"requests": {"compute": "30", "memory": "4Gi"}}}
 
 
 def classic_pods(pods: int) -> list[Obj]:
@@ -322,8 +327,11 @@ def classic_pods(pods: int) -> list[Obj]:
 # Running.
 
 
-def write_inputs(directory: pathlib.Path, nodes: int, pods: int) -> dict[str, list[str]]:
-    """The input files of each run, as `drasat whatif` arguments."""
+def write_inputs(
+    directory: pathlib.Path, nodes: int, pods: int, *, shares: bool = False
+) -> dict[str, list[str]]:
+    """The input files of each run, as `drasat whatif` arguments (`shares`: see v1_pods; the
+    v1 compact run only)."""
 
     def dump(name: str, documents: list[Obj]) -> str:
         path = directory / name
@@ -332,7 +340,12 @@ def write_inputs(directory: pathlib.Path, nodes: int, pods: int) -> dict[str, li
 
     compact = dump("compact-fleet.yaml", compact_fleet(nodes))
     runs = {
-        "v1 compact": ["--cluster", compact, "-f", dump("v1-drasat.yaml", v1_pods(pods, DRASAT))],
+        "v1 compact": [
+            "--cluster",
+            compact,
+            "-f",
+            dump("v1-drasat.yaml", v1_pods(pods, DRASAT, shares=shares)),
+        ],
         "classic": ["--cluster", compact, "-f", dump("classic.yaml", classic_pods(pods))],
     }
     if nodes <= MAX_SLICE_NODES:
@@ -378,14 +391,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--out", default="bench/results/whatif_scale")
     parser.add_argument("--keep", metavar="DIR", help="write the inputs here and keep them")
+    parser.add_argument(
+        "--shares",
+        action="store_true",
+        help="v1 compact: the pods that take a GPU take an integer share of one (folder NxMs)",
+    )
     args = parser.parse_args(argv)
     rows = []
     for fleet in args.fleet:
         nodes, pods = (int(x) for x in fleet.split("x"))
         with tempfile.TemporaryDirectory() as scratch:
-            directory = pathlib.Path(args.keep or scratch) / fleet
+            directory = pathlib.Path(args.keep or scratch) / (fleet + ("s" if args.shares else ""))
             directory.mkdir(parents=True, exist_ok=True)
-            runs = write_inputs(directory, nodes, pods)
+            runs = write_inputs(directory, nodes, pods, shares=args.shares)
             for label in args.only:
                 if label not in runs:
                     continue

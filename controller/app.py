@@ -124,9 +124,9 @@ class App:
             self._check_ledger_kind()
         self.controller: Loop
         if self.dra_api == "v1":
-            device_taint = options.device_taint
+            device_taint, pod_groups = options.device_taint, False
             if isinstance(self.api, served.Prober):
-                device_taint = self._fit_to_server(self.api, device_taint)
+                device_taint, pod_groups = self._fit_to_server(self.api, device_taint)
             self.controller = V1Controller(
                 self.api,
                 V1Config(
@@ -139,6 +139,7 @@ class App:
                     device_taint=device_taint,
                     policy_source=self.policy.source,
                     drivers=options.drivers,
+                    pod_groups=pod_groups,
                 ),
                 policy=self.policy.current,
                 poll_policy=self.policy.poll,
@@ -198,19 +199,22 @@ class App:
         except errors.KubeError as error:
             log.info("cannot check for %s now (%s): the informers retry", r.NAS.plural, error)
 
-    def _fit_to_server(self, api: served.Prober, device_taint: bool) -> bool:
+    def _fit_to_server(self, api: served.Prober, device_taint: bool) -> tuple[bool, bool]:
         """What this API server serves and keeps (drasat.kube.served), said in one log line;
-        whether to keep the DeviceTaintRule (not where no version of it is served)."""
+        whether to keep the DeviceTaintRule (not where no version of it is served), and whether
+        to read gangs from PodGroups (where served)."""
+        groups = served.pod_groups(api)
         findings = [
             served.claim_shares(api, self.options.namespace),
             served.mutating_admission_policies(api),
+            groups,
         ]
         if device_taint:
             taint = served.device_taint_rules(api)
             findings.insert(0, taint)
             device_taint = taint.on
         log.warning("%s", served.line("controller", findings))
-        return device_taint
+        return device_taint, groups.on
 
     def _policy_source(self) -> PolicySource:
         def counted(result: str) -> None:

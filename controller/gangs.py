@@ -1,16 +1,20 @@
 """Gang membership for the v1 controller: which pending pods are allocated all-or-nothing.
 
-A gang is the pods of one namespace labelled `gpu.drasat.io/gang: NAME`, of which there are
-`gpu.drasat.io/gang-size: N`. The Workload API (`scheduling.k8s.io` Workload and PodGroup) is
-not read: kube-apiserver 1.37 serves it only behind the beta `GenericWorkload` gate, off by
-default (docs/CONTROLLER.md, *Gangs*).
+A gang is the pods of one namespace that name one PodGroup with a gang policy
+(`spec.schedulingGroup.podGroupName`; the Workload API, where the API server serves it: its
+minimum is the PodGroup's `minCount`), or else that carry one `gpu.drasat.io/gang: NAME` label
+(its minimum: `gpu.drasat.io/gang-size: N`) (`drasat.v1.gangs.member_of`).
 
-- A gang is placed only complete: while fewer than N of its pods exist, or one of them waits (a
-  claim from a template not created yet, another owner's gate), none of its pods is tried, so
-  none holds a device (`GangIncomplete`, a Normal Event on each pod).
-- Its pending pods go into one cycle together (`batch`: the cap counts the gang whole) and into
-  one solve as a `drasat.solver.Gang` (all-or-nothing, with the policy's `gangs` topology).
-- Drasat's scheduling gate stays on every pod of the gang until every pod's claims are
+- A gang is placed only when its minimum can be: while fewer than that many of its pods exist and
+  can be tried (a claim from a template not created yet, another owner's gate, its PodGroup not
+  created yet), none of its pods is tried, so none holds a device (`GangIncomplete`, a Normal
+  Event on each pod).
+- Until `minimum` of its pods are allocated, the first pods (by name) that make up the minimum go
+  into one cycle together (`batch`: the cap counts the gang whole) and into one solve as a
+  `drasat.solver.Gang` (all-or-nothing, with the policy's `gangs` topology); its other pending
+  pods wait for them. Once `minimum` are allocated the gang is admitted, as kube-scheduler admits
+  a PodGroup once `minCount` of its pods fit: the pods past the minimum go one by one.
+- Drasat's scheduling gate stays on every allocated pod of the gang until `minimum` are
   allocated, then it is lifted from all of them in the same cycle (`gates_held` keeps the gates
   of pods allocated before the rest; `to_ungate` lets no pod of an unfinished gang go).
 
@@ -26,7 +30,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import v1inputs
 from drasat.kube.client import Obj
 from drasat.solver import Gang
-from drasat.v1.gangs import gang_key, incomplete, label_of
+from drasat.v1.gangs import incomplete, member_of
 
 REASON_INCOMPLETE = "GangIncomplete"
 REASON_PLACED = "GangAllocated"
@@ -47,6 +51,11 @@ class Plan:
     gates_held: dict[str, list[Obj]] = field(default_factory=dict)
     #: Pod key -> the Warning for a bad label.
     invalid: dict[str, str] = field(default_factory=dict)
+    #: Pod key -> (pod, why): pods of an admitted PodGroup whose claims are not allocated yet
+    #: but whose gate is lifted now: kube-scheduler schedules a PodGroup only once every pod of it
+    #: is ungated (drasat allocates their claims when devices free; until then kube-scheduler
+    #: finds them unschedulable).
+    ungate_early: dict[str, tuple[Obj, str]] = field(default_factory=dict)
 
 
 def plan(
@@ -55,14 +64,18 @@ def plan(
     waiting: Mapping[str, str],
     to_ungate: Mapping[str, tuple[Obj, str]],
     policy: AllocationPolicySpec,
+    pod_groups: Mapping[str, Obj] | None = None,
 ) -> Plan:
     """The gangs among the snapshot's pods. `pending`: keys of the pods with claims of drasat's
     to allocate; `waiting`: pods that cannot be tried yet, with why; `to_ungate`: pods whose
-    claims are all allocated and that carry drasat's gate."""
+    claims are all allocated and that carry drasat's gate; `pod_groups`: the PodGroups by
+    namespace/name where the API server serves them (None: labels only)."""
     todo = set(pending)
     out = Plan()
     members: dict[str, list[Obj]] = {}
-    sizes: dict[str, int] = {}
+    minimum: dict[str, int] = {}
+    source: dict[str, str] = {}
+    group: dict[str, bool] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
@@ -70,7 +83,7 @@ def plan(
             "Failed",
         ):
             continue
-        found = label_of(pod)
+        found = member_of(pod, pod_groups)
         if found is None:
             continue
         key = v1inputs.pod_key(pod)
@@ -78,38 +91,56 @@ def plan(
             out.invalid[key] = found
             out.held[key] = found
             continue
-        name, size = found
-        gang = gang_key(pod, name)
-        members.setdefault(gang, []).append(pod)
-        sizes[gang] = max(sizes.get(gang, 0), size)
+        members.setdefault(found.gang, []).append(pod)
+        minimum[found.gang] = max(minimum.get(found.gang, 0), found.minimum)
+        source[found.gang] = found.source
+        group[found.gang] = found.pod_group
     topology = policy.gangs
     for gang, pods_of in sorted(members.items()):
-        keys = [v1inputs.pod_key(p) for p in pods_of]
-        size = sizes[gang]
+        keys = sorted(v1inputs.pod_key(p) for p in pods_of)
+        least = minimum[gang]
         mine = [k for k in keys if k in todo]
+        placed = [k for k in keys if k not in todo and k not in waiting]
+        ready = [k for k in keys if k not in waiting]
         why = None
-        if len(pods_of) < size:
-            why = incomplete(gang, len(pods_of), size)
-        else:
-            stuck = next((k for k in keys if k in waiting), None)
-            if stuck is not None:
-                why = (f"gang {gang}: pod {stuck} waits ({waiting[stuck]}): none of its pods is "
-                       "allocated before all can be")  # fmt: skip
-        if why is not None or mine:
-            # Not finished: no pod of the gang is let go yet.
-            out.gates_held[gang] = [to_ungate[k][0] for k in keys if k in to_ungate]
+        if least == 0:
+            why = (f"gang {gang}: {source[gang]} does not exist yet: none of its pods is "
+                   "allocated before it does")  # fmt: skip
+        elif len(keys) < least:
+            why = incomplete(gang, len(keys), least)
+        elif len(ready) < least:
+            stuck = next(k for k in keys if k in waiting)
+            why = (f"gang {gang}: pod {stuck} waits ({waiting[stuck]}): none of its pods is "
+                   "allocated before all can be")  # fmt: skip
+        if why is None and len(placed) >= least:
+            # Admitted: its other pods go one by one.
+            if group[gang]:
+                for pod in pods_of:
+                    key = v1inputs.pod_key(pod)
+                    if key in todo and v1inputs.has_our_gate(pod):
+                        out.ungate_early[key] = (pod, (
+                            f"{least} pods of gang {gang} are allocated: kube-scheduler "
+                            "schedules a PodGroup only once every pod of it is ungated; drasat "
+                            "allocates this pod's claims when devices free"))  # fmt: skip
+            continue
+        # Not admitted yet: no pod of the gang is let go.
+        out.gates_held[gang] = [to_ungate[k][0] for k in keys if k in to_ungate]
         if why is not None:
             out.held.update((k, why) for k in mine)
             continue
-        if not mine:
+        quorum = mine[: least - len(placed)]
+        later = (f"gang {gang} ({source[gang]}): its first {least} pods are allocated together "
+                 "first; this pod goes after them")  # fmt: skip
+        out.held.update((k, later) for k in mine[len(quorum) :])
+        if not quorum:
             continue
         out.gangs[gang] = Gang(
             name=gang,
-            pods=tuple(sorted(mine)),
+            pods=tuple(quorum),
             topology_key=topology.topologyKey,
             required=topology.required,
         )
-        out.of_pod.update((k, gang) for k in mine)
+        out.of_pod.update((k, gang) for k in quorum)
     return out
 
 

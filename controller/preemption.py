@@ -50,8 +50,8 @@ from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
-from drasat.v1 import Node, preemption
-from drasat.v1.gangs import gang_key, label_of
+from drasat.v1 import Node, otherdevices, preemption
+from drasat.v1.gangs import Member, member_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -159,7 +159,8 @@ class Preempter:
         labels = {v1inputs.pod_key(p): (p.get("metadata") or {}) for p in snapshot.pods}
         running = [_with_budgets(r, labels[r.key], read) for r in running]
         allowance = {name: allowed for name, (_, _, allowed) in read.items()}
-        base = [preemption.without(n, leaving.get(n.state.name, set())) for n in nodes]
+        drawn = claim_draws(snapshot)
+        base = [preemption.without(n, leaving.get(n.state.name, set()), (), drawn) for n in nodes]
         now = self.clock()
         planned = preemption.plan_all(
             [w for w, _ in wanting],
@@ -171,6 +172,7 @@ class Preempter:
             budgets=allowance,
             holds=holds_of(current.values()),
             lasting=lasting_claims(snapshot),
+            drawn=drawn,
         )
         items = {w.key: pods for w, pods in wanting}
         done = 0
@@ -331,9 +333,11 @@ class Preempter:
         for item in items:
             node = found.pods.get(item.input.key, found.node or "")
             mine = {n: e for n, e in found.held.items() if n == node}
+            took = {n: d for n, d in found.drawn.items() if n == node}
             nomination = Nomination(item.input.key, str(item.pod["metadata"].get("uid", "")),
                                     node, item.input.priority, found.victims, freed, mine, stamp,
-                                    found.preemptor if len(items) > 1 else None)  # fmt: skip
+                                    found.preemptor if len(items) > 1 else None,
+                                    took)  # fmt: skip
             self._nominate(item.pod, nomination)
             if found.victims:
                 named = ", ".join(f"{v} (priority {priorities.get(v, 0)})" for v in evicted)
@@ -414,6 +418,19 @@ def _stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def claim_draws(snapshot: v1inputs.Snapshot) -> dict[str, preemption.Draws]:
+    """Claim uid -> what its results draw of other drivers' devices (a NIC) on its node, by the
+    claims' statuses (their ledger): an evicted claim gives it back."""
+    out: dict[str, preemption.Draws] = {}
+    for claim in snapshot.claims.values():
+        if not v1inputs.is_allocated(claim):
+            continue
+        for used in otherdevices.held([claim], snapshot.others).values():
+            if used:
+                out[str(claim["metadata"].get("uid", ""))] = tuple(sorted(used.items()))
+    return out
+
+
 def lasting_claims(snapshot: v1inputs.Snapshot) -> frozenset[str]:
     """The allocated claims that stay allocated when their pods leave: those that the
     resourceclaim controller does not deallocate (`outlives_its_pods`) and drasat's settle does
@@ -465,7 +482,8 @@ def running_pods(
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         mine = tuple(u for u in uids if where.get(u) == node_name)
-        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=_unit(pod)))
+        unit = _unit(pod, snapshot.pod_groups)
+        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit))
     leaving: dict[str, set[str]] = {}
     for held in leaving_pods.values():
         for uid in held:
@@ -474,12 +492,10 @@ def running_pods(
     return running, {k: frozenset(v) for k, v in users.items()}, leaving
 
 
-def _unit(pod: Obj) -> str | None:
-    """The pod's gang, evicted whole (labels)."""
-    found = label_of(pod)
-    if isinstance(found, tuple):
-        return gang_key(pod, found[0])
-    return None
+def _unit(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> str | None:
+    """The pod's gang, evicted whole (its PodGroup, or its labels)."""
+    found = member_of(pod, pod_groups)
+    return found.gang if isinstance(found, Member) else None
 
 
 def _with_budgets(

@@ -114,6 +114,10 @@ class V1Config:
     #: The drivers whose DeviceClasses drasat allocates (`controller.drivers`): its own, NVIDIA's
     #: gpu.nvidia.com, or both. A node of NVIDIA's keeps its ledger in the claims' statuses.
     drivers: tuple[str, ...] = (DRIVER_NAME,)
+    #: Whether the API server serves PodGroups (`scheduling.k8s.io/v1beta1`, the Workload API,
+    #: beta in 1.37 behind the `GenericWorkload` gate; `drasat.kube.served.pod_groups`): gangs
+    #: then come from the PodGroups pods name too (`drasat.v1.gangs`), else from labels only.
+    pod_groups: bool = False
 
 
 class V1Controller:
@@ -179,6 +183,11 @@ class V1Controller:
         self._informers = [
             self.classes, self.nodes, self.slices, self.nas, self.claims, self.pods,
         ]  # fmt: skip
+        #: The PodGroups, where served: a gang's members and minimum (`drasat.v1.gangs`).
+        self.pod_groups: informer.Informer | None = None
+        if self.config.pod_groups:
+            self.pod_groups = make(r.POD_GROUPS)
+            self._informers.append(self.pod_groups)
         if DRIVER_NAME not in self.config.drivers:
             # Only other drivers' nodes (NVIDIA's): their ledger is the claims' statuses, and
             # drasat's CRDs need not be installed. The NAS cache stays empty.
@@ -347,7 +356,10 @@ class V1Controller:
             device_classes={str(c["metadata"]["name"]): c for c in classes},
             others=others,
             others_held=others_held,
-        )
+            pod_groups=None if self.pod_groups is None else {
+                informer.key_of(g): g for g in self.pod_groups.items()
+            },
+        )  # fmt: skip
 
     def cycle(self) -> bool:
         """One cycle; True when pods not tried yet were left for the next one (the cap).

@@ -242,6 +242,9 @@ class Snapshot:
     #: allocated claims hold of them by their statuses (node -> amount -> held).
     others: Mapping[str, otherdevices.NodeOthers] = field(default_factory=dict)
     others_held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The PodGroups (`scheduling.k8s.io`) by namespace/name where the API server serves them
+    #: (gangs: `drasat.v1.gangs.member_of`); None: not served, gangs come from labels only.
+    pod_groups: Mapping[str, Obj] | None = None
 
     @property
     def claim_classes(self) -> dict[str, Obj]:

@@ -9,11 +9,13 @@ they pass the same object.
 What is kept (each table says in its module what its key is): node views per node name
 (`inventory`), interned numbers for memo keys, per-node evaluations and their blockers and
 per-GPU ways (`nodes`), uuid sets known to be distinct (`validate`), the policy's node classes
-and reservation counts (`rules`), the fragmentation term's supply, eligibility rows and node
-measures (`workload`). Every key is structural: built from the values a result is computed from
+and reservation counts (`rules`), the fragmentation term's explicit workloads, supply,
+eligibility rows and node measures (`workload`), and the online pass's node groups
+(`nodegroups`). Every key is structural: built from the values a result is computed from
 (tuples of fields, interned numbers standing for such tuples), never from a text test; a value
 is a pure function of its key, so whichever solve computed an entry, it is what any other would
-have computed.
+have computed. The one exception is the node groups: state that a solve moves node by node, so
+they are never shared — a solve takes them out and gives them back when its pass is done.
 
 Concurrent solves (the controller re-checks a decision outside its decision lock) may share one
 cache. Safety rests on three rules:
@@ -39,9 +41,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from drasat.solver.inventory import MigOption, NodeView
+    from drasat.solver.nodegroups import Groups
     from drasat.solver.nodes import Evaluation
     from drasat.solver.problem import NodeState
     from drasat.solver.reasons import Obstacle
+    from drasat.solver.validate import Checked
+    from drasat.solver.workload import Workload
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -55,8 +60,15 @@ TABLE_SIZE = 65536
 #: Interned values kept before the table starts afresh (numbers are never reused, so entries
 #: keyed by old numbers simply stop matching).
 INTERNED_SIZE = 1 << 20
+#: Bound of `SolverCache.eligibility`: one entry per node and set of limits a cycle's pods hold
+#: (thousands of nodes times a few eligible sets, past TABLE_SIZE, which emptied the table in
+#: the middle of every pass over the nodes).
+ELIGIBILITY_SIZE = 1 << 18
 #: Large values kept by identity (`SolverCache.intern_large`): a few per claim template.
 _LARGE_SIZE = 4096
+#: Nodes the kept online groups may hold in all (each (pod shape, candidate set) holds one entry
+#: per candidate, about 200 bytes): some 200 pod shapes at a thousand nodes, 50 at 5,000.
+GROUP_NODES = 1 << 18
 
 
 class SolverCache:
@@ -72,14 +84,17 @@ class SolverCache:
         self.evaluations: dict[tuple[int, int, int], Evaluation] = {}
         #: The same key -> why the pod does not fit the node (None: no blocker found).
         self.blockers: dict[tuple[int, int, int], Obstacle | None] = {}
-        #: (pod shape, node exact state) -> the node's state as a pod limited to some GPUs
-        #: reads it (`nodes._state`).
-        self.eligibility: dict[tuple[int, int], int] = {}
+        #: (pod shape's limits, node exact state, node class or 0) -> the node's state as a
+        #: pod limited to some GPUs reads it (`nodes._state`).
+        self.eligibility: dict[tuple[int, int, int], int] = {}
         #: (interned eligible set, interned placements, interned constraint values) -> a claim's
         #: limits by uuid (`nodes._eligibility`).
         self.limits: dict[tuple[object, ...], Any] = {}
         #: (pod shape, GPU state, node class, GPU identity or ()) -> ways a claim takes the GPU.
         self.gpu_ways: dict[tuple[object, ...], tuple[tuple[int, int, MigOption | None], ...]] = {}
+        #: The cluster of the last full check (`validate.Checked`): the next solve's nodes are
+        #: compared with it by identity.
+        self.checked: Checked | None = None
         #: Tuples of uuid sets (one per node, in order) known to hold no uuid twice.
         self.uuids_checked: dict[tuple[frozenset[str], ...], bool] = {}
         #: Policy fingerprint -> node name -> Rules.node_class (and its interned number).
@@ -95,6 +110,16 @@ class SolverCache:
         self.before: dict[tuple[int, int, int], int] = {}
         #: id(value) -> (the value, its interned number), for `intern_large`.
         self.large: dict[int, tuple[object, int]] = {}
+        #: Explicit target workloads (`workload.Workload.from_shapes`): by the shapes' id (the
+        #: entry holds them) and by their serialized fields.
+        self.workloads: dict[int, tuple[object, Workload]] = {}
+        self.workloads_by_text: dict[tuple[str, ...], Workload] = {}
+        #: (pod shape, candidate nodes) -> the online pass's node groups (`nodegroups.Groups`):
+        #: mutable, so a solve takes them out (`take_groups`) and gives them back when done
+        #: (`keep_groups`); a concurrent solve meanwhile finds none and builds its own.
+        self.groups: dict[tuple[int, tuple[str, ...] | None], Groups] = {}
+        #: Nodes those groups hold in all.
+        self.groups_held = 0
 
     def intern(self, value: object) -> int:
         """A small number standing for a hashable value, the same for equal values (memo keys)."""
@@ -130,6 +155,28 @@ class SolverCache:
                 table.clear()
             table[key] = value
         return value
+
+    def take_groups(self, key: tuple[int, tuple[str, ...] | None]) -> Groups | None:
+        """The groups kept for `key`, taken out of the cache (None: none kept)."""
+        with self.lock:  # two solves never take the same groups
+            found = self.groups.pop(key, None)
+            if found is not None:
+                self.groups_held -= found.size
+        return found
+
+    def keep_groups(self, made: dict[tuple[int, tuple[str, ...] | None], Groups]) -> None:
+        """Give groups back for the next solve; the oldest go when they hold more than
+        GROUP_NODES nodes in all."""
+        with self.lock:
+            for key, groups in made.items():
+                replaced = self.groups.pop(key, None)
+                if replaced is not None:
+                    self.groups_held -= replaced.size
+                self.groups[key] = groups
+                self.groups_held += groups.size
+            while self.groups_held > GROUP_NODES:
+                oldest = next(iter(self.groups))
+                self.groups_held -= self.groups.pop(oldest).size
 
     def class_tables(
         self, fingerprint: str, *, fresh: bool = False

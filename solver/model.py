@@ -36,6 +36,7 @@ up too, so both price a placement alike:
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +48,10 @@ from drasat.solver.demand import Claim, Kind
 from drasat.solver.inventory import FULL_COMPUTE, GpuSlot, MigOption, NodeView
 from drasat.solver.problem import DeviceConstraint, DeviceKey, PodRequest
 from drasat.solver.rules import Rules
+
+
+class OutOfTime(Exception):
+    """Building the model (or its input) was not done by the caller's deadline."""
 
 
 @dataclass(frozen=True)
@@ -198,11 +203,13 @@ class _Builder:
         *,
         force_placed: bool,
         explain: bool,
+        deadline: float | None = None,
     ) -> None:
         self.entries = entries
         self.rules = rules
         self.explain = explain
         self.force_placed = force_placed
+        self.deadline = deadline
         self.m = cp_model.CpModel()
         self.built = Built(self.m, {}, {}, {}, {}, {}, [], [])
         self.rule_literals: dict[reasons.Label, cp_model.IntVar] = {}
@@ -221,9 +228,17 @@ class _Builder:
         #: (node, CPU, memory) -> the node's workload growth from that CPU and memory alone.
         self._alone: dict[tuple[str, int, int], int] = {}
         self.nodes: dict[str, NodeView] = {}
+        self._on_node: dict[str, list[tuple[PodEntry, cp_model.IntVar]]] | None = None
         for entry in entries:
             for node in entry.nodes:
                 self.nodes.setdefault(node.name, node)
+
+    def on_time(self) -> None:
+        """Raise OutOfTime once the deadline has passed (checked once per pod, claim, GPU and
+        node: a model of tens of thousands of pods takes longer to build than a caller's
+        whole time limit)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise OutOfTime
 
     def rule(self, rule: str | reasons.Label) -> cp_model.IntVar | None:
         """The assumption literal enforcing a rule (explain mode), else None: always enforced."""
@@ -242,6 +257,7 @@ class _Builder:
     def pod_variables(self) -> None:
         b = self.built
         for entry in self.entries:
+            self.on_time()
             at = []
             for node in entry.nodes:
                 var = self.m.new_bool_var(f"at_{entry.key}_{node.name}")
@@ -256,6 +272,7 @@ class _Builder:
     def claim_variables(self) -> None:
         b = self.built
         for uid, claim in self.claims.items():
+            self.on_time()
             node_vars = []
             for name, node in self.claim_nodes[uid].items():
                 here = self.m.new_bool_var(f"claim_{claim.ref}_{name}")
@@ -526,20 +543,37 @@ class _Builder:
         take GPUs no other share claim of their namespace uses, existing or new (the node
         plugin's MPS daemon serves one set of GPUs per namespace)."""
         groups: dict[str, list[DeviceVar]] = {}
+        claims: dict[str, int] = {}
         for uid, claim in self.claims.items():
             if claim.kind is Kind.share and claim.request.share_group is not None:
-                groups.setdefault(claim.request.share_group, []).extend(
-                    self.built.devices.get(uid, [])
-                )
-        shares = [d for ds in self.built.devices.values() for d in ds if d.claim.kind is Kind.share]
-        for number, members in enumerate(groups.values()):
+                group = claim.request.share_group
+                groups.setdefault(group, []).extend(self.built.devices.get(uid, []))
+                claims[group] = claims.get(group, 0) + 1
+        # The other shares of each GPU by namespace, looked up per GPU (not a pass over every
+        # share of the model for every group, node and GPU: quadratic in the shares).
+        shares: dict[tuple[str, int, str], list[DeviceVar]] = {}
+        for ds in self.built.devices.values():
+            for d in ds:
+                if d.claim.kind is Kind.share:
+                    where = (d.gpu.node, d.gpu.position, d.claim.namespace)
+                    shares.setdefault(where, []).append(d)
+        for number, (group, members) in enumerate(groups.items()):
+            if claims[group] < 2:
+                # One share claim takes one GPU: the group never spreads, and every constraint
+                # below holds with `spread` 0 (v1 gives every share claim a group of its own).
+                continue
             per_node: dict[str, list[DeviceVar]] = {}
             for d in members:
                 per_node.setdefault(d.gpu.node, []).append(d)
             for node, here in per_node.items():
                 self._spread_alone(f"{number}_{node}", here, shares)
 
-    def _spread_alone(self, tag: str, members: list[DeviceVar], shares: list[DeviceVar]) -> None:
+    def _spread_alone(
+        self,
+        tag: str,
+        members: list[DeviceVar],
+        shares: dict[tuple[str, int, str], list[DeviceVar]],
+    ) -> None:
         by_gpu: dict[int, list[DeviceVar]] = {}
         for d in members:
             by_gpu.setdefault(d.gpu.position, []).append(d)
@@ -559,11 +593,8 @@ class _Builder:
                 self.m.add(used[position] + spread <= 1)
             others = [
                 d.var
-                for d in shares
-                if d.gpu.node == gpu.node
-                and d.gpu.position == position
-                and d.claim.namespace == namespace
-                and d.claim.request.share_group != group
+                for d in shares.get((gpu.node, position, namespace), [])
+                if d.claim.request.share_group != group
             ]
             for other in others:
                 self.m.add(other + used[position] + spread <= 2)
@@ -580,6 +611,7 @@ class _Builder:
             for d in devices:
                 per_gpu.setdefault((d.gpu.node, d.gpu.position), []).append(d)
         for devices in per_gpu.values():
+            self.on_time()
             self._one_gpu(devices[0].gpu, devices)
 
     def _one_gpu(self, gpu: GpuSlot, devices: list[DeviceVar]) -> None:
@@ -634,9 +666,9 @@ class _Builder:
         self.m.add(cp_model.LinearExpr.sum(flags) <= 1)
 
     def node_capacity(self) -> None:
-        b = self.built
         for name, node in self.nodes.items():
-            pods = [(e, b.at[(e.key, name)]) for e in self.entries if (e.key, name) in b.at]
+            self.on_time()
+            pods = self._pods_on().get(name, [])
             for free, resource in ((node.cpu_free_milli, "cpu"), (node.memory_free_mib, "memory")):
                 if free is None:
                     continue
@@ -646,6 +678,17 @@ class _Builder:
                     literal = self.rule(("node ", reasons.NodeId(name), ": cpu/memory"))
                     if literal is not None:
                         c.only_enforce_if(literal)
+
+    def _pods_on(self) -> dict[str, list[tuple[PodEntry, cp_model.IntVar]]]:
+        """Node -> its pods' `at` literals, in the pods' order (one pass over the pairs, not
+        one over every pod per node)."""
+        if self._on_node is None:
+            self._on_node = {}
+            for entry in self.entries:
+                for node in {n.name: n for n in entry.nodes}.values():
+                    var = self.built.at[(entry.key, node.name)]
+                    self._on_node.setdefault(node.name, []).append((entry, var))
+        return self._on_node
 
     def budgets(self) -> None:
         b = self.built
@@ -797,7 +840,8 @@ class _Builder:
         b = self.built
         workload_memo: dict[tuple[int, int], int] = {}
         for name, node in self.nodes.items():
-            here = [(e, b.at[(e.key, name)]) for e in self.entries if (e.key, name) in b.at]
+            self.on_time()
+            here = self._pods_on().get(name, [])
             pods = [v for _, v in here]
             use = costs.node_use(node, self.rules)
             if use:
@@ -880,6 +924,11 @@ def build(
     *,
     force_placed: bool = False,
     explain: bool = False,
+    deadline: float | None = None,
 ) -> Built:
-    """Compile the pods into a CP-SAT model. Pure: the model is returned, not solved."""
-    return _Builder(entries, rules, force_placed=force_placed, explain=explain).build()
+    """Compile the pods into a CP-SAT model. Pure: the model is returned, not solved.
+
+    `deadline` (`time.monotonic()`): raise OutOfTime when building is not done by then."""
+    builder = _Builder(entries, rules, force_placed=force_placed, explain=explain,
+                       deadline=deadline)  # fmt: skip
+    return builder.build()

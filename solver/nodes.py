@@ -43,6 +43,7 @@ from drasat.solver import (
     solving,
     workload,
 )
+from drasat.solver.cache import ELIGIBILITY_SIZE
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import GpuSlot, MigOption, NodeView
@@ -56,6 +57,8 @@ from drasat.solver.rules import Rules
 #: is evaluated per exact node state: keys are no canonical positions).
 _Pick = tuple[int, int, str | None, int, int]
 _UNIT = -1
+#: `_state` of a node where the pod's first required claim may take no GPU.
+_NONE_ELIGIBLE = "none eligible"
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,15 @@ class PodShape:
     #: The fragmentation term's workload classes are limited to some GPUs: each GPU's
     #: eligibility row (`workload.eligible_row`) is part of the node's state too.
     rows: bool = False
+    #: intern() of what `_state` reads of the pod (its claims' limits, `rows` and what the rows
+    #: depend on): shapes that differ only in what they ask (counts, shares, CPU) but are
+    #: limited to the same GPUs share each node's reading (a cycle's pods are of many shapes
+    #: and few eligible sets; reading every node once per shape was most of a busy cycle).
+    eligibility_id: int = 0
+    #: The eligible GPUs of the pod's first required claim (None: not limited, or no such
+    #: claim): a node with none of them fails that claim first (`filters.node_blocker` checks
+    #: the claims in order), whatever else it holds, so `_state` reads it no further.
+    gate: frozenset[str] | None = None
 
 
 def _eligible_text(claim: Claim, groups: dict[str, int], rules: Rules) -> str:
@@ -196,10 +208,30 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         c.request.eligible is not None or c.request.placements is not None or c.request.constraints
         for c in entry.claims
     )
+    eligibility_id = 0
+    gate = None
     if (limited or rows) and not names_gpus:
         eligibility = tuple(_eligibility(c, rules) for c in entry.claims)
+        read = (
+            tuple(_limits_key(c, rules) for c in entry.claims),
+            (rules.fingerprint, rules.workload.id) if rows else None,
+        )
+        eligibility_id = rules.cache.intern(read)
+        first = next((c for c in entry.claims if not c.optional), None)
+        if first is not None and first.kind is not Kind.device:
+            gate = first.request.eligible
     shape_id = rules.cache.intern(key)
-    return PodShape(entry, key, names_gpus, shape_id, refs, eligibility, rows and not names_gpus)
+    return PodShape(
+        entry,
+        key,
+        names_gpus,
+        shape_id,
+        refs,
+        eligibility,
+        rows and not names_gpus,
+        eligibility_id,
+        gate,
+    )
 
 
 def _workload_names_gpus(rules: Rules) -> bool:
@@ -217,12 +249,18 @@ def _names_gpus(claim: Claim) -> bool:
     return demand.names_gpu(claim.selector)
 
 
-def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
-    """The claim's limits by uuid (memoized per set: the claims of a template share them)."""
+def _limits_key(claim: Claim, rules: Rules) -> tuple[object, ...]:
+    """What `_eligibility` reads of the claim, as interned numbers."""
     request = claim.request
     values_ids = tuple(rules.cache.intern_large(c.values) for c in request.constraints)
     sets = (request.eligible, request.placements)
-    key = (*(None if v is None else rules.cache.intern_large(v) for v in sets), values_ids)
+    return (*(None if v is None else rules.cache.intern_large(v) for v in sets), values_ids)
+
+
+def _eligibility(claim: Claim, rules: Rules) -> _Eligibility:
+    """The claim's limits by uuid (memoized per set: the claims of a template share them)."""
+    request = claim.request
+    key = _limits_key(claim, rules)
     known = rules.cache.limits.get(key)
     if known is not None:
         return cast(_Eligibility, known)
@@ -262,13 +300,23 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
     names GPUs; when it is limited to some GPUs or constrains their devices' values, which of
     them are eligible and which of their values are equal (values renumbered in the order met:
     the evaluation compares them, never reads them); else what they are. Memoized per pod
-    shape and node state."""
+    shape's limits (`PodShape.eligibility_id`) and node state (and the node's policy class,
+    which the workload rows read)."""
     if pod.names_gpus:
         return node.exact_key
     if pod.eligibility is None:
         return node.canonical_key
-    key = (pod.key_id, node.exact_key)
+    key = (pod.eligibility_id, node.exact_key, rules.node_class_id(node.name) if pod.rows else 0)
     found = rules.cache.eligibility.get(key)
+    if found is None and pod.gate is not None and pod.gate.isdisjoint(g.uuid for g in node.gpus):
+        # Its first required claim may take none of the node's GPUs: the pod does not fit, for
+        # the same reason on every node of this canonical state.
+        found = rules.cache.put(
+            rules.cache.eligibility,
+            key,
+            rules.cache.intern((node.canonical_key, _NONE_ELIGIBLE)),
+            size=ELIGIBILITY_SIZE,
+        )
     if found is None:
         numbers: dict[str, int] = {}
         signature: list[object] = []
@@ -287,6 +335,7 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
             rules.cache.eligibility,
             key,
             rules.cache.intern((node.canonical_key, tuple(signature))),
+            size=ELIGIBILITY_SIZE,
         )
     return found
 
@@ -296,9 +345,39 @@ def memo_key(pod: PodShape, node: NodeView, rules: Rules) -> tuple[int, int, int
     return (pod.key_id, rules.node_class_id(node.name), _state(pod, node, rules))
 
 
-def evaluate(pod: PodShape, node: NodeView, rules: Rules, budget: solving.Budget) -> Evaluation:
-    """The pod's best placement on the node (`picks` None: it does not fit). Memoized."""
-    key = memo_key(pod, node, rules)
+def memo_keys(pod: PodShape, views: Sequence[NodeView], rules: Rules) -> list[tuple[int, int, int]]:
+    """memo_key() of each node, in order: one loop, for the thousands of nodes a new pod shape
+    groups."""
+    if pod.eligibility is not None and not pod.names_gpus:
+        return [memo_key(pod, node, rules) for node in views]
+    class_id, key_id = rules.node_class_id, pod.key_id
+    if pod.names_gpus:
+        return [(key_id, class_id(node.name), node.exact_key) for node in views]
+    return [(key_id, class_id(node.name), node.canonical_key) for node in views]
+
+
+def cannot_fit(pod: PodShape, node: NodeView) -> bool:
+    """Whether the node's free CPU or memory rules the pod out: then its evaluation is
+    `Evaluation(None)` whatever else the node holds (both `_compute` paths check this first),
+    and a caller with many nodes to look at need not ask for it."""
+    return not _fits_cpu(pod.entry, node)
+
+
+#: What `evaluate` gives a node that `cannot_fit` the pod.
+DOES_NOT_FIT = Evaluation(None)
+
+
+def evaluate(
+    pod: PodShape,
+    node: NodeView,
+    rules: Rules,
+    budget: solving.Budget,
+    key: tuple[int, int, int] | None = None,
+) -> Evaluation:
+    """The pod's best placement on the node (`picks` None: it does not fit). Memoized.
+    `key`: the node's memo_key, when the caller has it."""
+    if key is None:
+        key = memo_key(pod, node, rules)
     memo = rules.cache.evaluations
     found = memo.get(key)
     if found is None:
@@ -318,9 +397,11 @@ def evaluate_each(
     key_id = pod.key_id
     out: list[Evaluation] = []
     states_get = rules.cache.eligibility.get
+    eligibility_id = pod.eligibility_id
     for node in views:
         if limited:
-            state = states_get((key_id, node.exact_key)) or _state(pod, node, rules)
+            known = None if pod.rows else states_get((eligibility_id, node.exact_key, 0))
+            state = known or _state(pod, node, rules)
         else:
             state = node.exact_key if exact else node.canonical_key
         found = memo_get((key_id, class_id(node.name), state))

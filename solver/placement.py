@@ -23,6 +23,8 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, not_
 
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import LifecycleAction
@@ -82,7 +84,8 @@ class _State:
     init_actions: tuple[LifecycleAction, ...] = ()
     #: The nodes placed on, in order (what `nodegroups.Groups.update` reads).
     changed: list[str] = field(default_factory=list)
-    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`).
+    #: (pod shape, candidate nodes) -> its candidates grouped by evaluation (`_best`), taken
+    #: from the cache's and given back after the pass.
     groups: dict[tuple[int, tuple[str, ...] | None], nodegroups.Groups] = field(
         default_factory=dict
     )
@@ -90,7 +93,9 @@ class _State:
     @classmethod
     def initial(cls, problem: Problem, views: dict[str, NodeView], cache: SolverCache) -> _State:
         """`views`: the problem's nodes' views by name, in node order (from validate.check)."""
-        states = {n.name: n for n in problem.nodes}
+        # The passes over every node below run in C (map, compress): at a thousand nodes and
+        # more a Python loop over them is a good part of a one-pod solve.
+        states = dict(zip(views, problem.nodes, strict=True))  # same names, same order
         rules = Rules(problem.policy, tuple(views.values()), cache)
         if rules.weights.fragmentation:
             chosen = workload.select(problem.policy, problem.workload, problem.pods, cache)
@@ -98,10 +103,10 @@ class _State:
         # One pass over the nodes for every claim of every pod (not one per claim).
         wanted = {c.uid for pod in problem.pods for c in pod.claims}
         owners: dict[str, str] = {}
-        for view in views.values():
-            if not view.allocated.isdisjoint(wanted):
-                for uid in view.allocated & wanted:
-                    owners.setdefault(uid, view.name)
+        allocated = map(attrgetter("allocated"), views.values())
+        for view in compress(views.values(), map(not_, map(wanted.isdisjoint, allocated))):
+            for uid in view.allocated & wanted:
+                owners.setdefault(uid, view.name)
         init = tuple(problem.policy.lifecycle.init)
         return cls(states, dict(views), rules, owners, init_actions=init)
 
@@ -277,11 +282,14 @@ def _best(
     key = (shape.key_id, candidate_nodes)
     groups = state.groups.get(key)
     if groups is None:
-        groups = nodegroups.Groups.of(shape, views, state.rules, len(state.changed))
+        # Kept from an earlier solve over the same candidates, or made afresh.
+        groups = state.rules.cache.take_groups(key)
+        if groups is None or not groups.adopt(shape, views, state.changed, state.rules):
+            groups = nodegroups.Groups.of(shape, views, state.rules, state.changed)
         state.groups[key] = groups
     else:
         groups.update(shape, state.views, state.changed, state.rules)
-    view, evaluation, optimal = nodegroups.best(shape, groups, state.views, state.rules, budget)
+    view, evaluation, optimal = groups.best(shape, state.views, state.rules, budget)
     if view is None or evaluation is None:
         return None, [], optimal
     outcome = nodes.outcome(shape, view, evaluation)
@@ -377,6 +385,8 @@ def _online(
         result.placements.append(state.place(pod, inputs.claims, decision))
         result.primary += decision.primary
         result.secondary += decision.secondary
+    # The next solve starts from these groups (moving only the nodes that changed since).
+    state.rules.cache.keep_groups(state.groups)
     return result
 
 
@@ -479,10 +489,16 @@ def _batch(
         return _warm_only(warm, started)
     state = _State.initial(problem, views, cache)
     in_gang = gangs.of_pod(problem.gangs)
-    entries, inputs, feasibility, pruned = _batch_entries(
-        problem, views, params, state, online_budget, in_gang, warm.placements
-    )
-    built = model.build(entries, state.rules)
+    build_by = _build_deadline(params, decision_s * len(warm.unplaced))
+    try:
+        entries, inputs, feasibility, pruned = _batch_entries(
+            problem, views, params, state, online_budget, in_gang, warm.placements, build_by
+        )
+        built = model.build(entries, state.rules, deadline=build_by)
+    except model.OutOfTime:
+        # The model would not be built in the time the deadline leaves for it (tens of
+        # thousands of pods): the warm start's placements are the answer, as above.
+        return _warm_only(warm, started)
     gangs.constrain(
         built.model, built.placed, built.at, built.secondary, problem.gangs, problem.nodes
     )
@@ -559,10 +575,12 @@ def _batch_entries(
     online_budget: solving.Budget,
     in_gang: dict[str, Gang],
     warm_placements: Sequence[PodPlacement],
+    deadline: float | None = None,
 ) -> tuple[list[PodEntry], dict[str, _PodInput], dict[str, dict[str, str | None]], bool]:
     """The batch model's pods, each with the nodes it may take (its best `keep`, the warm
     start's node always among them), their inputs, each node's feasibility as the pod alone
-    would find it (when asked), and whether some pod lost nodes to that cut."""
+    would find it (when asked), and whether some pod lost nodes to that cut. Raises
+    model.OutOfTime once `deadline` (`time.monotonic()`) has passed."""
     order = {name: i for i, name in enumerate(views)}
     entries: list[PodEntry] = []
     inputs: dict[str, _PodInput] = {}
@@ -574,6 +592,8 @@ def _batch_entries(
     pruned = False
     ranking: dict[tuple[object, ...], tuple[list[NodeView], set[str]]] = {}
     for pod in problem.pods:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise model.OutOfTime
         pod_input = _pod_input(pod, state)
         inputs[pod.key] = pod_input
         candidates, _ = _candidates(pod_input, state)
@@ -597,6 +617,17 @@ def _batch_entries(
         pruned = pruned or dropped
         entries.append(PodEntry(pod, pod_input.priority, pod_input.claims, fitting))
     return entries, inputs, feasibility, pruned
+
+
+def _build_deadline(params: SolveParams, explaining_warm_s: float) -> float | None:
+    """By when the batch model must be built (`time.monotonic()`), under the caller's deadline:
+    early enough for the shortest search and what `_search_budget` keeps back after it (the
+    explanations and a tenth for the caller). None: no deadline."""
+    if params.deadline is None:
+        return None
+    remaining = params.deadline - time.monotonic()
+    explaining = 3 * explaining_warm_s if params.explain else 0.0
+    return time.monotonic() + 0.9 * remaining - explaining - _MIN_SEARCH_S
 
 
 def _search_budget(

@@ -117,9 +117,22 @@ class Workload:
         cls, shapes: Sequence[WorkloadShape], cache: SolverCache | None = None
     ) -> Workload:
         """An explicit workload (policy or solver input): every shape, the heaviest MAX_CLASSES
-        if there are more."""
-        entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
-        return cls._build(entries, 1.0, fresh(cache), memory=True)
+        if there are more. Memoized: a long-running caller passes the same shapes to every
+        solve (the same object: not even serialized again)."""
+        cache = fresh(cache)
+        known = cache.workloads.get(id(shapes))
+        if known is not None and known[0] is shapes:
+            return known[1]
+        # The shapes' fields, serialized (equal text: equal shapes); a key, never searched.
+        text = tuple(s.model_dump_json() for s in shapes)
+        made = cache.workloads_by_text.get(text)
+        if made is None:
+            entries = ((_pod_of(i, s), s.weight) for i, s in enumerate(shapes))
+            made = cls._build(entries, 1.0, cache, memory=True)
+            cache.put(cache.workloads_by_text, text, made, _WORKLOADS_SIZE)
+        # The entry holds the shapes, so their id is not reused while it stands.
+        cache.put(cache.workloads, id(shapes), (shapes, made), _WORKLOADS_SIZE)
+        return made
 
     @classmethod
     def _build(
@@ -188,6 +201,10 @@ class Workload:
             return self
         scaled_id = rules.cache.intern((self.id, tuple(c.scaled for c in classes)))
         return Workload(classes, self.total, scaled_id, self.names_uuid, self.names_gpus)
+
+
+#: Workloads kept per cache (`Workload.from_shapes`): one per policy or caller's list.
+_WORKLOADS_SIZE = 64
 
 
 def _pod_of(index: int, shape: WorkloadShape) -> PodRequest:

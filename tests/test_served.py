@@ -162,3 +162,14 @@ def test_the_node_plugin_publishes_what_the_server_keeps(
     )
     (line,) = [r.getMessage() for r in caplog.records if "node plugin on n1" in r.getMessage()]
     assert (": turned off:" in line) is not (capacity and counters)
+
+
+def test_gangs_come_from_podgroups_only_where_discovery_lists_them() -> None:
+    served_here = served.pod_groups(Server(kinds={"scheduling.k8s.io/v1beta1": {"PodGroup"}}))
+    assert served_here.on and served_here.why == "served as scheduling.k8s.io/v1beta1"
+    # 1.34 - 1.36, or 1.37 without the GenericWorkload gate: labels only, said with the gate
+    bare = served.pod_groups(Server(kinds={"scheduling.k8s.io/v1": {"PriorityClass"}}))
+    assert not bare.on and "gate GenericWorkload" in bare.why
+    # a discovery that fails is not an answer: a watch of a kind not served would fail for ever
+    unknown = served.pod_groups(Server(fail=errors.Unavailable("down", status=503)))
+    assert not unknown.on and unknown.why.startswith("could not tell")

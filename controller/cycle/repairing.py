@@ -200,6 +200,10 @@ class Repairer:
         except (errors.Conflict, errors.NotFound) as error:
             log.info("clash of %s on %s: %s changed meanwhile (%s); next cycle",
                      refs, node, v1inputs.claim_ref(giver), error)  # fmt: skip
+            # Counted as a failure, so that the next settle covers everything: a conflict that
+            # brought no change of the claim (a webhook refusing its writes with 409) sends no
+            # event, and a settle of what changed alone would never look at this clash again.
+            self._writes.failures += 1
             return None
         uid = str(meta.get("uid"))
         # Given back by us, not by the scheduler: no node becomes unsuitable for its pods.

@@ -50,11 +50,14 @@ class WholeGangs:
     ) -> list[v1inputs.Pending]:
         """This cycle's gangs (`controller.gangs`): the pods of gangs not complete are left out
         (a Normal Event says why), and no pod of an unfinished gang is let go by `ungate`."""
-        plan = gangs.plan(snapshot.pods, [p.input.key for p in everyone], waiting, ungate, policy)
+        plan = gangs.plan(snapshot.pods, [p.input.key for p in everyone], waiting, ungate, policy,
+                          snapshot.pod_groups)  # fmt: skip
         self.plan = plan
         for pods in plan.gates_held.values():
             for pod in pods:
                 ungate.pop(v1inputs.pod_key(pod), None)
+        for pod, early in plan.ungate_early.values():
+            self._gates.lift_confined(pod, early)
         kept = []
         for item in everyone:
             why = plan.held.get(item.input.key)

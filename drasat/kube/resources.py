@@ -84,6 +84,11 @@ DEVICE_TAINT_RULES_V1 = Resource(
     DRA_GROUP, DRA_V1, "devicetaintrules", "DeviceTaintRule", namespaced=False
 )
 
+#: The Workload API's PodGroup (Kubernetes 1.37, beta, behind the GenericWorkload gate): a gang
+#: of pods that name it (`spec.schedulingGroup.podGroupName`).
+SCHEDULING_GROUP = "scheduling.k8s.io"
+POD_GROUPS = Resource(SCHEDULING_GROUP, "v1beta1", "podgroups", "PodGroup")
+
 
 def nas(group: str = groups.NAS_GROUP) -> Resource:
     """NodeAllocationState of our group (default) or NVIDIA's."""

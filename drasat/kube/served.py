@@ -4,7 +4,8 @@ what drasat turned off because of it.
 Kubernetes 1.34 - 1.36 with their default feature gates lack some of what drasat uses, in two
 ways that need two different questions:
 
-- **A kind** (DeviceTaintRule; MutatingAdmissionPolicy v1): discovery lists it, or not.
+- **A kind** (DeviceTaintRule; MutatingAdmissionPolicy v1; the Workload API's PodGroup, whose
+  gangs drasat reads): discovery lists it, or not.
 - **A field that a feature gate drops** (`DRAConsumableCapacity`: a device's
   `allowMultipleAllocations`, a request's `capacity.requests`; `DRAPartitionableDevices`: a
   slice's `sharedCounters`, a device's `consumesCounters`): discovery and the OpenAPI schema show
@@ -85,6 +86,27 @@ def mutating_admission_policies(api: Prober) -> Finding:
         False,
         "discovery lists none in admissionregistration.k8s.io/v1 (GA from 1.36): the chart "
         "(controller.admission.mode=auto) gates pods with the controller's webhook instead",
+    )
+
+
+def pod_groups(api: Prober) -> Finding:
+    """The Workload API's PodGroup (discovery of `scheduling.k8s.io/v1beta1`): gangs from the
+    PodGroups pods name where served, from labels only otherwise. Unknown: labels only (a
+    watch of a kind not served would fail for ever)."""
+    feature = "gangs from PodGroups"
+    version = f"{r.POD_GROUPS.group}/{r.POD_GROUPS.version}"
+    kinds = _kinds(api, version)
+    if isinstance(kinds, errors.KubeError):
+        return Finding(feature, False, f"could not tell: discovery failed ({kinds}); gangs "
+                       "come from the gpu.drasat.io/gang labels only")  # fmt: skip
+    if r.POD_GROUPS.kind in kinds:
+        return Finding(feature, True, f"served as {version}")
+    return Finding(
+        feature,
+        False,
+        f"discovery lists no PodGroup in {version} (the Workload API: gate GenericWorkload and "
+        f"--runtime-config={version}=true, Kubernetes 1.37): gangs come from the "
+        "gpu.drasat.io/gang labels only",
     )
 
 

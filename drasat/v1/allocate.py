@@ -268,6 +268,7 @@ class _Round:
     ) -> None:
         outcome = self.outcome
         outcome.solutions.append(solution)
+        touched: dict[str, None] = {}
         for placement in solution.placements:
             options, meaning = variants[placement.pod]
             try:
@@ -284,9 +285,14 @@ class _Round:
                 outcome.placed.pop(placement.pod, None)
                 outcome.fail(placement.pod, "writing its allocation", error)
                 continue
-            node = placement.node
-            here = [a for a in outcome.allocations.values() if a.node == node]
-            self.states[node] = with_allocations(self.states[node], here)
+            touched[placement.node] = None
+        # Each node once, with every allocation on it (one pass over them, not one per pod).
+        here: dict[str, list[ClaimAllocation]] = {node: [] for node in touched}
+        for allocation in outcome.allocations.values():
+            if allocation.node in here:
+                here[allocation.node].append(allocation)
+        for node, allocations in here.items():
+            self.states[node] = with_allocations(self.states[node], allocations)
         for rejection in solution.unplaced:
             outcome.refused[rejection.pod] = rejection.reasons
 

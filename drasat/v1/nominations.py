@@ -2,14 +2,16 @@
 where a restarted controller, a new leader and the what-if read it back.
 
 The annotation `gpu.drasat.io/nomination` on the preemptor's pod holds its node, priority,
-victims, the claims they free (it waits while any is still allocated) and the ledger entries of
-the allocation planned for it (`held`); the pod's `status.nominatedNodeName` says the node, as
-kube-scheduler's nominations do. A gang's pods each carry their own part with the gang's key:
-they hold as one (`holds_of`). Purely computational.
+victims, the claims they free (it waits while any is still allocated), the ledger entries of
+the allocation planned for it (`held`) and what its other drivers' devices draw (`drawn`: a
+NIC, by claim uid; they have no ledger entry); the pod's `status.nominatedNodeName` says the
+node, as kube-scheduler's nominations do. A gang's pods each carry their own part with the
+gang's key: they hold as one (`holds_of`). Purely computational.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -18,7 +20,7 @@ from typing import Any
 
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.nas import AllocatedDevices
-from drasat.v1.preemption import Hold
+from drasat.v1.preemption import Draws, Hold
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ class Nomination:
     held: Mapping[str, Mapping[str, AllocatedDevices]]
     since: str
     gang: str | None = None
+    #: node -> claim uid -> what the planned allocation's other drivers' devices draw.
+    drawn: Mapping[str, Mapping[str, Draws]] = dataclasses.field(default_factory=dict)
 
     def annotation(self) -> str:
         return json.dumps(
@@ -61,6 +65,16 @@ class Nomination:
                 },
                 "since": self.since,
                 **({"gang": self.gang} if self.gang else {}),
+                **(
+                    {
+                        "drawn": {
+                            node: {uid: [list(d) for d in draws] for uid, draws in found.items()}
+                            for node, found in self.drawn.items()
+                        }
+                    }
+                    if self.drawn
+                    else {}
+                ),
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -79,6 +93,11 @@ class Nomination:
                 str(node): {str(k): AllocatedDevices.model_validate(e) for k, e in entries.items()}
                 for node, entries in found["held"].items()
             }
+            drawn = {
+                str(node): {str(uid): tuple((str(n), int(m)) for n, m in draws)
+                            for uid, draws in claims.items()}
+                for node, claims in (found.get("drawn") or {}).items()
+            }  # fmt: skip
             return cls(
                 _pod_key(pod),
                 str(meta.get("uid", "")),
@@ -89,6 +108,7 @@ class Nomination:
                 held,
                 str(found.get("since", "")),
                 found.get("gang"),
+                drawn,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             log.warning("pod %s: annotation %s is not drasat's nomination (%s); ignored",
@@ -104,9 +124,12 @@ def holds_of(nominations: Iterable[Nomination]) -> list[Hold]:
     out = []
     for owner, members in sorted(by_owner.items()):
         held: dict[str, dict[str, AllocatedDevices]] = {}
+        drawn: dict[str, dict[str, Draws]] = {}
         for member in members:
             for node, entries in member.held.items():
                 held.setdefault(node, {}).update(entries)
+            for node, draws in member.drawn.items():
+                drawn.setdefault(node, {}).update(draws)
         priority = min(m.priority for m in members)
-        out.append(Hold(owner, frozenset(m.pod for m in members), priority, held))
+        out.append(Hold(owner, frozenset(m.pod for m in members), priority, held, drawn))
     return out

@@ -52,6 +52,9 @@ MiB = 2**20
 
 #: Ledger keys of devices held for a preemptor while its victims leave (never a real claim's).
 NOMINATED_PREFIX = "nominated:"
+#: What a claim's other drivers' devices (a NIC) draw on its node's amounts
+#: (`drasat.v1.otherdevices`): ((amount, how much), ...). They have no ledger entry.
+Draws = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class Plan:
     pods: Mapping[str, str] = field(default_factory=dict)
     #: node -> the ledger entries of the allocation the fit check found: what is held for it.
     held: Mapping[str, Mapping[str, AllocatedDevices]] = field(default_factory=dict)
+    #: node -> claim uid -> what that allocation's other drivers' devices draw: held too.
+    drawn: Mapping[str, Mapping[str, Draws]] = field(default_factory=dict)
 
     @property
     def waits(self) -> bool:
@@ -125,10 +130,12 @@ class Hold:
     pods: frozenset[str]
     priority: int
     held: Mapping[str, Mapping[str, AllocatedDevices]]
+    #: node -> claim uid -> other drivers' devices held (what they draw on the amounts).
+    drawn: Mapping[str, Mapping[str, Draws]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, plan: Plan) -> Hold:
-        return cls(plan.preemptor, frozenset(plan.pods), plan.priority, plan.held)
+        return cls(plan.preemptor, frozenset(plan.pods), plan.priority, plan.held, plan.drawn)
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ def plan_all(
     budgets: Mapping[str, int] | None = None,
     holds: Sequence[Hold] = (),
     lasting: frozenset[str] = frozenset(),
+    drawn: Mapping[str, Draws] | None = None,
     params: SolveParams | None = None,
     solve: Solve | None = None,
 ) -> Planned:
@@ -156,8 +164,9 @@ def plan_all(
     the ones before it hold, evict and spend. `nodes`: the cluster as the cycle left it (the
     claims of pods already leaving taken off: they are free, unless held); `holds`: the devices
     already held for nominated preemptors; `lasting`: claims that stay allocated when their
-    pods leave. Past `params.deadline` (the what-if's; the controller sets none) no more plans
-    are made."""
+    pods leave; `drawn`: claim uid -> what its other drivers' devices draw (a victim's NIC is
+    freed with its claim). Past `params.deadline` (the what-if's; the controller sets none) no
+    more plans are made."""
     policy = policy or AllocationPolicySpec()
     if not policy.preemption.enabled:
         return Planned((), tuple(holds))
@@ -166,6 +175,7 @@ def plan_all(
         [r for r in running],
         dict(budgets or {}),
         list(holds),
+        dict(drawn or {}),
     )
     out = []
     ordered = sorted(enumerate(wanting), key=lambda item: (-item[1].priority, item[0]))
@@ -191,6 +201,7 @@ class _State:
     running: list[Running]
     budgets: dict[str, int]
     holds: list[Hold]
+    drawn: dict[str, Draws] = field(default_factory=dict)
 
     def commit(self, found: Plan) -> None:
         gone = set(found.victims)
@@ -203,7 +214,7 @@ class _State:
                     if name in self.budgets:
                         self.budgets[name] -= 1
         for name, pods in by_node.items():
-            self.nodes[name] = without(self.nodes[name], freed, pods)
+            self.nodes[name] = without(self.nodes[name], freed, pods, self.drawn)
         self.running = [r for r in self.running if r.key not in gone]
         self.holds.append(Hold.of(found))
 
@@ -223,15 +234,17 @@ def _plan_unit(
         pod = want.pods[0]
         nodes = holding(list(state.nodes.values()), state.holds, pod.priority, pod.key)
         return plan(pod, nodes, state.running, users, classes, policy=policy,
-                    budgets=state.budgets, lasting=lasting, params=params,
+                    budgets=state.budgets, lasting=lasting, drawn=state.drawn, params=params,
                     solve=solve)  # fmt: skip
     # A gang: each pod over what the ones before it leave; all planned, or nothing.
-    trial = _State(dict(state.nodes), list(state.running), dict(state.budgets), list(state.holds))
+    trial = _State(dict(state.nodes), list(state.running), dict(state.budgets), list(state.holds),
+                   state.drawn)  # fmt: skip
     domain: str | None = None
     victims: list[str] = []
     freed: list[str] = []
     pods: dict[str, str] = {}
     held: dict[str, dict[str, AllocatedDevices]] = {}
+    took: dict[str, dict[str, Draws]] = {}
     proven, checks = True, 0
     by_domain = _domains(state.nodes.values(), want.gang)
     for pod in sorted(want.pods, key=lambda p: p.key):
@@ -239,7 +252,7 @@ def _plan_unit(
         if domain is not None:
             pod = dataclasses.replace(pod, candidate_nodes=_within(pod, by_domain[domain]))
         found = plan(pod, nodes, trial.running, users, classes, policy=policy,
-                     budgets=trial.budgets, lasting=lasting, params=params,
+                     budgets=trial.budgets, lasting=lasting, drawn=trial.drawn, params=params,
                      solve=solve)  # fmt: skip
         checks += found.checks
         proven = proven and found.proven
@@ -259,6 +272,8 @@ def _plan_unit(
         pods.update(found.pods)
         for node, entries in found.held.items():
             held.setdefault(node, {}).update(entries)
+        for node, draws in found.drawn.items():
+            took.setdefault(node, {}).update(draws)
         trial.commit(dataclasses.replace(found, priority=want.priority))
     return Plan(
         want.key,
@@ -270,6 +285,7 @@ def _plan_unit(
         priority=want.priority,
         pods=pods,
         held=held,
+        drawn=took,
     )
 
 
@@ -299,6 +315,7 @@ def plan(
     policy: AllocationPolicySpec | None = None,
     budgets: Mapping[str, int] | None = None,
     lasting: frozenset[str] = frozenset(),
+    drawn: Mapping[str, Draws] | None = None,
     params: SolveParams | None = None,
     solve: Solve | None = None,
 ) -> Plan:
@@ -306,7 +323,8 @@ def plan(
 
     `users`: claim uid -> the keys of every pod using it (a claim is freed only when all are
     victims); `budgets`: PodDisruptionBudget name -> the disruptions it allows now; `lasting`:
-    claims that stay allocated when their pods leave (evicting their pods frees nothing)."""
+    claims that stay allocated when their pods leave (evicting their pods frees nothing);
+    `drawn`: claim uid -> what its other drivers' devices draw (freed with the claim)."""
     policy = policy or AllocationPolicySpec()
     settings = policy.preemption
     by_node = {n.state.name: n for n in nodes}
@@ -326,7 +344,7 @@ def plan(
 
     def fits(node: str, victims: frozenset[str]) -> bool:
         gone = [pods[k] for k in victims if pods[k].node == node]
-        state = without(by_node[node], freed(victims), gone)
+        state = without(by_node[node], freed(victims), gone, drawn or {})
         alone = dataclasses.replace(preemptor, candidate_nodes=(node,))
         outcome = allocate([state], [alone], classes, policy=policy, params=params, solve=solve)
         answers[(node, victims)] = outcome
@@ -340,7 +358,8 @@ def plan(
             where = now.placed[preemptor.key]
             return Plan(preemptor.key, where, priority=preemptor.priority,
                         reason="it fits without victims (devices being freed)",
-                        pods={preemptor.key: where}, held=_held(now))  # fmt: skip
+                        pods={preemptor.key: where}, held=_held(now),
+                        drawn=_drawn(now))  # fmt: skip
     units = _whole_units(pods, everyone)
     candidates = [
         choice.Candidate(
@@ -384,6 +403,7 @@ def plan(
         priority=preemptor.priority,
         pods={preemptor.key: found.node},
         held=_held(outcome),
+        drawn=_drawn(outcome),
     )
 
 
@@ -428,6 +448,15 @@ def _held(outcome: Outcome) -> dict[str, dict[str, AllocatedDevices]]:
     return out
 
 
+def _drawn(outcome: Outcome) -> dict[str, dict[str, Draws]]:
+    """node -> claim uid -> what the allocation's other drivers' devices draw."""
+    out: dict[str, dict[str, Draws]] = {}
+    for allocation in outcome.allocations.values():
+        if allocation.drawn:
+            out.setdefault(allocation.node, {})[allocation.uid] = tuple(allocation.drawn)
+    return out
+
+
 def holding(nodes: Sequence[Node], holds: Iterable[Hold], priority: int, pod: str) -> list[Node]:
     """The nodes as a pod of `priority` sees them: the devices held for each preemptor of that
     priority or higher are taken (never its own)."""
@@ -445,10 +474,17 @@ def applicable(holds: Iterable[Hold], priority: int, pods: Iterable[str]) -> lis
 def with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
     """The nodes with these holds' devices taken."""
     held: dict[str, dict[str, AllocatedDevices]] = {}
+    took: dict[str, dict[str, Draws]] = {}
     for found in holds:
         for node, entries in found.held.items():
             held.setdefault(node, {}).update(entries)
-    return [hold(n, held[n.state.name]) if n.state.name in held else n for n in nodes]
+        for node, draws in found.drawn.items():
+            took.setdefault(node, {}).update(draws)
+    return [
+        hold(n, held.get(n.state.name, {}), took.get(n.state.name, {}))
+        if n.state.name in held or n.state.name in took else n
+        for n in nodes
+    ]  # fmt: skip
 
 
 def hold_groups(
@@ -485,10 +521,13 @@ def placed_on(nodes: Sequence[Node], outcome: Outcome, pods: Sequence[PodInput])
     """The nodes with the outcome's placed pods on them (their claims' ledger entries and other
     drivers' devices, their CPU and memory): what the next group or plan sees."""
     by_key = {p.key: p for p in pods}
+    placed: dict[str, list[PodInput]] = {}
+    for key, name in outcome.placed.items():
+        if key in by_key:
+            placed.setdefault(name, []).append(by_key[key])
     out = []
     for node in nodes:
-        name = node.state.name
-        here = [by_key[k] for k, n in outcome.placed.items() if n == name and k in by_key]
+        here = placed.get(node.state.name, [])
         if not here:
             out.append(node)
             continue
@@ -530,9 +569,15 @@ def checked(count: int) -> str:
     return f"{count} set checked" if count == 1 else f"{count} sets checked"
 
 
-def without(node: Node, claims: set[str], pods: Sequence[Running] = ()) -> Node:
+def without(
+    node: Node,
+    claims: set[str],
+    pods: Sequence[Running] = (),
+    drawn: Mapping[str, Draws] | None = None,
+) -> Node:
     """The node with these claims' ledger entries (and status holds) and prepared devices gone,
-    and these pods' CPU and memory given back."""
+    what their other drivers' devices draw (`drawn`, by claim uid: a NIC) given back to its
+    amounts, and these pods' CPU and memory given back."""
     entries = {
         key: entry
         for key, entry in node.state.nas.allocatedClaims.items()
@@ -540,11 +585,17 @@ def without(node: Node, claims: set[str], pods: Sequence[Running] = ()) -> Node:
     }
     # The node plugin's record of a claim it prepared goes when the victim's pod stops.
     prepared = {k: v for k, v in node.state.nas.preparedClaims.items() if k not in claims}
+    amounts = dict(node.state.amounts)
+    for uid in claims:
+        for name, much in (drawn or {}).get(uid, ()):
+            if name in amounts:
+                amounts[name] += much
     state = dataclasses.replace(
         node.state,
         nas=node.state.nas.model_copy(
             update={"allocatedClaims": entries, "preparedClaims": prepared}
         ),
+        amounts=tuple(amounts.items()),
         used_cpu_milli=max(node.state.used_cpu_milli - sum(p.cpu_milli for p in pods), 0),
         used_memory_mib=max(node.state.used_memory_mib - sum(p.memory_mib for p in pods), 0),
     )
@@ -561,20 +612,33 @@ def entries_of(node: Node, claims: Iterable[str]) -> dict[str, AllocatedDevices]
     }
 
 
-def hold(node: Node, held: Mapping[str, AllocatedDevices]) -> Node:
+def hold(
+    node: Node,
+    held: Mapping[str, AllocatedDevices],
+    drawn: Mapping[str, Draws] | None = None,
+) -> Node:
     """The node with devices held for a preemptor (the allocation planned for it, kept taken so
-    no other pod takes them): entries of a claim already in the ledger are not added twice."""
+    no other pod takes them), its other drivers' devices (`drawn`, by claim uid) taken from the
+    amounts: entries of a claim already in the ledger are not added twice, nor what it draws."""
     present = {e.claimInfo.uid for e in node.state.nas.allocatedClaims.values()}
     extra = {
         NOMINATED_PREFIX + key: entry
         for key, entry in held.items()
         if entry.claimInfo.uid not in present
     }
-    if not extra:
+    taken = [d for uid, d in (drawn or {}).items() if uid not in present]
+    if not extra and not taken:
         return node
     entries = {**node.state.nas.allocatedClaims, **extra}
+    amounts = dict(node.state.amounts)
+    for draws in taken:
+        for name, much in draws:
+            if name in amounts:
+                amounts[name] = max(0, amounts[name] - much)
     state = dataclasses.replace(
-        node.state, nas=node.state.nas.model_copy(update={"allocatedClaims": entries})
+        node.state,
+        nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+        amounts=tuple(amounts.items()),
     )
     return dataclasses.replace(node, state=state)
 
@@ -635,9 +699,10 @@ def _node_devices(
     ways = []
     for options in variants:
         if any(o.kind == publisheddevices.OTHER for o in options):
-            # Another driver's device (a NIC) is not among the search's device facts: a way
-            # that needs one is not planned for, so no pod is evicted for a NIC still held.
-            continue
+            # Another driver's device (a NIC) is not among the search's device facts: the node
+            # is searched without them, every set cut by the fit check, which frees a victim's
+            # NIC with its claim (`without`, `drawn`).
+            return None
         needs = []
         for option in options:
             if option.kind == publisheddevices.FALLBACK:

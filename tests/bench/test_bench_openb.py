@@ -203,6 +203,32 @@ def test_drasat_policy_replays_within_capacity(name: str) -> None:
     assert result.placed.sum() >= 10
 
 
+def test_drasat_decides_alike_one_pod_per_call_and_in_chunks() -> None:
+    # With the target workload given, a chunk only groups calls: the replay records each
+    # decision's own latency by default (one pod per call), and places exactly as in chunks.
+    from bench import drasat_policy
+
+    nodes = nodes_of(CLUSTER)
+    pods = _synthetic_pods(60, seed=5)
+    target = openb_trace.target_workload(pods)
+    runs = []
+    for chunk in (None, 16):
+        rng = np.random.default_rng(42)
+        order = openb_trace.arrival_order(pods, nodes.total_gpus * 1000, ratio=1.3, rng=rng)
+        policy = drasat_policy.factory("drasat", chunk=chunk)()
+        result = replay.replay(nodes, pods.take(order), policy, target, rng)
+        runs.append((result, policy))
+    (one, one_policy), (chunked, chunked_policy) = runs
+    assert isinstance(one_policy, drasat_policy.DrasatOnline) and one_policy.chunk == 1
+    assert {n for n, _ in one_policy.solver_s} == {1}
+    assert max(n for n, _ in chunked_policy.solver_s) > 1
+    assert (one.used_milli == chunked.used_milli).all() and (one.placed == chunked.placed).all()
+    assert (one.decision_cpu_s >= 0).all() and one.decision_cpu_s.sum() > 0
+    local = drasat_policy.factory("drasat-local")()
+    assert isinstance(local, drasat_policy.DrasatOnline)
+    assert local.chunk == drasat_policy.LOCAL_CHUNK
+
+
 def test_drasat_claims_of_trace_tasks() -> None:
     from bench import drasat_policy
 

@@ -155,6 +155,26 @@ def test_a_gang_waits_for_all_its_pods_then_goes_whole_and_lets_go_together(
     )
 
 
+def test_a_gang_past_its_minimum_places_its_first_pods_together_and_the_rest_one_by_one(
+    api: KubeClient, controller: Callable[..., V1Controller]
+) -> None:
+    """gang-size is the gang's minimum: three pods of a gang of at least 2 on two GPUs — the
+    first two go together (as kube-scheduler admits a group once minCount fit), the third waits
+    for a GPU of its own, and the two run meanwhile."""
+    _node(api, "n1", 2)
+    for i in range(3):
+        _member(api, f"w{i}", "two", "2")
+    ctl = controller()
+    _cycles(ctl)
+    assert [_node_of(api, f"w{i}") for i in range(3)] == ["n1", "n1", None]
+    assert not _gated(api, "w0") and not _gated(api, "w1") and _gated(api, "w2")
+    assert _events(api, "w0")["GangAllocated"].startswith("gang default/two: all 2 pods")
+    api.delete(r.PODS, "w0", namespace="default")
+    api.delete(r.RESOURCE_CLAIMS_V1, "w0", namespace="default")
+    _cycles(ctl)
+    assert _node_of(api, "w2") == "n1" and not _gated(api, "w2")
+
+
 def test_a_gang_that_half_fits_holds_no_device_and_stays_gated(
     api: KubeClient, controller: Callable[..., V1Controller]
 ) -> None:

@@ -258,6 +258,8 @@ def test_v1_controller_rbac(render: Render) -> None:
         ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),
         # a preemptor's nomination: status.nominatedNodeName
         ("", "pods/status", "patch"),
+        # gangs from the Workload API's PodGroups, where served
+        ("scheduling.k8s.io", "podgroups", "list"), ("scheduling.k8s.io", "podgroups", "watch"),
         # the admission webhook (helm template cannot tell MutatingAdmissionPolicy is served)
         *((resource, "resourceclaimtemplates", v) for v in ("get", "list", "watch")),
         ("", "nodes", "list"), ("", "nodes", "watch"),

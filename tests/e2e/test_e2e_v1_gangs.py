@@ -230,3 +230,84 @@ def test_two_competing_gangs_end_with_one_whole_and_nothing_held_by_the_other(
         for node in nodes:
             node.delete_pods(kube_api, namespace, *[p for p, n in placed.items() if n == node.name])
     allockit.consistent(kube_api, allocator)
+
+
+def _podgroup_manifest(tmp: pathlib.Path, namespace: str, pods: int) -> pathlib.Path:
+    """A namespace and `pods` pods that name the PodGroup `train` (`spec.schedulingGroup`, the
+    Workload API), each with a claim of its own of 2 GPUs, gated as admission would; no gang
+    labels. Standalone claims: with DRAWorkloadResourceClaims on, kube-controller-manager makes
+    no claim from a template for a pod whose PodGroup does not exist yet."""
+    text = textwrap.dedent(f"""
+        apiVersion: v1
+        kind: Namespace
+        metadata: {{name: {namespace}}}""")  # fmt: skip
+    for i in range(pods):
+        text += textwrap.dedent(f"""
+            ---
+            apiVersion: resource.k8s.io/v1
+            kind: ResourceClaim
+            metadata: {{namespace: {namespace}, name: train-{i}}}
+            spec:
+              devices:
+                requests:
+                - {{name: gpu, exactly: {{deviceClassName: gpu.drasat.io,
+                   allocationMode: ExactCount, count: 2}}}}
+            ---
+            apiVersion: v1
+            kind: Pod
+            metadata: {{namespace: {namespace}, name: train-{i}}}
+            spec:
+              schedulingGroup: {{podGroupName: train}}
+              containers: [{{name: c, image: x, resources: {{claims: [{{name: gpu}}]}}}}]
+              resourceClaims: [{{name: gpu, resourceClaimName: train-{i}}}]
+              schedulingGates: [{{name: {SCHEDULING_GATE}}}]""")  # fmt: skip
+    path = tmp / f"{namespace}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_podgroup_gang_waits_for_its_podgroup_then_its_min_count_goes_together(
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
+    tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    """Kubernetes 1.37's Workload API (the GenericWorkload gate and scheduling.k8s.io/v1beta1,
+    which this control plane turns on): three pods of 2 GPUs name the PodGroup `train` before it
+    exists — none is allocated, each is told why; once it exists with a gang policy of minCount
+    2, its first two pods are allocated together and run (kube-scheduler's gang scheduling binds
+    them), and the third, past the minimum, waits for GPUs of its own (4 in the rack), ungated:
+    kube-scheduler schedules a PodGroup only once every pod of it is ungated."""
+    namespace = "gang-podgroup"
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    group = ("scheduling.k8s.io", "v1beta1", namespace, "podgroups")
+    key = f"{namespace}/podgroup/train"
+    with contextlib.ExitStack() as stack:
+        node = stack.enter_context(_rack_node(kube_api, kube_cluster, "d", "4xT4"))
+        stack.enter_context(applied(kube_api, _podgroup_manifest(tmp_path, namespace, 3)))
+        wait_for(lambda: _events(kube_api, namespace, "train-0", "GangIncomplete"), timeout=30,
+                 what=f"the gang held back\n{allocator.text()[-3000:]}")  # fmt: skip
+        (text,) = _events(kube_api, namespace, "train-0", "GangIncomplete")
+        assert text == (f"gang {key}: PodGroup {namespace}/train does not exist yet: none of its "
+                        "pods is allocated before it does"), text  # fmt: skip
+        assert _stays(lambda: not _allocated(kube_api, namespace, "train"), 2)
+        custom.create_namespaced_custom_object(*group, {
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        })  # fmt: skip
+        first = ["train-0", "train-1"]
+        wait_for(lambda: all(_pod(kube_api, namespace, p)["spec"].get("node_name") for p in first),
+                 timeout=90, what=f"the gang bound\n{allocator.text()[-3000:]}")  # fmt: skip
+        for pod in first:
+            node.wait_running(namespace, pod)
+        (said,) = _events(kube_api, namespace, "train-0", "GangAllocated")
+        assert said.startswith(f"gang {key}: all 2 pods allocated together"), said
+        assert len(_allocated(kube_api, namespace, "train")) == 2
+        # The third is let go without its claim allocated (kube-scheduler schedules a PodGroup
+        # only once every pod of it is ungated) and waits: drasat allocates it when GPUs free.
+        assert not _gated(kube_api, namespace, "train-2")
+        assert not _pod(kube_api, namespace, "train-2")["spec"].get("node_name")
+        wait_for(lambda: _events(kube_api, namespace, "train-2", "NotAllocatable"), timeout=30,
+                 what="the third pod refused")  # fmt: skip
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, namespace, *first)
+    allockit.consistent(kube_api, allocator)

@@ -47,7 +47,11 @@ Invariants (`Violation.kind`), checked after every round of every step:
   allow, as the API server does, so a budget is never exceeded and a refusal means the
   controller overspent one.
 
-Not checked yet: no two preemptors counting one device beyond what the held-twice checks see.
+- no two preemptors count one device: the devices two nominations hold never overlap
+  (`nominations-overlap`, at once between nominations of one priority;
+  `nominations-overlap-kept` within `bound` rounds where a higher priority displaced a lower
+  one), and no claim allocated while a nomination holds takes its devices for pods of no higher
+  priority than the nominee's (`nominated-device-given-away`, at once).
 
 `known` lists kinds that are open defects: their violations are counted in `Stats` (and said at
 the end of the test), not raised; every other kind fails the step.
@@ -120,6 +124,10 @@ class Stats:
     rules: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     faults: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     known: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    #: Rounds in which a nomination held devices, and allocations made in such rounds (what
+    #: the nomination invariants were checked on).
+    holding_rounds: int = 0
+    allocations_beside_holds: int = 0
 
     def note_known(self, violation: Violation) -> None:
         found = self.known.setdefault(violation.kind, [])
@@ -129,6 +137,10 @@ class Stats:
     def summary(self) -> str:
         lines = [f"{self.examples} examples, {self.steps} steps, {self.rounds} rounds"]
         lines.append("rules: " + ", ".join(f"{k} {v}" for k, v in sorted(self.rules.items())))
+        lines.append(
+            f"rounds with a nomination holding devices: {self.holding_rounds}, "
+            f"allocations checked against holds: {self.allocations_beside_holds}"
+        )
         if self.faults:
             lines.append("API faults met: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(self.faults.items())))  # fmt: skip
@@ -167,6 +179,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         #: Evicted pods whose priority was checked against their preemptor's.
         self.evictions_checked: set[str] = set()
         self.budget_refusals_seen = 0
+        #: Claims of drasat's seen allocated at the last observation (uids).
+        self.allocated_before: set[str] = set()
+        #: The nominations that held devices at the last observation (pod key -> nomination).
+        self.holding_before: dict[str, Nomination] = {}
         self.failures: list[Violation] = []
         self.aborts_seen = 0
         self.faults_seen = 0
@@ -249,6 +265,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         )  # fmt: skip
         self._progress(pods, by_name, held, gpus, usable, owed)
         self._preemptions(pods, owed)
+        self._nominations_held(pods, claims, by_name, gpus, foreign, owed)
         self._budgets_kept()
         if self._preempting():
             # Devices freed by an eviction are held for its preemptor: a pod waiting beside
@@ -497,6 +514,87 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"{victim} was evicted for {found.pod}, which is not placed"
                 + ("" if held else ", has no nomination and no Event saying why")
             )
+
+    def _nominations_held(
+        self, pods: list[Obj], claims: list[Obj], by_name: dict[str, Obj],
+        gpus: dict[str, Any], foreign: set[str], owed: dict[tuple[str, str], str],
+    ) -> None:  # fmt: skip
+        """No two preemptors count one device: the devices two nominations hold (`held`, read by
+        the model's own reading of ledger entries; a gang's pods hold as one) never overlap —
+        at once between nominations of one priority, within `bound` rounds where a higher
+        priority's nomination displaced a lower one (the controller clears the lower) — and no
+        claim newly allocated while a nomination holds is given its devices when no pod of the
+        claim has a priority above the nomination's and none is the nominee or of its gang."""
+        holding: dict[str, Nomination] = {}
+        for pod in pods:
+            if not _pending(pod) or _all_allocated(pod, by_name):
+                continue  # placed (or gone): its devices are no longer held for it
+            found = Nomination.of_pod(pod)
+            if found is not None and found.uid == str(pod["metadata"]["uid"]):
+                holding[found.pod] = found
+        owners: dict[str, set[str]] = {}
+        uses: dict[str, dict[tuple[str, int], list[truth.Use]]] = {}
+        priority: dict[str, int] = {}
+        for found in holding.values():
+            owner = found.gang or found.pod
+            owners.setdefault(owner, set()).add(found.pod)
+            priority[owner] = min(priority.get(owner, found.priority), found.priority)
+            for at, held in _held_uses(found, owner, gpus).items():
+                uses.setdefault(owner, {}).setdefault(at, []).extend(held)
+        combined: dict[tuple[str, int], list[truth.Use]] = {}
+        for found_uses in uses.values():
+            for at, held in found_uses.items():
+                combined.setdefault(at, []).extend(held)
+        for problem in truth.problems(combined, gpus):
+            both = sorted({u.uid for u in problem.claims})
+            if len(both) < 2:
+                continue
+            key = f"{problem.gpu} {both}"
+            text = (
+                f"the nominations of {' and '.join(both)} both hold {problem.gpu} ({problem.text})"
+            )
+            if len({priority[o] for o in both}) == 1:
+                self._violate(Violation("nominations-overlap", key, text))
+            else:
+                owed[("nominations-overlap-kept", key)] = text
+        allocated = {
+            str(c["metadata"]["uid"]): c for c in claims
+            if truth.results_of(c) and str(c["metadata"]["uid"]) not in foreign
+        }  # fmt: skip
+        if self.holding_before and holding:
+            type(self).stats.holding_rounds += 1
+        for uid, claim in sorted(allocated.items()):
+            if uid in self.allocated_before:
+                continue
+            if self.holding_before and holding:
+                type(self).stats.allocations_beside_holds += 1
+            consumers = truth.live_consumers(claim, pods)
+            if not consumers:
+                continue
+            keys = {f"{NAMESPACE}/{p['metadata']['name']}" for p in consumers}
+            top = max(int((p.get("spec") or {}).get("priority") or 0) for p in consumers)
+            gangs = {f"{NAMESPACE}/{g}" for p in consumers
+                     if (g := (p["metadata"].get("labels") or {}).get(GANG_LABEL))}  # fmt: skip
+            mine, _ = truth.holdings([claim], gpus, {})
+            for owner in sorted(owners):
+                held_before = any(p in self.holding_before for p in owners[owner])
+                if not held_before or top > priority[owner]:
+                    continue  # held since the last round only, or a higher priority takes it
+                if keys & owners[owner] or owner in gangs or owner in keys:
+                    continue  # the nominee itself (or its gang)
+                together = {at: list(held) for at, held in uses.get(owner, {}).items()}
+                for at, held in mine.items():
+                    together.setdefault(at, []).extend(held)
+                for problem in truth.problems(together, gpus):
+                    found_uids = {u.uid for u in problem.claims}
+                    if uid in found_uids and owner in found_uids:
+                        self._violate(Violation(
+                            "nominated-device-given-away", f"{owner} {uid}",
+                            f"claim {truth.claim_ref(claim)} of {sorted(keys)} (priority {top}) "
+                            f"was allocated {problem.gpu}, which the nomination of {owner} "
+                            f"(priority {priority[owner]}) holds ({problem.text})"))  # fmt: skip
+        self.allocated_before = set(allocated)
+        self.holding_before = holding
 
     def _budgets_kept(self) -> None:
         """No eviction the controller asks for is refused by a budget: the model's budgets say
@@ -873,6 +971,24 @@ def _pending(pod: Obj) -> bool:
 def _all_allocated(pod: Obj, by_name: dict[str, Obj]) -> bool:
     names = pod_claim_names(pod)
     return None not in names and all(truth.results_of(by_name.get(str(n)) or {}) for n in names)
+
+
+def _held_uses(
+    nomination: Nomination, owner: str, gpus: dict[str, Any]
+) -> dict[tuple[str, int], list[truth.Use]]:
+    """The devices a nomination holds, by GPU, each use named after its owner (a pod, or a
+    gang): its held entries read as the model reads a node's ledger."""
+    nases = [
+        {"metadata": {"name": node},
+         "spec": {"allocatedClaims": {k: e.model_dump(mode="json", exclude_none=True)
+                                      for k, e in entries.items()}}}
+        for node, entries in nomination.held.items()
+    ]  # fmt: skip
+    found, _ = truth.ledger_holdings(nases, gpus)
+    return {
+        at: [dataclasses.replace(u, claim=owner, uid=owner) for u in held]
+        for at, held in found.items()
+    }
 
 
 def _on_a_whole_gpu(kind: str) -> bool:

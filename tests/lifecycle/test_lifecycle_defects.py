@@ -306,3 +306,26 @@ def test_a_gang_member_whose_stale_ledger_entry_stayed_is_not_taken_as_allocated
     assert not allocated, f"only {allocated} of the gang allocated"
     for name in ("m1", "m2", "m3"):
         assert not _get(world, r.PODS, name)["spec"].get("nodeName"), f"{name} was bound"
+
+
+def test_a_clash_whose_repair_met_a_conflict_is_repaired_once_the_write_goes_through(
+    cluster: Callable[..., World],
+) -> None:
+    """Seed 5 of the long run: an admin writes an allocation onto the T4 a running pod's claim
+    holds, for a claim whose status writes are refused (409) for a while. The repair gives that
+    claim's allocation back, meets the conflict, and was never tried again once the writes went
+    through: the conflict brought no change of the claim, so no settle looked at it again, and
+    two claims held one GPU for good."""
+    world = cluster(n1="t4x1")
+    _claim(world, "held", "gpu")
+    _pod(world, "a", claim="held")
+    _run(world, 3)
+    assert _get(world, r.PODS, "a")["status"]["phase"] == "Running"
+    _claim(world, "admins", "gpu")
+    world.faults.arm(Fault("replace_status", "resourceclaims", 409, name="admins", times=10**6,
+                           rounds=4))  # fmt: skip
+    assert world.write_allocation(_get(world, r.RESOURCE_CLAIMS_V1, "admins"), "n1", "gpu-0")
+    _run(world, 4)
+    assert _problems(world)  # the repair met the conflict every time
+    _run(world)
+    assert not _problems(world)

@@ -1,7 +1,8 @@
 """The lifecycle model's checks fail when they should: a controller that never places,
 allocations over what a GPU has, a claim deallocated under its running pod, an eviction for a pod
-of no higher priority, an eviction whose preemptor is never placed and an eviction a budget does
-not allow are caught (a model whose checks cannot fail proves nothing); and two tenants on one
+of no higher priority, an eviction whose preemptor is never placed, an eviction a budget does
+not allow, two nominations holding one GPU and a held GPU given to a lower-priority pod are
+caught (a model whose checks cannot fail proves nothing); and two tenants on one
 GPU are parted within the bound even where a budget allows no disruption (the repair deletes)."""
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import lc_objects as objects
+import lc_truth as truth
 import pytest
 from lc_machine import LifecycleMachine
 from lc_world import NAMESPACE
 
 from drasat.api.groups import NOMINATION_ANNOTATION
+from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
 from drasat.controller.preemption import Preempter
 from drasat.kube import resources as r
 from drasat.v1.nominations import Nomination
@@ -185,3 +188,77 @@ def test_two_tenants_on_one_gpu_are_parted_though_a_budget_allows_no_disruption(
     assert "intruder" not in pods and tenant["metadata"]["name"] in pods
     assert not machine.world.budget_refusals and not machine.world.evictions
     assert not _kinds(machine)
+
+
+def _nominate_as_a_broken_controller(machine: LifecycleMachine, pod: dict, gpu: str,
+                                     freed: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Write a nomination on `pod` holding `gpu` (a GPU of n1, whole), as the controller writes
+    one; `freed`: the claims it waits for (while any is allocated, it keeps its hold)."""
+    meta = pod["metadata"]
+    (found,) = [g for g in machine.world.gpus["n1"] if f"gpu-{g.minor}" == gpu]
+    entry = AllocatedDevices(
+        claimInfo=ClaimInfo(namespace=NAMESPACE, name=f"{meta['name']}-held", uid="held"),
+        gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=found.uuid)]),
+    )
+    nomination = Nomination(f"{NAMESPACE}/{meta['name']}", meta["uid"], "n1",
+                            int(pod["spec"].get("priority") or 0), (), freed,
+                            {"n1": {f"nominated:{meta['name']}": entry}},
+                            "2026-01-01T00:00:00.000000Z")  # fmt: skip
+    machine.world.admin.patch(
+        r.PODS, meta["name"],
+        {"metadata": {"annotations": {NOMINATION_ANNOTATION: nomination.annotation()}}},
+        namespace=NAMESPACE,
+    )  # fmt: skip
+
+
+def _pending_pods(machine: LifecycleMachine) -> list[dict]:
+    return [p for p in machine.world.admin.list(r.PODS, namespace=NAMESPACE).items
+            if not p["spec"].get("nodeName")]  # fmt: skip
+
+
+def test_two_nominations_holding_one_device_are_caught_at_once(
+    machine: LifecycleMachine,
+) -> None:
+    """Two preemptors of one priority counting on the same GPU (what a controller that plans
+    each preemptor alone writes)."""
+    machine.world.leader = 1
+    machine.world.replicas[1].stop()
+    for _ in range(2):
+        machine._create_pod(claim=machine._create_claim("gpu2"), priority=1000)
+    for pod in _pending_pods(machine):
+        _nominate_as_a_broken_controller(machine, pod, "gpu-0")
+    machine.create_claim("cpu")
+    assert "nominations-overlap" in _kinds(machine)
+
+
+@pytest.mark.parametrize("broken", [True, False])
+def test_a_held_device_given_to_a_lower_priority_pod_is_caught_at_once(
+    machine: LifecycleMachine, monkeypatch: pytest.MonkeyPatch, broken: bool
+) -> None:
+    """A controller that places pods without the devices held for nominated preemptors: a pod of
+    priority 0 gets the GPU a priority-1000 preemptor's nomination holds. The same steps with the
+    real controller keep the GPU for it."""
+    _full_of_low_priority_pods(machine)
+    admin = machine.world.admin
+    on_n1 = sorted(
+        (p for p in admin.list(r.PODS, namespace=NAMESPACE).items if p["spec"]["nodeName"] == "n1"),
+        key=lambda p: p["metadata"]["name"],
+    )
+    claims = {c["metadata"]["name"]: c for c in machine._claim_objects()}
+    victim, other = on_n1
+    (held,) = [claims[n] for n in truth.claim_names(victim) if n]
+    (kept,) = [claims[n] for n in truth.claim_names(other) if n]
+    gpu = held["status"]["allocation"]["devices"]["results"][0]["device"]
+    # The preemptor asks for two GPUs on one node: it does not fit while the other T4 of n1 is
+    # held (its nomination waits for that claim), so the GPU its victim frees stays free.
+    machine._create_pod(claim=machine._create_claim("gpu2"), priority=1000)
+    (preemptor,) = _pending_pods(machine)
+    _nominate_as_a_broken_controller(machine, preemptor, gpu,
+                                     freed=(kept["metadata"]["uid"],))  # fmt: skip
+    admin.delete(r.PODS, victim["metadata"]["name"], namespace=NAMESPACE)
+    machine.world.note_eviction(f"{NAMESPACE}/{victim['metadata']['name']}")
+    if broken:
+        monkeypatch.setattr(Preempter, "holds", lambda self, snapshot: [])
+    machine._settle("the victim leaves")
+    machine.pod_of_new_claim("gpu", 0)
+    assert ("nominated-device-given-away" in _kinds(machine)) == broken

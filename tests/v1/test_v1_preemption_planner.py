@@ -11,9 +11,11 @@ from typing import Any
 from v1kit import CLASSES, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec, Preemption
 from drasat.solver import Gang
 from drasat.v1 import preemption
+from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Running, Wanting
 
 SHARE = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "50"}})
@@ -224,3 +226,72 @@ def test_the_policy_can_turn_it_off() -> None:
     found = preemption.plan_all([_one_gpu("p", 100)], nodes, run, _users(run), CLASSES,
                                 policy=off)  # fmt: skip
     assert found.plans == ()
+
+
+# -- other drivers' devices (a NIC beside a GPU) -----------------------------------------------
+
+
+def _nic_node() -> tuple[list[v1.Node], list[Running], dict[str, preemption.Draws]]:
+    """n1: three T4s and one NIC. `a` (a GPU) and `b` (a GPU and the NIC) run at priority 0, a
+    T4 is free; their nodes, `Running` records, and what each claim draws of the NIC."""
+    from test_v1_other_drivers import ALL_CLASSES, NIC, nic, nic_slice, with_nics
+
+    n1 = with_nics(node("n1", "T4", 3), nic_slice("n1", nic("eth0")))
+    running, drawn = [], {}
+    for name, requests in (("a", {"g": exactly()}), ("b", {"g": exactly(), "nic": exactly(NIC)})):
+        c = claim(name, requests)
+        found = v1.allocate([n1], [pod(name, c)], ALL_CLASSES)
+        assert found.placed, found.refused
+        n1 = dataclasses.replace(
+            n1, state=v1.with_allocations(n1.state, found.allocations.values())
+        )
+        for allocation in found.allocations.values():
+            if allocation.drawn:
+                drawn[allocation.uid] = tuple(allocation.drawn)
+        running.append(Running(f"default/{name}", "n1", 0, (str(c["metadata"]["uid"]),)))
+    return [n1], running, drawn
+
+
+def _gpu_and_nic(name: str, priority: int) -> v1.PodInput:
+    from test_v1_other_drivers import NIC
+
+    return pod(name, claim(name, {"g": exactly(), "nic": exactly(NIC)}), priority=priority)
+
+
+def test_a_preemptor_that_needs_a_nic_evicts_the_pod_holding_it() -> None:
+    """A T4 is free, the NIC is not: `b`, whose claim holds the NIC, is the victim (its claim
+    gives the NIC back with its GPU), not `a`."""
+    from test_v1_other_drivers import ALL_CLASSES
+
+    nodes, run, drawn = _nic_node()
+    want = Wanting.of(_gpu_and_nic("p", 100))
+    (plan,) = preemption.plan_all([want], nodes, run, _users(run), ALL_CLASSES,
+                                  drawn=drawn).plans  # fmt: skip
+    assert plan.node == "n1" and plan.victims == ("default/b",), plan.reason
+
+
+def test_a_nic_is_held_for_the_nominated_preemptor() -> None:
+    """The NIC the plan counted on is held with its GPU, in the nomination written on the pod
+    too: a lower-priority pod asking for a GPU and a NIC does not take it while `b` leaves,
+    though a T4 and the NIC are free."""
+    from test_v1_other_drivers import ALL_CLASSES
+
+    nodes, run, drawn = _nic_node()
+    (plan,) = preemption.plan_all([Wanting.of(_gpu_and_nic("p", 100))], nodes, run,
+                                  _users(run), ALL_CLASSES, drawn=drawn).plans  # fmt: skip
+    assert plan.drawn["n1"], plan
+    gone = [preemption.without(n, set(plan.freed), (), drawn) for n in nodes]
+    low = _gpu_and_nic("low", 0)
+    assert v1.allocate(gone, [low], ALL_CLASSES).placed  # free once b is gone, without a hold
+    written = Nomination("default/p", "uid-p", "n1", 100, plan.victims, plan.freed, plan.held,
+                         "2026-01-01T00:00:00.000000Z", drawn=plan.drawn)  # fmt: skip
+    meta = {"name": "p", "namespace": "default", "uid": "uid-p",
+            "annotations": {NOMINATION_ANNOTATION: written.annotation()}}  # fmt: skip
+    read = Nomination.of_pod({"metadata": meta})
+    assert read == written
+    for holds in ([Hold.of(plan)], holds_of([read])):
+        seen = preemption.holding(gone, holds, low.priority, low.key)
+        assert not v1.allocate(seen, [low], ALL_CLASSES).placed
+        mine = _gpu_and_nic("p", 100)
+        assert v1.allocate(preemption.holding(gone, holds, 100, mine.key), [mine],
+                           ALL_CLASSES).placed  # fmt: skip
