@@ -307,7 +307,11 @@ def _plain(value: int | str) -> str:
     return str(base_units(value))
 
 
-@dataclass
+def _path(index: int, device: Obj) -> str:
+    return f"spec.devices[{index}] ({device['name']})"
+
+
+@dataclass(slots=True)
 class _Mig:
     """One MIG device read from a slice."""
 
@@ -346,23 +350,27 @@ class NodeReader:
                 }
         for where, _, data in found.slices:
             for index, device in enumerate(data["spec"].get("devices") or []):
-                path = f"spec.devices[{index}] ({device['name']})"
                 try:
-                    self._device(found, device, f"{where}: {path}")
+                    self._device(found, device, where, index)
                 except ValueError as error:
+                    path = _path(index, device)
                     raise InputError(f"{path}: {error}", where=where) from None
 
-    def _device(self, found: Pool, device: Obj, where: str) -> None:
+    def _device(self, found: Pool, device: Obj, in_slice: str, index: int) -> None:
+        """`in_slice`: the slice's name for messages (the device's path in it is put together
+        only when a message needs it: a MIG device never does)."""
         driver = found.driver
         name = device["name"]
         attributes = device.get("attributes") or {}
+        where = ""
+        if (kind := _text(attributes, driver, "type")) != devices.TYPE_MIG:
+            where = f"{in_slice}: {_path(index, device)}"
         ruled = bool(self.rules) and any(
             r.spec.taint.effect in BLOCKING_EFFECTS
             and r.spec.deviceSelector is not None
             and r.spec.deviceSelector.selects(driver, found.name, name)
             for r in self.rules
         )
-        kind = _text(attributes, driver, "type")
         if kind == devices.TYPE_GPU:
             self._gpu(found.name, device, attributes, driver, where, ruled)
         elif kind == devices.TYPE_MIG:
