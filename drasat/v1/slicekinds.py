@@ -9,7 +9,7 @@ purely computational module.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, NotRequired, cast
+from typing import Annotated, Any, NotRequired
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 from typing_extensions import TypedDict
@@ -52,14 +52,6 @@ DeviceAttribute = TypedDict(  # noqa: UP013 (its keys `int` and `bool` would sha
 DeviceAttribute.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
     extra="forbid", str_max_length=limits.MAX_STRING
 )
-
-
-def value_of(attribute: DeviceAttribute) -> int | bool | str:
-    """The attribute's one value."""
-    for value in attribute.values():
-        if value is not None:
-            return cast(int | bool | str, value)
-    raise AssertionError("validated: one value")  # pragma: no cover
 
 
 #: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).

@@ -247,7 +247,8 @@ def _attribute(attributes: Obj, driver: str, name: str) -> int | bool | str | No
         found = attributes.get(f"{driver}/{name}")
         if found is None:
             return None
-    # `slicekinds.value_of`, inlined: a MIG fleet's first read looks up a million attributes.
+    # Its one value (the API server or `slicekinds` checked there is one), read in line: a MIG
+    # fleet's first read looks up a million attributes.
     for value in found.values():
         if value is not None:
             return value  # type: ignore[no-any-return]
@@ -697,8 +698,9 @@ def _read_node(node: str, found: Sequence[Obj], driver: str, *, validate: bool) 
         try:
             if validate:
                 envelope = {k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
-                parsed: ResourceSlice | None = ResourceSlice.model_validate(envelope)
-                head = _Head.of(parsed)  # type: ignore[arg-type]
+                model = ResourceSlice.model_validate(envelope)
+                parsed: ResourceSlice | None = model
+                head = _Head.of(model)
             else:
                 parsed, head = None, _Head.served(obj)
             _add(pools, skipped, head, parsed, obj, where=where, source=where, what=where)
