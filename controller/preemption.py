@@ -51,7 +51,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
 from drasat.v1 import Node, otherdevices, preemption
-from drasat.v1.gangs import Member, member_of
+from drasat.v1.gangs import unit_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -482,7 +482,7 @@ def running_pods(
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         mine = tuple(u for u in uids if where.get(u) == node_name)
-        unit = _unit(pod, snapshot.pod_groups)
+        unit = unit_of(pod, snapshot.pod_groups)
         running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit))
     leaving: dict[str, set[str]] = {}
     for held in leaving_pods.values():
@@ -490,12 +490,6 @@ def running_pods(
             if users.get(uid, set()) <= set(leaving_pods):
                 leaving.setdefault(where[uid], set()).add(uid)
     return running, {k: frozenset(v) for k, v in users.items()}, leaving
-
-
-def _unit(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> str | None:
-    """The pod's gang, evicted whole (its PodGroup, or its labels)."""
-    found = member_of(pod, pod_groups)
-    return found.gang if isinstance(found, Member) else None
 
 
 def _with_budgets(
