@@ -73,7 +73,8 @@ def plan(
     namespace/name where the API server serves them (None: labels only)."""
     todo = set(pending)
     out = Plan()
-    found = read(((v1inputs.pod_key(p), p) for p in pods), pod_groups)
+    by_key = {v1inputs.pod_key(p): p for p in pods}
+    found = read(by_key.items(), pod_groups)
     out.invalid.update(found.invalid)
     out.held.update(found.invalid)
     for gang, pods_of in sorted(found.members.items()):
@@ -83,7 +84,8 @@ def plan(
         if now.admitted:
             # Its other pods go one by one.
             if member.pod_group:
-                for key, pod in pods_of:
+                for key, _ in pods_of:
+                    pod = by_key[key]
                     if key in todo and v1inputs.has_our_gate(pod):
                         out.ungate_early[key] = (pod, (
                             f"{member.minimum} pods of gang {gang} are allocated: kube-scheduler "
