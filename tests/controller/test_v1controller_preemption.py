@@ -76,17 +76,26 @@ class FakeApi:
         return patch
 
     def written(self, pod: Obj) -> Obj:
-        """The pod with the patches of its annotations applied (what the informer shows next)."""
+        """The pod with the patches of its annotations and status applied (what the informer
+        shows next)."""
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         annotations = dict(pod["metadata"].get("annotations") or {})
+        status = dict(pod.get("status") or {})
         for who, subresource, patch in self.patches:
-            if who == key and not subresource:
+            if who == key and subresource == "status":
+                for k, v in patch["status"].items():
+                    if v is None:
+                        status.pop(k, None)
+                    else:
+                        status[k] = v
+            elif who == key and not subresource:
                 for k, v in patch["metadata"]["annotations"].items():
                     if v is None:
                         annotations.pop(k, None)
                     else:
                         annotations[k] = v
-        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations},
+                "status": status}  # fmt: skip
 
 
 def _claim(name: str, *, standalone: bool = False) -> Obj:
