@@ -322,10 +322,15 @@ class Preempter:
         priorities = {r.key: r.priority for r in running}
         lead = items[0]
         evicted: list[str] = []
-        for victim in found.victims:
-            failure = self._evict(pods[victim], found, lead)
+        # Every eviction is tried as a dry run first, and none is done unless all would be: a
+        # budget or a refusal on the second victim never leaves a gang evicted in part, nor a
+        # victim evicted for a plan that cannot go on.
+        checks = ((v, True) for v in found.victims)
+        for victim, dry_run in (*checks, *((v, False) for v in found.victims)):
+            failure = self._evict(pods[victim], found, lead, dry_run=dry_run)
             if failure is None:
-                evicted.append(victim)
+                if not dry_run:
+                    evicted.append(victim)
                 continue
             # Ended before it is written: it picks again next cycle without this victim.
             for item in items:
@@ -367,11 +372,16 @@ class Preempter:
                                      f"are the solver's choice ({proof})")  # fmt: skip
         return 1 if found.victims else 0
 
-    def _evict(self, pod: Obj, found: Plan, lead: v1inputs.Pending) -> str | None:
-        """Evict one victim; None when evicted (or gone), else why not, in words."""
+    def _evict(
+        self, pod: Obj, found: Plan, lead: v1inputs.Pending, *, dry_run: bool = False
+    ) -> str | None:
+        """Evict one victim (`dry_run`: only ask whether it would be); None when evicted (or
+        gone, or it would be), else why not, in words."""
         key = v1inputs.pod_key(pod)
         try:
-            if eviction.evict(self.api, pod):
+            if eviction.evict(self.api, pod, dry_run=dry_run):
+                if dry_run:
+                    return None
                 log.info("preemption: evicted %s for %s", key, found.preemptor)
                 self.recorder.warning(pod, REASON_PREEMPTED,
                                       f"evicted by drasat for {_whom(found, lead)} (priority "

@@ -47,6 +47,7 @@ class FakeApi:
         self.budgets = budgets or []
         self.error = error
         self.evicted: list[str] = []
+        self.dry_runs: list[str] = []
         self.events: list[tuple[str, str, str]] = []
         self.patches: list[tuple[str, str, Obj]] = []
 
@@ -61,6 +62,9 @@ class FakeApi:
                     "disruption budget.",
                     status=429,
                 )
+            if (body.get("deleteOptions") or {}).get("dryRun"):
+                self.dry_runs.append(f"{namespace}/{name}")
+                return body  # checked, not done
             self.evicted.append(f"{namespace}/{name}")
         elif resource.kind == "Event":
             involved = body.get("involvedObject") or body.get("regarding") or {}
