@@ -68,6 +68,39 @@ def _known_product(name: str) -> str:
     return name
 
 
+#: The drivers a compact node's devices may be published by: drasat's node plugin, or NVIDIA's
+#: DRA driver (its device names, attributes, capacities and MIG forms).
+DriverName = Literal["gpu.drasat.io", "gpu.nvidia.com"]
+DRASAT_FORMAT: DriverName = "gpu.drasat.io"
+NVIDIA_FORMAT: DriverName = "gpu.nvidia.com"
+
+
+def static_mig_starts(product: catalog.Product, profiles: list[str]) -> list[int]:
+    """Where MIG devices made beforehand sit on one GPU: each profile in the order given at its
+    lowest free placement start (as `nvidia-smi mig -cgi` places them). ValueError naming the
+    first profile that the product lacks or that no longer fits. Pure."""
+    used: set[int] = set()
+    media = False
+    starts: list[int] = []
+    for name in profiles:
+        profile = product.profile(name)
+        if profile is None:
+            known = ", ".join(p.name for p in product.mig_profiles)
+            raise ValueError(f"{product.key} has no MIG profile {name!r} (known: {known})")
+        free = [
+            start
+            for start in profile.starts
+            if not used & set(range(start, start + profile.memory_slices))
+        ]
+        if not free or (profile.media_extensions and media):
+            before = ", ".join(profiles[: len(starts)])
+            raise ValueError(f"no room for {name} on a {product.key} after {before}")
+        media = media or profile.media_extensions
+        starts.append(free[0])
+        used |= set(range(free[0], free[0] + profile.memory_slices))
+    return starts
+
+
 class ClusterGpus(Spec):
     """`count` GPUs of one product on each node of the group."""
 
@@ -78,12 +111,23 @@ class ClusterGpus(Spec):
         1, ge=1, le=limits.MAX_GPUS_PER_NODE, description="GPUs of this product per node."
     )
     mig: bool = Field(False, description="MIG mode enabled (MIG-capable products only).")
+    migDevices: list[str] | None = Field(
+        None,
+        description="Static MIG (NVIDIA's format only): the MIG devices made beforehand on each "
+        "GPU, by profile, each at its lowest free placement; only they are published. Without "
+        "it a MIG-mode GPU is dynamic MIG: every placement of every profile, made to order.",
+    )
 
     @model_validator(mode="after")
     def _mig_needs_capable_product(self) -> ClusterGpus:
         product = catalog.find_product(self.product)
         if self.mig and product is not None and not product.mig_capable:
             raise ValueError(f"{product.key} does not support MIG; set mig: false")
+        if self.migDevices is not None:
+            if not self.mig:
+                raise ValueError("migDevices: MIG devices need mig: true")
+            if product is not None:
+                static_mig_starts(product, self.migDevices)
         return self
 
 
@@ -100,6 +144,21 @@ class ClusterNode(Spec):
     labels: dict[str, str] = Field(default_factory=dict, description="Node labels.")
     ready: bool = Field(True, description="False: the node plugin has not published (NotReady).")
     nvlink: bool = Field(False, description="All GPUs of the node are NVLink peers.")
+    driver: DriverName = Field(
+        DRASAT_FORMAT,
+        description="Whose DRA driver publishes the node's GPUs: drasat's (gpu.drasat.io) or "
+        "NVIDIA's (gpu.nvidia.com: its device names, attributes and capacities; MIG-mode GPUs "
+        "as dynamic MIG, or static MIG with migDevices).",
+    )
+
+    @model_validator(mode="after")
+    def _static_mig_is_nvidias(self) -> ClusterNode:
+        if self.driver != NVIDIA_FORMAT and any(g.migDevices is not None for g in self.gpus):
+            raise ValueError(
+                "migDevices: drasat's node plugin makes MIG devices to order; static MIG is "
+                f"NVIDIA's driver's (driver: {NVIDIA_FORMAT})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _gpus_fit_a_node(self) -> ClusterNode:

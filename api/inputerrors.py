@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+from drasat.api import godecoding
 
 #: Longest message part (where, detail) an InputError keeps; the rest is cut and counted.
 MAX_MESSAGE_CHARS = 1000
@@ -73,8 +75,16 @@ def field_path(location: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
-def describe_validation_error(error: ValidationError, *, prefix: Sequence[int | str] = ()) -> str:
-    """The first problems of a pydantic error as `path: message; path: message`."""
+def describe_validation_error(
+    error: ValidationError,
+    *,
+    prefix: Sequence[int | str] = (),
+    model: type[BaseModel] | None = None,
+    kind: str = "",
+) -> str:
+    """The first problems of a pydantic error as `path: message; path: message`. For a model of
+    a Kubernetes kind (`godecoding.applies`), what does not decode is worded as the API server
+    words it (`json: cannot unmarshal ...`, `strict decoding error: unknown field ...`)."""
     parts = []
     # As the API server answers: what cannot be decoded (a wrong type, an unknown field) before
     # what is decoded but invalid.
@@ -84,6 +94,8 @@ def describe_validation_error(error: ValidationError, *, prefix: Sequence[int | 
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field"
+        if model is not None and godecoding.applies(model):
+            message = godecoding.message(model, dict(item), kind, location) or message
         parts.append(f"{field_path([*prefix, *location])}: {message}")
     more = len(error.errors()) - 3
     if more > 0:

@@ -251,21 +251,17 @@ def conversion_patch(pod: Mapping[str, Any]) -> tuple[list[Obj], Obj]:
     (`extended.convert`, the rule the chart's other policy applies where it is served), and the
     pod as converted. No patch when it asks for none, or for a count that is not a positive whole
     number (the pod is left as written)."""
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping) or not extended.asks(spec):
+    converted = extended.admitted(pod)
+    if converted is None:
         return [], dict(pod)
-    try:
-        converted = extended.convert(spec)
-    except extended.ConversionError as error:
-        log.debug("admission: %s left as written (%s)", extended.RESOURCE, error)
-        return [], dict(pod)
+    spec = pod["spec"]
     patch = [
         {"op": "replace" if field in spec else "add", "path": f"/spec/{field}",
-         "value": converted.spec[field]}
+         "value": converted["spec"][field]}
         for field in ("initContainers", "containers", "resourceClaims")
-        if field in converted.spec
+        if field in converted["spec"]
     ]  # fmt: skip
-    return patch, {**pod, "spec": converted.spec}
+    return patch, converted
 
 
 def refusal(body: Any, message: str) -> Answer:

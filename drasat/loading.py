@@ -416,7 +416,8 @@ def validate(model: type[ModelT], document: Document) -> ModelT:
         return model.model_validate(document.data)
     except ValidationError as error:
         raise InputError(
-            describe_validation_error(error), where=f"{document.where}: {document.describe()}"
+            describe_validation_error(error, model=model, kind=str(document.data.get("kind", ""))),
+            where=f"{document.where}: {document.describe()}",
         ) from None
     except RecursionError:
         raise InputError(

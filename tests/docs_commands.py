@@ -82,6 +82,11 @@ RULES: list[tuple[str, str]] = [
         "installs it with its demo extra in a fresh venv",
     ),
     (r"^scripts/kube-build", "a Go build of minutes: make test and make e2e-versions run it"),
+    (
+        r"^DRASAT_APISERVER_EXAMPLES=\d+ \.venv/bin/pytest ",
+        "the long run of a test make test runs with 100 examples: "
+        "tests/whatif/test_whatif_apiserver_oracle.py",
+    ),
 ]
 
 

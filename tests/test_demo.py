@@ -12,6 +12,7 @@ import pathlib
 import re
 import sys
 
+import oneanswer
 import pytest
 
 from drasat import loading
@@ -347,3 +348,37 @@ def test_a_real_kubelets_reason_is_its_newest_warning_on_the_pod() -> None:
         "FailedPrepareDynamicResources at 2026-01-01T00:00:02Z"
     }
     assert democluster.kubelet_warnings(events, "n3") == {}
+
+
+@pytest.mark.parametrize(
+    "case", ["reference cases", "an nvidia.com/gpu: 1 pod", "pods asking nvidia.com/gpu 1 and 2"]
+)
+def test_the_demo_runs_each_pod_where_the_whatif_places_it(
+    case: str, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """One answer: the same manifests on the same cluster (the default one of both) are placed by
+    the what-if and run by the simulated demo on the same devices; a pod asking `nvidia.com/gpu`
+    becomes the same claim pod in both (it used to run there with no GPU at all).
+    tests/e2e/test_e2e_demo.py holds the real control plane's demo to the same answer."""
+    paths = oneanswer.inputs(tmp_path)[case]
+    planned = oneanswer.run_whatif(paths, capsys)
+    assert planned and all(planned.values()), planned  # every pod placed on some device
+    code, out = _run_v1(capsys, *(arg for path in paths for arg in ("-f", str(path))))
+    assert code == 0, out
+    assert oneanswer.demo_placement(out) == planned, out
+
+
+def test_a_cluster_of_nvidias_driver_is_for_the_whatif(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    """The demo simulates drasat's node plugin on every node: a compact node published in
+    NVIDIA's format is refused (exit 2, one line naming the field), not run as drasat's."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "apiVersion: whatif.drasat.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n"
+        "  nodes: [{name: n, driver: gpu.nvidia.com, gpus: [{product: T4}]}]\n",
+        encoding="utf-8",
+    )
+    assert main(["demo", "--cluster", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "spec.nodes[0].driver: gpu.nvidia.com: the demo runs drasat's node plugin" in line

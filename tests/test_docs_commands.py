@@ -237,8 +237,108 @@ def test_the_chart_installs_the_validating_admission_policies_install_md_counts(
          "--api-versions", "resource.k8s.io/v1/DeviceClass"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    kinds = [d.get("kind") for d in yaml.safe_load_all(done.stdout) if d]
+    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
+    kinds = [d.get("kind") for d in rendered]
     assert kinds.count("ValidatingAdmissionPolicy") == 4
+    # docs/SECURITY.md counts them too, and says what is open without them.
+    security = _doc("docs/SECURITY.md")
+    assert "The four policies exist where the cluster serves" in security
+    assert "three policies" not in security
+    assert "a tenant's claim tolerating drasat's allocator taint is admitted" in security
+    # docs/NODEPLUGIN.md: the chart publishes slices in v1 mode (the flag, the grant, the classes).
+    nodeplugin = _doc("docs/NODEPLUGIN.md")
+    assert "The Helm chart does not yet grant" not in nodeplugin
+    grants_it = "the chart passes it in v1 mode, grants the plugin `resourceslices` and installs"
+    assert f"{grants_it} the v1 DeviceClasses" in nodeplugin
+    (plugin,) = [
+        d
+        for d in rendered
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("-node-plugin")
+    ]
+    assert "--resourceslices" in plugin["spec"]["template"]["spec"]["containers"][0]["args"]
+    grants = [
+        rule
+        for d in rendered
+        if d["kind"] in ("ClusterRole", "Role") and "node-plugin" in d["metadata"]["name"]
+        for rule in d.get("rules") or []
+    ]
+    assert any("resourceslices" in rule.get("resources", []) for rule in grants)
+    assert kinds.count("DeviceClass") == 3
+
+
+#: What the docs name in backquotes as a file of this repository (a function of it as
+#: `path.function`), and as a `drasat.` module or name; a renamed or moved file goes stale there.
+_PATH = re.compile(
+    r"`((?:api|solver|controller|nodeplugin|policies|drasat|tests|bench|scripts|deploy|docs)/"
+    r"[\w./-]+)`"
+)
+_NAME = re.compile(r"`(drasat(?:\.\w+)+)(?:\(\))?`")
+#: Written by the benchmarks and the fuzzer's long runs, not committed.
+_GENERATED = ("bench/results",)
+
+
+def _docs_and_readmes() -> list[Path]:
+    return [*docs.DOCS, *sorted((ROOT / "deploy").rglob("README.md"))]
+
+
+def _named_path_exists(named: str) -> bool:
+    if named.startswith(_GENERATED) or (ROOT / named).exists():
+        return True
+    # `solver/placement._gang`: the function `_gang` of solver/placement.py
+    module, _, function = named.rpartition(".")
+    source = ROOT / f"{module}.py"
+    return (
+        source.is_file()
+        and re.search(
+            rf"def {re.escape(function)}\b|class {re.escape(function)}\b", source.read_text()
+        )
+        is not None
+    )
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    missing = [
+        f"{doc.relative_to(ROOT)}: {named}"
+        for doc in _docs_and_readmes()
+        for named in _PATH.findall(doc.read_text())
+        if not _named_path_exists(named.rstrip(".,:;"))
+    ]
+    assert not missing
+
+
+def test_every_drasat_name_the_docs_give_exists() -> None:
+    """`drasat.v1.extended.convert`: a module, then attributes of it, as Python finds them."""
+    missing = []
+    for doc in _docs_and_readmes():
+        for named in dict.fromkeys(_NAME.findall(doc.read_text())):
+            parts = named.split(".")
+            for split in range(len(parts), 0, -1):
+                try:
+                    found: Any = importlib.import_module(".".join(parts[:split]))
+                    break
+                except ImportError:
+                    continue
+            for attribute in parts[split:]:
+                if not hasattr(found, attribute):
+                    missing.append(f"{doc.relative_to(ROOT)}: {named}")
+                    break
+                found = getattr(found, attribute)
+    assert not missing
+
+
+def test_the_whatif_totals_objects_md_gives_are_the_codes() -> None:
+    """docs/OBJECTS.md, "What-if totals": each limit and its variable as the code has them (the
+    docs allowed 150,000 replicas where one run is refused past 10,000 pods)."""
+    from drasat.api import limits
+    from drasat.whatif import run
+
+    table = (ROOT / "docs/OBJECTS.md").read_text()
+    rows = re.findall(r"\| ([\d,]+) \| `(DRASAT_\w+)` \|", table)
+    assert {variable: int(value.replace(",", "")) for value, variable in rows} == {
+        "DRASAT_MAX_NODES": limits.MAX_NODES,
+        "DRASAT_MAX_PODS": limits.MAX_PODS,
+        "DRASAT_WHATIF_MAX_PODS": run.MAX_PODS_PER_RUN,
+    }
 
 
 def test_no_doc_says_drasat_does_not_preempt_while_it_does_by_default() -> None:

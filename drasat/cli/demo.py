@@ -235,7 +235,15 @@ def read_cluster(given: str | None, *, examples: bool) -> tuple[cluster_api.Clus
             "the demo simulates the hardware it describes",
             where=source,
         )
-    return loading.validate(cluster_api.Cluster, found[0]), source
+    described = loading.validate(cluster_api.Cluster, found[0])
+    for number, group in enumerate(described.spec.nodes):
+        if group.driver != cluster_api.DRASAT_FORMAT:
+            raise InputError(
+                f"spec.nodes[{number}].driver: {group.driver}: the demo runs drasat's node "
+                f"plugin on every node (the what-if plans NVIDIA's format)",
+                where=found[0].where,
+            )
+    return described, source
 
 
 def split_policy(documents: list[loading.Document]) -> tuple[list[loading.Document], str, str]:

@@ -54,6 +54,7 @@ from drasat.testbed.sim import (
     resources,
     v1scheduler,
 )
+from drasat.v1 import extended
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,19 @@ def fleet_spec(cluster: Cluster, node: ClusterNode, name: str) -> simnvml.FleetS
         numa_nodes=2 if len(gpus) > 1 else 1,
         seed=name,
     )
+
+
+def extended_resource_admission(rt: resources.ResourceType, obj: Obj) -> None:
+    """The chart's MutatingAdmissionPolicy (`extended.admission_policy`) on the simulated API
+    server, which evaluates no admission policies: the same rule in its Python form
+    (`extended.admitted`, held equal to the policy on the real API server by
+    tests/e2e/test_e2e_v1_extended.py), so a pod asking `nvidia.com/gpu` becomes the same claim
+    pod on both clusters (and in the what-if)."""
+    if (rt.group, rt.kind) != ("", "Pod"):
+        return
+    converted = extended.admitted(obj)
+    if converted is not None:
+        obj["spec"] = converted["spec"]
 
 
 def describe(spec: simnvml.FleetSpec) -> str:
@@ -365,7 +379,9 @@ class V1Cluster(ClusterParts):
     ) -> Iterator[V1Cluster]:
         began = time.monotonic()
         with apiserver.ApiServer.running(
-            crds=crds.all_crds(), graceful_pod_deletion=True
+            crds=crds.all_crds(),
+            graceful_pod_deletion=True,
+            admission=(extended_resource_admission,),
         ) as server:
             demo = cls(
                 kubeclient.KubeClient(server.url),
@@ -479,6 +495,8 @@ class V1Cluster(ClusterParts):
                 "data": {CONFIGMAP_KEY: policy_text},
             },
         )
+        if real:
+            self._install_extended_resources(timeout)
         for group in cluster.spec.nodes if nodes else ():
             for name in group.node_names():
                 labels = {"kubernetes.io/hostname": name, **group.labels}
@@ -488,6 +506,52 @@ class V1Cluster(ClusterParts):
                 if real:
                     self._node_ready(name, str(group.cpu or "64"), str(group.memory or "512Gi"))
         self._step("drasat's objects and the Nodes", began)
+
+    def _install_extended_resources(self, timeout: float) -> None:
+        """The chart's MutatingAdmissionPolicy that turns `nvidia.com/gpu` into claims
+        (`extendedResources.enabled: auto`, where the API server serves it, as 1.36+ do), and
+        a wait until the API server applies it: its policy informer takes a moment, and a pod
+        created before would keep `nvidia.com/gpu` (kube-scheduler: Insufficient)."""
+        group = ("admissionregistration.k8s.io", "v1")
+        plurals = self._plurals("/".join(group))
+        if "MutatingAdmissionPolicy" not in plurals:
+            return
+        for body in extended.admission_policy():
+            self.client.create(kubeclient.path(*group, plurals[str(body["kind"])]), body)
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "drasat-admission-probe"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {extended.RESOURCE: "1"}}}
+                ]
+            },
+        }
+
+        def applied() -> bool:
+            try:  # a dry run goes through admission and stores nothing
+                made = self.client.request(
+                    "POST", core_path("pods", "default"), body=probe, query={"dryRun": "All"}
+                )
+            except errors.ApiError:  # e.g. the default ServiceAccount is not made yet
+                return False
+            return bool((made.get("spec") or {}).get("resourceClaims"))
+
+        if not until(applied, timeout):
+            raise DemoError(f"the API server did not apply {extended.POLICY_NAME} in {timeout:g}s")
+
+    def _plurals(self, group_version: str) -> dict[str, str]:
+        """kind -> resource of what the API server serves in `group_version` (its discovery)."""
+        try:
+            found = self.client.get(f"/apis/{group_version}")
+        except errors.ApiError:
+            return {}
+        return {
+            str(r.get("kind")): str(r.get("name"))
+            for r in found.get("resources") or []
+            if "/" not in str(r.get("name"))
+        }
 
     def _install_crds(self, timeout: float) -> None:
         url = kubeclient.path("apiextensions.k8s.io", "v1", "customresourcedefinitions")

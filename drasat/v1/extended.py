@@ -244,6 +244,22 @@ def convert(spec: Mapping[str, Any], resource: str = RESOURCE, where: str = "spe
     return Converted(out, tuple(count for _, count in added))
 
 
+def admitted(pod: Mapping[str, Any], resource: str = RESOURCE) -> Obj | None:
+    """The pod (a copy) as drasat's admission policy leaves it at creation: `convert` applied to
+    its spec; None where the policy leaves the pod as written: it asks for none of the resource,
+    or for a count that is not a positive whole number (its match condition does not hold; the
+    API server refuses such a count itself). The webhook, the simulated API server's admission
+    and the what-if apply this one rule; `admission_policy` is the same rule in CEL."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or not asks(spec, resource):
+        return None
+    try:
+        converted = convert(spec, resource)
+    except ConversionError:
+        return None
+    return {**copy.deepcopy(dict(pod)), "spec": converted.spec}
+
+
 def template_count(name: str, resource: str = RESOURCE) -> int | None:
     """The count of one of drasat's templates by its name; None for any other name."""
     match = _TEMPLATE.match(name)

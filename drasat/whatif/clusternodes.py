@@ -21,7 +21,7 @@ from drasat.api.inputerrors import InputError
 from drasat.api.nas import NasStatus, NodeAllocationState
 from drasat.solver.problem import NodeState
 from drasat.v1 import nasinventory, publisheddevices
-from drasat.whatif import manifestindex, v1cluster
+from drasat.whatif import manifestindex, nvidiaformat, v1cluster
 from drasat.whatif.manifestindex import Ignored
 
 M = TypeVar("M", NodeAllocationState, cluster.Cluster)
@@ -112,7 +112,8 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
     found: list[tuple[str, NodeAllocationState, cluster.ExpandedNode | None]] = []
     ignored: list[Ignored] = []
     most = loading.env_limit("DRASAT_MAX_NODES", limits.MAX_NODES)
-    v1 = v1cluster.load(documents)
+    compact, published = _compact(documents, most)
+    v1 = v1cluster.load([*documents, *published])
     ignored.extend(v1.ignored)
     for document in documents:
         if v1cluster.is_v1_cluster_document(document.data):
@@ -134,9 +135,9 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
             _check_total(len(found) + 1, most, where)
             found.append((where, nas, None))
         elif group == cluster.CLUSTER_GROUP:
-            description = _validate(cluster.Cluster, document, where)
-            _check_total(len(found) + sum(n.count for n in description.spec.nodes), most, where)
-            found.extend((where, n.nas, n) for n in cluster.expand(description.spec))
+            own = compact[id(document)]
+            _check_total(len(found) + len(own), most, where)
+            found.extend((where, n.nas, n) for n in own)
         else:
             what = where.removeprefix(f"{document.where}: ")
             ignored.append(Ignored(document.where, what, "not a NodeAllocationState or Cluster"))
@@ -169,6 +170,38 @@ def load(documents: Sequence[loading.Document], *, source: str | None = None) ->
         node_objects={n.name: n.node for n in v1.nodes if n.node is not None},
         counter_sets=v1.counter_sets,
     )
+
+
+def _compact(
+    documents: Sequence[loading.Document], most: int
+) -> tuple[dict[int, list[cluster.ExpandedNode]], list[loading.Document]]:
+    """Each compact Cluster's nodes of drasat's driver, by document, and the Nodes and
+    ResourceSlices of its nodes of NVIDIA's driver (`nvidiaformat`), which are read as NVIDIA's
+    slices are read. Raises InputError naming the document and field."""
+    expanded: dict[int, list[cluster.ExpandedNode]] = {}
+    published: list[loading.Document] = []
+    for document in documents:
+        data = document.data
+        if groups.group_of(str(data.get("apiVersion", ""))) != cluster.CLUSTER_GROUP:
+            continue
+        where = manifestindex.located(document, _namespace(document))
+        if data.get("kind") != "Cluster" or data.get("apiVersion") != cluster.CLUSTER_API_VERSION:
+            continue  # refused with its kind by the caller
+        description = _validate(cluster.Cluster, document, where)
+        _check_total(sum(n.count for n in description.spec.nodes), most, where)
+        groups_of = [g for g in description.spec.nodes for _ in g.node_names()]
+        nodes = cluster.expand(description.spec)
+        expanded[id(document)] = [
+            n for g, n in zip(groups_of, nodes, strict=True) if g.driver != cluster.NVIDIA_FORMAT
+        ]
+        for group, node in zip(groups_of, nodes, strict=True):
+            if group.driver == cluster.NVIDIA_FORMAT:
+                source = f"{document.where} (node {node.nas.metadata.name}, {group.driver})"
+                published += [
+                    loading.Document(source, number, body)
+                    for number, body in enumerate(nvidiaformat.node_documents(group, node), 1)
+                ]
+    return expanded, published
 
 
 def _check_total(nodes: int, most: int, where: str) -> None:

@@ -8,7 +8,7 @@ fields (containers' images, volumes, …) pass through unchecked.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
@@ -105,9 +105,19 @@ class PodResourceClaim(Spec):
         return self.reference()[0].endswith("TemplateName")
 
 
+class ContainerClaim(Open):
+    """One entry of a container's `resources.claims` (checked by `apivalidation`)."""
+
+    go_struct: ClassVar[str] = "ResourceClaim"
+    name: str | None = None
+    request: str | None = None
+
+
 class Resources(Open):
+    go_struct: ClassVar[str] = "ResourceRequirements"
     requests: dict[str, int | str] | None = None
     limits: dict[str, int | str] | None = None
+    claims: list[ContainerClaim] | None = None
 
 
 class Container(Open):
@@ -149,6 +159,7 @@ class Affinity(Open):
 
 
 class PodSpec(Open):
+    go_ints: ClassVar[dict[str, str]] = {"priority": "int32"}
     containers: list[Container] = Field(default_factory=list)
     initContainers: list[Container] = Field(default_factory=list)
     resourceClaims: list[PodResourceClaim] = Field(
@@ -163,16 +174,21 @@ class PodSpec(Open):
 
 
 class Pod(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: PodSpec
     status: dict[str, Any] | None = None
 
 
 class PodTemplate(Open):
+    go_struct: ClassVar[str] = "PodTemplateSpec"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodSpec
 
 
 class ReplicatedSpec(Open):
+    go_struct: ClassVar[str] = "{kind}Spec"  # DeploymentSpec, ReplicaSetSpec, StatefulSetSpec
+    go_ints: ClassVar[dict[str, str]] = {"replicas": "int32"}
     """Deployment, ReplicaSet and StatefulSet: `replicas` copies of the template."""
 
     replicas: StrictInt = Field(1, ge=0, le=limits.MAX_PODS)
@@ -180,6 +196,7 @@ class ReplicatedSpec(Open):
 
 
 class JobSpec(Open):
+    go_ints: ClassVar[dict[str, str]] = {"parallelism": "int32", "completions": "int32"}
     """Job: `parallelism` pods at once, never more than `completions`."""
 
     parallelism: StrictInt = Field(1, ge=0, le=limits.MAX_PODS)
@@ -188,11 +205,15 @@ class JobSpec(Open):
 
 
 class ReplicatedWorkload(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: ReplicatedSpec
     status: dict[str, Any] | None = None
 
 
 class Job(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: JobSpec
     status: dict[str, Any] | None = None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -87,6 +87,7 @@ def to_v1(data: Obj) -> Obj:
 
 
 class CELSelector(Strict):
+    go_struct: ClassVar[str] = "CELDeviceSelector"
     expression: str = Field(min_length=1, max_length=MAX_CEL)
 
     @field_validator("expression")
@@ -111,6 +112,7 @@ class AllocationMode(StrEnum):
 
 
 class Toleration(Strict):
+    go_struct: ClassVar[str] = "DeviceToleration"
     key: str | None = None
     operator: str | None = None
     value: str | None = None
@@ -254,11 +256,14 @@ class ResourceClaimSpec(Strict):
 
 
 class ResourceClaim(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: ResourceClaimSpec
     status: dict[str, Any] | None = None
 
 
 class ClaimTemplateMeta(Open):
+    go_struct: ClassVar[str] = "ObjectMeta"
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
 
@@ -269,6 +274,8 @@ class ResourceClaimTemplateSpec(Strict):
 
 
 class ResourceClaimTemplate(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: ResourceClaimTemplateSpec
 
 
@@ -283,6 +290,8 @@ class DeviceClassSpec(Strict):
 
 
 class DeviceClass(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
     spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
 
 

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 
+import oneanswer
 import pytest
 
 from drasat.testbed.controlplane import binaries, realcluster
@@ -65,10 +66,14 @@ def _demo(*args: str, bin_dir: pathlib.Path | None = None) -> tuple[pathlib.Path
 
 
 def test_the_demo_runs_both_reference_cases_on_the_real_control_plane(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With simulated kubelets: DIR holds no kubelet (the demo says so)."""
+    """With simulated kubelets: DIR holds no kubelet (the demo says so). Each pod runs on the
+    devices the what-if places it on (one answer, as tests/test_demo.py holds the simulated
+    demo to it)."""
     bin_dir, out = _demo(bin_dir=_control_plane_only(tmp_path))
+    planned = oneanswer.run_whatif(oneanswer.inputs(tmp_path)["reference cases"], capsys)
+    assert oneanswer.demo_placement(out) == planned, out
     assert f"== starting the real control plane from {bin_dir}" in out
     assert f"  kubelets: simulated ({bin_dir} has no kubelet and fakecri" in out
     assert re.search(
@@ -102,6 +107,21 @@ def test_the_demo_runs_both_reference_cases_on_the_real_control_plane(
     assert out.rstrip().endswith(
         "== demo ok (real control plane v1.37): 4 pods ran; every device was cleaned up"
     ), out
+
+
+def test_pods_asking_nvidia_com_gpu_run_where_the_whatif_places_them(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One answer for pods written for NVIDIA's device plugin (`nvidia.com/gpu: 1` and `2`):
+    the demo installs the chart's MutatingAdmissionPolicy, so the real API server turns them
+    into the claims the what-if plans (they used to stay Pending: kube-scheduler found no node
+    with `nvidia.com/gpu`), and each runs, on real kubelets, on the devices the what-if places
+    it on."""
+    paths = oneanswer.inputs(tmp_path)["pods asking nvidia.com/gpu 1 and 2"]
+    planned = oneanswer.run_whatif(paths, capsys)
+    assert set(planned) == {"gpu-extended/one-gpu", "gpu-extended/two-gpus"}
+    _bin_dir, out = _demo(*(arg for path in paths for arg in ("-f", str(path))))
+    assert oneanswer.demo_placement(out) == planned, out
 
 
 #: gpu-test4 as a Deployment (with drasat's classes), a Job and a StatefulSet (read its comment).

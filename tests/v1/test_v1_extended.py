@@ -78,6 +78,30 @@ def test_a_count_that_is_not_a_positive_whole_number_is_named(bad: str) -> None:
         extended.convert(spec)
 
 
+@pytest.mark.parametrize(
+    "limits", [{"cpu": "2"}, {"nvidia.com/gpu": "0"}, _gpus("1500m")["limits"]]
+)
+def test_admission_leaves_alone_a_pod_asking_none_or_a_count_the_server_refuses(
+    limits: Obj,
+) -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+    }
+    assert extended.admitted(pod) is None
+
+
+def test_admission_gives_the_pod_with_its_spec_converted_and_changes_no_input() -> None:
+    """What the simulated API server's admission and the webhook apply (the demo's simulated
+    cluster gives pods asking `nvidia.com/gpu` the claims the real API server's policy gives)."""
+    spec = {"containers": [{"name": "c", "resources": _gpus("2")}]}
+    pod = {"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": spec}
+    admitted = extended.admitted(pod)
+    assert admitted == {"metadata": pod["metadata"], "spec": extended.convert(spec).spec}
+    assert admitted["metadata"] is not pod["metadata"]
+    assert "resourceClaims" not in spec
+
+
 def test_the_template_of_n_gpus() -> None:
     body = extended.template("team-a", 4)
     assert body["metadata"] == {

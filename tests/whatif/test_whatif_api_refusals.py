@@ -114,7 +114,8 @@ REFUSED = [
         """,
         # The server decodes before it validates: the count's type is named, not the name.
         "document 1: ResourceClaimTemplate ml/T4_bad: spec.spec.devices.requests[0].exactly."
-        "count: Input should be a valid integer",
+        "count: cannot unmarshal string into Go struct field "
+        "ExactDeviceRequest.spec.spec.devices.requests.exactly.count of type int64",
         id="decoding-error-before-a-bad-name",
     ),
     pytest.param(
@@ -132,7 +133,8 @@ REFUSED = [
               resourceClaims: [{name: gpu}]
         """,
         # The replicas' type is named before the pod claim that names no claim.
-        "document 1: Deployment ml/app: spec.replicas: Input should be a valid integer",
+        "document 1: Deployment ml/app: spec.replicas: cannot unmarshal string into Go struct "
+        "field DeploymentSpec.spec.replicas of type int32",
         id="decoding-error-before-a-pod-spec-problem",
     ),
 ]

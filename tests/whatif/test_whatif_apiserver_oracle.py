@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import decodingcases
 import kubernetes
 import manifestgen
 import pytest
@@ -139,6 +140,33 @@ def _names_the_field(mine: str, refusal: Refusal, decoding: bool = False) -> boo
     return last in refusal.message or (refusal.status == 400 and decoding)
 
 
+#: What the server says it could not decode: `json: cannot unmarshal ... into Go struct field
+#: Struct.path of type T` or `strict decoding error: unknown field "path", ...`.
+_DECODING = re.compile(
+    r"cannot be handled as an? \w+: (?:json: )?(?P<words>cannot unmarshal \S+(?: \S+)? into Go "
+    r"struct field \w+\.(?P<path>\S+) of type \S+|strict decoding error: unknown field "
+    r'"(?P<unknown>[^"]+)".*)$'
+)
+
+
+def decoding_words(refusal: Refusal) -> tuple[str, str] | None:
+    """(the field, the server's words) of a refusal for what did not decode; None for others."""
+    found = _DECODING.search(refusal.message) if refusal.status == 400 else None
+    if found is None:
+        return None
+    return found["path"] or found["unknown"], found["words"]
+
+
+def _same_words(rest: str, refusal: Refusal) -> bool:
+    """Where the server could not decode the field the what-if names, the what-if says it in the
+    server's words (of several unknown fields, the server lists all and the what-if the first)."""
+    server = decoding_words(refusal)
+    field, _, said = rest.partition(": ")
+    if server is None or _normal(field) != _normal(server[0]):
+        return True  # another problem, or another field of several: the field check decides
+    return server[1].startswith(said.split("; ")[0])
+
+
 def compare(
     run_cli: RunCli, api: kubernetes.client.ApiClient, namespace: str, case: manifestgen.Case
 ) -> None:
@@ -162,9 +190,33 @@ def compare(
     refusal = by_document.get(int(found["document"]))
     assert refusal is not None, f"the what-if names a document the server accepts: {said}"
     decoding = any(
-        m in found["rest"].split("; ")[0] for m in ("unknown field", "Input should be a valid")
+        m in found["rest"].split("; ")[0]
+        for m in ("unknown field", "Input should be a valid", "cannot unmarshal")
     )
     assert _names_the_field(_field(found["rest"]), refusal, decoding), f"another field: {said}"
+    assert _same_words(found["rest"], refusal), f"not the server's words: {said}"
+
+
+@pytest.mark.parametrize("case", sorted(decodingcases.CASES))
+def test_what_does_not_decode_is_refused_in_the_servers_words(
+    case: str,
+    run_cli: RunCli,
+    kube_api: kubernetes.client.ApiClient,
+    whatif_oracle_namespace: str,
+    tmp_path: pathlib.Path,
+) -> None:
+    """The common type mistakes, each refused by the server with the words recorded in
+    decodingcases (still its words) and by the what-if with the same words."""
+    obj, words = decodingcases.CASES[case]
+    (refusal,) = server_refusals(kube_api, [obj], whatif_oracle_namespace)
+    server = decoding_words(refusal)
+    assert server is not None and server[1] == words, refusal
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    result = run_cli("-f", str(path))
+    found = _LINE.match(result.err.strip())
+    assert result.code == 2 and found is not None, result.err
+    assert _same_words(found["rest"], refusal) and words in found["rest"], (refusal, result.err)
 
 
 @settings(

@@ -373,7 +373,8 @@ def test_skip_unsupported_leaves_out_the_file_and_the_pods_that_need_it() -> Non
         (
             ("exactly: {deviceClassName", "exactly: {devicClassName"),
             "app.yaml: document 1: ResourceClaimTemplate ml/one-gpu: "
-            "spec.spec.devices.requests[0].exactly.devicClassName: unknown field; "
+            "spec.spec.devices.requests[0].exactly.devicClassName: strict decoding error: "
+            'unknown field "spec.spec.devices.requests[0].exactly.devicClassName"; '
             "spec.spec.devices.requests[0].exactly.deviceClassName: Field required",
         ),
         (
@@ -626,8 +627,8 @@ def test_v1_output_forms(run_cli: RunCli, write_yaml: WriteYaml) -> None:
         (
             "spec: {}",
             "  affinity: {nodeAffinity: yes}\n",
-            "app.yaml: document 2: Pod ml/trainer: spec.affinity.nodeAffinity: Input should be a "
-            "valid dictionary",
+            "app.yaml: document 2: Pod ml/trainer: spec.affinity.nodeAffinity: cannot unmarshal "
+            "bool into Go struct field Affinity.spec.affinity.nodeAffinity of type v1.NodeAffinity",
         ),
     ],
 )

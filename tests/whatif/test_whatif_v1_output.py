@@ -738,7 +738,8 @@ BAD_CEL = CEL_APP.replace("device.capacity['gpu.nvidia.com'].memory", "device.("
             ),
             2,
             "app.yaml: document 1: ResourceClaim ml/t4: spec.devices.requests[0].exactly.count: "
-            "Input should be a valid integer",
+            "cannot unmarshal string into Go struct field "
+            "ExactDeviceRequest.spec.devices.requests.exactly.count of type int64",
         ),
     ],
 )

@@ -36,6 +36,12 @@ BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _KEEP_STATUS_ON_CREATE = frozenset({"Node"})
 _INITIAL_STATUS: dict[str, Obj] = {"Pod": {"phase": "Pending"}, "Namespace": {"phase": "Active"}}
 
+#: A mutating admission step on create: the object's kind and the object, which it changes in
+#: place. kube-apiserver runs mutating admission after defaulting and before validation, on dry
+#: runs too; so does `Api.create`. What a cluster's admission policies would do (the chart's
+#: MutatingAdmissionPolicy) is given as such steps, in the rule's own Python form.
+Admission = Callable[[resources.ResourceType, Obj], None]
+
 
 class Api:
     """Resource registry, storage and validation behind one request interface."""
@@ -48,8 +54,10 @@ class Api:
         crds: Iterable[Mapping[str, Any]] = (),
         cel_rules: bool = True,
         graceful_pod_deletion: bool = False,
+        admission: Iterable[Admission] = (),
     ) -> None:
         self.faults = fault_config
+        self.admission = tuple(admission)
         #: Deleting a pod on a node only marks it until a delete with gracePeriodSeconds=0 (the
         #: kubelet's, after the containers stopped); off: pods go at once.
         self.graceful_pod_deletion = graceful_pod_deletion
@@ -217,6 +225,8 @@ class Api:
         if rt.kind in _INITIAL_STATUS and rt.group == "":
             obj["status"] = copy.deepcopy(_INITIAL_STATUS[rt.kind])
         self._prepare(rt, obj, query or {})
+        for admit in self.admission:
+            admit(rt, obj)
         created = self.store.create(
             rt,
             route.namespace or "",

@@ -245,6 +245,7 @@ class ApiServer:
         fault_config: faults.Faults | None = None,
         cel_rules: bool = True,
         graceful_pod_deletion: bool = False,
+        admission: Iterable[api.Admission] = (),
     ) -> None:
         self.faults = fault_config or faults.Faults()
         self.stopping = threading.Event()
@@ -260,6 +261,7 @@ class ApiServer:
             crds=crds,
             cel_rules=cel_rules,
             graceful_pod_deletion=graceful_pod_deletion,
+            admission=admission,
         )
         self.faults.subscribe(self.api.store.wake)
         self._httpd: _HttpServer | None = None
@@ -353,15 +355,18 @@ class ApiServer:
         fault_config: faults.Faults | None = None,
         cel_rules: bool = True,
         graceful_pod_deletion: bool = False,
+        admission: Iterable[api.Admission] = (),
     ) -> Iterator[ApiServer]:
         """A started server, stopped on exit. `cel_rules=False` skips CRDs' CEL rules;
-        `graceful_pod_deletion=True` keeps deleted pods on nodes until a kubelet confirms."""
+        `graceful_pod_deletion=True` keeps deleted pods on nodes until a kubelet confirms;
+        `admission`: mutating admission steps run on every create (`api.Admission`)."""
         server = cls(
             crds=crds,
             history=history,
             fault_config=fault_config,
             cel_rules=cel_rules,
             graceful_pod_deletion=graceful_pod_deletion,
+            admission=admission,
         ).start()
         try:
             yield server
