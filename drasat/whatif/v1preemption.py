@@ -114,9 +114,19 @@ def _running(
             continue
         label = gangs.label_of(pod.obj)
         unit = gangs.gang_key(pod.obj, label[0]) if isinstance(label, tuple) else None
+        minimum = label[1] if isinstance(label, tuple) else 0
         cpu, memory = pod.cpu_milli, pod.memory_mib
         running.append(
-            Running(pod.key, str(node), pod.priority, tuple(uids), cpu, memory, unit=unit)
+            Running(
+                pod.key,
+                str(node),
+                pod.priority,
+                tuple(uids),
+                cpu,
+                memory,
+                unit=unit,
+                minimum=minimum,
+            )
         )
     return running, {k: frozenset(v) for k, v in users.items()}
 
