@@ -7,6 +7,7 @@ not placed, or when the solver failed; 2 bad input (one line naming file, docume
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -152,10 +153,27 @@ def _live_documents(args: argparse.Namespace) -> list[loading.Document] | None:
         raise InputError(f"cannot read the cluster: {error}", where="--from-cluster") from None
 
 
+#: Allocations between two young collections of Python's cyclic garbage collector in a what-if
+#: run (Python's default: 700). See `collect_less_often`.
+YOUNG_COLLECTION_EVERY = 50_000
+
+
+def collect_less_often() -> None:
+    """The cyclic collector's young collections every `YOUNG_COLLECTION_EVERY` allocations
+    rather than 700. A what-if allocates millions of long-lived objects (the input's documents,
+    the pods, the nodes' devices), few of them garbage in cycles; with the default each young
+    collection moves survivors on and full collections walk them all again and again: 6 of the
+    18 s of CPU at 5,000 nodes and 9,900 pods. Older generations keep their thresholds, so
+    cyclic garbage is still collected."""
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(_young, YOUNG_COLLECTION_EVERY), middle, old)
+
+
 def main(args: argparse.Namespace) -> int:
     from drasat.whatif.progress import Progress
 
     started = time.monotonic()  # the policy's time limit counts from here
+    collect_less_often()
     # The policy's time limit is the default's until the policy is read.
     with Progress(sys.stderr, started=started, limit_s=10.0) as progress:
         return _main(args, started, progress)

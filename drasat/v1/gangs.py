@@ -108,11 +108,11 @@ def member_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> Member | str | 
     return Member(gang_key(pod, found[0]), found[1], f"label {GANG_LABEL}={found[0]}")
 
 
-def unit_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> str | None:
-    """The key of the pod's gang, which a preemption evicts whole (its PodGroup's, or its
-    labels'); None: in no gang."""
+def unit_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> tuple[str | None, int]:
+    """The key of the pod's gang as a preemption's victim (its PodGroup's, or its labels') and
+    its minimum; (None, 0): in no gang."""
     found = member_of(pod, pod_groups)
-    return found.gang if isinstance(found, Member) else None
+    return (found.gang, found.minimum) if isinstance(found, Member) else (None, 0)
 
 
 def incomplete(gang: str, found: int, size: int) -> str:

@@ -487,8 +487,9 @@ class _Compiler:
             if isinstance(e.obj, kinds.Pod)
         }
         out = []
+        converted: dict[int, tuple[kinds.PodSpec, kinds.PodSpec]] = {}
         for instance in workloads.expand(entries):
-            instance = _converted(instance)
+            instance = _converted(instance, converted)
             status = statuses.get((instance.namespace, instance.name), {})
             if instance.spec.nodeName:
                 self.bound.append(
@@ -606,16 +607,26 @@ class _Compiler:
         return None
 
 
-def _converted(pod: workloads.PodInstance) -> workloads.PodInstance:
+def _converted(
+    pod: workloads.PodInstance, done: dict[int, tuple[kinds.PodSpec, kinds.PodSpec]]
+) -> workloads.PodInstance:
     """The pod as drasat's admission policy leaves it: `nvidia.com/gpu` -> claims from the
-    templates drasat's controller makes (`drasat.v1.extended`)."""
-    try:
-        converted = extended.convert(_dump(pod.spec), where=pod.spec_path)
-    except extended.ConversionError as error:
-        raise InputError(str(error), where=pod.where) from None
-    if not converted.changed:
-        return pod
-    return dataclasses.replace(pod, spec=kinds.PodSpec.model_validate(converted.spec))
+    templates drasat's controller makes (`drasat.v1.extended`). The replicas of a workload share
+    its template's spec: converted once per spec (`done`: by the spec's id, the spec kept so
+    the id stays its own), not once per replica."""
+    found = done.get(id(pod.spec))
+    if found is None:
+        spec, written = pod.spec, _dump(pod.spec)
+        # Most pods ask for no `nvidia.com/gpu`: nothing to copy and convert.
+        if extended.asks(written):
+            try:
+                converted = extended.convert(written, where=pod.spec_path)
+            except extended.ConversionError as error:
+                raise InputError(str(error), where=pod.where) from None
+            if converted.changed:
+                spec = kinds.PodSpec.model_validate(converted.spec)
+        found = done[id(pod.spec)] = (pod.spec, spec)
+    return pod if found[1] is pod.spec else dataclasses.replace(pod, spec=found[1])
 
 
 def _drasats_template(
