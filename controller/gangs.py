@@ -3,7 +3,8 @@
 A gang is the pods of one namespace that name one PodGroup with a gang policy
 (`spec.schedulingGroup.podGroupName`; the Workload API, where the API server serves it: its
 minimum is the PodGroup's `minCount`), or else that carry one `gpu.drasat.io/gang: NAME` label
-(its minimum: `gpu.drasat.io/gang-size: N`) (`drasat.v1.gangs.member_of`).
+(its minimum: `gpu.drasat.io/gang-size: N`) (`drasat.v1.gangs.member_of`). Which of its pods go
+when is `drasat.v1.gangs.step`, the rule the what-if plays out too.
 
 - A gang is placed only when its minimum can be: while fewer than that many of its pods exist and
   can be tried (a claim from a template not created yet, another owner's gate, its PodGroup not
@@ -30,7 +31,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.controller import v1inputs
 from drasat.kube.client import Obj
 from drasat.solver import Gang
-from drasat.v1.gangs import incomplete, member_of
+from drasat.v1.gangs import read, solver_gang, step
 
 REASON_INCOMPLETE = "GangIncomplete"
 REASON_PLACED = "GangAllocated"
@@ -72,75 +73,31 @@ def plan(
     namespace/name where the API server serves them (None: labels only)."""
     todo = set(pending)
     out = Plan()
-    members: dict[str, list[Obj]] = {}
-    minimum: dict[str, int] = {}
-    source: dict[str, str] = {}
-    group: dict[str, bool] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-            "Succeeded",
-            "Failed",
-        ):
-            continue
-        found = member_of(pod, pod_groups)
-        if found is None:
-            continue
-        key = v1inputs.pod_key(pod)
-        if isinstance(found, str):
-            out.invalid[key] = found
-            out.held[key] = found
-            continue
-        members.setdefault(found.gang, []).append(pod)
-        minimum[found.gang] = max(minimum.get(found.gang, 0), found.minimum)
-        source[found.gang] = found.source
-        group[found.gang] = found.pod_group
-    topology = policy.gangs
-    for gang, pods_of in sorted(members.items()):
-        keys = sorted(v1inputs.pod_key(p) for p in pods_of)
-        least = minimum[gang]
-        mine = [k for k in keys if k in todo]
-        placed = [k for k in keys if k not in todo and k not in waiting]
-        ready = [k for k in keys if k not in waiting]
-        why = None
-        if least == 0:
-            why = (f"gang {gang}: {source[gang]} does not exist yet: none of its pods is "
-                   "allocated before it does")  # fmt: skip
-        elif len(keys) < least:
-            why = incomplete(gang, len(keys), least)
-        elif len(ready) < least:
-            stuck = next(k for k in keys if k in waiting)
-            why = (f"gang {gang}: pod {stuck} waits ({waiting[stuck]}): none of its pods is "
-                   "allocated before all can be")  # fmt: skip
-        if why is None and len(placed) >= least:
-            # Admitted: its other pods go one by one.
-            if group[gang]:
-                for pod in pods_of:
-                    key = v1inputs.pod_key(pod)
+    by_key = {v1inputs.pod_key(p): p for p in pods}
+    found = read(by_key.items(), pod_groups)
+    out.invalid.update(found.invalid)
+    out.held.update(found.invalid)
+    for gang, pods_of in sorted(found.members.items()):
+        member = found.gangs[gang]
+        keys = sorted(k for k, _ in pods_of)
+        now = step(member, keys, todo, waiting)
+        if now.admitted:
+            # Its other pods go one by one.
+            if member.pod_group:
+                for key, _ in pods_of:
+                    pod = by_key[key]
                     if key in todo and v1inputs.has_our_gate(pod):
                         out.ungate_early[key] = (pod, (
-                            f"{least} pods of gang {gang} are allocated: kube-scheduler "
+                            f"{member.minimum} pods of gang {gang} are allocated: kube-scheduler "
                             "schedules a PodGroup only once every pod of it is ungated; drasat "
                             "allocates this pod's claims when devices free"))  # fmt: skip
             continue
         # Not admitted yet: no pod of the gang is let go.
         out.gates_held[gang] = [to_ungate[k][0] for k in keys if k in to_ungate]
-        if why is not None:
-            out.held.update((k, why) for k in mine)
-            continue
-        quorum = mine[: least - len(placed)]
-        later = (f"gang {gang} ({source[gang]}): its first {least} pods are allocated together "
-                 "first; this pod goes after them")  # fmt: skip
-        out.held.update((k, later) for k in mine[len(quorum) :])
-        if not quorum:
-            continue
-        out.gangs[gang] = Gang(
-            name=gang,
-            pods=tuple(quorum),
-            topology_key=topology.topologyKey,
-            required=topology.required,
-        )
-        out.of_pod.update((k, gang) for k in quorum)
+        out.held.update(now.held)
+        if now.quorum:
+            out.gangs[gang] = solver_gang(gang, now.quorum, policy)
+            out.of_pod.update((k, gang) for k in now.quorum)
     return out
 
 

@@ -37,7 +37,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from drasat.api import nodefit
@@ -51,7 +51,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
 from drasat.v1 import Node, otherdevices, preemption
-from drasat.v1.gangs import Member, member_of
+from drasat.v1.gangs import Member, member_of, unit_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -104,19 +104,35 @@ class Preempter:
         out: dict[str, Nomination] = {}
         for key, pod in pending.items():
             found = Nomination.of_pod(pod)
-            if found is not None and (found.uid, found.since) not in self._ended:
-                out[key] = found
+            if found is None or (found.uid, found.since) in self._ended:
+                continue
+            # A tenant may write annotations on its own pod, never its status: the annotation
+            # counts only where the status this controller wrote names the same node.
+            if (pod.get("status") or {}).get("nominatedNodeName") != found.node:
+                continue
+            out[key] = found
         for key, found in list(self.nominations.items()):
             still = pending.get(key)
             if still is None or str(still["metadata"].get("uid", "")) != found.uid:
                 del self.nominations[key]  # placed (bound, or its claims allocated) or gone
                 continue
             out[key] = found
+        for key, found in list(out.items()):
+            out[key] = checked(found, pending[key], snapshot)
         live = set(pending)
         self._refused = {k: v for k, v in self._refused.items() if k in live}
         self.said = {k: v for k, v in self.said.items() if k in live}
         self._backoff = {k: v for k, v in self._backoff.items() if k in live}
         return out
+
+    def end_untried(self, snapshot: v1inputs.Snapshot, tried: Collection[str]) -> None:
+        """End the nominations of the pending pods this cycle does not try (`tried`: the
+        pods it does): a nominee held back (its gang incomplete, its PodGroup gone, another
+        owner's gate) would otherwise hold its devices for as long as it stays so."""
+        pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
+        for key, found in self.current(snapshot).items():
+            if key not in tried:
+                self._end(found, pods[key], "it is not tried now (held back before placement)")
 
     def consider(
         self,
@@ -306,10 +322,15 @@ class Preempter:
         priorities = {r.key: r.priority for r in running}
         lead = items[0]
         evicted: list[str] = []
-        for victim in found.victims:
-            failure = self._evict(pods[victim], found, lead)
+        # Every eviction is tried as a dry run first, and none is done unless all would be: a
+        # budget or a refusal on the second victim never leaves a gang evicted in part, nor a
+        # victim evicted for a plan that cannot go on.
+        checks = ((v, True) for v in found.victims)
+        for victim, dry_run in (*checks, *((v, False) for v in found.victims)):
+            failure = self._evict(pods[victim], found, lead, dry_run=dry_run)
             if failure is None:
-                evicted.append(victim)
+                if not dry_run:
+                    evicted.append(victim)
                 continue
             # Ended before it is written: it picks again next cycle without this victim.
             for item in items:
@@ -351,11 +372,16 @@ class Preempter:
                                      f"are the solver's choice ({proof})")  # fmt: skip
         return 1 if found.victims else 0
 
-    def _evict(self, pod: Obj, found: Plan, lead: v1inputs.Pending) -> str | None:
-        """Evict one victim; None when evicted (or gone), else why not, in words."""
+    def _evict(
+        self, pod: Obj, found: Plan, lead: v1inputs.Pending, *, dry_run: bool = False
+    ) -> str | None:
+        """Evict one victim (`dry_run`: only ask whether it would be); None when evicted (or
+        gone, or it would be), else why not, in words."""
         key = v1inputs.pod_key(pod)
         try:
-            if eviction.evict(self.api, pod):
+            if eviction.evict(self.api, pod, dry_run=dry_run):
+                if dry_run:
+                    return None
                 log.info("preemption: evicted %s for %s", key, found.preemptor)
                 self.recorder.warning(pod, REASON_PREEMPTED,
                                       f"evicted by drasat for {_whom(found, lead)} (priority "
@@ -406,6 +432,34 @@ class Preempter:
             pass
         except errors.KubeError as error:
             log.warning("preemption: cannot clear the nomination of %s: %s", found.pod, error)
+
+
+def checked(found: Nomination, pod: Obj, snapshot: v1inputs.Snapshot) -> Nomination:
+    """The nomination as far as the cluster vouches for it: the pod's own priority
+    (`spec.priority`, which admission sets from its PriorityClass), devices held only on its
+    node and only for its own claims, a gang only the pod's real one. The annotation is the
+    pod's, which its tenant can write: nothing in it is believed that the controller cannot
+    check against objects the tenant cannot forge."""
+    namespace = str(pod["metadata"].get("namespace", ""))
+    own = {
+        str(claim["metadata"].get("uid", ""))
+        for name in v1inputs.pod_claim_names(pod)
+        if name and (claim := snapshot.claims.get(f"{namespace}/{name}")) is not None
+    }
+    held = {
+        node: {k: e for k, e in entries.items() if e.claimInfo.uid in own}
+        for node, entries in found.held.items()
+        if node == found.node
+    }
+    drawn = {
+        node: {uid: d for uid, d in draws.items() if uid in own}
+        for node, draws in found.drawn.items()
+        if node == found.node
+    }
+    member = member_of(pod, snapshot.pod_groups)
+    gang = found.gang if isinstance(member, Member) and member.gang == found.gang else None
+    priority = int((pod.get("spec") or {}).get("priority") or 0)
+    return dataclasses.replace(found, priority=priority, held=held, drawn=drawn, gang=gang)
 
 
 def _whom(found: Plan, lead: v1inputs.Pending) -> str:
@@ -482,20 +536,15 @@ def running_pods(
         cpu, memory = nodefit.requests(pod)
         priority = int((pod.get("spec") or {}).get("priority") or 0)
         mine = tuple(u for u in uids if where.get(u) == node_name)
-        unit = _unit(pod, snapshot.pod_groups)
-        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit))
+        unit, minimum = unit_of(pod, snapshot.pod_groups)
+        running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit,
+                               minimum=minimum))  # fmt: skip
     leaving: dict[str, set[str]] = {}
     for held in leaving_pods.values():
         for uid in held:
             if users.get(uid, set()) <= set(leaving_pods):
                 leaving.setdefault(where[uid], set()).add(uid)
     return running, {k: frozenset(v) for k, v in users.items()}, leaving
-
-
-def _unit(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> str | None:
-    """The pod's gang, evicted whole (its PodGroup, or its labels)."""
-    found = member_of(pod, pod_groups)
-    return found.gang if isinstance(found, Member) else None
 
 
 def _with_budgets(

@@ -400,6 +400,9 @@ class V1Controller:
         self.metrics.pending_claims.set(sum(len(p.claims) for p in everyone))
         for key, why in waiting.items():
             log.debug("%s waits: %s", key, why)
+        # A nominee the cycle does not try (its gang held back, another owner's gate) holds
+        # nothing: its devices would idle for as long as it is not tried.
+        self.preemption.end_untried(snapshot, {p.input.key for p in everyone})
         pending = self.allocator.batch(everyone, self.preemption.current(snapshot))
         if not pending:
             return False

@@ -14,10 +14,12 @@ from drasat.kube.resources import PODS, Resource
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
 
-def evict(api: Api, pod: Obj) -> bool:
+def evict(api: Api, pod: Obj, *, dry_run: bool = False) -> bool:
     """Ask the API server to evict the pod: True when it is evicted (or already gone), False
     when a PodDisruptionBudget does not allow it now (429 naming the budget). Other errors,
-    the API server's own throttling (429 without a budget) among them, are raised."""
+    the API server's own throttling (429 without a budget) among them, are raised. `dry_run`:
+    the API server runs every check (budgets, RBAC, admission) and evicts nothing
+    (`deleteOptions.dryRun: [All]`), so a set of evictions can be checked before any is done."""
     meta = pod.get("metadata") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     body: Obj = {
@@ -25,9 +27,14 @@ def evict(api: Api, pod: Obj) -> bool:
         "kind": "Eviction",
         "metadata": {"name": name, "namespace": namespace},
     }
+    options: Obj = {}
     if meta.get("uid"):
         # Evict this pod, not another one of the same name created since.
-        body["deleteOptions"] = {"preconditions": {"uid": meta["uid"]}}
+        options["preconditions"] = {"uid": meta["uid"]}
+    if dry_run:
+        options["dryRun"] = ["All"]
+    if options:
+        body["deleteOptions"] = options
     subresource = Resource("", "v1", f"pods/{name}/eviction", "Eviction")
     try:
         api.create(subresource, body, namespace=namespace)

@@ -12,7 +12,8 @@ pod is in and how many of its pods must be placed together (its minimum), from
 A gang's first `minimum` pods are allocated all-or-nothing (`drasat.solver.gangs`), as
 kube-scheduler admits a group once `minCount` of its pods fit together.
 
-A purely computational module.
+`step` is the rule, one for the controller (`controller.gangs`, cycle after cycle) and the
+what-if (`drasat.whatif.v1run`, which plays those cycles out). A purely computational module.
 """
 
 from __future__ import annotations
@@ -107,39 +108,110 @@ def member_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> Member | str | 
     return Member(gang_key(pod, found[0]), found[1], f"label {GANG_LABEL}={found[0]}")
 
 
+def unit_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> tuple[str | None, int]:
+    """The key of the pod's gang as a preemption's victim (its PodGroup's, or its labels') and
+    its minimum; (None, 0): in no gang."""
+    found = member_of(pod, pod_groups)
+    return (found.gang, found.minimum) if isinstance(found, Member) else (None, 0)
+
+
 def incomplete(gang: str, found: int, size: int) -> str:
     """Why a gang's pods are not tried."""
     return f"gang {gang} has {found} of its {size} pods: none of them is allocated before all exist"
 
 
-def of_pods(
-    pods: Iterable[tuple[str, Obj]], policy: AllocationPolicySpec
-) -> tuple[list[Gang], dict[str, str]]:
-    """The complete gangs among `(pod key, pod)` (every pod listed is to be placed), and the pods
-    held back with why: a gang with fewer pods than its size, or a bad label. The what-if's
-    reading (the controller's `controller.gangs.plan` also weighs pods that wait and pods
-    already allocated)."""
-    members: dict[str, list[str]] = {}
-    sizes: dict[str, int] = {}
-    held: dict[str, str] = {}
+#: The phases of a pod that is done: it counts in no gang.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class Reading:
+    """The gangs among some pods (`read`)."""
+
+    #: Gang key -> its live pods, (pod key, pod).
+    members: dict[str, list[tuple[str, Obj]]]
+    #: Gang key -> its membership (the largest minimum its pods say).
+    gangs: dict[str, Member]
+    #: Pod key -> why its gang fields are not valid (it waits: a Warning in the controller).
+    invalid: dict[str, str]
+
+
+def read(pods: Iterable[tuple[str, Obj]], pod_groups: Mapping[str, Obj] | None) -> Reading:
+    """The gangs of `(pod key, pod)` (`member_of`); a pod being deleted or finished is in none."""
+    out = Reading({}, {}, {})
     for key, pod in pods:
-        found = label_of(pod)
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+            FINISHED_PHASES
+        ):
+            continue
+        found = member_of(pod, pod_groups)
         if found is None:
             continue
         if isinstance(found, str):
-            held[key] = found
+            out.invalid[key] = found
             continue
-        name, size = found
-        gang = gang_key(pod, name)
-        members.setdefault(gang, []).append(key)
-        sizes[gang] = max(sizes.get(gang, 0), size)
-    out = []
-    for gang, keys in members.items():
-        if len(keys) < sizes[gang]:
-            held.update((k, incomplete(gang, len(keys), sizes[gang])) for k in keys)
-            continue
-        out.append(Gang(gang, tuple(keys), policy.gangs.topologyKey, policy.gangs.required))
-    return out, held
+        out.members.setdefault(found.gang, []).append((key, pod))
+        known = out.gangs.get(found.gang)
+        if known is None or found.minimum > known.minimum:
+            out.gangs[found.gang] = found
+    return out
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one gang's pods still to allocate do now (`step`)."""
+
+    #: At least `minimum` of its pods are allocated: its other pods go one by one.
+    admitted: bool
+    #: The pods allocated now all-or-nothing: its first pods (by key) up to the minimum.
+    quorum: tuple[str, ...]
+    #: Pods to allocate that are not tried now, with why (`later` among them).
+    held: Mapping[str, str]
+    #: The pods past the minimum: they go one by one once the quorum is allocated.
+    later: tuple[str, ...]
+
+
+def step(member: Member, keys: Iterable[str], pending: Iterable[str],
+         waiting: Mapping[str, str]) -> Step:  # fmt: skip
+    """The rule for one gang (`member`, its pods' `keys`): which of its `pending` pods (claims to
+    allocate) go together now, which wait and why. `waiting`: pods that cannot be tried yet, with
+    why. A pod neither pending nor waiting is allocated. A gang is tried only when `minimum` of
+    its pods exist and can be tried; until `minimum` are allocated its first pods up to the
+    minimum go together and the rest after them; then it is admitted (as kube-scheduler admits a
+    PodGroup once `minCount` of its pods fit) and its other pods go one by one."""
+    gang, least = member.gang, member.minimum
+    keys = sorted(keys)
+    todo = set(pending)
+    mine = [k for k in keys if k in todo]
+    placed = [k for k in keys if k not in todo and k not in waiting]
+    ready = [k for k in keys if k not in waiting]
+    why = None
+    if least == 0:
+        why = (f"gang {gang}: {member.source} does not exist yet: none of its pods is "
+               "allocated before it does")  # fmt: skip
+    elif len(keys) < least:
+        why = incomplete(gang, len(keys), least)
+    elif len(ready) < least:
+        stuck = next(k for k in keys if k in waiting)
+        why = (f"gang {gang}: pod {stuck} waits ({waiting[stuck]}): none of its pods is "
+               "allocated before all can be")  # fmt: skip
+    if why is not None:
+        return Step(False, (), {k: why for k in mine}, ())
+    if len(placed) >= least:
+        return Step(True, (), {}, ())
+    quorum = tuple(mine[: least - len(placed)])
+    later = tuple(mine[len(quorum) :])
+    text = (f"gang {gang} ({member.source}): its first {least} pods are allocated together "
+            "first; this pod goes after them")  # fmt: skip
+    return Step(False, quorum, {k: text for k in later}, later)
+
+
+def solver_gang(name: str, pods: Iterable[str], policy: AllocationPolicySpec) -> Gang:
+    """The solver's all-or-nothing gang of `pods`, with the policy's gang topology."""
+    topology = policy.gangs
+    return Gang(name=name, pods=tuple(pods), topology_key=topology.topologyKey,
+                required=topology.required)  # fmt: skip
 
 
 def placed_text(gang: Gang, nodes: Mapping[str, str]) -> str:

@@ -70,8 +70,12 @@ class Running:
     memory_mib: int = 0
     #: The PodDisruptionBudgets that select it.
     budgets: tuple[str, ...] = ()
-    #: Its gang (namespace/name): a gang is evicted whole or not at all. None: no gang.
+    #: Its gang (namespace/name). None: no gang.
     unit: str | None = None
+    #: Its gang's minimum member count: the members running above it go one by one as any
+    #: pod; the whole gang goes (at its lowest member's priority) only when fewer would be
+    #: left. 0: the whole gang or none of it (a minimum not known).
+    minimum: int = 0
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,9 @@ def _plan_unit(
     by_domain = _domains(state.nodes.values(), want.gang)
     for pod in sorted(want.pods, key=lambda p: p.key):
         nodes = holding(list(trial.nodes.values()), trial.holds, want.priority, pod.key)
+        # A gang preempts at its priority (its lowest pod's), never at a member's own: a
+        # high-priority member would otherwise evict pods above the gang's priority.
+        pod = dataclasses.replace(pod, priority=want.priority)
         if domain is not None:
             pod = dataclasses.replace(pod, candidate_nodes=_within(pod, by_domain[domain]))
         found = plan(pod, nodes, trial.running, users, classes, policy=policy,
@@ -326,10 +333,39 @@ def plan(
     claims that stay allocated when their pods leave (evicting their pods frees nothing);
     `drawn`: claim uid -> what its other drivers' devices draw (freed with the claim)."""
     policy = policy or AllocationPolicySpec()
-    settings = policy.preemption
     by_node = {n.state.name: n for n in nodes}
     allowed = set(by_node) if preemptor.candidate_nodes is None else set(preemptor.candidate_nodes)
-    everyone = list(running)
+    running = list(running)
+    whole: set[str] = set()
+    while True:
+        found = _plan_once(preemptor, by_node, allowed, running, users, classes, policy,
+                           budgets, lasting, drawn, params, solve, frozenset(whole))  # fmt: skip
+        broken = _broken_gangs(found, running, whole)
+        if not broken:
+            return found if not whole else dataclasses.replace(found, proven=False)
+        # Its members above the minimum were taken one by one, and too many: that gang goes
+        # whole or not at all; planned again.
+        whole |= broken
+
+
+def _plan_once(
+    preemptor: PodInput,
+    by_node: Mapping[str, Node],
+    allowed: set[str],
+    running: list[Running],
+    users: Mapping[str, frozenset[str]],
+    classes: Mapping[str, Obj],
+    policy: AllocationPolicySpec,
+    budgets: Mapping[str, int] | None,
+    lasting: frozenset[str],
+    drawn: Mapping[str, Draws] | None,
+    params: SolveParams | None,
+    solve: Solve | None,
+    whole: frozenset[str],
+) -> Plan:
+    """One plan, each gang in `whole` (or with none above its minimum) one unit."""
+    settings = policy.preemption
+    everyone = as_victims(running, whole)
     pods = _candidates(preemptor, everyone, allowed, by_node, users, lasting)
 
     def freed(victims: frozenset[str]) -> set[str]:
@@ -405,6 +441,43 @@ def plan(
         held=_held(outcome),
         drawn=_drawn(outcome),
     )
+
+
+def as_victims(running: Sequence[Running], whole: frozenset[str] = frozenset()) -> list[Running]:
+    """The running pods as victims: a gang's members above its minimum are pods like any other
+    (each at its own priority); a gang with none above it (or in `whole`) is one unit at its
+    lowest member's priority, as it preempts: one high-priority member shields no other."""
+    members: dict[str, list[Running]] = {}
+    for r in running:
+        if r.unit is not None:
+            members.setdefault(r.unit, []).append(r)
+    out = []
+    for r in running:
+        if r.unit is None:
+            out.append(r)
+            continue
+        mine = members[r.unit]
+        if r.unit not in whole and r.minimum > 0 and len(mine) > r.minimum:
+            out.append(dataclasses.replace(r, unit=None))
+        else:
+            out.append(dataclasses.replace(r, priority=min(m.priority for m in mine)))
+    return out
+
+
+def _broken_gangs(found: Plan, running: Iterable[Running], whole: set[str]) -> set[str]:
+    """The gangs the plan takes members of one by one, leaving some but fewer than their
+    minimum."""
+    members: dict[str, list[Running]] = {}
+    for r in running:
+        if r.unit is not None and r.unit not in whole:
+            members.setdefault(r.unit, []).append(r)
+    victims = set(found.victims)
+    out = set()
+    for unit, mine in members.items():
+        gone = sum(1 for m in mine if m.key in victims)
+        if 0 < gone < len(mine) and len(mine) - gone < mine[0].minimum:
+            out.add(unit)
+    return out
 
 
 def _candidates(

@@ -2,11 +2,11 @@
 drasat.kube and never written.
 
 ResourceSlices, DeviceTaintRules and Nodes describe the cluster; DeviceClasses, ResourceClaims,
-ResourceClaimTemplates and Pods come before the `-f` manifests, so the answer is "what if I apply
-these now": existing allocations stay and take their devices, and pods whose claims are
-allocated already are not placed again. A server that does not serve `resource.k8s.io/v1`
-ResourceSlices (a classic cluster) gives None: the caller reads the classic objects instead.
-"""
+ResourceClaimTemplates, PodGroups (where served: the Workload API) and Pods come before the `-f`
+manifests, so the answer is "what if I apply these now": existing allocations stay and take their
+devices, and pods whose claims are allocated already are not placed again. A server that does not
+serve `resource.k8s.io/v1` ResourceSlices (a classic cluster) gives None: the caller reads the
+classic objects instead."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import logging
 from drasat import loading
 from drasat.kube import errors
 from drasat.kube.client import Api, Obj
-from drasat.kube.resources import NODES, PODS, Resource
+from drasat.kube.resources import NODES, POD_GROUPS, PODS, Resource
 from drasat.whatif import v1manifests
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ KINDS = (
     DEVICE_CLASSES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    POD_GROUPS,
     PODS,
 )
 
@@ -54,7 +55,7 @@ def read(api: Api) -> list[Obj] | None:
             if resource is RESOURCE_SLICES:
                 log.info("%s: not served, reading the classic objects", resource.api_version)
                 return None
-            if resource is DEVICE_TAINT_RULES:
+            if resource in (DEVICE_TAINT_RULES, POD_GROUPS):
                 continue
             raise
         for item in listed.items:

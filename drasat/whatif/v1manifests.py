@@ -2,10 +2,11 @@
 DeviceClasses those claims name.
 
 Read: ResourceClaims, ResourceClaimTemplates and DeviceClasses of `v1` (`v1beta1` and `v1beta2`
-converted to v1's shape, `v1kinds.to_v1`), opaque configurations (drasat's `GpuConfig`, NVIDIA's
-`resource.nvidia.com/v1beta1` `GpuConfig`/`MigDeviceConfig`, checked by `api.deviceconfig`), and
-the pods and workloads the classic what-if reads (`workloads`). drasat's shipped DeviceClasses
-and NVIDIA's `gpu.nvidia.com` and `mig.nvidia.com` need not be in the manifests.
+converted to v1's shape, `v1kinds.to_v1`), the Workload API's PodGroups (`podgroups`), opaque
+configurations (drasat's `GpuConfig`, NVIDIA's `resource.nvidia.com/v1beta1`
+`GpuConfig`/`MigDeviceConfig`, checked by `api.deviceconfig`), and the pods and workloads the
+classic what-if reads (`workloads`). drasat's shipped DeviceClasses and NVIDIA's `gpu.nvidia.com`
+and `mig.nvidia.com` need not be in the manifests.
 
 A pod's claim from a template becomes a ResourceClaim as the resourceclaim controller makes it:
 `generateName` `<pod>-<podClaimName>-` (the base cut to 57 characters) plus 5 characters of
@@ -34,7 +35,15 @@ from drasat import loading
 from drasat.api import deviceconfig, groups
 from drasat.api.inputerrors import InputError, show
 from drasat.v1 import extended
-from drasat.whatif import apivalidation, kinds, manifestindex, v1cluster, v1kinds, workloads
+from drasat.whatif import (
+    apivalidation,
+    kinds,
+    manifestindex,
+    podgroups,
+    v1cluster,
+    v1kinds,
+    workloads,
+)
 from drasat.whatif.manifestindex import Ignored, located
 
 Obj = dict[str, Any]
@@ -137,6 +146,8 @@ class V1Workload:
     #: Every pod of the input bound to a node (`spec.nodeName`), with or without claims: what
     #: already uses the node's CPU, memory and pod slots.
     bound: tuple[Obj, ...] = ()
+    #: The PodGroups (`scheduling.k8s.io/v1beta1`) by namespace/name: the gangs pods name.
+    pod_groups: Mapping[str, Obj] = field(default_factory=dict)
 
 
 def allocated(claim: Mapping[str, Any]) -> bool:
@@ -173,6 +184,7 @@ class _Index:
         default_factory=dict
     )
     classes: dict[str, manifestindex.Entry[v1kinds.DeviceClass]] = field(default_factory=dict)
+    pod_groups: dict[str, podgroups.Entry] = field(default_factory=dict)
     #: (namespace, name) of claims and templates left out with their file -> why.
     skipped_claims: dict[tuple[str, str], str] = field(default_factory=dict)
     skipped_templates: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -202,9 +214,11 @@ def compile_v1(
                     "used by no pod in the manifests",
                 )
             )
+    groups_by_key = {key: e.document.data for key, e in index.pod_groups.items()}
     return V1Workload(
-        tuple(pods), dict(compiler.used), classes, tuple(ignored), tuple(compiler.bound)
-    )
+        tuple(pods), dict(compiler.used), classes, tuple(ignored), tuple(compiler.bound),
+        groups_by_key,
+    )  # fmt: skip
 
 
 def _as_v1(data: Obj) -> Obj:
@@ -344,6 +358,14 @@ def _index(documents: Sequence[loading.Document]) -> tuple[_Index, list[loading.
                     "describes the cluster: pass it with --cluster",
                 )
             )
+            continue
+        if podgroups.is_pod_group(data):
+            entry = podgroups.checked(document)
+            first = index.pod_groups.get(entry.key)
+            if first is not None:
+                raise InputError(f"defined twice (first at {first.document.where})",
+                                 where=located(document, entry.namespace))  # fmt: skip
+            index.pod_groups[entry.key] = entry
             continue
         if not is_v1_document(data):
             rest.append(document)

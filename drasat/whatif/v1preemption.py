@@ -112,11 +112,19 @@ def _running(
         node = (pod.obj.get("spec") or {}).get("nodeName")
         if not node or node not in nodes or not uids:
             continue
-        label = gangs.label_of(pod.obj)
-        unit = gangs.gang_key(pod.obj, label[0]) if isinstance(label, tuple) else None
+        unit, minimum = gangs.unit_of(pod.obj, workload.pod_groups)
         cpu, memory = pod.cpu_milli, pod.memory_mib
         running.append(
-            Running(pod.key, str(node), pod.priority, tuple(uids), cpu, memory, unit=unit)
+            Running(
+                pod.key,
+                str(node),
+                pod.priority,
+                tuple(uids),
+                cpu,
+                memory,
+                unit=unit,
+                minimum=minimum,
+            )
         )
     return running, {k: frozenset(v) for k, v in users.items()}
 

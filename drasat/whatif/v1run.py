@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Gang, Problem, Solution, SolveParams
 from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, preemption, results
 from drasat.v1.nominations import Nomination, holds_of
-from drasat.v1.preemption import Plan
+from drasat.v1.preemption import Hold, Plan
 from drasat.whatif import clusternodes, v1manifests, v1preemption
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ class V1Result:
     #: Pods no node admits before devices are considered: pod key -> why, per node.
     blocked: Mapping[str, tuple[str, ...]]
     solver_error: str | None = None
-    #: The gangs placed all-or-nothing (pods labelled `gpu.drasat.io/gang`), complete ones.
+    #: The gangs placed all-or-nothing (a PodGroup's with a gang policy, or pods labelled
+    #: `gpu.drasat.io/gang`): each one's first pods up to its minimum (`GangPlan`).
     gangs: tuple[Gang, ...] = ()
     #: The preemptions the controller would make for pods refused here (`v1preemption`).
     preemptions: tuple[Plan, ...] = ()
@@ -256,6 +257,63 @@ class _Fit:
         return tuple(kept), tuple(reasons)
 
 
+@dataclass(frozen=True)
+class GangPlan:
+    """The input's gangs as the controller plays them out (`drasat.v1.gangs.step`)."""
+
+    #: Each gang's first pods up to its minimum still to allocate, all-or-nothing.
+    gangs: tuple[Gang, ...]
+    #: Pods not tried, with why: a gang short of its minimum, a PodGroup missing, a bad field.
+    held: Mapping[str, str]
+    #: Pods past a gang's minimum -> (gang, why they wait): they go one by one once the gang's
+    #: first pods are allocated.
+    later: Mapping[str, tuple[str, str]]
+
+
+def plan_gangs(workload: v1manifests.V1Workload, policy: AllocationPolicySpec) -> GangPlan:
+    """The gangs of the input's pods: membership from the PodGroups the input holds (the
+    what-if reads them as a server that serves the Workload API) and the labels, and the
+    controller's rule of which pods go when, no pod waiting."""
+    found = gangs.read(((p.key, p.obj) for p in workload.pods), workload.pod_groups)
+    pending = {p.key for p in workload.pods if p.pending()}
+    out: list[Gang] = []
+    held = dict(found.invalid)
+    later: dict[str, tuple[str, str]] = {}
+    for name, members in sorted(found.members.items()):
+        now = gangs.step(found.gangs[name], (k for k, _ in members), pending, {})
+        if now.quorum:
+            out.append(gangs.solver_gang(name, now.quorum, policy))
+        for key, why in now.held.items():
+            if key in now.later:
+                later[key] = (name, why)
+            else:
+                held[key] = why
+    return GangPlan(tuple(out), held, later)
+
+
+def _allocate(
+    nodes: list[Node],
+    pods: list[PodInput],
+    gangs_of: Sequence[Gang],
+    holds: Sequence[Hold],
+    workload: v1manifests.V1Workload,
+    policy: AllocationPolicySpec,
+    params: SolveParams,
+    solve: Solve,
+) -> tuple[Outcome, list[Node]]:
+    """One cycle's allocation of `pods` on `nodes` (holding the devices nominated pods hold),
+    and the nodes with what it placed."""
+    outcome = Outcome()
+    for group, seen in preemption.hold_groups(pods, holds, gangs_of):
+        placed = allocate(
+            preemption.with_holds(nodes, seen), group, workload.classes,
+            policy=policy, params=params, solve=solve, gangs=gangs_of,
+        )  # fmt: skip
+        _merge(outcome, placed)
+        nodes = preemption.placed_on(nodes, placed, group)
+    return outcome, nodes
+
+
 def run_v1(
     cluster: clusternodes.ClusterNodes,
     workload: v1manifests.V1Workload,
@@ -267,17 +325,10 @@ def run_v1(
     """Allocate the pods' pending claims. A solver that raises is reported, not raised."""
     node_list = node_inputs(cluster, workload)
     pods, blocked = pod_inputs(cluster, workload)
-    found, held = gangs.of_pods(((p.key, p.obj) for p in workload.pods), policy)
     placing = {p.key for p in pods}
+    plan = plan_gangs(workload, policy)
+    complete, held, later = plan.gangs, plan.held, plan.later
     pods = [p for p in pods if p.key not in held]
-    # A pod of a gang whose claims are all allocated already is not placed again; one that no
-    # node admits (`blocked`) keeps its gang from being placed.
-    allocated = {p.key for p in workload.pods if not p.pending()}
-    complete = [
-        dataclasses.replace(g, pods=tuple(k for k in g.pods if k not in allocated))
-        for g in found
-        if any(k in placing for k in g.pods)
-    ]
     error = None
     # As the controller's cycle: the higher priority first, nominated preemptors before their
     # peers, and the devices held for a nominee taken for every pod of its priority or lower.
@@ -286,15 +337,19 @@ def run_v1(
         -item[1].priority, item[1].key not in nominated, item[0]))]  # fmt: skip
     holds = holds_of(n for k, n in nominated.items() if k in placing)
     try:
-        outcome = Outcome()
-        seen_nodes = node_list
-        for group, seen in preemption.hold_groups(pods, holds, complete):
-            placed = allocate(
-                preemption.with_holds(seen_nodes, seen), group, workload.classes,
-                policy=policy, params=params, solve=solve, gangs=complete,
-            )  # fmt: skip
-            _merge(outcome, placed)
-            seen_nodes = preemption.placed_on(seen_nodes, placed, group)
+        firsts = [p for p in pods if p.key not in later]
+        outcome, seen_nodes = _allocate(node_list, firsts, complete, holds, workload, policy,
+                                        params, solve)  # fmt: skip
+        # As the controller's next cycles: a gang whose first pods are allocated is admitted,
+        # and its pods past the minimum go one by one on what is left.
+        admitted = {g.name for g in complete if all(p in outcome.placed for p in g.pods)}
+        rest = [p for p in pods if p.key in later and later[p.key][0] in admitted]
+        if rest:
+            found, _ = _allocate(seen_nodes, rest, (), holds, workload, policy, params, solve)
+            _merge(outcome, found)
+        for key, (gang, why) in later.items():
+            if gang not in admitted and key in placing:
+                outcome.refused[key] = (why,)
     except Exception as failure:  # a solver bug must still end in a report, not a traceback
         log.debug("allocation failed", exc_info=True)
         error = f"solver failed: {type(failure).__name__}: {failure}"

@@ -122,6 +122,8 @@ class Evictions:
                 "disruption budget.",
                 status=429,
             )
+        if (body.get("deleteOptions") or {}).get("dryRun"):
+            return body  # checked, not done
         self._api.delete(r.PODS, name, namespace=namespace)
         return body
 

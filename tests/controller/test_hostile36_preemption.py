@@ -4,17 +4,11 @@ it is fixed."""
 
 from __future__ import annotations
 
-import pytest
 from test_v1controller_preemption import POLICY, FakeApi, _cluster, _preempter, _snapshot, _urgent
 
 from drasat.api.groups import GANG_LABEL, GANG_SIZE_LABEL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a running gang's victims are evicted one by one: a refused eviction (a budget that "
-    "changed since it was read, or budgets drasat may not read) leaves the gang evicted in part",
-)
 def test_a_running_gang_is_never_evicted_in_part_when_one_eviction_is_refused() -> None:
     # n1: 2 T4s held by the running gang a+b (minimum 2). urgent (priority 100) needs one GPU:
     # the gang is one unit, so its plan evicts a and b. The Eviction API refuses b (429).

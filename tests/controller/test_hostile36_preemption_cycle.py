@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import test_v1controller_preemption_cycle as base
 from test_v1controller_preemption_cycle import (
     Evicting,
@@ -68,11 +67,6 @@ def _squatter(api: KubeClient, name: str, annotation: str, **spec: Any) -> Obj:
     )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a nomination annotation a tenant forges on its own pending pod is held: any priority, "
-    "any node, any device, for ever",
-)
 def test_a_forged_nomination_on_a_tenants_own_pod_holds_no_gpu(
     api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
 ) -> None:
@@ -87,11 +81,6 @@ def test_a_forged_nomination_on_a_tenants_own_pod_holds_no_gpu(
     assert _allocated(api, "urgent"), "an empty node's GPUs are held for a forged nomination"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a forged nomination makes drasat evict another tenant's running pod although a GPU "
-    "is free",
-)
 def test_a_forged_nomination_makes_no_one_evict_a_running_pod(
     api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
 ) -> None:
@@ -117,11 +106,6 @@ def _member(
     api.patch(r.PODS, name, {"metadata": {"labels": labels}}, namespace=NS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a nominee that is no longer tried (its gang became incomplete) keeps its hold for "
-    "ever: the GPUs its victims freed idle while lower priorities wait",
-)
 def test_a_gang_nominee_no_longer_tried_does_not_hold_its_gpus_for_ever(
     api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
 ) -> None:
@@ -152,11 +136,6 @@ def test_a_gang_nominee_no_longer_tried_does_not_hold_its_gpus_for_ever(
     assert _allocated(api, "lo"), "two GPUs stay held for a gang that is not even tried"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a label gang of more running pods than preemption.maxVictims is never a victim: a "
-    "tenant labels its pods gang-size 1 (no all-or-nothing cost) and is immune to preemption",
-)
 def test_gang_labels_of_minimum_one_buy_no_immunity_from_preemption(
     api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
 ) -> None:
@@ -180,11 +159,6 @@ def test_gang_labels_of_minimum_one_buy_no_immunity_from_preemption(
     assert len(proxy.evicted) == 1, proxy.evicted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gang's priority is its lowest pod's as a preemptor but its highest as a victim: "
-    "one high-priority pod labelled into a gang shields every low-priority pod of it",
-)
 def test_one_high_priority_pod_in_a_label_gang_shields_no_low_priority_pod(
     api: KubeClient, controller: Callable[..., tuple[V1Controller, Evicting]]
 ) -> None:

@@ -47,6 +47,7 @@ class FakeApi:
         self.budgets = budgets or []
         self.error = error
         self.evicted: list[str] = []
+        self.dry_runs: list[str] = []
         self.events: list[tuple[str, str, str]] = []
         self.patches: list[tuple[str, str, Obj]] = []
 
@@ -61,6 +62,9 @@ class FakeApi:
                     "disruption budget.",
                     status=429,
                 )
+            if (body.get("deleteOptions") or {}).get("dryRun"):
+                self.dry_runs.append(f"{namespace}/{name}")
+                return body  # checked, not done
             self.evicted.append(f"{namespace}/{name}")
         elif resource.kind == "Event":
             involved = body.get("involvedObject") or body.get("regarding") or {}
@@ -76,17 +80,26 @@ class FakeApi:
         return patch
 
     def written(self, pod: Obj) -> Obj:
-        """The pod with the patches of its annotations applied (what the informer shows next)."""
+        """The pod with the patches of its annotations and status applied (what the informer
+        shows next)."""
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         annotations = dict(pod["metadata"].get("annotations") or {})
+        status = dict(pod.get("status") or {})
         for who, subresource, patch in self.patches:
-            if who == key and not subresource:
+            if who == key and subresource == "status":
+                for k, v in patch["status"].items():
+                    if v is None:
+                        status.pop(k, None)
+                    else:
+                        status[k] = v
+            elif who == key and not subresource:
                 for k, v in patch["metadata"]["annotations"].items():
                     if v is None:
                         annotations.pop(k, None)
                     else:
                         annotations[k] = v
-        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations},
+                "status": status}  # fmt: skip
 
 
 def _claim(name: str, *, standalone: bool = False) -> Obj:
@@ -433,3 +446,34 @@ def test_a_gang_preempts_as_one_or_not_at_all() -> None:
     assert sorted(api.evicted) == ["ml/a", "ml/b"]
     assert set(preempter.nominations) == {"ml/w0", "ml/w1"}
     assert {n.gang for n in preempter.nominations.values()} == {"ml/train"}
+
+
+def test_a_nomination_is_believed_only_as_far_as_the_cluster_vouches_for_it() -> None:
+    """The annotation is the pod's, which its tenant can write: it holds only where the status
+    the controller wrote names its node, at the pod's own priority, only the pod's own claims
+    on that node, and its gang key only where the pod is in that gang."""
+    from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
+
+    _, pods, claims = _cluster(("small", 1, {}))
+    item = _urgent(claims)
+    own = str(claims["ml/urgent"]["metadata"]["uid"])
+
+    def entry(uid: str, name: str) -> AllocatedDevices:
+        gpu = AllocatedGpus(devices=[AllocatedGpu(uuid="GPU-0")])
+        return AllocatedDevices(claimInfo=ClaimInfo(namespace="ml", name=name, uid=uid), gpu=gpu)
+
+    held = {"n1": {"mine": entry(own, "urgent"), "theirs": entry("uid-small", "small")},
+            "n2": {"far": entry(own, "urgent")}}  # fmt: skip
+    forged = Nomination("ml/urgent", "pod-urgent", "n1", 2**31 - 1, (), (), held,
+                        "2030-01-01T00:00:00.000000Z", gang="ml/not-its-gang")  # fmt: skip
+    meta = {**item.pod["metadata"], "annotations": {NOMINATION_ANNOTATION: forged.annotation()}}
+    annotated = {**item.pod, "metadata": meta}
+    # The annotation alone (no status.nominatedNodeName, or another node's): nothing held.
+    for status in ({}, {"nominatedNodeName": "n2"}):
+        pod = {**annotated, "status": status}
+        assert _preempter(FakeApi()).holds(_snapshot([*pods, pod], claims)) == []
+    pod = {**annotated, "status": {"nominatedNodeName": "n1"}}
+    (hold,) = _preempter(FakeApi()).holds(_snapshot([*pods, pod], claims))
+    # Its own priority, not the annotation's; its own key, not a gang it is not in.
+    assert (hold.preemptor, hold.pods, hold.priority) == ("ml/urgent", {"ml/urgent"}, 100)
+    assert {n: set(e) for n, e in hold.held.items()} == {"n1": {"mine"}}

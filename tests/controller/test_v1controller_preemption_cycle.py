@@ -41,6 +41,8 @@ class Evicting:
     def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
         if resource.kind == "Eviction":
             name = body["metadata"]["name"]
+            if (body.get("deleteOptions") or {}).get("dryRun"):
+                return body  # checked, not done (no budgets here)
             self.evicted.append(f"{namespace}/{name}")
             self.api.delete(r.PODS, name, namespace=namespace)
             return body

@@ -258,6 +258,8 @@ class ModelApi:
                     status=429,
                     reason="TooManyRequests",
                 )
+        if (body.get("deleteOptions") or {}).get("dryRun"):
+            return body  # checked, not done: as the API server answers a dry run
         self.inner.delete(r.PODS, name, namespace=namespace)
         self.evicted(f"{namespace}/{name}")
         return body

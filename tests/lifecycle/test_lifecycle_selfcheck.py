@@ -192,14 +192,19 @@ def test_two_tenants_on_one_gpu_are_parted_though_a_budget_allows_no_disruption(
 
 def _nominate_as_a_broken_controller(machine: LifecycleMachine, pod: dict, gpu: str,
                                      freed: tuple[str, ...] = ()) -> None:  # fmt: skip
-    """Write a nomination on `pod` holding `gpu` (a GPU of n1, whole), as the controller writes
-    one; `freed`: the claims it waits for (while any is allocated, it keeps its hold)."""
+    """Write a nomination on `pod` holding `gpu` (a GPU of n1, whole) for its claim, as the
+    controller writes one (the annotation, then `status.nominatedNodeName`, without which the
+    annotation is not believed); `freed`: the claims it waits for (while any is allocated, it
+    keeps its hold)."""
     meta = pod["metadata"]
     (found,) = [g for g in machine.world.gpus["n1"] if f"gpu-{g.minor}" == gpu]
+    claims = {c["metadata"]["name"]: c for c in machine._claim_objects()}
+    (own,) = [claims[n] for n in truth.claim_names(pod) if n]
     entry = AllocatedDevices(
-        claimInfo=ClaimInfo(namespace=NAMESPACE, name=f"{meta['name']}-held", uid="held"),
+        claimInfo=ClaimInfo(namespace=NAMESPACE, name=own["metadata"]["name"],
+                            uid=str(own["metadata"]["uid"])),
         gpu=AllocatedGpus(devices=[AllocatedGpu(uuid=found.uuid)]),
-    )
+    )  # fmt: skip
     nomination = Nomination(f"{NAMESPACE}/{meta['name']}", meta["uid"], "n1",
                             int(pod["spec"].get("priority") or 0), (), freed,
                             {"n1": {f"nominated:{meta['name']}": entry}},
@@ -209,6 +214,8 @@ def _nominate_as_a_broken_controller(machine: LifecycleMachine, pod: dict, gpu: 
         {"metadata": {"annotations": {NOMINATION_ANNOTATION: nomination.annotation()}}},
         namespace=NAMESPACE,
     )  # fmt: skip
+    machine.world.admin.patch(r.PODS, meta["name"], {"status": {"nominatedNodeName": "n1"}},
+                              namespace=NAMESPACE, subresource="status")  # fmt: skip
 
 
 def _pending_pods(machine: LifecycleMachine) -> list[dict]:

@@ -3,7 +3,6 @@ found, each xfail(strict) until it is fixed."""
 
 from __future__ import annotations
 
-import pytest
 from test_v1_preemption_planner import _running, _users
 from v1kit import CLASSES, claim, exactly, node, pod
 
@@ -12,11 +11,6 @@ from drasat.v1 import preemption
 from drasat.v1.preemption import Wanting
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gang preempts at each pod's own priority, not the gang's (its lowest pod's): a "
-    "gang of priority 0 evicts a pod of priority 500",
-)
 def test_a_gang_of_mixed_priorities_evicts_only_below_its_lowest_pod() -> None:
     # n1: 2 T4s held by a (priority 500) and b (priority -10). A gang of w0 (priority 0) and w1
     # (priority 1000): the gang's priority is 0 (`Wanting.priority`), so only b may go, and
