@@ -30,18 +30,29 @@ _SUFFIXES: dict[str, Decimal] = {
 }
 #: Kubernetes quantities are 64-bit; a bigger one would overflow the solver's integers too.
 MAX_QUANTITY = 2**63 - 1
+#: The digits of the biggest quantity read at all (far over any device's capacity).
+_MAX_DIGITS = 100
 _PATTERN = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 
 
 def to_bytes(quantity: int | str) -> int:
-    """Number of bytes (rounded up) of a quantity; raises ValueError on a malformed one."""
+    """Number of bytes (rounded up) of a quantity; raises ValueError on a malformed one or one
+    over 64 bits."""
+    value = base_units(quantity)
+    if value > MAX_QUANTITY:
+        raise ValueError(f"quantity {quantity!r} is over {MAX_QUANTITY} (64 bits)")
+    return value
+
+
+def base_units(quantity: int | str) -> int:
+    """A quantity in its base unit (rounded up), however big: the API server accepts any
+    well-formed quantity (`10E` is 10**19), and only what the solver counts must fit its
+    64-bit integers (`to_bytes`). Raises ValueError on a malformed or negative one."""
     if isinstance(quantity, bool):
         raise ValueError(f"not a quantity: {quantity!r}")
     if isinstance(quantity, int):
         if quantity < 0:
             raise ValueError(f"quantity must not be negative: {quantity}")
-        if quantity > MAX_QUANTITY:
-            raise ValueError(f"quantity is over {MAX_QUANTITY} (64 bits)")
         return quantity
     match = _PATTERN.match(quantity.strip())
     if match is None:
@@ -51,11 +62,29 @@ def to_bytes(quantity: int | str) -> int:
         value = Decimal(number) * _SUFFIXES[suffix]
         if value < 0:
             raise ValueError(f"quantity must not be negative: {quantity!r}")
-        if value > MAX_QUANTITY:
-            raise ValueError(f"quantity {quantity!r} is over {MAX_QUANTITY} (64 bits)")
+        if value.adjusted() >= _MAX_DIGITS:
+            # An integer of a million digits (`1e999999`) takes minutes to build.
+            raise ValueError(f"quantity {quantity!r} has over {_MAX_DIGITS} digits")
         return int(value.to_integral_value(rounding="ROUND_CEILING"))
     except ArithmeticError:  # InvalidOperation, Overflow (`1e999999`)
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from None
+
+
+def exact(quantity: int | float | str) -> Decimal:
+    """A quantity's exact value in its base unit (`1000m` is 1, `1.5` is 1.5), as the API
+    server parses it; ValueError on a malformed one or one of over `_MAX_DIGITS` digits."""
+    if isinstance(quantity, bool):
+        raise ValueError(f"not a quantity: {quantity!r}")
+    match = _PATTERN.match(str(quantity).strip())
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+    try:
+        value = Decimal(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+    except ArithmeticError:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from None
+    if value and value.adjusted() >= _MAX_DIGITS:
+        raise ValueError(f"quantity {quantity!r} has over {_MAX_DIGITS} digits")
+    return value
 
 
 def _check(value: int | str) -> int | str:

@@ -214,7 +214,8 @@ def measure(nodes: int, args: argparse.Namespace) -> Obj:
         pending, _ = v1inputs.pending_pods(snapshot)
         t2 = time.perf_counter()
         node_inputs = v1inputs.node_inputs(
-            v1inputs.with_status_holds(snapshot, controller._ledgers)
+            v1inputs.with_status_holds(snapshot, controller._ledgers),
+            controller.allocator.node_inputs,
         )
         t3 = time.perf_counter()
         outcome = v1.allocate(

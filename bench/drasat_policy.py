@@ -17,6 +17,7 @@ The `-local` policies leave it out, so the solver estimates it from each call's 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 
@@ -193,15 +194,12 @@ class DrasatOnline(Policy):
             node = self.index[placement.node]
             gpus: list[int] = []
             for entry in placement.allocations.values():
-                if entry.gpu is not None:
-                    gpus += [int(d.uuid.rsplit("-", 1)[1]) for d in entry.gpu.devices]
+                gpus += [int(uuid.rsplit("-", 1)[1]) for uuid in entry.gpus]
             self.decided[p] = _Decided(node, sorted(gpus))
             state = self.states[node]
-            claims = dict(state.nas.allocatedClaims)
-            claims.update(placement.allocations)
             self.states[node] = dataclasses.replace(
                 state,
-                nas=state.nas.model_copy(update={"allocatedClaims": claims}),
+                ledger=state.ledger.with_allocated(placement.allocations),
                 used_cpu_milli=state.used_cpu_milli + int(pods.cpu_milli[p]),
                 used_memory_mib=state.used_memory_mib + int(pods.memory_mib[p]),
             )
@@ -243,15 +241,31 @@ LOCAL_CHUNK = 64
 
 
 def factory(name: str, *, chunk: int | None = None) -> Callable[[], Policy]:
-    """`drasat`, `drasat-frag`, `drasat-binpack`, each also with the `-local` suffix.
+    """`drasat`, `drasat-frag`, `drasat-binpack`, `drasat-f<N>b<M>` (`weighted`), each also with
+    the `-local` suffix.
 
     `chunk`: pods per solver call. Default: 1 (each decision its own call, so the time the
     replay records per pod is the decision's latency; with a target workload the decisions do
     not depend on the chunk), LOCAL_CHUNK for the `-local` policies."""
     base = name.removesuffix(LOCAL)
-    if base not in POLICIES:
-        known = ", ".join([*POLICIES, *(p + LOCAL for p in POLICIES)])
+    policy = POLICIES.get(base) or weighted(base)
+    if policy is None:
+        known = ", ".join([*POLICIES, *(p + LOCAL for p in POLICIES), "drasat-f<N>b<M>"])
         raise SystemExit(f"unknown drasat policy {name!r}; known: {known}")
     target = not name.endswith(LOCAL)
     size = chunk if chunk is not None else (1 if target else LOCAL_CHUNK)
-    return lambda: DrasatOnline(name, POLICIES[base], chunk=size, target=target)
+    return lambda: DrasatOnline(name, policy, chunk=size, target=target)
+
+
+def weighted(name: str) -> AllocationPolicySpec | None:
+    """`drasat-f<N>b<M>`: the default objective with fragmentation weight N and binpack weight
+    M (0: no binpack term), minimizeMigWaste 1, for sweeping the weights; None for other names."""
+    match = re.fullmatch(r"drasat-f(\d+)b(\d+)", name)
+    if match is None:
+        return None
+    frag, binpack = int(match[1]), int(match[2])
+    terms = [ObjectiveTerm(term=Term.fragmentation, weight=frag)] if frag else []
+    if binpack:
+        terms.append(ObjectiveTerm(term=Term.binpack, weight=binpack))
+    terms.append(ObjectiveTerm(term=Term.minimizeMigWaste, weight=1))
+    return AllocationPolicySpec(objective=terms)

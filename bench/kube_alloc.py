@@ -24,7 +24,11 @@ Per allocator, in the same run and on the same slices, one after the other:
   H100-80GB, as `bench/mig_churn.py`'s cluster) with the event sequence of `bench.mig_churn.events`
   (Poisson arrivals, exponential lifetimes of mean `--churn-lifetime` seconds, by profile or by
   needs expressed as CEL on capacity); a claim not bound within `--patience` seconds is refused
-  and its pod deleted; a bound pod is deleted at its departure. Measured: claims accepted.
+  and its pod deleted; a bound pod is deleted at its departure. Measured: claims accepted, and
+  the same over the claims that fit when they arrived (`bench.churn_fit`: drasat's own
+  allocation, after the run, over the devices the claims bound and not yet deleted then held),
+  with their creation -> bound p50 / p99 (a claim never bound counts as unbounded).
+  `--refit results.json` adds that measure to a written run without running anything.
 
 Allocator `kube` is kube-scheduler itself (no device taint on drasat's devices). Allocator
 `drasat` is drasat's v1 controller (`start_drasat`), which taints drasat's devices so the
@@ -63,6 +67,7 @@ from kubernetes.client import ApiException
 from bench import mig_churn
 from drasat.api import catalog
 from drasat.api.devicemodel import classes
+from drasat.api.devicemodel.nodegpus import Inventory
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
 from drasat.nodeplugin import slicepublisher
 from drasat.nodeplugin.nvml import NvmlDeviceLib
@@ -328,11 +333,15 @@ def node_body(node: FleetNode) -> Obj:
     }
 
 
+def node_inventory(node: FleetNode) -> Inventory:
+    """What drasat's node plugin finds on this node's simulated GPUs."""
+    fleet = SimulatedNvml(node.fleet)
+    return slicepublisher.inventory(NvmlDeviceLib(fleet, run=fleet.run), shares=True)
+
+
 def node_slices(node: FleetNode, uid: str) -> list[Obj]:
     """The slices drasat's node plugin would publish for this node's simulated GPUs."""
-    fleet = SimulatedNvml(node.fleet)
-    wanted = slicepublisher.inventory(NvmlDeviceLib(fleet, run=fleet.run), shares=True)
-    return slicepublisher.desired(node.name, wanted, node_uid=uid)
+    return slicepublisher.desired(node.name, node_inventory(node), node_uid=uid)
 
 
 @dataclasses.dataclass
@@ -768,11 +777,16 @@ def churn(
         timeline.append((leaves, 2, "depart", name, kind))
     timeline.sort()
 
+    deleted: dict[str, float] = {}
+
     def delete(name: str) -> None:
+        deleted[name] = time.monotonic()
         with contextlib.suppress(ApiException):
             core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
     served: dict[str, dict[str, int]] = {}
+    # Per accepted claim, its allocation's results (what it held, for the fit at arrival).
+    holds: dict[str, list[Obj]] = {}
     recorded: dict[str, concurrent.futures.Future[None]] = {}
     served_lock = threading.Lock()
     custom = kubernetes.client.CustomObjectsApi(api)
@@ -787,6 +801,8 @@ def churn(
                 )
                 allocation = (claim.get("status") or {}).get("allocation") or {}
                 for result in allocation.get("devices", {}).get("results", []):
+                    with served_lock:
+                        holds.setdefault(name, []).append(result)
                     device = fleet.devices.get((result["pool"], result["device"]), {})
                     profile = device.get("attributes", {}).get("profile", {}).get("string", "?")
                     with served_lock:
@@ -859,6 +875,20 @@ def churn(
         "by_kind": {
             k: {"claims": v[0], "accepted": v[1], "served": served.get(k, {})}
             for k, v in sorted(kinds.items())
+        },
+        # Per claim, in arrival order, for the fit at arrival (bench.churn_fit): its kind, and
+        # seconds from the churn's start to its creation, its bind and its pod's deletion (null
+        # where none), and the devices an accepted claim held.
+        "claims_held": {
+            name: {
+                "kind": kind,
+                "created": round(created[name] - start, 3),
+                "bound": round(watch.bound[name] - start, 3) if name in watch.bound else None,
+                "deleted": round(deleted[name] - start, 3) if name in deleted else None,
+                "results": holds.get(name, []),
+            }
+            for _, _, action, name, kind in timeline
+            if action == "create" and name in created
         },
         # Per claim, in arrival order: [arrival s, accepted, creation -> bound s or null]
         # (acceptance over time and the CDFs of bench/perf_plots).
@@ -989,17 +1019,63 @@ def bench(args: argparse.Namespace) -> Obj:
     return results
 
 
+def churn_fleet(results: Obj, args: argparse.Namespace) -> list[FleetNode]:
+    planned = plan_fleet(results["run"], results["nodes"], args.mig_share, args.churn_nodes)
+    return [n for n in planned if n.labels.get(f"{LABEL}/churn")]
+
+
+def _seconds(value: float) -> float | None:
+    """A latency for results.json: None where the claim was never bound."""
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def add_fit_at_arrival(results: Obj, args: argparse.Namespace) -> None:
+    """Each allocator's churn gains `fit_at_arrival`: how many claims fit when they arrived
+    (bench.churn_fit, drasat's own allocation over the devices then held), how many of those
+    were accepted, and their creation -> bound p50 / p99, a claim never bound counting as
+    unbounded (None when a percentile lands on one). Pure: after the run, from its record."""
+    from bench import churn_fit
+
+    nodes = churn_fleet(results, args)
+    judge = churn_fit.Judge(
+        {n.name: node_slices(n, f"uid-{n.name}") for n in nodes},
+        {n: template(n, r) for n, r in churn_templates().items()},
+        {body["metadata"]["name"]: body for body in class_bodies()},
+    )
+    for allocator in results["allocators"]:
+        churned = allocator.get("churn")
+        if not churned or "claims_held" not in churned:
+            continue
+        held = churned["claims_held"]
+        started = time.monotonic()
+        fit = churn_fit.fit_at_arrival(judge, held)
+        # claims_timeline is in arrival order, as claims_held: [arrival, accepted, latency].
+        verdicts = dict(zip(held, churned["claims_timeline"], strict=True))
+        fitting = [n for n, ok in fit.items() if ok]
+        accepted = [n for n in fitting if verdicts[n][1]]
+        latencies = [verdicts[n][2] if verdicts[n][2] is not None else math.inf for n in fitting]
+        churned["fit_at_arrival"] = {
+            "claims": len(fitting),
+            "accepted": len(accepted),
+            "accepted_share": round(len(accepted) / max(1, len(fitting)), 4),
+            "latency_p50_s": _seconds(_percentile(latencies, 50)),
+            "latency_p99_s": _seconds(_percentile(latencies, 99)),
+            "judged_s": round(time.monotonic() - started, 1),
+        }
+
+
 def summary(results: Obj) -> str:
     lines = [
         "| allocator | nodes × GPUs | pods | bound | bound/s | creation→bound p50 / p99 s "
         "| GPUs allocated when full (asked by the bound pods) "
-        "| churn: accepted (of claims) | churn p50 / p99 s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| churn: accepted (of claims) | churn p50 / p99 s "
+        "| fit at arrival: accepted (of claims) | their p50 / p99 s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in results["allocators"]:
         head = f"| {a['allocator']} | {results['nodes']} × 8 = {results['gpus']} "
         if a["status"] != "ran":
-            lines.append(head + f"| {a['status']} | | | | | | |")
+            lines.append(head + f"| {a['status']} | | | | | | | | |")
             continue
         f = a.get("fill")
         c = a.get("churn")
@@ -1008,6 +1084,13 @@ def summary(results: Obj) -> str:
             f"| {c['latency_p50_s']} / {c['latency_p99_s']}"
             if c
             else "— | —"
+        )
+        fit = (c or {}).get("fit_at_arrival")
+        churn_cells += (
+            f" | {fit['accepted']} ({fit['claims']}; {100 * fit['accepted_share']:.1f}%) "
+            f"| {_shown(fit['latency_p50_s'])} / {_shown(fit['latency_p99_s'])}"
+            if fit
+            else " | — | —"
         )
         fill_cells = (
             f"| {f['pods']} | {f['bound']} | {f['bound_per_s']} | "
@@ -1020,6 +1103,10 @@ def summary(results: Obj) -> str:
         )
         lines.append(head + fill_cells + churn_cells + " |")
     return "\n".join(lines) + "\n"
+
+
+def _shown(seconds: float | None) -> str:
+    return "never bound" if seconds is None else str(seconds)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1076,6 +1163,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--run", default="", help="name prefix of the run's objects")
     parser.add_argument(
+        "--refit",
+        type=pathlib.Path,
+        default=None,
+        help="no run: add the fit at arrival to this results.json (its summary.md beside it)",
+    )
+    parser.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("bench/results/kube-alloc")
     )
     args = parser.parse_args(argv)
@@ -1095,11 +1188,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from bench import drasat_allocator
 
-    drasat_allocator.EXTRA_ARGS[:] = shlex.split(args.controller_args)
-    results = bench(args)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    results["machine"] = f"{stamp}; {platform.platform()}; python {platform.python_version()}"
-    results["argv"] = list(sys.argv[1:] if argv is None else argv)
+    if args.refit is not None:
+        results = json.loads(args.refit.read_text())
+        add_fit_at_arrival(results, parse_args(results["argv"]))
+        args.out = args.refit.parent
+    else:
+        drasat_allocator.EXTRA_ARGS[:] = shlex.split(args.controller_args)
+        results = bench(args)
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        results["machine"] = f"{stamp}; {platform.platform()}; python {platform.python_version()}"
+        results["argv"] = list(sys.argv[1:] if argv is None else argv)
+        # The run's results are written before the judging after it: a failure there (it can
+        # be retried with --refit) loses nothing of the run.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        add_fit_at_arrival(results, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     table = summary(results)

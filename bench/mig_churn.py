@@ -45,9 +45,9 @@ from collections.abc import Callable, Sequence
 
 from bench import solver_online
 from drasat.api import catalog
-from drasat.api.nas import AllocatedDevices
 from drasat.api.quantity import to_bytes
 from drasat.solver import (
+    Allocation,
     ClaimRequest,
     MigDemand,
     Mode,
@@ -270,11 +270,11 @@ class Drasat(Policy):
         #: Called with (problem, solution) after every solve (tests run their checker here).
         self.observer: Callable[[Problem, Solution], None] | None = None
 
-    def _set(self, node: str, claims: dict[str, AllocatedDevices]) -> None:
+    def _set(self, node: str, claims: dict[str, Allocation]) -> None:
         i = self.index[node]
         state = self.states[i]
-        nas = state.nas.model_copy(update={"allocatedClaims": claims})
-        self.states[i] = dataclasses.replace(state, nas=nas)
+        ledger = dataclasses.replace(state.ledger, allocated=claims)
+        self.states[i] = dataclasses.replace(state, ledger=ledger)
 
     def arrive(self, request: Request) -> bool:
         uid = f"claim-{request.id}"
@@ -308,7 +308,7 @@ class Drasat(Policy):
         entry = placement.allocations[uid]
         gpu, profile, start, size = self._check(request, placement.node, entry, spec)
         self.take(request, gpu, profile, start, size)
-        claims = dict(self.states[self.index[placement.node]].nas.allocatedClaims)
+        claims = dict(self.states[self.index[placement.node]].ledger.allocated)
         claims[uid] = entry
         self._set(placement.node, claims)
         self.claims[request.id] = (placement.node, uid)
@@ -318,17 +318,17 @@ class Drasat(Policy):
         self,
         request: Request,
         node: str,
-        entry: AllocatedDevices,
+        entry: Allocation,
         spec: MigDemand,
     ) -> tuple[Gpu, str, int, int]:
         """The bench's own check of one decision; raises on any violation."""
         where = f"drasat decision for claim {request.id} ({request.describe()})"
-        if entry.mig is None or len(entry.mig.devices) != 1 or entry.gpu is not None:
+        if not entry.mig or len(entry.migs) != 1 or entry.gpus:
             raise AssertionError(f"{where}: not exactly one MIG device: {entry}")
-        device = entry.mig.devices[0]
-        gpu = self.by_uuid.get(device.parentUUID)
+        device = entry.migs[0]
+        gpu = self.by_uuid.get(device.parent)
         if gpu is None or gpu.node != node:
-            raise AssertionError(f"{where}: GPU {device.parentUUID} is not on node {node}")
+            raise AssertionError(f"{where}: GPU {device.parent} is not on node {node}")
         product = catalog.find_product(gpu.product)
         assert product is not None
         profile = product.profile(device.profile)
@@ -342,7 +342,7 @@ class Drasat(Policy):
             raise AssertionError(f"{where}: {device.profile} has too little memory")
         if spec.compute_slices > profile.compute_slices:
             raise AssertionError(f"{where}: {device.profile} has too few compute slices")
-        start, size = device.placement.start, device.placement.size
+        start, size = device.start, device.size
         if (start, size) not in profile.placements:
             raise AssertionError(f"{where}: {device.profile} cannot be placed at {start}+{size}")
         if not gpu.free(start, size):
@@ -356,7 +356,7 @@ class Drasat(Policy):
         found = self.claims.pop(request.id, None)
         if found is not None:
             node, uid = found
-            claims = dict(self.states[self.index[node]].nas.allocatedClaims)
+            claims = dict(self.states[self.index[node]].ledger.allocated)
             del claims[uid]
             self._set(node, claims)
 

@@ -8,11 +8,14 @@ and depart on 8 MIG nodes, half A100-40GB, half H100-80GB, every GPU in dynamic 
 not bound within `--patience` seconds is refused), with three differences that make it NVIDIA's
 driver's cluster:
 
-- each node's slices are those of `bench.kube_alloc` (drasat's device model over the simulated
-  NVML fleet: the whole GPU and every MIG placement sharing a counter set) in NVIDIA's format:
-  driver `gpu.nvidia.com`, the attributes NVIDIA's driver publishes (`type`, `uuid`,
-  `productName`, `brand`, `architecture`, versions, `parentUUID`, `profile`, the PCI bus id), not
-  drasat's own (`index`, `minor`, `placementStart`, `placementSize`, ...); no CPU-fallback device;
+- each node's slices are those NVIDIA's driver publishes for its simulated GPUs (the NVML fleet
+  of `bench.kube_alloc`, every GPU in dynamic MIG mode), written by the one module that says
+  what that driver publishes (`drasat.whatif.nvidiaformat`): driver `gpu.nvidia.com`, NVIDIA's
+  device names (`gpu-<minor>-mig-<profile>-<profileID>-<start>`, `1g5gb` for `1g.5gb`) and
+  attributes (`type`, `uuid`, `productName`, `brand`, `architecture`, versions, `parentUUID`,
+  `profile`, the PCI bus id and root), not drasat's own (`index`, `minor`, `placementStart`,
+  `placementSize`, ...); each GPU's counter set `gpu-<minor>-counter-set`; no CPU-fallback
+  device;
 - the claims name NVIDIA's class `mig.nvidia.com` with CEL on NVIDIA's attributes; a claim by
   needs asks `memory` capacity and a profile of at least that many compute slices (CEL on the
   profile name: NVIDIA publishes no compute-slice capacity);
@@ -39,45 +42,25 @@ import kubernetes
 from kubernetes.client import ApiException
 
 from bench import drasat_allocator, kube_alloc
+from drasat.whatif import nvidiaformat
 
 Obj = dict[str, Any]
 NVIDIA = "gpu.nvidia.com"
 RESOURCE = ("resource.k8s.io", "v1")
 RULE = f"drasat-allocator-{NVIDIA}"
 MIG_CLASS = "mig.nvidia.com"
-#: The attributes NVIDIA's driver publishes (deploy/examples/v1-nvidia-quickstart/cluster).
 #: drasat's own slices for a fleet node (`kube_alloc.node_slices`, kept before it is replaced).
 drasat_slices = kube_alloc.node_slices
-ATTRIBUTES = {
-    "type", "uuid", "productName", "brand", "architecture", "cudaComputeCapability",
-    "driverVersion", "cudaDriverVersion", "parentUUID", "profile",
-    "resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot",
-}  # fmt: skip
-
-
-def nvidia_device(device: Obj) -> Obj | None:
-    """One of drasat's published devices as NVIDIA's driver publishes it (None: a device
-    NVIDIA's driver has no counterpart of)."""
-    attributes = device.get("attributes") or {}
-    if (attributes.get("type") or {}).get("string") not in ("gpu", "mig"):
-        return None
-    out = dict(device)
-    out["attributes"] = {k: v for k, v in attributes.items() if k in ATTRIBUTES}
-    out.pop("allowMultipleAllocations", None)
-    out["capacity"] = {k: {"value": v["value"]} for k, v in (device.get("capacity") or {}).items()}
-    return out
 
 
 def nvidia_slices(node: kube_alloc.FleetNode, uid: str) -> list[Obj]:
-    """`kube_alloc.node_slices` in NVIDIA's format."""
-    out = []
-    for body in drasat_slices(node, uid):
-        spec = dict(body["spec"], driver=NVIDIA)
-        devices = [d for d in (nvidia_device(x) for x in spec.get("devices") or []) if d]
-        if "devices" in spec:
-            spec["devices"] = devices
-        name = str(body["metadata"]["name"]).replace("gpu.drasat.io", NVIDIA)
-        out.append({**body, "metadata": {**body["metadata"], "name": name}, "spec": spec})
+    """The slices NVIDIA's driver publishes for the node's simulated GPUs, owned by its Node
+    (`uid`; empty: no owner)."""
+    out = nvidiaformat.gpu_slices(node.name, kube_alloc.node_inventory(node).gpus)
+    if uid:
+        owner = {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": uid}
+        for body in out:
+            body["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
     return out
 
 

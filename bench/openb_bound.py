@@ -478,8 +478,8 @@ def batch(
             for placement in solution.placements:
                 gpus: list[int] = []
                 for entry in placement.allocations.values():
-                    if entry.gpu is not None:
-                        gpus += [int(d.uuid.rsplit("-", 1)[1]) for d in entry.gpu.devices]
+                    if not entry.mig:
+                        gpus += [int(uuid.rsplit("-", 1)[1]) for uuid in entry.gpus]
                 new[key_of[placement.pod]] = (index[placement.node], sorted(gpus))
             before = sum(int(value[p]) for p in residents)
             after = sum(int(value[p]) for p in new)
@@ -550,8 +550,8 @@ def whole_batch(nodes: Nodes, pods: Pods, *, seconds: float) -> WholeBatch:
     for placement in solution.placements:
         gpus: list[int] = []
         for entry in placement.allocations.values():
-            if entry.gpu is not None:
-                gpus += [int(d.uuid.rsplit("-", 1)[1]) for d in entry.gpu.devices]
+            if not entry.mig:
+                gpus += [int(uuid.rsplit("-", 1)[1]) for uuid in entry.gpus]
         where[key_of[placement.pod]] = (index[placement.node], sorted(gpus))
     return WholeBatch(
         milli=check(nodes, pods, where),

@@ -84,9 +84,8 @@ def fleet(count: int, seed: int = 0) -> tuple[list[v1.Node], list[Running]]:
             claim = _claim(f"c{i}-{k}", size)
             pod = v1.PodInput(f"bench/p{i}-{k}", "bench", (claim,), rng.choice([0, 10, 20]))
             (placed,) = v1.allocate([node], [pod], CLASSES).allocations.values()
-            entries = {**node.state.nas.allocatedClaims, **placed.ledger}
-            nas = node.state.nas.model_copy(update={"allocatedClaims": entries})
-            node = dataclasses.replace(node, state=dataclasses.replace(node.state, nas=nas))
+            state = nasinventory.with_entries(node.state, placed.ledger)
+            node = dataclasses.replace(node, state=state)
             running.append(Running(pod.key, node.state.name, pod.priority, (placed.uid,)))
             free, k = free - size, k + 1
         nodes.append(node)
@@ -127,8 +126,9 @@ def _copies(
     nodes, out = [], []
     for i in range(count):
         name = f"n{i}"
-        template_nas = template.state.nas.model_copy(
-            update={"allocatableDevices": nasinventory.allocatable_of(template.state.devices)}
+        template_nas = NodeAllocationStateSpec(
+            allocatableDevices=nasinventory.allocatable_of(template.state.devices),
+            allocatedClaims=nasinventory.entries_of(template.state.ledger.allocated),
         )
         nas = NodeAllocationStateSpec.model_validate_json(
             template_nas.model_dump_json().replace("GPU-n0-", f"GPU-{name}-")
@@ -138,7 +138,7 @@ def _copies(
             template.state,
             name=name,
             devices=nasinventory.devices_of(nas),
-            nas=nasinventory.ledger_of(nas),
+            ledger=nasinventory.ledger_of(nas),
         )
         nodes.append(v1.Node(state, tuple(publisheddevices.drasat_devices(name, state.devices))))
         for r in running:
@@ -183,9 +183,8 @@ def filled(count: int, kind: str, seed: int = 0) -> tuple[list[v1.Node], list[Ru
         claim = _profile_claim(name, "1g.5gb") if kind == "mig" else _share_claim(name, 25)
         pod = v1.PodInput(f"bench/p0-{k}", "bench", (claim,), rng.choice([0, 10, 20]))
         (placed,) = v1.allocate([node], [pod], CLASSES).allocations.values()
-        entries = {**node.state.nas.allocatedClaims, **placed.ledger}
-        nas = node.state.nas.model_copy(update={"allocatedClaims": entries})
-        node = dataclasses.replace(node, state=dataclasses.replace(node.state, nas=nas))
+        state = nasinventory.with_entries(node.state, placed.ledger)
+        node = dataclasses.replace(node, state=state)
         running.append(Running(pod.key, "n0", pod.priority, (placed.uid,)))
     return _copies(node, running, count)
 

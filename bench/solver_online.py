@@ -37,6 +37,7 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuShare
 from drasat.solver import (
+    Allocation,
     ClaimRequest,
     GpuDemand,
     MigDemand,
@@ -249,15 +250,15 @@ def run_detailed(
         out.append(Decision(elapsed, bool(solution.placements), len(subset), cpu))
         for placement in solution.placements:
             i = index[placement.node]
-            claims = dict(states[i].nas.allocatedClaims) | placement.allocations
+            claims = dict(states[i].ledger.allocated) | placement.allocations
             _update(states, busy, i, claims, cache)
             kind = kinds[i % 4]
             while steady and sum(busy[j] for j in kind) > targets[i % 4]:
                 j = rng.choice(kind)
-                held = sorted(states[j].nas.allocatedClaims)
+                held = sorted(states[j].ledger.allocated)
                 if held:
                     gone = rng.choice(held)
-                    claims = {k: v for k, v in states[j].nas.allocatedClaims.items() if k != gone}
+                    claims = {k: v for k, v in states[j].ledger.allocated.items() if k != gone}
                     _update(states, busy, j, claims, cache)
     return out
 
@@ -266,11 +267,11 @@ def _update(
     states: list[NodeState],
     busy: list[float],
     i: int,
-    claims: dict[str, AllocatedDevices],
+    claims: dict[str, Allocation],
     cache: SolverCache,
 ) -> None:
-    nas = states[i].nas.model_copy(update={"allocatedClaims": claims})
-    states[i] = dataclasses.replace(states[i], nas=nas)
+    ledger = dataclasses.replace(states[i].ledger, allocated=claims)
+    states[i] = dataclasses.replace(states[i], ledger=ledger)
     busy[i] = _busy(states[i], cache)
 
 

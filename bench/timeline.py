@@ -340,6 +340,68 @@ SLOW_S = 2.0
 REFUSED_FIRST = frozenset({"first scheduler attempt failed", "refused by drasat (no room)"})
 
 
+#: The steps of giving a departed pod's devices back, in order (`releases`).
+RELEASE_STEPS = ("claim deallocated or deleted", "claim left drasat's ledger")
+
+
+def releases(records: Sequence[Obj]) -> dict[str, dict[str, float]]:
+    """Per pod deleted while its claim was allocated: seconds from the pod's deletion (its
+    watch event) until its claim was first seen without an allocation or deleted, and until the
+    claim's uid left the NodeAllocationState that named it (drasat's ledger; absent for an
+    allocator without one). What the pod held is allocatable again after the later of the two."""
+    deleted: dict[str, float] = {}
+    claim_of: dict[str, str] = {}  # pod -> its claim's uid (the claim's owner)
+    allocated: dict[str, bool] = {}  # claim uid -> allocated when last seen
+    freed: dict[str, float] = {}  # claim uid -> first seen unallocated or deleted after that
+    ledgers: dict[str, set[str]] = {}  # NAS name -> the uids it names
+    left: dict[str, float] = {}  # claim uid -> when it left the NAS that named it
+    for r in sorted(records, key=lambda r: r["t"]):
+        o, kind, t = r["object"], r["kind"], r["t"]
+        if kind == "Pod" and r.get("type") == "DELETED":
+            deleted.setdefault(o["name"], t)
+        elif kind == "ResourceClaim":
+            uid = o["uid"]
+            if o.get("owner"):
+                claim_of.setdefault(o["owner"], uid)
+            gone = r.get("type") == "DELETED" or not o["allocated"]
+            if gone and allocated.get(uid):
+                freed.setdefault(uid, t)
+            allocated[uid] = not gone
+        elif kind == "NAS":
+            now = set() if r.get("type") == "DELETED" else set(o["uids"])
+            for uid in ledgers.get(o["name"], set()) - now:
+                left.setdefault(uid, t)
+            ledgers[o["name"]] = now
+    out = {}
+    for pod, t in deleted.items():
+        uid = claim_of.get(pod)
+        if uid is None or uid not in freed:
+            continue  # its claim was never allocated (a refused pod)
+        delays = {RELEASE_STEPS[0]: round(freed[uid] - t, 3)}
+        if uid in left:
+            delays[RELEASE_STEPS[1]] = round(left[uid] - t, 3)
+        out[pod] = delays
+    return out
+
+
+def release_table(records: Sequence[Obj]) -> str:
+    """p50 / p99 / max of each step of `releases`, over the pods deleted with an allocation."""
+    found = releases(records)
+    lines = [
+        f"{len(found)} pods deleted while allocated: pod deleted -> (s)\n",
+        "| step | pods | p50 s | p99 s | max s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for step in RELEASE_STEPS:
+        values = [d[step] for d in found.values() if step in d]
+        if values:
+            lines.append(
+                f"| {step} | {len(values)} | {_pct(values, 50):.3f} | {_pct(values, 99):.3f} "
+                f"| {max(values):.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def report(data: Obj) -> str:
     """The tables of a recording: per allocator, the first pod's timeline, every pod's
     creation -> bound (up to 10 pods) or the milestones' percentiles (more)."""
@@ -349,7 +411,7 @@ def report(data: Obj) -> str:
         per_pod = [steps(run["records"], log, p, run["namespace"]) for p in run["pods"]]
         head = f"### {run['allocator']}\n\n"
         if len(per_pod) > 10:
-            parts.append(head + milestone_table(per_pod))
+            parts.append(head + milestone_table(per_pod) + "\n" + release_table(run["records"]))
             continue
         totals = [b for b in (bound_after(r) for r in per_pod) if b is not None]
         median = f"{statistics.median(totals):.3f}" if totals else "—"

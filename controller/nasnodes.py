@@ -1,5 +1,6 @@
-"""NodeAllocationState objects -> the solver's NodeState (its devices in the solver's terms,
-`drasat.v1.nasinventory`; the NAS its ledger), with tentative holds as allocations.
+"""NodeAllocationState objects -> the solver's NodeState (its devices and ledger in the solver's
+terms, `drasat.v1.nasinventory`), with tentative holds as allocations; the NAS's allocatedClaims
+kept beside it as the node's ledger record (`ParsedNas.entries`), which the controller writes.
 
 A purely computational module. A node whose NAS is missing, NotReady or does not validate is kept
 in the problem as not ready, with the reason (naming the field) that ends up in unsuitableNodes'
@@ -9,7 +10,7 @@ Event.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +36,20 @@ class ParsedNas:
     #: No NAS: a node of another driver whose ledger is read from the claims' statuses
     #: (`controller.statusledger`); nothing is written to it.
     from_statuses: bool = False
+    #: The ledger record: the NAS's allocatedClaims (from_statuses: the entries the claims'
+    #: statuses stand for), whose allocations `node.ledger` holds in the solver's terms.
+    entries: Mapping[str, AllocatedDevices] = field(default_factory=dict)
+
+
+def with_entries(parsed: ParsedNas, entries: Mapping[str, AllocatedDevices]) -> ParsedNas:
+    """The ledger with these allocatedClaims entries instead of its own, in its record and in
+    its node's ledger (an entry it held already keeps its conversion)."""
+    held = parsed.node.ledger.allocated
+    known = {id(e): held[k] for k, e in parsed.entries.items() if k in held}
+    allocated = {k: known.get(id(e)) or nasinventory.allocation_of(e) for k, e in entries.items()}
+    ledger = replace(parsed.node.ledger, allocated=allocated)
+    node = replace(parsed.node, ledger=ledger)
+    return replace(parsed, node=node, entries=dict(entries))
 
 
 def parse(obj: Obj) -> ParsedNas:
@@ -49,12 +64,12 @@ def parse(obj: Obj) -> ParsedNas:
         problem = f"{where}: {describe_validation_error(error, prefix=('spec',))}"
         return ParsedNas(_unready(name, problem), version, problem)
     status = obj.get("status")
+    entries = spec.allocatedClaims
     if status != NasStatus.Ready.value:
         reason = f"{where} is {status or 'without status'} (node plugin not ready)"
-        return ParsedNas(
-            nasinventory.node_state(name, spec, ready=False, unready_reason=reason), version
-        )
-    return ParsedNas(nasinventory.node_state(name, spec), version)
+        node = nasinventory.node_state(name, spec, ready=False, unready_reason=reason)
+        return ParsedNas(node, version, entries=entries)
+    return ParsedNas(nasinventory.node_state(name, spec), version, entries=entries)
 
 
 class ParsedNases:
@@ -90,18 +105,14 @@ def missing(name: str) -> NodeState:
 
 
 def _unready(name: str, reason: str) -> NodeState:
-    return NodeState(name=name, nas=NodeAllocationStateSpec(), ready=False, unready_reason=reason)
+    return NodeState(name=name, ready=False, unready_reason=reason)
 
 
 def with_held(node: NodeState, held: Mapping[str, AllocatedDevices]) -> NodeState:
     """The node with devices held tentatively for other claims added as existing allocations."""
-    if not held:
-        return node
-    claims = dict(node.nas.allocatedClaims)
-    for uid, devices in held.items():
-        if uid not in claims:
-            claims[HELD_PREFIX + uid] = devices
-    return replace(node, nas=node.nas.model_copy(update={"allocatedClaims": claims}))
+    allocated = node.ledger.allocated
+    extra = {HELD_PREFIX + uid: e for uid, e in held.items() if uid not in allocated}
+    return nasinventory.with_entries(node, extra)
 
 
 def nodes_for(
@@ -119,7 +130,7 @@ def nodes_for(
 def owners_of(parsed: Mapping[str, ParsedNas], claim_uid: str) -> list[str]:
     """Every node whose NAS lists `claim_uid` in allocatedClaims (sorted; more than one only when
     something went wrong, which resync repairs)."""
-    return sorted(n for n, e in parsed.items() if claim_uid in e.node.nas.allocatedClaims)
+    return sorted(n for n, e in parsed.items() if claim_uid in e.entries)
 
 
 def owner_of(parsed: Mapping[str, ParsedNas], claim_uid: str) -> str | None:

@@ -50,8 +50,8 @@ from drasat.kube import resources as r
 from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
-from drasat.v1 import Node, otherdevices, preemption
-from drasat.v1.gangs import Member, member_of, unit_of
+from drasat.v1 import Node, nominations, otherdevices, preemption
+from drasat.v1.gangs import unit_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -103,12 +103,8 @@ class Preempter:
         pending = {v1inputs.pod_key(p): p for p in snapshot.pods if v1inputs.is_pending(p)}
         out: dict[str, Nomination] = {}
         for key, pod in pending.items():
-            found = Nomination.of_pod(pod)
+            found = nominations.believed(pod, own_claims(pod, snapshot), snapshot.pod_groups)
             if found is None or (found.uid, found.since) in self._ended:
-                continue
-            # A tenant may write annotations on its own pod, never its status: the annotation
-            # counts only where the status this controller wrote names the same node.
-            if (pod.get("status") or {}).get("nominatedNodeName") != found.node:
                 continue
             out[key] = found
         for key, found in list(self.nominations.items()):
@@ -435,31 +431,18 @@ class Preempter:
 
 
 def checked(found: Nomination, pod: Obj, snapshot: v1inputs.Snapshot) -> Nomination:
-    """The nomination as far as the cluster vouches for it: the pod's own priority
-    (`spec.priority`, which admission sets from its PriorityClass), devices held only on its
-    node and only for its own claims, a gang only the pod's real one. The annotation is the
-    pod's, which its tenant can write: nothing in it is believed that the controller cannot
-    check against objects the tenant cannot forge."""
+    """The nomination as far as the cluster vouches for it (`nominations.checked`)."""
+    return nominations.checked(found, pod, own_claims(pod, snapshot), snapshot.pod_groups)
+
+
+def own_claims(pod: Obj, snapshot: v1inputs.Snapshot) -> frozenset[str]:
+    """The uids of the claims the pod names (that exist)."""
     namespace = str(pod["metadata"].get("namespace", ""))
-    own = {
+    return frozenset(
         str(claim["metadata"].get("uid", ""))
         for name in v1inputs.pod_claim_names(pod)
         if name and (claim := snapshot.claims.get(f"{namespace}/{name}")) is not None
-    }
-    held = {
-        node: {k: e for k, e in entries.items() if e.claimInfo.uid in own}
-        for node, entries in found.held.items()
-        if node == found.node
-    }
-    drawn = {
-        node: {uid: d for uid, d in draws.items() if uid in own}
-        for node, draws in found.drawn.items()
-        if node == found.node
-    }
-    member = member_of(pod, snapshot.pod_groups)
-    gang = found.gang if isinstance(member, Member) and member.gang == found.gang else None
-    priority = int((pod.get("spec") or {}).get("priority") or 0)
-    return dataclasses.replace(found, priority=priority, held=held, drawn=drawn, gang=gang)
+    )
 
 
 def _whom(found: Plan, lead: v1inputs.Pending) -> str:

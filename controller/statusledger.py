@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from drasat.api.groups import DRIVER_NAME
-from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
+from drasat.api.nas import AllocatedDevices
 from drasat.controller import drivers, nasnodes, v1inputs
-from drasat.solver import NodeState
-from drasat.v1 import results, slices
+from drasat.solver import Ledger, NodeState
+from drasat.v1 import nasinventory, results, slices
 
 Obj = dict[str, Any]
 
@@ -152,13 +152,15 @@ def ledgers_from_statuses(
             held[write.node].update(write.ledger)
     out = {}
     for name, found in wanted.items():
+        record: dict[str, AllocatedDevices] = {}
         if found.read is None:
             state = NodeState(
-                name=name, nas=NodeAllocationStateSpec(), ready=False,
+                name=name, ready=False,
                 unready_reason=f"its ResourceSlices cannot be used: {found.problem}",
             )  # fmt: skip
         else:
-            spec = NodeAllocationStateSpec(allocatedClaims=held[name])
-            state = NodeState(name=name, devices=found.read.state.devices, nas=spec)
-        out[name] = nasnodes.ParsedNas(state, "", from_statuses=True)
+            record = held[name]
+            ledger = Ledger(allocated=nasinventory.allocations_of(record))
+            state = NodeState(name=name, devices=found.read.state.devices, ledger=ledger)
+        out[name] = nasnodes.ParsedNas(state, "", from_statuses=True, entries=record)
     return out

@@ -113,11 +113,15 @@ class _BoundedComposer(Composer):
         #: Expanded size (nodes) of every finished node, by id; a node still being composed is
         #: absent, so an alias to it (a recursive structure) is found.
         self._sizes: dict[int, int] = {}
+        #: How many levels below itself every finished node holds a collection (0: itself
+        #: only, -1: a scalar), by id: an alias adds them where it stands.
+        self._reach: dict[int, int] = {}
         self._alias_nodes = 0
 
     def compose_document(self) -> Any:
         node = super().compose_document()
         self._sizes = {}
+        self._reach = {}
         return node
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
@@ -136,17 +140,18 @@ class _BoundedComposer(Composer):
                         "(raise the limit with DRASAT_MAX_YAML_ALIAS_NODES)",
                         event,
                     )
+                # The depth bound holds for what aliases expand to: anchored lists nested
+                # around each other's aliases would otherwise reach any depth.
+                reach = self._reach.get(id(target), -1)
+                if reach >= 0 and self._depth + reach >= self.limits.max_depth:
+                    raise _error(_too_deep(self.limits), event)
             return super().compose_node(parent, index)
         if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
             tag = event.tag
             if tag not in (None, "!", COLLECTION_TAGS[type(event)]):
                 raise _error(_bad_tag(tag), event)
             if self._depth >= self.limits.max_depth:
-                raise _error(
-                    f"nested deeper than {self.limits.max_depth} levels "
-                    "(raise the limit with DRASAT_MAX_YAML_DEPTH)",
-                    event,
-                )
+                raise _error(_too_deep(self.limits), event)
         self._depth += 1
         try:
             node = super().compose_node(parent, index)
@@ -156,6 +161,11 @@ class _BoundedComposer(Composer):
         # children are composed: with no anchor yet, nothing needs them (the common case).
         if node is not None and self.anchors:
             self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in _children(node))
+            self._reach[id(node)] = (
+                -1
+                if isinstance(node, ScalarNode)
+                else 1 + max((self._reach.get(id(c), -1) for c in _children(node)), default=-1)
+            )
         return node
 
     def compose_scalar_node(self, anchor: Any) -> ScalarNode:
@@ -174,6 +184,12 @@ class _BoundedComposer(Composer):
         if node.tag == f"{_CORE}int":
             _check_int(node.value, event)
         return node
+
+
+def _too_deep(limits: Limits) -> str:
+    return (
+        f"nested deeper than {limits.max_depth} levels (raise the limit with DRASAT_MAX_YAML_DEPTH)"
+    )
 
 
 def _children(node: Node) -> Iterator[Node]:
@@ -306,69 +322,125 @@ def _read_plain(text: str, limits: Limits) -> list[Any] | None:
     node), every tag one that reading implicitly could give or that the scalar's value agrees
     with, every integer of 64 bits. None otherwise, and on any error: the bounded composer then
     reads the input again and gives the one refusal it would have given. So this only ever
-    accepts what that accepts, with the same data (the same parser, resolver and constructor
-    make the same nodes and objects)."""
+    accepts what that accepts, with the same data (the same parser and resolver make the same
+    nodes, and each scalar is made by the same constructor)."""
     if _ComposingLoader is None:
         return None
     loader = _ComposingLoader(text)
     # Without `*` in the text there is no alias, so no node can be reached twice.
-    seen: set[int] | None = set() if "*" in text else None
+    aliases = _Aliases(limits.max_alias_nodes, limits.max_depth) if "*" in text else None
     try:
         raw = []
         while loader.check_node():
-            node = loader.get_node()
-            if not _plainly_within(node, limits.max_depth, loader.resolve, seen):
-                return None
-            raw.append(loader.construct_document(node))
+            raw.append(_plain(loader.get_node(), 0, limits.max_depth, loader, aliases))
+            if aliases is not None:
+                aliases.next_document()
         return raw
-    except Exception:  # any failure: the bounded composer reports it
+    except Exception:  # any failure (_NotPlain included): the bounded composer reports it
         return None
     finally:
         loader.dispose()
 
 
-def _plainly_within(
-    root: Node, max_depth: int, resolve: Callable[..., str], seen: set[int] | None
-) -> bool:
-    """Whether a composed document passes `_BoundedComposer`'s checks without needing them:
-    False on anything they could refuse (and on any alias at all, when `seen` is given)."""
-    stack: list[tuple[Node, int]] = [(root, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if seen is not None:
-            if id(node) in seen:
-                return False
-            seen.add(id(node))
-        tag = node.tag
-        if isinstance(node, ScalarNode):
-            if tag == _STR:
-                continue
-            if tag not in SCALAR_TAGS:
-                return False
+class _NotPlain(Exception):
+    """A node `_BoundedComposer`'s checks could refuse: the input is read by it instead."""
+
+
+class _Aliases:
+    """The nodes of a document that aliases reach again, as `_BoundedComposer` counts them: an
+    alias adds its node's expanded size to the file's count, which stays within
+    `max_alias_nodes`; one to a node that contains it is refused. A node reached again gives
+    the same object, as SafeConstructor's does."""
+
+    def __init__(self, most: int, max_depth: int) -> None:
+        self.most = most
+        self.max_depth = max_depth
+        self.expanded = 0
+        self.next_document()
+
+    def next_document(self) -> None:
+        #: id(node) -> (its data, its expanded size, how many levels below itself it holds a
+        #: collection: -1 for a scalar), once made; None while being made.
+        self.made: dict[int, tuple[Any, int, int] | None] = {}
+        self.size = 0
+        #: The deepest collection (its depth) of the node being made, -1 for none yet.
+        self.deepest = -1
+
+    def again(self, node: Node, depth: int) -> tuple[bool, Any]:
+        """(True, its data) for a node already made (counted as an alias, at `depth`); (False,
+        None) for a node reached the first time."""
+        key = id(node)
+        if key not in self.made:
+            self.made[key] = None
+            return False, None
+        found = self.made[key]
+        if found is None:
+            raise _NotPlain  # an alias to a node that contains it
+        data, size, reach = found
+        self.expanded += size
+        self.size += size
+        if self.expanded > self.most or (reach >= 0 and depth + reach >= self.max_depth):
+            raise _NotPlain  # over the bound on aliases, or on depth through them
+        if reach >= 0:
+            self.deepest = max(self.deepest, depth + reach)
+        return True, data
+
+    def done(self, node: Node, data: Any, size: int, reach: int) -> None:
+        self.made[id(node)] = (data, size, reach)
+
+
+def _plain(node: Node, depth: int, max_depth: int, loader: Any, aliases: _Aliases | None) -> Any:
+    """The data of a composed node, as SafeConstructor makes it, checked in the same walk
+    against what `_BoundedComposer` checks; _NotPlain on anything they could refuse. `aliases`:
+    where the text may hold aliases, what reaching a node again counts (else None)."""
+    if aliases is not None:
+        reached, known = aliases.again(node, depth)
+        if reached:
+            return known
+        before, deepest_before = aliases.size, aliases.deepest
+        aliases.deepest = -1
+    tag = node.tag
+    kind = node.__class__
+    data: Any
+    if kind is ScalarNode:
+        if tag == _STR:
+            data = node.value
+        elif tag not in SCALAR_TAGS:
+            raise _NotPlain
+        else:
             # Implicitly read, a scalar's tag is what its value reads as; explicitly, an int's
             # value may be tagged !!float too.
-            implied = resolve(ScalarNode, node.value, (True, False))
+            implied = loader.resolve(ScalarNode, node.value, (True, False))
             if tag != implied and not (tag == _FLOAT and implied == _INT):
-                return False
+                raise _NotPlain
             if tag == _INT:
                 try:
                     _check_int(node.value, node)
                 except _RefusedError:
-                    return False
-            continue
-        if depth >= max_depth:
-            return False
-        if isinstance(node, SequenceNode):
-            if tag != _SEQ:
-                return False
-            stack.extend((child, depth + 1) for child in node.value)
-        else:
-            if tag != _MAP:
-                return False
-            for key, value in node.value:
-                stack.append((key, depth + 1))
-                stack.append((value, depth + 1))
-    return True
+                    raise _NotPlain from None
+            data = loader.yaml_constructors[tag](loader, node)
+    elif depth >= max_depth:
+        raise _NotPlain
+    elif kind is SequenceNode:
+        if tag != _SEQ:
+            raise _NotPlain
+        data = [_plain(child, depth + 1, max_depth, loader, aliases) for child in node.value]
+    elif kind is MappingNode and tag == _MAP:
+        data = {}
+        for key, value in node.value:
+            data[_plain(key, depth + 1, max_depth, loader, aliases)] = _plain(
+                value, depth + 1, max_depth, loader, aliases
+            )
+    else:
+        raise _NotPlain
+    if aliases is not None:
+        # Its expanded size: itself, its children's nodes and what aliases among them expand to;
+        # its reach: the deepest collection in it (through aliases too) below itself.
+        aliases.size += 1
+        deepest = aliases.deepest if kind is ScalarNode else max(aliases.deepest, depth)
+        aliases.done(node, data, aliases.size - before, deepest - depth if deepest >= 0 else -1)
+        aliases.deepest = max(deepest_before, deepest)
+    return data
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The placement solver: compiles a Problem into CP-SAT, solves, extracts a Solution. Pure.
 
 Imports only `drasat.api` (never the claim parameters of `drasat.api.claims`: a claim reaches it
-as `claimspec`'s GpuDemand or MigDemand) and ortools: no Kubernetes, gRPC or NVML.
+as `claimspec`'s GpuDemand or MigDemand; never the NodeAllocationState of `drasat.api.nas`: a
+node reaches it as `nodemodel`'s devices and `ledger`'s Ledger) and ortools: no Kubernetes, gRPC
+or NVML.
 `solve(problem, params)` is deterministic: same input, same output (fixed seed; one worker unless
 the policy asks for more in batch mode, where a time limit can then make results differ between
 runs). It keeps no state of its own: its memo tables live in a `SolverCache` the caller passes
@@ -10,17 +12,16 @@ concurrent solves and never changing an answer (`cache`).
 
 What it decides (the modules say why):
 
-- devices (`inventory`): healthy GPUs of ready nodes; existing allocatedClaims are facts (GPUs
-  held whole, share sums, occupied MIG slices) and are never moved; claims still in
-  preparedClaims without an allocation (being torn down) and reported orphan MIG devices are
-  busy too;
+- devices (`inventory`): healthy GPUs of ready nodes; the ledger's existing allocations are
+  facts (GPUs held whole, share sums, occupied MIG slices) and are never moved; claims still
+  prepared without an allocation (being torn down) and reported orphan MIG devices are busy too;
 - claims (`demand`): whole GPUs by count and selector, on non-MIG GPUs unless the claim allows
-  MIG-mode GPUs; MIG by profile or by needs (least waste), at a NAS placement on a MIG-enabled
-  GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim of the same pod;
-  shares (compute %, memory) on non-MIG GPUs within 100 % and the GPU's memory, never beside an
-  exclusive claim; optional claims get devices when possible, else none; a claim used by
-  several pods is allocated once and its pods share a node (claims of non-sharable classes
-  serve one pod);
+  MIG-mode GPUs; MIG by profile or by needs (least waste), at a placement its product offers on
+  a MIG-enabled GPU, no overlap, one "+me" per GPU, paired by `gpuClaimName` with a GPU claim
+  of the same pod; shares (compute %, memory) on non-MIG GPUs within 100 % and the GPU's
+  memory, never beside an exclusive claim; optional claims get devices when possible, else none;
+  a claim used by several pods is allocated once and its pods share a node (claims of
+  non-sharable classes serve one pod);
 - policy (`rules`): allowedProducts and reservations without count remove GPUs; reservations
   with count and namespace limits are budgets that count existing allocations;
 - objective (`model`): lexicographic — placed pods weighted by priority (namespacePriorities
@@ -45,6 +46,7 @@ the whole set; online mode is PER_POD_OPTIMAL with no bound (`best_bound`, `gap`
 
 from drasat.solver.cache import SolverCache
 from drasat.solver.claimspec import DeviceDemand, GpuDemand, MigDemand, Requirement, Topology
+from drasat.solver.ledger import Allocation, InitStep, Ledger, MigTaken, Prepared
 from drasat.solver.placement import solve
 from drasat.solver.problem import (
     ClaimRequest,
@@ -62,17 +64,22 @@ from drasat.solver.problem import (
 )
 
 __all__ = [
+    "Allocation",
     "ClaimRequest",
     "DeviceConstraint",
     "DeviceDemand",
     "Gang",
     "GpuDemand",
+    "InitStep",
+    "Ledger",
     "MigDemand",
+    "MigTaken",
     "Mode",
     "NodeState",
     "PodPlacement",
     "PodRejection",
     "PodRequest",
+    "Prepared",
     "Problem",
     "Requirement",
     "Solution",

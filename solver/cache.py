@@ -87,6 +87,11 @@ class SolverCache:
         #: (pod shape's limits, node exact state, node class or 0) -> the node's state as a
         #: pod limited to some GPUs reads it (`nodes._state`).
         self.eligibility: dict[tuple[int, int, int], int] = {}
+        #: (pod shape's limits without the workload, node exact state) -> the node's GPUs as
+        #: those limits read them; (workload, policy, node exact state, node class) -> its
+        #: GPUs' workload eligibility rows (`nodes._limits_state`, `nodes._rows_state`).
+        self.limit_states: dict[tuple[int, int], int] = {}
+        self.row_states: dict[tuple[object, ...], int] = {}
         #: (interned eligible set, interned placements, interned constraint values) -> a claim's
         #: limits by uuid (`nodes._eligibility`).
         self.limits: dict[tuple[object, ...], Any] = {}
@@ -107,7 +112,8 @@ class SolverCache:
         self.supply: dict[tuple[object, ...], tuple[int, ...]] = {}
         self.cluster_supply: dict[tuple[object, ...], tuple[int, ...]] = {}
         self.rows: dict[tuple[object, ...], tuple[bool, ...]] = {}
-        self.before: dict[tuple[int, int, int], int] = {}
+        #: (workload, policy, node state, node class) -> the node's measure before a placement.
+        self.before: dict[tuple[int, str, int, int], int] = {}
         #: id(value) -> (the value, its interned number), for `intern_large`.
         self.large: dict[int, tuple[object, int]] = {}
         #: Explicit target workloads (`workload.Workload.from_shapes`): by the shapes' id (the

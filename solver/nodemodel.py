@@ -11,13 +11,31 @@ Field names are the API's: a `Gpu` is what the GPU selectors read (`api.selector
 `productName`, `memoryBytes`, ...), a `MigProfile` what NVIDIA's NAS calls one profile of one
 product (`parentProductName`, `giProfileId`, ...), so a rule has one spelling from the user's
 policy to the solver. What is taken of the devices (the ledger's allocations, shares' compute
-and memory, memory slices in use) is counted from the node's ledger (`NodeState.nas`,
-`inventory`).
+and memory, memory slices in use) is counted from the node's ledger (`ledger.Ledger`,
+`NodeState.ledger`, in `inventory`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class PublishedDevice(Protocol):
+    """The edge's own record of one device it read from a ResourceSlice (the v1 edge's
+    `Published`): the solver never reads it beyond these names, it hands it back in its answer
+    (`ledger.Allocation.devices`), so the edge writes the device the solver chose without
+    finding it again."""
+
+    @property
+    def driver(self) -> str: ...
+
+    @property
+    def pool(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +60,16 @@ class Gpu:
     nvlinkPeers: tuple[str, ...] | None = None
     #: False: nothing new is allocated on it (a blocking device taint, NVML's health events).
     healthy: bool = True
+    #: The published device that is this GPU whole; None: not published whole (a static MIG
+    #: parent) or not read from published devices (a NodeAllocationState). Not part of
+    #: equality: the same GPU is equal wherever it was read.
+    device: PublishedDevice | None = field(default=None, compare=False)
+    #: (MIG profile, placement start) -> the published MIG device at that placement of this
+    #: GPU (the profiles' placements are the product's; which devices exist is the GPU's).
+    #: Not part of equality, as `device`.
+    mig_devices: Mapping[tuple[str, int], PublishedDevice] = field(
+        default_factory=dict, compare=False
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,10 @@ class PodShape:
     #: limited to the same GPUs share each node's reading (a cycle's pods are of many shapes
     #: and few eligible sets; reading every node once per shape was most of a busy cycle).
     eligibility_id: int = 0
+    #: intern() of the claims' limits alone (`eligibility_id` without the workload): what a
+    #: node's reading of the limits is kept by (`_limits_state`), across solves whose target
+    #: workloads differ.
+    limits_id: int = 0
     #: The eligible GPUs of the pod's first required claim (None: not limited, or no such
     #: claim): a node with none of them fails that claim first (`filters.node_blocker` checks
     #: the claims in order), whatever else it holds, so `_state` reads it no further.
@@ -209,6 +213,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         for c in entry.claims
     )
     eligibility_id = 0
+    limits_id = 0
     gate = None
     if (limited or rows) and not names_gpus:
         eligibility = tuple(_eligibility(c, rules) for c in entry.claims)
@@ -220,6 +225,8 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         first = next((c for c in entry.claims if not c.optional), None)
         if first is not None and first.kind is not Kind.device:
             gate = first.request.eligible
+        gate_id = 0 if gate is None else rules.cache.intern_large(gate)
+        limits_id = rules.cache.intern((read[0], gate_id))
     shape_id = rules.cache.intern(key)
     return PodShape(
         entry,
@@ -230,6 +237,7 @@ def shape(entry: PodEntry, rules: Rules) -> PodShape:
         eligibility,
         rows and not names_gpus,
         eligibility_id,
+        limits_id,
         gate,
     )
 
@@ -308,14 +316,36 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
         return node.canonical_key
     key = (pod.eligibility_id, node.exact_key, rules.node_class_id(node.name) if pod.rows else 0)
     found = rules.cache.eligibility.get(key)
+    if found is None:
+        limits = _limits_state(pod, node, rules)
+        if limits == _NONE_ELIGIBLE_STATE:
+            # Its first required claim may take none of the node's GPUs: the pod does not fit,
+            # for the same reason on every node of this canonical state.
+            state = rules.cache.intern((node.canonical_key, _NONE_ELIGIBLE))
+        else:
+            rows = _rows_state(node, rules) if pod.rows else 0
+            state = rules.cache.intern((node.canonical_key, limits, rows))
+        found = rules.cache.put(rules.cache.eligibility, key, state, size=ELIGIBILITY_SIZE)
+    return found
+
+
+#: `_limits_state` of a node none of whose GPUs the pod's first required claim may take
+#: (interned numbers start at 1).
+_NONE_ELIGIBLE_STATE = 0
+
+
+def _limits_state(pod: PodShape, node: NodeView, rules: Rules) -> int:
+    """The node's GPUs (in canonical positions) as the pod's claims' limits read them: which
+    are eligible, which placements, which of their constraint values are equal (renumbered in
+    the order met); `_NONE_ELIGIBLE_STATE` when its first required claim may take none of
+    them (`PodShape.gate`, part of `limits_id`). Memoized per (limits, node exact state): it
+    does not depend on the target workload, which each solve chooses from its own pods, so the
+    next cycle's pods limited to the same GPUs find it."""
+    key = (pod.limits_id, node.exact_key)
+    found = rules.cache.limit_states.get(key)
     if found is None and pod.gate is not None and pod.gate.isdisjoint(g.uuid for g in node.gpus):
-        # Its first required claim may take none of the node's GPUs: the pod does not fit, for
-        # the same reason on every node of this canonical state.
         found = rules.cache.put(
-            rules.cache.eligibility,
-            key,
-            rules.cache.intern((node.canonical_key, _NONE_ELIGIBLE)),
-            size=ELIGIBILITY_SIZE,
+            rules.cache.limit_states, key, _NONE_ELIGIBLE_STATE, size=ELIGIBILITY_SIZE
         )
     if found is None:
         numbers: dict[str, int] = {}
@@ -329,14 +359,24 @@ def _state(pod: PodShape, node: NodeView, rules: Rules) -> int:
                     for entries in values
                 )
                 signature.append((eligible, starts, renamed))
-            if pod.rows:
-                signature.append(workload.eligible_row(rules.workload, gpu, rules))
         found = rules.cache.put(
-            rules.cache.eligibility,
+            rules.cache.limit_states,
             key,
-            rules.cache.intern((node.canonical_key, tuple(signature))),
+            rules.cache.intern(tuple(signature)),
             size=ELIGIBILITY_SIZE,
         )
+    return found
+
+
+def _rows_state(node: NodeView, rules: Rules) -> int:
+    """The workload's eligibility rows of the node's GPUs (in canonical positions), interned.
+    Memoized per (workload, policy, node exact state, node class): one reading per node and
+    solve, whatever pod shapes the solve holds."""
+    key = (rules.workload.id, rules.fingerprint, node.exact_key, rules.node_class_id(node.name))
+    found = rules.cache.row_states.get(key)
+    if found is None:
+        rows = tuple(workload.eligible_row(rules.workload, gpu, rules) for gpu in node.gpus)
+        found = rules.cache.put(rules.cache.row_states, key, rules.cache.intern(rows))
     return found
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
 
-from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import LifecycleAction
 from drasat.solver import (
     demand,
@@ -45,6 +44,7 @@ from drasat.solver.cache import SolverCache, fresh
 from drasat.solver.demand import Claim, Kind
 from drasat.solver.extract import Chosen
 from drasat.solver.inventory import NodeView, view_of
+from drasat.solver.ledger import Allocation
 from drasat.solver.model import PodEntry
 from drasat.solver.problem import (
     Gang,
@@ -124,17 +124,16 @@ class _State:
         }
         allocations = {
             uid: extract.with_lifecycle(
-                extract.allocation(by_uid[uid], chosen), self.init_actions, before
+                extract.with_devices(extract.allocation(by_uid[uid], chosen), before),
+                self.init_actions,
+                before,
             )
             for uid, chosen in decision.chosen.items()
             if uid not in devices
         }
-        claims_now = dict(node.nas.allocatedClaims)
-        claims_now.update(allocations)
-        nas = node.nas.model_copy(update={"allocatedClaims": claims_now})
         updated = dataclasses.replace(
             node,
-            nas=nas,
+            ledger=node.ledger.with_allocated(allocations),
             used_cpu_milli=node.used_cpu_milli + pod.cpu_milli,
             used_memory_mib=node.used_memory_mib + pod.memory_mib,
             amounts=_drawn(node.amounts, [by_uid[uid] for uid in devices], devices),
@@ -153,18 +152,13 @@ class _State:
             pod=pod.key, node=decision.node, allocations=allocations, devices=devices
         )
 
-    def _spend(self, pod: PodRequest, before: NodeView, new: dict[str, AllocatedDevices]) -> None:
+    def _spend(self, pod: PodRequest, before: NodeView, new: dict[str, Allocation]) -> None:
         by_namespace: dict[str, tuple[int, int, list[str]]] = {}
         for entry in new.values():
-            namespace = entry.claimInfo.namespace
-            gpus, slices, uuids = by_namespace.get(namespace, (0, 0, []))
-            if entry.gpu is not None:
-                gpus += len(entry.gpu.devices)
-                uuids = uuids + [d.uuid for d in entry.gpu.devices]
-            if entry.mig is not None:
-                slices += sum(d.placement.size for d in entry.mig.devices)
-                uuids = uuids + [d.parentUUID for d in entry.mig.devices]
-            by_namespace[namespace] = (gpus, slices, uuids)
+            gpus, slices, uuids = by_namespace.get(entry.namespace, (0, 0, []))
+            gpus += len(entry.gpus)
+            slices += sum(m.size for m in entry.migs)
+            by_namespace[entry.namespace] = (gpus, slices, uuids + list(entry.parents))
         for namespace, (gpus, slices, uuids) in by_namespace.items():
             opened = [g for g in before.gpus if g.uuid in set(uuids) and g.untouched]
             self.rules.spend(namespace, gpus, slices, opened)
@@ -564,6 +558,7 @@ def _warm_only(warm: _Online, started: float) -> Solution:
         best_bound=None,
         gap=None,
         wall_time_s=time.perf_counter() - started,
+        first_pass=True,
     )
 
 
@@ -766,13 +761,10 @@ def _chosen_of(placement: PodPlacement) -> dict[str, list[Chosen]]:
     out: dict[str, list[Chosen]] = {uid: [Chosen(k) for k in keys]
                                     for uid, keys in placement.devices.items()}  # fmt: skip
     for uid, entry in placement.allocations.items():
-        if entry.gpu is not None:
-            out[uid] = [Chosen(d.uuid) for d in entry.gpu.devices]
-        elif entry.mig is not None:
-            out[uid] = [
-                Chosen(d.parentUUID, d.profile, d.placement.start, d.placement.size)
-                for d in entry.mig.devices
-            ]
+        if entry.mig:
+            out[uid] = [Chosen(m.parent, m.profile, m.start, m.size) for m in entry.migs]
+        else:
+            out[uid] = [Chosen(uuid) for uuid in entry.gpus]
     return out
 
 
@@ -813,12 +805,6 @@ def _primary_of(built: model.Built, placements: Sequence[PodPlacement]) -> int:
     total = sum(built.pod_weight.get(p.pod, 0) for p in placements)
     for placement in placements:
         for uid, entry in placement.allocations.items():
-            if (uid, placement.node) in built.got and _has_devices(entry):
+            if (uid, placement.node) in built.got and entry.has_devices:
                 total += built.got_weight
     return total
-
-
-def _has_devices(entry: AllocatedDevices) -> bool:
-    if entry.gpu is not None:
-        return bool(entry.gpu.devices)
-    return entry.mig is not None and bool(entry.mig.devices)

@@ -1,9 +1,9 @@
 """The solver's input and output: a placement problem and its solution.
 
 Plain frozen dataclasses over the API types and the solver's own claim specification
-(`claimspec`) and node model (`nodemodel`). A problem holds nodes (their devices and existing
-allocations, which are never moved), pods (each with one or more claims) and the policy. The
-solver turns it into a Solution; it never does I/O.
+(`claimspec`), node model (`nodemodel`) and ledger (`ledger`). A problem holds nodes (their
+devices and existing allocations, which are never moved), pods (each with one or more claims)
+and the policy. The solver turns it into a Solution; it never does I/O.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from drasat.api.nas import AllocatedDevices, NodeAllocationStateSpec
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.solver.claimspec import DeviceDemand, GpuDemand, MigDemand
+from drasat.solver.ledger import Allocation, Ledger
 from drasat.solver.nodemodel import NodeDevices
 
 if TYPE_CHECKING:
@@ -29,10 +29,10 @@ class NodeState:
     #: What the node has (`nodemodel`), built at the edge from what was read: its slices, a
     #: `Cluster`, a NAS's allocatableDevices (`drasat.v1.nasinventory`).
     devices: NodeDevices = field(default_factory=NodeDevices)
-    #: The node's ledger: allocatedClaims (existing, never moved); preparedClaims without an
-    #: allocation and orphanMigDevices count as busy (inventory). Its allocatableDevices are
-    #: left empty: the devices are `devices`, one record of them.
-    nas: NodeAllocationStateSpec = field(default_factory=NodeAllocationStateSpec)
+    #: What its devices already hold (`ledger`): allocations (existing, never moved); prepared
+    #: claims without an allocation and orphan MIG devices count as busy (inventory). Built at
+    #: the edge from the node's ledger record (`drasat.v1.nasinventory`).
+    ledger: Ledger = field(default_factory=Ledger)
     #: False: the node is unsuitable for every claim (NAS missing or NotReady).
     ready: bool = True
     unready_reason: str = ""
@@ -49,13 +49,6 @@ class NodeState:
     #: Device claims (`DeviceDemand`) allocated here already: no NAS entry holds them, and a
     #: pod of one of them goes here (as `allocatedClaims` pins a GPU claim's pods).
     device_claims: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        if self.nas.allocatableDevices:
-            raise ValueError(
-                f"node {self.name}: the ledger's allocatableDevices are not read; pass the "
-                "node's devices (drasat.v1.nasinventory.node_state)"
-            )
 
 
 #: A device in the solver's terms: (GPU uuid, None, None) for a whole GPU or a share, (parent
@@ -208,11 +201,12 @@ class SolveParams:
 class PodPlacement:
     pod: str
     node: str
-    #: New allocations for this pod's claims: claim uid -> the NAS allocatedClaims entry.
-    #: A claim that was already allocated (or placed earlier for another pod) is not repeated.
-    allocations: dict[str, AllocatedDevices]
+    #: New allocations for this pod's claims: claim uid -> what it takes (`ledger`; the edge
+    #: writes it as the node's ledger record). A claim that was already allocated (or placed
+    #: earlier for another pod) is not repeated.
+    allocations: dict[str, Allocation]
     #: New device claims (`DeviceDemand`): claim uid -> the keys of the devices taken. Not
-    #: ledger entries: other drivers' devices are no NAS's.
+    #: ledger entries: other drivers' devices are in no ledger of ours.
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -270,6 +264,9 @@ class Solution:
     wall_time_s: float = 0.0
     #: node_feasibility=True: pod -> node -> None (suitable) or the reason it is unsuitable.
     node_feasibility: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    #: Batch mode answered with its first pass (each pod in turn on the best node left), the
+    #: first feasible answer: the caller's deadline left no time to build and search the model.
+    first_pass: bool = False
 
     def placement_of(self, pod: str) -> PodPlacement | None:
         return next((p for p in self.placements if p.pod == pod), None)

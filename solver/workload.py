@@ -174,7 +174,13 @@ class Workload:
             covered += weight
         if not classes:
             return cls.empty()
-        shapes = tuple((k, weights[k]) for k in ranked[: len(classes)])
+        # The number stands for what the memo tables read of each class (`eligible_row`,
+        # supply): its key, its weight, and the GPUs its claim may use, which a v1 claim's
+        # selectors decide without changing its key (one interned number per eligible set).
+        shapes = tuple(
+            (k, weights[k], _eligible_id(c.claim, cache))
+            for k, c in zip(ranked[: len(classes)], classes, strict=True)
+        )
         by_uuid = any(
             _names_uuid(c.claim.selector) or c.claim.request.eligible is not None for c in classes
         )
@@ -201,6 +207,12 @@ class Workload:
             return self
         scaled_id = rules.cache.intern((self.id, tuple(c.scaled for c in classes)))
         return Workload(classes, self.total, scaled_id, self.names_uuid, self.names_gpus)
+
+
+def _eligible_id(claim: Claim, cache: SolverCache) -> int:
+    """The claim's eligible set as a number (0: any GPU)."""
+    eligible = claim.request.eligible
+    return 0 if eligible is None else cache.intern_large(eligible)
 
 
 #: Workloads kept per cache (`Workload.from_shapes`): one per policy or caller's list.
@@ -459,10 +471,11 @@ def growth(
 
 def _fragmented_memo(workload: Workload, node: NodeView, rules: Rules, free: list[int]) -> int:
     """`fragmented` before a placement, memoized (SolverCache.before) by the node's free state:
-    with GPU identities when a class or reservation names GPUs by index or uuid."""
+    with GPU identities when a class or reservation names GPUs by index or uuid; and by the
+    policy, whose rules say which classes may use which GPUs (it may change between cycles)."""
     exact = workload.names_gpus or rules.names_gpus
     state = node.exact_key if exact else node.canonical_key
-    key = (workload.id, state, rules.node_class_id(node.name))
+    key = (workload.id, rules.fingerprint, state, rules.node_class_id(node.name))
     found = rules.cache.before.get(key)
     if found is None:
         found = rules.cache.put(

@@ -25,7 +25,14 @@ from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import GpuShare
 from drasat.solver.claimspec import GpuDemand, MigDemand, Requirement, Topology
 from drasat.solver.nodemodel import NodeDevices
-from drasat.solver.problem import ClaimRequest, NodeState, PodRequest, Problem, Solution
+from drasat.solver.problem import (
+    ClaimRequest,
+    NodeState,
+    PodPlacement,
+    PodRequest,
+    Problem,
+    Solution,
+)
 from drasat.v1 import nasinventory
 
 # -- building clusters and pods ------------------------------------------------------------------
@@ -218,7 +225,7 @@ class _Checker:
         self.solution = solution
         self.errors: list[str] = []
         self.nodes = {n.name: n for n in problem.nodes}
-        self.existing = {uid: n.name for n in problem.nodes for uid in n.nas.allocatedClaims}
+        self.existing = {uid: n.name for n in problem.nodes for uid in n.ledger.allocated}
         self.claims = {c.uid: c for p in problem.pods for c in p.claims}
         self.pods = {p.key: p for p in problem.pods}
 
@@ -243,7 +250,7 @@ class _Checker:
             if request.candidate_nodes is not None and node.name not in request.candidate_nodes:
                 self.fail(f"{request.key}: node {node.name} is not a candidate")
             mine = {c.uid for c in request.claims}
-            for uid, entry in placement.allocations.items():
+            for uid, entry in _answers(placement).items():
                 if uid not in mine:
                     self.fail(f"{request.key}: allocates claim {uid} it does not use")
                 if uid in self.existing:
@@ -266,7 +273,7 @@ class _Checker:
         for uid, (node_name, entry, request) in new.items():
             self.check_claim(self.claims[uid], entry, self.nodes[node_name], request)
         for node in self.problem.nodes:
-            merged = dict(node.nas.allocatedClaims)
+            merged = _held(node)
             merged.update({u: e for u, (n, e, _) in new.items() if n == node.name})
             owner = {u: r.key for u, (n, _, r) in new.items() if n == node.name}
             self.check_node(node, merged, owner)
@@ -343,14 +350,14 @@ class _Checker:
                 d.uuid
                 for c in partners
                 for n in self.problem.nodes
-                for uid, e in n.nas.allocatedClaims.items()
+                for uid, e in _held(n).items()
                 if uid == c.uid and e.gpu is not None
                 for d in e.gpu.devices
             }
             held |= {
                 d.uuid
                 for p in self.solution.placements
-                for uid, e in p.allocations.items()
+                for uid, e in _answers(p).items()
                 if uid in {c.uid for c in partners} and e.gpu is not None
                 for d in e.gpu.devices
             }
@@ -459,7 +466,7 @@ class _Checker:
                         self.fail(f"claim {uid}: GPU {uuid} is reserved ({reservation.name})")
         for limit in rules.namespaceLimits:
             # Existing allocations may already exceed a limit; new ones may not add to it.
-            before = _use(e for n in self.problem.nodes for e in n.nas.allocatedClaims.values())
+            before = _use(e for n in self.problem.nodes for e in _held(n).values())
             added = _use(e for _, e, _ in new.values())
             for namespace, (gpus, slices) in added.items():
                 if not fnmatch.fnmatchcase(namespace, limit.namespace):
@@ -474,6 +481,16 @@ class _Checker:
                 ):
                     total = old_slices + slices
                     self.fail(f"namespace {namespace}: {total} slices > {limit.maxMigSlices}")
+
+
+def _held(node: NodeState) -> dict[str, AllocatedDevices]:
+    """The node's ledger as the NAS writes it: the checks read what the edge translates."""
+    return nasinventory.entries_of(node.ledger.allocated)
+
+
+def _answers(placement: PodPlacement) -> dict[str, AllocatedDevices]:
+    """The new allocations as the NAS writes them."""
+    return nasinventory.entries_of(placement.allocations)
 
 
 def _use(entries: Iterable[AllocatedDevices]) -> dict[str, tuple[int, int]]:

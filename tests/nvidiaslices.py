@@ -94,9 +94,9 @@ def devices(slices: Iterable[Obj]) -> dict[str, Obj]:
 
 def fleet_node(name: str, fleet: str) -> tuple[Obj, list[Obj]]:
     """A node of simulated GPUs (`fleet`, e.g. `8xH100-80GB,mig=all`: every GPU in dynamic MIG
-    mode, the whole GPU and every placement sharing a counter set) with its slices in NVIDIA's
-    format (`bench.nvidia_alloc`: drasat's device model under NVIDIA's driver name and
-    attributes); a Ready Node without taints."""
+    mode, the whole GPU and every placement sharing a counter set) with its slices as NVIDIA's
+    driver publishes them (`bench.nvidia_alloc`, written by `drasat.whatif.nvidiaformat`: its
+    driver name, device names and attributes); a Ready Node without taints."""
     from bench import kube_alloc, nvidia_alloc
 
     planned = kube_alloc.FleetNode(name, f"{fleet},seed={name}", {})

@@ -9,7 +9,7 @@ from drasat.api import catalog
 from drasat.api.claims import GpuClaimParametersSpec, MigDeviceClaimParametersSpec
 from drasat.api.inputerrors import describe_validation_error
 from drasat.api.nas import GpuInfo, NodeAllocationState
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import base_units, to_bytes
 from drasat.api.selectors import GpuSelector
 from drasat.api.sharing import SharingStrategy
 
@@ -121,3 +121,15 @@ def test_catalog_lookups() -> None:
     assert catalog.product_for_name("NVIDIA A100-SXM4-40GB") is a100
     h200 = catalog.find_product("H200")
     assert h200 is not None and h200.profile("7g.141gb") is not None
+
+
+def test_quantities_over_64_bits() -> None:
+    """The API server accepts any well-formed quantity (`10E` is 10**19): `base_units` reads
+    it, `to_bytes` (what the solver counts) refuses it."""
+    assert base_units("10E") == 10**19
+    with pytest.raises(ValueError, match="64 bits"):
+        to_bytes("10E")
+    with pytest.raises(ValueError, match="over 100 digits"):
+        base_units("1e999999")
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        base_units("forty")

@@ -79,7 +79,6 @@ def test_libyamls_composer_reads_plain_manifests_as_the_bounded_composer_does() 
         "a: [[[[[[1]]]]]]",  # deeper than the limit of 5 below
         "a: &a [1, 2, 3]\nb: [*a, *a]\n",  # aliases past the limit of 5 below
         "a: &a [*a]",
-        "a: &a 1\nb: *a\n",  # any alias at all: the bounded composer counts them
         "a: &x 1\nb: &x 2\n",
         "<<: {a: 1}",  # a merge key: its tag is implicit or explicit, the node cannot tell
         "a: [1,",
@@ -89,6 +88,24 @@ def test_libyamls_composer_declines_what_the_bounds_could_refuse(text: str) -> N
     limits = loading.Limits(max_depth=5, max_alias_nodes=5)
     assert loading._read_plain(text, limits) is None
     assert _outcome(text, limits, fast=True) == _outcome(text, limits, fast=False)
+
+
+@pytest.mark.parametrize("most", [8, 9, 11, 12])
+def test_aliases_are_read_by_libyamls_composer_as_far_as_the_bounded_one_counts(most: int) -> None:
+    """An alias adds its node's expanded size, as `_BoundedComposer` counts it (here 3 x 3 of
+    9 nodes); the data shares the aliased object, as SafeConstructor's does."""
+    text = "a: &x [1, 2]\nb: [*x, *x, *x]\n---\nc: &y {d: 1}\ne: *y\n"
+    limits = loading.Limits(max_alias_nodes=most)
+    read = loading._read_plain(text, limits)
+    assert _outcome(text, limits, fast=True) == _outcome(text, limits, fast=False)
+    # 9 from the first document's aliases, then 3 ({d: 1}: the mapping, its key and value).
+    assert (read is None) == (most < 12)
+    assert loading._read_plain(text, loading.Limits(max_alias_nodes=12)) == [
+        {"a": [1, 2], "b": [[1, 2], [1, 2], [1, 2]]},
+        {"c": {"d": 1}, "e": {"d": 1}},
+    ]
+    shared = loading._read_plain(text, loading.Limits(max_alias_nodes=12))
+    assert shared is not None and shared[0]["b"][0] is shared[0]["a"]
 
 
 def test_nesting_up_to_the_limit_is_read_by_libyamls_composer() -> None:

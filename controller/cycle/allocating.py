@@ -79,6 +79,9 @@ class Allocator:
         self.explanations = explanations
         self._clock = clock
         self.solver_cache = SolverCache()
+        #: The nodes' inputs of the last cycle, handed out again where nothing changed (the
+        #: solver cache keeps their views by identity).
+        self.node_inputs = v1inputs.NodeInputs()
         #: Pod key -> when it was last refused (orders the next cycles' pods).
         self.refused_at: dict[str, float] = {}
 
@@ -140,7 +143,9 @@ class Allocator:
         nodes as the whole cycle left them."""
         to_allocate = [c for p in pending for c in p.claims]
         solved = releasing.stale_entries_as_holds(snapshot, to_allocate, self._own.claims)
-        nodes = v1inputs.node_inputs(v1inputs.with_status_holds(solved, self._ledgers))
+        nodes = v1inputs.node_inputs(
+            v1inputs.with_status_holds(solved, self._ledgers), self.node_inputs
+        )
         holds = self._preemption.holds(snapshot)
         policy = self._policy()
         placed, refused = 0, []

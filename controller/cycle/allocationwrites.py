@@ -215,7 +215,7 @@ class AllocationWriter:
             ))  # fmt: skip
         # What the solve counted (our own writes the informer has not delivered, ledger
         # entries), with every claim's entries as its status says them now.
-        held = {k: e for k, e in parsed.node.nas.allocatedClaims.items()
+        held = {k: e for k, e in parsed.entries.items()
                 if e.claimInfo.uid not in now and e.claimInfo.uid not in uids}  # fmt: skip
         for _, entries in now.values():
             held.update(entries)
@@ -266,9 +266,9 @@ class AllocationWriter:
 
         def mutate(obj: Obj) -> Obj | None:
             refused.clear()  # called again on each conflict, with the fresh object
-            fresh = nasnodes.parse(obj).node
-            held = dict(fresh.nas.allocatedClaims)
-            gpus = {g.uuid: g for g in fresh.devices.gpus}
+            fresh = nasnodes.parse(obj)
+            held = dict(fresh.entries)
+            gpus = {g.uuid: g for g in fresh.node.devices.gpus}
             added: dict[str, AllocatedDevices] = {}
             for pod in placed:
                 clash = _clash(node, pod.ledger, held, gpus)

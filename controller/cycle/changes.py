@@ -113,7 +113,7 @@ def _view(
         elif parsed.from_statuses:
             nas[name] = (version, frozenset())
         else:
-            ledger = parsed.node.nas.allocatedClaims.values()
+            ledger = parsed.entries.values()
             nas[name] = (version, frozenset(e.claimInfo.uid for e in ledger))
     return _Seen(
         claims={_uid(c): c for c in snapshot.claims.values()},

@@ -93,4 +93,4 @@ class Ledger:
         obj = self._own.nases.get(node) or next(
             (o for o in self._nas.items() if o["metadata"].get("name") == node), None
         )
-        return nasnodes.parse(obj).node.nas.allocatedClaims if obj is not None else {}
+        return nasnodes.parse(obj).entries if obj is not None else {}

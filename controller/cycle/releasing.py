@@ -116,7 +116,7 @@ class Releaser:
                 continue
             if scope is not None and name not in scope.nodes:
                 continue
-            stale = stale_entries(parsed.node.nas.allocatedClaims, name, by_uid, self._own.claims)
+            stale = stale_entries(parsed.entries, name, by_uid, self._own.claims)
             for uid in stale.values():
                 self._given_back(uid, name, by_uid.get(uid), snapshot)
             if not stale:
@@ -125,11 +125,18 @@ class Releaser:
                 self._metrics.deallocations.inc(len({k.partition("/")[0] for k in stale}))
                 changed = True
         claims = list(by_uid.values()) if scope is None else scope.claims_of(by_uid.values())
+        leaving = claims_leaving(by_uid.values(), snapshot.classes)
+        free = self._unheld(leaving, snapshot) if leaving else []
+        # A claim released in an earlier cycle whose finalizer stayed (that patch met a change)
+        # is still allocated in its status: its entries are gone on purpose, not lost.
+        releasing = {str(c["metadata"].get("uid")) for c in free}
         for claim in claims:
+            if str(claim["metadata"].get("uid")) in releasing:
+                continue
             if v1inputs.settles(claim, snapshot.classes) and v1inputs.names_our_driver(claim):
                 ref = v1inputs.claim_ref(claim)
                 changed |= bool(self._writes.confined(ref, [claim], self._restore, claim, snapshot))
-        changed |= self._release(claims_leaving(by_uid.values(), snapshot.classes), snapshot)
+        changed |= self._release(free, snapshot)
         refused = frozenset(self._refused())
         fresh = refused - self._refused_seen
         again = _claims_of(snapshot, fresh) if scope is not None and fresh else []
@@ -149,7 +156,7 @@ class Releaser:
             return
         users = claim_users(snapshot.pods)
         held = {e.claimInfo.uid for p in snapshot.nas.values() if not p.from_statuses
-                for e in p.node.nas.allocatedClaims.values()}  # fmt: skip
+                for e in p.entries.values()}  # fmt: skip
         found = [c for c in maybe if finalizer_unneeded(c, users, held)]
         self._writes.in_parallel(
             lambda claim: self._writes.confined(
@@ -237,7 +244,7 @@ class Releaser:
         parsed = snapshot.nas.get(node or "")
         if node is None or parsed is None or not entries:
             return False
-        ledger = parsed.node.nas.allocatedClaims
+        ledger = parsed.entries
         current = {k: e for k, e in ledger.items() if e.claimInfo.uid == uid}
         if allocation.device_ids(current.values()) == allocation.device_ids(entries.values()):
             missing = {k: v for k, v in entries.items() if k not in ledger}
@@ -256,14 +263,12 @@ class Releaser:
                  "corrected" if current else "restored", ref)  # fmt: skip
         return True
 
-    def _release(self, leaving: list[Obj], snapshot: v1inputs.Snapshot) -> bool:
-        """Claims being deleted that no pod holds any more: their ledger entries go, one NAS
-        write per node (the nodes side by side), then our finalizer, the claims side by side.
-        True when anything was written. A departure frees its devices in the cycle that sees
-        it, not after one write per claim in a row (the churn's arrivals wait for departures)."""
-        if not leaving:
-            return False
-        free = self._unheld(leaving, snapshot)
+    def _release(self, free: list[Obj], snapshot: v1inputs.Snapshot) -> bool:
+        """Claims being deleted that no pod holds any more (`_unheld` of `claims_leaving`):
+        their ledger entries go, one NAS write per node (the nodes side by side), then our
+        finalizer, the claims side by side. True when anything was written. A departure frees
+        its devices in the cycle that sees it, not after one write per claim in a row (the
+        churn's arrivals wait for departures)."""
         if not free:
             return False
         by_node = ledger_keys(snapshot, {str(c["metadata"].get("uid")) for c in free})
@@ -279,7 +284,7 @@ class Releaser:
         # A claim whose entries could not leave its node's ledger keeps our finalizer: the
         # next cycle tries again (the ledger never forgets a claim that still holds devices).
         stuck = {e.claimInfo.uid for n in failed for k, e in
-                 snapshot.nas[n].node.nas.allocatedClaims.items() if k in by_node[n]}  # fmt: skip
+                 snapshot.nas[n].entries.items() if k in by_node[n]}  # fmt: skip
         ready = [c for c in free if str(c["metadata"].get("uid")) not in stuck]
         done = self._writes.in_parallel(
             lambda claim: self._writes.confined(
@@ -398,17 +403,13 @@ def stale_entries_as_holds(
     for name, parsed in snapshot.nas.items():
         if parsed.from_statuses:
             continue
-        ledger = parsed.node.nas.allocatedClaims
+        ledger = parsed.entries
         mine = {k: e for k, e in ledger.items() if e.claimInfo.uid in uids}
         stale = stale_entries(mine, name, by_uid, written) if mine else {}
         if not stale:
             continue
         claims = {(nasnodes.HELD_PREFIX + k if k in stale else k): e for k, e in ledger.items()}
-        state = parsed.node
-        state = dataclasses.replace(
-            state, nas=state.nas.model_copy(update={"allocatedClaims": claims})
-        )
-        nas[name] = dataclasses.replace(parsed, node=state)
+        nas[name] = nasnodes.with_entries(parsed, claims)
     return dataclasses.replace(snapshot, nas=nas)
 
 
@@ -554,7 +555,7 @@ def ledger_keys(snapshot: v1inputs.Snapshot, uids: set[str]) -> dict[str, set[st
     for name, parsed in snapshot.nas.items():
         if parsed.from_statuses:
             continue  # no NAS there: the status was the ledger
-        keys = {k for k, e in parsed.node.nas.allocatedClaims.items() if e.claimInfo.uid in uids}
+        keys = {k for k, e in parsed.entries.items() if e.claimInfo.uid in uids}
         if keys:
             out[name] = keys
     return out

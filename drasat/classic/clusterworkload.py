@@ -15,19 +15,19 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from drasat.api.devicemodel import shares
-from drasat.api.nas import NodeAllocationStateSpec
+from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec, WorkloadShape
 from drasat.controller.nasnodes import ParsedNas
 from drasat.solver import workload
 from drasat.solver.problem import PodRequest
 
 
-def allocated_shapes(nas: NodeAllocationStateSpec) -> Counter[workload.ShapeKey]:
+def allocated_shapes(entries: Mapping[str, AllocatedDevices]) -> Counter[workload.ShapeKey]:
     """The GPU claim shapes a node's allocatedClaims hold, counted as the solver counts a pod's
     (`workload.pending_shapes`: MIG devices and shares without a compute percentage left out).
     Selectors are not recorded in the NAS, so none is kept."""
     found: Counter[workload.ShapeKey] = Counter()
-    for entry in nas.allocatedClaims.values():
+    for entry in entries.values():
         if entry.gpu is None or not entry.gpu.devices:
             continue
         if entry.share is not None:
@@ -70,6 +70,6 @@ class ClusterWorkload:
                 continue
             if seen is not None:
                 self._total.subtract(seen[1])
-            counts = allocated_shapes(entry.node.nas)
+            counts = allocated_shapes(entry.entries)
             self._total.update(counts)
             self._by_node[name] = (entry, counts)

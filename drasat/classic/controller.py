@@ -48,6 +48,7 @@ from drasat.solver.problem import (
     Solution,
     SolveParams,
 )
+from drasat.v1 import nasinventory
 
 if TYPE_CHECKING:
     from drasat.controller.app import App
@@ -461,7 +462,7 @@ class Controller:
             pending = self._pending(
                 pod,
                 placement.node,
-                placement.allocations,
+                nasinventory.entries_of(placement.allocations),
                 {request.uid: claim},
                 {request.uid: shareable},
                 snapshot,
@@ -552,7 +553,7 @@ class Controller:
         process cannot see, is caught by the status write, and resync removes its leftovers)."""
         self._check_leader()
         fresh = nasnodes.parse(obj)
-        allocated = fresh.node.nas.allocatedClaims
+        allocated = fresh.entries
         if fresh.resource_version != pending.nas_version:
             todo = {uid: d for uid, d in pending.allocations.items() if uid not in allocated}
             if todo:
@@ -576,7 +577,8 @@ class Controller:
         if placement is None:
             raise NoFit(_reasons(solution, pod.key))
         out = {uid: d for uid, d in pending.allocations.items() if uid not in todo}
-        out.update({uid: d for uid, d in placement.allocations.items() if uid in todo})
+        new = nasinventory.entries_of(placement.allocations)
+        out.update({uid: d for uid, d in new.items() if uid in todo})
         return out
 
     def _ensure_finalizer(self, claim: Obj) -> Obj:
@@ -662,7 +664,7 @@ class Controller:
     def _complete_from_nas(self, claim: Obj, node: str) -> None:
         """The NAS has it but the status does not (crash between the two writes): finish."""
         uid = str(claim["metadata"]["uid"])
-        devices = self._nas_snapshot()[node].node.nas.allocatedClaims[uid]
+        devices = self._nas_snapshot()[node].entries[uid]
         try:
             _, shareable = self._request_for(claim)
         except params.ParameterError:
@@ -793,7 +795,12 @@ class Controller:
                 placement = solution.placement_of(key)
                 if placement is not None:
                     pending_write = self._pending(
-                        pinned, selected, placement.allocations, by_uid, shareable, snapshot
+                        pinned,
+                        selected,
+                        nasinventory.entries_of(placement.allocations),
+                        by_uid,
+                        shareable,
+                        snapshot,
                     )
             if pending_write is None:
                 problem = self._problem(
@@ -808,7 +815,7 @@ class Controller:
                 for uid in requests:  # the previous choice is void; keep only the new one
                     self.holds.drop(uid)
                 if placement is not None and feasibility.get(placement.node, "x") is None:
-                    for uid, devices in placement.allocations.items():
+                    for uid, devices in nasinventory.entries_of(placement.allocations).items():
                         self.holds.hold(uid, placement.node, devices)
         if pending_write is not None:
             try:
@@ -854,7 +861,7 @@ class Controller:
         in_nas: dict[str, set[str]] = {}
         for name, entry in snapshot.items():
             orphans = set()
-            for uid in entry.node.nas.allocatedClaims:
+            for uid in entry.entries:
                 in_nas.setdefault(uid, set()).add(name)
                 if uid not in claims:
                     orphans.add(uid)
@@ -933,14 +940,14 @@ class Controller:
             )
             self._lost(claim, why)
             return
-        clash = allocation.conflicts(dict(entry.node.nas.allocatedClaims), devices)
+        clash = allocation.conflicts(dict(entry.entries), devices)
         if clash:
             self._lost(claim, f"its devices on {node} are now used by claims {', '.join(clash)}")
             return
         self._check_leader()
 
         def mutate(obj: Obj) -> Obj | None:
-            fresh = nasnodes.parse(obj).node.nas.allocatedClaims
+            fresh = nasnodes.parse(obj).entries
             if uid in fresh:
                 return None
             if allocation.conflicts(dict(fresh), devices):

@@ -243,6 +243,13 @@ class _Stream:
                 log.debug("closing watch stream", exc_info=True)
 
 
+#: Connections a client keeps open to the server. One client carries a controller's watches
+#: (one long request each, up to 7), its parallel writes (8 by default), events and the lease;
+#: urllib3's default of 10 made it drop a connection after nearly every write under load and
+#: open a new one (TLS included) for the next.
+CONNECTIONS = 32
+
+
 class KubeClient:
     """The real `Api`: talks to a server through the official client's request layer."""
 
@@ -253,7 +260,12 @@ class KubeClient:
         qps: float = 0.0,
         burst: int = 10,
         request_timeout: float = 30.0,
+        connections: int = CONNECTIONS,
     ) -> None:
+        # Set before the ApiClient exists: it sizes its connection pool once, from this.
+        configuration.connection_pool_maxsize = max(
+            connections, configuration.connection_pool_maxsize or 0
+        )
         self._api: Any = k8s.ApiClient(configuration)
         self._limiter = RateLimiter(qps, burst)
         self._timeout = request_timeout

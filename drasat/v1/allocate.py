@@ -35,13 +35,14 @@ from drasat.solver import (
     Solution,
     SolveParams,
 )
-from drasat.v1 import cel, otherdevices, publisheddevices, results
+from drasat.v1 import cel, nasinventory, otherdevices, publisheddevices, results
 from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import ALL, Alternative, Claim, ClaimError, read_claim
 from drasat.v1.variants import (
     MAX_VARIANTS,
     Devices,
     Option,
+    all_entry_errors,
     choices,
     claim_variants,
     solver_claims,
@@ -57,6 +58,14 @@ class Node:
 
     state: NodeState
     devices: tuple[Published, ...]
+
+    def __post_init__(self) -> None:
+        # A node read from a NodeAllocationState (the what-if's compact cluster) has no
+        # published devices in its model: they are the ones given here, so the solver's answer
+        # names them as it names a node's read from slices (`results` writes from them).
+        if publisheddevices.unidentified(self.state.devices):
+            devices = publisheddevices.identified(self.state.devices, self.devices)
+            object.__setattr__(self, "state", dataclasses.replace(self.state, devices=devices))
 
 
 def with_other_devices(
@@ -148,7 +157,7 @@ def allocate(
 
     run = _Round(
         states={n.state.name: n.state for n in nodes},
-        lookup={n.state.name: publisheddevices.index(n.devices) for n in nodes},
+        published={n.state.name: n.devices for n in nodes},
         by_key={p.key: p for p in pods},
         policy=policy or AllocationPolicySpec(),
         params=params or SolveParams(),
@@ -230,7 +239,9 @@ class _Round:
     """The nodes as the placements so far left them, and the outcome being written."""
 
     states: dict[str, NodeState]
-    lookup: Mapping[str, Mapping[tuple[object, ...], Published]]
+    #: Node -> its published devices (the CPU fallback and other drivers' devices are written
+    #: from them; GPUs and MIG devices from the solver's answer).
+    published: Mapping[str, tuple[Published, ...]]
     by_key: Mapping[str, PodInput]
     policy: AllocationPolicySpec
     params: SolveParams
@@ -279,7 +290,7 @@ class _Round:
                     options,
                     meaning,
                     placement,
-                    self.lookup[placement.node],
+                    self.published[placement.node],
                 )
             except Exception as error:
                 outcome.placed.pop(placement.pod, None)
@@ -352,6 +363,14 @@ def _combine(
         _combine(per_claim, i + 1, prefix + options, rank + k, out)
 
 
+#: An `All` entry a claim constraint refuses (`variants.all_entry_errors`).
+ERRS = "allocationMode All: a claim constraint refuses one of its devices"
+ERRS_WHY = (
+    "which fails the claim there, as in kube-scheduler's allocator (no later firstAvailable "
+    "entry is tried)"
+)
+
+
 def _no_device(claim: Claim, catalog: Devices) -> str:
     """Why the claim has no way to be met: per request with a cause (every request when none
     has), the first cause that left it without devices (the class, a selector that matched none
@@ -362,11 +381,16 @@ def _no_device(claim: Claim, catalog: Devices) -> str:
         for alternative in request.alternatives:
             text = f"request {alternative.result_name} (class {alternative.device_class})"
             cause = first_cause(alternative, catalog)
+            if not cause and (nodes := all_entry_errors(claim, request.name, alternative, catalog)):
+                more = " and more" if len(nodes) > 3 else ""
+                cause = f"{ERRS} on {', '.join(nodes[:3])}{more}, {ERRS_WHY}"
             parts.append(f"{text}: {cause}" if cause else text)
             if cause:
                 caused.append(parts[-1])
     # A request some device meets is no cause: naming it sends the user after the wrong one.
     text = "no published device matches " + "; ".join(caused or parts)
+    if any(ERRS in part for part in caused):
+        return text
     if any(a.mode == ALL for r in claim.requests for a in r.alternatives):
         text += (
             " (allocationMode All: on no node can all the matching devices be taken together;"
@@ -491,7 +515,7 @@ def _record(
     options: Sequence[Option],
     meaning: Mapping[str, Option],
     placement: PodPlacement,
-    lookup: Mapping[tuple[object, ...], Published],
+    published: Sequence[Published],
 ) -> None:
     outcome.placed[pod] = node
     placed = placement.allocations
@@ -513,13 +537,13 @@ def _record(
         for option, solver_uid in entries:
             if solver_uid is not None and solver_uid in placement.devices:
                 keys = placement.devices[solver_uid]
-                found.extend(results.other_results(option, keys, lookup))
+                found.extend(results.other_results(option, keys, published))
                 draws = dict(choices(option))
                 drawn.extend(d for key in keys for d in draws[key])
                 device_claims.add(solver_uid)
                 continue
             if solver_uid is None:
-                found.extend(results.device_results(option, None, lookup))
+                found.extend(results.fallback_results(option, published))
                 key = f"{claim_uid}/{option.request}"
                 ledger[key] = results.fallback_entry(option)
                 result_names[key] = option.alternative.result_name
@@ -528,10 +552,13 @@ def _record(
             entry = placed.get(uid)
             if entry is None:
                 continue  # placed for another pod of this claim already
-            found.extend(results.device_results(option, entry, lookup))
+            found.extend(results.device_results(option, entry))
             # The solver names the entry after its own claim (`<uid>/<request>`); the ledger
             # names the ResourceClaim, as the classic one does.
-            ledger[uid] = entry.model_copy(update={"claimInfo": results.claim_info(claim)})
+            named = dataclasses.replace(
+                entry, namespace=claim.namespace, name=claim.name, uid=claim.uid
+            )
+            ledger[uid] = nasinventory.entry_of(named)
             result_names[uid] = option.alternative.result_name
         if not found:
             continue
@@ -553,7 +580,7 @@ def with_allocations(state: NodeState, allocations: Iterable[ClaimAllocation]) -
     """The node with these claims placed on it: their entries added to its allocatedClaims, and
     what their other drivers' devices draw taken from its amounts (once per claim: a claim
     already taken there, shared by several pods, draws nothing again)."""
-    entries = dict(state.nas.allocatedClaims)
+    entries: dict[str, AllocatedDevices] = {}
     amounts = dict(state.amounts)
     device_claims = set(state.device_claims)
     for allocation in allocations:
@@ -562,10 +589,9 @@ def with_allocations(state: NodeState, allocations: Iterable[ClaimAllocation]) -
             for name, much in allocation.drawn:
                 amounts[name] -= much
             device_claims |= allocation.device_claims
-    nas = state.nas.model_copy(update={"allocatedClaims": entries})
     return dataclasses.replace(
         state,
-        nas=nas,
+        ledger=state.ledger.with_allocated(nasinventory.allocations_of(entries)),
         amounts=tuple(amounts.items()),
         device_claims=frozenset(device_claims),
     )

@@ -30,11 +30,13 @@ kube-scheduler's allocator then fails the claim (the scheduling attempt ends wit
 a caller must not treat it as "no match" (`matches` is False on it, for callers that only filter).
 Results are memoized per (expression, what the device is): devices that differ only in identity
 (uuid, index, minor, PCI address, placement) share one evaluation unless the expression names
-such an attribute.
+such an attribute or may read one without naming it (a key computed at evaluation time, an
+escaped literal, a macro walking a map: `_reads_identity`).
 """
 
 from __future__ import annotations
 
+import ast as pyast
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
+from lark import Token, Tree
 
 from drasat.v1 import celcheck
 
@@ -56,6 +59,66 @@ _IDENTITY = frozenset(
      "placementStart", "placementSize", "pcieRoot"}
 )  # fmt: skip
 _IDENTITY_RE = re.compile(r"\b(" + "|".join(sorted(_IDENTITY)) + r")\b")
+
+#: Macros that walk their target's entries: over an attributes map, they read every
+#: attribute's value (uuid and minor too) without naming one.
+_WALKS = celcheck.MEMBER_MACROS
+
+
+def _reads_identity(tree: Any) -> bool:
+    """Whether the parsed expression may read an identity attribute without its name standing
+    in the text as a word (which `_IDENTITY_RE` finds): a string literal that spells one with
+    an escape, a map key computed at evaluation time (`["uu" + "id"]`, a macro's variable), or
+    a macro walking a map's entries. Such an expression is evaluated per device: one answer
+    per kind of device would be the first device's."""
+    if isinstance(tree, Token):
+        if tree.type in ("STRING_LIT", "MLSTRING_LIT"):
+            value = _decoded(str(tree))
+            return value is None or value.rpartition("/")[2] in _IDENTITY
+        return False
+    if not isinstance(tree, Tree):
+        return False
+    several = len(tree.children) > 1
+    if tree.data == "member_index" and several and not _is_string_literal(tree.children[1]):
+        return True
+    if tree.data == "member_dot_arg" and several:
+        name = tree.children[1]
+        walks = isinstance(name, Token) and str(name) in _WALKS
+        if walks and not _is_list_literal(tree.children[0]):
+            return True
+    return any(_reads_identity(child) for child in tree.children)
+
+
+def _decoded(literal: str) -> str | None:
+    """A CEL string literal's value; None for one with an escape (CEL's escapes are not
+    Python's in every case), treated as naming anything."""
+    if "\\" in literal:
+        return None
+    try:
+        value = pyast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _innermost(tree: Any) -> Any:
+    """The one node under a chain of single-child nodes."""
+    while isinstance(tree, Tree) and len(tree.children) == 1:
+        tree = tree.children[0]
+    return tree
+
+
+def _is_string_literal(tree: Any) -> bool:
+    found = _innermost(tree)
+    return isinstance(found, Token) and found.type in ("STRING_LIT", "MLSTRING_LIT")
+
+
+def _is_list_literal(tree: Any) -> bool:
+    found = tree
+    while isinstance(found, Tree) and len(found.children) == 1 and found.data != "list_lit":
+        found = found.children[0]
+    return isinstance(found, Tree) and found.data == "list_lit"
+
 
 #: kube-scheduler adds this to a missing key's error (k8s.io/dynamic-resource-allocation/cel
 #: EnhanceRuntimeError).
@@ -891,7 +954,8 @@ def compile_selector(expression: str) -> Selector:
         ) from None
     except celcheck.CheckError as error:
         raise SelectorError(f"CEL expression {expression!r} does not compile: {error}") from None
-    selector = Selector(expression, program, bool(_IDENTITY_RE.search(expression)))
+    by_identity = bool(_IDENTITY_RE.search(expression)) or _reads_identity(ast)
+    selector = Selector(expression, program, by_identity)
     if len(_COMPILED) < 4096:
         _COMPILED[expression] = selector
     return selector

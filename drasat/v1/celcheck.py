@@ -210,6 +210,8 @@ _MEMBER_MACROS = {
     "map": (2, 3), "filter": (2,), "transformList": (3, 4), "transformMap": (3, 4),
     "transformMapEntry": (3, 4), "sortBy": (2,), "optMap": (2,), "optFlatMap": (2,),
 }  # fmt: skip
+#: Their names.
+MEMBER_MACROS = frozenset(_MEMBER_MACROS)
 
 #: Operators: the overloads cel-go declares (CrossTypeNumericComparisons on).
 _ORDERED = (INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION)

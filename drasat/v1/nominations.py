@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.nas import AllocatedDevices
+from drasat.v1.gangs import Member, member_of
 from drasat.v1.preemption import Draws, Hold
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,54 @@ class Nomination:
             log.warning("pod %s: annotation %s is not drasat's nomination (%s); ignored",
                         _pod_key(pod), NOMINATION_ANNOTATION, error)  # fmt: skip
             return None
+
+
+def believed(
+    pod: Obj,
+    own_claims: Collection[str],
+    pod_groups: Mapping[str, Obj] | None,
+    *,
+    priority: int | None = None,
+) -> Nomination | None:
+    """The nomination written on the pod as far as the cluster vouches for it; None without one.
+    A tenant may write annotations on its own pod, never its status: the annotation counts only
+    where the pod's `status.nominatedNodeName` (which only the controller writes) names the same
+    node; then `checked`."""
+    found = Nomination.of_pod(pod)
+    if found is None or (pod.get("status") or {}).get("nominatedNodeName") != found.node:
+        return None
+    return checked(found, pod, own_claims, pod_groups, priority=priority)
+
+
+def checked(
+    found: Nomination,
+    pod: Obj,
+    own_claims: Collection[str],
+    pod_groups: Mapping[str, Obj] | None,
+    *,
+    priority: int | None = None,
+) -> Nomination:
+    """The nomination as far as the cluster vouches for it: the pod's own priority (`priority`,
+    else `spec.priority`, which admission sets from its PriorityClass), devices held only on its
+    node and only for its own claims (`own_claims`: their uids), a gang only the pod's real one
+    (by `pod_groups`, as `gangs.member_of` reads them). The annotation is the pod's, which its
+    tenant can write: nothing in it is believed that cannot be checked against objects the
+    tenant cannot forge."""
+    held = {
+        node: {k: e for k, e in entries.items() if e.claimInfo.uid in own_claims}
+        for node, entries in found.held.items()
+        if node == found.node
+    }
+    drawn = {
+        node: {uid: d for uid, d in draws.items() if uid in own_claims}
+        for node, draws in found.drawn.items()
+        if node == found.node
+    }
+    member = member_of(pod, pod_groups)
+    gang = found.gang if isinstance(member, Member) and member.gang == found.gang else None
+    if priority is None:
+        priority = int((pod.get("spec") or {}).get("priority") or 0)
+    return dataclasses.replace(found, priority=priority, held=held, drawn=drawn, gang=gang)
 
 
 def holds_of(nominations: Iterable[Nomination]) -> list[Hold]:

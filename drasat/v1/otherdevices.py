@@ -35,7 +35,7 @@ from drasat.api.inputerrors import describe_validation_error
 from drasat.api.quantity import to_bytes
 from drasat.v1 import slices
 from drasat.v1.publisheddevices import OTHER, Published
-from drasat.v1.slicekinds import ResourceSlice, amount
+from drasat.v1.slicekinds import Quantity, ResourceSlice, amount
 
 Obj = dict[str, Any]
 #: What taking a device draws on its node's amounts: ((amount name, how much), ...).
@@ -73,6 +73,9 @@ def read(found: Iterable[Obj], gpu_drivers: Container[str]) -> dict[str, NodeOth
         except ValidationError as error:
             notes.setdefault(str(node), []).append(f"{where}: {describe_validation_error(error)}")
             continue
+        if (too_big := _over_64_bits(parsed)) is not None:
+            notes.setdefault(str(node), []).append(f"{where}: {too_big}")
+            continue
         _add(pools, parsed, obj, where)
     per_node: dict[str, list[slices.Pool]] = {}
     for pool in pools.values():
@@ -87,6 +90,30 @@ def read(found: Iterable[Obj], gpu_drivers: Container[str]) -> dict[str, NodeOth
     for node in sorted(set(per_node) | set(notes)):
         out[node] = _node(node, per_node.get(node, []), notes.get(node, []))
     return out
+
+
+def _over_64_bits(found: ResourceSlice) -> str | None:
+    """The first quantity of the slice that is over 64 bits, with its field path (the API
+    server accepts one; drasat counts every capacity and counter of another driver's device in
+    the solver's 64-bit integers), or None."""
+    spec = found.spec
+    paths: list[tuple[str, dict[str, Quantity]]] = [
+        (f"spec.sharedCounters[{i}].counters", c.counters)
+        for i, c in enumerate(spec.sharedCounters or [])
+    ]
+    for i, device in enumerate(spec.devices):
+        paths.append((f"spec.devices[{i}].capacity", device.capacity))
+        paths += [
+            (f"spec.devices[{i}].consumesCounters[{j}].counters", c.counters)
+            for j, c in enumerate(device.consumesCounters or [])
+        ]
+    for path, quantities in paths:
+        for name, quantity in quantities.items():
+            try:
+                amount(quantity)
+            except ValueError as error:
+                return f"{path}.{name}: {error}"
+    return None
 
 
 def _add(

@@ -36,7 +36,8 @@ from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Gang, Problem, Solution, SolveParams
 from drasat.solver import preemption as choice
 from drasat.solver.inventory import share_memory_mib
-from drasat.v1 import publisheddevices
+from drasat.solver.ledger import Allocation
+from drasat.v1 import nasinventory, publisheddevices
 from drasat.v1.allocate import (
     Node,
     Outcome,
@@ -651,13 +652,10 @@ def without(
     """The node with these claims' ledger entries (and status holds) and prepared devices gone,
     what their other drivers' devices draw (`drawn`, by claim uid: a NIC) given back to its
     amounts, and these pods' CPU and memory given back."""
-    entries = {
-        key: entry
-        for key, entry in node.state.nas.allocatedClaims.items()
-        if entry.claimInfo.uid not in claims
-    }
+    ledger = node.state.ledger
+    entries = {key: entry for key, entry in ledger.allocated.items() if entry.uid not in claims}
     # The node plugin's record of a claim it prepared goes when the victim's pod stops.
-    prepared = {k: v for k, v in node.state.nas.preparedClaims.items() if k not in claims}
+    prepared = {k: v for k, v in ledger.prepared.items() if k not in claims}
     amounts = dict(node.state.amounts)
     for uid in claims:
         for name, much in (drawn or {}).get(uid, ()):
@@ -665,9 +663,7 @@ def without(
                 amounts[name] += much
     state = dataclasses.replace(
         node.state,
-        nas=node.state.nas.model_copy(
-            update={"allocatedClaims": entries, "preparedClaims": prepared}
-        ),
+        ledger=dataclasses.replace(ledger, allocated=entries, prepared=prepared),
         amounts=tuple(amounts.items()),
         used_cpu_milli=max(node.state.used_cpu_milli - sum(p.cpu_milli for p in pods), 0),
         used_memory_mib=max(node.state.used_memory_mib - sum(p.memory_mib for p in pods), 0),
@@ -675,14 +671,15 @@ def without(
     return dataclasses.replace(node, state=state)
 
 
+def _taken_by(node: Node, claims: Iterable[str]) -> dict[str, Allocation]:
+    """What these claims hold on the node, by ledger key."""
+    wanted = set(claims)
+    return {k: e for k, e in node.state.ledger.allocated.items() if e.uid in wanted}
+
+
 def entries_of(node: Node, claims: Iterable[str]) -> dict[str, AllocatedDevices]:
     """The ledger entries these claims hold on the node, as `hold` takes them back."""
-    wanted = set(claims)
-    return {
-        key: entry
-        for key, entry in node.state.nas.allocatedClaims.items()
-        if entry.claimInfo.uid in wanted
-    }
+    return nasinventory.entries_of(_taken_by(node, claims))
 
 
 def hold(
@@ -693,16 +690,15 @@ def hold(
     """The node with devices held for a preemptor (the allocation planned for it, kept taken so
     no other pod takes them), its other drivers' devices (`drawn`, by claim uid) taken from the
     amounts: entries of a claim already in the ledger are not added twice, nor what it draws."""
-    present = {e.claimInfo.uid for e in node.state.nas.allocatedClaims.values()}
+    present = {e.uid for e in node.state.ledger.allocated.values()}
     extra = {
-        NOMINATED_PREFIX + key: entry
+        NOMINATED_PREFIX + key: nasinventory.allocation_of(entry)
         for key, entry in held.items()
         if entry.claimInfo.uid not in present
     }
     taken = [d for uid, d in (drawn or {}).items() if uid not in present]
     if not extra and not taken:
         return node
-    entries = {**node.state.nas.allocatedClaims, **extra}
     amounts = dict(node.state.amounts)
     for draws in taken:
         for name, much in draws:
@@ -710,7 +706,7 @@ def hold(
                 amounts[name] = max(0, amounts[name] - much)
     state = dataclasses.replace(
         node.state,
-        nas=node.state.nas.model_copy(update={"allocatedClaims": entries}),
+        ledger=node.state.ledger.with_allocated(extra),
         amounts=tuple(amounts.items()),
     )
     return dataclasses.replace(node, state=state)
@@ -719,9 +715,8 @@ def hold(
 def _devices(node: Node, claims: Sequence[str]) -> int:
     """How many devices these claims hold on the node (whole GPUs, shares, MIG devices)."""
     count = 0
-    for entry in entries_of(node, claims).values():
-        count += len(entry.gpu.devices) if entry.gpu else 0
-        count += len(entry.mig.devices) if entry.mig else 0
+    for entry in _taken_by(node, claims).values():
+        count += len(entry.gpus) + len(entry.migs)
     return count
 
 
@@ -735,7 +730,7 @@ def _node_devices(
 ) -> choice.Devices | None:
     """The node's GPUs, what each claim there holds of them and who frees it, and the
     preemptor's needs by way its claims can be met (None: its claims cannot be read)."""
-    nas = node.state.nas
+    ledger = node.state.ledger
     inventory = node.state.devices
     gpus = tuple(choice.Gpu(g.uuid, (g.memoryBytes or 0) // MiB) for g in inventory.gpus if g.uuid)
     sizes = {(m.parentProductName, m.profile): {p.start: p.size for p in m.placements}
@@ -749,21 +744,21 @@ def _node_devices(
         return found
 
     holds: list[choice.Hold] = []
-    for entry in nas.allocatedClaims.values():
-        who = holders(entry.claimInfo.uid)
+    for entry in ledger.allocated.values():
+        who = holders(entry.uid)
         holds.extend(_holds(entry, who))
-    for uid, prepared in nas.preparedClaims.items():
-        if any(e.claimInfo.uid == uid for e in nas.allocatedClaims.values()):
+    for uid, prepared in ledger.prepared.items():
+        if any(e.uid == uid for e in ledger.allocated.values()):
             continue
         who = holders(uid)
-        for gpu in prepared.gpu.devices if prepared.gpu else []:
-            holds.append(choice.Hold(gpu.uuid, who, whole=True))
-        for mig in prepared.mig.devices if prepared.mig else []:
-            slices = frozenset(range(mig.placement.start, mig.placement.end))
-            holds.append(choice.Hold(mig.parentUUID, who, slices=slices, media=_media(mig.profile)))
-    for orphan in nas.orphanMigDevices:
-        slices = frozenset(range(orphan.placement.start, orphan.placement.end))
-        holds.append(choice.Hold(orphan.parentUUID, None, slices=slices))
+        for uuid in prepared.gpus:
+            holds.append(choice.Hold(uuid, who, whole=True))
+        for mig in prepared.migs:
+            slices = frozenset(range(mig.start, mig.end))
+            holds.append(choice.Hold(mig.parent, who, slices=slices, media=mig.media_extensions))
+    for orphan in ledger.orphans:
+        slices = frozenset(range(orphan.start, orphan.end))
+        holds.append(choice.Hold(orphan.parent, None, slices=slices))
     try:
         variants = pod_variants(preemptor, [node], classes)
     except Exception:  # its claims are refused when read: the allocator says why
@@ -804,19 +799,17 @@ def _node_devices(
     return choice.Devices(gpus, tuple(holds), tuple(ways))
 
 
-def _holds(entry: AllocatedDevices, who: frozenset[str] | None) -> list[choice.Hold]:
+def _holds(entry: Allocation, who: frozenset[str] | None) -> list[choice.Hold]:
     out = []
-    if entry.gpu is not None:
-        for device in entry.gpu.devices:
-            if entry.share is not None:
-                out.append(choice.Hold(device.uuid, who, compute=entry.share.compute or 0,
-                                       memory_mib=share_memory_mib(entry.share)))  # fmt: skip
-            else:
-                out.append(choice.Hold(device.uuid, who, whole=True))
-    if entry.mig is not None:
-        for mig in entry.mig.devices:
-            slices = frozenset(range(mig.placement.start, mig.placement.end))
-            out.append(choice.Hold(mig.parentUUID, who, slices=slices, media=_media(mig.profile)))
+    for uuid in entry.gpus:
+        if entry.share is not None:
+            out.append(choice.Hold(uuid, who, compute=entry.share.compute or 0,
+                                   memory_mib=share_memory_mib(entry.share)))  # fmt: skip
+        else:
+            out.append(choice.Hold(uuid, who, whole=True))
+    for mig in entry.migs:
+        slices = frozenset(range(mig.start, mig.end))
+        out.append(choice.Hold(mig.parent, who, slices=slices, media=mig.media_extensions))
     return out
 
 

@@ -11,7 +11,9 @@ purely computational module.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,20 +112,107 @@ def drasat_devices(node: str, found: NodeDevices, *, shares: bool = True) -> lis
     return out
 
 
-def index(devices: Iterable[Published]) -> dict[tuple[object, ...], Published]:
-    """Lookup from the solver's terms to a device: ("gpu", uuid), ("mig", parent, profile,
-    start), ("other", key), ("fallback",)."""
-    out: dict[tuple[object, ...], Published] = {}
-    for d in devices:
-        if d.kind == GPU:
-            out[(GPU, d.gpu_uuid)] = d
-        elif d.kind == MIG:
-            out[(MIG, d.gpu_uuid, d.profile, d.start)] = d
-        elif d.kind == OTHER:
-            out[(OTHER, d.key)] = d
-        else:
-            out.setdefault((FALLBACK,), d)
+def shape_of(found: NodeDevices) -> tuple[object, ...] | None:
+    """What `drasat_devices` reads of the devices besides the GPUs' UUIDs: nodes of one shape
+    publish the same devices but for the UUIDs (and their pool), so `alike` makes one node's
+    devices from another's. None: a GPU names others (NVLink peers), so is left uncopied."""
+    if any(g.nvlinkPeers is not None for g in found.gpus):
+        return None
+    return (tuple(dataclasses.replace(g, uuid="") for g in found.gpus), found.mig_profiles)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One node's published devices, to be copied for the other nodes of its `shape_of`."""
+
+    devices: NodeDevices
+    published: tuple[Published, ...]
+    #: The devices' objects pickled: unpickling copies them whole faster than Python can.
+    pickled: bytes
+
+
+def template_of(found: NodeDevices, published: Sequence[Published]) -> Template | None:
+    """A template of what `drasat_devices` made of `found`; None where a GPU's UUID is in a
+    device elsewhere than an attribute's value (`alike` replaces only those)."""
+    uuids = {g.uuid for g in found.gpus}
+    for d in published:
+        rest = {k: v for k, v in d.device.items() if k != "attributes"}
+        if _holds(rest, uuids) or any(
+            not isinstance(v, dict) or any(isinstance(x, dict | list) for x in v.values())
+            for v in d.device.get("attributes", {}).values()
+        ):
+            return None
+    devices = [d.device for d in published]
+    return Template(found, tuple(published), pickle.dumps(devices, pickle.HIGHEST_PROTOCOL))
+
+
+def alike(template: Template, node: str, found: NodeDevices) -> list[Published]:
+    """`drasat_devices(node, found)` made from a template of the same `shape_of`: the
+    template's GPU UUIDs replaced by the node's (GPU by GPU, in order), the pool by the node,
+    without building every device again."""
+    uuids = {old.uuid: new.uuid for old, new in zip(template.devices.gpus, found.gpus, strict=True)}
+    copies: list[Obj] = pickle.loads(template.pickled)
+    out = []
+    for d, device in zip(template.published, copies, strict=True):
+        for value in device.get("attributes", {}).values():
+            for kind, x in value.items():
+                if isinstance(x, str) and x in uuids:
+                    value[kind] = uuids[x]
+        gpu_uuid = None if d.gpu_uuid is None else uuids[d.gpu_uuid]
+        out.append(Published(d.driver, node, device, d.kind, gpu_uuid, d.profile, d.start))
     return out
+
+
+def same_kinds(template: Sequence[Published], copies: Sequence[Published]) -> bool:
+    """Whether each copy (`alike`) is of its template device's kind (`cel.kind_key`: the UUIDs
+    replaced are identity attributes, which it leaves out). Once true of one node's copies, it
+    is of every node's copies of that template: they differ from it in the same places."""
+    return all(
+        cel.kind_key(t.driver, t.device) == cel.kind_key(c.driver, c.device)
+        for t, c in zip(template, copies, strict=True)
+    )
+
+
+def keep_kinds(template: Sequence[Published], copies: Sequence[Published]) -> None:
+    """Give each copy its template device's `kind_id` (where `same_kinds`), instead of each
+    computing it again."""
+    for t, c in zip(template, copies, strict=True):
+        c.__dict__["kind_id"] = t.kind_id  # the cached_property's own slot
+
+
+def _holds(value: Any, strings: set[str]) -> bool:
+    """Whether one of `strings` is a string in `value` (dicts, lists, scalars)."""
+    if isinstance(value, dict):
+        return any(_holds(v, strings) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds(v, strings) for v in value)
+    return isinstance(value, str) and value in strings
+
+
+def identified(found: NodeDevices, devices: Iterable[Published]) -> NodeDevices:
+    """The node's devices, each GPU and MIG placement carrying the published device it is
+    (`nodemodel.Gpu.device`, `Gpu.mig_devices`), for a node whose model was not read from its
+    slices (a NodeAllocationState: the what-if's compact cluster) but whose published devices
+    are known (`drasat_devices`): the solver's answer then names the devices it takes, as it
+    does for a node read from slices."""
+    whole: dict[str, Published] = {}
+    migs: dict[str, dict[tuple[str, int], Published]] = {}
+    for d in devices:
+        if d.kind == GPU and d.gpu_uuid is not None:
+            whole[d.gpu_uuid] = d
+        elif d.kind == MIG and d.gpu_uuid is not None and d.profile is not None:
+            migs.setdefault(d.gpu_uuid, {})[(d.profile, d.start or 0)] = d
+    gpus = tuple(
+        dataclasses.replace(g, device=whole.get(g.uuid), mig_devices=migs.get(g.uuid, {}))
+        for g in found.gpus
+    )
+    return dataclasses.replace(found, gpus=gpus)
+
+
+def unidentified(found: NodeDevices) -> bool:
+    """Whether some GPU of the node carries no published device (its model was read from a
+    NodeAllocationState): a GPU read from slices is published whole or by its MIG devices."""
+    return any(g.device is None and not g.mig_devices for g in found.gpus)
 
 
 def kinds(devices: Sequence[Published]) -> set[str]:

@@ -4,8 +4,12 @@
 result's `request` (`req/sub` for a firstAvailable entry), `driver`, `pool` and `device`; for a
 device that allows several allocations its `consumedCapacity` (a share's memory and compute, a
 whole GPU's all) and a `shareID` (derived from the claim and result, so the what-if's output is
-stable); the class's then the claim's opaque configs; a `nodeSelector` naming the node. The
-ledger entry per solver claim is the NAS `allocatedClaims` entry, as in classic mode.
+stable); the class's then the claim's opaque configs; a `nodeSelector` naming the node, each
+result read from what the solver says the claim takes (`ledger.Allocation`), naming the published
+device the solver chose (`Allocation.devices`, carried from the node's model: never found again
+by UUID or placement). The ledger entry
+per solver claim is the NAS `allocatedClaims` entry written from the same answer
+(`nasinventory.entry_of`), as in classic mode.
 
 `ledger_from_status` reads a claim's status back into ledger entries (a restart rebuilds the NAS
 from the claims: for v1 the claim status is the truth).
@@ -37,7 +41,8 @@ from drasat.api.nas import (
 )
 from drasat.api.quantity import to_bytes
 from drasat.api.sharing import SharingStrategy
-from drasat.solver.nodemodel import NodeDevices
+from drasat.solver.ledger import Allocation
+from drasat.solver.nodemodel import NodeDevices, PublishedDevice
 from drasat.v1 import otherdevices, publisheddevices
 from drasat.v1.publisheddevices import Published
 from drasat.v1.requests import Claim, ClaimError
@@ -87,24 +92,21 @@ def _whole(published: Published) -> Obj | None:
     return out or None
 
 
-def device_results(
-    option: Option,
-    entry: AllocatedDevices | None,
-    lookup: Mapping[tuple[object, ...], Published],
-) -> list[Obj]:
-    """The results of one solver claim (or of a fallback option when `entry` is None)."""
-    if entry is None:
-        found = lookup[(publisheddevices.FALLBACK,)]
-        return [_result(option, found, None)]
+def device_results(option: Option, entry: Allocation) -> list[Obj]:
+    """The results of one solver claim: the published devices it takes, as the solver's answer
+    names them (`Allocation.devices`, carried from the node's model)."""
+    if len(entry.devices) != len(entry.migs if entry.mig else entry.gpus):
+        raise ValueError(
+            f"the solver's answer for claim {entry.namespace}/{entry.name} names "
+            f"{len(entry.devices)} published devices for "
+            f"{len(entry.migs) if entry.mig else len(entry.gpus)} taken"
+        )
     out = []
-    if entry.mig is not None:
-        for mig in entry.mig.devices:
-            found = lookup[(publisheddevices.MIG, mig.parentUUID, mig.profile, mig.placement.start)]
+    for device in entry.devices:
+        found = _published(device)
+        if entry.mig:
             out.append(_result(option, found, None))
-        return out
-    assert entry.gpu is not None
-    for gpu in entry.gpu.devices:
-        found = lookup[(publisheddevices.GPU, gpu.uuid)]
+            continue
         consumed = _whole(found)
         if entry.share is not None:
             memory = to_bytes(entry.share.memory) if entry.share.memory is not None else 0
@@ -117,16 +119,27 @@ def device_results(
     return out
 
 
-def other_results(
-    option: Option, keys: Sequence[str], lookup: Mapping[tuple[object, ...], Published]
-) -> list[Obj]:
-    """The results of other drivers' devices taken for one request (`keys`), each naming the
-    driver, pool and device it is; a device that allows several allocations with what this
-    one consumes of it, as upstream writes it."""
+def _published(device: PublishedDevice) -> Published:
+    if not isinstance(device, Published):
+        raise TypeError(f"device {device.pool}/{device.name} is not a published device")
+    return device
+
+
+def fallback_results(option: Option, node: Sequence[Published]) -> list[Obj]:
+    """The result of a request met by the CPU fallback: the node's fallback device."""
+    found = next(d for d in node if d.kind == publisheddevices.FALLBACK)
+    return [_result(option, found, None)]
+
+
+def other_results(option: Option, keys: Sequence[str], node: Sequence[Published]) -> list[Obj]:
+    """The results of other drivers' devices taken for one request (`keys`: the solver names
+    them by `Published.key`), each naming the driver, pool and device it is; a device that
+    allows several allocations with what this one consumes of it, as upstream writes it."""
     drawn = dict(choices(option))
+    by_key = {d.key: d for d in node if d.kind == publisheddevices.OTHER}
     out = []
     for key in keys:
-        found = lookup[(publisheddevices.OTHER, key)]
+        found = by_key[key]
         out.append(_result(option, found, otherdevices.consumed_of(found, drawn[key])))
     return out
 

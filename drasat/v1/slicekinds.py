@@ -16,6 +16,7 @@ from typing_extensions import TypedDict
 
 from drasat.api import limits
 from drasat.api.base import Object, Spec
+from drasat.api.quantity import base_units as unbounded
 from drasat.api.quantity import to_bytes
 
 #: API limits (`pkg/apis/resource/types.go`).
@@ -56,10 +57,13 @@ DeviceAttribute.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
 
 #: Slices repeat few distinct quantities thousands of times (every MIG device's `1`).
 _bytes = functools.lru_cache(maxsize=4096, typed=True)(to_bytes)
+_unbounded = functools.lru_cache(maxsize=4096, typed=True)(unbounded)
 
 
 def _parses(value: int | str) -> int | str:
-    _bytes(value)
+    """A well-formed quantity, however big (the API server accepts `10E`, over 64 bits): only
+    a quantity drasat reads must fit 64 bits, checked where it is read (`amount`)."""
+    _unbounded(value)
     return value
 
 
@@ -73,13 +77,14 @@ Quantity.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-de
 
 
 def amount(quantity: Quantity) -> int:
-    """The quantity in its base unit (bytes, or a plain count)."""
+    """The quantity in its base unit (bytes, or a plain count); raises ValueError when it is
+    over 64 bits."""
     return _bytes(quantity["value"])
 
 
 def base_units(value: int | str) -> int:
     """A quantity's value (`4864Mi`, `7`) in its base unit; raises ValueError when it does not
-    parse."""
+    parse or is over 64 bits."""
     return _bytes(value)
 
 

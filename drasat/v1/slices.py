@@ -30,7 +30,8 @@ so nothing new is allocated on it; drasat's allocator taint (`gpu.drasat.io/allo
 every device of drasat's by the DeviceTaintRule of drasat's own controller, to keep
 kube-scheduler's allocator away) is not a health problem to drasat. Every device keeps its source
 (driver, pool, name, the published device), found by drasat's device name, so output can name
-NVIDIA's devices and selectors are evaluated on what was published.
+NVIDIA's devices and selectors are evaluated on what was published; the model's GPUs and MIG
+placements carry it too (`Gpu.device`, `Gpu.mig_devices`), so the solver's answer names it.
 
 This is a purely computational module.
 """
@@ -53,9 +54,11 @@ from drasat.api.cluster import cpu_millis
 from drasat.api.devicemodel import devices, names
 from drasat.api.groups import DRIVER_NAME
 from drasat.api.inputerrors import InputError, describe_validation_error, show
-from drasat.api.nas import NodeAllocationState, NodeAllocationStateSpec
+from drasat.api.nas import NodeAllocationState
+from drasat.api.quantity import base_units as unbounded
 from drasat.api.quantity import to_bytes
 from drasat.solver import nodemodel
+from drasat.solver.ledger import Ledger
 from drasat.solver.nodemodel import Gpu, MigProfile, Placement
 from drasat.solver.problem import NodeState
 from drasat.v1 import nasinventory
@@ -270,6 +273,21 @@ def _quantity(given: Any) -> int:
     return base_units(given["value"] if isinstance(given, dict) else given)
 
 
+def _memory_slices(counters: Obj, where: str, path: str) -> dict[str, int]:
+    """A counter set's counters as integers: the memory-slice counters must be (a MIG device
+    of dynamic MIG consumes them), another that is over 64 bits is left out (nothing reads it).
+    Raises InputError naming the counter."""
+    out = {}
+    for name, given in counters.items():
+        try:
+            out[name] = _quantity(given)
+        except ValueError as error:
+            if _COUNTER_SLICE.match(name):
+                raise InputError(f"{path}.counters.{name}: {error}", where=where) from None
+            unbounded(given["value"] if isinstance(given, dict) else given)
+    return out
+
+
 def _healthy(device: Obj, ruled: bool = False) -> bool:
     """No taint that keeps allocations off it: its own (drasat's allocator taint aside) or,
     `ruled`, a DeviceTaintRule's."""
@@ -282,7 +300,9 @@ def _healthy(device: Obj, ruled: bool = False) -> bool:
 
 def published_device(raw: Obj) -> Obj:
     """The device as given (v1's shape), its capacities and counters as plain integers
-    (`4864Mi` -> `5100273664`), the form drasat's device model writes."""
+    (`4864Mi` -> `5100273664`), the form drasat's device model writes. One over 64 bits (`10E`,
+    which the API server accepts) is kept as given: only memory and the memory-slice counters
+    are read as integers (`_memory`, `_memory_slices`), and a selector reads the text."""
     out = dict(raw)
     if capacity := raw.get("capacity"):
         out["capacity"] = {
@@ -304,8 +324,21 @@ def published_device(raw: Obj) -> Obj:
 
 @functools.lru_cache(maxsize=4096, typed=True)
 def _plain(value: int | str) -> str:
-    """A quantity as a plain integer (slices repeat few distinct quantities many times)."""
-    return str(base_units(value))
+    """A quantity as a plain integer (slices repeat few distinct quantities many times), or as
+    given when it is over 64 bits; raises ValueError on one that is not a quantity."""
+    try:
+        return str(base_units(value))
+    except ValueError:
+        unbounded(value)
+        return str(value)
+
+
+def _memory(capacity: Obj) -> int:
+    """A device's `memory` capacity in bytes; raises ValueError naming the field."""
+    try:
+        return _quantity(capacity["memory"])
+    except ValueError as error:
+        raise ValueError(f"capacity.memory: {error}") from None
 
 
 def _path(index: int, device: Obj) -> str:
@@ -344,11 +377,11 @@ class NodeReader:
 
     def read_pool(self, found: Pool, counter_sets: CounterSets) -> None:
         """Raises InputError naming the slice and the device's field."""
-        for _where, _, data in found.slices:
-            for counter_set in data["spec"].get("sharedCounters") or []:
-                counter_sets[(found.driver, found.name, counter_set["name"])] = {
-                    k: _quantity(q) for k, q in counter_set["counters"].items()
-                }
+        for where, _, data in found.slices:
+            for index, counter_set in enumerate(data["spec"].get("sharedCounters") or []):
+                counter_sets[(found.driver, found.name, counter_set["name"])] = _memory_slices(
+                    counter_set["counters"], where, f"spec.sharedCounters[{index}]"
+                )
         for where, _, data in found.slices:
             for index, device in enumerate(data["spec"].get("devices") or []):
                 try:
@@ -415,10 +448,11 @@ class NodeReader:
         for what, value in (("minor", minor), ("index", index)):
             if value is not None and value < 0:
                 raise ValueError(f"attributes.{what}: {value} is negative")
-        memory = _quantity(capacity["memory"])
+        memory = _memory(capacity)
         if memory < 0:
             raise ValueError("capacity.memory: negative")
-        gpu = Gpu(
+        source = Published(driver, pool, published_device(device), GPU, uuid)
+        self.gpus[uuid] = Gpu(
             index=minor if index is None else index,
             uuid=uuid,
             minor=minor,
@@ -427,10 +461,9 @@ class NodeReader:
             pciBusID=_text(attributes, driver, devices.PCI_BUS_ID) or None,
             numaNode=_int(attributes, driver, "numaNode"),
             healthy=_healthy(device, ruled),
+            device=source,
             **_product(attributes, driver),
         )
-        self.gpus[uuid] = gpu
-        source = Published(driver, pool, published_device(device), GPU, uuid)
         self._source(names.gpu_name(minor), source, where)
 
     def _mig(self, pool: str, device: Obj, attributes: Obj, driver: str, ruled: bool) -> _Mig:
@@ -454,7 +487,7 @@ class NodeReader:
         if start + size > 8:
             raise ValueError(f"placement {start}+{size} is beyond a GPU's 8 memory slices")
         capacity = device.get("capacity") or {}
-        memory = _quantity(capacity["memory"]) if "memory" in capacity else 0
+        memory = _memory(capacity) if "memory" in capacity else 0
         return _Mig(
             source=Published(driver, pool, published_device(device), MIG, parent, profile, start),
             parent_uuid=parent,
@@ -471,8 +504,12 @@ class NodeReader:
 
     def finish(self, node: Obj | None, where: str = "") -> V1Node:
         """The node's devices and NodeState, once every pool is read."""
+        placed: dict[str, dict[tuple[str, int], Published]] = {}
         for mig in self.migs:
             self._parent_of(mig)
+            placed.setdefault(mig.parent_uuid, {})[(mig.profile, mig.start)] = mig.source
+        for uuid, found_migs in placed.items():
+            self.gpus[uuid] = replace(self.gpus[uuid], mig_devices=found_migs)
         by_key: dict[tuple[str, str], _Profile] = {}
         for mig in sorted(self.migs, key=lambda m: (m.profile_id, m.profile, m.start)):
             parent = self.gpus[mig.parent_uuid]
@@ -482,7 +519,11 @@ class NodeReader:
                 found = by_key[key] = _Profile(mig.profile_id, mig.memory or None, {})
             found.placements.setdefault((mig.start, mig.size), None)
             name = _mig_name(mig.minor, mig.profile, mig.profile_id, mig.start)
-            self._source(name, mig.source, f"{mig.source.pool}/{mig.source.name}")
+            where_mig = f"{mig.source.pool}/{mig.source.name}"
+            try:
+                self._source(name, mig.source, where_mig)
+            except ValueError as error:  # one MIG device published twice (in two pools)
+                raise InputError(str(error), where=f"MIG device {where_mig}") from None
         profiles = tuple(
             MigProfile(
                 profile=profile,
@@ -612,13 +653,13 @@ def node_state(
     devices: nodemodel.NodeDevices,
     node: Obj | None,
     where: str = "",
-    ledger: NodeAllocationStateSpec | None = None,
+    ledger: Ledger | None = None,
 ) -> NodeState:
     """The solver's node: its devices, its ledger (None: nothing allocated), CPU, memory, labels
     and readiness from the Node (None: unconstrained and Ready)."""
-    nas = ledger if ledger is not None else NodeAllocationStateSpec()
+    held = ledger if ledger is not None else Ledger()
     if node is None:
-        return NodeState(name=name, devices=devices, nas=nas)
+        return NodeState(name=name, devices=devices, ledger=held)
     status = _mapping(node.get("status"))
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     if not isinstance(allocatable, dict):
@@ -638,7 +679,7 @@ def node_state(
     return NodeState(
         name=name,
         devices=devices,
-        nas=nas,
+        ledger=held,
         ready=not reason,
         unready_reason=reason,
         cpu_milli=cpu,

@@ -28,7 +28,7 @@ from typing import Any
 
 from drasat.api import nodefit
 from drasat.api.devicemodel import shares
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import base_units, to_bytes
 from drasat.api.sharing import GpuShare
 from drasat.solver import ClaimRequest, DeviceConstraint, DeviceDemand, GpuDemand, MigDemand
 from drasat.solver.problem import DeviceKey
@@ -119,6 +119,19 @@ class Devices:
     _matched: dict[tuple[object, ...], list[Published]] = field(default_factory=dict)
     _failing: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
     _mig_mode: dict[tuple[object, ...], bool] = field(default_factory=dict)
+    #: Each node with its layout: the kinds (`Published.kind_id`) of its devices in order.
+    _layouts: list[tuple[str, Sequence[Published], tuple[int, ...]]] | None = None
+
+    def _with_layouts(self) -> list[tuple[str, Sequence[Published], tuple[int, ...]]]:
+        """The nodes with their layouts, read once: most nodes of a cluster publish the same
+        kinds in the same order (one GPU model, one MIG mode), so a selector that does not
+        read which device it is gets one answer per layout, not one per device."""
+        if self._layouts is None:
+            self._layouts = [
+                (node, devices, tuple([d.kind_id for d in devices]))
+                for node, devices in self.by_node.items()
+            ]
+        return self._layouts
 
     def matching(self, alternative: Alternative) -> list[Published]:
         """The devices the alternative's selectors admit (the class's, then the request's).
@@ -131,27 +144,60 @@ class Devices:
         key = tuple(s.expression for s in alternative.selectors)
         found = self._matched.get(key)
         if found is None:
-            found = []
-            failing = set()
-            # Devices of one kind get one answer unless a selector reads which device it is.
-            by_identity = any(s.by_identity for s in alternative.selectors)
-            by_kind: dict[int, bool | cel.Failure] | None = None if by_identity else {}
-            for node, node_devices in self.by_node.items():
-                for d in node_devices:
-                    kind = d.kind_id
-                    result = by_kind.get(kind) if by_kind is not None else None
-                    if result is None:
-                        result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)
-                        if by_kind is not None:
-                            by_kind[kind] = result
-                    if isinstance(result, cel.Failure):
-                        failing.add(node)
-                        break
-                    if result is True:
-                        found.append(d)
+            if any(s.by_identity for s in alternative.selectors):
+                found, failing = self._match_each(alternative)
+            else:
+                found, failing = self._match_by_layout(alternative)
             self._matched[key] = found
             self._failing[key] = frozenset(failing)
         return found
+
+    def _match_each(self, alternative: Alternative) -> tuple[list[Published], set[str]]:
+        """`matching` device by device (a selector reads which device it is)."""
+        found: list[Published] = []
+        failing: set[str] = set()
+        for node, node_devices in self.by_node.items():
+            for d in node_devices:
+                result = cel.evaluate_all(alternative.selectors, d.driver, d.device, d.kind_id)
+                if isinstance(result, cel.Failure):
+                    failing.add(node)
+                    break
+                if result is True:
+                    found.append(d)
+        return found, failing
+
+    def _match_by_layout(self, alternative: Alternative) -> tuple[list[Published], set[str]]:
+        """`matching` where devices of one kind get one answer (evaluated on the first device
+        of the kind met, in node order): per layout, which positions match and whether one
+        fails, then each node's devices at those positions, in node order."""
+        by_kind: dict[int, bool | cel.Failure] = {}
+        #: layout -> (positions of the matching devices before any failing one, whether one
+        #: fails).
+        by_layout: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
+        found: list[Published] = []
+        failing: set[str] = set()
+        for node, node_devices, layout in self._with_layouts():
+            answer = by_layout.get(layout)
+            if answer is None:
+                positions: list[int] = []
+                fails = False
+                for position, kind in enumerate(layout):
+                    result = by_kind.get(kind)
+                    if result is None:
+                        d = node_devices[position]
+                        result = cel.evaluate_all(alternative.selectors, d.driver, d.device, kind)
+                        by_kind[kind] = result
+                    if isinstance(result, cel.Failure):
+                        fails = True
+                        break
+                    if result is True:
+                        positions.append(position)
+                answer = by_layout[layout] = (tuple(positions), fails)
+            positions_of, fails = answer
+            if fails:
+                failing.add(node)
+            found.extend([node_devices[i] for i in positions_of])
+        return found, failing
 
     def failing(self, alternative: Alternative) -> frozenset[str]:
         """The nodes where one of the alternative's selectors fails on some device."""
@@ -166,10 +212,21 @@ class Devices:
         handed a MIG-mode GPU with no GPU instance cannot run CUDA on it. A device whose driver
         publishes no `migEnabled` (NVIDIA's) cannot be asked for so."""
         key = tuple(s.expression for s in alternative.selectors)
+        # Devices of one kind hold the same attributes, and the memo answers per kind: the
+        # first device of each kind stands for the others, unless a selector reads which
+        # device it is (then each device answers for itself).
+        each = any(s.by_identity for s in alternative.selectors)
+        kinds: set[int] = set()
         for d in gpus:
+            if d.kind_id in kinds:
+                continue
+            if not each:
+                kinds.add(d.kind_id)
             if d.attribute("migEnabled") is not True:
                 continue
-            memo = (key, d.kind_id)
+            memo: tuple[object, ...] = (
+                (key, d.kind_id, d.pool, d.name) if each else (key, d.kind_id)
+            )
             found = self._mig_mode.get(memo)
             if found is None:
                 attributes = d.device.get("attributes") or {}
@@ -190,14 +247,18 @@ def _nodes_of(found: Sequence[Published]) -> frozenset[str]:
 def _has_attributes(found: Sequence[Published], constraints: Sequence[str]) -> list[Published]:
     """The devices that hold every attribute (upstream: a device without it fails the
     constraint)."""
+    if not constraints:
+        return list(found)
     return [d for d in found if all(d.typed(a) is not None for a in constraints)]
 
 
 def _capacity_of(device: Published, name: str) -> int | None:
+    """A published capacity in its base unit, however big (one over 64 bits, kept as its text,
+    covers any request)."""
     entry = (device.device.get("capacity") or {}).get(name)
     if not isinstance(entry, dict) or "value" not in entry:
         return None
-    return to_bytes(str(entry["value"]))
+    return base_units(str(entry["value"]))
 
 
 def default_consumed(device: Published, name: str) -> int:
@@ -213,10 +274,18 @@ def default_consumed(device: Published, name: str) -> int:
 def _fits_capacity(found: Sequence[Published], capacity: Mapping[str, int]) -> list[Published]:
     """The devices whose published capacity covers each capacity request (upstream skips a
     device that lacks a requested capacity or has too little of it)."""
+    # A device's kind holds its capacities' values (`cel.kind_key`): one answer per kind.
+    by_kind: dict[int, bool] = {}
     out = []
     for d in found:
-        values = [_capacity_of(d, name) for name in capacity]
-        if all(v is not None and v >= capacity[n] for v, n in zip(values, capacity, strict=True)):
+        fits = by_kind.get(d.kind_id)
+        if fits is None:
+            values = [_capacity_of(d, name) for name in capacity]
+            fits = all(
+                v is not None and v >= capacity[n] for v, n in zip(values, capacity, strict=True)
+            )
+            by_kind[d.kind_id] = fits
+        if fits:
             out.append(d)
     return out
 
@@ -236,16 +305,29 @@ def request_options(claim: Claim, request_index: int, catalog: Devices) -> list[
         left_out = stopped | failing if alternative.mode == ALL else stopped
         matched = [d for d in catalog.matching(alternative) if d.pool not in left_out]
         stopped |= failing
+        all_set = _all_set(alternative, matched) if alternative.mode == ALL else []
+        if all_set:
+            stopped |= _constraint_errors(base, all_set, catalog)
         found = _has_attributes(matched, attributes)
-        gpus = [d for d in found if d.kind == publisheddevices.GPU]
-        migs = [d for d in found if d.kind == publisheddevices.MIG]
-        others = [d for d in found if d.kind == publisheddevices.OTHER]
-        fallbacks = [d for d in found if d.kind == publisheddevices.FALLBACK]
+        by_kind: dict[str, list[Published]] = {
+            publisheddevices.GPU: [],
+            publisheddevices.MIG: [],
+            publisheddevices.OTHER: [],
+            publisheddevices.FALLBACK: [],
+        }
+        for d in found:
+            bucket = by_kind.get(d.kind)
+            if bucket is not None:
+                bucket.append(d)
+        gpus = by_kind[publisheddevices.GPU]
+        migs = by_kind[publisheddevices.MIG]
+        others = by_kind[publisheddevices.OTHER]
+        fallbacks = by_kind[publisheddevices.FALLBACK]
         mig_mode = catalog.asks_mig_mode(alternative, gpus)
         options = _gpu_options(base, gpus, mig_mode) + _mig_options(base, migs)
         options += _other_options(base, others)
         if alternative.mode == ALL:
-            options = _whole_sets(options, _all_set(alternative, matched))
+            options = _whole_sets(options, all_set)
         out.extend(options)
         if fallbacks and not _constrained_across(base):
             out.append(
@@ -266,6 +348,92 @@ def _all_set(alternative: Alternative, matched: Sequence[Published]) -> list[Pub
     found = [d for d in matched if d.kind != publisheddevices.FALLBACK]
     capacity = dict(alternative.capacity)
     return _fits_capacity(found, capacity) if capacity else found
+
+
+def all_entry_errors(
+    claim: Claim, request: str, alternative: Alternative, catalog: Devices
+) -> list[str]:
+    """The nodes (sorted) where a claim constraint refuses a device of this `All` entry, which
+    fails the claim there (`_constraint_errors`); none for another mode."""
+    if alternative.mode != ALL:
+        return []
+    base = Option(claim, request, alternative, publisheddevices.GPU)
+    return sorted(
+        _constraint_errors(base, _all_set(alternative, catalog.matching(alternative)), catalog)
+    )
+
+
+def _constraint_errors(
+    base: Option, all_set: Sequence[Published], catalog: Devices
+) -> frozenset[str]:
+    """The nodes where upstream's allocator fails the claim on this `All` entry's own devices
+    rather than try the next `firstAvailable` entry. It takes the node's `All` set in order,
+    each device as one it must have (`allocateDevice` with `must` set, called by `allocateOne`
+    in k8s.io/dynamic-resource-allocation structured/internal/incubating/
+    allocator_incubating.go; stable's is alike): a claim constraint refusing one (the
+    attribute missing, a second value for `matchAttribute`, a repeated one for
+    `distinctAttribute`) is an error, which `allocateOne`'s loop over the subrequests returns
+    at once, not a failure it moves on from. A device refused before that check (an
+    untolerated taint, counters the set's earlier devices used up) is such a failure: no
+    error. Which devices other claims hold is not known here: the node is taken as free."""
+    constraints = [c for _, c in base.constraints]
+    if not constraints:
+        return frozenset()
+    by_node: dict[str, list[Published]] = {}
+    for d in all_set:
+        by_node.setdefault(d.pool, []).append(d)
+    out = set()
+    for node, devices in by_node.items():
+        limits = _counter_limits(catalog.by_node.get(node) or ())
+        seen: list[list[tuple[str, object]]] = [[] for _ in constraints]
+        drawn: dict[tuple[str, str], int] = {}
+        for d in devices:
+            if not _tolerated(d, base.alternative.tolerations):
+                break
+            for counter, amount in _drawn_counters(d).items():
+                drawn[counter] = drawn.get(counter, 0) + amount
+            if any(drawn[c] > limits.get(c, 0) for c in _drawn_counters(d)):
+                break
+            values = [d.typed(c.attribute) for c in constraints]
+            if not all(_admits(c, s, v) for c, s, v in zip(constraints, seen, values, strict=True)):
+                out.add(node)
+                break
+            for s, v in zip(seen, values, strict=True):
+                if v is not None:
+                    s.append(v)
+    return frozenset(out)
+
+
+def _admits(
+    constraint: AttributeConstraint, seen: Sequence[tuple[str, object]], value: object
+) -> bool:
+    """Whether the constraint takes a device of this typed value after devices of `seen`."""
+    if value is None:
+        return False
+    if constraint.distinct:
+        return value not in seen
+    return not seen or value == seen[0]
+
+
+def _drawn_counters(device: Published) -> dict[tuple[str, str], int]:
+    """(counter set, counter) -> what the device draws of it."""
+    out = {}
+    for entry in device.device.get("consumesCounters") or []:
+        for name, counter in (entry.get("counters") or {}).items():
+            out[(str(entry.get("counterSet")), str(name))] = base_units(
+                str((counter or {}).get("value", "0"))
+            )
+    return out
+
+
+def _counter_limits(devices: Sequence[Published]) -> dict[tuple[str, str], int]:
+    """Each counter's amount, as the most one device of the node draws of it: the whole GPU
+    draws its counter set in full (drasat's slices and NVIDIA's alike)."""
+    out: dict[tuple[str, str], int] = {}
+    for d in devices:
+        for counter, amount in _drawn_counters(d).items():
+            out[counter] = max(out.get(counter, 0), amount)
+    return out
 
 
 def _whole_sets(options: list[Option], all_set: Sequence[Published]) -> list[Option]:

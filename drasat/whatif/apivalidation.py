@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from drasat.api.inputerrors import show
+from drasat.api.quantity import exact
 
 Obj = dict[str, Any]
 
@@ -69,7 +71,6 @@ NAMED_LIKE_SUBDOMAINS = frozenset({
 })  # fmt: skip
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_WHOLE = re.compile(r"^[+]?[0-9]+$")
 #: Resource names Kubernetes counts itself; any other `domain/name` outside kubernetes.io is an
 #: extended resource (a whole number, requests equal to limits).
 _NATIVE_PREFIXES = ("hugepages-", "requests.", "limits.")
@@ -265,18 +266,20 @@ def _extended(resources: Mapping[str, Any], path: str) -> str | None:
     requests: Mapping[str, Any] = asked if isinstance(asked, Mapping) else {}
     for part, given in (("limits", limits), ("requests", requests)):
         for name, value in given.items():
-            if not _is_extended(str(name)):
+            if not is_extended(str(name)):
                 continue
             where = f"{path}.{part}[{name}]"
             text = str(value).strip()
-            if text.startswith("-"):
+            # By value, as the server checks a quantity: `1000m`, `1.0` and `1e0` are 1.
+            amount = _amount(value)
+            if amount is not None and amount < 0:
                 return f'{where}: Invalid value: "{text}": must be greater than or equal to 0'
-            if not _WHOLE.match(text):
+            if amount is None or amount != amount.to_integral_value():
                 return f'{where}: Invalid value: "{text}": must be an integer'
             if part == "requests" and name not in limits:
                 return f"{where}: Invalid value: \"{text}\": Limit must be set for non " \
                     "overcommitable resources"  # fmt: skip
-            if part == "requests" and str(limits[name]).strip() != text:
+            if part == "requests" and _amount(limits[name]) != amount:
                 return (
                     f'{where}: Invalid value: "{text}": must be equal to {name} limit of '
                     f"{str(limits[name]).strip()}"
@@ -284,7 +287,24 @@ def _extended(resources: Mapping[str, Any], path: str) -> str | None:
     return None
 
 
-def _is_extended(name: str) -> bool:
+def _amount(value: Any) -> Decimal | None:
+    """A quantity's exact value; None when it is not one."""
+    try:
+        return exact(value)
+    except ValueError:
+        return None
+
+
+def stored_count(value: Any) -> Any:
+    """An extended resource's whole count as the API server stores it (`1000m`, `1.0`, `+1`:
+    `1`; the value unchanged when it is not a whole number). Pure."""
+    amount = _amount(value)
+    if amount is None or amount < 0 or amount != amount.to_integral_value():
+        return value
+    return int(amount) if isinstance(value, int) else str(int(amount))
+
+
+def is_extended(name: str) -> bool:
     if name in _NATIVE or name.startswith(_NATIVE_PREFIXES):
         return False
     domain, slash, _ = name.partition("/")

@@ -46,6 +46,11 @@ class ClusterNodes:
         default_factory=dict, compare=False, repr=False
     )
     _states: dict[str, NodeState] = field(default_factory=dict, compare=False, repr=False)
+    #: `publisheddevices.shape_of` -> the template of its nodes (None: not copyable) and
+    #: whether its copies keep its devices' kinds (`same_kinds`; None: not known yet).
+    _shapes: dict[tuple[object, ...], tuple[publisheddevices.Template | None, bool | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def published(self, node: str) -> tuple[publisheddevices.Published, ...]:
         """What the node publishes: the slices read, or drasat's device model of its NAS."""
@@ -57,7 +62,21 @@ class ClusterNodes:
         else:
             if not self._states:
                 self._states.update((s.name, s) for s in self.states)
-            found = tuple(publisheddevices.drasat_devices(node, self._states[node].devices))
+            devices = self._states[node].devices
+            shape = publisheddevices.shape_of(devices)
+            like = None if shape is None else self._shapes.get(shape)
+            template, kinds_kept = like or (None, None)
+            if shape is not None and template is not None:
+                found = tuple(publisheddevices.alike(template, node, devices))
+                if kinds_kept is None:
+                    kinds_kept = publisheddevices.same_kinds(template.published, found)
+                    self._shapes[shape] = (template, kinds_kept)
+                if kinds_kept:
+                    publisheddevices.keep_kinds(template.published, found)
+            else:
+                found = tuple(publisheddevices.drasat_devices(node, devices))
+                if shape is not None and like is None:
+                    self._shapes[shape] = (publisheddevices.template_of(devices, found), None)
         self._published[node] = found
         return found
 

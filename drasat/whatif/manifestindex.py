@@ -18,7 +18,7 @@ from drasat.api import cluster, groups
 from drasat.api.base import Object
 from drasat.api.claims import DeviceClassParameters, GpuClaimParameters, MigDeviceClaimParameters
 from drasat.api.inputerrors import InputError
-from drasat.whatif import kinds
+from drasat.whatif import kinds, knownfields
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -27,6 +27,15 @@ DEFAULT_NAMESPACE = "default"
 #: Classic DRA objects as Kubernetes 1.27–1.30 serve them. Later versions (1.31's v1alpha3 with
 #: spec.controller, v1beta1, v1) describe claims by device requests: listed as ignored.
 CLASSIC_DRA_VERSIONS = ("resource.k8s.io/v1alpha2",)
+
+
+def current_server_fields(documents: Sequence[loading.Document]) -> bool:
+    """Whether a Pod's and a workload's fields are checked as the current API server's: not
+    where the input holds a classic DRA object, whose servers (1.27-1.30) know other pod fields
+    (a pod claim's `source`)."""
+    return not any(d.data.get("apiVersion") in CLASSIC_DRA_VERSIONS for d in documents)
+
+
 RESOURCE_GROUP = "resource.k8s.io"
 REPLICATED_KINDS = {"apps": ("Deployment", "StatefulSet", "ReplicaSet")}
 #: Cluster-scoped kinds that may appear in manifests; every other object defaults to "default".
@@ -102,8 +111,11 @@ def located(document: loading.Document, namespace: str | None) -> str:
     return f"{document.where}: {document.describe(namespace)}"
 
 
-def build(documents: Sequence[loading.Document]) -> Inventory:
-    """Validate and index every document. Raises InputError on the first bad one."""
+def build(documents: Sequence[loading.Document], *, strict_fields: bool = True) -> Inventory:
+    """Validate and index every document. Raises InputError on the first bad one.
+    `strict_fields`: a Pod's and a workload's fields are those of the current API server
+    (`knownfields`); False for classic DRA's manifests, whose servers (1.27–1.30) have others
+    (a pod claim's `source`)."""
     inventory = Inventory()
     seen: dict[tuple[str, str, str, str], str] = {}
     for document in documents:
@@ -114,7 +126,7 @@ def build(documents: Sequence[loading.Document]) -> Inventory:
                 f"defined twice (first at {seen[key]})", where=located(document, key[2])
             )
         ignored_before = len(inventory.ignored)
-        _add(inventory, document)
+        _add(inventory, document, strict_fields)
         if len(inventory.ignored) == ignored_before:  # ignored kinds may repeat (Namespaces)
             seen[key] = document.where
     return inventory
@@ -154,7 +166,7 @@ def _validate(model: type[ModelT], document: loading.Document, namespace: str) -
         raise InputError(error.detail, where=located(document, namespace)) from None
 
 
-def _add(inventory: Inventory, document: loading.Document) -> None:
+def _add(inventory: Inventory, document: loading.Document, strict_fields: bool) -> None:
     api_version: str = document.data["apiVersion"]
     kind: str = document.data["kind"]
     group = groups.group_of(api_version)
@@ -168,11 +180,11 @@ def _add(inventory: Inventory, document: loading.Document) -> None:
     elif group == RESOURCE_GROUP:
         _add_resource(inventory, document, kind)
     elif (api_version, kind) == ("v1", "Pod"):
-        _add_workload(inventory, document, kinds.Pod)
+        _add_workload(inventory, document, kinds.Pod, strict_fields)
     elif kind in REPLICATED_KINDS.get(group, ()):
-        _add_workload(inventory, document, kinds.ReplicatedWorkload)
+        _add_workload(inventory, document, kinds.ReplicatedWorkload, strict_fields)
     elif (group, kind) == ("batch", "Job"):
-        _add_workload(inventory, document, kinds.Job)
+        _add_workload(inventory, document, kinds.Job, strict_fields)
     elif (group, kind) == ("scheduling.k8s.io", "PriorityClass"):
         entry = Entry(document, _validate(kinds.PriorityClass, document, ""), "")
         inventory.priority_classes[entry.name] = entry
@@ -238,6 +250,21 @@ def _add_resource(inventory: Inventory, document: loading.Document, kind: str) -
         inventory.templates[(namespace, template.name)] = template
 
 
-def _add_workload(inventory: Inventory, document: loading.Document, model: type[Object]) -> None:
+def _add_workload(
+    inventory: Inventory, document: loading.Document, model: type[Object], strict_fields: bool
+) -> None:
     namespace = _namespace_of(document, namespaced=True)
-    inventory.workloads.append(Entry(document, _validate(model, document, namespace), namespace))
+    unknown = knownfields.unknown_fields(document.data) if strict_fields else []
+    try:
+        found = _validate(model, document, namespace)
+    except InputError as error:
+        # The API server decodes first: a value of the wrong type is its answer; an unknown
+        # field comes before anything its validation would say.
+        if not unknown or "cannot unmarshal" in error.detail:
+            raise
+        found = None
+    if unknown:
+        raise InputError(f"{unknown[0]}: {knownfields.message(unknown)}",
+                         where=located(document, namespace))  # fmt: skip
+    assert found is not None
+    inventory.workloads.append(Entry(document, found, namespace))

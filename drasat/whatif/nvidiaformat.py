@@ -70,12 +70,22 @@ def node_object(group: ClusterNode, name: str) -> Obj:
 
 
 def node_slices(name: str, group: ClusterNode, expanded: ExpandedNode) -> list[Obj]:
-    """The node's pool (named after the node): counter sets first, 8 to a slice, then the
-    devices in minor order, 64 to a slice where they consume counters, else 128."""
+    """The node's pool: `gpu_slices` of its GPUs, each group's `migDevices` static MIG."""
     static = [g.migDevices for g in group.gpus for _ in range(g.count)]
+    return gpu_slices(name, expanded.nas.spec.gpus(), static)
+
+
+def gpu_slices(
+    name: str, gpus: Sequence[GpuInfo], static: Sequence[list[str] | None] | None = None
+) -> list[Obj]:
+    """The pool NVIDIA's driver publishes for node `name`'s GPUs (named after the node): counter
+    sets first, 8 to a slice, then the devices in minor order, 64 to a slice where they consume
+    counters, else 128. `static`: per GPU, the MIG devices made beforehand (static MIG), or
+    None for dynamic MIG; left out, every MIG-enabled GPU is in dynamic MIG."""
     counter_sets: list[Obj] = []
     found: list[Obj] = []
-    for gpu, made in zip(expanded.nas.spec.gpus(), static, strict=True):
+    made_per_gpu = [None] * len(gpus) if static is None else static
+    for gpu, made in zip(gpus, made_per_gpu, strict=True):
         product = catalog.product_for_name(gpu.productName)
         if not gpu.migEnabled or product is None:
             found.append(_whole(gpu, {"memory": _mib(gpu.memoryBytes)}))

@@ -4,8 +4,8 @@ controller does).
 
 A PodGroup's `spec.schedulingPolicy` holds exactly one of `gang` (with `minCount`, a positive
 integer: how many of its pods are placed together) and `basic` (no gang), as the API server
-requires; any other mistake is refused with the file, object and field. Its other fields pass
-unchecked: the what-if reads none of them.
+requires; any other mistake is refused with the file, object and field. A field the API server's
+PodGroup lacks is refused in its words (`knownfields`); the what-if reads no other field.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from drasat import loading
 from drasat.api.base import Object
 from drasat.api.inputerrors import InputError
-from drasat.whatif import apivalidation
+from drasat.whatif import apivalidation, knownfields
 from drasat.whatif.manifestindex import DEFAULT_NAMESPACE, located
 
 API_VERSION = "scheduling.k8s.io/v1beta1"
@@ -80,10 +80,16 @@ def checked(document: loading.Document) -> Entry:
         raise InputError("metadata.name: missing", where=located(document, None))
     namespace = str(metadata.get("namespace") or DEFAULT_NAMESPACE)
     where = located(document, namespace)
+    unknown = knownfields.unknown_fields(data)
     try:
         found = loading.validate(PodGroup, document)
     except InputError as error:
-        raise InputError(error.detail, where=where) from None
+        # The API server decodes first: a value of the wrong type is its answer; an unknown
+        # field comes before anything its validation would say.
+        if not unknown or "cannot unmarshal" in error.detail:
+            raise InputError(error.detail, where=where) from None
+    if unknown:
+        raise InputError(f"{unknown[0]}: {knownfields.message(unknown)}", where=where)
     problem = apivalidation.object_name_problem(data)
     if problem:
         raise InputError(problem, where=where)

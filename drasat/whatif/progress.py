@@ -36,6 +36,9 @@ class Progress:
         self._started = started
         self._limit_s = limit_s
         self._step = "reading the input"
+        #: Each step and when it began (`time.monotonic()`), for `timings`.
+        self._steps: list[tuple[str, float]] = [(self._step, started)]
+        self._marks: dict[str, float] = {}
         self._shown = False
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -53,6 +56,24 @@ class Progress:
         """Name the step now running."""
         with self._lock:
             self._step = text
+            self._steps.append((text, time.monotonic()))
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Record a moment of the run for `timings` (default: now)."""
+        with self._lock:
+            self._marks[name] = time.monotonic() if at is None else at
+
+    def timings(self) -> dict[str, object]:
+        """The run's time limit, each step with when it began and the marks, in seconds since
+        the start."""
+        with self._lock:
+            return {
+                "limit_s": self._limit_s,
+                "steps": [
+                    {"step": text, "at_s": round(at - self._started, 4)} for text, at in self._steps
+                ],
+                **{name: round(at - self._started, 4) for name, at in self._marks.items()},
+            }
 
     def limit(self, limit_s: float) -> None:
         """The run's time limit, once the policy is read."""

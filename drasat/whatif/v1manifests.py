@@ -13,7 +13,8 @@ A pod's claim from a template becomes a ResourceClaim as the resourceclaim contr
 Kubernetes' suffix alphabet, derived from the pod so runs agree; the template's labels and
 annotations, the annotation `resource.kubernetes.io/pod-claim-name`, the pod as controlling
 owner; the pod's `status.resourceClaimStatuses` names it. A pod read back from a cluster that
-already names its claim there keeps that claim.
+already names its claim there keeps that claim; a pod of the `-f` files is one to apply, whose
+status the API server drops (`_as_applied`).
 
 What drasat does not support is refused with the file, object and field: VFIO passthrough
 (`vfio.gpu.nvidia.com`), IMEX channels and ComputeDomains (`imex.nvidia.com`,
@@ -33,11 +34,13 @@ from pydantic import BaseModel
 
 from drasat import loading
 from drasat.api import deviceconfig, groups
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.inputerrors import InputError, show
 from drasat.v1 import extended
 from drasat.whatif import (
     apivalidation,
     kinds,
+    knownfields,
     manifestindex,
     podgroups,
     v1cluster,
@@ -203,7 +206,7 @@ def compile_v1(
     classes.update({name: _as_v1(e.document.data) for name, e in index.classes.items()})
     others = manifestindex.build(rest)
     compiler = _Compiler(index, classes, others.priority_classes)
-    pods = compiler.pods(others.workloads)
+    pods = compiler.pods([_as_applied(e) for e in others.workloads])
     ignored = [*index.ignored, *others.ignored, *compiler.ignored]
     for (namespace, name), entry in index.claims.items():
         if f"{namespace}/{name}" not in compiler.used:
@@ -219,6 +222,18 @@ def compile_v1(
         tuple(pods), dict(compiler.used), classes, tuple(ignored), tuple(compiler.bound),
         groups_by_key,
     )  # fmt: skip
+
+
+def _as_applied(entry: manifestindex.Entry[Any]) -> manifestindex.Entry[Any]:
+    """A Pod of the `-f` manifests is a pod to apply: the API server drops the status of a pod
+    it creates (only the kubelet and the controllers write it), so its phase, nomination and
+    claims named there count only on a pod read from the cluster (`--from-cluster`)."""
+    obj = entry.obj
+    if not isinstance(obj, kinds.Pod) or obj.status is None:
+        return entry
+    if entry.document.source == LIVE_SOURCE:
+        return entry
+    return dataclasses.replace(entry, obj=obj.model_copy(update={"status": None}))
 
 
 def _as_v1(data: Obj) -> Obj:
@@ -428,14 +443,34 @@ def _unique(
 
 def _validate(model: type[ModelT], document: loading.Document, namespace: str) -> ModelT:
     converted = loading.Document(document.source, document.number, _as_v1(document.data))
+    unknown = _unknown_metadata(document.data)
     try:
         found = loading.validate(model, converted)
     except InputError as error:
-        raise InputError(error.detail, where=located(document, namespace)) from None
+        # The API server decodes first: a value of the wrong type is its answer; an unknown
+        # field comes before anything its validation would say.
+        if not unknown or "cannot unmarshal" in error.detail:
+            raise InputError(error.detail, where=located(document, namespace)) from None
+    if unknown:
+        raise InputError(f"{unknown[0]}: {knownfields.message(unknown)}",
+                         where=located(document, namespace))  # fmt: skip
     problem = apivalidation.object_name_problem(document.data)
     if problem:
         raise InputError(problem, where=located(document, namespace))
     return found
+
+
+def _unknown_metadata(data: Mapping[str, Any]) -> list[str]:
+    """The unknown fields of the object's metadata and, in a claim template, of its claims'
+    metadata: the server's strict decoding refuses them (`metadata.lables`) in every version.
+    Of a v1 object, every unknown field (its status too, which the model reads leniently)."""
+    if data.get("apiVersion") == v1kinds.V1:
+        return knownfields.unknown_fields(data)
+    unknown = knownfields.unknown_metadata(data)
+    spec = data.get("spec")
+    if data.get("kind") == "ResourceClaimTemplate" and isinstance(spec, Mapping):
+        unknown += knownfields.unknown_metadata(spec, "spec.metadata")
+    return unknown
 
 
 def _check_configs(configs: Sequence[Any], path: str, where: str) -> None:
@@ -717,8 +752,13 @@ def _pod_object(pod: workloads.PodInstance, claims: Sequence[tuple[str, V1Claim]
     }
     if pod.labels:
         obj["metadata"]["labels"] = dict(pod.labels)
-    if statuses:
-        obj["status"] = {"resourceClaimStatuses": statuses}
+    if pod.nomination:
+        obj["metadata"]["annotations"] = {NOMINATION_ANNOTATION: pod.nomination}
+    status: Obj = {"resourceClaimStatuses": statuses} if statuses else {}
+    if pod.nominated_node:
+        status["nominatedNodeName"] = pod.nominated_node
+    if status:
+        obj["status"] = status
     return obj
 
 

@@ -45,6 +45,7 @@ from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.api.quantity import to_bytes
 from drasat.solver.nodemodel import Gpu
 from drasat.solver.problem import Solution, Status, bound_text
+from drasat.v1 import nasinventory
 from drasat.v1.publisheddevices import FALLBACK, MIG, Published
 from drasat.whatif import html, table, v1gangs, v1manifests, v1preemption, v1run
 from drasat.whatif.v1run import V1Result
@@ -500,6 +501,12 @@ def solver_text(
     is not proven optimal."""
     if not solutions:
         return "not run (" + ("no pod reached it" if refused else "no claim to allocate") + ")"
+    if len(solutions) == 1 and solutions[0].first_pass:
+        found = solutions[0]
+        return (
+            f"{found.status.value} (the first feasible answer: each pod in turn on the best "
+            f"node left, not searched further, the time limit ran out); {found.bound_text()}"
+        ) + (f"; {found.wall_time_s * 1000:.0f} ms" if timing else "")
     if len(solutions) == 1:
         found = solutions[0]
         return (
@@ -507,7 +514,10 @@ def solver_text(
             f"devices); {found.bound_text()}"
         ) + (f"; {found.wall_time_s * 1000:.0f} ms" if timing else "")
     weakest = min((s.status for s in solutions), key=_STRENGTH.index)
-    rounds = ", ".join(f"{i + 1}: {s.status.value}" for i, s in enumerate(solutions))
+    rounds = ", ".join(
+        f"{i + 1}: {s.status.value}" + (" (first feasible, not searched)" if s.first_pass else "")
+        for i, s in enumerate(solutions)
+    )
     total = sum(s.wall_time_s for s in solutions) * 1000
     return (
         f"{weakest.value} in {len(solutions)} rounds ({rounds}); each round {weakest.meaning} "
@@ -523,7 +533,7 @@ def ledgers(result: V1Result) -> dict[str, dict[str, AllocatedDevices]]:
     """node -> its NAS allocatedClaims after the run: the input's (allocated claims included)
     and the new allocations."""
     out = {
-        node.state.name: dict(node.state.nas.allocatedClaims)
+        node.state.name: nasinventory.entries_of(node.state.ledger.allocated)
         for node in v1run.node_inputs(result.cluster, result.workload)
     }
     for placed in result.outcome.allocations.values():
@@ -685,7 +695,7 @@ def render_html(result: V1Result) -> str:
     existing = {
         key
         for node in v1run.node_inputs(result.cluster, result.workload)
-        for key in node.state.nas.allocatedClaims
+        for key in node.state.ledger.allocated
     }
     # report's legend and node view: the same bars as the classic page, from the same ledger.
     legend = Legend(names, colours, _users(result), existing)

@@ -24,7 +24,17 @@ from drasat.api.groups import DRIVER_NAME
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver.problem import Gang, Problem, Solution, SolveParams
-from drasat.v1 import Node, Outcome, PodInput, allocate, gangs, preemption, results
+from drasat.v1 import (
+    Node,
+    Outcome,
+    PodInput,
+    allocate,
+    gangs,
+    nasinventory,
+    nominations,
+    preemption,
+    results,
+)
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan
 from drasat.whatif import clusternodes, v1manifests, v1preemption
@@ -102,10 +112,7 @@ def node_inputs(cluster: clusternodes.ClusterNodes, workload: v1manifests.V1Work
                 used_cpu_milli=capacity.used_cpu_milli,
                 used_memory_mib=capacity.used_memory_mib,
             )
-        if ledgers.get(state.name):
-            allocated = {**state.nas.allocatedClaims, **ledgers[state.name]}
-            nas = state.nas.model_copy(update={"allocatedClaims": allocated})
-            state = dataclasses.replace(state, nas=nas)
+        state = nasinventory.with_entries(state, ledgers.get(state.name) or {})
         out.append(Node(state, cluster.published(state.name)))
     return out
 
@@ -314,6 +321,18 @@ def _allocate(
     return outcome, nodes
 
 
+def _nominations(workload: v1manifests.V1Workload) -> dict[str, Nomination]:
+    """Pod key -> the nomination the input vouches for, by the controller's rule (an annotation
+    alone is the pod's tenant's word: `nominations.believed`)."""
+    out = {}
+    for pod in workload.pods:
+        own = frozenset(str(c.obj["metadata"].get("uid", "")) for _, c in pod.claims)
+        found = nominations.believed(pod.obj, own, workload.pod_groups, priority=pod.priority)
+        if found is not None:
+            out[found.pod] = found
+    return out
+
+
 def run_v1(
     cluster: clusternodes.ClusterNodes,
     workload: v1manifests.V1Workload,
@@ -332,7 +351,7 @@ def run_v1(
     error = None
     # As the controller's cycle: the higher priority first, nominated preemptors before their
     # peers, and the devices held for a nominee taken for every pod of its priority or lower.
-    nominated = {n.pod: n for p in workload.pods if (n := Nomination.of_pod(p.obj)) is not None}
+    nominated = _nominations(workload)
     pods = [p for _, p in sorted(enumerate(pods), key=lambda item: (
         -item[1].priority, item[1].key not in nominated, item[0]))]  # fmt: skip
     holds = holds_of(n for k, n in nominated.items() if k in placing)

@@ -16,6 +16,7 @@ from drasat import loading
 from drasat.api import cluster, limits
 from drasat.api.base import Object
 from drasat.api.cluster import cpu_millis
+from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.inputerrors import InputError
 from drasat.api.quantity import to_bytes
 from drasat.whatif import kinds, manifestindex
@@ -40,6 +41,10 @@ class PodInstance:
     phase: str = ""
     #: The pod's labels (a workload's: its template's), sorted: a gang's are read from them.
     labels: tuple[tuple[str, str], ...] = ()
+    #: A Pod's nomination as written (`gpu.drasat.io/nomination`, `status.nominatedNodeName`):
+    #: what the controller's rule (`drasat.v1.nominations.believed`) reads; "" when not given.
+    nomination: str = ""
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:
@@ -110,11 +115,14 @@ def _pods_of(entry: manifestindex.Entry[Object]) -> list[PodInstance]:
         uid = object_uid("Pod", entry.namespace, obj.metadata.name, obj.metadata.uid)
         phase = str((obj.status or {}).get("phase", ""))
         labels = tuple(sorted((obj.metadata.labels or {}).items()))
+        nomination = str((obj.metadata.annotations or {}).get(NOMINATION_ANNOTATION) or "")
+        nominated_node = str((obj.status or {}).get("nominatedNodeName") or "")
         return [
             PodInstance(
-                entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "", phase, labels
+                entry.namespace, obj.metadata.name, uid, obj.spec, where, "spec", "", phase,
+                labels, nomination, nominated_node,
             )
-        ]
+        ]  # fmt: skip
     if isinstance(obj, kinds.ReplicatedWorkload | kinds.Job):
         names = _names(obj)
         owner = f"{obj.kind} {obj.metadata.name}"

@@ -137,6 +137,16 @@ def test_harness_on_the_real_control_plane(
         if not kind.startswith("needs-"):
             assert {p.replace(".", "") for p in profiles} <= {kind.split("-", 2)[2]}, profiles
     assert "| kube | 3 × 8 = 24 | 2 | 2 |" in (tmp_path / "summary.md").read_text()
+    # Four claims on 16 MIG GPUs: each fit when it arrived, judged after the run from what
+    # each accepted claim held; the refit of the written results gives the same answer.
+    for allocator in (kube, drasat):
+        fit = allocator["churn"]["fit_at_arrival"]
+        assert (fit["claims"], fit["accepted"]) == (4, allocator["churn"]["accepted"])
+        held = allocator["churn"]["claims_held"]
+        assert all(held[n]["results"] for n in held if held[n]["bound"] is not None)
+    assert kube_alloc.main(["--refit", str(tmp_path / "results.json")]) == 0
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["allocators"][0]["churn"]["fit_at_arrival"]["claims"] == 4
     # The run leaves nothing behind: nodes, slices, namespaces.
     api = kubernetes.config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
     with api:

@@ -3,12 +3,21 @@ NVIDIA's readers take for the same GPUs, and its requests select what drasat's s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 
 from bench import kube_alloc, nvidia_alloc
 from drasat.v1 import slices
+from drasat.whatif import nvidiaformat
+
+#: The attributes NVIDIA's driver publishes (deploy/examples/v1-nvidia-quickstart/cluster).
+NVIDIA_ATTRIBUTES = {
+    "type", "uuid", "productName", "brand", "architecture", "cudaComputeCapability",
+    "driverVersion", "cudaDriverVersion", "parentUUID", "profile",
+    "resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot",
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -45,8 +54,20 @@ def test_nvidia_format_slices_read_as_the_same_gpus_and_placements(nvidia_format
     assert {b["spec"]["driver"] for b in nvidia_bodies} == {"gpu.nvidia.com"}
     # NVIDIA's attributes only: no placement or index attributes of drasat's.
     for device in devices:
-        assert set(device["attributes"]) <= nvidia_alloc.ATTRIBUTES
+        assert set(device["attributes"]) <= NVIDIA_ATTRIBUTES
     assert not [d for d in devices if d["attributes"]["type"]["string"] == "cpu-fallback"]
+    # NVIDIA's own device and counter set names (`1g5gb`, not drasat's `1g.5gb`): the slices
+    # the what-if's NVIDIA format writes for the same GPUs.
+    migs = [d["name"] for d in devices if d["attributes"]["type"]["string"] == "mig"]
+    assert migs and all(re.fullmatch(r"gpu-\d+-mig-[0-9a-z-]+-\d+-\d+", n) for n in migs), migs
+    assert "gpu-0-mig-1g5gb-19-0" in migs
+    sets = [c["name"] for b in nvidia_bodies for c in b["spec"].get("sharedCounters") or []]
+    assert sets == [f"gpu-{i}-counter-set" for i in range(kube_alloc.GPUS_PER_NODE)]
+    gpus_of_node = kube_alloc.node_inventory(node).gpus
+    expected = nvidiaformat.gpu_slices(node.name, gpus_of_node)
+    assert [b["spec"] for b in nvidia_bodies] == [b["spec"] for b in expected]
+    owners = {o["uid"] for b in nvidia_bodies for o in b["metadata"]["ownerReferences"]}
+    assert owners == {"uid"}
 
 
 def test_requests_name_nvidias_class_and_attributes(nvidia_format: None) -> None:

@@ -265,6 +265,23 @@ def test_drasat_gets_fgds_target_workload() -> None:
         drasat_policy.factory("drasat-nope")
 
 
+def test_drasat_weight_variants_are_named_by_their_weights() -> None:
+    from bench import drasat_policy
+
+    # f4b2 is the shipped default objective, term for term.
+    assert drasat_policy.weighted("drasat-f4b2") == drasat_policy.POLICIES["drasat"]
+    frag_only = drasat_policy.weighted("drasat-f1b0")
+    assert frag_only is not None
+    assert [(t.term.value, t.weight) for t in frag_only.objective] == [
+        ("fragmentation", 1),
+        ("minimizeMigWaste", 1),
+    ]
+    assert drasat_policy.weighted("drasat-fb2") is None
+    made = drasat_policy.factory("drasat-f8b1-local")()
+    assert isinstance(made, drasat_policy.DrasatOnline) and not made.target
+    assert made.policy == drasat_policy.weighted("drasat-f8b1")
+
+
 def test_latency_command_smoke(tmp_path: pathlib.Path) -> None:
     from bench import latency
 

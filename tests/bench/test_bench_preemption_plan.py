@@ -10,7 +10,7 @@ from drasat.v1 import preemption
 
 def test_a_full_fleet_gives_a_proven_plan() -> None:
     nodes, running = preemption_plan.fleet(2)
-    assert sum(len(n.state.nas.allocatedClaims) for n in nodes) == len(running)
+    assert sum(len(n.state.ledger.allocated) for n in nodes) == len(running)
     users = {r.claims[0]: frozenset({r.key}) for r in running}
     for want in (1, 3):
         pod = v1.PodInput("bench/hi", "bench", (preemption_plan._claim("hi", want),), 100)
@@ -25,7 +25,7 @@ def test_full_mig_and_share_fleets_give_proven_plans() -> None:
         ("shares", preemption_plan._share_claim("hi", 50), 2),
     ):
         nodes, running = preemption_plan.filled(3, kind)
-        assert sum(len(n.state.nas.allocatedClaims) for n in nodes) == len(running)
+        assert sum(len(n.state.ledger.allocated) for n in nodes) == len(running)
         users = {r.claims[0]: frozenset({r.key}) for r in running}
         pod = v1.PodInput("bench/hi", "bench", (claim,), 100)
         found = preemption.plan(pod, nodes, running, users, preemption_plan.CLASSES)

@@ -212,3 +212,33 @@ def test_plots_arithmetic_and_files(tmp_path: pathlib.Path) -> None:
         out = tmp_path / f"{what}.png"
         assert perf_plots.main([what, str(tmp_path / source), "--out", str(out)]) == 0
         assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_releases_time_each_step_from_the_pods_deletion() -> None:
+    uid_a, uid_b = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
+
+    def claim(t: float, uid: str, owner: str, allocated: bool, kind: str = "MODIFIED") -> dict:
+        o = {"name": f"{owner}-gpu", "uid": uid, "owner": owner, "allocated": allocated}
+        return {"t": t, "kind": "ResourceClaim", "type": kind, "object": o}
+
+    def nas(t: float, *uids: str) -> dict:
+        return {"t": t, "kind": "NAS", "type": "MODIFIED", "object": {"name": "n0", "uids": uids}}
+
+    def pod_deleted(t: float, name: str) -> dict:
+        return {"t": t, "kind": "Pod", "type": "DELETED", "object": {"name": name}}
+
+    records = [
+        claim(1.0, uid_a, "a", True),
+        claim(1.1, uid_b, "b", False),  # b is never allocated: no release to time
+        nas(1.2, uid_a),
+        pod_deleted(10.0, "a"),
+        pod_deleted(10.1, "b"),
+        claim(10.4, uid_a, "a", False),
+        claim(10.5, uid_a, "a", False, "DELETED"),  # only the first sight counts
+        nas(11.5),
+    ]
+    assert timeline.releases(records) == {
+        "a": {"claim deallocated or deleted": 0.4, "claim left drasat's ledger": 1.5}
+    }
+    table = timeline.release_table(records)
+    assert "| claim left drasat's ledger | 1 | 1.500 | 1.500 | 1.500 |" in table

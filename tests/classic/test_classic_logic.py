@@ -117,7 +117,7 @@ def test_holds_are_fed_as_allocations_and_expire_on_the_fake_clock() -> None:
     assert holds.by_node() == {"n1": {"u1": _devices("GPU-1")}}
     assert holds.by_node(excluding=frozenset({"u1"})) == {}
     node = nasnodes.with_held(nasnodes.parse(_nas()).node, holds.by_node()["n1"])
-    assert "held:u1" in node.nas.allocatedClaims
+    assert "held:u1" in node.ledger.allocated
     holds.hold("u1", "n2", _devices("GPU-2"))  # one preferred node per claim
     assert set(holds.by_node()) == {"n2"}
     now[0] = 10.0

@@ -15,6 +15,7 @@ from drasat.api.nas import (
 from drasat.api.sharing import GpuShare
 from drasat.classic.whatif import manifests, report, table
 from drasat.solver.problem import PodPlacement, PodRejection, Solution, Status
+from drasat.v1 import nasinventory
 from drasat.whatif import clusternodes, html
 
 CLUSTER = """
@@ -115,9 +116,13 @@ def _build() -> report.Report:
     solution = Solution(
         status=Status.FEASIBLE,
         placements=(
-            PodPlacement("ns/sharer", "t4", {share.claimInfo.uid: share}),
-            PodPlacement("ns/opt", "t4", {optional.claimInfo.uid: optional}),
-            PodPlacement("ns/mig", "a100", {mig.claimInfo.uid: mig}),
+            PodPlacement(
+                "ns/sharer", "t4", {share.claimInfo.uid: nasinventory.allocation_of(share)}
+            ),
+            PodPlacement(
+                "ns/opt", "t4", {optional.claimInfo.uid: nasinventory.allocation_of(optional)}
+            ),
+            PodPlacement("ns/mig", "a100", {mig.claimInfo.uid: nasinventory.allocation_of(mig)}),
         ),
         unplaced=(PodRejection("ns/late", ("1g.5gb: every placement overlaps",)),),
         objective=3,

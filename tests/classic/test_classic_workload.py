@@ -105,6 +105,6 @@ def test_a_nas_counts_its_whole_gpu_claims_and_shares_with_a_compute_percentage(
         "n", "1", {"a": _entry("a", 1, 50), "b": _entry("b", 1, 50), "c": _entry("c", 2),
                    "d": _entry("d", 1), "e": {**_entry("e", 0)}}
     )  # fmt: skip
-    assert allocated_shapes(parsed.node.nas) == Counter(
+    assert allocated_shapes(parsed.entries) == Counter(
         {("ns", 1, 50): 2, ("ns", 2, 100): 1, ("ns", 1, 100): 1}
     )

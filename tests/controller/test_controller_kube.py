@@ -242,3 +242,35 @@ def test_snapshot_over_http_gives_loader_documents(tmp_path: Any) -> None:
                          "ResourceClaim ns/c"]  # fmt: skip
     assert all(d.source == "cluster" and "managedFields" not in d.data["metadata"]
                for d in documents)  # fmt: skip
+
+
+def test_the_client_keeps_a_connection_for_every_concurrent_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The controller's watches and its parallel writes share one client: urllib3's default
+    pool of 10 connections dropped the extra ones after each request ("Connection pool is full,
+    discarding connection"), so under churn each write paid for a new connection."""
+    import logging
+    import threading
+
+    from drasat.api import crds
+    from drasat.kube.client import KubeClient, configuration_for
+    from drasat.testbed.sim import apiserver
+
+    with apiserver.ApiServer.running(crds=crds.all_crds()) as server:
+        api = KubeClient(configuration_for(server.url))
+        start = threading.Barrier(24)
+
+        def read() -> None:
+            start.wait()
+            for _ in range(3):
+                api.list(resources.PODS, namespace="default")
+
+        threads = [threading.Thread(target=read) for _ in range(24)]
+        with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        api.close()
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]

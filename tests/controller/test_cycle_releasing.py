@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from checker import make_node
-from test_v1inputs import OURS, claim, exactly, on_node, result, snapshot
+from test_v1inputs import OURS, claim, exactly, on_node, parsed_nas, result, snapshot
 
 from drasat.api.groups import FINALIZER, SCHEDULING_GATE
 from drasat.api.nas import AllocatedDevices, AllocatedGpu, AllocatedGpus, ClaimInfo
@@ -104,16 +104,19 @@ def test_a_stale_entry_of_a_claim_to_allocate_is_solved_as_a_hold_not_as_its_all
         "gone/gpu": _entry("gone"),
     }
     base = snapshot([], [pending, mine])
-    nas = {"a": nasnodes.ParsedNas(make_node("a", "T4", 2, allocated=ledger), "1")}
+    nas = {"a": parsed_nas(make_node("a", "T4", 2, allocated=ledger))}
     found = releasing.stale_entries_as_holds(
         dataclasses.replace(base, nas=nas), [pending, mine], {"mine": _written(version="2")}
     )
-    claims = found.nas["a"].node.nas.allocatedClaims
+    claims = found.nas["a"].entries
     assert list(claims) == [nasnodes.HELD_PREFIX + "pending/gpu", "mine/gpu", "gone/gpu"]
     assert claims[nasnodes.HELD_PREFIX + "pending/gpu"] == ledger["pending/gpu"]
+    # The solver's ledger holds the same, the stale entry as a hold.
+    assert list(found.nas["a"].node.ledger.allocated) == list(claims)
     # A claim not allocated this cycle keeps its stale entry for the settle to remove.
     alone = releasing.stale_entries_as_holds(dataclasses.replace(base, nas=nas), [pending], {})
-    assert list(alone.nas["a"].node.nas.allocatedClaims) == list(claims)
+    assert list(alone.nas["a"].entries) == list(claims)
+    assert list(alone.nas["a"].node.ledger.allocated) == list(claims)
 
 
 # -- which claims leave, and whether a pod still holds one ----------------------------------------
@@ -193,11 +196,11 @@ def test_a_release_removes_the_claims_entries_on_the_nodes_with_a_nas_only() -> 
     base = snapshot([], [])
     ledger = {"x/gpu": _entry("x"), "x/mig": _entry("x"), "y/gpu": _entry("y")}
     nas = {
-        "a": nasnodes.ParsedNas(make_node("a", "T4", 2, allocated=ledger), "1"),
-        "b": nasnodes.ParsedNas(make_node("b", "T4", 2, allocated={"z/gpu": _entry("z")}), "1"),
+        "a": parsed_nas(make_node("a", "T4", 2, allocated=ledger)),
+        "b": parsed_nas(make_node("b", "T4", 2, allocated={"z/gpu": _entry("z")})),
         # A node whose ledger is the claims' statuses: nothing to remove there.
         "n": dataclasses.replace(
-            nasnodes.ParsedNas(make_node("n", "T4", 1, allocated={"x/gpu": _entry("x")}), "1"),
+            parsed_nas(make_node("n", "T4", 1, allocated={"x/gpu": _entry("x")})),
             from_statuses=True,
         ),
     }

@@ -201,6 +201,55 @@ def test_a_deleted_claim_leaves_the_ledger_and_loses_the_finalizer(
     assert _settled(ctl, gone)
 
 
+def test_a_released_claim_whose_finalizer_stays_is_not_written_back_to_the_ledger(
+    api: KubeClient, controller: Callable[[], V1Controller], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted claim no pod holds leaves the ledger, then loses our finalizer; when that
+    patch fails (the resourceclaim controller wrote the claim meanwhile: 409), the claim is still
+    there, being deleted, its status still allocated. The next settle must not write its
+    entries back as a lost write ("restored from its status") only to remove them again: under
+    churn those writes, one per claim in a row, held the freed devices and stalled the cycles
+    for seconds."""
+    from drasat.controller.cycle import deallocation, ledger
+
+    restored: list[str] = []
+    replace = ledger.Ledger.replace_claim
+
+    def recorded(self: ledger.Ledger, node: str, uid: str, entries: Any) -> None:
+        restored.append(uid)
+        replace(self, node, uid, entries)
+
+    monkeypatch.setattr(ledger.Ledger, "replace_claim", recorded)
+    _node(api, "n1", 1)
+    _claim(api, "c1")
+    pod = _pod(api, "p1", "c1")
+    ctl = controller()
+    assert _settled(ctl, lambda: _ledger(api, "n1"))
+    drop = deallocation.Deallocator.drop_finalizer
+    conflicts = [1, 1]  # the first two tries meet a change
+
+    def contended(self: deallocation.Deallocator, claim: Obj) -> bool:
+        if conflicts:
+            conflicts.pop()
+            return False
+        return drop(self, claim)
+
+    monkeypatch.setattr(deallocation.Deallocator, "drop_finalizer", contended)
+    api.delete(r.PODS, pod["metadata"]["name"], namespace="default")
+    api.delete(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+
+    def gone() -> bool:
+        try:
+            api.get(r.RESOURCE_CLAIMS_V1, "c1", namespace="default")
+        except errors.NotFound:
+            return not _ledger(api, "n1")
+        return False
+
+    assert _settled(ctl, gone)
+    assert not conflicts
+    assert restored == []
+
+
 def test_the_ledger_removal_is_the_rule_both_controllers_share(
     api: KubeClient, controller: Callable[[], V1Controller], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -177,13 +177,13 @@ def test_a_claim_written_before_the_cache_saw_it_still_holds_its_gpu(
     found = statusledger.ledgers_from_statuses(
         snap.published, [before], {}, ctl.own_writes.claims, (NVIDIA,)
     )
-    assert found["t4"].node.nas.allocatedClaims == written.ledger
+    assert found["t4"].entries == written.ledger
     # The same GPU as the status names, once the cache has it.
     assert _settled(ctl, lambda: ctl.snapshot().claims["default/c1"].get("status"))
     now = statusledger.ledgers_from_statuses(
         snap.published, ctl.snapshot().claims.values(), {}, {}, (NVIDIA,)
     )
-    assert _uuids(now["t4"].node.nas.allocatedClaims) == _uuids(written.ledger) != []
+    assert _uuids(now["t4"].entries) == _uuids(written.ledger) != []
 
 
 def test_quickstart_mig_claim_gets_four_mig_devices_of_one_dynamic_mig_a100(

@@ -25,8 +25,8 @@ from drasat.kube import errors
 from drasat.kube.client import ObjectList
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
+from drasat.v1 import nasinventory, publisheddevices
 from drasat.v1 import preemption as plan
-from drasat.v1 import publisheddevices
 from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
@@ -139,9 +139,8 @@ def _cluster(
         claim = _claim(name, standalone=name in standalone)
         found = v1.allocate([node], [v1.PodInput(f"ml/{name}", "ml", (claim,))], CLASSES)
         (allocation,) = found.allocations.values()
-        entries = {**node.state.nas.allocatedClaims, **allocation.ledger}
-        nas = node.state.nas.model_copy(update={"allocatedClaims": entries})
-        node = dataclasses.replace(node, state=dataclasses.replace(node.state, nas=nas))
+        state = nasinventory.with_entries(node.state, allocation.ledger)
+        node = dataclasses.replace(node, state=state)
         claims[f"ml/{name}"] = {**claim, "status": {"allocation": allocation.allocation}}
         pods.append(_pod(name, priority, name, "n1", **labels))
     return node, pods, claims

@@ -4,7 +4,6 @@ states and the ledger a claim's status stands for)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -14,7 +13,8 @@ from checker import make_node
 from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME, FINALIZER
 from drasat.controller import nasnodes, v1inputs
-from drasat.v1 import results
+from drasat.solver import NodeState
+from drasat.v1 import nasinventory, results
 
 Obj = dict[str, Any]
 
@@ -70,10 +70,16 @@ def kube_node(name: str, **spec: Any) -> Obj:
     }
 
 
+def parsed_nas(node: NodeState, version: str = "1") -> nasnodes.ParsedNas:
+    """The node as its NAS parses: its ledger record beside the solver's ledger."""
+    entries = nasinventory.entries_of(node.ledger.allocated)
+    return nasnodes.ParsedNas(node, version, entries=entries)
+
+
 def snapshot(
     pods: list[Obj], claims: list[Obj], names: tuple[str, ...] = ("a", "b"), **fields: Any
 ) -> v1inputs.Snapshot:
-    nas = {n: nasnodes.ParsedNas(make_node(n, "T4", 2), "1") for n in names}
+    nas = {n: parsed_nas(make_node(n, "T4", 2)) for n in names}
     return v1inputs.Snapshot(
         pods=pods,
         claims={v1inputs.claim_ref(c): c for c in claims},
@@ -369,19 +375,18 @@ def test_every_allocated_claim_naming_our_driver_holds_its_devices_as_its_status
     snap = snapshot([], [theirs, other])
     entries = v1inputs.status_entries(snap)
     assert set(entries) == {"a"} and set(entries["a"]) == {"uid-sched"}
-    held = v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims
+    holding = v1inputs.with_status_holds(snap).nas["a"]
+    held = holding.entries
     gpu1 = next(g.uuid for g in snap.nas["a"].node.devices.gpus if g.minor == 1)
     ((key, entry),) = held.items()
     assert key == nasnodes.HELD_PREFIX + "uid-sched/gpu"
     assert entry.gpu is not None and [d.uuid for d in entry.gpu.devices] == [gpu1]
+    assert holding.node.ledger.allocated[key].gpus == (gpu1,)  # the solver's ledger too
     assert v1inputs.with_status_holds(snap).nas["b"] is snap.nas["b"]
     # the ledger already names those devices: nothing more is held
     _, ledger = v1inputs.ledger_of(theirs, snap)
-    state = snap.nas["a"].node
-    written = state.nas.model_copy(update={"allocatedClaims": dict(ledger)})
-    snap.nas = {**snap.nas, "a": nasnodes.ParsedNas(
-        dataclasses.replace(state, nas=written), "2")}  # fmt: skip
-    assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == set(ledger)
+    snap.nas = {**snap.nas, "a": nasnodes.with_entries(snap.nas["a"], dict(ledger))}
+    assert set(v1inputs.with_status_holds(snap).nas["a"].node.ledger.allocated) == set(ledger)
 
 
 def test_a_pod_read_from_the_api_servers_json_is_pending_by_its_phase() -> None:
@@ -423,11 +428,8 @@ def test_a_claim_on_a_node_without_a_ledger_holds_nothing_and_other_claims_do_no
     _, other = v1inputs.ledger_of(
         claim("a0", exactly(), allocation=on_node("a", result("gpu-0", "a"))), snap
     )
-    state = snap.nas["a"].node
-    written = state.nas.model_copy(update={"allocatedClaims": {**other, **ledger}})
-    snap.nas = {**snap.nas, "a": nasnodes.ParsedNas(
-        dataclasses.replace(state, nas=written), "2")}  # fmt: skip
-    assert set(v1inputs.with_status_holds(snap).nas["a"].node.nas.allocatedClaims) == {
+    snap.nas = {**snap.nas, "a": nasnodes.with_entries(snap.nas["a"], {**other, **ledger})}
+    assert set(v1inputs.with_status_holds(snap).nas["a"].node.ledger.allocated) == {
         *other,
         *ledger,
     }
@@ -513,3 +515,35 @@ def test_pods_that_ask_the_same_of_a_node_are_fitted_once_a_cycle(monkeypatch) -
     assert by_name["lately"].input.candidate_nodes == ("b",)
     assert sorted(checked) == [("lately", "a"), ("lately", "b"), ("p0", "a"), ("p0", "b"),
                                ("picky", "a"), ("picky", "b")]  # fmt: skip
+
+
+def test_a_node_unchanged_since_the_last_cycle_gets_the_same_inputs_and_a_changed_one_new() -> None:
+    memo = v1inputs.NodeInputs()
+    snap = snapshot([], [], ("a", "b", "c", "d"))
+    first = {n.state.name: n for n in v1inputs.node_inputs(snap, memo)}
+    again = {n.state.name: n for n in v1inputs.node_inputs(snap, memo)}
+    # The same objects: the solver keeps each node's view by its state's identity.
+    assert all(again[n] is first[n] for n in first)
+    # Node a's ledger changes (its NAS parsed again), b's slices are read again, c gets a bound
+    # pod, d a new label: each gets new inputs that say so.
+    bound = pod("running", nodeName="c")
+    bound["spec"]["containers"] = containers("1", "2Gi")
+    changed = snapshot([bound], [], ("a", "b", "c", "d"))
+    changed.nas = {**snap.nas, "a": nasnodes.ParsedNas(make_node("a", "T4", 2, ready=False), "2")}
+    changed.published = {**snap.published, "b": changed.published["b"]}
+    labelled = kube_node("d")
+    labelled["metadata"]["labels"]["zone"] = "z1"
+    changed.nodes = {**changed.nodes, "d": labelled}
+    later = {n.state.name: n for n in v1inputs.node_inputs(changed, memo)}
+    assert not later["a"].state.ready and later["a"] is not first["a"]
+    assert (
+        later["b"] is not first["b"]
+        and later["b"].state.devices is changed.published["b"].read.state.devices
+    )  # type: ignore[union-attr]
+    assert later["c"].state.used_cpu_milli == 1000 and first["c"].state.used_cpu_milli == 0
+    assert ("zone", "z1") in later["d"].state.labels and later["d"] is not first["d"]
+    # A node gone is forgotten; without a memo every call builds afresh.
+    del changed.nas["d"]
+    v1inputs.node_inputs(changed, memo)
+    assert set(memo._kept) == {"a", "b", "c"}
+    assert v1inputs.node_inputs(snap)[0] is not v1inputs.node_inputs(snap)[0]

@@ -94,6 +94,9 @@ def test_served_slices_read_as_validated_without_validating_them(
     # One GPU's health taint (the node plugin's, on the GPU's whole device).
     whole = [d for b in written for d in b["spec"].get("devices") or [] if d["name"] == "gpu-2"]
     whole[0]["taints"] = [{"key": "gpu.drasat.io/xid", "value": "48", "effect": "NoSchedule"}]
+    # A capacity drasat does not read, over 64 bits in base units: the server accepts it, and
+    # the GPU stays usable on both readings (only memory must fit drasat's integers).
+    whole[0]["capacity"]["vendorExtra"] = {"value": "10E"}
     for body in [*written, *(_as_nvidia(b) for b in written)]:
         custom.create_cluster_custom_object(*RESOURCE, "resourceslices", body)
     api = kube_client.KubeClient(kube_client.load_configuration(str(kube_cluster.kubeconfig)))
@@ -104,6 +107,13 @@ def test_served_slices_read_as_validated_without_validating_them(
         for d in body["spec"].get("devices") or []
         for q in (d.get("capacity") or {}).values()
     )
+    extra = [
+        d["capacity"]["vendorExtra"]
+        for body in served.items
+        for d in body["spec"].get("devices") or []
+        if "vendorExtra" in (d.get("capacity") or {})
+    ]
+    assert extra == [{"value": "10E"}] * 2
     validated = {
         driver: slices.read_node(
             name, [s for s in served.items if s["spec"]["driver"] == driver], driver=driver

@@ -104,7 +104,7 @@ def build(case: NodeCase) -> Built:
             for d in nasinventory.allocatable_of(template.devices)
             if d.mig is not None
         ]
-    nas = state.nas.model_copy(update={"allocatableDevices": allocatable})
+    nas = NodeAllocationStateSpec(allocatableDevices=allocatable)
     state = dataclasses.replace(state, devices=nasinventory.devices_of(nas))
     inventory = Inventory(
         gpus=nas.gpus(),

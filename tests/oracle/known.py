@@ -27,10 +27,15 @@ def _many(spec: Obj) -> bool:
     return spec.get("allocationMode") == "All" or spec.get("count", 1) > 1
 
 
-def difference(claim: Obj, tainted: bool) -> str | None:
+def difference(claim: Obj, tainted: bool, held: bool = False) -> str | None:
     """The known difference the claim runs into (None: none), where `tainted` says whether a
-    device it may get carries a taint (an unhealthy GPU)."""
+    device it may get carries a taint (an unhealthy GPU) and `held` whether other claims may
+    hold devices when it is allocated."""
     found = specs(claim)
+    if held and _all_entry_constrained(claim):
+        # drasat fails the claim where a constraint refuses a device of the All entry; upstream
+        # moves on to the next entry when a held device comes first in the set.
+        return "all-entry-behind-held"
     kinds = {s["deviceClassName"] for s in found}
     if kinds & GPU_CLASSES and kinds & MIG_CLASSES:
         return "mig-and-whole"
@@ -51,6 +56,21 @@ def difference(claim: Obj, tainted: bool) -> str | None:
         # MIG options multiply by profile: past MAX_VARIANTS combinations drasat stops trying.
         return "variants-cap"
     return None
+
+
+def _all_entry_constrained(claim: Obj) -> bool:
+    """Whether a `firstAvailable` entry of mode All, before another, has a claim constraint
+    covering it."""
+    constraints = claim["spec"]["devices"].get("constraints") or []
+    for request in claim["spec"]["devices"]["requests"]:
+        entries = request.get("firstAvailable") or []
+        for entry in entries[:-1]:
+            if entry.get("allocationMode") != "All":
+                continue
+            names = {request["name"], f"{request['name']}/{entry['name']}"}
+            if any(not c.get("requests") or names & set(c["requests"]) for c in constraints):
+                return True
+    return False
 
 
 def compute_limit(spec: Obj) -> str | None:

@@ -200,6 +200,76 @@ def test_a_selector_error_on_a_device_upstream_reaches_fails_the_claim(oracle: O
     _check(oracle, _node(_gpu(numa=None), _gpu(numa=0)), _claim(spec))
 
 
+def _all_then_one(device_class: str, constraint: Obj) -> Obj:
+    entries = [
+        {"name": "s0", "deviceClassName": device_class, "allocationMode": "All"},
+        {"name": "s1", "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1},
+    ]
+    return _claim({"firstAvailable": entries}, constraints=[constraint])
+
+
+NUMA = {"matchAttribute": "gpu.drasat.io/numaNode"}
+
+
+def test_a_constraint_refusing_an_all_entry_fails_the_claim(oracle: Oracle) -> None:
+    # Found by test_drasat_places_a_claim_iff_upstream_can: drasat fell through to s1 where
+    # upstream stops, as the All entry's GPUs without numaNode break the constraint.
+    built = _node(_gpu(numa=0), _gpu(numa=None), _gpu(numa=None))
+    claim = _all_then_one(claimgen.GPU, NUMA)
+    upstream = oracle.allocate(built.case.name, built.slices, CLASSES, claim)
+    assert not upstream.get("allocated")
+    assert "a claim constraint would not be satisfied" in upstream["error"]
+    _check(oracle, built, claim)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "device_class", "constraint", "allocated"),
+    [
+        ((_gpu(numa=0), _gpu(numa=1)), claimgen.GPU, NUMA, False),
+        ((_gpu(numa=0), _gpu(numa=0)), claimgen.GPU, NUMA, True),
+        (
+            (_gpu(numa=0), _gpu(numa=0)),
+            claimgen.GPU,
+            {"distinctAttribute": "gpu.drasat.io/numaNode"},
+            False,
+        ),
+        ((_gpu(numa=0, unhealthy=True), _gpu(numa=None), _gpu(numa=1)), claimgen.GPU, NUMA, True),
+        (
+            (_gpu("A100-40GB", mig=True, numa=None),),
+            claimgen.MIG,
+            {**NUMA, "requests": ["a/s0"]},
+            False,
+        ),
+        (
+            (_gpu("A100-40GB", mig=True, numa=0),),
+            claimgen.MIG,
+            {"matchAttribute": "gpu.drasat.io/profile"},
+            True,
+        ),
+    ],
+    ids=[
+        "two values",
+        "one value",
+        "a repeated distinct value",
+        "a tainted device first",
+        "MIG devices without the attribute",
+        "counters used up first",
+    ],
+)
+def test_an_all_entry_fails_the_claim_only_where_upstream_errs(
+    oracle: Oracle, gpus: tuple[fleet.GpuCase, ...], device_class: str, constraint: Obj,
+    allocated: bool,
+) -> None:  # fmt: skip
+    # Upstream errs on the first device of the All set a constraint refuses; a device refused
+    # before (a taint, counters an earlier device used up) is a failure that moves on to s1.
+    built = _node(*gpus)
+    claim = _all_then_one(device_class, constraint)
+    assert bool(
+        oracle.allocate(built.case.name, built.slices, CLASSES, claim).get("allocated")
+    ) is (allocated)
+    _check(oracle, built, claim)
+
+
 def test_known_all_over_mig_in_first_available(oracle: Oracle) -> None:
     first = {
         "firstAvailable": [

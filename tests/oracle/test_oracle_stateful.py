@@ -114,7 +114,7 @@ class Sequences(RuleBasedStateMachine):
         tainted = self._cluster.tainted
 
         def wanted(claim: Obj) -> bool:
-            if known.difference(claim, tainted) is not None:
+            if known.difference(claim, tainted, held=True) is not None:
                 return False
             return not drasats or not v1inputs.tolerates_allocator_taint(claim)
 

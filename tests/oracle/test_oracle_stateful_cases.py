@@ -260,3 +260,31 @@ def test_a_claim_with_a_gpu_and_another_drivers_device(oracle: Oracle) -> None:
         )  # fmt: skip
         machine.pod_arrives([gpu_and_nic])
         machine.check()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="drasat fails a claim on a node where a constraint refuses a device of its All "
+    "firstAvailable entry, taking the node as free; upstream meets a device another claim holds "
+    "first, which is no error, and tries the next entry",
+)
+def test_known_an_all_entry_behind_a_device_in_use(oracle: Oracle) -> None:
+    gpus = [dataclasses.replace(T4, numa=n) for n in (0, None, 1)]
+    with _machine(oracle, _drasat("n0", *gpus)) as machine:
+        machine.known_differences = False
+        numa0 = 'has(device.attributes["gpu.drasat.io"].numaNode) && ' + (
+            'device.attributes["gpu.drasat.io"].numaNode == 0'
+        )
+        assert _devices(machine, machine.pod_arrives([_selected(numa0)])) == ["n0/gpu-0"]
+        entries = [
+            {"name": "s0", "deviceClassName": claimgen.GPU, "allocationMode": "All"},
+            {"name": "s1", "deviceClassName": claimgen.GPU, "allocationMode": "ExactCount",
+             "count": 1},
+        ]  # fmt: skip
+        constraint = {"matchAttribute": "gpu.drasat.io/numaNode"}
+        either = {
+            "requests": [{"name": "a", "firstAvailable": entries}],
+            "constraints": [constraint],
+        }
+        machine.pod_arrives([{"spec": {"devices": either}}])
+        machine.check()

@@ -61,7 +61,7 @@ def test_a_reservation_by_gpu_index_is_part_of_the_memo_key(order: str) -> None:
         (placement,) = solution.placements
         assert placement.node == "b"
         (allocated,) = placement.allocations.values()
-        assert allocated.gpu is not None and allocated.gpu.devices[0].uuid == "GPU-b-1"
+        assert allocated.gpus == ("GPU-b-1",)
         feasibility = solution.node_feasibility["default/p"]
         assert feasibility["b"] is None
         assert feasibility["a"] == "claim default/c: policy rule keep-index-0 (node a)"

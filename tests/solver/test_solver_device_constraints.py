@@ -28,6 +28,7 @@ from drasat.solver.inventory import build_view
 from drasat.solver.model import PodEntry
 from drasat.solver.problem import ClaimRequest, DeviceKey
 from drasat.solver.rules import Rules
+from drasat.v1 import nasinventory
 
 MODES = [Mode.online, Mode.batch]
 
@@ -37,7 +38,12 @@ def _solve(problem: Problem, mode: Mode) -> Solution:
 
 
 def _entries(solution: Solution) -> dict[str, AllocatedDevices]:
-    return {uid: a for p in solution.placements for uid, a in p.allocations.items()}
+    # As the edge writes them: the NAS allocatedClaims entries of the solver's answers.
+    return {
+        uid: a
+        for p in solution.placements
+        for uid, a in nasinventory.entries_of(p.allocations).items()
+    }
 
 
 def _gpus(entry: AllocatedDevices) -> list[str]:

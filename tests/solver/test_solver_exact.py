@@ -7,6 +7,7 @@ from checker import assert_valid, gpu_claim, make_node, mig_claim, pod
 
 from drasat.api.nas import AllocatedDevices
 from drasat.solver import Mode, Problem, Solution, SolveParams, solve
+from drasat.v1 import nasinventory
 
 MODES = [Mode.online, Mode.batch]
 
@@ -18,7 +19,12 @@ def _solve(problem: Problem, mode: Mode) -> Solution:
 
 
 def _devices(solution: Solution) -> dict[str, AllocatedDevices]:
-    return {uid: a for p in solution.placements for uid, a in p.allocations.items()}
+    # As the edge writes them: the NAS allocatedClaims entries of the solver's answers.
+    return {
+        uid: a
+        for p in solution.placements
+        for uid, a in nasinventory.entries_of(p.allocations).items()
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -50,7 +56,7 @@ def test_online_places_the_first_1g_away_from_the_4g_window() -> None:
     solution = _solve(problem, Mode.online)
     (placement,) = solution.placements
     (entry,) = placement.allocations.values()
-    assert entry.mig is not None and entry.mig.devices[0].placement.start == 6
+    assert entry.mig and entry.migs[0].start == 6
 
 
 @pytest.mark.parametrize("mode", MODES)

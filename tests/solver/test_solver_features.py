@@ -10,6 +10,7 @@ from checker import assert_valid, gpu_claim, make_gpus, make_node, mig_claim, po
 from drasat.api.nas import AllocatedDevices
 from drasat.api.policy import AllocationPolicySpec
 from drasat.solver import Mode, Problem, Solution, SolveParams, solve
+from drasat.v1 import nasinventory
 
 MODES = [Mode.online, Mode.batch]
 
@@ -21,7 +22,12 @@ def _solve(problem: Problem, mode: Mode, **params: object) -> Solution:
 
 
 def _entries(solution: Solution) -> dict[str, AllocatedDevices]:
-    return {uid: a for p in solution.placements for uid, a in p.allocations.items()}
+    # As the edge writes them: the NAS allocatedClaims entries of the solver's answers.
+    return {
+        uid: a
+        for p in solution.placements
+        for uid, a in nasinventory.entries_of(p.allocations).items()
+    }
 
 
 def _policy(spec: dict[str, object]) -> AllocationPolicySpec:

@@ -28,7 +28,7 @@ def _steps(problem: Problem, mode: Mode) -> dict[str, list[tuple[str, str | int 
     solution = solve(problem, SolveParams(mode=mode))
     assert_valid(problem, solution)
     return {
-        uid: [(s.action, s.value) for s in entry.lifecycle or []]
+        uid: [(s.action, s.value) for s in entry.lifecycle]
         for placement in solution.placements
         for uid, entry in placement.allocations.items()
     }
@@ -55,7 +55,7 @@ def test_actions_whose_selector_matches_the_claims_gpus_are_attached(mode: Mode)
 def test_no_policy_actions_means_no_lifecycle_field() -> None:
     problem = Problem(nodes=(make_node("t4", "T4"),), pods=(pod("p", gpu_claim("g")),))
     solution = solve(problem, SolveParams(mode=Mode.online))
-    assert solution.placements[0].allocations["uid-default-g"].lifecycle is None
+    assert solution.placements[0].allocations["uid-default-g"].lifecycle == ()
 
 
 def test_optional_claim_without_a_device_gets_no_actions() -> None:

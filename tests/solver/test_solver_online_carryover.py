@@ -92,12 +92,11 @@ def _after(node_states: tuple[NodeState, ...], placed: PodPlacement, request: Po
         if state.name != placed.node:
             out.append(state)
             continue
-        claims = dict(state.nas.allocatedClaims)
-        claims.update(placed.allocations)
+        ledger = state.ledger.with_allocated(placed.allocations)
         out.append(
             dataclasses.replace(
                 state,
-                nas=state.nas.model_copy(update={"allocatedClaims": claims}),
+                ledger=ledger,
                 used_cpu_milli=state.used_cpu_milli + request.cpu_milli,
             )
         )

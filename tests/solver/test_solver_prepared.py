@@ -26,10 +26,14 @@ from drasat.api.nas import (
 from drasat.solver import Mode, Problem, SolveParams, solve
 from drasat.solver.inventory import build_view
 from drasat.solver.problem import NodeState
+from drasat.v1 import nasinventory
 
 
 def _with(node: NodeState, **spec: object) -> NodeState:
-    return replace(node, nas=node.nas.model_copy(update=spec))
+    """The node with these NAS fields (preparedClaims, orphanMigDevices) as its ledger."""
+    current = {"allocatedClaims": nasinventory.entries_of(node.ledger.allocated)}
+    nas = NodeAllocationStateSpec.model_validate({**current, **spec})
+    return replace(node, ledger=nasinventory.ledger_of(nas))
 
 
 def _prepared_gpu(*uuids: str) -> PreparedDevices:
@@ -107,11 +111,11 @@ def test_a_gpu_being_torn_down_is_not_given_to_a_new_claim(mode: Mode) -> None:
     one = solve(Problem(nodes=(node,), pods=(pod("one", gpu_claim("one")),)), params)
     (placement,) = one.placements
     (allocation,) = placement.allocations.values()
-    assert allocation.gpu is not None and [d.uuid for d in allocation.gpu.devices] == ["GPU-n-1"]
+    assert allocation.gpus == ("GPU-n-1",)
     share = Problem(nodes=(node,), pods=(pod("s", gpu_claim("s", share={"compute": 10})),))
     (placement,) = solve(share, params).placements
     (allocation,) = placement.allocations.values()
-    assert allocation.gpu is not None and allocation.gpu.devices[0].uuid == "GPU-n-1"
+    assert allocation.gpus == ("GPU-n-1",)
 
 
 _A100 = catalog.find_product("A100-40GB")
@@ -160,9 +164,9 @@ def test_no_new_mig_device_overlaps_a_busy_one(
     taken = {s for _, start, size in busy for s in range(start, start + size)}
     for placement in solution.placements:
         for allocation in placement.allocations.values():
-            assert allocation.mig is not None
-            for device in allocation.mig.devices:
-                new = set(range(device.placement.start, device.placement.end))
+            assert allocation.mig
+            for device in allocation.migs:
+                new = set(range(device.start, device.end))
                 assert new.isdisjoint(taken), (busy, device)
                 taken |= new
 

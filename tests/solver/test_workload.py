@@ -51,8 +51,7 @@ def _gpu_of_30(
     assert_valid(problem, solution)
     (placement,) = solution.placements
     (entry,) = placement.allocations.values()
-    assert entry.gpu is not None
-    return entry.gpu.devices[0].uuid
+    return entry.gpus[0]
 
 
 SEVENTY = WorkloadShape(share=GpuShare(compute=70))

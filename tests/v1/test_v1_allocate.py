@@ -315,3 +315,20 @@ def test_a_mig_enabled_gpu_goes_whole_by_the_claims_own_word_not_by_a_selector()
     assert sorted(s.mig_mode_gpus_allowed for s in specs if s is not None) == [False, True]
     out = v1.allocate([node("a", "T4", 1)], pods[:1], CLASSES, solve=record)
     assert not out.placed  # only the A100 is in MIG mode
+
+
+def test_a_capacity_over_64_bits_covers_a_request_for_it() -> None:
+    """A capacity drasat keeps as written (`10E`, over 64 bits, which the API server accepts)
+    still answers a request asking some of it (upstream compares quantities of any size)."""
+    found = node("a", "T4", 1)
+    devices = []
+    for d in found.devices:
+        if d.name == "gpu-0":
+            capacity = {**d.device["capacity"], "bandwidth": {"value": "10E"}}
+            d = dataclasses.replace(d, device={**d.device, "capacity": capacity})
+        devices.append(d)
+    wide = exactly(GPU, capacity={"requests": {"bandwidth": "1G"}})
+    out = v1.allocate(
+        [v1.Node(found.state, tuple(devices))], [pod("p", claim("c", {"w": wide}))], CLASSES
+    )
+    assert _devices(out, "c") == ["gpu-0"]

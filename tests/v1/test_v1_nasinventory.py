@@ -10,7 +10,7 @@ from checker import gpu_claim, make_gpus, make_node, mig_entries, pod
 
 from drasat.api.nas import AllocatableDevice, Health, NodeAllocationStateSpec
 from drasat.solver import Mode, Problem, SolveParams, solve
-from drasat.solver.problem import NodeState
+from drasat.solver.ledger import Ledger
 from drasat.v1 import nasinventory
 
 
@@ -41,12 +41,10 @@ def test_a_nas_inventory_reads_into_the_solvers_devices_and_back_unchanged(
     assert nasinventory.devices_of(nasinventory.nas_spec(devices)) == devices
 
 
-def test_a_node_state_holds_its_devices_once_and_its_ledger_without_them() -> None:
+def test_a_node_state_holds_its_devices_and_its_ledger_in_the_solvers_terms() -> None:
     spec = _spec("T4", mig=False)
-    with pytest.raises(ValueError, match="node n: the ledger's allocatableDevices are not read"):
-        NodeState(name="n", nas=spec)
     state = nasinventory.node_state("n", spec, ready=False, unready_reason="why")
-    assert state.nas.allocatableDevices == [] and len(state.devices.gpus) == 3
+    assert len(state.devices.gpus) == 3 and state.ledger == Ledger()
     assert (state.ready, state.unready_reason) == (False, "why")
 
 

@@ -14,7 +14,7 @@ from v1kit import CLASSES, GPU, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.solver import Mode, SolveParams
-from drasat.v1 import otherdevices, publisheddevices
+from drasat.v1 import nasinventory, otherdevices, publisheddevices
 from drasat.v1.publisheddevices import Published
 
 Obj = dict[str, Any]
@@ -132,12 +132,7 @@ def test_a_nic_an_allocated_claim_holds_is_not_given_again() -> None:
     # The first claim's status holds its NIC: the next claim takes the other root's pair.
     held = [allocated(first, "c")]
     gpus_left = v1.Node(
-        dataclasses.replace(
-            gpus.state,
-            nas=gpus.state.nas.model_copy(
-                update={"allocatedClaims": dict(first.allocations["uid-c"].ledger)}
-            ),
-        ),
+        nasinventory.with_entries(gpus.state, first.allocations["uid-c"].ledger),
         gpus.devices,
     )
     second = allocate([with_nics(gpus_left, slices, held=held)], gpu_and_nic("d"))
@@ -259,4 +254,15 @@ def test_slices_of_gpu_drivers_are_not_read_as_other_devices(driver: str) -> Non
 def test_the_key_of_another_drivers_device() -> None:
     device = Published(NIC, "pool-1", {"name": "eth0"}, publisheddevices.OTHER)
     assert device.key == f"{NIC}/pool-1/eth0"
-    assert publisheddevices.index([device]) == {(publisheddevices.OTHER, device.key): device}
+
+
+def test_another_drivers_quantity_over_64_bits_leaves_its_slice_out_naming_the_field() -> None:
+    """drasat counts every capacity of another driver's device in 64-bit integers: a slice with
+    one over 64 bits (which the API server accepts) is left out, with the field in the note."""
+    big = nic_slice("a", nic("eth0", capacity={"bandwidth": {"value": "10E"}}))
+    read = otherdevices.read([big], {"gpu.drasat.io"})
+    assert read["a"].devices == ()
+    assert read["a"].notes == (
+        f"ResourceSlice a-{NIC}: spec.devices[0].capacity.bandwidth: quantity '10E' is over "
+        "9223372036854775807 (64 bits)",
+    )

@@ -13,10 +13,10 @@ from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api.devicemodel import names
-from drasat.api.nas import AllocatedGpu, AllocatedGpus
 from drasat.solver import Problem, Solution, SolveParams
 from drasat.solver import solve as default_solve
 from drasat.v1 import publisheddevices, results
+from drasat.v1.allocate import ERRS
 
 
 def _results(outcome: v1.Outcome, name: str) -> list[dict[str, Any]]:
@@ -389,10 +389,9 @@ def test_a_share_with_time_slicing_is_refused_naming_the_request() -> None:
 def test_another_drivers_devices_are_not_held_to_drasats_plugin_shapes() -> None:
     # NVIDIA's plugin prepares a whole GPU beside a MIG device in one claim (the what-if).
     drasat = node("m", "A100-40GB", 2, mig=True)
-    nvidia = v1.Node(
-        drasat.state,
-        tuple(dataclasses.replace(d, driver="gpu.nvidia.com") for d in drasat.devices),
-    )
+    published = tuple(dataclasses.replace(d, driver="gpu.nvidia.com") for d in drasat.devices)
+    devices = publisheddevices.identified(drasat.state.devices, published)
+    nvidia = v1.Node(dataclasses.replace(drasat.state, devices=devices), published)
 
     def nvidia_class(kind: str) -> dict[str, Any]:
         expression = f'device.attributes["gpu.nvidia.com"].type == "{kind}"'
@@ -568,9 +567,9 @@ def test_all_over_mig_devices_takes_every_placement_or_moves_on() -> None:
 
 def test_a_node_without_shares_publishes_exclusive_gpus() -> None:
     spec = node("a", "T4", 1)
-    exclusive = v1.Node(
-        spec.state, tuple(publisheddevices.drasat_devices("a", spec.state.devices, shares=False))
-    )
+    published = tuple(publisheddevices.drasat_devices("a", spec.state.devices, shares=False))
+    devices = publisheddevices.identified(spec.state.devices, published)
+    exclusive = v1.Node(dataclasses.replace(spec.state, devices=devices), published)
     out = v1.allocate([exclusive], [pod("p", claim("c", {"g": exactly()}))], CLASSES)
     (result,) = _results(out, "c")
     assert "shareID" not in result and "consumedCapacity" not in result
@@ -586,10 +585,9 @@ def test_an_allocation_that_cannot_be_written_refuses_only_its_pod() -> None:
         placements = []
         for placement in solution.placements:
             if placement.pod == "default/bad":
-                # a device the node does not publish: writing its result fails
-                nowhere = AllocatedGpus(devices=[AllocatedGpu(uuid="GPU-not-published")])
+                # an answer that names no published device for its GPU: writing it fails
                 broken = {
-                    uid: entry.model_copy(update={"gpu": nowhere})
+                    uid: dataclasses.replace(entry, devices=())
                     for uid, entry in placement.allocations.items()
                 }
                 placement = dataclasses.replace(placement, allocations=broken)
@@ -599,5 +597,29 @@ def test_an_allocation_that_cannot_be_written_refuses_only_its_pod() -> None:
     pods = [pod(name, claim(f"c-{name}", {"g": exactly()})) for name in ("a", "bad", "b")]
     out = v1.allocate([node("n", "T4", 3)], pods, CLASSES, solve=solve)
     assert out.placed == {"default/a": "n", "default/b": "n"}
-    assert out.failed["default/bad"].startswith("internal error writing its allocation: KeyError")
+    assert out.failed["default/bad"].startswith("internal error writing its allocation: ValueError")
     assert set(out.allocations) == {"uid-c-a", "uid-c-b"}
+
+
+def test_an_all_entry_a_constraint_refuses_fails_the_claim_not_the_entry() -> None:
+    # Upstream takes an All entry's devices as ones it must have: a constraint refusing one is
+    # an error that ends the claim there, not a reason to try the next firstAvailable entry.
+    either = {
+        "firstAvailable": [
+            {"name": "all", "deviceClassName": GPU, "allocationMode": "All"},
+            {"name": "one", "deviceClassName": GPU},
+        ]
+    }
+    wanted = claim("c", {"g": either}, constraints=[_match("numaNode")])
+    nodes = [node("a", "T4", 3, numa=[0, None, None])]  # type: ignore[list-item]
+    out = v1.allocate(nodes, [pod("p", wanted)], CLASSES)
+    assert out.placed == {}
+    (reason,) = out.refused["default/p"]
+    assert f"request g/all (class gpu.drasat.io): {ERRS} on a," in reason, reason
+    # Where the All entry's GPUs agree, it takes them all.
+    out = v1.allocate([node("a", "T4", 2, numa=[0, 0])], [pod("p", wanted)], CLASSES)
+    assert [r["request"] for r in _results(out, "c")] == ["g/all", "g/all"]
+    # A node elsewhere that the error does not touch still takes the claim.
+    nodes = [*nodes, node("b", "T4", 1, numa=[1])]
+    out = v1.allocate(nodes, [pod("p", wanted)], CLASSES)
+    assert out.placed == {"default/p": "b"}

@@ -9,7 +9,7 @@ from v1kit import CLASSES, GPU, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api.policy import AllocationPolicySpec, Preemption
-from drasat.v1 import preemption
+from drasat.v1 import nasinventory, preemption
 from drasat.v1.preemption import Running
 
 SHARE = exactly(GPU, capacity={"requests": {"memory": "4Gi", "compute": "50"}})
@@ -34,10 +34,7 @@ def _running(nodes: list[v1.Node], placed: dict[str, tuple[object, ...]], priori
 
 
 def _with(n: v1.Node, entries: dict) -> v1.Node:
-    nas = n.state.nas.model_copy(
-        update={"allocatedClaims": {**n.state.nas.allocatedClaims, **entries}}
-    )
-    return dataclasses.replace(n, state=dataclasses.replace(n.state, nas=nas))
+    return dataclasses.replace(n, state=nasinventory.with_entries(n.state, entries))
 
 
 def _users(running: list[Running]) -> dict[str, frozenset[str]]:

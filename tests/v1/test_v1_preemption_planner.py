@@ -14,7 +14,7 @@ from drasat import v1
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.policy import AllocationPolicySpec, Preemption
 from drasat.solver import Gang
-from drasat.v1 import preemption
+from drasat.v1 import nasinventory, preemption
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Running, Wanting
 
@@ -46,10 +46,7 @@ def _running(
 
 
 def _with(n: v1.Node, entries: dict[str, Any]) -> v1.Node:
-    nas = n.state.nas.model_copy(
-        update={"allocatedClaims": {**n.state.nas.allocatedClaims, **entries}}
-    )
-    return dataclasses.replace(n, state=dataclasses.replace(n.state, nas=nas))
+    return dataclasses.replace(n, state=nasinventory.with_entries(n.state, entries))
 
 
 def _users(running: list[Running]) -> dict[str, frozenset[str]]:

@@ -153,3 +153,32 @@ def test_one_gpu_on_two_nodes_is_named_by_the_slices_it_was_read_from() -> None:
         "node n2: gpu.uuid GPU-0 (its ResourceSlices of gpu.drasat.io) is also on node n1 "
         "(its ResourceSlices of gpu.drasat.io)"
     )
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_a_mig_device_published_in_two_pools_makes_the_node_unusable_and_never_raises(
+    served: bool,
+) -> None:
+    """Two pools of a node publishing one MIG device (same parent, profile and placement) are
+    one device twice: the node is left out, naming both, rather than the reading raising (its
+    promise: a node it cannot use comes back with the reason)."""
+    import pathlib
+
+    import yaml
+
+    example = pathlib.Path(slices.__file__).parents[1] / "whatif" / "default-slices.yaml"
+    objs = [
+        d
+        for d in yaml.safe_load_all(example.read_text())
+        if d and d.get("kind") == "ResourceSlice" and d["spec"].get("nodeName") == "a100-node"
+    ]
+    source = next(o for o in objs if o["spec"].get("devices"))
+    twin = copy.deepcopy(source)
+    twin["metadata"]["name"] = "twin"
+    twin["spec"]["pool"] = {"name": "elsewhere", "generation": 1, "resourceSliceCount": 1}
+    twin["spec"].pop("sharedCounters", None)
+    mig = "gpu-0-mig-7g40gb-0-0"
+    twin["spec"]["devices"] = [d for d in source["spec"]["devices"] if d["name"] == mig]
+    read = slices.read_node("a100-node", [*objs, twin], served=served)
+    assert read.read is None
+    assert f"elsewhere/{mig}" in read.problem and f"a100-node/{mig}" in read.problem

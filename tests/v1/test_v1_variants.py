@@ -11,7 +11,8 @@ from v1kit import CLASSES, FALLBACK, GPU, MIG, attr, claim, exactly, node, pod
 
 from drasat import v1
 from drasat.api import catalog
-from drasat.v1 import publisheddevices
+from drasat.solver.ledger import Ledger
+from drasat.v1 import nasinventory, publisheddevices
 
 Obj = dict[str, Any]
 
@@ -276,5 +277,41 @@ def test_a_request_of_several_mig_devices_that_do_not_fit_names_its_claim_once()
 
 
 def _with_ledger(found: v1.Node, ledger: Any) -> v1.Node:
-    nas = found.state.nas.model_copy(update={"allocatedClaims": dict(ledger)})
-    return dataclasses.replace(found, state=dataclasses.replace(found.state, nas=nas))
+    held = Ledger(allocated=nasinventory.allocations_of(ledger))
+    state = dataclasses.replace(found.state, ledger=held)
+    return dataclasses.replace(found, state=state)
+
+
+def _device(node: str, name: str, **attributes: int) -> publisheddevices.Published:
+    body = {"name": name, "attributes": {k: {"int": v} for k, v in attributes.items()}}
+    return publisheddevices.Published("example.com", node, body, publisheddevices.OTHER)
+
+
+def test_selectors_matched_per_layout_answer_as_device_by_device() -> None:
+    """Nodes publishing the same kinds in the same order get one answer per layout: the same
+    devices, in node order, and the same failing nodes (a device a selector fails on ends its
+    node's devices) as evaluating every device; a node of another layout gets its own."""
+    from drasat.v1 import cel, requests
+    from drasat.v1.variants import Devices
+
+    def layout(node: str, kinds: str) -> list[publisheddevices.Published]:
+        values = {"a": {"x": 1}, "b": {"x": 2}, "c": {}}
+        return [_device(node, f"d{i}", **values[k]) for i, k in enumerate(kinds)]
+
+    by_node = {
+        "n1": layout("n1", "abca"),
+        "n2": layout("n2", "abca"),
+        "n3": layout("n3", "ba"),
+        "n4": layout("n4", "aab"),
+        "n5": layout("n5", "acb"),
+    }
+    selector = cel.compile_selector('device.attributes["example.com"].x == 1')
+    alternative = requests.Alternative("r", "c", (selector,), requests.EXACT_COUNT, 1)
+    catalog = Devices(by_node)
+    found = catalog.matching(alternative)
+    expected, failing = Devices(by_node)._match_each(alternative)
+    assert [(d.pool, d.name) for d in found] == [(d.pool, d.name) for d in expected] == [
+        ("n1", "d0"), ("n2", "d0"), ("n3", "d1"), ("n4", "d0"), ("n4", "d1"), ("n5", "d0")
+    ]  # fmt: skip
+    assert all(a is b for a, b in zip(found, expected, strict=True))
+    assert catalog.failing(alternative) == failing == {"n1", "n2", "n5"}

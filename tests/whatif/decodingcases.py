@@ -38,6 +38,16 @@ def _deployment(replicas: Any) -> Obj:
     }
 
 
+def _job(spec: Obj) -> Obj:
+    template = {"spec": {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"template": template, **spec},
+    }
+
+
 def _pod(spec: Obj) -> Obj:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
 
@@ -117,5 +127,118 @@ CASES: dict[str, tuple[Obj, str]] = {
         },
         "cannot unmarshal number into Go struct field "
         "CELDeviceSelector.spec.selectors.cel.expression of type string",
+    ),
+    "a command as a string": (
+        _pod({"containers": [{"name": "c", "image": "x", "command": "sleep 3600"}]}),
+        "cannot unmarshal string into Go struct field Container.spec.containers.command of type "
+        "[]string",
+    ),
+    "an argument as a list": (
+        _pod({"containers": [{"name": "c", "image": "x", "args": [["x"]]}]}),
+        "cannot unmarshal array into Go struct field Container.spec.containers.args of type string",
+    ),
+    "env as a map": (
+        _pod({"containers": [{"name": "c", "image": "x", "env": {"A": "b"}}]}),
+        "cannot unmarshal object into Go struct field Container.spec.containers.env of type "
+        "[]v1.EnvVar",
+    ),
+    "a container port as a string": (
+        _pod({"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": "80"}]}]}),
+        "cannot unmarshal string into Go struct field ContainerPort.spec.containers.ports."
+        "containerPort of type int32",
+    ),
+    "a label's value as a number": (
+        {
+            **_pod({"containers": [{"name": "c", "image": "x"}]}),
+            "metadata": {"name": "p", "labels": {"a": 5}},
+        },
+        "cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string",
+    ),
+    "a probe's port as a fraction": (
+        _pod(
+            {
+                "containers": [
+                    {"name": "c", "image": "x", "readinessProbe": {"tcpSocket": {"port": 1.5}}}
+                ]
+            }
+        ),
+        "cannot unmarshal number 1.5 into Go struct field TCPSocketAction.spec.containers."
+        "readinessProbe.ProbeHandler.tcpSocket.port of type int32",
+    ),
+    "a claim's status results not a list": (
+        {**_claim(), "status": {"allocation": {"devices": {"results": "x"}}}},
+        "cannot unmarshal string into Go struct field DeviceAllocationResult.status.allocation."
+        "devices.results of type []v1.DeviceRequestAllocationResult",
+    ),
+    "a PodGroup's minCount as a string": (
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "g"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": "2"}}},
+        },
+        "cannot unmarshal string into Go struct field GangSchedulingPolicy.spec.schedulingPolicy."
+        "gang.minCount of type int32",
+    ),
+    "an unknown field in a pod's spec": (
+        _pod({"containers": [{"name": "c", "image": "x"}], "foo": 1}),
+        'strict decoding error: unknown field "spec.foo"',
+    ),
+    "an unknown field beside a claim reference the server's validation refuses": (
+        _pod(
+            {
+                "foo": 1,
+                "resourceClaims": [
+                    {"name": "gpu", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}
+                ],
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+            }
+        ),
+        'strict decoding error: unknown field "spec.foo"',
+    ),
+    "an unknown field in a container": (
+        _pod({"containers": [{"name": "c", "image": "x", "imagePullPolic": "Always"}]}),
+        'strict decoding error: unknown field "spec.containers[0].imagePullPolic"',
+    ),
+    "a field name in the wrong case": (
+        _pod({"containers": [{"name": "c", "image": "x"}], "nodeselector": {"a": "b"}}),
+        'strict decoding error: unknown field "spec.nodeselector"',
+    ),
+    "an unknown field deep in a probe": (
+        _pod(
+            {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "livenessProbe": {"exec": {"command": ["true"], "timeout": 1}},
+                    }
+                ]
+            }
+        ),
+        'strict decoding error: unknown field "spec.containers[0].livenessProbe.exec.timeout"',
+    ),
+    "two unknown fields": (
+        _pod({"bar": 2, "containers": [{"name": "c", "image": "x", "foo": 1}]}),
+        'strict decoding error: unknown field "spec.bar", unknown field "spec.containers[0].foo"',
+    ),
+    "an unknown field in a Deployment's template": (
+        {
+            **_deployment(1),
+            "spec": {
+                **_deployment(1)["spec"],
+                "template": {
+                    "metadata": {"labels": {"a": "b"}, "lables": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            },
+        },
+        'strict decoding error: unknown field "spec.template.metadata.lables"',
+    ),
+    "an unknown field in a Job's spec": (
+        _job({"paralellism": 2}),
+        'strict decoding error: unknown field "spec.paralellism"',
     ),
 }

@@ -13,9 +13,13 @@ have). Then none, one or two mistakes, each of the kind users make:
 - versions and kinds: `resource.k8s.io/v2`, `v1beta3`, a misspelt kind;
 - limits: 33 requests, 9 firstAvailable entries, 33 selectors, a 64-character request name, a
   count of 33 (accepted: only the allocator refuses it);
-- field types: a count as a string or a fraction, a bool as a string, an unknown field, a list
-  written as a mapping, an unknown allocation mode;
+- field types: a count as a string or a fraction, a bool as a string, an unknown field (in a
+  claim, a pod's spec, a container, its resources or security context), a list written as a
+  mapping, an unknown allocation mode;
 - counts: 0, -1 devices; an extended resource of 1.5, -1 or requests unequal to limits.
+
+The pods carry some fields of the full PodSpec the what-if does not read (env, probes, ports,
+volumes, a security context, ...): the what-if accepts them as the server does.
 
 Whether each is refused is not assumed: the API server says."""
 
@@ -126,6 +130,7 @@ def cases(draw: st.DrawFn, namespace: str = "ns") -> Case:
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": namespace},
              "spec": pod_spec}
         )  # fmt: skip
+    _known_pod_fields(objects, draw)
     made = []
     for _ in range(draw(st.integers(0, 2))):
         mistake = draw(st.sampled_from(sorted(MISTAKES)))
@@ -302,6 +307,44 @@ def _unknown_field(objects: list[Obj], draw: st.DrawFn) -> bool:
     return True
 
 
+def _unknown_pod_field(objects: list[Obj], draw: st.DrawFn) -> bool:
+    """A field the Pod's structs lack, where the what-if's models read only some fields: the
+    pod's spec, a container, its resources, the template's metadata."""
+    spec = _pod_spec(objects)
+    where = draw(st.sampled_from(["spec", "container", "resources", "security"]))
+    name = draw(st.sampled_from(["foo", "imagePullPolic", "Containers", "nodeselector"]))
+    if where == "spec":
+        spec[name] = 1
+    elif where == "container":
+        spec["containers"][0][name] = "x"
+    elif where == "resources":
+        spec["containers"][0].setdefault("resources", {})[name] = {}
+    else:
+        spec["securityContext"] = {"runAsNonRoot": True, name: 1}
+    return True
+
+
+def _known_pod_fields(objects: list[Obj], draw: st.DrawFn) -> None:
+    """Fields of the full PodSpec the what-if's models do not read: accepted by both."""
+    spec = _pod_spec(objects)
+    container = spec["containers"][0]
+    chosen = draw(st.sets(st.sampled_from(sorted(_KNOWN_POD_FIELDS)), max_size=3))
+    for name in sorted(chosen):
+        target, field, value = _KNOWN_POD_FIELDS[name]
+        (container if target == "container" else spec)[field] = value
+
+
+_KNOWN_POD_FIELDS: dict[str, tuple[str, str, Any]] = {
+    "env": ("container", "env", [{"name": "A", "value": "1"}]),
+    "probe": ("container", "livenessProbe", {"exec": {"command": ["true"]}, "periodSeconds": 5}),
+    "ports": ("container", "ports", [{"containerPort": 8080, "protocol": "TCP"}]),
+    "security": ("spec", "securityContext", {"runAsNonRoot": True, "fsGroup": 2000}),
+    "volumes": ("spec", "volumes", [{"name": "v", "emptyDir": {"sizeLimit": "1Gi"}}]),
+    "restart": ("spec", "restartPolicy", "Always"),
+    "grace": ("spec", "terminationGracePeriodSeconds", 5),
+}
+
+
 def _selectors_not_a_list(objects: list[Obj], draw: st.DrawFn) -> bool:
     _exactly(objects)["selectors"] = {"cel": {"expression": "true"}}
     return True
@@ -369,6 +412,7 @@ MISTAKES = {
     "allocation-mode": _all_with_count,
     "admin-access": _admin_access,
     "unknown-field": _unknown_field,
+    "unknown-pod-field": _unknown_pod_field,
     "selectors-not-a-list": _selectors_not_a_list,
     "class-name": _class_name,
     "extended-resource": _extended_resource,

@@ -164,7 +164,13 @@ def _same_words(rest: str, refusal: Refusal) -> bool:
     field, _, said = rest.partition(": ")
     if server is None or _normal(field) != _normal(server[0]):
         return True  # another problem, or another field of several: the field check decides
-    return server[1].startswith(said.split("; ")[0])
+    said = said.split("; ")[0]
+    # A long message is cut to its head in one line (drasat.api.inputerrors): the head counts.
+    cut = _CUT.fullmatch(said)
+    return server[1].startswith(cut["head"] if cut else said)
+
+
+_CUT = re.compile(r"(?P<head>.*)… \(\d+ more characters\)", re.DOTALL)
 
 
 def compare(

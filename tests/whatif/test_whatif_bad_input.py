@@ -119,10 +119,19 @@ CASES = [
     pytest.param(
         "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s, namespace: ns}\n"
         "spec: {replicas: 1, template: {spec: {containers: [], resourceClaims: "
-        "[{name: g, source: {resourceClaimTemplateName: t}}]}}}\n",
-        "document 1: StatefulSet ns/s: spec.template.spec.resourceClaims[0].source."
+        "[{name: g, resourceClaimTemplateName: t}]}}}\n",
+        "document 1: StatefulSet ns/s: spec.template.spec.resourceClaims[0]."
         "resourceClaimTemplateName: ResourceClaimTemplate ns/t is not in the manifests",
         id="missing-template",
+    ),
+    pytest.param(
+        # The pre-1.31 form: a field the current API server's PodResourceClaim lacks.
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s, namespace: ns}\n"
+        "spec: {replicas: 1, template: {spec: {containers: [], resourceClaims: "
+        "[{name: g, source: {resourceClaimTemplateName: t}}]}}}\n",
+        "document 1: StatefulSet ns/s: spec.template.spec.resourceClaims[0].source: strict "
+        'decoding error: unknown field "spec.template.spec.resourceClaims[0].source"',
+        id="source-without-classic-dra",
     ),
     pytest.param(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: ns}\n"

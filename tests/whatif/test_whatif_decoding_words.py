@@ -44,3 +44,39 @@ def test_drasats_own_kinds_keep_their_words() -> None:
     })  # fmt: skip
     with pytest.raises(InputError, match=r"spec\.nodes\[0\]\.count: Input should be a valid"):
         loading.validate(cluster.Cluster, document)
+
+
+def test_fields_of_the_full_pod_spec_the_whatif_does_not_read_are_accepted(
+    run_cli: RunCli, tmp_path: pathlib.Path
+) -> None:
+    """Only what the API server's structs lack is refused: a Deployment whose template uses
+    fields the what-if's models do not read (probes, env, volumes, a security context, status)
+    is placed as one without them."""
+    container = {
+        "name": "c", "image": "x", "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "livenessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 5},
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "securityContext": {"capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
+        "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+    }  # fmt: skip
+    spec = {
+        "containers": [container], "restartPolicy": "Always",
+        "securityContext": {"fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": [{"name": "v", "emptyDir": {"sizeLimit": "1Gi"}}],
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}],
+        "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
+    }  # fmt: skip
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d", "annotations": {"a": "b"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}},
+                 "template": {"metadata": {"labels": {"a": "b"}}, "spec": spec}},
+        "status": {"replicas": 0},
+    }  # fmt: skip
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump(deployment), encoding="utf-8")
+    result = run_cli("-f", str(path))
+    assert result.code == 0, result.out + result.err

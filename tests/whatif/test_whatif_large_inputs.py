@@ -30,11 +30,31 @@ def gc_threshold() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("gc_threshold")
-def test_a_run_collects_young_garbage_less_often_and_old_as_before(run_cli: RunCli) -> None:
+def test_a_run_collects_young_and_middle_garbage_less_often_and_old_as_before(
+    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    during: list[tuple[int, int, int]] = []
+    run = whatif_cli._main
+
+    def spied(*args: Any) -> int:
+        during.append(gc.get_threshold())
+        return run(*args)
+
+    monkeypatch.setattr(whatif_cli, "_main", spied)
     result = run_cli("-o", "table")
     assert result.code == 0, result.err
-    assert gc.get_threshold() == (whatif_cli.YOUNG_COLLECTION_EVERY, 10, 10)
+    assert during == [(whatif_cli.YOUNG_COLLECTION_EVERY, whatif_cli.MIDDLE_COLLECTION_EVERY, 10)]
+    assert whatif_cli.MIDDLE_COLLECTION_EVERY > 10
+    # The process's own thresholds again once the run ends.
+    assert gc.get_threshold() == (700, 10, 10)
     assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("gc_threshold")
+def test_a_failing_run_restores_the_collectors_thresholds(run_cli: RunCli) -> None:
+    result = run_cli("-f", "no-such-file.yaml")
+    assert result.code != 0
+    assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_a_workloads_template_is_converted_once_for_all_its_replicas(

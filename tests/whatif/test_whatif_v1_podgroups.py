@@ -110,7 +110,11 @@ def test_a_pod_naming_a_missing_podgroup_is_held_with_the_controllers_reason(
     ("policy", "message"),
     [
         ("{gang: {minCount: 0}}", "spec.schedulingPolicy.gang.minCount: Input should be greater"),
-        ('{gang: {minCount: "2"}}', "spec.schedulingPolicy.gang.minCount: Input should be a valid"),
+        (
+            '{gang: {minCount: "2"}}',
+            "spec.schedulingPolicy.gang.minCount: cannot unmarshal string into Go struct field "
+            "GangSchedulingPolicy.spec.schedulingPolicy.gang.minCount of type int32",
+        ),
         (
             "{gang: {minCount: 2}, basic: {}}",
             "spec.schedulingPolicy: exactly one of gang and basic must be set",

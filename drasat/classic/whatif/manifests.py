@@ -133,7 +133,8 @@ def compile_manifests(
     uid of claims the cluster's NodeAllocationStates already hold, so a manifest without
     metadata.uid finds its allocation.
     """
-    inv = manifestindex.build(documents)
+    strict = manifestindex.current_server_fields(documents)
+    inv = manifestindex.build(documents, strict_fields=strict)
     if offered_profiles is not None:
         _check_profiles(inv, offered_profiles)
     return _Compiler(inv, dict(existing_uids or {})).run()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from drasat.api.nas import AllocatedDevices, GpuInfo, NodeAllocationState
 from drasat.classic.whatif.manifests import Claim, CompiledPod, Workload
 from drasat.solver.problem import Solution
+from drasat.v1 import nasinventory
 from drasat.whatif.clusternodes import ClusterNodes
 from drasat.whatif.manifestindex import Ignored
 from drasat.whatif.v1output import (
@@ -118,7 +119,7 @@ def merge(
     """The NodeAllocationStates with the solution's new allocations added to allocatedClaims."""
     new: dict[str, dict[str, AllocatedDevices]] = {}
     for placement in solution.placements:
-        new.setdefault(placement.node, {}).update(placement.allocations)
+        new.setdefault(placement.node, {}).update(nasinventory.entries_of(placement.allocations))
     merged = []
     for nas in cluster:
         added = new.get(nas.metadata.name, {})
