@@ -45,7 +45,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
-from celpy.evaluation import CELEvalError, base_functions
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
 from lark import Token, Tree
 
 from drasat.v1 import celcheck
@@ -820,6 +820,13 @@ def _one_line(text: str, most: int = 300) -> str:
     return flat[:most].rpartition(" ")[0] + " …"
 
 
+#: Most answers one selector keeps (`Selector._memo`). A selector that reads identity keeps one
+#: per device it has seen, and devices come and go (a node's MIG layout changes, nodes join and
+#: leave): without a bound, one tenant's claim could grow the controller's memory for as long as it
+#: runs. Past it the memo starts again (an answer is recomputed, never wrong).
+MEMO_MAX = 8192
+
+
 @dataclass
 class Selector:
     """One compiled CEL expression."""
@@ -840,6 +847,8 @@ class Selector:
         found = self._memo.get(key)
         if found is None:
             found = self._evaluate(driver, device)
+            if len(self._memo) >= MEMO_MAX:
+                self._memo.clear()
             self._memo[key] = found
         return found
 
@@ -906,6 +915,193 @@ def evaluate_all(
     return True
 
 
+# -- macros cel-python lacks, with cel-go's semantics ---------------------------------------------
+#
+# cel-go expands `cel.bind` and every comprehension macro into one comprehension (a loop with an
+# accumulator, a condition that stops it early and a step); cel-python knows only the one-variable
+# `all`, `exists`, `exists_one`, `map` and `filter`, and folds errors into them with Python's truth
+# (an error counts as true in `exists_one` and `filter`). drasat evaluates all of them here, one
+# loop per macro as cel-go expands it (cel-go's parser/macro.go, ext/bindings.go and
+# ext/comprehensions.go), so the controller and the what-if, which both evaluate through
+# `compile_selector`, accept and answer what kube-scheduler does.
+
+#: (macro, argument count) -> variables it binds; the others are the filter (if any) and the body.
+_COMPREHENSIONS: dict[tuple[str, int], int] = {
+    ("all", 2): 1, ("exists", 2): 1, ("exists_one", 2): 1,
+    ("map", 2): 1, ("map", 3): 1, ("filter", 2): 1,
+    ("all", 3): 2, ("exists", 3): 2, ("exists_one", 3): 2, ("existsOne", 3): 2,
+    ("transformList", 3): 2, ("transformList", 4): 2, ("transformMap", 3): 2,
+    ("transformMap", 4): 2, ("transformMapEntry", 3): 2, ("transformMapEntry", 4): 2,
+}  # fmt: skip
+_GO_TYPES = {celtypes.BoolType: "types.Bool", celtypes.IntType: "types.Int",
+             celtypes.UintType: "types.Uint", celtypes.DoubleType: "types.Double",
+             celtypes.StringType: "types.String", celtypes.BytesType: "types.Bytes",
+             QuantityValue: "library.Quantity", SemverValue: "library.Semver"}  # fmt: skip
+
+
+def _ident(tree: Any) -> str | None:
+    """The name of an expression that is a plain identifier, else None."""
+    found = _innermost(tree)
+    if isinstance(found, Tree) and found.data == "ident":
+        found = found.children[0]
+    is_name = isinstance(found, Token) and found.type == "IDENT"
+    return str(found) if is_name else None
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, CELEvalError)
+
+
+def _entries(target: Any, variables: int) -> list[tuple[Any, ...]] | CELEvalError:
+    """What a comprehension walks: a list's elements (with their index for two variables), a
+    map's keys (with their value); cel-go's error for anything else."""
+    if isinstance(target, celtypes.ListType):
+        if variables == 1:
+            return [(element,) for element in target]
+        return [(celtypes.IntType(i), element) for i, element in enumerate(target)]
+    if isinstance(target, celtypes.MapType):
+        return [(key,) if variables == 1 else (key, target[key]) for key in target]
+    go = _GO_TYPES.get(type(_typed(target)), type(target).__name__)
+    if variables == 1:
+        return CELEvalError(f"got '{go}', expected iterable type")
+    return CELEvalError(f"unsupported comprehension range type: {go}")
+
+
+class _Fold:
+    """One comprehension's accumulator and step, as cel-go's macro writes them."""
+
+    def __init__(self, macro: str) -> None:
+        self.macro = macro
+        start: dict[str, Any] = {"all": True, "exists": False, "map": [], "filter": []}
+        start |= {"transformList": [], "transformMap": {}, "transformMapEntry": {}}
+        self.accu: Any = start.get(macro, 0)
+        if isinstance(self.accu, bool):
+            self.accu = celtypes.BoolType(self.accu)
+
+    def done(self) -> bool:
+        """cel-go's loop condition: `all` stops at a false, `exists` at a true."""
+        if self.macro in ("all", "exists"):
+            return isinstance(self.accu, celtypes.BoolType) and bool(self.accu) is (
+                self.macro == "exists"
+            )
+        return False
+
+    def step(self, key: Any, element: Any, keep: Any, value: Any) -> None:
+        """One step: `keep` is the filter's value (True where there is none), `value` the
+        body's."""
+        if self.macro in ("all", "exists"):
+            self.accu = FUNCTIONS["_&&_" if self.macro == "all" else "_||_"](self.accu, value)
+            return
+        if _is_error(self.accu):
+            return  # cel-go's step on an error accumulator is that error
+        if self.macro in ("exists_one", "existsOne", "filter"):
+            keep, value = value, None  # the body is the predicate
+        if _is_error(keep) or not isinstance(keep, celtypes.BoolType):
+            self.accu = keep if _is_error(keep) else CELEvalError(_NO_SUCH_OVERLOAD)
+        elif not keep:
+            return
+        elif self.macro in ("exists_one", "existsOne"):
+            self.accu += 1
+        elif self.macro == "filter":
+            self.accu.append(element)
+        elif _is_error(value):
+            self.accu = value
+        elif self.macro in ("map", "transformList"):
+            self.accu.append(value)
+        elif self.macro == "transformMap":
+            self.accu[key] = value
+        else:
+            self.insert(value)
+
+    def insert(self, entries: Any) -> None:
+        """transformMapEntry: the body's map merged in; a key already there is an error."""
+        if not isinstance(entries, celtypes.MapType):
+            self.accu = CELEvalError(_NO_SUCH_OVERLOAD)
+            return
+        for key, value in entries.items():
+            if key in self.accu:
+                self.accu = CELEvalError("insert failed: key " + str(key) + " already exists")
+                return
+            self.accu[key] = value
+
+    def result(self) -> Any:
+        if _is_error(self.accu) or self.macro in ("all", "exists"):
+            return self.accu
+        if self.macro in ("exists_one", "existsOne"):
+            return celtypes.BoolType(self.accu == 1)
+        if isinstance(self.accu, list):
+            return celtypes.ListType(self.accu)
+        return celtypes.MapType(self.accu)
+
+
+class _Evaluator(Evaluator):
+    """cel-python's evaluator with `cel.bind` and every comprehension macro of Kubernetes' CEL
+    (two-variable ones included) evaluated as cel-go does."""
+
+    def sub_evaluator(self, ast: Any) -> Evaluator:
+        return _Evaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: Any) -> Any:
+        target, method = tree.children[0], str(tree.children[1])
+        args = _args(tree)
+        if method == "bind" and len(args) == 3 and _ident(target) == "cel":
+            return self._bind(args)
+        variables = _COMPREHENSIONS.get((method, len(args)))
+        if variables is None:
+            return super().member_dot_arg(tree)
+        return self._comprehension(method, self.visit(target), args, variables)
+
+    def _scoped(self, tree: Any, bindings: dict[str, Any]) -> Any:
+        """`tree`'s value with `bindings` added to the variables in scope (an error as a
+        value, not raised)."""
+        nested = self.sub_evaluator(tree)
+        nested.set_activation(bindings)
+        return nested.visit(tree)
+
+    def _bind(self, args: list[Any]) -> Any:
+        # cel-go evaluates the bound value when the body first reads it; an error bound is
+        # an error only where read, as here.
+        name = _ident(args[0])
+        return self._scoped(args[2], {str(name): self.visit(args[1])})
+
+    def _comprehension(self, macro: str, target: Any, args: list[Any], variables: int) -> Any:
+        if _is_error(target):
+            return target
+        entries = _entries(target, variables)
+        if isinstance(entries, CELEvalError):
+            return entries
+        names = [str(_ident(arg)) for arg in args[:variables]]  # the checker saw to it
+        condition = args[variables] if len(args) - variables == 2 else None
+        body = args[-1]
+        fold = _Fold(macro)
+        for entry in entries:
+            if fold.done():
+                break
+            bindings = dict(zip(names, entry, strict=True))
+            keep = celtypes.BoolType(True)
+            if condition is not None:
+                keep = self._scoped(condition, bindings)
+            # cel-go's `filter ? step : accu` evaluates the body only where the filter holds.
+            kept = isinstance(keep, celtypes.BoolType) and bool(keep)
+            value = self._scoped(body, bindings) if kept else None
+            for found in (keep, value):
+                if isinstance(found, _PanicValue):
+                    return found  # a panic ends cel-go's evaluation at once
+            fold.step(entry[0], entry[-1], keep, value)
+        return fold.result()
+
+
+def _args(tree: Any) -> list[Any]:
+    """A call's argument trees."""
+    exprlist = tree.children[2] if len(tree.children) > 2 else None
+    return list(exprlist.children) if isinstance(exprlist, Tree) else []
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 def _compile_error(error: Exception) -> str:
     """Why cel-python did not compile an expression, one line: where, as cel-go says it
     (`<input>:line:column`), and what."""
@@ -916,13 +1112,9 @@ def _compile_error(error: Exception) -> str:
     return _one_line(text.partition(" (in activation")[0])
 
 
-#: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
-#: so the claim is refused naming the expression instead of failing on every device.
-_UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
-
 #: What the API server says of a selector past its cost estimate's limit.
 TOO_COMPLEX = celcheck.TOO_COMPLEX
-_ENVIRONMENT = celpy.Environment()
+_ENVIRONMENT = celpy.Environment(runner_class=_Runner)
 _COMPILED: dict[str, Selector] = {}
 
 
@@ -932,12 +1124,6 @@ def compile_selector(expression: str) -> Selector:
     found = _COMPILED.get(expression)
     if found is not None:
         return found
-    unsupported = _UNSUPPORTED.search(expression)
-    if unsupported is not None:
-        raise SelectorError(
-            f"CEL expression {expression!r} does not compile: {unsupported.group(0)[:-1].strip()} "
-            "is not supported by drasat's CEL evaluator"
-        )
     try:
         ast = _ENVIRONMENT.compile(expression)
         program = _ENVIRONMENT.program(ast, functions=FUNCTIONS)

@@ -206,7 +206,7 @@ LIBRARY = _library()
 #: Macros: name -> the argument counts it takes as a member call (cel-go expands these before
 #: the check, so they are never "undeclared").
 _MEMBER_MACROS = {
-    "all": (2, 3), "exists": (2, 3), "exists_one": (2,), "existsOne": (2, 3),
+    "all": (2, 3), "exists": (2, 3), "exists_one": (2, 3), "existsOne": (3,),
     "map": (2, 3), "filter": (2,), "transformList": (3, 4), "transformMap": (3, 4),
     "transformMapEntry": (3, 4), "sortBy": (2,), "optMap": (2,), "optFlatMap": (2,),
 }  # fmt: skip
@@ -567,6 +567,8 @@ class _Checker:
     def node_member_dot_arg(self, tree: Tree[Any]) -> Type:
         target, method = tree.children[0], str(tree.children[1])
         args = _args(tree.children[2]) if len(tree.children) > 2 else []
+        if method == "bind" and len(args) == 3 and self.qualified(target) == "cel":
+            return self.bind(args)
         qualified = self.qualified(target)
         if qualified is not None and self.lookup(qualified.partition(".")[0]) is None:
             # A namespaced global function: `sets.contains(a, b)`, `optional.of(x)`.
@@ -577,17 +579,31 @@ class _Checker:
             _Call(tree.children[1]), method, self.check(target), args, literal=_is_literal(target)
         )
 
+    def bind(self, args: Sequence[Any]) -> Type:
+        """`cel.bind(name, value, body)` (cel-go's bindings extension, in Kubernetes' DRA
+        environment since 1.31): the body's type, with `name` the value's."""
+        variable = _unwrap(args[0])
+        if not (isinstance(variable, Tree) and variable.data == "ident"):
+            raise self.fail(args[0], "cel.bind() variable names must be simple identifiers")
+        self.scopes.append({str(variable.children[0]): self.check(args[1])})
+        try:
+            return self.check(args[2])
+        finally:
+            self.scopes.pop()
+
     def macro(self, tree: Tree[Any], name: str, target: Type, args: Sequence[Any]) -> Type:
         variables = [_unwrap(a) for a in args[:-1]]
         if name in ("transformList", "transformMap", "transformMapEntry"):
             variables = variables[:2]
-        elif name not in ("all", "exists", "existsOne") or len(args) == 2:
+        elif name not in ("all", "exists", "exists_one", "existsOne") or len(args) == 2:
             variables = variables[:1]
         names = []
         for variable in variables:
             if not (isinstance(variable, Tree) and variable.data == "ident"):
                 raise self.fail(tree, f"{name}() variable name must be a simple identifier")
             names.append(str(variable.children[0]))
+        if len(names) == 2 and names[0] == names[1]:
+            raise self.fail(args[1], f"duplicate variable name: {names[0]}")
         element: Type = DYN
         key: Type = DYN
         if isinstance(target, tuple) and target[0] == "list":

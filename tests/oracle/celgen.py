@@ -199,6 +199,42 @@ def _more_atom() -> st.SearchStrategy[str]:
         strings.map(lambda a: f'{a}.replace("-", "") != {a}'),
         strings.map(lambda a: f'{a}.lastIndexOf("-") > 2'),
         st.sampled_from(VERSIONS).map(lambda v: f"{d}.{v}.major() + 1 > 8"),
+        _bind_or_two_variables(),
+    )
+
+
+def _bind_or_two_variables() -> st.SearchStrategy[str]:
+    """`cel.bind` and the two-variable comprehensions (cel-go's bindings and comprehensions
+    extensions), over the attributes map, whose values differ in type (a semver beside an int)."""
+    d = f'device.attributes["{DOMAIN}"]'
+    ints = st.sampled_from(INTS)
+    strings = st.sampled_from(STRINGS)
+    return st.one_of(
+        ints.map(lambda n: f"cel.bind(a, {d}, has(a.{n}) && a.{n} >= 1)"),
+        ints.map(lambda n: f"cel.bind(a, {d}, a.{n} >= 1)"),
+        strings.map(lambda n: f'cel.bind(s, {d}.{n}, s.startsWith("N") || s.size() > 3)'),
+        st.sampled_from(VERSIONS).map(
+            lambda v: f'cel.bind(v, {d}.{v}, v.isGreaterThan(semver("8.0.0")) && v.major() < 600)'
+        ),
+        ints.map(lambda n: f'{d}.exists(k, v, k == "{n}" && v == 0)'),
+        ints.map(lambda n: f'{d}.existsOne(k, v, k == "{n}" && v > 0)'),
+        ints.map(lambda n: f"{d}.exists_one(k, v, v == 0)"),
+        strings.map(lambda n: f'{d}.all(k, v, k != "{n}" || v != "")'),
+        st.sampled_from(
+            [
+                f"{d}.all(k, v, v != 0)",
+                f"{d}.transformList(k, v, k).size() > 8",
+                f'{d}.transformList(k, v, k.startsWith("p"), v).size() == 3',
+                f'{d}.transformMap(k, v, k.startsWith("p"), k).size() == 3',
+                f'{d}.transformMapEntry(k, v, {{k: k}})["type"] == "type"',
+                f"{d}.type.transformList(i, v, v).size() == 1",
+                "[0, 1, 2].all(i, x, x == i)",
+                "[3, 2, 1].transformList(i, x, x * i) == [0, 2, 2]",
+                f"[0, 1].exists(i, x, x == {d}.index)",
+                f"cel.bind(x, 1 / 0, {d}.index == 0)",
+                f"cel.bind(x, 1 / 0, x == {d}.index)",
+            ]
+        ),
     )
 
 
@@ -272,6 +308,9 @@ _MISTAKES = (
     ("in [", 'in ["x", 1, '),
     ("true", "1"),
     ("has(", "exists("),
+    ("cel.bind(a, ", "cel.bind(a.b, "),
+    ("exists(k, v, ", "exists(k, k, "),
+    ("existsOne(k, v, ", "existsOne(k, "),
 )
 
 
