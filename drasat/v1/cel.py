@@ -8,15 +8,18 @@ Kubernetes' CEL library parts that selectors use are provided, as k8s.io/apiserv
 defines them:
 
 - `quantity(s)`, `isQuantity(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `asInteger`,
-  `isInteger`, `asApproximateFloat`, `sign` and `==`: exact values (`1500m` is 1.5, not 2), parsed
-  as `resource.ParseQuantity` parses them (every suffix: `1u`, `5Ki`, `1e3`), and integers as
-  Kubernetes says them (`isInteger` is true only where `Quantity.AsInt64` succeeds: `2000m` and
-  `1.5` are not integers, `1k` is);
-- `semver(s)`, `isSemver(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `major`, `minor`,
-  `patch` and `==`: strict semantic versions (`1.2.3.4` and `1.2` are errors), prerelease
-  precedence, build metadata ignored;
-- the string functions `lowerAscii`, `upperAscii`, `trim`, `indexOf`, `lastIndexOf`, `replace`,
-  `split`;
+  `isInteger`, `asApproximateFloat`, `add`, `sub`, `sign(q)` and `==`: exact values (`1500m` is
+  1.5, not 2), parsed as `resource.ParseQuantity` parses them (every suffix: `1u`, `5Ki`, `1e3`),
+  and integers as Kubernetes says them (`isInteger` is true only where `Quantity.AsInt64`
+  succeeds: `2000m` and `1.5` are not integers, `1k` is);
+- `semver(s)`, `isSemver(s)` (and their normalizing forms `semver(s, true)`) with `compareTo`,
+  `isGreaterThan`, `isLessThan`, `major`, `minor`, `patch` and `==`: strict semantic versions
+  (`1.2.3.4` and `1.2` are errors), prerelease precedence, build metadata ignored;
+- cel-go's strings, lists and sets extensions, optional values (`optional.of`, `orValue`, ...;
+  not the `.?` and `[?` syntax, which cel-python does not parse), and Kubernetes' regex, lists,
+  IP, CIDR and URL libraries (`celext`);
+- `cel.bind` and every comprehension macro, two-variable ones included (`all(k, v, ...)`,
+  `transformMap`, ...), with cel-go's error rules (`_Evaluator`);
 - CEL's heterogeneous equality and cross-type numeric comparison: `1 == 1.0` and `1 < 1.5` hold,
   `"a" == 1` is false, `"a" < 1` an error; a quantity or semver compared with `==` to another type
   is an error (as Kubernetes' types answer).
@@ -37,6 +40,7 @@ escaped literal, a macro walking a map: `_reads_identity`).
 from __future__ import annotations
 
 import ast as pyast
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +52,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
 from lark import Token, Tree
 
-from drasat.v1 import celcheck
+from drasat.v1 import celcheck, celext
 
 Obj = dict[str, Any]
 
@@ -140,7 +144,7 @@ class Failure:
     message: str
 
 
-class _Error(Exception):
+class _Error(celext.LibraryError):
     """A library function's runtime error (becomes a CEL error value, see `_function`)."""
 
 
@@ -173,7 +177,7 @@ def _function(implementation: Any) -> Any:
                 return arg
         try:
             return implementation(*args)
-        except _Error as error:
+        except celext.LibraryError as error:
             return CELEvalError(str(error))
         except _Panic as panic:
             return _PanicValue(str(panic))
@@ -392,21 +396,36 @@ def _semver_compare(a: SemverValue, b: SemverValue) -> int:
     return (len(a.pre) > len(b.pre)) - (len(a.pre) < len(b.pre))
 
 
-def _semver(text: Any) -> SemverValue:
-    if not isinstance(text, str):
+def _normalized(text: str) -> str:
+    """Kubernetes' semver normalization (`semver(s, true)`): a leading v dropped, leading zeros
+    dropped, a missing minor or patch made 0."""
+    parts = text.removeprefix("v").split(".", 2)
+    for at, part in enumerate(parts):
+        if len(part) > 1:
+            part = part.lstrip("0")
+            parts[at] = part if part[:1].isdigit() else "0" + part
+    if len(parts) < 3:
+        if any(c in parts[-1] for c in "+-"):
+            raise ValueError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
+
+
+def _semver(text: Any, normalize: Any = False) -> SemverValue:
+    if not isinstance(text, str) or not isinstance(normalize, (bool, celtypes.BoolType)):
         raise _fail(_NO_SUCH_OVERLOAD)
     try:
-        return parse_semver(str(text))
+        return parse_semver(_normalized(str(text)) if normalize else str(text))
     except ValueError as error:
         raise _fail(str(error)) from None
 
 
-def _is_semver(text: Any) -> celtypes.BoolType:
-    if not isinstance(text, str):
-        raise _fail(_NO_SUCH_OVERLOAD)
+def _is_semver(text: Any, normalize: Any = False) -> celtypes.BoolType:
     try:
-        parse_semver(str(text))
-    except ValueError:
+        _semver(text, normalize)
+    except _Error as error:
+        if str(error) == _NO_SUCH_OVERLOAD:
+            raise
         return celtypes.BoolType(False)
     return celtypes.BoolType(True)
 
@@ -444,24 +463,24 @@ def _part(name: str) -> Any:
     return part
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _fail(_NO_SUCH_OVERLOAD)
-    return value
+def _arithmetic(sign: int) -> Any:
+    """Quantity `add` and `sub` (of a quantity or an int): exact; an integer where both were
+    (Kubernetes' Add keeps the int64 form only then)."""
 
+    def operation(a: Any, b: Any) -> QuantityValue:
+        left = _quantity_of(a)
+        if isinstance(b, celtypes.IntType) and not isinstance(b, celtypes.BoolType):
+            right = QuantityValue(Fraction(int(b)), int(b))
+        else:
+            right = _quantity_of(b)
+        amount = left.value + sign * right.value
+        integer = None
+        if left.integer is not None and right.integer is not None:
+            whole = left.integer + sign * right.integer
+            integer = whole if _INT64[0] <= whole <= _INT64[1] else None
+        return QuantityValue(amount, integer)
 
-#: Kubernetes' CEL string library (the part selectors use).
-_STRINGS: dict[str, Any] = {
-    "lowerAscii": lambda s: celtypes.StringType(_text(s).lower()),
-    "upperAscii": lambda s: celtypes.StringType(_text(s).upper()),
-    "trim": lambda s: celtypes.StringType(_text(s).strip()),
-    "indexOf": lambda s, sub: celtypes.IntType(_text(s).find(_text(sub))),
-    "lastIndexOf": lambda s, sub: celtypes.IntType(_text(s).rfind(_text(sub))),
-    "replace": lambda s, old, new: celtypes.StringType(_text(s).replace(_text(old), _text(new))),
-    "split": lambda s, sep: celtypes.ListType(
-        [celtypes.StringType(p) for p in _text(s).split(_text(sep))]
-    ),
-}
+    return operation
 
 
 # -- equality and comparison, as cel-go with Kubernetes' types -----------------------------------
@@ -621,8 +640,118 @@ def _size(value: Any) -> Any:
     return base_functions["size"](value)
 
 
+def _compare(a: Any, b: Any) -> int:
+    """cel-go's Compare of two list elements (sort, min, max, isSorted)."""
+    left, right = _ordered(a, b)
+    return int(left > right) - int(left < right)
+
+
+def _add(a: Any, b: Any) -> Any:
+    if not (_is_number(a) and type(a) is type(b)) and not isinstance(a, celtypes.DurationType):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    return _typed(a + b)
+
+
+def _by_receiver(on_string: Any, on_list: Any) -> Any:
+    """indexOf and lastIndexOf: the strings extension's on a string, the lists library's on a
+    list."""
+
+    def dispatch(target: Any, *args: Any) -> Any:
+        if isinstance(target, str):
+            return on_string(target, *args)
+        if isinstance(target, celtypes.ListType) and len(args) == 1:
+            return on_list(target, *args)
+        raise _fail(_NO_SUCH_OVERLOAD)
+
+    return dispatch
+
+
+def _ip(value: Any) -> Any:
+    """`ip(s)`, and `c.ip()` of a CIDR."""
+    return celext.cidr_ip(value) if isinstance(value, celext.CIDRValue) else celext.ip(value)
+
+
+def _string(value: Any) -> Any:
+    if isinstance(value, (celext.IPValue, celext.CIDRValue)):
+        return celtypes.StringType(str(value))
+    return base_functions["string"](value)
+
+
+#: Kubernetes' and cel-go's extension libraries (`celext`), by the names selectors call.
+_EXTENSIONS: dict[str, Any] = {
+    "charAt": celext.char_at,
+    "indexOf": _by_receiver(
+        celext.index_of, lambda items, item: celext.list_index_of(items, item, _equal)
+    ),
+    "lastIndexOf": _by_receiver(
+        celext.last_index_of,
+        lambda items, item: celext.list_index_of(items, item, _equal, last=True),
+    ),
+    "lowerAscii": celext.lower_ascii,
+    "upperAscii": celext.upper_ascii,
+    "trim": celext.trim,
+    "replace": celext.replace,
+    "split": celext.split,
+    "substring": celext.substring,
+    "join": celext.join,
+    "strings.quote": celext.quote,
+    "find": celext.find,
+    "findAll": celext.find_all,
+    "isSorted": lambda items: celext.is_sorted(items, _compare),
+    "sum": lambda items: celext.total(items, _add, celtypes.IntType(0)),
+    "min": lambda items: celext.extreme(items, _compare, "min"),
+    "max": lambda items: celext.extreme(items, _compare, "max"),
+    "includes": lambda items, item: celext.includes(items, item, _equal),
+    "slice": celext.slice_of,
+    "flatten": celext.flatten,
+    "lists.range": celext.lists_range,
+    "distinct": lambda items: celext.distinct(items, _equal),
+    "reverse": celext.reverse,
+    "sort": lambda items: celext.sort(items, _compare),
+    "first": celext.first,
+    "last": celext.last,
+    "sets.contains": lambda a, b: celext.sets_contains(a, b, _equal),
+    "sets.equivalent": lambda a, b: celext.sets_equivalent(a, b, _equal),
+    "sets.intersects": lambda a, b: celext.sets_intersects(a, b, _equal),
+    "optional.of": celext.optional_of,
+    "optional.none": celext.optional_none,
+    "optional.ofNonZeroValue": celext.optional_of_non_zero,
+    "hasValue": celext.has_value,
+    "value": celext.value,
+    "or": celext.or_optional,
+    "orValue": celext.or_value,
+    "ip": _ip,
+    "isIP": celext.is_ip,
+    "ip.isCanonical": celext.ip_is_canonical,
+    "family": celext.family,
+    **{name: celext.ip_test(name) for name in celext.IP_TESTS},
+    "cidr": celext.cidr,
+    "isCIDR": celext.is_cidr,
+    "containsIP": celext.contains_ip,
+    "containsCIDR": celext.contains_cidr,
+    "masked": celext.masked,
+    "prefixLength": celext.prefix_length,
+    "string": _string,
+    "url": celext.url,
+    "isURL": celext.is_url,
+    "getScheme": celext.get_scheme,
+    "getHost": celext.get_host,
+    "getHostname": celext.get_hostname,
+    "getPort": celext.get_port,
+    "getEscapedPath": celext.get_escaped_path,
+    "getQuery": celext.get_query,
+}
+
+
+def _sort_by(items: Any, keys: Any) -> celtypes.ListType:
+    """`@sortByAssociatedKeys`: the list in the order of its keys (stable)."""
+    by_key = functools.cmp_to_key(lambda a, b: _compare(keys[a], keys[b]))
+    order = sorted(range(len(keys)), key=by_key)
+    return celtypes.ListType([items[i] for i in order])
+
+
 _LIBRARY: dict[str, Any] = {
-    **_STRINGS,
+    "_sortBy_": _sort_by,
     "quantity": _quantity,
     "isQuantity": _is_quantity,
     "semver": _semver,
@@ -645,6 +774,9 @@ _LIBRARY: dict[str, Any] = {
     "_>=_": _relation(lambda a, b: a >= b),
     "_in_": _in,
     "size": _size,
+    "add": _arithmetic(1),
+    "sub": _arithmetic(-1),
+    **_EXTENSIONS,
 }
 FUNCTIONS: dict[str, Any] = {
     **{name: _function(f) for name, f in _LIBRARY.items()},
@@ -1047,9 +1179,55 @@ class _Evaluator(Evaluator):
         if method == "bind" and len(args) == 3 and _ident(target) == "cel":
             return self._bind(args)
         variables = _COMPREHENSIONS.get((method, len(args)))
-        if variables is None:
-            return super().member_dot_arg(tree)
-        return self._comprehension(method, self.visit(target), args, variables)
+        if variables is not None:
+            return self._comprehension(method, self.visit(target), args, variables)
+        if method in ("optMap", "optFlatMap", "sortBy") and len(args) == 2:
+            return self._optional_or_sort(method, self.visit(target), args)
+        namespace = _qualified(target)
+        function = f"{namespace}.{method}"
+        if namespace is not None and function in FUNCTIONS and not self._bound(namespace):
+            # A namespaced global function (`sets.contains(a, b)`), not a method of a variable.
+            return FUNCTIONS[function](*(self.visit(arg) for arg in args))
+        if method in ("min", "reduce"):
+            # cel-python reads these as macros of its own; in Kubernetes' CEL they are calls.
+            return self._call(method, [self.visit(target), *(self.visit(a) for a in args)])
+        return super().member_dot_arg(tree)
+
+    def _bound(self, name: str) -> bool:
+        try:
+            found = self.activation.resolve_variable(name.partition(".")[0])
+        except (KeyError, NameError):
+            return False
+        return not callable(found)  # cel-python finds functions by the same lookup
+
+    def _call(self, name: str, values: list[Any]) -> Any:
+        function = FUNCTIONS.get(name)
+        if function is None:
+            return CELEvalError(f"undeclared reference to '{name}'")
+        return function(*values)
+
+    def _optional_or_sort(self, macro: str, target: Any, args: list[Any]) -> Any:
+        """`opt.optMap(x, e)`, `opt.optFlatMap(x, e)` (optional values' macros) and
+        `list.sortBy(x, key)` (cel-go's lists extension)."""
+        if _is_error(target):
+            return target
+        name = str(_ident(args[0]))
+        if macro == "sortBy":
+            if not isinstance(target, celtypes.ListType):
+                return CELEvalError(_NO_SUCH_OVERLOAD)
+            keys = [self._scoped(args[1], {name: element}) for element in target]
+            for key in keys:
+                if _is_error(key):
+                    return key
+            return FUNCTIONS["_sortBy_"](target, celtypes.ListType(keys))
+        if not isinstance(target, celext.OptionalValue):
+            return CELEvalError(_NO_SUCH_OVERLOAD)
+        if not target.present:
+            return celext.NONE
+        found = self._scoped(args[1], {name: target.value})
+        if macro == "optFlatMap" or _is_error(found):
+            return found
+        return celext.optional_of(found)
 
     def _scoped(self, tree: Any, bindings: dict[str, Any]) -> Any:
         """`tree`'s value with `bindings` added to the variables in scope (an error as a
@@ -1089,6 +1267,15 @@ class _Evaluator(Evaluator):
                     return found  # a panic ends cel-go's evaluation at once
             fold.step(entry[0], entry[-1], keep, value)
         return fold.result()
+
+
+def _qualified(tree: Any) -> str | None:
+    """`a.b` of a target that is a chain of plain names, else None."""
+    found = _innermost(tree)
+    if isinstance(found, Tree) and found.data == "member_dot":
+        head = _qualified(found.children[0])
+        return None if head is None else f"{head}.{found.children[1]}"
+    return _ident(found)
 
 
 def _args(tree: Any) -> list[Any]:

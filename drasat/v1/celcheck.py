@@ -150,7 +150,7 @@ def _library() -> dict[str, list[Overload]]:
     # Kubernetes' quantity library.
     add("quantity", _o(None, [STRING], QUANTITY))
     add("isQuantity", _o(None, [STRING], BOOL))
-    add("sign", _o(QUANTITY, [], INT))
+    add("sign", _o(None, [QUANTITY], INT))  # a global function, not a method
     add("isInteger", _o(QUANTITY, [], BOOL))
     add("asInteger", _o(QUANTITY, [], INT))
     add("asApproximateFloat", _o(QUANTITY, [], DOUBLE))
