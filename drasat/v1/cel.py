@@ -701,7 +701,6 @@ _EXTENSIONS: dict[str, Any] = {
     "sum": lambda items: celext.total(items, _add, celtypes.IntType(0)),
     "min": lambda items: celext.extreme(items, _compare, "min"),
     "max": lambda items: celext.extreme(items, _compare, "max"),
-    "includes": lambda items, item: celext.includes(items, item, _equal),
     "slice": celext.slice_of,
     "flatten": celext.flatten,
     "lists.range": celext.lists_range,

@@ -126,9 +126,11 @@ def _library() -> dict[str, list[Overload]]:
     add("substring", _o(STRING, [INT], STRING), _o(STRING, [INT, INT], STRING))
     add("join", _o(list_of(STRING), [], STRING), _o(list_of(STRING), [STRING], STRING))
     add("strings.quote", _o(None, [STRING], STRING))
-    # Kubernetes' lists library and cel-go's lists extension (version 3).
+    # Kubernetes' lists library (version 0) and cel-go's lists extension (version 3).
     add("isSorted", _o(_LIST_A, [], BOOL))
-    add("includes", _o(_LIST_A, [_A], BOOL))
+    # Not `includes` (version 1 of Kubernetes' lists library): the API server compiles a new
+    # expression in the environment of the release before its own, and 1.37 brought it (before,
+    # only the DRAListTypeAttributes gate, alpha, adds it).
     for name in ("sum", "min", "max"):
         add(name, _o(_LIST_A, [], _A))
     for name in ("indexOf", "lastIndexOf"):
