@@ -1192,6 +1192,22 @@ class _Evaluator(Evaluator):
             return self._call(method, [self.visit(target), *(self.visit(a) for a in args)])
         return super().member_dot_arg(tree)
 
+    def member_index(self, tree: Any) -> Any:
+        # cel-python indexes an error value (`[attr, 0].sort()[0]` where attr is missing) and
+        # says "no such overload"; cel-go passes the error on.
+        target, index = self.visit_children(tree)
+        for value in (target, index):
+            if _is_error(value):
+                return value
+        try:
+            return self.activation.resolve_function("_[_]")(target, index)
+        except TypeError as error:
+            return CELEvalError(_NO_SUCH_OVERLOAD, TypeError, error.args)
+        except KeyError as error:
+            return CELEvalError("no such key", KeyError, error.args)
+        except IndexError as error:
+            return CELEvalError("invalid_argument", IndexError, error.args)
+
     def _bound(self, name: str) -> bool:
         try:
             found = self.activation.resolve_variable(name.partition(".")[0])

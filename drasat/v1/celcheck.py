@@ -403,17 +403,21 @@ class _Checker:
         return map_of(key, self.homogeneous(values))
 
     def homogeneous(self, items: Sequence[Any]) -> Type:
-        if not items:
-            return DYN
-        first = self.check(items[0])
-        for item in items[1:]:
+        """The element type of a list or map literal. cel-go's HomogeneousAggregateLiterals wants
+        every element of one exact type (`dyn` beside `int` is refused: `[attr, 0]`), where an
+        empty literal or `optional.none()`, whose types are free, fits any."""
+        first: Type = None
+        for item in items:
             kind = self.check(item)
-            if not _same(first, kind):
+            if _is_empty_literal(item):
+                continue
+            if first is None:
+                first = kind
+            elif kind != first:
                 raise self.fail(
                     item, f"expected type '{name_of(first)}' but found '{name_of(kind)}'"
                 )
-            first = _joined(first, kind)
-        return first
+        return DYN if first is None else first
 
     def node_member_object(self, tree: Tree[Any]) -> Type:
         raise self.fail(tree, "undeclared reference to message type (in container '')")
@@ -728,6 +732,18 @@ def _string_literal(tree: Any) -> str | None:
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _is_empty_literal(tree: Any) -> bool:
+    """`[]`, `{}` or `optional.none()`: a literal whose type cel-go leaves free."""
+    found = _unwrap(tree)
+    if isinstance(found, Tree) and found.data in ("list_lit", "map_lit"):
+        return not found.children or found.children[0] is None
+    if isinstance(found, Tree) and found.data == "member_dot_arg":
+        target = _unwrap(found.children[0])
+        named = isinstance(target, Tree) and target.data == "ident"
+        return named and f"{target.children[0]}.{found.children[1]}" == "optional.none"
+    return False
 
 
 def _is_literal(tree: Any) -> bool:

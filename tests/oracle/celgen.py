@@ -1,5 +1,7 @@
 """Random CEL device selectors over every attribute and capacity drasat's devices publish, the
-Kubernetes CEL library parts selectors use (quantity, semver, strings, regex), literals of every
+Kubernetes CEL library parts selectors use (quantity, semver, strings, regex, and the rest of the
+environment's extensions: lists, sets, optional values, IP, CIDR, URL; `cel.bind` and two-variable
+comprehensions), literals of every
 type (int against double included), missing attributes and domains, and boolean combinations.
 
 Constructs drasat refuses on purpose are not generated (docs/CONTROLLER.md, "CEL"): they are
@@ -200,6 +202,67 @@ def _more_atom() -> st.SearchStrategy[str]:
         strings.map(lambda a: f'{a}.lastIndexOf("-") > 2'),
         st.sampled_from(VERSIONS).map(lambda v: f"{d}.{v}.major() + 1 > 8"),
         _bind_or_two_variables(),
+        _extension(),
+    )
+
+
+def _extension() -> st.SearchStrategy[str]:
+    """cel-go's strings, lists and sets extensions, optional values, and Kubernetes' regex, IP,
+    CIDR, URL and quantity functions, on attributes (a missing one's error passes through)."""
+    d = f'device.attributes["{DOMAIN}"]'
+    c = f'device.capacity["{DOMAIN}"]'
+    strings = st.sampled_from((*STRINGS, "nope")).map(lambda n: f"{d}.{n}")
+    ints = st.sampled_from((*INTS, "nope")).map(lambda n: f"{d}.{n}")
+    capacities = st.sampled_from(CAPACITIES).map(lambda n: f"{c}.{n}")
+    offset = st.sampled_from(["0", "1", "3", "40", "-1"])
+    on_strings = (
+        "{s}.charAt({i}) == \"N\"", "{s}.substring({i}).size() > 2", "{s}.indexOf(\"-\", {i}) > 0",
+        "{s}.lastIndexOf(\"0\", {i}) >= 0", "{s}.split(\"-\", {i}).size() == 2",
+        "{s}.replace(\"-\", \"\", {i}) != {s}", "{s}.find(\"[0-9]+\") != \"\"",
+        "{s}.findAll(\"[A-Z]\", {i}).size() > 1", "[{s}, \"x\"].join(\"/\").size() > {i}",
+        "strings.quote({s}).size() > {i}", "{s}.upperAscii().lowerAscii() == {s}.lowerAscii()",
+        "{s}.substring(1, {i}) == \"PU\"", "isIP({s}) || isCIDR({s}) || isURL({s})",
+        "optional.ofNonZeroValue({s}).hasValue()",
+        "{s}.split(\" \").last().orValue(\"\").size() > {i}",
+        "{s}.split(\"-\").first().optMap(x, x.size()).orValue(0) == {i}",
+    )  # fmt: skip
+    on_ints = (
+        # An attribute is dyn: a literal beside it in a list is made dyn (cel-go wants one type).
+        "[{n}, dyn({i})].min() == 0", "[{n}, dyn({i}), dyn(1)].max() > 1",
+        "[{n}, dyn({i})].sum() > 2", "[{n}, dyn({i})].isSorted()",
+        "[{n}, dyn({i}), dyn(1)].distinct().size() == 2", "[{n}, dyn({i})].sort()[0] == {n}",
+        "lists.range({i}).exists(x, x == {n})", "sets.contains([0, 1, 2], [{n}])",
+        "sets.intersects([{i}], [{n}])", "sets.equivalent([{n}, dyn({i})], [dyn({i}), {n}])",
+        "[dyn({i}), {n}].slice(1, 2) == [{n}]", "[{n}, dyn({i})].reverse()[0] == {i}",
+        "[dyn({i}), {n}].sortBy(x, -x)[0] == {n}", "[dyn({i}), {n}].indexOf({n}) == 1",
+        "[[{n}], [dyn({i})]].flatten().lastIndexOf({n}) >= 0", "[{n}, {i}].size() == 2",
+    )  # fmt: skip
+    on_capacities = (
+        "{q}.add(quantity(\"1Gi\")).isGreaterThan(quantity(\"40Gi\"))", "{q}.sub({i}).isInteger()",
+        "sign({q}.sub(quantity(\"1500m\"))) == 1", "{q}.add({i}).compareTo({q}) >= 0",
+    )  # fmt: skip
+    constant = st.sampled_from(
+        [
+            'ip("10.0.0.1").family() == 4',
+            'cidr("10.0.0.0/8").containsIP(ip("10.1.2.3"))',
+            'cidr("10.0.0.0/8").containsCIDR("10.1.0.0/16")',
+            'url("https://example.com:8443/x?a=1").getPort() == "8443"',
+            'ip.isCanonical("2001:db8::1")',
+            'semver("v550.54", true).isLessThan(semver("550.54.15"))',
+            'isSemver("1.2", true) && !isSemver("1.2")',
+        ]
+    )
+    return st.one_of(
+        st.tuples(st.sampled_from(on_strings), strings, offset).map(
+            lambda t: t[0].format(s=t[1], i=t[2])
+        ),
+        st.tuples(st.sampled_from(on_ints), ints, offset).map(
+            lambda t: t[0].format(n=t[1], i=t[2])
+        ),
+        st.tuples(st.sampled_from(on_capacities), capacities, offset).map(
+            lambda t: t[0].format(q=t[1], i=t[2])
+        ),
+        constant,
     )
 
 

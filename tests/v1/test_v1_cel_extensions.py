@@ -271,6 +271,11 @@ def _evaluate(expression: str) -> bool | str:
         ('url("https://user:pw@a.b:80/x?y=1#f").getHost() == "a.b:80"', True),
         ('url("x").getScheme() == ""', 'URL parse error during conversion from string: parse "x": invalid URI for request'),
         ('{"a": 1}.a == 1', True),
+        # An empty literal's type is free: it fits beside any other in a literal.
+        ('[[1], []].size() == 2', True),
+        ('[optional.none(), optional.of(1)].size() == 2', True),
+        # An error in a list passes on through an index (cel-python said "no such overload").
+        ('[device.attributes["gpu.drasat.io"].nope, dyn(0)].sort()[0] == 1', 'no such key: nope. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields'),
     ],
 )  # fmt: skip
 def test_extension_functions_answer_as_cel_go(expression: str, expected: bool | str) -> None:
@@ -293,6 +298,10 @@ def test_extension_functions_answer_as_cel_go(expression: str, expected: bool | 
         # `includes` (Kubernetes' lists library version 1) is in the API server's environment for
         # new expressions only from 1.38, or with the DRAListTypeAttributes gate (alpha).
         "[1, 2].includes(2)",
+        # A literal's elements are of one exact type: an attribute (dyn) beside an int is not.
+        '[device.attributes["gpu.drasat.io"].index, 0].size() == 2',
+        '{"a": device.attributes["gpu.drasat.io"].index, "b": 1}.size() == 2',
+        "[[1], [dyn(1)]].size() == 2",
         # sign is a global function of the quantity library, not a method.
         'quantity("1").sign() == 1',
     ],
