@@ -1,7 +1,8 @@
 """The parts of Kubernetes' CEL environment that cel-python lacks, as functions on cel-python's
 values: cel-go's strings (version 2), lists (version 3) and sets extensions, optional values,
 and Kubernetes' regex, lists, IP, CIDR and URL libraries (k8s.io/apiserver/pkg/cel/library),
-each answering and failing as upstream does (its error words in `LibraryError`).
+each answering and failing as upstream does (its error words in `LibraryError`); and the
+format library (`format.dns1123Label().validate(s)`).
 
 `drasat.v1.cel` registers them (equality and ordering, which are Kubernetes' own there, are
 passed in); `drasat.v1.celcheck` declares the same names, so a selector the API server accepts
@@ -10,6 +11,7 @@ is evaluated, not refused. This is a purely computational module.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import ipaddress
 import itertools
@@ -656,3 +658,181 @@ def get_query(value: Any) -> celtypes.MapType:
     for key, item in parse_qsl(_url(value).query, keep_blank_values=True):
         out.setdefault(celtypes.StringType(key), []).append(celtypes.StringType(item))
     return celtypes.MapType({k: celtypes.ListType(v) for k, v in out.items()})
+
+
+# -- Kubernetes' format library (k8s.io/apimachinery's validation, kube-openapi's strfmt) ---------
+
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = _LABEL + "(\\." + _LABEL + ")*"
+_DNS1035 = "[a-z]([-a-z0-9]*[a-z0-9])?"
+_KEY = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_KEY_MESSAGE = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character"
+)
+_UUID = re.compile(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+_BASE64 = re.compile(
+    r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
+)
+_TIME = re.compile(r"^([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))$")
+
+
+def _matches(pattern: str, text: str) -> bool:
+    return re.fullmatch(pattern, text) is not None
+
+
+def _regex_error(message: str, pattern: str, *examples: str) -> str:
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{message} (e.g. {shown}regex used for validation is '{pattern}')"
+
+
+def _dns1123_label(text: str) -> list[str]:
+    errors = ["must be no more than 63 characters"] if len(text) > 63 else []
+    if not _matches(_LABEL, text):
+        if _matches(_SUBDOMAIN, text):
+            errors.append("must not contain dots")
+        else:
+            errors.append(_regex_error(
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
+                "'-', and must start and end with an alphanumeric character",
+                _LABEL, "my-name", "123-abc"))  # fmt: skip
+    return errors
+
+
+def _dns1123_subdomain(text: str, unit: str = "characters") -> list[str]:
+    errors = [f"must be no more than 253 {unit}"] if len(text) > 253 else []
+    if not _matches(_SUBDOMAIN, text):
+        errors.append(_regex_error(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+            "'-' or '.', and must start and end with an alphanumeric character",
+            _SUBDOMAIN, "example.com"))  # fmt: skip
+    return errors
+
+
+def _dns1035_label(text: str) -> list[str]:
+    errors = ["must be no more than 63 characters"] if len(text) > 63 else []
+    if not _matches(_DNS1035, text):
+        errors.append(_regex_error(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
+            "with an alphabetic character, and end with an alphanumeric character",
+            _DNS1035, "my-name", "abc-123"))  # fmt: skip
+    return errors
+
+
+def _qualified_name(text: str) -> list[str]:
+    parts = text.split("/")
+    if len(parts) > 2:
+        key = _regex_error(_KEY_MESSAGE, _KEY, "MyName", "my.name", "123-abc")
+        return [
+            f"a valid label key {key} with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+    errors: list[str] = []
+    name = parts[-1]
+    if len(parts) == 2:
+        if not parts[0]:
+            errors.append("prefix part must be non-empty")
+        else:
+            errors += ["prefix part " + m for m in _dns1123_subdomain(parts[0], "bytes")]
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part must be no more than 63 bytes")
+    if not _matches(_KEY, name):
+        errors.append("name part " + _regex_error(_KEY_MESSAGE, _KEY, "MyName", "my.name",
+                                                  "123-abc"))  # fmt: skip
+    return errors
+
+
+def _label_value(text: str) -> list[str]:
+    errors = ["must be no more than 63 bytes"] if len(text) > 63 else []
+    if not _matches(f"({_KEY})?", text):
+        errors.append(_regex_error(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', "
+            "'_' or '.', and must start and end with an alphanumeric character",
+            f"({_KEY})?", "MyValue", "my_value", "12345"))  # fmt: skip
+    return errors
+
+
+def _prefix(validate: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """A name prefix for generation may end in '-' (apimachinery's maskTrailingDash)."""
+
+    def check(text: str) -> list[str]:
+        masked = text[:-2] + "a" if len(text) > 1 and text.endswith("-") else text
+        return validate(masked)
+
+    return check
+
+
+def _uri(text: str) -> list[str]:
+    try:
+        _parse_url(text)
+    except ValueError as error:
+        return [str(error)]
+    return []
+
+
+def _is_date(text: str) -> bool:
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_datetime(text: str) -> bool:
+    parts = text.lower().split("t")
+    if len(text) < 4 or len(parts) < 2 or not _is_date(parts[0]):
+        return False
+    found = _TIME.search(parts[1])
+    return found is not None and found[1] <= "23" and found[2] <= "59" and found[3] <= "59"
+
+
+def _check(test: Callable[[str], bool], message: str) -> Callable[[str], list[str]]:
+    return lambda text: [] if test(text) else [message]
+
+
+#: `format.<name>()` and `format.named(name)`: each format's validation.
+FORMATS: dict[str, Callable[[str], list[str]]] = {
+    "dns1123Label": _dns1123_label,
+    "dns1123Subdomain": _dns1123_subdomain,
+    "dns1035Label": _dns1035_label,
+    "qualifiedName": _qualified_name,
+    "dns1123LabelPrefix": _prefix(_dns1123_label),
+    "dns1123SubdomainPrefix": _prefix(_dns1123_subdomain),
+    "dns1035LabelPrefix": _prefix(_dns1035_label),
+    "labelValue": _label_value,
+    "uri": _uri,
+    "uuid": _check(lambda t: _UUID.match(t) is not None, "does not match the UUID format"),
+    "byte": _check(lambda t: _BASE64.match(t) is not None, "invalid base64"),
+    "date": _check(_is_date, "invalid date"),
+    "datetime": _check(_is_datetime, "invalid datetime"),
+}
+
+
+@dataclass(frozen=True)
+class FormatValue:
+    """A named format (`format.dns1123Label()`)."""
+
+    name: str
+
+
+def format_named(name: Any) -> OptionalValue:
+    found = _string(name)
+    return OptionalValue(FormatValue(found), True) if found in FORMATS else NONE
+
+
+def format_of(name: str) -> Callable[[], FormatValue]:
+    return lambda: FormatValue(name)
+
+
+def validate(form: Any, text: Any) -> OptionalValue:
+    """None where the text has the format, else the list of what is wrong."""
+    if not isinstance(form, FormatValue):
+        raise LibraryError(NO_SUCH_OVERLOAD)
+    errors = FORMATS[form.name](_string(text))
+    if not errors:
+        return NONE
+    return OptionalValue(celtypes.ListType([celtypes.StringType(e) for e in errors]), True)
