@@ -45,12 +45,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
-from lark import Token, Tree
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 
 from drasat.v1 import celcheck, celext
 
@@ -1195,10 +1198,34 @@ class _Evaluator(Evaluator):
             return self._call(method, [self.visit(target), *(self.visit(a) for a in args)])
         return super().member_dot_arg(tree)
 
+    def member_dot_opt(self, tree: Any) -> Any:
+        """`a.?f`: optional.of(a.f) where `a` has `f`, else optional.none()."""
+        return _optional_select(self.visit(tree.children[0]), celtypes.StringType(tree.children[1]))
+
+    def member_index_opt(self, tree: Any) -> Any:
+        """`a[?k]`: optional.of(a[k]) where `a` has `k`, else optional.none()."""
+        target, key = self.visit_children(tree)
+        return key if _is_error(key) and not _is_error(target) else _optional_select(target, key)
+
+    def member_dot(self, tree: Any) -> Any:
+        target = tree.children[0]
+        if not _after_optional(target):
+            return super().member_dot(tree)
+        # `a.?b.c`: a field of an optional value is optional (none stays none).
+        found = self.visit(target)
+        if isinstance(found, celext.OptionalValue):
+            return _optional_select(found, celtypes.StringType(tree.children[1]))
+        return self._index(found, celtypes.StringType(tree.children[1]))
+
     def member_index(self, tree: Any) -> Any:
         # cel-python indexes an error value (`[attr, 0].sort()[0]` where attr is missing) and
         # says "no such overload"; cel-go passes the error on.
         target, index = self.visit_children(tree)
+        if isinstance(target, celext.OptionalValue) and not _is_error(index):
+            return _optional_select(target, index)
+        return self._index(target, index)
+
+    def _index(self, target: Any, index: Any) -> Any:
         for value in (target, index):
             if _is_error(value):
                 return value
@@ -1287,6 +1314,34 @@ class _Evaluator(Evaluator):
         return fold.result()
 
 
+def _optional_select(target: Any, key: Any) -> Any:
+    """cel-go's optional selection: of a map (or an optional map), the key's value as an
+    optional; of a list, the index's; of anything else, none."""
+    if _is_error(target):
+        return target
+    if isinstance(target, celext.OptionalValue):
+        if not target.present:
+            return celext.NONE
+        target = target.value
+    if isinstance(target, celtypes.MapType):
+        return celext.optional_of(target[key]) if key in target else celext.NONE
+    if isinstance(target, celtypes.ListType) and _is_number(key):
+        inside = 0 <= _plain(key) < len(target) and _plain(key) == int(_plain(key))
+        return celext.optional_of(target[int(_plain(key))]) if inside else celext.NONE
+    return celext.NONE  # nothing to select in (`"gpu".?x`): none, as cel-go answers
+
+
+def _after_optional(tree: Any) -> bool:
+    """Whether an optional selection (`.?`, `[?`) is in the chain under `tree`."""
+    while isinstance(tree, Tree):
+        if tree.data in ("member_dot_opt", "member_index_opt"):
+            return True
+        if tree.data not in ("member", "member_dot", "member_index", "primary"):
+            return False
+        tree = tree.children[0]
+    return False
+
+
 def _qualified(tree: Any) -> str | None:
     """`a.b` of a target that is a chain of plain names, else None."""
     found = _innermost(tree)
@@ -1300,6 +1355,43 @@ def _args(tree: Any) -> list[Any]:
     """A call's argument trees."""
     exprlist = tree.children[2] if len(tree.children) > 2 else None
     return list(exprlist.children) if isinstance(exprlist, Tree) else []
+
+
+class _Parser(CELParser):
+    """cel-python's parser with cel-go's optional selection, `a.?f` and `a[?k]` (the syntax
+    kube-scheduler's own hint for a missing key proposes)."""
+
+    PARSER: Lark | None = None
+
+    def __init__(self) -> None:
+        if _Parser.PARSER is None:
+            grammar = (Path(celpy.__file__).parent / "cel.lark").read_text()
+            member = (
+                "member         : member_dot | member_dot_arg | member_index | member_object"
+                " | primary"
+            )
+            if member not in grammar:
+                raise RuntimeError("cel-python's grammar changed: optional selection not added")
+            grammar = grammar.replace(
+                member,
+                member.replace("| primary", "| member_dot_opt | member_index_opt | primary")
+                + '\nmember_dot_opt : member ".?" IDENT\nmember_index_opt : member "[?" expr "]"',
+            )
+            _Parser.PARSER = Lark(
+                grammar, parser="lalr", start="expr", g_regex_flags=re.M,
+                lexer_callbacks={"IDENT": self.ambiguous_literals}, propagate_positions=True,
+                maybe_placeholders=False, priority="invert",
+            )  # fmt: skip
+
+    def parse(self, text: str) -> Any:
+        assert _Parser.PARSER is not None
+        self.text = text
+        try:
+            return _Parser.PARSER.parse(text)
+        except (UnexpectedToken, UnexpectedCharacters) as error:
+            raise CELParseError(
+                error.get_context(text), *error.args, line=error.line, column=error.column
+            ) from None
 
 
 class _Runner(celpy.InterpretedRunner):
@@ -1320,6 +1412,7 @@ def _compile_error(error: Exception) -> str:
 #: What the API server says of a selector past its cost estimate's limit.
 TOO_COMPLEX = celcheck.TOO_COMPLEX
 _ENVIRONMENT = celpy.Environment(runner_class=_Runner)
+_ENVIRONMENT.cel_parser = _Parser()
 _COMPILED: dict[str, Selector] = {}
 
 

@@ -422,6 +422,9 @@ class _Checker:
     def node_member_object(self, tree: Tree[Any]) -> Type:
         raise self.fail(tree, "undeclared reference to message type (in container '')")
 
+    def node_typed(self, tree: Tree[Any]) -> Type:
+        return tree.kind if isinstance(tree, _Typed) else DYN
+
     # Operators.
 
     def node_expr(self, tree: Tree[Any]) -> Type:
@@ -515,7 +518,21 @@ class _Checker:
         target, field = tree.children
         return self.select(field, self.check(target), str(field))
 
+    def node_member_dot_opt(self, tree: Tree[Any]) -> Type:
+        """`a.?f`: an optional of what `a.f` would be."""
+        target, field = tree.children
+        found = self.select(field, self.check(target), str(field))
+        return found if _is_optional(found) else optional_of(found)
+
+    def node_member_index_opt(self, tree: Tree[Any]) -> Type:
+        found = self.node_member_index(tree)
+        return found if _is_optional(found) else optional_of(found)
+
     def select(self, where: Any, kind: Type, field: str) -> Type:
+        if _is_optional(kind):
+            # A field of an optional value is optional (cel-go's optional chaining).
+            found = self.select(where, kind[1], field)
+            return found if _is_optional(found) else optional_of(found)
         if kind == DYN:
             return DYN
         if kind == DEVICE:
@@ -530,6 +547,10 @@ class _Checker:
     def node_member_index(self, tree: Tree[Any]) -> Type:
         target, index = tree.children
         kind, key = self.check(target), self.check(index)
+        if _is_optional(kind):
+            inner = Tree(tree.data, [_Typed(kind[1]), index])
+            found = self.node_member_index(inner)
+            return found if _is_optional(found) else optional_of(found)
         if kind == DYN:
             return DYN
         if isinstance(kind, tuple) and kind[0] == "list" and key in (INT, UINT, DYN):
@@ -732,6 +753,18 @@ def _string_literal(tree: Any) -> str | None:
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _is_optional(kind: Type) -> bool:
+    return isinstance(kind, tuple) and kind[0] == "optional"
+
+
+class _Typed(Tree[Any]):
+    """A node standing for an already checked expression of a known type."""
+
+    def __init__(self, kind: Type) -> None:
+        super().__init__("typed", [])
+        self.kind = kind
 
 
 def _is_empty_literal(tree: Any) -> bool:

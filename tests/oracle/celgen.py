@@ -225,6 +225,8 @@ def _extension() -> st.SearchStrategy[str]:
         "optional.ofNonZeroValue({s}).hasValue()",
         "{s}.split(\" \").last().orValue(\"\").size() > {i}",
         "{s}.split(\"-\").first().optMap(x, x.size()).orValue(0) == {i}",
+        "format.dns1123Label().validate({s}).hasValue()",
+        "format.named(\"labelValue\").value().validate({s}).orValue([]).size() == {i}",
     )  # fmt: skip
     on_ints = (
         # An attribute is dyn: a literal beside it in a list is made dyn (cel-go wants one type).
@@ -241,6 +243,18 @@ def _extension() -> st.SearchStrategy[str]:
         "{q}.add(quantity(\"1Gi\")).isGreaterThan(quantity(\"40Gi\"))", "{q}.sub({i}).isInteger()",
         "sign({q}.sub(quantity(\"1500m\"))) == 1", "{q}.add({i}).compareTo({q}) >= 0",
     )  # fmt: skip
+    optional = st.sampled_from(STRINGS + INTS + VERSIONS + MISSING).map(
+        lambda n: st.sampled_from(
+            [
+                f"{d}.?{n}.hasValue()",
+                f'{d}[?"{n}"].orValue(dyn(0)) == 0',
+                f'{d}.?{n}.orValue("") == ""',
+                f"{d}.?{n} == optional.none()",
+                f"device.attributes.?other.{n}.hasValue()"
+                f' || {d}.?{n}.optMap(v, v != "").orValue(false)',
+            ]
+        )
+    )
     constant = st.sampled_from(
         [
             'ip("10.0.0.1").family() == 4',
@@ -262,6 +276,7 @@ def _extension() -> st.SearchStrategy[str]:
         st.tuples(st.sampled_from(on_capacities), capacities, offset).map(
             lambda t: t[0].format(q=t[1], i=t[2])
         ),
+        optional.flatmap(lambda strategy: strategy),
         constant,
     )
 

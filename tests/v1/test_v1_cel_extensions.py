@@ -1,6 +1,7 @@
 """drasat.v1.cel: the extension libraries of Kubernetes' CEL environment that cel-python lacks
 (`drasat.v1.celext`: cel-go's strings, lists and sets extensions, optional values; Kubernetes'
-regex, lists, IP, CIDR, URL and format libraries, quantity arithmetic, semver normalization). Every
+regex, lists, IP, CIDR, URL and format libraries, quantity arithmetic, semver normalization;
+optional selection `a.?f`). Every
 answer here, error words included, is cel-go's as kube-scheduler runs it (asked of
 drasat-oracle, k8s.io/dynamic-resource-allocation v0.37.2), on the one device below."""
 
@@ -271,6 +272,32 @@ def _evaluate(expression: str) -> bool | str:
         ('url("https://user:pw@a.b:80/x?y=1#f").getHost() == "a.b:80"', True),
         ('url("x").getScheme() == ""', 'URL parse error during conversion from string: parse "x": invalid URI for request'),
         ('{"a": 1}.a == 1', True),
+        # Optional selection: `a.?f`, `a[?k]`, and a field of an optional value.
+        ('device.attributes["gpu.drasat.io"].?type.orValue("") == "gpu"', True),
+        ('device.attributes["gpu.drasat.io"].?nope.orValue(0) == 0', True),
+        ('device.attributes["gpu.drasat.io"].?numaNode.orValue(0) == 0', True),
+        ('device.attributes["gpu.drasat.io"].?index.hasValue()', True),
+        ('device.attributes["other.example.com"].?x.hasValue()', False),
+#REFUSED 'device.attributes.?["gpu.drasat.io"].?type.orValue("") == "gpu"'
+#REFUSED 'device.attributes.?["gpu.drasat.io"].type.orValue("") == "gpu"'
+#REFUSED 'device.attributes.?["nope.io"].type.orValue("x") == "x"'
+        ('device.attributes["gpu.drasat.io"][?"type"].orValue("") == "gpu"', True),
+        ('device.attributes["gpu.drasat.io"][?"nope"].orValue("") == ""', True),
+        ('device.capacity["gpu.drasat.io"].?memory.orValue(quantity("0")).isGreaterThan(quantity("1Gi"))', True),
+        ('device.capacity["gpu.drasat.io"].?nope.orValue(quantity("0")) == quantity("0")', True),
+        ('[1, 2][?1].orValue(0) == 2', True),
+        ('[1, 2][?5].orValue(0) == 0', True),
+        ('{"a": {"b": 1}}.?a.?b.orValue(0) == 1', True),
+        ('{"a": {"b": 1}}.?a.b.orValue(0) == 1', True),
+        ('{"a": {"b": 1}}.?x.b.orValue(0) == 0', True),
+        ('{"a": {"b": 1}}.?a.c.orValue(0) == 0', True),
+        ('device.attributes["gpu.drasat.io"].?type == optional.of("gpu")', True),
+        ('device.attributes["gpu.drasat.io"].?index.value() == 0', True),
+        ('device.attributes["gpu.drasat.io"].?driverVersion.orValue(semver("0.0.0")).isGreaterThan(semver("500.0.0"))', True),
+        ('device.attributes["gpu.drasat.io"].?type.orValue(1) == 1', False),
+        ('device.?driver.orValue("") == "gpu.drasat.io"', True),
+        ('device.attributes["gpu.drasat.io"].?type.optMap(t, t.size()).orValue(0) == 3', True),
+        ('device.attributes["gpu.drasat.io"].?type.?x.hasValue()', False),
         # The format library, its messages word for word.
         ('format.dns1123Label().validate("abc") == optional.none()', True),
         ('!format.dns1123Label().validate("ABC").hasValue()', False),
