@@ -114,11 +114,12 @@ def _running(
             continue
         unit, minimum = gangs.unit_of(pod.obj, workload.pod_groups)
         cpu, memory = pod.cpu_milli, pod.memory_mib
+        grouped = gangs.pod_group_of(pod.obj, workload.pod_groups) is not None
         running.append(
             Running(
                 pod.key,
                 str(node),
-                pod.priority,
+                gangs.priority_of(pod.obj, workload.pod_groups) if grouped else pod.priority,
                 tuple(uids),
                 cpu,
                 memory,
