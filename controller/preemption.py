@@ -382,8 +382,8 @@ class Preempter:
         for pod in running.values():
             if pod.unit is not None:
                 members.setdefault(pod.unit, []).append(pod)
-        for unit in sorted({running[v].unit for v in evicted if v in running} - {None}):
-            assert unit is not None
+        touched = {u for v in evicted if v in running and (u := running[v].unit) is not None}
+        for unit in sorted(touched):
             mine = members[unit]
             left = tuple(sorted(r.key for r in mine if r.key not in evicted))
             if left and (mine[0].minimum == 0 or len(left) < mine[0].minimum):
