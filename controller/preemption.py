@@ -170,7 +170,6 @@ class Preempter:
         current = self.current(snapshot)
         self._end_unbindable(snapshot, current)
         running, users, leaving = running_pods(snapshot)
-        self._finish_units(snapshot, running)
         lowest = min((r.priority for r in running), default=None)
         wanting = self._wanting(snapshot, refused, gangs, current, lowest)
         if not wanting:
@@ -357,7 +356,7 @@ class Preempter:
             # the plan's: a budget spent since, a throttled or failed request): the victims
             # evicted stay evicted, so what they free is held for the preemptor as planned
             # (it waits for their claims only, then plans again for the rest, this victim
-            # left out), and a gang left below its minimum is finished (`_finish_units`).
+            # left out), and a gang left below its minimum is finished (`finish_units`).
             by_key = {r.key: r for r in running}
             gone = set(evicted)
             freed = tuple(u for u in found.freed if users.get(u, frozenset()) <= gone)
@@ -391,14 +390,21 @@ class Preempter:
                 self.unfinished[unit] = Unfinished(unit, left, tuple(gone), found.preemptor,
                                                    found.priority)  # fmt: skip
 
-    def _finish_units(self, snapshot: v1inputs.Snapshot, running: Sequence[Running]) -> None:
+    def finish_units(self, snapshot: v1inputs.Snapshot) -> None:
         """Evict the rest of each victim gang left evicted in part: its pods left hold devices
-        for nothing (it cannot run below its minimum). Tried every cycle until none is left;
-        an eviction a budget refuses waits for it (preemption never overrides a budget)."""
+        for nothing (it cannot run below its minimum). The cycle's hook, every cycle (pods
+        pending or not) until none is left; an eviction a budget refuses waits for it
+        (preemption never overrides a budget). A failure is logged, never stops the cycle."""
         if not self.unfinished or not self.may_write():
             return
+        try:
+            self._finish_units(snapshot)
+        except Exception:
+            log.exception("preemption: finishing gangs evicted in part failed")
+
+    def _finish_units(self, snapshot: v1inputs.Snapshot) -> None:
         pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
-        live = {r.key for r in running}
+        live = {r.key for r in running_pods(snapshot)[0]}
         for unit, left in list(self.unfinished.items()):
             still = tuple(k for k in left.members if k in live)
             if not still:

@@ -556,12 +556,12 @@ def test_a_victim_gang_evicted_in_part_is_finished_next_cycle() -> None:
     assert preempter.consider(snapshot, [node], [item], POLICY) == 1
     assert api.evicted == ["ml/g0"]
     assert set(preempter.unfinished) == {"ml/job"}
-    left = _snapshot([pods[1], api.written(item.pod)], claims)
-    preempter.consider(left, [node], [item], POLICY)
+    # The cycle's hook, pods pending or not.
+    preempter.finish_units(_snapshot([pods[1]], claims))
     assert api.evicted == ["ml/g0", "ml/g1"]
     (said,) = _events(api, "g1", "Preempted")
     assert "gang ml/job was evicted in part for ml/urgent" in said
-    preempter.consider(_snapshot([api.written(item.pod)], claims), [node], [item], POLICY)
+    preempter.finish_units(_snapshot([api.written(item.pod)], claims))
     assert not preempter.unfinished
 
 
