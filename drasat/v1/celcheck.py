@@ -465,6 +465,10 @@ class _Checker:
         if operator == "ne" and a == b and a in (QUANTITY, SEMVER, URL, IP, CIDR):
             # cel-go's estimate has no bound for `!=` of two Kubernetes library values.
             self.too_complex = True
+        if operator in ("eq", "ne") and (_is_optional(a) or _is_optional(b)):
+            # Equality costs the smaller operand's size, and cel-go knows no optional value's
+            # size (`a.?f == optional.none()`: the API server says "too complex").
+            self.too_complex = True
         if operator in ("eq", "ne"):
             ok = _same(a, b)
         elif operator == "in":
