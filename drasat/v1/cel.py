@@ -1173,6 +1173,18 @@ class _Fold:
         return celtypes.MapType(self.accu)
 
 
+_NOT_A_LIST = (
+    "internal error: interface conversion: *types.Err is not traits.Lister: missing method Add"
+)
+#: (method, argument count) -> (the value that must not be an error, cel-go's panic).
+_PANICS_ON_ERROR = {
+    ("distinct", 0): (0, _NOT_A_LIST),
+    ("flatten", 1): (
+        1,
+        "internal error: interface conversion: ref.Val is *types.Err, not types.Int",
+    ),
+}
+
 #: The last part of each namespaced function's name (`contains` of `sets.contains`).
 _NAMESPACED = frozenset(name.rpartition(".")[2] for name in FUNCTIONS if "." in name)
 
@@ -1199,6 +1211,8 @@ class _Evaluator(Evaluator):
         if namespace is not None and function in FUNCTIONS and not self._bound(namespace):
             # A namespaced global function (`sets.contains(a, b)`), not a method of a variable.
             return FUNCTIONS[function](*(self.visit(arg) for arg in args))
+        if (method, len(args)) in _PANICS_ON_ERROR:
+            return self._cost_tracked(method, target, args)
         if method in ("min", "reduce"):
             # cel-python reads these as macros of its own; in Kubernetes' CEL they are calls.
             return self._call(method, [self.visit(target), *(self.visit(a) for a in args)])
@@ -1244,6 +1258,16 @@ class _Evaluator(Evaluator):
         except IndexError as error:
             return CELEvalError("invalid_argument", IndexError, error.args)
 
+    def _cost_tracked(self, method: str, target: Any, args: list[Any]) -> Any:
+        """distinct() and flatten(depth): cel-go's cost tracker reads the receiver as a list, the
+        depth as an int, before the call looks at errors, so an error there panics (ends the
+        evaluation; no `||` absorbs it)."""
+        values = [self.visit(target), *(self.visit(arg) for arg in args)]
+        at, message = _PANICS_ON_ERROR[(method, len(args))]
+        if _is_error(values[at]) and not isinstance(values[at], _PanicValue):
+            return _PanicValue(message)
+        return FUNCTIONS[method](*values)
+
     def _bound(self, name: str) -> bool:
         try:
             found = self.activation.resolve_variable(name.partition(".")[0])
@@ -1269,7 +1293,7 @@ class _Evaluator(Evaluator):
             keys = [self._scoped(args[1], {name: element}) for element in target]
             for key in keys:
                 if _is_error(key):
-                    return key
+                    return _PanicValue(_NOT_A_LIST)  # cel-go's cost tracker reads the keys
             return FUNCTIONS["_sortBy_"](target, celtypes.ListType(keys))
         if not isinstance(target, celext.OptionalValue):
             return CELEvalError(_NO_SUCH_OVERLOAD)
