@@ -707,6 +707,7 @@ _EXTENSIONS: dict[str, Any] = {
     "slice": celext.slice_of,
     "flatten": celext.flatten,
     "lists.range": celext.lists_range,
+    "includes": lambda items, item: celext.includes(items, item, _equal),
     "distinct": lambda items: celext.distinct(items, _equal),
     "reverse": celext.reverse,
     "sort": lambda items: celext.sort(items, _compare),

@@ -128,9 +128,7 @@ def _library() -> dict[str, list[Overload]]:
     add("strings.quote", _o(None, [STRING], STRING))
     # Kubernetes' lists library (version 0) and cel-go's lists extension (version 3).
     add("isSorted", _o(_LIST_A, [], BOOL))
-    # Not `includes` (version 1 of Kubernetes' lists library): the API server compiles a new
-    # expression in the environment of the release before its own, and 1.37 brought it (before,
-    # only the DRAListTypeAttributes gate, alpha, adds it).
+    add("includes", _o(_LIST_A, [_A], BOOL))  # version 1 of Kubernetes' lists library (1.37)
     for name in ("sum", "min", "max"):
         add(name, _o(_LIST_A, [], _A))
     for name in ("indexOf", "lastIndexOf"):
@@ -332,7 +330,8 @@ class CostError(CheckError):
 _STRING_COST = frozenset({
     "contains", "matches", "find", "findAll", "indexOf", "lastIndexOf", "replace", "split",
     "lowerAscii", "upperAscii", "trim", "substring", "join", "string", "bytes", "semver",
-    "isSemver", "quantity", "isQuantity",
+    "isSemver", "quantity", "isQuantity", "url", "isURL", "ip", "isIP", "ip.isCanonical", "cidr",
+    "isCIDR", "validate", "strings.quote",
 })  # fmt: skip
 TOO_COMPLEX = "too complex, exceeds cost limit"
 
@@ -342,6 +341,8 @@ class _Checker:
         self.scopes: list[dict[str, Type]] = [{"device": DEVICE}]
         #: Loops over a value of unknown size (dyn) around the node being checked.
         self.unbounded_loops = 0
+        #: cel.bind variables bound to a value of unknown size (a function's result).
+        self.unsized: set[str] = set()
         #: Past the API server's cost limit: refused only once the whole tree type checks, as
         #: the server estimates the cost of what cel-go has checked (a type error is named first).
         self.too_complex = False
@@ -465,9 +466,12 @@ class _Checker:
         if operator == "ne" and a == b and a in (QUANTITY, SEMVER, URL, IP, CIDR):
             # cel-go's estimate has no bound for `!=` of two Kubernetes library values.
             self.too_complex = True
-        if operator in ("eq", "ne") and (_is_optional(a) or _is_optional(b)):
-            # Equality costs the smaller operand's size, and cel-go knows no optional value's
-            # size (`a.?f == optional.none()`: the API server says "too complex").
+        fixed = (INT, UINT, DOUBLE, BOOL)
+        both = _is_optional(a) and _is_optional(b)
+        if operator in ("eq", "ne") and both and a[1] not in fixed and b[1] not in fixed:
+            # Equality costs the smaller operand's size; cel-go knows the size of an optional
+            # number or bool only (a real API server refuses `a.?f == optional.none()` and
+            # `a.?f == optional.of("gpu")` as too complex, accepts `a.?f == optional.of(0)`).
             self.too_complex = True
         if operator in ("eq", "ne"):
             ok = _same(a, b)
@@ -607,8 +611,24 @@ class _Checker:
         if method in _MEMBER_MACROS and len(args) in _MEMBER_MACROS[method]:
             return self.macro(tree, method, self.check(target), args)
         return self.call(
-            _Call(tree.children[1]), method, self.check(target), args, literal=_is_literal(target)
-        )
+            _Call(tree.children[1]), method, self.check(target), args,
+            literal=_is_literal(target), empty=_is_empty_literal(target),
+        )  # fmt: skip
+
+    def sized(self, tree: Any) -> bool:
+        """Whether cel-go's estimate knows the size of what `tree` gives: a literal, a device
+        field, a variable (not one bound to a function's result), a macro over one of those;
+        not a function's result."""
+        found = _unwrap(tree)
+        if isinstance(found, Token) or found.data in ("list_lit", "map_lit", "literal"):
+            return True
+        if found.data == "ident":
+            return str(found.children[0]) not in self.unsized
+        if found.data in ("member_dot", "member_index", "paren_expr"):
+            return self.sized(found.children[0])
+        if found.data == "member_dot_arg":
+            return str(found.children[1]) in _MEMBER_MACROS and self.sized(found.children[0])
+        return False
 
     def bind(self, args: Sequence[Any]) -> Type:
         """`cel.bind(name, value, body)` (cel-go's bindings extension, in Kubernetes' DRA
@@ -616,11 +636,16 @@ class _Checker:
         variable = _unwrap(args[0])
         if not (isinstance(variable, Tree) and variable.data == "ident"):
             raise self.fail(args[0], "cel.bind() variable names must be simple identifiers")
-        self.scopes.append({str(variable.children[0]): self.check(args[1])})
+        name = str(variable.children[0])
+        self.scopes.append({name: self.check(args[1])})
+        unsized = not self.sized(args[1])
+        self.unsized |= {name} if unsized else set()
         try:
             return self.check(args[2])
         finally:
             self.scopes.pop()
+            if unsized:
+                self.unsized.discard(name)
 
     def macro(self, tree: Tree[Any], name: str, target: Type, args: Sequence[Any]) -> Type:
         variables = [_unwrap(a) for a in args[:-1]]
@@ -650,7 +675,9 @@ class _Checker:
         if isinstance(target, tuple) and target[0] == "optional":
             element = target[1]
         scope = dict(zip(names, [key, element] if len(names) == 2 else [element], strict=False))
-        unbounded = target == DYN
+        # A loop over what cel-go knows no size of: dyn, or a function's result (`split`,
+        # `findAll`): its size is unknown where a literal's or a device field's is declared.
+        unbounded = target == DYN or not self.sized(tree.children[0])
         if unbounded and self.unbounded_loops:
             self.too_complex = True
         self.scopes.append(scope)
@@ -683,8 +710,10 @@ class _Checker:
         args: Sequence[Any],
         *,
         literal: bool = True,
+        empty: bool = False,
     ) -> Type:
-        """A function call; `literal`: the receiver (if any) is a literal."""
+        """A function call; `literal`: the receiver (if any) is a literal; `empty`: an empty
+        one."""
         overloads = LIBRARY.get(name)
         if overloads is None:
             raise self.fail(tree, f"undeclared reference to '{name}' (in container '')")
@@ -693,6 +722,15 @@ class _Checker:
         kinds = [self.check(a) for a in args]
         sized = literal and all(_is_literal(a) for a in args)
         if name == "type" or (name in _STRING_COST and self.unbounded_loops and not sized):
+            self.too_complex = True
+        ends = [_int_literal(a) for a in args] if name == "slice" else []
+        if len(ends) == 2 and None not in ends and ends[1] < ends[0]:  # type: ignore[operator]
+            self.too_complex = True  # the estimate's size of the result goes below zero
+        if (name == "join" and not empty) or (
+            name in ("isSorted", "min", "max") and receiver in (list_of(STRING), list_of(BYTES))
+        ):
+            # Kubernetes' estimate of these over strings has no bound (a real API server refuses
+            # `["a", "b"].isSorted()` and `["a"].join()` as too complex).
             self.too_complex = True
         constant = _constant_problem(name, args)
         if constant is not None:
@@ -757,6 +795,15 @@ def _string_literal(tree: Any) -> str | None:
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _int_literal(tree: Any) -> int | None:
+    found = _unwrap(tree)
+    if isinstance(found, Tree) and found.data == "literal":
+        found = found.children[0]
+    if isinstance(found, Token) and found.type == "INT_LIT":
+        return int(str(found), 0)
+    return None
 
 
 def _is_optional(kind: Type) -> bool:

@@ -288,6 +288,10 @@ def list_index_of(items: Any, item: Any, equal: Equal, last: bool = False) -> ce
     return celtypes.IntType(-1)
 
 
+def includes(items: Any, item: Any, equal: Equal) -> celtypes.BoolType:
+    return celtypes.BoolType(int(list_index_of(items, item, equal)) >= 0)
+
+
 def slice_of(items: Any, start: Any, end: Any) -> celtypes.ListType:
     found, first, last = _list(items), _int(start), _int(end)
     where = f"cannot slice({first}, {last})"
