@@ -77,5 +77,5 @@ def test_find_answers_as_re2(expression: str) -> None:
     ],
 )
 def test_pattern_re2_refuses_does_not_compile(expression: str) -> None:
-    with pytest.raises(cel.SelectorError, match="invalid (find|matches) argument"):
+    with pytest.raises(cel.SelectorError, match=r"invalid (find|matches) argument"):
         cel.compile_selector(expression)
