@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import re2
 from lark import Token, Tree
+
+from drasat.v1 import celext
 
 #: A CEL type: a name ("int", "kubernetes.Quantity", "dyn"), or ("list", elem), ("map", k, v),
 #: ("optional", t).
@@ -754,8 +757,6 @@ class _Checker:
 #: regular expression, a duration, a timestamp written as a literal must be valid.
 _REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
 _DURATION = re.compile(r"^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$")
-#: RE2 has no look-around and no back-references.
-_NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]")
 
 
 def _constant_problem(name: str, args: Sequence[Any]) -> str | None:
@@ -767,10 +768,10 @@ def _constant_problem(name: str, args: Sequence[Any]) -> str | None:
         return None
     if name in _REGEX_FUNCTIONS:
         try:
-            re.compile(text)
-        except re.error:
+            celext.regex(text)
+        except re2.error:
             return f"invalid {name} argument"
-        return f"invalid {name} argument" if _NOT_RE2.search(text) else None
+        return None
     if name == "duration" and not _DURATION.match(text):
         return "invalid duration argument"
     if name == "timestamp":

@@ -20,16 +20,10 @@ _DRIVER = "gpu.nvidia.com"
 _DEVICE: Obj = {"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-1"}}, "capacity": {}}
 
 
-_RE2 = pytest.mark.xfail(
-    strict=True, reason="celext/celcheck use Python's re, not RE2 as cel-go and the API server"
-)
-
-
 def _evaluate(expression: str) -> object:
     return cel.compile_selector(expression).evaluate(_DRIVER, _DEVICE)
 
 
-@_RE2
 def test_find_with_nested_quantifier_does_not_hang_the_controller() -> None:
     # RE2 answers '' at once; a backtracking engine tries 2**40 ways. Run apart so that the hang
     # (in C, where no signal interrupts it) costs 20 s, not the suite.
@@ -47,7 +41,6 @@ def test_find_with_nested_quantifier_does_not_hang_the_controller() -> None:
     assert done.stdout.strip() == "True", done.stderr
 
 
-@_RE2
 @pytest.mark.parametrize(
     "expression",
     [
@@ -67,7 +60,6 @@ def test_find_answers_as_re2(expression: str) -> None:
     assert _evaluate(expression) is True
 
 
-@_RE2
 @pytest.mark.parametrize(
     "expression",
     [
