@@ -361,7 +361,7 @@ class Preempter:
             gone = set(evicted)
             freed = tuple(u for u in found.freed if users.get(u, frozenset()) <= gone)
             partial = dataclasses.replace(found, victims=tuple(evicted), freed=freed)
-            self._note_units(partial, found, by_key)
+            self._note_units(partial, found, by_key, pods)
             for item in items:
                 self.recorder.warning(item.pod, REASON_REFUSED,
                                       f"the eviction of {victim} was refused: {failure}; "
@@ -373,9 +373,13 @@ class Preempter:
         self._nominate_all(found, items, current, pods, leaving, priorities, evicted)
         return 1 if found.victims else 0
 
-    def _note_units(self, partial: Plan, found: Plan, running: Mapping[str, Running]) -> None:
+    def _note_units(
+        self, partial: Plan, found: Plan, running: Mapping[str, Running], pods: Mapping[str, Obj]
+    ) -> None:
         """The victim gangs an eviction refused midway left evicted in part and unable to run:
-        one that goes whole or not at all, or that has fewer pods left than its minimum."""
+        one that goes whole or not at all, or that has fewer pods left than its minimum. Its
+        pods left are remembered by uid: a pod created since under one's name (its owner
+        restarted the gang) is another pod, never evicted to finish this one."""
         evicted = set(partial.victims)
         members: dict[str, list[Running]] = {}
         for pod in running.values():
@@ -387,8 +391,9 @@ class Preempter:
             left = tuple(sorted(r.key for r in mine if r.key not in evicted))
             if left and (mine[0].minimum == 0 or len(left) < mine[0].minimum):
                 gone = sorted(r.key for r in mine if r.key in evicted)
+                uids = tuple(str(pods[k]["metadata"].get("uid", "")) for k in left)
                 self.unfinished[unit] = Unfinished(unit, left, tuple(gone), found.preemptor,
-                                                   found.priority)  # fmt: skip
+                                                   found.priority, uids)  # fmt: skip
 
     def finish_units(self, snapshot: v1inputs.Snapshot) -> None:
         """Evict the rest of each victim gang left evicted in part: its pods left hold devices
@@ -406,11 +411,18 @@ class Preempter:
         pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
         live = {r.key for r in running_pods(snapshot)[0]}
         for unit, left in list(self.unfinished.items()):
-            still = tuple(k for k in left.members if k in live)
-            if not still:
+            kept = [
+                (k, uid)
+                for k, uid in zip(left.members, left.uids, strict=True)
+                if k in live and str(pods[k]["metadata"].get("uid", "")) == uid
+            ]
+            if not kept:
                 del self.unfinished[unit]
                 continue
-            self.unfinished[unit] = dataclasses.replace(left, members=still)
+            still = tuple(k for k, _ in kept)
+            self.unfinished[unit] = dataclasses.replace(
+                left, members=still, uids=tuple(u for _, u in kept)
+            )
             for key in still:
                 why = (f"gang {unit} was evicted in part for {left.preemptor} (priority "
                        f"{left.priority}): {', '.join(left.evicted)} went, and an eviction "
@@ -549,6 +561,8 @@ class Unfinished:
     evicted: tuple[str, ...]
     preemptor: str
     priority: int
+    #: The uids of `members`, in their order.
+    uids: tuple[str, ...]
 
 
 def checked(found: Nomination, pod: Obj, snapshot: v1inputs.Snapshot) -> Nomination:

@@ -31,9 +31,6 @@ def _renewed(pod: Obj) -> Obj:
     return {**pod, "metadata": {**meta, "uid": meta["uid"] + "-new"}}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finish_units knows a gang's members by name only, not by uid"
-)
 def test_finishing_a_gang_spares_a_pod_recreated_under_a_member_s_name() -> None:
     # g0 and g1 go whole; g1's eviction is refused after g0's went: g1 is left to finish. Before
     # the next cycle its owner restarted the whole gang (LeaderWorkerSet's RecreateGroup): g0
