@@ -156,8 +156,15 @@ def priority_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> int:
 
 def never_preempts(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> bool:
     """`preemptionPolicy: Never`: the PodGroup's where it sets one (gate
-    PodGroupPreemptionPolicy), else the pod's."""
+    PodGroupPreemptionPolicy), else the pod's. And a pod whose own `spec.priority` (where set:
+    the API server's Priority admission sets it on every pod; a manifest may lack it) is not
+    its PodGroup's: kube-scheduler 1.37 schedules no such pod, so what its victims free would
+    be freed for nothing; and a tenant whose pods a ResourceQuota scoped by PriorityClass keeps
+    low (it counts pods, not PodGroups) would preempt other tenants at a group's priority."""
     group = pod_group_of(pod, pod_groups)
+    own = (pod.get("spec") or {}).get("priority")
+    if group is not None and isinstance(own, int) and own != priority_of(pod, pod_groups):
+        return True
     policy = ((group or {}).get("spec") or {}).get("preemptionPolicy")
     if policy is None:
         policy = (pod.get("spec") or {}).get("preemptionPolicy")

@@ -70,10 +70,6 @@ def test_a_gang_evicted_in_part_is_finished_after_a_controller_restart() -> None
     assert api.evicted == ["ml/g0", "ml/g1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="priority_of takes a PodGroup's spec.priority over its pod's own, higher or lower",
-)
 def test_a_pod_group_s_priority_above_its_pod_s_own_does_not_preempt() -> None:
     # A tenant whose pods may only have priority 0 (a ResourceQuota scoped by PriorityClass
     # counts pods, not PodGroups) puts one in a PodGroup of priority 1000. kube-scheduler 1.37
