@@ -88,6 +88,12 @@ def _reads_identity(tree: Any) -> bool:
     several = len(tree.children) > 1
     if tree.data == "member_index" and several and not _is_string_literal(tree.children[1]):
         return True
+    if tree.data == "mapinits" and not all(
+        _is_string_literal(key) for key in tree.children[::2] if isinstance(key, Tree)
+    ):
+        # A map built with a computed key (`{'u' + 'uid': ...}`, a bind's variable) compared
+        # with an attributes map reads every value in it, an identity attribute's too.
+        return True
     if tree.data == "member_dot_arg" and several:
         name = tree.children[1]
         walks = isinstance(name, Token) and str(name) in _WALKS
@@ -872,11 +878,12 @@ def activation(driver: str, device: Obj) -> dict[str, Any]:
 
 def kind_key(driver: str, device: Obj) -> tuple[object, ...]:
     """What a device is, without which one it is (the memo key of its evaluations)."""
+    # An identity attribute's name without its value: which attributes a device has is read
+    # without naming one (`size(...)`, a computed key's `in`), so it is part of the kind.
     attributes = tuple(
         sorted(
-            (k, str(v))
+            (k, "" if k.rpartition("/")[2] in _IDENTITY else str(v))
             for k, v in device.get("attributes", {}).items()
-            if k.rpartition("/")[2] not in _IDENTITY
         )
     )
     capacity = tuple(

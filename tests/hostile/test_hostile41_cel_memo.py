@@ -29,11 +29,6 @@ def _answers(expression: str, *devices: Obj) -> list[object]:
     return [selector.evaluate(_DRIVER, d) for d in devices]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a map literal with a computed key compared with the attributes map reads the uuid "
-    "without naming it; the selector is memoized per kind",
-)
 @pytest.mark.parametrize(
     "expression",
     [
@@ -46,10 +41,6 @@ def test_whole_attributes_map_compared_reads_the_uuid(expression: str) -> None:
     assert _answers(expression, _device("GPU-0"), _device("GPU-1")) == [False, True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kind_key leaves identity attributes out altogether, their presence too",
-)
 @pytest.mark.parametrize(
     "expression",
     [
