@@ -1015,6 +1015,11 @@ class Selector:
             return self._failed(kubernetes_message(error))
         except (TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError) as error:
             return self._failed(kubernetes_message(error))
+        except RecursionError:
+            # cel-python walks the tree recursively, a dozen Python frames a level: some 50
+            # levels of nesting (a tenant's 110 characters, which the API server accepts) run
+            # out of Python's stack. A Failure, as every caller expects, never a traceback.
+            return self._failed(TOO_DEEP)
         if isinstance(result, CELEvalError):
             return self._failed(kubernetes_message(result))
         if not isinstance(result, celtypes.BoolType):
@@ -1447,6 +1452,12 @@ def _compile_error(error: Exception) -> str:
     return _one_line(text.partition(" (in activation")[0])
 
 
+#: Why drasat cannot evaluate a selector nested deeper than its evaluator's recursion allows
+#: (cel-go nests to its parser's limit of 250; tests/hostile/test_hostile41_cel_depth.py).
+TOO_DEEP = (
+    "nested too deeply for drasat's CEL evaluator (cel-python, recursive); kube-scheduler "
+    "would evaluate it: write it with less nesting"
+)
 #: What the API server says of a selector past its cost estimate's limit.
 TOO_COMPLEX = celcheck.TOO_COMPLEX
 _ENVIRONMENT = celpy.Environment(runner_class=_Runner)
@@ -1463,6 +1474,8 @@ def compile_selector(expression: str) -> Selector:
     try:
         ast = _ENVIRONMENT.compile(expression)
         program = _ENVIRONMENT.program(ast, functions=FUNCTIONS)
+    except RecursionError:
+        raise SelectorError(f"CEL expression {expression!r}: {TOO_DEEP}") from None
     except Exception as error:  # celpy raises its parser's errors, with the position in the text
         raise SelectorError(
             f"CEL expression {expression!r} does not compile: {_compile_error(error)}"
@@ -1476,7 +1489,12 @@ def compile_selector(expression: str) -> Selector:
         ) from None
     except celcheck.CheckError as error:
         raise SelectorError(f"CEL expression {expression!r} does not compile: {error}") from None
-    by_identity = bool(_IDENTITY_RE.search(expression)) or _reads_identity(ast)
+    except RecursionError:
+        raise SelectorError(f"CEL expression {expression!r}: {TOO_DEEP}") from None
+    try:
+        by_identity = bool(_IDENTITY_RE.search(expression)) or _reads_identity(ast)
+    except RecursionError:
+        raise SelectorError(f"CEL expression {expression!r}: {TOO_DEEP}") from None
     selector = Selector(expression, program, by_identity)
     if len(_COMPILED) < 4096:
         _COMPILED[expression] = selector
