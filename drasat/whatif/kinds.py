@@ -218,6 +218,19 @@ class Job(Object):
     status: dict[str, Any] | None = None
 
 
+class DaemonSetSpec(Open):
+    """DaemonSet: one pod of the template on each node it matches (`workloads`)."""
+
+    template: PodTemplate
+
+
+class DaemonSet(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
+    spec: DaemonSetSpec
+    status: dict[str, Any] | None = None
+
+
 class PriorityClass(Object):
     value: StrictInt
     globalDefault: bool | None = None

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drasat.api import quantity
+
 #: A field's type as `scripts/knownfields.py` writes it: a struct's name (with dots), "[X" (a
 #: list of X), "{X" (a map of X), a scalar ("string", "string-enum", "int32", "int64", "bool",
 #: "float64", "quantity", "int-or-string") or "" (taken whole).
@@ -133,18 +135,30 @@ class Undecodable:
     words: str
 
 
+class _Stop(Exception):
+    """A value whose own decoder (a Quantity's) refused it: Go's decoding stops there."""
+
+    def __init__(self, found: Undecodable) -> None:
+        super().__init__(found.words)
+        self.found = found
+
+
 def decode(obj: dict[str, Any]) -> Undecodable | None:
     """`obj` as the API server's decoder takes it, in place: nulls become the zero values Go
-    makes of them. Answers the first value (in the document's order) of the wrong type, None
-    when all decode. Objects of other kinds and versions: their metadata only."""
+    makes of them. Answers the first quantity that does not parse (`1.5.3`: in apimachinery's
+    words, which name no field), else the first value (in the document's order) of the wrong
+    type, None when all decode. Objects of other kinds and versions: their metadata only."""
     structs = _known()[1]
     root = _root(obj)
-    if root is not None:
-        return _decode_struct(structs, root, obj, "", "")
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        return None
-    return _decode_struct(structs, OBJECT_META, metadata, "metadata", "metadata")
+    try:
+        if root is not None:
+            return _decode_struct(structs, root, obj, "", "")
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        return _decode_struct(structs, OBJECT_META, metadata, "metadata", "metadata")
+    except _Stop as stop:
+        return stop.found
 
 
 def _decode_struct(
@@ -171,8 +185,15 @@ def _decode_value(
 ) -> Undecodable | None:
     """`owner`: the Go struct that holds the field `go_path` (the path without indexes, as
     Go's errors name it)."""
-    if shape == "" or shape == "quantity":
-        return None  # taken whole, or a quantity: its own decoder and words (not checked here)
+    if shape == "":
+        return None  # taken whole
+    if shape == "quantity":
+        words = quantity.go_decode_error(value)
+        if words is not None:
+            # Its own decoder's error ends the decoding at once, before any value of the
+            # wrong type that came earlier (which Go's decoder only notes and goes on).
+            raise _Stop(Undecodable(path, words))
+        return None
     if shape[0] in "[{":
         items: list[tuple[Any, Any]]
         if shape[0] == "[":

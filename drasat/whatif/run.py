@@ -324,7 +324,11 @@ def run_v1(
 
     deadline: `time.monotonic()` by which the solves must be done (`SolveParams.deadline`)."""
     cluster = clusternodes.load(inputs.cluster, source=inputs.cluster_source)
-    workload = v1manifests.compile_v1(inputs.manifests, skip_unsupported=inputs.skip_unsupported)
+    workload = v1manifests.compile_v1(
+        inputs.manifests,
+        skip_unsupported=inputs.skip_unsupported,
+        nodes=clusternodes.node_objects(cluster),
+    )
     params = SolveParams(mode=mode, deadline=deadline)
     result = v1run.run_v1(cluster, workload, policy=inputs.policy, params=params, solve=solve)
     if inputs.cluster_source.startswith("<embedded>"):
