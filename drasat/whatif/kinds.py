@@ -115,8 +115,9 @@ class ContainerClaim(Open):
 
 class Resources(Open):
     go_struct: ClassVar[str] = "ResourceRequirements"
-    requests: dict[str, int | str] | None = None
-    limits: dict[str, int | str] | None = None
+    #: Quantities as written: a number too (`cpu: 1.5`), as the server's decoder takes it.
+    requests: dict[str, int | float | str] | None = None
+    limits: dict[str, int | float | str] | None = None
     claims: list[ContainerClaim] | None = None
 
 

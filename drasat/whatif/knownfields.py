@@ -1,5 +1,5 @@
 """What kube-apiserver's decoding makes of the objects the what-if reads: the pods and workloads
-it places, the PodGroups that make gangs and the `resource.k8s.io/v1` claims, templates and
+with pod templates (a CronJob's too), the PodGroups that make gangs and the `resource.k8s.io/v1` claims, templates and
 classes (and every object's metadata), as Go's `encoding/json` decodes them into the server's
 structs before anything validates them.
 
@@ -9,6 +9,10 @@ structs before anything validates them.
 - A value of the wrong JSON type is refused in the server's words (`json: cannot unmarshal
   string into Go struct field Container.spec.containers.command of type []string`), the first
   in the document's order: `decode` answers it, also in fields the what-if never reads.
+- A quantity (`resources.limits`, a claim's `capacity.requests`) has its own decoder,
+  apimachinery's `ParseQuantity`: one that does not parse (`1.5.3`, `true`, `1ki`) is refused
+  in its words, which name no field (`quantities must match the regular expression ...`), and
+  ends the decoding there, before an earlier value of the wrong type (`api.quantity`).
 - A field the structs lack is refused by strict decoding (with strict field validation, as
   `kubectl apply` asks for): `strict decoding error: unknown field "spec.foo"`, every unknown
   field of the object in one message in the document's order (`unknown_fields`); a type error
