@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write drasat/whatif/knownfields.json: the fields kube-apiserver's Go structs have and the type
 of each field's value, for the pods and the workloads with pod templates the what-if reads
-(Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, CronJob), the PodGroups that make gangs and the `resource.k8s.io/v1`
-claims, templates and classes, read from the OpenAPI v3 documents a real kube-apiserver serves.
+(Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, CronJob), the PodGroups that make
+gangs and the `resource.k8s.io/v1` claims, templates and classes, read from the OpenAPI v3
+documents a real kube-apiserver serves.
 
 The what-if refuses a field these structs lack, and a value that does not decode into its
 field's type, as the API server's decoding does (`drasat/whatif/knownfields.py`). Run again

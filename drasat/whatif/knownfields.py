@@ -1,7 +1,7 @@
 """What kube-apiserver's decoding makes of the objects the what-if reads: the pods and workloads
-with pod templates (a CronJob's too), the PodGroups that make gangs and the `resource.k8s.io/v1` claims, templates and
-classes (and every object's metadata), as Go's `encoding/json` decodes them into the server's
-structs before anything validates them.
+with pod templates (a CronJob's too), the PodGroups that make gangs and the `resource.k8s.io/v1`
+claims, templates and classes (and every object's metadata), as Go's `encoding/json` decodes
+them into the server's structs before anything validates them.
 
 - A null is the zero value: a struct's field left absent (`replicas:` with no value, as Helm
   renders it), a map's value or a list's item the zero of its type (a label `team: null` is

@@ -278,7 +278,7 @@ CASES: dict[str, tuple[Obj, str]] = {
                     }
                 },
             },
-        },  # fmt: skip
+        },
         'strict decoding error: unknown field "spec.jobTemplate.spec.template.spec.containers[0].'
         'foo"',
     ),
@@ -289,7 +289,7 @@ CASES: dict[str, tuple[Obj, str]] = {
                     {"name": "c", "image": "x", "resources": {"limits": {"memory": "1.5.3"}}}
                 ]
             }
-        ),  # fmt: skip
+        ),
         _FORMAT_WRONG,
     ),
     "a quantity with a suffix in the wrong case": (
@@ -299,13 +299,13 @@ CASES: dict[str, tuple[Obj, str]] = {
                     {"name": "c", "image": "x", "resources": {"requests": {"memory": "1ki"}}}
                 ]
             }
-        ),  # fmt: skip
+        ),
         "unable to parse quantity's suffix",
     ),
     "a bool for a quantity": (
         _pod(
             {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": True}}}]}
-        ),  # fmt: skip
+        ),
         _FORMAT_WRONG,
     ),
     "a quantity after a value of the wrong type": (
@@ -316,7 +316,7 @@ CASES: dict[str, tuple[Obj, str]] = {
                     {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1 000"}}}
                 ],
             }
-        ),  # fmt: skip
+        ),
         _FORMAT_WRONG,
     ),
     "a claim's capacity request that does not parse": (

@@ -183,7 +183,8 @@ def test_a_daemonset_is_placed_one_pod_per_node(run_cli: RunCli, write_yaml: Wri
         ),
         (
             DAEMONSET.replace("claims: [{name: g}]", "claims: [{name: h}]"),
-            'DaemonSet ml/agent: spec.template.spec.containers[0].resources.claims[0]: Not found: "h"',
+            "DaemonSet ml/agent: spec.template.spec.containers[0].resources.claims[0]: "
+            'Not found: "h"',
         ),
         (
             DAEMONSET.replace("image: x,", "image: x, imagePullPolic: x,"),
