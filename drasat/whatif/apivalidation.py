@@ -291,8 +291,10 @@ def _resources(resources: Mapping[str, Any], path: str) -> str | None:
             overcommit = not is_extended(str(name)) and not str(name).startswith("hugepages-")
             limit = _amount(limits[name]) if name in limits else None
             if name not in limits and not overcommit:
-                return f"{where}: Invalid value: \"{text}\": Limit must be set for non " \
-                    "overcommitable resources"  # fmt: skip
+                return (
+                    f"{path}.limits[{name}]: Required value: Limit must be set for non "
+                    "overcommitable resources"
+                )
             if limit is not None and not overcommit and limit != amount:
                 return (
                     f'{where}: Invalid value: "{text}": must be equal to {name} limit of '
@@ -416,6 +418,34 @@ def pod_specs(data: Mapping[str, Any]) -> Sequence[tuple[Any, str]]:
     if isinstance(template, Mapping):
         return [(template.get("spec"), f"{path}.template.spec")]
     return []
+
+
+#: The restart policies a workload's pod template may have (absent: `Always`, the pod's
+#: default): the controllers of long-running pods restart them, a Job's pods end.
+_RESTART_POLICIES = {
+    ("apps", "Deployment"): ("Always",), ("apps", "ReplicaSet"): ("Always",),
+    ("apps", "StatefulSet"): ("Always",), ("apps", "DaemonSet"): ("Always",),
+    ("batch", "Job"): ("OnFailure", "Never"), ("batch", "CronJob"): ("OnFailure", "Never"),
+}  # fmt: skip
+
+
+def restart_policy_problem(data: Mapping[str, Any]) -> str | None:
+    """`<template>.restartPolicy: ...` when the workload's controller cannot run its pod
+    template's restart policy, as the server words it (a Job's or a CronJob's must be
+    `OnFailure` or `Never`, so one left to the default `Always` is refused), else None. Pure."""
+    group = str(data.get("apiVersion", "")).rpartition("/")[0]
+    allowed = _RESTART_POLICIES.get((group, str(data.get("kind"))))
+    if allowed is None:
+        return None
+    for spec, path in pod_specs(data):
+        given = spec.get("restartPolicy") if isinstance(spec, Mapping) else None
+        policy = given if isinstance(given, str) and given else "Always"
+        if policy in allowed:
+            continue
+        if len(allowed) > 1:
+            return f'{path}.restartPolicy: Required value: valid values: "OnFailure", "Never"'
+        return f'{path}.restartPolicy: Unsupported value: "{policy}": supported values: "Always"'
+    return None
 
 
 #: Integer fields of workloads and pod specs: a value of another type is a decoding error.

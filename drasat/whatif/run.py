@@ -207,6 +207,8 @@ def _as_the_api_server_checks(document: loading.Document, *, strict_fields: bool
         problem = apivalidation.pod_spec_problem(spec, path)
         if problem:
             break
+    if checked and problem is None:
+        problem = apivalidation.restart_policy_problem(data)
     if problem:
         raise InputError(problem, where=manifestindex.located(document, None))
     for spec, _ in apivalidation.pod_specs(data) if checked else ():

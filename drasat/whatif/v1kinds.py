@@ -30,7 +30,7 @@ from pydantic import (
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import go_decode_error
 from drasat.v1 import cel, slicekinds
 from drasat.v1.slicekinds import Open, Strict
 from drasat.whatif import apivalidation
@@ -126,8 +126,12 @@ class CapacityRequirements(Strict):
     @field_validator("requests")
     @classmethod
     def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
+        # Any quantity the server parses, as it keeps them (`1u`, `-1`): only what does not
+        # parse is refused; the allocator says what it cannot count (`drasat.v1.requests`).
         for quantity in (value or {}).values():
-            to_bytes(quantity)
+            words = go_decode_error(quantity)
+            if words is not None:
+                raise ValueError(words)
         return value
 
 

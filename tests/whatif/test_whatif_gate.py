@@ -224,6 +224,49 @@ def test_daemonsets_and_cronjobs_are_checked_like_other_workloads(
     assert line.startswith(f"error: {app}: document 2: ") and message in line, line
 
 
+@pytest.mark.parametrize(
+    ("kind", "policy", "message"),
+    [
+        ("Job", "", 'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", '
+         '"Never"'),
+        ("CronJob", "restartPolicy: Always", "spec.jobTemplate.spec.template.spec.restartPolicy: "
+         'Required value: valid values: "OnFailure", "Never"'),
+        ("DaemonSet", "restartPolicy: Never", 'spec.template.spec.restartPolicy: Unsupported '
+         'value: "Never": supported values: "Always"'),
+    ],
+)  # fmt: skip
+def test_a_restart_policy_the_workloads_controller_cannot_run_is_refused(
+    run_cli: RunCli, write_yaml: WriteYaml, kind: str, policy: str, message: str
+) -> None:
+    text = {"Job": CRONJOB.replace("kind: CronJob", "kind: Job")
+            .replace('  schedule: "0 0 * * *"\n  jobTemplate:\n    spec:\n', "")
+            .replace("\n    ", "\n"),
+            "CronJob": CRONJOB, "DaemonSet": DAEMONSET}[kind]  # fmt: skip
+    text = text.replace("restartPolicy: Never", policy).replace(
+        "      containers:", f"      {policy}\n      containers:" if kind == "DaemonSet" else
+        "      containers:"
+    )  # fmt: skip
+    app = write_yaml("app.yaml", TEMPLATE + "---\n" + text)
+    result = run_cli("-f", app)
+    assert result.code == 2, result.out
+    assert result.err.endswith(f": {message}\n"), result.err
+
+
+def test_a_claims_capacity_request_the_server_parses_is_not_refused(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    # `1u` and `-1` parse: the server keeps them (only the allocator cannot count them).
+    for amount in ("1u", "'-1'"):
+        claim = TEMPLATE.replace(
+            "exactly: {deviceClassName: gpu.drasat.io}",
+            "exactly: {deviceClassName: gpu.drasat.io, capacity: {requests: {memory: "
+            + amount
+            + "}}}",
+        )
+        result = run_cli("-f", write_yaml("app.yaml", claim))
+        assert result.code == 0, result.err
+
+
 def test_a_cronjob_is_checked_not_placed(run_cli: RunCli, write_yaml: WriteYaml) -> None:
     app = write_yaml("app.yaml", TEMPLATE + "---\n" + CRONJOB)
     result = run_cli("-f", app)

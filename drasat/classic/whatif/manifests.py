@@ -173,11 +173,12 @@ class _Compiler:
                     f"its {child} is in the input and stands for its pods",
                 )
             )
-        for entry in self.inv.workloads:
-            if isinstance(entry.obj, kinds.DaemonSet):
-                what = manifestindex.located(entry.document, entry.namespace)
+        for workload in self.inv.workloads:
+            if isinstance(workload.obj, kinds.DaemonSet):
+                document = workload.document
+                what = manifestindex.located(document, workload.namespace)
                 self.ignored.append(
-                    Ignored(entry.document.where, what.removeprefix(f"{entry.document.where}: "),
+                    Ignored(document.where, what.removeprefix(f"{document.where}: "),
                             "a DaemonSet's pods (one per node) are placed in v1 runs only")
                 )  # fmt: skip
         pods = [self._pod(p) for p in workloads.expand(self.inv.workloads)]
