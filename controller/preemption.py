@@ -51,7 +51,7 @@ from drasat.kube.client import Api, Obj
 from drasat.kube.events import EventRecorder
 from drasat.solver import Gang
 from drasat.v1 import Node, nominations, otherdevices, preemption
-from drasat.v1.gangs import unit_of
+from drasat.v1.gangs import never_preempts, priority_of, unit_of
 from drasat.v1.nominations import Nomination, holds_of
 from drasat.v1.preemption import Hold, Plan, Running, Wanting
 
@@ -89,6 +89,8 @@ class Preempter:
     said: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: preemptor -> until when it does not preempt (kube-scheduler could not bind it).
     _backoff: dict[str, float] = field(default_factory=dict)
+    #: gang -> the victim gang evicted in part (an eviction refused midway), left to finish.
+    unfinished: dict[str, Unfinished] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # The cycle's hooks.
@@ -103,7 +105,12 @@ class Preempter:
         pending = {v1inputs.pod_key(p): p for p in snapshot.pods if v1inputs.is_pending(p)}
         out: dict[str, Nomination] = {}
         for key, pod in pending.items():
-            found = nominations.believed(pod, own_claims(pod, snapshot), snapshot.pod_groups)
+            found = nominations.believed(
+                pod,
+                own_claims(pod, snapshot),
+                snapshot.pod_groups,
+                priority=priority_of(pod, snapshot.pod_groups),
+            )
             if found is None or (found.uid, found.since) in self._ended:
                 continue
             out[key] = found
@@ -193,7 +200,7 @@ class Preempter:
             if found.node is None:
                 self._say(found, pods, now)
                 continue
-            done += self._preempt(found, pods, snapshot, running, current, leaving)
+            done += self._preempt(found, pods, snapshot, running, current, leaving, users)
         return done
 
     # Inside.
@@ -218,8 +225,14 @@ class Preempter:
         out: list[tuple[Wanting, list[v1inputs.Pending]]] = []
         for item in refused:
             key = item.input.key
-            if (item.pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            if never_preempts(item.pod, snapshot.pod_groups):
                 continue
+            # A PodGroup's pod preempts at its group's priority, as kube-scheduler's does.
+            priority = priority_of(item.pod, snapshot.pod_groups)
+            if priority != item.input.priority:
+                item = dataclasses.replace(
+                    item, input=dataclasses.replace(item.input, priority=priority)
+                )
             if self._backoff.get(key, 0.0) > now:
                 continue
             found = current.get(key)
@@ -310,6 +323,7 @@ class Preempter:
         running: Sequence[Running],
         current: Mapping[str, Nomination],
         leaving: Mapping[str, set[str]],
+        users: Mapping[str, frozenset[str]],
     ) -> int:
         """Evict the plan's victims, then write its nomination; 1 when it evicted."""
         if not self.may_write():
@@ -328,14 +342,108 @@ class Preempter:
                 if not dry_run:
                     evicted.append(victim)
                 continue
-            # Ended before it is written: it picks again next cycle without this victim.
             for item in items:
                 self._refused.setdefault(item.input.key, {})[victim] = self.clock() + REFUSED_TTL_S
-                done = f"; {', '.join(evicted)} evicted already" if evicted else ""
+            if not evicted:
+                # Nothing done (a dry run refused, or the first eviction): no nomination; it
+                # picks again next cycle without this victim.
+                for item in items:
+                    self.recorder.warning(item.pod, REASON_REFUSED,
+                                          f"the eviction of {victim} was refused: {failure}; "
+                                          "drasat picks other victims")  # fmt: skip
+                return 0
+            # Refused midway, after every dry run passed (the server's view is fresher than
+            # the plan's: a budget spent since, a throttled or failed request): the victims
+            # evicted stay evicted, so what they free is held for the preemptor as planned
+            # (it waits for their claims only, then plans again for the rest, this victim
+            # left out), and a gang left below its minimum is finished (`finish_units`).
+            by_key = {r.key: r for r in running}
+            gone = set(evicted)
+            freed = tuple(u for u in found.freed if users.get(u, frozenset()) <= gone)
+            partial = dataclasses.replace(found, victims=tuple(evicted), freed=freed)
+            self._note_units(partial, found, by_key)
+            for item in items:
                 self.recorder.warning(item.pod, REASON_REFUSED,
-                                      f"the eviction of {victim} was refused: {failure}{done}; "
-                                      "drasat picks other victims")  # fmt: skip
-            return 0
+                                      f"the eviction of {victim} was refused: {failure}; "
+                                      f"{', '.join(evicted)} evicted already: what they free "
+                                      "is held for this pod, which plans again for the rest "
+                                      "once they are given back")  # fmt: skip
+            self._nominate_all(partial, items, current, pods, leaving, priorities, evicted)
+            return 1
+        self._nominate_all(found, items, current, pods, leaving, priorities, evicted)
+        return 1 if found.victims else 0
+
+    def _note_units(self, partial: Plan, found: Plan, running: Mapping[str, Running]) -> None:
+        """The victim gangs an eviction refused midway left evicted in part and unable to run:
+        one that goes whole or not at all, or that has fewer pods left than its minimum."""
+        evicted = set(partial.victims)
+        members: dict[str, list[Running]] = {}
+        for pod in running.values():
+            if pod.unit is not None:
+                members.setdefault(pod.unit, []).append(pod)
+        touched = {u for v in evicted if v in running and (u := running[v].unit) is not None}
+        for unit in sorted(touched):
+            mine = members[unit]
+            left = tuple(sorted(r.key for r in mine if r.key not in evicted))
+            if left and (mine[0].minimum == 0 or len(left) < mine[0].minimum):
+                gone = sorted(r.key for r in mine if r.key in evicted)
+                self.unfinished[unit] = Unfinished(unit, left, tuple(gone), found.preemptor,
+                                                   found.priority)  # fmt: skip
+
+    def finish_units(self, snapshot: v1inputs.Snapshot) -> None:
+        """Evict the rest of each victim gang left evicted in part: its pods left hold devices
+        for nothing (it cannot run below its minimum). The cycle's hook, every cycle (pods
+        pending or not) until none is left; an eviction a budget refuses waits for it
+        (preemption never overrides a budget). A failure is logged, never stops the cycle."""
+        if not self.unfinished or not self.may_write():
+            return
+        try:
+            self._finish_units(snapshot)
+        except Exception:
+            log.exception("preemption: finishing gangs evicted in part failed")
+
+    def _finish_units(self, snapshot: v1inputs.Snapshot) -> None:
+        pods = {v1inputs.pod_key(p): p for p in snapshot.pods}
+        live = {r.key for r in running_pods(snapshot)[0]}
+        for unit, left in list(self.unfinished.items()):
+            still = tuple(k for k in left.members if k in live)
+            if not still:
+                del self.unfinished[unit]
+                continue
+            self.unfinished[unit] = dataclasses.replace(left, members=still)
+            for key in still:
+                why = (f"gang {unit} was evicted in part for {left.preemptor} (priority "
+                       f"{left.priority}): {', '.join(left.evicted)} went, and an eviction "
+                       "was refused midway; a gang left below its minimum holds its devices "
+                       "for nothing")  # fmt: skip
+                failure = self._evict_to_finish(pods[key], why)
+                if failure is not None:
+                    log.info("preemption: cannot finish gang %s yet: %s: %s", unit, key, failure)
+
+    def _evict_to_finish(self, pod: Obj, why: str) -> str | None:
+        try:
+            if eviction.evict(self.api, pod):
+                self.recorder.warning(pod, REASON_PREEMPTED, f"evicted by drasat: {why}")
+                return None
+            failure = "a PodDisruptionBudget does not allow it now (429)"
+        except errors.KubeError as error:
+            failure = str(error)
+        self.recorder.warning(pod, REASON_REFUSED, f"drasat cannot evict it yet ({failure}): "
+                              f"{why}; tried again each cycle")  # fmt: skip
+        return failure
+
+    def _nominate_all(
+        self,
+        found: Plan,
+        items: Sequence[v1inputs.Pending],
+        current: Mapping[str, Nomination],
+        pods: Mapping[str, Obj],
+        leaving: Mapping[str, set[str]],
+        priorities: Mapping[str, int],
+        evicted: Sequence[str],
+    ) -> None:
+        """Write the plan's nomination on each of its pods, with `Preempting` where it
+        evicted."""
         # Nominations of lower priority on these nodes may no longer fit: they plan again.
         nodes = set(found.pods.values())
         for other in current.values():
@@ -366,7 +474,6 @@ class Preempter:
                                      f"(priority {item.input.priority}) needs on node {node}; "
                                      f"they are held for it until it is placed; the victims "
                                      f"are the solver's choice ({proof})")  # fmt: skip
-        return 1 if found.victims else 0
 
     def _evict(
         self, pod: Obj, found: Plan, lead: v1inputs.Pending, *, dry_run: bool = False
@@ -430,9 +537,29 @@ class Preempter:
             log.warning("preemption: cannot clear the nomination of %s: %s", found.pod, error)
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """A victim gang evicted in part (an eviction refused midway), whose other pods drasat
+    evicts next."""
+
+    gang: str
+    #: Its pods still to evict (namespace/name).
+    members: tuple[str, ...]
+    #: Its pods evicted already.
+    evicted: tuple[str, ...]
+    preemptor: str
+    priority: int
+
+
 def checked(found: Nomination, pod: Obj, snapshot: v1inputs.Snapshot) -> Nomination:
     """The nomination as far as the cluster vouches for it (`nominations.checked`)."""
-    return nominations.checked(found, pod, own_claims(pod, snapshot), snapshot.pod_groups)
+    return nominations.checked(
+        found,
+        pod,
+        own_claims(pod, snapshot),
+        snapshot.pod_groups,
+        priority=priority_of(pod, snapshot.pod_groups),
+    )
 
 
 def own_claims(pod: Obj, snapshot: v1inputs.Snapshot) -> frozenset[str]:
@@ -517,7 +644,7 @@ def running_pods(
             leaving_pods[key] = set(uids)
             continue
         cpu, memory = nodefit.requests(pod)
-        priority = int((pod.get("spec") or {}).get("priority") or 0)
+        priority = priority_of(pod, snapshot.pod_groups)
         mine = tuple(u for u in uids if where.get(u) == node_name)
         unit, minimum = unit_of(pod, snapshot.pod_groups)
         running.append(Running(key, str(node_name), priority, mine, cpu, memory, unit=unit,

@@ -403,6 +403,8 @@ class V1Controller:
         # A nominee the cycle does not try (its gang held back, another owner's gate) holds
         # nothing: its devices would idle for as long as it is not tried.
         self.preemption.end_untried(snapshot, {p.input.key for p in everyone})
+        # A victim gang an eviction refused midway left in part goes whole, pods pending or not.
+        self.preemption.finish_units(snapshot)
         pending = self.allocator.batch(everyone, self.preemption.current(snapshot))
         if not pending:
             return False

@@ -108,11 +108,60 @@ def member_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> Member | str | 
     return Member(gang_key(pod, found[0]), found[1], f"label {GANG_LABEL}={found[0]}")
 
 
+def pod_group_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> Obj | None:
+    """The PodGroup the pod names, where the API server serves them and it exists."""
+    name = pod_group_name(pod) if pod_groups is not None else None
+    if name is None:
+        return None
+    assert pod_groups is not None
+    return pod_groups.get(f"{(pod.get('metadata') or {}).get('namespace', '')}/{name}")
+
+
+def disrupted_whole(group: Obj) -> bool:
+    """Whether a PodGroup says its pods are disrupted only together (`spec.disruptionMode.all`);
+    `single` (the API server's default) says each pod may be disrupted on its own."""
+    mode = (group.get("spec") or {}).get("disruptionMode") or {}
+    return isinstance(mode, Mapping) and mode.get("all") is not None
+
+
 def unit_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> tuple[str | None, int]:
-    """The key of the pod's gang as a preemption's victim (its PodGroup's, or its labels') and
-    its minimum; (None, 0): in no gang."""
+    """The key of the pod's gang as a preemption's victim and its minimum (0: the whole gang or
+    none of it); (None, 0): the pod is a victim on its own. As kube-scheduler's preemption reads
+    a PodGroup (`pkg/scheduler/framework/preemption`, 1.37): `disruptionMode.all` makes the
+    group one victim, whatever its minCount; `single` (the default) makes each pod one, even
+    below minCount — the group's owner said its pods may go one by one. A label gang (no API
+    to say either) goes pod by pod down to its minimum and whole below it."""
+    group = pod_group_of(pod, pod_groups)
+    if group is not None:  # its scheduling policy (gang or basic) does not matter here
+        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        key = f"{namespace}/{POD_GROUP_KEY}{pod_group_name(pod)}"
+        return (key, 0) if disrupted_whole(group) else (None, 0)
     found = member_of(pod, pod_groups)
-    return (found.gang, found.minimum) if isinstance(found, Member) else (None, 0)
+    if not isinstance(found, Member):
+        return None, 0
+    # A PodGroup named and not there (yet): nothing says it may be split.
+    return found.gang, found.minimum
+
+
+def priority_of(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> int:
+    """The pod's priority in preemption: its PodGroup's `spec.priority` (0 when unset) where it
+    names one that exists, as kube-scheduler's preemption ranks a grouped pod, preemptor or
+    victim (`GetPodPriority`, `PodGroupPriority`); else its own `spec.priority`."""
+    group = pod_group_of(pod, pod_groups)
+    if group is not None:
+        value = (group.get("spec") or {}).get("priority")
+        return value if isinstance(value, int) else 0
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def never_preempts(pod: Obj, pod_groups: Mapping[str, Obj] | None) -> bool:
+    """`preemptionPolicy: Never`: the PodGroup's where it sets one (gate
+    PodGroupPreemptionPolicy), else the pod's."""
+    group = pod_group_of(pod, pod_groups)
+    policy = ((group or {}).get("spec") or {}).get("preemptionPolicy")
+    if policy is None:
+        policy = (pod.get("spec") or {}).get("preemptionPolicy")
+    return policy == "Never"
 
 
 def incomplete(gang: str, found: int, size: int) -> str:

@@ -15,6 +15,7 @@ computational.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -49,11 +50,9 @@ def plans(
     refused = [
         k
         for k in outcome.refused
-        if k in pods_in
-        and k not in outcome.failed
-        and ((by_key[k].obj.get("spec") or {}).get("preemptionPolicy") != "Never")
+        if k in pods_in and k not in outcome.failed and not _never(by_key[k], workload)
     ]
-    wanting = _wanting(refused, pods_in, gangs)
+    wanting = _wanting(refused, _at_group_priority(pods_in, by_key, workload), gangs)
     if not wanting:
         return ()
     after = preemption.placed_on(nodes, outcome, list(pods_in.values()))
@@ -78,6 +77,25 @@ def plans(
         log.debug("preemption plans failed", exc_info=True)
         return ()
     return tuple(p for p in found.plans if p.victims)
+
+
+def _never(pod: v1manifests.V1Pod, workload: v1manifests.V1Workload) -> bool:
+    return gangs.never_preempts(pod.obj, workload.pod_groups)
+
+
+def _at_group_priority(
+    pods_in: Mapping[str, PodInput],
+    by_key: Mapping[str, v1manifests.V1Pod],
+    workload: v1manifests.V1Workload,
+) -> dict[str, PodInput]:
+    """The pods as preemptors: a PodGroup's at its group's priority, as the controller's."""
+    out = dict(pods_in)
+    for key, pod in pods_in.items():
+        found = by_key.get(key)
+        if found is not None and gangs.pod_group_of(found.obj, workload.pod_groups) is not None:
+            priority = gangs.priority_of(found.obj, workload.pod_groups)
+            out[key] = dataclasses.replace(pod, priority=priority)
+    return out
 
 
 def _wanting(
@@ -114,11 +132,12 @@ def _running(
             continue
         unit, minimum = gangs.unit_of(pod.obj, workload.pod_groups)
         cpu, memory = pod.cpu_milli, pod.memory_mib
+        grouped = gangs.pod_group_of(pod.obj, workload.pod_groups) is not None
         running.append(
             Running(
                 pod.key,
                 str(node),
-                pod.priority,
+                gangs.priority_of(pod.obj, workload.pod_groups) if grouped else pod.priority,
                 tuple(uids),
                 cpu,
                 memory,

@@ -46,6 +46,9 @@ class FakeApi:
         self.refuse = refuse or set()
         self.budgets = budgets or []
         self.error = error
+        #: pod name -> how many more of its real evictions are refused (429 naming a budget)
+        #: after a dry run passed: the server's view fresher than the plan's.
+        self.refuse_real: dict[str, int] = {}
         self.evicted: list[str] = []
         self.dry_runs: list[str] = []
         self.events: list[tuple[str, str, str]] = []
@@ -65,6 +68,13 @@ class FakeApi:
             if (body.get("deleteOptions") or {}).get("dryRun"):
                 self.dry_runs.append(f"{namespace}/{name}")
                 return body  # checked, not done
+            if self.refuse_real.get(name, 0) > 0:
+                self.refuse_real[name] -= 1
+                raise errors.Unavailable(
+                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                    "disruption budget.",
+                    status=429,
+                )
             self.evicted.append(f"{namespace}/{name}")
         elif resource.kind == "Event":
             involved = body.get("involvedObject") or body.get("regarding") or {}
@@ -476,3 +486,158 @@ def test_a_nomination_is_believed_only_as_far_as_the_cluster_vouches_for_it() ->
     # Its own priority, not the annotation's; its own key, not a gang it is not in.
     assert (hold.preemptor, hold.pods, hold.priority) == ("ml/urgent", {"ml/urgent"}, 100)
     assert {n: set(e) for n, e in hold.held.items()} == {"n1": {"mine"}}
+
+
+def test_a_plan_never_needs_more_disruptions_than_a_budget_allows() -> None:
+    # a and b under one budget allowing 1: a dry run does not spend it, so both would pass the
+    # dry runs and the second real eviction would be refused. The plan counts the budget across
+    # its victims: a 2-GPU preemptor has no plan, nothing is evicted or dry-run.
+    node, pods, claims = _cluster(("a", 1, {"app": "x"}), ("b", 1, {"app": "x"}))
+    budget = {
+        "metadata": {"name": "one", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    item = _urgent(claims, count=2)
+    api = FakeApi(budgets=[budget])
+    assert _preempter(api).consider(_snapshot([*pods, item.pod], claims), [node], [item],
+                                    POLICY) == 0  # fmt: skip
+    assert api.evicted == [] and api.dry_runs == []
+    (said,) = _events(api, "urgent", "NoPreemption")
+    assert "PodDisruptionBudgets allow" in said
+
+
+def test_an_eviction_refused_midway_holds_what_the_evicted_victims_free() -> None:
+    # Both dry runs pass; the real eviction of b is refused (a budget spent since the plan was
+    # read). a stays evicted: its GPU is held for the preemptor, which waits for a's claim
+    # only, then plans again for the rest without b.
+    node, pods, claims = _cluster(("a", 1, {}), ("b", 1, {}), ("c", 2, {}))
+    item = _urgent(claims, count=2)
+    now = [0.0]
+    api = FakeApi()
+    api.refuse_real = {"b": 1}
+    preempter = ctl.Preempter(api, EventRecorder(api, component="test"), clock=lambda: now[0])  # type: ignore[arg-type]
+    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    assert api.evicted == ["ml/a"]
+    (refused,) = _events(api, "urgent", "PreemptionRefused")
+    assert "the eviction of ml/b was refused" in refused and "ml/a evicted already" in refused
+    found = Nomination.of_pod(api.written(item.pod))
+    assert found is not None
+    assert (found.victims, found.freed) == (("ml/a",), ("uid-a",))
+    # a's GPU is held against other pods of its priority once a's claim is given back.
+    del claims["ml/a"]
+    gone = plan.without(node, {"uid-a"})
+    written = api.written(item.pod)
+    later = _snapshot([pods[1], pods[2], written], claims)
+    other = v1.PodInput("ml/other", "ml", (_claim("other"),), priority=100)
+    holds = preempter.holds(later)
+    seen = plan.with_holds([gone], plan.applicable(holds, 100, {"ml/other"}))
+    assert not v1.allocate(seen, [other], CLASSES).placed
+    # Given back, still refused: it plans again, b left out for a while: c goes.
+    now[0] = 1.0
+    assert preempter.consider(later, [gone], [item], POLICY) == 1
+    assert api.evicted == ["ml/a", "ml/c"]
+
+
+def _gang_labels(name: str, size: int) -> dict[str, str]:
+    return {groups.GANG_LABEL: name, groups.GANG_SIZE_LABEL: str(size)}
+
+
+def test_a_victim_gang_evicted_in_part_is_finished_next_cycle() -> None:
+    # g0 and g1 are one gang (minimum 2): they go whole. The real eviction of g1 is refused
+    # after g0's went: g1 alone holds its GPU for nothing; the next cycle evicts it, saying why.
+    node, pods, claims = _cluster(("g0", 1, _gang_labels("job", 2)),
+                                  ("g1", 1, _gang_labels("job", 2)))  # fmt: skip
+    item = _urgent(claims)
+    api = FakeApi()
+    api.refuse_real = {"g1": 1}
+    preempter = _preempter(api)
+    snapshot = _snapshot([*pods, item.pod], claims)
+    assert preempter.consider(snapshot, [node], [item], POLICY) == 1
+    assert api.evicted == ["ml/g0"]
+    assert set(preempter.unfinished) == {"ml/job"}
+    # The cycle's hook, pods pending or not.
+    preempter.finish_units(_snapshot([pods[1]], claims))
+    assert api.evicted == ["ml/g0", "ml/g1"]
+    (said,) = _events(api, "g1", "Preempted")
+    assert "gang ml/job was evicted in part for ml/urgent" in said
+    preempter.finish_units(_snapshot([api.written(item.pod)], claims))
+    assert not preempter.unfinished
+
+
+def test_a_gang_left_at_its_minimum_is_not_finished() -> None:
+    # A gang of three with minimum 1: its pods go one by one; one evicted leaves two, enough.
+    labels = _gang_labels("job", 1)
+    node, pods, claims = _cluster(("g0", 1, labels), ("g1", 1, labels), ("g2", 1, labels))
+    item = _urgent(claims, count=2)
+    api = FakeApi()
+    api.refuse_real = {"g1": 1}
+    preempter = _preempter(api)
+    assert preempter.consider(_snapshot([*pods, item.pod], claims), [node], [item], POLICY) == 1
+    assert api.evicted == ["ml/g0"] and not preempter.unfinished
+
+
+def _grouped(pod: Obj, group: str) -> Obj:
+    return {**pod, "spec": {**pod["spec"], "schedulingGroup": {"podGroupName": group}}}
+
+
+def _pod_group(name: str, *, mode: str | None, priority: int | None = None,
+               never: bool = False) -> Obj:  # fmt: skip
+    spec: Obj = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    if mode is not None:
+        spec["disruptionMode"] = {mode: {}}
+    if priority is not None:
+        spec["priority"] = priority
+    if never:
+        spec["preemptionPolicy"] = "Never"
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+def test_a_pod_group_is_disrupted_as_its_disruption_mode_says() -> None:
+    # g0 and g1 of PodGroup pg (a gang, minCount 2), one GPU each; a 1-GPU preemptor.
+    # disruptionMode single (the API server's default): each pod is a victim on its own, as
+    # kube-scheduler's preemption takes them; all: the group goes whole or not at all.
+    for mode, evicted in (("single", ["ml/g0"]), (None, ["ml/g0"]),
+                          ("all", ["ml/g0", "ml/g1"])):  # fmt: skip
+        node, pods, claims = _cluster(("g0", 1, {}), ("g1", 1, {}))
+        pods = [_grouped(p, "pg") for p in pods]
+        item = _urgent(claims)
+        api = FakeApi()
+        snapshot = _snapshot([*pods, item.pod], claims)
+        snapshot.pod_groups = {"ml/pg": _pod_group("pg", mode=mode)}
+        assert _preempter(api).consider(snapshot, [node], [item], POLICY) == 1, mode
+        assert sorted(api.evicted) == evicted, mode
+
+
+def test_a_pod_group_s_priority_is_its_pods_priority_in_preemption() -> None:
+    # v's own priority is 500, its PodGroup's 1: a preemptor of 100 may evict it (as
+    # kube-scheduler ranks a grouped victim). A grouped preemptor preempts at its group's
+    # priority: 100 in a group of 1 evicts nothing of priority 5.
+    node, pods, claims = _cluster(("v", 500, {}))
+    pods = [_grouped(pods[0], "low")]
+    groups_ = {"ml/low": _pod_group("low", mode="single", priority=1)}
+    item = _urgent(claims)
+    api = FakeApi()
+    snapshot = _snapshot([*pods, item.pod], claims)
+    snapshot.pod_groups = groups_
+    assert _preempter(api).consider(snapshot, [node], [item], POLICY) == 1
+    assert api.evicted == ["ml/v"]
+    node, pods, claims = _cluster(("v", 5, {}))
+    item = _urgent(claims)
+    item = dataclasses.replace(item, pod=_grouped(item.pod, "tiny"))
+    api = FakeApi()
+    snapshot = _snapshot([*pods, item.pod], claims)
+    snapshot.pod_groups = {"ml/tiny": _pod_group("tiny", mode=None, priority=1)}
+    assert _preempter(api).consider(snapshot, [node], [item], POLICY) == 0
+    assert api.evicted == []
+
+
+def test_a_pod_group_s_preemption_policy_never_keeps_its_pods_from_preempting() -> None:
+    node, pods, claims = _cluster(("v", 1, {}))
+    item = _urgent(claims)
+    item = dataclasses.replace(item, pod=_grouped(item.pod, "calm"))
+    api = FakeApi()
+    snapshot = _snapshot([*pods, item.pod], claims)
+    snapshot.pod_groups = {"ml/calm": _pod_group("calm", mode=None, priority=100, never=True)}
+    assert _preempter(api).consider(snapshot, [node], [item], POLICY) == 0
+    assert api.evicted == []

@@ -197,3 +197,108 @@ def test_a_disruption_budget_is_respected(
         allockit.consistent(kube_api, allocator)
         node.delete_pods(kube_api, namespace, "guarded", "urgent")
     allockit.consistent(kube_api, allocator)
+
+
+def _evict(api: Any, namespace: str, name: str, *, dry_run: bool) -> None:
+    body: Obj = {"apiVersion": "policy/v1", "kind": "Eviction",
+                 "metadata": {"name": name, "namespace": namespace}}  # fmt: skip
+    if dry_run:
+        body["deleteOptions"] = {"dryRun": ["All"]}
+    kubernetes.client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body)
+
+
+def test_a_plan_counts_a_budget_across_its_victims_which_dry_runs_do_not(
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
+    priorities: dict[str, str], tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    """3 GPUs: `a` and `b` (low, one budget allowing 1 disruption) and `c` (mid). The real API
+    server passes a dry-run eviction of each of `a` and `b` (a dry run spends no allowance), so
+    only the plan can keep from choosing both: a high 2-GPU pod would cost least with `a` and
+    `b`; the budget allows one of them, so `c` and one of them go, and no eviction is refused."""
+    namespace = "preempt-budget-set"
+    low, mid, high = priorities["low"], priorities["mid"], priorities["high"]
+    labels = {"app": "x"}
+    manifest = _manifest(
+        tmp_path, namespace, [("a", 1, low, labels), ("b", 1, low, labels), ("c", 1, mid, {})]
+    )
+    policy = kubernetes.client.PolicyV1Api(kube_api)
+    with (
+        gpu_node(kube_api, kube_cluster, unique("preempt-set"), "3xT4",
+                 nas_namespace=allockit.NAMESPACE) as node,
+        applied(kube_api, manifest),
+    ):  # fmt: skip
+        for name in ("a", "b", "c"):
+            node.wait_running(namespace, name)
+        budget = {
+            "metadata": {"name": "one-of-x", "namespace": namespace},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+        }
+        policy.create_namespaced_pod_disruption_budget(namespace, budget)
+        healthy = {"currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}
+        status = {"status": {"observedGeneration": 1, "disruptionsAllowed": 1, **healthy}}
+        policy.patch_namespaced_pod_disruption_budget_status("one-of-x", namespace, status)
+        for name in ("a", "b"):
+            _evict(kube_api, namespace, name, dry_run=True)  # both pass: nothing spent
+        _create(kube_api, namespace, _pod(namespace, "urgent", 2, high))
+        _running(node, allocator, namespace, "urgent")
+        pods = _pods(kube_api, namespace)
+        gone = {p for p in ("a", "b", "c")
+                if p not in pods or pods[p].metadata.deletion_timestamp is not None}  # fmt: skip
+        assert "c" in gone and len(gone & {"a", "b"}) == 1, sorted(gone)
+        assert not _events(kube_api, namespace, "urgent", "PreemptionRefused")
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, namespace, *sorted(set(pods) - gone))
+    allockit.consistent(kube_api, allocator)
+
+
+def test_a_pod_group_is_disrupted_as_its_disruption_mode_says(
+    kube_api: Any, kube_cluster: realcluster.Cluster, allocator: allockit.Allocator,
+    priorities: dict[str, str], tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    """The Workload API of 1.37 (GenericWorkload on): a PodGroup without `disruptionMode` is
+    served back with `single` (the default drasat reads as 'pod by pod') and the priority of its
+    `priorityClassName` (Priority admission); `g0` and `g1` (low,
+    1 GPU each) of a PodGroup with `disruptionMode: all` fill a 2-GPU node: a high 1-GPU pod
+    evicts both (the group goes whole), not one."""
+    namespace = "preempt-podgroup"
+    low, high = priorities["low"], priorities["high"]
+    manifest = _manifest(tmp_path, namespace, [])
+    text = manifest.read_text()
+    for name in ("g0", "g1"):
+        pod = yaml.safe_load(_pod(namespace, name, 1, low))
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "team"}
+        text += "---\n" + yaml.safe_dump(pod)
+    manifest.write_text(text)
+    custom = kubernetes.client.CustomObjectsApi(kube_api)
+    group = ("scheduling.k8s.io", "v1beta1", namespace, "podgroups")
+
+    def pod_group(name: str, mode: Obj | None) -> Obj:
+        # Its pods' class: kube-scheduler 1.37 schedules no pod whose priority is not its
+        # group's ("all pods in a single pod group should have the same priority").
+        spec: Obj = {"schedulingPolicy": {"basic": {}}, "priorityClassName": low}
+        if mode is not None:
+            spec["disruptionMode"] = mode
+        body = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec}  # fmt: skip
+        return custom.create_namespaced_custom_object(*group, body)  # type: ignore[no-any-return]
+
+    with (
+        gpu_node(kube_api, kube_cluster, unique("preempt-pg"), "2xT4",
+                 nas_namespace=allockit.NAMESPACE) as node,
+        applied(kube_api, manifest),
+    ):  # fmt: skip
+        plain = pod_group("plain", None)["spec"]
+        assert plain.get("disruptionMode") == {"single": {}}, plain
+        assert plain.get("priority") == 10, plain  # Priority admission, from the class
+        pod_group("team", {"all": {}})
+        for name in ("g0", "g1"):
+            node.wait_running(namespace, name)
+        _create(kube_api, namespace, _pod(namespace, "urgent", 1, high))
+        _running(node, allocator, namespace, "urgent")
+        pods = _pods(kube_api, namespace)
+        for name in ("g0", "g1"):
+            assert name not in pods or pods[name].metadata.deletion_timestamp is not None, name
+            assert _events(kube_api, namespace, name, "Preempted"), name
+        allockit.consistent(kube_api, allocator)
+        node.delete_pods(kube_api, namespace, "urgent")
+    allockit.consistent(kube_api, allocator)

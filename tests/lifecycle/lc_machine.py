@@ -32,7 +32,11 @@ Invariants (`Violation.kind`), checked after every round of every step:
 - the ledger and the claims' statuses agree within `bound` rounds (`ledger-disagrees`);
 - no cycle raises (`cycle-aborted`);
 - a claim of drasat's seen allocated while a pod naming it was bound stays allocated while that
-  pod lives on its node (`claim-deallocated-under-its-pod`, at once).
+  pod lives on its node (`claim-deallocated-under-its-pod`, at once), and while it is
+  Terminating there, which takes `lc_world.GRACE_ROUNDS` rounds for a pod deleted, drained or
+  evicted (`claim-deallocated-under-a-terminating-pod`, at once): its devices are in use
+  until it is gone, so no claim may take them (the held-twice kinds above) and a preemptor
+  waits for its victims to go.
 
 - every pod the controller evicted had a lower priority than the preemptor whose nomination names
   it (`eviction-of-equal-or-higher-priority`, at once);
@@ -128,6 +132,9 @@ class Stats:
     #: the nomination invariants were checked on).
     holding_rounds: int = 0
     allocations_beside_holds: int = 0
+    #: Observations of a Terminating pod on its node (its devices still in use): what the
+    #: graceful-termination checks were made on.
+    terminating_rounds: int = 0
 
     def note_known(self, violation: Violation) -> None:
         found = self.known.setdefault(violation.kind, [])
@@ -139,7 +146,8 @@ class Stats:
         lines.append("rules: " + ", ".join(f"{k} {v}" for k, v in sorted(self.rules.items())))
         lines.append(
             f"rounds with a nomination holding devices: {self.holding_rounds}, "
-            f"allocations checked against holds: {self.allocations_beside_holds}"
+            f"allocations checked against holds: {self.allocations_beside_holds}, "
+            f"terminating pods observed on their nodes: {self.terminating_rounds}"
         )
         if self.faults:
             lines.append("API faults met: " + ", ".join(
@@ -320,19 +328,19 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _kept_while_used(self, claims: list[Obj], pods: list[Obj], nodes: dict[str, Obj]) -> None:
         """A claim of drasat's seen allocated while a pod naming it was bound stays allocated as
-        long as that pod lives on its node (not done, not being deleted, the node there): a
-        deallocation under a pod that uses it, or is about to, gives its devices to another."""
+        long as that pod is on its node (not done, the node there), Terminating too: a pod
+        deleted or evicted runs on through its grace period, its devices in use; a deallocation
+        under a pod that uses it, or is about to, gives its devices to another."""
         by_name = {c["metadata"]["name"]: c for c in claims}
         for pod in pods:
             meta, spec = pod["metadata"], pod.get("spec") or {}
             node = spec.get("nodeName")
-            if (
-                not node
-                or node not in nodes
-                or truth.pod_done(pod)
-                or meta.get("deletionTimestamp")
-            ):
+            if not node or node not in nodes or truth.pod_done(pod):
                 continue
+            kind = "claim-deallocated-under-its-pod"
+            if meta.get("deletionTimestamp"):
+                kind = "claim-deallocated-under-a-terminating-pod"
+                type(self).stats.terminating_rounds += 1
             for name in truth.claim_names(pod):
                 claim = by_name.get(name or "")
                 if claim is None or str(claim["metadata"]["uid"]) in self.world.foreign:
@@ -342,7 +350,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                     self.used.add(key)
                 elif key in self.used:
                     self._violate(Violation(
-                        "claim-deallocated-under-its-pod", f"{key[0]} {key[1]}",
+                        kind, f"{key[0]} {key[1]}",
                         f"claim {truth.claim_ref(claim)} was deallocated while pod "
                         f"{meta['name']}, bound to {node}, uses it",
                     ))  # fmt: skip

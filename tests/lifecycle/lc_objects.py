@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import lc_truth as truth
-from lc_world import A100_PROFILES, NAMESPACE, GiB
+from lc_world import A100_PROFILES, GRACE_ROUNDS, NAMESPACE, GiB
 
 from drasat.api.devicemodel import classes
 from drasat.api.groups import DRIVER_NAME, SCHEDULING_GATE
@@ -97,6 +97,8 @@ def pod(
         "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
         "resourceClaims": [{"name": "gpu", **source}],
         "schedulingGates": [{"name": SCHEDULING_GATE}],
+        # Deleted or evicted on a node, it holds its devices this long (`lc_world.GRACE_ROUNDS`).
+        "terminationGracePeriodSeconds": GRACE_ROUNDS,
     }
     if priority:
         spec["priority"] = priority

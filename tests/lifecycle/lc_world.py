@@ -10,7 +10,11 @@ thread of its own:
   allocated, PostFilter deallocates an unreserved claim pinning a pod nowhere);
 - kube-controller-manager (`drasat.testbed.sim.controllers`: claims from templates, reservedFor,
   deallocation of claims with the scheduler's finalizer, the garbage collector);
-- kubelets (`kubelet_pass`: a bound pod whose claims are allocated and reserved runs);
+- kubelets (`kubelet_pass`: a bound pod whose claims are allocated and reserved runs; a pod
+  deleted or evicted on its node stays, Terminating with its claims reserved and its devices in
+  use, for `grace_rounds` rounds — its `terminationGracePeriodSeconds` — before the kubelet
+  confirms the deletion; the pod GC removes at once a terminating pod whose node is gone, and a
+  finished pod goes at once: nothing runs there);
 - a second allocator (`second_allocator_pass`: kube-scheduler's own allocator for claims that
   tolerate drasat's allocator taint, deciding from the allocations of the round before — two
   allocators deciding at the same instant), and an admin's direct writes (`admin_allocate`);
@@ -56,6 +60,9 @@ Obj = dict[str, Any]
 NAS_NAMESPACE = "drasat"
 NAMESPACE = "ml"
 GiB = 2**30
+#: Rounds (seconds of the model's clock) a deleted pod on a node takes to go: the model's pods'
+#: `terminationGracePeriodSeconds` (`lc_objects.pod`).
+GRACE_ROUNDS = 3
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +201,16 @@ class HarnessError(Exception):
 
 
 class World:
-    def __init__(self, *, nodes: dict[str, str], replicas: int = 2) -> None:
-        self.server = apiserver.ApiServer(crds=crds.all_crds()).start()
+    def __init__(
+        self, *, nodes: dict[str, str], replicas: int = 2, grace_rounds: int = GRACE_ROUNDS
+    ) -> None:
+        #: Rounds a deleted pod on a node stays Terminating (0: it goes at once).
+        self.grace_rounds = grace_rounds
+        #: Pod uid -> the round it was first seen Terminating on its node.
+        self.terminating: dict[str, int] = {}
+        self.server = apiserver.ApiServer(
+            crds=crds.all_crds(), graceful_pod_deletion=grace_rounds > 0
+        ).start()
         self.admin = KubeClient(configuration_for(self.server.url), request_timeout=10)
         self.sim = kubeclient.KubeClient(self.server.url)
         self.clock = Clock()
@@ -414,12 +429,21 @@ class World:
 
     def kubelet_pass(self) -> None:
         """Each node's kubelet starts the bound pods whose claims are allocated and reserved for
-        them (it prepares them); a pod bound to a node that is gone waits for the pod GC."""
+        them (it prepares them), and confirms the deletion of a Terminating pod once its grace
+        period is over; a pod bound to a node that is gone waits for the pod GC."""
         nodes = {n["metadata"]["name"] for n in self.read(r.NODES)}
         claims = {c["metadata"]["name"]: c for c in self.read(r.RESOURCE_CLAIMS_V1, NAMESPACE)}
-        for pod in self.read(r.PODS, NAMESPACE):
+        listed = self.read(r.PODS, NAMESPACE)
+        self.terminating = {
+            k: v for k, v in self.terminating.items()
+            if any(p["metadata"]["uid"] == k for p in listed)
+        }  # fmt: skip
+        for pod in listed:
             meta, spec = pod["metadata"], pod.get("spec") or {}
             phase = (pod.get("status") or {}).get("phase", "Pending")
+            if meta.get("deletionTimestamp"):
+                self._terminate(pod, phase, spec.get("nodeName") in nodes)
+                continue
             if phase != "Pending" or not spec.get("nodeName") or meta.get("deletionTimestamp"):
                 continue
             if spec["nodeName"] not in nodes:
@@ -438,6 +462,28 @@ class World:
             )
             if ready:
                 self.set_phase(pod, "Running")
+
+    def _terminate(self, pod: Obj, phase: str, on_a_node: bool) -> None:
+        """A Terminating pod: it goes once its grace period is over (the kubelet confirms with
+        gracePeriodSeconds 0), at once where nothing runs (finished) or its node is gone (the
+        pod GC)."""
+        uid = str(pod["metadata"]["uid"])
+        since = self.terminating.setdefault(uid, self.rounds)
+        running = on_a_node and phase not in ("Succeeded", "Failed")
+        if running and self.rounds - since < self.grace_rounds:
+            return
+        self.confirm_deletion(pod)
+
+    def confirm_deletion(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        path = kubeclient.path("", "v1", "pods", namespace=meta["namespace"], name=meta["name"])
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta["uid"]}}  # fmt: skip
+        try:
+            self.sim.request("DELETE", path, body=body)
+        except Exception as error:  # gone already, or a new pod of its name
+            log.info("deletion of %s not confirmed: %s", meta["name"], error)
+        self.terminating.pop(str(meta["uid"]), None)
 
     def set_phase(self, pod: Obj, phase: str) -> None:
         meta = pod["metadata"]
