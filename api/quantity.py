@@ -6,7 +6,9 @@ number of bytes with `to_bytes`.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from decimal import Decimal
 from typing import Annotated, Any
@@ -148,7 +150,13 @@ def go_value(value: int | float | str) -> Decimal:
     rounding to nano units; ValueError for any other, or one of over `_MAX_DIGITS` digits. Pure."""
     if isinstance(value, bool):
         raise ValueError(f"not a quantity: {value!r}")
-    text = str(value).strip(" \t\n\r\v\f") if isinstance(value, str) else str(value)
+    return _go_value(value if isinstance(value, str) else str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _go_value(value: str) -> Decimal:
+    """`go_value` of a spelling, remembered (the replicas of a template repeat it)."""
+    text = value.strip(" \t\n\r\v\f")
     if go_parse_error(text) is not None:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     number = re.match(r"[+-]?[0-9]*\.?[0-9]*", text)
@@ -179,12 +187,19 @@ def go_decode_error(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        # The string's bytes as JSON carries them: an escaped character stays escaped.
-        text = json.dumps(value, ensure_ascii=False)[1:-1]
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        text = json.dumps(value)
-    else:
-        text = str(value)
+        return _string_decode_error(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # A JSON number's digits always parse (YAML's .inf and .nan are no JSON).
+        return None if math.isfinite(value) else FORMAT_WRONG
+    return go_parse_error(json.dumps(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_decode_error(value: str) -> str | None:
+    """`go_decode_error` of a string, remembered: a manifest's pods repeat a few spellings
+    (`500m`, `1Gi`) thousands of times."""
+    # The string's bytes as JSON carries them: an escaped character stays escaped.
+    text = json.dumps(value, ensure_ascii=False)[1:-1]
     return go_parse_error(text.strip(" \t\n\r\v\f"))
 
 
