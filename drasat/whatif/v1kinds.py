@@ -121,13 +121,16 @@ class Toleration(Strict):
 
 
 class CapacityRequirements(Strict):
-    requests: dict[str, int | str] | None = None
+    #: Quantities as written: a number too (`1.5`), as the server's decoder takes it.
+    requests: dict[str, int | float | str] | None = None
 
     @field_validator("requests")
     @classmethod
-    def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
-        # Any quantity the server parses, as it keeps them (`1u`, `-1`): only what does not
-        # parse is refused; the allocator says what it cannot count (`drasat.v1.requests`).
+    def _quantities(
+        cls, value: dict[str, int | float | str] | None
+    ) -> dict[str, int | float | str] | None:
+        # Any quantity the server parses, as it keeps them (`1u`, `-1`, `1.5`): only what does
+        # not parse is refused; the allocator says what it cannot count (`drasat.v1.requests`).
         for quantity in (value or {}).values():
             words = go_decode_error(quantity)
             if words is not None:

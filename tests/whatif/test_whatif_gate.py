@@ -255,8 +255,9 @@ def test_a_restart_policy_the_workloads_controller_cannot_run_is_refused(
 def test_a_claims_capacity_request_the_server_parses_is_not_refused(
     run_cli: RunCli, write_yaml: WriteYaml
 ) -> None:
-    # `1u` and `-1` parse: the server keeps them (only the allocator cannot count them).
-    for amount in ("1u", "'-1'"):
+    # `1u`, `-1` and the number 1.5 parse: the server keeps them (the allocator counts 1.5 as
+    # 2 bytes and leaves the others' pods out, saying why).
+    for amount in ("1u", "'-1'", "1.5"):
         claim = TEMPLATE.replace(
             "exactly: {deviceClassName: gpu.drasat.io}",
             "exactly: {deviceClassName: gpu.drasat.io, capacity: {requests: {memory: "
