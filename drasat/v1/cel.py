@@ -8,15 +8,18 @@ Kubernetes' CEL library parts that selectors use are provided, as k8s.io/apiserv
 defines them:
 
 - `quantity(s)`, `isQuantity(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `asInteger`,
-  `isInteger`, `asApproximateFloat`, `sign` and `==`: exact values (`1500m` is 1.5, not 2), parsed
-  as `resource.ParseQuantity` parses them (every suffix: `1u`, `5Ki`, `1e3`), and integers as
-  Kubernetes says them (`isInteger` is true only where `Quantity.AsInt64` succeeds: `2000m` and
-  `1.5` are not integers, `1k` is);
-- `semver(s)`, `isSemver(s)` with `compareTo`, `isGreaterThan`, `isLessThan`, `major`, `minor`,
-  `patch` and `==`: strict semantic versions (`1.2.3.4` and `1.2` are errors), prerelease
-  precedence, build metadata ignored;
-- the string functions `lowerAscii`, `upperAscii`, `trim`, `indexOf`, `lastIndexOf`, `replace`,
-  `split`;
+  `isInteger`, `asApproximateFloat`, `add`, `sub`, `sign(q)` and `==`: exact values (`1500m` is
+  1.5, not 2), parsed as `resource.ParseQuantity` parses them (every suffix: `1u`, `5Ki`, `1e3`),
+  and integers as Kubernetes says them (`isInteger` is true only where `Quantity.AsInt64`
+  succeeds: `2000m` and `1.5` are not integers, `1k` is);
+- `semver(s)`, `isSemver(s)` (and their normalizing forms `semver(s, true)`) with `compareTo`,
+  `isGreaterThan`, `isLessThan`, `major`, `minor`, `patch` and `==`: strict semantic versions
+  (`1.2.3.4` and `1.2` are errors), prerelease precedence, build metadata ignored;
+- cel-go's strings, lists and sets extensions, optional values (`optional.of`, `orValue`, ...;
+  not the `.?` and `[?` syntax, which cel-python does not parse), and Kubernetes' regex, lists,
+  IP, CIDR and URL libraries (`celext`);
+- `cel.bind` and every comprehension macro, two-variable ones included (`all(k, v, ...)`,
+  `transformMap`, ...), with cel-go's error rules (`_Evaluator`);
 - CEL's heterogeneous equality and cross-type numeric comparison: `1 == 1.0` and `1 < 1.5` hold,
   `"a" == 1` is false, `"a" < 1` an error; a quantity or semver compared with `==` to another type
   is an error (as Kubernetes' types answer).
@@ -37,18 +40,22 @@ escaped literal, a macro walking a map: `_reads_identity`).
 from __future__ import annotations
 
 import ast as pyast
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import celpy
 from celpy import celtypes
-from celpy.evaluation import CELEvalError, base_functions
-from lark import Token, Tree
+from celpy.celparser import CELParseError, CELParser
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 
-from drasat.v1 import celcheck
+from drasat.v1 import celcheck, celext
 
 Obj = dict[str, Any]
 
@@ -140,7 +147,7 @@ class Failure:
     message: str
 
 
-class _Error(Exception):
+class _Error(celext.LibraryError):
     """A library function's runtime error (becomes a CEL error value, see `_function`)."""
 
 
@@ -173,7 +180,7 @@ def _function(implementation: Any) -> Any:
                 return arg
         try:
             return implementation(*args)
-        except _Error as error:
+        except celext.LibraryError as error:
             return CELEvalError(str(error))
         except _Panic as panic:
             return _PanicValue(str(panic))
@@ -392,21 +399,36 @@ def _semver_compare(a: SemverValue, b: SemverValue) -> int:
     return (len(a.pre) > len(b.pre)) - (len(a.pre) < len(b.pre))
 
 
-def _semver(text: Any) -> SemverValue:
-    if not isinstance(text, str):
+def _normalized(text: str) -> str:
+    """Kubernetes' semver normalization (`semver(s, true)`): a leading v dropped, leading zeros
+    dropped, a missing minor or patch made 0."""
+    parts = text.removeprefix("v").split(".", 2)
+    for at, part in enumerate(parts):
+        if len(part) > 1:
+            part = part.lstrip("0")
+            parts[at] = part if part[:1].isdigit() else "0" + part
+    if len(parts) < 3:
+        if any(c in parts[-1] for c in "+-"):
+            raise ValueError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
+
+
+def _semver(text: Any, normalize: Any = False) -> SemverValue:
+    if not isinstance(text, str) or not isinstance(normalize, (bool, celtypes.BoolType)):
         raise _fail(_NO_SUCH_OVERLOAD)
     try:
-        return parse_semver(str(text))
+        return parse_semver(_normalized(str(text)) if normalize else str(text))
     except ValueError as error:
         raise _fail(str(error)) from None
 
 
-def _is_semver(text: Any) -> celtypes.BoolType:
-    if not isinstance(text, str):
-        raise _fail(_NO_SUCH_OVERLOAD)
+def _is_semver(text: Any, normalize: Any = False) -> celtypes.BoolType:
     try:
-        parse_semver(str(text))
-    except ValueError:
+        _semver(text, normalize)
+    except _Error as error:
+        if str(error) == _NO_SUCH_OVERLOAD:
+            raise
         return celtypes.BoolType(False)
     return celtypes.BoolType(True)
 
@@ -444,24 +466,24 @@ def _part(name: str) -> Any:
     return part
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _fail(_NO_SUCH_OVERLOAD)
-    return value
+def _arithmetic(sign: int) -> Any:
+    """Quantity `add` and `sub` (of a quantity or an int): exact; an integer where both were
+    (Kubernetes' Add keeps the int64 form only then)."""
 
+    def operation(a: Any, b: Any) -> QuantityValue:
+        left = _quantity_of(a)
+        if isinstance(b, celtypes.IntType) and not isinstance(b, celtypes.BoolType):
+            right = QuantityValue(Fraction(int(b)), int(b))
+        else:
+            right = _quantity_of(b)
+        amount = left.value + sign * right.value
+        integer = None
+        if left.integer is not None and right.integer is not None:
+            whole = left.integer + sign * right.integer
+            integer = whole if _INT64[0] <= whole <= _INT64[1] else None
+        return QuantityValue(amount, integer)
 
-#: Kubernetes' CEL string library (the part selectors use).
-_STRINGS: dict[str, Any] = {
-    "lowerAscii": lambda s: celtypes.StringType(_text(s).lower()),
-    "upperAscii": lambda s: celtypes.StringType(_text(s).upper()),
-    "trim": lambda s: celtypes.StringType(_text(s).strip()),
-    "indexOf": lambda s, sub: celtypes.IntType(_text(s).find(_text(sub))),
-    "lastIndexOf": lambda s, sub: celtypes.IntType(_text(s).rfind(_text(sub))),
-    "replace": lambda s, old, new: celtypes.StringType(_text(s).replace(_text(old), _text(new))),
-    "split": lambda s, sep: celtypes.ListType(
-        [celtypes.StringType(p) for p in _text(s).split(_text(sep))]
-    ),
-}
+    return operation
 
 
 # -- equality and comparison, as cel-go with Kubernetes' types -----------------------------------
@@ -621,8 +643,121 @@ def _size(value: Any) -> Any:
     return base_functions["size"](value)
 
 
+def _compare(a: Any, b: Any) -> int:
+    """cel-go's Compare of two list elements (sort, min, max, isSorted)."""
+    left, right = _ordered(a, b)
+    return int(left > right) - int(left < right)
+
+
+def _add(a: Any, b: Any) -> Any:
+    if not (_is_number(a) and type(a) is type(b)) and not isinstance(a, celtypes.DurationType):
+        raise _fail(_NO_SUCH_OVERLOAD)
+    return _typed(a + b)
+
+
+def _by_receiver(on_string: Any, on_list: Any) -> Any:
+    """indexOf and lastIndexOf: the strings extension's on a string, the lists library's on a
+    list."""
+
+    def dispatch(target: Any, *args: Any) -> Any:
+        if isinstance(target, str):
+            return on_string(target, *args)
+        if isinstance(target, celtypes.ListType) and len(args) == 1:
+            return on_list(target, *args)
+        raise _fail(_NO_SUCH_OVERLOAD)
+
+    return dispatch
+
+
+def _ip(value: Any) -> Any:
+    """`ip(s)`, and `c.ip()` of a CIDR."""
+    return celext.cidr_ip(value) if isinstance(value, celext.CIDRValue) else celext.ip(value)
+
+
+def _string(value: Any) -> Any:
+    if isinstance(value, (celext.IPValue, celext.CIDRValue)):
+        return celtypes.StringType(str(value))
+    return base_functions["string"](value)
+
+
+#: Kubernetes' and cel-go's extension libraries (`celext`), by the names selectors call.
+_EXTENSIONS: dict[str, Any] = {
+    "charAt": celext.char_at,
+    "indexOf": _by_receiver(
+        celext.index_of, lambda items, item: celext.list_index_of(items, item, _equal)
+    ),
+    "lastIndexOf": _by_receiver(
+        celext.last_index_of,
+        lambda items, item: celext.list_index_of(items, item, _equal, last=True),
+    ),
+    "lowerAscii": celext.lower_ascii,
+    "upperAscii": celext.upper_ascii,
+    "trim": celext.trim,
+    "replace": celext.replace,
+    "split": celext.split,
+    "substring": celext.substring,
+    "join": celext.join,
+    "strings.quote": celext.quote,
+    "find": celext.find,
+    "findAll": celext.find_all,
+    "isSorted": lambda items: celext.is_sorted(items, _compare),
+    "sum": lambda items: celext.total(items, _add, celtypes.IntType(0)),
+    "min": lambda items: celext.extreme(items, _compare, "min"),
+    "max": lambda items: celext.extreme(items, _compare, "max"),
+    "slice": celext.slice_of,
+    "flatten": celext.flatten,
+    "lists.range": celext.lists_range,
+    "includes": lambda items, item: celext.includes(items, item, _equal),
+    "distinct": lambda items: celext.distinct(items, _equal),
+    "reverse": celext.reverse,
+    "sort": lambda items: celext.sort(items, _compare),
+    "first": celext.first,
+    "last": celext.last,
+    "sets.contains": lambda a, b: celext.sets_contains(a, b, _equal),
+    "sets.equivalent": lambda a, b: celext.sets_equivalent(a, b, _equal),
+    "sets.intersects": lambda a, b: celext.sets_intersects(a, b, _equal),
+    "optional.of": celext.optional_of,
+    "optional.none": celext.optional_none,
+    "optional.ofNonZeroValue": celext.optional_of_non_zero,
+    "hasValue": celext.has_value,
+    "value": celext.value,
+    "or": celext.or_optional,
+    "orValue": celext.or_value,
+    "ip": _ip,
+    "isIP": celext.is_ip,
+    "ip.isCanonical": celext.ip_is_canonical,
+    "family": celext.family,
+    **{name: celext.ip_test(name) for name in celext.IP_TESTS},
+    "cidr": celext.cidr,
+    "isCIDR": celext.is_cidr,
+    "containsIP": celext.contains_ip,
+    "containsCIDR": celext.contains_cidr,
+    "masked": celext.masked,
+    "prefixLength": celext.prefix_length,
+    "string": _string,
+    "format.named": celext.format_named,
+    **{f"format.{name}": celext.format_of(name) for name in celext.FORMATS},
+    "validate": celext.validate,
+    "url": celext.url,
+    "isURL": celext.is_url,
+    "getScheme": celext.get_scheme,
+    "getHost": celext.get_host,
+    "getHostname": celext.get_hostname,
+    "getPort": celext.get_port,
+    "getEscapedPath": celext.get_escaped_path,
+    "getQuery": celext.get_query,
+}
+
+
+def _sort_by(items: Any, keys: Any) -> celtypes.ListType:
+    """`@sortByAssociatedKeys`: the list in the order of its keys (stable)."""
+    by_key = functools.cmp_to_key(lambda a, b: _compare(keys[a], keys[b]))
+    order = sorted(range(len(keys)), key=by_key)
+    return celtypes.ListType([items[i] for i in order])
+
+
 _LIBRARY: dict[str, Any] = {
-    **_STRINGS,
+    "_sortBy_": _sort_by,
     "quantity": _quantity,
     "isQuantity": _is_quantity,
     "semver": _semver,
@@ -645,6 +780,9 @@ _LIBRARY: dict[str, Any] = {
     "_>=_": _relation(lambda a, b: a >= b),
     "_in_": _in,
     "size": _size,
+    "add": _arithmetic(1),
+    "sub": _arithmetic(-1),
+    **_EXTENSIONS,
 }
 FUNCTIONS: dict[str, Any] = {
     **{name: _function(f) for name, f in _LIBRARY.items()},
@@ -820,6 +958,15 @@ def _one_line(text: str, most: int = 300) -> str:
     return flat[:most].rpartition(" ")[0] + " …"
 
 
+#: Most answers one selector keeps (`Selector._memo`). A selector that reads identity keeps one
+#: per device it has seen, and devices come and go (a node's MIG layout changes, nodes join and
+#: leave): without a bound, one tenant's claim could grow the controller's memory for as long as it
+#: runs. Past it the memo starts again (an answer is recomputed, never wrong). Above the devices of
+#: a large fleet (10,000 nodes of 8 GPUs), so that a steady fleet is never evaluated twice; the
+#: same scale as `_KIND_IDS_MAX`.
+MEMO_MAX = 100_000
+
+
 @dataclass
 class Selector:
     """One compiled CEL expression."""
@@ -840,6 +987,8 @@ class Selector:
         found = self._memo.get(key)
         if found is None:
             found = self._evaluate(driver, device)
+            if len(self._memo) >= MEMO_MAX:
+                self._memo.clear()
             self._memo[key] = found
         return found
 
@@ -906,6 +1055,381 @@ def evaluate_all(
     return True
 
 
+# -- macros cel-python lacks, with cel-go's semantics ---------------------------------------------
+#
+# cel-go expands `cel.bind` and every comprehension macro into one comprehension (a loop with an
+# accumulator, a condition that stops it early and a step); cel-python knows only the one-variable
+# `all`, `exists`, `exists_one`, `map` and `filter`, and folds errors into them with Python's truth
+# (an error counts as true in `exists_one` and `filter`). drasat evaluates all of them here, one
+# loop per macro as cel-go expands it (cel-go's parser/macro.go, ext/bindings.go and
+# ext/comprehensions.go), so the controller and the what-if, which both evaluate through
+# `compile_selector`, accept and answer what kube-scheduler does.
+
+#: (macro, argument count) -> variables it binds; the others are the filter (if any) and the body.
+_COMPREHENSIONS: dict[tuple[str, int], int] = {
+    ("all", 2): 1, ("exists", 2): 1, ("exists_one", 2): 1,
+    ("map", 2): 1, ("map", 3): 1, ("filter", 2): 1,
+    ("all", 3): 2, ("exists", 3): 2, ("exists_one", 3): 2, ("existsOne", 3): 2,
+    ("transformList", 3): 2, ("transformList", 4): 2, ("transformMap", 3): 2,
+    ("transformMap", 4): 2, ("transformMapEntry", 3): 2, ("transformMapEntry", 4): 2,
+}  # fmt: skip
+_GO_TYPES = {celtypes.BoolType: "types.Bool", celtypes.IntType: "types.Int",
+             celtypes.UintType: "types.Uint", celtypes.DoubleType: "types.Double",
+             celtypes.StringType: "types.String", celtypes.BytesType: "types.Bytes",
+             QuantityValue: "library.Quantity", SemverValue: "library.Semver"}  # fmt: skip
+
+
+def _ident(tree: Any) -> str | None:
+    """The name of an expression that is a plain identifier, else None."""
+    found = _innermost(tree)
+    if isinstance(found, Tree) and found.data == "ident":
+        found = found.children[0]
+    is_name = isinstance(found, Token) and found.type == "IDENT"
+    return str(found) if is_name else None
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, CELEvalError)
+
+
+def _entries(target: Any, variables: int) -> list[tuple[Any, ...]] | CELEvalError:
+    """What a comprehension walks: a list's elements (with their index for two variables), a
+    map's keys (with their value); cel-go's error for anything else."""
+    if isinstance(target, celtypes.ListType):
+        if variables == 1:
+            return [(element,) for element in target]
+        return [(celtypes.IntType(i), element) for i, element in enumerate(target)]
+    if isinstance(target, celtypes.MapType):
+        return [(key,) if variables == 1 else (key, target[key]) for key in target]
+    go = _GO_TYPES.get(type(_typed(target)), type(target).__name__)
+    if variables == 1:
+        return CELEvalError(f"got '{go}', expected iterable type")
+    return CELEvalError(f"unsupported comprehension range type: {go}")
+
+
+class _Fold:
+    """One comprehension's accumulator and step, as cel-go's macro writes them."""
+
+    def __init__(self, macro: str) -> None:
+        self.macro = macro
+        start: dict[str, Any] = {"all": True, "exists": False, "map": [], "filter": []}
+        start |= {"transformList": [], "transformMap": {}, "transformMapEntry": {}}
+        self.accu: Any = start.get(macro, 0)
+        if isinstance(self.accu, bool):
+            self.accu = celtypes.BoolType(self.accu)
+
+    def done(self) -> bool:
+        """cel-go's loop condition: `all` stops at a false, `exists` at a true."""
+        if self.macro in ("all", "exists"):
+            return isinstance(self.accu, celtypes.BoolType) and bool(self.accu) is (
+                self.macro == "exists"
+            )
+        return False
+
+    def step(self, key: Any, element: Any, keep: Any, value: Any) -> None:
+        """One step: `keep` is the filter's value (True where there is none), `value` the
+        body's."""
+        if self.macro in ("all", "exists"):
+            self.accu = FUNCTIONS["_&&_" if self.macro == "all" else "_||_"](self.accu, value)
+            return
+        if _is_error(self.accu):
+            return  # cel-go's step on an error accumulator is that error
+        if self.macro in ("exists_one", "existsOne", "filter"):
+            keep, value = value, None  # the body is the predicate
+        if _is_error(keep) or not isinstance(keep, celtypes.BoolType):
+            self.accu = keep if _is_error(keep) else CELEvalError(_NO_SUCH_OVERLOAD)
+        elif not keep:
+            return
+        elif self.macro in ("exists_one", "existsOne"):
+            self.accu += 1
+        elif self.macro == "filter":
+            self.accu.append(element)
+        elif _is_error(value):
+            self.accu = value
+        elif self.macro in ("map", "transformList"):
+            self.accu.append(value)
+        elif self.macro == "transformMap":
+            self.accu[key] = value
+        else:
+            self.insert(value)
+
+    def insert(self, entries: Any) -> None:
+        """transformMapEntry: the body's map merged in; a key already there is an error."""
+        if not isinstance(entries, celtypes.MapType):
+            self.accu = CELEvalError(_NO_SUCH_OVERLOAD)
+            return
+        for key, value in entries.items():
+            if key in self.accu:
+                self.accu = CELEvalError("insert failed: key " + str(key) + " already exists")
+                return
+            self.accu[key] = value
+
+    def result(self) -> Any:
+        if _is_error(self.accu) or self.macro in ("all", "exists"):
+            return self.accu
+        if self.macro in ("exists_one", "existsOne"):
+            return celtypes.BoolType(self.accu == 1)
+        if isinstance(self.accu, list):
+            return celtypes.ListType(self.accu)
+        return celtypes.MapType(self.accu)
+
+
+_NOT_A_LIST = (
+    "internal error: interface conversion: *types.Err is not traits.Lister: missing method Add"
+)
+#: (method, argument count) -> (the value that must not be an error, cel-go's panic).
+_PANICS_ON_ERROR = {
+    ("distinct", 0): (0, _NOT_A_LIST),
+    ("flatten", 1): (
+        1,
+        "internal error: interface conversion: ref.Val is *types.Err, not types.Int",
+    ),
+}
+
+#: The last part of each namespaced function's name (`contains` of `sets.contains`).
+_NAMESPACED = frozenset(name.rpartition(".")[2] for name in FUNCTIONS if "." in name)
+
+
+class _Evaluator(Evaluator):
+    """cel-python's evaluator with `cel.bind` and every comprehension macro of Kubernetes' CEL
+    (two-variable ones included) evaluated as cel-go does."""
+
+    def sub_evaluator(self, ast: Any) -> Evaluator:
+        return _Evaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: Any) -> Any:
+        target, method = tree.children[0], str(tree.children[1])
+        args = _args(tree)
+        if method == "bind" and len(args) == 3 and _ident(target) == "cel":
+            return self._bind(args)
+        variables = _COMPREHENSIONS.get((method, len(args)))
+        if variables is not None:
+            return self._comprehension(method, self.visit(target), args, variables)
+        if method in ("optMap", "optFlatMap", "sortBy") and len(args) == 2:
+            return self._optional_or_sort(method, self.visit(target), args)
+        namespace = _qualified(target) if method in _NAMESPACED else None
+        function = f"{namespace}.{method}"
+        if namespace is not None and function in FUNCTIONS and not self._bound(namespace):
+            # A namespaced global function (`sets.contains(a, b)`), not a method of a variable.
+            return FUNCTIONS[function](*(self.visit(arg) for arg in args))
+        if (method, len(args)) in _PANICS_ON_ERROR:
+            return self._cost_tracked(method, target, args)
+        if method in ("min", "reduce"):
+            # cel-python reads these as macros of its own; in Kubernetes' CEL they are calls.
+            return self._call(method, [self.visit(target), *(self.visit(a) for a in args)])
+        return super().member_dot_arg(tree)
+
+    def member_dot_opt(self, tree: Any) -> Any:
+        """`a.?f`: optional.of(a.f) where `a` has `f`, else optional.none()."""
+        return _optional_select(self.visit(tree.children[0]), celtypes.StringType(tree.children[1]))
+
+    def member_index_opt(self, tree: Any) -> Any:
+        """`a[?k]`: optional.of(a[k]) where `a` has `k`, else optional.none()."""
+        target, key = self.visit_children(tree)
+        return key if _is_error(key) and not _is_error(target) else _optional_select(target, key)
+
+    def member_dot(self, tree: Any) -> Any:
+        target = tree.children[0]
+        if not _after_optional(target):
+            return super().member_dot(tree)
+        # `a.?b.c`: a field of an optional value is optional (none stays none).
+        found = self.visit(target)
+        if isinstance(found, celext.OptionalValue):
+            return _optional_select(found, celtypes.StringType(tree.children[1]))
+        return self._index(found, celtypes.StringType(tree.children[1]))
+
+    def member_index(self, tree: Any) -> Any:
+        # cel-python indexes an error value (`[attr, 0].sort()[0]` where attr is missing) and
+        # says "no such overload"; cel-go passes the error on.
+        target, index = self.visit_children(tree)
+        if isinstance(target, celext.OptionalValue) and not _is_error(index):
+            return _optional_select(target, index)
+        return self._index(target, index)
+
+    def _index(self, target: Any, index: Any) -> Any:
+        for value in (target, index):
+            if _is_error(value):
+                return value
+        try:
+            return self.activation.resolve_function("_[_]")(target, index)
+        except TypeError as error:
+            return CELEvalError(_NO_SUCH_OVERLOAD, TypeError, error.args)
+        except KeyError as error:
+            return CELEvalError("no such key", KeyError, error.args)
+        except IndexError as error:
+            return CELEvalError("invalid_argument", IndexError, error.args)
+
+    def _cost_tracked(self, method: str, target: Any, args: list[Any]) -> Any:
+        """distinct() and flatten(depth): cel-go's cost tracker reads the receiver as a list, the
+        depth as an int, before the call looks at errors, so an error there panics (ends the
+        evaluation; no `||` absorbs it)."""
+        values = [self.visit(target), *(self.visit(arg) for arg in args)]
+        at, message = _PANICS_ON_ERROR[(method, len(args))]
+        if _is_error(values[at]) and not isinstance(values[at], _PanicValue):
+            return _PanicValue(message)
+        return FUNCTIONS[method](*values)
+
+    def _bound(self, name: str) -> bool:
+        try:
+            found = self.activation.resolve_variable(name.partition(".")[0])
+        except (KeyError, NameError):
+            return False
+        return not callable(found)  # cel-python finds functions by the same lookup
+
+    def _call(self, name: str, values: list[Any]) -> Any:
+        function = FUNCTIONS.get(name)
+        if function is None:
+            return CELEvalError(f"undeclared reference to '{name}'")
+        return function(*values)
+
+    def _optional_or_sort(self, macro: str, target: Any, args: list[Any]) -> Any:
+        """`opt.optMap(x, e)`, `opt.optFlatMap(x, e)` (optional values' macros) and
+        `list.sortBy(x, key)` (cel-go's lists extension)."""
+        if _is_error(target):
+            return target
+        name = str(_ident(args[0]))
+        if macro == "sortBy":
+            if not isinstance(target, celtypes.ListType):
+                return CELEvalError(_NO_SUCH_OVERLOAD)
+            keys = [self._scoped(args[1], {name: element}) for element in target]
+            for key in keys:
+                if _is_error(key):
+                    return _PanicValue(_NOT_A_LIST)  # cel-go's cost tracker reads the keys
+            return FUNCTIONS["_sortBy_"](target, celtypes.ListType(keys))
+        if not isinstance(target, celext.OptionalValue):
+            return CELEvalError(_NO_SUCH_OVERLOAD)
+        if not target.present:
+            return celext.NONE
+        found = self._scoped(args[1], {name: target.value})
+        if macro == "optFlatMap" or _is_error(found):
+            return found
+        return celext.optional_of(found)
+
+    def _scoped(self, tree: Any, bindings: dict[str, Any]) -> Any:
+        """`tree`'s value with `bindings` added to the variables in scope (an error as a
+        value, not raised)."""
+        nested = self.sub_evaluator(tree)
+        nested.set_activation(bindings)
+        return nested.visit(tree)
+
+    def _bind(self, args: list[Any]) -> Any:
+        # cel-go evaluates the bound value when the body first reads it; an error bound is
+        # an error only where read, as here.
+        name = _ident(args[0])
+        return self._scoped(args[2], {str(name): self.visit(args[1])})
+
+    def _comprehension(self, macro: str, target: Any, args: list[Any], variables: int) -> Any:
+        if _is_error(target):
+            return target
+        entries = _entries(target, variables)
+        if isinstance(entries, CELEvalError):
+            return entries
+        names = [str(_ident(arg)) for arg in args[:variables]]  # the checker saw to it
+        condition = args[variables] if len(args) - variables == 2 else None
+        body = args[-1]
+        fold = _Fold(macro)
+        for entry in entries:
+            if fold.done():
+                break
+            bindings = dict(zip(names, entry, strict=True))
+            keep = celtypes.BoolType(True)
+            if condition is not None:
+                keep = self._scoped(condition, bindings)
+            # cel-go's `filter ? step : accu` evaluates the body only where the filter holds.
+            kept = isinstance(keep, celtypes.BoolType) and bool(keep)
+            value = self._scoped(body, bindings) if kept else None
+            for found in (keep, value):
+                if isinstance(found, _PanicValue):
+                    return found  # a panic ends cel-go's evaluation at once
+            fold.step(entry[0], entry[-1], keep, value)
+        return fold.result()
+
+
+def _optional_select(target: Any, key: Any) -> Any:
+    """cel-go's optional selection: of a map (or an optional map), the key's value as an
+    optional; of a list, the index's; of anything else, none."""
+    if _is_error(target):
+        return target
+    if isinstance(target, celext.OptionalValue):
+        if not target.present:
+            return celext.NONE
+        target = target.value
+    if isinstance(target, celtypes.MapType):
+        return celext.optional_of(target[key]) if key in target else celext.NONE
+    if isinstance(target, celtypes.ListType) and _is_number(key):
+        inside = 0 <= _plain(key) < len(target) and _plain(key) == int(_plain(key))
+        return celext.optional_of(target[int(_plain(key))]) if inside else celext.NONE
+    return celext.NONE  # nothing to select in (`"gpu".?x`): none, as cel-go answers
+
+
+def _after_optional(tree: Any) -> bool:
+    """Whether an optional selection (`.?`, `[?`) is in the chain under `tree`."""
+    while isinstance(tree, Tree):
+        if tree.data in ("member_dot_opt", "member_index_opt"):
+            return True
+        if tree.data not in ("member", "member_dot", "member_index", "primary"):
+            return False
+        tree = tree.children[0]
+    return False
+
+
+def _qualified(tree: Any) -> str | None:
+    """`a.b` of a target that is a chain of plain names, else None."""
+    found = _innermost(tree)
+    if isinstance(found, Tree) and found.data == "member_dot":
+        head = _qualified(found.children[0])
+        return None if head is None else f"{head}.{found.children[1]}"
+    return _ident(found)
+
+
+def _args(tree: Any) -> list[Any]:
+    """A call's argument trees."""
+    exprlist = tree.children[2] if len(tree.children) > 2 else None
+    return list(exprlist.children) if isinstance(exprlist, Tree) else []
+
+
+class _Parser(CELParser):
+    """cel-python's parser with cel-go's optional selection, `a.?f` and `a[?k]` (the syntax
+    kube-scheduler's own hint for a missing key proposes)."""
+
+    PARSER: Lark | None = None
+
+    def __init__(self) -> None:
+        if _Parser.PARSER is None:
+            grammar = (Path(celpy.__file__).parent / "cel.lark").read_text()
+            member = (
+                "member         : member_dot | member_dot_arg | member_index | member_object"
+                " | primary"
+            )
+            if member not in grammar:
+                raise RuntimeError("cel-python's grammar changed: optional selection not added")
+            grammar = grammar.replace(
+                member,
+                member.replace("| primary", "| member_dot_opt | member_index_opt | primary")
+                + '\nmember_dot_opt : member ".?" IDENT\nmember_index_opt : member "[?" expr "]"',
+            )
+            _Parser.PARSER = Lark(
+                grammar, parser="lalr", start="expr", g_regex_flags=re.M,
+                lexer_callbacks={"IDENT": self.ambiguous_literals}, propagate_positions=True,
+                maybe_placeholders=False, priority="invert",
+            )  # fmt: skip
+
+    def parse(self, text: str) -> Any:
+        assert _Parser.PARSER is not None
+        self.text = text
+        try:
+            return _Parser.PARSER.parse(text)
+        except (UnexpectedToken, UnexpectedCharacters) as error:
+            raise CELParseError(
+                error.get_context(text), *error.args, line=error.line, column=error.column
+            ) from None
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 def _compile_error(error: Exception) -> str:
     """Why cel-python did not compile an expression, one line: where, as cel-go says it
     (`<input>:line:column`), and what."""
@@ -916,13 +1440,10 @@ def _compile_error(error: Exception) -> str:
     return _one_line(text.partition(" (in activation")[0])
 
 
-#: Kubernetes CEL extensions cel-python parses as calls it cannot make: refused when compiled,
-#: so the claim is refused naming the expression instead of failing on every device.
-_UNSUPPORTED = re.compile(r"\bcel\.bind\s*\(")
-
 #: What the API server says of a selector past its cost estimate's limit.
 TOO_COMPLEX = celcheck.TOO_COMPLEX
-_ENVIRONMENT = celpy.Environment()
+_ENVIRONMENT = celpy.Environment(runner_class=_Runner)
+_ENVIRONMENT.cel_parser = _Parser()
 _COMPILED: dict[str, Selector] = {}
 
 
@@ -932,12 +1453,6 @@ def compile_selector(expression: str) -> Selector:
     found = _COMPILED.get(expression)
     if found is not None:
         return found
-    unsupported = _UNSUPPORTED.search(expression)
-    if unsupported is not None:
-        raise SelectorError(
-            f"CEL expression {expression!r} does not compile: {unsupported.group(0)[:-1].strip()} "
-            "is not supported by drasat's CEL evaluator"
-        )
     try:
         ast = _ENVIRONMENT.compile(expression)
         program = _ENVIRONMENT.program(ast, functions=FUNCTIONS)

@@ -126,9 +126,9 @@ def _library() -> dict[str, list[Overload]]:
     add("substring", _o(STRING, [INT], STRING), _o(STRING, [INT, INT], STRING))
     add("join", _o(list_of(STRING), [], STRING), _o(list_of(STRING), [STRING], STRING))
     add("strings.quote", _o(None, [STRING], STRING))
-    # Kubernetes' lists library and cel-go's lists extension (version 3).
+    # Kubernetes' lists library (version 0) and cel-go's lists extension (version 3).
     add("isSorted", _o(_LIST_A, [], BOOL))
-    add("includes", _o(_LIST_A, [_A], BOOL))
+    add("includes", _o(_LIST_A, [_A], BOOL))  # version 1 of Kubernetes' lists library (1.37)
     for name in ("sum", "min", "max"):
         add(name, _o(_LIST_A, [], _A))
     for name in ("indexOf", "lastIndexOf"):
@@ -150,7 +150,7 @@ def _library() -> dict[str, list[Overload]]:
     # Kubernetes' quantity library.
     add("quantity", _o(None, [STRING], QUANTITY))
     add("isQuantity", _o(None, [STRING], BOOL))
-    add("sign", _o(QUANTITY, [], INT))
+    add("sign", _o(None, [QUANTITY], INT))  # a global function, not a method
     add("isInteger", _o(QUANTITY, [], BOOL))
     add("asInteger", _o(QUANTITY, [], INT))
     add("asApproximateFloat", _o(QUANTITY, [], DOUBLE))
@@ -206,7 +206,7 @@ LIBRARY = _library()
 #: Macros: name -> the argument counts it takes as a member call (cel-go expands these before
 #: the check, so they are never "undeclared").
 _MEMBER_MACROS = {
-    "all": (2, 3), "exists": (2, 3), "exists_one": (2,), "existsOne": (2, 3),
+    "all": (2, 3), "exists": (2, 3), "exists_one": (2, 3), "existsOne": (3,),
     "map": (2, 3), "filter": (2,), "transformList": (3, 4), "transformMap": (3, 4),
     "transformMapEntry": (3, 4), "sortBy": (2,), "optMap": (2,), "optFlatMap": (2,),
 }  # fmt: skip
@@ -330,7 +330,8 @@ class CostError(CheckError):
 _STRING_COST = frozenset({
     "contains", "matches", "find", "findAll", "indexOf", "lastIndexOf", "replace", "split",
     "lowerAscii", "upperAscii", "trim", "substring", "join", "string", "bytes", "semver",
-    "isSemver", "quantity", "isQuantity",
+    "isSemver", "quantity", "isQuantity", "url", "isURL", "ip", "isIP", "ip.isCanonical", "cidr",
+    "isCIDR", "validate", "strings.quote",
 })  # fmt: skip
 TOO_COMPLEX = "too complex, exceeds cost limit"
 
@@ -340,6 +341,8 @@ class _Checker:
         self.scopes: list[dict[str, Type]] = [{"device": DEVICE}]
         #: Loops over a value of unknown size (dyn) around the node being checked.
         self.unbounded_loops = 0
+        #: cel.bind variables bound to a value of unknown size (a function's result).
+        self.unsized: set[str] = set()
         #: Past the API server's cost limit: refused only once the whole tree type checks, as
         #: the server estimates the cost of what cel-go has checked (a type error is named first).
         self.too_complex = False
@@ -401,20 +404,27 @@ class _Checker:
         return map_of(key, self.homogeneous(values))
 
     def homogeneous(self, items: Sequence[Any]) -> Type:
-        if not items:
-            return DYN
-        first = self.check(items[0])
-        for item in items[1:]:
+        """The element type of a list or map literal. cel-go's HomogeneousAggregateLiterals wants
+        every element of one exact type (`dyn` beside `int` is refused: `[attr, 0]`), where an
+        empty literal or `optional.none()`, whose types are free, fits any."""
+        first: Type = None
+        for item in items:
             kind = self.check(item)
-            if not _same(first, kind):
+            if _is_empty_literal(item):
+                continue
+            if first is None:
+                first = kind
+            elif kind != first:
                 raise self.fail(
                     item, f"expected type '{name_of(first)}' but found '{name_of(kind)}'"
                 )
-            first = _joined(first, kind)
-        return first
+        return DYN if first is None else first
 
     def node_member_object(self, tree: Tree[Any]) -> Type:
         raise self.fail(tree, "undeclared reference to message type (in container '')")
+
+    def node_typed(self, tree: Tree[Any]) -> Type:
+        return tree.kind if isinstance(tree, _Typed) else DYN
 
     # Operators.
 
@@ -455,6 +465,13 @@ class _Checker:
                   "in": "in"}[operator]  # fmt: skip
         if operator == "ne" and a == b and a in (QUANTITY, SEMVER, URL, IP, CIDR):
             # cel-go's estimate has no bound for `!=` of two Kubernetes library values.
+            self.too_complex = True
+        fixed = (INT, UINT, DOUBLE, BOOL)
+        both = _is_optional(a) and _is_optional(b)
+        if operator in ("eq", "ne") and both and a[1] not in fixed and b[1] not in fixed:
+            # Equality costs the smaller operand's size; cel-go knows the size of an optional
+            # number or bool only (a real API server refuses `a.?f == optional.none()` and
+            # `a.?f == optional.of("gpu")` as too complex, accepts `a.?f == optional.of(0)`).
             self.too_complex = True
         if operator in ("eq", "ne"):
             ok = _same(a, b)
@@ -509,7 +526,21 @@ class _Checker:
         target, field = tree.children
         return self.select(field, self.check(target), str(field))
 
+    def node_member_dot_opt(self, tree: Tree[Any]) -> Type:
+        """`a.?f`: an optional of what `a.f` would be."""
+        target, field = tree.children
+        found = self.select(field, self.check(target), str(field))
+        return found if _is_optional(found) else optional_of(found)
+
+    def node_member_index_opt(self, tree: Tree[Any]) -> Type:
+        found = self.node_member_index(tree)
+        return found if _is_optional(found) else optional_of(found)
+
     def select(self, where: Any, kind: Type, field: str) -> Type:
+        if _is_optional(kind):
+            # A field of an optional value is optional (cel-go's optional chaining).
+            found = self.select(where, kind[1], field)
+            return found if _is_optional(found) else optional_of(found)
         if kind == DYN:
             return DYN
         if kind == DEVICE:
@@ -524,6 +555,10 @@ class _Checker:
     def node_member_index(self, tree: Tree[Any]) -> Type:
         target, index = tree.children
         kind, key = self.check(target), self.check(index)
+        if _is_optional(kind):
+            inner = Tree(tree.data, [_Typed(kind[1]), index])
+            found = self.node_member_index(inner)
+            return found if _is_optional(found) else optional_of(found)
         if kind == DYN:
             return DYN
         if isinstance(kind, tuple) and kind[0] == "list" and key in (INT, UINT, DYN):
@@ -567,6 +602,8 @@ class _Checker:
     def node_member_dot_arg(self, tree: Tree[Any]) -> Type:
         target, method = tree.children[0], str(tree.children[1])
         args = _args(tree.children[2]) if len(tree.children) > 2 else []
+        if method == "bind" and len(args) == 3 and self.qualified(target) == "cel":
+            return self.bind(args)
         qualified = self.qualified(target)
         if qualified is not None and self.lookup(qualified.partition(".")[0]) is None:
             # A namespaced global function: `sets.contains(a, b)`, `optional.of(x)`.
@@ -574,20 +611,55 @@ class _Checker:
         if method in _MEMBER_MACROS and len(args) in _MEMBER_MACROS[method]:
             return self.macro(tree, method, self.check(target), args)
         return self.call(
-            _Call(tree.children[1]), method, self.check(target), args, literal=_is_literal(target)
-        )
+            _Call(tree.children[1]), method, self.check(target), args,
+            literal=_is_literal(target), empty=_is_empty_literal(target),
+        )  # fmt: skip
+
+    def sized(self, tree: Any) -> bool:
+        """Whether cel-go's estimate knows the size of what `tree` gives: a literal, a device
+        field, a variable (not one bound to a function's result), a macro over one of those;
+        not a function's result."""
+        found = _unwrap(tree)
+        if isinstance(found, Token) or found.data in ("list_lit", "map_lit", "literal"):
+            return True
+        if found.data == "ident":
+            return str(found.children[0]) not in self.unsized
+        if found.data in ("member_dot", "member_index", "paren_expr"):
+            return self.sized(found.children[0])
+        if found.data == "member_dot_arg":
+            return str(found.children[1]) in _MEMBER_MACROS and self.sized(found.children[0])
+        return False
+
+    def bind(self, args: Sequence[Any]) -> Type:
+        """`cel.bind(name, value, body)` (cel-go's bindings extension, in Kubernetes' DRA
+        environment since 1.31): the body's type, with `name` the value's."""
+        variable = _unwrap(args[0])
+        if not (isinstance(variable, Tree) and variable.data == "ident"):
+            raise self.fail(args[0], "cel.bind() variable names must be simple identifiers")
+        name = str(variable.children[0])
+        self.scopes.append({name: self.check(args[1])})
+        unsized = not self.sized(args[1])
+        self.unsized |= {name} if unsized else set()
+        try:
+            return self.check(args[2])
+        finally:
+            self.scopes.pop()
+            if unsized:
+                self.unsized.discard(name)
 
     def macro(self, tree: Tree[Any], name: str, target: Type, args: Sequence[Any]) -> Type:
         variables = [_unwrap(a) for a in args[:-1]]
         if name in ("transformList", "transformMap", "transformMapEntry"):
             variables = variables[:2]
-        elif name not in ("all", "exists", "existsOne") or len(args) == 2:
+        elif name not in ("all", "exists", "exists_one", "existsOne") or len(args) == 2:
             variables = variables[:1]
         names = []
         for variable in variables:
             if not (isinstance(variable, Tree) and variable.data == "ident"):
                 raise self.fail(tree, f"{name}() variable name must be a simple identifier")
             names.append(str(variable.children[0]))
+        if len(names) == 2 and names[0] == names[1]:
+            raise self.fail(args[1], f"duplicate variable name: {names[0]}")
         element: Type = DYN
         key: Type = DYN
         if isinstance(target, tuple) and target[0] == "list":
@@ -603,7 +675,9 @@ class _Checker:
         if isinstance(target, tuple) and target[0] == "optional":
             element = target[1]
         scope = dict(zip(names, [key, element] if len(names) == 2 else [element], strict=False))
-        unbounded = target == DYN
+        # A loop over what cel-go knows no size of: dyn, or a function's result (`split`,
+        # `findAll`): its size is unknown where a literal's or a device field's is declared.
+        unbounded = target == DYN or not self.sized(tree.children[0])
         if unbounded and self.unbounded_loops:
             self.too_complex = True
         self.scopes.append(scope)
@@ -636,8 +710,10 @@ class _Checker:
         args: Sequence[Any],
         *,
         literal: bool = True,
+        empty: bool = False,
     ) -> Type:
-        """A function call; `literal`: the receiver (if any) is a literal."""
+        """A function call; `literal`: the receiver (if any) is a literal; `empty`: an empty
+        one."""
         overloads = LIBRARY.get(name)
         if overloads is None:
             raise self.fail(tree, f"undeclared reference to '{name}' (in container '')")
@@ -646,6 +722,15 @@ class _Checker:
         kinds = [self.check(a) for a in args]
         sized = literal and all(_is_literal(a) for a in args)
         if name == "type" or (name in _STRING_COST and self.unbounded_loops and not sized):
+            self.too_complex = True
+        ends = [_int_literal(a) for a in args] if name == "slice" else []
+        if len(ends) == 2 and None not in ends and ends[1] < ends[0]:  # type: ignore[operator]
+            self.too_complex = True  # the estimate's size of the result goes below zero
+        if (name == "join" and not empty) or (
+            name in ("isSorted", "min", "max") and receiver in (list_of(STRING), list_of(BYTES))
+        ):
+            # Kubernetes' estimate of these over strings has no bound (a real API server refuses
+            # `["a", "b"].isSorted()` and `["a"].join()` as too complex).
             self.too_complex = True
         constant = _constant_problem(name, args)
         if constant is not None:
@@ -710,6 +795,39 @@ def _string_literal(tree: Any) -> str | None:
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _int_literal(tree: Any) -> int | None:
+    found = _unwrap(tree)
+    if isinstance(found, Tree) and found.data == "literal":
+        found = found.children[0]
+    if isinstance(found, Token) and found.type == "INT_LIT":
+        return int(str(found), 0)
+    return None
+
+
+def _is_optional(kind: Type) -> bool:
+    return isinstance(kind, tuple) and kind[0] == "optional"
+
+
+class _Typed(Tree[Any]):
+    """A node standing for an already checked expression of a known type."""
+
+    def __init__(self, kind: Type) -> None:
+        super().__init__("typed", [])
+        self.kind = kind
+
+
+def _is_empty_literal(tree: Any) -> bool:
+    """`[]`, `{}` or `optional.none()`: a literal whose type cel-go leaves free."""
+    found = _unwrap(tree)
+    if isinstance(found, Tree) and found.data in ("list_lit", "map_lit"):
+        return not found.children or found.children[0] is None
+    if isinstance(found, Tree) and found.data == "member_dot_arg":
+        target = _unwrap(found.children[0])
+        named = isinstance(target, Tree) and target.data == "ident"
+        return named and f"{target.children[0]}.{found.children[1]}" == "optional.none"
+    return False
 
 
 def _is_literal(tree: Any) -> bool:

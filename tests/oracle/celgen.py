@@ -1,5 +1,7 @@
 """Random CEL device selectors over every attribute and capacity drasat's devices publish, the
-Kubernetes CEL library parts selectors use (quantity, semver, strings, regex), literals of every
+Kubernetes CEL library parts selectors use (quantity, semver, strings, regex, and the rest of the
+environment's extensions: lists, sets, optional values, IP, CIDR, URL; `cel.bind` and two-variable
+comprehensions), literals of every
 type (int against double included), missing attributes and domains, and boolean combinations.
 
 Constructs drasat refuses on purpose are not generated (docs/CONTROLLER.md, "CEL"): they are
@@ -199,6 +201,118 @@ def _more_atom() -> st.SearchStrategy[str]:
         strings.map(lambda a: f'{a}.replace("-", "") != {a}'),
         strings.map(lambda a: f'{a}.lastIndexOf("-") > 2'),
         st.sampled_from(VERSIONS).map(lambda v: f"{d}.{v}.major() + 1 > 8"),
+        _bind_or_two_variables(),
+        _extension(),
+    )
+
+
+def _extension() -> st.SearchStrategy[str]:
+    """cel-go's strings, lists and sets extensions, optional values, and Kubernetes' regex, IP,
+    CIDR, URL and quantity functions, on attributes (a missing one's error passes through)."""
+    d = f'device.attributes["{DOMAIN}"]'
+    c = f'device.capacity["{DOMAIN}"]'
+    strings = st.sampled_from((*STRINGS, "nope")).map(lambda n: f"{d}.{n}")
+    ints = st.sampled_from((*INTS, "nope")).map(lambda n: f"{d}.{n}")
+    capacities = st.sampled_from(CAPACITIES).map(lambda n: f"{c}.{n}")
+    offset = st.sampled_from(["0", "1", "3", "40", "-1"])
+    on_strings = (
+        "{s}.charAt({i}) == \"N\"", "{s}.substring({i}).size() > 2", "{s}.indexOf(\"-\", {i}) > 0",
+        "{s}.lastIndexOf(\"0\", {i}) >= 0", "{s}.split(\"-\", {i}).size() == 2",
+        "{s}.replace(\"-\", \"\", {i}) != {s}", "{s}.find(\"[0-9]+\") != \"\"",
+        "{s}.findAll(\"[A-Z]\", {i}).size() > 1", "[{s}, \"x\"].join(\"/\").size() > {i}",
+        "strings.quote({s}).size() > {i}", "{s}.upperAscii().lowerAscii() == {s}.lowerAscii()",
+        "{s}.substring(1, {i}) == \"PU\"", "isIP({s}) || isCIDR({s}) || isURL({s})",
+        "optional.ofNonZeroValue({s}).hasValue()",
+        "{s}.split(\" \").last().orValue(\"\").size() > {i}",
+        "{s}.split(\"-\").first().optMap(x, x.size()).orValue(0) == {i}",
+        "format.dns1123Label().validate({s}).hasValue()",
+        "format.named(\"labelValue\").value().validate({s}).orValue([]).size() == {i}",
+    )  # fmt: skip
+    on_ints = (
+        # An attribute is dyn: a literal beside it in a list is made dyn (cel-go wants one type).
+        "[{n}, dyn({i})].min() == 0", "[{n}, dyn({i}), dyn(1)].max() > 1",
+        "[{n}, dyn({i})].sum() > 2", "[{n}, dyn({i})].isSorted()",
+        "[{n}, dyn({i}), dyn(1)].distinct().size() == 2", "[{n}, dyn({i})].sort()[0] == {n}",
+        "lists.range({i}).exists(x, x == {n})", "sets.contains([0, 1, 2], [{n}])",
+        "sets.intersects([{i}], [{n}])", "sets.equivalent([{n}, dyn({i})], [dyn({i}), {n}])",
+        "[dyn({i}), {n}].slice(1, 2) == [{n}]", "[{n}, dyn({i})].reverse()[0] == {i}",
+        "[dyn({i}), {n}].sortBy(x, -x)[0] == {n}", "[dyn({i}), {n}].indexOf({n}) == 1",
+        "[[{n}], [dyn({i})]].flatten().lastIndexOf({n}) >= 0", "[{n}, {i}].size() == 2",
+    )  # fmt: skip
+    on_capacities = (
+        "{q}.add(quantity(\"1Gi\")).isGreaterThan(quantity(\"40Gi\"))", "{q}.sub({i}).isInteger()",
+        "sign({q}.sub(quantity(\"1500m\"))) == 1", "{q}.add({i}).compareTo({q}) >= 0",
+    )  # fmt: skip
+    optional = st.sampled_from(STRINGS + INTS + VERSIONS + MISSING).map(
+        lambda n: st.sampled_from(
+            [
+                f"{d}.?{n}.hasValue()",
+                f'{d}[?"{n}"].orValue(dyn(0)) == 0',
+                f'{d}.?{n}.orValue("") == ""',
+                f"{d}.?{n} == optional.none()",
+                f"device.attributes.?other.{n}.hasValue()"
+                f' || {d}.?{n}.optMap(v, v != "").orValue(false)',
+            ]
+        )
+    )
+    constant = st.sampled_from(
+        [
+            'ip("10.0.0.1").family() == 4',
+            'cidr("10.0.0.0/8").containsIP(ip("10.1.2.3"))',
+            'cidr("10.0.0.0/8").containsCIDR("10.1.0.0/16")',
+            'url("https://example.com:8443/x?a=1").getPort() == "8443"',
+            'ip.isCanonical("2001:db8::1")',
+            'semver("v550.54", true).isLessThan(semver("550.54.15"))',
+            'isSemver("1.2", true) && !isSemver("1.2")',
+        ]
+    )
+    return st.one_of(
+        st.tuples(st.sampled_from(on_strings), strings, offset).map(
+            lambda t: t[0].format(s=t[1], i=t[2])
+        ),
+        st.tuples(st.sampled_from(on_ints), ints, offset).map(
+            lambda t: t[0].format(n=t[1], i=t[2])
+        ),
+        st.tuples(st.sampled_from(on_capacities), capacities, offset).map(
+            lambda t: t[0].format(q=t[1], i=t[2])
+        ),
+        optional.flatmap(lambda strategy: strategy),
+        constant,
+    )
+
+
+def _bind_or_two_variables() -> st.SearchStrategy[str]:
+    """`cel.bind` and the two-variable comprehensions (cel-go's bindings and comprehensions
+    extensions), over the attributes map, whose values differ in type (a semver beside an int)."""
+    d = f'device.attributes["{DOMAIN}"]'
+    ints = st.sampled_from(INTS)
+    strings = st.sampled_from(STRINGS)
+    return st.one_of(
+        ints.map(lambda n: f"cel.bind(a, {d}, has(a.{n}) && a.{n} >= 1)"),
+        ints.map(lambda n: f"cel.bind(a, {d}, a.{n} >= 1)"),
+        strings.map(lambda n: f'cel.bind(s, {d}.{n}, s.startsWith("N") || s.size() > 3)'),
+        st.sampled_from(VERSIONS).map(
+            lambda v: f'cel.bind(v, {d}.{v}, v.isGreaterThan(semver("8.0.0")) && v.major() < 600)'
+        ),
+        ints.map(lambda n: f'{d}.exists(k, v, k == "{n}" && v == 0)'),
+        ints.map(lambda n: f'{d}.existsOne(k, v, k == "{n}" && v > 0)'),
+        ints.map(lambda n: f"{d}.exists_one(k, v, v == 0)"),
+        strings.map(lambda n: f'{d}.all(k, v, k != "{n}" || v != "")'),
+        st.sampled_from(
+            [
+                f"{d}.all(k, v, v != 0)",
+                f"{d}.transformList(k, v, k).size() > 8",
+                f'{d}.transformList(k, v, k.startsWith("p"), v).size() == 3',
+                f'{d}.transformMap(k, v, k.startsWith("p"), k).size() == 3',
+                f'{d}.transformMapEntry(k, v, {{k: k}})["type"] == "type"',
+                f"{d}.type.transformList(i, v, v).size() == 1",
+                "[0, 1, 2].all(i, x, x == i)",
+                "[3, 2, 1].transformList(i, x, x * i) == [0, 2, 2]",
+                f"[0, 1].exists(i, x, x == {d}.index)",
+                f"cel.bind(x, 1 / 0, {d}.index == 0)",
+                f"cel.bind(x, 1 / 0, x == {d}.index)",
+            ]
+        ),
     )
 
 
@@ -272,6 +386,9 @@ _MISTAKES = (
     ("in [", 'in ["x", 1, '),
     ("true", "1"),
     ("has(", "exists("),
+    ("cel.bind(a, ", "cel.bind(a.b, "),
+    ("exists(k, v, ", "exists(k, k, "),
+    ("existsOne(k, v, ", "existsOne(k, "),
 )
 
 

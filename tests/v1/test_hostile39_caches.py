@@ -202,7 +202,8 @@ def test_a_solver_cache_kept_across_cycles_answers_as_a_fresh_one(seed: int) -> 
     [
         'device.attributes["gpu.drasat.io"].exists(k, v, string(v) == "GPU-1")',
         'device.attributes["gpu.drasat.io"].transformMap(k, v, v).size() > 0',
-        'device.attributes["gpu.drasat.io"].existsOne(k, k.startsWith("m"))',
+        'device.attributes["gpu.drasat.io"].exists_one(k, k.startsWith("m"))',
+        'device.attributes["gpu.drasat.io"].existsOne(k, v, k.startsWith("m"))',
     ],
 )
 def test_every_macro_walking_an_attributes_map_is_evaluated_per_device(expression: str) -> None:
