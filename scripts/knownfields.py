@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write drasat/whatif/knownfields.json: the fields kube-apiserver's Go structs have and the type
-of each field's value, for the pods and workloads the what-if places (Pod, Deployment,
-ReplicaSet, StatefulSet, Job), the PodGroups that make gangs and the `resource.k8s.io/v1`
-claims, templates and classes, read from the OpenAPI v3 documents a real kube-apiserver serves.
+of each field's value, for the pods and the workloads with pod templates the what-if reads
+(Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, CronJob), the PodGroups that make
+gangs and the `resource.k8s.io/v1` claims, templates and classes, read from the OpenAPI v3
+documents a real kube-apiserver serves.
 
 The what-if refuses a field these structs lack, and a value that does not decode into its
 field's type, as the API server's decoding does (`drasat/whatif/knownfields.py`). Run again
@@ -37,6 +38,8 @@ ROOTS = {
     "apps/v1 ReplicaSet": "io.k8s.api.apps.v1.ReplicaSet",
     "apps/v1 StatefulSet": "io.k8s.api.apps.v1.StatefulSet",
     "batch/v1 Job": "io.k8s.api.batch.v1.Job",
+    "apps/v1 DaemonSet": "io.k8s.api.apps.v1.DaemonSet",
+    "batch/v1 CronJob": "io.k8s.api.batch.v1.CronJob",
     "scheduling.k8s.io/v1beta1 PodGroup": "io.k8s.api.scheduling.v1beta1.PodGroup",
     "resource.k8s.io/v1 ResourceClaim": "io.k8s.api.resource.v1.ResourceClaim",
     "resource.k8s.io/v1 ResourceClaimTemplate": "io.k8s.api.resource.v1.ResourceClaimTemplate",

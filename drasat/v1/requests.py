@@ -250,7 +250,9 @@ def _alternative(
         # By name as written: upstream matches it literally against the device's capacity
         # names, so `gpu.drasat.io/memory` names no capacity of a device publishing `memory`.
         try:
-            capacity.append((str(key), to_bytes(value)))
+            # A number as the server keeps it (`1.5`): its digits are the quantity.
+            amount = str(value) if isinstance(value, float) else value
+            capacity.append((str(key), to_bytes(amount)))
         except ValueError as error:
             raise ClaimError(ref, f"{where}.capacity.requests.{key}", str(error)) from None
     class_config = tuple((device_class.get("spec") or {}).get("config") or [])

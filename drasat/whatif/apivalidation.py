@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from drasat.api.inputerrors import show
-from drasat.api.quantity import exact
+from drasat.api.quantity import go_value
 
 Obj = dict[str, Any]
 
@@ -66,15 +66,14 @@ CLASSIC = {"resource.k8s.io/v1alpha2": frozenset({"ResourceClass", "ResourceClai
 
 #: Kinds the what-if reads whose names are DNS subdomains.
 NAMED_LIKE_SUBDOMAINS = frozenset({
-    "Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "PriorityClass", "ResourceClaim",
-    "ResourceClaimTemplate", "DeviceClass",
+    "Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "CronJob",
+    "PriorityClass", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass",
 })  # fmt: skip
+#: Kinds whose names are shorter than a subdomain's 253: a CronJob's name, with the 11
+#: characters of its Jobs' suffix, must stay a DNS label (`ValidateCronJobCreate`).
+_NAME_LIMITS = {"CronJob": 52}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-#: Resource names Kubernetes counts itself; any other `domain/name` outside kubernetes.io is an
-#: extended resource (a whole number, requests equal to limits).
-_NATIVE_PREFIXES = ("hugepages-", "requests.", "limits.")
-_NATIVE = frozenset({"cpu", "memory", "ephemeral-storage", "storage", "pods"})
 
 
 def unserved(api_version: str, kind: str) -> str | None:
@@ -163,6 +162,9 @@ def object_name_problem(data: Mapping[str, Any]) -> str | None:
     name, namespace = metadata.get("name"), metadata.get("namespace")
     if isinstance(name, str) and name:
         why = dns_subdomain(name)
+        most = _NAME_LIMITS.get(str(data.get("kind")))
+        if why is None and most is not None and len(name) > most:
+            why = f"must be no more than {most} characters"
         if why:
             return f'metadata.name: Invalid value: "{name}": {why}'
     if isinstance(namespace, str) and namespace:
@@ -191,7 +193,7 @@ def pod_spec_problem(spec: Any, path: str) -> str | None:
             if not isinstance(resources, Mapping):
                 continue
             problem = _container_claims(resources.get("claims"), names, f"{where}.claims")
-            problem = problem or _extended(resources, where)
+            problem = problem or _resources(resources, where)
             if problem:
                 return problem
     return None
@@ -260,37 +262,122 @@ def _container_claims(entries: Any, names: set[str], path: str) -> str | None:
     return None
 
 
-def _extended(resources: Mapping[str, Any], path: str) -> str | None:
+def _resources(resources: Mapping[str, Any], path: str) -> str | None:
+    """The first problem of a container's `resources` as the server's
+    `validateResourceRequirements` finds them: each name (a resource for containers or an
+    extended one), each amount (at least 0; an extended resource's a whole number), each request
+    against its limit (no more than it; equal to it, and the limit set, for what cannot be
+    overcommitted: extended resources and hugepages). Amounts by value (`1000m`, `1.0`, `1e0`
+    are 1), of quantities that decoded (`knownfields.decode` refused the others)."""
     found, asked = resources.get("limits"), resources.get("requests")
     limits: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     requests: Mapping[str, Any] = asked if isinstance(asked, Mapping) else {}
     for part, given in (("limits", limits), ("requests", requests)):
         for name, value in given.items():
-            if not is_extended(str(name)):
-                continue
             where = f"{path}.{part}[{name}]"
             text = str(value).strip()
-            # By value, as the server checks a quantity: `1000m`, `1.0` and `1e0` are 1.
+            why = container_resource_name(str(name))
+            if why:
+                return f'{where}: Invalid value: "{name}": {why}'
             amount = _amount(value)
-            if amount is not None and amount < 0:
+            if amount is None:
+                continue  # not a quantity: decoding refused it
+            if amount < 0:
                 return f'{where}: Invalid value: "{text}": must be greater than or equal to 0'
-            if amount is None or amount != amount.to_integral_value():
+            if is_extended(str(name)) and amount != amount.to_integral_value():
                 return f'{where}: Invalid value: "{text}": must be an integer'
-            if part == "requests" and name not in limits:
-                return f"{where}: Invalid value: \"{text}\": Limit must be set for non " \
-                    "overcommitable resources"  # fmt: skip
-            if part == "requests" and _amount(limits[name]) != amount:
+            if part == "limits":
+                continue
+            overcommit = not is_extended(str(name)) and not str(name).startswith("hugepages-")
+            limit = _amount(limits[name]) if name in limits else None
+            if name not in limits and not overcommit:
+                return (
+                    f"{path}.limits[{name}]: Required value: Limit must be set for non "
+                    "overcommitable resources"
+                )
+            if limit is not None and not overcommit and limit != amount:
                 return (
                     f'{where}: Invalid value: "{text}": must be equal to {name} limit of '
                     f"{str(limits[name]).strip()}"
                 )
+            if limit is not None and amount > limit:
+                return (
+                    f'{where}: Invalid value: "{text}": must be less than or equal to {name} '
+                    f"limit of {str(limits[name]).strip()}"
+                )
     return None
 
 
+#: The resources a container may name without a domain (`IsStandardContainerResourceName`),
+#: besides `hugepages-<size>`; the others Kubernetes knows (`IsStandardResourceName`: quota's).
+_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+_STANDARD_RESOURCES = frozenset({
+    "pods", "services", "replicationcontrollers", "resourcequotas", "secrets", "configmaps",
+    "persistentvolumeclaims", "storage", "requests.cpu", "requests.memory",
+    "requests.ephemeral-storage", "requests.storage", "limits.cpu", "limits.memory",
+    "limits.ephemeral-storage", "services.nodeports", "services.loadbalancers",
+})  # fmt: skip
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def qualified_name(value: str) -> str | None:
+    """Why `value` is not a qualified name (`[prefix/]name`, Kubernetes' `IsQualifiedName`),
+    else None. Pure."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return (
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character with an optional DNS subdomain "
+            "prefix and '/' (e.g. 'example.com/MyName')"
+        )
+    if len(parts) == 2:
+        if not parts[0]:
+            return "prefix part must be non-empty"
+        why = dns_subdomain(parts[0])
+        if why:
+            return f"prefix part {why}"
+    name = parts[-1]
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _QUALIFIED_NAME.match(name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+            "start and end with an alphanumeric character"
+        )
+    return None
+
+
+def container_resource_name(name: str) -> str | None:
+    """Why a container may not name the resource `name` (`validateContainerResourceName`),
+    else None. Pure."""
+    why = qualified_name(name)
+    if why:
+        return why
+    if "/" not in name:
+        hugepages = name.startswith("hugepages-")
+        if name not in _CONTAINER_RESOURCES | _STANDARD_RESOURCES and not hugepages:
+            return "must be a standard resource type or fully qualified"
+        if name not in _CONTAINER_RESOURCES and not hugepages:
+            return "must be a standard resource for containers"
+        return None
+    if not _native(name) and (
+        name.startswith("requests.") or qualified_name(f"requests.{name}") is not None
+    ):
+        return "doesn't follow extended resource name standard"
+    return None
+
+
+def _native(name: str) -> bool:
+    """Kubernetes' own resource (`IsNativeResource`): no domain, or one of kubernetes.io."""
+    return "/" not in name or "kubernetes.io/" in name
+
+
 def _amount(value: Any) -> Decimal | None:
-    """A quantity's exact value; None when it is not one."""
+    """A quantity's exact value, as the server parses it; None when it is not one."""
     try:
-        return exact(value)
+        return go_value(value)
     except ValueError:
         return None
 
@@ -305,23 +392,60 @@ def stored_count(value: Any) -> Any:
 
 
 def is_extended(name: str) -> bool:
-    if name in _NATIVE or name.startswith(_NATIVE_PREFIXES):
+    """An extended resource (`IsExtendedResourceName`): `domain/name` outside kubernetes.io,
+    not a quota name (`requests.`), qualified once quota's `requests.` goes before it."""
+    if _native(name) or name.startswith("requests."):
         return False
-    domain, slash, _ = name.partition("/")
-    return bool(slash) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+    return qualified_name(f"requests.{name}") is None
 
 
 def pod_specs(data: Mapping[str, Any]) -> Sequence[tuple[Any, str]]:
-    """(pod spec, its field path) of a Pod or a workload with a pod template. Pure."""
+    """(pod spec, its field path) of a Pod or a workload with a pod template (a CronJob's is
+    its Job template's). Pure."""
     spec = data.get("spec")
     if not isinstance(spec, Mapping):
         return []
     if data.get("kind") == "Pod":
         return [(spec, "spec")]
+    path = "spec"
+    if data.get("kind") == "CronJob":
+        job = spec.get("jobTemplate")
+        spec = job.get("spec") if isinstance(job, Mapping) else None
+        path = "spec.jobTemplate.spec"
+        if not isinstance(spec, Mapping):
+            return []
     template = spec.get("template")
     if isinstance(template, Mapping):
-        return [(template.get("spec"), "spec.template.spec")]
+        return [(template.get("spec"), f"{path}.template.spec")]
     return []
+
+
+#: The restart policies a workload's pod template may have (absent: `Always`, the pod's
+#: default): the controllers of long-running pods restart them, a Job's pods end.
+_RESTART_POLICIES = {
+    ("apps", "Deployment"): ("Always",), ("apps", "ReplicaSet"): ("Always",),
+    ("apps", "StatefulSet"): ("Always",), ("apps", "DaemonSet"): ("Always",),
+    ("batch", "Job"): ("OnFailure", "Never"), ("batch", "CronJob"): ("OnFailure", "Never"),
+}  # fmt: skip
+
+
+def restart_policy_problem(data: Mapping[str, Any]) -> str | None:
+    """`<template>.restartPolicy: ...` when the workload's controller cannot run its pod
+    template's restart policy, as the server words it (a Job's or a CronJob's must be
+    `OnFailure` or `Never`, so one left to the default `Always` is refused), else None. Pure."""
+    group = str(data.get("apiVersion", "")).rpartition("/")[0]
+    allowed = _RESTART_POLICIES.get((group, str(data.get("kind"))))
+    if allowed is None:
+        return None
+    for spec, path in pod_specs(data):
+        given = spec.get("restartPolicy") if isinstance(spec, Mapping) else None
+        policy = given if isinstance(given, str) and given else "Always"
+        if policy in allowed:
+            continue
+        if len(allowed) > 1:
+            return f'{path}.restartPolicy: Required value: valid values: "OnFailure", "Never"'
+        return f'{path}.restartPolicy: Unsupported value: "{policy}": supported values: "Always"'
+    return None
 
 
 #: Integer fields of workloads and pod specs: a value of another type is a decoding error.

@@ -122,6 +122,17 @@ def matching_nodes(
     return tuple(allowed)
 
 
+def node_objects(found: ClusterNodes) -> list[dict[str, Any]]:
+    """Every node as a Node object: the cluster's own, else its name and labels (with
+    `kubernetes.io/hostname`, as kubelets set it). Pure."""
+    return [
+        found.node_objects.get(state.name)
+        or {"metadata": {"name": state.name,
+                         "labels": {HOSTNAME_LABEL: state.name, **dict(state.labels)}}}
+        for state in found.states
+    ]  # fmt: skip
+
+
 def load(documents: Sequence[loading.Document], *, source: str | None = None) -> ClusterNodes:
     """Validate and expand the cluster documents. Raises InputError on bad or duplicate nodes.
 

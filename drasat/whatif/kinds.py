@@ -115,8 +115,9 @@ class ContainerClaim(Open):
 
 class Resources(Open):
     go_struct: ClassVar[str] = "ResourceRequirements"
-    requests: dict[str, int | str] | None = None
-    limits: dict[str, int | str] | None = None
+    #: Quantities as written: a number too (`cpu: 1.5`), as the server's decoder takes it.
+    requests: dict[str, int | float | str] | None = None
+    limits: dict[str, int | float | str] | None = None
     claims: list[ContainerClaim] | None = None
 
 
@@ -215,6 +216,19 @@ class Job(Object):
     #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
     go_decoding: ClassVar[bool] = True
     spec: JobSpec
+    status: dict[str, Any] | None = None
+
+
+class DaemonSetSpec(Open):
+    """DaemonSet: one pod of the template on each node it matches (`workloads`)."""
+
+    template: PodTemplate
+
+
+class DaemonSet(Object):
+    #: The API server decodes it: decoding errors in its words (`drasat.api.godecoding`).
+    go_decoding: ClassVar[bool] = True
+    spec: DaemonSetSpec
     status: dict[str, Any] | None = None
 
 

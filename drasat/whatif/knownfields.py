@@ -1,7 +1,7 @@
 """What kube-apiserver's decoding makes of the objects the what-if reads: the pods and workloads
-it places, the PodGroups that make gangs and the `resource.k8s.io/v1` claims, templates and
-classes (and every object's metadata), as Go's `encoding/json` decodes them into the server's
-structs before anything validates them.
+with pod templates (a CronJob's too), the PodGroups that make gangs and the `resource.k8s.io/v1`
+claims, templates and classes (and every object's metadata), as Go's `encoding/json` decodes
+them into the server's structs before anything validates them.
 
 - A null is the zero value: a struct's field left absent (`replicas:` with no value, as Helm
   renders it), a map's value or a list's item the zero of its type (a label `team: null` is
@@ -9,6 +9,10 @@ structs before anything validates them.
 - A value of the wrong JSON type is refused in the server's words (`json: cannot unmarshal
   string into Go struct field Container.spec.containers.command of type []string`), the first
   in the document's order: `decode` answers it, also in fields the what-if never reads.
+- A quantity (`resources.limits`, a claim's `capacity.requests`) has its own decoder,
+  apimachinery's `ParseQuantity`: one that does not parse (`1.5.3`, `true`, `1ki`) is refused
+  in its words, which name no field (`quantities must match the regular expression ...`), and
+  ends the decoding there, before an earlier value of the wrong type (`api.quantity`).
 - A field the structs lack is refused by strict decoding (with strict field validation, as
   `kubectl apply` asks for): `strict decoding error: unknown field "spec.foo"`, every unknown
   field of the object in one message in the document's order (`unknown_fields`); a type error
@@ -26,6 +30,8 @@ import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from drasat.api import quantity
 
 #: A field's type as `scripts/knownfields.py` writes it: a struct's name (with dots), "[X" (a
 #: list of X), "{X" (a map of X), a scalar ("string", "string-enum", "int32", "int64", "bool",
@@ -133,18 +139,30 @@ class Undecodable:
     words: str
 
 
+class _Stop(Exception):
+    """A value whose own decoder (a Quantity's) refused it: Go's decoding stops there."""
+
+    def __init__(self, found: Undecodable) -> None:
+        super().__init__(found.words)
+        self.found = found
+
+
 def decode(obj: dict[str, Any]) -> Undecodable | None:
     """`obj` as the API server's decoder takes it, in place: nulls become the zero values Go
-    makes of them. Answers the first value (in the document's order) of the wrong type, None
-    when all decode. Objects of other kinds and versions: their metadata only."""
+    makes of them. Answers the first quantity that does not parse (`1.5.3`: in apimachinery's
+    words, which name no field), else the first value (in the document's order) of the wrong
+    type, None when all decode. Objects of other kinds and versions: their metadata only."""
     structs = _known()[1]
     root = _root(obj)
-    if root is not None:
-        return _decode_struct(structs, root, obj, "", "")
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        return None
-    return _decode_struct(structs, OBJECT_META, metadata, "metadata", "metadata")
+    try:
+        if root is not None:
+            return _decode_struct(structs, root, obj, "", "")
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        return _decode_struct(structs, OBJECT_META, metadata, "metadata", "metadata")
+    except _Stop as stop:
+        return stop.found
 
 
 def _decode_struct(
@@ -171,8 +189,15 @@ def _decode_value(
 ) -> Undecodable | None:
     """`owner`: the Go struct that holds the field `go_path` (the path without indexes, as
     Go's errors name it)."""
-    if shape == "" or shape == "quantity":
-        return None  # taken whole, or a quantity: its own decoder and words (not checked here)
+    if shape == "":
+        return None  # taken whole
+    if shape == "quantity":
+        words = quantity.go_decode_error(value)
+        if words is not None:
+            # Its own decoder's error ends the decoding at once, before any value of the
+            # wrong type that came earlier (which Go's decoder only notes and goes on).
+            raise _Stop(Undecodable(path, words))
+        return None
     if shape[0] in "[{":
         items: list[tuple[Any, Any]]
         if shape[0] == "[":

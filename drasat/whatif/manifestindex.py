@@ -18,7 +18,7 @@ from drasat.api import cluster, groups
 from drasat.api.base import Object
 from drasat.api.claims import DeviceClassParameters, GpuClaimParameters, MigDeviceClaimParameters
 from drasat.api.inputerrors import InputError
-from drasat.whatif import kinds, knownfields
+from drasat.whatif import kinds
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -36,6 +36,8 @@ def current_server_fields(documents: Sequence[loading.Document]) -> bool:
     return not any(d.data.get("apiVersion") in CLASSIC_DRA_VERSIONS for d in documents)
 
 
+#: Why a CronJob is not placed: its Jobs, and their pods, start on its schedule.
+CRONJOB = "its Jobs start on its schedule (spec.schedule): checked, not placed"
 RESOURCE_GROUP = "resource.k8s.io"
 REPLICATED_KINDS = {"apps": ("Deployment", "StatefulSet", "ReplicaSet")}
 #: Cluster-scoped kinds that may appear in manifests; every other object defaults to "default".
@@ -111,11 +113,8 @@ def located(document: loading.Document, namespace: str | None) -> str:
     return f"{document.where}: {document.describe(namespace)}"
 
 
-def build(documents: Sequence[loading.Document], *, strict_fields: bool = True) -> Inventory:
-    """Validate and index every document. Raises InputError on the first bad one.
-    `strict_fields`: a Pod's and a workload's fields are those of the current API server
-    (`knownfields`); False for classic DRA's manifests, whose servers (1.27–1.30) have others
-    (a pod claim's `source`)."""
+def build(documents: Sequence[loading.Document]) -> Inventory:
+    """Validate and index every document. Raises InputError on the first bad one."""
     inventory = Inventory()
     seen: dict[tuple[str, str, str, str], str] = {}
     for document in documents:
@@ -126,7 +125,7 @@ def build(documents: Sequence[loading.Document], *, strict_fields: bool = True) 
                 f"defined twice (first at {seen[key]})", where=located(document, key[2])
             )
         ignored_before = len(inventory.ignored)
-        _add(inventory, document, strict_fields)
+        _add(inventory, document)
         if len(inventory.ignored) == ignored_before:  # ignored kinds may repeat (Namespaces)
             seen[key] = document.where
     return inventory
@@ -166,7 +165,7 @@ def _validate(model: type[ModelT], document: loading.Document, namespace: str) -
         raise InputError(error.detail, where=located(document, namespace)) from None
 
 
-def _add(inventory: Inventory, document: loading.Document, strict_fields: bool) -> None:
+def _add(inventory: Inventory, document: loading.Document) -> None:
     api_version: str = document.data["apiVersion"]
     kind: str = document.data["kind"]
     group = groups.group_of(api_version)
@@ -180,11 +179,18 @@ def _add(inventory: Inventory, document: loading.Document, strict_fields: bool) 
     elif group == RESOURCE_GROUP:
         _add_resource(inventory, document, kind)
     elif (api_version, kind) == ("v1", "Pod"):
-        _add_workload(inventory, document, kinds.Pod, strict_fields)
+        _add_workload(inventory, document, kinds.Pod)
     elif kind in REPLICATED_KINDS.get(group, ()):
-        _add_workload(inventory, document, kinds.ReplicatedWorkload, strict_fields)
+        _add_workload(inventory, document, kinds.ReplicatedWorkload)
     elif (group, kind) == ("batch", "Job"):
-        _add_workload(inventory, document, kinds.Job, strict_fields)
+        _add_workload(inventory, document, kinds.Job)
+    elif (group, kind) == ("apps", "DaemonSet"):
+        _add_workload(inventory, document, kinds.DaemonSet)
+    elif (group, kind) == ("batch", "CronJob"):
+        # Checked as the server checks it (`whatif.run`), its pod template too; no pod of it
+        # exists when it is applied.
+        namespace = _namespace_of(document, namespaced=True)
+        inventory.ignored.append(Ignored(document.where, _what(document, namespace), CRONJOB))
     elif (group, kind) == ("scheduling.k8s.io", "PriorityClass"):
         entry = Entry(document, _validate(kinds.PriorityClass, document, ""), "")
         inventory.priority_classes[entry.name] = entry
@@ -250,21 +256,9 @@ def _add_resource(inventory: Inventory, document: loading.Document, kind: str) -
         inventory.templates[(namespace, template.name)] = template
 
 
-def _add_workload(
-    inventory: Inventory, document: loading.Document, model: type[Object], strict_fields: bool
-) -> None:
+def _add_workload(inventory: Inventory, document: loading.Document, model: type[Object]) -> None:
+    """A Pod or a workload: its model reads the fields placement needs. Its unknown fields are
+    not looked for here: every `-f` document was decoded strictly once, before (`whatif.run`,
+    as the API server decodes it); a document read back from a cluster is what a server took."""
     namespace = _namespace_of(document, namespaced=True)
-    unknown = knownfields.unknown_fields(document.data) if strict_fields else []
-    try:
-        found = _validate(model, document, namespace)
-    except InputError as error:
-        # The API server decodes first: a value of the wrong type is its answer; an unknown
-        # field comes before anything its validation would say.
-        if not unknown or "cannot unmarshal" in error.detail:
-            raise
-        found = None
-    if unknown:
-        raise InputError(f"{unknown[0]}: {knownfields.message(unknown)}",
-                         where=located(document, namespace))  # fmt: skip
-    assert found is not None
-    inventory.workloads.append(Entry(document, found, namespace))
+    inventory.workloads.append(Entry(document, _validate(model, document, namespace), namespace))

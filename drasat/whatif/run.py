@@ -207,6 +207,8 @@ def _as_the_api_server_checks(document: loading.Document, *, strict_fields: bool
         problem = apivalidation.pod_spec_problem(spec, path)
         if problem:
             break
+    if checked and problem is None:
+        problem = apivalidation.restart_policy_problem(data)
     if problem:
         raise InputError(problem, where=manifestindex.located(document, None))
     for spec, _ in apivalidation.pod_specs(data) if checked else ():
@@ -324,7 +326,11 @@ def run_v1(
 
     deadline: `time.monotonic()` by which the solves must be done (`SolveParams.deadline`)."""
     cluster = clusternodes.load(inputs.cluster, source=inputs.cluster_source)
-    workload = v1manifests.compile_v1(inputs.manifests, skip_unsupported=inputs.skip_unsupported)
+    workload = v1manifests.compile_v1(
+        inputs.manifests,
+        skip_unsupported=inputs.skip_unsupported,
+        nodes=clusternodes.node_objects(cluster),
+    )
     params = SolveParams(mode=mode, deadline=deadline)
     result = v1run.run_v1(cluster, workload, policy=inputs.policy, params=params, solve=solve)
     if inputs.cluster_source.startswith("<embedded>"):

@@ -30,7 +30,7 @@ from pydantic import (
 
 from drasat.api import limits
 from drasat.api.base import Object, ObjectMeta
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import go_decode_error
 from drasat.v1 import cel, slicekinds
 from drasat.v1.slicekinds import Open, Strict
 from drasat.whatif import apivalidation
@@ -121,13 +121,20 @@ class Toleration(Strict):
 
 
 class CapacityRequirements(Strict):
-    requests: dict[str, int | str] | None = None
+    #: Quantities as written: a number too (`1.5`), as the server's decoder takes it.
+    requests: dict[str, int | float | str] | None = None
 
     @field_validator("requests")
     @classmethod
-    def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
+    def _quantities(
+        cls, value: dict[str, int | float | str] | None
+    ) -> dict[str, int | float | str] | None:
+        # Any quantity the server parses, as it keeps them (`1u`, `-1`, `1.5`): only what does
+        # not parse is refused; the allocator says what it cannot count (`drasat.v1.requests`).
         for quantity in (value or {}).values():
-            to_bytes(quantity)
+            words = go_decode_error(quantity)
+            if words is not None:
+                raise ValueError(words)
         return value
 
 

@@ -61,6 +61,13 @@ POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 GENERATE_NAME_MAX = 57
 NVIDIA_CONFIG_GROUP = "resource.nvidia.com"
 
+#: Why a `-f` ResourceClaim's status is not read.
+STATUS_DROPPED = (
+    "status dropped: the API server drops the status of a claim it creates, so an allocation "
+    "written in a file holds no devices (only a claim read with --from-cluster keeps its own)"
+)
+#: Why a DaemonSet stands for no pod.
+NO_DAEMON_NODE = "no node of the cluster runs a pod of it (its node selector, affinity or taints)"
 #: NVIDIA's classes for what drasat does not do, and why.
 UNSUPPORTED_CLASSES = {
     "vfio.gpu.nvidia.com": "VFIO passthrough",
@@ -151,6 +158,9 @@ class V1Workload:
     bound: tuple[Obj, ...] = ()
     #: The PodGroups (`scheduling.k8s.io/v1beta1`) by namespace/name: the gangs pods name.
     pod_groups: Mapping[str, Obj] = field(default_factory=dict)
+    #: What of the input is read otherwise than it is written (a `-f` claim's status, which
+    #: the API server drops), and why: the table's `note:` lines.
+    notes: tuple[Ignored, ...] = ()
 
 
 def allocated(claim: Mapping[str, Any]) -> bool:
@@ -192,13 +202,18 @@ class _Index:
     skipped_claims: dict[tuple[str, str], str] = field(default_factory=dict)
     skipped_templates: dict[tuple[str, str], str] = field(default_factory=dict)
     ignored: list[Ignored] = field(default_factory=list)
+    notes: list[Ignored] = field(default_factory=list)
 
 
 def compile_v1(
-    documents: Sequence[loading.Document], *, skip_unsupported: bool = False
+    documents: Sequence[loading.Document],
+    *,
+    skip_unsupported: bool = False,
+    nodes: Sequence[Mapping[str, Any]] = (),
 ) -> V1Workload:
     """Pods, their claims and the classes of the manifests. Raises InputError (Unsupported for
-    what drasat does not do) naming file, document, object and field."""
+    what drasat does not do) naming file, document, object and field. `nodes`: the cluster's
+    Node objects, where a DaemonSet's pods run (`workloads.expand`)."""
     documents, skipped = _without_unsupported(documents, skip_unsupported)
     index, rest = _index(documents)
     _index_skipped(index, skipped)
@@ -206,7 +221,7 @@ def compile_v1(
     classes.update({name: _as_v1(e.document.data) for name, e in index.classes.items()})
     others = manifestindex.build(rest)
     compiler = _Compiler(index, classes, others.priority_classes)
-    pods = compiler.pods([_as_applied(e) for e in others.workloads])
+    pods = compiler.pods([_as_applied(e) for e in others.workloads], nodes)
     ignored = [*index.ignored, *others.ignored, *compiler.ignored]
     for (namespace, name), entry in index.claims.items():
         if f"{namespace}/{name}" not in compiler.used:
@@ -220,7 +235,7 @@ def compile_v1(
     groups_by_key = {key: e.document.data for key, e in index.pod_groups.items()}
     return V1Workload(
         tuple(pods), dict(compiler.used), classes, tuple(ignored), tuple(compiler.bound),
-        groups_by_key,
+        groups_by_key, tuple(index.notes),
     )  # fmt: skip
 
 
@@ -404,6 +419,13 @@ def _add(index: _Index, document: loading.Document) -> None:
     where = located(document, namespace)
     if kind == "ResourceClaim":
         claim = _validate(v1kinds.ResourceClaim, document, namespace)
+        if claim.status and document.source != LIVE_SOURCE:
+            # A claim to apply: the API server drops the status of what it creates (only the
+            # scheduler and the controllers write it), so an allocation written in a file
+            # holds no devices; said, since the file's author may think it does.
+            claim = claim.model_copy(update={"status": None})
+            index.notes.append(Ignored(document.where, f"ResourceClaim {namespace}/"
+                                       f"{claim.metadata.name}", STATUS_DROPPED))  # fmt: skip
         _check_configs(claim.spec.devices.config or [], "spec.devices.config", where)
         _unique(index.claims, (namespace, claim.metadata.name), document, namespace)
         index.claims[(namespace, claim.metadata.name)] = manifestindex.Entry(
@@ -506,7 +528,9 @@ class _Compiler:
         found = [e.document.data for e in self.index.classes.values()]
         return extended.device_class_for(extended.RESOURCE, found) or extended.DEVICE_CLASS
 
-    def pods(self, entries: list[manifestindex.Entry[Any]]) -> list[V1Pod]:
+    def pods(
+        self, entries: list[manifestindex.Entry[Any]], nodes: Sequence[Mapping[str, Any]] = ()
+    ) -> list[V1Pod]:
         for position, child in workloads.with_children(entries).items():
             parent = entries[position]
             self.ignored.append(
@@ -523,7 +547,13 @@ class _Compiler:
         }
         out = []
         converted: dict[int, tuple[kinds.PodSpec, kinds.PodSpec]] = {}
-        for instance in workloads.expand(entries):
+        instances = workloads.expand(entries, nodes)
+        owners = {i.owner for i in instances}
+        for entry in entries:
+            if isinstance(entry.obj, kinds.DaemonSet) and f"DaemonSet {entry.name}" not in owners:
+                what = entry.document.describe(entry.namespace)
+                self.ignored.append(Ignored(entry.document.where, what, NO_DAEMON_NODE))
+        for instance in instances:
             instance = _converted(instance, converted)
             status = statuses.get((instance.namespace, instance.name), {})
             if instance.spec.nodeName:

@@ -629,6 +629,7 @@ def render_table(result: V1Result, *, wide: bool = False) -> str:
     )
     if result.solver_error:
         lines.append(result.solver_error)
+    lines.extend(f"note: {n.what} ({n.where}): {n.reason}" for n in result.workload.notes)
     lines.extend(table.ignored_lines(result.workload.ignored, wide=wide))
     lines.extend(table.ignored_lines(result.cluster.ignored, wide=wide))
     return "\n".join(lines) + "\n"

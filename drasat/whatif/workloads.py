@@ -1,24 +1,27 @@
-"""Pods and the pods that workloads (Deployment, ReplicaSet, StatefulSet, Job) would create.
+"""Pods and the pods that workloads (Deployment, ReplicaSet, StatefulSet, Job, DaemonSet) would
+create.
 
 Pods of workloads are named the way their controllers name them — `<statefulset>-<ordinal>`,
-`<deployment>-<template-hash>-<suffix>`, `<replicaset>-<suffix>`, `<job>-<suffix>` — with the
-random parts derived from the workload's name, so every run names them alike.
+`<deployment>-<template-hash>-<suffix>`, `<replicaset>-<suffix>`, `<job>-<suffix>`,
+`<daemonset>-<suffix>` — with the random parts derived from the workload's name (and a
+DaemonSet's node), so every run names them alike. A DaemonSet stands for one pod on each node
+its controller would run one on (`daemon_nodes`), tied to that node as the controller ties it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from drasat import loading
-from drasat.api import cluster, limits
+from drasat.api import cluster, limits, nodefit
 from drasat.api.base import Object
-from drasat.api.cluster import cpu_millis
 from drasat.api.groups import NOMINATION_ANNOTATION
 from drasat.api.inputerrors import InputError
-from drasat.api.quantity import to_bytes
+from drasat.api.quantity import MAX_QUANTITY, go_value
 from drasat.whatif import kinds, manifestindex
 
 #: The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
@@ -80,10 +83,29 @@ def with_children(entries: list[manifestindex.Entry[Object]]) -> dict[int, str]:
     return out
 
 
-def expand(entries: list[manifestindex.Entry[Object]]) -> list[PodInstance]:
+#: The tolerations the DaemonSet controller gives its pods (`AddOrUpdateDaemonPodTolerations`),
+#: so a node's conditions and cordon keep none of them off it.
+DAEMON_TOLERATIONS: tuple[dict[str, str], ...] = tuple(
+    {"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": effect}
+    for key, effect in (
+        ("not-ready", "NoExecute"),
+        ("unreachable", "NoExecute"),
+        ("disk-pressure", "NoSchedule"),
+        ("memory-pressure", "NoSchedule"),
+        ("pid-pressure", "NoSchedule"),
+        ("unschedulable", "NoSchedule"),
+    )
+)
+
+
+def expand(
+    entries: list[manifestindex.Entry[Object]], nodes: Sequence[Mapping[str, Any]] = ()
+) -> list[PodInstance]:
     """Every pod the entries stand for, in input order. Raises InputError on duplicate pods.
 
     Workloads whose children are in the input are left to them (see `with_children`).
+    `nodes`: the cluster's Node objects (metadata name and labels, spec taints), where a
+    DaemonSet's pods run; none: a DaemonSet stands for no pod.
     """
     pods: list[PodInstance] = []
     seen: dict[str, str] = {}
@@ -92,13 +114,16 @@ def expand(entries: list[manifestindex.Entry[Object]]) -> list[PodInstance]:
     for index, entry in enumerate(entries):
         if index in skipped:
             continue
-        if len(pods) + _pod_count(entry.obj) > most:
+        # Counted before they are made (a million replicas are refused, not built); a
+        # DaemonSet's pods are at most one per node.
+        made = _pods_of(entry, nodes) if isinstance(entry.obj, kinds.DaemonSet) else []
+        if len(pods) + (len(made) or _pod_count(entry.obj)) > most:
             raise InputError(
                 f"the manifests stand for more than {most:,} pods, Kubernetes' limit per "
                 "cluster (raise the limit with DRASAT_MAX_PODS)",
                 where=entry.where(),
             )
-        for pod in _pods_of(entry):
+        for pod in made or _pods_of(entry, nodes):
             if pod.key in seen:
                 raise InputError(
                     f"pod {pod.key} is also created by {seen[pod.key]}", where=pod.where
@@ -108,9 +133,13 @@ def expand(entries: list[manifestindex.Entry[Object]]) -> list[PodInstance]:
     return pods
 
 
-def _pods_of(entry: manifestindex.Entry[Object]) -> list[PodInstance]:
+def _pods_of(
+    entry: manifestindex.Entry[Object], nodes: Sequence[Mapping[str, Any]]
+) -> list[PodInstance]:
     obj = entry.obj
     where = entry.where()
+    if isinstance(obj, kinds.DaemonSet):
+        return _daemon_pods(entry, obj, daemon_nodes(obj.spec.template.spec, nodes))
     if isinstance(obj, kinds.Pod):
         uid = object_uid("Pod", entry.namespace, obj.metadata.name, obj.metadata.uid)
         phase = str((obj.status or {}).get("phase", ""))
@@ -140,6 +169,56 @@ def _pods_of(entry: manifestindex.Entry[Object]) -> list[PodInstance]:
             for name in names
         ]
     raise AssertionError(f"not a workload: {type(obj).__name__}")  # pragma: no cover
+
+
+def daemon_nodes(
+    spec: kinds.PodSpec, nodes: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The nodes the DaemonSet controller runs a pod of the template on
+    (`NodeShouldRunDaemonPod`): its node selector and required node affinity match and it
+    tolerates the node's NoSchedule and NoExecute taints, with the tolerations the controller
+    adds. Pure."""
+    pod = {"spec": _daemon_spec(spec, None)}
+    return [n for n in nodes if nodefit.unfit(pod, n) is None]
+
+
+def _daemon_spec(spec: kinds.PodSpec, node: str | None) -> dict[str, Any]:
+    """The template's spec as the controller makes its pod for `node`: its tolerations, and
+    the required node affinity replaced by one term naming the node
+    (`ReplaceDaemonSetPodNodeNameNodeAffinity`)."""
+    out = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    out.pop("nodeName", None)  # the controller's affinity, not the template's, picks the node
+    tolerations = list(out.get("tolerations") or [])
+    out["tolerations"] = tolerations + [t for t in DAEMON_TOLERATIONS if t not in tolerations]
+    if node is not None:
+        affinity = out.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [term]}
+    return out
+
+
+def _daemon_pods(
+    entry: manifestindex.Entry[Object], obj: kinds.DaemonSet, nodes: Sequence[Mapping[str, Any]]
+) -> list[PodInstance]:
+    name = obj.metadata.name
+    names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
+    labels = tuple(sorted((obj.spec.template.metadata.labels or {}).items()))
+    taken: set[str] = set()
+    out = []
+    for node in names:
+        candidate, retry = f"{name}-{suffix(f'{name}/{node}', 5)}", 0
+        while candidate in taken:
+            retry += 1
+            candidate = f"{name}-{suffix(f'{name}/{node}/{retry}', 5)}"
+        taken.add(candidate)
+        spec = kinds.PodSpec.model_validate(_daemon_spec(obj.spec.template.spec, node))
+        out.append(
+            PodInstance(
+                entry.namespace, candidate, object_uid("Pod", entry.namespace, candidate), spec,
+                entry.where(), "spec.template.spec", f"DaemonSet {name}", labels=labels,
+            )
+        )  # fmt: skip
+    return out
 
 
 def _pod_count(obj: Object) -> int:
@@ -226,10 +305,15 @@ def _sum_requests(
                 continue
             where_set = "requests" if resource in requests else "limits"
             try:
+                # Any spelling the API server parses (`1k` CPUs, `1u` bytes), rounded up.
+                amount = go_value(value) * (1000 if resource == "cpu" else 1)
+                if amount < 0 or amount > MAX_QUANTITY:
+                    raise ValueError(f"{value!r} is not a quantity from 0 to {MAX_QUANTITY}")
+                whole = int(amount.to_integral_value(rounding="ROUND_CEILING"))
                 if resource == "cpu":
-                    cpu += cpu_millis(value)
+                    cpu += whole
                 else:
-                    memory += -(-to_bytes(value) // 2**20)
+                    memory += -(-whole // 2**20)
             except ValueError as error:
                 raise InputError(
                     f"{path}.{where_set}.{resource}: {error}", where=pod.where

@@ -53,6 +53,10 @@ def _pod(spec: Obj) -> Obj:
 
 
 _EXACTLY = "Go struct field ExactDeviceRequest.spec.devices.requests.exactly"
+#: apimachinery's words for a quantity it cannot parse (they name no field).
+_FORMAT_WRONG = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 
 #: (object, the server's words), by what is wrong.
 CASES: dict[str, tuple[Obj, str]] = {
@@ -240,5 +244,83 @@ CASES: dict[str, tuple[Obj, str]] = {
     "an unknown field in a Job's spec": (
         _job({"paralellism": 2}),
         'strict decoding error: unknown field "spec.paralellism"',
+    ),
+    "an unknown field in a DaemonSet's template": (
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "ds"},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "x", "imagePullPolic": "x"}]},
+                },
+            },
+        },
+        'strict decoding error: unknown field "spec.template.spec.containers[0].imagePullPolic"',
+    ),
+    "an unknown field in a CronJob's job template": (
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "cj"},
+            "spec": {
+                "schedule": "0 0 * * *",
+                "jobTemplate": {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "containers": [{"name": "c", "image": "x", "foo": 1}],
+                                "restartPolicy": "Never",
+                            }
+                        }
+                    }
+                },
+            },
+        },
+        'strict decoding error: unknown field "spec.jobTemplate.spec.template.spec.containers[0].'
+        'foo"',
+    ),
+    "a quantity with two dots": (
+        _pod(
+            {
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"memory": "1.5.3"}}}
+                ]
+            }
+        ),
+        _FORMAT_WRONG,
+    ),
+    "a quantity with a suffix in the wrong case": (
+        _pod(
+            {
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"memory": "1ki"}}}
+                ]
+            }
+        ),
+        "unable to parse quantity's suffix",
+    ),
+    "a bool for a quantity": (
+        _pod(
+            {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": True}}}]}
+        ),
+        _FORMAT_WRONG,
+    ),
+    "a quantity after a value of the wrong type": (
+        _pod(
+            {
+                "activeDeadlineSeconds": "5",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1 000"}}}
+                ],
+            }
+        ),
+        _FORMAT_WRONG,
+    ),
+    "a claim's capacity request that does not parse": (
+        _claim(capacity={"requests": {"memory": "8 Gi"}}),
+        _FORMAT_WRONG,
     ),
 }

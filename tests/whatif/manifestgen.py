@@ -2,7 +2,7 @@
 test of the what-if against the real API server (test_whatif_apiserver_oracle.py).
 
 A case is a small application: a ResourceClaimTemplate or a ResourceClaim (of drasat's or
-NVIDIA's classes, or of a DeviceClass of the case), and a Pod or a Deployment using it, all
+NVIDIA's classes, or of a DeviceClass of the case), and a Pod or a workload using it, all
 complete (what they reference is in the case or is a class the what-if and the cluster both
 have). Then none, one or two mistakes, each of the kind users make:
 
@@ -16,7 +16,14 @@ have). Then none, one or two mistakes, each of the kind users make:
 - field types: a count as a string or a fraction, a bool as a string, an unknown field (in a
   claim, a pod's spec, a container, its resources or security context), a list written as a
   mapping, an unknown allocation mode;
-- counts: 0, -1 devices; an extended resource of 1.5, -1 or requests unequal to limits.
+- counts: 0, -1 devices; an extended resource of 1.5, -1 or requests unequal to limits;
+- quantities: a container's CPU or memory (or a misspelt resource) as a quantity the server
+  parses (`1u`, `1.`, `1e3`) or not (`1.5.3`, `1ki`, `true`), negative, or over its limit; a
+  claim's capacity request of such a quantity;
+- status: a ResourceClaim written with `status.allocation` (the server drops it), maybe with a
+  status field it does not know.
+
+The pod spec is a Pod's, or the pod template of a Deployment, a DaemonSet or a CronJob.
 
 The pods carry some fields of the full PodSpec the what-if does not read (env, probes, ports,
 volumes, a security context, ...): the what-if accepts them as the server does.
@@ -111,13 +118,15 @@ def cases(draw: st.DrawFn, namespace: str = "ns") -> Case:
                         "resources": {"claims": [{"name": "gpu"}]}}],
         "resourceClaims": [entry],
     }  # fmt: skip
-    if draw(st.booleans()):
-        labels = {"app": "gen"}
+    workload = draw(st.sampled_from(WORKLOADS))
+    labels = {"app": "gen"}
+    metadata = {"name": "app", "namespace": namespace}
+    if workload == "Deployment":
         objects.append(
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
-                "metadata": {"name": "app", "namespace": namespace},
+                "metadata": metadata,
                 "spec": {
                     "replicas": draw(st.sampled_from([1, 2])) if from_template else 1,
                     "selector": {"matchLabels": labels},
@@ -125,11 +134,21 @@ def cases(draw: st.DrawFn, namespace: str = "ns") -> Case:
                 },
             }
         )
-    else:
+    elif workload == "DaemonSet":
         objects.append(
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": namespace},
-             "spec": pod_spec}
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": metadata,
+             "spec": {"selector": {"matchLabels": labels},
+                      "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
         )  # fmt: skip
+    elif workload == "CronJob":
+        pod_spec["restartPolicy"] = "Never"
+        objects.append(
+            {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata,
+             "spec": {"schedule": "*/5 * * * *",
+                      "jobTemplate": {"spec": {"template": {"spec": pod_spec}}}}}
+        )  # fmt: skip
+    else:
+        objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec})
     _known_pod_fields(objects, draw)
     made = []
     for _ in range(draw(st.integers(0, 2))):
@@ -142,8 +161,12 @@ def cases(draw: st.DrawFn, namespace: str = "ns") -> Case:
 # -- the mistakes: each changes the objects in place; False when it does not apply ----------------
 
 
+#: The kinds that carry the pod spec: a Pod, or a workload's pod template.
+WORKLOADS = ("Pod", "Deployment", "DaemonSet", "CronJob")
+
+
 def _claim(objects: list[Obj]) -> Obj:
-    found = next(o for o in objects if o["kind"] not in ("DeviceClass", "Pod", "Deployment"))
+    found = next(o for o in objects if o["kind"] not in ("DeviceClass", *WORKLOADS))
     return found
 
 
@@ -163,10 +186,10 @@ def _exactly(objects: list[Obj]) -> Obj:
 
 def _pod_spec(objects: list[Obj]) -> Obj:
     workload = objects[-1]
-    spec: Obj = (
-        workload["spec"] if workload["kind"] == "Pod" else workload["spec"]["template"]["spec"]
-    )
-    return spec
+    spec: Obj = workload["spec"]
+    if workload["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec if workload["kind"] == "Pod" else spec["template"]["spec"]
 
 
 def _selector(objects: list[Obj], draw: st.DrawFn) -> bool:
@@ -389,7 +412,50 @@ def _object_name(objects: list[Obj], draw: st.DrawFn) -> bool:
     return True
 
 
+#: Quantities as users write them: kept by the server (`1u`, `1.`, `1e3`, `1.5` as a number),
+#: or refused by its decoder (`1.5.3`, `1ki`, `1 Gi`, `1e3Gi`, `true`) or its validation (`-1`).
+QUANTITIES = ("2Gi", "500m", "1u", "1.", "1e3", 1.5, 2, "1.5.3", "1ki", "1 Gi", "1e3Gi", True,
+              "-1", "")  # fmt: skip
+
+
+def _quantity(objects: list[Obj], draw: st.DrawFn) -> bool:
+    """A container's CPU or memory request or limit, well formed or not, maybe over its
+    limit or of a name that is no resource."""
+    resources = _pod_spec(objects)["containers"][0]["resources"]
+    name = draw(st.sampled_from(["cpu", "memory", "memory", "memroy", "example.com/foo"]))
+    part = draw(st.sampled_from(["limits", "requests"]))
+    resources.setdefault(part, {})[name] = draw(st.sampled_from(QUANTITIES))
+    if draw(st.booleans()):
+        other = "requests" if part == "limits" else "limits"
+        resources.setdefault(other, {})[name] = draw(st.sampled_from(["1", "1Gi", "4", "100m"]))
+    return True
+
+
+def _capacity_request(objects: list[Obj], draw: st.DrawFn) -> bool:
+    """A request for some of a device's capacity (consumable capacity), of any quantity."""
+    name = draw(st.sampled_from(["memory", "gpu.drasat.io/memory", "Memory!"]))
+    _exactly(objects)["capacity"] = {"requests": {name: draw(st.sampled_from(QUANTITIES))}}
+    return True
+
+
+def _status_allocation(objects: list[Obj], draw: st.DrawFn) -> bool:
+    """A claim written with an allocation (which the server drops on create), or with a
+    status field it does not know (which strict decoding refuses)."""
+    claim = _claim(objects)
+    if claim["kind"] != "ResourceClaim":
+        return False
+    result = {"request": "gpu", "driver": "gpu.drasat.io", "pool": "nowhere", "device": "gpu-0"}
+    status: Obj = {"allocation": {"devices": {"results": [result]}}}
+    if draw(st.booleans()):
+        status[draw(st.sampled_from(["allocated", "reservedFor", "devices"]))] = [{"x": 1}]
+    claim["status"] = status
+    return True
+
+
 MISTAKES = {
+    "quantity": _quantity,
+    "capacity-request": _capacity_request,
+    "status-allocation": _status_allocation,
     "object-name": _object_name,
     "selector": _selector,
     "class-selector": _class_selector,

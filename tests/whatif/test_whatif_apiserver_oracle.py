@@ -27,6 +27,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from kubernetes.client import ApiException
 
+from drasat.api import quantity
 from drasat.whatif import v1cluster
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 EXAMPLES = int(os.environ.get("DRASAT_APISERVER_EXAMPLES", "100"))
+#: apimachinery's words for a quantity it cannot parse.
+QUANTITY_WORDS = (quantity.FORMAT_WRONG, quantity.SUFFIX_WRONG, quantity.NUMERIC_WRONG)
 
 
 @dataclass(frozen=True)
@@ -141,20 +144,22 @@ def _names_the_field(mine: str, refusal: Refusal, decoding: bool = False) -> boo
 
 
 #: What the server says it could not decode: `json: cannot unmarshal ... into Go struct field
-#: Struct.path of type T` or `strict decoding error: unknown field "path", ...`.
+#: Struct.path of type T`, `strict decoding error: unknown field "path", ...`, or a quantity's
+#: own decoder's words, which name no field.
 _DECODING = re.compile(
     r"cannot be handled as an? \w+: (?:json: )?(?P<words>cannot unmarshal \S+(?: \S+)? into Go "
     r"struct field \w+\.(?P<path>\S+) of type \S+|strict decoding error: unknown field "
-    r'"(?P<unknown>[^"]+)".*)$'
+    r'"(?P<unknown>[^"]+)".*|(?P<quantity>' + "|".join(re.escape(w) for w in QUANTITY_WORDS) + "))$"
 )
 
 
 def decoding_words(refusal: Refusal) -> tuple[str, str] | None:
-    """(the field, the server's words) of a refusal for what did not decode; None for others."""
+    """(the field, the server's words) of a refusal for what did not decode; None for others.
+    The field is "" for a quantity: its words name none."""
     found = _DECODING.search(refusal.message) if refusal.status == 400 else None
     if found is None:
         return None
-    return found["path"] or found["unknown"], found["words"]
+    return found["path"] or found["unknown"] or "", found["words"]
 
 
 def _same_words(rest: str, refusal: Refusal) -> bool:
@@ -162,6 +167,8 @@ def _same_words(rest: str, refusal: Refusal) -> bool:
     server's words (of several unknown fields, the server lists all and the what-if the first)."""
     server = decoding_words(refusal)
     field, _, said = rest.partition(": ")
+    if server is not None and not server[0]:
+        return said == server[1]  # a quantity: the server stops there, whatever came before
     if server is None or _normal(field) != _normal(server[0]):
         return True  # another problem, or another field of several: the field check decides
     said = said.split("; ")[0]
@@ -197,7 +204,7 @@ def compare(
     assert refusal is not None, f"the what-if names a document the server accepts: {said}"
     decoding = any(
         m in found["rest"].split("; ")[0]
-        for m in ("unknown field", "Input should be a valid", "cannot unmarshal")
+        for m in ("unknown field", "Input should be a valid", "cannot unmarshal", *QUANTITY_WORDS)
     )
     assert _names_the_field(_field(found["rest"]), refusal, decoding), f"another field: {said}"
     assert _same_words(found["rest"], refusal), f"not the server's words: {said}"

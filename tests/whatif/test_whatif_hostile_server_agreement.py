@@ -302,3 +302,85 @@ def test_unknown_fields_of_a_podgroup_are_refused(
     }
     objects = [group, _TEMPLATE]  # a v1 run (a PodGroup alone goes to the classic wing)
     compare(run_cli, kube_api, whatif_oracle_namespace, manifestgen.Case(objects, ("podgroup",)))
+
+
+def _workload(kind: str, pod_spec: Obj) -> Obj:
+    """A workload of `kind` around the pod spec (a CronJob's inside its job template)."""
+    labels = {"app": "w"}
+    template = {"metadata": {"labels": labels}, "spec": pod_spec}
+    group = "batch/v1" if kind in ("Job", "CronJob") else "apps/v1"
+    spec: Obj = {"template": template}
+    if kind == "CronJob":
+        spec = {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}
+    elif kind != "Job":
+        spec["selector"] = {"matchLabels": labels}
+    meta = {"name": "w", "namespace": NAMESPACE}
+    return {"apiVersion": group, "kind": kind, "metadata": meta, "spec": spec}
+
+
+_CONTAINER = {"name": "c", "image": "x"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "policy"),
+    [
+        ("Job", None), ("Job", "Always"), ("Job", "OnFailure"), ("CronJob", None),
+        ("CronJob", "Never"), ("Deployment", "Never"), ("DaemonSet", "OnFailure"),
+        ("DaemonSet", "Always"), ("StatefulSet", None),
+    ],
+)  # fmt: skip
+def test_a_workloads_restart_policy_is_checked_as_the_server_checks_it(
+    kind: str,
+    policy: str | None,
+    run_cli: RunCli,
+    kube_api: kubernetes.client.ApiClient,
+    whatif_oracle_namespace: str,  # noqa: F811  (the fixture imported above)
+) -> None:
+    """A Job's pods must end (OnFailure, Never: the default Always is refused); the pods of
+    Deployments, DaemonSets and StatefulSets must be restarted (Always)."""
+    spec: Obj = {"containers": [_CONTAINER]}
+    if policy is not None:
+        spec["restartPolicy"] = policy
+    objects = [_workload(kind, spec)]
+    compare(run_cli, kube_api, whatif_oracle_namespace, manifestgen.Case(objects, ("restart",)))
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"limits": {"memory": "1u", "cpu": "1k"}},
+        {"requests": {"memory": "1.", "cpu": 1.5}},
+        {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+        {"requests": {"cpu": "1000m"}, "limits": {"cpu": "1"}},
+        {"requests": {"cpu": "-1"}},
+        {"limits": {"memroy": "1Gi"}},
+        {"limits": {"pods": "1"}},
+        {"limits": {"example.com/foo": "1"}},
+        {"requests": {"example.com/foo": "1"}},
+        {"limits": {"hugepages-2Mi": "2Mi", "memory": "1Gi"}},
+        {"limits": {"memory": "1e3Gi"}},
+        {"limits": {"memory": "-"}},
+    ],
+)
+def test_a_containers_resources_are_checked_as_the_server_checks_them(
+    resources: Obj,
+    run_cli: RunCli,
+    kube_api: kubernetes.client.ApiClient,
+    whatif_oracle_namespace: str,  # noqa: F811  (the fixture imported above)
+) -> None:
+    objects = [_workload("DaemonSet", {"containers": [{**_CONTAINER, "resources": resources}]})]
+    compare(run_cli, kube_api, whatif_oracle_namespace, manifestgen.Case(objects, ("resources",)))
+
+
+@pytest.mark.parametrize("amount", ["1u", "8Gi", "8 Gi", "-1", True, 0])
+def test_a_claims_capacity_request_is_checked_as_the_server_checks_it(
+    amount: Any,
+    run_cli: RunCli,
+    kube_api: kubernetes.client.ApiClient,
+    whatif_oracle_namespace: str,  # noqa: F811  (the fixture imported above)
+    installed_classes: None,  # noqa: F811  (the fixture imported above)
+) -> None:
+    claim = copy.deepcopy(_TEMPLATE)
+    exactly = claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["capacity"] = {"requests": {"memory": amount}}
+    compare(run_cli, kube_api, whatif_oracle_namespace, manifestgen.Case([claim], ("capacity",)))

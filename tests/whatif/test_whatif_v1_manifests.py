@@ -538,7 +538,8 @@ def test_existing_allocations_of_nvidia_devices_take_their_gpu() -> None:
     text = TEMPLATE.replace(
         "  resourceClaims:", "  tolerations: [{operator: Exists}]\n  resourceClaims:"
     )
-    workload = compile_text(text + textwrap.dedent(held))
+    # Read back from the cluster: a claim of the -f files has its status dropped.
+    workload = v1manifests.compile_v1(parse(text + textwrap.dedent(held), v1manifests.LIVE_SOURCE))
     cluster = clusternodes.load(loading.read_documents(NVIDIA_SLICES))
     (t4,) = [n for n in v1run.node_inputs(cluster, workload) if n.state.name == "nv-t4"]
     assert t4.state.used_cpu_milli == 30_000
@@ -686,7 +687,9 @@ def test_a_pod_with_an_allocated_claim_is_tied_to_its_node() -> None:
         "  - {name: gpu, resourceClaimTemplateName: one-gpu}\n"
         "  - {name: old, resourceClaimName: held}\n",
     ).replace("  resourceClaims:", "  tolerations: [{operator: Exists}]\n  resourceClaims:")
-    workload = compile_text(pod + "---\n" + textwrap.dedent(text))
+    workload = v1manifests.compile_v1(
+        parse(pod + "---\n" + textwrap.dedent(text), v1manifests.LIVE_SOURCE)
+    )
     cluster = clusternodes.load(loading.read_documents(NVIDIA_SLICES))
     (found,), blocked = v1run.pod_inputs(cluster, workload)
     assert found.candidate_nodes == ("nv-a100",) and blocked == {}

@@ -528,7 +528,8 @@ spec:
   tolerations: [{key: nvidia.com/gpu, operator: Exists}]
   containers: [{name: c, resources: {claims: [{name: g}]}}]
   resourceClaims: [{name: g, resourceClaimName: held}]
----
+"""
+NEW = """
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {namespace: ml, name: new}
@@ -546,12 +547,24 @@ spec:
 """
 
 
-def test_claims_allocated_in_the_input_keep_their_devices(
-    run_cli: RunCli, write_yaml: WriteYaml
+def test_claims_allocated_in_the_cluster_keep_their_devices(
+    run_cli: RunCli, write_yaml: WriteYaml, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A claim the cluster holds allocated (read with --from-cluster: a claim of the -f files
+    has its status dropped) keeps its devices beside the new one."""
+    from drasat import loading
+    from drasat.cli import whatif as whatif_cli
+    from drasat.whatif import v1manifests
+
     cluster, checked, _ = _nvidia()
-    app = write_yaml("app.yaml", HELD)
-    claims, listing = _placed(run_cli, cluster, checked, app)
+    live = loading.read_documents(cluster) + loading.parse_documents(HELD, v1manifests.LIVE_SOURCE)
+    monkeypatch.setattr(whatif_cli, "_live_documents", lambda args: live)
+    app = write_yaml("app.yaml", NEW)
+    result = run_cli("--from-cluster", "-f", app, "-o", "yaml")
+    assert result.code == 0, result.err
+    listing = yaml.safe_load(result.out)
+    claims = [i for i in listing["items"] if i["kind"] == "ResourceClaim"]
+    assert v1checker.violations(v1checker.documents([checked]), claims) == []
     # The checker sees both: gpu-0 held, the new claim on the other healthy T4.
     results = {c["metadata"]["name"]: _results(c) for c in claims}
     assert [r["device"] for r in results["held"]] == ["gpu-0"]
@@ -559,11 +572,29 @@ def test_claims_allocated_in_the_input_keep_their_devices(
     ledger = next(i for i in listing["items"] if i["metadata"]["name"] == "nv-t4")
     held = sorted(e["claimInfo"]["name"] for e in ledger["spec"]["allocatedClaims"].values())
     assert held == ["held", "new"]
-    table = run_cli("--cluster", cluster, "-f", app).out
+    table = run_cli("--from-cluster", "-f", app).out
     assert "ml/running  g      nv-t4  gpu: gpu-0 (already allocated)" in table
     assert "claims: 1 allocated, 1 already in the cluster" in table
-    page = run_cli("--cluster", cluster, "-f", app, "-o", "html").out
+    page = run_cli("--from-cluster", "-f", app, "-o", "html").out
     assert re.search(r'class="seg existing" title="ml/held \(already allocated\)"', page)
+
+
+def test_an_allocation_written_in_a_file_is_dropped_and_said(
+    run_cli: RunCli, write_yaml: WriteYaml
+) -> None:
+    """The API server drops the status of a claim it creates: a -f claim's allocation holds
+    nothing (its pod is placed anew, gpu-0 is free for it) and the table says why."""
+    cluster, _, _ = _nvidia()
+    app = write_yaml("app.yaml", HELD.replace("  nodeName: nv-t4\n", ""))
+    result = run_cli("--cluster", cluster, "-f", app)
+    table = result.out
+    assert result.code == 0, result.err
+    assert "already allocated" not in table
+    assert "claims: 1 allocated, 0 already in the cluster" in table
+    assert (
+        f"note: ResourceClaim ml/held ({app}: document 1): status dropped: the API server "
+        "drops the status of a claim it creates" in table
+    )
 
 
 FLEETS = ("1xT4", "2xT4", "1xA100-40GB,mig=0", "1xA100-40GB", "1xT4,1xA100-40GB,mig=1")

@@ -4,12 +4,13 @@ PriorityClass objects."""
 
 from __future__ import annotations
 
-import contextlib
-import io
+import dataclasses
 import textwrap
 from pathlib import Path
 
-from drasat.cli import main as cli_main
+from drasat import solver
+from drasat.solver.problem import Mode
+from drasat.whatif import run, v1manifests, v1output
 
 CLUSTER = """
 apiVersion: whatif.drasat.io/v1alpha1
@@ -97,15 +98,30 @@ def _pending(name: str, priority: str, never: bool = False, count: int = 1) -> s
         """)
 
 
-def _whatif(tmp_path: Path, workload: str, *extra: str) -> str:
+def _whatif(tmp_path: Path, workload: str) -> str:
+    """The table of a run whose running pods and their allocated claims are read from the
+    cluster (as `--from-cluster` reads them: a claim of the -f files has its status dropped),
+    the rest applied with -f."""
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     (tmp_path / "work.yaml").write_text(CLASSES + workload)
-    argv = ["whatif", "--cluster", str(tmp_path / "cluster.yaml"), "-f",
-            str(tmp_path / "work.yaml"), *extra]  # fmt: skip
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert cli_main.main(argv) == 0
-    return out.getvalue()
+    inputs = run.read_inputs(
+        cluster=str(tmp_path / "cluster.yaml"), manifest_files=[str(tmp_path / "work.yaml")],
+        policy=None,
+    )  # fmt: skip
+    manifests = [
+        dataclasses.replace(d, source=v1manifests.LIVE_SOURCE) if _running_now(d.data) else d
+        for d in inputs.manifests
+    ]
+    result = run.run_v1(
+        dataclasses.replace(inputs, manifests=manifests), mode=Mode.batch, solve=solver.solve
+    )
+    return v1output.render(result, "table")
+
+
+def _running_now(data: dict[str, object]) -> bool:
+    """A pod bound to a node, or a claim with an allocation: what exists in the cluster."""
+    spec, status = data.get("spec"), data.get("status")
+    return (isinstance(spec, dict) and "nodeName" in spec) or isinstance(status, dict)
 
 
 RUNNING = (

@@ -133,8 +133,7 @@ def compile_manifests(
     uid of claims the cluster's NodeAllocationStates already hold, so a manifest without
     metadata.uid finds its allocation.
     """
-    strict = manifestindex.current_server_fields(documents)
-    inv = manifestindex.build(documents, strict_fields=strict)
+    inv = manifestindex.build(documents)
     if offered_profiles is not None:
         _check_profiles(inv, offered_profiles)
     return _Compiler(inv, dict(existing_uids or {})).run()
@@ -174,6 +173,14 @@ class _Compiler:
                     f"its {child} is in the input and stands for its pods",
                 )
             )
+        for workload in self.inv.workloads:
+            if isinstance(workload.obj, kinds.DaemonSet):
+                document = workload.document
+                what = manifestindex.located(document, workload.namespace)
+                self.ignored.append(
+                    Ignored(document.where, what.removeprefix(f"{document.where}: "),
+                            "a DaemonSet's pods (one per node) are placed in v1 runs only")
+                )  # fmt: skip
         pods = [self._pod(p) for p in workloads.expand(self.inv.workloads)]
         compiled = [p for p in pods if p is not None]
         used: dict[str, Claim] = {}
