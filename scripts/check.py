@@ -7,7 +7,8 @@ when missing; a cold build takes minutes), the test nodes' container runtime and
 (scripts/runtime-build, scripts/image-build; likewise cached), a copy without the classic wing
 (scripts/without_classic.py: it installs and its v1 tests pass; some of those use the binaries,
 so they are built first), then the test suite, whose real-cluster tests use them. pytest's exit
-code 5 ("no tests collected") is treated as a failure, not a pass.
+code 5 ("no tests collected") is treated as a failure, not a pass; the 25 slowest tests are
+listed at the end, to see where a CI run's time goes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("kube binaries", [str(REPO / "scripts" / "kube-build")]),
     ("runtime and images", [str(REPO / "scripts" / "runtime-build")]),
     ("without classic", [sys.executable, str(REPO / "scripts" / "without_classic.py")]),
-    ("tests", [sys.executable, "-m", "pytest", *sys.argv[1:]]),
+    ("tests", [sys.executable, "-m", "pytest", "--durations=25", *sys.argv[1:]]),
 ]
 
 
