@@ -7,7 +7,7 @@ are fixed and stay as regression tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import lc_objects as objects
@@ -22,19 +22,6 @@ from drasat.kube import resources as r
 Obj = dict[str, Any]
 #: Rounds each actor gets after a change (the model's bound on an obligation).
 BOUND = 8
-
-
-@pytest.fixture
-def cluster() -> Iterator[Callable[..., World]]:
-    made: list[World] = []
-
-    def make(**nodes: str) -> World:
-        made.append(World(nodes=nodes))
-        return made[-1]
-
-    yield make
-    for world in made:
-        world.close()
 
 
 def _claim(world: World, name: str, kind: str) -> None:

@@ -5,7 +5,7 @@ model's random runs (docs/RELIABILITY.md, "The lifecycle model")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import lc_objects as objects
@@ -21,19 +21,6 @@ from drasat.v1.nominations import Nomination
 
 Obj = dict[str, Any]
 BOUND = 8
-
-
-@pytest.fixture
-def cluster() -> Iterator[Callable[..., World]]:
-    made: list[World] = []
-
-    def make(**nodes: str) -> World:
-        made.append(World(nodes=nodes))
-        return made[-1]
-
-    yield make
-    for world in made:
-        world.close()
 
 
 def _template(world: World, name: str, kind: str) -> None:
