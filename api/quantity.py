@@ -73,23 +73,6 @@ def base_units(quantity: int | str) -> int:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from None
 
 
-def exact(quantity: int | float | str) -> Decimal:
-    """A quantity's exact value in its base unit (`1000m` is 1, `1.5` is 1.5), as the API
-    server parses it; ValueError on a malformed one or one of over `_MAX_DIGITS` digits."""
-    if isinstance(quantity, bool):
-        raise ValueError(f"not a quantity: {quantity!r}")
-    match = _PATTERN.match(str(quantity).strip())
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
-    try:
-        value = Decimal(match.group(1)) * _SUFFIXES[match.group(2) or ""]
-    except ArithmeticError:
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from None
-    if value and value.adjusted() >= _MAX_DIGITS:
-        raise ValueError(f"quantity {quantity!r} has over {_MAX_DIGITS} digits")
-    return value
-
-
 #: apimachinery's words (`resource.ErrFormatWrong`, `ErrSuffix`, `ErrNumeric`) when
 #: `ParseQuantity` refuses a string: what kube-apiserver answers for a quantity that does not
 #: decode, without naming the field.
